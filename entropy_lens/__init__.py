@@ -1,0 +1,27 @@
+"""entropy_lens: per-layer, per-head, per-position attention entropy of causal LMs.
+
+Data flow (one way): cli -> scan -> models -> capture -> kernels -> results -> analysis -> plotting.
+Heavy imports (torch, transformers) are deferred until a name that needs them is used.
+"""
+
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "EntropyLensError": "entropy_lens.errors",
+    "attention_entropy": "entropy_lens.kernels",
+    "EntropyRecorder": "entropy_lens.capture",
+    "ScanConfig": "entropy_lens.scan",
+    "scan": "entropy_lens.scan",
+    "ScanResult": "entropy_lens.results",
+    "load_model": "entropy_lens.models",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'entropy_lens' has no attribute {name!r}")

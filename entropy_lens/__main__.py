@@ -1,0 +1,3 @@
+from entropy_lens.cli import main
+
+raise SystemExit(main())

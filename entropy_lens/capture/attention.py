@@ -1,0 +1,87 @@
+"""The `entropy_lens` attention implementation registered with transformers.
+
+Registered under one name with BOTH `AttentionInterface` (the function below) and
+`AttentionMaskInterface` (transformers' sdpa mask builder). Without the mask registration
+transformers builds no mask for an unknown implementation and padding is silently ignored.
+
+For every attention layer the function
+  1. applies the effective scale: λ_h = m_h · module.scaling (m_h the per-head multiplier of
+     1/√d; `--scale s` is m_h = s for all heads). A uniform multiplier goes into sdpa's own
+     `scale`; per-head multipliers multiply the queries (after RoPE), so a trainable multiplier
+     tensor gets gradients;
+  2. computes the layer output with the fast path: torch sdpa (its flash/efficient kernels on GPU);
+  3. when capture is on, computes the entropy of the same post-RoPE q, k with the kernel
+     `attention_entropy` at scale λ_h, and hands it to the active recorder.
+What to do is read from a context variable set by `ScaleSession`/`EntropyRecorder`, so a model
+left with this implementation outside any session behaves exactly like sdpa.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+
+from entropy_lens.kernels import attention_entropy
+
+ATTN_NAME = "entropy_lens"
+
+
+@dataclass
+class Session:
+    """What the attention function does while a recorder/scale context is active.
+
+    multipliers: None (model as trained), a float (uniform), or a (layers, Hq) tensor.
+    on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T).
+    """
+
+    multipliers: float | torch.Tensor | None = None
+    on_entropy: Callable[[int, torch.Tensor, int], None] | None = None
+    impl: str = "auto"
+
+
+_ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
+
+
+def register() -> None:
+    """Register the implementation and its mask builder (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTN_NAME, entropy_lens_attention)
+    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if scaling is None:
+        scaling = module.scaling
+    session = _ACTIVE.get()
+    mult = None if session is None else session.multipliers
+    if isinstance(mult, torch.Tensor):
+        mult = mult[module.layer_idx]  # (Hq,)
+    q_out, out_scaling = query, scaling
+    if isinstance(mult, torch.Tensor):
+        q_out = query * mult.to(query.dtype).view(1, -1, 1, 1)
+    elif mult is not None:
+        out_scaling = scaling * float(mult)
+    out = sdpa_attention_forward(module, q_out, key, value, attention_mask, dropout=dropout,
+                                 scaling=out_scaling, **kwargs)
+    if session is not None and session.on_entropy is not None:
+        lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
+        entropy = attention_entropy(query.detach(), key.detach(), scale=lam,
+                                    causal=getattr(module, "is_causal", True),
+                                    mask=_as_bool_mask(attention_mask), impl=session.impl)
+        session.on_entropy(module.layer_idx, entropy, key.shape[2] - query.shape[2])
+    return out
+
+
+def _as_bool_mask(attention_mask):
+    """sdpa masks are bool (True = attend); a user's 4-D additive float mask is converted."""
+    if attention_mask is None or attention_mask.dtype == torch.bool:
+        return attention_mask
+    return attention_mask > torch.finfo(attention_mask.dtype).min / 2

@@ -1,0 +1,11 @@
+"""The one exception type users see.
+
+Every problem caused by input (a path, a flag, a file's contents) is raised as
+`EntropyLensError` with a one-line message that names the problem and the fix, e.g.
+"--len 16384 exceeds the 9,812 tokens of 'emma'; pass --data with more text or a smaller --len".
+The CLI prints the message (no traceback) and exits with status 2. Bugs stay ordinary exceptions.
+"""
+
+
+class EntropyLensError(ValueError):
+    """Bad input: the message says what is wrong and how to fix it."""

@@ -1,0 +1,38 @@
+"""Float64 reference: materialises every score. Small T only (tests); O(B·Hq·T·S) memory.
+
+Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
+validated and normalised by the dispatcher: `scale` is a (Hq,) float tensor and `mask` is
+None or a bool tensor broadcastable to (B, Hq, T, S).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_visible(T: int, S: int, device=None) -> torch.Tensor:
+    """(T, S) bool: query i sees key j iff j <= i + S - T (bottom-right alignment)."""
+    i = torch.arange(T, device=device).unsqueeze(1)
+    j = torch.arange(S, device=device).unsqueeze(0)
+    return j <= i + (S - T)
+
+
+@torch.no_grad()
+def entropy_reference(q, k, scale, causal=True, mask=None) -> torch.Tensor:
+    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) -> (B, Hq, T) float32 entropy in nats."""
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    qd = q.double().view(B, Hkv, G, T, D) * scale.double().view(1, Hkv, G, 1, 1)
+    s = torch.einsum("bkgtd,bksd->bkgts", qd, k.double()).reshape(B, Hq, T, S)
+    visible = torch.ones(1, 1, T, S, dtype=torch.bool, device=q.device)
+    if causal:
+        visible = visible & causal_visible(T, S, q.device)
+    if mask is not None:
+        visible = visible & mask
+    s = s.masked_fill(~visible, float("-inf"))
+    any_visible = visible.any(-1).expand(B, Hq, T)
+    p = torch.softmax(s.masked_fill(~any_visible.unsqueeze(-1), 0.0), dim=-1)
+    p = p.masked_fill(~visible, 0.0)
+    h = -torch.special.xlogy(p, p).sum(-1)
+    return torch.where(any_visible, h, torch.zeros_like(h)).float()

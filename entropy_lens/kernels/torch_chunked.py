@@ -1,0 +1,87 @@
+"""Exact streaming attention entropy in plain torch: the CPU path and the fallback everywhere.
+
+Math (per query row, scores s_j = λ_h q·k_j over the attendable keys j):
+    m = max_j s_j,  l = Σ_j e^(s_j − m),  u = Σ_j e^(s_j − m)(s_j − m)
+    p_j = e^(s_j − m)/l  ⇒  H = −Σ p_j log p_j = log l − u/l   (nats)
+The centred sum u avoids the cancellation of the textbook H = m + log l − Σ p_j s_j, whose two
+large terms nearly cancel for peaked rows. Keys arrive block by block; when the running max
+grows from m to m', with α = e^(m − m'):
+    l ← α l + Σ_blk e^(s − m'),   u ← α (u + (m − m') l) + Σ_blk e^(s − m')(s − m')
+(the old terms' centre moves by m − m'). Before any key is seen m = −inf, l = u = 0 and the
+first block must not form −inf·0: that case is written out with `where`.
+
+Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state; never T × S.
+GQA: queries of the G = Hq/Hkv heads sharing a key head are stacked as rows of one matmul
+against that key head, so keys are never repeated. Causal blocks wholly above the diagonal are
+skipped (about half the work); only blocks the diagonal crosses build a mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+@torch.no_grad()
+def entropy_torch_chunked(q, k, scale, causal=True, mask=None, *, block_q=256, block_k=512):
+    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats.
+
+    `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
+    """
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    offset = S - T  # bottom-right causal alignment: query i sees keys j <= i + offset
+    kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
+    lam = scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
+    out = torch.zeros(B, Hq, T, dtype=torch.float32, device=q.device)
+    for q0 in range(0, T, block_q):
+        q1 = min(q0 + block_q, T)
+        bq = q1 - q0
+        # (B, Hkv, G*bq, D): each key head's G query heads stacked as rows of one matmul
+        qb = (q[:, :, q0:q1].float() * lam).reshape(B, Hkv, G * bq, D)
+        m = torch.full((B, Hkv, G, bq), NEG_INF, device=q.device)
+        l = torch.zeros_like(m)
+        u = torch.zeros_like(m)
+        k_end = min(S, q1 + offset) if causal else S
+        for k0 in range(0, max(k_end, 0), block_k):
+            k1 = min(k0 + block_k, k_end)
+            s = torch.matmul(qb, kf[:, :, k0:k1].transpose(-1, -2)).view(B, Hkv, G, bq, k1 - k0)
+            valid = _block_mask(mask, causal, q0, q1, k0, k1, offset, Hkv, G, q.device)
+            m, l, u = _update(m, l, u, s, valid)
+        h = torch.where(l > 0, torch.log(l) - u / l, torch.zeros_like(l)).clamp_min_(0.0)
+        out[:, :, q0:q1] = h.view(B, Hq, bq)
+    return out
+
+
+def _block_mask(mask, causal, q0, q1, k0, k1, offset, Hkv, G, device):
+    """Bool (.., bq, bk) broadcastable to (B, Hkv, G, bq, bk), or None when all visible."""
+    valid = None
+    if causal and k1 - 1 > q0 + offset:  # the diagonal crosses this block
+        i = torch.arange(q0, q1, device=device).unsqueeze(1)
+        j = torch.arange(k0, k1, device=device).unsqueeze(0)
+        valid = j <= i + offset
+    if mask is not None:
+        rows = slice(q0, q1) if mask.shape[2] > 1 else slice(None)
+        mb = mask[:, :, rows, k0:k1]
+        mb = mb.view(mb.shape[0], Hkv, G, *mb.shape[2:]) if mb.shape[1] > 1 else mb.unsqueeze(2)
+        valid = mb if valid is None else mb & valid
+    return valid
+
+
+def _update(m, l, u, s, valid):
+    """Fold one score tile s (B, Hkv, G, bq, bk) into the running (m, l, u); s is consumed."""
+    if valid is not None:
+        s.masked_fill_(~valid, NEG_INF)
+    m_new = torch.maximum(m, s.amax(-1))
+    m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)  # no key seen yet
+    alpha = torch.exp(m - m_safe)  # 0 while m = -inf
+    shift = torch.where(l > 0, (m - m_safe) * l, torch.zeros_like(l))
+    d = s.sub_(m_safe.unsqueeze(-1))  # s − m', in place
+    e = torch.exp(d)
+    l = alpha * l + e.sum(-1)
+    if valid is not None:
+        d.masked_fill_(~valid, 0.0)  # masked: e = 0 and d = -inf; 0·(-inf) must read 0
+    u = alpha * (u + shift) + e.mul_(d).sum(-1)
+    return m_new, l, u

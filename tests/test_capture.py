@@ -1,0 +1,154 @@
+"""Capture on tiny random Llama models vs the model's own eager attention probabilities."""
+
+import numpy as np
+import pytest
+import torch
+from tiny import make_tiny_model
+
+from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
+
+
+def _eager_entropy(model, ids, attention_mask=None):
+    """Per-layer (B, H, T) entropy from materialised eager probabilities, float64."""
+    prev = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            att = model(ids, attention_mask=attention_mask, output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation(prev)
+    return [torch.special.entr(a.double()).sum(-1) for a in att]
+
+
+@pytest.mark.parametrize("n_heads,n_kv", [(4, 4), (4, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+def test_entropy_matches_eager_and_logits_unchanged(n_heads, n_kv):
+    model = make_tiny_model(n_heads=n_heads, n_kv_heads=n_kv)
+    ids = torch.randint(0, 300, (2, 40))
+    with torch.no_grad():
+        plain = model(ids).logits
+        with EntropyRecorder(model) as rec:
+            hooked = model(ids).logits
+    assert torch.equal(hooked, plain)
+    eager = _eager_entropy(model, ids)
+    assert rec.entropy.shape == (2, n_heads, 40)
+    for layer, h in enumerate(eager):
+        np.testing.assert_allclose(rec.entropy[layer], h.mean(0).numpy(), atol=1e-5)
+        np.testing.assert_allclose(rec.entropy_sq[layer], (h**2).mean(0).numpy(), atol=1e-4)
+    assert rec.count.tolist() == [2] * 40
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padding_is_respected_and_positions_aligned(side):
+    model = make_tiny_model(n_heads=4, n_kv_heads=2)
+    T, pad = 30, 9
+    ids = torch.randint(2, 300, (2, T))
+    mask = torch.ones(2, T, dtype=torch.long)
+    if side == "left":
+        mask[1, :pad] = 0
+    else:
+        mask[1, T - pad :] = 0
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).logits
+        with EntropyRecorder(model) as rec:
+            hooked = model(ids, attention_mask=mask).logits
+    valid = mask.bool()
+    assert torch.allclose(hooked[valid], plain[valid], atol=1e-5)
+    eager = _eager_entropy(model, ids, mask)
+    # the padded row's valid tokens, placed at their true positions 0..T-pad-1
+    short = ids[1][valid[1]].unsqueeze(0)
+    alone = _eager_entropy(model, short)
+    for layer in range(2):
+        full = eager[layer][0].numpy()  # unpadded row: positions 0..T-1
+        expect = full.copy()
+        expect[:, : T - pad] = (full[:, : T - pad] + alone[layer][0].numpy()) / 2
+        np.testing.assert_allclose(rec.entropy[layer], expect, atol=1e-5)
+    assert rec.count.tolist() == [2] * (T - pad) + [1] * pad
+
+
+def _scaled_q_proj_model(model, mult):
+    """Independent construction: multiplying q_proj's rows of head h by m_h scales λ_h by m_h
+    (RoPE is linear, so before or after it is the same)."""
+    import copy
+
+    other = copy.deepcopy(model)
+    d = model.config.head_dim
+    with torch.no_grad():
+        for layer, attn in enumerate(l.self_attn for l in other.model.layers):
+            m = torch.as_tensor(mult[layer], dtype=torch.float32).repeat_interleave(d)
+            attn.q_proj.weight.mul_(m.unsqueeze(1))
+    return other
+
+
+@pytest.mark.parametrize("kind", ["uniform", "per_head"])
+def test_scales_equal_scaled_query_projection(kind):
+    model = make_tiny_model(n_heads=4, n_kv_heads=2)
+    ids = torch.randint(0, 300, (1, 32))
+    if kind == "uniform":
+        scales, mult = 1.3, np.full((2, 4), 1.3)
+    else:
+        mult = np.array([[1.0, 1.5, 2.0, 0.5], [3.0, 1.2, 1.0, 0.8]])
+        scales = mult
+    other = _scaled_q_proj_model(model, mult)
+    with torch.no_grad():
+        with EntropyRecorder(model, scales=scales) as rec:
+            got = model(ids).logits
+        want = other(ids).logits
+    assert torch.allclose(got, want, atol=1e-5)
+    for layer, h in enumerate(_eager_entropy(other, ids)):
+        np.testing.assert_allclose(rec.entropy[layer], h.mean(0).numpy(), atol=1e-5)
+    with torch.no_grad(), ScaleSession(model, scales=scales):
+        assert torch.allclose(model(ids).logits, want, atol=1e-5)
+
+
+def test_trainable_multipliers_get_gradients():
+    model = make_tiny_model()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    mult = torch.full((2, 4), 1.5, requires_grad=True)
+    ids = torch.randint(0, 300, (1, 16))
+    with ScaleSession(model, scales=mult):
+        loss = model(ids, labels=ids).loss
+    loss.backward()
+    assert mult.grad is not None and mult.grad.abs().sum() > 0
+
+
+def test_recorder_restores_implementation_on_exception():
+    model = make_tiny_model()
+    before = model.config._attn_implementation
+    hooks_before = len(model._forward_pre_hooks)
+    with pytest.raises(RuntimeError, match="boom"), EntropyRecorder(model):
+        raise RuntimeError("boom")
+    assert model.config._attn_implementation == before
+    assert len(model._forward_pre_hooks) == hooks_before
+    # outside a session the model runs exactly as before
+    ids = torch.randint(0, 300, (1, 10))
+    with torch.no_grad():
+        a = model(ids).logits
+        model.set_attn_implementation("eager")
+        b = model(ids).logits
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_accumulates_over_forwards():
+    model = make_tiny_model()
+    a, b = torch.randint(0, 300, (1, 12)), torch.randint(0, 300, (1, 20))
+    with torch.no_grad(), EntropyRecorder(model) as rec:
+        model(a)
+        model(b)
+    ea, eb = _eager_entropy(model, a)[0][0].numpy(), _eager_entropy(model, b)[0][0].numpy()
+    expect = eb.copy()
+    expect[:, :12] = (ea + eb[:, :12]) / 2
+    np.testing.assert_allclose(rec.entropy[0], expect, atol=1e-5)
+    assert rec.count.tolist() == [2] * 12 + [1] * 8
+
+
+def test_next_token_nll_matches_full_logits():
+    model = make_tiny_model()
+    ids = torch.randint(0, 300, (2, 33))
+    with torch.no_grad():
+        logits = model(ids).logits
+    hidden = forward_hidden(model, ids[:, :-1])
+    got = next_token_nll(model, hidden, ids[:, 1:], chunk=5)
+    want = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+    assert got.shape == (2, 32)
+    assert torch.allclose(got, want, atol=1e-5)

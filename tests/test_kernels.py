@@ -1,0 +1,179 @@
+"""torch_chunked vs the float64 reference, plus properties every entropy must satisfy."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import attention_entropy, resolve_impl
+
+
+def _inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(B, Hq, T, D, generator=g) * 1.5).to(dtype)
+    k = (torch.randn(B, Hkv, S, D, generator=g) * 1.5).to(dtype)
+    return q, k
+
+
+def _masks(B, Hq, T, S, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    pad = torch.ones(B, S, dtype=torch.bool)
+    pad[0, : S // 3] = False  # left padding on the first sequence
+    return {
+        "none": None,
+        "key_padding": pad,
+        "4d_per_head": torch.rand(B, Hq, T, S, generator=g) > 0.4,
+    }
+
+
+@pytest.mark.parametrize("B", [1, 2])
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (64, 64)], ids=["square", "T<S", "T=2blocks"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_chunked_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
+    q, k = _inputs(B, Hq, Hkv, T, S)
+    scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
+    mask = _masks(B, Hq, T, S)[mask_kind]
+    ref = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="reference")
+    for bq, bk in [(32, 32), (7, 5)]:  # T not a multiple of the block; several key blocks per row
+        got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked",
+                                block_q=bq, block_k=bk)
+        assert got.dtype == torch.float32 and got.shape == (B, Hq, T)
+        assert (got - ref).abs().max().item() <= 1e-5
+
+
+def test_block_size_one_and_float_scale():
+    q, k = _inputs(2, 4, 2, 17, 23)
+    ref = attention_entropy(q, k, scale=0.25, impl="reference")
+    got = attention_entropy(q, k, scale=0.25, impl="torch_chunked", block_q=1, block_k=1)
+    assert (got - ref).abs().max().item() <= 1e-5
+
+
+def test_rows_without_keys_are_zero():
+    # T > S with bottom-right alignment: the first T - S queries see no key at all.
+    q, k = _inputs(1, 2, 1, 12, 5)
+    got = attention_entropy(q, k, scale=0.3, block_q=4, block_k=2)
+    assert torch.equal(got[..., :7], torch.zeros(1, 2, 7))
+    assert torch.equal(got[..., 7], torch.zeros(1, 2))  # row 7 sees exactly one key
+    assert (got[..., 8:] > 0).all()
+    assert torch.allclose(got, attention_entropy(q, k, scale=0.3, impl="reference"), atol=1e-5)
+    # a fully padded sequence
+    mask = torch.zeros(1, 5, dtype=torch.bool)
+    got = attention_entropy(q[..., -5:, :], k, scale=0.3, mask=mask)
+    assert torch.equal(got, torch.zeros(1, 2, 5))
+
+
+def _plain_pytorch_entropy(q, k, scale, T, S):
+    """What an eager HF model does in a low-precision dtype: scores in that dtype, softmax in
+    fp32 cast back, entropy from those probabilities (the paper's own computation)."""
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    vis = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    s = s.masked_fill(~vis, float("-inf"))
+    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.special.entr(p).sum(-1).float()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_within_twice_plain_pytorch(dtype):
+    q, k = _inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
+    scale = 32**-0.5
+    ref = attention_entropy(q, k, scale=scale, impl="reference")  # float64 of the same inputs
+    got = attention_entropy(q, k, scale=scale, impl="torch_chunked", block_q=32, block_k=16)
+    plain = _plain_pytorch_entropy(q, k, scale, 96, 96)
+    err_plain = (plain - ref).abs().max().item()
+    err_got = (got - ref).abs().max().item()
+    assert err_plain > 0
+    assert err_got <= 2 * err_plain
+
+
+def test_no_repeated_keys_needed_and_gqa_head_mapping():
+    # head h must use key head h // G: permuting key heads must permute the entropy groups.
+    q, k = _inputs(1, 4, 2, 20, 20)
+    a = attention_entropy(q, k, scale=0.3)
+    b = attention_entropy(q[:, [2, 3, 0, 1]], k[:, [1, 0]], scale=0.3)
+    assert torch.allclose(a[:, [2, 3, 0, 1]], b, atol=1e-6)
+
+
+def test_contract_errors():
+    q, k = _inputs(1, 4, 3, 8, 8)
+    with pytest.raises(ValueError, match="multiple"):
+        attention_entropy(q, k, scale=1.0)
+    q, k = _inputs(1, 4, 2, 8, 8)
+    with pytest.raises(ValueError, match="scale"):
+        attention_entropy(q, k, scale=torch.ones(3))
+    with pytest.raises(ValueError, match="bool"):
+        attention_entropy(q, k, scale=1.0, mask=torch.ones(1, 8))
+    with pytest.raises(ValueError, match="mask shape"):
+        attention_entropy(q, k, scale=1.0, mask=torch.ones(1, 7, dtype=torch.bool))
+    with pytest.raises(EntropyLensError, match="unknown entropy backend"):
+        attention_entropy(q, k, scale=1.0, impl="cuda-magic")
+
+
+def test_backend_env_override(monkeypatch):
+    assert resolve_impl("auto", "cpu") == "torch_chunked"
+    monkeypatch.setenv("ENTROPY_LENS_BACKEND", "reference")
+    assert resolve_impl("auto", "cpu") == "reference"
+    assert resolve_impl("torch_chunked", "cpu") == "torch_chunked"  # explicit beats the environment
+
+
+# ---- properties -------------------------------------------------------------------------------
+
+shapes = st.tuples(
+    st.integers(1, 2),  # B
+    st.sampled_from([(2, 2), (4, 2), (3, 1)]),  # Hq, Hkv
+    st.integers(1, 24),  # T
+    st.integers(0, 8),  # extra keys: S = T + extra
+    st.integers(1, 9),  # block size
+    st.integers(0, 2**16),  # seed
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, st.floats(0.01, 3.0))
+def test_entropy_bounds(shape, scale):
+    B, (Hq, Hkv), T, extra, blk, seed = shape
+    S = T + extra
+    q, k = _inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
+    h = attention_entropy(q, k, scale=scale, block_q=blk, block_k=blk)
+    n_keys = torch.arange(T, dtype=torch.float64) + extra + 1  # attendable keys of row i
+    assert (h >= 0).all()
+    assert (h.double() <= torch.log(n_keys) + 1e-5).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.floats(-50.0, 50.0))
+def test_row_constant_leaves_entropy_unchanged(shape, c):
+    # scores + c_i for every key of row i: append a dimension with q = c_i/λ, k = 1.
+    B, (Hq, Hkv), T, extra, blk, seed = shape
+    S = T + extra
+    q, k = _inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
+    lam = 0.4
+    rowc = torch.linspace(-1, 1, T).mul(c).view(1, 1, T, 1).expand(B, Hq, T, 1)
+    q2 = torch.cat([q, rowc / lam], -1)
+    k2 = torch.cat([k, torch.ones(B, Hkv, S, 1)], -1)
+    a = attention_entropy(q, k, scale=lam, block_q=blk, block_k=blk)
+    b = attention_entropy(q2, k2, scale=lam, block_q=blk, block_k=blk)
+    assert torch.allclose(a, b, atol=2e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(shapes)
+def test_huge_scale_gives_zero_entropy_without_nan(shape):
+    B, (Hq, Hkv), T, extra, blk, seed = shape
+    q, k = _inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
+    h = attention_entropy(q, k, scale=1e6, block_q=blk, block_k=blk)
+    assert torch.isfinite(h).all()
+    assert h.max().item() < 1e-3
+
+
+def test_uniform_attention_reaches_the_bound():
+    q = torch.zeros(1, 2, 50, 8)
+    k = torch.randn(1, 1, 50, 8)
+    h = attention_entropy(q, k, scale=1.0, block_q=8, block_k=8)
+    expected = torch.log(torch.arange(1, 51, dtype=torch.float32))
+    assert torch.allclose(h[0, 0], expected, atol=1e-5)
+    assert math.isclose(h[0, 1, -1].item(), math.log(50), rel_tol=1e-6)
