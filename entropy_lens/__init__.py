@@ -18,7 +18,10 @@ _LAZY = {
     "load_model": "entropy_lens.models",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [  # noqa: RUF022 (same order as _LAZY)
+    "__version__", "EntropyLensError", "attention_entropy", "EntropyRecorder", "ScanConfig", "scan",
+    "ScanResult", "load_model",
+]
 
 
 def __getattr__(name):

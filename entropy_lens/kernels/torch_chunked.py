@@ -11,6 +11,7 @@ grows from m to m', with α = e^(m − m'):
 first block must not form −inf·0: that case is written out with `where`.
 
 Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state; never T × S.
+Defaults (64, 1024) were the fastest of a grid on 2 CPU cores at SmolLM2 shapes (T = 2K, 4K).
 GQA: queries of the G = Hq/Hkv heads sharing a key head are stacked as rows of one matmul
 against that key head, so keys are never repeated. Causal blocks wholly above the diagonal are
 skipped (about half the work); only blocks the diagonal crosses build a mask.
@@ -24,7 +25,7 @@ NEG_INF = float("-inf")
 
 
 @torch.no_grad()
-def entropy_torch_chunked(q, k, scale, causal=True, mask=None, *, block_q=256, block_k=512):
+def entropy_torch_chunked(q, k, scale, causal=True, mask=None, *, block_q=64, block_k=1024):
     """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats.
 
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).

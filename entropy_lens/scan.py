@@ -1,0 +1,246 @@
+"""scan(config) -> ScanResult: load -> sample chunks -> capture -> save. The one place that spans
+the pipeline; the CLI and notebooks both call it.
+
+Everything the user can get wrong (paths, flags, scales, lengths, an existing --out) is checked
+before any file is written, so bad input never leaves a results file behind. Long scans write a
+`<out>.partial.npz` (float64 running sums, the samples done, the scan's identity) every
+`checkpoint_every_s` seconds and on Ctrl-C; `resume=True` continues from it and, because the sums
+are stored exactly and added in the same order, ends with the same arrays as an uninterrupted scan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from entropy_lens import __version__
+from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
+from entropy_lens.data import token_chunks
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import resolve_impl
+from entropy_lens.models import (
+    load_head_scales_file,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+    validate_head_scales,
+)
+from entropy_lens.results import SCHEMA_VERSION, ScanResult, atomic_savez
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """Everything that determines a scan's numbers (saved in the results' meta)."""
+
+    model: str
+    length: int
+    samples: int = 8
+    data: str = "austen"
+    nope: bool | None = None  # None: as the checkpoint declares; True forces rotary off
+    scale: float | None = None  # uniform multiplier s, λ = s/√d
+    head_scales: str | None = None  # file with (layers, heads) multipliers
+    dtype: str = "auto"  # float32 on CPU, bfloat16 on CUDA
+    device: str = "auto"
+    batch_size: int = 1
+    seed: int = 0
+    backend: str = "auto"
+    train_len: int | None = None  # overrides the checkpoint's declared training length
+    trust_remote_code: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def check(self) -> None:
+        if self.length < 2:
+            raise EntropyLensError(f"--len must be at least 2 (got {self.length})")
+        if self.samples < 1:
+            raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
+        if self.batch_size < 1:
+            raise EntropyLensError(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if self.scale is not None and self.head_scales is not None:
+            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            raise EntropyLensError(f"--scale must be a positive finite multiplier of 1/sqrt(d) (got {self.scale})")
+        if self.head_scales is not None and not Path(self.head_scales).is_file():
+            raise EntropyLensError(f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
+                                   ".npy or .json file of shape [layers, heads]")
+        if self.train_len is not None and self.train_len < 1:
+            raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
+        resolve_impl(self.backend)  # unknown backend names fail here, before loading anything
+
+
+def default_out(config: ScanConfig) -> Path:
+    name = Path(config.model.rstrip("/")).name.removesuffix(".gguf")
+    tag = f"-s{config.scale:g}" if config.scale is not None else ("-hs" if config.head_scales else "")
+    return Path("results") / f"{name}-len{config.length}{tag}.npz"
+
+
+def partial_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial.npz")
+
+
+def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = False, force: bool = False,
+         progress: bool = True, checkpoint_every_s: float = 60.0) -> ScanResult:
+    """Run the scan; write `out` (atomically) when given. See the module docstring."""
+    started = time.perf_counter()
+    config.check()
+    out = Path(out) if out is not None else None
+    if out is not None and out.exists():
+        if resume:
+            done = ScanResult.load(out)
+            if done.meta.get("scan_config") == config.to_dict():
+                return done
+            raise EntropyLensError(f"{out} holds a different scan; pass --force to overwrite it or another --out")
+        if not force:
+            raise EntropyLensError(f"{out} already exists; pass --resume to reuse it, --force to overwrite it, "
+                                   "or another --out")
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype if config.dtype != "auto" else
+                          ("bfloat16" if device.type == "cuda" else "float32"))
+    lm = load_model(config.model, dtype=str(dtype).removeprefix("torch."), device=str(device),
+                    nope=config.nope, trust_remote_code=config.trust_remote_code)
+    multipliers, scale_source = _multipliers(config, lm)
+    chunks = token_chunks(lm.tokenizer, config.data, length=config.length, samples=config.samples,
+                          seed=config.seed)
+    vocab = lm.model.get_input_embeddings().num_embeddings
+    if int(chunks.ids.max()) >= vocab:
+        raise EntropyLensError(f"--data holds token id {int(chunks.ids.max())} but the model's vocabulary has "
+                               f"{vocab}; tokenise with this model's tokenizer")
+    impl = resolve_impl(config.backend, device)
+    identity = {"scan_config": config.to_dict(), "config_hash": lm.config_hash, "chunks": chunks.indices}
+    acc = _Accumulator(lm.n_layers, lm.n_heads, config.length)
+    if resume and out is not None and partial_path(out).exists():
+        acc.restore(partial_path(out), identity)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=config.samples * config.length, initial=acc.samples * config.length, unit="tok",
+               unit_scale=True, disable=not progress, desc=f"scan {config.model}", dynamic_ncols=True)
+    last_ckpt = time.perf_counter()
+    try:
+        for i in range(acc.samples, config.samples, config.batch_size):
+            ids = torch.from_numpy(chunks.ids[i : i + config.batch_size]).to(device)
+            with EntropyRecorder(lm.model, scales=multipliers, impl=impl) as rec:
+                hidden = forward_hidden(lm.model, ids[:, :-1])
+            nll = next_token_nll(lm.model, hidden, ids[:, 1:])
+            acc.add(rec, nll)
+            bar.update(ids.shape[0] * config.length)
+            if out is not None and time.perf_counter() - last_ckpt >= checkpoint_every_s:
+                acc.save(partial_path(out), identity, time.perf_counter() - started)
+                last_ckpt = time.perf_counter()
+    except KeyboardInterrupt:
+        if out is not None and acc.samples:
+            acc.save(partial_path(out), identity, time.perf_counter() - started)
+            bar.write(f"interrupted after {acc.samples} samples; rerun with --resume to finish")
+        raise
+    finally:
+        bar.close()
+    meta = _meta(config, lm, chunks, multipliers, scale_source, impl, str(device), str(dtype))
+    meta["wall_time_s"] = round(acc.prior_wall_s + time.perf_counter() - started, 3)
+    result = acc.result(meta)
+    if out is not None:
+        result.save(out)
+        partial_path(out).unlink(missing_ok=True)
+    return result
+
+
+class _Accumulator:
+    """Float64 running sums over samples. `add` swaps in a new dict in one assignment, so a
+    Ctrl-C between two updates can never leave sums and counts out of step."""
+
+    def __init__(self, n_layers: int, n_heads: int, length: int):
+        self.s = {
+            "entropy": np.zeros((n_layers, n_heads, length)), "entropy_sq": np.zeros((n_layers, n_heads, length)),
+            "loss": np.zeros(length), "loss_sq": np.zeros(length), "count": np.zeros(length, dtype=np.int64),
+            "samples": np.array(0),
+        }  # fmt: skip
+        self.prior_wall_s = 0.0
+
+    @property
+    def samples(self) -> int:
+        return int(self.s["samples"])
+
+    def add(self, rec: EntropyRecorder, nll: torch.Tensor) -> None:
+        h_sum, h_sq, _ = rec.sums
+        loss = nll.double().cpu().numpy()  # (B, T)
+        s = self.s
+        self.s = {
+            "entropy": s["entropy"] + h_sum, "entropy_sq": s["entropy_sq"] + h_sq,
+            "loss": s["loss"] + loss.sum(0), "loss_sq": s["loss_sq"] + (loss**2).sum(0),
+            "count": s["count"] + rec.count, "samples": np.array(int(s["samples"]) + loss.shape[0]),
+        }  # fmt: skip
+
+    def save(self, path: Path, identity: dict, wall_s: float) -> None:
+        s = self.s
+        atomic_savez(path, identity=np.array(json.dumps(identity, sort_keys=True)),
+                     wall_s=np.array(self.prior_wall_s + wall_s), **s)
+
+    def restore(self, path: Path, identity: dict) -> None:
+        with np.load(path, allow_pickle=False) as z:
+            if json.loads(str(z["identity"])) != json.loads(json.dumps(identity)):
+                raise EntropyLensError(f"{path} belongs to a different scan (other flags, model or data); "
+                                       "delete it or rerun with the same flags to resume")
+            self.s = {k: z[k] for k in self.s}
+            self.prior_wall_s = float(z["wall_s"])
+
+    def result(self, meta: dict) -> ScanResult:
+        s, n = self.s, self.s["count"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = {k: (s[k] / n).astype(np.float32) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+        return ScanResult(**mean, count=n.copy(), meta=meta)
+
+
+def _multipliers(config: ScanConfig, lm):
+    """(what the recorder applies, where it came from). None = the model as trained."""
+    if config.scale is not None:
+        return float(config.scale), "uniform"
+    if config.head_scales is not None:
+        arr = load_head_scales_file(config.head_scales, lm.n_layers, lm.n_heads)
+        return arr, str(Path(config.head_scales).resolve())
+    if lm.head_scales is not None:
+        return validate_head_scales(lm.head_scales, lm.n_layers, lm.n_heads, source=lm.source), "checkpoint"
+    return None, "none"
+
+
+def _meta(config, lm, chunks, multipliers, scale_source, impl, device, dtype) -> dict:
+    import transformers
+
+    if multipliers is None or isinstance(multipliers, float):
+        scales = np.full((lm.n_layers, lm.n_heads), 1.0 if multipliers is None else multipliers)
+    else:
+        scales = np.asarray(multipliers, dtype=np.float64)
+    return {
+        "schema_version": SCHEMA_VERSION, "entropy_lens_version": __version__, "git_hash": _git_hash(),
+        "model": config.model, "model_source": lm.source, "config_hash": lm.config_hash, "nope": lm.nope,
+        "n_layers": lm.n_layers, "n_heads": lm.n_heads, "n_kv_heads": lm.n_kv_heads, "head_dim": lm.head_dim,
+        "scales": scales.tolist(), "scale_source": scale_source,
+        "train_len": config.train_len if config.train_len is not None else lm.train_len,
+        "data": config.data, "data_description": chunks.description, "separator_id": chunks.separator_id,
+        "chunk_indices": [int(i) for i in chunks.indices], "seed": config.seed, "samples": config.samples,
+        "len": config.length, "batch_size": config.batch_size, "dtype": dtype.removeprefix("torch."),
+        "device": device, "backend": impl, "entropy_units": "nats", "loss_units": "nats",
+        "entropy_reduction": "none", "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "scan_config": config.to_dict(),
+    }  # fmt: skip
+
+
+def _git_hash() -> str | None:
+    """The package's git commit (with '+dirty' for local changes), or None outside a checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
