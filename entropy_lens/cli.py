@@ -51,8 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_scan(args) -> int:
+    from transformers.utils import logging as hf_logging
+
     from entropy_lens.results import summary
     from entropy_lens.scan import ScanConfig, default_out, scan
+
+    hf_logging.disable_progress_bar()  # loading bars; the scan's own bar shows tokens/s
 
     config = ScanConfig(
         model=args.model, length=args.length, samples=args.samples, data=args.data, nope=args.nope,
