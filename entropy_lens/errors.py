@@ -9,3 +9,9 @@ The CLI prints the message (no traceback) and exits with status 2. Bugs stay ord
 
 class EntropyLensError(ValueError):
     """Bad input: the message says what is wrong and how to fix it."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (for quoting a library's error in ours)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

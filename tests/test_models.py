@@ -370,7 +370,7 @@ def fake_gguf(tmp_path, tiny_dir, monkeypatch):
     """A .gguf path whose 'conversion' copies the tiny folder; returns (path, list of conversions)."""
     import shutil
 
-    from entropy_lens.models import loading
+    from entropy_lens.models import gguf as gguf_cache
 
     calls: list[Path] = []
 
@@ -378,7 +378,7 @@ def fake_gguf(tmp_path, tiny_dir, monkeypatch):
         calls.append(out)
         shutil.copytree(tiny_dir, out, dirs_exist_ok=True)
 
-    monkeypatch.setattr(loading, "_convert_gguf", convert)
+    monkeypatch.setattr(gguf_cache, "_convert_gguf", convert)
     monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path / "cache"))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(range(256)) * 10)
@@ -386,7 +386,7 @@ def fake_gguf(tmp_path, tiny_dir, monkeypatch):
 
 
 def test_gguf_converted_once_then_cached(fake_gguf):
-    from entropy_lens.models.loading import gguf_cache_dir
+    from entropy_lens.models.gguf import gguf_cache_dir
 
     gguf, calls = fake_gguf
     first, second = load_model(str(gguf)), load_model(str(gguf))
@@ -398,7 +398,7 @@ def test_gguf_converted_once_then_cached(fake_gguf):
 
 
 def test_gguf_cache_key_follows_content(fake_gguf):
-    from entropy_lens.models.loading import gguf_cache_dir
+    from entropy_lens.models.gguf import gguf_cache_dir
 
     gguf, _ = fake_gguf
     before = gguf_cache_dir(gguf)
@@ -407,7 +407,7 @@ def test_gguf_cache_key_follows_content(fake_gguf):
 
 
 def test_gguf_half_cache_is_never_served(fake_gguf):
-    from entropy_lens.models.loading import ensure_gguf_cache, gguf_cache_dir
+    from entropy_lens.models.gguf import ensure_gguf_cache, gguf_cache_dir
 
     gguf, calls = fake_gguf
     half = gguf_cache_dir(gguf)
@@ -418,7 +418,7 @@ def test_gguf_half_cache_is_never_served(fake_gguf):
 
 
 def test_gguf_failed_conversion_leaves_nothing(fake_gguf, monkeypatch):
-    from entropy_lens.models import loading
+    from entropy_lens.models import gguf as gguf_cache
 
     gguf, _ = fake_gguf
 
@@ -426,7 +426,7 @@ def test_gguf_failed_conversion_leaves_nothing(fake_gguf, monkeypatch):
         (out / "model.safetensors").write_bytes(b"half")
         raise EntropyLensError("boom")
 
-    monkeypatch.setattr(loading, "_convert_gguf", crash)
+    monkeypatch.setattr(gguf_cache, "_convert_gguf", crash)
     with pytest.raises(EntropyLensError, match="boom"):
         load_model(str(gguf))
     assert list((gguf.parent / "cache" / "gguf").iterdir()) == []
@@ -435,18 +435,18 @@ def test_gguf_failed_conversion_leaves_nothing(fake_gguf, monkeypatch):
 def test_gguf_concurrent_writer_wins(fake_gguf, monkeypatch, tiny_dir):
     import shutil
 
-    from entropy_lens.models import loading
+    from entropy_lens.models import gguf as gguf_cache
 
     gguf, _ = fake_gguf
-    final = loading.gguf_cache_dir(gguf)
+    final = gguf_cache.gguf_cache_dir(gguf)
 
     def slow_convert(gguf: Path, out: Path) -> None:  # another process finishes first
         shutil.copytree(tiny_dir, final)
-        (final / loading._CACHE_MARKER).write_text("{}")
+        (final / gguf_cache._CACHE_MARKER).write_text("{}")
         shutil.copytree(tiny_dir, out, dirs_exist_ok=True)
 
-    monkeypatch.setattr(loading, "_convert_gguf", slow_convert)
-    assert loading.ensure_gguf_cache(gguf) == final
+    monkeypatch.setattr(gguf_cache, "_convert_gguf", slow_convert)
+    assert gguf_cache.ensure_gguf_cache(gguf) == final
     assert [p.name for p in final.parent.iterdir()] == [final.name]
 
 
@@ -469,7 +469,7 @@ def test_file_that_is_not_gguf(tiny_dir):
 def test_smollm2_loads_then_comes_from_cache():
     import os
 
-    from entropy_lens.models.loading import gguf_cache_dir
+    from entropy_lens.models.gguf import gguf_cache_dir
 
     gguf = BUNDLED_MODELS["smollm2"].path()
     cache = gguf_cache_dir(gguf)

@@ -7,9 +7,8 @@
 Importing this package is cheap (numpy only): torch and transformers load when a function runs.
 """
 
+from entropy_lens.models.gguf import BUNDLED_MODELS, BundledModel
 from entropy_lens.models.loading import (
-    BUNDLED_MODELS,
-    BundledModel,
     LoadedModel,
     load_model,
     resolve_device,

