@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/entropy-lens scan smollm2 --len 512 --samples 2 --out results/demo.npz --force
+	$(BIN)/entropy-lens scan tiny-nope --len 512 --data austen:persuasion --samples 64 --out results/demo.npz --force
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

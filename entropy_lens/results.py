@@ -13,8 +13,9 @@ meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, 
 config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
 data_description, seed, samples, len, batch_size, dtype, device, backend, entropy_units ("nats"),
-loss_units ("nats"), entropy_reduction ("none": per head; sweeps may store "mean_heads" with
-heads = 1), chunk_indices, torch_version, transformers_version, created_utc, wall_time_s.
+loss_units ("nats"), entropy_reduction ("per_head"; "mean_heads": the heads axis has length 1 and
+holds the mean over the layer's heads of entropy and of entropy_sq; "not_captured": loss only, the
+heads axis has length 0), chunk_indices, torch_version, transformers_version, created_utc, wall_time_s.
 
 Files are written atomically (temporary file in the same folder, then os.replace): a reader sees
 the old file or the new one, never half of one.
@@ -23,6 +24,7 @@ the old file or the new one, never half of one.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import zipfile
@@ -111,16 +113,59 @@ class ScanResult:
             raise EntropyLensError(f"{source}: meta len {self.meta['len']} != array length {T}")
 
 
+# ---- sweep folders: one ordinary results file per uniform scale, plus an index -----------------------
+
+SWEEP_INDEX = "sweep.json"
+SWEEP_KIND = "entropy_lens.sweep"
+
+
+def write_sweep_index(folder: str | Path, index: dict) -> Path:
+    """Write `folder/sweep.json` atomically. `index` holds at least `scales` (ascending multipliers s)
+    and `files` (results file names inside `folder`, same order; a scale whose scan has not finished
+    is absent from both), plus `model`, `len`, `data`, `samples`, `seed`, `entropy` ("heads",
+    "mean_heads" or "none") and `complete` (every requested scale done)."""
+    path = Path(folder) / SWEEP_INDEX
+    record = {"kind": SWEEP_KIND, "schema_version": SCHEMA_VERSION, **index}
+    return atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def read_sweep_index(folder: str | Path) -> dict:
+    """`folder/sweep.json` as a dict, checked; file names are made absolute paths under `files`."""
+    folder = Path(folder)
+    path = folder / SWEEP_INDEX
+    if not path.is_file():
+        what = "does not exist" if not folder.exists() else f"has no {SWEEP_INDEX}"
+        raise EntropyLensError(f"sweep folder {folder} {what}; make it with `entropy-lens sweep CKPT --out {folder}`")
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise EntropyLensError(f"{path} is not readable JSON ({err}); rerun the sweep with --resume") from None
+    if index.get("kind") != SWEEP_KIND or index.get("schema_version") != SCHEMA_VERSION:
+        raise EntropyLensError(f"{path} is not an entropy-lens sweep index of schema {SCHEMA_VERSION}; rerun the sweep")
+    if len(index.get("scales", [])) != len(index.get("files", [])):
+        raise EntropyLensError(f"{path}: scales and files differ in length; rerun the sweep with --resume")
+    index["files"] = [str(folder / name) for name in index["files"]]
+    return index
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` to `path` atomically (see atomic_savez)."""
+    return _atomic_write(Path(path), text.encode())
+
+
 def atomic_savez(path: str | Path, **arrays) -> Path:
     """np.savez to `path` atomically (write a sibling temporary file, fsync, os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
+    return _atomic_write(Path(path), buf.getbuffer())
+
+
+def _atomic_write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(buf.getbuffer())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -130,12 +175,38 @@ def atomic_savez(path: str | Path, **arrays) -> Path:
 
 
 def summary(result: ScanResult) -> str:
-    """Mean entropy over heads and mean loss in the first, middle and last tenth of positions."""
-    T = result.length
-    tenth = max(1, T // 10)
-    spans = {"first": (0, tenth), "middle": ((T - tenth) // 2, (T - tenth) // 2 + tenth), "last": (T - tenth, T)}
-    h = result.mean_entropy
-    lines = [f"{'tenth':<8}{'positions':>16}{'entropy (nats)':>17}{'loss (nats)':>14}"]
+    """Mean entropy over heads and mean loss by span of positions.
+
+    With a training length L in the meta (and len > L): [0, L/2), [L/2, L), then [kL, (k+1)L) up to
+    len (spans double in width beyond 8L), so in- and out-of-distribution positions sit side by side.
+    Otherwise the first, middle and last tenth.
+    """
+    T, L = result.length, result.meta.get("train_len")
+    if isinstance(L, int) and 2 <= L < T:
+        edges, width = [0, L // 2, L], L
+        while edges[-1] < T:
+            width = width * 2 if edges[-1] >= 8 * L else width
+            edges.append(min(T, edges[-1] + width))
+        spans = {_in_l(a, L) + "-" + _in_l(b, L): (a, b) for a, b in itertools.pairwise(edges)}
+        head = f"L = {L}"
+    else:
+        tenth = max(1, T // 10)
+        middle = (T - tenth) // 2
+        spans = {"first": (0, tenth), "middle": (middle, middle + tenth), "last": (T - tenth, T)}
+        head = "tenth"
+    h = result.mean_entropy if result.n_heads else np.full(T, np.nan)  # nan: entropy not captured
+    lines = [f"{head:<12}{'positions':>16}{'entropy (nats)':>17}{'loss (nats)':>14}"]
     for name, (a, b) in spans.items():
-        lines.append(f"{name:<8}{f'[{a}, {b})':>16}{h[a:b].mean():>17.3f}{np.nanmean(result.loss[a:b]):>14.3f}")
+        row = f"{name:<12}{f'[{a}, {b})':>16}{h[a:b].mean():>17.3f}{np.nanmean(result.loss[a:b]):>14.3f}"
+        lines.append(row)
     return "\n".join(lines)
+
+
+def _in_l(position: int, L: int) -> str:
+    """Position as a multiple of L: 0, L/2, L, 2L, 2.5L."""
+    ratio = position / L
+    if ratio == 0:
+        return "0"
+    if ratio == 1:
+        return "L"
+    return f"{ratio:g}L"

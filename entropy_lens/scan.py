@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from entropy_lens import __version__
-from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
+from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
 from entropy_lens.data import token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import resolve_impl
@@ -34,6 +34,9 @@ from entropy_lens.models import (
     validate_head_scales,
 )
 from entropy_lens.results import SCHEMA_VERSION, ScanResult, atomic_savez
+
+# --entropy value -> meta `entropy_reduction` and the heads axis of the stored entropy arrays.
+ENTROPY_REDUCTIONS = {"heads": "per_head", "mean": "mean_heads", "none": "not_captured"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class ScanConfig:
     backend: str = "auto"
     train_len: int | None = None  # overrides the checkpoint's declared training length
     trust_remote_code: bool = False
+    entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,6 +67,8 @@ class ScanConfig:
             raise EntropyLensError(f"--len must be at least 2 (got {self.length})")
         if self.samples < 1:
             raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
+        if self.entropy not in ENTROPY_REDUCTIONS:
+            raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
         if self.batch_size < 1:
             raise EntropyLensError(f"--batch-size must be at least 1 (got {self.batch_size})")
         if self.scale is not None and self.head_scales is not None:
@@ -128,7 +134,8 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
     try:
         for i in range(acc.samples, config.samples, config.batch_size):
             ids = torch.from_numpy(chunks.ids[i : i + config.batch_size]).to(device)
-            with EntropyRecorder(lm.model, scales=multipliers, impl=impl) as rec:
+            session = ScaleSession if config.entropy == "none" else EntropyRecorder
+            with session(lm.model, scales=multipliers, impl=impl) as rec:
                 hidden = forward_hidden(lm.model, ids[:, :-1])
             nll = next_token_nll(lm.model, hidden, ids[:, 1:])
             acc.add(rec, nll)
@@ -145,7 +152,7 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
         bar.close()
     meta = _meta(config, lm, chunks, multipliers, scale_source, impl, str(device), str(dtype))
     meta["wall_time_s"] = round(acc.prior_wall_s + time.perf_counter() - started, 3)
-    result = acc.result(meta)
+    result = acc.result(meta, meta["entropy_reduction"])
     if out is not None:
         result.save(out)
         partial_path(out).unlink(missing_ok=True)
@@ -168,14 +175,18 @@ class _Accumulator:
     def samples(self) -> int:
         return int(self.s["samples"])
 
-    def add(self, rec: EntropyRecorder, nll: torch.Tensor) -> None:
-        h_sum, h_sq, _ = rec.sums
-        loss = nll.double().cpu().numpy()  # (B, T)
+    def add(self, rec: ScaleSession, nll: torch.Tensor) -> None:
+        loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
         s = self.s
+        if isinstance(rec, EntropyRecorder):
+            h_sum, h_sq, _ = rec.sums
+            entropy, entropy_sq, count = s["entropy"] + h_sum, s["entropy_sq"] + h_sq, s["count"] + rec.count
+        else:  # loss only
+            entropy, entropy_sq, count = s["entropy"], s["entropy_sq"], s["count"] + loss.shape[0]
         self.s = {
-            "entropy": s["entropy"] + h_sum, "entropy_sq": s["entropy_sq"] + h_sq,
+            "entropy": entropy, "entropy_sq": entropy_sq,
             "loss": s["loss"] + loss.sum(0), "loss_sq": s["loss_sq"] + (loss**2).sum(0),
-            "count": s["count"] + rec.count, "samples": np.array(int(s["samples"]) + loss.shape[0]),
+            "count": count, "samples": np.array(int(s["samples"]) + loss.shape[0]),
         }  # fmt: skip
 
     def save(self, path: Path, identity: dict, wall_s: float) -> None:
@@ -191,10 +202,17 @@ class _Accumulator:
             self.s = {k: z[k] for k in self.s}
             self.prior_wall_s = float(z["wall_s"])
 
-    def result(self, meta: dict) -> ScanResult:
+    def result(self, meta: dict, reduction: str) -> ScanResult:
+        """Means over samples; `mean_heads` then averages entropy (and its mean square) over each layer's
+        heads, `not_captured` stores them with zero heads."""
         s, n = self.s, self.s["count"]
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = {k: (s[k] / n).astype(np.float32) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+        for k in ("entropy", "entropy_sq"):
+            if reduction == "mean_heads":
+                mean[k] = mean[k].mean(axis=1, keepdims=True)
+            elif reduction == "not_captured":
+                mean[k] = mean[k][:, :0]
         return ScanResult(**mean, count=n.copy(), meta=meta)
 
 
@@ -227,7 +245,7 @@ def _meta(config, lm, chunks, multipliers, scale_source, impl, device, dtype) ->
         "chunk_indices": [int(i) for i in chunks.indices], "seed": config.seed, "samples": config.samples,
         "len": config.length, "batch_size": config.batch_size, "dtype": dtype.removeprefix("torch."),
         "device": device, "backend": impl, "entropy_units": "nats", "loss_units": "nats",
-        "entropy_reduction": "none", "torch_version": torch.__version__,
+        "entropy_reduction": ENTROPY_REDUCTIONS[config.entropy], "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "scan_config": config.to_dict(),
     }  # fmt: skip

@@ -9,7 +9,14 @@
 tokenizer is whatever object the caller passes.
 """
 
-from entropy_lens.data.chunks import Chunks, clear_cache, packed_stream, separator_id, token_chunks
+from entropy_lens.data.chunks import (
+    Chunks,
+    clear_cache,
+    packed_stream,
+    random_windows,
+    separator_id,
+    token_chunks,
+)
 from entropy_lens.data.corpora import AUSTEN_NOVELS, BUNDLED_CORPORA, FILE_KINDS, load_documents
 
 __all__ = [
@@ -20,6 +27,7 @@ __all__ = [
     "clear_cache",
     "load_documents",
     "packed_stream",
+    "random_windows",
     "separator_id",
     "token_chunks",
 ]

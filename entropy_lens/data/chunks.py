@@ -107,6 +107,14 @@ def packed_stream(tokenizer, data: str) -> tuple[np.ndarray, str]:
     return stream, f"{label} ({n_docs:,} document{'s' * (n_docs != 1)}, {len(stream):,} tokens)"
 
 
+def random_windows(stream: np.ndarray, length: int, n: int, seed: int, step: int) -> np.ndarray:
+    """(n, length + 1) windows of consecutive tokens at random offsets drawn by (seed, step) alone, so a
+    resumed training run draws the same windows for the same step."""
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(stream) - length - 1, size=n)
+    return np.stack([stream[s : s + length + 1] for s in starts])
+
+
 def separator_id(tokenizer) -> int | None:
     """The token placed after each document: eos if the tokenizer has one, else bos, else None."""
     for token_id in (tokenizer.eos_token_id, tokenizer.bos_token_id):

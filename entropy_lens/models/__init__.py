@@ -7,7 +7,7 @@
 Importing this package is cheap (numpy only): torch and transformers load when a function runs.
 """
 
-from entropy_lens.models.gguf import BUNDLED_MODELS, BundledModel
+from entropy_lens.models.bundled import BUNDLED_MODELS, DEFAULT_MODEL, BundledModel
 from entropy_lens.models.loading import (
     LoadedModel,
     load_model,
@@ -23,6 +23,7 @@ from entropy_lens.models.scales import (
 
 __all__ = [
     "BUNDLED_MODELS",
+    "DEFAULT_MODEL",
     "BundledModel",
     "LoadedModel",
     "apply_nope",

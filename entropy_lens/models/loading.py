@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.models.gguf import BUNDLED_MODELS, BundledModel, ensure_gguf_cache
+from entropy_lens.models.bundled import BUNDLED_MODELS, BundledModel
+from entropy_lens.models.gguf import ensure_gguf_cache
 from entropy_lens.models.nope import apply_nope, rotary_modules
 from entropy_lens.models.scales import SCALE_SUFFIX, read_checkpoint_head_scales
 
@@ -190,7 +191,10 @@ def _load_weights(folder: Path, config: Any, dtype: torch.dtype, trust_remote_co
     import pickle
 
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per load drowns the scan's own progress
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             folder,
@@ -211,6 +215,9 @@ def _load_weights(folder: Path, config: Any, dtype: torch.dtype, trust_remote_co
             f"cannot load the weights in {folder} ({first_line(e)}); re-download the checkpoint or "
             "re-save it with model.save_pretrained(folder) (safetensors)"
         ) from None
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         raise EntropyLensError(

@@ -1,0 +1,43 @@
+"""Analysis of results files: sweeps, best scale per position, the scale fit, head scales vs entropy,
+inflection points. Inputs are results files / `ScanResult` objects; outputs are tidy DataFrames or
+small dataclasses. Imports numpy, scipy, pandas and `entropy_lens.results` only (no torch), so it
+runs on a laptop from the files alone.
+
+    from entropy_lens.analysis import load_sweep, best_scale_per_position, fit_scale_curve
+
+    sweep = load_sweep("sweeps/nope50k")            # Sweep: scales (S,), loss/entropy (S, T), nats
+    best = best_scale_per_position(sweep)           # position, best_scale, best_loss
+    fit = fit_scale_curve(sweep, train_len=2048)    # s = 1 + a ln(t/L) over [L, len)
+    fit.a, fit.r2, fit.implied((2, 4, 8))
+
+    table = head_entropy_vs_scale(ScanResult.load("hs8k_8k.npz"))   # Figure 5
+    table.correlations                              # per layer: pearson_r, spearman_r, slope, ...
+
+    df = inflections(sweep)                         # entropy and loss inflection per scale
+    inflection_agreement(df).pearson_r
+"""
+
+from entropy_lens.analysis.fit import (
+    ScaleFit,
+    best_scale_per_position,
+    best_uniform_scale,
+    fit_scale_curve,
+    yarn_scale,
+)
+from entropy_lens.analysis.heads import HeadScaleTable, head_entropy_vs_scale
+from entropy_lens.analysis.inflection import (
+    Inflection,
+    InflectionAgreement,
+    find_inflection,
+    inflection_agreement,
+    inflections,
+    moving_average,
+)
+from entropy_lens.analysis.sweep import Sweep, load_sweep, uniform_scale
+
+__all__ = [
+    "HeadScaleTable", "Inflection", "InflectionAgreement", "ScaleFit", "Sweep", "best_scale_per_position",
+    "best_uniform_scale",
+    "find_inflection", "fit_scale_curve", "head_entropy_vs_scale", "inflection_agreement", "inflections",
+    "load_sweep", "moving_average", "uniform_scale", "yarn_scale",
+]  # fmt: skip

@@ -1,0 +1,106 @@
+"""Searched per-head scale vs converged entropy, per layer (Figure 5).
+
+Choices:
+- "Converged entropy" is the value at one position, by default the last one (`at=-1`), as the
+  paper's notebook takes it; `tail=n` averages the last n positions instead (less noisy). Giving
+  both is an error rather than a silent preference.
+- Entropy is stored in nats; the table carries nats and bits (bits are what the paper plots), and
+  the per-layer linear fit is entropy in bits on the scale multiplier, like seaborn's `lmplot`.
+- A layer whose scales or entropies are all equal has no correlation: its r, p (and, for equal
+  scales, the slope) are NaN, with no exception and no scipy warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult
+
+__all__ = ["HeadScaleTable", "head_entropy_vs_scale"]
+
+
+@dataclass
+class HeadScaleTable:
+    table: pd.DataFrame  # layer, head, entropy_nats, entropy_bits, scale: one row per head
+    correlations: pd.DataFrame  # layer, n, pearson_r, pearson_p, spearman_r, spearman_p, slope, intercept
+    at: int | None  # the position used, or None when a tail mean was taken
+    tail: int | None  # number of last positions averaged, or None
+
+
+def head_entropy_vs_scale(
+    result: ScanResult, scales=None, *, at: int | None = None, tail: int | None = None, layers=None
+) -> HeadScaleTable:
+    """Converged entropy of every head against its scale multiplier, with per-layer correlations.
+
+    Parameters
+    ----------
+    result : a scan with per-head entropy (layers, heads, T).
+    scales : (layers, heads) multipliers; default the scan's own meta `scales`.
+    at : position of the converged entropy; default -1 (the last position, as in the paper).
+    tail : average the last `tail` positions instead of taking one position.
+    layers : layers to include (0-based); default all.
+    """
+    n_layers, n_heads, T = result.entropy.shape
+    if n_heads <= 1 and result.meta.get("entropy_reduction") in ("mean_heads", "not_captured"):
+        raise EntropyLensError(
+            f"this scan stored entropy as {result.meta['entropy_reduction']!r}, not per head; "
+            "rerun the scan with --entropy heads"
+        )
+    scales = np.asarray(result.meta.get("scales") if scales is None else scales, dtype=np.float64)
+    if scales.shape != (n_layers, n_heads):
+        raise EntropyLensError(
+            f"scales have shape {scales.shape} but the scan has {n_layers} layers x {n_heads} heads; "
+            "pass the head scales of the model that was scanned"
+        )
+    if at is not None and tail is not None:
+        raise EntropyLensError(
+            "pass either at= (one position) or tail= (mean of the last positions), not both"
+        )
+    if tail is not None:
+        if not 1 <= tail <= T:
+            raise EntropyLensError(f"tail={tail} must be between 1 and the scan length {T}")
+        converged = result.entropy[:, :, T - tail :].astype(np.float64).mean(axis=2)
+    else:
+        at = -1 if at is None else int(at)
+        if not -T <= at < T:
+            raise EntropyLensError(f"at={at} is outside the scan's {T} positions; pass -{T} <= at < {T}")
+        converged = result.entropy[:, :, at].astype(np.float64)
+    chosen = list(range(n_layers)) if layers is None else [int(layer) for layer in layers]
+    bad = [layer for layer in chosen if not 0 <= layer < n_layers]
+    if bad:
+        raise EntropyLensError(f"layers {bad} do not exist; the scan has layers 0..{n_layers - 1}")
+
+    heads = np.arange(n_heads)
+    table = pd.DataFrame({
+        "layer": np.repeat(chosen, n_heads),
+        "head": np.tile(heads, len(chosen)),
+        "entropy_nats": converged[chosen].ravel(),
+        "entropy_bits": converged[chosen].ravel() / np.log(2),
+        "scale": scales[chosen].ravel(),
+    })  # fmt: skip
+    rows = [_layer_stats(layer, g["scale"].to_numpy(), g["entropy_bits"].to_numpy())
+            for layer, g in table.groupby("layer", sort=False)]  # fmt: skip
+    columns = ["layer", "n", "pearson_r", "pearson_p", "spearman_r", "spearman_p", "slope", "intercept"]
+    return HeadScaleTable(table=table, correlations=pd.DataFrame(rows, columns=columns),
+                          at=None if tail is not None else at, tail=tail)  # fmt: skip
+
+
+def _layer_stats(layer: int, x: np.ndarray, y: np.ndarray) -> dict:
+    """Pearson/Spearman of (scale x, entropy bits y) and the least-squares line y = slope·x + intercept."""
+    nan = float("nan")
+    row = {"layer": int(layer), "n": len(x), "pearson_r": nan, "pearson_p": nan, "spearman_r": nan,
+           "spearman_p": nan, "slope": nan, "intercept": nan}  # fmt: skip
+    x_varies, y_varies = len(x) >= 2 and np.ptp(x) > 0, len(y) >= 2 and np.ptp(y) > 0
+    if x_varies:
+        slope = float(np.cov(x, y, bias=True)[0, 1] / np.var(x))
+        row.update(slope=slope, intercept=float(y.mean() - slope * x.mean()))
+    if x_varies and y_varies:
+        pearson, spearman = stats.pearsonr(x, y), stats.spearmanr(x, y)
+        row.update(pearson_r=float(pearson.statistic), pearson_p=float(pearson.pvalue),
+                   spearman_r=float(spearman.statistic), spearman_p=float(spearman.pvalue))  # fmt: skip
+    return row

@@ -1,0 +1,138 @@
+"""A uniform-scale sweep as arrays: one loss (and mean-entropy) curve per scale multiplier s.
+
+A sweep folder (written by `entropy-lens sweep`) holds one ordinary results file per scale plus
+`sweep.json`. `load_sweep` reads it into a `Sweep`: scales ascending, curves stacked as (S, T)
+float64, so `best_scale_per_position` is one `argmin` over axis 0.
+
+Choices:
+- A scan's scale is read from its own meta `scales` table (the value every head shares), not from
+  the file name or the index; the index scale must agree with it. A file with per-head scales is
+  not part of a uniform sweep and is rejected.
+- Entropy is kept only as the mean over all layers and heads (the paper's Eq. 1), in nats. A file
+  stored with `entropy_reduction="mean_heads"` holds (layers, 1, T) head means; their mean over
+  layers is the same number because every layer has the same head count. If any scan captured no
+  entropy (heads axis of length 0), `Sweep.entropy` is None.
+- Everything that makes curves comparable (model, config hash, data, length, training length) must
+  match; a mismatch names the file, because the fix is to rerun that sweep into a fresh folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult, read_sweep_index
+
+__all__ = ["Sweep", "load_sweep", "uniform_scale"]
+
+_MATCH = ("len", "model", "config_hash", "data", "train_len")  # meta keys every scan of a sweep shares
+
+
+@dataclass
+class Sweep:
+    scales: np.ndarray  # (S,) float64, ascending multipliers of 1/√d
+    loss: np.ndarray  # (S, T) float64, nats
+    entropy: np.ndarray | None  # (S, T) float64, nats, mean over layers and heads; None if not captured
+    train_len: int | None
+    model: str
+    length: int
+    meta: list[dict] = field(default_factory=list)  # each scan's meta, in `scales` order
+
+    @classmethod
+    def from_results(cls, results: list[ScanResult], *, sources: list[str] | None = None) -> Sweep:
+        """Stack uniform-scale scans into a sweep, sorted by scale.
+
+        Parameters
+        ----------
+        results : scans of one model on the same data and length, each with one uniform scale.
+        sources : names for error messages (file paths); default "result 0", "result 1", ...
+        """
+        if not results:
+            raise EntropyLensError(
+                "no scans to make a sweep of; run `entropy-lens sweep` (or finish it with --resume)"
+            )
+        names = list(sources) if sources is not None else [f"result {i}" for i in range(len(results))]
+        first, first_name = results[0], names[0]
+        scales = []
+        for result, name in zip(results, names):
+            result.validate(source=name)
+            for key in _MATCH:
+                if result.meta.get(key) != first.meta.get(key):
+                    raise EntropyLensError(
+                        f"{name}: {key} {result.meta.get(key)!r} differs from {first.meta.get(key)!r} in "
+                        f"{first_name}; a sweep compares one scan setting, so rerun the sweep into a fresh folder"
+                    )
+            s = uniform_scale(result.meta)
+            if s is None:
+                raise EntropyLensError(
+                    f"{name} has per-head scales, not one uniform scale; leave it out of the sweep, or "
+                    "rerun the sweep into a fresh folder"
+                )
+            if not np.all(np.isfinite(result.loss)):
+                bad = np.flatnonzero(~np.isfinite(result.loss))
+                raise EntropyLensError(
+                    f"{name} (scale {s:g}) has {bad.size} NaN/inf losses (first at position {bad[0]}); "
+                    "the scan diverged or is incomplete, rerun that scale"
+                )
+            scales.append(s)
+        order = np.argsort(scales, kind="stable")
+        sorted_scales = np.asarray(scales, dtype=np.float64)[order]
+        dup = np.flatnonzero(np.diff(sorted_scales) == 0)
+        if dup.size:
+            i, j = order[dup[0]], order[dup[0] + 1]
+            raise EntropyLensError(
+                f"{names[i]} and {names[j]} both hold scale {sorted_scales[dup[0]]:g}; keep one of them, "
+                "or rerun the sweep into a fresh folder"
+            )
+        ordered = [results[i] for i in order]
+        has_entropy = all(_has_entropy(r) for r in ordered)
+        entropy = np.stack([r.mean_entropy.astype(np.float64) for r in ordered]) if has_entropy else None
+        return cls(
+            scales=sorted_scales,
+            loss=np.stack([r.loss.astype(np.float64) for r in ordered]),
+            entropy=entropy,
+            train_len=first.meta.get("train_len"),
+            model=str(first.meta["model"]),
+            length=int(first.meta["len"]),
+            meta=[r.meta for r in ordered],
+        )
+
+
+def load_sweep(folder: str | Path) -> Sweep:
+    """Read a sweep folder (its `sweep.json` and every results file it lists) into a `Sweep`."""
+    index = read_sweep_index(folder)
+    results = []
+    for s, path in zip(index["scales"], index["files"]):
+        if not Path(path).is_file():
+            raise EntropyLensError(
+                f"{path} (scale {s:g}) is listed in {Path(folder) / 'sweep.json'} but missing; "
+                "rerun that sweep with --resume, or into a fresh folder"
+            )
+        result = ScanResult.load(path)
+        if result.meta.get("len") != index.get("len", result.meta.get("len")):
+            raise EntropyLensError(
+                f"{path} has len {result.meta.get('len')} but the sweep index says {index['len']}; "
+                "rerun the sweep into a fresh folder"
+            )
+        if uniform_scale(result.meta) not in (None, float(s)):
+            raise EntropyLensError(
+                f"{path} holds scale {uniform_scale(result.meta):g} but the sweep index says {s:g}; "
+                "rerun the sweep into a fresh folder"
+            )
+        results.append(result)
+    return Sweep.from_results(results, sources=list(index["files"]))
+
+
+def uniform_scale(meta: dict) -> float | None:
+    """The multiplier every head shares in meta `scales` ([layers][heads]), or None if they differ."""
+    table = np.asarray(meta.get("scales", []), dtype=np.float64)
+    if table.size == 0 or not np.all(table == table.flat[0]):
+        return None
+    return float(table.flat[0])
+
+
+def _has_entropy(result: ScanResult) -> bool:
+    return result.n_heads > 0 and result.meta.get("entropy_reduction") != "not_captured"

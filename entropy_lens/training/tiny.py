@@ -1,0 +1,238 @@
+"""Train a tiny Llama (NoPE or RoPE) on the bundled corpus: the project's embedded default models.
+
+    from entropy_lens.training import TinyRecipe, train_tiny
+    train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")   # ~15 min on 2 CPU cores
+
+The recipe mirrors TinyLlama in miniature: Llama blocks (SwiGLU, RMSNorm, untied embeddings) with
+6 attention heads of dimension 32 (multi-head by default; `kv_heads=2` gives TinyLlama's grouped-
+query attention, with which a uniform scale barely helped NoPE beyond 2L: see models/tiny/README.md),
+a byte-level BPE tokenizer trained on the five Austen novels that are not held out, and a short
+training length L. NoPE and RoPE runs
+of one recipe see the same batches in the same order from the same initial weights, so any
+difference between them is the position encoding.
+
+Determinism: the batch of step t is drawn by `numpy.random.default_rng([seed, t])`, so it does
+not depend on what ran before (a resumed run draws the same batches); weights are initialised
+from `torch.manual_seed(seed)`. On one machine with the same torch and thread count, two runs
+give bit-identical weights.
+
+Resuming: every `checkpoint_every` steps the model, optimiser and step are saved to
+`<out>.partial/checkpoint.pt`; `resume=True` continues from there. The finished folder is
+written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
+or absent.
+
+The output is an ordinary Hugging Face folder (config.json, model.safetensors, tokenizer) with
+three extra config keys: `train_len` (L), `nope` (bool) and `entropy_lens_recipe` (this
+recipe). A NoPE model also carries `rope_parameters = {"rope_type": "linear", "factor": 1e30}`,
+which makes every rotary angle 0 in float32, so even a stock `AutoModelForCausalLM` load
+computes NoPE; `entropy_lens.load_model` zeroes the rotary frequencies outright.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from entropy_lens.errors import EntropyLensError
+
+__all__ = ["TinyRecipe", "build_model", "train_tiny"]
+
+_KINDS = ("nope", "rope")
+_NOPE_ROPE = {"rope_type": "linear", "factor": 1e30}  # angle = position * inv_freq / 1e30 -> 0
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    """Everything that determines the trained weights (recorded in the model's config)."""
+
+    kind: str = "nope"  # "nope" | "rope"
+    train_len: int = 128  # L, tokens per training sequence
+    hidden: int = 192
+    intermediate: int = 512
+    layers: int = 4
+    heads: int = 6
+    kv_heads: int = 6  # multi-head; 2 (GQA) was tried: a uniform scale then barely helps NoPE
+    vocab: int = 2048
+    rope_theta: float = 10000.0
+    data: str = "austen-minus:persuasion"  # training text; the held-out novel is the evaluation text
+    batch: int = 32
+    steps: int = 1500
+    lr: float = 2e-3
+    warmup: int = 100  # linear warm-up steps, then cosine decay to min_lr_ratio * lr
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.kind not in _KINDS:
+            raise EntropyLensError(f"--kind {self.kind!r} is not known; use nope or rope")
+        for name in ("train_len", "hidden", "intermediate", "layers", "heads", "kv_heads", "batch", "steps"):
+            if getattr(self, name) < 1:
+                raise EntropyLensError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise EntropyLensError(
+                f"hidden {self.hidden} must be a multiple of heads {self.heads}, and heads a multiple of "
+                f"kv_heads {self.kv_heads}; change one of them"
+            )
+        if (self.hidden // self.heads) % 2:
+            raise EntropyLensError(f"head_dim {self.hidden // self.heads} must be even for rotary embeddings")
+        if self.vocab < 258:
+            raise EntropyLensError(f"vocab {self.vocab} is too small: a byte-level BPE needs 256 bytes + 2")
+        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and 0 <= self.warmup < self.steps + 1):
+            raise EntropyLensError("need lr > 0, 0 <= min_lr_ratio <= 1 and 0 <= warmup <= steps")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.train_len
+
+
+def lr_at(recipe: TinyRecipe, step: int) -> float:
+    """Learning rate of step `step` (0-based): linear warm-up, then cosine to min_lr_ratio * lr."""
+    if step < recipe.warmup:
+        return recipe.lr * (step + 1) / recipe.warmup
+    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+    floor = recipe.min_lr_ratio
+    return recipe.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def build_model(recipe: TinyRecipe, vocab_size: int, separator: int) -> Any:
+    """A freshly initialised LlamaForCausalLM for `recipe` (seeded), NoPE already applied."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from entropy_lens.models import apply_nope
+
+    rope = {"rope_type": "default"} if recipe.kind == "rope" else dict(_NOPE_ROPE)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=recipe.hidden,
+        intermediate_size=recipe.intermediate,
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads,
+        num_key_value_heads=recipe.kv_heads,
+        max_position_embeddings=recipe.train_len,  # the trained length (dynamic NTK scales beyond it)
+        rope_parameters={**rope, "rope_theta": recipe.rope_theta},
+        tie_word_embeddings=False,
+        bos_token_id=separator,
+        eos_token_id=separator,
+        attn_implementation="sdpa",
+    )
+    config.train_len = recipe.train_len
+    config.nope = recipe.kind == "nope"
+    config.entropy_lens_recipe = dataclasses.asdict(recipe)
+    torch.manual_seed(recipe.seed)
+    model = LlamaForCausalLM(config)
+    if config.nope:
+        apply_nope(model)
+    return model
+
+
+def train_tiny(
+    recipe: TinyRecipe,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    checkpoint_every: int = 100,
+) -> Path:
+    """Train `recipe` and write a Hugging Face folder to `out`; see the module docstring."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from entropy_lens.data import load_documents, packed_stream, random_windows
+    from entropy_lens.training.tokenizer import train_bpe
+
+    recipe.check()
+    out = Path(out)
+    work = out.with_name(out.name + ".partial")
+    if out.exists():
+        if not force:
+            raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
+        shutil.rmtree(out)
+    documents, _ = load_documents(recipe.data)
+    tokenizer = train_bpe(documents, recipe.vocab)
+    stream, description = packed_stream(tokenizer, recipe.data)
+    if len(stream) <= recipe.train_len + 1:
+        raise EntropyLensError(
+            f"{recipe.data!r} has {len(stream)} tokens, too few for train_len {recipe.train_len}; "
+            "pass more --data or a smaller --train-len"
+        )
+    ckpt_path = work / "checkpoint.pt"
+    if work.exists() and not (resume and ckpt_path.is_file()):
+        shutil.rmtree(work)  # an unfinished run that is not being resumed
+    work.mkdir(parents=True, exist_ok=True)
+    model = build_model(recipe, len(tokenizer), tokenizer.eos_token_id)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]  # norms
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.lr,
+        betas=(0.9, 0.95),
+    )
+    start, log, prior_s = 0, [], 0.0
+    if resume and ckpt_path.is_file():
+        state = torch.load(ckpt_path, weights_only=False)
+        if state["recipe"] != dataclasses.asdict(recipe):
+            raise EntropyLensError(
+                f"{work} holds a run of another recipe; rerun with the same flags or pass --force"
+            )
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, log, prior_s = state["step"], state["log"], state["wall_s"]
+
+    model.train()
+    bar = tqdm(total=recipe.steps, initial=start, disable=not progress, desc=f"train tiny-{recipe.kind}")
+    t0 = time.perf_counter()
+    for step in range(start, recipe.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(recipe, step)
+        ids = torch.from_numpy(random_windows(stream, recipe.train_len, recipe.batch, recipe.seed, step))
+        logits = model(input_ids=ids[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        optimizer.step()
+        elapsed, value = prior_s + time.perf_counter() - t0, loss.detach().item()
+        log.append({"step": step + 1, "loss": value, "lr": lr_at(recipe, step), "wall_s": round(elapsed, 2)})
+        rate = (step + 1 - start) * recipe.tokens_per_step / (elapsed - prior_s)
+        bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
+        bar.update()
+        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
+            state = {"recipe": dataclasses.asdict(recipe), "step": step + 1, "log": log, "wall_s": elapsed}
+            torch.save({**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path)
+    bar.close()
+
+    model.eval()
+    final = work / "model"
+    if final.exists():
+        shutil.rmtree(final)
+    model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    wall_s = log[-1]["wall_s"] if log else prior_s
+    tail = [r["loss"] for r in log[-50:]]
+    facts = {
+        "recipe": dataclasses.asdict(recipe),
+        "data": description,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tokens_seen": recipe.steps * recipe.tokens_per_step,
+        "final_train_loss_mean_last_50": float(np.mean(tail)) if tail else None,
+        "wall_s": wall_s,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "log": log[9::10],  # every 10th step
+    }
+    (final / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
+    final.rename(out)
+    shutil.rmtree(work)
+    return out

@@ -1,0 +1,392 @@
+"""entropy_lens.analysis on synthetic ScanResults: sweeps, the scale fit, head correlations, inflections."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from entropy_lens.analysis import (
+    Sweep,
+    best_scale_per_position,
+    best_uniform_scale,
+    find_inflection,
+    fit_scale_curve,
+    head_entropy_vs_scale,
+    inflection_agreement,
+    inflections,
+    load_sweep,
+    moving_average,
+    yarn_scale,
+)
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import REQUIRED_META, ScanResult, write_sweep_index
+
+
+def make_result(loss, *, entropy=None, scale=1.0, scales=None, model="tiny", data="emma", train_len=64,
+                config_hash="abc123", reduction="per_head"):  # fmt: skip
+    """A ScanResult with every required meta key; entropy defaults to one (layer, head) of zeros."""
+    loss = np.asarray(loss, dtype=np.float32)
+    T = loss.shape[0]
+    entropy = np.zeros((1, 1, T), np.float32) if entropy is None else np.asarray(entropy, np.float32)
+    n_layers, n_heads = entropy.shape[:2]
+    if scales is None:
+        scales = np.full((n_layers, max(n_heads, 1)), scale).tolist()
+    meta = dict.fromkeys(REQUIRED_META, "x")
+    meta.update(schema_version=1, model=model, config_hash=config_hash, nope=True, head_dim=16, scales=scales,
+                data=data, seed=0, samples=1, len=T, train_len=train_len, entropy_reduction=reduction,
+                wall_time_s=0.0)  # fmt: skip
+    return ScanResult(entropy=entropy, entropy_sq=entropy**2, loss=loss, loss_sq=loss**2,
+                      count=np.ones(T, np.int64), meta=meta)  # fmt: skip
+
+
+def save_sweep(folder, results, *, index_len=None):
+    names = [f"s{uniform(r):g}.npz" for r in results]
+    for r, name in zip(results, names):
+        r.save(folder / name)
+    write_sweep_index(folder, {"scales": [uniform(r) for r in results], "files": names, "model": "tiny",
+                               "len": index_len or results[0].length, "data": "emma", "samples": 1, "seed": 0,
+                               "entropy": "mean_heads", "complete": True})  # fmt: skip
+    return names
+
+
+def uniform(result):
+    return float(np.asarray(result.meta["scales"]).flat[0])
+
+
+def quadratic_sweep(a, L, T, scales, c=2.0):
+    """loss(t, s) = (s − s*(t))² + c with s*(t) = 1 + a ln(t/L) (s*(0) taken as 1)."""
+    t = np.arange(T)
+    s_star = 1 + a * np.log(np.maximum(t, 1) / L)
+    return [make_result((s - s_star) ** 2 + c, scale=s, train_len=L) for s in scales], s_star
+
+
+# ---- sweeps -----------------------------------------------------------------------------------------
+
+
+def test_analysis_imports_no_torch():
+    code = ("import sys, entropy_lens.analysis; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'transformers') or m.startswith(('entropy_lens.scan', 'entropy_lens.capture', "
+            "'entropy_lens.models', 'entropy_lens.kernels'))]; assert not bad, bad")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_load_sweep_sorts_scales_and_averages_heads(tmp_path):
+    rng = np.random.default_rng(0)
+    results = []
+    for s in (1.2, 1.0, 1.1):  # saved out of order: the sweep sorts them
+        entropy = rng.uniform(1, 5, size=(3, 1, 40))  # mean_heads: (layers, 1, T)
+        results.append(make_result(rng.uniform(2, 3, 40), entropy=entropy, scale=s, reduction="mean_heads"))
+    save_sweep(tmp_path, results)
+    sweep = load_sweep(tmp_path)
+    assert sweep.scales.tolist() == [1.0, 1.1, 1.2]
+    assert sweep.loss.shape == sweep.entropy.shape == (3, 40) and sweep.loss.dtype == np.float64
+    np.testing.assert_allclose(sweep.loss[0], results[1].loss)
+    np.testing.assert_allclose(sweep.entropy[2], results[0].entropy.mean(axis=(0, 1)), rtol=1e-6)
+    assert (sweep.train_len, sweep.model, sweep.length) == (64, "tiny", 40)
+    assert [m["scales"][0][0] for m in sweep.meta] == [1.0, 1.1, 1.2]
+
+
+def test_sweep_without_entropy_has_none():
+    results = [make_result(np.ones(10), entropy=np.zeros((2, 0, 10)), scale=s, reduction="not_captured")
+               for s in (1.0, 1.5)]  # fmt: skip
+    assert Sweep.from_results(results).entropy is None
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_sweep_rejects_nonfinite_loss(bad):
+    loss = np.ones(20)
+    loss[7] = bad
+    results = [make_result(np.ones(20), scale=1.0), make_result(loss, scale=1.1)]
+    with pytest.raises(EntropyLensError, match=r"scale 1\.1.*NaN/inf.*position 7"):
+        Sweep.from_results(results)
+
+
+def test_sweep_rejects_duplicate_and_per_head_scales():
+    with pytest.raises(EntropyLensError, match="result 0 and result 1 both hold scale 1.2"):
+        Sweep.from_results([make_result(np.ones(8), scale=1.2), make_result(np.ones(8), scale=1.2)])
+    mixed = make_result(np.ones(8), entropy=np.zeros((1, 2, 8)), scales=[[1.0, 1.5]])
+    with pytest.raises(EntropyLensError, match="result 1 has per-head scales"):
+        Sweep.from_results([make_result(np.ones(8)), mixed])
+    with pytest.raises(EntropyLensError, match="no scans"):
+        Sweep.from_results([])
+
+
+@pytest.mark.parametrize("field", ["model", "data", "config_hash", "length"])
+def test_load_sweep_rejects_mismatch_naming_the_file(tmp_path, field):
+    odd = {"model": {"model": "other"}, "data": {"data": "wiki"}, "config_hash": {"config_hash": "zzz"}}
+    results = [make_result(np.ones(16), scale=s) for s in (1.0, 1.1)]
+    if field == "length":
+        results.append(make_result(np.ones(24), scale=1.2))
+    else:
+        results.append(make_result(np.ones(16), scale=1.2, **odd[field]))
+    save_sweep(tmp_path, results)
+    with pytest.raises(EntropyLensError, match=r"s1\.2\.npz.*fresh folder"):
+        load_sweep(tmp_path)
+
+
+def test_load_sweep_missing_file_named(tmp_path):
+    names = save_sweep(tmp_path, [make_result(np.ones(16), scale=s) for s in (1.0, 1.1, 1.2)])
+    (tmp_path / names[1]).unlink()
+    with pytest.raises(EntropyLensError, match=r"s1\.1\.npz \(scale 1\.1\) is listed .* but missing"):
+        load_sweep(tmp_path)
+    with pytest.raises(EntropyLensError, match="has no sweep.json"):
+        load_sweep(tmp_path / "..")
+
+
+# ---- best scale and the fit -------------------------------------------------------------------------
+
+
+def test_fit_recovers_exact_curve():
+    L, T, a = 64, 1024, 0.37
+    t = np.arange(T)
+    best = pd.DataFrame({"position": t, "best_scale": 1 + a * np.log(np.maximum(t, 1) / L)})
+    fit = fit_scale_curve(best, train_len=L)
+    assert fit.a == pytest.approx(a, abs=1e-6)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+    assert fit.a_stderr < 1e-9
+    assert (fit.n_points, fit.fit_range, fit.train_len) == (T - L, (L, T), L)
+    assert list(fit.residuals.columns) == ["position", "best_scale", "fitted", "residual"]
+    assert fit.residuals["position"].iloc[0] == L and np.abs(fit.residuals["residual"]).max() < 1e-12
+    np.testing.assert_allclose(fit.predict([L, 2 * L, 0]), [1.0, 1 + a * np.log(2), np.nan])
+    assert fit.implied((2, 4)) == pytest.approx({2: 1 + a * np.log(2), 4: 1 + a * np.log(4)})
+    assert yarn_scale(2) == pytest.approx((1 + 0.1 * np.log(2)) ** 2)
+
+
+def test_fit_noisy_within_three_standard_errors():
+    L, T, a, sigma = 64, 2048, 0.3, 0.05
+    rng = np.random.default_rng(1)
+    t = np.arange(T)
+    best = pd.DataFrame({"position": t, "best_scale": 1 + a * np.log(np.maximum(t, 1) / L)
+                         + rng.normal(0, sigma, T)})  # fmt: skip
+    fit = fit_scale_curve(best, train_len=L, fit_range=(L, T))
+    x = np.log(t[L:] / L)
+    assert fit.a_stderr == pytest.approx(sigma / np.sqrt(x @ x), rel=0.1)  # the standard error is calibrated
+    assert abs(fit.a - a) < 3 * fit.a_stderr
+    assert 0 < fit.r2 < 1
+
+
+def test_grid_sweep_recovers_a():
+    L, T, a = 64, 1024, 0.3
+    scales = np.round(np.arange(0.9, 2.0001, 0.01), 2)
+    results, s_star = quadratic_sweep(a, L, T, scales)
+    sweep = Sweep.from_results(results)
+    best = best_scale_per_position(sweep)
+    assert list(best.columns) == ["position", "best_scale", "best_loss"] and len(best) == T
+    in_grid = np.arange(T) >= L  # s* >= 1 there, inside the grid
+    assert np.all(np.abs(best["best_scale"] - s_star)[in_grid] <= 0.005 + 1e-4)  # the nearest grid point
+    np.testing.assert_allclose(best["best_loss"], sweep.loss.min(axis=0))
+    fit = fit_scale_curve(sweep)  # train_len from the results' meta
+    assert abs(fit.a - a) < 0.01 and fit.r2 > 0.99
+
+
+def test_smoothing_before_the_argmin_tames_per_position_noise():
+    L, T, a = 64, 1024, 0.3
+    scales = np.round(np.arange(0.9, 2.0001, 0.05), 2)
+    rng = np.random.default_rng(0)
+    clean, _ = quadratic_sweep(a, L, T, scales)
+    noisy = [make_result(r.loss + rng.normal(0, 0.05, T), scale=uniform(r), train_len=L) for r in clean]
+    sweep = Sweep.from_results(noisy)
+    raw, smoothed = fit_scale_curve(sweep), fit_scale_curve(sweep, smooth=25)
+    assert raw.r2 < 0.8 and smoothed.r2 > 0.9 and abs(smoothed.a - a) < 0.02
+    best = best_scale_per_position(sweep, smooth=25)  # argmin over each curve's moving average
+    averaged = np.stack([moving_average(row, 25) for row in sweep.loss])
+    np.testing.assert_array_equal(best["best_scale"], sweep.scales[averaged.argmin(axis=0)])
+
+
+def test_ties_go_to_smallest_scale():
+    loss = {1.0: [5, 2, 3, 1], 1.1: [5, 1, 3, 2], 1.2: [5, 1, 2, 2]}
+    results = [make_result(loss[s], scale=s) for s in (1.2, 1.0, 1.1)]
+    best = best_scale_per_position(Sweep.from_results(results))
+    assert best["best_scale"].tolist() == [1.0, 1.1, 1.2, 1.0]
+    assert best["best_loss"].tolist() == [5, 1, 2, 1]
+
+
+def test_best_uniform_scale_over_a_prefix():
+    loss = {1.0: [1, 1, 9, 9], 1.2: [2, 2, 2, 2], 1.4: [2, 2, 2, 2]}
+    sweep = Sweep.from_results([make_result(v, scale=s) for s, v in loss.items()])
+    assert best_uniform_scale(sweep, length=2) == 1.0  # short sequences: the trained scale
+    assert best_uniform_scale(sweep) == 1.2  # whole length; 1.2 and 1.4 tie -> the smaller
+    with pytest.raises(EntropyLensError, match="outside"):
+        best_uniform_scale(sweep, length=5)
+
+
+def test_cli_fit_text_and_json(tmp_path, capsys):
+    import json
+
+    from entropy_lens.cli import main
+
+    results, _ = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.9, 2.0001, 0.01), 2))
+    save_sweep(tmp_path, results)
+    assert main(["fit", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "a = 0.30" in text and "R²" in text and "4L:" in text
+    assert main(["fit", str(tmp_path), "--json", "--train-len", "64", "--from", "128"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert {"a", "a_stderr", "r2", "train_len"} <= record.keys() and abs(record["a"] - 0.3) < 0.01
+    assert record["train_len"] == 64 and record["fit_range"] == [128, 512]
+    assert main(["fit", str(tmp_path / "absent")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_fit_errors():
+    few, _ = quadratic_sweep(0.3, 64, 256, [1.0, 1.5])
+    with pytest.raises(EntropyLensError, match="at least 3 scales; sweep more scales"):
+        fit_scale_curve(Sweep.from_results(few))
+    results, _ = quadratic_sweep(0.3, 64, 256, [1.0, 1.5, 2.0])
+    sweep = Sweep.from_results(results)
+    sweep.train_len = None
+    with pytest.raises(EntropyLensError, match="pass --train-len"):
+        fit_scale_curve(sweep)
+    with pytest.raises(EntropyLensError, match="must be positive and below"):
+        fit_scale_curve(sweep, train_len=256)
+    with pytest.raises(EntropyLensError, match="holds 1 position"):
+        fit_scale_curve(sweep, train_len=64, fit_range=(100, 101))
+    with pytest.raises(EntropyLensError, match="holds 0 position"):
+        fit_scale_curve(sweep, train_len=64, fit_range=(300, 400))
+
+
+# ---- heads ------------------------------------------------------------------------------------------
+
+
+def planted_heads(rng, n_layers=3, n_heads=32, T=16, slope_bits=-3.0):
+    """Entropy (bits) = 10 + slope·scale + noise per head, flat over positions except small jitter."""
+    scales = rng.uniform(1, 3, size=(n_layers, n_heads))
+    bits = 10 + slope_bits * scales + rng.normal(0, 0.3, size=scales.shape)
+    entropy = (bits * np.log(2))[:, :, None] + rng.normal(0, 0.01, size=(n_layers, n_heads, T))
+    return make_result(np.ones(T), entropy=entropy, scales=scales.tolist()), scales
+
+
+def test_head_correlation_negative_per_layer():
+    result, scales = planted_heads(np.random.default_rng(2))
+    out = head_entropy_vs_scale(result)  # scales from the meta, last position
+    assert list(out.table.columns) == ["layer", "head", "entropy_nats", "entropy_bits", "scale"]
+    assert len(out.table) == 3 * 32 and out.at == -1 and out.tail is None
+    np.testing.assert_allclose(out.table["entropy_bits"], out.table["entropy_nats"] / np.log(2))
+    np.testing.assert_allclose(out.table["entropy_nats"], result.entropy[:, :, -1].ravel(), rtol=1e-6)
+    np.testing.assert_allclose(out.table["scale"], scales.ravel())
+    c = out.correlations
+    assert c["n"].tolist() == [32] * 3
+    assert (c["pearson_r"] < -0.8).all() and (c["spearman_r"] < -0.8).all()
+    assert (c["pearson_p"] < 1e-6).all() and (c["spearman_p"] < 1e-6).all()
+    np.testing.assert_allclose(c["slope"], -3.0, atol=0.4)
+
+    tail = head_entropy_vs_scale(result, scales, tail=4, layers=[1])
+    assert tail.table["layer"].unique().tolist() == [1] and tail.at is None and tail.tail == 4
+    np.testing.assert_allclose(tail.table["entropy_nats"], result.entropy[1, :, -4:].mean(axis=1), rtol=1e-6)
+
+
+def test_constant_layers_give_nan_without_warnings():
+    rng = np.random.default_rng(3)
+    result, scales = planted_heads(rng, n_layers=2, n_heads=8)
+    scales[0] = 1.5  # layer 0: one scale for every head
+    result.entropy[1] = 2.0  # layer 1: the same entropy for every head
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = head_entropy_vs_scale(result, scales).correlations.set_index("layer")
+    assert np.isnan(c.loc[0, ["pearson_r", "spearman_r", "slope"]].astype(float)).all()
+    assert np.isnan(c.loc[1, ["pearson_r", "spearman_p"]].astype(float)).all()
+    assert c.loc[1, "slope"] == pytest.approx(0.0)
+
+
+def test_head_errors():
+    result, scales = planted_heads(np.random.default_rng(4), n_layers=2, n_heads=4, T=8)
+    with pytest.raises(EntropyLensError, match=r"shape \(4, 2\).*2 layers x 4 heads"):
+        head_entropy_vs_scale(result, scales.T)
+    with pytest.raises(EntropyLensError, match="at=8 is outside"):
+        head_entropy_vs_scale(result, at=8)
+    with pytest.raises(EntropyLensError, match="not both"):
+        head_entropy_vs_scale(result, at=-1, tail=3)
+    with pytest.raises(EntropyLensError, match="layers \\[5\\] do not exist"):
+        head_entropy_vs_scale(result, layers=[0, 5])
+    pooled = make_result(
+        np.ones(8), entropy=np.ones((2, 1, 8)), scales=scales.tolist(), reduction="mean_heads"
+    )
+    with pytest.raises(EntropyLensError, match="--entropy heads"):
+        head_entropy_vs_scale(pooled)
+
+
+# ---- inflections ------------------------------------------------------------------------------------
+
+
+def test_moving_average_matches_loop():
+    x = np.random.default_rng(5).normal(size=37)
+    for w in (0, 1, 5, 50):
+        loop = [x[max(0, i - w) : i + w + 1].mean() for i in range(len(x))]
+        np.testing.assert_allclose(moving_average(x, w), loop, rtol=1e-12, atol=1e-12)
+    assert moving_average([1.0, 2.0, 6.0], 1).tolist() == [1.5, 3.0, 4.0]  # edges divide by what they hold
+
+
+def ramp_curve(rng, T, start, *, level=3.0, sigma=0.05, slope=0.002):
+    t = np.arange(T)
+    return level + rng.normal(0, sigma, T) + slope * np.clip(t - start, 0, None)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_inflection_found_on_planted_ramp(seed):
+    # Level 3, threshold = max(6·0.05/√101, 0.02·3) = 0.06; the smoothed ramp passes it ~30 positions
+    # after the start (0.06 / 0.002), so the inflection must lie in [start, start + 60].
+    rng = np.random.default_rng(seed)
+    start = 1500
+    found = find_inflection(ramp_curve(rng, 4096, start), train_len=1024)
+    assert start <= found.position <= start + 60
+    assert found.level == pytest.approx(3.0, abs=0.01)
+    assert found.threshold == pytest.approx(0.02 * found.level)  # the relative term wins at this noise
+    assert found.spread == pytest.approx(0.05 / np.sqrt(101), rel=0.15) and found.persist == 102
+    down = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="down")
+    assert start <= down.position <= start + 60
+    assert find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024).position is None  # "up" only
+    both = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="both")
+    assert both.position == pytest.approx(down.position, abs=10)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_with_one_spike_has_no_inflection(seed):
+    rng = np.random.default_rng(10 + seed)
+    curve = ramp_curve(rng, 4096, start=10**9)  # no ramp
+    curve[2500] += 50.0  # raises the smoothed curve by ~0.5 over 101 positions
+    assert find_inflection(curve, train_len=1024).position is None
+    # Why the default persist exceeds 2·smooth + 1: a shorter one counts the smoothed spike.
+    assert find_inflection(curve, train_len=1024, persist=32).position is not None
+    flat = find_inflection(np.full(4096, 2.0), train_len=1024)
+    assert flat.position is None and flat.spread == pytest.approx(2e-8)
+
+
+def test_inflection_errors():
+    with pytest.raises(EntropyLensError, match="baseline window"):
+        find_inflection(np.ones(100), train_len=1024)
+    with pytest.raises(EntropyLensError, match="finite"):
+        find_inflection(np.array([1.0, np.nan] * 100), train_len=64)
+    with pytest.raises(EntropyLensError, match="direction"):
+        find_inflection(np.ones(200), train_len=64, direction="left")
+
+
+def test_inflections_and_agreement_on_planted_sweep():
+    rng = np.random.default_rng(6)
+    L, T = 512, 3072
+    starts = [700, 1000, 1300, 1600, 1900]
+    results = []
+    for i, start in enumerate(starts):
+        entropy = ramp_curve(rng, T, start, level=4.0, slope=0.003)[None, None, :]
+        loss = ramp_curve(rng, T, start + 20, level=2.5)
+        results.append(
+            make_result(loss, entropy=entropy, scale=1.0 + 0.1 * i, train_len=L, reduction="mean_heads")
+        )
+    df = inflections(Sweep.from_results(results))
+    assert df["scale"].tolist() == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.4])
+    assert str(df["entropy_inflection"].dtype) == "Int64"
+    for name, offset in (("entropy_inflection", 0), ("loss_inflection", 20)):
+        found = df[name].to_numpy(dtype=float)
+        assert np.all((found >= np.add(starts, offset)) & (found <= np.add(starts, offset + 60)))
+    agree = inflection_agreement(df)
+    assert agree.n == 5 and agree.pearson_r > 0.99 and agree.pearson_p < 0.01
+    assert 0 < agree.mean_abs_diff < 60
+
+    # A list of results: a scan without entropy gets <NA> and drops out of the agreement.
+    results.append(make_result(ramp_curve(rng, T, 2200), entropy=np.zeros((1, 0, T)), scale=1.5, train_len=L,
+                               reduction="not_captured"))  # fmt: skip
+    listed = inflections(results)
+    assert pd.isna(listed["entropy_inflection"].iloc[-1]) and not pd.isna(listed["loss_inflection"].iloc[-1])
+    assert inflection_agreement(listed).n == 5

@@ -1,0 +1,116 @@
+"""`sweep` and `--entropy` reductions on a tiny random model: files, index, resume, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from entropy_lens import sweep as sweep_module
+from entropy_lens.cli import main
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult, read_sweep_index
+from entropy_lens.scan import ScanConfig, scan
+from entropy_lens.sweep import parse_scales, sweep
+
+DATA = "austen:persuasion"
+
+
+@pytest.fixture
+def config(tiny_dir):
+    return ScanConfig(model=str(tiny_dir), length=24, samples=2, data=DATA, entropy="mean")
+
+
+def test_parse_scales():
+    assert parse_scales("1.0:1.2:0.05") == [1.0, 1.05, 1.1, 1.15, 1.2]
+    assert parse_scales("1.4, 1.0,1.2,1.2") == [1.0, 1.2, 1.4]
+    for bad in ("1:2", "2:1:0.1", "1:2:0", "a,b", "-1,1", "1,nan", ""):
+        with pytest.raises(EntropyLensError, match="--scales"):
+            parse_scales(bad)
+
+
+def test_entropy_reductions_agree_with_per_head(tiny_dir):
+    full = scan(ScanConfig(model=str(tiny_dir), length=24, samples=2, data=DATA, scale=1.3), progress=False)
+    base = dataclasses.replace(full_config := ScanConfig(model=str(tiny_dir), length=24, samples=2, data=DATA),
+                               scale=1.3)  # fmt: skip
+    mean = scan(dataclasses.replace(base, entropy="mean"), progress=False)
+    none = scan(dataclasses.replace(base, entropy="none"), progress=False)
+    assert full_config.entropy == "heads" and full.meta["entropy_reduction"] == "per_head"
+    assert mean.entropy.shape == (2, 1, 24) and mean.meta["entropy_reduction"] == "mean_heads"
+    np.testing.assert_allclose(mean.entropy[:, 0], full.entropy.mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(mean.mean_entropy, full.mean_entropy, rtol=1e-6)
+    assert none.entropy.shape == (2, 0, 24) and none.meta["entropy_reduction"] == "not_captured"
+    np.testing.assert_array_equal(none.loss, full.loss)  # same forward, same scale
+    np.testing.assert_array_equal(none.count, full.count)
+
+
+def test_sweep_writes_one_scan_per_scale_and_an_index(config, tmp_path):
+    out = sweep(config, [1.0, 1.5, 2.0], tmp_path / "sw", progress=False)
+    index = read_sweep_index(out)
+    assert index["complete"] and index["scales"] == [1.0, 1.5, 2.0] and index["entropy"] == "mean"
+    losses = []
+    for s, path in zip(index["scales"], index["files"], strict=True):
+        r = ScanResult.load(path)
+        assert np.all(np.array(r.meta["scales"]) == s) and r.entropy.shape == (2, 1, 24)
+        losses.append(r.loss)
+    assert not np.array_equal(losses[0], losses[2])  # the scale changes the model
+    ref = scan(dataclasses.replace(config, scale=1.5), progress=False)
+    np.testing.assert_array_equal(ScanResult.load(index["files"][1]).loss, ref.loss)
+
+
+def test_sweep_resume_after_interruption(config, tmp_path, monkeypatch):
+    whole = sweep(config, [1.0, 1.5, 2.0], tmp_path / "whole", progress=False)
+    real_scan, calls = sweep_module.scan, []
+
+    def scan_then_crash(cfg, **kw):
+        calls.append(cfg.scale)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_scan(cfg, **kw)
+
+    monkeypatch.setattr(sweep_module, "scan", scan_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", progress=False)
+    index = read_sweep_index(tmp_path / "cut")
+    assert index["scales"] == [1.0] and not index["complete"]
+    with pytest.raises(EntropyLensError, match="not empty"):
+        sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", progress=False)
+    with pytest.raises(EntropyLensError, match="other flags"):
+        sweep(dataclasses.replace(config, samples=1), [1.0, 1.5, 2.0], tmp_path / "cut", resume=True, progress=False)
+    monkeypatch.setattr(sweep_module, "scan", real_scan)
+    sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", resume=True, progress=False)
+    a, b = read_sweep_index(whole), read_sweep_index(tmp_path / "cut")
+    assert b["complete"] and a["scales"] == b["scales"]
+    for fa, fb in zip(a["files"], b["files"], strict=True):
+        ra, rb = ScanResult.load(fa), ScanResult.load(fb)
+        np.testing.assert_array_equal(ra.loss, rb.loss)
+        np.testing.assert_array_equal(ra.entropy, rb.entropy)
+
+
+def test_sweep_bad_input(config, tmp_path):
+    with pytest.raises(EntropyLensError, match="drop --scale"):
+        sweep(dataclasses.replace(config, scale=1.2), [1.0, 1.1], tmp_path / "a", progress=False)
+    with pytest.raises(EntropyLensError, match="--entropy"):
+        sweep(dataclasses.replace(config, entropy="some"), [1.0, 1.1], tmp_path / "b", progress=False)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    with pytest.raises(EntropyLensError, match="notes.txt"):
+        sweep(config, [1.0, 1.1], tmp_path / "c", force=True, progress=False)
+    assert (tmp_path / "c" / "notes.txt").read_text() == "mine"
+    with pytest.raises(EntropyLensError, match="has no sweep.json"):
+        read_sweep_index(tmp_path / "c")
+
+
+def test_cli_sweep(tiny_dir, tmp_path, capsys):
+    args = ["sweep", str(tiny_dir), "--len", "16", "--samples", "1", "--data", DATA, "--scales", "1:1.2:0.1",
+            "--out", str(tmp_path / "sw"), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    assert "wrote 3 scans" in capsys.readouterr().out
+    index = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert index["files"] == ["s1.npz", "s1.1.npz", "s1.2.npz"]
+    assert main(args) == 2 and "--resume" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0
+    assert main([*args[:-5], "--scales", "x", "--out", str(tmp_path / "x")]) == 2
+    assert "--scales" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -1,0 +1,104 @@
+"""The committed tiny NoPE/RoPE pair shows the paper's effects on the held-out novel at 4L.
+
+Thresholds leave margin below what the committed weights measure (see their README.md and the
+issue note); if a retrained pair misses one, change the recipe, not the threshold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from entropy_lens.models import BUNDLED_MODELS, load_model
+from entropy_lens.training.report import length_report
+
+SPANS = ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
+
+
+@pytest.fixture(scope="module")
+def nope():
+    return length_report("tiny-nope", scales=(1.0, 1.2, 1.4, 1.6), samples=128)  # the card's windows
+
+
+@pytest.fixture(scope="module")
+def rope():
+    return length_report("tiny-rope", scales=(1.0, 1.1, 1.2), samples=128)
+
+
+@pytest.mark.parametrize("name", ["tiny-nope", "tiny-rope"])
+def test_loads_by_name_and_by_path(name):
+    by_name = load_model(name)
+    by_path = load_model(str(BUNDLED_MODELS[name].path()))
+    assert by_name.config_hash == by_path.config_hash and by_name.source == by_path.source
+    assert (by_name.train_len, by_name.nope) == (128, name == "tiny-nope")
+    assert (by_name.n_layers, by_name.n_heads, by_name.n_kv_heads, by_name.head_dim) == (4, 6, 6, 32)
+    assert (BUNDLED_MODELS[name].path() / "README.md").is_file()
+
+
+def test_scan_records_the_declared_train_len(tmp_path):
+    from entropy_lens.scan import ScanConfig, scan
+
+    config = ScanConfig(model="tiny-nope", length=256, samples=1, data="austen:persuasion")
+    assert scan(config, progress=False).meta["train_len"] == 128
+    overridden = ScanConfig(model="tiny-nope", length=256, samples=1, data="austen:persuasion", train_len=64)
+    assert scan(overridden, progress=False).meta["train_len"] == 64
+
+
+def test_nope_loss_and_entropy_rise_beyond_train_len(nope):
+    loss, ent = nope.loss[1.0], nope.entropy[1.0]
+    assert loss["[3L, 4L)"] > loss["[L/2, L)"] + 0.25
+    assert ent["[L, 2L)"] > ent["[L/2, L)"] and ent["[3L, 4L)"] > ent["[L/2, L)"] + 0.5
+
+
+def test_uniform_scale_helps_nope_beyond_2L_and_best_scale_grows(nope):
+    best = nope.best_scale
+    for span in ("[2L, 3L)", "[3L, 4L)"):
+        assert best[span] > 1.0
+        assert nope.loss[best[span]][span] < nope.loss[1.0][span] - 0.03
+    assert [best[s] for s in SPANS] == sorted(best[s] for s in SPANS)  # non-decreasing with position
+    assert best["[3L, 4L)"] > best["[L/2, L)"]
+
+
+def test_best_scale_per_position_follows_the_papers_log_law(nope):
+    """Figure 7 in miniature: s = 1 + a ln(i/L) fits the best scale per position beyond L (the
+    paper's 50K-step TinyLlama-NoPE: a = 0.40). Four scales and 128 windows: the loss curves are
+    smoothed (±25 positions) before the argmin; the committed weights give a ≈ 0.45, R² ≈ 0.87."""
+    from entropy_lens.analysis import Sweep, fit_scale_curve
+
+    fit = fit_scale_curve(Sweep.from_results([nope.results[s] for s in sorted(nope.results)]), smooth=25)
+    assert fit.train_len == 128 and 0.3 < fit.a < 0.6 and fit.r2 > 0.7
+
+
+def test_no_uniform_scale_above_one_helps_rope(rope):
+    for span in SPANS:
+        for s in rope.loss:
+            assert s == 1.0 or rope.loss[s][span] > rope.loss[1.0][span]
+
+
+def test_heads_differ_and_lower_layers_are_more_dispersed(nope):
+    he = nope.head_entropy  # (layers, heads) at the last position, nats
+    upper = np.log(nope.length)  # log i: a uniform head
+    assert he.max() > 0.95 * upper and he.min() < 0.7 * upper and he.max() - he.min() > 1.5
+    assert he[0].mean() > he[-1].mean() + 0.5
+
+
+def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
+    """The paper's §3.2 in miniature: λ(h) searched on the training novels (weights frozen, focus
+    constraint λ(h) ≥ 1/√d) lowers the held-out loss at L' = 4L below the best uniform scale."""
+    from entropy_lens.head_search import HeadSearchConfig, save_head_scales, search_head_scales
+    from entropy_lens.scan import ScanConfig, scan
+
+    def window_loss(span_loss: dict[str, float]) -> float:  # mean over positions [L/2, 4L)
+        return sum(span_loss[n] * (b - a) for n, (a, b) in nope.spans.items()) / (4 - 0.5) / nope.train_len
+
+    uniform = {s: window_loss(nope.loss[s]) for s in nope.loss}
+    init = min(uniform, key=uniform.get)
+    config = HeadSearchConfig(model="tiny-nope", length=nope.length, init=init, steps=12, lr=0.1, batch=8,
+                              micro_batch=8, data="austen-minus:persuasion")  # fmt: skip
+    result = search_head_scales(config, progress=False)
+    assert result.scales.min() >= 1.0 and result.log[-1]["loss"] < result.log[0]["loss"]
+    path = save_head_scales(result, tmp_path / "heads.safetensors")
+    scanned = scan(ScanConfig(model="tiny-nope", length=nope.length, samples=nope.samples, data=nope.data,
+                              head_scales=str(path), entropy="none"), progress=False)  # fmt: skip
+    searched = window_loss({n: float(scanned.loss[a:b].mean()) for n, (a, b) in nope.spans.items()})
+    assert searched < uniform[init] - 0.02

@@ -1,0 +1,145 @@
+"""entropy_lens.training: the tokenizer, the tiny-model recipe, determinism, resume and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from entropy_lens.cli import main
+from entropy_lens.data import load_documents
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.models import load_model
+from entropy_lens.training import TinyRecipe, train_bpe, train_tiny
+import entropy_lens.data as data_module
+from entropy_lens.training.tiny import lr_at
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    """60 KB of Persuasion: enough for a 300-entry BPE and a few training steps."""
+    docs, _ = load_documents("austen:persuasion")
+    path = tmp_path_factory.mktemp("text") / "persuasion-head.txt"
+    path.write_text(docs[0][:60_000])
+    return path
+
+
+def micro(text_file, **overrides) -> TinyRecipe:
+    fields = {"hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 300,
+              "train_len": 16, "batch": 4, "steps": 6, "warmup": 2, "data": str(text_file)}  # fmt: skip
+    return TinyRecipe(**{**fields, **overrides})
+
+
+def weights(folder) -> dict[str, np.ndarray]:
+    return load_file(folder / "model.safetensors")
+
+
+def test_bpe_is_deterministic_and_round_trips(text_file):
+    docs = [text_file.read_text()]
+    a, b = train_bpe(docs, 300), train_bpe(docs, 300)
+    assert a.get_vocab() == b.get_vocab() and len(a) == 300
+    sample = "Anne Elliot, «naïve» — 1814!\n"
+    ids = a(sample)["input_ids"]
+    assert a.decode(ids) == sample and ids == b(sample)["input_ids"]
+    assert a.eos_token_id == a.bos_token_id == a.convert_tokens_to_ids("<|endoftext|>")
+
+
+def test_lr_schedule():
+    r = TinyRecipe(steps=100, warmup=10, lr=1e-3, min_lr_ratio=0.1)
+    lrs = [lr_at(r, s) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)
+    assert all(x >= y for x, y in itertools.pairwise(lrs[9:]))  # non-increasing after warm-up
+    assert lrs[-1] == pytest.approx(1e-4, rel=1e-2)
+
+
+@pytest.mark.parametrize("kind", ["nope", "rope"])
+def test_train_writes_a_loadable_folder(tmp_path, text_file, kind):
+    recipe = micro(text_file, kind=kind)
+    out = train_tiny(recipe, tmp_path / f"m-{kind}", progress=False)
+    assert not (tmp_path / f"m-{kind}.partial").exists()
+    facts = json.loads((out / "training.json").read_text())
+    assert facts["recipe"] == dataclasses.asdict(recipe) and facts["tokens_seen"] == 6 * 4 * 16
+
+    lm = load_model(str(out))
+    assert (lm.train_len, lm.nope, lm.n_layers, lm.n_heads, lm.n_kv_heads) == (16, kind == "nope", 2, 4, 2)
+    ids = torch.tensor([lm.tokenizer("It was a truth universally acknowledged")["input_ids"]])
+    with torch.no_grad():
+        ours = lm.model(ids).logits
+        shifted = lm.model(ids, position_ids=torch.arange(ids.shape[1])[None] * 5 + 3).logits
+    # NoPE ignores positions; RoPE does not.
+    assert torch.equal(ours, shifted) == (kind == "nope")
+
+    # An ordinary transformers load (no entropy_lens) computes the same model, NoPE included.
+    from transformers import AutoModelForCausalLM
+
+    stock = AutoModelForCausalLM.from_pretrained(out, local_files_only=True).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(stock(ids).logits, ours, rtol=0, atol=1e-5)
+
+
+def test_training_lowers_the_loss(tmp_path, text_file):
+    out = train_tiny(micro(text_file, steps=30, lr=3e-3), tmp_path / "m", progress=False)
+    log = json.loads((out / "training.json").read_text())["log"]
+    assert [r["step"] for r in log] == [10, 20, 30]
+    assert log[-1]["loss"] < log[0]["loss"] < np.log(300)
+
+
+def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeypatch):
+    recipe = micro(text_file)
+    a = weights(train_tiny(recipe, tmp_path / "a", progress=False))
+    b = weights(train_tiny(recipe, tmp_path / "b", progress=False))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    other = weights(train_tiny(micro(text_file, seed=1), tmp_path / "c", progress=False))
+    assert not np.array_equal(a["model.layers.0.self_attn.q_proj.weight"],
+                              other["model.layers.0.self_attn.q_proj.weight"])  # fmt: skip
+
+    real_windows = data_module.random_windows
+
+    def crash_at_5(stream, length, n, seed, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return real_windows(stream, length, n, seed, step)
+
+    monkeypatch.setattr(data_module, "random_windows", crash_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny(recipe, tmp_path / "r", progress=False, checkpoint_every=2)
+    assert (tmp_path / "r.partial" / "checkpoint.pt").is_file() and not (tmp_path / "r").exists()
+    monkeypatch.setattr(data_module, "random_windows", real_windows)
+    with pytest.raises(EntropyLensError, match="another recipe"):
+        train_tiny(micro(text_file, lr=1e-2), tmp_path / "r", resume=True, progress=False)
+    resumed = weights(train_tiny(recipe, tmp_path / "r", resume=True, progress=False))
+    assert all(np.array_equal(a[k], resumed[k]) for k in a)
+
+
+def test_cli_trains_and_refuses_to_overwrite(tmp_path, text_file, capsys):
+    args = ["train-tiny", "--kind", "rope", "--hidden", "32", "--intermediate", "64", "--layers", "1",
+            "--heads", "2", "--kv-heads", "1", "--vocab", "280", "--train-len", "8", "--batch", "2",
+            "--steps", "2", "--warmup", "1", "--data", str(text_file), "--out", str(tmp_path / "m"),
+            "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    assert "wrote" in capsys.readouterr().out and load_model(str(tmp_path / "m")).train_len == 8
+    assert main(args) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"kind": "alibi"}, "nope or rope"),
+        ({"hidden": 30, "heads": 4}, "multiple"),
+        ({"heads": 4, "kv_heads": 3}, "multiple"),
+        ({"vocab": 100}, "too small"),
+        ({"steps": 0}, "at least 1"),
+        ({"data": "no-such-corpus.txt"}, "no-such-corpus"),
+    ],
+)
+def test_bad_recipes(tmp_path, text_file, overrides, match):
+    with pytest.raises(EntropyLensError, match=match):
+        train_tiny(micro(text_file, **overrides), tmp_path / "m", progress=False)
+    assert not (tmp_path / "m").exists()
