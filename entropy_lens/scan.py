@@ -48,6 +48,7 @@ class ScanConfig:
     samples: int = 8
     data: str = "austen"
     nope: bool | None = None  # None: as the checkpoint declares; True forces rotary off
+    rope_scaling: str | None = None  # "dynamic:2" etc.: the checkpoint's RoPE with that scaling
     scale: float | None = None  # uniform multiplier s, λ = s/√d
     head_scales: str | None = None  # file with (layers, heads) multipliers
     dtype: str = "auto"  # float32 on CPU, bfloat16 on CUDA
@@ -112,7 +113,8 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
     dtype = resolve_dtype(config.dtype if config.dtype != "auto" else
                           ("bfloat16" if device.type == "cuda" else "float32"))
     lm = load_model(config.model, dtype=str(dtype).removeprefix("torch."), device=str(device),
-                    nope=config.nope, trust_remote_code=config.trust_remote_code)
+                    nope=config.nope, rope_scaling=config.rope_scaling,
+                    trust_remote_code=config.trust_remote_code)
     multipliers, scale_source = _multipliers(config, lm)
     chunks = token_chunks(lm.tokenizer, config.data, length=config.length, samples=config.samples,
                           seed=config.seed)

@@ -330,16 +330,29 @@ def test_inflection_found_on_planted_ramp(seed):
     # after the start (0.06 / 0.002), so the inflection must lie in [start, start + 60].
     rng = np.random.default_rng(seed)
     start = 1500
-    found = find_inflection(ramp_curve(rng, 4096, start), train_len=1024)
+    found = find_inflection(ramp_curve(rng, 4096, start), train_len=1024, trend="flat")
     assert start <= found.position <= start + 60
     assert found.level == pytest.approx(3.0, abs=0.01)
     assert found.threshold == pytest.approx(0.02 * found.level)  # the relative term wins at this noise
     assert found.spread == pytest.approx(0.05 / np.sqrt(101), rel=0.15) and found.persist == 102
-    down = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="down")
+    down = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="down", trend="flat")
     assert start <= down.position <= start + 60
-    assert find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024).position is None  # "up" only
-    both = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="both")
+    assert find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, trend="flat").position is None  # "up" only
+    both = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="both", trend="flat")
     assert both.position == pytest.approx(down.position, abs=10)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_log_trend_ignores_in_distribution_growth(seed):
+    # Entropy of a dispersed head grows like ln i inside the training length; only the extra ramp
+    # after `start` is a departure. The flat baseline flags the growth itself, inside [L/2, L).
+    rng = np.random.default_rng(seed)
+    L, T, start = 1024, 4096, 1500
+    curve = ramp_curve(rng, T, start) + 0.8 * np.log(np.arange(T) + 1.0) - 0.8 * np.log(L)
+    assert start <= find_inflection(curve, train_len=L).position <= start + 60
+    assert find_inflection(curve, train_len=L, trend="flat").position < L
+    with pytest.raises(EntropyLensError, match="trend"):
+        find_inflection(curve, train_len=L, trend="linear")
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -499,3 +499,21 @@ def test_smollm2_nope():
     ids = lm.tokenizer("Emma Woodhouse, handsome, clever, and rich", return_tensors="pt").input_ids
     base = _logits(lm.model, ids, 0)
     torch.testing.assert_close(_logits(lm.model, ids, 37, stride=3), base, atol=1e-4, rtol=0)
+
+
+def test_rope_scaling_override(tmp_path):
+    # tiny-rope declares max_position_embeddings = 128: dynamic NTK changes nothing up to 128
+    # tokens and rescales the rotary base beyond it; the config hash records the change.
+    ids = torch.randint(0, 2000, (1, 200))
+    plain, ntk = load_model("tiny-rope"), load_model("tiny-rope", rope_scaling="dynamic:2")
+    assert ntk.model.config.rope_parameters["rope_type"] == "dynamic" and ntk.config_hash != plain.config_hash
+    with torch.no_grad():
+        short = [m.model(ids[:, :128]).logits for m in (plain, ntk)]
+        long = [m.model(ids).logits for m in (plain, ntk)]
+    torch.testing.assert_close(short[0], short[1])
+    assert not torch.allclose(long[0], long[1], atol=1e-3)
+    for spec in ("ntk:2", "dynamic:x", "dynamic:0.5"):
+        with pytest.raises(EntropyLensError, match="TYPE:FACTOR"):
+            load_model("tiny-rope", rope_scaling=spec)
+    with pytest.raises(EntropyLensError, match="no rotary embedding to scale"):
+        load_model("tiny-nope", rope_scaling="dynamic:2")

@@ -11,12 +11,12 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
+import entropy_lens.data as data_module
 from entropy_lens.cli import main
 from entropy_lens.data import load_documents
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
 from entropy_lens.training import TinyRecipe, train_bpe, train_tiny
-import entropy_lens.data as data_module
 from entropy_lens.training.tiny import lr_at
 
 

@@ -17,7 +17,10 @@ does not define one. This module fixes a definition, so the claim becomes a numb
    in-distribution curve drifts slowly (entropy grows like log i for dispersed heads); 2% of the
    level (≈0.05 nats of loss, ≈0.1 nats of mean entropy) is above that drift yet far below the
    rises the paper calls inflections (loss climbing by a nat or more).
-5. Inflection: the first position p ≥ b0·L at which the smoothed curve is beyond level ±
+5. Reference: by default (`trend="log"`) the line c + b·ln(i+1) least-squares fitted to the
+   smoothed baseline window and extrapolated, so in-distribution growth like log i (entropy of
+   dispersed heads) is not a departure; `trend="flat"` uses the level itself.
+6. Inflection: the first position p ≥ b0·L at which the smoothed curve is beyond the reference ±
    threshold (up by default: entropy and loss both rise) at every position of [p, p + persist).
    The default persist is max(32, 2·smooth + 2): one raw spike moves the smoothed curve over
    exactly 2·smooth + 1 positions, so no single spike, however tall, can count. A departure that
@@ -79,6 +82,7 @@ def find_inflection(
     threshold: float | None = None,
     persist: int | None = None,
     direction: str = "up",
+    trend: str = "log",
 ) -> Inflection:
     """First position where the smoothed `curve` leaves its in-distribution level (see module docstring).
 
@@ -89,12 +93,17 @@ def find_inflection(
     threshold : use this departure size instead of max(abs_threshold, k·spread, rel·|level|).
     persist : positions the departure must last; default max(32, 2·smooth + 2).
     direction : "up", "down" or "both".
+    trend : "log" (default): departures are measured from c + b·ln(i+1) fitted to the smoothed
+        baseline window, so a curve that keeps its in-distribution growth (entropy of dispersed
+        heads grows like log i) does not count; "flat": from the baseline's median `level`.
     """
     y = np.asarray(curve, dtype=np.float64)
     if y.ndim != 1 or not np.all(np.isfinite(y)):
         raise EntropyLensError(
             "the curve must be one finite value per position; drop NaN/inf positions first"
         )
+    if trend not in ("log", "flat"):
+        raise EntropyLensError(f"trend={trend!r}; pass 'log' or 'flat'")
     if direction not in ("up", "down", "both"):
         raise EntropyLensError(f"direction={direction!r}; pass 'up', 'down' or 'both'")
     if train_len is None or train_len < 1:
@@ -115,7 +124,12 @@ def find_inflection(
     persist = max(32, 2 * smooth + 2) if persist is None else int(persist)
     if persist < 1:
         raise EntropyLensError(f"persist={persist} must be at least 1 position")
-    dev = smoothed - level
+    if trend == "log":
+        x = np.log(np.arange(len(y)) + 1.0)
+        slope, intercept = np.polyfit(x[lo:hi], smoothed[lo:hi], 1)
+        dev = smoothed - (intercept + slope * x)
+    else:
+        dev = smoothed - level
     beyond = {"up": dev > threshold, "down": dev < -threshold, "both": np.abs(dev) > threshold}[direction]
     beyond[:lo] = False  # search from the baseline start: early positions sit far from the level
     # p counts when all of beyond[p : p + persist] hold, i.e. their sum (from a cumulative sum) is persist.

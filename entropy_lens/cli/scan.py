@@ -52,6 +52,8 @@ def _add_scan_args(p) -> None:
                    help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
                         ".jsonl with a 'text' field, or .npy token ids [N, len+1] (default austen)")  # fmt: skip
     p.add_argument("--nope", action="store_true", default=None, help="remove rotary position embedding (NoPE)")
+    p.add_argument("--rope-scaling", metavar="TYPE:FACTOR",
+                   help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F")  # fmt: skip
     p.add_argument("--dtype", default="auto", help="float32 | bfloat16 | float16 (default: float32 on CPU, bf16 on CUDA)")
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default auto)")
     p.add_argument("--batch-size", type=int, default=1)
@@ -76,6 +78,7 @@ def _config(args):
     hf_logging.disable_progress_bar()  # loading bars; the scan's own bar shows tokens/s
     return ScanConfig(
         model=args.model, length=args.length, samples=args.samples, data=args.data, nope=args.nope,
+        rope_scaling=args.rope_scaling,
         scale=getattr(args, "scale", None), head_scales=getattr(args, "head_scales", None), dtype=args.dtype,
         device=args.device, batch_size=args.batch_size, seed=args.seed, backend=args.backend,
         train_len=args.train_len, trust_remote_code=args.trust_remote_code, entropy=args.entropy,

@@ -10,6 +10,7 @@ Importing this package is cheap (numpy only): torch and transformers load when a
 from entropy_lens.models.bundled import BUNDLED_MODELS, DEFAULT_MODEL, BundledModel
 from entropy_lens.models.loading import (
     LoadedModel,
+    declared_train_len,
     load_model,
     resolve_device,
     resolve_dtype,
@@ -27,6 +28,7 @@ __all__ = [
     "BundledModel",
     "LoadedModel",
     "apply_nope",
+    "declared_train_len",
     "load_head_scales_file",
     "load_model",
     "read_checkpoint_head_scales",

@@ -187,6 +187,29 @@ def _check_causal_lm(config: Any, folder: Path) -> None:
         )
 
 
+ROPE_SCALINGS = ("dynamic", "linear", "yarn")
+
+
+def _set_rope_scaling(config: Any, spec: str, folder: Path) -> None:
+    kind, _, factor = spec.partition(":")
+    try:
+        f = float(factor)
+    except ValueError:
+        f = float("nan")
+    if kind not in ROPE_SCALINGS or not f >= 1:
+        raise EntropyLensError(
+            f"--rope-scaling {spec!r} is not TYPE:FACTOR with TYPE one of {', '.join(ROPE_SCALINGS)} and "
+            "FACTOR >= 1; e.g. --rope-scaling dynamic:2"
+        )
+    params = getattr(config, "rope_parameters", None)
+    if not isinstance(params, dict) or getattr(config, "nope", False):
+        raise EntropyLensError(f"{folder} has no rotary embedding to scale; drop --rope-scaling")
+    params = {**params, "rope_type": kind, "factor": f}
+    if kind == "yarn":
+        params["original_max_position_embeddings"] = config.max_position_embeddings
+    config.rope_parameters = params
+
+
 def _load_weights(folder: Path, config: Any, dtype: torch.dtype, trust_remote_code: bool) -> Any:
     import pickle
 
@@ -271,17 +294,28 @@ def _shapes(config: Any) -> tuple[int, int, int, int]:
     return int(text.num_hidden_layers), n_heads, n_kv_heads, head_dim
 
 
+def declared_train_len(ckpt: str, *, trust_remote_code: bool = False) -> int | None:
+    """The training length `ckpt`'s config.json declares (`train_len`), without loading weights."""
+    source = _resolve_ckpt(str(ckpt))
+    folder = ensure_gguf_cache(source) if source.is_file() else source
+    value = getattr(_load_config(folder, trust_remote_code), "train_len", None)
+    return None if value is None else int(value)
+
+
 def load_model(
     ckpt: str,
     *,
     dtype: str = "float32",
     device: str = "cpu",
     nope: bool | None = None,
+    rope_scaling: str | None = None,
     trust_remote_code: bool = False,
 ) -> LoadedModel:
     """Load `ckpt` (bundled name, .gguf file or HF folder) for analysis; see the module docstring.
 
     nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it.
+    rope_scaling: "TYPE:FACTOR" (dynamic, linear or yarn; e.g. "dynamic:2", the paper's RoPE-NTK)
+        sets the config's rope_parameters before the weights load, relative to max_position_embeddings.
     """
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     source = _resolve_ckpt(str(ckpt))
@@ -289,6 +323,8 @@ def load_model(
     _check_weights(folder)
     config = _load_config(folder, trust_remote_code)
     _check_causal_lm(config, folder)
+    if rope_scaling:
+        _set_rope_scaling(config, rope_scaling, folder)
     n_layers, n_heads, n_kv_heads, head_dim = _shapes(config)
     head_scales = read_checkpoint_head_scales(folder, n_layers, n_heads)
     model = _load_weights(folder, config, torch_dtype, trust_remote_code)

@@ -1,0 +1,231 @@
+"""Render Figures 1–5, 7, 10–12 from `Runs.compute()`'s results, and the README beside them.
+
+Each `figNN` returns (Figure, caption, headline lines); `render` saves PNG + PDF and writes
+figures/README.md with the command, the inputs and every headline number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from entropy_lens.analysis import head_entropy_vs_scale, inflection_agreement, inflections
+from entropy_lens.plotting import (
+    NOPE_SCALES,
+    ROPE_SCALES,
+    all_heads_grid,
+    best_scale_by_position,
+    bits,
+    entropy_loss,
+    family_colors,
+    models_by_layers,
+    paper_style,
+    scale_vs_entropy,
+)
+from entropy_lens.plotting.style import NOPE, NOPE_DARK, ROPE, ROPE_DARK
+from entropy_lens.results import atomic_write_text
+
+__all__ = ["render"]
+
+
+def render(d: dict, config, out: Path) -> list[Path]:
+    """Save every figure as figure-NN.png and .pdf in `out` and write out/README.md."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    sections, written = [], []
+    for number, make in FIGS.items():
+        with paper_style(font_size=14 if number in ("01", "02", "04") else None):
+            fig, caption, numbers = make(d, config)
+            for ext in ("png", "pdf"):
+                path = out / f"figure-{number}.{ext}"
+                fig.savefig(path)
+                written.append(path)
+            plt.close(fig)
+        sections.append((number, caption, numbers))
+    written.append(atomic_write_text(out / "README.md", _readme(sections, d, config)))
+    return written
+
+
+def _span_mean(curve, a: int, b: int) -> float:
+    return float(np.mean(curve[a:b]))
+
+
+def _inflection_lines(named: dict, L: int, smooth: int) -> list[str]:
+    table = inflections(list(named.values()), train_len=L, smooth=smooth)
+    lines = []
+    for name, (_, row) in zip(named, table.iterrows()):
+        ent, loss = row["entropy_inflection"], row["loss_inflection"]
+        lines.append(f"{name}: entropy departs at {_at(ent, L)}, loss at {_at(loss, L)}")
+    return lines
+
+
+def _at(position, L: int) -> str:
+    return "no position" if pd.isna(position) else f"{int(position)} ({int(position) / L:.2f} L)"
+
+
+def fig01(d, c):
+    L, T = d["L"], d["short"]
+    s = c.fig1_scale
+    curves = {"NoPE": d["nope"], f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$": d["nope_scaled"], "RoPE": d["rope"],
+              "RoPE NTK": d["rope_ntk"]}  # fmt: skip
+    ax = entropy_loss(list(curves.items()), colors=[NOPE, NOPE_DARK, ROPE, ROPE_DARK], smooth=c.smooth)
+    plain = {k.replace("$\\lambda$", "λ").replace("/$\\sqrt{d}$", "/√d"): v for k, v in curves.items()}
+    numbers = _inflection_lines(plain, L, c.smooth) + [
+        f"{k}: mean loss {_span_mean(r.loss, L // 2, L):.3f} in [L/2, L) → {_span_mean(r.loss, L, T):.3f} in "
+        f"[L, {T // L}L); mean entropy {_span_mean(bits(r.mean_entropy), L // 2, L):.2f} → "
+        f"{_span_mean(bits(r.mean_entropy), L, T):.2f} bits"
+        for k, r in plain.items()
+    ]
+    caption = (f"Mean attention entropy and per-position loss (smoothed ±{c.smooth}) of NoPE, NoPE with a uniform "
+               f"scale {s:g}/√d, RoPE and RoPE with HF dynamic NTK ({c.ntk}), at {T // L}L.")  # fmt: skip
+    return ax.figure, caption, numbers
+
+
+def fig02(d, c):
+    import matplotlib.pyplot as plt
+
+    L = d["L"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 4))
+    numbers = []
+    for ax, family, palette, name in ((left, d["nope_family"], NOPE_SCALES, "NoPE"),
+                                      (right, d["rope_family"], ROPE_SCALES, "RoPE")):  # fmt: skip
+        curves = [(f"$\\bf{{{name}}}$ $\\lambda$={s:g}/$\\sqrt{{d}}$", r) for s, r in family.items()]
+        entropy_loss(curves, colors=family_colors(palette, len(curves)), ax=ax, smooth=c.smooth,
+                     entropy_label="Entropy $\\bar{H}_i$ (bits)" if name == "NoPE" else None,
+                     loss_label="log Perplexity (nats)" if name == "RoPE" else None)  # fmt: skip
+        numbers += _inflection_lines({f"{name} s={s:g}": r for s, r in family.items()}, L, c.smooth)
+    results = [*d["nope_family"].values(), *d["rope_family"].values()]
+    agree = inflection_agreement(inflections(results, train_len=L, smooth=c.smooth))
+    numbers.append(f"entropy vs loss inflection over the {agree.n} scans where both exist: Pearson r = "
+                   f"{agree.pearson_r:.2f} (p = {agree.pearson_p:.2g}), mean |difference| = "
+                   f"{agree.mean_abs_diff:.0f} positions")  # fmt: skip
+    fig.tight_layout()
+    caption = (f"Uniform scales λ = s/√d: NoPE (left, s ∈ {c.nope_scales}) and RoPE (right, s ∈ {c.rope_scales}) "
+               f"at {d['short'] // L}L; solid entropy, dashed loss.")  # fmt: skip
+    return fig, caption, numbers
+
+
+def fig03(d, c):
+    n = d["nope"].n_layers
+    layers = sorted({0, n // 2, n - 1})
+    s = c.fig1_scale
+    results = [d["nope"], d["short_heads"], d["nope_scaled"]]
+    titles = ["NoPE", "NoPE $\\lambda^{(h)}$", f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$"]
+    fig = models_by_layers(dict(zip(titles, results)), layers)
+    numbers = [
+        f"{name}: converged (last-position) entropy {bits(r.entropy[:, :, -1]).min():.2f}–"
+        f"{bits(r.entropy[:, :, -1]).max():.2f} bits (bound log₂ {r.length} = {np.log2(r.length):.2f})"
+        for name, r in zip(["NoPE", "NoPE λ(h)", f"NoPE λ={s:g}/√d"], results)
+    ]
+    caption = (f"Per-head entropy (bits) of layers {layers}, all heads, at {d['short'] // d['L']}L: NoPE, NoPE with "
+               f"the head scales searched at {d['long'] // d['L']}L, NoPE with λ = {s:g}/√d.")  # fmt: skip
+    return fig, caption, numbers
+
+
+def fig04(d, c):
+    L, T, s = d["L"], d["long"], d["uniform_scale"]
+    uniform, heads = d["long_uniform"], d["long_heads"]
+    ax = entropy_loss([(f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$", uniform), ("NoPE $\\lambda^{(h)}$", heads)],
+                      colors=[NOPE_DARK, "#33a02c"], smooth=c.smooth)  # fmt: skip
+    numbers = []
+    for k in range(1, T // L):
+        a, b = k * L, (k + 1) * L
+        numbers.append(f"[{k}L, {k + 1}L): loss uniform {_span_mean(uniform.loss, a, b):.3f}, λ(h) "
+                       f"{_span_mean(heads.loss, a, b):.3f} (Δ {_span_mean(heads.loss, a, b) - _span_mean(uniform.loss, a, b):+.3f}); "
+                       f"entropy {_span_mean(bits(uniform.mean_entropy), a, b):.2f} vs "
+                       f"{_span_mean(bits(heads.mean_entropy), a, b):.2f} bits")  # fmt: skip
+    caption = (f"Uniform scale {s:g}/√d (the best uniform scale for {T // L}L sequences, from the Figure 7 sweep) vs "
+               f"per-head scales λ(h) searched at {T // L}L from it ({_search_words(d, c)}).")  # fmt: skip
+    return ax.figure, caption, numbers
+
+
+def _search_words(d, c) -> str:
+    if c.head_scales:
+        return f"given: {c.head_scales}"
+    return f"{c.search_steps} steps of {c.search_batch} windows of {c.search_data}, LR {c.search_lr:g}, λ(h) ≥ 1/√d"
+
+
+def fig05(d, c):
+    import matplotlib.pyplot as plt
+
+    result = d["long_heads"]
+    hs = head_entropy_vs_scale(result)
+    fig, ax = plt.subplots(figsize=(6, 4.8))
+    scale_vs_entropy(hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5))
+    numbers = [f"searched multipliers span {hs.table['scale'].min():.2f}–{hs.table['scale'].max():.2f} (/√d)"]
+    for _, r in hs.correlations.iterrows():
+        numbers.append(f"layer {int(r['layer'])}: Pearson r = {r['pearson_r']:.2f} (p = {r['pearson_p']:.2g}), "
+                       f"Spearman ρ = {r['spearman_r']:.2f} (p = {r['spearman_p']:.2g})")  # fmt: skip
+    caption = (f"Converged (last-position) entropy at {result.length} of each head vs its searched λ(h), with each "
+               "layer's linear fit and analytic 95% confidence band (the paper: seaborn bootstrap).")  # fmt: skip
+    return fig, caption, numbers
+
+
+def fig07(d, c):
+    fit, sweep = d["fit"], d["sweep"]
+    ax = best_scale_by_position(sweep, fit, smooth=c.fit_smooth, title="NoPE")
+    implied = ", ".join(f"{k}L: {v:.2f}" for k, v in fit.implied((2, 4, 8)).items())
+    numbers = [
+        (f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, {fit.fit_range[1]}) "
+         "(paper, 50K-step TinyLlama-NoPE: a = 0.3973, R² = 0.9773)"),
+        f"implied multipliers {implied} (paper: 1.28 / 1.55 / 1.83; YaRN 1.14 / 1.30 / 1.46)",
+        f"best uniform scale for {d['long'] // d['L']}L sequences: {d['uniform_scale']:g}",
+    ]
+    smooth = f"loss curves smoothed ±{c.fit_smooth} before the argmin" if c.fit_smooth else "raw loss curves"
+    caption = (f"Best uniform multiplier per position ({len(sweep.scales)} scales {c.sweep_scales}, "
+               f"{c.sweep_samples} windows at {sweep.length}; {smooth}) and the fit 1 + a ln(i/L).")  # fmt: skip
+    return ax.figure, caption, numbers
+
+
+def _grid(d, key, title, what):
+    result = d[key]
+    stride = max(1, result.length // 64)  # the paper: every 128th of 8192 positions
+    fig = all_heads_grid(result, stride=stride, title=title)
+    last = bits(result.entropy[:, :, -1])
+    numbers = [f"layer {i}: last-position entropy {row.min():.2f}–{row.max():.2f} bits (bound "
+               f"{np.log2(result.length):.2f})" for i, row in enumerate(last)]  # fmt: skip
+    caption = (f"{what}: every head of every layer at {result.length} ({result.length // d['L']}L), every "
+               f"{stride}th position, with the bound log₂(i+1) dashed.")  # fmt: skip
+    return fig, caption, numbers
+
+
+FIGS = {
+    "01": fig01,
+    "02": fig02,
+    "03": fig03,
+    "04": fig04,
+    "05": fig05,
+    "07": fig07,
+    "10": lambda d, c: _grid(d, "long_heads", "NoPE $\\lambda^{(h)}$", "NoPE λ(h)"),
+    "11": lambda d, c: _grid(d, "long_uniform", f"NoPE $\\lambda$={d['uniform_scale']:g}/$\\sqrt{{d}}$",
+                             f"NoPE λ={d['uniform_scale']:g}/√d"),
+    "12": lambda d, c: _grid(d, "long_nope", "NoPE", "NoPE"),
+}
+
+
+def _readme(sections, d, config) -> str:
+    settings = json.dumps(dataclasses.asdict(config), indent=1)
+    lines = [
+        "# Figures",
+        "",
+        ("Regenerated by `entropy-lens figures` (settings below; `--config FILE` takes them as YAML). Lengths are "
+         f"multiples of the NoPE model's training length L = {d['L']}: Figures 1–3 at {d['short']} (the paper's 4K = "
+         f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figure 7 at {d['fit_len']} (16K = 8L). Entropy is "
+         "plotted in bits, loss (log-PPL) in nats."),
+        "",
+        "```json",
+        settings,
+        "```",
+        "",
+    ]
+    for number, caption, numbers in sections:
+        lines += [f"## Figure {int(number)}", "", f"![Figure {int(number)}](figure-{number}.png)", "", caption, ""]
+        lines += [f"- {n}" for n in numbers] + [""]
+    return "\n".join(lines)

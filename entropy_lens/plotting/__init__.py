@@ -1,0 +1,25 @@
+"""Plots of scan results in the paper's style: every function takes `ax=None` and returns the Axes
+(grids return the Figure). Imports results and analysis, never the capture machinery.
+
+    from entropy_lens.plotting import entropy_loss, head_lines, paper_style
+    with paper_style():
+        ax = entropy_loss([("NoPE", ScanResult.load("nope.npz"))])
+"""
+
+from entropy_lens.plotting.curves import entropy_loss
+from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
+from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
+from entropy_lens.plotting.style import (
+    NOPE_SCALES,
+    PAIRED,
+    ROPE_SCALES,
+    TAB10,
+    bits,
+    family_colors,
+    paper_style,
+    upper_bound_bits,
+)
+
+__all__ = ["NOPE_SCALES", "PAIRED", "ROPE_SCALES", "TAB10", "all_heads_grid", "best_scale_by_position",
+           "bits", "entropy_loss", "family_colors", "head_lines", "models_by_layers", "paper_style",
+           "scale_vs_entropy", "upper_bound_bits"]  # fmt: skip

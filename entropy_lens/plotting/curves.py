@@ -1,0 +1,78 @@
+"""Mean entropy (solid, left axis, bits) and smoothed log-PPL (dashed, right axis, nats) by
+position: Figures 1, 2 and 4.
+
+    ax = entropy_loss([("NoPE", nope), ("NoPE λ=1.2/√d", scaled)], colors=[NOPE, NOPE_DARK])
+    ax.right_ax  # the twin axis holding the loss lines (as pandas names its secondary axis)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from entropy_lens.analysis import moving_average
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.plotting.style import bits
+from entropy_lens.results import ScanResult
+
+__all__ = ["entropy_loss"]
+
+
+def entropy_loss(
+    curves: Sequence[tuple[str, ScanResult]],
+    *,
+    colors: Sequence[str] | None = None,
+    ax=None,
+    length: int | None = None,
+    smooth: int = 50,
+    train_len: int | None = None,
+    entropy_label: str | None = "Entropy $\\bar{H}_i$ (bits)",
+    loss_label: str | None = "log Perplexity (nats)",
+    legend: str | None = "above",
+    linewidth: float = 2.0,
+):
+    """One solid entropy line and one dashed loss line per (label, result); returns the left Axes.
+
+    length: truncate every curve to its first `length` positions (default: the shortest result).
+    smooth: half-width of the centred moving average applied to the loss only (spec §0.7; 0: raw).
+    train_len: draw a dotted vertical line there (None: none, as in the paper's final figures).
+    legend: "above" (a row above the axes, clear of the curves; the paper: "upper left"), any
+        matplotlib location, or None.
+    """
+    import matplotlib.pyplot as plt
+
+    if not curves:
+        raise EntropyLensError("entropy_loss needs at least one (label, ScanResult) pair")
+    for label, result in curves:
+        if result.n_heads == 0:
+            raise EntropyLensError(f"{label}: the scan captured no entropy (--entropy none); rescan with "
+                                   "--entropy mean or heads")  # fmt: skip
+    colors = list(colors) if colors is not None else [None] * len(curves)
+    if len(colors) != len(curves):
+        raise EntropyLensError(f"{len(curves)} curves but {len(colors)} colours; pass one colour per curve")
+    T = min(r.length for _, r in curves) if length is None else int(length)
+    if T > min(r.length for _, r in curves):
+        raise EntropyLensError(f"length {T} exceeds the shortest result ({min(r.length for _, r in curves)})")
+    ax = ax if ax is not None else plt.subplots(figsize=(8, 4))[1]
+    right = ax.twinx()
+    ax.right_ax = right
+    x = np.arange(T)
+    for (label, result), color in zip(curves, colors):
+        (line,) = ax.plot(x, bits(result.mean_entropy[:T]), color=color, lw=linewidth, label=label)
+        loss = moving_average(result.loss[:T], smooth) if smooth else result.loss[:T]
+        right.plot(x, loss, color=line.get_color(), lw=linewidth, ls="--", label=f"{label} (loss)")
+    if train_len:
+        ax.axvline(train_len, color="0.3", ls=":", lw=1)
+    ax.set_xlim(0, T - 1)
+    ax.set_xlabel("Position $i$")
+    if entropy_label:
+        ax.set_ylabel(entropy_label)
+    if loss_label:
+        right.set_ylabel(loss_label)
+    if legend == "above":
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(curves), 2), frameon=False,
+                  fontsize="small", handlelength=1.5, columnspacing=1.0)  # fmt: skip
+    elif legend:
+        ax.legend(loc=legend, frameon=False)
+    return ax

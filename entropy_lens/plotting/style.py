@@ -1,0 +1,80 @@
+"""The paper's look in one place: palettes, rcParams, units and the "k/√d" tick labels.
+
+Entropy is stored in nats and plotted in bits (the paper's code uses log₂; its bound "log i" is
+drawn as log₂(i+1)); loss is plotted as stored, in nats ("log Perplexity"). Deliberate differences
+from the paper's notebooks: mathtext instead of LaTeX rendering (no TeX install needed) and a
+serif font that falls back from Times New Roman to DejaVu Serif.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import numpy as np
+
+__all__ = ["NOPE_SCALES", "PAIRED", "ROPE_SCALES", "TAB10", "bits", "family_colors", "paper_style",
+           "scale_formatter", "upper_bound_bits"]  # fmt: skip
+
+# seaborn 0.13 palettes as the paper's notebooks use them (spec §0.8)
+NOPE_SCALES = ("#c6dbef", "#a6cee3", "#3787c0", "#084488")  # light → dark blue: s ascending
+ROPE_SCALES = ("#fcbba1", "#fb9a99", "#ca181d", "#8c0912")  # light → dark red
+PAIRED = ("#a6cee3", "#1f78b4", "#b2df8a", "#33a02c", "#fb9a99", "#e31a1c",
+          "#fdbf6f", "#ff7f00", "#cab2d6", "#6a3d9a", "#ffff99", "#b15928")  # fmt: skip
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+NOPE, NOPE_DARK, ROPE, ROPE_DARK = "#a6cee3", "#084488", "#fb9a99", "#8c0912"
+
+RC = {
+    "font.family": "serif",
+    "font.serif": ["Times New Roman", "Times", "DejaVu Serif"],
+    "mathtext.fontset": "dejavuserif",
+    "font.size": 12,
+    "axes.spines.top": False,
+    "savefig.dpi": 150,
+    "savefig.bbox": "tight",
+    "pdf.fonttype": 42,
+}
+
+
+@contextmanager
+def paper_style(font_size: float | None = None):
+    """rcParams for the paper's figures, restored on exit."""
+    import logging
+
+    import matplotlib as mpl
+
+    rc = dict(RC, **({"font.size": font_size} if font_size else {}))
+    quiet = logging.getLogger("matplotlib.font_manager")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "findfont: Times New Roman not found" once per figure otherwise
+    try:
+        with mpl.rc_context(rc):
+            yield
+    finally:
+        quiet.setLevel(level)
+
+
+def bits(nats):
+    """Entropy in bits from nats."""
+    return np.asarray(nats, dtype=np.float64) / math.log(2)
+
+
+def upper_bound_bits(length: int) -> np.ndarray:
+    """log₂(i+1) for positions i = 0..length−1: the entropy of a uniform row over i+1 keys."""
+    return np.log2(np.arange(length) + 1.0)
+
+
+def family_colors(palette, n: int) -> list[str]:
+    """`n` colours from a light→dark family (evenly spread; repeats when n exceeds it)."""
+    if n <= len(palette):
+        idx = np.round(np.linspace(0, len(palette) - 1, n)).astype(int) if n > 1 else [len(palette) - 1]
+        return [palette[i] for i in idx]
+    return [palette[i % len(palette)] for i in range(n)]
+
+
+def scale_formatter():
+    """Tick labels "k/√d" for axes in units of the multiplier s (λ = s/√d)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:g}/$\\sqrt{{d}}$")

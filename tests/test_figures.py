@@ -1,0 +1,75 @@
+"""`entropy-lens figures` on a minimal config (the embedded pair at L = 16): every file, the cache
+reused on a rerun, and bad settings rejected before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from entropy_lens.cli import main
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.figures import FIGURES, FiguresConfig, make_figures
+
+MINIMAL = {"train_len": 16, "samples": 2, "sweep_samples": 2, "sweep_scales": "0.9:1.2:0.1", "fit_smooth": 2,
+           "smooth": 2, "search_steps": 2, "search_batch": 2, "batch_size": 2}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("figures")
+    config = root / "minimal.yaml"
+    config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in MINIMAL.items()))
+    code = main(["figures", "--config", str(config), "--out", str(root / "out"), "--cache", str(root / "cache"),
+                 "--quiet"])  # fmt: skip
+    return root, code
+
+
+def test_every_figure_and_the_readme(made):
+    root, code = made
+    assert code == 0
+    names = sorted(p.name for p in (root / "out").iterdir())
+    assert names == sorted([f"figure-{n}.{e}" for n in FIGURES for e in ("png", "pdf")] + ["README.md"])
+    readme = (root / "out" / "README.md").read_text()
+    assert all(f"![Figure {int(n)}](figure-{n}.png)" in readme for n in FIGURES)
+    assert "a = " in readme and "Pearson r" in readme and '"train_len": 16' in readme
+    assert (root / "out" / "figure-01.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rerun_reuses_the_cache(made):
+    root, _ = made
+    cache = root / "cache"
+    before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    make_figures(FiguresConfig.build(MINIMAL), root / "again", cache=cache, progress=False)
+    after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    assert after == before  # nothing recomputed, nothing rewritten
+    assert (root / "again" / "README.md").read_text() == (root / "out" / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("values", "match"), [
+    ({"sampels": 3}, "unknown settings \\['sampels'\\]"),
+    ({"short": 4, "long": 4}, "short < long"),
+])  # fmt: skip
+def test_bad_settings(values, match):
+    with pytest.raises(EntropyLensError, match=match):
+        FiguresConfig.build(values)
+
+
+def test_bad_config_files_and_lengths(tmp_path, capsys):
+    assert main(["figures", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    assert main(["figures", "--config", str(tmp_path / "list.yaml")]) == 2
+    assert "mapping" in capsys.readouterr().err
+    config = FiguresConfig.build({**MINIMAL, "length": 32})  # Figure 7's sweep shorter than 4L = 64
+    with pytest.raises(EntropyLensError, match="shorter than Figure 4"):
+        make_figures(config, tmp_path / "out", cache=tmp_path / "cache", progress=False)
+    missing = FiguresConfig.build({**MINIMAL, "head_scales": str(tmp_path / "none.safetensors")})
+    with pytest.raises(EntropyLensError, match="head-scales"):
+        make_figures(missing, tmp_path / "out", cache=tmp_path / "cache", progress=False)
+
+
+def test_packaged_paper_config():
+    config = FiguresConfig.from_file("paper", device="cpu")
+    assert (config.train_len, config.short, config.long, config.fit) == (2048, 2, 4, 8)
+    assert config.sweep_scales == "1.0:2.0:0.01" and config.fit_smooth == 0 and config.device == "cpu"

@@ -1,0 +1,164 @@
+"""Plot functions on small synthetic results: the Axes carry the expected lines, units, labels and
+limits (properties, not pixels)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from entropy_lens.analysis import Sweep, fit_scale_curve, moving_average
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.plotting import (
+    NOPE_SCALES,
+    all_heads_grid,
+    best_scale_by_position,
+    entropy_loss,
+    family_colors,
+    head_lines,
+    models_by_layers,
+    paper_style,
+    scale_vs_entropy,
+    upper_bound_bits,
+)
+from entropy_lens.results import REQUIRED_META, ScanResult
+
+LN2 = np.log(2)
+
+
+def result(L=3, H=5, T=200, *, seed=0, scale=1.0, reduction="per_head", train_len=50):
+    rng = np.random.default_rng(seed)
+    entropy = rng.uniform(0, 1, (L, H, T)).astype(np.float32) * np.log(np.arange(T) + 1.0, dtype=np.float32)
+    loss = (3 + rng.normal(0, 0.3, T)).astype(np.float32)
+    meta = dict.fromkeys(REQUIRED_META, "x")
+    meta.update(schema_version=1, model="m", config_hash="h", nope=True, head_dim=16, data="d", seed=0,
+                samples=1, len=T, train_len=train_len, entropy_reduction=reduction, wall_time_s=0.0,
+                scales=np.full((L, max(H, 1)), scale).tolist())  # fmt: skip
+    return ScanResult(entropy=entropy, entropy_sq=entropy**2, loss=loss, loss_sq=loss**2,
+                      count=np.ones(T, np.int64), meta=meta)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_entropy_loss_plots_bits_and_smoothed_nats():
+    a, b = result(seed=0), result(seed=1, T=150)
+    ax = entropy_loss([("A", a), ("B", b)], colors=["#111111", "#222222"], smooth=5)
+    assert [line.get_label() for line in ax.get_lines()] == ["A", "B"]
+    assert len(ax.get_lines()[0].get_xdata()) == 150  # truncated to the shortest result
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), a.mean_entropy[:150] / LN2, rtol=1e-6)
+    loss_lines = ax.right_ax.get_lines()
+    assert [line.get_linestyle() for line in loss_lines] == ["--", "--"]
+    np.testing.assert_allclose(loss_lines[1].get_ydata(), moving_average(b.loss, 5), rtol=1e-6)
+    assert loss_lines[0].get_color() == ax.get_lines()[0].get_color() == "#111111"
+    assert "bits" in ax.get_ylabel() and "log Perplexity" in ax.right_ax.get_ylabel()
+    assert ax.get_xlim() == (0, 149) and [t.get_text() for t in ax.get_legend().get_texts()] == ["A", "B"]
+
+
+def test_entropy_loss_raw_loss_and_errors():
+    a = result()
+    ax = entropy_loss([("A", a)], smooth=0, length=100, train_len=50, legend=None)
+    np.testing.assert_allclose(ax.right_ax.get_lines()[0].get_ydata(), a.loss[:100], rtol=1e-6)
+    assert ax.get_lines()[-1].get_xdata()[0] == 50 and ax.get_legend() is None  # the L line
+    with pytest.raises(EntropyLensError, match="one colour per curve"):
+        entropy_loss([("A", a)], colors=["r", "g"])
+    with pytest.raises(EntropyLensError, match="exceeds"):
+        entropy_loss([("A", a)], length=500)
+    with pytest.raises(EntropyLensError, match="--entropy none"):
+        entropy_loss([("A", result(H=0))])
+    with pytest.raises(EntropyLensError, match="at least one"):
+        entropy_loss([])
+
+
+def test_head_lines_one_line_per_head_with_bound_and_stride():
+    r = result(H=14)
+    ax = head_lines(r, 1, stride=10, bound=True)
+    lines = ax.get_lines()
+    assert len(lines) == 15  # 14 heads + the bound
+    np.testing.assert_allclose(lines[3].get_ydata(), r.entropy[1, 3, ::10] / LN2, rtol=1e-6)
+    assert lines[0].get_color() == lines[12].get_color()  # Paired repeats every 12 heads
+    np.testing.assert_allclose(lines[-1].get_ydata(), np.log2(np.arange(200) + 1.0))
+    assert lines[-1].get_linestyle() == "--"
+    assert len(head_lines(r, 0, heads=[0, 2]).get_lines()) == 2
+
+
+@pytest.mark.parametrize(("kw", "match"), [({"layer": 3}, "layer 3"), ({"heads": [9]}, "heads"),
+                                           ({"stride": 0}, "stride")])  # fmt: skip
+def test_head_lines_errors(kw, match):
+    args = {"layer": 0, **kw}
+    with pytest.raises(EntropyLensError, match=match):
+        head_lines(result(), args.pop("layer"), **args)
+
+
+def test_head_lines_need_per_head_entropy():
+    with pytest.raises(EntropyLensError, match="--entropy heads"):
+        head_lines(result(H=1, reduction="mean_heads"), 0)
+
+
+def test_models_by_layers_grid_titles():
+    fig = models_by_layers({"A": result(), "B": result(seed=2)}, [0, 1, 2])
+    axes = fig.axes
+    assert len(axes) == 6
+    assert [ax.get_title() for ax in axes[:3]] == ["Layer 0", "A - Layer 1", "Layer 2"]
+    assert axes[4].get_title() == "B - Layer 1" and all(len(ax.get_lines()) == 5 for ax in axes)
+
+
+def test_all_heads_grid_removes_unused_cells():
+    fig = all_heads_grid(result(L=6, H=3), stride=4, title="T")
+    assert [ax.get_title() for ax in fig.axes] == [f"Layer {i}" for i in range(6)]  # 8 cells, 2 removed
+    assert all(len(ax.get_lines()) == 4 for ax in fig.axes)  # 3 heads + bound
+    assert fig._suptitle.get_text() == "T"
+
+
+def test_scale_vs_entropy_fits_each_layer():
+    rng = np.random.default_rng(0)
+    rows = [{"layer": layer, "head": h, "scale": s, "entropy_bits": 9 - 2 * s - layer + rng.normal(0, 0.1)}
+            for layer in range(3) for h, s in enumerate(rng.uniform(1, 3, 8))]  # fmt: skip
+    table = pd.DataFrame(rows)
+    ax = scale_vs_entropy(table, ylim=(0, 13))
+    assert len(ax.collections) == 6  # per layer: scatter + band
+    fits = ax.get_lines()
+    for layer, line in enumerate(fits):
+        sub = table[table["layer"] == layer]
+        slope, intercept = np.polyfit(sub["scale"], sub["entropy_bits"], 1)
+        np.testing.assert_allclose(line.get_ydata(), intercept + slope * line.get_xdata(), rtol=1e-9)
+    assert ax.get_ylim() == (0, 13) and ax.get_xlabel() == "$\\lambda$"
+    assert ax.xaxis.get_major_formatter()(1.5, 0) == "1.5/$\\sqrt{d}$"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["0", "1", "2"]
+    with pytest.raises(EntropyLensError, match="lacks columns"):
+        scale_vs_entropy(table.drop(columns="scale"))
+
+
+def test_best_scale_by_position_draws_fit_and_training_length():
+    T, L, a = 400, 50, 0.3
+    t = np.arange(T)
+    s_star = 1 + a * np.log(np.maximum(t, 1) / L)
+    scales = np.round(np.arange(0.9, 2.0001, 0.05), 2)
+    loss = np.stack([(s - s_star) ** 2 + 2 for s in scales])
+    sweep = Sweep(scales=scales, loss=loss, entropy=None, train_len=L, model="m", length=T)
+    fit = fit_scale_curve(sweep)
+    ax = best_scale_by_position(sweep, fit)
+    best, fitted, vline = ax.get_lines()
+    np.testing.assert_allclose(best.get_ydata(), scales[loss.argmin(0)])
+    np.testing.assert_allclose(fitted.get_ydata(), fit.predict(np.arange(1, T)))
+    assert vline.get_xdata()[0] == L and ax.get_ylim() == (0.9, 2.0)
+    np.testing.assert_allclose(ax.right_ax.get_lines()[0].get_ydata(), loss.min(0))
+
+
+def test_style_helpers():
+    assert family_colors(NOPE_SCALES, 4) == list(NOPE_SCALES)
+    assert family_colors(NOPE_SCALES, 2) == [NOPE_SCALES[0], NOPE_SCALES[-1]]
+    assert len(family_colors(NOPE_SCALES, 6)) == 6
+    np.testing.assert_allclose(upper_bound_bits(4), np.log2([1, 2, 3, 4]))
+    before = matplotlib.rcParams["font.family"]
+    with paper_style(font_size=14):
+        assert matplotlib.rcParams["font.size"] == 14 and matplotlib.rcParams["font.family"] == ["serif"]
+    assert matplotlib.rcParams["font.family"] == before
