@@ -32,6 +32,10 @@ def add_parsers(sub) -> None:
 
 
 def cmd_figures(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no window, no display needed
+
     from entropy_lens.figures import FiguresConfig, make_figures
 
     overrides = {k: getattr(args, k) for k in ("nope", "rope", "head_scales", "train_len", "length", "data",

@@ -34,9 +34,6 @@ __all__ = ["render"]
 
 def render(d: dict, config, out: Path) -> list[Path]:
     """Save every figure as figure-NN.png and .pdf in `out` and write out/README.md."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     sections, written = [], []
@@ -45,7 +42,7 @@ def render(d: dict, config, out: Path) -> list[Path]:
             fig, caption, numbers = make(d, config)
             for ext in ("png", "pdf"):
                 path = out / f"figure-{number}.{ext}"
-                fig.savefig(path)
+                fig.savefig(path, metadata={"CreationDate": None} if ext == "pdf" else None)  # reproducible bytes
                 written.append(path)
             plt.close(fig)
         sections.append((number, caption, numbers))
