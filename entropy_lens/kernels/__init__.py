@@ -23,10 +23,12 @@ import os
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.merge import entropy_from_state, merge_states, shard_state
 from entropy_lens.kernels.reference import entropy_reference
 from entropy_lens.kernels.torch_chunked import entropy_torch_chunked
 
-__all__ = ["IMPLS", "attention_entropy", "entropy_reference", "entropy_torch_chunked", "resolve_impl"]
+__all__ = ["IMPLS", "attention_entropy", "entropy_from_state", "entropy_reference", "entropy_torch_chunked",
+           "merge_states", "resolve_impl", "shard_state"]  # fmt: skip
 
 IMPLS = ("reference", "torch_chunked", "triton")
 ENV_VAR = "ENTROPY_LENS_BACKEND"

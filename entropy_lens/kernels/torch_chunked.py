@@ -30,13 +30,32 @@ def entropy_torch_chunked(q, k, scale, causal=True, mask=None, *, block_q=64, bl
 
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
     """
+    m, l, u = state_torch_chunked(q, k, scale, causal, mask, block_q=block_q, block_k=block_k)
+    return entropy_from_state(m, l, u)
+
+
+def entropy_from_state(m, l, u):
+    """H = log l − u/l (nats) from the streaming state; 0 for rows that saw no key (l = 0). `m` is
+    unused (H does not depend on the centre) but kept so a state tuple can be splatted."""
+    del m
+    return torch.where(l > 0, torch.log(l) - u / l, torch.zeros_like(l)).clamp_min_(0.0)
+
+
+@torch.no_grad()
+def state_torch_chunked(q, k, scale, causal=True, mask=None, *, offset=None, block_q=64, block_k=1024):
+    """The streaming state (m, l, u), each (B, Hq, T) float32, of queries q over keys k.
+
+    offset: query i sees key j iff j <= i + offset (causal); default S − T, bottom-right alignment.
+    A key shard passes its own offset (see `entropy_lens.kernels.merge`); rows that see no key of
+    the shard get m = −inf, l = u = 0, the identity of `merge_states`.
+    """
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
-    offset = S - T  # bottom-right causal alignment: query i sees keys j <= i + offset
+    offset = S - T if offset is None else int(offset)
     kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
     lam = scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
-    out = torch.zeros(B, Hq, T, dtype=torch.float32, device=q.device)
+    state = torch.empty(3, B, Hq, T, dtype=torch.float32, device=q.device)
     for q0 in range(0, T, block_q):
         q1 = min(q0 + block_q, T)
         bq = q1 - q0
@@ -51,9 +70,8 @@ def entropy_torch_chunked(q, k, scale, causal=True, mask=None, *, block_q=64, bl
             s = torch.matmul(qb, kf[:, :, k0:k1].transpose(-1, -2)).view(B, Hkv, G, bq, k1 - k0)
             valid = _block_mask(mask, causal, q0, q1, k0, k1, offset, Hkv, G, q.device)
             m, l, u = _update(m, l, u, s, valid)
-        h = torch.where(l > 0, torch.log(l) - u / l, torch.zeros_like(l)).clamp_min_(0.0)
-        out[:, :, q0:q1] = h.view(B, Hq, bq)
-    return out
+        state[:, :, :, q0:q1] = torch.stack([m, l, u]).view(3, B, Hq, bq)
+    return state[0], state[1], state[2]
 
 
 def _block_mask(mask, causal, q0, q1, k0, k1, offset, Hkv, G, device):

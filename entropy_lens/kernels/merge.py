@@ -1,0 +1,53 @@
+"""The streaming entropy state is mergeable across key shards: the basis of multi-device scans.
+
+For one query row and a set of keys with scores s_j, the state is
+    m = max_j s_j,   l = Σ_j e^(s_j − m),   u = Σ_j e^(s_j − m)(s_j − m)      (H = log l − u/l)
+Two disjoint key sets A, B merge exactly: with m = max(m_A, m_B), α_X = e^(m_X − m),
+    l = α_A l_A + α_B l_B,   u = α_A (u_A + (m_A − m) l_A) + α_B (u_B + (m_B − m) l_B)
+(each side's centred terms move from its own max to the common one). The merge is associative and
+commutative, and an empty shard (m = −inf, l = u = 0) is its identity, so key shards can be folded
+in any order or tree, e.g. as K/V blocks travel round a ring of devices (docs/scaling.md).
+
+    state = shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S)   # (m, l, u), (B, Hq, T)
+    H = entropy_from_state(*merge_states(state_1, state_2))                  # == attention_entropy
+"""
+
+from __future__ import annotations
+
+import torch
+
+from entropy_lens.kernels.torch_chunked import entropy_from_state, state_torch_chunked
+
+__all__ = ["entropy_from_state", "merge_states", "shard_state"]
+
+
+def shard_state(q, k, scale, *, key_offset: int, total_keys: int, causal: bool = True, mask=None,
+                **block_sizes):  # fmt: skip
+    """State (m, l, u), each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
+    (B, Hkv, S_shard, D) holding global keys [key_offset, key_offset + S_shard) of `total_keys`.
+
+    Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T.
+    `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `scale` a
+    float or (Hq,) tensor as in `attention_entropy`.
+    """
+    from entropy_lens.kernels import _validate
+
+    scale_t, mask4 = _validate(q, k, scale, mask)
+    T = q.shape[2]
+    offset = total_keys - T - key_offset
+    return state_torch_chunked(q, k, scale_t, causal, mask4, offset=offset, **block_sizes)
+
+
+def merge_states(a, b):
+    """Merge two states (m, l, u) over disjoint key sets; see the module docstring. NaN-free when
+    either side (or both) saw no key (m = −inf)."""
+    ma, la, ua = a
+    mb, lb, ub = b
+    m = torch.maximum(ma, mb)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    terms = []
+    for mx, lx, ux in ((ma, la, ua), (mb, lb, ub)):
+        alpha = torch.exp(mx - m_safe)  # 0 for an empty side
+        shift = torch.where(lx > 0, (mx - m_safe) * lx, torch.zeros_like(lx))
+        terms.append((alpha * lx, alpha * (ux + shift)))
+    return m, terms[0][0] + terms[1][0], terms[0][1] + terms[1][1]

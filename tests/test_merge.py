@@ -1,0 +1,71 @@
+"""Key shards merged with `merge_states` give the unsplit entropy: the state is associative,
+commutative and an empty shard is its identity (the basis of a ring / context-parallel scan)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from entropy_lens.kernels import attention_entropy, entropy_from_state, merge_states, shard_state
+
+
+def _inputs(B=2, Hq=6, Hkv=2, T=37, S=53, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, T, D, generator=g)
+    k = torch.randn(B, Hkv, S, D, generator=g)
+    scale = torch.linspace(0.3, 1.5, Hq)
+    return q, k, scale
+
+
+def _shards(q, k, scale, cuts, *, causal=True, mask=None):
+    S = k.shape[2]
+    bounds = [0, *cuts, S]
+    return [shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S, causal=causal,
+                        mask=None if mask is None else mask[:, a:b], block_q=8, block_k=5)
+            for a, b in zip(bounds, bounds[1:])]  # fmt: skip
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("cuts", [[20], [7, 30], [0, 10, 10, 52], [1, 2, 3, 40, 50]])  # incl. empty shards
+def test_merged_shards_equal_unsplit_and_float64_reference(cuts, causal):
+    q, k, scale = _inputs()
+    ref = attention_entropy(q, k, scale=scale, causal=causal, impl="reference")
+    whole = attention_entropy(q, k, scale=scale, causal=causal, impl="torch_chunked")
+    merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, scale, cuts, causal=causal)))
+    torch.testing.assert_close(merged, whole, atol=2e-5, rtol=0)
+    torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
+
+
+def test_merge_is_associative_and_commutative():
+    q, k, scale = _inputs(seed=3)
+    a, b, c = _shards(q, k, scale, [15, 31])
+    left = merge_states(merge_states(a, b), c)
+    right = merge_states(a, merge_states(c, b))
+    for x, y in zip(left, right):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+    h = entropy_from_state(*left)
+    assert torch.isfinite(h).all() and (h >= 0).all()
+
+
+def test_empty_and_fully_masked_shards_are_the_identity():
+    q, k, scale = _inputs(T=12, S=12)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[:, 4:8] = False  # the middle shard sees no key at all
+    shards = _shards(q, k, scale, [4, 8], mask=mask)
+    m, l, u = shards[1]
+    assert torch.isinf(m).all() and (l == 0).all() and (u == 0).all()
+    merged = entropy_from_state(*merge_states(merge_states(shards[0], shards[1]), shards[2]))
+    ref = attention_entropy(q, k, scale=scale, mask=mask, impl="reference")
+    torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
+    # the first query row sees only key 0: its later shards are causally empty
+    assert torch.isinf(shards[2][0][:, :, 0]).all()
+
+
+def test_peaked_rows_merge_without_cancellation():
+    q, k, scale = _inputs(T=20, S=20, seed=5)
+    big = torch.full((6,), 40.0)  # near one-hot rows: H ~ 0, where log l − u/l must not cancel badly
+    merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, big, [5, 13])))
+    ref = attention_entropy(q, k, scale=big, impl="reference")
+    torch.testing.assert_close(merged, ref, atol=1e-4, rtol=0)
