@@ -24,6 +24,7 @@ import torch
 from entropy_lens import __version__
 from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
 from entropy_lens.data import token_chunks
+from entropy_lens.distributed import all_reduce_sum, process_group, world
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import resolve_impl
 from entropy_lens.models import (
@@ -109,7 +110,13 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
         if not force:
             raise EntropyLensError(f"{out} already exists; pass --resume to reuse it, --force to overwrite it, "
                                    "or another --out")
+    w = world()
+    if w.size > 1 and resume:
+        raise EntropyLensError("--resume is not supported under torchrun; rerun the whole scan, or resume it "
+                               "in one process without torchrun")  # fmt: skip
     device = resolve_device(config.device)
+    if w.size > 1 and device.type == "cuda":
+        device = torch.device("cuda", w.local_rank)
     dtype = resolve_dtype(config.dtype if config.dtype != "auto" else
                           ("bfloat16" if device.type == "cuda" else "float32"))
     lm = load_model(config.model, dtype=str(dtype).removeprefix("torch."), device=str(device),
@@ -128,37 +135,49 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
     if resume and out is not None and partial_path(out).exists():
         acc.restore(partial_path(out), identity)
 
+    with process_group(w, device):
+        _run(config, lm, chunks, multipliers, impl, device, acc, w, out, identity, started, progress,
+             checkpoint_every_s)  # fmt: skip
+    meta = _meta(config, lm, chunks, multipliers, scale_source, impl, str(device), str(dtype))
+    meta["world_size"] = w.size
+    meta["wall_time_s"] = round(acc.prior_wall_s + time.perf_counter() - started, 3)
+    result = acc.result(meta, meta["entropy_reduction"])
+    if out is not None and w.main:
+        result.save(out)
+        partial_path(out).unlink(missing_ok=True)
+    return result
+
+
+def _run(config, lm, chunks, multipliers, impl, device, acc, w, out, identity, started, progress, checkpoint_every_s):
+    """The sample loop: this rank's samples in batches, then (under torchrun) the sums of all ranks.
+    Checkpoints (single process only) every `checkpoint_every_s` and on Ctrl-C."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=config.samples * config.length, initial=acc.samples * config.length, unit="tok",
-               unit_scale=True, disable=not progress, desc=f"scan {config.model}", dynamic_ncols=True)
+    todo = w.samples(acc.samples, config.samples)
+    bar = tqdm(total=len(todo) * config.length, unit="tok", unit_scale=True, disable=not (progress and w.main),
+               desc=f"scan {config.model}", dynamic_ncols=True)  # fmt: skip
+    checkpoints = out is not None and w.size == 1
     last_ckpt = time.perf_counter()
     try:
-        for i in range(acc.samples, config.samples, config.batch_size):
-            ids = torch.from_numpy(chunks.ids[i : i + config.batch_size]).to(device)
+        for b in range(0, len(todo), config.batch_size):
+            ids = torch.from_numpy(chunks.ids[todo[b : b + config.batch_size]]).to(device)
             session = ScaleSession if config.entropy == "none" else EntropyRecorder
             with session(lm.model, scales=multipliers, impl=impl) as rec:
                 hidden = forward_hidden(lm.model, ids[:, :-1])
             nll = next_token_nll(lm.model, hidden, ids[:, 1:])
             acc.add(rec, nll)
             bar.update(ids.shape[0] * config.length)
-            if out is not None and time.perf_counter() - last_ckpt >= checkpoint_every_s:
+            if checkpoints and time.perf_counter() - last_ckpt >= checkpoint_every_s:
                 acc.save(partial_path(out), identity, time.perf_counter() - started)
                 last_ckpt = time.perf_counter()
     except KeyboardInterrupt:
-        if out is not None and acc.samples:
+        if checkpoints and acc.samples:
             acc.save(partial_path(out), identity, time.perf_counter() - started)
             bar.write(f"interrupted after {acc.samples} samples; rerun with --resume to finish")
         raise
     finally:
         bar.close()
-    meta = _meta(config, lm, chunks, multipliers, scale_source, impl, str(device), str(dtype))
-    meta["wall_time_s"] = round(acc.prior_wall_s + time.perf_counter() - started, 3)
-    result = acc.result(meta, meta["entropy_reduction"])
-    if out is not None:
-        result.save(out)
-        partial_path(out).unlink(missing_ok=True)
-    return result
+    acc.s = all_reduce_sum(acc.s, w)
 
 
 class _Accumulator:

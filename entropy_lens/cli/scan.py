@@ -86,12 +86,15 @@ def _config(args):
 
 
 def cmd_scan(args) -> int:
+    from entropy_lens.distributed import world
     from entropy_lens.results import summary
     from entropy_lens.scan import default_out, scan
 
     config = _config(args)
     out = args.out or default_out(config)
     result = scan(config, out=out, resume=args.resume, force=args.force, progress=not args.quiet)
+    if not world().main:
+        return 0  # under torchrun rank 0 alone wrote the file and reports
     m = result.meta
     print(f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} samples "
           f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']}, {m['wall_time_s']:.1f} s")  # fmt: skip
@@ -101,7 +104,12 @@ def cmd_scan(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    from entropy_lens.distributed import world
+    from entropy_lens.errors import EntropyLensError
     from entropy_lens.sweep import parse_scales, sweep
+
+    if world().size > 1:
+        raise EntropyLensError("sweep runs in one process; run it without torchrun (or torchrun one scan per scale)")
 
     scales = parse_scales(args.scales)
     out = sweep(_config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet)

@@ -1,0 +1,81 @@
+"""Multi-process scans: `torchrun --nproc-per-node N -m entropy_lens scan ...`.
+
+torchrun sets WORLD_SIZE, RANK and LOCAL_RANK. A scan then gives sample k to rank k mod N (the
+same global list of windows for any N), each rank sums its samples in float64, the sums and counts
+are all-reduced, and rank 0 alone writes the results file and prints. The backend is gloo on CPU
+and nccl on CUDA (rank r uses cuda:LOCAL_RANK). A scan of N processes equals the 1-process scan up
+to float64 rounding of the order of the sums.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from entropy_lens.errors import EntropyLensError
+
+__all__ = ["World", "all_reduce_sum", "process_group", "world"]
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def samples(self, start: int, stop: int) -> list[int]:
+        """This rank's sample indices in [start, stop)."""
+        return [k for k in range(start, stop) if k % self.size == self.rank]
+
+
+def world() -> World:
+    """The process's place in a torchrun launch (World() when not launched by torchrun)."""
+    try:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise EntropyLensError("WORLD_SIZE/RANK/LOCAL_RANK are not integers; launch with torchrun") from None
+    if size < 1 or not 0 <= rank < size:
+        raise EntropyLensError(f"RANK {rank} is outside WORLD_SIZE {size}; launch with torchrun")
+    return World(rank, size, local)
+
+
+@contextmanager
+def process_group(w: World, device: torch.device):
+    """Initialise the default process group for `w` (if torchrun started several processes and none is
+    initialised yet) and destroy it on exit if it was created here."""
+    import torch.distributed as dist
+
+    created = False
+    if w.size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=w.rank, world_size=w.size)
+        created = True
+    try:
+        yield
+    finally:
+        if created:
+            dist.destroy_process_group()
+
+
+def all_reduce_sum(arrays: dict[str, np.ndarray], w: World) -> dict[str, np.ndarray]:
+    """Element-wise sums over all ranks (float64 / int64 kept), as new arrays; identity when size is 1."""
+    if w.size == 1:
+        return arrays
+    import torch.distributed as dist
+
+    device = torch.device("cuda", w.local_rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    out = {}
+    for key, value in arrays.items():
+        t = torch.from_numpy(np.ascontiguousarray(value)).to(device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        out[key] = t.cpu().numpy()
+    return out

@@ -1,0 +1,64 @@
+"""`torchrun --nproc-per-node 2 -m entropy_lens scan` (gloo, CPU) equals the 1-process scan."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from entropy_lens.distributed import World, world
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult
+
+ARGS = ["scan", "tiny-nope", "--len", "48", "--samples", "5", "--batch-size", "2", "--data", "austen:persuasion",
+        "--quiet"]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one(tmp_path):
+    from entropy_lens.cli import main
+
+    assert main([*ARGS, "--out", str(tmp_path / "one.npz")]) == 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "-m", "entropy_lens", *ARGS, "--out", str(tmp_path / "two.npz")]  # fmt: skip
+    env = {"OMP_NUM_THREADS": "1", **os.environ}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("wrote") == 1  # rank 0 alone reports
+    one, two = ScanResult.load(tmp_path / "one.npz"), ScanResult.load(tmp_path / "two.npz")
+    assert two.meta["world_size"] == 2 and one.meta["world_size"] == 1
+    np.testing.assert_array_equal(one.count, two.count)
+    for key in ("entropy", "entropy_sq", "loss", "loss_sq"):
+        np.testing.assert_allclose(getattr(two, key), getattr(one, key), rtol=1e-6, atol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npz", "two.npz"]  # no partial files
+
+
+def test_world_from_environment(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert world() == World()
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    w = world()
+    assert (w.rank, w.size, w.main) == (2, 3, False) and w.samples(0, 8) == [2, 5]
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(EntropyLensError, match="outside WORLD_SIZE"):
+        world()
+
+
+def test_resume_refused_under_torchrun(monkeypatch, tmp_path):
+    from entropy_lens.scan import ScanConfig, scan
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(EntropyLensError, match="--resume is not supported under torchrun"):
+        scan(ScanConfig(model="tiny-nope", length=16, samples=1), out=tmp_path / "x.npz", resume=True)
