@@ -11,9 +11,10 @@
        gets 0; callers exclude such rows from averages.
 
 Backends (`impl`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
-streaming, the CPU path and fallback everywhere), "triton" (GPU; see issue 4). "auto" picks once per
-call from the device, overridable with the ENTROPY_LENS_BACKEND environment variable; `resolve_impl`
-returns the name actually used so callers can record it.
+streaming, the CPU path and fallback everywhere), "triton" (the GPU kernel, triton_entropy.py; on
+CPU only under TRITON_INTERPRET=1, for tests). "auto" picks triton for CUDA tensors when triton is
+installed and torch_chunked otherwise, overridable with the ENTROPY_LENS_BACKEND environment
+variable; `resolve_impl` returns the name actually used so callers can record it.
 """
 
 from __future__ import annotations
@@ -34,22 +35,36 @@ IMPLS = ("reference", "torch_chunked", "triton")
 ENV_VAR = "ENTROPY_LENS_BACKEND"
 
 
-def resolve_impl(impl: str = "auto", device: torch.device | str = "cpu") -> str:
-    """The backend `attention_entropy` will use for tensors on `device`."""
+def resolve_impl(impl: str = "auto", device: torch.device | str | None = None) -> str:
+    """The backend `attention_entropy` will use for tensors on `device` (None: only check the name)."""
     if impl == "auto":
         impl = os.environ.get(ENV_VAR, "auto")
     if impl == "auto":
-        return "torch_chunked"  # the Triton kernel (issue 4) will take CUDA here
+        if device is not None and torch.device(device).type == "cuda" and triton_available():
+            return "triton"
+        return "torch_chunked"
     if impl not in IMPLS:
         raise EntropyLensError(
             f"unknown entropy backend {impl!r}; choose one of auto, {', '.join(IMPLS)} "
             f"(via --backend or {ENV_VAR})"
         )
     if impl == "triton":
-        raise EntropyLensError(
-            "the Triton entropy backend is not available in this version; use --backend torch_chunked"
-        )
+        if not triton_available():
+            raise EntropyLensError("the triton backend needs the triton package: pip install triton "
+                                   "(or use --backend torch_chunked)")  # fmt: skip
+        interpret = os.environ.get("TRITON_INTERPRET") == "1"
+        if device is not None and torch.device(device).type != "cuda" and not interpret:
+            raise EntropyLensError(
+                f"the triton backend runs on CUDA tensors, not {torch.device(device).type}; use --device cuda, "
+                "--backend torch_chunked, or set TRITON_INTERPRET=1 (tests only) before importing entropy_lens"
+            )
     return impl
+
+
+def triton_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
 
 
 def attention_entropy(q, k, *, scale, causal=True, mask=None, impl="auto", **block_sizes):
@@ -58,6 +73,10 @@ def attention_entropy(q, k, *, scale, causal=True, mask=None, impl="auto", **blo
     impl = resolve_impl(impl, q.device)
     if impl == "reference":
         return entropy_reference(q, k, scale_t, causal, mask4)
+    if impl == "triton":
+        from entropy_lens.kernels.triton_entropy import entropy_triton
+
+        return entropy_triton(q, k, scale_t, causal, mask4)
     return entropy_torch_chunked(q, k, scale_t, causal, mask4, **block_sizes)
 
 

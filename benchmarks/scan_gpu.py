@@ -1,0 +1,203 @@
+"""GPU benchmark: a TinyLlama-1.1B-shaped NoPE model (random weights, bf16, batch 1) at 4K–128K tokens.
+
+    python benchmarks/scan_gpu.py [--lengths 4096 8192 16384 32768 65536 131072] [--repeats 3]
+                                  [--out benchmarks/results/scan_gpu.json]
+
+Modes per length (median wall time after one warm-up, peak GPU memory from max_memory_allocated):
+  plain   decoder forward with sdpa (flash kernels) + chunked next-token loss: what a loss-only scan costs
+  scan    the same with EntropyRecorder: per-layer, per-head entropy through the Triton kernel
+  eager   attn_implementation="eager" (materialises each layer's [heads, T, T] probabilities) with
+          entropy taken from them layer by layer; skipped where it runs out of memory
+  kernel  the entropy kernel alone on one layer's q, k vs the attention forward on the same q, k, v
+          (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products
+Targets (issue 4): scan ≤ 1.3× plain at 16K, peak memory ≤ 1.1× plain, 128K fits on 80 GB, and at 8K
+the scan ≥ 20× faster than eager. Prints a table and writes JSON with the GPU name. Needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+MODES = ("plain", "scan", "eager", "kernel")
+
+
+def tinyllama_config(**overrides):
+    """LlamaConfig of TinyLlama-1.1B (22 layers, 32 query heads over 4 KV heads, head_dim 64, hidden
+    2048, intermediate 5632, vocab 32000); `overrides` shrink it for smoke tests."""
+    from transformers import LlamaConfig
+
+    shape = {"num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_size": 2048,
+             "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 2048, **overrides}  # fmt: skip
+    return LlamaConfig(**shape, head_dim=shape["hidden_size"] // shape["num_attention_heads"], nope=True,
+                       train_len=2048, tie_word_embeddings=False)  # fmt: skip
+
+
+def build_model(config, device: str, dtype):
+    """Random-weight NoPE Llama on `device` in `dtype`, eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from entropy_lens.models import apply_nope
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+    apply_nope(model)
+    return model
+
+
+def entropy_flops(heads: int, length: int, head_dim: int, causal: bool = True) -> float:
+    """Multiply-adds ×2 of the QKᵀ products one layer's entropy pass needs (causal: half the square)."""
+    pairs = length * (length + 1) / 2 if causal else length * length
+    return 2.0 * heads * pairs * head_dim
+
+
+def _timed(fn, repeats: int) -> tuple[float, list[float], float]:
+    import torch
+
+    fn()  # warm-up (and autotune)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times, torch.cuda.max_memory_allocated() / 2**30
+
+
+def run_mode(model, mode: str, length: int, repeats: int) -> dict:
+    import torch
+
+    from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
+
+    cfg = model.config
+    ids = torch.randint(0, cfg.vocab_size, (1, length + 1), device="cuda")
+    row = {"mode": mode, "len": length}
+    try:
+        with torch.no_grad():
+            if mode in ("plain", "scan"):
+                session = EntropyRecorder if mode == "scan" else contextlib.nullcontext
+
+                def fn():
+                    with session(model):
+                        hidden = forward_hidden(model, ids[:, :-1])
+                    return next_token_nll(model, hidden, ids[:, 1:])
+
+            elif mode == "eager":
+                fn = _eager(model, ids)
+            else:
+                return _kernel_row(cfg, length, repeats)
+            median, times, peak = _timed(fn, repeats)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {**row, "skipped": "out of GPU memory"}
+    finally:
+        model.set_attn_implementation("sdpa")
+    return {**row, "median_s": median, "times_s": times, "peak_gib": peak}
+
+
+def _eager(model, ids):
+    import torch
+
+    from entropy_lens.capture import forward_hidden
+
+    model.set_attn_implementation("eager")
+
+    def fn():
+        out = []
+
+        def hook(_module, _args, output):  # (attn_output, attn_weights [B, H, T, T])
+            out.append(torch.special.entr(output[1].float()).sum(-1))
+            return (output[0], None)
+
+        handles = [layer.self_attn.register_forward_hook(hook) for layer in model.model.layers]
+        try:
+            forward_hidden(model, ids[:, :-1])
+        finally:
+            for h in handles:
+                h.remove()
+        return out
+
+    return fn
+
+
+def _kernel_row(cfg, length: int, repeats: int) -> dict:
+    import torch
+
+    from entropy_lens.kernels import attention_entropy
+
+    hq, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    q = torch.randn(1, hq, length, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, hkv, length, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    ent_s, _, ent_peak = _timed(lambda: attention_entropy(q, k, scale=d**-0.5, impl="triton"), repeats)
+    try:
+        from flash_attn import flash_attn_func
+
+        name = "flash-attn"
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        attn_s, _, _ = _timed(lambda: flash_attn_func(qt, kt, vt, causal=True), repeats)
+    except ImportError:
+        name = "sdpa"
+        attn_s, _, _ = _timed(lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=True), repeats)  # fmt: skip
+    tflops = entropy_flops(hq, length, d) / ent_s / 1e12
+    return {"mode": "kernel", "len": length, "entropy_s": ent_s, "attention_s": attn_s, "attention": name,
+            "entropy_tflops": tflops, "entropy_peak_gib": ent_peak}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192, 16384, 32768, 65536, 131072])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_gpu.json"))
+    args = ap.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("scan_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False); run benchmarks/scan_cpu.py "
+              "on CPU", file=sys.stderr)  # fmt: skip
+        return 1
+    model = build_model(tinyllama_config(), "cuda", torch.bfloat16)
+    rows = []
+    for length in args.lengths:
+        for mode in args.modes:
+            rows.append(run_mode(model, mode, length, args.repeats))
+            print(json.dumps(rows[-1]), flush=True)
+    _table(rows)
+    record = {"benchmark": "scan_gpu", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "model": "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1",
+              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _table(rows: list[dict]) -> None:
+    plain = {r["len"]: r for r in rows if r["mode"] == "plain" and "median_s" in r}
+    print(f"\n{'len':>7} {'mode':>7} {'median s':>9} {'x plain':>8} {'peak GiB':>9} {'x plain':>8}  notes")
+    for r in rows:
+        p = plain.get(r["len"])
+        if "skipped" in r:
+            print(f"{r['len']:>7} {r['mode']:>7}  skipped: {r['skipped']}")
+        elif r["mode"] == "kernel":
+            print(f"{r['len']:>7} {'kernel':>7} {r['entropy_s']:>9.3f} {'':>8} {r['entropy_peak_gib']:>9.2f} {'':>8}  "
+                  f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s")  # fmt: skip
+        else:
+            tx = r["median_s"] / p["median_s"] if p else float("nan")
+            mx = r["peak_gib"] / p["peak_gib"] if p else float("nan")
+            print(f"{r['len']:>7} {r['mode']:>7} {r['median_s']:>9.3f} {tx:>8.2f} {r['peak_gib']:>9.2f} {mx:>8.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The Triton kernel on a real GPU at real sizes (opt in: `pytest -m gpu`; skipped without CUDA).
+The same grid as the interpreter cases runs with `pytest tests/triton_interp_cases.py` on a GPU."""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]  # fmt: skip
+
+from test_kernels import _inputs, _plain_pytorch_entropy
+
+from entropy_lens.kernels import attention_entropy
+
+
+@pytest.mark.parametrize("T", [2048, 8192, 16384])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_long_sequences_match_torch_chunked(T, dtype):
+    q, k = (x.cuda() for x in _inputs(1, 32, 4, T, T, D=64, dtype=dtype))
+    scale = torch.full((32,), 64**-0.5, device="cuda")
+    got = attention_entropy(q, k, scale=scale, impl="triton")
+    exact = attention_entropy(q, k, scale=scale, impl="torch_chunked")  # fp32 streaming, exact
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert (got - exact).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_within_twice_plain_pytorch_gpu(dtype):
+    q, k = (x.cuda() for x in _inputs(2, 8, 2, 1024, 1024, D=64, dtype=dtype))
+    scale = 64**-0.5
+    ref = attention_entropy(q, k, scale=scale, impl="reference")
+    got = attention_entropy(q, k, scale=scale, impl="triton")
+    kk = k.repeat_interleave(4, dim=1)
+    plain = _plain_pytorch_entropy(q, kk, scale, 1024, 1024)
+    assert (got - ref).abs().max().item() <= 2 * (plain - ref).abs().max().item()
+
+
+def test_key_padding_and_gqa_on_gpu():
+    q, k = (x.cuda() for x in _inputs(2, 32, 4, 4096, 4096, D=64, dtype=torch.bfloat16))
+    keep = torch.ones(2, 4096, dtype=torch.bool, device="cuda")
+    keep[0, :1000] = False
+    got = attention_entropy(q, k, scale=0.125, mask=keep, impl="triton")
+    exact = attention_entropy(q, k, scale=0.125, mask=keep, impl="torch_chunked")
+    assert (got - exact).abs().max().item() <= 2e-2

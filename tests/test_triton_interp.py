@@ -1,0 +1,46 @@
+"""Runs tests/triton_interp_cases.py in its own process under TRITON_INTERPRET=1 (the Triton kernel
+on CPU), so the interpreter setting never leaks into the rest of the suite."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import resolve_impl
+
+pytest.importorskip("triton")
+HERE = Path(__file__).parent
+
+
+def test_triton_kernel_under_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(HERE / "triton_interp_cases.py")]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
+
+
+def test_backend_selection(monkeypatch):
+    monkeypatch.delenv("ENTROPY_LENS_BACKEND", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert resolve_impl("auto", "cpu") == "torch_chunked"
+    assert resolve_impl("triton") == "triton"  # name check only (e.g. ScanConfig.check before a CUDA scan)
+    with pytest.raises(EntropyLensError, match="--device cuda, --backend torch_chunked, or set TRITON_INTERPRET"):
+        resolve_impl("triton", "cpu")
+    monkeypatch.setenv("ENTROPY_LENS_BACKEND", "triton")
+    with pytest.raises(EntropyLensError, match="CUDA tensors"):
+        resolve_impl("auto", "cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_impl("auto", "cpu") == "triton"
+
+
+def test_missing_triton_is_a_clear_error(monkeypatch):
+    from entropy_lens import kernels
+
+    monkeypatch.setattr(kernels, "triton_available", lambda: False)
+    with pytest.raises(EntropyLensError, match="pip install triton"):
+        resolve_impl("triton", "cuda")
+    assert resolve_impl("auto", "cuda") == "torch_chunked"
