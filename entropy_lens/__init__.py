@@ -12,8 +12,8 @@ _LAZY = {
     "EntropyLensError": "entropy_lens.errors",
     "attention_entropy": "entropy_lens.kernels",
     "EntropyRecorder": "entropy_lens.capture",
-    "ScanConfig": "entropy_lens.scan",
-    "scan": "entropy_lens.scan",
+    "ScanConfig": "entropy_lens.scanning",
+    "scan": "entropy_lens.scanning",
     "ScanResult": "entropy_lens.results",
     "load_model": "entropy_lens.models",
 }

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import SWEEP_INDEX, read_sweep_index, write_sweep_index
-from entropy_lens.scan import ScanConfig, scan
+from entropy_lens.scanning import ScanConfig, scan
 
 __all__ = ["parse_scales", "scale_file", "sweep"]
 

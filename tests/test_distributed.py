@@ -56,7 +56,7 @@ def test_world_from_environment(monkeypatch):
 
 
 def test_resume_refused_under_torchrun(monkeypatch, tmp_path):
-    from entropy_lens.scan import ScanConfig, scan
+    from entropy_lens.scanning import ScanConfig, scan
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

@@ -13,7 +13,7 @@ from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.head_search import HeadSearchConfig, mean_nll, save_head_scales, search_head_scales
 from entropy_lens.models import load_model
-from entropy_lens.scan import ScanConfig, scan
+from entropy_lens.scanning import ScanConfig, scan
 
 DATA = "austen:persuasion"
 

@@ -14,7 +14,7 @@ from entropy_lens.cli import main
 from entropy_lens.data import token_chunks
 from entropy_lens.models import load_model
 from entropy_lens.results import ScanResult
-from entropy_lens.scan import ScanConfig, partial_path, scan
+from entropy_lens.scanning import ScanConfig, partial_path, scan
 
 DATA = "austen:northanger"
 
@@ -112,7 +112,7 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
     config = _config(tiny_dir, samples=5)
     full = scan(config, progress=False)
 
-    import entropy_lens.scan as scan_mod
+    import entropy_lens.scanning as scan_mod
 
     real, calls = scan_mod.next_token_nll, {"n": 0}
 
@@ -140,7 +140,7 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
 
 
 def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
-    import entropy_lens.scan as scan_mod
+    import entropy_lens.scanning as scan_mod
 
     out = tmp_path / "r.npz"
     real = scan_mod.next_token_nll
@@ -279,3 +279,14 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
         np.testing.assert_allclose(rec.entropy[layer], seen[layer], atol=1e-5)
         np.testing.assert_allclose(rec.entropy[layer], torch.special.entr(a.double()).sum(-1)[0].numpy(),
                                    atol=2e-5)
+
+
+def test_top_level_scan_is_the_function_whatever_was_imported_first():
+    import subprocess
+    import sys
+
+    code = ("import entropy_lens.figures.runs, entropy_lens.sweep\n"
+            "from entropy_lens import ScanConfig, scan\n"
+            "assert callable(scan) and scan.__module__ == 'entropy_lens.scanning', scan\n")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr

@@ -12,7 +12,7 @@ from entropy_lens import sweep as sweep_module
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, read_sweep_index
-from entropy_lens.scan import ScanConfig, scan
+from entropy_lens.scanning import ScanConfig, scan
 from entropy_lens.sweep import parse_scales, sweep
 
 DATA = "austen:persuasion"

@@ -36,7 +36,7 @@ def test_loads_by_name_and_by_path(name):
 
 
 def test_scan_records_the_declared_train_len(tmp_path):
-    from entropy_lens.scan import ScanConfig, scan
+    from entropy_lens.scanning import ScanConfig, scan
 
     config = ScanConfig(model="tiny-nope", length=256, samples=1, data="austen:persuasion")
     assert scan(config, progress=False).meta["train_len"] == 128
@@ -86,7 +86,7 @@ def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
     """The paper's §3.2 in miniature: λ(h) searched on the training novels (weights frozen, focus
     constraint λ(h) ≥ 1/√d) lowers the held-out loss at L' = 4L below the best uniform scale."""
     from entropy_lens.head_search import HeadSearchConfig, save_head_scales, search_head_scales
-    from entropy_lens.scan import ScanConfig, scan
+    from entropy_lens.scanning import ScanConfig, scan
 
     def window_loss(span_loss: dict[str, float]) -> float:  # mean over positions [L/2, 4L)
         return sum(span_loss[n] * (b - a) for n, (a, b) in nope.spans.items()) / (4 - 0.5) / nope.train_len

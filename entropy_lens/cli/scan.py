@@ -73,7 +73,7 @@ def _add_mode_args(p, what: str) -> None:
 def _config(args):
     from transformers.utils import logging as hf_logging
 
-    from entropy_lens.scan import ScanConfig
+    from entropy_lens.scanning import ScanConfig
 
     hf_logging.disable_progress_bar()  # loading bars; the scan's own bar shows tokens/s
     return ScanConfig(
@@ -88,7 +88,7 @@ def _config(args):
 def cmd_scan(args) -> int:
     from entropy_lens.distributed import world
     from entropy_lens.results import summary
-    from entropy_lens.scan import default_out, scan
+    from entropy_lens.scanning import default_out, scan
 
     config = _config(args)
     out = args.out or default_out(config)

@@ -51,7 +51,7 @@ class Runs:
         return self.cache / f"{kind}-{name}-{settings.get('length', '')}-{digest}{suffix}"
 
     def _scan_config(self, model: str, length: int, **kw):
-        from entropy_lens.scan import ScanConfig
+        from entropy_lens.scanning import ScanConfig
 
         c = self.config
         return ScanConfig(model=model, length=length, samples=kw.pop("samples", c.samples), data=c.data,
@@ -59,7 +59,7 @@ class Runs:
                           train_len=c.train_len, **kw)  # fmt: skip
 
     def scan(self, model: str, length: int, **kw):
-        from entropy_lens.scan import scan
+        from entropy_lens.scanning import scan
 
         config = self._scan_config(model, length, **kw)
         path = self._path("scan", config.to_dict(), ".npz")

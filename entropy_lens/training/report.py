@@ -60,7 +60,7 @@ def length_report(
 ) -> LengthReport:
     """Scan `model` at `factor` × its training length once per scale; see the module docstring."""
     from entropy_lens.models import load_model
-    from entropy_lens.scan import ScanConfig, scan
+    from entropy_lens.scanning import ScanConfig, scan
 
     train_len = load_model(model).train_len
     if train_len is None:
