@@ -15,12 +15,13 @@ _LAZY = {
     "ScanConfig": "entropy_lens.scanning",
     "scan": "entropy_lens.scanning",
     "ScanResult": "entropy_lens.results",
+    "summary": "entropy_lens.results",
     "load_model": "entropy_lens.models",
 }
 
 __all__ = [  # noqa: RUF022 (same order as _LAZY)
     "__version__", "EntropyLensError", "attention_entropy", "EntropyRecorder", "ScanConfig", "scan",
-    "ScanResult", "load_model",
+    "ScanResult", "summary", "load_model",
 ]
 
 

@@ -104,7 +104,7 @@ def mean_nll(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int) -> 
 
 def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> HeadSearchResult:
     """Run the search; see the module docstring."""
-    from tqdm.auto import tqdm
+    from entropy_lens.progress import progress_bar
 
     config.check()
     device = resolve_device(config.device)
@@ -126,7 +126,7 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
     mult = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
     opt = torch.optim.AdamW([mult], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     log: list[dict] = []
-    bar = tqdm(range(config.steps), disable=not progress, desc=f"search-heads {config.model}")
+    bar = progress_bar(range(config.steps), enabled=progress, desc=f"search-heads {config.model}")
     t0 = time.perf_counter()
     for step in bar:
         for group in opt.param_groups:

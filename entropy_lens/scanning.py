@@ -151,11 +151,11 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
 def _run(config, lm, chunks, multipliers, impl, device, acc, w, out, identity, started, progress, checkpoint_every_s):
     """The sample loop: this rank's samples in batches, then (under torchrun) the sums of all ranks.
     Checkpoints (single process only) every `checkpoint_every_s` and on Ctrl-C."""
-    from tqdm.auto import tqdm
+    from entropy_lens.progress import progress_bar
 
     todo = w.samples(acc.samples, config.samples)
-    bar = tqdm(total=len(todo) * config.length, unit="tok", unit_scale=True, disable=not (progress and w.main),
-               desc=f"scan {config.model}", dynamic_ncols=True)  # fmt: skip
+    bar = progress_bar(total=len(todo) * config.length, unit="tok", unit_scale=True, enabled=progress and w.main,
+                       desc=f"scan {config.model}")  # fmt: skip
     checkpoints = out is not None and w.size == 1
     last_ckpt = time.perf_counter()
     try:

@@ -15,7 +15,11 @@ import pandas as pd
 
 from entropy_lens.analysis import head_entropy_vs_scale, inflection_agreement, inflections
 from entropy_lens.plotting import (
+    NOPE,
+    NOPE_DARK,
     NOPE_SCALES,
+    ROPE,
+    ROPE_DARK,
     ROPE_SCALES,
     all_heads_grid,
     best_scale_by_position,
@@ -26,7 +30,6 @@ from entropy_lens.plotting import (
     paper_style,
     scale_vs_entropy,
 )
-from entropy_lens.plotting.style import NOPE, NOPE_DARK, ROPE, ROPE_DARK
 from entropy_lens.results import atomic_write_text
 
 __all__ = ["render"]

@@ -38,7 +38,8 @@ class Runs:
         d["sweep"] = sweep = load_sweep(self.sweep(c.nope, fit_len))
         d["fit"] = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth)
         d["uniform_scale"] = s_long = best_uniform_scale(sweep, length=long)
-        d["head_scales_file"] = hs = c.head_scales or self.search(c.nope, long, s_long)
+        # absolute, so the scans' settings (and the cache names) do not depend on the working directory
+        d["head_scales_file"] = hs = str(Path(c.head_scales or self.search(c.nope, long, s_long)).resolve())
         d["long_nope"] = self.scan(c.nope, long)
         d["long_uniform"] = self.scan(c.nope, long, scale=s_long)
         d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
@@ -46,6 +47,8 @@ class Runs:
         return d
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
+        if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
+            settings = {**settings, "head_scales": hashlib.sha256(Path(settings["head_scales"]).read_bytes()).hexdigest()}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
         name = Path(str(settings.get("model", "x")).rstrip("/")).name
         return self.cache / f"{kind}-{name}-{settings.get('length', '')}-{digest}{suffix}"
@@ -62,6 +65,7 @@ class Runs:
         from entropy_lens.scanning import scan
 
         config = self._scan_config(model, length, **kw)
+        config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
         path = self._path("scan", config.to_dict(), ".npz")
         if self.progress:
             print(f"scan {model} len {length} {kw or ''} -> {path}", flush=True)

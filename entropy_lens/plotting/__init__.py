@@ -10,8 +10,12 @@ from entropy_lens.plotting.curves import entropy_loss
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
 from entropy_lens.plotting.style import (
+    NOPE,
+    NOPE_DARK,
     NOPE_SCALES,
     PAIRED,
+    ROPE,
+    ROPE_DARK,
     ROPE_SCALES,
     TAB10,
     bits,
@@ -20,6 +24,6 @@ from entropy_lens.plotting.style import (
     upper_bound_bits,
 )
 
-__all__ = ["NOPE_SCALES", "PAIRED", "ROPE_SCALES", "TAB10", "all_heads_grid", "best_scale_by_position",
+__all__ = ["NOPE", "NOPE_DARK", "NOPE_SCALES", "PAIRED", "ROPE", "ROPE_DARK", "ROPE_SCALES", "TAB10", "all_heads_grid", "best_scale_by_position",
            "bits", "entropy_loss", "family_colors", "head_lines", "models_by_layers", "paper_style",
            "scale_vs_entropy", "upper_bound_bits"]  # fmt: skip

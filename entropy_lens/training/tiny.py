@@ -147,9 +147,9 @@ def train_tiny(
 ) -> Path:
     """Train `recipe` and write a Hugging Face folder to `out`; see the module docstring."""
     import torch
-    from tqdm.auto import tqdm
 
     from entropy_lens.data import load_documents, packed_stream, random_windows
+    from entropy_lens.progress import progress_bar
     from entropy_lens.training.tokenizer import train_bpe
 
     recipe.check()
@@ -191,7 +191,7 @@ def train_tiny(
         start, log, prior_s = state["step"], state["log"], state["wall_s"]
 
     model.train()
-    bar = tqdm(total=recipe.steps, initial=start, disable=not progress, desc=f"train tiny-{recipe.kind}")
+    bar = progress_bar(total=recipe.steps, initial=start, enabled=progress, desc=f"train tiny-{recipe.kind}")
     t0 = time.perf_counter()
     for step in range(start, recipe.steps):
         for group in optimizer.param_groups:
