@@ -9,7 +9,8 @@ Modes per length (median wall time after one warm-up, peak GPU memory from max_m
   eager   attn_implementation="eager" (materialises each layer's [heads, T, T] probabilities) with
           entropy taken from them layer by layer; skipped where it runs out of memory
   kernel  the entropy kernel alone on one layer's q, k vs the attention forward on the same q, k, v
-          (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products
+          (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products, and the
+          fused output+entropy kernel vs the two separately (decides what the capture should use)
 Targets (issue 4): scan ≤ 1.3× plain at 16K, peak memory ≤ 1.1× plain, 128K fits on 80 GB, and at 8K
 the scan ≥ 20× faster than eager. Prints a table and writes JSON with the GPU name. Needs CUDA.
 """
@@ -148,8 +149,13 @@ def _kernel_row(cfg, length: int, repeats: int) -> dict:
         name = "sdpa"
         attn_s, _, _ = _timed(lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=True), repeats)  # fmt: skip
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    lam = torch.full((hq,), d**-0.5, device="cuda")
+    fused_s, _, _ = _timed(lambda: attention_with_entropy_triton(q, k, v, lam), repeats)
     tflops = entropy_flops(hq, length, d) / ent_s / 1e12
     return {"mode": "kernel", "len": length, "entropy_s": ent_s, "attention_s": attn_s, "attention": name,
+            "fused_s": fused_s, "fused_vs_separate": fused_s / (attn_s + ent_s),
             "entropy_tflops": tflops, "entropy_peak_gib": ent_peak}  # fmt: skip
 
 
@@ -192,7 +198,8 @@ def _table(rows: list[dict]) -> None:
             print(f"{r['len']:>7} {r['mode']:>7}  skipped: {r['skipped']}")
         elif r["mode"] == "kernel":
             print(f"{r['len']:>7} {'kernel':>7} {r['entropy_s']:>9.3f} {'':>8} {r['entropy_peak_gib']:>9.2f} {'':>8}  "
-                  f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s")  # fmt: skip
+                  f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
+                  f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)")  # fmt: skip
         else:
             tx = r["median_s"] / p["median_s"] if p else float("nan")
             mx = r["peak_gib"] / p["peak_gib"] if p else float("nan")

@@ -77,3 +77,46 @@ def test_near_1k_tokens_gqa_bf16():
     q, k = _inputs(1, 4, 2, 1000, 1000, D=32, dtype=torch.bfloat16)
     got, ref = _run(q, k, scale=torch.tensor([0.1, 0.2, 0.3, 0.4]))
     assert (got - ref).abs().max().item() <= 1e-3
+
+
+def _reference_output(q, k, v, scale, causal, keep=None):
+    """float64 softmax(λ q kᵀ) v with GQA by repeating key heads (reference only) and 0 for empty rows."""
+    G = q.shape[1] // k.shape[1]
+    kk, vv = (x.double().repeat_interleave(G, dim=1) for x in (k, v))
+    s = torch.matmul(q.double(), kk.transpose(-1, -2)) * scale
+    T, S = q.shape[2], k.shape[2]
+    visible = torch.ones(T, S, dtype=torch.bool).tril(S - T) if causal else torch.ones(T, S, dtype=torch.bool)
+    visible = visible[None, None] & (keep[:, None, None, :] if keep is not None else True)
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
+    return torch.matmul(p, vv)
+
+
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_fused_output_and_entropy_fp32(Hq, Hkv, causal):
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    q, k = _inputs(2, Hq, Hkv, 45, 45, D=24)
+    v = torch.randn(2, Hkv, 45, 24, generator=torch.Generator().manual_seed(3))
+    keep = torch.ones(2, 45, dtype=torch.bool)
+    keep[1, :40] = False  # early rows of sequence 1 see no key: output 0, entropy 0
+    scale = torch.linspace(0.2, 0.7, Hq)
+    out, ent = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), scale.to(DEVICE), causal,
+                                             keep[:, None, None, :].to(DEVICE))  # fmt: skip
+    ref_ent = attention_entropy(q, k, scale=scale, causal=causal, mask=keep, impl="reference")
+    ref_out = _reference_output(q, k, v, scale.view(1, Hq, 1, 1).double(), causal, keep)
+    assert out.dtype == torch.float32 and (out.cpu().double() - ref_out).abs().max().item() <= 1e-5
+    assert (ent.cpu() - ref_ent).abs().max().item() <= 1e-5
+
+
+def test_fused_bf16_output_within_twice_plain_pytorch():
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    q, k = _inputs(1, 4, 2, 80, 80, D=32, dtype=torch.bfloat16)
+    v = torch.randn(1, 2, 80, 32, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    scale = 32**-0.5
+    out, _ = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), torch.full((4,), scale).to(DEVICE))
+    ref = _reference_output(q, k, v, scale, True)
+    plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+    err_plain = (plain.double() - ref).abs().max().item()
+    assert out.dtype == torch.bfloat16 and (out.cpu().double() - ref).abs().max().item() <= 2 * err_plain

@@ -20,6 +20,11 @@ fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every t
 fp32 first because the interpreter's `tl.dot` on bf16 is wrong.
 Block sizes: `@triton.autotune` over a small grid when a CUDA driver is present, fixed (32, 32)
 otherwise (the interpreter).
+
+Fused variant (`attention_with_entropy_triton`): the same kernel with WITH_OUTPUT also streams V
+and returns the attention output, the flash-attention forward plus the entropy accumulators. The
+capture keeps "sdpa/flash output + entropy-only pass" until a GPU benchmark (benchmarks/scan_gpu.py,
+kernel mode) shows the fused pass is faster; that measurement is still to be made.
 """
 
 from __future__ import annotations
@@ -35,14 +40,16 @@ FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 
 
 def _entropy_kernel(
-    Q, K, SCALE, KEEP, OUT,
+    Q, K, V, SCALE, KEEP, OUT, O,
     sqb, sqh, sqt, sqd,
     skb, skh, sks, skd,
+    svb, svh, svs, svd,
+    sob, soh, sot, sod,
     skeep_b, skeep_s,
     H_Q, T, S, OFFSET,
     GROUP: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr, IEEE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    WITH_OUTPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -59,6 +66,7 @@ def _entropy_kernel(
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     u = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # Σ e^(s−m) v: the attention output (fused mode)
     k_end = S
     if CAUSAL:
         k_end = tl.minimum(S, (pid_m + 1) * BLOCK_M + OFFSET)
@@ -89,9 +97,21 @@ def _entropy_kernel(
         l = alpha * l + tl.sum(e, 1)
         u = alpha * (u + shift) + tl.sum(e * tl.where(valid, d, 0.0), 1)
         m = m_new
+        if WITH_OUTPUT:
+            v = tl.load(V + b * svb + kv * svh + cols[:, None] * svs + dims[None, :] * svd,
+                        mask=(cols[:, None] < S) & (dims[None, :] < D), other=0.0)  # fmt: skip
+            if CAST_F32:
+                pv = tl.dot(e, v.to(tl.float32), input_precision="ieee")
+            else:
+                pv = tl.dot(e.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
     ent = tl.where(l > 0, tl.log(l) - u / l, 0.0)
     ent = tl.maximum(ent, 0.0)
     tl.store(OUT + pid_bh * T + rows, ent, mask=rows < T)
+    if WITH_OUTPUT:
+        o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
+        tl.store(O + b * sob + h * soh + rows[:, None] * sot + dims[None, :] * sod, o.to(O.dtype.element_ty),
+                 mask=(rows[:, None] < T) & (dims[None, :] < D))  # fmt: skip
 
 
 def _compile():
@@ -102,7 +122,7 @@ def _compile():
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
         for bm, bn, w, st in ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))
     ]  # fmt: skip
-    return triton.autotune(configs=configs, key=["T", "S", "BLOCK_D", "CAUSAL"])(kernel), True
+    return triton.autotune(configs=configs, key=["T", "S", "BLOCK_D", "CAUSAL", "WITH_OUTPUT"])(kernel), True
 
 
 _KERNEL, _AUTOTUNED = _compile()
@@ -118,6 +138,23 @@ def key_padding(mask, B: int, S: int):
 @torch.no_grad()
 def entropy_triton(q, k, scale, causal=True, mask=None):
     """See the module docstring. `mask` is a validated bool 4-D mask or None."""
+    return _launch(q, k, None, scale, causal, mask)[0]
+
+
+@torch.no_grad()
+def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None):
+    """The fused variant: (attention output (B, Hq, T, D) in q's dtype, entropy (B, Hq, T) fp32) in one
+    pass over K/V, i.e. the flash-attention forward with the entropy accumulators beside it. `v` is
+    (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Only key-padding masks."""
+    from entropy_lens.errors import EntropyLensError
+
+    if mask is not None and key_padding(mask, q.shape[0], k.shape[2]) is None:
+        raise EntropyLensError("the fused Triton kernel takes key-padding masks only; use entropy_triton + sdpa")
+    entropy, out = _launch(q, k, v.to(q.dtype), scale, causal, mask)
+    return out, entropy
+
+
+def _launch(q, k, v, scale, causal, mask):
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
@@ -128,14 +165,16 @@ def entropy_triton(q, k, scale, causal=True, mask=None):
         if keep is None:  # per-query / per-head masks: the exact streaming path
             from entropy_lens.kernels.torch_chunked import entropy_torch_chunked
 
-            return entropy_torch_chunked(q, k, scale, causal, mask)
+            return entropy_torch_chunked(q, k, scale, causal, mask), None
         keep = keep.to(torch.int8)
-    out = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
+    ent = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
+    # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
+    out_dtype = torch.float32 if INTERPRET else q.dtype
+    out = torch.empty(B, Hq, T, D, dtype=out_dtype, device=q.device) if v is not None else None
     if T == 0 or B * Hq == 0:
-        return out
+        return ent, out
     lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
-    keep_arg = keep if keep is not None else out  # unused pointer when HAS_KEEP is False
-    keep_strides = (keep.stride(0), keep.stride(1)) if keep is not None else (0, 0)
+    unused = ent  # pointer arguments of a disabled feature
     blocks = {} if _AUTOTUNED else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
 
@@ -143,12 +182,15 @@ def entropy_triton(q, k, scale, causal=True, mask=None):
         return (triton.cdiv(T, meta["BLOCK_M"] if block_m is None else block_m), B * Hq)
 
     _KERNEL[grid](
-        q, k, lam, keep_arg, out,
-        *q.stride(), *k.stride(), *keep_strides,
+        q, k, v if v is not None else unused, lam, keep if keep is not None else unused, ent,
+        out if out is not None else unused,
+        *q.stride(), *k.stride(), *(v.stride() if v is not None else (0,) * 4),
+        *(out.stride() if out is not None else (0,) * 4),
+        *((keep.stride(0), keep.stride(1)) if keep is not None else (0, 0)),
         Hq, T, S, S - T,
         GROUP=Hq // Hkv, BLOCK_D=max(16, triton.next_power_of_2(D)), D=D,
         CAUSAL=bool(causal), HAS_KEEP=keep is not None,
         CAST_F32=INTERPRET or q.dtype == torch.float32, IEEE=q.dtype == torch.float32,
-        **blocks,
+        WITH_OUTPUT=v is not None, **blocks,
     )  # fmt: skip
-    return out
+    return ent, (out.to(q.dtype) if out is not None else None)
