@@ -58,7 +58,8 @@ def _add_scan_args(p) -> None:
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default auto)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="which chunks are drawn (default 0)")
-    p.add_argument("--backend", default="auto", help="entropy kernel: auto | torch_chunked | reference")
+    p.add_argument("--backend", default="auto",
+                   help="entropy kernel: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference")
     p.add_argument("--train-len", type=int, help="the model's training length (default: what its config declares)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
 
