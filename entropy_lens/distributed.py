@@ -57,6 +57,8 @@ def process_group(w: World, device: torch.device):
 
     created = False
     if w.size > 1 and not dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # NCCL's own buffers and barriers then use this rank's GPU
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=w.rank, world_size=w.size)
         created = True
     try:

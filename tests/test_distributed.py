@@ -62,3 +62,27 @@ def test_resume_refused_under_torchrun(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(EntropyLensError, match="--resume is not supported under torchrun"):
         scan(ScanConfig(model="tiny-nope", length=16, samples=1), out=tmp_path / "x.npz", resume=True)
+
+
+def test_interrupt_under_torchrun_leaves_no_file(monkeypatch, tmp_path):
+    """Ranks write no checkpoints (resume is single-process), so Ctrl-C leaves the folder as it was."""
+    import contextlib
+
+    import entropy_lens.scanning as scan_mod
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(scan_mod, "process_group", lambda w, device: contextlib.nullcontext())
+    real, calls = scan_mod.next_token_nll, {"n": 0}
+
+    def interrupted_second_batch(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(scan_mod, "next_token_nll", interrupted_second_batch)
+    config = scan_mod.ScanConfig(model="tiny-nope", length=16, samples=4, data="austen:persuasion")
+    with pytest.raises(KeyboardInterrupt):
+        scan_mod.scan(config, out=tmp_path / "x.npz", progress=False, checkpoint_every_s=0.0)
+    assert calls["n"] == 2 and list(tmp_path.iterdir()) == []

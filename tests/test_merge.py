@@ -8,6 +8,8 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from entropy_lens.kernels import attention_entropy, entropy_from_state, merge_states, shard_state
 
@@ -40,14 +42,43 @@ def test_merged_shards_equal_unsplit_and_float64_reference(cuts, causal):
 
 
 def test_merge_is_associative_and_commutative():
+    """Every order of four shards, folded left and as a balanced tree, gives the same state."""
     q, k, scale = _inputs(seed=3)
-    a, b, c = _shards(q, k, scale, [15, 31])
-    left = merge_states(merge_states(a, b), c)
-    right = merge_states(a, merge_states(c, b))
-    for x, y in zip(left, right):
-        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
-    h = entropy_from_state(*left)
+    shards = _shards(q, k, scale, [9, 15, 31])
+    first = functools.reduce(merge_states, shards)
+    for a, b, c, d in itertools.permutations(shards):
+        left_fold = functools.reduce(merge_states, (a, b, c, d))
+        balanced = merge_states(merge_states(a, b), merge_states(c, d))
+        for x, y in zip((*left_fold, *balanced), first * 2):
+                torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+    h = entropy_from_state(*first)
     assert torch.isfinite(h).all() and (h >= 0).all()
+    torch.testing.assert_close(h, attention_entropy(q, k, scale=scale, impl="reference"), atol=2e-5, rtol=0)
+
+
+def _merge_tree(states, order, splits):
+    """Merge `states` taken in `order`, grouped as a binary tree whose split points come from `splits`."""
+    if len(order) == 1:
+        return states[order[0]]
+    cut = 1 + splits[0] % (len(order) - 1)
+    left, right = _merge_tree(states, order[:cut], splits[1:]), _merge_tree(states, order[cut:], splits[1:])
+    return merge_states(left, right)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([(2, 2), (4, 2), (6, 1)]), st.integers(1, 20), st.integers(0, 12), st.data())
+def test_any_cuts_order_and_grouping_give_the_float64_entropy(heads, T, extra, data):
+    Hq, Hkv = heads
+    S = T + extra
+    q, k, scale = _inputs(B=1, Hq=Hq, Hkv=Hkv, T=T, S=S, seed=data.draw(st.integers(0, 2**16)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, S), max_size=5)))  # repeats and 0/S: empty shards
+    causal = data.draw(st.booleans())
+    states = _shards(q, k, scale, cuts, causal=causal)
+    order = data.draw(st.permutations(range(len(states))))
+    splits = data.draw(st.lists(st.integers(0, 100), min_size=len(states), max_size=len(states)))
+    merged = entropy_from_state(*_merge_tree(states, order, splits))
+    ref = attention_entropy(q, k, scale=scale, causal=causal, impl="reference")
+    torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
 
 def test_empty_and_fully_masked_shards_are_the_identity():
