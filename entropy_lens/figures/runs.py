@@ -48,7 +48,8 @@ class Runs:
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
         if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
-            settings = {**settings, "head_scales": hashlib.sha256(Path(settings["head_scales"]).read_bytes()).hexdigest()}
+            digest = hashlib.sha256(Path(settings["head_scales"]).read_bytes()).hexdigest()
+            settings = {**settings, "head_scales": digest}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
         name = Path(str(settings.get("model", "x")).rstrip("/")).name
         return self.cache / f"{kind}-{name}-{settings.get('length', '')}-{digest}{suffix}"
@@ -67,6 +68,10 @@ class Runs:
         config = self._scan_config(model, length, **kw)
         config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
         path = self._path("scan", config.to_dict(), ".npz")
+        if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
+            from entropy_lens.results import ScanResult
+
+            return ScanResult.load(path)
         if self.progress:
             print(f"scan {model} len {length} {kw or ''} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
