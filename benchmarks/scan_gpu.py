@@ -5,12 +5,14 @@
 
 Modes per length (median wall time after one warm-up, peak GPU memory from max_memory_allocated):
   plain   decoder forward with sdpa (flash kernels) + chunked next-token loss: what a loss-only scan costs
-  scan    the same with EntropyRecorder: per-layer, per-head entropy through the Triton kernel
+  scan    the same with EntropyRecorder: per-layer, per-head entropy, sdpa output + Triton entropy pass
+  scan_fused  the same with the fused Triton pass (output + entropy in one pass over K/V); the
+          capture's default `fused="auto"` times these two per shape and keeps the faster
   eager   attn_implementation="eager" (materialises each layer's [heads, T, T] probabilities) with
           entropy taken from them layer by layer; skipped where it runs out of memory
   kernel  the entropy kernel alone on one layer's q, k vs the attention forward on the same q, k, v
           (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products, and the
-          fused output+entropy kernel vs the two separately (decides what the capture should use)
+          fused output+entropy kernel vs the two separately
 Targets (issue 4): scan ≤ 1.3× plain at 16K, peak memory ≤ 1.1× plain, 128K fits on 80 GB, and at 8K
 the scan ≥ 20× faster than eager. Prints a table and writes JSON with the GPU name. Needs CUDA.
 """
@@ -25,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("plain", "scan", "eager", "kernel")
+MODES = ("plain", "scan", "scan_fused", "eager", "kernel")
 
 
 def tinyllama_config(**overrides):
@@ -83,11 +85,11 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
     row = {"mode": mode, "len": length}
     try:
         with torch.no_grad():
-            if mode in ("plain", "scan"):
-                session = EntropyRecorder if mode == "scan" else contextlib.nullcontext
+            if mode in ("plain", "scan", "scan_fused"):
+                fused = "on" if mode == "scan_fused" else "off"
 
                 def fn():
-                    with session(model):
+                    with contextlib.nullcontext() if mode == "plain" else EntropyRecorder(model, fused=fused):
                         hidden = forward_hidden(model, ids[:, :-1])
                     return next_token_nll(model, hidden, ids[:, 1:])
 
@@ -191,19 +193,19 @@ def main() -> int:
 
 def _table(rows: list[dict]) -> None:
     plain = {r["len"]: r for r in rows if r["mode"] == "plain" and "median_s" in r}
-    print(f"\n{'len':>7} {'mode':>7} {'median s':>9} {'x plain':>8} {'peak GiB':>9} {'x plain':>8}  notes")
+    print(f"\n{'len':>7} {'mode':>10} {'median s':>9} {'x plain':>8} {'peak GiB':>9} {'x plain':>8}  notes")
     for r in rows:
         p = plain.get(r["len"])
         if "skipped" in r:
-            print(f"{r['len']:>7} {r['mode']:>7}  skipped: {r['skipped']}")
+            print(f"{r['len']:>7} {r['mode']:>10}  skipped: {r['skipped']}")
         elif r["mode"] == "kernel":
-            print(f"{r['len']:>7} {'kernel':>7} {r['entropy_s']:>9.3f} {'':>8} {r['entropy_peak_gib']:>9.2f} {'':>8}  "
+            print(f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} {r['entropy_peak_gib']:>9.2f} {'':>8}  "
                   f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
                   f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)")  # fmt: skip
         else:
             tx = r["median_s"] / p["median_s"] if p else float("nan")
             mx = r["peak_gib"] / p["peak_gib"] if p else float("nan")
-            print(f"{r['len']:>7} {r['mode']:>7} {r['median_s']:>9.3f} {tx:>8.2f} {r['peak_gib']:>9.2f} {mx:>8.2f}")
+            print(f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} {r['peak_gib']:>9.2f} {mx:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import torch
 
 from entropy_lens import __version__
 from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
+from entropy_lens.capture.fused import FUSED_MODES
 from entropy_lens.data import token_chunks
 from entropy_lens.distributed import all_reduce_sum, process_group, world
 from entropy_lens.errors import EntropyLensError
@@ -57,6 +58,7 @@ class ScanConfig:
     batch_size: int = 1
     seed: int = 0
     backend: str = "auto"
+    fused: str = "auto"  # triton backend: output + entropy in one pass (on/off/auto = the faster, timed)
     train_len: int | None = None  # overrides the checkpoint's declared training length
     trust_remote_code: bool = False
     entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
@@ -83,6 +85,8 @@ class ScanConfig:
         if self.train_len is not None and self.train_len < 1:
             raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
         resolve_impl(self.backend)  # unknown backend names fail here, before loading anything
+        if self.fused not in FUSED_MODES:
+            raise EntropyLensError(f"--fused {self.fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
 
 
 def default_out(config: ScanConfig) -> Path:
@@ -135,11 +139,15 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
     if resume and out is not None and partial_path(out).exists():
         acc.restore(partial_path(out), identity)
 
-    with process_group(w, device):
-        _run(config, lm, chunks, multipliers, impl, device, acc, w, out, identity, started, progress,
-             checkpoint_every_s)  # fmt: skip
+    def checkpoint() -> None:
+        acc.save(partial_path(out), identity, time.perf_counter() - started)
+
+    with process_group(w, device):  # ranks write no checkpoints: --resume is single-process
+        _run(config, lm, chunks, multipliers, impl, device, acc, w, progress,
+             checkpoint if out is not None and w.size == 1 else None, checkpoint_every_s)  # fmt: skip
     meta = _meta(config, lm, chunks, multipliers, scale_source, impl, str(device), str(dtype))
     meta["world_size"] = w.size
+    meta["attention_path"] = "+".join(sorted(acc.paths)) or "separate"  # fused / separate / both
     meta["wall_time_s"] = round(acc.prior_wall_s + time.perf_counter() - started, 3)
     result = acc.result(meta, meta["entropy_reduction"])
     if out is not None and w.main:
@@ -148,31 +156,31 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
     return result
 
 
-def _run(config, lm, chunks, multipliers, impl, device, acc, w, out, identity, started, progress, checkpoint_every_s):
+def _run(config, lm, chunks, multipliers, impl, device, acc, w, progress, checkpoint, checkpoint_every_s):
     """The sample loop: this rank's samples in batches, then (under torchrun) the sums of all ranks.
-    Checkpoints (single process only) every `checkpoint_every_s` and on Ctrl-C."""
+    `checkpoint()` (None: never) runs every `checkpoint_every_s` and on Ctrl-C."""
     from entropy_lens.progress import progress_bar
 
     todo = w.samples(acc.samples, config.samples)
     bar = progress_bar(total=len(todo) * config.length, unit="tok", unit_scale=True, enabled=progress and w.main,
                        desc=f"scan {config.model}")  # fmt: skip
-    checkpoints = out is not None and w.size == 1
     last_ckpt = time.perf_counter()
     try:
         for b in range(0, len(todo), config.batch_size):
             ids = torch.from_numpy(chunks.ids[todo[b : b + config.batch_size]]).to(device)
             session = ScaleSession if config.entropy == "none" else EntropyRecorder
-            with session(lm.model, scales=multipliers, impl=impl) as rec:
+            with session(lm.model, scales=multipliers, impl=impl, fused=config.fused) as rec:
                 hidden = forward_hidden(lm.model, ids[:, :-1])
+            acc.paths |= rec.session.paths
             nll = next_token_nll(lm.model, hidden, ids[:, 1:])
             acc.add(rec, nll)
             bar.update(ids.shape[0] * config.length)
-            if checkpoints and time.perf_counter() - last_ckpt >= checkpoint_every_s:
-                acc.save(partial_path(out), identity, time.perf_counter() - started)
+            if checkpoint and time.perf_counter() - last_ckpt >= checkpoint_every_s:
+                checkpoint()
                 last_ckpt = time.perf_counter()
     except KeyboardInterrupt:
-        if checkpoints and acc.samples:
-            acc.save(partial_path(out), identity, time.perf_counter() - started)
+        if checkpoint and acc.samples:
+            checkpoint()
             bar.write(f"interrupted after {acc.samples} samples; rerun with --resume to finish")
         raise
     finally:
@@ -191,6 +199,7 @@ class _Accumulator:
             "samples": np.array(0),
         }  # fmt: skip
         self.prior_wall_s = 0.0
+        self.paths: set[str] = set()  # how the layers computed this run (not checkpointed)
 
     @property
     def samples(self) -> int:

@@ -152,3 +152,40 @@ def test_next_token_nll_matches_full_logits():
     want = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
     assert got.shape == (2, 32)
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_fused_choice_is_measured_once_per_shape(monkeypatch):
+    from entropy_lens.capture import fused
+
+    monkeypatch.setattr(fused, "_CHOICES", {})
+    calls = []
+    run = {"fused": lambda: calls.append("fused"), "separate": lambda: calls.append("separate")}
+    cost = {"fused": 2.0, "separate": 1.0}
+
+    def timer(fn):
+        fn()
+        return cost[calls[-1]]
+
+    assert fused.choose("auto", ("a",), run, timer) == "separate"
+    assert calls == ["fused", "separate", "fused", "separate"]  # one warm-up each, then one timing each
+    cost.update(fused=0.5)  # a later change of speed does not matter: the shape's choice is kept
+    assert fused.choose("auto", ("a",), run, timer) == "separate" and len(calls) == 4
+    assert fused.choose("auto", ("b",), run, timer) == "fused"
+    assert fused.measured_choices() == {("a",): "separate", ("b",): "fused"}
+    assert fused.choose("on", ("a",), run, timer) == "fused" and fused.choose("off", ("b",), run, timer) == "separate"
+    if not torch.cuda.is_available():  # nothing to time on: auto keeps sdpa + entropy pass, measures nothing
+        assert fused.choose("auto", ("c",), run) == "separate" and ("c",) not in fused.measured_choices()
+
+
+def test_unknown_fused_mode_is_refused():
+    from entropy_lens.errors import EntropyLensError
+
+    with pytest.raises(EntropyLensError, match="auto, on, off"):
+        EntropyRecorder(make_tiny_model(), fused="yes")
+
+
+def test_torch_backend_never_fuses():
+    model = make_tiny_model()
+    with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked", fused="on") as rec:
+        model(torch.randint(0, 300, (1, 12)))
+    assert rec.session.paths == {"separate"}

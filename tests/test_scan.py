@@ -59,6 +59,7 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
                 "scales", "data", "seed", "samples", "len", "dtype", "device", "backend", "wall_time_s"):
         assert key in meta
     assert meta["scales"] == [[1.0] * 4] * 2 and meta["head_dim"] == 16 and meta["backend"] == "torch_chunked"
+    assert meta["attention_path"] == "separate" and meta["scan_config"]["fused"] == "auto"
     assert meta["len"] == 48 and meta["samples"] == 3 and meta["data"] == DATA
     loaded = ScanResult.load(out)
     assert np.array_equal(loaded.entropy, result.entropy) and loaded.meta == meta

@@ -42,3 +42,26 @@ def test_key_padding_and_gqa_on_gpu():
     got = attention_entropy(q, k, scale=0.125, mask=keep, impl="triton")
     exact = attention_entropy(q, k, scale=0.125, mask=keep, impl="torch_chunked")
     assert (got - exact).abs().max().item() <= 2e-2
+
+
+def test_fused_capture_on_gpu_within_twice_the_separate_error():
+    import copy
+
+    from tiny import make_tiny_model
+
+    from entropy_lens.capture import EntropyRecorder
+    from entropy_lens.capture.fused import measured_choices
+
+    ref_model = make_tiny_model(n_heads=8, n_kv_heads=2, head_dim=64).cuda()
+    model = copy.deepcopy(ref_model).to(torch.bfloat16)
+    ids = torch.randint(2, 300, (1, 4096), device="cuda")
+    runs = {}
+    for name, m, kw in [("ref", ref_model, {"impl": "torch_chunked"}), ("fused", model, {"fused": "on"}),
+                        ("separate", model, {"fused": "off"}), ("auto", model, {"fused": "auto"})]:  # fmt: skip
+        with torch.no_grad(), EntropyRecorder(m, **kw) as rec:
+            runs[name] = (m(ids).logits.float(), rec)
+    assert runs["fused"][1].session.paths == {"fused"} and runs["separate"][1].session.paths == {"separate"}
+    assert measured_choices() and runs["auto"][1].session.paths <= {"fused", "separate"}
+    for what, get in [("logits", lambda r: r[0]), ("entropy", lambda r: torch.from_numpy(r[1].entropy))]:
+        err = {n: (get(runs[n]) - get(runs["ref"])).abs().max().item() for n in ("fused", "separate")}
+        assert err["fused"] <= 2 * err["separate"] + 1e-6, (what, err)

@@ -120,3 +120,65 @@ def test_fused_bf16_output_within_twice_plain_pytorch():
     plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
     err_plain = (plain.double() - ref).abs().max().item()
     assert out.dtype == torch.bfloat16 and (out.cpu().double() - ref).abs().max().item() <= 2 * err_plain
+
+
+# -- the fused pass inside a model (capture/fused.py) -------------------------------------------------
+def _capture(model, ids, attention_mask=None, **kw):
+    from entropy_lens.capture import EntropyRecorder
+
+    with torch.no_grad(), EntropyRecorder(model, **kw) as rec:
+        logits = model(ids.to(DEVICE), attention_mask=attention_mask).logits.cpu()
+    return logits, rec
+
+
+@pytest.mark.parametrize("padding", ["none", "left"])
+@pytest.mark.parametrize("scales", [None, 1.3, "per_head"])
+def test_fused_capture_matches_sdpa_and_reference(padding, scales):
+    from tiny import make_tiny_model
+
+    model = make_tiny_model(n_heads=4, n_kv_heads=2).to(DEVICE)
+    if scales == "per_head":
+        scales = torch.linspace(0.7, 1.6, 8).view(2, 4)
+    ids = torch.randint(2, 300, (2, 40), generator=torch.Generator().manual_seed(5))
+    mask = None
+    if padding == "left":  # transformers builds a causal + padding 4-D mask: the kernel takes it as key padding
+        mask = torch.ones(2, 40, dtype=torch.long)
+        mask[1, :11] = 0
+        mask = mask.to(DEVICE)
+    fused, rec_f = _capture(model, ids, mask, scales=scales, impl="triton", fused="on")
+    plain, rec_r = _capture(model, ids, mask, scales=scales, impl="reference", fused="off")
+    assert rec_f.session.paths == {"fused"} and rec_r.session.paths == {"separate"}
+    valid = torch.ones(2, 40, dtype=torch.bool) if mask is None else mask.bool().cpu()
+    assert (fused[valid] - plain[valid]).abs().max().item() <= 1e-4
+    assert abs(rec_f.entropy - rec_r.entropy).max() <= 1e-5 and (rec_f.count == rec_r.count).all()
+
+
+def test_fused_capture_steps_aside_where_it_does_not_apply():
+    from tiny import make_tiny_model
+
+    from entropy_lens.capture import EntropyRecorder
+
+    model = make_tiny_model(n_heads=4, n_kv_heads=2).to(DEVICE)
+    ids = torch.randint(2, 300, (1, 24)).to(DEVICE)
+    with EntropyRecorder(model, impl="triton", fused="on") as rec:  # gradients wanted: sdpa computes the output
+        model(ids).logits.sum().backward()
+    assert rec.session.paths == {"separate"}
+    assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+    _, rec = _capture(model, ids, impl="triton", fused="off")
+    assert rec.session.paths == {"separate"}
+
+
+def test_causal_padding_mask_is_recognised_as_key_padding():
+    from entropy_lens.kernels.triton_entropy import key_padding
+
+    T, S = 6, 9
+    keep = torch.tensor([[True] * 9, [False] * 4 + [True] * 5])
+    causal = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    mask = causal[None, None] & keep[:, None, None, :]
+    assert torch.equal(key_padding(mask, 2, T, S, True), keep)
+    assert torch.equal(key_padding(keep[:, None, None, :], 2, T, S, True), keep)
+    other = mask.clone()
+    other[0, 0, 2, 1] = False  # one more masked score: not key padding, the torch path serves it
+    assert key_padding(other, 2, T, S, True) is None
+    assert key_padding(mask.expand(2, 3, T, S), 2, T, S, True) is None  # per-head
+    assert torch.equal(key_padding(keep[:, None, None, :].expand(2, 1, T, S), 2, T, S, False), keep)

@@ -11,7 +11,8 @@ For every attention layer the function
      tensor gets gradients;
   2. computes the layer output with the fast path: torch sdpa (its flash/efficient kernels on GPU);
   3. when capture is on, computes the entropy of the same post-RoPE q, k with the kernel
-     `attention_entropy` at scale λ_h, and hands it to the active recorder.
+     `attention_entropy` at scale λ_h, and hands it to the active recorder. With the triton
+     backend steps 2 and 3 may instead be one fused Triton pass (capture/fused.py decides).
 What to do is read from a context variable set by `ScaleSession`/`EntropyRecorder`, so a model
 left with this implementation outside any session behaves exactly like sdpa.
 """
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from entropy_lens.kernels import attention_entropy
+from entropy_lens.capture.fused import choose, fused_applies
+from entropy_lens.kernels import attention_entropy, resolve_impl
 
 ATTN_NAME = "entropy_lens"
 
@@ -40,6 +42,8 @@ class Session:
     multipliers: float | torch.Tensor | None = None
     on_entropy: Callable[[int, torch.Tensor, int], None] | None = None
     impl: str = "auto"
+    fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
+    paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
@@ -69,14 +73,43 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         q_out = query * mult.to(query.dtype).view(1, -1, 1, 1)
     elif mult is not None:
         out_scaling = scaling * float(mult)
-    out = sdpa_attention_forward(module, q_out, key, value, attention_mask, dropout=dropout,
-                                 scaling=out_scaling, **kwargs)
-    if session is not None and session.on_entropy is not None:
-        lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
-        entropy = attention_entropy(query.detach(), key.detach(), scale=lam,
-                                    causal=getattr(module, "is_causal", True),
-                                    mask=_as_bool_mask(attention_mask), impl=session.impl)
-        session.on_entropy(module.layer_idx, entropy, key.shape[2] - query.shape[2])
+
+    def separate():
+        return sdpa_attention_forward(module, q_out, key, value, attention_mask, dropout=dropout,
+                                      scaling=out_scaling, **kwargs)  # fmt: skip
+
+    if session is None or session.on_entropy is None:
+        return separate()
+    lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
+    causal = getattr(module, "is_causal", True)
+    mask = _as_bool_mask(attention_mask)
+    k_ent, v_ent = key, value
+    if causal and mask is None and 1 < query.shape[2] < key.shape[2]:
+        k_ent, v_ent = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]  # as sdpa: empty static cache
+
+    def entropy():
+        return attention_entropy(query.detach(), k_ent.detach(), scale=lam, causal=causal, mask=mask,
+                                 impl=session.impl)  # fmt: skip
+
+    def fused():
+        from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+        scale = torch.as_tensor(lam, dtype=torch.float32, device=query.device).expand(query.shape[1])
+        o, ent = attention_with_entropy_triton(query, k_ent, v_ent, scale, causal, mask)
+        return o.transpose(1, 2).contiguous(), ent
+
+    impl = resolve_impl(session.impl, query.device)
+    path = "separate"
+    if session.fused != "off" and fused_applies(impl, query, key, value, mask, causal, dropout, kwargs):
+        shape_key = (str(query.device), query.dtype, *query.shape, *key.shape[1:3], mask is not None, causal)
+        path = choose(session.fused, shape_key, {"fused": fused, "separate": lambda: (separate(), entropy())})
+    session.paths.add(path)
+    if path == "fused":
+        out, ent = fused()
+        out = (out, None)  # what sdpa_attention_forward returns: (B, T, Hq, D) output, no weights
+    else:
+        out, ent = separate(), entropy()
+    session.on_entropy(module.layer_idx, ent, k_ent.shape[2] - query.shape[2])
     return out
 
 

@@ -4,6 +4,7 @@
         model(input_ids)                 # any number of forwards
     rec.entropy   # (layers, heads, positions) float64 mean over the query rows seen, nats
     rec.count     # (positions,) how many rows were averaged at each position
+    rec.session.paths  # {"separate"} or {"fused"}: sdpa + entropy pass, or the one fused Triton pass
 
 On entry it registers the `entropy_lens` attention implementation, switches the model to it and
 installs a forward pre-hook that reads the 2-D `attention_mask` (so padded query rows are left out
@@ -20,17 +21,23 @@ import numpy as np
 import torch
 
 from entropy_lens.capture.attention import _ACTIVE, ATTN_NAME, Session, register
+from entropy_lens.capture.fused import FUSED_MODES
+from entropy_lens.errors import EntropyLensError
 
 
 class ScaleSession:
     """Apply attention-scale multipliers m_h (λ_h = m_h/√d) inside the model's attention.
 
     scales: None | float | array-like or tensor (layers, heads); a tensor keeps its autograd graph.
+    impl:   the entropy backend (kernels.resolve_impl); fused: "auto" | "on" | "off" (capture/fused.py).
+    `session.paths` tells afterwards which way the layers computed ("fused" / "separate").
     """
 
-    def __init__(self, model, *, scales=None, impl: str = "auto"):
+    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto"):
+        if fused not in FUSED_MODES:
+            raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
         self.model = model
-        self.session = Session(multipliers=_as_multipliers(model, scales), impl=impl)
+        self.session = Session(multipliers=_as_multipliers(model, scales), impl=impl, fused=fused)
         self._prev_impl = None
         self._token = None
 
@@ -52,8 +59,8 @@ class ScaleSession:
 class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
 
-    def __init__(self, model, *, scales=None, impl: str = "auto"):
-        super().__init__(model, scales=scales, impl=impl)
+    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto"):
+        super().__init__(model, scales=scales, impl=impl, fused=fused)
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.n_layers = cfg.num_hidden_layers
         self.n_heads = cfg.num_attention_heads

@@ -60,6 +60,9 @@ def _add_scan_args(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="which chunks are drawn (default 0)")
     p.add_argument("--backend", default="auto",
                    help="entropy kernel: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference")
+    p.add_argument("--fused", choices=["auto", "on", "off"], default="auto",
+                   help="triton backend: layer output + entropy in one fused pass (on), sdpa + an entropy pass "
+                        "(off), or whichever is faster, timed on the first forward (auto, default)")  # fmt: skip
     p.add_argument("--train-len", type=int, help="the model's training length (default: what its config declares)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
 
@@ -81,7 +84,7 @@ def _config(args):
         model=args.model, length=args.length, samples=args.samples, data=args.data, nope=args.nope,
         rope_scaling=args.rope_scaling,
         scale=getattr(args, "scale", None), head_scales=getattr(args, "head_scales", None), dtype=args.dtype,
-        device=args.device, batch_size=args.batch_size, seed=args.seed, backend=args.backend,
+        device=args.device, batch_size=args.batch_size, seed=args.seed, backend=args.backend, fused=args.fused,
         train_len=args.train_len, trust_remote_code=args.trust_remote_code, entropy=args.entropy,
     )  # fmt: skip
 

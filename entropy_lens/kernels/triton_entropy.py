@@ -6,8 +6,9 @@ Contract (the same as `entropy_torch_chunked`):
            indexing, keys are never repeated)
     scale  (Hq,) fp32: λ_h, scores are λ_h q·k
     causal query i sees keys j <= i + S − T (bottom-right alignment)
-    mask   None, or bool key padding (B, S) / (B|1, 1, 1, S), True = attend. Other 4-D masks
-           (per query or per head) are served by the exact torch path instead.
+    mask   None, or a validated bool 4-D mask, True = attend. Key padding ((B|1, 1, 1, S), or causal
+           AND key padding as transformers builds it, see `key_padding`) runs in the kernel; other
+           masks (per query or per head) are served by the exact torch path instead.
     -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key.
 
 One program handles BLOCK_M query rows of one (batch, head) and streams over key blocks with the
@@ -23,8 +24,8 @@ otherwise (the interpreter).
 
 Fused variant (`attention_with_entropy_triton`): the same kernel with WITH_OUTPUT also streams V
 and returns the attention output, the flash-attention forward plus the entropy accumulators. The
-capture keeps "sdpa/flash output + entropy-only pass" until a GPU benchmark (benchmarks/scan_gpu.py,
-kernel mode) shows the fused pass is faster; that measurement is still to be made.
+capture picks between it and "sdpa output + entropy-only pass" by timing both on the GPU
+(capture/fused.py); benchmarks/scan_gpu.py (kernel mode) reports the same comparison.
 """
 
 from __future__ import annotations
@@ -128,11 +129,22 @@ def _compile():
 _KERNEL, _AUTOTUNED = _compile()
 
 
-def key_padding(mask, B: int, S: int):
-    """The (B, S) keep-mask of a validated 4-D mask when it is key padding only, else None."""
-    if mask is None or mask.shape[1] != 1 or mask.shape[2] != 1:
+def key_padding(mask, B: int, T: int, S: int, causal: bool):
+    """The (B, S) keep-mask of a validated bool 4-D mask when it is key padding only, else None.
+
+    Besides (B|1, 1, 1, S) this recognises a (B|1, 1, T, S) mask that is exactly causal AND key
+    padding, the mask transformers builds for a padded batch: its last row (which sees every key
+    under bottom-right causality) is the keep-mask. The check costs one pass over the T x S mask."""
+    if mask is None or mask.shape[1] != 1 or mask.shape[2] not in (1, T):
         return None
-    return mask[:, 0, 0, :].expand(B, S)
+    if mask.shape[2] == 1:
+        return mask[:, 0, 0, :].expand(B, S)
+    keep = mask[:, 0, -1 if causal else 0, :]
+    expected = keep[:, None, :].expand(-1, T, S)
+    if causal:
+        rows = torch.arange(T, device=mask.device)[:, None] + (S - T)
+        expected = expected & (torch.arange(S, device=mask.device)[None, :] <= rows)
+    return keep.expand(B, S) if torch.equal(mask[:, 0], expected) else None
 
 
 @torch.no_grad()
@@ -148,7 +160,7 @@ def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None):
     (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Only key-padding masks."""
     from entropy_lens.errors import EntropyLensError
 
-    if mask is not None and key_padding(mask, q.shape[0], k.shape[2]) is None:
+    if mask is not None and key_padding(mask, q.shape[0], q.shape[2], k.shape[2], causal) is None:
         raise EntropyLensError("the fused Triton kernel takes key-padding masks only; use entropy_triton + sdpa")
     entropy, out = _launch(q, k, v.to(q.dtype), scale, causal, mask)
     return out, entropy
@@ -161,7 +173,7 @@ def _launch(q, k, v, scale, causal, mask):
         k = k.to(q.dtype)
     keep = None
     if mask is not None:
-        keep = key_padding(mask, B, S)
+        keep = key_padding(mask, B, T, S, causal)
         if keep is None:  # per-query / per-head masks: the exact streaming path
             from entropy_lens.kernels.torch_chunked import entropy_torch_chunked
 

@@ -1,0 +1,72 @@
+"""Which way a capturing layer computes its output: sdpa + an entropy-only pass, or one fused pass.
+
+    "separate"  torch sdpa (flash/efficient kernels on GPU) for the output, then the entropy kernel
+                on the same q, k: two passes over K.
+    "fused"     the Triton kernel's WITH_OUTPUT variant: output AND entropy in one pass over K/V.
+
+`--fused` / `EntropyRecorder(fused=...)`: "off" always separate; "on" fused wherever it applies;
+"auto" (default) times both on the first forward of each shape (after a warm-up that includes the
+kernel's autotuning) and keeps the faster for the rest of the process, as `@triton.autotune` does
+for block sizes. Timing needs CUDA: elsewhere "auto" means separate.
+
+The fused pass applies only where it computes exactly what sdpa would: the triton backend, no
+gradient wanted, no dropout, a mask that is None or key padding (transformers' causal + padding
+mask qualifies, see `triton_entropy.key_padding`), and none of the extras sdpa would apply
+(position bias, softcap, attention sinks, paged cache).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+FUSED_MODES = ("auto", "on", "off")
+_UNSUPPORTED_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache", "sliding_window")
+_CHOICES: dict[tuple, str] = {}  # shape key -> "fused" | "separate", measured once per process
+
+
+def fused_applies(impl: str, query, key, value, mask, causal: bool, dropout: float, kwargs: dict) -> bool:
+    if impl != "triton" or dropout or any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS):
+        return False
+    from entropy_lens.kernels.triton_entropy import key_padding
+
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+        return False
+    if value.shape[-1] != query.shape[-1]:
+        return False
+    return mask is None or key_padding(mask, query.shape[0], query.shape[2], key.shape[2], causal) is not None
+
+
+def choose(mode: str, shape_key: tuple, run: dict[str, Callable[[], object]], timer=None) -> str:
+    """"fused" or "separate" for `mode`; under "auto" the faster of `run`'s two closures, timed once per
+    `shape_key` by `timer(fn) -> seconds` (default: CUDA-synchronised wall time; None off CUDA)."""
+    if mode == "off":
+        return "separate"
+    if mode == "on":
+        return "fused"
+    if shape_key not in _CHOICES:
+        timer = timer or (_cuda_seconds if torch.cuda.is_available() else None)
+        if timer is None:
+            return "separate"
+        for fn in run.values():  # warm-up: compilation and autotuning are not timed
+            fn()
+        _CHOICES[shape_key] = min(run, key=lambda name: timer(run[name]))
+    return _CHOICES[shape_key]
+
+
+def measured_choices() -> dict[tuple, str]:
+    """What "auto" chose so far in this process, by shape key."""
+    return dict(_CHOICES)
+
+
+def _cuda_seconds(fn, repeats: int = 3) -> float:
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
