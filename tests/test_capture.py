@@ -65,6 +65,15 @@ def test_padding_is_respected_and_positions_aligned(side):
     assert rec.count.tolist() == [2] * (T - pad) + [1] * pad
 
 
+def test_positions_no_row_reaches_are_not_reported():
+    model = make_tiny_model()
+    mask = torch.ones(2, 20, dtype=torch.long)
+    mask[0, :3], mask[1, :7] = 0, 0  # every row left-padded: true positions end at 16
+    with torch.no_grad(), EntropyRecorder(model) as rec:
+        model(torch.randint(2, 300, (2, 20)), attention_mask=mask)
+    assert rec.count.tolist() == [2] * 13 + [1] * 4 and np.isfinite(rec.entropy).all()
+
+
 def _scaled_q_proj_model(model, mult):
     """Independent construction: multiplying q_proj's rows of head h by m_h scales λ_h by m_h
     (RoPE is linear, so before or after it is the same)."""
@@ -142,6 +151,19 @@ def test_accumulates_over_forwards():
     assert rec.count.tolist() == [2] * 12 + [1] * 8
 
 
+def test_kv_cache_steps_land_at_their_positions_and_reads_between_forwards_stay_current():
+    model = make_tiny_model(n_heads=4, n_kv_heads=2)
+    ids = torch.randint(0, 300, (1, 15))
+    with torch.no_grad(), EntropyRecorder(model) as rec:
+        cache = model(ids[:, :10], use_cache=True).past_key_values
+        assert rec.count.tolist() == [1] * 10  # a read between forwards ...
+        for t in range(10, 15):  # ... then decoding one token at a time against the cache
+            cache = model(ids[:, t : t + 1], past_key_values=cache, use_cache=True).past_key_values
+    assert rec.count.tolist() == [1] * 15
+    for layer, h in enumerate(_eager_entropy(model, ids)):
+        np.testing.assert_allclose(rec.entropy[layer], h[0].numpy(), atol=1e-5)
+
+
 def test_next_token_nll_matches_full_logits():
     model = make_tiny_model()
     ids = torch.randint(0, 300, (2, 33))
@@ -189,3 +211,26 @@ def test_torch_backend_never_fuses():
     with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked", fused="on") as rec:
         model(torch.randint(0, 300, (1, 12)))
     assert rec.session.paths == {"separate"}
+
+
+def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
+    """No mask, T > 1 and S > T (prefill into an empty static cache): sdpa keeps the first T keys,
+    top-left causal; the recorded entropy must describe that same attention."""
+    from entropy_lens.capture.attention import _ACTIVE, Session, entropy_lens_attention
+    from entropy_lens.kernels import attention_entropy
+
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(1, 4, 5, 16, generator=g), torch.randn(1, 2, 9, 16, generator=g), torch.randn(1, 2, 9, 16)
+    got = []
+    token = _ACTIVE.set(Session(on_entropy=lambda layer, ent, offset: got.append((ent, offset))))
+    try:
+        out, _ = entropy_lens_attention(attn, q, k, v, None)
+    finally:
+        _ACTIVE.reset(token)
+    ent, offset = got[0]
+    expect = attention_entropy(q, k[:, :, :5], scale=attn.scaling, impl="reference")
+    assert offset == 0 and torch.allclose(ent, expect, atol=1e-5)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :5], v[:, :, :5], is_causal=True,
+                                                            scale=attn.scaling, enable_gqa=True)  # fmt: skip
+    assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)

@@ -65,9 +65,8 @@ class EntropyRecorder(ScaleSession):
         self.n_layers = cfg.num_hidden_layers
         self.n_heads = cfg.num_attention_heads
         self.session.on_entropy = self._add
-        self._sum = np.zeros((self.n_layers, self.n_heads, 0))
-        self._sq = np.zeros_like(self._sum)
-        self._count = np.zeros((self.n_layers, 0), dtype=np.int64)
+        self._acc = None  # (sum, sum of squares (layers, heads, n) float64, count (layers, n)) on device
+        self._host = None  # numpy copies of _acc, made on first read after an _add
         self._mask2d = None
         self._hook = None
 
@@ -93,53 +92,74 @@ class EntropyRecorder(ScaleSession):
 
     # -- accumulation ---------------------------------------------------------------------------
     def _add(self, layer: int, entropy: torch.Tensor, key_offset: int) -> None:
-        """entropy (B, Hq, T) for queries at key positions key_offset .. key_offset + T − 1."""
+        """entropy (B, Hq, T) for queries at key positions key_offset .. key_offset + T − 1. Summed in
+        float64 on the entropy's device: no host synchronisation per layer (read-out copies once)."""
         B, _, T = entropy.shape
-        e = entropy.double().cpu().numpy()
-        if self._mask2d is not None and self._mask2d.shape[1] == key_offset + T:
-            m = self._mask2d.cpu().numpy()
-            valid = m[:, -T:]
-            pos = (np.cumsum(m, axis=1) - 1)[:, -T:]
+        n = key_offset + T
+        self._grow(n, entropy.device)
+        total, sq, count = self._acc
+        e = entropy.to(total.device, torch.float64)
+        m = self._mask2d
+        if m is not None and m.shape[1] == n:
+            m = m.to(total.device)
+            keep = m[:, -T:]
+            pos = (m.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
+            e = e * keep[:, None, :]
+            for b in range(B):  # positions within a row are distinct: deterministic index_add_
+                total[layer].index_add_(1, pos[b], e[b])
+                sq[layer].index_add_(1, pos[b], e[b] * e[b])
+                count[layer].index_add_(0, pos[b], keep[b].long())
         else:
-            valid = np.ones((B, T), dtype=bool)
-            pos = np.broadcast_to(np.arange(key_offset, key_offset + T), (B, T))
-        self._grow(int(pos[valid].max()) + 1 if valid.any() else 0)
-        for b in range(B):
-            p = pos[b][valid[b]]
-            eb = e[b][:, valid[b]]  # (H, n_valid); positions within a row are distinct
-            self._sum[layer][:, p] += eb
-            self._sq[layer][:, p] += eb * eb
-            self._count[layer, p] += 1
+            total[layer, :, key_offset:n] += e.sum(0)
+            sq[layer, :, key_offset:n] += (e * e).sum(0)
+            count[layer, key_offset:n] += B
+        self._host = None
 
-    def _grow(self, n: int) -> None:
-        cur = self._sum.shape[-1]
-        if n > cur:
-            pad = ((0, 0), (0, 0), (0, n - cur))
-            self._sum = np.pad(self._sum, pad)
-            self._sq = np.pad(self._sq, pad)
-            self._count = np.pad(self._count, ((0, 0), (0, n - cur)))
+    def _grow(self, n: int, device) -> None:
+        if self._acc is None:
+            self._acc = (torch.zeros(self.n_layers, self.n_heads, 0, dtype=torch.float64, device=device),
+                         torch.zeros(self.n_layers, self.n_heads, 0, dtype=torch.float64, device=device),
+                         torch.zeros(self.n_layers, 0, dtype=torch.int64, device=device))  # fmt: skip
+        extra = n - self._acc[0].shape[-1]
+        if extra > 0:
+            self._acc = tuple(torch.nn.functional.pad(t, (0, extra)) for t in self._acc)
+
+    def _sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Host copies, cut after the last position any row reached (left padding shifts rows down)."""
+        if self._host is None:
+            if self._acc is None:
+                z = np.zeros((self.n_layers, self.n_heads, 0))
+                self._host = (z, z.copy(), np.zeros((self.n_layers, 0), dtype=np.int64))
+            else:
+                total, sq, count = (t.cpu().numpy() for t in self._acc)
+                seen = np.flatnonzero(count.any(0))
+                n = int(seen[-1]) + 1 if seen.size else 0
+                self._host = (total[..., :n], sq[..., :n], count[:, :n])
+        return self._host
 
     # -- results --------------------------------------------------------------------------------
     @property
     def count(self) -> np.ndarray:
         """(positions,) rows averaged per position (layer 0; all layers see the same rows)."""
-        return self._count[0].copy()
+        return self._sums()[2][0].copy()
 
     @property
     def sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Raw float64 accumulators (sum, sum of squares, count per layer): exact to merge."""
-        return self._sum, self._sq, self._count
+        return self._sums()
 
     @property
     def entropy(self) -> np.ndarray:
         """(layers, heads, positions) mean entropy in nats; NaN where nothing was seen."""
+        total, _, count = self._sums()
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self._sum / self._count[:, None, :]
+            return total / count[:, None, :]
 
     @property
     def entropy_sq(self) -> np.ndarray:
+        _, sq, count = self._sums()
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self._sq / self._count[:, None, :]
+            return sq / count[:, None, :]
 
 
 def _as_multipliers(model, scales):
