@@ -13,6 +13,23 @@ from test_kernels import _inputs, _plain_pytorch_entropy
 from entropy_lens.kernels import attention_entropy
 
 
+@pytest.mark.parametrize("Hq,Hkv", [(8, 8), (32, 4), (8, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("T,S", [(4096, 4096), (1000, 5000), (3000, 1000)], ids=["square", "T<S", "T>S"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_interpreter_grid_at_real_sizes_fp32(Hq, Hkv, T, S, mask_kind, causal):
+    """The interpreter's grid (tests/triton_interp_cases.py) at thousands of tokens, head_dim 64."""
+    q, k = (x.cuda() for x in _inputs(2, Hq, Hkv, T, S, D=64))
+    keep = torch.ones(2, S, dtype=torch.bool, device="cuda")
+    keep[0, : S // 3] = False
+    mask = {"none": None, "key_padding": keep,
+            "4d_per_head": torch.rand(2, Hq, T, S, device="cuda") > 0.4}[mask_kind]  # fmt: skip
+    scale = torch.linspace(0.05, 0.25, Hq, device="cuda")
+    got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="triton")
+    exact = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked")
+    assert (got - exact).abs().max().item() <= 1e-4
+
+
 @pytest.mark.parametrize("T", [2048, 8192, 16384])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_long_sequences_match_torch_chunked(T, dtype):
