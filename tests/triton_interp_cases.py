@@ -41,6 +41,15 @@ def test_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
     assert (got - ref).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("T,S", [(40, 150), (100, 100), (70, 200), (150, 40)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_unmasked_interior_blocks_then_masked_diagonal(T, S, causal):
+    """Several key blocks seen whole by every row (run without masks) before the masked ones."""
+    q, k = _inputs(1, 4, 2, T, S)
+    got, ref = _run(q, k, scale=torch.linspace(0.1, 0.5, 4), causal=causal)
+    assert (got - ref).abs().max().item() <= 1e-5
+
+
 def test_first_key_block_fully_masked_and_fully_padded_rows():
     q, k = _inputs(2, 4, 2, 40, 90)
     keep = torch.ones(2, 90, dtype=torch.bool)
@@ -182,3 +191,11 @@ def test_causal_padding_mask_is_recognised_as_key_padding():
     assert key_padding(other, 2, T, S, True) is None
     assert key_padding(mask.expand(2, 3, T, S), 2, T, S, True) is None  # per-head
     assert torch.equal(key_padding(keep[:, None, None, :].expand(2, 1, T, S), 2, T, S, False), keep)
+
+
+def test_fused_output_is_laid_out_for_o_proj():
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    q, k = _inputs(2, 4, 2, 20, 20)
+    out, _ = attention_with_entropy_triton(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), torch.full((4,), 0.3).to(DEVICE))
+    assert out.shape == (2, 4, 20, 16) and out.transpose(1, 2).is_contiguous()  # no copy before o_proj

@@ -12,15 +12,18 @@ Contract (the same as `entropy_torch_chunked`):
     -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key.
 
 One program handles BLOCK_M query rows of one (batch, head) and streams over key blocks with the
-centred online-softmax state of torch_chunked.py (m, l, u; H = log l − u/l), accumulated in fp32.
-Causal programs stop at the last key block their rows can see (~T²/2 work). The first block of a
-row may be fully masked (m = −inf): every −inf·0 is avoided with `where`, as in the torch path.
+centred online-softmax state of torch_chunked.py (m, l, u; H = log l − u/l), accumulated in fp32,
+with scores in log2 units (λ·log2 e folded into the scale, exp2; H = ln l − ln2·u/l). Causal
+programs stop at the last key block their rows can see (~T²/2 work); key blocks that all rows see
+whole run without any masking, only the diagonal, the sequence end and key padding are masked. The
+first block of a row may be fully masked (m = −inf): every −inf·0 is avoided with `where`.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
 fp32 first because the interpreter's `tl.dot` on bf16 is wrong.
-Block sizes: `@triton.autotune` over a small grid when a CUDA driver is present, fixed (32, 32)
-otherwise (the interpreter).
+Block sizes: `@triton.autotune` (keyed by the power-of-two buckets of T and S, so a growing KV cache
+does not retune every step) over per-variant lists of configs that compile without register spills
+when a CUDA driver is present; fixed (32, 32) otherwise (the interpreter).
 
 Fused variant (`attention_with_entropy_triton`): the same kernel with WITH_OUTPUT also streams V
 and returns the attention output, the flash-attention forward plus the entropy accumulators. The
@@ -38,6 +41,17 @@ import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
+# those that compile for sm_80 and sm_90 without spilling registers (benchmarks/kernel_static.py reads
+# the cubins without a GPU; tests/test_triton_compile.py holds the lists to it). fp32 tiles use IEEE
+# FMA products, no tensor cores, and only small tiles stay in registers.
+ENTROPY_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))
+FUSED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (64, 32, 4, 3))
+FP32_CONFIGS = ((32, 32, 4, 2),)
+
+
+def autotune_configs(with_output: bool, fp32: bool) -> tuple[tuple[int, int, int, int], ...]:
+    return FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
 
 
 def _entropy_kernel(
@@ -47,7 +61,7 @@ def _entropy_kernel(
     svb, svh, svs, svd,
     sob, soh, sot, sod,
     skeep_b, skeep_s,
-    H_Q, T, S, OFFSET,
+    H_Q, T, S, OFFSET, T_BUCKET, S_BUCKET,
     GROUP: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr, IEEE: tl.constexpr,
     WITH_OUTPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -63,50 +77,36 @@ def _entropy_kernel(
                 mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)  # fmt: skip
     if CAST_F32:
         q = q.to(tl.float32)
-    lam = tl.load(SCALE + h)
+    qk_scale = tl.load(SCALE + h) * 1.4426950408889634  # λ·log2(e): scores in log2 units, exp2 below
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     u = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # Σ e^(s−m) v: the attention output (fused mode)
+    if WITH_OUTPUT:
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # Σ e^(s−m) v: the attention output
+    else:
+        acc = 0.0
+    # key blocks every row of this program sees entirely need no mask: [0, full_end); the rest,
+    # up to the causal end k_end, are masked (diagonal, sequence end, padding)
     k_end = S
+    full_end = S
     if CAUSAL:
         k_end = tl.minimum(S, (pid_m + 1) * BLOCK_M + OFFSET)
-    for start in range(0, k_end, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        k = tl.load(K + b * skb + kv * skh + cols[:, None] * sks + dims[None, :] * skd,
-                    mask=(cols[:, None] < S) & (dims[None, :] < D), other=0.0)  # fmt: skip
-        if CAST_F32:
-            k = k.to(tl.float32)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = s * lam
-        valid = (cols[None, :] < S) & (rows[:, None] >= 0)
-        if CAUSAL:
-            valid = valid & (cols[None, :] <= rows[:, None] + OFFSET)
-        if HAS_KEEP:
-            keep = tl.load(KEEP + b * skeep_b + cols * skeep_s, mask=cols < S, other=0)
-            valid = valid & (keep[None, :] != 0)
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
-        alpha = tl.exp(m - m_safe)  # 0 while m = -inf
-        shift = tl.where(l > 0, (m - m_safe) * l, 0.0)
-        d = s - m_safe[:, None]
-        e = tl.exp(d)  # 0 where masked
-        l = alpha * l + tl.sum(e, 1)
-        u = alpha * (u + shift) + tl.sum(e * tl.where(valid, d, 0.0), 1)
-        m = m_new
-        if WITH_OUTPUT:
-            v = tl.load(V + b * svb + kv * svh + cols[:, None] * svs + dims[None, :] * svd,
-                        mask=(cols[:, None] < S) & (dims[None, :] < D), other=0.0)  # fmt: skip
-            if CAST_F32:
-                pv = tl.dot(e, v.to(tl.float32), input_precision="ieee")
-            else:
-                pv = tl.dot(e.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-    ent = tl.where(l > 0, tl.log(l) - u / l, 0.0)
+        full_end = tl.maximum(tl.minimum(S, pid_m * BLOCK_M + OFFSET + 1), 0)
+    full_end = (full_end // BLOCK_N) * BLOCK_N
+    if HAS_KEEP:
+        full_end = 0
+    k_base = K + b * skb + kv * skh
+    v_base = V + b * svb + kv * svh
+    keep_base = KEEP + b * skeep_b
+    for start in range(0, full_end, BLOCK_N):
+        m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
+                                  dims, start, S, OFFSET, qk_scale, False, CAUSAL, HAS_KEEP, CAST_F32, IEEE,
+                                  WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+    for start in range(full_end, k_end, BLOCK_N):
+        m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
+                                  dims, start, S, OFFSET, qk_scale, True, CAUSAL, HAS_KEEP, CAST_F32, IEEE,
+                                  WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+    ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
     ent = tl.maximum(ent, 0.0)
     tl.store(OUT + pid_bh * T + rows, ent, mask=rows < T)
     if WITH_OUTPUT:
@@ -115,18 +115,65 @@ def _entropy_kernel(
                  mask=(rows[:, None] < T) & (dims[None, :] < D))  # fmt: skip
 
 
-def _compile():
-    kernel = triton.jit(_entropy_kernel)
+@triton.jit
+def _key_block(
+    q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows, dims, start, S, OFFSET, qk_scale,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr, IEEE: tl.constexpr,
+    WITH_OUTPUT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One key block's update of the centred state (m, l, u) (log2 units) and, fused, the output."""
+    cols = start + tl.arange(0, BLOCK_N)
+    kv_mask = (cols[:, None] < S) & (dims[None, :] < D)
+    k = tl.load(k_base + cols[:, None] * sks + dims[None, :] * skd, mask=kv_mask, other=0.0)
+    if CAST_F32:
+        k = k.to(tl.float32)
+    if IEEE:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    s = s * qk_scale
+    if MASKED:
+        valid = (cols[None, :] < S) & (rows[:, None] >= 0)
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= rows[:, None] + OFFSET)
+        if HAS_KEEP:
+            keep = tl.load(keep_base + cols * skeep_s, mask=cols < S, other=0)
+            valid = valid & (keep[None, :] != 0)
+        s = tl.where(valid, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
+    alpha = tl.exp2(m - m_safe)  # 0 while m = -inf
+    shift = tl.where(l > 0, (m - m_safe) * l, 0.0)
+    d = s - m_safe[:, None]
+    e = tl.exp2(d)  # 0 where masked
+    if MASKED:
+        d = tl.where(valid, d, 0.0)  # e·d would be 0·(−inf)
+    l = alpha * l + tl.sum(e, 1)
+    u = alpha * (u + shift) + tl.sum(e * d, 1)
+    if WITH_OUTPUT:
+        v = tl.load(v_base + cols[:, None] * svs + dims[None, :] * svd, mask=kv_mask, other=0.0)
+        if CAST_F32:
+            pv = tl.dot(e, v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(e.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+    return m_new, l, u, acc
+
+
+_JIT = triton.jit(_entropy_kernel)
+_TUNED: dict[tuple[bool, bool], object] = {}
+
+
+def _kernel(with_output: bool, fp32: bool):
+    """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
     if INTERPRET or not torch.cuda.is_available():
-        return kernel, False
-    configs = [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-        for bm, bn, w, st in ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))
-    ]  # fmt: skip
-    return triton.autotune(configs=configs, key=["T", "S", "BLOCK_D", "CAUSAL", "WITH_OUTPUT"])(kernel), True
+        return _JIT, False
+    if (with_output, fp32) not in _TUNED:
+        configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+                   for bm, bn, w, st in autotune_configs(with_output, fp32)]  # fmt: skip
+        _TUNED[with_output, fp32] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(_JIT)
+    return _TUNED[with_output, fp32], True
 
-
-_KERNEL, _AUTOTUNED = _compile()
 
 
 def key_padding(mask, B: int, T: int, S: int, causal: bool):
@@ -155,9 +202,10 @@ def entropy_triton(q, k, scale, causal=True, mask=None):
 
 @torch.no_grad()
 def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None):
-    """The fused variant: (attention output (B, Hq, T, D) in q's dtype, entropy (B, Hq, T) fp32) in one
-    pass over K/V, i.e. the flash-attention forward with the entropy accumulators beside it. `v` is
-    (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Only key-padding masks."""
+    """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
+    entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
+    accumulators beside it. `v` is (B, Hkv, S, D). Rows with no attendable key get output 0 and
+    entropy 0. Key-padding masks only (see `key_padding`)."""
     from entropy_lens.errors import EntropyLensError
 
     if mask is not None and key_padding(mask, q.shape[0], q.shape[2], k.shape[2], causal) is None:
@@ -182,24 +230,26 @@ def _launch(q, k, v, scale, causal, mask):
     ent = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
     out_dtype = torch.float32 if INTERPRET else q.dtype
-    out = torch.empty(B, Hq, T, D, dtype=out_dtype, device=q.device) if v is not None else None
+    # (B, T, Hq, D) memory, the layout a model's o_proj reads: the capture's transpose back is free
+    out = torch.empty(B, T, Hq, D, dtype=out_dtype, device=q.device).transpose(1, 2) if v is not None else None
     if T == 0 or B * Hq == 0:
         return ent, out
     lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = ent  # pointer arguments of a disabled feature
-    blocks = {} if _AUTOTUNED else FIXED_BLOCKS
+    kernel, autotuned = _kernel(v is not None, q.dtype == torch.float32)
+    blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
 
     def grid(meta):
         return (triton.cdiv(T, meta["BLOCK_M"] if block_m is None else block_m), B * Hq)
 
-    _KERNEL[grid](
+    kernel[grid](
         q, k, v if v is not None else unused, lam, keep if keep is not None else unused, ent,
         out if out is not None else unused,
         *q.stride(), *k.stride(), *(v.stride() if v is not None else (0,) * 4),
         *(out.stride() if out is not None else (0,) * 4),
         *((keep.stride(0), keep.stride(1)) if keep is not None else (0, 0)),
-        Hq, T, S, S - T,
+        Hq, T, S, S - T, triton.next_power_of_2(T), triton.next_power_of_2(S),  # autotune per power of two
         GROUP=Hq // Hkv, BLOCK_D=max(16, triton.next_power_of_2(D)), D=D,
         CAUSAL=bool(causal), HAS_KEEP=keep is not None,
         CAST_F32=INTERPRET or q.dtype == torch.float32, IEEE=q.dtype == torch.float32,

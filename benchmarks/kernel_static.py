@@ -1,0 +1,114 @@
+"""Static check of the Triton entropy kernel, no GPU needed: compile every config the autotuner may pick,
+for each variant, ahead of time for sm_80 (A100) and sm_90 (H100) and read the cubin's resource usage.
+
+    python benchmarks/kernel_static.py [--arch 80 90] [--out benchmarks/results/kernel_static.json]
+
+For each (arch, dtype, entropy-only | fused, BLOCK_M, BLOCK_N, warps, stages): registers per thread,
+spills (local memory and stack frame, bytes; above 0 is slow), shared memory per block and whether it
+fits the architecture, and the blocks per SM that registers and shared memory allow. It proves the GPU
+compile path works and flags configs that cannot be fast; it measures no time (benchmarks/scan_gpu.py
+does, on a GPU). Compilation uses the ptxas and cuobjdump bundled with triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# per-SM limits: registers, shared memory per block (opt-in maximum), shared memory per SM
+LIMITS = {80: {"regs": 65536, "smem_block": 163 * 1024, "smem_sm": 164 * 1024},
+          90: {"regs": 65536, "smem_block": 227 * 1024, "smem_sm": 228 * 1024}}  # fmt: skip
+DTYPES = ("bf16", "fp16", "fp32")  # fp16 compiles like bf16; fp32 uses IEEE FMA products (no tensor cores)
+
+
+def compile_kernel(arch: int, dtype: str, *, with_output: bool, causal: bool = True, key_padding: bool = False,
+                   block_m: int = 64, block_n: int = 64, num_warps: int = 4, num_stages: int = 2,
+                   head_dim: int = 64, group: int = 8):  # fmt: skip
+    """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from entropy_lens.kernels.triton_entropy import _JIT as fn
+    pointers = {"Q": dtype, "K": dtype, "V": dtype, "SCALE": "fp32", "KEEP": "i8", "OUT": "fp32", "O": dtype}
+    const = {"GROUP": group, "BLOCK_D": max(16, triton.next_power_of_2(head_dim)), "D": head_dim,
+             "CAUSAL": causal, "HAS_KEEP": key_padding, "CAST_F32": dtype == "fp32", "IEEE": dtype == "fp32",
+             "WITH_OUTPUT": with_output, "BLOCK_M": block_m, "BLOCK_N": block_n}  # fmt: skip
+    signature = {name: "constexpr" if name in const else "*" + pointers[name] if name in pointers else "i32"
+                 for name in fn.arg_names}  # fmt: skip
+    constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})  # fmt: skip
+
+
+def resource_usage(compiled) -> dict:
+    """Registers per thread, local (spill) and stack bytes, from the cubin via triton's cuobjdump."""
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        Path(path).write_bytes(compiled.asm["cubin"])
+        text = subprocess.run([str(cuobjdump), "--dump-resource-usage", path], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+    found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", text))
+    return {"registers": int(found["REG"]), "stack_bytes": int(found["STACK"]), "spill_bytes": int(found["LOCAL"]),
+            "shared_bytes": int(compiled.metadata.shared)}  # fmt: skip
+
+
+def row(arch: int, dtype: str, with_output: bool, config: tuple[int, int, int, int]) -> dict:
+    bm, bn, warps, stages = config
+    t0 = time.perf_counter()
+    compiled = compile_kernel(arch, dtype, with_output=with_output, block_m=bm, block_n=bn, num_warps=warps,
+                              num_stages=stages)  # fmt: skip
+    use = resource_usage(compiled)
+    lim = LIMITS.get(arch, LIMITS[90])
+    threads = 32 * warps
+    by_regs = lim["regs"] // (max(use["registers"], 1) * threads)
+    fits = use["shared_bytes"] <= lim["smem_block"]
+    by_smem = lim["smem_sm"] // max(use["shared_bytes"], 1) if fits else 0
+    return {"arch": f"sm_{arch}", "dtype": dtype, "kernel": "fused" if with_output else "entropy",
+            "block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages, **use,
+            "shared_fits": fits, "blocks_per_sm": min(by_regs, by_smem), "compile_s": time.perf_counter() - t0}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", type=int, nargs="+", default=[80, 90])
+    ap.add_argument("--dtypes", nargs="+", default=["bf16", "fp32"], choices=DTYPES)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kernel_static.json"))
+    args = ap.parse_args()
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("unset TRITON_INTERPRET: this compiles the real kernel", file=sys.stderr)
+        return 2
+    import triton
+
+    from entropy_lens.kernels.triton_entropy import autotune_configs
+
+    rows = [row(arch, dtype, wo, cfg) for arch in args.arch for dtype in args.dtypes for wo in (False, True)
+            for cfg in autotune_configs(wo, dtype == "fp32")]  # fmt: skip
+    print(f"{'arch':>6} {'dtype':>5} {'kernel':>7} {'BM':>4} {'BN':>4} {'warps':>5} {'stages':>6} {'regs':>5} "
+          f"{'spill B':>7} {'stack B':>7} {'smem KiB':>8} {'fits':>5} {'blk/SM':>6}")  # fmt: skip
+    for r in rows:
+        print(f"{r['arch']:>6} {r['dtype']:>5} {r['kernel']:>7} {r['block_m']:>4} {r['block_n']:>4} {r['num_warps']:>5} "
+              f"{r['num_stages']:>6} {r['registers']:>5} {r['spill_bytes']:>7} {r['stack_bytes']:>7} {r['shared_bytes'] / 1024:>8.1f} "
+              f"{'yes' if r['shared_fits'] else 'NO':>5} {r['blocks_per_sm']:>6}")  # fmt: skip
+    record = {"benchmark": "kernel_static", "triton": triton.__version__, "head_dim": 64, "gqa_group": 8,
+              "causal": True, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

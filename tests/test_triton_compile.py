@@ -1,0 +1,44 @@
+"""The real (not interpreted) Triton kernel compiled ahead of time for A100 and H100 without a GPU: the
+GPU code path builds, and no config the autotuner may pick spills registers. benchmarks/kernel_static.py
+prints the same table with registers and shared memory."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("compiles the real kernel: run without TRITON_INTERPRET", allow_module_level=True)
+pytest.importorskip("triton.backends.nvidia", reason="triton without its CUDA backend")
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+kernel_static = pytest.importorskip("kernel_static")
+
+from entropy_lens.kernels.triton_entropy import autotune_configs
+
+
+@pytest.fixture(autouse=True)
+def _fp_fusion(monkeypatch):
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # triton's default, stated (silences its warning)
+
+
+VARIANTS = [(arch, dtype, fused, config) for arch in (80, 90) for dtype in ("bf16", "fp32") for fused in (False, True)
+            for config in autotune_configs(fused, dtype == "fp32")]  # fmt: skip
+
+
+@pytest.mark.parametrize("arch,dtype,fused,config", VARIANTS,
+                         ids=["-".join(map(str, (a, d, "fused" if f else "entropy", *c))) for a, d, f, c in VARIANTS])
+def test_every_autotune_config_compiles_without_spills(arch, dtype, fused, config):
+    r = kernel_static.row(arch, dtype, fused, config)
+    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert r["shared_fits"] and 0 < r["registers"] <= 255 and r["blocks_per_sm"] >= 1, r
+
+
+@pytest.mark.parametrize("dtype,fused,causal,padding,head_dim", [
+    ("fp16", True, True, True, 64), ("bf16", False, False, True, 128), ("bf16", True, False, False, 80),
+])  # fmt: skip
+def test_other_variants_compile_for_a100(dtype, fused, causal, padding, head_dim):
+    compiled = kernel_static.compile_kernel(80, dtype, with_output=fused, causal=causal, key_padding=padding,
+                                            head_dim=head_dim)  # fmt: skip
+    assert compiled.asm["cubin"] and kernel_static.resource_usage(compiled)["registers"] > 0
