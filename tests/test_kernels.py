@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, resolve_impl
+from entropy_lens.kernels.masks import key_padding
 
 
 def _inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
@@ -177,3 +178,17 @@ def test_uniform_attention_reaches_the_bound():
     expected = torch.log(torch.arange(1, 51, dtype=torch.float32))
     assert torch.allclose(h[0, 0], expected, atol=1e-5)
     assert math.isclose(h[0, 1, -1].item(), math.log(50), rel_tol=1e-6)
+
+
+def test_causal_padding_mask_is_recognised_as_key_padding():
+    T, S = 6, 9
+    keep = torch.tensor([[True] * 9, [False] * 4 + [True] * 5])
+    causal = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    mask = causal[None, None] & keep[:, None, None, :]
+    assert torch.equal(key_padding(mask, 2, T, S, True), keep)
+    assert torch.equal(key_padding(keep[:, None, None, :], 2, T, S, True), keep)
+    other = mask.clone()
+    other[0, 0, 2, 1] = False  # one more masked score: not key padding, the torch path serves it
+    assert key_padding(other, 2, T, S, True) is None
+    assert key_padding(mask.expand(2, 3, T, S), 2, T, S, True) is None  # per-head
+    assert torch.equal(key_padding(keep[:, None, None, :].expand(2, 1, T, S), 2, T, S, False), keep)

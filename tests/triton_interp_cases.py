@@ -177,25 +177,24 @@ def test_fused_capture_steps_aside_where_it_does_not_apply():
     assert rec.session.paths == {"separate"}
 
 
-def test_causal_padding_mask_is_recognised_as_key_padding():
-    from entropy_lens.kernels.triton_entropy import key_padding
-
-    T, S = 6, 9
-    keep = torch.tensor([[True] * 9, [False] * 4 + [True] * 5])
-    causal = torch.ones(T, S, dtype=torch.bool).tril(S - T)
-    mask = causal[None, None] & keep[:, None, None, :]
-    assert torch.equal(key_padding(mask, 2, T, S, True), keep)
-    assert torch.equal(key_padding(keep[:, None, None, :], 2, T, S, True), keep)
-    other = mask.clone()
-    other[0, 0, 2, 1] = False  # one more masked score: not key padding, the torch path serves it
-    assert key_padding(other, 2, T, S, True) is None
-    assert key_padding(mask.expand(2, 3, T, S), 2, T, S, True) is None  # per-head
-    assert torch.equal(key_padding(keep[:, None, None, :].expand(2, 1, T, S), 2, T, S, False), keep)
-
-
 def test_fused_output_is_laid_out_for_o_proj():
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
     q, k = _inputs(2, 4, 2, 20, 20)
     out, _ = attention_with_entropy_triton(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), torch.full((4,), 0.3).to(DEVICE))
     assert out.shape == (2, 4, 20, 16) and out.transpose(1, 2).is_contiguous()  # no copy before o_proj
+
+
+@pytest.mark.parametrize("fused", ["on", "off"])
+def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path, fused):
+    import numpy as np
+
+    from entropy_lens.results import ScanResult
+    from entropy_lens.scanning import ScanConfig, scan
+
+    base = {"model": str(tiny_dir), "length": 40, "samples": 2, "data": "austen:northanger", "device": DEVICE}
+    got = scan(ScanConfig(**base, backend="triton", fused=fused), out=tmp_path / "t.npz", progress=False)
+    want = scan(ScanConfig(**base, backend="torch_chunked"), progress=False)
+    meta = ScanResult.load(tmp_path / "t.npz").meta
+    assert meta["backend"] == "triton" and meta["attention_path"] == ("fused" if fused == "on" else "separate")
+    assert np.abs(got.entropy - want.entropy).max() <= 1e-5 and np.abs(got.loss - want.loss).max() <= 1e-4

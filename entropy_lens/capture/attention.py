@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from entropy_lens.capture.fused import choose, fused_applies
+from entropy_lens.capture.fused import choose, cuda_seconds, fused_applies
 from entropy_lens.kernels import attention_entropy, resolve_impl
+from entropy_lens.kernels.masks import key_padding
 
 ATTN_NAME = "entropy_lens"
 
@@ -44,6 +45,7 @@ class Session:
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
+    mask_memo: tuple | None = None  # (transformers' mask object, (T, S, causal), the kernels' form of it)
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
@@ -82,7 +84,7 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         return separate()
     lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
     causal = getattr(module, "is_causal", True)
-    mask = _as_bool_mask(attention_mask)
+    mask = _kernel_mask(session, attention_mask, query.shape[2], key.shape[2], causal)
     k_ent, v_ent = key, value
     if causal and mask is None and 1 < query.shape[2] < key.shape[2]:
         k_ent, v_ent = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]  # as sdpa: empty static cache
@@ -100,9 +102,10 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
 
     impl = resolve_impl(session.impl, query.device)
     path = "separate"
-    if session.fused != "off" and fused_applies(impl, query, key, value, mask, causal, dropout, kwargs):
+    if session.fused != "off" and fused_applies(impl, query, key, value, mask, dropout, kwargs):
         shape_key = (str(query.device), query.dtype, *query.shape, *key.shape[1:3], mask is not None, causal)
-        path = choose(session.fused, shape_key, {"fused": fused, "separate": lambda: (separate(), entropy())})
+        path = choose(session.fused, shape_key, {"fused": fused, "separate": lambda: (separate(), entropy())},
+                      timer=cuda_seconds if query.is_cuda else None)  # fmt: skip
     session.paths.add(path)
     if path == "fused":
         out, ent = fused()
@@ -113,8 +116,22 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     return out
 
 
-def _as_bool_mask(attention_mask):
-    """sdpa masks are bool (True = attend); a user's 4-D additive float mask is converted."""
-    if attention_mask is None or attention_mask.dtype == torch.bool:
-        return attention_mask
-    return attention_mask > torch.finfo(attention_mask.dtype).min / 2
+def _kernel_mask(session: Session, attention_mask, T: int, S: int, causal: bool):
+    """The layer's mask as the kernels take it: bool (True = attend; a user's additive float mask is
+    converted), and (B, 1, 1, S) key padding where transformers' causal + padding mask is just that,
+    so the Triton kernel serves it. Every layer of a forward gets the same mask object: the check
+    (one pass over T x S) runs once per forward."""
+    if attention_mask is None:
+        return None
+    memo = session.mask_memo
+    if memo is not None and memo[0] is attention_mask and memo[1] == (T, S, causal):
+        return memo[2]
+    mask = attention_mask
+    if mask.dtype != torch.bool:
+        mask = mask > torch.finfo(mask.dtype).min / 2
+    if mask.ndim == 4:
+        keep = key_padding(mask, mask.shape[0], T, S, causal)
+        if keep is not None:
+            mask = keep[:, None, None, :]
+    session.mask_memo = (attention_mask, (T, S, causal), mask)  # holds the object: its id cannot be reused
+    return mask

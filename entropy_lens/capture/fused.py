@@ -11,7 +11,7 @@ for block sizes. Timing needs CUDA: elsewhere "auto" means separate.
 
 The fused pass applies only where it computes exactly what sdpa would: the triton backend, no
 gradient wanted, no dropout, a mask that is None or key padding (transformers' causal + padding
-mask qualifies, see `triton_entropy.key_padding`), and none of the extras sdpa would apply
+mask qualifies, see `kernels.masks.key_padding`), and none of the extras sdpa would apply
 (position bias, softcap, attention sinks, paged cache).
 """
 
@@ -27,27 +27,24 @@ _UNSUPPORTED_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache", "s
 _CHOICES: dict[tuple, str] = {}  # shape key -> "fused" | "separate", measured once per process
 
 
-def fused_applies(impl: str, query, key, value, mask, causal: bool, dropout: float, kwargs: dict) -> bool:
+def fused_applies(impl: str, query, key, value, mask, dropout: float, kwargs: dict) -> bool:
+    """`mask`: None or the kernels' form of the layer's mask (capture.attention._kernel_mask)."""
     if impl != "triton" or dropout or any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS):
         return False
-    from entropy_lens.kernels.triton_entropy import key_padding
-
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         return False
-    if value.shape[-1] != query.shape[-1]:
-        return False
-    return mask is None or key_padding(mask, query.shape[0], query.shape[2], key.shape[2], causal) is not None
+    return value.shape[-1] == query.shape[-1] and (mask is None or mask.shape[1] == mask.shape[2] == 1)
 
 
 def choose(mode: str, shape_key: tuple, run: dict[str, Callable[[], object]], timer=None) -> str:
     """"fused" or "separate" for `mode`; under "auto" the faster of `run`'s two closures, timed once per
-    `shape_key` by `timer(fn) -> seconds` (default: CUDA-synchronised wall time; None off CUDA)."""
+    `shape_key` by `timer(fn) -> seconds` (`cuda_seconds` for CUDA tensors; None: nothing to time on,
+    separate)."""
     if mode == "off":
         return "separate"
     if mode == "on":
         return "fused"
     if shape_key not in _CHOICES:
-        timer = timer or (_cuda_seconds if torch.cuda.is_available() else None)
         if timer is None:
             return "separate"
         for fn in run.values():  # warm-up: compilation and autotuning are not timed
@@ -61,7 +58,8 @@ def measured_choices() -> dict[tuple, str]:
     return dict(_CHOICES)
 
 
-def _cuda_seconds(fn, repeats: int = 3) -> float:
+def cuda_seconds(fn, repeats: int = 3) -> float:
+    """Best of `repeats` CUDA-synchronised wall times of `fn()`."""
     torch.cuda.synchronize()
     best = float("inf")
     for _ in range(repeats):

@@ -39,6 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
+from entropy_lens.kernels.masks import key_padding
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
@@ -174,24 +176,6 @@ def _kernel(with_output: bool, fp32: bool):
         _TUNED[with_output, fp32] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(_JIT)
     return _TUNED[with_output, fp32], True
 
-
-
-def key_padding(mask, B: int, T: int, S: int, causal: bool):
-    """The (B, S) keep-mask of a validated bool 4-D mask when it is key padding only, else None.
-
-    Besides (B|1, 1, 1, S) this recognises a (B|1, 1, T, S) mask that is exactly causal AND key
-    padding, the mask transformers builds for a padded batch: its last row (which sees every key
-    under bottom-right causality) is the keep-mask. The check costs one pass over the T x S mask."""
-    if mask is None or mask.shape[1] != 1 or mask.shape[2] not in (1, T):
-        return None
-    if mask.shape[2] == 1:
-        return mask[:, 0, 0, :].expand(B, S)
-    keep = mask[:, 0, -1 if causal else 0, :]
-    expected = keep[:, None, :].expand(-1, T, S)
-    if causal:
-        rows = torch.arange(T, device=mask.device)[:, None] + (S - T)
-        expected = expected & (torch.arange(S, device=mask.device)[None, :] <= rows)
-    return keep.expand(B, S) if torch.equal(mask[:, 0], expected) else None
 
 
 @torch.no_grad()
