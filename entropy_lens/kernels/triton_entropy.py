@@ -44,9 +44,10 @@ from entropy_lens.kernels.masks import key_padding
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
-# those that compile for sm_80 and sm_90 without spilling registers (benchmarks/kernel_static.py reads
+# those that compile for sm_80 and sm_90 at head_dim 64 without spilling registers (kernel_static.py reads
 # the cubins without a GPU; tests/test_triton_compile.py holds the lists to it). fp32 tiles use IEEE
-# FMA products, no tensor cores, and only small tiles stay in registers.
+# FMA products, no tensor cores, and only small tiles stay in registers. At head_dim 128 (sm_90) the
+# (128, 64, 8, *) fused configs spill 136 B; the autotuner times them against the others.
 ENTROPY_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))
 FUSED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (64, 32, 4, 3))
 FP32_CONFIGS = ((32, 32, 4, 2),)
