@@ -161,12 +161,16 @@ def test_accumulates_over_forwards():
     a, b = torch.randint(0, 300, (1, 12)), torch.randint(0, 300, (1, 20))
     with torch.no_grad(), EntropyRecorder(model) as rec:
         model(a)
+        first = [x.copy() for x in rec.sums]
+        held = rec.sums
+        model(a)  # same length: the device sums grow in place
         model(b)
+    assert all(np.array_equal(x, y) for x, y in zip(first, held, strict=True))  # read-outs are copies
     ea, eb = _eager_entropy(model, a)[0][0].numpy(), _eager_entropy(model, b)[0][0].numpy()
     expect = eb.copy()
-    expect[:, :12] = (ea + eb[:, :12]) / 2
+    expect[:, :12] = (2 * ea + eb[:, :12]) / 3
     np.testing.assert_allclose(rec.entropy[0], expect, atol=1e-5)
-    assert rec.count.tolist() == [2] * 12 + [1] * 8
+    assert rec.count.tolist() == [3] * 12 + [1] * 8
 
 
 def test_kv_cache_steps_land_at_their_positions_and_reads_between_forwards_stay_current():

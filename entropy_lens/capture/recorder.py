@@ -132,7 +132,7 @@ class EntropyRecorder(ScaleSession):
                 z = np.zeros((self.n_layers, self.n_heads, 0))
                 self._host = (z, z.copy(), np.zeros((self.n_layers, 0), dtype=np.int64))
             else:
-                total, sq, count = (t.cpu().numpy() for t in self._acc)
+                total, sq, count = (t.cpu().numpy().copy() for t in self._acc)  # never views of _acc
                 seen = np.flatnonzero(count.any(0))
                 n = int(seen[-1]) + 1 if seen.size else 0
                 self._host = (total[..., :n], sq[..., :n], count[:, :n])

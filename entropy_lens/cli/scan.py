@@ -101,7 +101,8 @@ def cmd_scan(args) -> int:
         return 0  # under torchrun rank 0 alone wrote the file and reports
     m = result.meta
     print(f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} samples "
-          f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']}, {m['wall_time_s']:.1f} s")  # fmt: skip
+          f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']} ({m.get('attention_path', 'separate')}), "
+          f"{m['wall_time_s']:.1f} s")  # fmt: skip
     print(summary(result))
     print(f"wrote {out}")
     return 0
