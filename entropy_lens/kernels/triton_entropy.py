@@ -126,7 +126,9 @@ def _key_block(
 ):  # fmt: skip
     """One key block's update of the centred state (m, l, u) (log2 units) and, fused, the output."""
     cols = start + tl.arange(0, BLOCK_N)
-    kv_mask = (cols[:, None] < S) & (dims[None, :] < D)
+    kv_mask = dims[None, :] < D  # interior blocks lie below S
+    if MASKED:
+        kv_mask = kv_mask & (cols[:, None] < S)
     k = tl.load(k_base + cols[:, None] * sks + dims[None, :] * skd, mask=kv_mask, other=0.0)
     if CAST_F32:
         k = k.to(tl.float32)
