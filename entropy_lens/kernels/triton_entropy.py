@@ -71,12 +71,12 @@ def _entropy_kernel(
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = pid_bh // H_Q
-    h = pid_bh % H_Q
+    b = (pid_bh // H_Q).to(tl.int64)  # 64-bit batch/head/row offsets: B·T·Hq·D passes 2^31 at long T
+    h = (pid_bh % H_Q).to(tl.int64)
     kv = h // GROUP
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + dims[None, :] * sqd,
+    q = tl.load(Q + b * sqb + h * sqh + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd,
                 mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)  # fmt: skip
     if CAST_F32:
         q = q.to(tl.float32)
@@ -111,10 +111,10 @@ def _entropy_kernel(
                                   WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
     ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
     ent = tl.maximum(ent, 0.0)
-    tl.store(OUT + pid_bh * T + rows, ent, mask=rows < T)
+    tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
     if WITH_OUTPUT:
         o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
-        tl.store(O + b * sob + h * soh + rows[:, None] * sot + dims[None, :] * sod, o.to(O.dtype.element_ty),
+        tl.store(O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod, o.to(O.dtype.element_ty),
                  mask=(rows[:, None] < T) & (dims[None, :] < D))  # fmt: skip
 
 
