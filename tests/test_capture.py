@@ -256,3 +256,27 @@ def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :5], v[:, :, :5], is_causal=True,
                                                             scale=attn.scaling, enable_gqa=True)  # fmt: skip
     assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)
+
+
+def test_a_general_mask_decides_alone_as_in_sdpa():
+    """A 4-D mask that is not causal + padding (here random per query) is all sdpa applies: the
+    entropy must describe the same attention, with no causal mask added on top."""
+    from entropy_lens.capture.attention import _ACTIVE, Session, entropy_lens_attention
+    from entropy_lens.kernels import attention_entropy
+
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, h, 7, 16, generator=g) for h in (4, 2, 2))
+    mask = torch.rand(1, 1, 7, 7, generator=g) > 0.3
+    mask[..., 0] = True  # every row sees a key
+    got = []
+    token = _ACTIVE.set(Session(on_entropy=lambda layer, ent, offset: got.append(ent)))
+    try:
+        out, _ = entropy_lens_attention(attn, q, k, v, mask)
+    finally:
+        _ACTIVE.reset(token)
+    expect = attention_entropy(q, k, scale=attn.scaling, causal=False, mask=mask, impl="reference")
+    assert torch.allclose(got[0], expect, atol=1e-5)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
+                                                            enable_gqa=True)  # fmt: skip
+    assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)

@@ -83,8 +83,11 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     if session is None or session.on_entropy is None:
         return separate()
     lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
-    causal = getattr(module, "is_causal", True)
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
     mask = _kernel_mask(session, attention_mask, query.shape[2], key.shape[2], causal)
+    if mask is not None and mask.shape[2] != 1:
+        causal = False  # as in sdpa, a mask that is not key padding decides alone
     k_ent, v_ent = key, value
     if causal and mask is None and 1 < query.shape[2] < key.shape[2]:
         k_ent, v_ent = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]  # as sdpa: empty static cache
