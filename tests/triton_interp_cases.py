@@ -192,7 +192,8 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
     from entropy_lens.results import ScanResult
     from entropy_lens.scanning import ScanConfig, scan
 
-    base = {"model": str(tiny_dir), "length": 40, "samples": 2, "data": "austen:northanger", "device": DEVICE}
+    base = {"model": str(tiny_dir), "length": 40, "samples": 2, "data": "austen:northanger", "device": DEVICE,
+            "dtype": "float32"}  # fp32 on a GPU too (its default is bf16)
     got = scan(ScanConfig(**base, backend="triton", fused=fused), out=tmp_path / "t.npz", progress=False)
     want = scan(ScanConfig(**base, backend="torch_chunked"), progress=False)
     meta = ScanResult.load(tmp_path / "t.npz").meta
