@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from tiny import make_tiny_model
+from tiny import make_tiny_model, make_tiny_sliding_window_model
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
 
@@ -37,6 +37,16 @@ def test_entropy_matches_eager_and_logits_unchanged(n_heads, n_kv):
     assert rec.count.tolist() == [2] * 40
 
 
+def _record_padded(model, ids, mask):
+    """The recorder after one padded forward, whose logits at real tokens must equal the plain model's."""
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).logits
+        with EntropyRecorder(model) as rec:
+            hooked = model(ids, attention_mask=mask).logits
+    assert torch.allclose(hooked[mask.bool()], plain[mask.bool()], atol=1e-5)
+    return rec
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_padding_is_respected_and_positions_aligned(side):
     model = make_tiny_model(n_heads=4, n_kv_heads=2)
@@ -47,12 +57,8 @@ def test_padding_is_respected_and_positions_aligned(side):
         mask[1, :pad] = 0
     else:
         mask[1, T - pad :] = 0
-    with torch.no_grad():
-        plain = model(ids, attention_mask=mask).logits
-        with EntropyRecorder(model) as rec:
-            hooked = model(ids, attention_mask=mask).logits
+    rec = _record_padded(model, ids, mask)
     valid = mask.bool()
-    assert torch.allclose(hooked[valid], plain[valid], atol=1e-5)
     eager = _eager_entropy(model, ids, mask)
     # the padded row's valid tokens, placed at their true positions 0..T-pad-1
     short = ids[1][valid[1]].unsqueeze(0)
@@ -74,22 +80,51 @@ def test_positions_no_row_reaches_are_not_reported():
     assert rec.count.tolist() == [2] * 13 + [1] * 4 and np.isfinite(rec.entropy).all()
 
 
-def test_padding_mask_is_reduced_to_key_padding_once_per_forward(monkeypatch):
+def _spy_kernels(monkeypatch):
+    """Record decompose calls and the (mask shape, window) each attention_entropy call gets."""
     from entropy_lens.capture import attention
     from entropy_lens.kernels import masks
 
     calls, seen = [], []
-    monkeypatch.setattr(attention, "key_padding", lambda *a: calls.append(1) or masks.key_padding(*a))
+    monkeypatch.setattr(attention, "decompose", lambda *a: calls.append(1) or masks.decompose(*a))
     real = attention.attention_entropy
-    monkeypatch.setattr(attention, "attention_entropy", lambda q, k, **kw: seen.append(kw["mask"].shape) or real(q, k, **kw))
+
+    def spy(q, k, **kw):
+        seen.append((None if kw["mask"] is None else tuple(kw["mask"].shape), kw["window"]))
+        return real(q, k, **kw)
+
+    monkeypatch.setattr(attention, "attention_entropy", spy)
+    return calls, seen
+
+
+def test_padding_mask_is_reduced_to_key_padding_once_per_forward(monkeypatch):
+    calls, seen = _spy_kernels(monkeypatch)
     model = make_tiny_model(n_layers=3)
     mask = torch.ones(2, 16, dtype=torch.long)
     mask[1, :5] = 0
     with torch.no_grad(), EntropyRecorder(model) as rec:
         model(torch.randint(2, 300, (2, 16)), attention_mask=mask)
         model(torch.randint(2, 300, (2, 16)), attention_mask=mask)
-    assert len(calls) == 2 and seen == [(2, 1, 1, 16)] * 6  # one check per forward; kernels get key padding
+    assert len(calls) == 2 and seen == [((2, 1, 1, 16), None)] * 6  # one check per forward; kernels get key padding
     assert rec.count.tolist() == [4] * 11 + [2] * 5
+
+
+def test_sliding_window_layers_match_eager_and_reach_the_kernels_as_a_window(monkeypatch):
+    calls, seen = _spy_kernels(monkeypatch)
+    model = make_tiny_sliding_window_model(window=6)
+    ids = torch.randint(2, 300, (2, 30))
+    mask = torch.ones(2, 30, dtype=torch.long)
+    mask[1, 24:] = 0  # right padding: true positions stay aligned
+    rec = _record_padded(model, ids, mask)
+    valid = mask.bool()
+    assert len(calls) == 2  # two mask objects (full, sliding), each decomposed once
+    assert seen == [((2, 1, 1, 30), None), ((2, 1, 1, 30), 6)]
+    eager = _eager_entropy(model, ids, mask)
+    w = valid.double()[:, None, :]  # (B, 1, T)
+    for layer, h in enumerate(eager):
+        expect = (h * w).sum(0) / w.sum(0)
+        np.testing.assert_allclose(rec.entropy[layer], expect.numpy(), atol=1e-5)
+    assert rec.entropy[1][:, 10:].max() <= np.log(6) + 1e-6 < rec.entropy[0][:, 10:].max()  # the window binds
 
 
 def _scaled_q_proj_model(model, mult):

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, resolve_impl
-from entropy_lens.kernels.masks import key_padding
+from entropy_lens.kernels.masks import decompose
+from entropy_lens.kernels.reference import causal_visible
 
 
 def _inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
@@ -180,15 +181,76 @@ def test_uniform_attention_reaches_the_bound():
     assert math.isclose(h[0, 1, -1].item(), math.log(50), rel_tol=1e-6)
 
 
-def test_causal_padding_mask_is_recognised_as_key_padding():
+def _hf_mask(keep, T, S, window=None):
+    """The (B, 1, T, S) mask transformers builds: causal (bottom-right), sliding window, key padding."""
+    return causal_visible(T, S, window=window)[None, None] & keep[:, None, None, :]
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 5])
+@pytest.mark.parametrize("T,S", [(6, 9), (9, 9), (9, 4)])
+def test_causal_window_and_padding_masks_are_decomposed(window, T, S):
+    keep = torch.ones(2, S, dtype=torch.bool)
+    keep[1, : S // 2] = False  # left padding of the second sequence
+    keep[0, -1] = False  # right padding of the first
+    keep_got, window_got = decompose(_hf_mask(keep, T, S, window), 2, T, S, True)
+    # any decomposition that rebuilds the mask exactly is right; the window found may be the
+    # mask's own or one that cuts only keys the padding hides already
+    assert torch.equal(_hf_mask(keep_got, T, S, window_got), _hf_mask(keep, T, S, window))
+    if window is not None and window < S // 2:
+        assert window_got == window
+    assert decompose(_hf_mask(torch.ones(2, S, dtype=torch.bool), T, S, window), 2, T, S, True) == (
+        None, None if window is None or window >= S else window)  # nothing padded: no keep-mask  # fmt: skip
+
+
+def test_masks_that_are_not_causal_window_and_padding_are_left_to_the_torch_path():
     T, S = 6, 9
     keep = torch.tensor([[True] * 9, [False] * 4 + [True] * 5])
-    causal = torch.ones(T, S, dtype=torch.bool).tril(S - T)
-    mask = causal[None, None] & keep[:, None, None, :]
-    assert torch.equal(key_padding(mask, 2, T, S, True), keep)
-    assert torch.equal(key_padding(keep[:, None, None, :], 2, T, S, True), keep)
-    other = mask.clone()
-    other[0, 0, 2, 1] = False  # one more masked score: not key padding, the torch path serves it
-    assert key_padding(other, 2, T, S, True) is None
-    assert key_padding(mask.expand(2, 3, T, S), 2, T, S, True) is None  # per-head
-    assert torch.equal(key_padding(keep[:, None, None, :].expand(2, 1, T, S), 2, T, S, False), keep)
+    mask = _hf_mask(keep, T, S, window=3)
+    assert torch.equal(decompose(keep[:, None, None, :], 2, T, S, True)[0], keep)
+    for row, col in [(2, 1), (4, 5), (3, 6)]:  # one score more or fewer than any decomposition has
+        other = mask.clone()
+        other[0, 0, row, col] = not other[0, 0, row, col]
+        assert decompose(other, 2, T, S, True) is None
+    assert decompose(mask.expand(2, 3, T, S), 2, T, S, True) is None  # per-head
+    assert torch.equal(decompose(keep[:, None, None, :].expand(2, 1, T, S), 2, T, S, False)[0], keep)
+    assert decompose(mask, 2, T, S, False) is None  # rows differ: no bidirectional padding form
+
+
+def test_decompose_checks_long_masks_in_row_blocks(monkeypatch):
+    from entropy_lens.kernels import masks
+
+    monkeypatch.setattr(masks, "ROWS_PER_CHECK", 4)
+    keep = torch.ones(1, 30, dtype=torch.bool)
+    keep[0, :7] = False
+    mask = _hf_mask(keep, 25, 30, window=6)
+    assert decompose(mask, 1, 25, 30, True)[1] == 6
+    mask[0, 0, 24, 27] = False  # a score in the last row block (key 27 is kept for rows 22, 23)
+    assert decompose(mask, 1, 25, 30, True) is None
+
+
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
+@pytest.mark.parametrize("T,S", [(40, 40), (17, 50), (50, 20)], ids=["square", "T<S", "T>S"])
+@pytest.mark.parametrize("window", [1, 4, 11, 64])
+@pytest.mark.parametrize("padded", [False, True])
+def test_sliding_window_equals_its_mask(Hq, Hkv, T, S, window, padded):
+    q, k = _inputs(2, Hq, Hkv, T, S)
+    keep = torch.ones(2, S, dtype=torch.bool)
+    if padded:
+        keep[1, : S // 3] = False
+    scale = torch.linspace(0.2, 0.6, Hq)
+    as_mask = attention_entropy(q, k, scale=scale, mask=_hf_mask(keep, T, S, window), impl="reference")
+    direct = attention_entropy(q, k, scale=scale, mask=keep if padded else None, window=window, impl="reference")
+    assert torch.equal(direct, as_mask)
+    for block_q, block_k in [(64, 1024), (7, 5), (16, 3)]:
+        got = attention_entropy(q, k, scale=scale, mask=keep if padded else None, window=window,
+                                impl="torch_chunked", block_q=block_q, block_k=block_k)  # fmt: skip
+        assert (got - as_mask).abs().max().item() <= 1e-5
+
+
+def test_window_is_validated():
+    q, k = _inputs(1, 2, 2, 5, 5)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="window must be"):
+            attention_entropy(q, k, scale=0.3, window=bad)
+    with pytest.raises(ValueError, match="causal=True"):
+        attention_entropy(q, k, scale=0.3, causal=False, window=4)

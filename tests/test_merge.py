@@ -22,11 +22,11 @@ def _inputs(B=2, Hq=6, Hkv=2, T=37, S=53, D=8, seed=0):
     return q, k, scale
 
 
-def _shards(q, k, scale, cuts, *, causal=True, mask=None):
+def _shards(q, k, scale, cuts, *, causal=True, mask=None, window=None):
     S = k.shape[2]
     bounds = [0, *cuts, S]
     return [shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S, causal=causal,
-                        mask=None if mask is None else mask[:, a:b], block_q=8, block_k=5)
+                        mask=None if mask is None else mask[:, a:b], window=window, block_q=8, block_k=5)
             for a, b in itertools.pairwise(bounds)]  # fmt: skip
 
 
@@ -38,6 +38,15 @@ def test_merged_shards_equal_unsplit_and_float64_reference(cuts, causal):
     whole = attention_entropy(q, k, scale=scale, causal=causal, impl="torch_chunked")
     merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, scale, cuts, causal=causal)))
     torch.testing.assert_close(merged, whole, atol=2e-5, rtol=0)
+    torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("window", [1, 6, 25])
+def test_sliding_window_shards_merge_to_the_unsplit_window(window):
+    """A shard's window is global too: shards wholly behind a row's window are its identity."""
+    q, k, scale = _inputs(seed=5)
+    ref = attention_entropy(q, k, scale=scale, window=window, impl="reference")
+    merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, scale, [4, 19, 30], window=window)))
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
 

@@ -61,6 +61,23 @@ def test_key_padding_and_gqa_on_gpu():
     assert (got - exact).abs().max().item() <= 2e-2
 
 
+@pytest.mark.parametrize("window", [100, 4096])
+@pytest.mark.parametrize("fused", [False, True])
+def test_sliding_window_at_real_sizes(window, fused):
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    q, k = (x.cuda() for x in _inputs(2, 32, 4, 8192, 8192, D=64))
+    keep = torch.ones(2, 8192, dtype=torch.bool, device="cuda")
+    keep[0, :1000] = False
+    scale = torch.full((32,), 0.125, device="cuda")
+    if fused:
+        _, got = attention_with_entropy_triton(q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window)
+    else:
+        got = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="triton")
+    exact = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="torch_chunked")
+    assert (got - exact).abs().max().item() <= 1e-4
+
+
 def test_fused_capture_on_gpu_within_twice_the_separate_error():
     import copy
 

@@ -62,7 +62,24 @@ def make_tiny_model(seed: int = 0, **kw):
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(tiny_config(**kw)).eval()
+    return _sharpen(LlamaForCausalLM(tiny_config(**kw)).eval())
+
+
+def make_tiny_sliding_window_model(window: int, seed: int = 0):
+    """A random Qwen2ForCausalLM whose first layer attends in full and second through a sliding
+    window of `window` keys (transformers builds one mask per kind of layer)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
+                         sliding_window=window, max_window_layers=1)  # fmt: skip
+    assert config.layer_types == ["full_attention", "sliding_attention"]
+    return _sharpen(Qwen2ForCausalLM(config).eval())
+
+
+def _sharpen(model):
+    """Enlarge query/key weights: random init alone gives near-uniform attention."""
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.mul_(8.0)

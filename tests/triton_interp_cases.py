@@ -16,6 +16,7 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
 from test_kernels import _inputs, _masks, _plain_pytorch_entropy
 
 from entropy_lens.kernels import attention_entropy
+from entropy_lens.kernels.reference import causal_visible
 
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy evaluates both sides of tl.where
@@ -48,6 +49,24 @@ def test_unmasked_interior_blocks_then_masked_diagonal(T, S, causal):
     q, k = _inputs(1, 4, 2, T, S)
     got, ref = _run(q, k, scale=torch.linspace(0.1, 0.5, 4), causal=causal)
     assert (got - ref).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("T,S", [(100, 100), (40, 150), (150, 40)])
+@pytest.mark.parametrize("window", [1, 5, 32, 45, 130])
+@pytest.mark.parametrize("padded", [False, True])
+def test_sliding_window_skips_blocks_behind_it(T, S, window, padded):
+    """Windows narrower than, equal to and wider than a block (32 here), unmasked blocks between
+    the masked far edge and diagonal, as an argument and as transformers' (B, 1, T, S) mask."""
+    q, k = _inputs(2, 2, 1, T, S)  # GQA
+    keep = torch.ones(2, S, dtype=torch.bool)
+    if padded:
+        keep[1, : S // 3] = False
+    scale = torch.tensor([0.2, 0.5])
+    got, ref = _run(q, k, scale=scale, window=window, mask=keep.to(DEVICE) if padded else None)
+    assert (got - ref).abs().max().item() <= 1e-5
+    hf_mask = causal_visible(T, S, window=window)[None, None] & keep[:, None, None, :]
+    from_mask, _ = _run(q, k, scale=scale, mask=hf_mask.to(DEVICE))
+    assert (from_mask - ref).abs().max().item() <= 1e-5
 
 
 def test_first_key_block_fully_masked_and_fully_padded_rows():
@@ -88,21 +107,21 @@ def test_near_1k_tokens_gqa_bf16():
     assert (got - ref).abs().max().item() <= 1e-3
 
 
-def _reference_output(q, k, v, scale, causal, keep=None):
+def _reference_output(q, k, v, scale, causal, keep=None, window=None):
     """float64 softmax(λ q kᵀ) v with GQA by repeating key heads (reference only) and 0 for empty rows."""
     G = q.shape[1] // k.shape[1]
     kk, vv = (x.double().repeat_interleave(G, dim=1) for x in (k, v))
     s = torch.matmul(q.double(), kk.transpose(-1, -2)) * scale
     T, S = q.shape[2], k.shape[2]
-    visible = torch.ones(T, S, dtype=torch.bool).tril(S - T) if causal else torch.ones(T, S, dtype=torch.bool)
+    visible = causal_visible(T, S, window=window) if causal else torch.ones(T, S, dtype=torch.bool)
     visible = visible[None, None] & (keep[:, None, None, :] if keep is not None else True)
     p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
     return torch.matmul(p, vv)
 
 
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
-@pytest.mark.parametrize("causal", [True, False])
-def test_fused_output_and_entropy_fp32(Hq, Hkv, causal):
+@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7), (True, 40)])
+def test_fused_output_and_entropy_fp32(Hq, Hkv, causal, window):
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
     q, k = _inputs(2, Hq, Hkv, 45, 45, D=24)
@@ -111,9 +130,9 @@ def test_fused_output_and_entropy_fp32(Hq, Hkv, causal):
     keep[1, :40] = False  # early rows of sequence 1 see no key: output 0, entropy 0
     scale = torch.linspace(0.2, 0.7, Hq)
     out, ent = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), scale.to(DEVICE), causal,
-                                             keep[:, None, None, :].to(DEVICE))  # fmt: skip
-    ref_ent = attention_entropy(q, k, scale=scale, causal=causal, mask=keep, impl="reference")
-    ref_out = _reference_output(q, k, v, scale.view(1, Hq, 1, 1).double(), causal, keep)
+                                             keep[:, None, None, :].to(DEVICE), window)  # fmt: skip
+    ref_ent = attention_entropy(q, k, scale=scale, causal=causal, mask=keep, window=window, impl="reference")
+    ref_out = _reference_output(q, k, v, scale.view(1, Hq, 1, 1).double(), causal, keep, window)
     assert out.dtype == torch.float32 and (out.cpu().double() - ref_out).abs().max().item() <= 1e-5
     assert (ent.cpu() - ref_ent).abs().max().item() <= 1e-5
 
@@ -160,6 +179,23 @@ def test_fused_capture_matches_sdpa_and_reference(padding, scales):
     valid = torch.ones(2, 40, dtype=torch.bool) if mask is None else mask.bool().cpu()
     assert (fused[valid] - plain[valid]).abs().max().item() <= 1e-4
     assert abs(rec_f.entropy - rec_r.entropy).max() <= 1e-5 and (rec_f.count == rec_r.count).all()
+
+
+@pytest.mark.parametrize("fused", ["on", "off"])
+def test_sliding_window_model_capture_matches_reference(fused):
+    """A full and a sliding-window layer (two masks, left padding): the kernel gets key padding and
+    the window, fused or not."""
+    from tiny import make_tiny_sliding_window_model
+
+    model = make_tiny_sliding_window_model(window=7).to(DEVICE)
+    ids = torch.randint(2, 300, (2, 45), generator=torch.Generator().manual_seed(6))
+    mask = torch.ones(2, 45, dtype=torch.long)
+    mask[1, :10] = 0
+    got, rec_t = _capture(model, ids, mask.to(DEVICE), impl="triton", fused=fused)
+    want, rec_r = _capture(model, ids, mask.to(DEVICE), impl="reference", fused="off")
+    assert rec_t.session.paths == {"fused" if fused == "on" else "separate"}
+    assert (got[mask.bool()] - want[mask.bool()]).abs().max().item() <= 1e-4
+    assert abs(rec_t.entropy - rec_r.entropy).max() <= 1e-5 and (rec_t.count == rec_r.count).all()
 
 
 def test_fused_capture_steps_aside_where_it_does_not_apply():

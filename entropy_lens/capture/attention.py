@@ -27,7 +27,7 @@ import torch
 
 from entropy_lens.capture.fused import choose, cuda_seconds, fused_applies
 from entropy_lens.kernels import attention_entropy, resolve_impl
-from entropy_lens.kernels.masks import key_padding
+from entropy_lens.kernels.masks import decompose
 
 ATTN_NAME = "entropy_lens"
 
@@ -45,7 +45,7 @@ class Session:
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
-    mask_memo: tuple | None = None  # (transformers' mask object, (T, S, causal), the kernels' form of it)
+    mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask object, kernels' form)
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
@@ -85,28 +85,28 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal
-    mask = _kernel_mask(session, attention_mask, query.shape[2], key.shape[2], causal)
+    mask, window = _kernel_mask(session, attention_mask, query.shape[2], key.shape[2], causal)
     if mask is not None and mask.shape[2] != 1:
-        causal = False  # as in sdpa, a mask that is not key padding decides alone
+        causal = False  # as in sdpa, a mask that is not key padding (and a window) decides alone
     k_ent, v_ent = key, value
-    if causal and mask is None and 1 < query.shape[2] < key.shape[2]:
+    if causal and attention_mask is None and 1 < query.shape[2] < key.shape[2]:
         k_ent, v_ent = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]  # as sdpa: empty static cache
 
     def entropy():
         return attention_entropy(query.detach(), k_ent.detach(), scale=lam, causal=causal, mask=mask,
-                                 impl=session.impl)  # fmt: skip
+                                 window=window, impl=session.impl)  # fmt: skip
 
     def fused():
         from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
         scale = torch.as_tensor(lam, dtype=torch.float32, device=query.device).expand(query.shape[1])
-        o, ent = attention_with_entropy_triton(query, k_ent, v_ent, scale, causal, mask)
+        o, ent = attention_with_entropy_triton(query, k_ent, v_ent, scale, causal, mask, window)
         return o.transpose(1, 2).contiguous(), ent
 
     impl = resolve_impl(session.impl, query.device)
     path = "separate"
     if session.fused != "off" and fused_applies(impl, query, key, value, mask, dropout, kwargs):
-        shape_key = (str(query.device), query.dtype, *query.shape, *key.shape[1:3], mask is not None, causal)
+        shape_key = (str(query.device), query.dtype, *query.shape, *key.shape[1:3], mask is not None, causal, window)
         path = choose(session.fused, shape_key, {"fused": fused, "separate": lambda: (separate(), entropy())},
                       timer=cuda_seconds if query.is_cuda else None)  # fmt: skip
     session.paths.add(path)
@@ -120,21 +120,24 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
 
 
 def _kernel_mask(session: Session, attention_mask, T: int, S: int, causal: bool):
-    """The layer's mask as the kernels take it: bool (True = attend; a user's additive float mask is
-    converted), and (B, 1, 1, S) key padding where transformers' causal + padding mask is just that,
-    so the Triton kernel serves it. Every layer of a forward gets the same mask object: the check
-    (one pass over T x S) runs once per forward."""
+    """(mask, window): the layer's mask as the kernels take it. The mask is bool (True = attend; a
+    user's additive float mask is converted); where transformers' mask is causal + key padding, with
+    or without a sliding window, it becomes (B, 1, 1, S) key padding (None when nothing is padded)
+    and the window, which the Triton kernel serves and by which both kernels skip key blocks. Layers
+    of a forward share a few mask objects (full and sliding-window layers): the check (one pass over
+    T x S) runs once per object per forward."""
     if attention_mask is None:
-        return None
-    memo = session.mask_memo
-    if memo is not None and memo[0] is attention_mask and memo[1] == (T, S, causal):
-        return memo[2]
-    mask = attention_mask
+        return None, None
+    key = (id(attention_mask), T, S, causal)
+    if key in session.mask_memo:
+        return session.mask_memo[key][1]
+    mask, window = attention_mask, None
     if mask.dtype != torch.bool:
         mask = mask > torch.finfo(mask.dtype).min / 2
     if mask.ndim == 4:
-        keep = key_padding(mask, mask.shape[0], T, S, causal)
-        if keep is not None:
-            mask = keep[:, None, None, :]
-    session.mask_memo = (attention_mask, (T, S, causal), mask)  # holds the object: its id cannot be reused
-    return mask
+        parts = decompose(mask, mask.shape[0], T, S, causal)
+        if parts is not None:
+            keep, window = parts
+            mask = None if keep is None else keep[:, None, None, :]
+    session.mask_memo[key] = (attention_mask, (mask, window))  # holds the object: its id cannot be reused
+    return mask, window

@@ -10,9 +10,10 @@ kernel's autotuning) and keeps the faster for the rest of the process, as `@trit
 for block sizes. Timing needs CUDA: elsewhere "auto" means separate.
 
 The fused pass applies only where it computes exactly what sdpa would: the triton backend, no
-gradient wanted, no dropout, a mask that is None or key padding (transformers' causal + padding
-mask qualifies, see `kernels.masks.key_padding`), and none of the extras sdpa would apply
-(position bias, softcap, attention sinks, paged cache).
+gradient wanted, no dropout, a mask that is None or key padding and a sliding window (transformers'
+causal, padding and sliding-window masks qualify, see `kernels.masks.decompose`), and none of the
+extras sdpa would apply (position bias, softcap, attention sinks, paged cache). A `sliding_window`
+argument is ignored, as sdpa ignores it: the mask carries the window.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 FUSED_MODES = ("auto", "on", "off")
-_UNSUPPORTED_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache", "sliding_window")
+_UNSUPPORTED_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache")
 _CHOICES: dict[tuple, str] = {}  # shape key -> "fused" | "separate", measured once per process
 
 

@@ -84,12 +84,13 @@ class EntropyRecorder(ScaleSession):
             return super().__exit__(*exc)
         finally:
             self._hook.remove()
-            self._mask2d = self.session.mask_memo = None
+            self._mask2d = None
+            self.session.mask_memo.clear()
 
     def _read_mask(self, module, args, kwargs):
         mask = kwargs.get("attention_mask")
         self._mask2d = mask.detach().bool() if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
-        self.session.mask_memo = None  # the previous forward's mask is not kept alive
+        self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
 
     # -- accumulation ---------------------------------------------------------------------------
     def _add(self, layer: int, entropy: torch.Tensor, key_offset: int) -> None:

@@ -1,12 +1,16 @@
 """Attention-entropy kernels: pure functions, no transformers import.
 
-    attention_entropy(q, k, *, scale, causal=True, mask=None, impl="auto") -> (B, Hq, T) float32, nats
+    attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, impl="auto")
+        -> (B, Hq, T) float32, nats
 
     q      (B, Hq, T, D)  queries after RoPE (if any), any float dtype
     k      (B, Hkv, S, D) keys after RoPE; Hq % Hkv == 0 (MHA, GQA, MQA); head h uses key head h // (Hq/Hkv)
     scale  float or (Hq,) tensor: the softmax scale λ_h (scores are λ_h q·k)
     causal query i sees keys j <= i + S − T (bottom-right, so a query block at the end of a KV cache works)
     mask   None, or bool (True = attend) of shape (B, S) [key padding] or broadcastable 4-D (B|1, Hq|1, T|1, S)
+    window None, or a sliding window W >= 1 (causal only): query i sees only the W keys ending at its own
+           position, j > i + S − T − W (transformers' `sliding_window`); the kernels skip the key blocks
+           behind it, so the work is O(T·W)
     -> H_i = −Σ_j p_ij ln p_ij over attendable keys, accumulated in fp32. A row with no attendable key
        gets 0; callers exclude such rows from averages.
 
@@ -67,17 +71,28 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def attention_entropy(q, k, *, scale, causal=True, mask=None, impl="auto", **block_sizes):
+def attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, impl="auto", **block_sizes):
     """See the module docstring for the contract. `block_sizes` go to torch_chunked."""
     scale_t, mask4 = _validate(q, k, scale, mask)
+    window = _validate_window(window, causal)
     impl = resolve_impl(impl, q.device)
     if impl == "reference":
-        return entropy_reference(q, k, scale_t, causal, mask4)
+        return entropy_reference(q, k, scale_t, causal, mask4, window)
     if impl == "triton":
         from entropy_lens.kernels.triton_entropy import entropy_triton
 
-        return entropy_triton(q, k, scale_t, causal, mask4)
-    return entropy_torch_chunked(q, k, scale_t, causal, mask4, **block_sizes)
+        return entropy_triton(q, k, scale_t, causal, mask4, window)
+    return entropy_torch_chunked(q, k, scale_t, causal, mask4, window, **block_sizes)
+
+
+def _validate_window(window, causal: bool) -> int | None:
+    if window is None:
+        return None
+    if isinstance(window, bool) or int(window) != window or window < 1:
+        raise ValueError(f"window must be None or a positive number of keys; got {window!r}")
+    if not causal:
+        raise ValueError("a sliding window applies to causal attention; pass causal=True or window=None")
+    return int(window)
 
 
 def _validate(q, k, scale, mask):

@@ -22,20 +22,22 @@ __all__ = ["entropy_from_state", "merge_states", "shard_state"]
 
 
 def shard_state(q, k, scale, *, key_offset: int, total_keys: int, causal: bool = True, mask=None,
-                **block_sizes):  # fmt: skip
+                window: int | None = None, **block_sizes):  # fmt: skip
     """State (m, l, u), each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
     (B, Hkv, S_shard, D) holding global keys [key_offset, key_offset + S_shard) of `total_keys`.
 
-    Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T.
+    Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T
+    (and j > i + total_keys − T − window with a sliding window).
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `scale` a
     float or (Hq,) tensor as in `attention_entropy`.
     """
-    from entropy_lens.kernels import _validate
+    from entropy_lens.kernels import _validate, _validate_window
 
     scale_t, mask4 = _validate(q, k, scale, mask)
+    window = _validate_window(window, causal)
     T = q.shape[2]
     offset = total_keys - T - key_offset
-    return state_torch_chunked(q, k, scale_t, causal, mask4, offset=offset, **block_sizes)
+    return state_torch_chunked(q, k, scale_t, causal, mask4, window, offset=offset, **block_sizes)
 
 
 def merge_states(a, b):

@@ -10,15 +10,18 @@ from __future__ import annotations
 import torch
 
 
-def causal_visible(T: int, S: int, device=None) -> torch.Tensor:
-    """(T, S) bool: query i sees key j iff j <= i + S - T (bottom-right alignment)."""
+def causal_visible(T: int, S: int, device=None, window: int | None = None) -> torch.Tensor:
+    """(T, S) bool: query i sees key j iff j <= i + S - T (bottom-right alignment) and, with a sliding
+    `window`, j > i + S - T - window (the last `window` keys up to and including its own position)."""
     i = torch.arange(T, device=device).unsqueeze(1)
     j = torch.arange(S, device=device).unsqueeze(0)
-    return j <= i + (S - T)
+    behind = i + (S - T) - j  # how far key j lies behind query i
+    visible = behind >= 0
+    return visible if window is None else visible & (behind < window)
 
 
 @torch.no_grad()
-def entropy_reference(q, k, scale, causal=True, mask=None) -> torch.Tensor:
+def entropy_reference(q, k, scale, causal=True, mask=None, window=None) -> torch.Tensor:
     """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) -> (B, Hq, T) float32 entropy in nats."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -27,7 +30,7 @@ def entropy_reference(q, k, scale, causal=True, mask=None) -> torch.Tensor:
     s = torch.einsum("bkgtd,bksd->bkgts", qd, k.double()).reshape(B, Hq, T, S)
     visible = torch.ones(1, 1, T, S, dtype=torch.bool, device=q.device)
     if causal:
-        visible = visible & causal_visible(T, S, q.device)
+        visible = visible & causal_visible(T, S, q.device, window)
     if mask is not None:
         visible = visible & mask
     s = s.masked_fill(~visible, float("-inf"))

@@ -14,7 +14,9 @@ Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) stat
 Defaults (64, 1024) were the fastest of a grid on 2 CPU cores at SmolLM2 shapes (T = 2K, 4K).
 GQA: queries of the G = Hq/Hkv heads sharing a key head are stacked as rows of one matmul
 against that key head, so keys are never repeated. Causal blocks wholly above the diagonal are
-skipped (about half the work); only blocks the diagonal crosses build a mask.
+skipped (about half the work); only blocks the diagonal crosses build a mask. A sliding window
+(`window`: query i sees the `window` keys ending at its own position) also skips the key blocks
+wholly behind it, so the work is O(T · window).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ NEG_INF = float("-inf")
 
 
 @torch.no_grad()
-def entropy_torch_chunked(q, k, scale, causal=True, mask=None, *, block_q=64, block_k=1024):
+def entropy_torch_chunked(q, k, scale, causal=True, mask=None, window=None, *, block_q=64, block_k=1024):
     """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats.
 
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
+    `window`: None or the sliding window (causal only, validated upstream).
     """
-    m, l, u = state_torch_chunked(q, k, scale, causal, mask, block_q=block_q, block_k=block_k)
+    m, l, u = state_torch_chunked(q, k, scale, causal, mask, window, block_q=block_q, block_k=block_k)
     return entropy_from_state(m, l, u)
 
 
@@ -42,10 +45,12 @@ def entropy_from_state(m, l, u):
 
 
 @torch.no_grad()
-def state_torch_chunked(q, k, scale, causal=True, mask=None, *, offset=None, block_q=64, block_k=1024):
+def state_torch_chunked(q, k, scale, causal=True, mask=None, window=None, *, offset=None, block_q=64,
+                        block_k=1024):  # fmt: skip
     """The streaming state (m, l, u), each (B, Hq, T) float32, of queries q over keys k.
 
-    offset: query i sees key j iff j <= i + offset (causal); default S − T, bottom-right alignment.
+    offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
+    sliding window; default S − T, bottom-right alignment.
     A key shard passes its own offset (see `entropy_lens.kernels.merge`); rows that see no key of
     the shard get m = −inf, l = u = 0, the identity of `merge_states`.
     """
@@ -65,22 +70,26 @@ def state_torch_chunked(q, k, scale, causal=True, mask=None, *, offset=None, blo
         l = torch.zeros_like(m)
         u = torch.zeros_like(m)
         k_end = min(S, q1 + offset) if causal else S
-        for k0 in range(0, max(k_end, 0), block_k):
+        k_start = max(0, q0 + offset - window + 1) if window is not None else 0
+        for k0 in range(k_start, max(k_end, 0), block_k):
             k1 = min(k0 + block_k, k_end)
             s = torch.matmul(qb, kf[:, :, k0:k1].transpose(-1, -2)).view(B, Hkv, G, bq, k1 - k0)
-            valid = _block_mask(mask, causal, q0, q1, k0, k1, offset, Hkv, G, q.device)
+            valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
             m, l, u = _update(m, l, u, s, valid)
         state[:, :, :, q0:q1] = torch.stack([m, l, u]).view(3, B, Hq, bq)
     return state[0], state[1], state[2]
 
 
-def _block_mask(mask, causal, q0, q1, k0, k1, offset, Hkv, G, device):
+def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
     """Bool (.., bq, bk) broadcastable to (B, Hkv, G, bq, bk), or None when all visible."""
     valid = None
-    if causal and k1 - 1 > q0 + offset:  # the diagonal crosses this block
-        i = torch.arange(q0, q1, device=device).unsqueeze(1)
-        j = torch.arange(k0, k1, device=device).unsqueeze(0)
-        valid = j <= i + offset
+    diagonal = causal and k1 - 1 > q0 + offset  # the diagonal crosses this block
+    window_edge = window is not None and k0 <= q1 - 1 + offset - window  # so does the window's far edge
+    if diagonal or window_edge:
+        behind = torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
+        valid = behind >= 0
+        if window is not None:
+            valid &= behind < window
     if mask is not None:
         rows = slice(q0, q1) if mask.shape[2] > 1 else slice(None)
         mb = mask[:, :, rows, k0:k1]

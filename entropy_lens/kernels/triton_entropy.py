@@ -6,17 +6,19 @@ Contract (the same as `entropy_torch_chunked`):
            indexing, keys are never repeated)
     scale  (Hq,) fp32: λ_h, scores are λ_h q·k
     causal query i sees keys j <= i + S − T (bottom-right alignment)
-    mask   None, or a validated bool 4-D mask, True = attend. Key padding ((B|1, 1, 1, S), or causal
-           AND key padding as transformers builds it, see `key_padding`) runs in the kernel; other
-           masks (per query or per head) are served by the exact torch path instead.
+    window None or a sliding window W: query i sees keys j > i + S − T − W as well (causal only)
+    mask   None, or a validated bool 4-D mask, True = attend. Key padding, a sliding window or both
+           ((B|1, 1, 1, S), or (B|1, 1, T, S) as transformers builds them, see `masks.decompose`) run
+           in the kernel; other masks (per query or per head) are served by the exact torch path.
     -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key.
 
 One program handles BLOCK_M query rows of one (batch, head) and streams over key blocks with the
 centred online-softmax state of torch_chunked.py (m, l, u; H = log l − u/l), accumulated in fp32,
 with scores in log2 units (λ·log2 e folded into the scale, exp2; H = ln l − ln2·u/l). Causal
-programs stop at the last key block their rows can see (~T²/2 work); key blocks that all rows see
-whole run without any masking, only the diagonal, the sequence end and key padding are masked. The
-first block of a row may be fully masked (m = −inf): every −inf·0 is avoided with `where`.
+programs stop at the last key block their rows can see (~T²/2 work) and, with a window, start at
+the first one (~T·W work); key blocks that all rows see whole run without any masking, only the
+diagonal, the window's far edge, the sequence end and key padding are masked. The first block of a
+row may be fully masked (m = −inf): every −inf·0 is avoided with `where`.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
@@ -39,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.masks import key_padding
+from entropy_lens.kernels.masks import decompose
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
@@ -51,10 +53,13 @@ FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 ENTROPY_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))
 FUSED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (64, 32, 4, 3))
 FP32_CONFIGS = ((32, 32, 4, 2),)
+# the sliding-window variants hold two more loop bounds: these configs put 16 B on the stack there (sm_90)
+WINDOW_DROPS = {False: ((64, 128, 4, 3),), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
 
 
-def autotune_configs(with_output: bool, fp32: bool) -> tuple[tuple[int, int, int, int], ...]:
-    return FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
+def autotune_configs(with_output: bool, fp32: bool, window: bool = False) -> tuple[tuple[int, int, int, int], ...]:
+    configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
+    return tuple(c for c in configs if c not in WINDOW_DROPS[with_output]) if window else configs
 
 
 def _entropy_kernel(
@@ -64,10 +69,10 @@ def _entropy_kernel(
     svb, svh, svs, svd,
     sob, soh, sot, sod,
     skeep_b, skeep_s,
-    H_Q, T, S, OFFSET, T_BUCKET, S_BUCKET,
+    H_Q, T, S, OFFSET, WINDOW, T_BUCKET, S_BUCKET,
     GROUP: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr, IEEE: tl.constexpr,
-    WITH_OUTPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr,
+    IEEE: tl.constexpr, WITH_OUTPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -88,27 +93,45 @@ def _entropy_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # Σ e^(s−m) v: the attention output
     else:
         acc = 0.0
-    # key blocks every row of this program sees entirely need no mask: [0, full_end); the rest,
-    # up to the causal end k_end, are masked (diagonal, sequence end, padding)
+    # this program's rows see key blocks [k_start, k_end): up to the causal end and, with a window,
+    # from its far edge. Blocks [full_start, full_end) every row sees whole run unmasked; those
+    # before (the window's far edge) and after (diagonal, sequence end) are masked, as all are
+    # under key padding.
+    k_start = 0
     k_end = S
+    full_start = 0
     full_end = S
     if CAUSAL:
-        k_end = tl.minimum(S, (pid_m + 1) * BLOCK_M + OFFSET)
-        full_end = tl.maximum(tl.minimum(S, pid_m * BLOCK_M + OFFSET + 1), 0)
+        first_row = pid_m * BLOCK_M + OFFSET  # the first and last rows' positions among the keys
+        last_row = first_row + BLOCK_M - 1
+        k_end = tl.minimum(S, last_row + 1)
+        full_end = tl.maximum(tl.minimum(S, first_row + 1), 0)
+        if HAS_WINDOW:
+            k_start = (tl.maximum(first_row - WINDOW + 1, 0) // BLOCK_N) * BLOCK_N
+            full_start = tl.cdiv(tl.maximum(last_row - WINDOW + 1, 0), BLOCK_N) * BLOCK_N
     full_end = (full_end // BLOCK_N) * BLOCK_N
+    if HAS_WINDOW:  # a window narrower than the row block leaves no block every row sees whole
+        full_start = tl.minimum(tl.maximum(full_start, k_start), tl.maximum(k_end, k_start))
+        full_end = tl.maximum(tl.minimum(full_end, k_end), full_start)
     if HAS_KEEP:
-        full_end = 0
+        full_start = k_start
+        full_end = k_start
     k_base = K + b * skb + kv * skh
     v_base = V + b * svb + kv * svh
     keep_base = KEEP + b * skeep_b
-    for start in range(0, full_end, BLOCK_N):
+    if HAS_WINDOW:
+        for start in range(k_start, full_start, BLOCK_N):
+            m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
+                                      dims, start, S, OFFSET, WINDOW, qk_scale, True, CAUSAL, HAS_WINDOW, HAS_KEEP,
+                                      CAST_F32, IEEE, WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+    for start in range(full_start, full_end, BLOCK_N):
         m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
-                                  dims, start, S, OFFSET, qk_scale, False, CAUSAL, HAS_KEEP, CAST_F32, IEEE,
-                                  WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+                                  dims, start, S, OFFSET, WINDOW, qk_scale, False, CAUSAL, HAS_WINDOW, HAS_KEEP,
+                                  CAST_F32, IEEE, WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
     for start in range(full_end, k_end, BLOCK_N):
         m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
-                                  dims, start, S, OFFSET, qk_scale, True, CAUSAL, HAS_KEEP, CAST_F32, IEEE,
-                                  WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+                                  dims, start, S, OFFSET, WINDOW, qk_scale, True, CAUSAL, HAS_WINDOW, HAS_KEEP,
+                                  CAST_F32, IEEE, WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
     ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
     ent = tl.maximum(ent, 0.0)
     tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
@@ -120,9 +143,10 @@ def _entropy_kernel(
 
 @triton.jit
 def _key_block(
-    q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows, dims, start, S, OFFSET, qk_scale,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr, IEEE: tl.constexpr,
-    WITH_OUTPUT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+    q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows, dims, start, S, OFFSET, WINDOW,
+    qk_scale,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_KEEP: tl.constexpr,
+    CAST_F32: tl.constexpr, IEEE: tl.constexpr, WITH_OUTPUT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """One key block's update of the centred state (m, l, u) (log2 units) and, fused, the output."""
     cols = start + tl.arange(0, BLOCK_N)
@@ -140,7 +164,10 @@ def _key_block(
     if MASKED:
         valid = (cols[None, :] < S) & (rows[:, None] >= 0)
         if CAUSAL:
-            valid = valid & (cols[None, :] <= rows[:, None] + OFFSET)
+            behind = rows[:, None] + OFFSET - cols[None, :]  # how far key col lies behind the row
+            valid = valid & (behind >= 0)
+            if HAS_WINDOW:
+                valid = valid & (behind < WINDOW)
         if HAS_KEEP:
             keep = tl.load(keep_base + cols * skeep_s, mask=cols < S, other=0)
             valid = valid & (keep[None, :] != 0)
@@ -166,54 +193,58 @@ def _key_block(
 
 
 _JIT = triton.jit(_entropy_kernel)
-_TUNED: dict[tuple[bool, bool], object] = {}
+_TUNED: dict[tuple[bool, bool, bool], object] = {}
 
 
-def _kernel(with_output: bool, fp32: bool):
+def _kernel(with_output: bool, fp32: bool, window: bool):
     """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
     if INTERPRET or not torch.cuda.is_available():
         return _JIT, False
-    if (with_output, fp32) not in _TUNED:
+    variant = (with_output, fp32, window)
+    if variant not in _TUNED:
         configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-                   for bm, bn, w, st in autotune_configs(with_output, fp32)]  # fmt: skip
-        _TUNED[with_output, fp32] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(_JIT)
-    return _TUNED[with_output, fp32], True
+                   for bm, bn, w, st in autotune_configs(*variant)]  # fmt: skip
+        _TUNED[variant] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(_JIT)
+    return _TUNED[variant], True
 
 
 
 @torch.no_grad()
-def entropy_triton(q, k, scale, causal=True, mask=None):
+def entropy_triton(q, k, scale, causal=True, mask=None, window=None):
     """See the module docstring. `mask` is a validated bool 4-D mask or None."""
-    return _launch(q, k, None, scale, causal, mask)[0]
+    return _launch(q, k, None, scale, causal, mask, window)[0]
 
 
 @torch.no_grad()
-def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None):
+def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None, window=None):
     """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
     entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
     accumulators beside it. `v` is (B, Hkv, S, D). Rows with no attendable key get output 0 and
-    entropy 0. Key-padding masks only (see `key_padding`)."""
+    entropy 0. Masks of key padding and a sliding window only (see `masks.decompose`)."""
     from entropy_lens.errors import EntropyLensError
 
-    if mask is not None and key_padding(mask, q.shape[0], q.shape[2], k.shape[2], causal) is None:
-        raise EntropyLensError("the fused Triton kernel takes key-padding masks only; use entropy_triton + sdpa")
-    entropy, out = _launch(q, k, v.to(q.dtype), scale, causal, mask)
+    if mask is not None and decompose(mask, q.shape[0], q.shape[2], k.shape[2], causal) is None:
+        raise EntropyLensError("the fused Triton kernel takes key-padding and sliding-window masks only; "
+                               "use entropy_triton + sdpa")  # fmt: skip
+    entropy, out = _launch(q, k, v.to(q.dtype), scale, causal, mask, window)
     return out, entropy
 
 
-def _launch(q, k, v, scale, causal, mask):
+def _launch(q, k, v, scale, causal, mask, window):
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
         k = k.to(q.dtype)
     keep = None
     if mask is not None:
-        keep = key_padding(mask, B, T, S, causal)
-        if keep is None:  # per-query / per-head masks: the exact streaming path
+        parts = decompose(mask, B, T, S, causal)
+        if parts is None:  # per-query / per-head masks: the exact streaming path
             from entropy_lens.kernels.torch_chunked import entropy_torch_chunked
 
-            return entropy_torch_chunked(q, k, scale, causal, mask), None
-        keep = keep.to(torch.int8)
+            return entropy_torch_chunked(q, k, scale, causal, mask, window), None
+        keep, mask_window = parts
+        window = mask_window if window is None else min(window, mask_window or window)
+        keep = None if keep is None else keep.to(torch.int8)
     ent = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
     out_dtype = torch.float32 if INTERPRET else q.dtype
@@ -223,7 +254,7 @@ def _launch(q, k, v, scale, causal, mask):
         return ent, out
     lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = ent  # pointer arguments of a disabled feature
-    kernel, autotuned = _kernel(v is not None, q.dtype == torch.float32)
+    kernel, autotuned = _kernel(v is not None, q.dtype == torch.float32, window is not None)
     blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
 
@@ -236,9 +267,9 @@ def _launch(q, k, v, scale, causal, mask):
         *q.stride(), *k.stride(), *(v.stride() if v is not None else (0,) * 4),
         *(out.stride() if out is not None else (0,) * 4),
         *((keep.stride(0), keep.stride(1)) if keep is not None else (0, 0)),
-        Hq, T, S, S - T, triton.next_power_of_2(T), triton.next_power_of_2(S),  # autotune per power of two
+        Hq, T, S, S - T, window or 0, triton.next_power_of_2(T), triton.next_power_of_2(S),  # autotune per power of two
         GROUP=Hq // Hkv, BLOCK_D=max(16, triton.next_power_of_2(D)), D=D,
-        CAUSAL=bool(causal), HAS_KEEP=keep is not None,
+        CAUSAL=bool(causal), HAS_WINDOW=window is not None, HAS_KEEP=keep is not None,
         CAST_F32=INTERPRET or q.dtype == torch.float32, IEEE=q.dtype == torch.float32,
         WITH_OUTPUT=v is not None, **blocks,
     )  # fmt: skip
