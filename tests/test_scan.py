@@ -66,6 +66,20 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
     assert np.all(loaded.entropy_std >= 0)
 
 
+def test_a_sliding_window_model_folder_scans_like_its_eager_attention(tmp_path):
+    from tiny import make_tiny_sliding_window_model, make_tokenizer
+
+    folder = tmp_path / "tiny-swa"
+    make_tiny_sliding_window_model(window=8).save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    config = ScanConfig(model=str(folder), length=40, samples=2, data=DATA)
+    result = scan(config, progress=False)
+    ent, loss = _eager_reference(str(folder), config)
+    np.testing.assert_allclose(result.entropy, ent, atol=1e-5)
+    np.testing.assert_allclose(result.loss, loss, atol=1e-5)
+    assert result.entropy[1].max() <= np.log(8) + 1e-6  # the sliding layer never sees more than 8 keys
+
+
 def test_uniform_and_head_scales(tiny_dir, tmp_path):
     config = _config(tiny_dir, scale=1.5, samples=2)
     result = scan(config, progress=False)
