@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Everything the Triton work leaves to a GPU, in one command (plan ~20 min on one H100):
-#   benchmarks/gpu_checks.sh [OUT_DIR]      (PYTHON=... to choose the interpreter; default python3)
-# Needs a CUDA build of torch, triton and transformers importable by $PYTHON and this package on
-# its path (pip install -e . or PYTHONPATH=.). Writes to OUT_DIR (default benchmarks/results):
-#   gpu_tests.txt        pytest -m gpu (real sizes) and the interpreter's grid run natively on CUDA
-#   kernel_static.json   registers / spills of every autotune config, as compiled on that machine
-#   scan_gpu.json        the issue-4 benchmark: plain vs scan vs scan_fused vs eager, 4K..128K
+# Everything the Triton work leaves to a GPU, in stages meant to fit a 10-minute command each (not yet timed):
+#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all four, in order)
+#     tests    pytest -m gpu (real sizes) and the interpreter's grid run natively on CUDA -> gpu_tests.txt
+#     static   registers / spills of every autotune config, as compiled there          -> kernel_static.json
+#     short    the issue-4 benchmark at 4K..32K (plain, scan, scan_fused, eager, kernel) -> scan_gpu.json
+#     long     the same at 64K and 128K, merged into scan_gpu.json (--append)
+# OUT_DIR (default benchmarks/results) receives the files; PYTHON chooses the interpreter (default python3),
+# which needs a CUDA build of torch, triton and transformers and this package on its path
+# (pip install -e . or PYTHONPATH=.).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-OUT_DIR=${1:-benchmarks/results}
+OUT_DIR=${OUT_DIR:-benchmarks/results}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+"$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" || exit 1
+stages=("$@")
+[ $# -gt 0 ] || stages=(tests static short long)
 status=0
-"$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
-    | tee "$OUT_DIR/gpu_tests.txt" || exit 1
-"$PY" -m pytest -q -m gpu tests/test_triton_gpu.py 2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" || status=1
-"$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py 2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" || status=1
-"$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1
-"$PY" benchmarks/scan_gpu.py --out "$OUT_DIR/scan_gpu.json" || status=1
+for s in "${stages[@]}"; do
+  case $s in
+    tests)
+      "$PY" -m pytest -q -m gpu tests/test_triton_gpu.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" || status=1
+      "$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py 2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" ||
+        status=1 ;;
+    static) "$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1 ;;
+    short) "$PY" benchmarks/scan_gpu.py --lengths 4096 8192 16384 32768 --out "$OUT_DIR/scan_gpu.json" || status=1 ;;
+    long) "$PY" benchmarks/scan_gpu.py --lengths 65536 131072 --out "$OUT_DIR/scan_gpu.json" --append || status=1 ;;
+    *) echo "unknown stage '$s': choose from tests static short long" >&2; exit 2 ;;
+  esac
+done
 exit $status

@@ -1,11 +1,13 @@
 """GPU benchmark: a TinyLlama-1.1B-shaped NoPE model (random weights, bf16, batch 1) at 4K–128K tokens.
 
     python benchmarks/scan_gpu.py [--lengths 4096 8192 16384 32768 65536 131072] [--repeats 3]
-                                  [--out benchmarks/results/scan_gpu.json]
+                                  [--modes plain scan ...] [--out benchmarks/results/scan_gpu.json] [--append]
 
 Modes per length (median wall time after one warm-up, peak GPU memory from max_memory_allocated):
-  plain   decoder forward with sdpa (flash kernels) + chunked next-token loss: what a loss-only scan costs
-  scan    the same with EntropyRecorder: per-layer, per-head entropy, sdpa output + Triton entropy pass
+  plain   decoder forward with sdpa (flash kernels) + chunked next-token loss, read to the host: what a
+          loss-only scan costs
+  scan    the same with EntropyRecorder: per-layer, per-head entropy, sdpa output + Triton entropy pass,
+          and the recorder's float64 sums read out as `scan` does per batch
   scan_fused  the same with the fused Triton pass (output + entropy in one pass over K/V); the
           capture's default `fused="auto"` times these two per shape and keeps the faster
   eager   attn_implementation="eager" (materialises each layer's [heads, T, T] probabilities) with
@@ -14,7 +16,10 @@ Modes per length (median wall time after one warm-up, peak GPU memory from max_m
           (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products, and the
           fused output+entropy kernel vs the two separately
 Targets (issue 4): scan ≤ 1.3× plain at 16K, peak memory ≤ 1.1× plain, 128K fits on 80 GB, and at 8K
-the scan ≥ 20× faster than eager. Prints a table and writes JSON with the GPU name. Needs CUDA.
+the scan ≥ 20× faster than eager. Prints a table and writes JSON with the GPU name after every row, so a
+run cut short keeps what it measured; `--append` merges into an existing file (a run split into several
+calls, e.g. 4K–32K, then 64K and 128K). Needs CUDA; `--device cpu --tiny` with TRITON_INTERPRET=1 runs
+every mode on a toy shape on the CPU (a smoke test of this script: its numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from entropy_lens.results import atomic_write_text
 
 MODES = ("plain", "scan", "scan_fused", "eager", "kernel")
 
@@ -60,19 +67,27 @@ def entropy_flops(heads: int, length: int, head_dim: int, causal: bool = True) -
     return 2.0 * heads * pairs * head_dim
 
 
-def _timed(fn, repeats: int) -> tuple[float, list[float], float]:
+TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 96, "vocab_size": 50,
+        "num_attention_heads": 4, "num_key_value_heads": 2}  # fmt: skip
+
+
+def _timed(fn, repeats: int, device) -> tuple[float, list[float], float | None]:
+    """(median s, every time, peak GiB allocated on the GPU or None on the CPU) after one warm-up."""
     import torch
 
+    cuda = torch.device(device).type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     fn()  # warm-up (and autotune)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        sync()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), times, torch.cuda.max_memory_allocated() / 2**30
+    return statistics.median(times), times, torch.cuda.max_memory_allocated() / 2**30 if cuda else None
 
 
 def run_mode(model, mode: str, length: int, repeats: int) -> dict:
@@ -81,29 +96,34 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
     from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
 
     cfg = model.config
-    ids = torch.randint(0, cfg.vocab_size, (1, length + 1), device="cuda")
+    ids = torch.randint(0, cfg.vocab_size, (1, length + 1), device=model.device)
     row = {"mode": mode, "len": length}
+    paths = set()  # how the capturing layers computed: "separate" (sdpa + entropy pass) or "fused"
     try:
         with torch.no_grad():
             if mode in ("plain", "scan", "scan_fused"):
                 fused = "on" if mode == "scan_fused" else "off"
 
                 def fn():
-                    with contextlib.nullcontext() if mode == "plain" else EntropyRecorder(model, fused=fused):
+                    with contextlib.nullcontext() if mode == "plain" else EntropyRecorder(model, fused=fused) as rec:
                         hidden = forward_hidden(model, ids[:, :-1])
-                    return next_token_nll(model, hidden, ids[:, 1:])
+                    nll = next_token_nll(model, hidden, ids[:, 1:]).cpu()
+                    if rec is None:
+                        return nll
+                    paths.update(rec.session.paths)
+                    return nll, rec.sums  # the host read-out a scan makes per batch
 
             elif mode == "eager":
                 fn = _eager(model, ids)
             else:
-                return _kernel_row(cfg, length, repeats)
-            median, times, peak = _timed(fn, repeats)
+                return _kernel_row(cfg, length, repeats, model.device)
+            median, times, peak = _timed(fn, repeats, model.device)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return {**row, "skipped": "out of GPU memory"}
     finally:
         model.set_attn_implementation("sdpa")
-    return {**row, "median_s": median, "times_s": times, "peak_gib": peak}
+    return {**row, "median_s": median, "times_s": times, "peak_gib": peak, **({"paths": sorted(paths)} if paths else {})}
 
 
 def _eager(model, ids):
@@ -131,30 +151,30 @@ def _eager(model, ids):
     return fn
 
 
-def _kernel_row(cfg, length: int, repeats: int) -> dict:
+def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
     import torch
 
     from entropy_lens.kernels import attention_entropy
 
     hq, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    q = torch.randn(1, hq, length, d, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(1, hkv, length, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, hq, length, d, device=device, dtype=torch.bfloat16)
+    k = torch.randn(1, hkv, length, d, device=device, dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    ent_s, _, ent_peak = _timed(lambda: attention_entropy(q, k, scale=d**-0.5, impl="triton"), repeats)
+    ent_s, _, ent_peak = _timed(lambda: attention_entropy(q, k, scale=d**-0.5, impl="triton"), repeats, device)
     try:
         from flash_attn import flash_attn_func
 
         name = "flash-attn"
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        attn_s, _, _ = _timed(lambda: flash_attn_func(qt, kt, vt, causal=True), repeats)
+        attn_s, _, _ = _timed(lambda: flash_attn_func(qt, kt, vt, causal=True), repeats, device)
     except ImportError:
         name = "sdpa"
         attn_s, _, _ = _timed(lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=True), repeats)  # fmt: skip
+            q, k, v, is_causal=True, enable_gqa=True), repeats, device)  # fmt: skip
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
-    lam = torch.full((hq,), d**-0.5, device="cuda")
-    fused_s, _, _ = _timed(lambda: attention_with_entropy_triton(q, k, v, lam), repeats)
+    lam = torch.full((hq,), d**-0.5, device=device)
+    fused_s, _, _ = _timed(lambda: attention_with_entropy_triton(q, k, v, lam), repeats, device)
     tflops = entropy_flops(hq, length, d) / ent_s / 1e12
     return {"mode": "kernel", "len": length, "entropy_s": ent_s, "attention_s": attn_s, "attention": name,
             "fused_s": fused_s, "fused_vs_separate": fused_s / (attn_s + ent_s),
@@ -167,28 +187,47 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_gpu.json"))
+    ap.add_argument("--append", action="store_true", help="merge into --out's rows (same GPU) instead of replacing")
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: smoke test (see the docstring)
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("scan_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False); run benchmarks/scan_cpu.py "
               "on CPU", file=sys.stderr)  # fmt: skip
         return 1
-    model = build_model(tinyllama_config(), "cuda", torch.bfloat16)
-    rows = []
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none: CPU smoke run, timings mean nothing"
+    out = Path(args.out)
+    rows = _previous_rows(out, gpu) if args.append else []
+    if rows is None:
+        return 1
+    model = build_model(tinyllama_config(**(TINY if args.tiny else {})), args.device, torch.bfloat16)
+    record = {"benchmark": "scan_gpu", "gpu": gpu, "torch": torch.__version__,
+              "model": "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1" + (" (--tiny)" if args.tiny else "")}
     for length in args.lengths:
         for mode in args.modes:
-            rows.append(run_mode(model, mode, length, args.repeats))
-            print(json.dumps(rows[-1]), flush=True)
-    _table(rows)
-    record = {"benchmark": "scan_gpu", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "model": "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1",
-              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+            row = run_mode(model, mode, length, args.repeats)
+            rows = [r for r in rows if (r["mode"], r["len"]) != (mode, length)] + [row]
+            print(json.dumps(row), flush=True)
+            record["created_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            atomic_write_text(out, json.dumps({**record, "rows": rows}, indent=2))
+    _table(sorted(rows, key=lambda r: (r["len"], MODES.index(r["mode"]))))
+    print(f"wrote {out}")
     return 0
+
+
+def _previous_rows(out: Path, gpu: str) -> list[dict] | None:
+    """The rows of an earlier run to merge with (--append); None (after a message) if they cannot be."""
+    if not out.exists():
+        return []
+    old = json.loads(out.read_text())
+    if old.get("gpu") != gpu:
+        print(f"{out} holds rows measured on {old.get('gpu')!r}, not {gpu!r}: drop --append or choose another "
+              "--out", file=sys.stderr)  # fmt: skip
+        return None
+    return old["rows"]
 
 
 def _table(rows: list[dict]) -> None:
@@ -199,13 +238,16 @@ def _table(rows: list[dict]) -> None:
         if "skipped" in r:
             print(f"{r['len']:>7} {r['mode']:>10}  skipped: {r['skipped']}")
         elif r["mode"] == "kernel":
-            print(f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} {r['entropy_peak_gib']:>9.2f} {'':>8}  "
+            peak = float("nan") if r["entropy_peak_gib"] is None else r["entropy_peak_gib"]
+            print(f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} {peak:>9.2f} {'':>8}  "
                   f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
                   f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)")  # fmt: skip
         else:
-            tx = r["median_s"] / p["median_s"] if p else float("nan")
-            mx = r["peak_gib"] / p["peak_gib"] if p else float("nan")
-            print(f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} {r['peak_gib']:>9.2f} {mx:>8.2f}")
+            nan = float("nan")
+            tx = r["median_s"] / p["median_s"] if p else nan
+            peak = nan if r["peak_gib"] is None else r["peak_gib"]
+            mx = peak / p["peak_gib"] if p and p["peak_gib"] else nan
+            print(f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} {peak:>9.2f} {mx:>8.2f}")
 
 
 if __name__ == "__main__":

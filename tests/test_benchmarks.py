@@ -1,5 +1,9 @@
-"""The GPU benchmark's pieces that run without a GPU: its model shape, FLOP count and CPU refusal."""
+"""The GPU benchmark without a GPU: its model shape, FLOP count, CPU refusal, and a toy-sized run of every
+mode under the Triton interpreter."""
 
+import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +36,33 @@ def test_refuses_without_cuda():
     run = subprocess.run([sys.executable, str(BENCH / "scan_gpu.py"), "--lengths", "16"], capture_output=True,
                          text=True, check=False)  # fmt: skip
     assert run.returncode == 1 and "needs a CUDA GPU" in run.stderr
+
+
+def _smoke(tmp_path, *args):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "ENTROPY_LENS_BACKEND": "triton", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(BENCH / "scan_gpu.py"), "--device", "cpu", "--tiny", "--repeats", "1",
+           "--out", str(tmp_path / "scan_gpu.json"), *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its interpreter)")
+def test_every_mode_runs_end_to_end_on_a_toy_shape_and_appends(tmp_path):
+    """The whole benchmark on the CPU under the Triton interpreter, so a GPU session spends no time on
+    a broken script: every mode, the capture paths it claims, rows merged across calls by --append."""
+    run = _smoke(tmp_path, "--lengths", "40")
+    assert run.returncode == 0, run.stderr[-3000:]
+    run = _smoke(tmp_path, "--lengths", "40", "72", "--modes", "plain", "scan", "--append")
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads((tmp_path / "scan_gpu.json").read_text())
+    rows = {(r["mode"], r["len"]): r for r in record["rows"]}
+    assert sorted(rows) == sorted([(m, 40) for m in scan_gpu.MODES] + [("plain", 72), ("scan", 72)])
+    assert rows["scan", 72]["paths"] == ["separate"] and rows["scan_fused", 40]["paths"] == ["fused"]
+    assert all(r["median_s"] > 0 for r in record["rows"] if r["mode"] != "kernel")
+    assert rows["kernel", 40]["entropy_s"] > 0 and rows["kernel", 40]["attention"] in ("sdpa", "flash-attn")
+    assert "CPU smoke run" in record["gpu"] and "72 " in run.stdout
+
+
+def test_append_refuses_rows_from_another_gpu(tmp_path):
+    (tmp_path / "scan_gpu.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "rows": []}))
+    run = _smoke(tmp_path, "--lengths", "16", "--modes", "plain", "--append")
+    assert run.returncode == 1 and "drop --append or choose another --out" in run.stderr

@@ -208,6 +208,52 @@ def test_accumulates_over_forwards():
     assert rec.count.tolist() == [3] * 12 + [1] * 8
 
 
+class _CopyInFlight:
+    """Stands for a CUDA event after an asynchronous device-to-host copy: lands when told, or when waited on."""
+
+    def __init__(self):
+        self.landed = self.waited = False
+
+    def query(self):
+        return self.landed
+
+    def synchronize(self):
+        self.waited = self.landed = True
+
+
+def test_entropy_is_summed_only_once_its_copy_to_the_host_has_landed(monkeypatch):
+    """On CUDA each layer's entropy (and the padding mask) reaches the host by an asynchronous copy:
+    the recorder sums a layer once its copy reports done, oldest first, never blocking the forward,
+    and a read-out waits for the rest. Same sums as the plain CPU path."""
+    from entropy_lens.capture import recorder
+
+    model = make_tiny_model(n_layers=2)
+    ids = torch.randint(2, 300, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, :5] = 0
+    with torch.no_grad(), EntropyRecorder(model) as plain:
+        model(ids, attention_mask=mask)
+        model(ids)
+    copies = []
+
+    def in_flight(t):
+        copies.append(_CopyInFlight())
+        return t.clone(), copies[-1]
+
+    monkeypatch.setattr(recorder, "_to_host", in_flight)
+    with torch.no_grad(), EntropyRecorder(model) as rec:
+        model(ids, attention_mask=mask)  # copies: mask, layer 0, layer 1
+        assert len(rec._pending) == 2 and rec._acc is None
+        copies[0].landed = copies[1].landed = True
+        model(ids)  # layer 0 of the first forward is summed; layer 1's copy holds back the later ones
+        assert len(rec._pending) == 3 and not any(c.waited for c in copies)
+        sums = rec.sums  # waits for every copy
+    assert not rec._pending and all(c.landed for c in copies) and copies[2].waited
+    for got, want in zip(sums, plain.sums, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert rec.count.tolist() == [4] * 11 + [3] * 5
+
+
 def test_kv_cache_steps_land_at_their_positions_and_reads_between_forwards_stay_current():
     model = make_tiny_model(n_heads=4, n_kv_heads=2)
     ids = torch.randint(0, 300, (1, 15))

@@ -1,6 +1,7 @@
 """The Triton kernel on a real GPU at real sizes (opt in: `pytest -m gpu`; skipped without CUDA).
 The same grid as the interpreter cases runs with `pytest tests/triton_interp_cases.py` on a GPU."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,3 +100,30 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
     for what, get in [("logits", lambda r: r[0]), ("entropy", lambda r: torch.from_numpy(r[1].entropy))]:
         err = {n: (get(runs[n]) - get(runs["ref"])).abs().max().item() for n in ("fused", "separate")}
         assert err["fused"] <= 2 * err["separate"] + 1e-6, (what, err)
+
+
+def test_recorder_holds_no_sums_on_the_gpu_and_matches_the_cpu():
+    """Each layer's entropy goes to the host by an asynchronous copy and is summed there in float64:
+    after a forward the GPU holds exactly what it held before it."""
+    from tiny import make_tiny_model
+
+    from entropy_lens.capture import EntropyRecorder
+
+    model = make_tiny_model(n_heads=8, n_kv_heads=2, head_dim=64)
+    ids = torch.randint(2, 300, (2, 2048))
+    with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked") as cpu:
+        model(ids)
+    model.cuda()
+    with torch.no_grad(), EntropyRecorder(model, fused="off") as rec:
+        model(ids[:1].cuda())  # warm-up: autotuning, the allocator's pools
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        model(ids.cuda())
+        torch.cuda.synchronize()
+        after = torch.cuda.memory_allocated()
+    assert after == before
+    first = ids[:1]
+    with torch.no_grad(), EntropyRecorder(model.cpu(), impl="torch_chunked") as one:
+        model(first)
+    np.testing.assert_allclose(rec.sums[0], cpu.sums[0] + one.sums[0], atol=1e-3)
+    assert rec.count.tolist() == [3] * 2048

@@ -17,6 +17,8 @@ head-scale search, where the multipliers may be a trainable tensor).
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 import torch
 
@@ -65,9 +67,10 @@ class EntropyRecorder(ScaleSession):
         self.n_layers = cfg.num_hidden_layers
         self.n_heads = cfg.num_attention_heads
         self.session.on_entropy = self._add
-        self._acc = None  # (sum, sum of squares (layers, heads, n) float64, count (layers, n)) on device
+        self._acc = None  # (sum, sum of squares (layers, heads, n) float64, count (layers, n) int64), host
+        self._pending = deque()  # (layer, entropy, key_offset, mask2d, CUDA events to wait for): not yet summed
         self._host = None  # numpy copies of _acc, made on first read after an _add
-        self._mask2d = None
+        self._mask2d = (None, None)  # the forward's 2-D attention mask on the host, the event of its copy
         self._hook = None
 
     # -- context --------------------------------------------------------------------------------
@@ -84,28 +87,50 @@ class EntropyRecorder(ScaleSession):
             return super().__exit__(*exc)
         finally:
             self._hook.remove()
-            self._mask2d = None
+            self._mask2d = (None, None)
             self.session.mask_memo.clear()
 
     def _read_mask(self, module, args, kwargs):
         mask = kwargs.get("attention_mask")
-        self._mask2d = mask.detach().bool() if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
+        is_2d = isinstance(mask, torch.Tensor) and mask.ndim == 2
+        self._mask2d = _to_host(mask.detach().bool()) if is_2d else (None, None)
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
 
     # -- accumulation ---------------------------------------------------------------------------
     def _add(self, layer: int, entropy: torch.Tensor, key_offset: int) -> None:
-        """entropy (B, Hq, T) for queries at key positions key_offset .. key_offset + T − 1. Summed in
-        float64 on the entropy's device: no host synchronisation per layer (read-out copies once)."""
+        """entropy (B, Hq, T) for queries at key positions key_offset .. key_offset + T − 1.
+
+        The sums live on the host in float64, so the device holds nothing beyond the layer's own
+        entropy (at 128K tokens a TinyLlama's float64 sums would take 1.5 GB of GPU memory). A CUDA
+        entropy is copied into pinned memory without blocking the host and summed once the copy has
+        landed: at a later layer, or at read-out."""
+        host, event = _to_host(entropy)
+        mask, mask_event = self._mask2d
+        self._pending.append((layer, host, key_offset, mask, [e for e in (event, mask_event) if e is not None]))
+        self._fold(wait=False)
+        self._host = None
+
+    def _fold(self, wait: bool) -> None:
+        """Sum the pending entropies whose copies have landed, oldest first; wait=True: all of them."""
+        while self._pending:
+            layer, entropy, key_offset, mask, events = self._pending[0]
+            if not all(e.query() for e in events):
+                if not wait:
+                    return
+                for e in events:
+                    e.synchronize()
+            self._pending.popleft()
+            self._sum(layer, entropy, key_offset, mask)
+
+    def _sum(self, layer: int, entropy: torch.Tensor, key_offset: int, mask: torch.Tensor | None) -> None:
         B, _, T = entropy.shape
         n = key_offset + T
-        self._grow(n, entropy.device)
+        self._grow(n)
         total, sq, count = self._acc
-        e = entropy.to(total.device, torch.float64)
-        m = self._mask2d
-        if m is not None and m.shape[1] == n:
-            m = m.to(total.device)
-            keep = m[:, -T:]
-            pos = (m.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
+        e = entropy.to(torch.float64)
+        if mask is not None and mask.shape[1] == n:
+            keep = mask[:, -T:]
+            pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
             e = e * keep[:, None, :]
             for b in range(B):  # positions within a row are distinct: deterministic index_add_
                 total[layer].index_add_(1, pos[b], e[b])
@@ -115,25 +140,25 @@ class EntropyRecorder(ScaleSession):
             total[layer, :, key_offset:n] += e.sum(0)
             sq[layer, :, key_offset:n] += (e * e).sum(0)
             count[layer, key_offset:n] += B
-        self._host = None
 
-    def _grow(self, n: int, device) -> None:
+    def _grow(self, n: int) -> None:
         if self._acc is None:
-            self._acc = (torch.zeros(self.n_layers, self.n_heads, 0, dtype=torch.float64, device=device),
-                         torch.zeros(self.n_layers, self.n_heads, 0, dtype=torch.float64, device=device),
-                         torch.zeros(self.n_layers, 0, dtype=torch.int64, device=device))  # fmt: skip
-        extra = n - self._acc[0].shape[-1]
-        if extra > 0:
-            self._acc = tuple(torch.nn.functional.pad(t, (0, extra)) for t in self._acc)
+            self._acc = (torch.zeros(self.n_layers, self.n_heads, 0, dtype=torch.float64),
+                         torch.zeros(self.n_layers, self.n_heads, 0, dtype=torch.float64),
+                         torch.zeros(self.n_layers, 0, dtype=torch.int64))  # fmt: skip
+        have = self._acc[0].shape[-1]
+        if n > have:  # doubling: decoding token by token copies O(n) in all; read-outs cut the unused tail
+            self._acc = tuple(torch.nn.functional.pad(t, (0, max(n, 2 * have) - have)) for t in self._acc)
 
     def _sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Host copies, cut after the last position any row reached (left padding shifts rows down)."""
+        self._fold(wait=True)
         if self._host is None:
             if self._acc is None:
                 z = np.zeros((self.n_layers, self.n_heads, 0))
                 self._host = (z, z.copy(), np.zeros((self.n_layers, 0), dtype=np.int64))
             else:
-                total, sq, count = (t.cpu().numpy().copy() for t in self._acc)  # never views of _acc
+                total, sq, count = (t.numpy().copy() for t in self._acc)  # never views of _acc
                 seen = np.flatnonzero(count.any(0))
                 n = int(seen[-1]) + 1 if seen.size else 0
                 self._host = (total[..., :n], sq[..., :n], count[:, :n])
@@ -162,6 +187,18 @@ class EntropyRecorder(ScaleSession):
         _, sq, count = self._sums()
         with np.errstate(invalid="ignore", divide="ignore"):
             return sq / count[:, None, :]
+
+
+def _to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """(t on the host, None), or for a CUDA tensor (a pinned copy being made, the event after it):
+    the copy is queued on t's stream behind the kernels that produce t, and the host does not wait."""
+    if not t.is_cuda:
+        return t, None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(t.device))
+    return host, event
 
 
 def _as_multipliers(model, scales):
