@@ -7,7 +7,7 @@ Modes per length (median wall time after one warm-up, peak GPU memory from max_m
   plain   decoder forward with sdpa (flash kernels) + chunked next-token loss, read to the host: what a
           loss-only scan costs
   scan    the same with EntropyRecorder: per-layer, per-head entropy, sdpa output + Triton entropy pass,
-          and the recorder's float64 sums read out as `scan` does per batch
+          and the batch added to the float64 running sums on the host exactly as `scan` does it
   scan_fused  the same with the fused Triton pass (output + entropy in one pass over K/V); the
           capture's default `fused="auto"` times these two per shape and keeps the faster
   eager   attn_implementation="eager" (materialises each layer's [heads, T, T] probabilities) with
@@ -94,6 +94,7 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
     import torch
 
     from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
+    from entropy_lens.scanning import ScanSums
 
     cfg = model.config
     ids = torch.randint(0, cfg.vocab_size, (1, length + 1), device=model.device)
@@ -104,14 +105,16 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
             if mode in ("plain", "scan", "scan_fused"):
                 fused = "on" if mode == "scan_fused" else "off"
 
+                sums = ScanSums(cfg.num_hidden_layers, cfg.num_attention_heads, length)
+
                 def fn():
                     with contextlib.nullcontext() if mode == "plain" else EntropyRecorder(model, fused=fused) as rec:
                         hidden = forward_hidden(model, ids[:, :-1])
-                    nll = next_token_nll(model, hidden, ids[:, 1:]).cpu()
+                    nll = next_token_nll(model, hidden, ids[:, 1:])
                     if rec is None:
-                        return nll
+                        return nll.cpu()
                     paths.update(rec.session.paths)
-                    return nll, rec.sums  # the host read-out a scan makes per batch
+                    sums.add(rec, nll)  # as `scan` does with each batch: loss and entropies into its float64 sums
 
             elif mode == "eager":
                 fn = _eager(model, ids)

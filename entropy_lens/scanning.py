@@ -10,9 +10,12 @@ are stored exactly and added in the same order, ends with the same arrays as an 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -135,7 +138,7 @@ def scan(config: ScanConfig, *, out: str | Path | None = None, resume: bool = Fa
                                f"{vocab}; tokenise with this model's tokenizer")
     impl = resolve_impl(config.backend, device)
     identity = {"scan_config": config.to_dict(), "config_hash": lm.config_hash, "chunks": chunks.indices}
-    acc = _Accumulator(lm.n_layers, lm.n_heads, config.length)
+    acc = ScanSums(lm.n_layers, lm.n_heads, config.length)
     if resume and out is not None and partial_path(out).exists():
         acc.restore(partial_path(out), identity)
 
@@ -188,9 +191,11 @@ def _run(config, lm, chunks, multipliers, impl, device, acc, w, progress, checkp
     acc.s = all_reduce_sum(acc.s, w)
 
 
-class _Accumulator:
-    """Float64 running sums over samples. `add` swaps in a new dict in one assignment, so a
-    Ctrl-C between two updates can never leave sums and counts out of step."""
+class ScanSums:
+    """Float64 running sums over samples, updated in place: at 16K tokens a TinyLlama's entropy sums
+    are 2 × 92 MB, and fresh arrays per batch cost the host more than the GPU's forward
+    (benchmarks/host_sums.py). `add` defers Ctrl-C until it is done, so a checkpoint never sees
+    sums and counts out of step."""
 
     def __init__(self, n_layers: int, n_heads: int, length: int):
         self.s = {
@@ -206,18 +211,17 @@ class _Accumulator:
         return int(self.s["samples"])
 
     def add(self, rec: ScaleSession, nll: torch.Tensor) -> None:
+        """One batch: the recorder's entropies (drained) and the (B, T) loss."""
         loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
         s = self.s
-        if isinstance(rec, EntropyRecorder):
-            h_sum, h_sq, _ = rec.sums
-            entropy, entropy_sq, count = s["entropy"] + h_sum, s["entropy_sq"] + h_sq, s["count"] + rec.count
-        else:  # loss only
-            entropy, entropy_sq, count = s["entropy"], s["entropy_sq"], s["count"] + loss.shape[0]
-        self.s = {
-            "entropy": entropy, "entropy_sq": entropy_sq,
-            "loss": s["loss"] + loss.sum(0), "loss_sq": s["loss_sq"] + (loss**2).sum(0),
-            "count": count, "samples": np.array(int(s["samples"]) + loss.shape[0]),
-        }  # fmt: skip
+        with _interrupts_deferred():
+            if isinstance(rec, EntropyRecorder):
+                rec.drain_into(*(torch.from_numpy(s[k]) for k in ("entropy", "entropy_sq", "count")))
+            else:  # loss only
+                s["count"] += loss.shape[0]
+            s["loss"] += loss.sum(0)
+            s["loss_sq"] += (loss**2).sum(0)
+            s["samples"] = np.array(int(s["samples"]) + loss.shape[0])
 
     def save(self, path: Path, identity: dict, wall_s: float) -> None:
         s = self.s
@@ -244,6 +248,25 @@ class _Accumulator:
             elif reduction == "not_captured":
                 mean[k] = mean[k][:, :0]
         return ScanResult(**mean, count=n.copy(), meta=meta)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Ctrl-C (SIGINT) inside the block is raised when the block ends (main thread only: elsewhere
+    signals cannot be handled, and none arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(*caught[0])  # Python's own handler raises KeyboardInterrupt here
+    elif caught and previous == signal.SIG_DFL:
+        raise KeyboardInterrupt
 
 
 def _multipliers(config: ScanConfig, lm):

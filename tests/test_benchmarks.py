@@ -66,3 +66,12 @@ def test_append_refuses_rows_from_another_gpu(tmp_path):
     (tmp_path / "scan_gpu.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "rows": []}))
     run = _smoke(tmp_path, "--lengths", "16", "--modes", "plain", "--append")
     assert run.returncode == 1 and "drop --append or choose another --out" in run.stderr
+
+
+def test_host_sums_benchmark_writes_its_table(tmp_path):
+    out = tmp_path / "host_sums.json"
+    run = subprocess.run([sys.executable, str(BENCH / "host_sums.py"), "--lengths", "64", "128", "--repeats", "1",
+                          "--out", str(out)], capture_output=True, text=True, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)

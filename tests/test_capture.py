@@ -254,6 +254,35 @@ def test_entropy_is_summed_only_once_its_copy_to_the_host_has_landed(monkeypatch
     assert rec.count.tolist() == [4] * 11 + [3] * 5
 
 
+def test_drain_into_moves_everything_recorded_into_the_callers_sums():
+    """A scan's batch goes straight into its running sums: what earlier forwards left summed in the
+    recorder and what is still pending, padded rows at their true positions; the recorder is empty after."""
+    from entropy_lens.errors import EntropyLensError
+
+    model = make_tiny_model(n_layers=2)
+    a, b = torch.randint(2, 300, (2, 16)), torch.randint(2, 300, (1, 12))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[0, :4] = 0
+    with torch.no_grad(), EntropyRecorder(model) as ref:
+        model(a, attention_mask=mask)
+        model(b)
+    total, sq = torch.ones(2, 4, 20, dtype=torch.float64), torch.ones(2, 4, 20, dtype=torch.float64)
+    count = torch.ones(20, dtype=torch.int64)
+    with torch.no_grad(), EntropyRecorder(model) as rec:
+        model(a, attention_mask=mask)
+        model(b)  # its start sums the first forward into the recorder; b stays pending
+        rec.drain_into(total, sq, count)
+    want_total, want_sq, _ = ref.sums
+    np.testing.assert_allclose(total[..., :16].numpy(), 1 + want_total, rtol=1e-12)
+    np.testing.assert_allclose(sq[..., :16].numpy(), 1 + want_sq, rtol=1e-12)
+    assert count.tolist() == [4] * 12 + [2] * 4 + [1] * 4 and (total[..., 16:] == 1).all()
+    assert rec.count.size == 0 and rec.sums[0].shape == (2, 4, 0)
+    with torch.no_grad(), EntropyRecorder(model) as rec:
+        model(a)
+    with pytest.raises(EntropyLensError, match="pass sums at least that long"):
+        rec.drain_into(total[..., :8], sq[..., :8], count[:8])
+
+
 def test_kv_cache_steps_land_at_their_positions_and_reads_between_forwards_stay_current():
     model = make_tiny_model(n_heads=4, n_kv_heads=2)
     ids = torch.randint(0, 300, (1, 15))

@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -305,3 +306,17 @@ def test_top_level_scan_is_the_function_whatever_was_imported_first():
             "assert callable(scan) and scan.__module__ == 'entropy_lens.scanning', scan\n")  # fmt: skip
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
+
+
+def test_ctrl_c_while_the_sums_are_updated_waits_for_the_update():
+    import os
+    import signal
+
+    from entropy_lens.scanning import _interrupts_deferred
+
+    done = []
+    with pytest.raises(KeyboardInterrupt), _interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the signal arrives here and is held
+        done.append(True)
+    assert done == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler

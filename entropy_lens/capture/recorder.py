@@ -11,6 +11,10 @@ installs a forward pre-hook that reads the 2-D `attention_mask` (so padded query
 and left-padded rows are placed by their true position, cumsum(mask) − 1). On exit, exceptions
 included, it restores the model's previous implementation and removes the hook.
 
+The float64 sums live on the host: each layer's entropy leaves the GPU by an asynchronous copy and
+is summed between forwards or at read-out; `rec.drain_into(total, sq, count)` moves everything into
+the caller's own sums instead (what `scan` does with each batch).
+
 `ScaleSession` is the same without recording: attention scales only (for loss-only passes and the
 head-scale search, where the multipliers may be a trainable tensor).
 """
@@ -95,6 +99,7 @@ class EntropyRecorder(ScaleSession):
         is_2d = isinstance(mask, torch.Tensor) and mask.ndim == 2
         self._mask2d = _to_host(mask.detach().bool()) if is_2d else (None, None)
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
+        self._fold(wait=False)  # earlier forwards' layers, as far as their copies have landed
 
     # -- accumulation ---------------------------------------------------------------------------
     def _add(self, layer: int, entropy: torch.Tensor, key_offset: int) -> None:
@@ -102,16 +107,32 @@ class EntropyRecorder(ScaleSession):
 
         The sums live on the host in float64, so the device holds nothing beyond the layer's own
         entropy (at 128K tokens a TinyLlama's float64 sums would take 1.5 GB of GPU memory). A CUDA
-        entropy is copied into pinned memory without blocking the host and summed once the copy has
-        landed: at a later layer, or at read-out."""
+        entropy is copied into pinned memory without blocking the host. Layers are summed between
+        forwards, never during one (the host keeps queueing the GPU's work): at the next forward's
+        start as far as their copies have landed, at read-out, or by `drain_into`."""
         host, event = _to_host(entropy)
         mask, mask_event = self._mask2d
         self._pending.append((layer, host, key_offset, mask, [e for e in (event, mask_event) if e is not None]))
-        self._fold(wait=False)
         self._host = None
 
-    def _fold(self, wait: bool) -> None:
-        """Sum the pending entropies whose copies have landed, oldest first; wait=True: all of them."""
+    def drain_into(self, total: torch.Tensor, sq: torch.Tensor, count: torch.Tensor) -> None:
+        """Add everything recorded into the caller's float64 sums (layers, heads, n) and row count (n,),
+        waiting for copies in flight, and leave the recorder empty: a scan's batch goes straight into
+        the scan's running sums, without the recorder's own arrays or a read-out copy."""
+        if self._acc is not None:  # forwards summed before the last one began
+            own_total, own_sq, own_count = self._acc
+            seen = own_count[0].nonzero()
+            n = int(seen[-1]) + 1 if len(seen) else 0
+            _check_room(n, total)
+            total[..., :n] += own_total[..., :n]
+            sq[..., :n] += own_sq[..., :n]
+            count[:n] += own_count[0, :n]
+        self._fold(wait=True, into=(total, sq, count))
+        self._acc = self._host = None
+
+    def _fold(self, wait: bool, into=None) -> None:
+        """Sum the pending entropies whose copies have landed, oldest first (wait=True: all of them), into
+        the recorder's sums or `into` = (total, sq, count (n,))."""
         while self._pending:
             layer, entropy, key_offset, mask, events = self._pending[0]
             if not all(e.query() for e in events):
@@ -120,26 +141,16 @@ class EntropyRecorder(ScaleSession):
                 for e in events:
                     e.synchronize()
             self._pending.popleft()
-            self._sum(layer, entropy, key_offset, mask)
-
-    def _sum(self, layer: int, entropy: torch.Tensor, key_offset: int, mask: torch.Tensor | None) -> None:
-        B, _, T = entropy.shape
-        n = key_offset + T
-        self._grow(n)
-        total, sq, count = self._acc
-        e = entropy.to(torch.float64)
-        if mask is not None and mask.shape[1] == n:
-            keep = mask[:, -T:]
-            pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
-            e = e * keep[:, None, :]
-            for b in range(B):  # positions within a row are distinct: deterministic index_add_
-                total[layer].index_add_(1, pos[b], e[b])
-                sq[layer].index_add_(1, pos[b], e[b] * e[b])
-                count[layer].index_add_(0, pos[b], keep[b].long())
-        else:
-            total[layer, :, key_offset:n] += e.sum(0)
-            sq[layer, :, key_offset:n] += (e * e).sum(0)
-            count[layer, key_offset:n] += B
+            n = key_offset + entropy.shape[-1]
+            if into is None:
+                self._grow(n)
+                total, sq, count = self._acc
+                count = count[layer]
+            else:
+                total, sq, count = into
+                _check_room(n, total)
+                count = count if layer == 0 else None  # rows per position: every layer sees the same
+            _sum_rows(total[layer], sq[layer], count, entropy, key_offset, mask)
 
     def _grow(self, n: int) -> None:
         if self._acc is None:
@@ -187,6 +198,35 @@ class EntropyRecorder(ScaleSession):
         _, sq, count = self._sums()
         with np.errstate(invalid="ignore", divide="ignore"):
             return sq / count[:, None, :]
+
+
+def _check_room(n: int, total) -> None:
+    if n > total.shape[-1]:
+        raise EntropyLensError(f"drain_into: the sums hold {total.shape[-1]} positions, the recorder saw {n}; "
+                               "pass sums at least that long")  # fmt: skip
+
+
+def _sum_rows(total, sq, count, entropy, key_offset: int, mask) -> None:
+    """Add one layer's entropy (B, H, T) at key positions key_offset.. into total and sq (H, n) float64
+    and, unless None, its rows into count (n,); with the forward's 2-D mask, padded rows add nothing
+    and rows land at their true positions (cumsum(mask) − 1)."""
+    B, _, T = entropy.shape
+    n = key_offset + T
+    e = entropy.to(torch.float64)
+    if mask is not None and mask.shape[1] == n:
+        keep = mask[:, -T:]
+        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
+        e = e * keep[:, None, :]
+        for b in range(B):  # positions within a row are distinct: deterministic index_add_
+            total.index_add_(1, pos[b], e[b])
+            sq.index_add_(1, pos[b], e[b] * e[b])
+            if count is not None:
+                count.index_add_(0, pos[b], keep[b].long())
+    else:
+        total[:, key_offset:n] += e.sum(0)
+        sq[:, key_offset:n] += (e * e).sum(0)
+        if count is not None:
+            count[key_offset:n] += B
 
 
 def _to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
