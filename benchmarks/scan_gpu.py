@@ -104,8 +104,7 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
         with torch.no_grad():
             if mode in ("plain", "scan", "scan_fused"):
                 fused = "on" if mode == "scan_fused" else "off"
-
-                sums = ScanSums(cfg.num_hidden_layers, cfg.num_attention_heads, length)
+                sums = None if mode == "plain" else ScanSums(cfg.num_hidden_layers, cfg.num_attention_heads, length)
 
                 def fn():
                     with contextlib.nullcontext() if mode == "plain" else EntropyRecorder(model, fused=fused) as rec:
@@ -241,16 +240,19 @@ def _table(rows: list[dict]) -> None:
         if "skipped" in r:
             print(f"{r['len']:>7} {r['mode']:>10}  skipped: {r['skipped']}")
         elif r["mode"] == "kernel":
-            peak = float("nan") if r["entropy_peak_gib"] is None else r["entropy_peak_gib"]
-            print(f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} {peak:>9.2f} {'':>8}  "
+            print(f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} {_gib(r['entropy_peak_gib']):>9.2f} "
+                  f"{'':>8}  "
                   f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
                   f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)")  # fmt: skip
         else:
-            nan = float("nan")
-            tx = r["median_s"] / p["median_s"] if p else nan
-            peak = nan if r["peak_gib"] is None else r["peak_gib"]
-            mx = peak / p["peak_gib"] if p and p["peak_gib"] else nan
-            print(f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} {peak:>9.2f} {mx:>8.2f}")
+            tx = r["median_s"] / p["median_s"] if p else float("nan")
+            mx = _gib(r["peak_gib"]) / _gib(p and p["peak_gib"])
+            print(f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} {_gib(r['peak_gib']):>9.2f} {mx:>8.2f}")
+
+
+def _gib(peak: float | None) -> float:
+    """A peak in GiB, NaN where none was measured (the CPU smoke run, or no plain row)."""
+    return float("nan") if not peak else peak
 
 
 if __name__ == "__main__":
