@@ -223,8 +223,9 @@ class _CopyInFlight:
 
 def test_entropy_is_summed_only_once_its_copy_to_the_host_has_landed(monkeypatch):
     """On CUDA each layer's entropy (and the padding mask) reaches the host by an asynchronous copy:
-    the recorder sums a layer once its copy reports done, oldest first, never blocking the forward,
-    and a read-out waits for the rest. Same sums as the plain CPU path."""
+    the recorder sums nothing during a forward, at the next forward's start the layers whose copies
+    report done (oldest first, never waiting), and at read-out the rest, waiting for them. Same sums
+    as the plain CPU path."""
     from entropy_lens.capture import recorder
 
     model = make_tiny_model(n_layers=2)
@@ -245,7 +246,7 @@ def test_entropy_is_summed_only_once_its_copy_to_the_host_has_landed(monkeypatch
         model(ids, attention_mask=mask)  # copies: mask, layer 0, layer 1
         assert len(rec._pending) == 2 and rec._acc is None
         copies[0].landed = copies[1].landed = True
-        model(ids)  # layer 0 of the first forward is summed; layer 1's copy holds back the later ones
+        model(ids)  # its start sums layer 0 of the first forward; layer 1's copy holds back the rest
         assert len(rec._pending) == 3 and not any(c.waited for c in copies)
         sums = rec.sums  # waits for every copy
     assert not rec._pending and all(c.landed for c in copies) and copies[2].waited
