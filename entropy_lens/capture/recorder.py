@@ -121,7 +121,7 @@ class EntropyRecorder(ScaleSession):
         the scan's running sums, without the recorder's own arrays or a read-out copy."""
         if self._acc is not None:  # forwards summed before the last one began
             own_total, own_sq, own_count = self._acc
-            seen = own_count[0].nonzero()
+            seen = own_count.any(0).nonzero()  # as in _sums: the last position any row reached
             n = int(seen[-1]) + 1 if len(seen) else 0
             _check_room(n, total)
             total[..., :n] += own_total[..., :n]
