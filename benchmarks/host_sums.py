@@ -6,7 +6,7 @@
 On a GPU the forward of a batch is fast (~0.1-0.2 s at 16K for TinyLlama on an H100, an estimate until
 scan_gpu.py has run), so what the host does per batch with the entropies counts: the recorder sums
 each layer's (B, H, T) entropy in float64 and the scan adds the batch's sums to its running sums.
-This times exactly that code (EntropyRecorder's per-layer callback, then `scanning.ScanSums.add`)
+This times exactly that code (EntropyRecorder's per-layer callback, then `runs.sums.ScanSums.add`)
 on the CPU with random entropies standing in for the layers' output, the median of `repeats` batches
 after one warm-up batch, and prints a table and writes JSON. Page faults of freshly allocated arrays
 are part of what it measures.
@@ -30,7 +30,7 @@ def batch_seconds(length: int, batch: int, repeats: int) -> list[float]:
     import torch
 
     from entropy_lens.capture import EntropyRecorder
-    from entropy_lens.scanning import ScanSums
+    from entropy_lens.runs.sums import ScanSums
 
     model = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=LAYERS, num_attention_heads=HEADS))
     sums = ScanSums(LAYERS, HEADS, length)
@@ -64,14 +64,32 @@ def main() -> None:
     for length in args.lengths:
         times = batch_seconds(length, args.batch, args.repeats)
         mb = 2 * LAYERS * HEADS * length * 8 / 2**20  # the float64 sum and sum of squares
-        rows.append({"len": length, "batch": args.batch, "median_s": statistics.median(times), "times_s": times,
-                     "sums_mb": mb})  # fmt: skip
-        print(f"{length:>7} {args.batch:>5} {1e3 * statistics.median(times):>10.1f} {1e3 * min(times):>8.1f} "
-              f"{mb:>10.0f}", flush=True)  # fmt: skip
-    record = {"benchmark": "host_sums", "shape": f"{LAYERS} layers x {HEADS} heads (TinyLlama)",
-              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                          "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
-              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}  # fmt: skip
+        rows.append(
+            {
+                "len": length,
+                "batch": args.batch,
+                "median_s": statistics.median(times),
+                "times_s": times,
+                "sums_mb": mb,
+            }
+        )
+        print(
+            f"{length:>7} {args.batch:>5} {1e3 * statistics.median(times):>10.1f} {1e3 * min(times):>8.1f} "
+            f"{mb:>10.0f}",
+            flush=True,
+        )
+    record = {
+        "benchmark": "host_sums",
+        "shape": f"{LAYERS} layers x {HEADS} heads (TinyLlama)",
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+    }
     atomic_write_text(args.out, json.dumps(record, indent=2))
     print(f"wrote {args.out}")
 

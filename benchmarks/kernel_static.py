@@ -23,31 +23,58 @@ import time
 from pathlib import Path
 
 # per-SM limits: registers, shared memory per block (opt-in maximum), shared memory per SM
-LIMITS = {80: {"regs": 65536, "smem_block": 163 * 1024, "smem_sm": 164 * 1024},
-          90: {"regs": 65536, "smem_block": 227 * 1024, "smem_sm": 228 * 1024}}  # fmt: skip
+LIMITS = {
+    80: {"regs": 65536, "smem_block": 163 * 1024, "smem_sm": 164 * 1024},
+    90: {"regs": 65536, "smem_block": 227 * 1024, "smem_sm": 228 * 1024},
+}
 DTYPES = ("bf16", "fp16", "fp32")  # fp16 compiles like bf16; fp32 uses IEEE FMA products (no tensor cores)
 
 
-def compile_kernel(arch: int, dtype: str, *, with_output: bool, causal: bool = True, window: bool = False,
-                   key_padding: bool = False,
-                   block_m: int = 64, block_n: int = 64, num_warps: int = 4, num_stages: int = 2,
-                   head_dim: int = 64, group: int = 8):  # fmt: skip
+def compile_kernel(
+    arch: int,
+    dtype: str,
+    *,
+    with_output: bool,
+    causal: bool = True,
+    window: bool = False,
+    key_padding: bool = False,
+    block_m: int = 64,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    head_dim: int = 64,
+    group: int = 8,
+):
     """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from entropy_lens.kernels.triton_entropy import _JIT as fn
+
     pointers = {"Q": dtype, "K": dtype, "V": dtype, "SCALE": "fp32", "KEEP": "i8", "OUT": "fp32", "O": dtype}
-    const = {"GROUP": group, "BLOCK_D": max(16, triton.next_power_of_2(head_dim)), "D": head_dim,
-             "CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding, "CAST_F32": dtype == "fp32", "IEEE": dtype == "fp32",
-             "WITH_OUTPUT": with_output, "BLOCK_M": block_m, "BLOCK_N": block_n}  # fmt: skip
-    signature = {name: "constexpr" if name in const else "*" + pointers[name] if name in pointers else "i32"
-                 for name in fn.arg_names}  # fmt: skip
+    const = {
+        "GROUP": group,
+        "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
+        "D": head_dim,
+        "CAUSAL": causal,
+        "HAS_WINDOW": window,
+        "HAS_KEEP": key_padding,
+        "CAST_F32": dtype == "fp32",
+        "IEEE": dtype == "fp32",
+        "WITH_OUTPUT": with_output,
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+    }
+    signature = {
+        name: "constexpr" if name in const else "*" + pointers[name] if name in pointers else "i32"
+        for name in fn.arg_names
+    }
     constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": num_warps, "num_stages": num_stages})  # fmt: skip
+    return triton.compile(
+        src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "num_stages": num_stages}
+    )
 
 
 def resource_usage(compiled) -> dict:
@@ -58,27 +85,52 @@ def resource_usage(compiled) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         Path(path).write_bytes(compiled.asm["cubin"])
-        text = subprocess.run([str(cuobjdump), "--dump-resource-usage", path], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
+        text = subprocess.run(
+            [str(cuobjdump), "--dump-resource-usage", path], capture_output=True, text=True, check=True
+        ).stdout
     found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", text))
-    return {"registers": int(found["REG"]), "stack_bytes": int(found["STACK"]), "spill_bytes": int(found["LOCAL"]),
-            "shared_bytes": int(compiled.metadata.shared)}  # fmt: skip
+    return {
+        "registers": int(found["REG"]),
+        "stack_bytes": int(found["STACK"]),
+        "spill_bytes": int(found["LOCAL"]),
+        "shared_bytes": int(compiled.metadata.shared),
+    }
 
 
-def row(arch: int, dtype: str, with_output: bool, config: tuple[int, int, int, int], window: bool = False) -> dict:
+def row(
+    arch: int, dtype: str, with_output: bool, config: tuple[int, int, int, int], window: bool = False
+) -> dict:
     bm, bn, warps, stages = config
     t0 = time.perf_counter()
-    compiled = compile_kernel(arch, dtype, with_output=with_output, window=window, block_m=bm, block_n=bn,
-                              num_warps=warps, num_stages=stages)  # fmt: skip
+    compiled = compile_kernel(
+        arch,
+        dtype,
+        with_output=with_output,
+        window=window,
+        block_m=bm,
+        block_n=bn,
+        num_warps=warps,
+        num_stages=stages,
+    )
     use = resource_usage(compiled)
     lim = LIMITS.get(arch, LIMITS[90])
     threads = 32 * warps
     by_regs = lim["regs"] // (max(use["registers"], 1) * threads)
     fits = use["shared_bytes"] <= lim["smem_block"]
     by_smem = lim["smem_sm"] // max(use["shared_bytes"], 1) if fits else 0
-    return {"arch": f"sm_{arch}", "dtype": dtype, "kernel": ("fused" if with_output else "entropy") + ("+window" if window else ""),
-            "block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages, **use,
-            "shared_fits": fits, "blocks_per_sm": min(by_regs, by_smem), "compile_s": time.perf_counter() - t0}  # fmt: skip
+    return {
+        "arch": f"sm_{arch}",
+        "dtype": dtype,
+        "kernel": ("fused" if with_output else "entropy") + ("+window" if window else ""),
+        "block_m": bm,
+        "block_n": bn,
+        "num_warps": warps,
+        "num_stages": stages,
+        **use,
+        "shared_fits": fits,
+        "blocks_per_sm": min(by_regs, by_smem),
+        "compile_s": time.perf_counter() - t0,
+    }
 
 
 def main() -> int:
@@ -95,16 +147,35 @@ def main() -> int:
 
     from entropy_lens.kernels.triton_entropy import autotune_configs
 
-    rows = [row(arch, dtype, wo, cfg, window) for arch in args.arch for dtype in args.dtypes for wo in (False, True)
-            for window in (False, True) for cfg in autotune_configs(wo, dtype == "fp32", window)]  # fmt: skip
-    print(f"{'arch':>6} {'dtype':>5} {'kernel':>14} {'BM':>4} {'BN':>4} {'warps':>5} {'stages':>6} {'regs':>5} "
-          f"{'spill B':>7} {'stack B':>7} {'smem KiB':>8} {'fits':>5} {'blk/SM':>6}")  # fmt: skip
+    rows = [
+        row(arch, dtype, wo, cfg, window)
+        for arch in args.arch
+        for dtype in args.dtypes
+        for wo in (False, True)
+        for window in (False, True)
+        for cfg in autotune_configs(wo, dtype == "fp32", window)
+    ]
+    print(
+        f"{'arch':>6} {'dtype':>5} {'kernel':>14} {'BM':>4} {'BN':>4} {'warps':>5} {'stages':>6} {'regs':>5} "
+        f"{'spill B':>7} {'stack B':>7} {'smem KiB':>8} {'fits':>5} {'blk/SM':>6}"
+    )
     for r in rows:
-        print(f"{r['arch']:>6} {r['dtype']:>5} {r['kernel']:>14} {r['block_m']:>4} {r['block_n']:>4} {r['num_warps']:>5} "
-              f"{r['num_stages']:>6} {r['registers']:>5} {r['spill_bytes']:>7} {r['stack_bytes']:>7} {r['shared_bytes'] / 1024:>8.1f} "
-              f"{'yes' if r['shared_fits'] else 'NO':>5} {r['blocks_per_sm']:>6}")  # fmt: skip
-    record = {"benchmark": "kernel_static", "triton": triton.__version__, "head_dim": 64, "gqa_group": 8,
-              "causal": True, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}  # fmt: skip
+        print(
+            f"{r['arch']:>6} {r['dtype']:>5} {r['kernel']:>14} {r['block_m']:>4} {r['block_n']:>4} "
+            f"{r['num_warps']:>5} "
+            f"{r['num_stages']:>6} {r['registers']:>5} {r['spill_bytes']:>7} {r['stack_bytes']:>7} "
+            f"{r['shared_bytes'] / 1024:>8.1f} "
+            f"{'yes' if r['shared_fits'] else 'NO':>5} {r['blocks_per_sm']:>6}"
+        )
+    record = {
+        "benchmark": "kernel_static",
+        "triton": triton.__version__,
+        "head_dim": 64,
+        "gqa_group": 8,
+        "causal": True,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=2))
     print(f"wrote {args.out}")

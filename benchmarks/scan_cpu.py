@@ -1,6 +1,7 @@
 """CPU benchmark: plain sdpa forward vs entropy-lens scan vs eager materialisation (SmolLM2-135M).
 
-    python benchmarks/scan_cpu.py [--lengths 1024 2048 4096] [--repeats 3] [--out benchmarks/results/scan_cpu.json]
+    python benchmarks/scan_cpu.py [--lengths 1024 2048 4096] [--repeats 3]
+                                  [--out benchmarks/results/scan_cpu.json]
 
 Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. Modes:
   plain  model(ids): the usual HF forward with sdpa, logits for every position
@@ -61,8 +62,15 @@ def worker(mode: str, length: int, repeats: int) -> dict:
         run()
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"mode": mode, "len": length, "median_s": statistics.median(times), "times_s": times,
-            "peak_rss_mb": peak, "rss_after_load_mb": rss_loaded, "activation_rss_mb": peak - rss_loaded}
+    return {
+        "mode": mode,
+        "len": length,
+        "median_s": statistics.median(times),
+        "times_s": times,
+        "peak_rss_mb": peak,
+        "rss_after_load_mb": rss_loaded,
+        "activation_rss_mb": peak - rss_loaded,
+    }
 
 
 def eager_too_big(length: int) -> str | None:
@@ -102,8 +110,10 @@ def main() -> None:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             print(_row(rows[-1]), flush=True)
     by = {(r["mode"], r["len"]): r for r in rows if "median_s" in r}
-    print(f"\n{'len':>6} {'mode':>6} {'median s':>9} {'x plain':>8} {'peak RSS MB':>12} {'x plain':>8} "
-          f"{'act. MB':>8}")
+    print(
+        f"\n{'len':>6} {'mode':>6} {'median s':>9} {'x plain':>8} {'peak RSS MB':>12} {'x plain':>8} "
+        f"{'act. MB':>8}"
+    )
     for r in rows:
         p = by.get(("plain", r["len"]))
         if "skipped" in r:
@@ -111,12 +121,23 @@ def main() -> None:
             continue
         tx = r["median_s"] / p["median_s"] if p else float("nan")
         mx = r["peak_rss_mb"] / p["peak_rss_mb"] if p else float("nan")
-        print(f"{r['len']:>6} {r['mode']:>6} {r['median_s']:>9.2f} {tx:>8.2f} {r['peak_rss_mb']:>12.0f} {mx:>8.2f} "
-              f"{r['activation_rss_mb']:>8.0f}")
-    record = {"benchmark": "scan_cpu", "model": "smollm2 (SmolLM2-135M, 30 layers, 9 heads, 3 KV, d 64)",
-              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                          "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
-              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
+        print(
+            f"{r['len']:>6} {r['mode']:>6} {r['median_s']:>9.2f} {tx:>8.2f} {r['peak_rss_mb']:>12.0f} "
+            f"{mx:>8.2f} "
+            f"{r['activation_rss_mb']:>8.0f}"
+        )
+    record = {
+        "benchmark": "scan_cpu",
+        "model": "smollm2 (SmolLM2-135M, 30 layers, 9 heads, 3 KV, d 64)",
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=2))
     print(f"wrote {args.out}")

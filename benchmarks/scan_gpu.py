@@ -42,10 +42,23 @@ def tinyllama_config(**overrides):
     2048, intermediate 5632, vocab 32000); `overrides` shrink it for smoke tests."""
     from transformers import LlamaConfig
 
-    shape = {"num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_size": 2048,
-             "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 2048, **overrides}  # fmt: skip
-    return LlamaConfig(**shape, head_dim=shape["hidden_size"] // shape["num_attention_heads"], nope=True,
-                       train_len=2048, tie_word_embeddings=False)  # fmt: skip
+    shape = {
+        "num_hidden_layers": 22,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "vocab_size": 32000,
+        "max_position_embeddings": 2048,
+        **overrides,
+    }
+    return LlamaConfig(
+        **shape,
+        head_dim=shape["hidden_size"] // shape["num_attention_heads"],
+        nope=True,
+        train_len=2048,
+        tie_word_embeddings=False,
+    )
 
 
 def build_model(config, device: str, dtype):
@@ -56,7 +69,9 @@ def build_model(config, device: str, dtype):
     from entropy_lens.models import apply_nope
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+    model = (
+        AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa").to(device).eval()
+    )
     apply_nope(model)
     return model
 
@@ -67,8 +82,14 @@ def entropy_flops(heads: int, length: int, head_dim: int, causal: bool = True) -
     return 2.0 * heads * pairs * head_dim
 
 
-TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 96, "vocab_size": 50,
-        "num_attention_heads": 4, "num_key_value_heads": 2}  # fmt: skip
+TINY = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "vocab_size": 50,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 
 
 def _timed(fn, repeats: int, device) -> tuple[float, list[float], float | None]:
@@ -94,7 +115,7 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
     import torch
 
     from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
-    from entropy_lens.scanning import ScanSums
+    from entropy_lens.runs.sums import ScanSums
 
     cfg = model.config
     ids = torch.randint(0, cfg.vocab_size, (1, length + 1), device=model.device)
@@ -104,16 +125,26 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
         with torch.no_grad():
             if mode in ("plain", "scan", "scan_fused"):
                 fused = "on" if mode == "scan_fused" else "off"
-                sums = None if mode == "plain" else ScanSums(cfg.num_hidden_layers, cfg.num_attention_heads, length)
+                sums = (
+                    None
+                    if mode == "plain"
+                    else ScanSums(cfg.num_hidden_layers, cfg.num_attention_heads, length)
+                )
 
                 def fn():
-                    with contextlib.nullcontext() if mode == "plain" else EntropyRecorder(model, fused=fused) as rec:
+                    with (
+                        contextlib.nullcontext()
+                        if mode == "plain"
+                        else EntropyRecorder(model, fused=fused) as rec
+                    ):
                         hidden = forward_hidden(model, ids[:, :-1])
                     nll = next_token_nll(model, hidden, ids[:, 1:])
                     if rec is None:
                         return nll.cpu()
                     paths.update(rec.session.paths)
-                    sums.add(rec, nll)  # as `scan` does with each batch: loss and entropies into its float64 sums
+                    sums.add(
+                        rec, nll
+                    )  # as `scan` does with each batch: loss and entropies into its float64 sums
 
             elif mode == "eager":
                 fn = _eager(model, ids)
@@ -125,7 +156,13 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
         return {**row, "skipped": "out of GPU memory"}
     finally:
         model.set_attn_implementation("sdpa")
-    return {**row, "median_s": median, "times_s": times, "peak_gib": peak, **({"paths": sorted(paths)} if paths else {})}
+    return {
+        **row,
+        "median_s": median,
+        "times_s": times,
+        "peak_gib": peak,
+        **({"paths": sorted(paths)} if paths else {}),
+    }
 
 
 def _eager(model, ids):
@@ -162,7 +199,9 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
     q = torch.randn(1, hq, length, d, device=device, dtype=torch.bfloat16)
     k = torch.randn(1, hkv, length, d, device=device, dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    ent_s, _, ent_peak = _timed(lambda: attention_entropy(q, k, scale=d**-0.5, impl="triton"), repeats, device)
+    ent_s, _, ent_peak = _timed(
+        lambda: attention_entropy(q, k, scale=d**-0.5, impl="triton"), repeats, device
+    )
     try:
         from flash_attn import flash_attn_func
 
@@ -171,16 +210,29 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
         attn_s, _, _ = _timed(lambda: flash_attn_func(qt, kt, vt, causal=True), repeats, device)
     except ImportError:
         name = "sdpa"
-        attn_s, _, _ = _timed(lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=True), repeats, device)  # fmt: skip
+        attn_s, _, _ = _timed(
+            lambda: torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=True
+            ),
+            repeats,
+            device,
+        )
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
     lam = torch.full((hq,), d**-0.5, device=device)
     fused_s, _, _ = _timed(lambda: attention_with_entropy_triton(q, k, v, lam), repeats, device)
     tflops = entropy_flops(hq, length, d) / ent_s / 1e12
-    return {"mode": "kernel", "len": length, "entropy_s": ent_s, "attention_s": attn_s, "attention": name,
-            "fused_s": fused_s, "fused_vs_separate": fused_s / (attn_s + ent_s),
-            "entropy_tflops": tflops, "entropy_peak_gib": ent_peak}  # fmt: skip
+    return {
+        "mode": "kernel",
+        "len": length,
+        "entropy_s": ent_s,
+        "attention_s": attn_s,
+        "attention": name,
+        "fused_s": fused_s,
+        "fused_vs_separate": fused_s / (attn_s + ent_s),
+        "entropy_tflops": tflops,
+        "entropy_peak_gib": ent_peak,
+    }
 
 
 def main() -> int:
@@ -189,7 +241,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_gpu.json"))
-    ap.add_argument("--append", action="store_true", help="merge into --out's rows (same GPU) instead of replacing")
+    ap.add_argument(
+        "--append", action="store_true", help="merge into --out's rows (same GPU) instead of replacing"
+    )
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: smoke test (see the docstring)
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -197,17 +251,27 @@ def main() -> int:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("scan_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False); run benchmarks/scan_cpu.py "
-              "on CPU", file=sys.stderr)  # fmt: skip
+        print(
+            "scan_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False); run benchmarks/scan_cpu.py "
+            "on CPU",
+            file=sys.stderr,
+        )
         return 1
-    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "none: CPU smoke run, timings mean nothing"
+    gpu = (
+        torch.cuda.get_device_name() if args.device == "cuda" else "none: CPU smoke run, timings mean nothing"
+    )
     out = Path(args.out)
     rows = _previous_rows(out, gpu) if args.append else []
     if rows is None:
         return 1
     model = build_model(tinyllama_config(**(TINY if args.tiny else {})), args.device, torch.bfloat16)
-    record = {"benchmark": "scan_gpu", "gpu": gpu, "torch": torch.__version__,
-              "model": "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1" + (" (--tiny)" if args.tiny else "")}
+    record = {
+        "benchmark": "scan_gpu",
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "model": "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1"
+        + (" (--tiny)" if args.tiny else ""),
+    }
     for length in args.lengths:
         for mode in args.modes:
             row = run_mode(model, mode, length, args.repeats)
@@ -226,8 +290,11 @@ def _previous_rows(out: Path, gpu: str) -> list[dict] | None:
         return []
     old = json.loads(out.read_text())
     if old.get("gpu") != gpu:
-        print(f"{out} holds rows measured on {old.get('gpu')!r}, not {gpu!r}: drop --append or choose another "
-              "--out", file=sys.stderr)  # fmt: skip
+        print(
+            f"{out} holds rows measured on {old.get('gpu')!r}, not {gpu!r}: drop --append or choose another "
+            "--out",
+            file=sys.stderr,
+        )
         return None
     return old["rows"]
 
@@ -240,14 +307,20 @@ def _table(rows: list[dict]) -> None:
         if "skipped" in r:
             print(f"{r['len']:>7} {r['mode']:>10}  skipped: {r['skipped']}")
         elif r["mode"] == "kernel":
-            print(f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} {_gib(r['entropy_peak_gib']):>9.2f} "
-                  f"{'':>8}  "
-                  f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
-                  f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)")  # fmt: skip
+            print(
+                f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} "
+                f"{_gib(r['entropy_peak_gib']):>9.2f} "
+                f"{'':>8}  "
+                f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
+                f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)"
+            )
         else:
             tx = r["median_s"] / p["median_s"] if p else float("nan")
             mx = _gib(r["peak_gib"]) / _gib(p and p["peak_gib"])
-            print(f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} {_gib(r['peak_gib']):>9.2f} {mx:>8.2f}")
+            print(
+                f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} "
+                f"{_gib(r['peak_gib']):>9.2f} {mx:>8.2f}"
+            )
 
 
 def _gib(peak: float | None) -> float:

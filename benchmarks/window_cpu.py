@@ -71,11 +71,22 @@ def main() -> int:
         for window in args.windows:
             t = {mode: run(mode, length, window, args.repeats) for mode in MODES}
             rows.append({"len": length, "window": window, **{f"{m}_s": t[m] for m in MODES}})
-            print(f"{length:>6} {window:>6} " + " ".join(f"{t[m]:>10.3f}" for m in MODES)
-                  + f" {t['as_mask'] / t['from_hf']:>8.1f}×")  # fmt: skip
-    record = {"benchmark": "window_cpu", "shape": "1 layer, 9 query heads, 3 KV heads, head_dim 64, fp32, batch 1",
-              "machine": {"cpu": platform.machine(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
-              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}  # fmt: skip
+            print(
+                f"{length:>6} {window:>6} "
+                + " ".join(f"{t[m]:>10.3f}" for m in MODES)
+                + f" {t['as_mask'] / t['from_hf']:>8.1f}×"
+            )
+    record = {
+        "benchmark": "window_cpu",
+        "shape": "1 layer, 9 query heads, 3 KV heads, head_dim 64, fp32, batch 1",
+        "machine": {
+            "cpu": platform.machine(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")

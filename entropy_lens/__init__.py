@@ -12,16 +12,23 @@ _LAZY = {
     "EntropyLensError": "entropy_lens.errors",
     "attention_entropy": "entropy_lens.kernels",
     "EntropyRecorder": "entropy_lens.capture",
-    "ScanConfig": "entropy_lens.scanning",
-    "scan": "entropy_lens.scanning",
+    "ScanConfig": "entropy_lens.runs.scan",
+    "scan": "entropy_lens.runs.scan",
     "ScanResult": "entropy_lens.results",
     "summary": "entropy_lens.results",
     "load_model": "entropy_lens.models",
 }
 
 __all__ = [  # noqa: RUF022 (same order as _LAZY)
-    "__version__", "EntropyLensError", "attention_entropy", "EntropyRecorder", "ScanConfig", "scan",
-    "ScanResult", "summary", "load_model",
+    "__version__",
+    "EntropyLensError",
+    "attention_entropy",
+    "EntropyRecorder",
+    "ScanConfig",
+    "scan",
+    "ScanResult",
+    "summary",
+    "load_model",
 ]
 
 

@@ -28,8 +28,10 @@ import io
 import itertools
 import json
 import os
+import subprocess
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +41,23 @@ from entropy_lens.errors import EntropyLensError
 SCHEMA_VERSION = 1
 ARRAYS = ("entropy", "entropy_sq", "loss", "loss_sq", "count")
 REQUIRED_META = (
-    "schema_version", "entropy_lens_version", "git_hash", "model", "config_hash", "nope", "head_dim",
-    "scales", "data", "seed", "samples", "len", "dtype", "device", "backend", "wall_time_s",
-)  # fmt: skip
+    "schema_version",
+    "entropy_lens_version",
+    "git_hash",
+    "model",
+    "config_hash",
+    "nope",
+    "head_dim",
+    "scales",
+    "data",
+    "seed",
+    "samples",
+    "len",
+    "dtype",
+    "device",
+    "backend",
+    "wall_time_s",
+)
 
 
 @dataclass
@@ -91,7 +107,9 @@ class ScanResult:
             raise EntropyLensError(f"{path} is not a readable results file ({err}); rerun the scan") from None
         missing = [k for k in (*ARRAYS, "meta") if k not in data]
         if missing:
-            raise EntropyLensError(f"{path} lacks {', '.join(missing)}; it is not an entropy-lens results file")
+            raise EntropyLensError(
+                f"{path} lacks {', '.join(missing)}; it is not an entropy-lens results file"
+            )
         meta = json.loads(str(data.pop("meta")))
         version = meta.get("schema_version")
         if version != SCHEMA_VERSION:
@@ -136,13 +154,19 @@ def read_sweep_index(folder: str | Path) -> dict:
     path = folder / SWEEP_INDEX
     if not path.is_file():
         what = "does not exist" if not folder.exists() else f"has no {SWEEP_INDEX}"
-        raise EntropyLensError(f"sweep folder {folder} {what}; make it with `entropy-lens sweep CKPT --out {folder}`")
+        raise EntropyLensError(
+            f"sweep folder {folder} {what}; make it with `entropy-lens sweep CKPT --out {folder}`"
+        )
     try:
         index = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise EntropyLensError(f"{path} is not readable JSON ({err}); rerun the sweep with --resume") from None
+        raise EntropyLensError(
+            f"{path} is not readable JSON ({err}); rerun the sweep with --resume"
+        ) from None
     if index.get("kind") != SWEEP_KIND or index.get("schema_version") != SCHEMA_VERSION:
-        raise EntropyLensError(f"{path} is not an entropy-lens sweep index of schema {SCHEMA_VERSION}; rerun the sweep")
+        raise EntropyLensError(
+            f"{path} is not an entropy-lens sweep index of schema {SCHEMA_VERSION}; rerun the sweep"
+        )
     if len(index.get("scales", [])) != len(index.get("files", [])):
         raise EntropyLensError(f"{path}: scales and files differ in length; rerun the sweep with --resume")
     index["files"] = [str(folder / name) for name in index["files"]]
@@ -211,3 +235,41 @@ def _in_l(position: int, L: int) -> str:
     if ratio == 1:
         return "L"
     return f"{ratio:g}L"
+
+
+def provenance() -> dict:
+    """The meta keys that say what software wrote a result and when: schema and package versions, the
+    git commit, torch and transformers versions, the UTC time (torch is imported only here, by writers)."""
+    import torch
+    import transformers
+
+    from entropy_lens import __version__
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "entropy_lens_version": __version__,
+        "git_hash": git_hash(),
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def git_hash() -> str | None:
+    """The package's git commit (with '+dirty' for local changes), or None outside a checkout."""
+    here = Path(__file__).resolve().parent
+    git = ["git", "-C", str(here)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

@@ -1,10 +1,12 @@
+"""Fixtures shared by the tests. Model and tokenizer builders live in tests/tiny.py (pytest puts tests/
+on sys.path, so test modules import it as `tiny`)."""
+
+import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -24,3 +26,18 @@ def tiny_dir(tmp_path_factory):
     from tiny import make_tiny_dir
 
     return make_tiny_dir(tmp_path_factory.mktemp("tiny") / "tiny-gqa")
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """load(name) -> benchmarks/<name>.py as a module, imported from its path (benchmarks/ is not a package
+    and never goes on sys.path)."""
+    folder = Path(__file__).parent.parent / "benchmarks"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(f"benchmarks.{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

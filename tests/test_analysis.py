@@ -25,8 +25,18 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import REQUIRED_META, ScanResult, write_sweep_index
 
 
-def make_result(loss, *, entropy=None, scale=1.0, scales=None, model="tiny", data="emma", train_len=64,
-                config_hash="abc123", reduction="per_head"):  # fmt: skip
+def make_result(
+    loss,
+    *,
+    entropy=None,
+    scale=1.0,
+    scales=None,
+    model="tiny",
+    data="emma",
+    train_len=64,
+    config_hash="abc123",
+    reduction="per_head",
+):
     """A ScanResult with every required meta key; entropy defaults to one (layer, head) of zeros."""
     loss = np.asarray(loss, dtype=np.float32)
     T = loss.shape[0]
@@ -35,20 +45,49 @@ def make_result(loss, *, entropy=None, scale=1.0, scales=None, model="tiny", dat
     if scales is None:
         scales = np.full((n_layers, max(n_heads, 1)), scale).tolist()
     meta = dict.fromkeys(REQUIRED_META, "x")
-    meta.update(schema_version=1, model=model, config_hash=config_hash, nope=True, head_dim=16, scales=scales,
-                data=data, seed=0, samples=1, len=T, train_len=train_len, entropy_reduction=reduction,
-                wall_time_s=0.0)  # fmt: skip
-    return ScanResult(entropy=entropy, entropy_sq=entropy**2, loss=loss, loss_sq=loss**2,
-                      count=np.ones(T, np.int64), meta=meta)  # fmt: skip
+    meta.update(
+        schema_version=1,
+        model=model,
+        config_hash=config_hash,
+        nope=True,
+        head_dim=16,
+        scales=scales,
+        data=data,
+        seed=0,
+        samples=1,
+        len=T,
+        train_len=train_len,
+        entropy_reduction=reduction,
+        wall_time_s=0.0,
+    )
+    return ScanResult(
+        entropy=entropy,
+        entropy_sq=entropy**2,
+        loss=loss,
+        loss_sq=loss**2,
+        count=np.ones(T, np.int64),
+        meta=meta,
+    )
 
 
 def save_sweep(folder, results, *, index_len=None):
     names = [f"s{uniform(r):g}.npz" for r in results]
     for r, name in zip(results, names):
         r.save(folder / name)
-    write_sweep_index(folder, {"scales": [uniform(r) for r in results], "files": names, "model": "tiny",
-                               "len": index_len or results[0].length, "data": "emma", "samples": 1, "seed": 0,
-                               "entropy": "mean_heads", "complete": True})  # fmt: skip
+    write_sweep_index(
+        folder,
+        {
+            "scales": [uniform(r) for r in results],
+            "files": names,
+            "model": "tiny",
+            "len": index_len or results[0].length,
+            "data": "emma",
+            "samples": 1,
+            "seed": 0,
+            "entropy": "mean_heads",
+            "complete": True,
+        },
+    )
     return names
 
 
@@ -67,9 +106,11 @@ def quadratic_sweep(a, L, T, scales, c=2.0):
 
 
 def test_analysis_imports_no_torch():
-    code = ("import sys, entropy_lens.analysis; bad = [m for m in sys.modules if m.split('.')[0] in "
-            "('torch', 'transformers') or m.startswith(('entropy_lens.scan', 'entropy_lens.capture', "
-            "'entropy_lens.models', 'entropy_lens.kernels'))]; assert not bad, bad")  # fmt: skip
+    code = (
+        "import sys, entropy_lens.analysis; bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'transformers') or m.startswith(('entropy_lens.scan', 'entropy_lens.capture', "
+        "'entropy_lens.models', 'entropy_lens.kernels'))]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -90,8 +131,10 @@ def test_load_sweep_sorts_scales_and_averages_heads(tmp_path):
 
 
 def test_sweep_without_entropy_has_none():
-    results = [make_result(np.ones(10), entropy=np.zeros((2, 0, 10)), scale=s, reduction="not_captured")
-               for s in (1.0, 1.5)]  # fmt: skip
+    results = [
+        make_result(np.ones(10), entropy=np.zeros((2, 0, 10)), scale=s, reduction="not_captured")
+        for s in (1.0, 1.5)
+    ]
     assert Sweep.from_results(results).entropy is None
 
 
@@ -159,8 +202,9 @@ def test_fit_noisy_within_three_standard_errors():
     L, T, a, sigma = 64, 2048, 0.3, 0.05
     rng = np.random.default_rng(1)
     t = np.arange(T)
-    best = pd.DataFrame({"position": t, "best_scale": 1 + a * np.log(np.maximum(t, 1) / L)
-                         + rng.normal(0, sigma, T)})  # fmt: skip
+    best = pd.DataFrame(
+        {"position": t, "best_scale": 1 + a * np.log(np.maximum(t, 1) / L) + rng.normal(0, sigma, T)}
+    )
     fit = fit_scale_curve(best, train_len=L, fit_range=(L, T))
     x = np.log(t[L:] / L)
     assert fit.a_stderr == pytest.approx(sigma / np.sqrt(x @ x), rel=0.1)  # the standard error is calibrated
@@ -337,7 +381,9 @@ def test_inflection_found_on_planted_ramp(seed):
     assert found.spread == pytest.approx(0.05 / np.sqrt(101), rel=0.15) and found.persist == 102
     down = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="down", trend="flat")
     assert start <= down.position <= start + 60
-    assert find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, trend="flat").position is None  # "up" only
+    assert (
+        find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, trend="flat").position is None
+    )  # "up" only
     both = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="both", trend="flat")
     assert both.position == pytest.approx(down.position, abs=10)
 
@@ -398,8 +444,15 @@ def test_inflections_and_agreement_on_planted_sweep():
     assert 0 < agree.mean_abs_diff < 60
 
     # A list of results: a scan without entropy gets <NA> and drops out of the agreement.
-    results.append(make_result(ramp_curve(rng, T, 2200), entropy=np.zeros((1, 0, T)), scale=1.5, train_len=L,
-                               reduction="not_captured"))  # fmt: skip
+    results.append(
+        make_result(
+            ramp_curve(rng, T, 2200),
+            entropy=np.zeros((1, 0, T)),
+            scale=1.5,
+            train_len=L,
+            reduction="not_captured",
+        )
+    )
     listed = inflections(results)
     assert pd.isna(listed["entropy_inflection"].iloc[-1]) and not pd.isna(listed["loss_inflection"].iloc[-1])
     assert inflection_agreement(listed).n == 5

@@ -12,41 +12,69 @@ import pytest
 import torch
 
 BENCH = Path(__file__).parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCH))
-scan_gpu = pytest.importorskip("scan_gpu")
 
 
-def test_tinyllama_shape_and_a_small_forward():
+@pytest.fixture(scope="module")
+def scan_gpu(benchmark_script):
+    return benchmark_script("scan_gpu")
+
+
+def test_tinyllama_shape_and_a_small_forward(scan_gpu):
     full = scan_gpu.tinyllama_config()
-    assert (full.num_hidden_layers, full.num_attention_heads, full.num_key_value_heads, full.head_dim) == (22, 32, 4, 64)
-    small = scan_gpu.tinyllama_config(num_hidden_layers=1, hidden_size=64, intermediate_size=96, vocab_size=50,
-                                      num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    assert (full.num_hidden_layers, full.num_attention_heads, full.num_key_value_heads, full.head_dim) == (
+        22,
+        32,
+        4,
+        64,
+    )
+    small = scan_gpu.tinyllama_config(
+        num_hidden_layers=1,
+        hidden_size=64,
+        intermediate_size=96,
+        vocab_size=50,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model = scan_gpu.build_model(small, "cpu", torch.float32)
     logits = model(torch.randint(0, 50, (1, 12))).logits
     assert logits.shape == (1, 12, 50) and torch.isfinite(logits).all()
 
 
-def test_flop_count():
+def test_flop_count(scan_gpu):
     assert scan_gpu.entropy_flops(2, 4, 8, causal=False) == 2 * 2 * 16 * 8
     assert scan_gpu.entropy_flops(2, 4, 8) == 2 * 2 * 10 * 8  # 4·5/2 visible (query, key) pairs
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without CUDA")
 def test_refuses_without_cuda():
-    run = subprocess.run([sys.executable, str(BENCH / "scan_gpu.py"), "--lengths", "16"], capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "scan_gpu.py"), "--lengths", "16"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert run.returncode == 1 and "needs a CUDA GPU" in run.stderr
 
 
 def _smoke(tmp_path, *args):
     env = {**os.environ, "TRITON_INTERPRET": "1", "ENTROPY_LENS_BACKEND": "triton", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(BENCH / "scan_gpu.py"), "--device", "cpu", "--tiny", "--repeats", "1",
-           "--out", str(tmp_path / "scan_gpu.json"), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(BENCH / "scan_gpu.py"),
+        "--device",
+        "cpu",
+        "--tiny",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "scan_gpu.json"),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its interpreter)")
-def test_every_mode_runs_end_to_end_on_a_toy_shape_and_appends(tmp_path):
+def test_every_mode_runs_end_to_end_on_a_toy_shape_and_appends(tmp_path, scan_gpu):
     """The whole benchmark on the CPU under the Triton interpreter, so a GPU session spends no time on
     a broken script: every mode, the capture paths it claims, rows merged across calls by --append."""
     run = _smoke(tmp_path, "--lengths", "40")
@@ -70,8 +98,22 @@ def test_append_refuses_rows_from_another_gpu(tmp_path):
 
 def test_host_sums_benchmark_writes_its_table(tmp_path):
     out = tmp_path / "host_sums.json"
-    run = subprocess.run([sys.executable, str(BENCH / "host_sums.py"), "--lengths", "64", "128", "--repeats", "1",
-                          "--out", str(out)], capture_output=True, text=True, check=False)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "host_sums.py"),
+            "--lengths",
+            "64",
+            "128",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)

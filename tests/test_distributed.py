@@ -10,12 +10,23 @@ import sys
 import numpy as np
 import pytest
 
-from entropy_lens.distributed import World, world
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
+from entropy_lens.runs.distributed import World, world
 
-ARGS = ["scan", "tiny-nope", "--len", "48", "--samples", "5", "--batch-size", "2", "--data", "austen:persuasion",
-        "--quiet"]  # fmt: skip
+ARGS = [
+    "scan",
+    "tiny-nope",
+    "--len",
+    "48",
+    "--samples",
+    "5",
+    "--batch-size",
+    "2",
+    "--data",
+    "austen:persuasion",
+    "--quiet",
+]
 
 
 def _free_port() -> int:
@@ -28,8 +39,22 @@ def test_two_processes_equal_one(tmp_path):
     from entropy_lens.cli import main
 
     assert main([*ARGS, "--out", str(tmp_path / "one.npz")]) == 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "-m", "entropy_lens", *ARGS, "--out", str(tmp_path / "two.npz")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        "-m",
+        "entropy_lens",
+        *ARGS,
+        "--out",
+        str(tmp_path / "two.npz"),
+    ]
     env = {"OMP_NUM_THREADS": "1", **os.environ}
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -56,7 +81,7 @@ def test_world_from_environment(monkeypatch):
 
 
 def test_resume_refused_under_torchrun(monkeypatch, tmp_path):
-    from entropy_lens.scanning import ScanConfig, scan
+    from entropy_lens.runs.scan import ScanConfig, scan
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -68,7 +93,7 @@ def test_interrupt_under_torchrun_leaves_no_file(monkeypatch, tmp_path):
     """Ranks write no checkpoints (resume is single-process), so Ctrl-C leaves the folder as it was."""
     import contextlib
 
-    import entropy_lens.scanning as scan_mod
+    import entropy_lens.runs.scan as scan_mod
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

@@ -9,10 +9,20 @@ import pytest
 
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.figures import FIGURES, FiguresConfig, make_figures
+from entropy_lens.figures import FIGURES
+from entropy_lens.runs.figures import FiguresConfig, make_figures
 
-MINIMAL = {"train_len": 16, "samples": 2, "sweep_samples": 2, "sweep_scales": "0.9:1.2:0.1", "fit_smooth": 2,
-           "smooth": 2, "search_steps": 2, "search_batch": 2, "batch_size": 2}  # fmt: skip
+MINIMAL = {
+    "train_len": 16,
+    "samples": 2,
+    "sweep_samples": 2,
+    "sweep_scales": "0.9:1.2:0.1",
+    "fit_smooth": 2,
+    "smooth": 2,
+    "search_steps": 2,
+    "search_batch": 2,
+    "batch_size": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +30,18 @@ def made(tmp_path_factory):
     root = tmp_path_factory.mktemp("figures")
     config = root / "minimal.yaml"
     config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in MINIMAL.items()))
-    code = main(["figures", "--config", str(config), "--out", str(root / "out"), "--cache", str(root / "cache"),
-                 "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "figures",
+            "--config",
+            str(config),
+            "--out",
+            str(root / "out"),
+            "--cache",
+            str(root / "cache"),
+            "--quiet",
+        ]
+    )
     return root, code
 
 
@@ -46,10 +66,13 @@ def test_rerun_reuses_the_cache(made):
     assert (root / "again" / "README.md").read_text() == (root / "out" / "README.md").read_text()
 
 
-@pytest.mark.parametrize(("values", "match"), [
-    ({"sampels": 3}, "unknown settings \\['sampels'\\]"),
-    ({"short": 4, "long": 4}, "short < long"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"sampels": 3}, "unknown settings \\['sampels'\\]"),
+        ({"short": 4, "long": 4}, "short < long"),
+    ],
+)
 def test_bad_settings(values, match):
     with pytest.raises(EntropyLensError, match=match):
         FiguresConfig.build(values)

@@ -11,9 +11,9 @@ import torch
 
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.head_search import HeadSearchConfig, mean_nll, save_head_scales, search_head_scales
 from entropy_lens.models import load_model
-from entropy_lens.scanning import ScanConfig, scan
+from entropy_lens.runs.head_search import HeadSearchConfig, mean_nll, save_head_scales, search_head_scales
+from entropy_lens.runs.scan import ScanConfig, scan
 
 DATA = "austen:persuasion"
 
@@ -38,10 +38,13 @@ def test_search_moves_scales_and_clamp_holds(tiny_dir):
 
 
 def test_micro_batches_and_checkpointing_give_the_same_search(tiny_dir):
-    base = HeadSearchConfig(model=str(tiny_dir), length=24, init=1.2, steps=2, lr=0.2, batch=4, data=DATA, chunk=5)
+    base = HeadSearchConfig(
+        model=str(tiny_dir), length=24, init=1.2, steps=2, lr=0.2, batch=4, data=DATA, chunk=5
+    )
     a = search_head_scales(base, progress=False)
-    b = search_head_scales(HeadSearchConfig(**{**base.__dict__, "micro_batch": 2, "checkpointing": True}),
-                           progress=False)  # fmt: skip
+    b = search_head_scales(
+        HeadSearchConfig(**{**base.__dict__, "micro_batch": 2, "checkpointing": True}), progress=False
+    )
     np.testing.assert_allclose(a.scales, b.scales, rtol=1e-5)
 
 
@@ -51,7 +54,9 @@ def test_saved_scales_load_in_scan(tiny_dir, tmp_path):
     out = save_head_scales(result, tmp_path / "hs.safetensors")
     table = json.loads((tmp_path / "hs.safetensors.json").read_text())
     np.testing.assert_allclose(table["scales"], result.scales)
-    r = scan(ScanConfig(model=str(tiny_dir), length=16, samples=1, data=DATA, head_scales=str(out)), progress=False)
+    r = scan(
+        ScanConfig(model=str(tiny_dir), length=16, samples=1, data=DATA, head_scales=str(out)), progress=False
+    )
     np.testing.assert_allclose(r.meta["scales"], result.scales, rtol=1e-6)  # stored as float32
 
 
@@ -73,7 +78,19 @@ def test_bad_search_settings(tiny_dir, overrides, match):
 
 
 def test_cli_search_heads(tiny_dir, tmp_path, capsys):
-    args = ["search-heads", str(tiny_dir), "--len", "16", "--steps", "2", "--batch", "2", "--data", DATA, "--quiet"]
+    args = [
+        "search-heads",
+        str(tiny_dir),
+        "--len",
+        "16",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--data",
+        DATA,
+        "--quiet",
+    ]
     assert main([*args, "--out", str(tmp_path / "hs.npy")]) == 2
     assert ".safetensors" in capsys.readouterr().err
     assert main([*args, "--init", "1.2", "--out", str(tmp_path / "hs.safetensors")]) == 0

@@ -296,7 +296,9 @@ def test_bad_head_scale_files(tmp_path):
 
 
 def test_missing_path(tmp_path):
-    with pytest.raises(EntropyLensError, match="not found: not a bundled name \\(tiny-nope, tiny-rope, smollm2\\)"):
+    with pytest.raises(
+        EntropyLensError, match="not found: not a bundled name \\(tiny-nope, tiny-rope, smollm2\\)"
+    ):
         load_model(str(tmp_path / "absent"))
 
 

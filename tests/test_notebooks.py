@@ -28,10 +28,15 @@ def kernel(tmp_path, monkeypatch):
     """A `python3` kernelspec for this interpreter, first on JUPYTER_PATH; figures drawn inline."""
     spec = tmp_path / "jupyter" / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (entropy_lens tests)", "language": "python",
-    }))  # fmt: skip
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (entropy_lens tests)",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # an Agg backend would leave no image outputs
     return "python3"
@@ -39,8 +44,9 @@ def kernel(tmp_path, monkeypatch):
 
 def execute(nb, kernel_name: str):
     """Run every cell (an error in any cell raises CellExecutionError) and return the notebook."""
-    client = nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=300,
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})  # fmt: skip
+    client = nbclient.NotebookClient(
+        nb, kernel_name=kernel_name, timeout=300, resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
     client.execute()
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     return nb
@@ -99,15 +105,22 @@ def test_paper_figures_run(kernel, tmp_path):
 
     # One image per figure: 1, 2, 3, 4, 5, 7 and the three grids 10-12.
     assert sum(n_images(c) for c in code) == 9
-    assert all(n_images(cell_with(nb, call)) == 1 for call in
-               ("entropy_loss(list(fig1", "models_by_layers(", "entropy_loss(list(fig4", "scale_vs_entropy(",
-                "best_scale_by_position("))  # fmt: skip
+    assert all(
+        n_images(cell_with(nb, call)) == 1
+        for call in (
+            "entropy_loss(list(fig1",
+            "models_by_layers(",
+            "entropy_loss(list(fig4",
+            "scale_vs_entropy(",
+            "best_scale_by_position(",
+        )
+    )
     assert n_images(cell_with(nb, "all_heads_grid(")) == 3
     assert "entropy_inflection" in outputs(cell_with(nb, "inflection_table(fig1"))
     assert "pearson_r" in outputs(cell_with(nb, "head_entropy_vs_scale("))
 
     # The fit the notebook printed is the one the library computes from the same cache.
-    from entropy_lens.figures import FiguresConfig, figure_data
+    from entropy_lens.runs import FiguresConfig, figure_data
 
     fit = figure_data(FiguresConfig.build(MINIMAL), cache=cache, progress=False)["fit"]
     printed = outputs(cell_with(nb, "fit_scale_curve(sweep"))
@@ -121,5 +134,6 @@ def test_committed_notebooks_have_no_outputs(name):
     assert nb.metadata["kernelspec"]["name"] == "python3"
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code), (
-        f"{name} carries outputs; clear them: .venv/bin/jupyter nbconvert --clear-output --inplace notebooks/{name}"
+        f"{name} carries outputs; clear them: .venv/bin/jupyter nbconvert --clear-output --inplace "
+        f"notebooks/{name}"
     )

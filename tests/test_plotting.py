@@ -36,11 +36,29 @@ def result(L=3, H=5, T=200, *, seed=0, scale=1.0, reduction="per_head", train_le
     entropy = rng.uniform(0, 1, (L, H, T)).astype(np.float32) * np.log(np.arange(T) + 1.0, dtype=np.float32)
     loss = (3 + rng.normal(0, 0.3, T)).astype(np.float32)
     meta = dict.fromkeys(REQUIRED_META, "x")
-    meta.update(schema_version=1, model="m", config_hash="h", nope=True, head_dim=16, data="d", seed=0,
-                samples=1, len=T, train_len=train_len, entropy_reduction=reduction, wall_time_s=0.0,
-                scales=np.full((L, max(H, 1)), scale).tolist())  # fmt: skip
-    return ScanResult(entropy=entropy, entropy_sq=entropy**2, loss=loss, loss_sq=loss**2,
-                      count=np.ones(T, np.int64), meta=meta)  # fmt: skip
+    meta.update(
+        schema_version=1,
+        model="m",
+        config_hash="h",
+        nope=True,
+        head_dim=16,
+        data="d",
+        seed=0,
+        samples=1,
+        len=T,
+        train_len=train_len,
+        entropy_reduction=reduction,
+        wall_time_s=0.0,
+        scales=np.full((L, max(H, 1)), scale).tolist(),
+    )
+    return ScanResult(
+        entropy=entropy,
+        entropy_sq=entropy**2,
+        loss=loss,
+        loss_sq=loss**2,
+        count=np.ones(T, np.int64),
+        meta=meta,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -90,8 +108,9 @@ def test_head_lines_one_line_per_head_with_bound_and_stride():
     assert len(head_lines(r, 0, heads=[0, 2]).get_lines()) == 2
 
 
-@pytest.mark.parametrize(("kw", "match"), [({"layer": 3}, "layer 3"), ({"heads": [9]}, "heads"),
-                                           ({"stride": 0}, "stride")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kw", "match"), [({"layer": 3}, "layer 3"), ({"heads": [9]}, "heads"), ({"stride": 0}, "stride")]
+)
 def test_head_lines_errors(kw, match):
     args = {"layer": 0, **kw}
     with pytest.raises(EntropyLensError, match=match):
@@ -120,8 +139,11 @@ def test_all_heads_grid_removes_unused_cells():
 
 def test_scale_vs_entropy_fits_each_layer():
     rng = np.random.default_rng(0)
-    rows = [{"layer": layer, "head": h, "scale": s, "entropy_bits": 9 - 2 * s - layer + rng.normal(0, 0.1)}
-            for layer in range(3) for h, s in enumerate(rng.uniform(1, 3, 8))]  # fmt: skip
+    rows = [
+        {"layer": layer, "head": h, "scale": s, "entropy_bits": 9 - 2 * s - layer + rng.normal(0, 0.1)}
+        for layer in range(3)
+        for h, s in enumerate(rng.uniform(1, 3, 8))
+    ]
     table = pd.DataFrame(rows)
     ax = scale_vs_entropy(table, ylim=(0, 13))
     assert len(ax.collections) == 6  # per layer: scatter + band

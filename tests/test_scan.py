@@ -15,7 +15,7 @@ from entropy_lens.cli import main
 from entropy_lens.data import token_chunks
 from entropy_lens.models import load_model
 from entropy_lens.results import ScanResult
-from entropy_lens.scanning import ScanConfig, partial_path, scan
+from entropy_lens.runs.scan import ScanConfig, partial_path, scan
 
 DATA = "austen:northanger"
 
@@ -35,8 +35,11 @@ def _eager_reference(model_dir, config, multipliers=None):
                 m = torch.as_tensor(multipliers[layer], dtype=torch.float32).repeat_interleave(d)
                 blk.self_attn.q_proj.weight.mul_(m.unsqueeze(1))
     model.set_attn_implementation("eager")
-    ids = torch.from_numpy(token_chunks(lm.tokenizer, config.data, length=config.length,
-                                        samples=config.samples, seed=config.seed).ids)
+    ids = torch.from_numpy(
+        token_chunks(
+            lm.tokenizer, config.data, length=config.length, samples=config.samples, seed=config.seed
+        ).ids
+    )
     with torch.no_grad():
         out = model(ids[:, :-1], output_attentions=True)
     ent = torch.stack([torch.special.entr(a.double()).sum(-1) for a in out.attentions], 1)  # (B, L, H, T)
@@ -56,8 +59,24 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
         assert z["entropy"].dtype == np.float32 and z["entropy"].shape == (2, 4, 48)
         assert z["loss"].shape == (48,) and z["count"].tolist() == [3] * 48
         meta = json.loads(str(z["meta"]))
-    for key in ("schema_version", "entropy_lens_version", "git_hash", "model", "config_hash", "nope", "head_dim",
-                "scales", "data", "seed", "samples", "len", "dtype", "device", "backend", "wall_time_s"):
+    for key in (
+        "schema_version",
+        "entropy_lens_version",
+        "git_hash",
+        "model",
+        "config_hash",
+        "nope",
+        "head_dim",
+        "scales",
+        "data",
+        "seed",
+        "samples",
+        "len",
+        "dtype",
+        "device",
+        "backend",
+        "wall_time_s",
+    ):
         assert key in meta
     assert meta["scales"] == [[1.0] * 4] * 2 and meta["head_dim"] == 16 and meta["backend"] == "torch_chunked"
     assert meta["attention_path"] == "separate" and meta["scan_config"]["fused"] == "auto"
@@ -100,8 +119,10 @@ def test_uniform_and_head_scales(tiny_dir, tmp_path):
 
 def test_checkpoint_scale_param_is_applied(tmp_path):
     hs = torch.tensor([[1.0, 2.0, 1.5, 1.0], [1.2, 1.0, 2.5, 1.0]])
-    folder = make_tiny_dir(tmp_path / "hs-model",
-                           extra_tensors={f"model.layers.{i}.self_attn.scale_param": hs[i] for i in range(2)})
+    folder = make_tiny_dir(
+        tmp_path / "hs-model",
+        extra_tensors={f"model.layers.{i}.self_attn.scale_param": hs[i] for i in range(2)},
+    )
     config = ScanConfig(model=str(folder), length=32, samples=2, data=DATA)
     result = scan(config, progress=False)
     assert result.meta["scale_source"] == "checkpoint"
@@ -128,7 +149,7 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
     config = _config(tiny_dir, samples=5)
     full = scan(config, progress=False)
 
-    import entropy_lens.scanning as scan_mod
+    import entropy_lens.runs.scan as scan_mod
 
     real, calls = scan_mod.next_token_nll, {"n": 0}
 
@@ -151,12 +172,29 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
     assert out.exists() and not partial_path(out).exists()
     # resuming a finished scan returns it; a different scan under the same name is refused
     assert np.array_equal(scan(config, out=out, resume=True, progress=False).entropy, full.entropy)
-    assert main(["scan", str(tiny_dir), "--len", "48", "--samples", "2", "--data", DATA,
-                 "--out", str(out), "--resume", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "scan",
+                str(tiny_dir),
+                "--len",
+                "48",
+                "--samples",
+                "2",
+                "--data",
+                DATA,
+                "--out",
+                str(out),
+                "--resume",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
 
 
 def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
-    import entropy_lens.scanning as scan_mod
+    import entropy_lens.runs.scan as scan_mod
 
     out = tmp_path / "r.npz"
     real = scan_mod.next_token_nll
@@ -172,7 +210,7 @@ def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         scan(_config(tiny_dir), out=out, progress=False)
     monkeypatch.setattr(scan_mod, "next_token_nll", real)
-    with pytest.raises(Exception, match="different scan"):
+    with pytest.raises(EntropyLensError, match="different scan"):
         scan(_config(tiny_dir, seed=1), out=out, resume=True, progress=False)
 
 
@@ -181,8 +219,26 @@ def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
 
 def test_cli_scan_prints_summary(tiny_dir, tmp_path, capsys):
     out = tmp_path / "cli.npz"
-    assert main(["scan", str(tiny_dir), "--len", "40", "--samples", "2", "--data", DATA, "--out", str(out),
-                 "--quiet", "--scale", "1.2"]) == 0
+    assert (
+        main(
+            [
+                "scan",
+                str(tiny_dir),
+                "--len",
+                "40",
+                "--samples",
+                "2",
+                "--data",
+                DATA,
+                "--out",
+                str(out),
+                "--quiet",
+                "--scale",
+                "1.2",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "first" in text and "middle" in text and "last" in text and str(out) in text
     assert ScanResult.load(out).meta["scales"][0][0] == 1.2
@@ -190,9 +246,28 @@ def test_cli_scan_prints_summary(tiny_dir, tmp_path, capsys):
 
 def test_python_dash_m_works(tiny_dir, tmp_path):
     out = tmp_path / "m.npz"
-    proc = subprocess.run([sys.executable, "-m", "entropy_lens", "scan", str(tiny_dir), "--len", "32",
-                           "--samples", "1", "--data", DATA, "--out", str(out), "--quiet"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "entropy_lens",
+            "scan",
+            str(tiny_dir),
+            "--len",
+            "32",
+            "--samples",
+            "1",
+            "--data",
+            DATA,
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert ScanResult.load(out).length == 32
 
@@ -207,8 +282,11 @@ def _bad_inputs(tiny_dir, tmp_path):
     from transformers import BertConfig, BertModel
 
     bert = tmp_path / "bert"
-    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                         vocab_size=100)).save_pretrained(bert)
+    BertModel(
+        BertConfig(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100
+        )
+    ).save_pretrained(bert)
     np.save(tmp_path / "wrong.npy", np.ones((3, 4)))
     np.save(tmp_path / "neg.npy", -np.ones((2, 4)))
     np.save(tmp_path / "nan.npy", np.full((2, 4), np.nan))
@@ -222,10 +300,22 @@ def _bad_inputs(tiny_dir, tmp_path):
         "len < 2": (["scan", t, "--len", "1"], "--len"),
         "len beyond corpus": (["scan", t, "--len", "100000000", "--data", DATA], "--len"),
         "too many samples": (["scan", t, "--len", "40000", "--samples", "500", "--data", DATA], "samples"),
-        "head scales shape": (["scan", t, "--len", "16", "--head-scales", str(tmp_path / "wrong.npy")], "shape"),
-        "head scales negative": (["scan", t, "--len", "16", "--head-scales", str(tmp_path / "neg.npy")], "negative"),
-        "head scales NaN": (["scan", t, "--len", "16", "--head-scales", str(tmp_path / "nan.npy")], "NaN|finite"),
-        "head scales missing": (["scan", t, "--len", "16", "--head-scales", str(tmp_path / "no.npy")], "exist"),
+        "head scales shape": (
+            ["scan", t, "--len", "16", "--head-scales", str(tmp_path / "wrong.npy")],
+            "shape",
+        ),
+        "head scales negative": (
+            ["scan", t, "--len", "16", "--head-scales", str(tmp_path / "neg.npy")],
+            "negative",
+        ),
+        "head scales NaN": (
+            ["scan", t, "--len", "16", "--head-scales", str(tmp_path / "nan.npy")],
+            "NaN|finite",
+        ),
+        "head scales missing": (
+            ["scan", t, "--len", "16", "--head-scales", str(tmp_path / "no.npy")],
+            "exist",
+        ),
         "bad scale": (["scan", t, "--len", "16", "--scale", "-1"], "--scale"),
         "unknown dtype": (["scan", t, "--len", "16", "--dtype", "float7"], "dtype"),
         "unknown device": (["scan", t, "--len", "16", "--device", "tpu9"], "device"),
@@ -256,7 +346,7 @@ def test_bad_input_exits_2_with_one_line_and_no_file(tiny_dir, tmp_path, capsys)
 def test_truncated_results_file_is_rejected(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"PK\x03\x04 not really")
-    with pytest.raises(Exception, match="not a readable results file"):
+    with pytest.raises(EntropyLensError, match="not a readable results file"):
         ScanResult.load(bad)
 
 
@@ -293,17 +383,20 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
     assert rec.entropy.shape == (30, 9, 320) and len(seen) == 30
     for layer, a in enumerate(att):
         np.testing.assert_allclose(rec.entropy[layer], seen[layer], atol=1e-5)
-        np.testing.assert_allclose(rec.entropy[layer], torch.special.entr(a.double()).sum(-1)[0].numpy(),
-                                   atol=2e-5)
+        np.testing.assert_allclose(
+            rec.entropy[layer], torch.special.entr(a.double()).sum(-1)[0].numpy(), atol=2e-5
+        )
 
 
 def test_top_level_scan_is_the_function_whatever_was_imported_first():
     import subprocess
     import sys
 
-    code = ("import entropy_lens.figures.runs, entropy_lens.sweep\n"
-            "from entropy_lens import ScanConfig, scan\n"
-            "assert callable(scan) and scan.__module__ == 'entropy_lens.scanning', scan\n")  # fmt: skip
+    code = (
+        "import entropy_lens.runs.figures, entropy_lens.runs.sweep\n"
+        "from entropy_lens import ScanConfig, scan\n"
+        "assert callable(scan) and scan.__module__ == 'entropy_lens.runs.scan', scan\n"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
 
@@ -312,10 +405,10 @@ def test_ctrl_c_while_the_sums_are_updated_waits_for_the_update():
     import os
     import signal
 
-    from entropy_lens.scanning import _interrupts_deferred
+    from entropy_lens.runs.sums import interrupts_deferred
 
     done = []
-    with pytest.raises(KeyboardInterrupt), _interrupts_deferred():
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the signal arrives here and is held
         done.append(True)

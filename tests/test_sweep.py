@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from entropy_lens import sweep as sweep_module
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, read_sweep_index
-from entropy_lens.scanning import ScanConfig, scan
-from entropy_lens.sweep import parse_scales, sweep
+from entropy_lens.runs import sweep as sweep_module
+from entropy_lens.runs.scan import ScanConfig, scan
+from entropy_lens.runs.sweep import parse_scales, sweep
 
 DATA = "austen:persuasion"
 
@@ -33,8 +33,9 @@ def test_parse_scales():
 
 def test_entropy_reductions_agree_with_per_head(tiny_dir):
     full = scan(ScanConfig(model=str(tiny_dir), length=24, samples=2, data=DATA, scale=1.3), progress=False)
-    base = dataclasses.replace(full_config := ScanConfig(model=str(tiny_dir), length=24, samples=2, data=DATA),
-                               scale=1.3)  # fmt: skip
+    base = dataclasses.replace(
+        full_config := ScanConfig(model=str(tiny_dir), length=24, samples=2, data=DATA), scale=1.3
+    )
     mean = scan(dataclasses.replace(base, entropy="mean"), progress=False)
     none = scan(dataclasses.replace(base, entropy="none"), progress=False)
     assert full_config.entropy == "heads" and full.meta["entropy_reduction"] == "per_head"
@@ -78,7 +79,13 @@ def test_sweep_resume_after_interruption(config, tmp_path, monkeypatch):
     with pytest.raises(EntropyLensError, match="not empty"):
         sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", progress=False)
     with pytest.raises(EntropyLensError, match="other flags"):
-        sweep(dataclasses.replace(config, samples=1), [1.0, 1.5, 2.0], tmp_path / "cut", resume=True, progress=False)
+        sweep(
+            dataclasses.replace(config, samples=1),
+            [1.0, 1.5, 2.0],
+            tmp_path / "cut",
+            resume=True,
+            progress=False,
+        )
     monkeypatch.setattr(sweep_module, "scan", real_scan)
     sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", resume=True, progress=False)
     a, b = read_sweep_index(whole), read_sweep_index(tmp_path / "cut")
@@ -104,8 +111,21 @@ def test_sweep_bad_input(config, tmp_path):
 
 
 def test_cli_sweep(tiny_dir, tmp_path, capsys):
-    args = ["sweep", str(tiny_dir), "--len", "16", "--samples", "1", "--data", DATA, "--scales", "1:1.2:0.1",
-            "--out", str(tmp_path / "sw"), "--quiet"]  # fmt: skip
+    args = [
+        "sweep",
+        str(tiny_dir),
+        "--len",
+        "16",
+        "--samples",
+        "1",
+        "--data",
+        DATA,
+        "--scales",
+        "1:1.2:0.1",
+        "--out",
+        str(tmp_path / "sw"),
+        "--quiet",
+    ]
     assert main(args) == 0
     assert "wrote 3 scans" in capsys.readouterr().out
     index = json.loads((tmp_path / "sw" / "sweep.json").read_text())

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from entropy_lens.models import BUNDLED_MODELS, load_model
-from entropy_lens.training.report import length_report
+from entropy_lens.runs.training.report import length_report
 
 SPANS = ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
 
@@ -36,7 +36,7 @@ def test_loads_by_name_and_by_path(name):
 
 
 def test_scan_records_the_declared_train_len(tmp_path):
-    from entropy_lens.scanning import ScanConfig, scan
+    from entropy_lens.runs.scan import ScanConfig, scan
 
     config = ScanConfig(model="tiny-nope", length=256, samples=1, data="austen:persuasion")
     assert scan(config, progress=False).meta["train_len"] == 128
@@ -85,20 +85,37 @@ def test_heads_differ_and_lower_layers_are_more_dispersed(nope):
 def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
     """The paper's §3.2 in miniature: λ(h) searched on the training novels (weights frozen, focus
     constraint λ(h) ≥ 1/√d) lowers the held-out loss at L' = 4L below the best uniform scale."""
-    from entropy_lens.head_search import HeadSearchConfig, save_head_scales, search_head_scales
-    from entropy_lens.scanning import ScanConfig, scan
+    from entropy_lens.runs.head_search import HeadSearchConfig, save_head_scales, search_head_scales
+    from entropy_lens.runs.scan import ScanConfig, scan
 
     def window_loss(span_loss: dict[str, float]) -> float:  # mean over positions [L/2, 4L)
         return sum(span_loss[n] * (b - a) for n, (a, b) in nope.spans.items()) / (4 - 0.5) / nope.train_len
 
     uniform = {s: window_loss(nope.loss[s]) for s in nope.loss}
     init = min(uniform, key=uniform.get)
-    config = HeadSearchConfig(model="tiny-nope", length=nope.length, init=init, steps=12, lr=0.1, batch=8,
-                              micro_batch=8, data="austen-minus:persuasion")  # fmt: skip
+    config = HeadSearchConfig(
+        model="tiny-nope",
+        length=nope.length,
+        init=init,
+        steps=12,
+        lr=0.1,
+        batch=8,
+        micro_batch=8,
+        data="austen-minus:persuasion",
+    )
     result = search_head_scales(config, progress=False)
     assert result.scales.min() >= 1.0 and result.log[-1]["loss"] < result.log[0]["loss"]
     path = save_head_scales(result, tmp_path / "heads.safetensors")
-    scanned = scan(ScanConfig(model="tiny-nope", length=nope.length, samples=nope.samples, data=nope.data,
-                              head_scales=str(path), entropy="none"), progress=False)  # fmt: skip
+    scanned = scan(
+        ScanConfig(
+            model="tiny-nope",
+            length=nope.length,
+            samples=nope.samples,
+            data=nope.data,
+            head_scales=str(path),
+            entropy="none",
+        ),
+        progress=False,
+    )
     searched = window_loss({n: float(scanned.loss[a:b].mean()) for n, (a, b) in nope.spans.items()})
     assert searched < uniform[init] - 0.02

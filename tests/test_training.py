@@ -1,4 +1,4 @@
-"""entropy_lens.training: the tokenizer, the tiny-model recipe, determinism, resume and the CLI."""
+"""entropy_lens.runs.training: the tokenizer, the tiny-model recipe, determinism, resume and the CLI."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from entropy_lens.cli import main
 from entropy_lens.data import load_documents
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
-from entropy_lens.training import TinyRecipe, train_bpe, train_tiny
-from entropy_lens.training.tiny import lr_at
+from entropy_lens.runs.training import TinyRecipe, train_bpe, train_tiny
+from entropy_lens.runs.training.tiny import lr_at
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,19 @@ def text_file(tmp_path_factory):
 
 
 def micro(text_file, **overrides) -> TinyRecipe:
-    fields = {"hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 300,
-              "train_len": 16, "batch": 4, "steps": 6, "warmup": 2, "data": str(text_file)}  # fmt: skip
+    fields = {
+        "hidden": 32,
+        "intermediate": 64,
+        "layers": 2,
+        "heads": 4,
+        "kv_heads": 2,
+        "vocab": 300,
+        "train_len": 16,
+        "batch": 4,
+        "steps": 6,
+        "warmup": 2,
+        "data": str(text_file),
+    }
     return TinyRecipe(**{**fields, **overrides})
 
 
@@ -95,8 +106,9 @@ def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeyp
     b = weights(train_tiny(recipe, tmp_path / "b", progress=False))
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     other = weights(train_tiny(micro(text_file, seed=1), tmp_path / "c", progress=False))
-    assert not np.array_equal(a["model.layers.0.self_attn.q_proj.weight"],
-                              other["model.layers.0.self_attn.q_proj.weight"])  # fmt: skip
+    assert not np.array_equal(
+        a["model.layers.0.self_attn.q_proj.weight"], other["model.layers.0.self_attn.q_proj.weight"]
+    )
 
     real_windows = data_module.random_windows
 
@@ -117,10 +129,36 @@ def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeyp
 
 
 def test_cli_trains_and_refuses_to_overwrite(tmp_path, text_file, capsys):
-    args = ["train-tiny", "--kind", "rope", "--hidden", "32", "--intermediate", "64", "--layers", "1",
-            "--heads", "2", "--kv-heads", "1", "--vocab", "280", "--train-len", "8", "--batch", "2",
-            "--steps", "2", "--warmup", "1", "--data", str(text_file), "--out", str(tmp_path / "m"),
-            "--quiet"]  # fmt: skip
+    args = [
+        "train-tiny",
+        "--kind",
+        "rope",
+        "--hidden",
+        "32",
+        "--intermediate",
+        "64",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--vocab",
+        "280",
+        "--train-len",
+        "8",
+        "--batch",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--data",
+        str(text_file),
+        "--out",
+        str(tmp_path / "m"),
+        "--quiet",
+    ]
     assert main(args) == 0
     assert "wrote" in capsys.readouterr().out and load_model(str(tmp_path / "m")).train_len == 8
     assert main(args) == 2

@@ -71,9 +71,17 @@ def make_tiny_sliding_window_model(window: int, seed: int = 0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
-                         sliding_window=window, max_window_layers=1)  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=window,
+        max_window_layers=1,
+    )
     assert config.layer_types == ["full_attention", "sliding_attention"]
     return _sharpen(Qwen2ForCausalLM(config).eval())
 

@@ -226,7 +226,7 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
     import numpy as np
 
     from entropy_lens.results import ScanResult
-    from entropy_lens.scanning import ScanConfig, scan
+    from entropy_lens.runs.scan import ScanConfig, scan
 
     base = {"model": str(tiny_dir), "length": 40, "samples": 2, "data": "austen:northanger", "device": DEVICE,
             "dtype": "float32"}  # fp32 on a GPU too (its default is bf16)

@@ -36,8 +36,20 @@ from entropy_lens.analysis.inflection import (
 from entropy_lens.analysis.sweep import Sweep, load_sweep, uniform_scale
 
 __all__ = [
-    "HeadScaleTable", "Inflection", "InflectionAgreement", "ScaleFit", "Sweep", "best_scale_per_position",
+    "HeadScaleTable",
+    "Inflection",
+    "InflectionAgreement",
+    "ScaleFit",
+    "Sweep",
+    "best_scale_per_position",
     "best_uniform_scale",
-    "find_inflection", "fit_scale_curve", "head_entropy_vs_scale", "inflection_agreement", "inflections",
-    "load_sweep", "moving_average", "uniform_scale", "yarn_scale",
-]  # fmt: skip
+    "find_inflection",
+    "fit_scale_curve",
+    "head_entropy_vs_scale",
+    "inflection_agreement",
+    "inflections",
+    "load_sweep",
+    "moving_average",
+    "uniform_scale",
+    "yarn_scale",
+]

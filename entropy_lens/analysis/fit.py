@@ -60,7 +60,8 @@ def best_uniform_scale(sweep: Sweep, *, length: int | None = None) -> float:
     length = sweep.length if length is None else int(length)
     if not 1 <= length <= sweep.length:
         raise EntropyLensError(
-            f"length {length} is outside the sweep's 1..{sweep.length} positions; sweep at --len {length} or more"
+            f"length {length} is outside the sweep's 1..{sweep.length} positions; sweep at --len {length} "
+            "or more"
         )
     mean = sweep.loss[:, :length].mean(axis=1)
     return float(sweep.scales[int(np.argmin(mean))])  # argmin: first (smallest) scale on ties
@@ -76,14 +77,18 @@ def best_scale_per_position(sweep: Sweep, *, smooth: int = 0) -> pd.DataFrame:
     """
     loss = np.stack([moving_average(row, smooth) for row in sweep.loss]) if smooth else sweep.loss
     best = np.argmin(loss, axis=0)  # first minimum = smallest scale, since scales ascend
-    return pd.DataFrame({
-        "position": np.arange(loss.shape[1]),
-        "best_scale": sweep.scales[best],
-        "best_loss": loss[best, np.arange(loss.shape[1])],
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "position": np.arange(loss.shape[1]),
+            "best_scale": sweep.scales[best],
+            "best_loss": loss[best, np.arange(loss.shape[1])],
+        }
+    )
 
 
-def fit_scale_curve(sweep_or_best, *, train_len: int | None = None, fit_range=None, smooth: int = 0) -> ScaleFit:
+def fit_scale_curve(
+    sweep_or_best, *, train_len: int | None = None, fit_range=None, smooth: int = 0
+) -> ScaleFit:
     """Least-squares fit of s = 1 + a·ln(t/L) to the best scale per position.
 
     Parameters
@@ -97,7 +102,8 @@ def fit_scale_curve(sweep_or_best, *, train_len: int | None = None, fit_range=No
     if isinstance(sweep_or_best, Sweep):
         if len(sweep_or_best.scales) < 3:
             raise EntropyLensError(
-                f"the sweep has {len(sweep_or_best.scales)} scale(s): a fit needs at least 3 scales; sweep more scales"
+                f"the sweep has {len(sweep_or_best.scales)} scale(s): a fit needs at least 3 scales; sweep "
+                "more scales"
             )
         best, length = best_scale_per_position(sweep_or_best, smooth=smooth), sweep_or_best.length
         train_len = train_len if train_len is not None else sweep_or_best.train_len
@@ -110,7 +116,8 @@ def fit_scale_curve(sweep_or_best, *, train_len: int | None = None, fit_range=No
         raise EntropyLensError("the scans record no training length; pass --train-len (train_len=L)")
     if not 0 < int(train_len) < length:
         raise EntropyLensError(
-            f"training length {train_len} must be positive and below the sweep length {length}; pass another --train-len"
+            f"training length {train_len} must be positive and below the sweep length {length}; pass "
+            "another --train-len"
         )
     L = int(train_len)
     start, stop = (L, length) if fit_range is None else (int(fit_range[0]), int(fit_range[1]))
@@ -134,8 +141,9 @@ def fit_scale_curve(sweep_or_best, *, train_len: int | None = None, fit_range=No
     fitted = 1.0 + a * x
     ss_res = float(np.sum((s - fitted) ** 2))
     ss_tot = float(np.sum((s - s.mean()) ** 2))
-    residuals = pd.DataFrame({"position": t[keep].astype(np.int64), "best_scale": s, "fitted": fitted,
-                              "residual": s - fitted})  # fmt: skip
+    residuals = pd.DataFrame(
+        {"position": t[keep].astype(np.int64), "best_scale": s, "fitted": fitted, "residual": s - fitted}
+    )
     return ScaleFit(
         a=a,
         a_stderr=float(np.sqrt(ss_res / (n - 1) / sxx)),

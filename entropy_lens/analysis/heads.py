@@ -76,31 +76,51 @@ def head_entropy_vs_scale(
         raise EntropyLensError(f"layers {bad} do not exist; the scan has layers 0..{n_layers - 1}")
 
     heads = np.arange(n_heads)
-    table = pd.DataFrame({
-        "layer": np.repeat(chosen, n_heads),
-        "head": np.tile(heads, len(chosen)),
-        "entropy_nats": converged[chosen].ravel(),
-        "entropy_bits": converged[chosen].ravel() / np.log(2),
-        "scale": scales[chosen].ravel(),
-    })  # fmt: skip
-    rows = [_layer_stats(layer, g["scale"].to_numpy(), g["entropy_bits"].to_numpy())
-            for layer, g in table.groupby("layer", sort=False)]  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "layer": np.repeat(chosen, n_heads),
+            "head": np.tile(heads, len(chosen)),
+            "entropy_nats": converged[chosen].ravel(),
+            "entropy_bits": converged[chosen].ravel() / np.log(2),
+            "scale": scales[chosen].ravel(),
+        }
+    )
+    rows = [
+        _layer_stats(layer, g["scale"].to_numpy(), g["entropy_bits"].to_numpy())
+        for layer, g in table.groupby("layer", sort=False)
+    ]
     columns = ["layer", "n", "pearson_r", "pearson_p", "spearman_r", "spearman_p", "slope", "intercept"]
-    return HeadScaleTable(table=table, correlations=pd.DataFrame(rows, columns=columns),
-                          at=None if tail is not None else at, tail=tail)  # fmt: skip
+    return HeadScaleTable(
+        table=table,
+        correlations=pd.DataFrame(rows, columns=columns),
+        at=None if tail is not None else at,
+        tail=tail,
+    )
 
 
 def _layer_stats(layer: int, x: np.ndarray, y: np.ndarray) -> dict:
     """Pearson/Spearman of (scale x, entropy bits y) and the least-squares line y = slope·x + intercept."""
     nan = float("nan")
-    row = {"layer": int(layer), "n": len(x), "pearson_r": nan, "pearson_p": nan, "spearman_r": nan,
-           "spearman_p": nan, "slope": nan, "intercept": nan}  # fmt: skip
+    row = {
+        "layer": int(layer),
+        "n": len(x),
+        "pearson_r": nan,
+        "pearson_p": nan,
+        "spearman_r": nan,
+        "spearman_p": nan,
+        "slope": nan,
+        "intercept": nan,
+    }
     x_varies, y_varies = len(x) >= 2 and np.ptp(x) > 0, len(y) >= 2 and np.ptp(y) > 0
     if x_varies:
         slope = float(np.cov(x, y, bias=True)[0, 1] / np.var(x))
         row.update(slope=slope, intercept=float(y.mean() - slope * x.mean()))
     if x_varies and y_varies:
         pearson, spearman = stats.pearsonr(x, y), stats.spearmanr(x, y)
-        row.update(pearson_r=float(pearson.statistic), pearson_p=float(pearson.pvalue),
-                   spearman_r=float(spearman.statistic), spearman_p=float(spearman.pvalue))  # fmt: skip
+        row.update(
+            pearson_r=float(pearson.statistic),
+            pearson_p=float(pearson.pvalue),
+            spearman_r=float(spearman.statistic),
+            spearman_p=float(spearman.pvalue),
+        )
     return row

@@ -38,8 +38,14 @@ from scipy import stats
 from entropy_lens.analysis.sweep import Sweep, uniform_scale
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["Inflection", "InflectionAgreement", "find_inflection", "inflection_agreement", "inflections",
-           "moving_average"]  # fmt: skip
+__all__ = [
+    "Inflection",
+    "InflectionAgreement",
+    "find_inflection",
+    "inflection_agreement",
+    "inflections",
+    "moving_average",
+]
 
 
 @dataclass
@@ -135,8 +141,13 @@ def find_inflection(
     # p counts when all of beyond[p : p + persist] hold, i.e. their sum (from a cumulative sum) is persist.
     csum = np.concatenate([[0], np.cumsum(beyond)])
     hits = np.flatnonzero(csum[persist:] - csum[:-persist] == persist) if persist <= len(y) else []
-    return Inflection(position=int(hits[0]) if len(hits) else None, level=level, spread=float(spread),
-                      threshold=float(threshold), persist=persist)  # fmt: skip
+    return Inflection(
+        position=int(hits[0]) if len(hits) else None,
+        level=level,
+        spread=float(spread),
+        threshold=float(threshold),
+        persist=persist,
+    )
 
 
 def inflections(sweep_or_results, *, train_len: int | None = None, **options) -> pd.DataFrame:
@@ -148,8 +159,10 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
     """
     if isinstance(sweep_or_results, Sweep):
         sw = sweep_or_results
-        curves = [(s, None if sw.entropy is None else sw.entropy[i], sw.loss[i], sw.train_len)
-                  for i, s in enumerate(sw.scales)]  # fmt: skip
+        curves = [
+            (s, None if sw.entropy is None else sw.entropy[i], sw.loss[i], sw.train_len)
+            for i, s in enumerate(sw.scales)
+        ]
     else:
         curves = []
         for r in sweep_or_results:
@@ -169,8 +182,19 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
             row[f"{name}_level"] = np.nan if found is None else found.level
             row[f"{name}_threshold"] = np.nan if found is None else found.threshold
         rows.append(row)
-    df = pd.DataFrame(rows, columns=["scan", "scale", "entropy_inflection", "loss_inflection", "entropy_level",
-                                     "loss_level", "entropy_threshold", "loss_threshold"])  # fmt: skip
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "scan",
+            "scale",
+            "entropy_inflection",
+            "loss_inflection",
+            "entropy_level",
+            "loss_level",
+            "entropy_threshold",
+            "loss_threshold",
+        ],
+    )
     return df.astype({"entropy_inflection": "Int64", "loss_inflection": "Int64"})
 
 

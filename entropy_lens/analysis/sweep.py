@@ -63,7 +63,8 @@ class Sweep:
                 if result.meta.get(key) != first.meta.get(key):
                     raise EntropyLensError(
                         f"{name}: {key} {result.meta.get(key)!r} differs from {first.meta.get(key)!r} in "
-                        f"{first_name}; a sweep compares one scan setting, so rerun the sweep into a fresh folder"
+                        f"{first_name}; a sweep compares one scan setting, so rerun the sweep into a fresh "
+                        "folder"
                     )
             s = uniform_scale(result.meta)
             if s is None:

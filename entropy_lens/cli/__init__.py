@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from entropy_lens.cli import analysis, figures, scan, train
+from entropy_lens.cli import analysis, figures, heads, scan, train
 
 __all__ = ["build_parser", "main"]
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="entropy-lens", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"entropy-lens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (scan, analysis, train, figures):
+    for module in (scan, analysis, train, heads, figures):
         module.add_parsers(sub)
     return parser
 

@@ -8,20 +8,30 @@ FIGURES_EXAMPLES = """examples:
   entropy-lens figures                                   # the embedded tiny pair, ~10 min on 2 CPU cores
   entropy-lens figures --config paper.yaml --out figures/paper
   entropy-lens figures --nope-ckpt TinyLlama-NoPE-1.1B --rope-ckpt tinyLlama-step-50k \\
-      --head-scale-ckpt TinyLlama-NoPE-HeadScale8k --train-len 2048 --len 16384 --device cuda --data corpus.jsonl
+      --head-scale-ckpt TinyLlama-NoPE-HeadScale8k --train-len 2048 --len 16384 --device cuda \\
+      --data corpus.jsonl
 """
 
 
 def add_parsers(sub) -> None:
-    f = sub.add_parser("figures", help="regenerate the paper's figures (PNG + PDF + README.md)",
-                       epilog=FIGURES_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    f.add_argument("--config", help="YAML file of settings (field names of entropy_lens.figures.FiguresConfig)")
-    f.add_argument("--out", default="figures", help="folder for figure-NN.png/.pdf and README.md (default figures)")
+    f = sub.add_parser(
+        "figures",
+        help="regenerate the paper's figures (PNG + PDF + README.md)",
+        epilog=FIGURES_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    f.add_argument("--config", help="YAML file of settings (field names of entropy_lens.runs.FiguresConfig)")
+    f.add_argument(
+        "--out", default="figures", help="folder for figure-NN.png/.pdf and README.md (default figures)"
+    )
     f.add_argument("--cache", default="results/figures", help="folder for the scans, sweep and head scales")
     f.add_argument("--nope-ckpt", dest="nope", help="NoPE checkpoint (default tiny-nope)")
     f.add_argument("--rope-ckpt", dest="rope", help="its RoPE twin (default tiny-rope)")
-    f.add_argument("--head-scale-ckpt", dest="head_scales",
-                   help="searched λ(h) for the NoPE model at 4L (default: search them)")  # fmt: skip
+    f.add_argument(
+        "--head-scale-ckpt",
+        dest="head_scales",
+        help="searched λ(h) for the NoPE model at 4L (default: search them)",
+    )
     f.add_argument("--train-len", type=int, help="training length L (default: the NoPE checkpoint's)")
     f.add_argument("--len", dest="length", type=int, help="Figure 7's sweep length (default 8L)")
     f.add_argument("--data", help="evaluation text (default austen:persuasion)")
@@ -36,10 +46,12 @@ def cmd_figures(args) -> int:
 
     matplotlib.use("Agg")  # files only: no window, no display needed
 
-    from entropy_lens.figures import FiguresConfig, make_figures
+    from entropy_lens.runs.figures import FiguresConfig, make_figures
 
-    overrides = {k: getattr(args, k) for k in ("nope", "rope", "head_scales", "train_len", "length", "data",
-                                               "samples", "device")}  # fmt: skip
+    overrides = {
+        k: getattr(args, k)
+        for k in ("nope", "rope", "head_scales", "train_len", "length", "data", "samples", "device")
+    }
     if args.config:
         config = FiguresConfig.from_file(args.config, **overrides)
     else:

@@ -20,24 +20,44 @@ SWEEP_EXAMPLES = """examples:
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("scan", help="per-layer, per-head, per-position attention entropy and loss",
-                       epilog=SCAN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "scan",
+        help="per-layer, per-head, per-position attention entropy and loss",
+        epilog=SCAN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_scan_args(p)
     scales = p.add_mutually_exclusive_group()
-    scales.add_argument("--scale", type=float, help="uniform attention scale multiplier s: λ = s/√d for every head")
-    scales.add_argument("--head-scales", metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json")
-    p.add_argument("--entropy", choices=["heads", "mean", "none"], default="heads",
-                   help="store entropy per head (default), averaged over each layer's heads, or not at all")  # fmt: skip
+    scales.add_argument(
+        "--scale", type=float, help="uniform attention scale multiplier s: λ = s/√d for every head"
+    )
+    scales.add_argument(
+        "--head-scales", metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
+    )
+    p.add_argument(
+        "--entropy",
+        choices=["heads", "mean", "none"],
+        default="heads",
+        help="store entropy per head (default), averaged over each layer's heads, or not at all",
+    )
     p.add_argument("--out", help="results .npz (default results/<model>-len<N>.npz)")
     _add_mode_args(p, "scan")
     p.set_defaults(func=cmd_scan)
 
-    w = sub.add_parser("sweep", help="one scan per uniform scale multiplier s, into a folder",
-                       epilog=SWEEP_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    w = sub.add_parser(
+        "sweep",
+        help="one scan per uniform scale multiplier s, into a folder",
+        epilog=SWEEP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_scan_args(w)
     w.add_argument("--scales", required=True, help="start:stop:step (stop included) or a comma list of s")
-    w.add_argument("--entropy", choices=["heads", "mean", "none"], default="mean",
-                   help="per head, averaged over each layer's heads (default: ~1/heads the size), or not at all")  # fmt: skip
+    w.add_argument(
+        "--entropy",
+        choices=["heads", "mean", "none"],
+        default="mean",
+        help="per head, averaged over each layer's heads (default: ~1/heads the size), or not at all",
+    )
     w.add_argument("--out", required=True, help="sweep folder (sweep.json + one results file per scale)")
     _add_mode_args(w, "sweep")
     w.set_defaults(func=cmd_sweep)
@@ -45,54 +65,75 @@ def add_parsers(sub) -> None:
 
 def _add_scan_args(p) -> None:
     names = ", ".join(BUNDLED_MODELS)
-    p.add_argument("model", metavar="CKPT", help=f"Hugging Face folder, .gguf file, or bundled name ({names})")
-    p.add_argument("--len", dest="length", type=int, required=True, help="tokens per sequence (model input length)")
+    p.add_argument(
+        "model", metavar="CKPT", help=f"Hugging Face folder, .gguf file, or bundled name ({names})"
+    )
+    p.add_argument(
+        "--len", dest="length", type=int, required=True, help="tokens per sequence (model input length)"
+    )
     p.add_argument("--samples", type=int, default=8, help="packed chunks to average over (default 8)")
-    p.add_argument("--data", default="austen",
-                   help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
-                        ".jsonl with a 'text' field, or .npy token ids [N, len+1] (default austen)")  # fmt: skip
-    p.add_argument("--nope", action="store_true", default=None, help="remove rotary position embedding (NoPE)")
-    p.add_argument("--rope-scaling", metavar="TYPE:FACTOR",
-                   help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F")  # fmt: skip
-    p.add_argument("--dtype", default="auto", help="float32 | bfloat16 | float16 (default: float32 on CPU, bf16 on CUDA)")
+    p.add_argument(
+        "--data",
+        default="austen",
+        help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
+        ".jsonl with a 'text' field, or .npy token ids [N, len+1] (default austen)",
+    )
+    p.add_argument(
+        "--nope", action="store_true", default=None, help="remove rotary position embedding (NoPE)"
+    )
+    p.add_argument(
+        "--rope-scaling",
+        metavar="TYPE:FACTOR",
+        help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, "
+        "yarn:F",
+    )
+    p.add_argument(
+        "--dtype", default="auto", help="float32 | bfloat16 | float16 (default: float32 on CPU, bf16 on CUDA)"
+    )
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default auto)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="which chunks are drawn (default 0)")
-    p.add_argument("--backend", default="auto",
-                   help="entropy kernel: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference")
-    p.add_argument("--fused", choices=["auto", "on", "off"], default="auto",
-                   help="triton backend: layer output + entropy in one fused pass (on), sdpa + an entropy pass "
-                        "(off), or whichever is faster, timed on the first forward (auto, default)")  # fmt: skip
-    p.add_argument("--train-len", type=int, help="the model's training length (default: what its config declares)")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        help="entropy kernel: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference",
+    )
+    p.add_argument(
+        "--fused",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="triton backend: layer output + entropy in one fused pass (on), sdpa + an entropy pass "
+        "(off), or whichever is faster, timed on the first forward (auto, default)",
+    )
+    p.add_argument(
+        "--train-len", type=int, help="the model's training length (default: what its config declares)"
+    )
     p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
 
 
 def _add_mode_args(p, what: str) -> None:
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help=f"finish an interrupted {what} (or reuse a finished one)")
+    mode.add_argument(
+        "--resume", action="store_true", help=f"finish an interrupted {what} (or reuse a finished one)"
+    )
     mode.add_argument("--force", action="store_true", help="overwrite an existing --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _config(args):
-    from transformers.utils import logging as hf_logging
+    """A ScanConfig from the parsed flags (scan and sweep share every field but the scale)."""
+    import dataclasses
 
-    from entropy_lens.scanning import ScanConfig
+    from entropy_lens.runs.scan import ScanConfig
 
-    hf_logging.disable_progress_bar()  # loading bars; the scan's own bar shows tokens/s
-    return ScanConfig(
-        model=args.model, length=args.length, samples=args.samples, data=args.data, nope=args.nope,
-        rope_scaling=args.rope_scaling,
-        scale=getattr(args, "scale", None), head_scales=getattr(args, "head_scales", None), dtype=args.dtype,
-        device=args.device, batch_size=args.batch_size, seed=args.seed, backend=args.backend, fused=args.fused,
-        train_len=args.train_len, trust_remote_code=args.trust_remote_code, entropy=args.entropy,
-    )  # fmt: skip
+    names = {f.name for f in dataclasses.fields(ScanConfig)}
+    return ScanConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def cmd_scan(args) -> int:
-    from entropy_lens.distributed import world
     from entropy_lens.results import summary
-    from entropy_lens.scanning import default_out, scan
+    from entropy_lens.runs.distributed import world
+    from entropy_lens.runs.scan import default_out, scan
 
     config = _config(args)
     out = args.out or default_out(config)
@@ -100,23 +141,31 @@ def cmd_scan(args) -> int:
     if not world().main:
         return 0  # under torchrun rank 0 alone wrote the file and reports
     m = result.meta
-    print(f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} samples "
-          f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']} ({m.get('attention_path', 'separate')}), "
-          f"{m['wall_time_s']:.1f} s")  # fmt: skip
+    print(
+        f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} "
+        "samples "
+        f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']} "
+        f"({m.get('attention_path', 'separate')}), "
+        f"{m['wall_time_s']:.1f} s"
+    )
     print(summary(result))
     print(f"wrote {out}")
     return 0
 
 
 def cmd_sweep(args) -> int:
-    from entropy_lens.distributed import world
     from entropy_lens.errors import EntropyLensError
-    from entropy_lens.sweep import parse_scales, sweep
+    from entropy_lens.runs.distributed import world
+    from entropy_lens.runs.sweep import parse_scales, sweep
 
     if world().size > 1:
-        raise EntropyLensError("sweep runs in one process; run it without torchrun (or torchrun one scan per scale)")
+        raise EntropyLensError(
+            "sweep runs in one process; run it without torchrun (or torchrun one scan per scale)"
+        )
 
     scales = parse_scales(args.scales)
-    out = sweep(_config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet)
+    out = sweep(
+        _config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet
+    )
     print(f"wrote {len(scales)} scans (s = {scales[0]:g} .. {scales[-1]:g}) and {out / 'sweep.json'}")
     return 0

@@ -11,6 +11,7 @@ tokenizer is whatever object the caller passes.
 
 from entropy_lens.data.chunks import (
     Chunks,
+    check_length,
     clear_cache,
     packed_stream,
     random_windows,
@@ -24,6 +25,7 @@ __all__ = [
     "BUNDLED_CORPORA",
     "FILE_KINDS",
     "Chunks",
+    "check_length",
     "clear_cache",
     "load_documents",
     "packed_stream",

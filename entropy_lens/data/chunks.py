@@ -60,16 +60,21 @@ class Chunks:
         return self.ids.shape[1] - 1
 
 
-def token_chunks(tokenizer, data: str, *, length: int, samples: int, seed: int = 0) -> Chunks:
-    """`samples` chunks of `length + 1` consecutive tokens of `data` (a corpus name, a text
-    path, or a .npy of token ids), chosen without replacement by `seed`."""
-    data = os.fspath(data)
-    length, samples = operator.index(length), operator.index(samples)
+def check_length(length: int) -> None:
+    """--len must be at least 2: a chunk (or training window) holds --len inputs plus one target."""
     if length < 2:
         raise EntropyLensError(
             f"--len must be at least 2 (got {length}): a chunk holds --len inputs plus one target; "
             "pass --len 2 or more"
         )
+
+
+def token_chunks(tokenizer, data: str, *, length: int, samples: int, seed: int = 0) -> Chunks:
+    """`samples` chunks of `length + 1` consecutive tokens of `data` (a corpus name, a text
+    path, or a .npy of token ids), chosen without replacement by `seed`."""
+    data = os.fspath(data)
+    length, samples = operator.index(length), operator.index(samples)
+    check_length(length)
     if samples < 1:
         raise EntropyLensError(f"--samples must be at least 1 (got {samples}); pass --samples 1 or more")
     width = length + 1

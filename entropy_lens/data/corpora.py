@@ -6,7 +6,8 @@
     "austen:<novel>"          one novel: "austen:persuasion", or a unique prefix ("austen:pride")
     "austen-minus:<novel>"    the other five: a training split that holds one novel out
     "stdlib"                  the running interpreter's standard-library source, one document per .py file
-    a path                    a .txt file, a folder of .txt files, or a .jsonl file with a "text" field per line
+    a path                    a .txt file, a folder of .txt files, or a .jsonl file with a "text" field
+                              per line
 
 Design choices:
 

@@ -45,7 +45,9 @@ def render(d: dict, config, out: Path) -> list[Path]:
             fig, caption, numbers = make(d, config)
             for ext in ("png", "pdf"):
                 path = out / f"figure-{number}.{ext}"
-                fig.savefig(path, metadata={"CreationDate": None} if ext == "pdf" else None)  # reproducible bytes
+                fig.savefig(
+                    path, metadata={"CreationDate": None} if ext == "pdf" else None
+                )  # reproducible bytes
                 written.append(path)
             plt.close(fig)
         sections.append((number, caption, numbers))
@@ -73,8 +75,12 @@ def _at(position, L: int) -> str:
 def fig01(d, c):
     L, T = d["L"], d["short"]
     s = c.fig1_scale
-    curves = {"NoPE": d["nope"], f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$": d["nope_scaled"], "RoPE": d["rope"],
-              "RoPE NTK": d["rope_ntk"]}  # fmt: skip
+    curves = {
+        "NoPE": d["nope"],
+        f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$": d["nope_scaled"],
+        "RoPE": d["rope"],
+        "RoPE NTK": d["rope_ntk"],
+    }
     ax = entropy_loss(list(curves.items()), colors=[NOPE, NOPE_DARK, ROPE, ROPE_DARK], smooth=c.smooth)
     plain = {k.replace("$\\lambda$", "λ").replace("/$\\sqrt{d}$", "/√d"): v for k, v in curves.items()}
     numbers = _inflection_lines(plain, L, c.smooth) + [
@@ -83,8 +89,10 @@ def fig01(d, c):
         f"{_span_mean(bits(r.mean_entropy), L, T):.2f} bits"
         for k, r in plain.items()
     ]
-    caption = (f"Mean attention entropy and per-position loss (smoothed ±{c.smooth}) of NoPE, NoPE with a uniform "
-               f"scale {s:g}/√d, RoPE and RoPE with HF dynamic NTK ({c.ntk}), at {T // L}L.")  # fmt: skip
+    caption = (
+        f"Mean attention entropy and per-position loss (smoothed ±{c.smooth}) of NoPE, NoPE with a uniform "
+        f"scale {s:g}/√d, RoPE and RoPE with HF dynamic NTK ({c.ntk}), at {T // L}L."
+    )
     return ax.figure, caption, numbers
 
 
@@ -94,21 +102,32 @@ def fig02(d, c):
     L = d["L"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(16, 4))
     numbers = []
-    for ax, family, palette, name in ((left, d["nope_family"], NOPE_SCALES, "NoPE"),
-                                      (right, d["rope_family"], ROPE_SCALES, "RoPE")):  # fmt: skip
+    for ax, family, palette, name in (
+        (left, d["nope_family"], NOPE_SCALES, "NoPE"),
+        (right, d["rope_family"], ROPE_SCALES, "RoPE"),
+    ):
         curves = [(f"$\\bf{{{name}}}$ $\\lambda$={s:g}/$\\sqrt{{d}}$", r) for s, r in family.items()]
-        entropy_loss(curves, colors=family_colors(palette, len(curves)), ax=ax, smooth=c.smooth,
-                     entropy_label="Entropy $\\bar{H}_i$ (bits)" if name == "NoPE" else None,
-                     loss_label="log Perplexity (nats)" if name == "RoPE" else None)  # fmt: skip
+        entropy_loss(
+            curves,
+            colors=family_colors(palette, len(curves)),
+            ax=ax,
+            smooth=c.smooth,
+            entropy_label="Entropy $\\bar{H}_i$ (bits)" if name == "NoPE" else None,
+            loss_label="log Perplexity (nats)" if name == "RoPE" else None,
+        )
         numbers += _inflection_lines({f"{name} s={s:g}": r for s, r in family.items()}, L, c.smooth)
     results = [*d["nope_family"].values(), *d["rope_family"].values()]
     agree = inflection_agreement(inflections(results, train_len=L, smooth=c.smooth))
-    numbers.append(f"entropy vs loss inflection over the {agree.n} scans where both exist: Pearson r = "
-                   f"{agree.pearson_r:.2f} (p = {agree.pearson_p:.2g}), mean |difference| = "
-                   f"{agree.mean_abs_diff:.0f} positions")  # fmt: skip
+    numbers.append(
+        f"entropy vs loss inflection over the {agree.n} scans where both exist: Pearson r = "
+        f"{agree.pearson_r:.2f} (p = {agree.pearson_p:.2g}), mean |difference| = "
+        f"{agree.mean_abs_diff:.0f} positions"
+    )
     fig.tight_layout()
-    caption = (f"Uniform scales λ = s/√d: NoPE (left, s ∈ {c.nope_scales}) and RoPE (right, s ∈ {c.rope_scales}) "
-               f"at {d['short'] // L}L; solid entropy, dashed loss.")  # fmt: skip
+    caption = (
+        f"Uniform scales λ = s/√d: NoPE (left, s ∈ {c.nope_scales}) and RoPE (right, s ∈ {c.rope_scales}) "
+        f"at {d['short'] // L}L; solid entropy, dashed loss."
+    )
     return fig, caption, numbers
 
 
@@ -124,32 +143,46 @@ def fig03(d, c):
         f"{bits(r.entropy[:, :, -1]).max():.2f} bits (bound log₂ {r.length} = {np.log2(r.length):.2f})"
         for name, r in zip(["NoPE", "NoPE λ(h)", f"NoPE λ={s:g}/√d"], results)
     ]
-    caption = (f"Per-head entropy (bits) of layers {layers}, all heads, at {d['short'] // d['L']}L: NoPE, NoPE with "
-               f"the head scales searched at {d['long'] // d['L']}L, NoPE with λ = {s:g}/√d.")  # fmt: skip
+    caption = (
+        f"Per-head entropy (bits) of layers {layers}, all heads, at {d['short'] // d['L']}L: NoPE, NoPE with "
+        f"the head scales searched at {d['long'] // d['L']}L, NoPE with λ = {s:g}/√d."
+    )
     return fig, caption, numbers
 
 
 def fig04(d, c):
     L, T, s = d["L"], d["long"], d["uniform_scale"]
     uniform, heads = d["long_uniform"], d["long_heads"]
-    ax = entropy_loss([(f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$", uniform), ("NoPE $\\lambda^{(h)}$", heads)],
-                      colors=[NOPE_DARK, "#33a02c"], smooth=c.smooth)  # fmt: skip
+    ax = entropy_loss(
+        [(f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$", uniform), ("NoPE $\\lambda^{(h)}$", heads)],
+        colors=[NOPE_DARK, "#33a02c"],
+        smooth=c.smooth,
+    )
     numbers = []
     for k in range(1, T // L):
         a, b = k * L, (k + 1) * L
-        numbers.append(f"[{k}L, {k + 1}L): loss uniform {_span_mean(uniform.loss, a, b):.3f}, λ(h) "
-                       f"{_span_mean(heads.loss, a, b):.3f} (Δ {_span_mean(heads.loss, a, b) - _span_mean(uniform.loss, a, b):+.3f}); "
-                       f"entropy {_span_mean(bits(uniform.mean_entropy), a, b):.2f} vs "
-                       f"{_span_mean(bits(heads.mean_entropy), a, b):.2f} bits")  # fmt: skip
-    caption = (f"Uniform scale {s:g}/√d (the best uniform scale for {T // L}L sequences, from the Figure 7 sweep) vs "
-               f"per-head scales λ(h) searched at {T // L}L from it ({_search_words(d, c)}).")  # fmt: skip
+        numbers.append(
+            f"[{k}L, {k + 1}L): loss uniform {_span_mean(uniform.loss, a, b):.3f}, λ(h) "
+            f"{_span_mean(heads.loss, a, b):.3f} (Δ "
+            f"{_span_mean(heads.loss, a, b) - _span_mean(uniform.loss, a, b):+.3f}); "
+            f"entropy {_span_mean(bits(uniform.mean_entropy), a, b):.2f} vs "
+            f"{_span_mean(bits(heads.mean_entropy), a, b):.2f} bits"
+        )
+    caption = (
+        f"Uniform scale {s:g}/√d (the best uniform scale for {T // L}L sequences, from the Figure 7 sweep) "
+        "vs "
+        f"per-head scales λ(h) searched at {T // L}L from it ({_search_words(d, c)})."
+    )
     return ax.figure, caption, numbers
 
 
 def _search_words(d, c) -> str:
     if c.head_scales:
         return f"given: {c.head_scales}"
-    return f"{c.search_steps} steps of {c.search_batch} windows of {c.search_data}, LR {c.search_lr:g}, λ(h) ≥ 1/√d"
+    return (
+        f"{c.search_steps} steps of {c.search_batch} windows of {c.search_data}, LR {c.search_lr:g}, "
+        "λ(h) ≥ 1/√d"
+    )
 
 
 def fig05(d, c):
@@ -161,10 +194,14 @@ def fig05(d, c):
     scale_vs_entropy(hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5))
     numbers = [f"searched multipliers span {hs.table['scale'].min():.2f}–{hs.table['scale'].max():.2f} (/√d)"]
     for _, r in hs.correlations.iterrows():
-        numbers.append(f"layer {int(r['layer'])}: Pearson r = {r['pearson_r']:.2f} (p = {r['pearson_p']:.2g}), "
-                       f"Spearman ρ = {r['spearman_r']:.2f} (p = {r['spearman_p']:.2g})")  # fmt: skip
-    caption = (f"Converged (last-position) entropy at {result.length} of each head vs its searched λ(h), with each "
-               "layer's linear fit and analytic 95% confidence band (the paper: seaborn bootstrap).")  # fmt: skip
+        numbers.append(
+            f"layer {int(r['layer'])}: Pearson r = {r['pearson_r']:.2f} (p = {r['pearson_p']:.2g}), "
+            f"Spearman ρ = {r['spearman_r']:.2f} (p = {r['spearman_p']:.2g})"
+        )
+    caption = (
+        f"Converged (last-position) entropy at {result.length} of each head vs its searched λ(h), with each "
+        "layer's linear fit and analytic 95% confidence band (the paper: seaborn bootstrap)."
+    )
     return fig, caption, numbers
 
 
@@ -173,14 +210,19 @@ def fig07(d, c):
     ax = best_scale_by_position(sweep, fit, smooth=c.fit_smooth, title="NoPE")
     implied = ", ".join(f"{k}L: {v:.2f}" for k, v in fit.implied((2, 4, 8)).items())
     numbers = [
-        (f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, {fit.fit_range[1]}) "
-         "(paper, 50K-step TinyLlama-NoPE: a = 0.3973, R² = 0.9773)"),
+        (
+            f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, "
+            f"{fit.fit_range[1]}) "
+            "(paper, 50K-step TinyLlama-NoPE: a = 0.3973, R² = 0.9773)"
+        ),
         f"implied multipliers {implied} (paper: 1.28 / 1.55 / 1.83; YaRN 1.14 / 1.30 / 1.46)",
         f"best uniform scale for {d['long'] // d['L']}L sequences: {d['uniform_scale']:g}",
     ]
     smooth = f"loss curves smoothed ±{c.fit_smooth} before the argmin" if c.fit_smooth else "raw loss curves"
-    caption = (f"Best uniform multiplier per position ({len(sweep.scales)} scales {c.sweep_scales}, "
-               f"{c.sweep_samples} windows at {sweep.length}; {smooth}) and the fit 1 + a ln(i/L).")  # fmt: skip
+    caption = (
+        f"Best uniform multiplier per position ({len(sweep.scales)} scales {c.sweep_scales}, "
+        f"{c.sweep_samples} windows at {sweep.length}; {smooth}) and the fit 1 + a ln(i/L)."
+    )
     return ax.figure, caption, numbers
 
 
@@ -189,10 +231,15 @@ def _grid(d, key, title, what):
     stride = max(1, result.length // 64)  # the paper: every 128th of 8192 positions
     fig = all_heads_grid(result, stride=stride, title=title)
     last = bits(result.entropy[:, :, -1])
-    numbers = [f"layer {i}: last-position entropy {row.min():.2f}–{row.max():.2f} bits (bound "
-               f"{np.log2(result.length):.2f})" for i, row in enumerate(last)]  # fmt: skip
-    caption = (f"{what}: every head of every layer at {result.length} ({result.length // d['L']}L), every "
-               f"{stride}th position, with the bound log₂(i+1) dashed.")  # fmt: skip
+    numbers = [
+        f"layer {i}: last-position entropy {row.min():.2f}–{row.max():.2f} bits (bound "
+        f"{np.log2(result.length):.2f})"
+        for i, row in enumerate(last)
+    ]
+    caption = (
+        f"{what}: every head of every layer at {result.length} ({result.length // d['L']}L), every "
+        f"{stride}th position, with the bound log₂(i+1) dashed."
+    )
     return fig, caption, numbers
 
 
@@ -204,8 +251,12 @@ FIGS = {
     "05": fig05,
     "07": fig07,
     "10": lambda d, c: _grid(d, "long_heads", "NoPE $\\lambda^{(h)}$", "NoPE λ(h)"),
-    "11": lambda d, c: _grid(d, "long_uniform", f"NoPE $\\lambda$={d['uniform_scale']:g}/$\\sqrt{{d}}$",
-                             f"NoPE λ={d['uniform_scale']:g}/√d"),
+    "11": lambda d, c: _grid(
+        d,
+        "long_uniform",
+        f"NoPE $\\lambda$={d['uniform_scale']:g}/$\\sqrt{{d}}$",
+        f"NoPE λ={d['uniform_scale']:g}/√d",
+    ),
     "12": lambda d, c: _grid(d, "long_nope", "NoPE", "NoPE"),
 }
 
@@ -215,10 +266,15 @@ def _readme(sections, d, config) -> str:
     lines = [
         "# Figures",
         "",
-        ("Regenerated by `entropy-lens figures` (settings below; `--config FILE` takes them as YAML). Lengths are "
-         f"multiples of the NoPE model's training length L = {d['L']}: Figures 1–3 at {d['short']} (the paper's 4K = "
-         f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figure 7 at {d['fit_len']} (16K = 8L). Entropy is "
-         "plotted in bits, loss (log-PPL) in nats."),
+        (
+            "Regenerated by `entropy-lens figures` (settings below; `--config FILE` takes them as YAML). "
+            "Lengths are "
+            f"multiples of the NoPE model's training length L = {d['L']}: Figures 1–3 at {d['short']} (the "
+            "paper's 4K = "
+            f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figure 7 at {d['fit_len']} (16K = 8L). "
+            "Entropy is "
+            "plotted in bits, loss (log-PPL) in nats."
+        ),
         "",
         "```json",
         settings,
@@ -226,6 +282,13 @@ def _readme(sections, d, config) -> str:
         "",
     ]
     for number, caption, numbers in sections:
-        lines += [f"## Figure {int(number)}", "", f"![Figure {int(number)}](figure-{number}.png)", "", caption, ""]
+        lines += [
+            f"## Figure {int(number)}",
+            "",
+            f"![Figure {int(number)}](figure-{number}.png)",
+            "",
+            caption,
+            "",
+        ]
         lines += [f"- {n}" for n in numbers] + [""]
     return "\n".join(lines)

@@ -71,11 +71,14 @@ class LoadedModel:
     head_dim: int
 
 
-def resolve_dtype(dtype: str) -> torch.dtype:
-    """'float32'/'fp32', 'bfloat16'/'bf16', 'float16'/'fp16' -> torch.dtype."""
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device | str | None = None) -> torch.dtype:
+    """'float32'/'fp32', 'bfloat16'/'bf16', 'float16'/'fp16' or a torch.dtype -> torch.dtype; 'auto' is
+    bfloat16 on a CUDA `device` and float32 elsewhere (the one place that rule lives)."""
     import torch
 
     key = str(dtype).lower().removeprefix("torch.")
+    if key == "auto":
+        key = "bfloat16" if device is not None and torch.device(device).type == "cuda" else "float32"
     if key not in _DTYPES:
         raise EntropyLensError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
     return getattr(torch, _DTYPES[key])
@@ -305,8 +308,8 @@ def declared_train_len(ckpt: str, *, trust_remote_code: bool = False) -> int | N
 def load_model(
     ckpt: str,
     *,
-    dtype: str = "float32",
-    device: str = "cpu",
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device = "cpu",
     nope: bool | None = None,
     rope_scaling: str | None = None,
     trust_remote_code: bool = False,

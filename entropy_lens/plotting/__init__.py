@@ -24,6 +24,23 @@ from entropy_lens.plotting.style import (
     upper_bound_bits,
 )
 
-__all__ = ["NOPE", "NOPE_DARK", "NOPE_SCALES", "PAIRED", "ROPE", "ROPE_DARK", "ROPE_SCALES", "TAB10", "all_heads_grid", "best_scale_by_position",
-           "bits", "entropy_loss", "family_colors", "head_lines", "models_by_layers", "paper_style",
-           "scale_vs_entropy", "upper_bound_bits"]  # fmt: skip
+__all__ = [
+    "NOPE",
+    "NOPE_DARK",
+    "NOPE_SCALES",
+    "PAIRED",
+    "ROPE",
+    "ROPE_DARK",
+    "ROPE_SCALES",
+    "TAB10",
+    "all_heads_grid",
+    "best_scale_by_position",
+    "bits",
+    "entropy_loss",
+    "family_colors",
+    "head_lines",
+    "models_by_layers",
+    "paper_style",
+    "scale_vs_entropy",
+    "upper_bound_bits",
+]

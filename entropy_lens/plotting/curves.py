@@ -46,8 +46,9 @@ def entropy_loss(
         raise EntropyLensError("entropy_loss needs at least one (label, ScanResult) pair")
     for label, result in curves:
         if result.n_heads == 0:
-            raise EntropyLensError(f"{label}: the scan captured no entropy (--entropy none); rescan with "
-                                   "--entropy mean or heads")  # fmt: skip
+            raise EntropyLensError(
+                f"{label}: the scan captured no entropy (--entropy none); rescan with --entropy mean or heads"
+            )
     colors = list(colors) if colors is not None else [None] * len(curves)
     if len(colors) != len(curves):
         raise EntropyLensError(f"{len(curves)} curves but {len(colors)} colours; pass one colour per curve")
@@ -71,8 +72,15 @@ def entropy_loss(
     if loss_label:
         right.set_ylabel(loss_label)
     if legend == "above":
-        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=min(len(curves), 2), frameon=False,
-                  fontsize="small", handlelength=1.5, columnspacing=1.0)  # fmt: skip
+        ax.legend(
+            loc="lower left",
+            bbox_to_anchor=(0, 1.0),
+            ncol=min(len(curves), 2),
+            frameon=False,
+            fontsize="small",
+            handlelength=1.5,
+            columnspacing=1.0,
+        )
     elif legend:
         ax.legend(loc=legend, frameon=False)
     return ax

@@ -34,8 +34,10 @@ def head_lines(
     import matplotlib.pyplot as plt
 
     if result.meta.get("entropy_reduction", "per_head") != "per_head":
-        raise EntropyLensError(f"this scan stored entropy as {result.meta.get('entropy_reduction')!r}; per-head "
-                               "plots need a scan with --entropy heads")  # fmt: skip
+        raise EntropyLensError(
+            f"this scan stored entropy as {result.meta.get('entropy_reduction')!r}; per-head "
+            "plots need a scan with --entropy heads"
+        )
     if not 0 <= layer < result.n_layers:
         raise EntropyLensError(f"layer {layer} is outside the scan's 0..{result.n_layers - 1}")
     heads = range(result.n_heads) if heads is None else heads
@@ -83,8 +85,9 @@ def all_heads_grid(result: ScanResult, *, stride: int = 1, ncols: int = 4, bound
     import matplotlib.pyplot as plt
 
     nrows = -(-result.n_layers // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(8.27, min(11.69, 2.0 * nrows + 0.6)), squeeze=False,
-                             sharex=True, sharey=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(8.27, min(11.69, 2.0 * nrows + 0.6)), squeeze=False, sharex=True, sharey=True
+    )
     for layer in range(nrows * ncols):
         ax = axes[layer // ncols, layer % ncols]
         if layer >= result.n_layers:

@@ -35,13 +35,17 @@ def scale_vs_entropy(
 
     missing = {"layer", "scale", "entropy_bits"} - set(table.columns)
     if missing:
-        raise EntropyLensError(f"the table lacks columns {sorted(missing)}; pass head_entropy_vs_scale(...).table")
+        raise EntropyLensError(
+            f"the table lacks columns {sorted(missing)}; pass head_entropy_vs_scale(...).table"
+        )
     layers = sorted(table["layer"].unique()) if layers is None else list(layers)
     ax = ax if ax is not None else plt.subplots(figsize=(6, 4.5))[1]
     for i, layer in enumerate(layers):
         rows = table[table["layer"] == layer]
         if rows.empty:
-            raise EntropyLensError(f"layer {layer} is not in the table (layers {sorted(table['layer'].unique())})")
+            raise EntropyLensError(
+                f"layer {layer} is not in the table (layers {sorted(table['layer'].unique())})"
+            )
         x, y = rows["scale"].to_numpy(float), rows["entropy_bits"].to_numpy(float)
         color = palette[i % len(palette)]
         ax.scatter(x, y, s=18, color=color, label=str(layer), alpha=0.85)
@@ -55,8 +59,16 @@ def scale_vs_entropy(
     ax.set_ylabel("Entropy $\\bar{H}_i$ (bits)")
     if ylim:
         ax.set_ylim(*ylim)
-    ax.legend(title="Layers", ncol=min(len(layers), 7), loc="lower center", bbox_to_anchor=(0.5, 1.0),
-              frameon=False, fontsize="small", handletextpad=0.1, columnspacing=0.8)  # fmt: skip
+    ax.legend(
+        title="Layers",
+        ncol=min(len(layers), 7),
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        frameon=False,
+        fontsize="small",
+        handletextpad=0.1,
+        columnspacing=0.8,
+    )
     return ax
 
 
@@ -91,8 +103,13 @@ def best_scale_by_position(
     x = best["position"].to_numpy()
     ax.plot(x, best["best_scale"], color="tab:blue", lw=1, label="best $\\lambda$")
     if fit is not None:
-        ax.plot(x[1:], fit.predict(x[1:]), color="black", lw=1.5,
-                label=f"$1 + {fit.a:.3f}\\,\\ln(i/L)$, $R^2$ = {fit.r2:.3f}")  # fmt: skip
+        ax.plot(
+            x[1:],
+            fit.predict(x[1:]),
+            color="black",
+            lw=1.5,
+            label=f"$1 + {fit.a:.3f}\\,\\ln(i/L)$, $R^2$ = {fit.r2:.3f}",
+        )
     L = fit.train_len if fit is not None else sweep.train_len
     if L:
         ax.axvline(L, color="black", ls="--", lw=1)

@@ -13,16 +13,51 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["NOPE", "NOPE_DARK", "NOPE_SCALES", "PAIRED", "ROPE", "ROPE_DARK", "ROPE_SCALES", "TAB10", "bits", "family_colors", "paper_style",
-           "scale_formatter", "upper_bound_bits"]  # fmt: skip
+__all__ = [
+    "NOPE",
+    "NOPE_DARK",
+    "NOPE_SCALES",
+    "PAIRED",
+    "ROPE",
+    "ROPE_DARK",
+    "ROPE_SCALES",
+    "TAB10",
+    "bits",
+    "family_colors",
+    "paper_style",
+    "scale_formatter",
+    "upper_bound_bits",
+]
 
 # seaborn 0.13 palettes as the paper's notebooks use them (spec §0.8)
 NOPE_SCALES = ("#c6dbef", "#a6cee3", "#3787c0", "#084488")  # light → dark blue: s ascending
 ROPE_SCALES = ("#fcbba1", "#fb9a99", "#ca181d", "#8c0912")  # light → dark red
-PAIRED = ("#a6cee3", "#1f78b4", "#b2df8a", "#33a02c", "#fb9a99", "#e31a1c",
-          "#fdbf6f", "#ff7f00", "#cab2d6", "#6a3d9a", "#ffff99", "#b15928")  # fmt: skip
-TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+PAIRED = (
+    "#a6cee3",
+    "#1f78b4",
+    "#b2df8a",
+    "#33a02c",
+    "#fb9a99",
+    "#e31a1c",
+    "#fdbf6f",
+    "#ff7f00",
+    "#cab2d6",
+    "#6a3d9a",
+    "#ffff99",
+    "#b15928",
+)
+TAB10 = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 NOPE, NOPE_DARK, ROPE, ROPE_DARK = "#a6cee3", "#084488", "#fb9a99", "#8c0912"  # Figures 1 and 4
 
 RC = {

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import SWEEP_INDEX, read_sweep_index, write_sweep_index
-from entropy_lens.scanning import ScanConfig, scan
+from entropy_lens.runs.scan import ScanConfig, scan
 
 __all__ = ["parse_scales", "scale_file", "sweep"]
 
@@ -71,7 +71,8 @@ def sweep(
             _clear(out_dir)
         elif not resume:
             raise EntropyLensError(
-                f"{out_dir} is not empty; pass --resume to finish that sweep, --force to overwrite it, or another --out"
+                f"{out_dir} is not empty; pass --resume to finish that sweep, --force to overwrite it, or "
+                "another --out"
             )
         elif (out_dir / SWEEP_INDEX).is_file() and read_sweep_index(out_dir)["scan_config"] != base:
             raise EntropyLensError(
@@ -79,26 +80,46 @@ def sweep(
                 "flags, pass --force to overwrite it, or another --out"
             )
     done: list[float] = []
-    index = {"scan_config": base, "requested_scales": scales, "model": config.model, "len": config.length,
-             "data": config.data, "samples": config.samples, "seed": config.seed, "entropy": config.entropy}  # fmt: skip
+    index = {
+        "scan_config": base,
+        "requested_scales": scales,
+        "model": config.model,
+        "len": config.length,
+        "data": config.data,
+        "samples": config.samples,
+        "seed": config.seed,
+        "entropy": config.entropy,
+    }
     for i, s in enumerate(scales):
         path = out_dir / scale_file(s)
         if progress:
             print(f"[{i + 1}/{len(scales)}] scale {s:g} -> {path}", flush=True)
-        scan(dataclasses.replace(config, scale=s), out=path, resume=resume, progress=progress)  # resume reuses a finished file, or continues
+        scan(
+            dataclasses.replace(config, scale=s), out=path, resume=resume, progress=progress
+        )  # resume reuses a finished file, or continues
         done.append(s)
-        write_sweep_index(out_dir, {**index, "scales": done, "files": [scale_file(x) for x in done],
-                                    "complete": len(done) == len(scales)})  # fmt: skip
+        write_sweep_index(
+            out_dir,
+            {
+                **index,
+                "scales": done,
+                "files": [scale_file(x) for x in done],
+                "complete": len(done) == len(scales),
+            },
+        )
     return out_dir
 
 
 def _clear(folder: Path) -> None:
     """Remove what a sweep writes (index, per-scale files and partials); refuse folders with other files."""
-    ours = [p for p in folder.iterdir() if p.name == SWEEP_INDEX or (p.name.startswith("s") and ".npz" in p.name)]
+    ours = [
+        p for p in folder.iterdir() if p.name == SWEEP_INDEX or (p.name.startswith("s") and ".npz" in p.name)
+    ]
     others = [p.name for p in folder.iterdir() if p not in ours]
     if others:
         raise EntropyLensError(
-            f"--force would delete {folder}, which also holds {', '.join(sorted(others)[:3])}; pass another --out"
+            f"--force would delete {folder}, which also holds {', '.join(sorted(others)[:3])}; pass another "
+            "--out"
         )
     for p in ours:
         p.unlink() if p.is_file() else shutil.rmtree(p)

@@ -59,17 +59,18 @@ def length_report(
     batch_size: int = 8,
 ) -> LengthReport:
     """Scan `model` at `factor` × its training length once per scale; see the module docstring."""
-    from entropy_lens.models import load_model
-    from entropy_lens.scanning import ScanConfig, scan
+    from entropy_lens.models import declared_train_len
+    from entropy_lens.runs.scan import ScanConfig, scan
 
-    train_len = load_model(model).train_len
+    train_len = declared_train_len(model)
     if train_len is None:
         raise EntropyLensError(f"{model} declares no train_len in its config.json; add one to report by span")
     length = factor * train_len
     rep = LengthReport(model, train_len, length, samples, data, spans_of(train_len, length))
     for s in sorted({1.0, *scales}):
-        config = ScanConfig(model=model, length=length, samples=samples, data=data, seed=seed,
-                            scale=s, batch_size=batch_size)  # fmt: skip
+        config = ScanConfig(
+            model=model, length=length, samples=samples, data=data, seed=seed, scale=s, batch_size=batch_size
+        )
         result = rep.results[s] = scan(config, progress=False)
         h = result.mean_entropy
         rep.loss[s] = {n: float(np.mean(result.loss[a:b])) for n, (a, b) in rep.spans.items()}
@@ -87,7 +88,8 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
         f"A {training['parameters']:,}-parameter Llama ({r['layers']} layers, hidden {r['hidden']}, "
         f"{r['heads']} query heads over {r['kv_heads']} KV heads, head_dim {r['hidden'] // r['heads']}, "
         f"{position}) trained by `entropy-lens train-tiny --kind {r['kind']}` at length L = {r['train_len']} "
-        f"on {training['data']}, with a byte-level BPE tokenizer of {r['vocab']} tokens trained on the same text."
+        f"on {training['data']}, with a byte-level BPE tokenizer of {r['vocab']} tokens trained on the same "
+        "text."
     )
     how = (
         f"Training: {r['steps']} steps of {r['batch']} × {r['train_len']} tokens "
@@ -95,7 +97,8 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
         f"warm-up steps, cosine decay to {r['min_lr_ratio']:g}×, weight decay {r['weight_decay']:g}, clip "
         f"{r['grad_clip']:g}, seed {r['seed']}; {training['wall_s'] / 60:.1f} min on {training['threads']} "
         f"CPU threads (torch {training['torch']}). Final training loss "
-        f"{training['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps). The full recipe is "
+        f"{training['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps). The full recipe "
+        "is "
         "`entropy_lens_recipe` in config.json; `training.json` has the loss curve."
     )
     lines = [
@@ -119,7 +122,10 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
     if rep.head_entropy is not None:
         he = rep.head_entropy
         lines += [
-            f"Per-head entropy at the last position ({rep.length}; log i = {np.log(rep.length):.2f} nats), s = 1:",
+            (
+                f"Per-head entropy at the last position ({rep.length}; log i = {np.log(rep.length):.2f} "
+                "nats), s = 1:"
+            ),
             "",
             "| layer | " + " | ".join(f"head {h}" for h in range(he.shape[1])) + " |",
             "|---" * (he.shape[1] + 1) + "|",
@@ -128,12 +134,18 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
         ]
     if other is not None:
         lines += [
-            f"For comparison, {other.model.rstrip('/').rsplit('/', 1)[-1]} (same data, seed and schedule), loss in nats:",
+            (
+                f"For comparison, {other.model.rstrip('/').rsplit('/', 1)[-1]} (same data, seed and "
+                "schedule), loss in nats:"
+            ),
             "",
             *_table(other, other.loss),
             "",
         ]
-    lines += ["Regenerate these tables with `python -m entropy_lens.training.report FOLDER [FOLDER ...]`.", ""]
+    lines += [
+        "Regenerate these tables with `python -m entropy_lens.runs.training.report FOLDER [FOLDER ...]`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -156,7 +168,7 @@ CARD_SCALES = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m entropy_lens.training.report FOLDER [FOLDER ...]`: (re)write each FOLDER/README.md.
+    """`python -m entropy_lens.runs.training.report FOLDER [FOLDER ...]`: (re)write each FOLDER/README.md.
 
     With several folders (e.g. a NoPE/RoPE pair), each card also shows the others' loss table."""
     import json

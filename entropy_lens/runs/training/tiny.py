@@ -1,6 +1,6 @@
 """Train a tiny Llama (NoPE or RoPE) on the bundled corpus: the project's embedded default models.
 
-    from entropy_lens.training import TinyRecipe, train_tiny
+    from entropy_lens.runs.training import TinyRecipe, train_tiny
     train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")   # ~15 min on 2 CPU cores
 
 The recipe mirrors TinyLlama in miniature: Llama blocks (SwiGLU, RMSNorm, untied embeddings) with
@@ -150,7 +150,7 @@ def train_tiny(
 
     from entropy_lens.data import load_documents, packed_stream, random_windows
     from entropy_lens.progress import progress_bar
-    from entropy_lens.training.tokenizer import train_bpe
+    from entropy_lens.runs.training.tokenizer import train_bpe
 
     recipe.check()
     out = Path(out)

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from entropy_lens.capture import ScaleSession
-from entropy_lens.data import packed_stream, random_windows
+from entropy_lens.data import check_length, packed_stream, random_windows
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model, resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
@@ -56,19 +56,26 @@ class HeadSearchConfig:
     chunk: int = 1024
 
     def check(self) -> None:
-        if self.length < 2:
-            raise EntropyLensError(f"--len must be at least 2 (got {self.length})")
+        check_length(self.length)
         for name in ("steps", "batch", "micro_batch", "chunk"):
             if getattr(self, name) < 1:
-                raise EntropyLensError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})")
+                raise EntropyLensError(
+                    f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})"
+                )
         if self.batch % self.micro_batch:
-            raise EntropyLensError(f"--batch {self.batch} must be a multiple of --micro-batch {self.micro_batch}")
+            raise EntropyLensError(
+                f"--batch {self.batch} must be a multiple of --micro-batch {self.micro_batch}"
+            )
         if not (math.isfinite(self.init) and self.init > 0 and self.init >= self.lower_bound):
-            raise EntropyLensError(f"--init {self.init} must be positive and at least --lower-bound {self.lower_bound}")
+            raise EntropyLensError(
+                f"--init {self.init} must be positive and at least --lower-bound {self.lower_bound}"
+            )
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise EntropyLensError(f"--lr must be positive (got {self.lr})")
         if not (math.isfinite(self.lower_bound) and self.lower_bound >= 0):
-            raise EntropyLensError(f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint")
+            raise EntropyLensError(
+                f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint"
+            )
 
 
 @dataclass
@@ -108,12 +115,12 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
 
     config.check()
     device = resolve_device(config.device)
-    dtype = resolve_dtype(config.dtype if config.dtype != "auto" else
-                          ("bfloat16" if device.type == "cuda" else "float32"))  # fmt: skip
-    lm = load_model(config.model, dtype=str(dtype).removeprefix("torch."), device=str(device))
+    lm = load_model(config.model, dtype=resolve_dtype(config.dtype, device), device=device)
     stream, _ = packed_stream(lm.tokenizer, config.data)
     if len(stream) <= config.length + 1:
-        raise EntropyLensError(f"--data {config.data!r} has {len(stream):,} tokens, fewer than --len + 1; pass more data")
+        raise EntropyLensError(
+            f"--data {config.data!r} has {len(stream):,} tokens, fewer than --len + 1; pass more data"
+        )
     model = lm.model
     model.requires_grad_(False)
     if config.checkpointing:
@@ -131,7 +138,9 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(config, step)
-        ids = torch.from_numpy(random_windows(stream, config.length, config.batch, config.seed, step)).to(device)
+        ids = torch.from_numpy(random_windows(stream, config.length, config.batch, config.seed, step)).to(
+            device
+        )
         opt.zero_grad(set_to_none=True)
         total = 0.0
         with ScaleSession(model, scales=mult):
@@ -164,10 +173,18 @@ def save_head_scales(result: HeadSearchResult, out: str | Path) -> Path:
 
     out = check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.layers.{i}.{SCALE_SUFFIX}": row.astype(np.float32) for i, row in enumerate(result.scales)}
+    tensors = {
+        f"model.layers.{i}.{SCALE_SUFFIX}": row.astype(np.float32) for i, row in enumerate(result.scales)
+    }
     tmp = out.with_name(f".{out.name}.tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt", "entropy_lens": "head scales, multipliers of 1/sqrt(d)"})
+    save_file(
+        tensors, str(tmp), metadata={"format": "pt", "entropy_lens": "head scales, multipliers of 1/sqrt(d)"}
+    )
     tmp.replace(out)
-    record = {"scales": result.scales.tolist(), "config": dataclasses.asdict(result.config), "log": result.log}
+    record = {
+        "scales": result.scales.tolist(),
+        "config": dataclasses.asdict(result.config),
+        "log": result.log,
+    }
     atomic_write_text(out.with_name(out.name + ".json"), json.dumps(record, indent=1) + "\n")
     return out

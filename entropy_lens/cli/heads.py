@@ -1,0 +1,96 @@
+"""`entropy-lens search-heads`: per-head scales λ(h) with every weight frozen (the paper's §3.2)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import numpy as np
+
+SEARCH_EXAMPLES = """examples:
+  entropy-lens search-heads tiny-nope --len 512 --init 1.2 --data austen-minus:persuasion \\
+      --out hs/tiny-nope-512.safetensors
+  entropy-lens search-heads path/to/TinyLlama-NoPE-1.1B --len 8192 --init-from sweeps/nope-8k --device cuda \\
+      --checkpointing --micro-batch 1 --out hs/hs8k.safetensors
+  entropy-lens scan path/to/TinyLlama-NoPE-1.1B --len 8192 --head-scales hs/hs8k.safetensors
+"""
+
+
+def add_parsers(sub) -> None:
+    from entropy_lens.runs.head_search import HeadSearchConfig
+
+    d = {f.name: f.default for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length")}
+    s = sub.add_parser(
+        "search-heads",
+        help="search per-head scales λ(h) with every weight frozen",
+        epilog=SEARCH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("model", metavar="CKPT", help="Hugging Face folder, .gguf file, or bundled name")
+    s.add_argument("--len", dest="length", type=int, required=True, help="L', tokens per training window")
+    init = s.add_mutually_exclusive_group()
+    init.add_argument(
+        "--init", type=float, default=None, help="initial multiplier of every head (default 1.0)"
+    )
+    init.add_argument(
+        "--init-from", metavar="SWEEP_DIR", help="start from a sweep's best uniform scale at --len"
+    )
+    for name in (
+        "steps",
+        "lr",
+        "batch",
+        "micro_batch",
+        "lower_bound",
+        "data",
+        "seed",
+        "dtype",
+        "device",
+        "chunk",
+    ):
+        s.add_argument(
+            "--" + name.replace("_", "-"), type=type(d[name]), default=d[name], help=f"(default {d[name]})"
+        )
+    s.add_argument(
+        "--checkpointing", action="store_true", help="activation checkpointing (long --len on GPU)"
+    )
+    s.add_argument(
+        "--out", required=True, help="output .safetensors (scale_param per layer) + .json beside it"
+    )
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_search_heads)
+
+
+def cmd_search_heads(args) -> int:
+    from entropy_lens.runs.head_search import (
+        HeadSearchConfig,
+        check_out,
+        save_head_scales,
+        search_head_scales,
+    )
+
+    init = args.init if args.init is not None else 1.0
+    if args.init_from:
+        from entropy_lens.analysis import best_uniform_scale, load_sweep
+
+        init = best_uniform_scale(load_sweep(args.init_from), length=args.length)
+        print(
+            f"initial scale {init:g}: the lowest mean loss over positions < {args.length} in {args.init_from}"
+        )
+    names = [
+        f.name for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length", "init")
+    ]
+    config = HeadSearchConfig(
+        model=args.model, length=args.length, init=init, **{n: getattr(args, n) for n in names}
+    )
+    config.check()
+    check_out(args.out)  # before any work
+    result = search_head_scales(config, progress=not args.quiet)
+    out = save_head_scales(result, args.out)
+    sc = result.scales
+    print(
+        f"{sc.size} head scales: min {sc.min():.3f}, median {np.median(sc):.3f}, max {sc.max():.3f} "
+        f"(lower bound {config.lower_bound:g}); loss {result.log[0]['loss']:.3f} -> "
+        f"{result.log[-1]['loss']:.3f}"
+    )
+    print(f"wrote {out} and {out}.json")
+    return 0

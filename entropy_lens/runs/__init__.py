@@ -1,0 +1,53 @@
+"""Everything that loads a model and runs it: the one layer that spans the pipeline.
+
+    scan.py         scan(config) -> ScanResult: config -> device/dtype -> model -> data -> loop -> file
+    output.py       the results file's policy: --out, --resume, --force, the `.partial.npz` checkpoint
+    sums.py         ScanSums: the scan's float64 running sums, checkpointed and all-reduced
+    distributed.py  torchrun: ranks, process group, all-reduce of those sums
+    sweep.py        one scan per uniform scale, into a folder with a sweep index
+    head_search.py  the per-head λ(h) search (every weight frozen)
+    training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
+    figures.py      the scans, sweep and search behind the paper's figures, cached; then rendering
+
+It may import every package below it (models, capture, kernels, data, results, analysis and, for the
+figures, figures.render); nothing below imports it. `cli/` is a thin layer over these functions.
+Names are imported lazily, so `from entropy_lens.runs import FiguresConfig` does not load torch. The
+functions `scan` and `sweep` share their modules' names: import them from `entropy_lens` (or
+`entropy_lens.runs.scan` / `.sweep`).
+"""
+
+from importlib import import_module
+
+_LAZY = {
+    "ScanConfig": "scan",
+    "ScanSums": "sums",
+    "parse_scales": "sweep",
+    "HeadSearchConfig": "head_search",
+    "search_head_scales": "head_search",
+    "save_head_scales": "head_search",
+    "TinyRecipe": "training",
+    "train_tiny": "training",
+    "FiguresConfig": "figures",
+    "figure_data": "figures",
+    "make_figures": "figures",
+}
+
+__all__ = [
+    "FiguresConfig",
+    "HeadSearchConfig",
+    "ScanConfig",
+    "ScanSums",
+    "TinyRecipe",
+    "figure_data",
+    "make_figures",
+    "parse_scales",
+    "save_head_scales",
+    "search_head_scales",
+    "train_tiny",
+]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(f"entropy_lens.runs.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'entropy_lens.runs' has no attribute {name!r}")

@@ -1,0 +1,299 @@
+"""scan(config) -> ScanResult: a short pipeline of named steps over one run object.
+
+    config.check()                    every flag, before anything is loaded
+    Output.finished()                 --out/--resume/--force (runs/output.py): maybe nothing to do
+    Run.start(config)                 world -> device/dtype -> model -> scales -> data -> backend
+    _loop(run, sums, checkpoint)      batches -> capture (EntropyRecorder) -> loss -> ScanSums
+    sums.all_reduce(world)            torchrun: every rank's samples
+    sums.result(run.meta(...))        means + provenance -> Output.write (atomic)
+
+The CLI and notebooks both call `scan`. Everything the user can get wrong (paths, flags, scales,
+lengths, an existing --out) is checked before any file is written, so bad input never leaves a
+results file behind. Long scans write a `<out>.partial.npz` every `checkpoint_every_s` seconds and
+on Ctrl-C; `resume=True` continues from it and ends with the same arrays as an uninterrupted scan.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
+from entropy_lens.capture.fused import FUSED_MODES
+from entropy_lens.data import Chunks, check_length, token_chunks
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import resolve_impl
+from entropy_lens.models import (
+    LoadedModel,
+    load_head_scales_file,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+    validate_head_scales,
+)
+from entropy_lens.progress import progress_bar
+from entropy_lens.results import ScanResult, provenance
+from entropy_lens.runs.distributed import World, process_group, world
+from entropy_lens.runs.output import Output, default_out, partial_path
+from entropy_lens.runs.sums import ScanSums
+
+__all__ = ["ENTROPY_REDUCTIONS", "Run", "ScanConfig", "default_out", "partial_path", "scan"]
+
+# --entropy value -> meta `entropy_reduction` and the heads axis of the stored entropy arrays.
+ENTROPY_REDUCTIONS = {"heads": "per_head", "mean": "mean_heads", "none": "not_captured"}
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """Everything that determines a scan's numbers (saved in the results' meta)."""
+
+    model: str
+    length: int
+    samples: int = 8
+    data: str = "austen"
+    nope: bool | None = None  # None: as the checkpoint declares; True forces rotary off
+    rope_scaling: str | None = None  # "dynamic:2" etc.: the checkpoint's RoPE with that scaling
+    scale: float | None = None  # uniform multiplier s, λ = s/√d
+    head_scales: str | None = None  # file with (layers, heads) multipliers
+    dtype: str = "auto"  # float32 on CPU, bfloat16 on CUDA
+    device: str = "auto"
+    batch_size: int = 1
+    seed: int = 0
+    backend: str = "auto"
+    fused: str = "auto"  # triton backend: output + entropy in one pass (on/off/auto = the faster, timed)
+    train_len: int | None = None  # overrides the checkpoint's declared training length
+    trust_remote_code: bool = False
+    entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def check(self) -> None:
+        check_length(self.length)
+        if self.samples < 1:
+            raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
+        if self.entropy not in ENTROPY_REDUCTIONS:
+            raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
+        if self.batch_size < 1:
+            raise EntropyLensError(f"--batch-size must be at least 1 (got {self.batch_size})")
+        if self.scale is not None and self.head_scales is not None:
+            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            raise EntropyLensError(
+                f"--scale must be a positive finite multiplier of 1/sqrt(d) (got {self.scale})"
+            )
+        if self.head_scales is not None and not Path(self.head_scales).is_file():
+            raise EntropyLensError(
+                f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
+                ".npy or .json file of shape [layers, heads]"
+            )
+        if self.train_len is not None and self.train_len < 1:
+            raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
+        resolve_impl(self.backend)  # unknown backend names fail here, before loading anything
+        if self.fused not in FUSED_MODES:
+            raise EntropyLensError(
+                f"--fused {self.fused!r} is not known; use one of {', '.join(FUSED_MODES)}"
+            )
+
+
+def scan(
+    config: ScanConfig,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    checkpoint_every_s: float = 60.0,
+) -> ScanResult:
+    """Run the scan; write `out` (atomically) when given. See the module docstring."""
+    started = time.perf_counter()
+    config.check()
+    output = Output.of(out, resume=resume, force=force)
+    done = output.finished(config.to_dict())
+    if done is not None:
+        return done
+    run = Run.start(config, resume=resume)
+    sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=config.entropy != "none")
+    if output.resumable() is not None:
+        sums.restore(output.partial, run.identity)
+    checkpoint = None  # ranks write no checkpoints: --resume is single-process
+    if output.path is not None and run.world.size == 1:
+        checkpoint = _Checkpoint(output.partial, sums, run.identity, started, checkpoint_every_s)
+    with process_group(run.world, run.device):
+        _loop(run, sums, checkpoint, progress)
+        sums.all_reduce(run.world)
+    result = sums.result(run.meta(sums, started), ENTROPY_REDUCTIONS[config.entropy])
+    if run.world.main:
+        output.write(result)
+    return result
+
+
+@dataclass
+class Run:
+    """A scan's resolved inputs: what `config` became on this machine."""
+
+    config: ScanConfig
+    world: World
+    device: torch.device
+    dtype: torch.dtype
+    lm: LoadedModel
+    multipliers: float | np.ndarray | None  # what the capture applies; None = the model as trained
+    scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
+    chunks: Chunks
+    impl: str  # the entropy backend
+
+    @classmethod
+    def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
+        w = world()
+        if w.size > 1 and resume:
+            raise EntropyLensError(
+                "--resume is not supported under torchrun; rerun the whole scan, or resume it "
+                "in one process without torchrun"
+            )
+        device = resolve_device(config.device)
+        if w.size > 1 and device.type == "cuda":
+            device = torch.device("cuda", w.local_rank)
+        dtype = resolve_dtype(config.dtype, device)
+        lm = load_model(
+            config.model,
+            dtype=dtype,
+            device=device,
+            nope=config.nope,
+            rope_scaling=config.rope_scaling,
+            trust_remote_code=config.trust_remote_code,
+        )
+        multipliers, scale_source = _multipliers(config, lm)
+        chunks = token_chunks(
+            lm.tokenizer, config.data, length=config.length, samples=config.samples, seed=config.seed
+        )
+        vocab = lm.model.get_input_embeddings().num_embeddings
+        if int(chunks.ids.max()) >= vocab:
+            raise EntropyLensError(
+                f"--data holds token id {int(chunks.ids.max())} but the model's vocabulary has "
+                f"{vocab}; tokenise with this model's tokenizer"
+            )
+        impl = resolve_impl(config.backend, device)
+        return cls(config, w, device, dtype, lm, multipliers, scale_source, chunks, impl)
+
+    @property
+    def identity(self) -> dict:
+        """What a checkpoint must match to be resumed by this run."""
+        return {
+            "scan_config": self.config.to_dict(),
+            "config_hash": self.lm.config_hash,
+            "chunks": self.chunks.indices,
+        }
+
+    def capture(self) -> ScaleSession:
+        """The context manager a batch runs in: scales only (--entropy none) or scales + recording."""
+        kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
+        return kind(self.lm.model, scales=self.multipliers, impl=self.impl, fused=self.config.fused)
+
+    def meta(self, sums: ScanSums, started: float) -> dict:
+        """The results' meta (results.py documents every key)."""
+        c, lm = self.config, self.lm
+        m = self.multipliers
+        uniform = m is None or isinstance(m, float)
+        scales = np.full((lm.n_layers, lm.n_heads), 1.0 if m is None else m) if uniform else m
+        return {
+            **provenance(),
+            "model": c.model,
+            "model_source": lm.source,
+            "config_hash": lm.config_hash,
+            "nope": lm.nope,
+            "n_layers": lm.n_layers,
+            "n_heads": lm.n_heads,
+            "n_kv_heads": lm.n_kv_heads,
+            "head_dim": lm.head_dim,
+            "scales": np.asarray(scales, dtype=np.float64).tolist(),
+            "scale_source": self.scale_source,
+            "train_len": c.train_len if c.train_len is not None else lm.train_len,
+            "data": c.data,
+            "data_description": self.chunks.description,
+            "separator_id": self.chunks.separator_id,
+            "chunk_indices": [int(i) for i in self.chunks.indices],
+            "seed": c.seed,
+            "samples": c.samples,
+            "len": c.length,
+            "batch_size": c.batch_size,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "backend": self.impl,
+            "attention_path": "+".join(sorted(sums.paths)) or "separate",  # fused / separate / both
+            "world_size": self.world.size,
+            "entropy_units": "nats",
+            "loss_units": "nats",
+            "entropy_reduction": ENTROPY_REDUCTIONS[c.entropy],
+            "scan_config": c.to_dict(),
+            "wall_time_s": round(sums.prior_wall_s + time.perf_counter() - started, 3),
+        }
+
+
+def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bool) -> None:
+    """This rank's samples not yet in `sums`, in batches; `checkpoint` (None: never) every so often
+    and on Ctrl-C."""
+    c = run.config
+    todo = run.world.samples(sums.samples, c.samples)
+    bar = progress_bar(
+        total=len(todo) * c.length,
+        unit="tok",
+        unit_scale=True,
+        enabled=progress and run.world.main,
+        desc=f"scan {c.model}",
+    )
+    try:
+        for b in range(0, len(todo), c.batch_size):
+            ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
+            with run.capture() as capture:
+                hidden = forward_hidden(run.lm.model, ids[:, :-1])
+            nll = next_token_nll(run.lm.model, hidden, ids[:, 1:])
+            sums.add(capture, nll)
+            bar.update(ids.shape[0] * c.length)
+            if checkpoint is not None:
+                checkpoint.every_so_often()
+    except KeyboardInterrupt:
+        if checkpoint is not None and sums.samples:
+            checkpoint.save()
+            bar.write(f"interrupted after {sums.samples} samples; rerun with --resume to finish")
+        raise
+    finally:
+        bar.close()
+
+
+class _Checkpoint:
+    """Saves `sums` to the scan's `.partial.npz`: on demand and every `every_s` seconds."""
+
+    def __init__(self, path: Path, sums: ScanSums, identity: dict, started: float, every_s: float):
+        self.path, self.sums, self.identity, self.started, self.every_s = (
+            path,
+            sums,
+            identity,
+            started,
+            every_s,
+        )
+        self.last = time.perf_counter()
+
+    def save(self) -> None:
+        self.sums.save(self.path, self.identity, time.perf_counter() - self.started)
+        self.last = time.perf_counter()
+
+    def every_so_often(self) -> None:
+        if time.perf_counter() - self.last >= self.every_s:
+            self.save()
+
+
+def _multipliers(config: ScanConfig, lm: LoadedModel):
+    """(what the capture applies, where it came from). None = the model as trained."""
+    if config.scale is not None:
+        return float(config.scale), "uniform"
+    if config.head_scales is not None:
+        arr = load_head_scales_file(config.head_scales, lm.n_layers, lm.n_heads)
+        return arr, str(Path(config.head_scales).resolve())
+    if lm.head_scales is not None:
+        return validate_head_scales(lm.head_scales, lm.n_layers, lm.n_heads, source=lm.source), "checkpoint"
+    return None, "none"
