@@ -8,9 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, resolve_impl
+from entropy_lens.kernels import attention_entropy, backend_for, resolve_impl
 from entropy_lens.kernels.masks import decompose
-from entropy_lens.kernels.reference import causal_visible
 
 
 def _inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
@@ -42,8 +41,9 @@ def test_chunked_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
     mask = _masks(B, Hq, T, S)[mask_kind]
     ref = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="reference")
     for bq, bk in [(32, 32), (7, 5)]:  # T not a multiple of the block; several key blocks per row
-        got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked",
-                                block_q=bq, block_k=bk)
+        got = attention_entropy(
+            q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked", block_q=bq, block_k=bk
+        )
         assert got.dtype == torch.float32 and got.shape == (B, Hq, T)
         assert (got - ref).abs().max().item() <= 1e-5
 
@@ -122,6 +122,17 @@ def test_backend_env_override(monkeypatch):
     assert resolve_impl("torch_chunked", "cpu") == "torch_chunked"  # explicit beats the environment
 
 
+def test_backend_for_names_what_attention_entropy_runs_on_cpu(monkeypatch):
+    """Without triton in play every mask runs where `impl` says (the triton cases: triton_interp_cases.py)."""
+    monkeypatch.delenv("ENTROPY_LENS_BACKEND", raising=False)
+    q, k = _inputs(2, 4, 2, 9, 9)
+    for mask in _masks(2, 4, 9, 9).values():
+        assert backend_for("auto", q, k, mask=mask) == "torch_chunked"
+        assert backend_for("reference", q, k, mask=mask, window=3) == "reference"
+    with pytest.raises(ValueError, match="mask shape"):
+        backend_for("torch_chunked", q, k, mask=torch.ones(2, 8, dtype=torch.bool))
+
+
 # ---- properties -------------------------------------------------------------------------------
 
 shapes = st.tuples(
@@ -182,8 +193,25 @@ def test_uniform_attention_reaches_the_bound():
 
 
 def _hf_mask(keep, T, S, window=None):
-    """The (B, 1, T, S) mask transformers builds: causal (bottom-right), sliding window, key padding."""
-    return causal_visible(T, S, window=window)[None, None] & keep[:, None, None, :]
+    """The (B, 1, T, S) bool mask transformers itself builds for T queries at the end of S keys:
+    causal, sliding window, key padding `keep` (B, S). Built by transformers, not by the kernels'
+    helpers, so the kernels' window convention is checked against the library's."""
+    from transformers.masking_utils import (
+        causal_mask_function,
+        sdpa_mask,
+        sliding_window_causal_mask_function,
+    )
+
+    shape = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+    return sdpa_mask(
+        keep.shape[0],
+        T,
+        S,
+        q_offset=S - T,
+        mask_function=shape,
+        attention_mask=keep,
+        allow_is_causal_skip=False,
+    )
 
 
 @pytest.mark.parametrize("window", [None, 1, 3, 5])
@@ -198,8 +226,9 @@ def test_causal_window_and_padding_masks_are_decomposed(window, T, S):
     assert torch.equal(_hf_mask(keep_got, T, S, window_got), _hf_mask(keep, T, S, window))
     if window is not None and window < S // 2:
         assert window_got == window
-    assert decompose(_hf_mask(torch.ones(2, S, dtype=torch.bool), T, S, window), 2, T, S, True) == (
-        None, None if window is None or window >= S else window)  # nothing padded: no keep-mask  # fmt: skip
+    unpadded = _hf_mask(torch.ones(2, S, dtype=torch.bool), T, S, window)
+    window_kept = None if window is None or window >= S else window
+    assert decompose(unpadded, 2, T, S, True) == (None, window_kept)  # nothing padded: no keep-mask
 
 
 def test_masks_that_are_not_causal_window_and_padding_are_left_to_the_torch_path():
@@ -233,17 +262,28 @@ def test_decompose_checks_long_masks_in_row_blocks(monkeypatch):
 @pytest.mark.parametrize("window", [1, 4, 11, 64])
 @pytest.mark.parametrize("padded", [False, True])
 def test_sliding_window_equals_its_mask(Hq, Hkv, T, S, window, padded):
+    """`window=W` attends where transformers' own sliding-window mask (with padding) attends."""
     q, k = _inputs(2, Hq, Hkv, T, S)
     keep = torch.ones(2, S, dtype=torch.bool)
     if padded:
         keep[1, : S // 3] = False
     scale = torch.linspace(0.2, 0.6, Hq)
     as_mask = attention_entropy(q, k, scale=scale, mask=_hf_mask(keep, T, S, window), impl="reference")
-    direct = attention_entropy(q, k, scale=scale, mask=keep if padded else None, window=window, impl="reference")
+    direct = attention_entropy(
+        q, k, scale=scale, mask=keep if padded else None, window=window, impl="reference"
+    )
     assert torch.equal(direct, as_mask)
     for block_q, block_k in [(64, 1024), (7, 5), (16, 3)]:
-        got = attention_entropy(q, k, scale=scale, mask=keep if padded else None, window=window,
-                                impl="torch_chunked", block_q=block_q, block_k=block_k)  # fmt: skip
+        got = attention_entropy(
+            q,
+            k,
+            scale=scale,
+            mask=keep if padded else None,
+            window=window,
+            impl="torch_chunked",
+            block_q=block_q,
+            block_k=block_k,
+        )
         assert (got - as_mask).abs().max().item() <= 1e-5
 
 

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]  # fmt: skip
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from test_kernels import _inputs, _plain_pytorch_entropy
 
@@ -23,8 +22,9 @@ def test_interpreter_grid_at_real_sizes_fp32(Hq, Hkv, T, S, mask_kind, causal):
     q, k = (x.cuda() for x in _inputs(2, Hq, Hkv, T, S, D=64))
     keep = torch.ones(2, S, dtype=torch.bool, device="cuda")
     keep[0, : S // 3] = False
-    mask = {"none": None, "key_padding": keep,
-            "4d_per_head": torch.rand(2, Hq, T, S, device="cuda") > 0.4}[mask_kind]  # fmt: skip
+    mask = {"none": None, "key_padding": keep, "4d_per_head": torch.rand(2, Hq, T, S, device="cuda") > 0.4}[
+        mask_kind
+    ]
     scale = torch.linspace(0.05, 0.25, Hq, device="cuda")
     got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="triton")
     exact = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked")
@@ -72,7 +72,9 @@ def test_sliding_window_at_real_sizes(window, fused):
     keep[0, :1000] = False
     scale = torch.full((32,), 0.125, device="cuda")
     if fused:
-        _, got = attention_with_entropy_triton(q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window)
+        _, got = attention_with_entropy_triton(
+            q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window
+        )
     else:
         got = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="triton")
     exact = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="torch_chunked")
@@ -91,8 +93,12 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
     model = copy.deepcopy(ref_model).to(torch.bfloat16)
     ids = torch.randint(2, 300, (1, 4096), device="cuda")
     runs = {}
-    for name, m, kw in [("ref", ref_model, {"impl": "torch_chunked"}), ("fused", model, {"fused": "on"}),
-                        ("separate", model, {"fused": "off"}), ("auto", model, {"fused": "auto"})]:  # fmt: skip
+    for name, m, kw in [
+        ("ref", ref_model, {"impl": "torch_chunked"}),
+        ("fused", model, {"fused": "on"}),
+        ("separate", model, {"fused": "off"}),
+        ("auto", model, {"fused": "auto"}),
+    ]:
         with torch.no_grad(), EntropyRecorder(m, **kw) as rec:
             runs[name] = (m(ids).logits.float(), rec)
     assert runs["fused"][1].session.paths == {"fused"} and runs["separate"][1].session.paths == {"separate"}
