@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 import torch
 from tiny import make_tiny_model, make_tiny_sliding_window_model
+from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
+from entropy_lens.capture.accumulate import HostSums
+from entropy_lens.capture.attention import Session, activate, entropy_lens_attention
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import attention_entropy
 
 
 def _eager_entropy(model, ids, attention_mask=None):
@@ -81,12 +86,12 @@ def test_positions_no_row_reaches_are_not_reported():
 
 
 def _spy_kernels(monkeypatch):
-    """Record decompose calls and the (mask shape, window) each attention_entropy call gets."""
+    """Record the capture's mask checks and the (mask shape, window) each attention_entropy call gets."""
     from entropy_lens.capture import attention
     from entropy_lens.kernels import masks
 
     calls, seen = [], []
-    monkeypatch.setattr(attention, "decompose", lambda *a: calls.append(1) or masks.decompose(*a))
+    monkeypatch.setattr(attention, "as_key_padding", lambda *a: calls.append(1) or masks.as_key_padding(*a))
     real = attention.attention_entropy
 
     def spy(q, k, **kw):
@@ -105,7 +110,8 @@ def test_padding_mask_is_reduced_to_key_padding_once_per_forward(monkeypatch):
     with torch.no_grad(), EntropyRecorder(model) as rec:
         model(torch.randint(2, 300, (2, 16)), attention_mask=mask)
         model(torch.randint(2, 300, (2, 16)), attention_mask=mask)
-    assert len(calls) == 2 and seen == [((2, 1, 1, 16), None)] * 6  # one check per forward; kernels get key padding
+    assert len(calls) == 2  # one check per forward
+    assert seen == [((2, 1, 1, 16), None)] * 6  # the kernels get key padding
     assert rec.count.tolist() == [4] * 11 + [2] * 5
 
 
@@ -209,7 +215,8 @@ def test_accumulates_over_forwards():
 
 
 class _CopyInFlight:
-    """Stands for a CUDA event after an asynchronous device-to-host copy: lands when told, or when waited on."""
+    """Stands for a CUDA event after an asynchronous device-to-host copy: lands when told, or when
+    waited on."""
 
     def __init__(self):
         self.landed = self.waited = False
@@ -221,45 +228,50 @@ class _CopyInFlight:
         self.waited = self.landed = True
 
 
-def test_entropy_is_summed_only_once_its_copy_to_the_host_has_landed(monkeypatch):
-    """On CUDA each layer's entropy (and the padding mask) reaches the host by an asynchronous copy:
-    the recorder sums nothing during a forward, at the next forward's start the layers whose copies
-    report done (oldest first, never waiting), and at read-out the rest, waiting for them. Same sums
-    as the plain CPU path."""
-    from entropy_lens.capture import recorder
-
-    model = make_tiny_model(n_layers=2)
-    ids = torch.randint(2, 300, (2, 16))
-    mask = torch.ones(2, 16, dtype=torch.long)
-    mask[1, :5] = 0
-    with torch.no_grad(), EntropyRecorder(model) as plain:
-        model(ids, attention_mask=mask)
-        model(ids)
+def test_host_sums_sum_a_layer_only_once_its_copy_to_the_host_has_landed():
+    """On CUDA each layer's entropy (and the forward's padding mask) reaches the host by an asynchronous
+    copy: nothing is summed during a forward, at the next forward's start the layers whose copies
+    report done (oldest first, never waiting), and at read-out the rest, waiting for them. Rows are
+    counted once per forward, padded rows at their true positions."""
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(2, 16, dtype=torch.bool)
+    mask[1, :5] = False  # left padding
+    first, second = ([torch.rand(2, 3, 16, generator=g) for _ in range(2)] for _ in range(2))
     copies = []
 
     def in_flight(t):
         copies.append(_CopyInFlight())
         return t.clone(), copies[-1]
 
-    monkeypatch.setattr(recorder, "_to_host", in_flight)
-    with torch.no_grad(), EntropyRecorder(model) as rec:
-        model(ids, attention_mask=mask)  # copies: mask, layer 0, layer 1
-        assert len(rec._pending) == 2 and rec._acc is None
-        copies[0].landed = copies[1].landed = True
-        model(ids)  # its start sums layer 0 of the first forward; layer 1's copy holds back the rest
-        assert len(rec._pending) == 3 and not any(c.waited for c in copies)
-        sums = rec.sums  # waits for every copy
-    assert not rec._pending and all(c.landed for c in copies) and copies[2].waited
-    for got, want in zip(sums, plain.sums, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-12)
-    assert rec.count.tolist() == [4] * 11 + [3] * 5
+    sums = HostSums(2, 3, to_host=in_flight)
+    sums.begin_forward(mask)  # copies: the mask, then layers 0 and 1
+    for layer, entropy in enumerate(first):
+        sums.add(layer, entropy, 0)
+    assert sums.pending == 2
+    copies[0].landed = copies[1].landed = True
+    sums.begin_forward(None)  # sums layer 0 of the first forward; layer 1's copy holds back the rest
+    assert sums.pending == 1 and not any(c.waited for c in copies)
+    for layer, entropy in enumerate(second):
+        sums.add(layer, entropy, 0)
+    assert sums.pending == 3
+    total, sq, count = sums.read()  # waits for every copy
+    assert sums.pending == 0 and all(c.landed for c in copies) and copies[2].waited
+    assert count.tolist() == [4] * 11 + [3] * 5
+    for layer in range(2):
+        a, b = first[layer].double(), second[layer].double()
+        want = b.sum(0)
+        want[:, :16] += a[0]
+        want[:, :11] += a[1, :, 5:]  # the padded row's tokens at their true positions
+        np.testing.assert_allclose(total[layer], want.numpy(), rtol=1e-12)
+        want_sq = (b * b).sum(0)
+        want_sq[:, :16] += a[0] ** 2
+        want_sq[:, :11] += a[1, :, 5:] ** 2
+        np.testing.assert_allclose(sq[layer], want_sq.numpy(), rtol=1e-12)
 
 
 def test_drain_into_moves_everything_recorded_into_the_callers_sums():
     """A scan's batch goes straight into its running sums: what earlier forwards left summed in the
     recorder and what is still pending, padded rows at their true positions; the recorder is empty after."""
-    from entropy_lens.errors import EntropyLensError
-
     model = make_tiny_model(n_layers=2)
     a, b = torch.randint(2, 300, (2, 16)), torch.randint(2, 300, (1, 12))
     mask = torch.ones(2, 16, dtype=torch.long)
@@ -327,14 +339,15 @@ def test_fused_choice_is_measured_once_per_shape(monkeypatch):
     assert fused.choose("auto", ("a",), run, timer) == "separate" and len(calls) == 4
     assert fused.choose("auto", ("b",), run, timer) == "fused"
     assert fused.measured_choices() == {("a",): "separate", ("b",): "fused"}
-    assert fused.choose("on", ("a",), run, timer) == "fused" and fused.choose("off", ("b",), run, timer) == "separate"
+    assert (
+        fused.choose("on", ("a",), run, timer) == "fused"
+        and fused.choose("off", ("b",), run, timer) == "separate"
+    )
     assert fused.choose("auto", ("c",), run) == "separate"  # nothing to time on (CPU): sdpa + entropy pass
     assert ("c",) not in fused.measured_choices()
 
 
 def test_unknown_fused_mode_is_refused():
-    from entropy_lens.errors import EntropyLensError
-
     with pytest.raises(EntropyLensError, match="auto, on, off"):
         EntropyRecorder(make_tiny_model(), fused="yes")
 
@@ -349,45 +362,83 @@ def test_torch_backend_never_fuses():
 def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
     """No mask, T > 1 and S > T (prefill into an empty static cache): sdpa keeps the first T keys,
     top-left causal; the recorded entropy must describe that same attention."""
-    from entropy_lens.capture.attention import _ACTIVE, Session, entropy_lens_attention
-    from entropy_lens.kernels import attention_entropy
-
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(1, 4, 5, 16, generator=g), torch.randn(1, 2, 9, 16, generator=g), torch.randn(1, 2, 9, 16)
+    q, k, v = (
+        torch.randn(1, 4, 5, 16, generator=g),
+        torch.randn(1, 2, 9, 16, generator=g),
+        torch.randn(1, 2, 9, 16),
+    )
     got = []
-    token = _ACTIVE.set(Session(on_entropy=lambda layer, ent, offset: got.append((ent, offset))))
-    try:
+    with activate(Session(on_entropy=lambda layer, ent, offset: got.append((ent, offset)))):
         out, _ = entropy_lens_attention(attn, q, k, v, None)
-    finally:
-        _ACTIVE.reset(token)
     ent, offset = got[0]
     expect = attention_entropy(q, k[:, :, :5], scale=attn.scaling, impl="reference")
     assert offset == 0 and torch.allclose(ent, expect, atol=1e-5)
-    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :5], v[:, :, :5], is_causal=True,
-                                                            scale=attn.scaling, enable_gqa=True)  # fmt: skip
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k[:, :, :5], v[:, :, :5], is_causal=True, scale=attn.scaling, enable_gqa=True
+    )
     assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)
 
 
 def test_a_general_mask_decides_alone_as_in_sdpa():
     """A 4-D mask that is not causal + padding (here random per query) is all sdpa applies: the
     entropy must describe the same attention, with no causal mask added on top."""
-    from entropy_lens.capture.attention import _ACTIVE, Session, entropy_lens_attention
-    from entropy_lens.kernels import attention_entropy
-
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, h, 7, 16, generator=g) for h in (4, 2, 2))
     mask = torch.rand(1, 1, 7, 7, generator=g) > 0.3
     mask[..., 0] = True  # every row sees a key
     got = []
-    token = _ACTIVE.set(Session(on_entropy=lambda layer, ent, offset: got.append(ent)))
-    try:
+    with activate(Session(on_entropy=lambda layer, ent, offset: got.append(ent))):
         out, _ = entropy_lens_attention(attn, q, k, v, mask)
-    finally:
-        _ACTIVE.reset(token)
     expect = attention_entropy(q, k, scale=attn.scaling, causal=False, mask=mask, impl="reference")
     assert torch.allclose(got[0], expect, atol=1e-5)
-    sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                                            enable_gqa=True)  # fmt: skip
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True
+    )
     assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)
+
+
+MASK_KINDS = ("none", "key_padding", "causal_padding", "sliding_window", "per_query", "per_head")
+
+
+def recorded_backends(impl: str, fused: str = "off", device: str = "cpu") -> dict[str, set[str]]:
+    """{mask kind: the session's `backends`} after one capturing attention call per kind of mask,
+    each call's entropy checked against the float64 reference of the attention sdpa applies."""
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn.to(device)
+    g = torch.Generator().manual_seed(2)
+    B, T = 2, 12
+    q, k, v = (torch.randn(B, h, T, 16, generator=g) for h in (4, 2, 2))
+    keep = torch.ones(B, T, dtype=torch.bool)
+    keep[1, :4] = False
+    window = sliding_window_causal_mask_function(5)
+    masks = {
+        "none": None,
+        "key_padding": keep[:, None, None, :],
+        "causal_padding": sdpa_mask(B, T, T, attention_mask=keep, allow_is_causal_skip=False),
+        "sliding_window": sdpa_mask(
+            B, T, T, mask_function=window, attention_mask=keep, allow_is_causal_skip=False
+        ),
+        "per_query": torch.rand(1, 1, T, T, generator=g) > 0.3,
+        "per_head": torch.rand(1, 4, T, T, generator=g) > 0.3,
+    }
+    masks["per_query"][..., 0] = masks["per_head"][..., 0] = True  # every row sees a key
+    backends, got = {}, []
+    for kind in MASK_KINDS:
+        mask = masks[kind]
+        session = Session(on_entropy=lambda layer, ent, offset: got.append(ent), impl=impl, fused=fused)
+        on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
+        with torch.no_grad(), activate(session):
+            entropy_lens_attention(attn, *on_device)
+        causal = mask is None or mask.shape[2] == 1  # as sdpa: a full mask decides alone
+        want = attention_entropy(q, k, scale=attn.scaling, causal=causal, mask=mask, impl="reference")
+        assert (got[-1].cpu() - want).abs().max().item() <= 1e-5, kind
+        backends[kind] = session.backends
+    return backends
+
+
+def test_the_backend_recorded_is_the_one_that_ran():
+    """torch_chunked serves every mask (impl="triton" under the interpreter: triton_interp_cases.py)."""
+    assert recorded_backends("torch_chunked") == {kind: {"torch_chunked"} for kind in MASK_KINDS}
+    assert recorded_backends("reference") == {kind: {"reference"} for kind in MASK_KINDS}

@@ -8,19 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, resolve_impl
+from entropy_lens.kernels import attention_entropy, backend_for, resolve_impl
 from entropy_lens.kernels.masks import decompose
-from entropy_lens.kernels.reference import causal_visible
 
 
-def _inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
+def make_inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     q = (torch.randn(B, Hq, T, D, generator=g) * 1.5).to(dtype)
     k = (torch.randn(B, Hkv, S, D, generator=g) * 1.5).to(dtype)
     return q, k
 
 
-def _masks(B, Hq, T, S, seed=1):
+def mask_kinds(B, Hq, T, S, seed=1):
     g = torch.Generator().manual_seed(seed)
     pad = torch.ones(B, S, dtype=torch.bool)
     pad[0, : S // 3] = False  # left padding on the first sequence
@@ -37,19 +36,20 @@ def _masks(B, Hq, T, S, seed=1):
 @pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_chunked_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
-    q, k = _inputs(B, Hq, Hkv, T, S)
+    q, k = make_inputs(B, Hq, Hkv, T, S)
     scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
-    mask = _masks(B, Hq, T, S)[mask_kind]
+    mask = mask_kinds(B, Hq, T, S)[mask_kind]
     ref = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="reference")
     for bq, bk in [(32, 32), (7, 5)]:  # T not a multiple of the block; several key blocks per row
-        got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked",
-                                block_q=bq, block_k=bk)
+        got = attention_entropy(
+            q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked", block_q=bq, block_k=bk
+        )
         assert got.dtype == torch.float32 and got.shape == (B, Hq, T)
         assert (got - ref).abs().max().item() <= 1e-5
 
 
 def test_block_size_one_and_float_scale():
-    q, k = _inputs(2, 4, 2, 17, 23)
+    q, k = make_inputs(2, 4, 2, 17, 23)
     ref = attention_entropy(q, k, scale=0.25, impl="reference")
     got = attention_entropy(q, k, scale=0.25, impl="torch_chunked", block_q=1, block_k=1)
     assert (got - ref).abs().max().item() <= 1e-5
@@ -57,7 +57,7 @@ def test_block_size_one_and_float_scale():
 
 def test_rows_without_keys_are_zero():
     # T > S with bottom-right alignment: the first T - S queries see no key at all.
-    q, k = _inputs(1, 2, 1, 12, 5)
+    q, k = make_inputs(1, 2, 1, 12, 5)
     got = attention_entropy(q, k, scale=0.3, block_q=4, block_k=2)
     assert torch.equal(got[..., :7], torch.zeros(1, 2, 7))
     assert torch.equal(got[..., 7], torch.zeros(1, 2))  # row 7 sees exactly one key
@@ -69,7 +69,7 @@ def test_rows_without_keys_are_zero():
     assert torch.equal(got, torch.zeros(1, 2, 5))
 
 
-def _plain_pytorch_entropy(q, k, scale, T, S):
+def plain_pytorch_entropy(q, k, scale, T, S):
     """What an eager HF model does in a low-precision dtype: scores in that dtype, softmax in
     fp32 cast back, entropy from those probabilities (the paper's own computation)."""
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
@@ -81,11 +81,11 @@ def _plain_pytorch_entropy(q, k, scale, T, S):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_within_twice_plain_pytorch(dtype):
-    q, k = _inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
+    q, k = make_inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
     scale = 32**-0.5
     ref = attention_entropy(q, k, scale=scale, impl="reference")  # float64 of the same inputs
     got = attention_entropy(q, k, scale=scale, impl="torch_chunked", block_q=32, block_k=16)
-    plain = _plain_pytorch_entropy(q, k, scale, 96, 96)
+    plain = plain_pytorch_entropy(q, k, scale, 96, 96)
     err_plain = (plain - ref).abs().max().item()
     err_got = (got - ref).abs().max().item()
     assert err_plain > 0
@@ -94,17 +94,17 @@ def test_low_precision_within_twice_plain_pytorch(dtype):
 
 def test_no_repeated_keys_needed_and_gqa_head_mapping():
     # head h must use key head h // G: permuting key heads must permute the entropy groups.
-    q, k = _inputs(1, 4, 2, 20, 20)
+    q, k = make_inputs(1, 4, 2, 20, 20)
     a = attention_entropy(q, k, scale=0.3)
     b = attention_entropy(q[:, [2, 3, 0, 1]], k[:, [1, 0]], scale=0.3)
     assert torch.allclose(a[:, [2, 3, 0, 1]], b, atol=1e-6)
 
 
 def test_contract_errors():
-    q, k = _inputs(1, 4, 3, 8, 8)
+    q, k = make_inputs(1, 4, 3, 8, 8)
     with pytest.raises(ValueError, match="multiple"):
         attention_entropy(q, k, scale=1.0)
-    q, k = _inputs(1, 4, 2, 8, 8)
+    q, k = make_inputs(1, 4, 2, 8, 8)
     with pytest.raises(ValueError, match="scale"):
         attention_entropy(q, k, scale=torch.ones(3))
     with pytest.raises(ValueError, match="bool"):
@@ -120,6 +120,17 @@ def test_backend_env_override(monkeypatch):
     monkeypatch.setenv("ENTROPY_LENS_BACKEND", "reference")
     assert resolve_impl("auto", "cpu") == "reference"
     assert resolve_impl("torch_chunked", "cpu") == "torch_chunked"  # explicit beats the environment
+
+
+def test_backend_for_names_what_attention_entropy_runs_on_cpu(monkeypatch):
+    """Without triton in play every mask runs where `impl` says (the triton cases: triton_interp_cases.py)."""
+    monkeypatch.delenv("ENTROPY_LENS_BACKEND", raising=False)
+    q, k = make_inputs(2, 4, 2, 9, 9)
+    for mask in mask_kinds(2, 4, 9, 9).values():
+        assert backend_for("auto", q, k, mask=mask) == "torch_chunked"
+        assert backend_for("reference", q, k, mask=mask, window=3) == "reference"
+    with pytest.raises(ValueError, match="mask shape"):
+        backend_for("torch_chunked", q, k, mask=torch.ones(2, 8, dtype=torch.bool))
 
 
 # ---- properties -------------------------------------------------------------------------------
@@ -139,7 +150,7 @@ shapes = st.tuples(
 def test_entropy_bounds(shape, scale):
     B, (Hq, Hkv), T, extra, blk, seed = shape
     S = T + extra
-    q, k = _inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
+    q, k = make_inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
     h = attention_entropy(q, k, scale=scale, block_q=blk, block_k=blk)
     n_keys = torch.arange(T, dtype=torch.float64) + extra + 1  # attendable keys of row i
     assert (h >= 0).all()
@@ -152,7 +163,7 @@ def test_row_constant_leaves_entropy_unchanged(shape, c):
     # scores + c_i for every key of row i: append a dimension with q = c_i/λ, k = 1.
     B, (Hq, Hkv), T, extra, blk, seed = shape
     S = T + extra
-    q, k = _inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
+    q, k = make_inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
     lam = 0.4
     rowc = torch.linspace(-1, 1, T).mul(c).view(1, 1, T, 1).expand(B, Hq, T, 1)
     q2 = torch.cat([q, rowc / lam], -1)
@@ -166,7 +177,7 @@ def test_row_constant_leaves_entropy_unchanged(shape, c):
 @given(shapes)
 def test_huge_scale_gives_zero_entropy_without_nan(shape):
     B, (Hq, Hkv), T, extra, blk, seed = shape
-    q, k = _inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
+    q, k = make_inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
     h = attention_entropy(q, k, scale=1e6, block_q=blk, block_k=blk)
     assert torch.isfinite(h).all()
     assert h.max().item() < 1e-3
@@ -181,9 +192,26 @@ def test_uniform_attention_reaches_the_bound():
     assert math.isclose(h[0, 1, -1].item(), math.log(50), rel_tol=1e-6)
 
 
-def _hf_mask(keep, T, S, window=None):
-    """The (B, 1, T, S) mask transformers builds: causal (bottom-right), sliding window, key padding."""
-    return causal_visible(T, S, window=window)[None, None] & keep[:, None, None, :]
+def hf_mask(keep, T, S, window=None):
+    """The (B, 1, T, S) bool mask transformers itself builds for T queries at the end of S keys:
+    causal, sliding window, key padding `keep` (B, S). Built by transformers, not by the kernels'
+    helpers, so the kernels' window convention is checked against the library's."""
+    from transformers.masking_utils import (
+        causal_mask_function,
+        sdpa_mask,
+        sliding_window_causal_mask_function,
+    )
+
+    shape = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+    return sdpa_mask(
+        keep.shape[0],
+        T,
+        S,
+        q_offset=S - T,
+        mask_function=shape,
+        attention_mask=keep,
+        allow_is_causal_skip=False,
+    )
 
 
 @pytest.mark.parametrize("window", [None, 1, 3, 5])
@@ -192,20 +220,21 @@ def test_causal_window_and_padding_masks_are_decomposed(window, T, S):
     keep = torch.ones(2, S, dtype=torch.bool)
     keep[1, : S // 2] = False  # left padding of the second sequence
     keep[0, -1] = False  # right padding of the first
-    keep_got, window_got = decompose(_hf_mask(keep, T, S, window), 2, T, S, True)
+    keep_got, window_got = decompose(hf_mask(keep, T, S, window), 2, T, S, True)
     # any decomposition that rebuilds the mask exactly is right; the window found may be the
     # mask's own or one that cuts only keys the padding hides already
-    assert torch.equal(_hf_mask(keep_got, T, S, window_got), _hf_mask(keep, T, S, window))
+    assert torch.equal(hf_mask(keep_got, T, S, window_got), hf_mask(keep, T, S, window))
     if window is not None and window < S // 2:
         assert window_got == window
-    assert decompose(_hf_mask(torch.ones(2, S, dtype=torch.bool), T, S, window), 2, T, S, True) == (
-        None, None if window is None or window >= S else window)  # nothing padded: no keep-mask  # fmt: skip
+    unpadded = hf_mask(torch.ones(2, S, dtype=torch.bool), T, S, window)
+    window_kept = None if window is None or window >= S else window
+    assert decompose(unpadded, 2, T, S, True) == (None, window_kept)  # nothing padded: no keep-mask
 
 
 def test_masks_that_are_not_causal_window_and_padding_are_left_to_the_torch_path():
     T, S = 6, 9
     keep = torch.tensor([[True] * 9, [False] * 4 + [True] * 5])
-    mask = _hf_mask(keep, T, S, window=3)
+    mask = hf_mask(keep, T, S, window=3)
     assert torch.equal(decompose(keep[:, None, None, :], 2, T, S, True)[0], keep)
     for row, col in [(2, 1), (4, 5), (3, 6)]:  # one score more or fewer than any decomposition has
         other = mask.clone()
@@ -222,7 +251,7 @@ def test_decompose_checks_long_masks_in_row_blocks(monkeypatch):
     monkeypatch.setattr(masks, "ROWS_PER_CHECK", 4)
     keep = torch.ones(1, 30, dtype=torch.bool)
     keep[0, :7] = False
-    mask = _hf_mask(keep, 25, 30, window=6)
+    mask = hf_mask(keep, 25, 30, window=6)
     assert decompose(mask, 1, 25, 30, True)[1] == 6
     mask[0, 0, 24, 27] = False  # a score in the last row block (key 27 is kept for rows 22, 23)
     assert decompose(mask, 1, 25, 30, True) is None
@@ -233,22 +262,33 @@ def test_decompose_checks_long_masks_in_row_blocks(monkeypatch):
 @pytest.mark.parametrize("window", [1, 4, 11, 64])
 @pytest.mark.parametrize("padded", [False, True])
 def test_sliding_window_equals_its_mask(Hq, Hkv, T, S, window, padded):
-    q, k = _inputs(2, Hq, Hkv, T, S)
+    """`window=W` attends where transformers' own sliding-window mask (with padding) attends."""
+    q, k = make_inputs(2, Hq, Hkv, T, S)
     keep = torch.ones(2, S, dtype=torch.bool)
     if padded:
         keep[1, : S // 3] = False
     scale = torch.linspace(0.2, 0.6, Hq)
-    as_mask = attention_entropy(q, k, scale=scale, mask=_hf_mask(keep, T, S, window), impl="reference")
-    direct = attention_entropy(q, k, scale=scale, mask=keep if padded else None, window=window, impl="reference")
+    as_mask = attention_entropy(q, k, scale=scale, mask=hf_mask(keep, T, S, window), impl="reference")
+    direct = attention_entropy(
+        q, k, scale=scale, mask=keep if padded else None, window=window, impl="reference"
+    )
     assert torch.equal(direct, as_mask)
     for block_q, block_k in [(64, 1024), (7, 5), (16, 3)]:
-        got = attention_entropy(q, k, scale=scale, mask=keep if padded else None, window=window,
-                                impl="torch_chunked", block_q=block_q, block_k=block_k)  # fmt: skip
+        got = attention_entropy(
+            q,
+            k,
+            scale=scale,
+            mask=keep if padded else None,
+            window=window,
+            impl="torch_chunked",
+            block_q=block_q,
+            block_k=block_k,
+        )
         assert (got - as_mask).abs().max().item() <= 1e-5
 
 
 def test_window_is_validated():
-    q, k = _inputs(1, 2, 2, 5, 5)
+    q, k = make_inputs(1, 2, 2, 5, 5)
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="window must be"):
             attention_entropy(q, k, scale=0.3, window=bad)

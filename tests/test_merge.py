@@ -25,9 +25,21 @@ def _inputs(B=2, Hq=6, Hkv=2, T=37, S=53, D=8, seed=0):
 def _shards(q, k, scale, cuts, *, causal=True, mask=None, window=None):
     S = k.shape[2]
     bounds = [0, *cuts, S]
-    return [shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S, causal=causal,
-                        mask=None if mask is None else mask[:, a:b], window=window, block_q=8, block_k=5)
-            for a, b in itertools.pairwise(bounds)]  # fmt: skip
+    return [
+        shard_state(
+            q,
+            k[:, :, a:b],
+            scale,
+            key_offset=a,
+            total_keys=S,
+            causal=causal,
+            mask=None if mask is None else mask[:, a:b],
+            window=window,
+            block_q=8,
+            block_k=5,
+        )
+        for a, b in itertools.pairwise(bounds)
+    ]
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -46,7 +58,9 @@ def test_sliding_window_shards_merge_to_the_unsplit_window(window):
     """A shard's window is global too: shards wholly behind a row's window are its identity."""
     q, k, scale = _inputs(seed=5)
     ref = attention_entropy(q, k, scale=scale, window=window, impl="reference")
-    merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, scale, [4, 19, 30], window=window)))
+    merged = entropy_from_state(
+        *functools.reduce(merge_states, _shards(q, k, scale, [4, 19, 30], window=window))
+    )
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
 
@@ -59,7 +73,7 @@ def test_merge_is_associative_and_commutative():
         left_fold = functools.reduce(merge_states, (a, b, c, d))
         balanced = merge_states(merge_states(a, b), merge_states(c, d))
         for x, y in zip((*left_fold, *balanced), first * 2):
-                torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
     h = entropy_from_state(*first)
     assert torch.isfinite(h).all() and (h >= 0).all()
     torch.testing.assert_close(h, attention_entropy(q, k, scale=scale, impl="reference"), atol=2e-5, rtol=0)

@@ -23,24 +23,40 @@ def _fp_fusion(monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # triton's default, stated (silences its warning)
 
 
-VARIANTS = [(arch, dtype, fused, window, config) for arch in (80, 90) for dtype in ("bf16", "fp32")
-            for fused in (False, True) for window in (False, True)
-            for config in autotune_configs(fused, dtype == "fp32", window)]  # fmt: skip
+VARIANTS = [
+    (arch, dtype, fused, window, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for config in autotune_configs(fused, dtype == "fp32", window)
+]
 
 
-@pytest.mark.parametrize("arch,dtype,fused,window,config", VARIANTS,
-                         ids=["-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), *c)))
-                              for a, d, f, w, c in VARIANTS])  # fmt: skip
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,config",
+    VARIANTS,
+    ids=[
+        "-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), *c)))
+        for a, d, f, w, c in VARIANTS
+    ],
+)
 def test_every_autotune_config_compiles_without_spills(arch, dtype, fused, window, config):
     r = kernel_static.row(arch, dtype, fused, config, window)
     assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
     assert r["shared_fits"] and 0 < r["registers"] <= 255 and r["blocks_per_sm"] >= 1, r
 
 
-@pytest.mark.parametrize("dtype,fused,causal,padding,head_dim", [
-    ("fp16", True, True, True, 64), ("bf16", False, False, True, 128), ("bf16", True, False, False, 80),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype,fused,causal,padding,head_dim",
+    [
+        ("fp16", True, True, True, 64),
+        ("bf16", False, False, True, 128),
+        ("bf16", True, False, False, 80),
+    ],
+)
 def test_other_variants_compile_for_a100(dtype, fused, causal, padding, head_dim):
-    compiled = kernel_static.compile_kernel(80, dtype, with_output=fused, causal=causal, key_padding=padding,
-                                            head_dim=head_dim)  # fmt: skip
+    compiled = kernel_static.compile_kernel(
+        80, dtype, with_output=fused, causal=causal, key_padding=padding, head_dim=head_dim
+    )
     assert compiled.asm["cubin"] and kernel_static.resource_usage(compiled)["registers"] > 0

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]  # fmt: skip
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from test_kernels import _inputs, _plain_pytorch_entropy
+from test_kernels import make_inputs, plain_pytorch_entropy
 
 from entropy_lens.kernels import attention_entropy
 
@@ -20,11 +19,12 @@ from entropy_lens.kernels import attention_entropy
 @pytest.mark.parametrize("causal", [True, False])
 def test_interpreter_grid_at_real_sizes_fp32(Hq, Hkv, T, S, mask_kind, causal):
     """The interpreter's grid (tests/triton_interp_cases.py) at thousands of tokens, head_dim 64."""
-    q, k = (x.cuda() for x in _inputs(2, Hq, Hkv, T, S, D=64))
+    q, k = (x.cuda() for x in make_inputs(2, Hq, Hkv, T, S, D=64))
     keep = torch.ones(2, S, dtype=torch.bool, device="cuda")
     keep[0, : S // 3] = False
-    mask = {"none": None, "key_padding": keep,
-            "4d_per_head": torch.rand(2, Hq, T, S, device="cuda") > 0.4}[mask_kind]  # fmt: skip
+    mask = {"none": None, "key_padding": keep, "4d_per_head": torch.rand(2, Hq, T, S, device="cuda") > 0.4}[
+        mask_kind
+    ]
     scale = torch.linspace(0.05, 0.25, Hq, device="cuda")
     got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="triton")
     exact = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked")
@@ -34,7 +34,7 @@ def test_interpreter_grid_at_real_sizes_fp32(Hq, Hkv, T, S, mask_kind, causal):
 @pytest.mark.parametrize("T", [2048, 8192, 16384])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_long_sequences_match_torch_chunked(T, dtype):
-    q, k = (x.cuda() for x in _inputs(1, 32, 4, T, T, D=64, dtype=dtype))
+    q, k = (x.cuda() for x in make_inputs(1, 32, 4, T, T, D=64, dtype=dtype))
     scale = torch.full((32,), 64**-0.5, device="cuda")
     got = attention_entropy(q, k, scale=scale, impl="triton")
     exact = attention_entropy(q, k, scale=scale, impl="torch_chunked")  # fp32 streaming, exact
@@ -44,17 +44,17 @@ def test_long_sequences_match_torch_chunked(T, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_within_twice_plain_pytorch_gpu(dtype):
-    q, k = (x.cuda() for x in _inputs(2, 8, 2, 1024, 1024, D=64, dtype=dtype))
+    q, k = (x.cuda() for x in make_inputs(2, 8, 2, 1024, 1024, D=64, dtype=dtype))
     scale = 64**-0.5
     ref = attention_entropy(q, k, scale=scale, impl="reference")
     got = attention_entropy(q, k, scale=scale, impl="triton")
     kk = k.repeat_interleave(4, dim=1)
-    plain = _plain_pytorch_entropy(q, kk, scale, 1024, 1024)
+    plain = plain_pytorch_entropy(q, kk, scale, 1024, 1024)
     assert (got - ref).abs().max().item() <= 2 * (plain - ref).abs().max().item()
 
 
 def test_key_padding_and_gqa_on_gpu():
-    q, k = (x.cuda() for x in _inputs(2, 32, 4, 4096, 4096, D=64, dtype=torch.bfloat16))
+    q, k = (x.cuda() for x in make_inputs(2, 32, 4, 4096, 4096, D=64, dtype=torch.bfloat16))
     keep = torch.ones(2, 4096, dtype=torch.bool, device="cuda")
     keep[0, :1000] = False
     got = attention_entropy(q, k, scale=0.125, mask=keep, impl="triton")
@@ -67,12 +67,14 @@ def test_key_padding_and_gqa_on_gpu():
 def test_sliding_window_at_real_sizes(window, fused):
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
-    q, k = (x.cuda() for x in _inputs(2, 32, 4, 8192, 8192, D=64))
+    q, k = (x.cuda() for x in make_inputs(2, 32, 4, 8192, 8192, D=64))
     keep = torch.ones(2, 8192, dtype=torch.bool, device="cuda")
     keep[0, :1000] = False
     scale = torch.full((32,), 0.125, device="cuda")
     if fused:
-        _, got = attention_with_entropy_triton(q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window)
+        _, got = attention_with_entropy_triton(
+            q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window
+        )
     else:
         got = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="triton")
     exact = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="torch_chunked")
@@ -91,8 +93,12 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
     model = copy.deepcopy(ref_model).to(torch.bfloat16)
     ids = torch.randint(2, 300, (1, 4096), device="cuda")
     runs = {}
-    for name, m, kw in [("ref", ref_model, {"impl": "torch_chunked"}), ("fused", model, {"fused": "on"}),
-                        ("separate", model, {"fused": "off"}), ("auto", model, {"fused": "auto"})]:  # fmt: skip
+    for name, m, kw in [
+        ("ref", ref_model, {"impl": "torch_chunked"}),
+        ("fused", model, {"fused": "on"}),
+        ("separate", model, {"fused": "off"}),
+        ("auto", model, {"fused": "auto"}),
+    ]:
         with torch.no_grad(), EntropyRecorder(m, **kw) as rec:
             runs[name] = (m(ids).logits.float(), rec)
     assert runs["fused"][1].session.paths == {"fused"} and runs["separate"][1].session.paths == {"separate"}

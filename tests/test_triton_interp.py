@@ -17,7 +17,16 @@ HERE = Path(__file__).parent
 
 def test_triton_kernel_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(HERE / "triton_interp_cases.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-x",
+        str(HERE / "triton_interp_cases.py"),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
@@ -28,7 +37,9 @@ def test_backend_selection(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert resolve_impl("auto", "cpu") == "torch_chunked"
     assert resolve_impl("triton") == "triton"  # name check only (e.g. ScanConfig.check before a CUDA scan)
-    with pytest.raises(EntropyLensError, match="--device cuda, --backend torch_chunked, or set TRITON_INTERPRET"):
+    with pytest.raises(
+        EntropyLensError, match="--device cuda, --backend torch_chunked, or set TRITON_INTERPRET"
+    ):
         resolve_impl("triton", "cpu")
     monkeypatch.setenv("ENTROPY_LENS_BACKEND", "triton")
     with pytest.raises(EntropyLensError, match="CUDA tensors"):

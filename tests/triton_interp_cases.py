@@ -13,7 +13,8 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("needs TRITON_INTERPRET=1 (set before import) or a CUDA device", allow_module_level=True)
 
-from test_kernels import _inputs, _masks, _plain_pytorch_entropy
+from test_capture import MASK_KINDS, recorded_backends
+from test_kernels import hf_mask, make_inputs, mask_kinds, plain_pytorch_entropy
 
 from entropy_lens.kernels import attention_entropy
 from entropy_lens.kernels.reference import causal_visible
@@ -31,12 +32,14 @@ def _run(q, k, **kw):
 
 @pytest.mark.parametrize("B", [1, 2])
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (64, 64), (12, 5)], ids=["square", "T<S", "2blocks", "T>S"])
+@pytest.mark.parametrize(
+    "T,S", [(33, 33), (19, 45), (64, 64), (12, 5)], ids=["square", "T<S", "2blocks", "T>S"]
+)
 @pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
-    q, k = _inputs(B, Hq, Hkv, T, S)
-    mask = _masks(B, Hq, T, S)[mask_kind]
+    q, k = make_inputs(B, Hq, Hkv, T, S)
+    mask = mask_kinds(B, Hq, T, S)[mask_kind]
     scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
     got, ref = _run(q, k, scale=scale, causal=causal, mask=None if mask is None else mask.to(DEVICE))
     assert (got - ref).abs().max().item() <= 1e-5
@@ -46,7 +49,7 @@ def test_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
 @pytest.mark.parametrize("causal", [True, False])
 def test_unmasked_interior_blocks_then_masked_diagonal(T, S, causal):
     """Several key blocks seen whole by every row (run without masks) before the masked ones."""
-    q, k = _inputs(1, 4, 2, T, S)
+    q, k = make_inputs(1, 4, 2, T, S)
     got, ref = _run(q, k, scale=torch.linspace(0.1, 0.5, 4), causal=causal)
     assert (got - ref).abs().max().item() <= 1e-5
 
@@ -57,20 +60,19 @@ def test_unmasked_interior_blocks_then_masked_diagonal(T, S, causal):
 def test_sliding_window_skips_blocks_behind_it(T, S, window, padded):
     """Windows narrower than, equal to and wider than a block (32 here), unmasked blocks between
     the masked far edge and diagonal, as an argument and as transformers' (B, 1, T, S) mask."""
-    q, k = _inputs(2, 2, 1, T, S)  # GQA
+    q, k = make_inputs(2, 2, 1, T, S)  # GQA
     keep = torch.ones(2, S, dtype=torch.bool)
     if padded:
         keep[1, : S // 3] = False
     scale = torch.tensor([0.2, 0.5])
     got, ref = _run(q, k, scale=scale, window=window, mask=keep.to(DEVICE) if padded else None)
     assert (got - ref).abs().max().item() <= 1e-5
-    hf_mask = causal_visible(T, S, window=window)[None, None] & keep[:, None, None, :]
-    from_mask, _ = _run(q, k, scale=scale, mask=hf_mask.to(DEVICE))
+    from_mask, _ = _run(q, k, scale=scale, mask=hf_mask(keep, T, S, window).to(DEVICE))
     assert (from_mask - ref).abs().max().item() <= 1e-5
 
 
 def test_first_key_block_fully_masked_and_fully_padded_rows():
-    q, k = _inputs(2, 4, 2, 40, 90)
+    q, k = make_inputs(2, 4, 2, 40, 90)
     keep = torch.ones(2, 90, dtype=torch.bool)
     keep[0, :70] = False  # rows' first two key blocks (32 wide) see nothing: m = -inf there
     keep[1] = False  # a fully padded sequence: every row 0
@@ -79,13 +81,13 @@ def test_first_key_block_fully_masked_and_fully_padded_rows():
 
 
 def test_peaked_rows_and_head_dim_not_a_power_of_two():
-    q, k = _inputs(1, 2, 1, 50, 50, D=24)
+    q, k = make_inputs(1, 2, 1, 50, 50, D=24)
     got, ref = _run(q, k, scale=torch.tensor([40.0, 0.05]))  # near one-hot vs near uniform
     assert (got - ref).abs().max().item() <= 1e-4
 
 
 def test_strided_inputs():
-    q, k = _inputs(2, 4, 2, 30, 30)
+    q, k = make_inputs(2, 4, 2, 30, 30)
     q_t, k_t = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
     assert not q_t.is_contiguous()  # (B, T, H, D) memory, as a model's projections lay it out
     got, ref = _run(q_t, k_t, scale=0.3)
@@ -94,15 +96,15 @@ def test_strided_inputs():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_within_twice_plain_pytorch(dtype):
-    q, k = _inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
+    q, k = make_inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
     scale = 32**-0.5
     got, ref = _run(q, k, scale=scale)
-    err_plain = (_plain_pytorch_entropy(q, k, scale, 96, 96) - ref).abs().max().item()
+    err_plain = (plain_pytorch_entropy(q, k, scale, 96, 96) - ref).abs().max().item()
     assert err_plain > 0 and (got - ref).abs().max().item() <= 2 * err_plain
 
 
 def test_near_1k_tokens_gqa_bf16():
-    q, k = _inputs(1, 4, 2, 1000, 1000, D=32, dtype=torch.bfloat16)
+    q, k = make_inputs(1, 4, 2, 1000, 1000, D=32, dtype=torch.bfloat16)
     got, ref = _run(q, k, scale=torch.tensor([0.1, 0.2, 0.3, 0.4]))
     assert (got - ref).abs().max().item() <= 1e-3
 
@@ -124,13 +126,18 @@ def _reference_output(q, k, v, scale, causal, keep=None, window=None):
 def test_fused_output_and_entropy_fp32(Hq, Hkv, causal, window):
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
-    q, k = _inputs(2, Hq, Hkv, 45, 45, D=24)
+    q, k = make_inputs(2, Hq, Hkv, 45, 45, D=24)
     v = torch.randn(2, Hkv, 45, 24, generator=torch.Generator().manual_seed(3))
     keep = torch.ones(2, 45, dtype=torch.bool)
     keep[1, :40] = False  # early rows of sequence 1 see no key: output 0, entropy 0
     scale = torch.linspace(0.2, 0.7, Hq)
-    out, ent = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), scale.to(DEVICE), causal,
-                                             keep[:, None, None, :].to(DEVICE), window)  # fmt: skip
+    out, ent = attention_with_entropy_triton(
+        *(x.to(DEVICE) for x in (q, k, v)),
+        scale.to(DEVICE),
+        causal,
+        keep[:, None, None, :].to(DEVICE),
+        window,
+    )
     ref_ent = attention_entropy(q, k, scale=scale, causal=causal, mask=keep, window=window, impl="reference")
     ref_out = _reference_output(q, k, v, scale.view(1, Hq, 1, 1).double(), causal, keep, window)
     assert out.dtype == torch.float32 and (out.cpu().double() - ref_out).abs().max().item() <= 1e-5
@@ -140,14 +147,44 @@ def test_fused_output_and_entropy_fp32(Hq, Hkv, causal, window):
 def test_fused_bf16_output_within_twice_plain_pytorch():
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
-    q, k = _inputs(1, 4, 2, 80, 80, D=32, dtype=torch.bfloat16)
+    q, k = make_inputs(1, 4, 2, 80, 80, D=32, dtype=torch.bfloat16)
     v = torch.randn(1, 2, 80, 32, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     scale = 32**-0.5
-    out, _ = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), torch.full((4,), scale).to(DEVICE))
+    out, _ = attention_with_entropy_triton(
+        *(x.to(DEVICE) for x in (q, k, v)), torch.full((4,), scale).to(DEVICE)
+    )
     ref = _reference_output(q, k, v, scale, True)
-    plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+    plain = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, scale=scale, enable_gqa=True
+    )
     err_plain = (plain.double() - ref).abs().max().item()
     assert out.dtype == torch.bfloat16 and (out.cpu().double() - ref).abs().max().item() <= 2 * err_plain
+
+
+@pytest.mark.parametrize("fused", ["on", "off"])
+def test_the_backend_recorded_is_the_one_that_ran(fused):
+    """The Triton kernel (fused or not) for the masks it takes, torch_chunked for per-query and
+    per-head masks, and the session records which."""
+    triton_kinds = ("none", "key_padding", "causal_padding", "sliding_window")
+    want = {kind: {"triton" if kind in triton_kinds else "torch_chunked"} for kind in MASK_KINDS}
+    assert recorded_backends("triton", fused, DEVICE) == want
+
+
+def test_backend_for_and_the_launcher_agree_on_which_masks_the_kernel_takes():
+    from entropy_lens.kernels import backend_for
+    from entropy_lens.kernels.triton_entropy import entropy_triton
+
+    q, k = (x.to(DEVICE) for x in make_inputs(2, 4, 2, 9, 9))
+    scale = torch.full((4,), 0.3, device=DEVICE)
+    for kind, mask in mask_kinds(2, 4, 9, 9).items():
+        mask4 = None if mask is None else (mask if mask.ndim == 4 else mask[:, None, None, :]).to(DEVICE)
+        backend = backend_for("triton", q, k, mask=mask4)
+        assert backend == ("torch_chunked" if kind == "4d_per_head" else "triton")
+        if backend == "triton":
+            entropy_triton(q, k, scale, True, mask4)
+        else:
+            with pytest.raises(ValueError, match="key padding and sliding-window masks only"):
+                entropy_triton(q, k, scale, True, mask4)
 
 
 # -- the fused pass inside a model (capture/fused.py) -------------------------------------------------
@@ -169,7 +206,9 @@ def test_fused_capture_matches_sdpa_and_reference(padding, scales):
         scales = torch.linspace(0.7, 1.6, 8).view(2, 4)
     ids = torch.randint(2, 300, (2, 40), generator=torch.Generator().manual_seed(5))
     mask = None
-    if padding == "left":  # transformers builds a causal + padding 4-D mask: the kernel takes it as key padding
+    if (
+        padding == "left"
+    ):  # transformers builds a causal + padding 4-D mask: the kernel takes it as key padding
         mask = torch.ones(2, 40, dtype=torch.long)
         mask[1, :11] = 0
         mask = mask.to(DEVICE)
@@ -205,7 +244,9 @@ def test_fused_capture_steps_aside_where_it_does_not_apply():
 
     model = make_tiny_model(n_heads=4, n_kv_heads=2).to(DEVICE)
     ids = torch.randint(2, 300, (1, 24)).to(DEVICE)
-    with EntropyRecorder(model, impl="triton", fused="on") as rec:  # gradients wanted: sdpa computes the output
+    with EntropyRecorder(
+        model, impl="triton", fused="on"
+    ) as rec:  # gradients wanted: sdpa computes the output
         model(ids).logits.sum().backward()
     assert rec.session.paths == {"separate"}
     assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
@@ -216,8 +257,10 @@ def test_fused_capture_steps_aside_where_it_does_not_apply():
 def test_fused_output_is_laid_out_for_o_proj():
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
-    q, k = _inputs(2, 4, 2, 20, 20)
-    out, _ = attention_with_entropy_triton(q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), torch.full((4,), 0.3).to(DEVICE))
+    q, k = make_inputs(2, 4, 2, 20, 20)
+    out, _ = attention_with_entropy_triton(
+        q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), torch.full((4,), 0.3).to(DEVICE)
+    )
     assert out.shape == (2, 4, 20, 16) and out.transpose(1, 2).is_contiguous()  # no copy before o_proj
 
 
@@ -228,10 +271,18 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
     from entropy_lens.results import ScanResult
     from entropy_lens.runs.scan import ScanConfig, scan
 
-    base = {"model": str(tiny_dir), "length": 40, "samples": 2, "data": "austen:northanger", "device": DEVICE,
-            "dtype": "float32"}  # fp32 on a GPU too (its default is bf16)
+    base = {
+        "model": str(tiny_dir),
+        "length": 40,
+        "samples": 2,
+        "data": "austen:northanger",
+        "device": DEVICE,
+        "dtype": "float32",
+    }  # fp32 on a GPU too (its default is bf16)
     got = scan(ScanConfig(**base, backend="triton", fused=fused), out=tmp_path / "t.npz", progress=False)
     want = scan(ScanConfig(**base, backend="torch_chunked"), progress=False)
     meta = ScanResult.load(tmp_path / "t.npz").meta
-    assert meta["backend"] == "triton" and meta["attention_path"] == ("fused" if fused == "on" else "separate")
+    assert meta["backend"] == "triton" and meta["attention_path"] == (
+        "fused" if fused == "on" else "separate"
+    )
     assert np.abs(got.entropy - want.entropy).max() <= 1e-5 and np.abs(got.loss - want.loss).max() <= 1e-4

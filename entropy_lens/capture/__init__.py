@@ -1,4 +1,4 @@
-"""Capture: the `entropy_lens` attention implementation, the recorder, per-position loss."""
+"""Capture: the `entropy_lens` attention function, the recorder and its host sums, per-position loss."""
 
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.loss import forward_hidden, next_token_nll

@@ -13,21 +13,25 @@ For every attention layer the function
   3. when capture is on, computes the entropy of the same post-RoPE q, k with the kernel
      `attention_entropy` at scale λ_h, and hands it to the active recorder. With the triton
      backend steps 2 and 3 may instead be one fused Triton pass (capture/fused.py decides).
-What to do is read from a context variable set by `ScaleSession`/`EntropyRecorder`, so a model
-left with this implementation outside any session behaves exactly like sdpa.
+     The session records which way the layer went (`paths`) and which kernel computed the entropy
+     (`backends`, from `kernels.backend_for`, "triton" for the fused pass), so metadata names what ran.
+What to do is read from a context variable: `activate(session)` sets it for a block (as
+`ScaleSession`/`EntropyRecorder` do), `active_session()` reads it. A model left with this
+implementation outside any session behaves exactly like sdpa.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
 
 from entropy_lens.capture.fused import choose, cuda_seconds, fused_applies
-from entropy_lens.kernels import attention_entropy, resolve_impl
-from entropy_lens.kernels.masks import decompose
+from entropy_lens.kernels import attention_entropy, backend_for
+from entropy_lens.kernels.masks import as_key_padding
 
 ATTN_NAME = "entropy_lens"
 
@@ -45,10 +49,26 @@ class Session:
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
-    mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask object, kernels' form)
+    backends: set[str] = field(default_factory=set)  # the entropy kernels that ran: "triton", ...
+    mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
+
+
+@contextlib.contextmanager
+def activate(session: Session) -> Iterator[Session]:
+    """Make `session` what the attention function follows inside the block (restored after it)."""
+    token = _ACTIVE.set(session)
+    try:
+        yield session
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_session() -> Session | None:
+    """The session set by the innermost `activate` block, or None (the model runs as sdpa)."""
+    return _ACTIVE.get()
 
 
 def register() -> None:
@@ -77,8 +97,9 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         out_scaling = scaling * float(mult)
 
     def separate():
-        return sdpa_attention_forward(module, q_out, key, value, attention_mask, dropout=dropout,
-                                      scaling=out_scaling, **kwargs)  # fmt: skip
+        return sdpa_attention_forward(
+            module, q_out, key, value, attention_mask, dropout=dropout, scaling=out_scaling, **kwargs
+        )
 
     if session is None or session.on_entropy is None:
         return separate()
@@ -89,12 +110,14 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     if mask is not None and mask.shape[2] != 1:
         causal = False  # as in sdpa, a mask that is not key padding (and a window) decides alone
     k_ent, v_ent = key, value
-    if causal and attention_mask is None and 1 < query.shape[2] < key.shape[2]:
-        k_ent, v_ent = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]  # as sdpa: empty static cache
+    T = query.shape[2]
+    if causal and attention_mask is None and 1 < T < key.shape[2]:
+        k_ent, v_ent = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
+    ent_args = {"causal": causal, "mask": mask, "window": window}
+    backend = backend_for(session.impl, query, k_ent, **ent_args)
 
     def entropy():
-        return attention_entropy(query.detach(), k_ent.detach(), scale=lam, causal=causal, mask=mask,
-                                 window=window, impl=session.impl)  # fmt: skip
+        return attention_entropy(query.detach(), k_ent.detach(), scale=lam, impl=backend, **ent_args)
 
     def fused():
         from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
@@ -103,13 +126,14 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         o, ent = attention_with_entropy_triton(query, k_ent, v_ent, scale, causal, mask, window)
         return o.transpose(1, 2).contiguous(), ent
 
-    impl = resolve_impl(session.impl, query.device)
     path = "separate"
-    if session.fused != "off" and fused_applies(impl, query, key, value, mask, dropout, kwargs):
-        shape_key = (str(query.device), query.dtype, *query.shape, *key.shape[1:3], mask is not None, causal, window)
-        path = choose(session.fused, shape_key, {"fused": fused, "separate": lambda: (separate(), entropy())},
-                      timer=cuda_seconds if query.is_cuda else None)  # fmt: skip
+    if session.fused != "off" and fused_applies(backend, query, key, value, mask, dropout, kwargs):
+        shapes = (*query.shape, *key.shape[1:3])
+        shape_key = (str(query.device), query.dtype, *shapes, mask is not None, causal, window)
+        run = {"fused": fused, "separate": lambda: (separate(), entropy())}
+        path = choose(session.fused, shape_key, run, timer=cuda_seconds if query.is_cuda else None)
     session.paths.add(path)
+    session.backends.add("triton" if path == "fused" else backend)
     if path == "fused":
         out, ent = fused()
         out = (out, None)  # what sdpa_attention_forward returns: (B, T, Hq, D) output, no weights
@@ -135,9 +159,8 @@ def _kernel_mask(session: Session, attention_mask, T: int, S: int, causal: bool)
     if mask.dtype != torch.bool:
         mask = mask > torch.finfo(mask.dtype).min / 2
     if mask.ndim == 4:
-        parts = decompose(mask, mask.shape[0], T, S, causal)
-        if parts is not None:
-            keep, window = parts
-            mask = None if keep is None else keep[:, None, None, :]
+        form = as_key_padding(mask, mask.shape[0], T, S, causal)
+        if form is not None:
+            mask, window = form
     session.mask_memo[key] = (attention_mask, (mask, window))  # holds the object: its id cannot be reused
     return mask, window

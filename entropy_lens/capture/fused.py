@@ -9,11 +9,11 @@
 kernel's autotuning) and keeps the faster for the rest of the process, as `@triton.autotune` does
 for block sizes. Timing needs CUDA: elsewhere "auto" means separate.
 
-The fused pass applies only where it computes exactly what sdpa would: the triton backend, no
-gradient wanted, no dropout, a mask that is None or key padding and a sliding window (transformers'
-causal, padding and sliding-window masks qualify, see `kernels.masks.decompose`), and none of the
-extras sdpa would apply (position bias, softcap, attention sinks, paged cache). A `sliding_window`
-argument is ignored, as sdpa ignores it: the mask carries the window.
+The fused pass applies only where it computes exactly what sdpa would: the triton backend for
+these inputs (`kernels.backend_for`), no gradient wanted, no dropout, a mask that is None or key
+padding and a sliding window (transformers' causal, padding and sliding-window masks qualify, see
+`kernels.masks.as_key_padding`), and none of the arguments in `_UNSUPPORTED_KWARGS`. A
+`sliding_window` argument is ignored, as sdpa ignores it: the mask carries the window.
 """
 
 from __future__ import annotations
@@ -24,13 +24,18 @@ from collections.abc import Callable
 import torch
 
 FUSED_MODES = ("auto", "on", "off")
+# Arguments the fused kernel does not implement; with any of them the layer takes the separate path.
+# That path does not support them all either: sdpa applies a position bias and a paged cache to the
+# output, refuses softcap and ignores attention sinks (s_aux, sinks), and the entropy kernel applies
+# none of them.
 _UNSUPPORTED_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache")
 _CHOICES: dict[tuple, str] = {}  # shape key -> "fused" | "separate", measured once per process
 
 
-def fused_applies(impl: str, query, key, value, mask, dropout: float, kwargs: dict) -> bool:
-    """`mask`: None or the kernels' form of the layer's mask (capture.attention._kernel_mask)."""
-    if impl != "triton" or dropout or any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS):
+def fused_applies(backend: str, query, key, value, mask, dropout: float, kwargs: dict) -> bool:
+    """`backend`: what `kernels.backend_for` picks for the layer's entropy; `mask`: None or the
+    kernels' form of the layer's mask (key padding (B, 1, 1, S) where transformers' mask allows)."""
+    if backend != "triton" or dropout or any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS):
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         return False
@@ -38,9 +43,9 @@ def fused_applies(impl: str, query, key, value, mask, dropout: float, kwargs: di
 
 
 def choose(mode: str, shape_key: tuple, run: dict[str, Callable[[], object]], timer=None) -> str:
-    """"fused" or "separate" for `mode`; under "auto" the faster of `run`'s two closures, timed once per
-    `shape_key` by `timer(fn) -> seconds` (`cuda_seconds` for CUDA tensors; None: nothing to time on,
-    separate)."""
+    """ "fused" or "separate" for `mode`; under "auto" the faster of `run`'s two closures, timed once
+    per `shape_key` by `timer(fn) -> seconds` (`cuda_seconds` for CUDA tensors; None: nothing to time
+    on, separate)."""
     if mode == "off":
         return "separate"
     if mode == "on":

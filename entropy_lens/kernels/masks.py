@@ -1,4 +1,11 @@
-"""Mask forms the kernels share (torch only)."""
+"""Mask forms the kernels share (torch only).
+
+`decompose` reads a bool 4-D mask as causal & sliding window & key padding where it is one;
+`as_key_padding` is that form as the Triton kernel takes it (key padding (B, 1, 1, S) and a window).
+The dispatcher (`kernels.backend_for`) runs the Triton kernel only where `as_key_padding` finds the
+form, the capture reduces transformers' masks to it once per forward, and the Triton launcher
+refuses any other mask.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +53,20 @@ def decompose(mask, B: int, T: int, S: int, causal: bool):
             if not torch.equal(rows_of[:, r0:r1], expected):
                 return None
     return (None if bool(keep.all()) else keep.expand(B, S)), window
+
+
+def as_key_padding(mask, B: int, T: int, S: int, causal: bool, window: int | None = None):
+    """(keep, window) with keep (B, 1, 1, S) bool key padding or None (every key kept) and the
+    sliding window, the narrower of `window` and the mask's own; or None when the validated bool
+    4-D `mask` is not causal & window & key padding (see `decompose`). mask None: (None, window)."""
+    if mask is None:
+        return None, window
+    parts = decompose(mask, B, T, S, causal)
+    if parts is None:
+        return None
+    keep, mask_window = parts
+    window = mask_window if window is None else min(window, mask_window or window)
+    return (None if keep is None else keep[:, None, None, :]), window
 
 
 def _farthest_seen(rows_of, offset: int) -> int | None:

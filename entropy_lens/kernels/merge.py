@@ -16,13 +16,24 @@ from __future__ import annotations
 
 import torch
 
+from entropy_lens.kernels.contract import validate, validate_window
 from entropy_lens.kernels.torch_chunked import entropy_from_state, state_torch_chunked
 
 __all__ = ["entropy_from_state", "merge_states", "shard_state"]
 
 
-def shard_state(q, k, scale, *, key_offset: int, total_keys: int, causal: bool = True, mask=None,
-                window: int | None = None, **block_sizes):  # fmt: skip
+def shard_state(
+    q,
+    k,
+    scale,
+    *,
+    key_offset: int,
+    total_keys: int,
+    causal: bool = True,
+    mask=None,
+    window: int | None = None,
+    **block_sizes,
+):
     """State (m, l, u), each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
     (B, Hkv, S_shard, D) holding global keys [key_offset, key_offset + S_shard) of `total_keys`.
 
@@ -31,10 +42,8 @@ def shard_state(q, k, scale, *, key_offset: int, total_keys: int, causal: bool =
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `scale` a
     float or (Hq,) tensor as in `attention_entropy`.
     """
-    from entropy_lens.kernels import _validate, _validate_window
-
-    scale_t, mask4 = _validate(q, k, scale, mask)
-    window = _validate_window(window, causal)
+    scale_t, mask4 = validate(q, k, scale, mask)
+    window = validate_window(window, causal)
     T = q.shape[2]
     offset = total_keys - T - key_offset
     return state_torch_chunked(q, k, scale_t, causal, mask4, window, offset=offset, **block_sizes)

@@ -45,8 +45,9 @@ def entropy_from_state(m, l, u):
 
 
 @torch.no_grad()
-def state_torch_chunked(q, k, scale, causal=True, mask=None, window=None, *, offset=None, block_q=64,
-                        block_k=1024):  # fmt: skip
+def state_torch_chunked(
+    q, k, scale, causal=True, mask=None, window=None, *, offset=None, block_q=64, block_k=1024
+):
     """The streaming state (m, l, u), each (B, Hq, T) float32, of queries q over keys k.
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
@@ -86,7 +87,9 @@ def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
     diagonal = causal and k1 - 1 > q0 + offset  # the diagonal crosses this block
     window_edge = window is not None and k0 <= q1 - 1 + offset - window  # so does the window's far edge
     if diagonal or window_edge:
-        behind = torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
+        behind = (
+            torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
+        )
         valid = behind >= 0
         if window is not None:
             valid &= behind < window

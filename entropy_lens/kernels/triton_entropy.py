@@ -9,7 +9,8 @@ Contract (the same as `entropy_torch_chunked`):
     window None or a sliding window W: query i sees keys j > i + S − T − W as well (causal only)
     mask   None, or a validated bool 4-D mask, True = attend. Key padding, a sliding window or both
            ((B|1, 1, 1, S), or (B|1, 1, T, S) as transformers builds them, see `masks.decompose`) run
-           in the kernel; other masks (per query or per head) are served by the exact torch path.
+           in the kernel; other masks (per query or per head) raise ValueError: `kernels.backend_for`
+           sends them to torch_chunked before any launch, so the backend recorded is the one that ran.
     -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key.
 
 One program handles BLOCK_M query rows of one (batch, head) and streams over key blocks with the
@@ -41,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.masks import decompose
+from entropy_lens.kernels.masks import as_key_padding
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
@@ -57,23 +58,62 @@ FP32_CONFIGS = ((32, 32, 4, 2),)
 WINDOW_DROPS = {False: ((64, 128, 4, 3),), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
 
 
-def autotune_configs(with_output: bool, fp32: bool, window: bool = False) -> tuple[tuple[int, int, int, int], ...]:
+def autotune_configs(
+    with_output: bool, fp32: bool, window: bool = False
+) -> tuple[tuple[int, int, int, int], ...]:
     configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
     return tuple(c for c in configs if c not in WINDOW_DROPS[with_output]) if window else configs
 
 
 def _entropy_kernel(
-    Q, K, V, SCALE, KEEP, OUT, O,
-    sqb, sqh, sqt, sqd,
-    skb, skh, sks, skd,
-    svb, svh, svs, svd,
-    sob, soh, sot, sod,
-    skeep_b, skeep_s,
-    H_Q, T, S, OFFSET, WINDOW, T_BUCKET, S_BUCKET,
-    GROUP: tl.constexpr, BLOCK_D: tl.constexpr, D: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_KEEP: tl.constexpr, CAST_F32: tl.constexpr,
-    IEEE: tl.constexpr, WITH_OUTPUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+    # data: q, k, v, scales (Hq,), key padding (B, S) int8, entropy out, attention output
+    Q,
+    K,
+    V,
+    SCALE,
+    KEEP,
+    OUT,
+    O,
+    # strides of q, k, v, the output, the key padding
+    sqb,
+    sqh,
+    sqt,
+    sqd,
+    skb,
+    skh,
+    sks,
+    skd,
+    svb,
+    svh,
+    svs,
+    svd,
+    sob,
+    soh,
+    sot,
+    sod,
+    skeep_b,
+    skeep_s,
+    # sizes; OFFSET = S − T; the buckets of T and S key the autotuner
+    H_Q,
+    T,
+    S,
+    OFFSET,
+    WINDOW,
+    T_BUCKET,
+    S_BUCKET,
+    # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
+    GROUP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    D: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_KEEP: tl.constexpr,
+    CAST_F32: tl.constexpr,
+    IEEE: tl.constexpr,
+    WITH_OUTPUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H_Q).to(tl.int64)  # 64-bit batch/head/row offsets: B·T·Hq·D passes 2^31 at long T
@@ -81,8 +121,11 @@ def _entropy_kernel(
     kv = h // GROUP
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd,
-                mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)  # fmt: skip
+    q = tl.load(
+        Q + b * sqb + h * sqh + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd,
+        mask=(rows[:, None] < T) & (dims[None, :] < D),
+        other=0.0,
+    )
     if CAST_F32:
         q = q.to(tl.float32)
     qk_scale = tl.load(SCALE + h) * 1.4426950408889634  # λ·log2(e): scores in log2 units, exp2 below
@@ -121,33 +164,145 @@ def _entropy_kernel(
     keep_base = KEEP + b * skeep_b
     if HAS_WINDOW:
         for start in range(k_start, full_start, BLOCK_N):
-            m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
-                                      dims, start, S, OFFSET, WINDOW, qk_scale, True, CAUSAL, HAS_WINDOW, HAS_KEEP,
-                                      CAST_F32, IEEE, WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+            m, l, u, acc = _key_block(
+                q,
+                m,
+                l,
+                u,
+                acc,
+                k_base,
+                v_base,
+                keep_base,
+                sks,
+                skd,
+                svs,
+                svd,
+                skeep_s,
+                rows,
+                dims,
+                start,
+                S,
+                OFFSET,
+                WINDOW,
+                qk_scale,
+                True,
+                CAUSAL,
+                HAS_WINDOW,
+                HAS_KEEP,
+                CAST_F32,
+                IEEE,
+                WITH_OUTPUT,
+                D,
+                BLOCK_N,
+            )
     for start in range(full_start, full_end, BLOCK_N):
-        m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
-                                  dims, start, S, OFFSET, WINDOW, qk_scale, False, CAUSAL, HAS_WINDOW, HAS_KEEP,
-                                  CAST_F32, IEEE, WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+        m, l, u, acc = _key_block(
+            q,
+            m,
+            l,
+            u,
+            acc,
+            k_base,
+            v_base,
+            keep_base,
+            sks,
+            skd,
+            svs,
+            svd,
+            skeep_s,
+            rows,
+            dims,
+            start,
+            S,
+            OFFSET,
+            WINDOW,
+            qk_scale,
+            False,
+            CAUSAL,
+            HAS_WINDOW,
+            HAS_KEEP,
+            CAST_F32,
+            IEEE,
+            WITH_OUTPUT,
+            D,
+            BLOCK_N,
+        )
     for start in range(full_end, k_end, BLOCK_N):
-        m, l, u, acc = _key_block(q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows,
-                                  dims, start, S, OFFSET, WINDOW, qk_scale, True, CAUSAL, HAS_WINDOW, HAS_KEEP,
-                                  CAST_F32, IEEE, WITH_OUTPUT, D, BLOCK_N)  # fmt: skip
+        m, l, u, acc = _key_block(
+            q,
+            m,
+            l,
+            u,
+            acc,
+            k_base,
+            v_base,
+            keep_base,
+            sks,
+            skd,
+            svs,
+            svd,
+            skeep_s,
+            rows,
+            dims,
+            start,
+            S,
+            OFFSET,
+            WINDOW,
+            qk_scale,
+            True,
+            CAUSAL,
+            HAS_WINDOW,
+            HAS_KEEP,
+            CAST_F32,
+            IEEE,
+            WITH_OUTPUT,
+            D,
+            BLOCK_N,
+        )
     ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
     ent = tl.maximum(ent, 0.0)
     tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
     if WITH_OUTPUT:
         o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
-        tl.store(O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod, o.to(O.dtype.element_ty),
-                 mask=(rows[:, None] < T) & (dims[None, :] < D))  # fmt: skip
+        tl.store(
+            O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod,
+            o.to(O.dtype.element_ty),
+            mask=(rows[:, None] < T) & (dims[None, :] < D),
+        )
 
 
 @triton.jit
 def _key_block(
-    q, m, l, u, acc, k_base, v_base, keep_base, sks, skd, svs, svd, skeep_s, rows, dims, start, S, OFFSET, WINDOW,
+    q,
+    m,
+    l,
+    u,
+    acc,
+    k_base,
+    v_base,
+    keep_base,
+    sks,
+    skd,
+    svs,
+    svd,
+    skeep_s,
+    rows,
+    dims,
+    start,
+    S,
+    OFFSET,
+    WINDOW,
     qk_scale,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_KEEP: tl.constexpr,
-    CAST_F32: tl.constexpr, IEEE: tl.constexpr, WITH_OUTPUT: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_KEEP: tl.constexpr,
+    CAST_F32: tl.constexpr,
+    IEEE: tl.constexpr,
+    WITH_OUTPUT: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """One key block's update of the centred state (m, l, u) (log2 units) and, fused, the output."""
     cols = start + tl.arange(0, BLOCK_N)
     kv_mask = dims[None, :] < D  # interior blocks lie below S
@@ -202,16 +357,18 @@ def _kernel(with_output: bool, fp32: bool, window: bool):
         return _JIT, False
     variant = (with_output, fp32, window)
     if variant not in _TUNED:
-        configs = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-                   for bm, bn, w, st in autotune_configs(*variant)]  # fmt: skip
+        configs = [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+            for bm, bn, w, st in autotune_configs(*variant)
+        ]
         _TUNED[variant] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(_JIT)
     return _TUNED[variant], True
 
 
-
 @torch.no_grad()
 def entropy_triton(q, k, scale, causal=True, mask=None, window=None):
-    """See the module docstring. `mask` is a validated bool 4-D mask or None."""
+    """See the module docstring. `mask` is a validated bool 4-D mask or None; ValueError for a mask
+    the kernel cannot serve."""
     return _launch(q, k, None, scale, causal, mask, window)[0]
 
 
@@ -220,12 +377,7 @@ def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None, window
     """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
     entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
     accumulators beside it. `v` is (B, Hkv, S, D). Rows with no attendable key get output 0 and
-    entropy 0. Masks of key padding and a sliding window only (see `masks.decompose`)."""
-    from entropy_lens.errors import EntropyLensError
-
-    if mask is not None and decompose(mask, q.shape[0], q.shape[2], k.shape[2], causal) is None:
-        raise EntropyLensError("the fused Triton kernel takes key-padding and sliding-window masks only; "
-                               "use entropy_triton + sdpa")  # fmt: skip
+    entropy 0. Masks as for `entropy_triton`."""
     entropy, out = _launch(q, k, v.to(q.dtype), scale, causal, mask, window)
     return out, entropy
 
@@ -235,21 +387,22 @@ def _launch(q, k, v, scale, causal, mask, window):
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
         k = k.to(q.dtype)
-    keep = None
-    if mask is not None:
-        parts = decompose(mask, B, T, S, causal)
-        if parts is None:  # per-query / per-head masks: the exact streaming path
-            from entropy_lens.kernels.torch_chunked import entropy_torch_chunked
-
-            return entropy_torch_chunked(q, k, scale, causal, mask, window), None
-        keep, mask_window = parts
-        window = mask_window if window is None else min(window, mask_window or window)
-        keep = None if keep is None else keep.to(torch.int8)
+    form = as_key_padding(mask, B, T, S, causal, window)
+    if form is None:
+        raise ValueError(
+            "the Triton kernel takes key padding and sliding-window masks only, not this "
+            f"{tuple(mask.shape)} mask (it differs per query or per head); run it with "
+            "attention_entropy(impl='torch_chunked'), or let kernels.backend_for pick the backend"
+        )
+    keep, window = form
+    keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
     ent = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
     out_dtype = torch.float32 if INTERPRET else q.dtype
     # (B, T, Hq, D) memory, the layout a model's o_proj reads: the capture's transpose back is free
-    out = torch.empty(B, T, Hq, D, dtype=out_dtype, device=q.device).transpose(1, 2) if v is not None else None
+    out = (
+        torch.empty(B, T, Hq, D, dtype=out_dtype, device=q.device).transpose(1, 2) if v is not None else None
+    )
     if T == 0 or B * Hq == 0:
         return ent, out
     lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
@@ -261,16 +414,31 @@ def _launch(q, k, v, scale, causal, mask, window):
     def grid(meta):
         return (triton.cdiv(T, meta["BLOCK_M"] if block_m is None else block_m), B * Hq)
 
+    no_strides = (0, 0, 0, 0)
+    v_ptr, keep_ptr, out_ptr = (unused if t is None else t for t in (v, keep, out))
+    pointers = (q, k, v_ptr, lam, keep_ptr, ent, out_ptr)
+    strides = (
+        *q.stride(),
+        *k.stride(),
+        *(no_strides if v is None else v.stride()),
+        *(no_strides if out is None else out.stride()),
+        *((0, 0) if keep is None else keep.stride()),
+    )
+    # the last two: the power-of-two buckets of T and S the autotuner is keyed by
+    sizes = (Hq, T, S, S - T, window or 0, triton.next_power_of_2(T), triton.next_power_of_2(S))
     kernel[grid](
-        q, k, v if v is not None else unused, lam, keep if keep is not None else unused, ent,
-        out if out is not None else unused,
-        *q.stride(), *k.stride(), *(v.stride() if v is not None else (0,) * 4),
-        *(out.stride() if out is not None else (0,) * 4),
-        *((keep.stride(0), keep.stride(1)) if keep is not None else (0, 0)),
-        Hq, T, S, S - T, window or 0, triton.next_power_of_2(T), triton.next_power_of_2(S),  # autotune per power of two
-        GROUP=Hq // Hkv, BLOCK_D=max(16, triton.next_power_of_2(D)), D=D,
-        CAUSAL=bool(causal), HAS_WINDOW=window is not None, HAS_KEEP=keep is not None,
-        CAST_F32=INTERPRET or q.dtype == torch.float32, IEEE=q.dtype == torch.float32,
-        WITH_OUTPUT=v is not None, **blocks,
-    )  # fmt: skip
+        *pointers,
+        *strides,
+        *sizes,
+        GROUP=Hq // Hkv,
+        BLOCK_D=max(16, triton.next_power_of_2(D)),
+        D=D,
+        CAUSAL=bool(causal),
+        HAS_WINDOW=window is not None,
+        HAS_KEEP=keep is not None,
+        CAST_F32=INTERPRET or q.dtype == torch.float32,
+        IEEE=q.dtype == torch.float32,
+        WITH_OUTPUT=v is not None,
+        **blocks,
+    )
     return ent, (out.to(q.dtype) if out is not None else None)

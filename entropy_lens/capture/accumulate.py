@@ -1,0 +1,184 @@
+"""`HostSums`: per-layer entropies summed on the host in float64, without stalling the GPU.
+
+    sums = HostSums(n_layers, n_heads)
+    sums.begin_forward(attention_mask)     # a forward starts: its 2-D mask (B, S), or None
+    sums.add(layer, entropy, key_offset)   # each layer: entropy (B, H, T) of queries at offset..
+    total, sq, count = sums.read()         # (layers, heads, n), (layers, heads, n) float64; (n,) int64
+
+The sums live on the host, so the device holds nothing beyond each layer's own entropy (at 128K
+tokens a TinyLlama's float64 sums would take 1.5 GB of GPU memory). A CUDA entropy (and the
+forward's mask) is copied into pinned memory without blocking the host: the copy is queued on the
+tensor's stream behind the kernels that produce it, and a CUDA event after it says when it has
+landed. Layers are summed between forwards, never during one (the host keeps queueing the GPU's
+work): at the next forward's start as far as their copies have landed (oldest first, never
+waiting), and at `read` or `drain_into`, waiting for the rest.
+
+Rows are counted once per forward, per position: with the reports of the first layer that reports
+after `begin_forward` (every layer of a forward sees the same rows). With the forward's 2-D mask,
+padded rows add nothing and rows land at their true positions, cumsum(mask) − 1, so left padding
+shifts rows down; `read` and `drain_into` cut after the last position any row reached.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from entropy_lens.errors import EntropyLensError
+
+
+def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """(t, None) for a host tensor; for a CUDA tensor (a pinned copy being made, the event after it):
+    the copy is queued on t's stream behind the kernels that produce t, and the host does not wait."""
+    if not t.is_cuda:
+        return t, None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(t.device))
+    return host, event
+
+
+class HostSums:
+    """Float64 sums of entropy and its square (layers, heads, n) and rows per position (n,).
+
+    to_host: how a tensor reaches the host, `copy_to_host` by default; anything returning (host
+    tensor, an object with query() -> bool and synchronize(), or None) will do (tests pass fakes).
+    """
+
+    def __init__(self, n_layers: int, n_heads: int, *, to_host: Callable = copy_to_host):
+        self.n_layers, self.n_heads = n_layers, n_heads
+        self._to_host = to_host
+        self._pending = deque()  # (layer, entropy, key_offset, mask, counts rows?, events): not yet summed
+        self._sums = None  # (total, sq (layers, heads, n) float64, count (n,) int64), grown by doubling
+        self._read = None  # numpy copies of _sums, made on the first read after an add
+        self._mask = (None, None)  # the forward's 2-D mask on the host, the event of its copy
+        self._count_layer = None  # the layer whose reports count rows in this forward
+
+    @property
+    def pending(self) -> int:
+        """Layer entropies added but not yet summed (their copies in flight, or their forward running)."""
+        return len(self._pending)
+
+    def begin_forward(self, mask: torch.Tensor | None) -> None:
+        """A forward starts. `mask`: its 2-D attention mask (B, S), True/1 = real token, or None. Sums
+        the earlier forwards' layers as far as their copies have landed."""
+        self._mask = (None, None) if mask is None else self._to_host(mask.detach().bool())
+        self._count_layer = None
+        self._fold(wait=False)
+
+    def release_mask(self) -> None:
+        """Forget the forward's mask (the recorder's exit): nothing of the model is kept alive."""
+        self._mask = (None, None)
+
+    def add(self, layer: int, entropy: torch.Tensor, key_offset: int) -> None:
+        """entropy (B, H, T) for queries at key positions key_offset .. key_offset + T − 1: queued, its
+        copy to the host started; summed later (see the module docstring)."""
+        if self._count_layer is None:
+            self._count_layer = layer
+        host, event = self._to_host(entropy)
+        mask, mask_event = self._mask
+        events = [e for e in (event, mask_event) if e is not None]
+        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events))
+        self._read = None
+
+    def _fold(self, wait: bool, into=None) -> None:
+        """Sum the pending entropies whose copies have landed, oldest first (wait=True: all of them,
+        waiting), into the own sums or `into` = (total, sq (layers, heads, n), count (n,))."""
+        while self._pending:
+            layer, entropy, key_offset, mask, counts, events = self._pending[0]
+            if not all(e.query() for e in events):
+                if not wait:
+                    return
+                for e in events:
+                    e.synchronize()
+            self._pending.popleft()
+            n = key_offset + entropy.shape[-1]
+            if into is None:
+                self._grow(n)
+                total, sq, count = self._sums
+            else:
+                total, sq, count = into
+                _check_room(n, total)
+            _sum_rows(total[layer], sq[layer], count if counts else None, entropy, key_offset, mask)
+
+    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(total, sq (layers, heads, n) float64, count (n,) int64) on the host, waiting for copies in
+        flight; n is 1 + the last position any row reached. Copies, never views of the live sums; the
+        same tuple until the next `add`."""
+        self._fold(wait=True)
+        if self._read is None:
+            if self._sums is None:
+                z = np.zeros((self.n_layers, self.n_heads, 0))
+                self._read = (z, z.copy(), np.zeros(0, dtype=np.int64))
+            else:
+                n = _reached(self._sums[2])
+                self._read = tuple(t[..., :n].numpy().copy() for t in self._sums)
+        return self._read
+
+    def drain_into(self, total: torch.Tensor, sq: torch.Tensor, count: torch.Tensor) -> None:
+        """Add everything into the caller's float64 sums (layers, heads, n) and row count (n,) int64,
+        waiting for copies in flight, and leave these sums empty: a scan's batch goes straight into
+        its running sums, without a read-out copy. EntropyLensError when the caller's n is too short."""
+        if self._sums is not None:  # forwards summed before the last one began
+            own_total, own_sq, own_count = self._sums
+            n = _reached(own_count)
+            _check_room(n, total)
+            total[..., :n] += own_total[..., :n]
+            sq[..., :n] += own_sq[..., :n]
+            count[:n] += own_count[:n]
+        self._fold(wait=True, into=(total, sq, count))
+        self._sums = self._read = None
+
+    def _grow(self, n: int) -> None:
+        if self._sums is None:
+            shape = (self.n_layers, self.n_heads, 0)
+            self._sums = (
+                torch.zeros(shape, dtype=torch.float64),
+                torch.zeros(shape, dtype=torch.float64),
+                torch.zeros(0, dtype=torch.int64),
+            )
+        have = self._sums[0].shape[-1]
+        if n > have:  # doubling: decoding token by token copies O(n) in all; read-outs cut the unused tail
+            pad = max(n, 2 * have) - have
+            self._sums = tuple(torch.nn.functional.pad(t, (0, pad)) for t in self._sums)
+
+
+def _reached(count: torch.Tensor) -> int:
+    """1 + the last position any row reached (count (n,) > 0), 0 when none did."""
+    seen = count.nonzero()
+    return int(seen[-1]) + 1 if len(seen) else 0
+
+
+def _check_room(n: int, total) -> None:
+    if n > total.shape[-1]:
+        raise EntropyLensError(
+            f"drain_into: the sums hold {total.shape[-1]} positions, the recorder saw {n}; "
+            "pass sums at least that long"
+        )
+
+
+def _sum_rows(total, sq, count, entropy, key_offset: int, mask) -> None:
+    """Add one layer's entropy (B, H, T) at key positions key_offset.. into total and sq (H, n) float64
+    and, unless None, its rows into count (n,); with the forward's 2-D mask, padded rows add nothing
+    and rows land at their true positions (cumsum(mask) − 1)."""
+    B, _, T = entropy.shape
+    n = key_offset + T
+    e = entropy.to(torch.float64)
+    if mask is not None and mask.shape[1] == n:
+        keep = mask[:, -T:]
+        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
+        e = e * keep[:, None, :]
+        for b in range(B):  # positions within a row are distinct: deterministic index_add_
+            total.index_add_(1, pos[b], e[b])
+            sq.index_add_(1, pos[b], e[b] * e[b])
+            if count is not None:
+                count.index_add_(0, pos[b], keep[b].long())
+    else:
+        total[:, key_offset:n] += e.sum(0)
+        sq[:, key_offset:n] += (e * e).sum(0)
+        if count is not None:
+            count[key_offset:n] += B

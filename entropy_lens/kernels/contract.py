@@ -1,0 +1,57 @@
+"""The kernels' input contract, checked once: `validate` and `validate_window` turn the public
+arguments of `attention_entropy` / `shard_state` into the normalised form every backend takes
+(a (Hq,) float32 scale, a bool 4-D mask or None, an int window or None), with errors that say
+which argument to fix. See `entropy_lens.kernels` for the contract itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def validate(q, k, scale, mask) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(scale (Hq,) float32 on q's device, mask as bool (B|1, Hq|1, T|1, S) on q's device or None)
+    for q (B, Hq, T, D), k (B, Hkv, S, D); ValueError naming the argument that breaks the contract."""
+    if q.ndim != 4 or k.ndim != 4:
+        raise ValueError(f"q and k must be 4-D (B, H, T, D); got {tuple(q.shape)} and {tuple(k.shape)}")
+    B, Hq, T, D = q.shape
+    if k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim")
+    Hkv, S = k.shape[1], k.shape[2]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key heads ({Hkv})")
+    if isinstance(scale, torch.Tensor):
+        scale_t = scale.detach().to(device=q.device, dtype=torch.float32).reshape(-1)
+        if scale_t.numel() == 1:
+            scale_t = scale_t.expand(Hq)
+        if scale_t.numel() != Hq:
+            raise ValueError(f"scale must be a float or a ({Hq},) tensor; got shape {tuple(scale.shape)}")
+    else:
+        scale_t = torch.full((Hq,), float(scale), device=q.device)
+    if mask is None:
+        return scale_t, None
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be bool (True = attend); got {mask.dtype}")
+    if mask.ndim == 2:
+        mask = mask[:, None, None, :]
+    ok = (
+        mask.ndim == 4
+        and mask.shape[0] in (1, B)
+        and mask.shape[1] in (1, Hq)
+        and mask.shape[2] in (1, T)
+        and mask.shape[3] == S
+    )
+    if not ok:
+        raise ValueError(f"mask shape {tuple(mask.shape)} is not (B, S) or broadcastable to {(B, Hq, T, S)}")
+    return scale_t, mask.to(q.device)
+
+
+def validate_window(window, causal: bool) -> int | None:
+    """The sliding window as an int >= 1, or None; ValueError for anything else or a non-causal window."""
+    if window is None:
+        return None
+    if isinstance(window, bool) or int(window) != window or window < 1:
+        raise ValueError(f"window must be None or a positive number of keys; got {window!r}")
+    if not causal:
+        raise ValueError("a sliding window applies to causal attention; pass causal=True or window=None")
+    return int(window)
