@@ -21,13 +21,14 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/entropy-lens scan tiny-nope --len 512 --data austen:persuasion --samples 64 --out results/demo.npz --force
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scan_cpu.py
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check entropy_lens tests benchmarks
 	$(BIN)/ruff check entropy_lens tests benchmarks
 
 clean:

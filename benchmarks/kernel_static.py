@@ -50,7 +50,7 @@ def compile_kernel(
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from entropy_lens.kernels.triton_entropy import _JIT as fn
+    from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
 
     pointers = {"Q": dtype, "K": dtype, "V": dtype, "SCALE": "fp32", "KEEP": "i8", "OUT": "fp32", "O": dtype}
     const = {

@@ -231,8 +231,8 @@ def test_selection_is_deterministic_for_a_seed(tok, three_docs):
 
 def test_stream_is_tokenised_once_and_refreshed_when_the_text_changes(tok, three_docs, monkeypatch):
     calls = []
-    pack = chunks_module._tokenize_and_pack
-    monkeypatch.setattr(chunks_module, "_tokenize_and_pack", lambda *a: calls.append(1) or pack(*a))
+    pack = chunks_module.tokenize_and_pack
+    monkeypatch.setattr(chunks_module, "tokenize_and_pack", lambda *a: calls.append(1) or pack(*a))
     first = token_chunks(tok, str(three_docs), length=8, samples=2)
     token_chunks(make_tokenizer(), str(three_docs), length=16, samples=3, seed=5)  # an equal tokenizer
     assert len(calls) == 1
@@ -249,7 +249,7 @@ def test_general_tokenizer_path_gives_the_same_ids(tok, three_docs):
     clear_cache()
     other = make_tokenizer()
     other.backend_tokenizer.enable_truncation(8)  # left-over state: the fast path must not be used
-    assert chunks_module._plain_backend(other) is None
+    assert chunks_module.plain_backend(other) is None
     slow = token_chunks(other, str(three_docs), length=16, samples=10)
     np.testing.assert_array_equal(fast.ids, slow.ids)
 

@@ -13,6 +13,7 @@ from tiny import make_tiny_dir
 
 from entropy_lens.cli import main
 from entropy_lens.data import token_chunks
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.scan import ScanConfig, partial_path, scan

@@ -72,7 +72,7 @@ class EntropyRecorder(ScaleSession):
 
     def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto"):
         super().__init__(model, scales=scales, impl=impl, fused=fused)
-        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        cfg = model.config.get_text_config()
         self.n_layers = cfg.num_hidden_layers
         self.n_heads = cfg.num_attention_heads
         self._sums = HostSums(self.n_layers, self.n_heads)

@@ -139,7 +139,7 @@ def _packed(tokenizer, data: str) -> tuple[np.ndarray, str, int, int | None]:
     key = (_tokenizer_key(tokenizer), _text_digest(documents))
     stream = _CACHE.get(key)
     if stream is None:
-        stream = _tokenize_and_pack(tokenizer, documents, separator)
+        stream = tokenize_and_pack(tokenizer, documents, separator)
         _CACHE[key] = stream
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -147,8 +147,8 @@ def _packed(tokenizer, data: str) -> tuple[np.ndarray, str, int, int | None]:
     return stream, label, len(documents), separator
 
 
-def _tokenize_and_pack(tokenizer, documents: list[str], separator: int | None) -> np.ndarray:
-    backend = _plain_backend(tokenizer)
+def tokenize_and_pack(tokenizer, documents: list[str], separator: int | None) -> np.ndarray:
+    backend = plain_backend(tokenizer)
     encoded: list[list[int]] = []
     for start in range(0, len(documents), _BATCH_DOCS):
         batch = documents[start : start + _BATCH_DOCS]
@@ -175,7 +175,7 @@ def _tokenize_and_pack(tokenizer, documents: list[str], separator: int | None) -
     return stream
 
 
-def _plain_backend(tokenizer):
+def plain_backend(tokenizer):
     """The Rust tokenizer behind `tokenizer`, when calling it directly gives exactly the ids of
     `tokenizer(text, add_special_tokens=False)`: a stock `TokenizersBackend` (no subclass
     override of the encoding path) with no truncation or padding left set on the backend.

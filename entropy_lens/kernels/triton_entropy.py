@@ -347,21 +347,23 @@ def _key_block(
     return m_new, l, u, acc
 
 
-_JIT = triton.jit(_entropy_kernel)
+ENTROPY_KERNEL = triton.jit(_entropy_kernel)
 _TUNED: dict[tuple[bool, bool, bool], object] = {}
 
 
 def _kernel(with_output: bool, fp32: bool, window: bool):
     """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
     if INTERPRET or not torch.cuda.is_available():
-        return _JIT, False
+        return ENTROPY_KERNEL, False
     variant = (with_output, fp32, window)
     if variant not in _TUNED:
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
             for bm, bn, w, st in autotune_configs(*variant)
         ]
-        _TUNED[variant] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(_JIT)
+        _TUNED[variant] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(
+            ENTROPY_KERNEL
+        )
     return _TUNED[variant], True
 
 

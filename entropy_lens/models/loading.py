@@ -290,7 +290,7 @@ def config_hash(config: Any) -> str:
 
 def _shapes(config: Any) -> tuple[int, int, int, int]:
     """(n_layers, n_heads, n_kv_heads, head_dim) from the (text) config, with the usual defaults."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = config.get_text_config()
     n_heads = int(text.num_attention_heads)
     n_kv_heads = int(getattr(text, "num_key_value_heads", None) or n_heads)
     head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // n_heads)

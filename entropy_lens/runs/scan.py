@@ -145,7 +145,7 @@ class Run:
     multipliers: float | np.ndarray | None  # what the capture applies; None = the model as trained
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
-    impl: str  # the entropy backend
+    impl: str  # the entropy backend asked for ("auto" resolved); sums.backends says what ran
 
     @classmethod
     def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
@@ -223,7 +223,7 @@ class Run:
             "batch_size": c.batch_size,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
-            "backend": self.impl,
+            "backend": "+".join(sorted(sums.backends)) or "none",  # the entropy kernels that ran
             "attention_path": "+".join(sorted(sums.paths)) or "separate",  # fused / separate / both
             "world_size": self.world.size,
             "entropy_units": "nats",

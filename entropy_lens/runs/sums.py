@@ -4,6 +4,7 @@
     sums.add(capture, nll)                         # one batch: the capture's entropies and the (B, T) loss
     sums.save(path, identity, wall_s) / sums.restore(path, identity)     # the --resume checkpoint
     sums.all_reduce(world)                         # under torchrun: the sums of all ranks
+    sums.paths, sums.backends                      # what computed the layers: recorded in the meta
     sums.result(meta, reduction) -> ScanResult     # means over samples
 
 Sums are updated in place: at 16K tokens a TinyLlama's entropy sums are 2 × 92 MB, and fresh arrays
@@ -43,7 +44,8 @@ class ScanSums:
             "samples": np.array(0),
         }
         self.prior_wall_s = 0.0
-        self.paths: set[str] = set()  # how the layers computed their output this run (not checkpointed)
+        self.paths: set[str] = set()  # how the layers computed their output: "separate" / "fused"
+        self.backends: set[str] = set()  # the entropy kernels that ran (none for a loss-only scan)
 
     @property
     def samples(self) -> int:
@@ -63,6 +65,7 @@ class ScanSums:
             s["loss_sq"] += (loss**2).sum(0)
             s["samples"] = np.array(int(s["samples"]) + loss.shape[0])
             self.paths |= capture.session.paths
+            self.backends |= capture.session.backends
 
     def all_reduce(self, world: World) -> None:
         """Every rank ends with the sums of all ranks (a no-op in one process)."""
@@ -73,6 +76,7 @@ class ScanSums:
             path,
             identity=np.array(json.dumps(identity, sort_keys=True)),
             wall_s=np.array(self.prior_wall_s + wall_s),
+            ran=np.array(json.dumps({"paths": sorted(self.paths), "backends": sorted(self.backends)})),
             **self.s,
         )
 
@@ -85,6 +89,9 @@ class ScanSums:
                 )
             self.s = {k: z[k] for k in self.s}
             self.prior_wall_s = float(z["wall_s"])
+            ran = json.loads(str(z["ran"])) if "ran" in z.files else {}
+            self.paths |= set(ran.get("paths", ()))
+            self.backends |= set(ran.get("backends", ()))
 
     def result(self, meta: dict, reduction: str) -> ScanResult:
         """Means over samples; `mean_heads` then averages entropy (and its mean square) over each

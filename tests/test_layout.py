@@ -1,0 +1,80 @@
+"""The package's layering, read off its import statements (README, Layout): each package imports only
+the packages below it, and no module imports another module's private names."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parent.parent / "entropy_lens"
+BASE = {"errors", "version"}  # entropy_lens.errors and `from entropy_lens import __version__`
+# What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
+# side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results).
+ALLOWED = {
+    "cli": {"runs", "models", "analysis", "results"},
+    "runs": {"models", "data", "capture", "kernels", "results", "analysis", "figures", "progress"},
+    "models": set(),
+    "data": set(),
+    "capture": {"kernels"},
+    "kernels": set(),
+    "results": set(),
+    "analysis": {"results"},
+    "plotting": {"analysis", "results"},
+    "figures": {"plotting", "analysis", "results"},
+    "progress": set(),
+    "errors": set(),
+    "__main__": {"cli"},
+}
+
+
+def _imports(path: Path):
+    """(imported top-level package of entropy_lens, imported names) for every entropy_lens import."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "entropy_lens":
+            parts = node.module.split(".")
+            names = [a.name for a in node.names]
+            if len(parts) == 1:  # from entropy_lens import x
+                for name in names:
+                    yield ("version" if name == "__version__" else name), [name]
+            else:
+                yield parts[1], names
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "entropy_lens" and len(parts) > 1:
+                    yield parts[1], []
+
+
+def _package(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if _package(p) != "__init__")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_run_one_way(path):
+    own = _package(path)
+    assert own in ALLOWED, f"{own} is a new top-level package: add it to README's layout and to ALLOWED"
+    for target, _ in _imports(path):
+        assert target == own or target in BASE | ALLOWED[own], f"{own} imports {target}"
+
+
+TESTS = sorted(Path(__file__).parent.glob("*.py"))
+
+
+@pytest.mark.parametrize(
+    "path", MODULES + TESTS, ids=lambda p: p.name if p in TESTS else str(p.relative_to(PACKAGE))
+)
+def test_no_private_name_crosses_a_module(path):
+    """Modules meet through public names; so do the tests (they test the public seams)."""
+    for _, names in _imports(path):
+        private = [n for n in names if n.startswith("_") and n != "__version__"]
+        assert not private, f"{path.name} imports private {private}"
+
+
+def test_the_check_sees_imports():
+    """The parser finds what it must (else the two tests above would pass on anything)."""
+    found = dict(_imports(PACKAGE / "runs" / "scan.py"))
+    assert {"capture", "models", "results", "runs"} <= set(found)
