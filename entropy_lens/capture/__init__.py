@@ -1,7 +1,16 @@
 """Capture: the `entropy_lens` attention function, the recorder and its host sums, per-position loss."""
 
 from entropy_lens.capture.attention import ATTN_NAME, register
-from entropy_lens.capture.loss import forward_hidden, next_token_nll
-from entropy_lens.capture.recorder import EntropyRecorder, ScaleSession
+from entropy_lens.capture.loss import check_logits, forward_hidden, next_token_nll
+from entropy_lens.capture.recorder import EntropyRecorder, ScaleSession, check_supported
 
-__all__ = ["ATTN_NAME", "EntropyRecorder", "ScaleSession", "forward_hidden", "next_token_nll", "register"]
+__all__ = [
+    "ATTN_NAME",
+    "EntropyRecorder",
+    "ScaleSession",
+    "check_logits",
+    "check_supported",
+    "forward_hidden",
+    "next_token_nll",
+    "register",
+]

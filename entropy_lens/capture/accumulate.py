@@ -57,17 +57,24 @@ class HostSums:
         self._read = None  # numpy copies of _sums, made on the first read after an add
         self._mask = (None, None)  # the forward's 2-D mask on the host, the event of its copy
         self._count_layer = None  # the layer whose reports count rows in this forward
+        self._forward_layers: list[int] = []  # the layers that reported since begin_forward
 
     @property
     def pending(self) -> int:
         """Layer entropies added but not yet summed (their copies in flight, or their forward running)."""
         return len(self._pending)
 
+    @property
+    def forward_layers(self) -> tuple[int, ...]:
+        """The layers that reported since the last `begin_forward`, in order."""
+        return tuple(self._forward_layers)
+
     def begin_forward(self, mask: torch.Tensor | None) -> None:
         """A forward starts. `mask`: its 2-D attention mask (B, S), True/1 = real token, or None. Sums
         the earlier forwards' layers as far as their copies have landed."""
         self._mask = (None, None) if mask is None else self._to_host(mask.detach().bool())
         self._count_layer = None
+        self._forward_layers = []
         self._fold(wait=False)
 
     def release_mask(self) -> None:
@@ -79,6 +86,7 @@ class HostSums:
         copy to the host started; summed later (see the module docstring)."""
         if self._count_layer is None:
             self._count_layer = layer
+        self._forward_layers.append(layer)
         host, event = self._to_host(entropy)
         mask, mask_event = self._mask
         events = [e for e in (event, mask_event) if e is not None]

@@ -30,10 +30,27 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.capture.fused import choose, cuda_seconds, fused_applies
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, backend_for
 from entropy_lens.kernels.masks import as_key_padding
 
 ATTN_NAME = "entropy_lens"
+# Keyword arguments models pass to their attention function that change nothing here: positions and
+# cache flags (RoPE is applied before the call, the mask carries causality, padding and a sliding
+# window: sdpa ignores `sliding_window` for the same reason) and unrelated MoE flags. Any other
+# argument with a value is refused (`check_kwargs`): an extra dropped on the floor would change the
+# output and the entropy without a word.
+IGNORED_KWARGS = frozenset(
+    (
+        "position_ids",
+        "use_cache",
+        "cache_position",
+        "sliding_window",
+        "output_attentions",
+        "is_causal",
+        "output_router_logits",
+    )
+)
 
 
 @dataclass
@@ -80,10 +97,23 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
 
 
+def check_kwargs(module, kwargs: dict) -> None:
+    """Refuse an attention argument this implementation would not apply (see IGNORED_KWARGS)."""
+    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in IGNORED_KWARGS)
+    if unknown:
+        raise EntropyLensError(
+            f"{type(module).__name__} passes {', '.join(unknown)} to its attention function, which "
+            "entropy_lens does not implement: its output and entropy would silently differ from the "
+            "model's, so the capture refuses. Please report the architecture (README: Supported "
+            "architectures)"
+        )
+
+
 def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    check_kwargs(module, kwargs)
     if scaling is None:
         scaling = module.scaling
     session = _ACTIVE.get()

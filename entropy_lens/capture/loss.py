@@ -2,25 +2,43 @@
 
 NLL in nats of token t+1 given tokens <= t, from the final hidden states, `chunk` positions at a
 time: at 16K tokens a 32K vocabulary is 2 GB of fp32 logits at once, a 1024-position chunk 128 MB.
+The logits are the model's own: its output embedding, then the transforms causal LMs apply after it
+(Cohere's `logit_scale`, Granite's `logits_scaling`, Gemma's `final_logit_softcapping`).
+`check_logits` holds that to the model's forward on a short prefix, so a model with a transform not
+listed here is refused instead of given a wrong loss.
 """
 
 from __future__ import annotations
 
 import torch
 
+from entropy_lens.errors import EntropyLensError
+
+
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """hidden (B, T, hidden) final states -> (B, T, V) float32 logits, as the model's forward makes them."""
+    logits = model.get_output_embeddings()(hidden).float()
+    config = model.config.get_text_config()
+    scale = getattr(model, "logit_scale", None)  # Cohere: a float on the LM head's model
+    if isinstance(scale, (int, float)) and scale != 1:
+        logits = logits * scale
+    divisor = getattr(config, "logits_scaling", None)  # Granite
+    if divisor and divisor != 1:
+        logits = logits / divisor
+    softcap = getattr(config, "final_logit_softcapping", None)  # Gemma 2/3
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
+
 
 @torch.no_grad()
 def next_token_nll(model, hidden: torch.Tensor, targets: torch.Tensor, *, chunk: int = 1024) -> torch.Tensor:
     """hidden (B, T, hidden) final (normed) states, targets (B, T) ids of the NEXT token
     -> (B, T) float32 NLL in nats. Targets < 0 (ignored) give NaN."""
-    head = model.get_output_embeddings()
-    softcap = getattr(model.config, "final_logit_softcapping", None)
     B, T = targets.shape
     out = torch.empty(B, T, dtype=torch.float32, device=hidden.device)
     for t0 in range(0, T, chunk):
-        logits = head(hidden[:, t0 : t0 + chunk]).float()  # (B, c, V)
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
+        logits = head_logits(model, hidden[:, t0 : t0 + chunk])  # (B, c, V)
         tgt = targets[:, t0 : t0 + chunk]
         lse = torch.logsumexp(logits, dim=-1)
         picked = logits.gather(-1, tgt.clamp_min(0).unsqueeze(-1)).squeeze(-1)
@@ -33,3 +51,19 @@ def forward_hidden(model, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
     """Final hidden states (B, T, hidden) from the model's decoder, without computing logits."""
     out = model.get_decoder()(input_ids=input_ids, use_cache=False, **kwargs)
     return out.last_hidden_state
+
+
+@torch.no_grad()
+def check_logits(model, input_ids: torch.Tensor) -> None:
+    """The chunked loss's logits equal the model's forward on `input_ids` (B, t), a short prefix;
+    else EntropyLensError (the model transforms its logits in a way `head_logits` does not)."""
+    theirs = model(input_ids=input_ids, use_cache=False).logits.float()
+    ours = head_logits(model, forward_hidden(model, input_ids))
+    tol = 1e-3 * max(1.0, float(theirs.abs().max()))
+    if not torch.allclose(ours, theirs, atol=tol, rtol=0):
+        raise EntropyLensError(
+            f"{type(model).__name__} turns its hidden states into logits in a way entropy_lens does not "
+            f"reproduce (max difference {float((ours - theirs).abs().max()):.3g} on a short prefix), so the "
+            "per-position loss would be wrong; please report the architecture (README: Supported "
+            "architectures)"
+        )

@@ -62,8 +62,11 @@ class ScaleSession:
 
     def _install(self, stack: contextlib.ExitStack) -> None:
         register()
+        check_supported(self.model)
         stack.callback(self.model.set_attn_implementation, self.model.config._attn_implementation)
         self.model.set_attn_implementation(ATTN_NAME)
+        if self.model.config._attn_implementation != ATTN_NAME:
+            _refuse(self.model)
         stack.enter_context(activate(self.session))
 
 
@@ -79,9 +82,14 @@ class EntropyRecorder(ScaleSession):
         self.session.on_entropy = self._sums.add
 
     def _install(self, stack: contextlib.ExitStack) -> None:
-        hook = self.model.register_forward_pre_hook(self._begin_forward, with_kwargs=True)
+        # The decoder: every forward passes through it, the model's own and a direct decoder call
+        # (runs/ computes the loss from its hidden states).
+        decoder = self.model.get_decoder()
+        begin = decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True)
+        end = decoder.register_forward_hook(self._end_forward)
         stack.callback(self._release)
-        stack.callback(hook.remove)
+        stack.callback(begin.remove)
+        stack.callback(end.remove)
         super()._install(stack)
 
     def _begin_forward(self, module, args, kwargs):
@@ -89,6 +97,19 @@ class EntropyRecorder(ScaleSession):
         is_2d = isinstance(mask, torch.Tensor) and mask.ndim == 2
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
         self._sums.begin_forward(mask if is_2d else None)
+
+    def _end_forward(self, module, args, output):
+        """Every layer reported once: a layer that computes attention outside transformers' attention
+        interface (or no softmax attention at all) would leave a hole in the sums, never a number."""
+        got = sorted(self._sums.forward_layers)
+        if got != list(range(self.n_layers)):
+            missing = sorted(set(range(self.n_layers)) - set(got))
+            raise EntropyLensError(
+                f"{type(self.model).__name__}: layers {_ranges(missing) or '(none)'} of {self.n_layers} "
+                f"reported no attention entropy in this forward (reported: {_ranges(got) or 'none'}). "
+                "Their attention does not run through transformers' attention interface (or is not "
+                "softmax attention), so entropy_lens cannot measure it; see README, Supported architectures"
+            )
 
     def _release(self) -> None:
         self._sums.release_mask()
@@ -125,6 +146,35 @@ class EntropyRecorder(ScaleSession):
         _, sq, count = self._sums.read()
         with np.errstate(invalid="ignore", divide="ignore"):
             return sq / count
+
+
+def check_supported(model) -> None:
+    """EntropyLensError, before anything runs, for a model whose attention cannot be switched to
+    entropy_lens's (asked first: else transformers logs a warning and leaves the model unchanged)."""
+    can_switch = getattr(model, "_can_set_attn_implementation", lambda: True)
+    if not can_switch():
+        _refuse(model)
+
+
+def _refuse(model) -> None:
+    """Models with attention classes of their own (Falcon, Bloom, MPT, ...) cannot switch to the
+    entropy_lens attention: transformers only logs that, and they would run unmeasured."""
+    raise EntropyLensError(
+        f"{type(model).__name__} computes attention in its own code, not through transformers' "
+        f"attention interface (its implementation stays {model.config._attn_implementation!r}), so "
+        "entropy_lens can neither scale nor measure it; see README, Supported architectures"
+    )
+
+
+def _ranges(layers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def _as_multipliers(model, scales):

@@ -23,7 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
+from entropy_lens.capture import (
+    EntropyRecorder,
+    ScaleSession,
+    check_logits,
+    check_supported,
+    forward_hidden,
+    next_token_nll,
+)
 from entropy_lens.capture.fused import FUSED_MODES
 from entropy_lens.data import Chunks, check_length, token_chunks
 from entropy_lens.errors import EntropyLensError
@@ -167,6 +174,7 @@ class Run:
             rope_scaling=config.rope_scaling,
             trust_remote_code=config.trust_remote_code,
         )
+        check_supported(lm.model)
         multipliers, scale_source = _multipliers(config, lm)
         chunks = token_chunks(
             lm.tokenizer, config.data, length=config.length, samples=config.samples, seed=config.seed
@@ -177,6 +185,7 @@ class Run:
                 f"--data holds token id {int(chunks.ids.max())} but the model's vocabulary has "
                 f"{vocab}; tokenise with this model's tokenizer"
             )
+        check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
         impl = resolve_impl(config.backend, device)
         return cls(config, w, device, dtype, lm, multipliers, scale_source, chunks, impl)
 

@@ -95,10 +95,22 @@ class ScanSums:
 
     def result(self, meta: dict, reduction: str) -> ScanResult:
         """Means over samples; `mean_heads` then averages entropy (and its mean square) over each
-        layer's heads, `not_captured` stores them with zero heads."""
+        layer's heads, `not_captured` stores them with zero heads. A position no sample reached, or a
+        NaN/inf mean, is an error: a results file never holds them where a number is expected."""
         s, n = self.s, self.s["count"]
+        if not n.all():
+            raise EntropyLensError(
+                f"no sample reached {int((n == 0).sum())} of {n.size} positions (the first: "
+                f"{int(np.argmin(n > 0))}): the capture saw no rows there; nothing was written"
+            )
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = {k: (s[k] / n).astype(np.float32) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+        broken = [k for k, v in mean.items() if not np.isfinite(v).all()]
+        if broken:
+            raise EntropyLensError(
+                f"the scan's {' and '.join(broken)} hold NaN or inf (the model overflowed, e.g. in "
+                "float16/bfloat16); nothing was written: rerun with --dtype float32"
+            )
         for k in ("entropy", "entropy_sq"):
             if reduction == "mean_heads":
                 mean[k] = mean[k].mean(axis=1, keepdims=True)
