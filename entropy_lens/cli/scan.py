@@ -7,6 +7,7 @@ import argparse
 from entropy_lens.models.bundled import BUNDLED_MODELS
 
 SCAN_EXAMPLES = """examples:
+  entropy-lens scan AntNLP/TinyLlama-NoPE-1.1B --nope --len 16384 --device cuda   # Hub id, via the HF cache
   entropy-lens scan tiny-nope --len 512 --data austen:persuasion --samples 64
   entropy-lens scan path/to/TinyLlama-NoPE-1.1B --nope --len 16384 --samples 8 --device cuda --scale 1.2
   entropy-lens scan path/to/TinyLlama-NoPE-HeadScale8k --len 8192 --device cuda   # reads scale_param
@@ -66,7 +67,9 @@ def add_parsers(sub) -> None:
 def _add_scan_args(p) -> None:
     names = ", ".join(BUNDLED_MODELS)
     p.add_argument(
-        "model", metavar="CKPT", help=f"Hugging Face folder, .gguf file, or bundled name ({names})"
+        "model",
+        metavar="CKPT",
+        help=f"Hugging Face folder or Hub id (org/name), .gguf file, or bundled name ({names})",
     )
     p.add_argument(
         "--len", dest="length", type=int, required=True, help="tokens per sequence (model input length)"
@@ -109,6 +112,7 @@ def _add_scan_args(p) -> None:
         "--train-len", type=int, help="the model's training length (default: what its config declares)"
     )
     p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
+    p.add_argument("--revision", help="branch, tag or commit of a Hub id (org/name); default main")
 
 
 def _add_mode_args(p, what: str) -> None:

@@ -4,8 +4,9 @@
 facts the rest of the package records (config hash, NoPE, head scales, train length, shapes).
 
 Design choices:
-- Local files only. Every transformers call gets `local_files_only=True`; a name that is not
-  bundled and not on disk is an error, never a hub download.
+- transformers reads local files only (`local_files_only=True` on every call). A Hub id (org/name)
+  is first resolved to a snapshot folder through huggingface_hub's cache (`models/hub.py`, which
+  honours HF_HUB_OFFLINE); any other name that is not bundled and not on disk is an error.
 - Our checks come before transformers', so a bad input gets a one-line `EntropyLensError` that says
   what to do: corrupt safetensors headers are opened with `safe_open` first, the config is checked
   to be a decoder-only LM before any weights are read, and missing weights (which transformers would
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models.bundled import BUNDLED_MODELS, BundledModel
 from entropy_lens.models.gguf import ensure_gguf_cache
+from entropy_lens.models.hub import hub_snapshot, looks_like_hub_id
 from entropy_lens.models.nope import apply_nope, rotary_modules
 from entropy_lens.models.scales import SCALE_SUFFIX, read_checkpoint_head_scales
 
@@ -110,16 +112,23 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(name)
 
 
-def _resolve_ckpt(ckpt: str) -> Path:
-    """Bundled name -> its .gguf; else an existing .gguf file or a folder with config.json."""
+def _resolve_ckpt(ckpt: str, revision: str | None = None) -> Path:
+    """Bundled name -> its .gguf; a Hub id (org/name) -> its snapshot in huggingface_hub's cache;
+    else an existing .gguf file or a folder with config.json."""
+    if looks_like_hub_id(ckpt):
+        return hub_snapshot(ckpt, revision=revision)
+    if revision is not None:
+        raise EntropyLensError(
+            f"--revision applies to Hugging Face Hub ids (org/name), not to {ckpt!r}; drop --revision"
+        )
     if ckpt in BUNDLED_MODELS:
         return BUNDLED_MODELS[ckpt].path()
     path = Path(ckpt).expanduser()
     names = ", ".join(BUNDLED_MODELS)
     if not path.exists():
         raise EntropyLensError(
-            f"model {ckpt!r} not found: not a bundled name ({names}) and no such file or folder; "
-            "pass a Hugging Face folder, a .gguf file or a bundled name"
+            f"model {ckpt!r} not found: not a bundled name ({names}), no such file or folder, and not a "
+            "Hub id (org/name); pass a Hugging Face folder or Hub id, a .gguf file or a bundled name"
         )
     path = path.resolve()
     if path.is_file() and path.suffix.lower() == ".gguf":
@@ -297,9 +306,11 @@ def _shapes(config: Any) -> tuple[int, int, int, int]:
     return int(text.num_hidden_layers), n_heads, n_kv_heads, head_dim
 
 
-def declared_train_len(ckpt: str, *, trust_remote_code: bool = False) -> int | None:
+def declared_train_len(
+    ckpt: str, *, revision: str | None = None, trust_remote_code: bool = False
+) -> int | None:
     """The training length `ckpt`'s config.json declares (`train_len`), without loading weights."""
-    source = _resolve_ckpt(str(ckpt))
+    source = _resolve_ckpt(str(ckpt), revision)
     folder = ensure_gguf_cache(source) if source.is_file() else source
     value = getattr(_load_config(folder, trust_remote_code), "train_len", None)
     return None if value is None else int(value)
@@ -312,16 +323,17 @@ def load_model(
     device: str | torch.device = "cpu",
     nope: bool | None = None,
     rope_scaling: str | None = None,
+    revision: str | None = None,
     trust_remote_code: bool = False,
 ) -> LoadedModel:
-    """Load `ckpt` (bundled name, .gguf file or HF folder) for analysis; see the module docstring.
+    """Load `ckpt` (bundled name, Hub id, .gguf file or HF folder) for analysis; see the module docstring.
 
     nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it.
     rope_scaling: "TYPE:FACTOR" (dynamic, linear or yarn; e.g. "dynamic:2", the paper's RoPE-NTK)
         sets the config's rope_parameters before the weights load, relative to max_position_embeddings.
     """
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
-    source = _resolve_ckpt(str(ckpt))
+    source = _resolve_ckpt(str(ckpt), revision)
     folder = ensure_gguf_cache(source) if source.is_file() else source
     _check_weights(folder)
     config = _load_config(folder, trust_remote_code)

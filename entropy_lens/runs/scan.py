@@ -51,6 +51,7 @@ from entropy_lens.runs.sums import ScanSums
 
 __all__ = ["ENTROPY_REDUCTIONS", "Run", "ScanConfig", "default_out", "partial_path", "scan"]
 
+ADDED_FIELDS = ("revision",)  # ScanConfig fields newer than results schema 1
 # --entropy value -> meta `entropy_reduction` and the heads axis of the stored entropy arrays.
 ENTROPY_REDUCTIONS = {"heads": "per_head", "mean": "mean_heads", "none": "not_captured"}
 
@@ -75,10 +76,17 @@ class ScanConfig:
     fused: str = "auto"  # triton backend: output + entropy in one pass (on/off/auto = the faster, timed)
     train_len: int | None = None  # overrides the checkpoint's declared training length
     trust_remote_code: bool = False
+    revision: str | None = None  # a Hub id's branch, tag or commit (default: main)
     entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields; those added after the first release appear only when set, so the results and
+        caches written before them still match the same scan."""
+        d = asdict(self)
+        for name in ADDED_FIELDS:
+            if d[name] is None:
+                del d[name]
+        return d
 
     def check(self) -> None:
         check_length(self.length)
@@ -172,6 +180,7 @@ class Run:
             device=device,
             nope=config.nope,
             rope_scaling=config.rope_scaling,
+            revision=config.revision,
             trust_remote_code=config.trust_remote_code,
         )
         check_supported(lm.model)

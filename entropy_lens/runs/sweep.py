@@ -65,7 +65,7 @@ def sweep(
     if config.scale is not None or config.head_scales is not None:
         raise EntropyLensError("a sweep sets the scale itself; drop --scale / --head-scales")
     config.check()
-    base = dataclasses.asdict(dataclasses.replace(config, scale=None))
+    base = dataclasses.replace(config, scale=None).to_dict()
     if out_dir.exists() and any(out_dir.iterdir()):
         if force:
             _clear(out_dir)
