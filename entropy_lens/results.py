@@ -7,6 +7,9 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     loss        float32 (len,)                mean NLL of token i+1 given tokens <= i, nats
     loss_sq     float32 (len,)                mean of squared NLL
     count       int64   (len,)                samples averaged at each position
+    sink_mass   float32 (layers, heads, len)  only for models with attention sinks (gpt-oss): mean over
+                                              samples of the probability the softmax gives the sink
+                                              (the entropy counts the sink as one more outcome)
     meta        0-d str                       JSON object, keys below
 
 meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
@@ -69,6 +72,7 @@ class ScanResult:
     loss_sq: np.ndarray  # (len,)
     count: np.ndarray  # (len,)
     meta: dict = field(default_factory=dict)
+    sink_mass: np.ndarray | None = None  # (layers, heads, len) mean sink probability; models with sinks
 
     @property
     def n_layers(self) -> int:
@@ -94,6 +98,8 @@ class ScanResult:
 
     def save(self, path: str | Path) -> Path:
         arrays = {name: getattr(self, name) for name in ARRAYS}
+        if self.sink_mass is not None:
+            arrays["sink_mass"] = self.sink_mass
         return atomic_savez(path, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
 
     @classmethod
@@ -118,7 +124,7 @@ class ScanResult:
                 f"{path} has schema_version {version}, this entropy-lens reads {SCHEMA_VERSION}; "
                 "rerun the scan with this version"
             )
-        result = cls(**{k: data[k] for k in ARRAYS}, meta=meta)
+        result = cls(**{k: data[k] for k in ARRAYS}, meta=meta, sink_mass=data.get("sink_mass"))
         result.validate(source=str(path))
         return result
 

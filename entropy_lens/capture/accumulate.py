@@ -4,6 +4,10 @@
     sums.begin_forward(attention_mask)     # a forward starts: its 2-D mask (B, S), or None
     sums.add(layer, entropy, key_offset)   # each layer: entropy (B, H, T) of queries at offset..
     total, sq, count = sums.read()         # (layers, heads, n), (layers, heads, n) float64; (n,) int64
+    sums.read_sink_mass()                  # (layers, heads, n) float64 sum of sink mass, or None
+
+Models with attention sinks (gpt-oss) also report each row's sink mass (`add(..., sink_mass=)`),
+summed beside the entropy; models without report none, and `read_sink_mass()` is None.
 
 The sums live on the host, so the device holds nothing beyond each layer's own entropy (at 128K
 tokens a TinyLlama's float64 sums would take 1.5 GB of GPU memory). A CUDA entropy (and the
@@ -52,8 +56,10 @@ class HostSums:
     def __init__(self, n_layers: int, n_heads: int, *, to_host: Callable = copy_to_host):
         self.n_layers, self.n_heads = n_layers, n_heads
         self._to_host = to_host
-        self._pending = deque()  # (layer, entropy, key_offset, mask, counts rows?, events): not yet summed
-        self._sums = None  # (total, sq (layers, heads, n) float64, count (n,) int64), grown by doubling
+        self._pending = deque()  # (layer, entropy, sink mass | None, key_offset, mask, counts rows?, events)
+        # (total, sq, sink (layers, heads, n) float64, count (n,) int64), grown by doubling
+        self._sums = None
+        self.has_sinks = False  # whether any layer reported a sink mass
         self._read = None  # numpy copies of _sums, made on the first read after an add
         self._mask = (None, None)  # the forward's 2-D mask on the host, the event of its copy
         self._count_layer = None  # the layer whose reports count rows in this forward
@@ -81,23 +87,26 @@ class HostSums:
         """Forget the forward's mask (the recorder's exit): nothing of the model is kept alive."""
         self._mask = (None, None)
 
-    def add(self, layer: int, entropy: torch.Tensor, key_offset: int) -> None:
-        """entropy (B, H, T) for queries at key positions key_offset .. key_offset + T − 1: queued, its
-        copy to the host started; summed later (see the module docstring)."""
+    def add(self, layer: int, entropy: torch.Tensor, key_offset: int, sink_mass: torch.Tensor | None = None):
+        """entropy (B, H, T) for queries at key positions key_offset .. key_offset + T − 1 (and, for a
+        model with sinks, the rows' sink mass, same shape): queued, its copy to the host started; summed
+        later (see the module docstring)."""
         if self._count_layer is None:
             self._count_layer = layer
         self._forward_layers.append(layer)
         host, event = self._to_host(entropy)
+        sink, sink_event = (None, None) if sink_mass is None else self._to_host(sink_mass)
+        self.has_sinks |= sink_mass is not None
         mask, mask_event = self._mask
-        events = [e for e in (event, mask_event) if e is not None]
-        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events))
+        events = [e for e in (event, sink_event, mask_event) if e is not None]
+        self._pending.append((layer, host, sink, key_offset, mask, layer == self._count_layer, events))
         self._read = None
 
     def _fold(self, wait: bool, into=None) -> None:
         """Sum the pending entropies whose copies have landed, oldest first (wait=True: all of them,
         waiting), into the own sums or `into` = (total, sq (layers, heads, n), count (n,))."""
         while self._pending:
-            layer, entropy, key_offset, mask, counts, events = self._pending[0]
+            layer, entropy, sink, key_offset, mask, counts, events = self._pending[0]
             if not all(e.query() for e in events):
                 if not wait:
                     return
@@ -107,11 +116,17 @@ class HostSums:
             n = key_offset + entropy.shape[-1]
             if into is None:
                 self._grow(n)
-                total, sq, count = self._sums
+                total, sq, sink_sum, count = self._sums
             else:
-                total, sq, count = into
+                total, sq, sink_sum, count = into
                 _check_room(n, total)
-            _sum_rows(total[layer], sq[layer], count if counts else None, entropy, key_offset, mask)
+            e = entropy.to(torch.float64)
+            parts = [(total[layer], e), (sq[layer], e * e)]
+            if sink is not None:
+                if sink_sum is None:
+                    raise EntropyLensError("drain_into: this model reports sink mass; pass a sink_mass sum")
+                parts.append((sink_sum[layer], sink.to(torch.float64)))
+            _sum_rows(parts, count if counts else None, key_offset, mask)
 
     def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(total, sq (layers, heads, n) float64, count (n,) int64) on the host, waiting for copies in
@@ -121,30 +136,48 @@ class HostSums:
         if self._read is None:
             if self._sums is None:
                 z = np.zeros((self.n_layers, self.n_heads, 0))
-                self._read = (z, z.copy(), np.zeros(0, dtype=np.int64))
+                self._read = (z, z.copy(), z.copy(), np.zeros(0, dtype=np.int64))
             else:
-                n = _reached(self._sums[2])
+                n = _reached(self._sums[3])
                 self._read = tuple(t[..., :n].numpy().copy() for t in self._sums)
-        return self._read
+        total, sq, _, count = self._read
+        return total, sq, count
 
-    def drain_into(self, total: torch.Tensor, sq: torch.Tensor, count: torch.Tensor) -> None:
+    def read_sink_mass(self) -> np.ndarray | None:
+        """(layers, heads, n) float64 sum of the rows' sink mass (divide by the count for the mean), or
+        None for a model without sinks."""
+        self.read()
+        return self._read[2] if self.has_sinks else None
+
+    def drain_into(
+        self,
+        total: torch.Tensor,
+        sq: torch.Tensor,
+        count: torch.Tensor,
+        sink_mass: torch.Tensor | None = None,
+    ) -> None:
         """Add everything into the caller's float64 sums (layers, heads, n) and row count (n,) int64,
         waiting for copies in flight, and leave these sums empty: a scan's batch goes straight into
         its running sums, without a read-out copy. EntropyLensError when the caller's n is too short."""
         if self._sums is not None:  # forwards summed before the last one began
-            own_total, own_sq, own_count = self._sums
+            own_total, own_sq, own_sink, own_count = self._sums
             n = _reached(own_count)
             _check_room(n, total)
             total[..., :n] += own_total[..., :n]
             sq[..., :n] += own_sq[..., :n]
+            if self.has_sinks:
+                if sink_mass is None:
+                    raise EntropyLensError("drain_into: this model reports sink mass; pass a sink_mass sum")
+                sink_mass[..., :n] += own_sink[..., :n]
             count[:n] += own_count[:n]
-        self._fold(wait=True, into=(total, sq, count))
+        self._fold(wait=True, into=(total, sq, sink_mass, count))
         self._sums = self._read = None
 
     def _grow(self, n: int) -> None:
         if self._sums is None:
             shape = (self.n_layers, self.n_heads, 0)
             self._sums = (
+                torch.zeros(shape, dtype=torch.float64),
                 torch.zeros(shape, dtype=torch.float64),
                 torch.zeros(shape, dtype=torch.float64),
                 torch.zeros(0, dtype=torch.int64),
@@ -169,24 +202,22 @@ def _check_room(n: int, total) -> None:
         )
 
 
-def _sum_rows(total, sq, count, entropy, key_offset: int, mask) -> None:
-    """Add one layer's entropy (B, H, T) at key positions key_offset.. into total and sq (H, n) float64
-    and, unless None, its rows into count (n,); with the forward's 2-D mask, padded rows add nothing
+def _sum_rows(parts, count, key_offset: int, mask) -> None:
+    """Add each (sum (H, n) float64, values (B, H, T) float64) of `parts` at key positions key_offset..
+    and, unless None, the rows into count (n,); with the forward's 2-D mask, padded rows add nothing
     and rows land at their true positions (cumsum(mask) − 1)."""
-    B, _, T = entropy.shape
+    B, _, T = parts[0][1].shape
     n = key_offset + T
-    e = entropy.to(torch.float64)
     if mask is not None and mask.shape[1] == n:
         keep = mask[:, -T:]
         pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
-        e = e * keep[:, None, :]
         for b in range(B):  # positions within a row are distinct: deterministic index_add_
-            total.index_add_(1, pos[b], e[b])
-            sq.index_add_(1, pos[b], e[b] * e[b])
+            for total, values in parts:
+                total.index_add_(1, pos[b], values[b] * keep[b])
             if count is not None:
                 count.index_add_(0, pos[b], keep[b].long())
     else:
-        total[:, key_offset:n] += e.sum(0)
-        sq[:, key_offset:n] += (e * e).sum(0)
+        for total, values in parts:
+            total[:, key_offset:n] += values.sum(0)
         if count is not None:
             count[key_offset:n] += B

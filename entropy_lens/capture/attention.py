@@ -58,11 +58,12 @@ class Session:
     """What the attention function does while a recorder/scale context is active.
 
     multipliers: None (model as trained), a float (uniform), or a (layers, Hq) tensor.
-    on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T).
+    on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T, sink_mass),
+                 sink_mass (B, Hq, T) fp32 for a model with attention sinks, else None.
     """
 
     multipliers: float | torch.Tensor | None = None
-    on_entropy: Callable[[int, torch.Tensor, int], None] | None = None
+    on_entropy: Callable[[int, torch.Tensor, int, torch.Tensor | None], None] | None = None
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used

@@ -115,11 +115,17 @@ class EntropyRecorder(ScaleSession):
         self._sums.release_mask()
         self.session.mask_memo.clear()
 
-    def drain_into(self, total: torch.Tensor, sq: torch.Tensor, count: torch.Tensor) -> None:
+    def drain_into(self, total: torch.Tensor, sq: torch.Tensor, count: torch.Tensor, sink_mass=None) -> None:
         """Add everything recorded into the caller's float64 sums (layers, heads, n) and row count (n,)
-        int64, waiting for copies in flight, and leave the recorder empty: a scan's batch goes
-        straight into the scan's running sums, without the recorder's own arrays or a read-out copy."""
-        self._sums.drain_into(total, sq, count)
+        int64 (and the sink mass into `sink_mass`, for a model with sinks), waiting for copies in
+        flight, and leave the recorder empty: a scan's batch goes straight into the scan's running
+        sums, without the recorder's own arrays or a read-out copy."""
+        self._sums.drain_into(total, sq, count, sink_mass)
+
+    @property
+    def has_sinks(self) -> bool:
+        """Whether the model's attention has sinks (gpt-oss): then `sink_mass` is recorded too."""
+        return self._sums.has_sinks
 
     # -- results --------------------------------------------------------------------------------
     @property
@@ -139,6 +145,15 @@ class EntropyRecorder(ScaleSession):
         total, _, count = self._sums.read()
         with np.errstate(invalid="ignore", divide="ignore"):
             return total / count
+
+    @property
+    def sink_mass(self) -> np.ndarray | None:
+        """(layers, heads, positions) mean probability of the attention sink; None without sinks."""
+        total = self._sums.read_sink_mass()
+        if total is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total / self._sums.read()[2]
 
     @property
     def entropy_sq(self) -> np.ndarray:

@@ -2,6 +2,7 @@
 
     sums = ScanSums(layers, heads, length)         # entropy=False: a loss-only scan
     sums.add(capture, nll)                         # one batch: the capture's entropies and the (B, T) loss
+                                                   # (and sink mass, for a model with attention sinks)
     sums.save(path, identity, wall_s) / sums.restore(path, identity)     # the --resume checkpoint
     sums.all_reduce(world)                         # under torchrun: the sums of all ranks
     sums.paths, sums.backends                      # what computed the layers: recorded in the meta
@@ -58,7 +59,10 @@ class ScanSums:
         s = self.s
         with interrupts_deferred():
             if self.entropy:
-                capture.drain_into(*(torch.from_numpy(s[k]) for k in ("entropy", "entropy_sq", "count")))
+                if capture.has_sinks and "sink_mass" not in s:  # a model with attention sinks: one more sum
+                    s["sink_mass"] = np.zeros_like(s["entropy"])
+                keys = ("entropy", "entropy_sq", "count", "sink_mass")
+                capture.drain_into(*(torch.from_numpy(s[k]) if k in s else None for k in keys))
             else:
                 s["count"] += loss.shape[0]
             s["loss"] += loss.sum(0)
@@ -87,7 +91,7 @@ class ScanSums:
                     f"{path} belongs to a different scan (other flags, model or data); "
                     "delete it or rerun with the same flags to resume"
                 )
-            self.s = {k: z[k] for k in self.s}
+            self.s = {k: z[k] for k in (*self.s, "sink_mass") if k in z.files}
             self.prior_wall_s = float(z["wall_s"])
             ran = json.loads(str(z["ran"])) if "ran" in z.files else {}
             self.paths |= set(ran.get("paths", ()))
@@ -104,14 +108,17 @@ class ScanSums:
                 f"{int(np.argmin(n > 0))}): the capture saw no rows there; nothing was written"
             )
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = {k: (s[k] / n).astype(np.float32) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+            keys = ("entropy", "entropy_sq", "loss", "loss_sq", "sink_mass")
+            mean = {k: (s[k] / n).astype(np.float32) for k in keys if k in s}
         broken = [k for k, v in mean.items() if not np.isfinite(v).all()]
         if broken:
             raise EntropyLensError(
                 f"the scan's {' and '.join(broken)} hold NaN or inf (the model overflowed, e.g. in "
                 "float16/bfloat16); nothing was written: rerun with --dtype float32"
             )
-        for k in ("entropy", "entropy_sq"):
+        for k in ("entropy", "entropy_sq", "sink_mass"):
+            if k not in mean:
+                continue
             if reduction == "mean_heads":
                 mean[k] = mean[k].mean(axis=1, keepdims=True)
             elif reduction == "not_captured":
