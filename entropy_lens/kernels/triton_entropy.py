@@ -23,9 +23,10 @@ programs stop at the last key block their rows can see (~T²/2 work) and, with a
 the first one (~T·W work); key blocks that all rows see whole run without any masking, only the
 diagonal, the window's far edge, the sequence end and key padding are masked. The first block of a
 row may be fully masked (m = −inf): every −inf·0 is avoided with `where`.
-Softcap (HAS_SOFTCAP): c·tanh(λ q·k / c) in log2 units is (c·log2 e)·tanh(q·k · λ/c); tanh is
-written with exp2 (sign(x)(1 − e^(−2|x|))/(1 + e^(−2|x|)), absolute error ~1e-7, i.e. ~c·1e-7 in a
-score) because the interpreter has no libdevice tanh, so the code tested on CPU is the code compiled.
+Softcap (HAS_SOFTCAP): c·tanh(λ q·k / c) in log2 units is (c·log2 e)·tanh(x), x = q·k · λ/c; tanh is
+written with exp2, tanh x = 1 − 2/(1 + e^(2x)) (absolute error ~1e-7, i.e. ~c·1e-7 in a score),
+because the interpreter has no libdevice tanh, so the code tested on CPU is the code compiled, and
+because it needs fewer registers than sign/abs forms (the fused sm_80 configs sit at 255).
 Sinks (HAS_SINKS): the state starts from the sink, m = σ_h·log2 e, l = 1, u = 0 (torch_chunked.py);
 p_sink = 2^(m_σ − m)/l is stored per row.
 
@@ -64,13 +65,16 @@ FUSED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3
 FP32_CONFIGS = ((32, 32, 4, 2),)
 # the sliding-window variants hold two more loop bounds: these configs put 16 B on the stack there (sm_90)
 WINDOW_DROPS = {False: ((64, 128, 4, 3),), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
+# so does the softcap's tanh in the fused variant (sm_80, which sits at 255 registers there without it)
+SOFTCAP_DROPS = {False: (), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
 
 
 def autotune_configs(
-    with_output: bool, fp32: bool, window: bool = False
+    with_output: bool, fp32: bool, window: bool = False, softcap: bool = False
 ) -> tuple[tuple[int, int, int, int], ...]:
     configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
-    return tuple(c for c in configs if c not in WINDOW_DROPS[with_output]) if window else configs
+    drops = (WINDOW_DROPS[with_output] if window else ()) + (SOFTCAP_DROPS[with_output] if softcap else ())
+    return tuple(c for c in configs if c not in drops)
 
 
 def _entropy_kernel(
@@ -143,8 +147,8 @@ def _entropy_kernel(
     )
     if CAST_F32:
         q = q.to(tl.float32)
-    if HAS_SOFTCAP:  # c·tanh(λ q·k / c) in log2 units: cap·tanh(q·k · qk_scale)
-        qk_scale = tl.load(SCALE + h) / SOFTCAP
+    if HAS_SOFTCAP:  # c·tanh(x), x = λ q·k / c, in log2 units: cap·(1 − 2/(1 + 2^(q·k · qk_scale)))
+        qk_scale = tl.load(SCALE + h) * (2.8853900817779268 / SOFTCAP)  # 2^(that) = e^(2x)
         cap = SOFTCAP * 1.4426950408889634
     else:
         qk_scale = tl.load(SCALE + h) * 1.4426950408889634  # λ·log2(e): scores in log2 units, exp2 below
@@ -351,7 +355,7 @@ def _key_block(
     else:
         s = tl.dot(q, tl.trans(k))
     if HAS_SOFTCAP:
-        s = _tanh(s * qk_scale) * cap
+        s = cap - (2.0 * cap) / (1.0 + tl.exp2(s * qk_scale))  # cap·tanh: ±cap where e^(2x) is inf or 0
     else:
         s = s * qk_scale
     if MASKED:
@@ -385,24 +389,15 @@ def _key_block(
     return m_new, l, u, acc
 
 
-@triton.jit
-def _tanh(x):
-    """tanh(x) = sign(x)(1 − e^(−2|x|))/(1 + e^(−2|x|)) with exp2: no overflow, and the interpreter
-    has no libdevice tanh."""
-    t = tl.exp2(-2.8853900817779268 * tl.abs(x))  # e^(−2|x|): 2·log2(e)
-    r = (1.0 - t) / (1.0 + t)
-    return tl.where(x < 0, -r, r)
-
-
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
-_TUNED: dict[tuple[bool, bool, bool], object] = {}
+_TUNED: dict[tuple[bool, bool, bool, bool], object] = {}
 
 
-def _kernel(with_output: bool, fp32: bool, window: bool):
+def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool):
     """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
     if INTERPRET or not torch.cuda.is_available():
         return ENTROPY_KERNEL, False
-    variant = (with_output, fp32, window)
+    variant = (with_output, fp32, window, softcap)
     if variant not in _TUNED:
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
@@ -463,7 +458,9 @@ def _launch(q, k, v, scale, causal, mask, window, softcap=None, sinks=None):
         return ent, out, sink_mass
     lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = ent  # pointer arguments of a disabled feature
-    kernel, autotuned = _kernel(v is not None, q.dtype == torch.float32, window is not None)
+    kernel, autotuned = _kernel(
+        v is not None, q.dtype == torch.float32, window is not None, softcap is not None
+    )
     blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
 
