@@ -44,6 +44,8 @@ def compile_kernel(
     num_stages: int = 2,
     head_dim: int = 64,
     group: int = 8,
+    softcap: bool = False,
+    sinks: bool = False,
 ):
     """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm."""
     import triton
@@ -52,7 +54,18 @@ def compile_kernel(
 
     from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
 
-    pointers = {"Q": dtype, "K": dtype, "V": dtype, "SCALE": "fp32", "KEEP": "i8", "OUT": "fp32", "O": dtype}
+    pointers = {
+        "Q": dtype,
+        "K": dtype,
+        "V": dtype,
+        "SCALE": "fp32",
+        "KEEP": "i8",
+        "OUT": "fp32",
+        "O": dtype,
+        "SINKS": "fp32",
+        "SINK_MASS": "fp32",
+    }
+    scalars = {"SOFTCAP": "fp32"}  # every other scalar argument is an i32
     const = {
         "GROUP": group,
         "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
@@ -63,11 +76,17 @@ def compile_kernel(
         "CAST_F32": dtype == "fp32",
         "IEEE": dtype == "fp32",
         "WITH_OUTPUT": with_output,
+        "HAS_SOFTCAP": softcap,
+        "HAS_SINKS": sinks,
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
     signature = {
-        name: "constexpr" if name in const else "*" + pointers[name] if name in pointers else "i32"
+        name: "constexpr"
+        if name in const
+        else "*" + pointers[name]
+        if name in pointers
+        else scalars.get(name, "i32")
         for name in fn.arg_names
     }
     constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}

@@ -60,3 +60,41 @@ def test_other_variants_compile_for_a100(dtype, fused, causal, padding, head_dim
         80, dtype, with_output=fused, causal=causal, key_padding=padding, head_dim=head_dim
     )
     assert compiled.asm["cubin"] and kernel_static.resource_usage(compiled)["registers"] > 0
+
+
+EXTRAS_VARIANTS = [
+    (arch, dtype, fused, window, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for config in autotune_configs(fused, dtype == "fp32", window, softcap=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,config",
+    EXTRAS_VARIANTS,
+    ids=[
+        "-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), *c)))
+        for a, d, f, w, c in EXTRAS_VARIANTS
+    ],
+)
+def test_softcap_and_sinks_compile_without_spills(arch, dtype, fused, window, config):
+    """Gemma2's softcap (the exp2 tanh) and gpt-oss's sinks together, on every config the autotuner may
+    pick for that variant."""
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_kernel(
+        arch,
+        dtype,
+        with_output=fused,
+        window=window,
+        softcap=True,
+        sinks=True,
+        block_m=bm,
+        block_n=bn,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use

@@ -15,6 +15,7 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
 
 from test_capture import MASK_KINDS, recorded_backends
 from test_kernels import hf_mask, make_inputs, mask_kinds, plain_pytorch_entropy
+from test_kernels_extras import EXTRAS, make_sinks, make_values, plain_pytorch_extras, reference_output
 
 from entropy_lens.kernels import attention_entropy
 from entropy_lens.kernels.reference import causal_visible
@@ -107,6 +108,96 @@ def test_near_1k_tokens_gqa_bf16():
     q, k = make_inputs(1, 4, 2, 1000, 1000, D=32, dtype=torch.bfloat16)
     got, ref = _run(q, k, scale=torch.tensor([0.1, 0.2, 0.3, 0.4]))
     assert (got - ref).abs().max().item() <= 1e-3
+
+
+@pytest.mark.parametrize("extras", list(EXTRAS))
+@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding"])
+@pytest.mark.parametrize(
+    "causal,window", [(True, None), (False, None), (True, 5)], ids=["causal", "full", "win"]
+)
+def test_softcap_and_sinks_match_reference_fp32(extras, T, S, mask_kind, causal, window):
+    """Entropy and sink mass with Gemma2's softcap, gpt-oss's sinks or both (GQA, per-head scales)."""
+    softcap, with_sinks = EXTRAS[extras]
+    q, k = make_inputs(2, 4, 2, T, S)
+    mask = mask_kinds(2, 4, T, S)[mask_kind]
+    sinks = make_sinks(4) if with_sinks else None
+    kw = {"scale": torch.linspace(0.1, 0.6, 4), "causal": causal, "window": window, "softcap": softcap}
+    got_h, got_p = attention_entropy(
+        *(x.to(DEVICE) for x in (q, k)),
+        mask=None if mask is None else mask.to(DEVICE),
+        sinks=None if sinks is None else sinks.to(DEVICE),
+        return_sink_mass=True,
+        impl="triton",
+        **kw,
+    )
+    ref_h, ref_p = attention_entropy(
+        q, k, mask=mask, sinks=sinks, return_sink_mass=True, impl="reference", **kw
+    )
+    assert (got_h.cpu() - ref_h).abs().max().item() <= 1e-5
+    assert (got_p.cpu() - ref_p).abs().max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("extras", list(EXTRAS))
+def test_softcap_and_sinks_bf16_within_twice_plain_pytorch(extras):
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    softcap, with_sinks = EXTRAS[extras]
+    q, k = make_inputs(2, 4, 2, 96, 96, D=32, dtype=torch.bfloat16)
+    v = make_values(2, 2, 96, Dv=32, dtype=torch.bfloat16)
+    sinks = make_sinks(4).to(torch.bfloat16) if with_sinks else None
+    scale = 32**-0.5 * 3
+    kw = {"scale": scale, "softcap": softcap, "sinks": sinks}
+    ref = attention_entropy(q, k, impl="reference", **kw)
+    ref_out = reference_output(q, k, v, **kw)
+    plain_h, plain_out = plain_pytorch_extras(q, k, v, scale, softcap, sinks)
+    got, _ = _run(q, k, **kw)
+    out, h = attention_with_entropy_triton(
+        *(x.to(DEVICE) for x in (q, k, v)),
+        torch.full((4,), scale, device=DEVICE),
+        softcap=softcap,
+        sinks=None if sinks is None else sinks.to(DEVICE),
+    )
+    err_plain = (plain_h - ref).abs().max().item()
+    assert 0 < err_plain and (got - ref).abs().max().item() <= 2 * err_plain
+    assert (h.cpu() - ref).abs().max().item() <= 2 * err_plain
+    err_out = (out.cpu().transpose(1, 2).double() - ref_out).abs().max().item()
+    assert out.dtype == torch.bfloat16 and err_out <= 2 * (plain_out.double() - ref_out).abs().max().item()
+
+
+@pytest.mark.parametrize("extras", list(EXTRAS))
+@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7)])
+def test_fused_output_with_softcap_and_sinks_fp32(extras, causal, window):
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    softcap, with_sinks = EXTRAS[extras]
+    q, k = make_inputs(2, 6, 2, 45, 45, D=24)
+    v = make_values(2, 2, 45, Dv=24)
+    keep = torch.ones(2, 45, dtype=torch.bool)
+    keep[1, :40] = False  # early rows of sequence 1 see no key: output 0, entropy 0 (p_sink = 1)
+    scale, sinks = torch.linspace(0.2, 0.7, 6), make_sinks(6) if with_sinks else None
+    out, ent, p = attention_with_entropy_triton(
+        *(x.to(DEVICE) for x in (q, k, v)),
+        scale.to(DEVICE),
+        causal,
+        keep[:, None, None, :].to(DEVICE),
+        window,
+        softcap,
+        None if sinks is None else sinks.to(DEVICE),
+        return_sink_mass=True,
+    )
+    kw = {
+        "scale": scale,
+        "causal": causal,
+        "mask": keep,
+        "window": window,
+        "softcap": softcap,
+        "sinks": sinks,
+    }
+    ref_h, ref_p = attention_entropy(q, k, impl="reference", return_sink_mass=True, **kw)
+    ref_out = reference_output(q, k, v, **kw)
+    assert (out.cpu().transpose(1, 2).double() - ref_out).abs().max().item() <= 1e-5
+    assert (ent.cpu() - ref_h).abs().max().item() <= 1e-5 and (p.cpu() - ref_p).abs().max().item() <= 1e-6
 
 
 def _reference_output(q, k, v, scale, causal, keep=None, window=None):

@@ -1,7 +1,8 @@
 """Attention-entropy kernels: pure functions, no transformers import.
 
-    attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, impl="auto")
-        -> (B, Hq, T) float32, nats
+    attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
+                      return_sink_mass=False, impl="auto")
+        -> (B, Hq, T) float32, nats; with return_sink_mass: (entropy, sink_mass), each (B, Hq, T) float32
 
     q      (B, Hq, T, D)  queries after RoPE (if any), any float dtype
     k      (B, Hkv, S, D) keys after RoPE; Hq % Hkv == 0 (MHA, GQA, MQA); head h uses key head h // (Hq/Hkv)
@@ -12,8 +13,19 @@
     window None, or a sliding window W >= 1 (causal only): query i sees only the W keys ending at its own
            position, j > i + S − T − W (transformers' `sliding_window`); the kernels skip the key blocks
            behind it, so the work is O(T·W)
-    -> H_i = −Σ_j p_ij ln p_ij over attendable keys, accumulated in fp32. A row with no attendable key
-       gets 0; callers exclude such rows from averages.
+    softcap None, or c > 0 (Gemma2's attn_logit_softcapping): every score s = λ_h q·k becomes
+           c·tanh(s/c) before masking and softmax, as transformers' eager Gemma2 attention
+    sinks  None, or (Hq,) float (any dtype; gpt-oss's module.sinks, transformers' `s_aux`): one learned
+           logit σ_h per query head in every row's softmax denominator, with no value, not scaled, not
+           softcapped, never masked: p_j = e^(s_j) / (Σ_k e^(s_k) + e^(σ_h)), p_sink = e^(σ_h) / (same)
+    -> H_i = −Σ_j p_ij ln p_ij over attendable keys and, with sinks, − p_sink ln p_sink (the sink is one
+       outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
+       (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
+       sink_mass: p_sink per row (B, Hq, T) float32, a probability in [0, 1]; zeros when sinks is None.
+
+The attention output with its entropy, from the same score tiles (for models whose output sdpa cannot
+compute: softcap, sinks): `attention_with_entropy_torch(q, k, v, scale, ...)` (torch_chunked.py,
+exact, any backend's masks) and `triton_entropy.attention_with_entropy_triton` (GPU).
 
 Backends (`impl`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
 streaming, the CPU path and fallback everywhere), "triton" (the GPU kernel, triton_entropy.py; on
@@ -34,15 +46,22 @@ import os
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels.contract import validate, validate_window
+from entropy_lens.kernels.contract import validate, validate_extras, validate_window
 from entropy_lens.kernels.masks import as_key_padding
-from entropy_lens.kernels.merge import entropy_from_state, merge_states, shard_state
+from entropy_lens.kernels.merge import (
+    entropy_from_state,
+    merge_states,
+    shard_state,
+    sink_mass_from_state,
+    sink_state,
+)
 from entropy_lens.kernels.reference import entropy_reference
-from entropy_lens.kernels.torch_chunked import entropy_torch_chunked
+from entropy_lens.kernels.torch_chunked import attention_with_entropy_torch, entropy_torch_chunked
 
 __all__ = [
     "IMPLS",
     "attention_entropy",
+    "attention_with_entropy_torch",
     "backend_for",
     "entropy_from_state",
     "entropy_reference",
@@ -50,6 +69,8 @@ __all__ = [
     "merge_states",
     "resolve_impl",
     "shard_state",
+    "sink_mass_from_state",
+    "sink_state",
 ]
 
 IMPLS = ("reference", "torch_chunked", "triton")
@@ -91,25 +112,47 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def backend_for(impl: str, q, k, *, causal=True, mask=None, window=None) -> str:
+def backend_for(impl: str, q, k, *, causal=True, mask=None, window=None, softcap=None, sinks=None) -> str:
     """The backend `attention_entropy(q, k, ..., impl=impl)` runs for these inputs (same arguments):
     `resolve_impl`'s choice, except that triton becomes torch_chunked for a mask the Triton kernel
-    does not take. Errors as `attention_entropy`'s."""
+    does not take (every backend takes softcap and sinks). Errors as `attention_entropy`'s."""
     mask4 = validate(q, k, 1.0, mask)[1]
+    validate_extras(q, softcap, sinks)
     return _plan(impl, q, k, causal, mask4, validate_window(window, causal))[0]
 
 
-def attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, impl="auto", **block_sizes):
+def attention_entropy(
+    q,
+    k,
+    *,
+    scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    return_sink_mass=False,
+    impl="auto",
+    **block_sizes,
+):
     """See the module docstring for the contract. `block_sizes` go to torch_chunked."""
     scale_t, mask4 = validate(q, k, scale, mask)
+    softcap, sinks = validate_extras(q, softcap, sinks)
     impl, mask4, window = _plan(impl, q, k, causal, mask4, validate_window(window, causal))
+    extras = (softcap, sinks)
     if impl == "reference":
-        return entropy_reference(q, k, scale_t, causal, mask4, window)
+        return entropy_reference(
+            q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
+        )
     if impl == "triton":
         from entropy_lens.kernels.triton_entropy import entropy_triton
 
-        return entropy_triton(q, k, scale_t, causal, mask4, window)
-    return entropy_torch_chunked(q, k, scale_t, causal, mask4, window, **block_sizes)
+        return entropy_triton(
+            q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
+        )
+    return entropy_torch_chunked(
+        q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass, **block_sizes
+    )
 
 
 def _plan(impl: str, q, k, causal: bool, mask4, window):

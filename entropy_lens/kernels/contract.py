@@ -1,10 +1,13 @@
-"""The kernels' input contract, checked once: `validate` and `validate_window` turn the public
-arguments of `attention_entropy` / `shard_state` into the normalised form every backend takes
-(a (Hq,) float32 scale, a bool 4-D mask or None, an int window or None), with errors that say
-which argument to fix. See `entropy_lens.kernels` for the contract itself.
+"""The kernels' input contract, checked once: `validate`, `validate_window` and `validate_extras` turn
+the public arguments of `attention_entropy` / `shard_state` / the fused output paths into the
+normalised form every backend takes (a (Hq,) float32 scale, a bool 4-D mask or None, an int window or
+None, a float softcap or None, (Hq,) float32 sinks or None), with errors that say which argument to
+fix. See `entropy_lens.kernels` for the contract itself.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import torch
 
@@ -55,3 +58,28 @@ def validate_window(window, causal: bool) -> int | None:
     if not causal:
         raise ValueError("a sliding window applies to causal attention; pass causal=True or window=None")
     return int(window)
+
+
+def validate_extras(q, softcap, sinks) -> tuple[float | None, torch.Tensor | None]:
+    """(softcap as a positive finite float or None, sinks as (Hq,) float32 on q's device or None) for
+    q (B, Hq, T, D); ValueError naming the argument that breaks the contract."""
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+            raise ValueError(f"softcap must be None or a positive float (Gemma2: 50.0); got {softcap!r}")
+        softcap = float(softcap)
+        if not (0.0 < softcap < float("inf")):
+            raise ValueError(f"softcap must be positive and finite (or None for no capping); got {softcap}")
+    if sinks is None:
+        return softcap, None
+    Hq = q.shape[1]
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+        raise ValueError(f"sinks must be a float tensor of one logit per query head, ({Hq},); got {sinks!r}")
+    if sinks.ndim != 1 or sinks.shape[0] != Hq:
+        raise ValueError(
+            f"sinks must have shape ({Hq},), one logit per query head (gpt-oss: module.sinks); "
+            f"got {tuple(sinks.shape)}"
+        )
+    sinks = sinks.detach().to(device=q.device, dtype=torch.float32)
+    if not torch.isfinite(sinks).all():
+        raise ValueError("sinks must be finite; pass sinks=None for attention without a sink")
+    return softcap, sinks

@@ -10,16 +10,22 @@ in any order or tree, e.g. as K/V blocks travel round a ring of devices (docs/sc
 
     state = shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S)   # (m, l, u), (B, Hq, T)
     H = entropy_from_state(*merge_states(state_1, state_2))                  # == attention_entropy
+
+Softcap is per score, so every shard takes `softcap` as `attention_entropy` does. Attention sinks
+(gpt-oss) are one more score per row that belongs to no key shard: shard_state takes none, and the
+sink enters exactly once as a state of its own, `sink_state(sinks, B, T)` = (σ_h, 1, 0), merged in
+anywhere in the fold (it is the state torch_chunked starts from); `sink_mass_from_state` then reads
+p_sink off the merged state.
 """
 
 from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate, validate_window
-from entropy_lens.kernels.torch_chunked import entropy_from_state, state_torch_chunked
+from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+from entropy_lens.kernels.torch_chunked import entropy_from_state, sink_mass_from_state, state_torch_chunked
 
-__all__ = ["entropy_from_state", "merge_states", "shard_state"]
+__all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_state", "sink_state"]
 
 
 def shard_state(
@@ -32,6 +38,7 @@ def shard_state(
     causal: bool = True,
     mask=None,
     window: int | None = None,
+    softcap: float | None = None,
     **block_sizes,
 ):
     """State (m, l, u), each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
@@ -40,13 +47,26 @@ def shard_state(
     Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T
     (and j > i + total_keys − T − window with a sliding window).
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `scale` a
-    float or (Hq,) tensor as in `attention_entropy`.
+    float or (Hq,) tensor and `softcap` None or c > 0 as in `attention_entropy`. Sinks: see
+    `sink_state`.
     """
     scale_t, mask4 = validate(q, k, scale, mask)
     window = validate_window(window, causal)
+    softcap, _ = validate_extras(q, softcap, None)
     T = q.shape[2]
     offset = total_keys - T - key_offset
-    return state_torch_chunked(q, k, scale_t, causal, mask4, window, offset=offset, **block_sizes)
+    return state_torch_chunked(q, k, scale_t, causal, mask4, window, softcap, offset=offset, **block_sizes)
+
+
+def sink_state(sinks, batch: int, queries: int):
+    """The state (m, l, u), each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone:
+    m = σ_h, l = 1, u = 0. Merge it exactly once with the key shards' states to get the entropy with
+    sinks (any position in the fold); sinks are not scaled or softcapped."""
+    sinks = torch.as_tensor(sinks)
+    if sinks.ndim != 1 or not sinks.is_floating_point():
+        raise ValueError(f"sinks must be a (Hq,) float tensor; got {sinks!r}")
+    m = sinks.detach().float().view(1, -1, 1).expand(batch, -1, queries).contiguous()
+    return m, torch.ones_like(m), torch.zeros_like(m)
 
 
 def merge_states(a, b):

@@ -1,8 +1,8 @@
 """Float64 reference: materialises every score. Small T only (tests); O(B·Hq·T·S) memory.
 
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
-validated and normalised by the dispatcher: `scale` is a (Hq,) float tensor and `mask` is
-None or a bool tensor broadcastable to (B, Hq, T, S).
+validated and normalised by the dispatcher: `scale` is a (Hq,) float tensor, `mask` is None or a
+bool tensor broadcastable to (B, Hq, T, S), `softcap` a float or None, `sinks` (Hq,) or None.
 """
 
 from __future__ import annotations
@@ -21,21 +21,40 @@ def causal_visible(T: int, S: int, device=None, window: int | None = None) -> to
 
 
 @torch.no_grad()
-def entropy_reference(q, k, scale, causal=True, mask=None, window=None) -> torch.Tensor:
-    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) -> (B, Hq, T) float32 entropy in nats."""
+def entropy_reference(
+    q, k, scale, causal=True, mask=None, window=None, softcap=None, sinks=None, *, return_sink_mass=False
+):
+    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
+    `return_sink_mass` the sink's probability (B, Hq, T) float32 as well (zeros without sinks).
+
+    Written from the definitions, as transformers' eager attention computes them: scores λ_h q·k,
+    capped to c·tanh(s/c) before masking (Gemma2), masked keys −inf, the sink logit (not scaled, not
+    capped) appended as one more column (gpt-oss), softmax over keys and sink together, and
+    H = −Σ p ln p over all of them, the sink included."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     qd = q.double().view(B, Hkv, G, T, D) * scale.double().view(1, Hkv, G, 1, 1)
     s = torch.einsum("bkgtd,bksd->bkgts", qd, k.double()).reshape(B, Hq, T, S)
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
     visible = torch.ones(1, 1, T, S, dtype=torch.bool, device=q.device)
     if causal:
         visible = visible & causal_visible(T, S, q.device, window)
     if mask is not None:
         visible = visible & mask
+    visible = visible.expand(B, Hq, T, S)
     s = s.masked_fill(~visible, float("-inf"))
-    any_visible = visible.any(-1).expand(B, Hq, T)
+    if sinks is not None:  # one more outcome per row: the sink, which every row sees
+        sink = sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)
+        s = torch.cat([s, sink], dim=-1)
+        visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
+    any_visible = visible.any(-1)
     p = torch.softmax(s.masked_fill(~any_visible.unsqueeze(-1), 0.0), dim=-1)
     p = p.masked_fill(~visible, 0.0)
     h = -torch.special.xlogy(p, p).sum(-1)
-    return torch.where(any_visible, h, torch.zeros_like(h)).float()
+    h = torch.where(any_visible, h, torch.zeros_like(h)).float()
+    if not return_sink_mass:
+        return h
+    sink_mass = p[..., S].float() if sinks is not None else torch.zeros_like(h)
+    return h, sink_mass

@@ -1,4 +1,5 @@
-"""Exact streaming attention entropy in plain torch: the CPU path and the fallback everywhere.
+"""Exact streaming attention entropy (and, fused, the attention output) in plain torch: the CPU path
+and the fallback everywhere.
 
 Math (per query row, scores s_j = λ_h q·k_j over the attendable keys j):
     m = max_j s_j,  l = Σ_j e^(s_j − m),  u = Σ_j e^(s_j − m)(s_j − m)
@@ -9,8 +10,15 @@ grows from m to m', with α = e^(m − m'):
     l ← α l + Σ_blk e^(s − m'),   u ← α (u + (m − m') l) + Σ_blk e^(s − m')(s − m')
 (the old terms' centre moves by m − m'). Before any key is seen m = −inf, l = u = 0 and the
 first block must not form −inf·0: that case is written out with `where`.
+Softcap (Gemma2): each score tile becomes c·tanh(s/c) before masking. Sinks (gpt-oss): the sink
+logit σ_h is one more score of every row, with no value and never masked; it is the state before
+any key, m = σ_h, l = 1, u = 0, so H and p_sink = e^(σ_h − m)/l include it and a row that sees no
+key ends with p_sink = 1, H = 0.
+Output (`attention_with_entropy_torch`): the flash-attention accumulator o = Σ e^(s − m) v_j rides
+along, o ← α o + e·V per tile, and out = o/l (0 for a row with no key and no sink, as sdpa).
 
-Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state; never T × S.
+Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state (and a
+(B, Hq, block_q, Dv) accumulator); never T × S.
 Defaults (64, 1024) were the fastest of a grid on 2 CPU cores at SmolLM2 shapes (T = 2K, 4K).
 GQA: queries of the G = Hq/Hkv heads sharing a key head are stacked as rows of one matmul
 against that key head, so keys are never repeated. Causal blocks wholly above the diagonal are
@@ -23,18 +31,71 @@ from __future__ import annotations
 
 import torch
 
+from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+
 NEG_INF = float("-inf")
 
 
 @torch.no_grad()
-def entropy_torch_chunked(q, k, scale, causal=True, mask=None, window=None, *, block_q=64, block_k=1024):
-    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats.
+def entropy_torch_chunked(
+    q,
+    k,
+    scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    *,
+    return_sink_mass=False,
+    block_q=64,
+    block_k=1024,
+):
+    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats; with
+    `return_sink_mass` (entropy, sink mass (B, Hq, T) float32, zeros without sinks).
 
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
     `window`: None or the sliding window (causal only, validated upstream).
+    `softcap`: None or c > 0; `sinks`: None or (Hq,) float32 logits (validated upstream).
     """
-    m, l, u = state_torch_chunked(q, k, scale, causal, mask, window, block_q=block_q, block_k=block_k)
-    return entropy_from_state(m, l, u)
+    m, l, u = state_torch_chunked(
+        q, k, scale, causal, mask, window, softcap, sinks, block_q=block_q, block_k=block_k
+    )
+    h = entropy_from_state(m, l, u)
+    return (h, sink_mass_from_state(m, l, sinks)) if return_sink_mass else h
+
+
+@torch.no_grad()
+def attention_with_entropy_torch(
+    q,
+    k,
+    v,
+    scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    *,
+    block_q=64,
+    block_k=1024,
+):
+    """The attention output and its entropy from the same score tiles (exact, streaming):
+    q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) ->
+    (out (B, T, Hq, Dv) in q's dtype, the layout transformers' attention functions return;
+     entropy (B, Hq, T) float32 nats; sink mass (B, Hq, T) float32, zeros without sinks).
+
+    Arguments as `attention_entropy`'s (scale a float or (Hq,) tensor, mask bool (B, S) or 4-D,
+    window, softcap, sinks (Hq,)), checked here. A row that sees no key outputs 0 (sdpa's choice;
+    with a sink its output is 0 anyway: all its mass is on the sink, which has no value).
+    """
+    scale, mask = validate(q, k, scale, mask)
+    window = validate_window(window, causal)
+    softcap, sinks = validate_extras(q, softcap, sinks)
+    if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
+    (m, l, u), out = _stream(q, k, v, scale, causal, mask, window, softcap, sinks, None, block_q, block_k)
+    return out, entropy_from_state(m, l, u), sink_mass_from_state(m, l, sinks)
 
 
 def entropy_from_state(m, l, u):
@@ -44,41 +105,82 @@ def entropy_from_state(m, l, u):
     return torch.where(l > 0, torch.log(l) - u / l, torch.zeros_like(l)).clamp_min_(0.0)
 
 
+def sink_mass_from_state(m, l, sinks):
+    """p_sink = e^(σ_h − m)/l, (B, Hq, T) float32, for a state that holds the sinks σ (Hq,) (zeros for
+    sinks None). l >= 1 there: the largest score, or the sink itself, adds e^0."""
+    if sinks is None:
+        return torch.zeros_like(l)
+    return torch.exp(sinks.to(l).view(1, -1, 1) - m) / l
+
+
 @torch.no_grad()
 def state_torch_chunked(
-    q, k, scale, causal=True, mask=None, window=None, *, offset=None, block_q=64, block_k=1024
+    q,
+    k,
+    scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    *,
+    offset=None,
+    block_q=64,
+    block_k=1024,
 ):
     """The streaming state (m, l, u), each (B, Hq, T) float32, of queries q over keys k.
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
     A key shard passes its own offset (see `entropy_lens.kernels.merge`); rows that see no key of
-    the shard get m = −inf, l = u = 0, the identity of `merge_states`.
+    the shard get m = −inf, l = u = 0, the identity of `merge_states`. With `sinks` (Hq,) the
+    state starts from the sink (m = σ_h, l = 1, u = 0) instead.
     """
+    state, _ = _stream(q, k, None, scale, causal, mask, window, softcap, sinks, offset, block_q, block_k)
+    return state
+
+
+def _stream(q, k, v, scale, causal, mask, window, softcap, sinks, offset, block_q, block_k):
+    """The loop both paths share: ((m, l, u) each (B, Hq, T) fp32, out (B, T, Hq, Dv) or None)."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     offset = S - T if offset is None else int(offset)
     kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
+    vf = None if v is None else v.float().contiguous()  # (B, Hkv, S, Dv), tiles viewed as 3-D below
+    Dv = 0 if v is None else v.shape[-1]
     lam = scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
+    sink = None if sinks is None else sinks.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1)
     state = torch.empty(3, B, Hq, T, dtype=torch.float32, device=q.device)
+    out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
     for q0 in range(0, T, block_q):
         q1 = min(q0 + block_q, T)
         bq = q1 - q0
         # (B, Hkv, G*bq, D): each key head's G query heads stacked as rows of one matmul
         qb = (q[:, :, q0:q1].float() * lam).reshape(B, Hkv, G * bq, D)
-        m = torch.full((B, Hkv, G, bq), NEG_INF, device=q.device)
-        l = torch.zeros_like(m)
+        if sink is None:
+            m = torch.full((B, Hkv, G, bq), NEG_INF, device=q.device)
+            l = torch.zeros_like(m)
+        else:  # the sink is the first score every row sees
+            m = sink.expand(B, Hkv, G, bq).clone()
+            l = torch.ones_like(m)
         u = torch.zeros_like(m)
+        o = None if v is None else torch.zeros(B * Hkv, G * bq, Dv, device=q.device)
         k_end = min(S, q1 + offset) if causal else S
         k_start = max(0, q0 + offset - window + 1) if window is not None else 0
         for k0 in range(k_start, max(k_end, 0), block_k):
             k1 = min(k0 + block_k, k_end)
             s = torch.matmul(qb, kf[:, :, k0:k1].transpose(-1, -2)).view(B, Hkv, G, bq, k1 - k0)
+            if softcap is not None:
+                s.div_(softcap).tanh_().mul_(softcap)  # before the mask, as Gemma2's eager attention
             valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
-            m, l, u = _update(m, l, u, s, valid)
+            vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
+            m, l, u = _update(m, l, u, s, valid, o, vb)
         state[:, :, :, q0:q1] = torch.stack([m, l, u]).view(3, B, Hq, bq)
-    return state[0], state[1], state[2]
+        if o is not None:  # out = o / l, 0 where l = 0 (then o = 0 too)
+            o.div_(torch.where(l > 0, l, torch.ones_like(l)).view(B * Hkv, G * bq, 1))
+            out[:, q0:q1] = o.view(B, Hq, bq, Dv).transpose(1, 2)
+    return (state[0], state[1], state[2]), out
 
 
 def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
@@ -101,8 +203,9 @@ def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
     return valid
 
 
-def _update(m, l, u, s, valid):
-    """Fold one score tile s (B, Hkv, G, bq, bk) into the running (m, l, u); s is consumed."""
+def _update(m, l, u, s, valid, o=None, vb=None):
+    """Fold one score tile s (B, Hkv, G, bq, bk) into the running (m, l, u); s is consumed. With the
+    output, o (B·Hkv, G·bq, Dv) ← α o + e·vb in place, vb the value tile (B·Hkv, bk, Dv)."""
     if valid is not None:
         s.masked_fill_(~valid, NEG_INF)
     m_new = torch.maximum(m, s.amax(-1))
@@ -112,6 +215,9 @@ def _update(m, l, u, s, valid):
     d = s.sub_(m_safe.unsqueeze(-1))  # s − m', in place
     e = torch.exp(d)
     l = alpha * l + e.sum(-1)
+    if o is not None:
+        B, Hkv, G, bq, bk = e.shape
+        o.mul_(alpha.view(B * Hkv, G * bq, 1)).baddbmm_(e.view(B * Hkv, G * bq, bk), vb)
     if valid is not None:
         d.masked_fill_(~valid, 0.0)  # masked: e = 0 and d = -inf; 0·(-inf) must read 0
     u = alpha * (u + shift) + e.mul_(d).sum(-1)

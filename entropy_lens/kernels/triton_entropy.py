@@ -11,7 +11,10 @@ Contract (the same as `entropy_torch_chunked`):
            ((B|1, 1, 1, S), or (B|1, 1, T, S) as transformers builds them, see `masks.decompose`) run
            in the kernel; other masks (per query or per head) raise ValueError: `kernels.backend_for`
            sends them to torch_chunked before any launch, so the backend recorded is the one that ran.
-    -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key.
+    softcap None or c > 0: scores become c·tanh(s/c) before masking (Gemma2)
+    sinks  None or (Hq,) fp32 sink logits σ_h (gpt-oss): one more score per row with no value
+    -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key (and no sink); with
+       return_sink_mass also p_sink (B, Hq, T) float32 (zeros without sinks).
 
 One program handles BLOCK_M query rows of one (batch, head) and streams over key blocks with the
 centred online-softmax state of torch_chunked.py (m, l, u; H = log l − u/l), accumulated in fp32,
@@ -20,6 +23,12 @@ programs stop at the last key block their rows can see (~T²/2 work) and, with a
 the first one (~T·W work); key blocks that all rows see whole run without any masking, only the
 diagonal, the window's far edge, the sequence end and key padding are masked. The first block of a
 row may be fully masked (m = −inf): every −inf·0 is avoided with `where`.
+Softcap (HAS_SOFTCAP): c·tanh(λ q·k / c) in log2 units is (c·log2 e)·tanh(x), x = q·k · λ/c; tanh is
+written with exp2, tanh x = 1 − 2/(1 + e^(2x)) (absolute error ~1e-7, i.e. ~c·1e-7 in a score),
+because the interpreter has no libdevice tanh, so the code tested on CPU is the code compiled, and
+because it needs fewer registers than sign/abs forms (the fused sm_80 configs sit at 255).
+Sinks (HAS_SINKS): the state starts from the sink, m = σ_h·log2 e, l = 1, u = 0 (torch_chunked.py);
+p_sink = 2^(m_σ − m)/l is stored per row.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
@@ -56,17 +65,21 @@ FUSED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3
 FP32_CONFIGS = ((32, 32, 4, 2),)
 # the sliding-window variants hold two more loop bounds: these configs put 16 B on the stack there (sm_90)
 WINDOW_DROPS = {False: ((64, 128, 4, 3),), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
+# so does the softcap's tanh in the fused variant (sm_80, which sits at 255 registers there without it)
+SOFTCAP_DROPS = {False: (), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
 
 
 def autotune_configs(
-    with_output: bool, fp32: bool, window: bool = False
+    with_output: bool, fp32: bool, window: bool = False, softcap: bool = False
 ) -> tuple[tuple[int, int, int, int], ...]:
     configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
-    return tuple(c for c in configs if c not in WINDOW_DROPS[with_output]) if window else configs
+    drops = (WINDOW_DROPS[with_output] if window else ()) + (SOFTCAP_DROPS[with_output] if softcap else ())
+    return tuple(c for c in configs if c not in drops)
 
 
 def _entropy_kernel(
-    # data: q, k, v, scales (Hq,), key padding (B, S) int8, entropy out, attention output
+    # data: q, k, v, scales (Hq,), key padding (B, S) int8, entropy out, attention output, sink logits
+    # (Hq,) fp32, sink mass out (laid out as the entropy)
     Q,
     K,
     V,
@@ -74,6 +87,8 @@ def _entropy_kernel(
     KEEP,
     OUT,
     O,
+    SINKS,
+    SINK_MASS,
     # strides of q, k, v, the output, the key padding
     sqb,
     sqh,
@@ -101,6 +116,8 @@ def _entropy_kernel(
     WINDOW,
     T_BUCKET,
     S_BUCKET,
+    # the softcap c (fp32; unused without HAS_SOFTCAP)
+    SOFTCAP,
     # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
     GROUP: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -111,6 +128,8 @@ def _entropy_kernel(
     CAST_F32: tl.constexpr,
     IEEE: tl.constexpr,
     WITH_OUTPUT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -128,9 +147,19 @@ def _entropy_kernel(
     )
     if CAST_F32:
         q = q.to(tl.float32)
-    qk_scale = tl.load(SCALE + h) * 1.4426950408889634  # λ·log2(e): scores in log2 units, exp2 below
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
+    if HAS_SOFTCAP:  # c·tanh(x), x = λ q·k / c, in log2 units: cap·(1 − 2/(1 + 2^(q·k · qk_scale)))
+        qk_scale = tl.load(SCALE + h) * (2.8853900817779268 / SOFTCAP)  # 2^(that) = e^(2x)
+        cap = SOFTCAP * 1.4426950408889634
+    else:
+        qk_scale = tl.load(SCALE + h) * 1.4426950408889634  # λ·log2(e): scores in log2 units, exp2 below
+        cap = 1.0
+    if HAS_SINKS:  # the sink is the first score of every row: m = σ·log2(e), l = 1, u = 0
+        sink = tl.load(SINKS + h) * 1.4426950408889634
+        m = tl.zeros([BLOCK_M], tl.float32) + sink
+        l = tl.full([BLOCK_M], 1.0, tl.float32)
+    else:
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
     u = tl.zeros([BLOCK_M], tl.float32)
     if WITH_OUTPUT:
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # Σ e^(s−m) v: the attention output
@@ -185,6 +214,7 @@ def _entropy_kernel(
                 OFFSET,
                 WINDOW,
                 qk_scale,
+                cap,
                 True,
                 CAUSAL,
                 HAS_WINDOW,
@@ -192,6 +222,7 @@ def _entropy_kernel(
                 CAST_F32,
                 IEEE,
                 WITH_OUTPUT,
+                HAS_SOFTCAP,
                 D,
                 BLOCK_N,
             )
@@ -217,6 +248,7 @@ def _entropy_kernel(
             OFFSET,
             WINDOW,
             qk_scale,
+            cap,
             False,
             CAUSAL,
             HAS_WINDOW,
@@ -224,6 +256,7 @@ def _entropy_kernel(
             CAST_F32,
             IEEE,
             WITH_OUTPUT,
+            HAS_SOFTCAP,
             D,
             BLOCK_N,
         )
@@ -249,6 +282,7 @@ def _entropy_kernel(
             OFFSET,
             WINDOW,
             qk_scale,
+            cap,
             True,
             CAUSAL,
             HAS_WINDOW,
@@ -256,12 +290,15 @@ def _entropy_kernel(
             CAST_F32,
             IEEE,
             WITH_OUTPUT,
+            HAS_SOFTCAP,
             D,
             BLOCK_N,
         )
     ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
     ent = tl.maximum(ent, 0.0)
     tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
+    if HAS_SINKS:
+        tl.store(SINK_MASS + pid_bh.to(tl.int64) * T + rows, tl.exp2(sink - m) / l, mask=rows < T)
     if WITH_OUTPUT:
         o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
         tl.store(
@@ -293,6 +330,7 @@ def _key_block(
     OFFSET,
     WINDOW,
     qk_scale,
+    cap,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
@@ -300,6 +338,7 @@ def _key_block(
     CAST_F32: tl.constexpr,
     IEEE: tl.constexpr,
     WITH_OUTPUT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -315,7 +354,10 @@ def _key_block(
         s = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
         s = tl.dot(q, tl.trans(k))
-    s = s * qk_scale
+    if HAS_SOFTCAP:
+        s = cap - (2.0 * cap) / (1.0 + tl.exp2(s * qk_scale))  # cap·tanh: ±cap where e^(2x) is inf or 0
+    else:
+        s = s * qk_scale
     if MASKED:
         valid = (cols[None, :] < S) & (rows[:, None] >= 0)
         if CAUSAL:
@@ -348,14 +390,14 @@ def _key_block(
 
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
-_TUNED: dict[tuple[bool, bool, bool], object] = {}
+_TUNED: dict[tuple[bool, bool, bool, bool], object] = {}
 
 
-def _kernel(with_output: bool, fp32: bool, window: bool):
+def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool):
     """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
     if INTERPRET or not torch.cuda.is_available():
         return ENTROPY_KERNEL, False
-    variant = (with_output, fp32, window)
+    variant = (with_output, fp32, window, softcap)
     if variant not in _TUNED:
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
@@ -368,23 +410,29 @@ def _kernel(with_output: bool, fp32: bool, window: bool):
 
 
 @torch.no_grad()
-def entropy_triton(q, k, scale, causal=True, mask=None, window=None):
+def entropy_triton(
+    q, k, scale, causal=True, mask=None, window=None, softcap=None, sinks=None, *, return_sink_mass=False
+):
     """See the module docstring. `mask` is a validated bool 4-D mask or None; ValueError for a mask
-    the kernel cannot serve."""
-    return _launch(q, k, None, scale, causal, mask, window)[0]
+    the kernel cannot serve. With `return_sink_mass`: (entropy, sink mass)."""
+    ent, _, sink_mass = _launch(q, k, None, scale, causal, mask, window, softcap, sinks)
+    return (ent, sink_mass) if return_sink_mass else ent
 
 
 @torch.no_grad()
-def attention_with_entropy_triton(q, k, v, scale, causal=True, mask=None, window=None):
+def attention_with_entropy_triton(
+    q, k, v, scale, causal=True, mask=None, window=None, softcap=None, sinks=None, *, return_sink_mass=False
+):
     """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
     entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
-    accumulators beside it. `v` is (B, Hkv, S, D). Rows with no attendable key get output 0 and
-    entropy 0. Masks as for `entropy_triton`."""
-    entropy, out = _launch(q, k, v.to(q.dtype), scale, causal, mask, window)
-    return out, entropy
+    accumulators beside it; with `return_sink_mass` the sink mass (B, Hq, T) fp32 third. `v` is
+    (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Masks, softcap and
+    sinks as for `entropy_triton`."""
+    entropy, out, sink_mass = _launch(q, k, v.to(q.dtype), scale, causal, mask, window, softcap, sinks)
+    return (out, entropy, sink_mass) if return_sink_mass else (out, entropy)
 
 
-def _launch(q, k, v, scale, causal, mask, window):
+def _launch(q, k, v, scale, causal, mask, window, softcap=None, sinks=None):
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
@@ -399,6 +447,7 @@ def _launch(q, k, v, scale, causal, mask, window):
     keep, window = form
     keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
     ent = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
+    sink_mass = (torch.empty_like if sinks is not None else torch.zeros_like)(ent)
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
     out_dtype = torch.float32 if INTERPRET else q.dtype
     # (B, T, Hq, D) memory, the layout a model's o_proj reads: the capture's transpose back is free
@@ -406,10 +455,12 @@ def _launch(q, k, v, scale, causal, mask, window):
         torch.empty(B, T, Hq, D, dtype=out_dtype, device=q.device).transpose(1, 2) if v is not None else None
     )
     if T == 0 or B * Hq == 0:
-        return ent, out
+        return ent, out, sink_mass
     lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = ent  # pointer arguments of a disabled feature
-    kernel, autotuned = _kernel(v is not None, q.dtype == torch.float32, window is not None)
+    kernel, autotuned = _kernel(
+        v is not None, q.dtype == torch.float32, window is not None, softcap is not None
+    )
     blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
 
@@ -417,8 +468,10 @@ def _launch(q, k, v, scale, causal, mask, window):
         return (triton.cdiv(T, meta["BLOCK_M"] if block_m is None else block_m), B * Hq)
 
     no_strides = (0, 0, 0, 0)
-    v_ptr, keep_ptr, out_ptr = (unused if t is None else t for t in (v, keep, out))
-    pointers = (q, k, v_ptr, lam, keep_ptr, ent, out_ptr)
+    if sinks is not None:
+        sinks = sinks.to(device=q.device, dtype=torch.float32).contiguous()
+    v_ptr, keep_ptr, out_ptr, sinks_ptr = (unused if t is None else t for t in (v, keep, out, sinks))
+    pointers = (q, k, v_ptr, lam, keep_ptr, ent, out_ptr, sinks_ptr, sink_mass)
     strides = (
         *q.stride(),
         *k.stride(),
@@ -432,6 +485,7 @@ def _launch(q, k, v, scale, causal, mask, window):
         *pointers,
         *strides,
         *sizes,
+        float(softcap or 1.0),
         GROUP=Hq // Hkv,
         BLOCK_D=max(16, triton.next_power_of_2(D)),
         D=D,
@@ -441,6 +495,8 @@ def _launch(q, k, v, scale, causal, mask, window):
         CAST_F32=INTERPRET or q.dtype == torch.float32,
         IEEE=q.dtype == torch.float32,
         WITH_OUTPUT=v is not None,
+        HAS_SOFTCAP=softcap is not None,
+        HAS_SINKS=sinks is not None,
         **blocks,
     )
-    return ent, (out.to(q.dtype) if out is not None else None)
+    return ent, (out.to(q.dtype) if out is not None else None), sink_mass
