@@ -47,18 +47,26 @@ SUPPORTED = {
     ),
     "qwen3": ({"head_dim": 8}, "q/k norm"),
     "gemma3_text": ({"head_dim": 8, "sliding_window": 4}, "sliding window, q/k norm"),
-    "gemma": ({"head_dim": 8}, "MQA-style head_dim"),
+    "gemma": ({"head_dim": 8}, "scaled embeddings, GeGLU"),
+    "gemma2": (
+        {"head_dim": 8, "sliding_window": 4, "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8},
+        "logit softcapping (streamed output path), sliding window",
+    ),
+    "gpt_oss": (
+        {"head_dim": 8, "num_local_experts": 2, "num_experts_per_tok": 1, "sliding_window": 4},
+        "attention sinks (streamed output path, sink mass), MoE",
+    ),
     "phi3": ({}, "fused qkv projection"),
     "phi": ({}, "partial rotary"),
     "gpt_neox": ({}, "parallel residual"),
     "gpt2": ({"n_embd": 32, "n_layer": 2, "n_head": 4}, "learned positions, Conv1D"),
     "olmo": ({}, "non-parametric norm"),
     "olmo2": ({}, "q/k norm"),
-    "granite": ({}, "attention multiplier as scaling"),
-    "cohere": ({}, "parallel block"),
+    "granite": ({}, "attention multiplier as scaling, logits_scaling in the loss"),
+    "cohere": ({}, "parallel block, logit_scale in the loss"),
     "stablelm": ({}, "partial rotary"),
-    "smollm3": ({}, "NoPE layers"),
-    "starcoder2": ({}, "sliding window off, biases"),
+    "smollm3": ({"no_rope_layers": [1, 0]}, "a NoPE layer beside a RoPE layer"),
+    "starcoder2": ({}, "biases, LayerNorm"),
     "opt": ({"ffn_dim": 48, "word_embed_proj_dim": 32}, "learned positions"),
 }
 # Architectures with attention classes of their own: refused (README says why and what to do).
@@ -91,8 +99,8 @@ def _ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
     return ids, mask
 
 
-def eager(model, ids, mask):
-    """(logits, per-layer (B, H, T) float64 entropy with the sink's share counted)."""
+def eager(model, ids, mask, *, sink_mass: bool = False):
+    """(logits, per-layer (B, H, T) float64 entropy with the sink's share counted [, sink mass])."""
     prev = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -100,12 +108,13 @@ def eager(model, ids, mask):
             out = model(ids, attention_mask=mask, output_attentions=True)
     finally:
         model.set_attn_implementation(prev)
-    entropies = []
+    entropies, sinks = [], []
     for p in out.attentions:
         p = p.double()
         sink = (1.0 - p.sum(-1)).clamp_min(0.0)  # 0 up to rounding for models without a sink
         entropies.append(-torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(sink, sink))
-    return out.logits, entropies
+        sinks.append(sink)
+    return (out.logits, entropies, sinks) if sink_mass else (out.logits, entropies)
 
 
 def mean_by_position(entropies, mask):
@@ -142,6 +151,31 @@ def test_entropy_and_logits_equal_eager(model_type, padding):
     assert expected.std() > 0.05, "attention near uniform: the case would not test much"
 
 
+def test_sink_mass_is_what_eager_gives_the_sink():
+    from entropy_lens.capture import EntropyRecorder
+
+    model = build("gpt_oss", SUPPORTED["gpt_oss"][0])
+    ids, mask = _ids_and_mask("left")
+    _, _, sinks = eager(model, ids, mask, sink_mass=True)
+    with EntropyRecorder(model) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    expected = mean_by_position(sinks, mask)
+    assert rec.has_sinks and expected.max() > 0.05  # the sinks take a visible share
+    np.testing.assert_allclose(rec.sink_mass, expected, atol=1e-5, rtol=0)
+
+
+def test_trainable_scales_on_softcapped_attention_get_gradients():
+    """A trainable multiplier on a model with softcapping runs the model's own eager attention."""
+    from entropy_lens.capture import ScaleSession
+
+    model = build("gemma2", SUPPORTED["gemma2"][0])
+    mult = torch.nn.Parameter(torch.full((2, 4), 1.2))
+    with ScaleSession(model, scales=mult):
+        loss = model(torch.randint(3, 300, (1, 8))).logits.float().logsumexp(-1).mean()
+    loss.backward()
+    assert mult.grad is not None and mult.grad.abs().sum() > 0
+
+
 def _folder(tmp_path: Path, model_type: str, overrides: dict) -> Path:
     from tiny import make_tokenizer
 
@@ -165,8 +199,13 @@ def test_scan_files_equal_eager(model_type, tmp_path):
     lm = load_model(str(folder), dtype="float32")
     chunks = token_chunks(lm.tokenizer, config.data, length=16, samples=3)
     ids = torch.from_numpy(chunks.ids)
-    logits, entropies = eager(lm.model, ids[:, :-1], None)
+    logits, entropies, sinks = eager(lm.model, ids[:, :-1], None, sink_mass=True)
     np.testing.assert_allclose(result.entropy, mean_by_position(entropies, None), atol=2e-5, rtol=0)
+    if model_type == "gpt_oss":  # the results file carries the sink mass, and only for models with sinks
+        np.testing.assert_allclose(result.sink_mass, mean_by_position(sinks, None), atol=2e-5, rtol=0)
+        assert result.meta["attention_path"] == "streamed"
+    else:
+        assert result.sink_mass is None
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(0)
     np.testing.assert_allclose(result.loss, nll.numpy(), atol=1e-4, rtol=0)
 

@@ -13,6 +13,11 @@ For every attention layer the function
   3. when capture is on, computes the entropy of the same post-RoPE q, k with the kernel
      `attention_entropy` at scale λ_h, and hands it to the active recorder. With the triton
      backend steps 2 and 3 may instead be one fused Triton pass (capture/fused.py decides).
+Softcapping (Gemma2's `softcap`) and attention sinks (gpt-oss's `s_aux`) are beyond sdpa: such layers
+compute output, entropy and sink mass from the same score tiles, exactly, in plain torch
+(`kernels.attention_with_entropy_torch`, path "streamed") or in the fused Triton pass; a trainable
+scale on them goes through the model's own eager attention (autograd, T × T memory). Any other extra
+argument is refused (`check_kwargs`).
      The session records which way the layer went (`paths`) and which kernel computed the entropy
      (`backends`, from `kernels.backend_for`, "triton" for the fused pass), so metadata names what ran.
 What to do is read from a context variable: `activate(session)` sets it for a block (as
@@ -31,7 +36,7 @@ import torch
 
 from entropy_lens.capture.fused import choose, cuda_seconds, fused_applies
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, backend_for
+from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for
 from entropy_lens.kernels.masks import as_key_padding
 
 ATTN_NAME = "entropy_lens"
@@ -58,12 +63,12 @@ class Session:
     """What the attention function does while a recorder/scale context is active.
 
     multipliers: None (model as trained), a float (uniform), or a (layers, Hq) tensor.
-    on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T, sink_mass),
-                 sink_mass (B, Hq, T) fp32 for a model with attention sinks, else None.
+    on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T), with a
+                 fourth argument sink_mass (B, Hq, T) fp32 for a model with attention sinks.
     """
 
     multipliers: float | torch.Tensor | None = None
-    on_entropy: Callable[[int, torch.Tensor, int, torch.Tensor | None], None] | None = None
+    on_entropy: Callable[..., None] | None = None
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
@@ -112,8 +117,9 @@ def check_kwargs(module, kwargs: dict) -> None:
 
 def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    softcap = kwargs.pop("softcap", None)  # Gemma2: scores -> c·tanh(scores/c)
+    sinks = kwargs.pop("s_aux", None)  # gpt-oss: one logit per head in the softmax's denominator
+    sinks = kwargs.pop("sinks", None) if sinks is None else sinks
     check_kwargs(module, kwargs)
     if scaling is None:
         scaling = module.scaling
@@ -126,55 +132,93 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         q_out = query * mult.to(query.dtype).view(1, -1, 1, 1)
     elif mult is not None:
         out_scaling = scaling * float(mult)
-
-    def separate():
-        return sdpa_attention_forward(
-            module, q_out, key, value, attention_mask, dropout=dropout, scaling=out_scaling, **kwargs
+    extras = {"softcap": softcap, "sinks": sinks}
+    has_extras = softcap is not None or sinks is not None
+    capturing = session is not None and session.on_entropy is not None
+    if not capturing and not has_extras:
+        return _sdpa(module, q_out, key, value, attention_mask, dropout, out_scaling, kwargs)
+    if not capturing and torch.is_grad_enabled() and any(t.requires_grad for t in (q_out, key, value)):
+        # a trainable scale on a model with extras: the model's own eager attention, with autograd
+        given = {name: v for name, v in (("softcap", softcap), ("s_aux", sinks)) if v is not None}
+        eager = _eager(module)
+        return eager(
+            module, q_out, key, value, attention_mask, scaling=out_scaling, dropout=dropout, **kwargs, **given
         )
-
-    if session is None or session.on_entropy is None:
-        return separate()
     lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else causal
-    mask, window = _kernel_mask(session, attention_mask, query.shape[2], key.shape[2], causal)
+    memo = session.mask_memo if session is not None else {}
+    mask, window = _kernel_mask(memo, attention_mask, query.shape[2], key.shape[2], causal)
     if mask is not None and mask.shape[2] != 1:
         causal = False  # as in sdpa, a mask that is not key padding (and a window) decides alone
     k_ent, v_ent = key, value
     T = query.shape[2]
     if causal and attention_mask is None and 1 < T < key.shape[2]:
         k_ent, v_ent = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
-    ent_args = {"causal": causal, "mask": mask, "window": window}
-    backend = backend_for(session.impl, query, k_ent, **ent_args)
+    ent_args = {"causal": causal, "mask": mask, "window": window, **extras}
+    backend = backend_for("auto" if session is None else session.impl, query, k_ent, **ent_args)
 
-    def entropy():
-        return attention_entropy(query.detach(), k_ent.detach(), scale=lam, impl=backend, **ent_args)
+    def streamed():  # output, entropy and sink mass from the same score tiles, plain torch
+        out, ent, mass = attention_with_entropy_torch(query.detach(), k_ent, v_ent, lam, **ent_args)
+        return (out, None), ent, mass
 
-    def fused():
+    def separate():  # sdpa's output, then an entropy-only pass over the same q, k
+        out = _sdpa(module, q_out, key, value, attention_mask, dropout, out_scaling, kwargs)
+        ent, mass = attention_entropy(
+            query.detach(), k_ent.detach(), scale=lam, impl=backend, return_sink_mass=True, **ent_args
+        )
+        return out, ent, mass
+
+    def fused():  # the Triton kernel's output + entropy pass
         from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
         scale = torch.as_tensor(lam, dtype=torch.float32, device=query.device).expand(query.shape[1])
-        o, ent = attention_with_entropy_triton(query, k_ent, v_ent, scale, causal, mask, window)
-        return o.transpose(1, 2).contiguous(), ent
+        o, ent, mass = attention_with_entropy_triton(
+            query, k_ent, v_ent, scale, causal, mask, window, softcap, sinks, return_sink_mass=True
+        )
+        return (o.transpose(1, 2).contiguous(), None), ent, mass
 
+    run = {"separate": streamed if has_extras else separate, "fused": fused}
     path = "separate"
-    if session.fused != "off" and fused_applies(backend, query, key, value, mask, dropout, kwargs):
+    if capturing and session.fused != "off" and fused_applies(backend, query, key, value, mask, dropout):
         shapes = (*query.shape, *key.shape[1:3])
-        shape_key = (str(query.device), query.dtype, *shapes, mask is not None, causal, window)
-        run = {"fused": fused, "separate": lambda: (separate(), entropy())}
+        shape_key = (str(query.device), query.dtype, *shapes, mask is not None, causal, window, has_extras)
         path = choose(session.fused, shape_key, run, timer=cuda_seconds if query.is_cuda else None)
-    session.paths.add(path)
-    session.backends.add("triton" if path == "fused" else backend)
-    if path == "fused":
-        out, ent = fused()
-        out = (out, None)  # what sdpa_attention_forward returns: (B, T, Hq, D) output, no weights
+    out, ent, mass = run[path]()
+    if not capturing:
+        return out
+    session.paths.add("streamed" if path == "separate" and has_extras else path)
+    session.backends.add("triton" if path == "fused" else "torch_chunked" if has_extras else backend)
+    offset = k_ent.shape[2] - T
+    if sinks is None:
+        session.on_entropy(module.layer_idx, ent, offset)
     else:
-        out, ent = separate(), entropy()
-    session.on_entropy(module.layer_idx, ent, k_ent.shape[2] - query.shape[2])
+        session.on_entropy(module.layer_idx, ent, offset, mass)
     return out
 
 
-def _kernel_mask(session: Session, attention_mask, T: int, S: int, causal: bool):
+def _sdpa(module, query, key, value, attention_mask, dropout, scaling, kwargs):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
+
+
+def _eager(module):
+    """The model's own eager attention function (each modeling file defines `eager_attention_forward`)."""
+    import sys
+
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        raise EntropyLensError(
+            f"{type(module).__name__} has no eager attention function to train scales through its "
+            "softcap or sinks; run without gradients (the exact streaming path), or report the architecture"
+        )
+    return fn
+
+
+def _kernel_mask(memo: dict, attention_mask, T: int, S: int, causal: bool):
     """(mask, window): the layer's mask as the kernels take it. The mask is bool (True = attend; a
     user's additive float mask is converted); where transformers' mask is causal + key padding, with
     or without a sliding window, it becomes (B, 1, 1, S) key padding (None when nothing is padded)
@@ -184,8 +228,8 @@ def _kernel_mask(session: Session, attention_mask, T: int, S: int, causal: bool)
     if attention_mask is None:
         return None, None
     key = (id(attention_mask), T, S, causal)
-    if key in session.mask_memo:
-        return session.mask_memo[key][1]
+    if key in memo:
+        return memo[key][1]
     mask, window = attention_mask, None
     if mask.dtype != torch.bool:
         mask = mask > torch.finfo(mask.dtype).min / 2
@@ -193,5 +237,5 @@ def _kernel_mask(session: Session, attention_mask, T: int, S: int, causal: bool)
         form = as_key_padding(mask, mask.shape[0], T, S, causal)
         if form is not None:
             mask, window = form
-    session.mask_memo[key] = (attention_mask, (mask, window))  # holds the object: its id cannot be reused
+    memo[key] = (attention_mask, (mask, window))  # holds the object: its id cannot be reused
     return mask, window

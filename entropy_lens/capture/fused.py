@@ -9,11 +9,12 @@
 kernel's autotuning) and keeps the faster for the rest of the process, as `@triton.autotune` does
 for block sizes. Timing needs CUDA: elsewhere "auto" means separate.
 
-The fused pass applies only where it computes exactly what sdpa would: the triton backend for
-these inputs (`kernels.backend_for`), no gradient wanted, no dropout, a mask that is None or key
-padding and a sliding window (transformers' causal, padding and sliding-window masks qualify, see
-`kernels.masks.as_key_padding`), and none of the arguments in `_UNSUPPORTED_KWARGS`. A
-`sliding_window` argument is ignored, as sdpa ignores it: the mask carries the window.
+The fused pass applies only where it computes exactly what the layer's output path would: the
+triton backend for these inputs (`kernels.backend_for`), no gradient wanted, no dropout, and a mask
+that is None or key padding and a sliding window (transformers' causal, padding and sliding-window
+masks qualify, see `kernels.masks.as_key_padding`). Softcapping and attention sinks it implements;
+any other extra argument is refused before this (capture.attention.check_kwargs). A `sliding_window`
+argument is ignored, as sdpa ignores it: the mask carries the window.
 """
 
 from __future__ import annotations
@@ -24,18 +25,13 @@ from collections.abc import Callable
 import torch
 
 FUSED_MODES = ("auto", "on", "off")
-# Arguments the fused kernel does not implement; with any of them the layer takes the separate path.
-# That path does not support them all either: sdpa applies a position bias and a paged cache to the
-# output, refuses softcap and ignores attention sinks (s_aux, sinks), and the entropy kernel applies
-# none of them.
-_UNSUPPORTED_KWARGS = ("position_bias", "softcap", "s_aux", "sinks", "cache")
 _CHOICES: dict[tuple, str] = {}  # shape key -> "fused" | "separate", measured once per process
 
 
-def fused_applies(backend: str, query, key, value, mask, dropout: float, kwargs: dict) -> bool:
+def fused_applies(backend: str, query, key, value, mask, dropout: float) -> bool:
     """`backend`: what `kernels.backend_for` picks for the layer's entropy; `mask`: None or the
     kernels' form of the layer's mask (key padding (B, 1, 1, S) where transformers' mask allows)."""
-    if backend != "triton" or dropout or any(kwargs.get(name) is not None for name in _UNSUPPORTED_KWARGS):
+    if backend != "triton" or dropout:
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
         return False
