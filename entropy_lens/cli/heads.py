@@ -17,7 +17,7 @@ SEARCH_EXAMPLES = """examples:
 
 
 def add_parsers(sub) -> None:
-    from entropy_lens.runs.head_search import HeadSearchConfig
+    from entropy_lens.runs.head_config import HeadSearchConfig
 
     d = {f.name: f.default for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length")}
     s = sub.add_parser(

@@ -148,7 +148,7 @@ def cmd_scan(args) -> int:
     print(
         f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} "
         "samples "
-        f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']} "
+        f"of {m['data']}, {m['device']}/{m['dtype']}, threads {m['threads']}, backend {m['backend']} "
         f"({m.get('attention_path', 'separate')}), "
         f"{m['wall_time_s']:.1f} s"
     )
