@@ -56,6 +56,7 @@ def add_parsers(sub) -> None:
     s.add_argument(
         "--out", required=True, help="output .safetensors (scale_param per layer) + .json beside it"
     )
+    s.add_argument("--partial", action="store_true", help="--init-from an unfinished sweep's finished scales")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_search_heads)
 
@@ -72,7 +73,7 @@ def cmd_search_heads(args) -> int:
     if args.init_from:
         from entropy_lens.analysis import best_uniform_scale, load_sweep
 
-        init = best_uniform_scale(load_sweep(args.init_from), length=args.length)
+        init = best_uniform_scale(load_sweep(args.init_from, partial=args.partial), length=args.length)
         print(
             f"initial scale {init:g}: the lowest mean loss over positions < {args.length} in {args.init_from}"
         )
