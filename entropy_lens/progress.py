@@ -1,12 +1,44 @@
-"""Progress bars: tqdm.auto (a widget in Jupyter, text in a terminal) when shown, a disabled plain
-tqdm otherwise, so a quiet run in Jupyter without ipywidgets prints no TqdmWarning."""
+"""Progress bars that suit where they are shown.
+
+- A terminal (stderr is a TTY): tqdm's live bar, redrawn in place.
+- Anywhere else (a log file, a pipe, a notebook, CI): one plain line every `every_s` seconds and a
+  last one at the end, because tqdm redraws with carriage returns, which a file keeps as a single
+  ever-growing line. A notebook gets the same lines, so no widget (ipywidgets) is needed and no
+  "IProgress not found" warning is printed.
+- Disabled: a plain, disabled tqdm, so callers use one interface either way.
+"""
 
 from __future__ import annotations
 
+import sys
 
-def progress_bar(iterable=None, *, enabled: bool, **kwargs):
-    if enabled:
-        from tqdm.auto import tqdm
-    else:
-        from tqdm import tqdm
-    return tqdm(iterable, disable=not enabled, dynamic_ncols=True, **kwargs)
+__all__ = ["progress_bar"]
+
+
+def progress_bar(iterable=None, *, enabled: bool, every_s: float = 10.0, file=None, **kwargs):
+    """A tqdm bar over `iterable` (or with `total=`) written to `file` (default stderr)."""
+    from tqdm import tqdm
+
+    stream = file if file is not None else sys.stderr
+    if not enabled:
+        return tqdm(iterable, disable=True, **kwargs)
+    isatty = getattr(stream, "isatty", None)
+    if isatty is not None and isatty():
+        return tqdm(iterable, file=stream, dynamic_ncols=True, **kwargs)
+    # mininterval: at most one line per `every_s`; miniters=1: check the clock at every update
+    return tqdm(iterable, file=_Lines(stream), mininterval=every_s, miniters=1, ascii=True, **kwargs)
+
+
+class _Lines:
+    """A file for tqdm that turns each redraw ('\\r' + status, padded with spaces) into one line."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        for part in text.replace("\r", "\n").split("\n"):
+            if part.strip():
+                self.stream.write(part.rstrip() + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()

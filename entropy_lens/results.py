@@ -15,7 +15,8 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
 meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
 config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
-data_description, seed, samples, len, batch_size, dtype, device, backend (the entropy kernels that ran,
+data_description, seed, samples, len, batch_size, dtype, device, threads (torch's CPU thread count:
+--threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
 "+"-joined: torch_chunked, triton, reference; "none" for a loss-only scan), attention_path ("separate":
 sdpa output + entropy pass; "fused": one Triton pass; "streamed": output and entropy from the same
 tiles in plain torch, for softcapping or attention sinks; several joined by "+"), entropy_units ("nats"),

@@ -18,7 +18,9 @@ from entropy_lens.analysis import (
     inflection_agreement,
     inflections,
     load_sweep,
+    missing_scales,
     moving_average,
+    resume_command,
     yarn_scale,
 )
 from entropy_lens.errors import EntropyLensError
@@ -456,3 +458,20 @@ def test_inflections_and_agreement_on_planted_sweep():
     listed = inflections(results)
     assert pd.isna(listed["entropy_inflection"].iloc[-1]) and not pd.isna(listed["loss_inflection"].iloc[-1])
     assert inflection_agreement(listed).n == 5
+
+
+def test_missing_scales_from_the_index():
+    assert missing_scales({"scales": [1.0], "complete": True}) == []
+    assert missing_scales({"scales": [1.0], "requested_scales": [1.0, 1.05, 1.1], "complete": False}) == [
+        1.05,
+        1.1,
+    ]
+    assert len(missing_scales({"scales": [1.0], "complete": False})) == 1  # unknown, still unfinished
+    command = resume_command(
+        "sw",
+        {
+            "scan_config": {"model": "m", "length": 8, "data": "d", "samples": 2, "nope": True},
+            "scales": [1.0],
+        },
+    )
+    assert command == "entropy-lens sweep m --len 8 --data d --samples 2 --nope --scales 1 --out sw --resume"

@@ -117,3 +117,13 @@ def test_host_sums_benchmark_writes_its_table(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)
+
+
+def test_threads_benchmark_runs_a_scan_beside_a_busy_process(tmp_path, benchmark_script):
+    """At a toy size: one busy process, --threads 1; the row and the JSON say what ran."""
+    threads_cpu = benchmark_script("threads_cpu")
+    out = tmp_path / "threads_cpu.json"
+    argv = ["--len", "16", "--samples", "1", "--busy", "1", "--threads", "1", "--out", str(out)]
+    assert threads_cpu.main(argv) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["busy_processes"] == 1 and row["threads"] == 1 and row["tok_per_s"] > 0

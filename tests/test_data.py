@@ -325,3 +325,10 @@ def test_data_as_jsonl_packs_like_txt(tok, tmp_path, three_docs):
     a = token_chunks(tok, str(path), length=16, samples=5)
     b = token_chunks(tok, str(three_docs), length=16, samples=5)
     np.testing.assert_array_equal(a.ids, b.ids)
+
+
+def test_a_missing_data_path_lists_every_accepted_form(tmp_path):
+    with pytest.raises(EntropyLensError) as err:
+        token_chunks(None, str(tmp_path / "nothere.txt"), length=8, samples=1)
+    message = str(err.value)
+    assert all(form in message for form in ("austen:<novel>", "stdlib", ".txt", ".jsonl", ".npy"))

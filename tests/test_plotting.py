@@ -128,6 +128,9 @@ def test_models_by_layers_grid_titles():
     assert len(axes) == 6
     assert [ax.get_title() for ax in axes[:3]] == ["Layer 0", "A - Layer 1", "Layer 2"]
     assert axes[4].get_title() == "B - Layer 1" and all(len(ax.get_lines()) == 5 for ax in axes)
+    assert fig.get_supxlabel() == "position i" and "bits" in fig.get_supylabel()
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [f"head {h}" for h in range(5)]
 
 
 def test_all_heads_grid_removes_unused_cells():
@@ -135,6 +138,8 @@ def test_all_heads_grid_removes_unused_cells():
     assert [ax.get_title() for ax in fig.axes] == [f"Layer {i}" for i in range(6)]  # 8 cells, 2 removed
     assert all(len(ax.get_lines()) == 4 for ax in fig.axes)  # 3 heads + bound
     assert fig._suptitle.get_text() == "T"
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["head 0", "head 1", "head 2", "log₂(i+1)"]
 
 
 def test_scale_vs_entropy_fits_each_layer():

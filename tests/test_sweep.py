@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from entropy_lens.analysis import load_sweep
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, read_sweep_index
@@ -76,8 +77,12 @@ def test_sweep_resume_after_interruption(config, tmp_path, monkeypatch):
         sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", progress=False)
     index = read_sweep_index(tmp_path / "cut")
     assert index["scales"] == [1.0] and not index["complete"]
-    with pytest.raises(EntropyLensError, match="not empty"):
-        sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", progress=False)
+    with pytest.raises(EntropyLensError, match="not empty"):  # other scales: only with --resume
+        sweep(config, [1.0, 1.5], tmp_path / "cut", progress=False)
+    with pytest.raises(EntropyLensError, match="unfinished: 1 of 3 scales done, scales 1.5, 2 missing"):
+        load_sweep(tmp_path / "cut")
+    partial = load_sweep(tmp_path / "cut", partial=True)
+    assert list(partial.scales) == [1.0] and partial.missing == [1.5, 2.0]
     with pytest.raises(EntropyLensError, match="other flags"):
         sweep(
             dataclasses.replace(config, samples=1),
@@ -87,7 +92,7 @@ def test_sweep_resume_after_interruption(config, tmp_path, monkeypatch):
             progress=False,
         )
     monkeypatch.setattr(sweep_module, "scan", real_scan)
-    sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", resume=True, progress=False)
+    sweep(config, [1.0, 1.5, 2.0], tmp_path / "cut", progress=False)  # the same sweep: resumes by itself
     a, b = read_sweep_index(whole), read_sweep_index(tmp_path / "cut")
     assert b["complete"] and a["scales"] == b["scales"]
     for fa, fb in zip(a["files"], b["files"], strict=True):
@@ -130,7 +135,37 @@ def test_cli_sweep(tiny_dir, tmp_path, capsys):
     assert "wrote 3 scans" in capsys.readouterr().out
     index = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert index["files"] == ["s1.npz", "s1.1.npz", "s1.2.npz"]
-    assert main(args) == 2 and "--resume" in capsys.readouterr().err
-    assert main([*args, "--resume"]) == 0
+    assert main(args) == 0  # the same sweep again: its scans are reused
+    assert main([*args[:-5], "--scales", "1,1.1", *args[-3:]]) == 2 and "--resume" in capsys.readouterr().err
+    assert main([*args[:-5], "--scales", "1,1.1", *args[-3:], "--resume"]) == 0
     assert main([*args[:-5], "--scales", "x", "--out", str(tmp_path / "x")]) == 2
     assert "--scales" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_fit_refuses_an_unfinished_sweep_and_names_the_fix(config, tmp_path, capsys, monkeypatch):
+    real_scan = sweep_module.scan
+
+    def crash_on_fourth(cfg, **kw):
+        if cfg.scale == 1.6:
+            raise KeyboardInterrupt
+        return real_scan(cfg, **kw)
+
+    monkeypatch.setattr(sweep_module, "scan", crash_on_fourth)
+    folder = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        sweep(dataclasses.replace(config, seed=3), [1.0, 1.2, 1.4, 1.6, 1.8], folder, progress=False)
+    capsys.readouterr()
+    assert main(["fit", str(folder), "--train-len", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "3 of 5 scales done, scales 1.6, 1.8 missing" in err
+    command = err.split("`")[1]
+    assert command == (
+        f"entropy-lens sweep {config.model} --len 24 --data {DATA} --samples 2 --seed 3 "
+        f"--scales 1,1.2,1.4,1.6,1.8 --out {folder} --resume"
+    )
+    assert main(["fit", str(folder), "--train-len", "8", "--partial", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["missing_scales"] == [1.6, 1.8] and "2 missing" in captured.err
+    monkeypatch.setattr(sweep_module, "scan", real_scan)
+    assert main(command.split()[1:] + ["--quiet"]) == 0  # the printed command finishes it
+    assert load_sweep(folder).missing == []

@@ -33,7 +33,7 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
-from entropy_lens.analysis.sweep import Sweep, load_sweep, uniform_scale
+from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
 
 __all__ = [
     "HeadScaleTable",
@@ -49,7 +49,9 @@ __all__ = [
     "inflection_agreement",
     "inflections",
     "load_sweep",
+    "missing_scales",
     "moving_average",
+    "resume_command",
     "uniform_scale",
     "yarn_scale",
 ]

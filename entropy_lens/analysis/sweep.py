@@ -12,12 +12,15 @@ Choices:
   stored with `entropy_reduction="mean_heads"` holds (layers, 1, T) head means; their mean over
   layers is the same number because every layer has the same head count. If any scan captured no
   entropy (heads axis of length 0), `Sweep.entropy` is None.
+- An unfinished sweep (index `complete` false: interrupted, or still running) is refused with the
+  scales it lacks and the command that finishes it; `partial=True` reads the scales that are done.
 - Everything that makes curves comparable (model, config hash, data, length, training length) must
   match; a mismatch names the file, because the fix is to rerun that sweep into a fresh folder.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +29,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, read_sweep_index
 
-__all__ = ["Sweep", "load_sweep", "uniform_scale"]
+__all__ = ["Sweep", "load_sweep", "missing_scales", "resume_command", "uniform_scale"]
 
 _MATCH = ("len", "model", "config_hash", "data", "train_len")  # meta keys every scan of a sweep shares
 
@@ -40,6 +43,7 @@ class Sweep:
     model: str
     length: int
     meta: list[dict] = field(default_factory=list)  # each scan's meta, in `scales` order
+    missing: list[float] = field(default_factory=list)  # requested scales not done (load_sweep partial=True)
 
     @classmethod
     def from_results(cls, results: list[ScanResult], *, sources: list[str] | None = None) -> Sweep:
@@ -102,9 +106,21 @@ class Sweep:
         )
 
 
-def load_sweep(folder: str | Path) -> Sweep:
-    """Read a sweep folder (its `sweep.json` and every results file it lists) into a `Sweep`."""
+def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
+    """Read a sweep folder (its `sweep.json` and every results file it lists) into a `Sweep`.
+
+    An unfinished sweep is an error unless `partial`; then the scales done are read and the others are
+    listed in `Sweep.missing`.
+    """
     index = read_sweep_index(folder)
+    missing = missing_scales(index)
+    if missing and not partial:
+        done = len(index["scales"])
+        raise EntropyLensError(
+            f"sweep {folder} is unfinished: {done} of {done + len(missing)} scales done, "
+            f"{_scale_list(missing)} missing; finish it with `{resume_command(folder, index)}`, or pass "
+            "--partial to use the scales done"
+        )
     results = []
     for s, path in zip(index["scales"], index["files"]):
         if not Path(path).is_file():
@@ -124,7 +140,50 @@ def load_sweep(folder: str | Path) -> Sweep:
                 "rerun the sweep into a fresh folder"
             )
         results.append(result)
-    return Sweep.from_results(results, sources=list(index["files"]))
+    sweep = Sweep.from_results(results, sources=list(index["files"]))
+    sweep.missing = missing
+    return sweep
+
+
+def missing_scales(index: dict) -> list[float]:
+    """The requested scales of a sweep index that have no finished scan yet (empty when complete)."""
+    if index.get("complete", True):
+        return []
+    done = {round(float(s), 6) for s in index["scales"]}
+    requested = index.get("requested_scales") or []
+    missing = [float(s) for s in requested if round(float(s), 6) not in done]
+    return missing or [float("nan")]  # "complete": false with nothing listed: still unfinished
+
+
+def resume_command(folder: str | Path, index: dict) -> str:
+    """The `entropy-lens sweep` command that finishes the sweep in `folder`, from its recorded flags."""
+    c = index.get("scan_config", {})
+    flags = {"len": c.get("length"), "data": c.get("data"), "samples": c.get("samples")}
+    defaults = {"seed": 0, "dtype": "auto", "device": "auto", "batch_size": 1, "backend": "auto"}
+    defaults |= {"fused": "auto", "entropy": "mean", "nope": None, "trust_remote_code": False}
+    for name, default in defaults.items():
+        if c.get(name, default) != default:
+            flags[name] = c[name]
+    for name in ("rope_scaling", "train_len", "revision"):
+        if c.get(name) is not None:
+            flags[name] = c[name]
+    words = ["entropy-lens sweep", str(c.get("model", "CKPT"))]
+    for name, value in flags.items():
+        flag = "--" + ("len" if name == "len" else name.replace("_", "-"))
+        if value is not False:
+            words.append(flag if value is True else f"{flag} {value}")
+    scales = index.get("requested_scales") or index["scales"]
+    words += ["--scales", ",".join(f"{s:g}" for s in scales), "--out", str(folder), "--resume"]
+    return " ".join(words)
+
+
+def _scale_list(scales: list[float], shown: int = 6) -> str:
+    if any(math.isnan(s) for s in scales):
+        return "some scales"
+    text = ", ".join(f"{s:g}" for s in scales[:shown])
+    return (
+        "scale " + text if len(scales) == 1 else f"scales {text}" + (", ..." if len(scales) > shown else "")
+    )
 
 
 def uniform_scale(meta: dict) -> float | None:

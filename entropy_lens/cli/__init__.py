@@ -2,7 +2,8 @@
 
 Each module here adds its subcommands (`add_parsers(sub)`) and runs them; heavy imports (torch,
 transformers) happen inside each command, so `--help` is instant. Bad input exits with status 2
-and one line saying what is wrong and how to fix it.
+and one line saying what is wrong and how to fix it. Every command takes `--threads N`, applied once
+before the command runs (runs/threads.py).
 """
 
 from __future__ import annotations
@@ -23,14 +24,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (scan, analysis, train, heads, figures):
         module.add_parsers(sub)
+    for command in sub.choices.values():  # one flag, applied once in main() before any work
+        command.add_argument(
+            "--threads",
+            type=int,
+            metavar="N",
+            help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core); on a machine "
+            "shared with other busy processes use at most the free cores, e.g. --threads 1",
+        )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from entropy_lens.errors import EntropyLensError
+    from entropy_lens.runs.threads import set_threads
 
     args = build_parser().parse_args(argv)
     try:
+        set_threads(args.threads)
         return args.func(args)
     except EntropyLensError as err:
         print(f"entropy-lens: error: {err}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 FIT_EXAMPLES = """examples:
   entropy-lens fit sweeps/nope50k                    # L from the model's config (train_len)
@@ -30,6 +31,11 @@ def add_parsers(sub) -> None:
         help="moving-average half-width applied to each loss curve before the argmin (default 0: raw, "
         "as the paper; try 25 for sweeps of few samples)",
     )
+    f.add_argument(
+        "--partial",
+        action="store_true",
+        help="fit an unfinished sweep's finished scales (default: refuse, naming the missing scales)",
+    )
     f.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     f.set_defaults(func=cmd_fit)
 
@@ -37,7 +43,13 @@ def add_parsers(sub) -> None:
 def cmd_fit(args) -> int:
     from entropy_lens.analysis import fit_scale_curve, load_sweep, yarn_scale
 
-    sweep = load_sweep(args.sweep)
+    sweep = load_sweep(args.sweep, partial=args.partial)
+    if sweep.missing:
+        print(
+            f"entropy-lens: note: unfinished sweep, fitting the {len(sweep.scales)} scales done "
+            f"({len(sweep.missing)} missing)",
+            file=sys.stderr,
+        )
     fit_range = None
     if args.start is not None or args.stop is not None:
         L = args.train_len or sweep.train_len or 0
@@ -59,6 +71,7 @@ def cmd_fit(args) -> int:
             "len": sweep.length,
             "smooth": args.smooth,
             "scales": [float(s) for s in sweep.scales],
+            "missing_scales": sweep.missing,
             "implied": {f"{k}x": v for k, v in implied.items()},
             "yarn": {f"{k}x": yarn_scale(k) for k in implied},
         }

@@ -6,7 +6,7 @@ import argparse
 
 FIGURES_EXAMPLES = """examples:
   entropy-lens figures                                   # the embedded tiny pair, ~10 min on 2 CPU cores
-  entropy-lens figures --config paper.yaml --out figures/paper
+  entropy-lens figures --config paper --out figures/paper   # the packaged paper.yaml; copy it to set paths
   entropy-lens figures --nope-ckpt TinyLlama-NoPE-1.1B --rope-ckpt tinyLlama-step-50k \\
       --head-scale-ckpt TinyLlama-NoPE-HeadScale8k --train-len 2048 --len 16384 --device cuda \\
       --data corpus.jsonl
@@ -20,7 +20,11 @@ def add_parsers(sub) -> None:
         epilog=FIGURES_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    f.add_argument("--config", help="YAML file of settings (field names of entropy_lens.runs.FiguresConfig)")
+    f.add_argument(
+        "--config",
+        help="YAML file of settings (field names of entropy_lens.runs.FiguresConfig), or `paper` for the "
+        "packaged paper.yaml",
+    )
     f.add_argument(
         "--out", default="figures", help="folder for figure-NN.png/.pdf and README.md (default figures)"
     )
@@ -41,20 +45,26 @@ def add_parsers(sub) -> None:
     f.set_defaults(func=cmd_figures)
 
 
-def cmd_figures(args) -> int:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no window, no display needed
-
-    from entropy_lens.runs.figures import FiguresConfig, make_figures
+def figures_config(args):
+    """The FiguresConfig of --config (a file, or `paper`) and the flags, which take precedence."""
+    from entropy_lens.runs.figures import FiguresConfig
 
     overrides = {
         k: getattr(args, k)
         for k in ("nope", "rope", "head_scales", "train_len", "length", "data", "samples", "device")
     }
     if args.config:
-        config = FiguresConfig.from_file(args.config, **overrides)
-    else:
-        config = FiguresConfig.build({}, source="flags", **overrides)
+        return FiguresConfig.from_file(args.config, **overrides)
+    return FiguresConfig.build({}, source="flags", **overrides)
+
+
+def cmd_figures(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no window, no display needed
+
+    from entropy_lens.runs.figures import make_figures
+
+    config = figures_config(args)
     make_figures(config, args.out, cache=args.cache, progress=not args.quiet)
     return 0

@@ -17,7 +17,7 @@ SEARCH_EXAMPLES = """examples:
 
 
 def add_parsers(sub) -> None:
-    from entropy_lens.runs.head_search import HeadSearchConfig
+    from entropy_lens.runs.head_config import HeadSearchConfig
 
     d = {f.name: f.default for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length")}
     s = sub.add_parser(
@@ -56,32 +56,35 @@ def add_parsers(sub) -> None:
     s.add_argument(
         "--out", required=True, help="output .safetensors (scale_param per layer) + .json beside it"
     )
+    s.add_argument("--partial", action="store_true", help="--init-from an unfinished sweep's finished scales")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_search_heads)
 
 
-def cmd_search_heads(args) -> int:
-    from entropy_lens.runs.head_search import (
-        HeadSearchConfig,
-        check_out,
-        save_head_scales,
-        search_head_scales,
+def search_config(args, *, init: float):
+    """The HeadSearchConfig of the parsed flags, starting every head at `init`."""
+    from entropy_lens.runs.head_config import HeadSearchConfig
+
+    names = [
+        f.name for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length", "init")
+    ]
+    return HeadSearchConfig(
+        model=args.model, length=args.length, init=init, **{n: getattr(args, n) for n in names}
     )
+
+
+def cmd_search_heads(args) -> int:
+    from entropy_lens.runs.head_search import check_out, save_head_scales, search_head_scales
 
     init = args.init if args.init is not None else 1.0
     if args.init_from:
         from entropy_lens.analysis import best_uniform_scale, load_sweep
 
-        init = best_uniform_scale(load_sweep(args.init_from), length=args.length)
+        init = best_uniform_scale(load_sweep(args.init_from, partial=args.partial), length=args.length)
         print(
             f"initial scale {init:g}: the lowest mean loss over positions < {args.length} in {args.init_from}"
         )
-    names = [
-        f.name for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length", "init")
-    ]
-    config = HeadSearchConfig(
-        model=args.model, length=args.length, init=init, **{n: getattr(args, n) for n in names}
-    )
+    config = search_config(args, init=init)
     config.check()
     check_out(args.out)  # before any work
     result = search_head_scales(config, progress=not args.quiet)

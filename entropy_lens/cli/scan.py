@@ -124,7 +124,7 @@ def _add_mode_args(p, what: str) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _config(args):
+def scan_config(args):
     """A ScanConfig from the parsed flags (scan and sweep share every field but the scale)."""
     import dataclasses
 
@@ -139,7 +139,7 @@ def cmd_scan(args) -> int:
     from entropy_lens.runs.distributed import world
     from entropy_lens.runs.scan import default_out, scan
 
-    config = _config(args)
+    config = scan_config(args)
     out = args.out or default_out(config)
     result = scan(config, out=out, resume=args.resume, force=args.force, progress=not args.quiet)
     if not world().main:
@@ -148,7 +148,7 @@ def cmd_scan(args) -> int:
     print(
         f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} "
         "samples "
-        f"of {m['data']}, {m['device']}/{m['dtype']}, backend {m['backend']} "
+        f"of {m['data']}, {m['device']}/{m['dtype']}, threads {m['threads']}, backend {m['backend']} "
         f"({m.get('attention_path', 'separate')}), "
         f"{m['wall_time_s']:.1f} s"
     )
@@ -169,7 +169,7 @@ def cmd_sweep(args) -> int:
 
     scales = parse_scales(args.scales)
     out = sweep(
-        _config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet
+        scan_config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet
     )
     print(f"wrote {len(scales)} scans (s = {scales[0]:g} .. {scales[-1]:g}) and {out / 'sweep.json'}")
     return 0

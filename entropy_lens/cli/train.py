@@ -37,10 +37,15 @@ def add_parsers(sub) -> None:
     t.set_defaults(func=cmd_train_tiny)
 
 
+def tiny_recipe(args) -> TinyRecipe:
+    """The TinyRecipe of the parsed flags."""
+    return TinyRecipe(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TinyRecipe)})
+
+
 def cmd_train_tiny(args) -> int:
     from entropy_lens.runs.training import train_tiny
 
-    recipe = TinyRecipe(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TinyRecipe)})
+    recipe = tiny_recipe(args)
     out = train_tiny(
         recipe, args.out or f"tiny-{args.kind}", resume=args.resume, force=args.force, progress=not args.quiet
     )

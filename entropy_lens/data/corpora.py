@@ -92,7 +92,10 @@ def load_labelled(data: str) -> tuple[list[str], str]:
 
 def _choices() -> str:
     novels = ", ".join(AUSTEN_NOVELS)
-    return f"austen, austen:<novel>, austen-minus:<novel> (novels: {novels}), stdlib, or {FILE_KINDS}"
+    return (
+        f"austen, austen:<novel>, austen-minus:<novel> (novels: {novels}), stdlib, or {FILE_KINDS} "
+        "(a scan or sweep also reads a .npy of token ids shaped [N, --len + 1])"
+    )
 
 
 def _match_novel(data: str, query: str) -> str:

@@ -6,16 +6,17 @@ once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LE
 later loads give the same model. The cache key is the file name, its size and a hash of its first
 and last MiB (not mtime: a reinstall should not invalidate it, an edited file must). The folder is
 written to a temporary sibling and renamed into place with a completion marker inside, so a crashed
-or concurrent writer never leaves a half cache that a later load trusts.
+or concurrent writer never leaves a half cache that a later load trusts. The conversion says on stderr
+that it is running and how long it takes (it is the one silent wait of a first run).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,8 +24,6 @@ from pathlib import Path
 from entropy_lens.errors import EntropyLensError, first_line
 
 __all__ = ["cache_root", "ensure_gguf_cache", "gguf_cache_dir"]
-
-log = logging.getLogger(__name__)
 
 _CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
 _STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
@@ -105,8 +104,15 @@ def ensure_gguf_cache(gguf: Path) -> Path:
         ) from None
     try:
         _remove_stale_partials(final)
-        log.info("converting %s to a float32 safetensors cache in %s (once)", gguf, final)
+        # ~25 s for SmolLM2-135M on 2 cores, and nothing else shows: say so, on stderr (stdout is results)
+        print(
+            f"converting {gguf.name} to a float32 cache in {final}, once (SmolLM2-135M: ~25 s on 2 cores)",
+            file=sys.stderr,
+            flush=True,
+        )
+        t0 = time.perf_counter()
         _convert_gguf(gguf, tmp)
+        print(f"converted in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         meta = {"gguf": str(gguf), "size": gguf.stat().st_size}
         (tmp / _CACHE_MARKER).write_text(json.dumps(meta))
         if final.exists() and not (final / _CACHE_MARKER).is_file():

@@ -75,7 +75,8 @@ def models_by_layers(
         for col, layer in enumerate(layers):
             ax = head_lines(result, layer, ax=axes[row, col], heads=heads, bound=bound)
             ax.set_title(f"{name} - Layer {layer}" if col == middle else f"Layer {layer}", fontsize="medium")
-    fig.tight_layout()
+    first = next(iter(results.values()))
+    _label_grid(fig, range(first.n_heads) if heads is None else heads, PAIRED, bound)
     return fig
 
 
@@ -97,5 +98,19 @@ def all_heads_grid(result: ScanResult, *, stride: int = 1, ncols: int = 4, bound
         ax.set_title(f"Layer {layer}", fontsize="medium")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    _label_grid(fig, range(result.n_heads), TAB10, bound)
     return fig
+
+
+def _label_grid(fig, heads: Sequence[int], palette: Sequence[str], bound: bool) -> None:
+    """Shared axis labels and one legend of the heads' colours (and the bound) below the panels."""
+    from matplotlib.lines import Line2D
+
+    fig.supxlabel("position i")
+    fig.supylabel("attention entropy (bits)")
+    handles = [Line2D([], [], color=palette[h % len(palette)], label=f"head {h}") for h in heads]
+    if bound:
+        handles.append(Line2D([], [], color="k", ls="--", label="log₂(i+1)"))
+    ncol = min(len(handles), 8)
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * (-(-len(handles) // ncol)), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize="small", frameon=False)

@@ -5,7 +5,8 @@
     sums.py         ScanSums: the scan's float64 running sums, checkpointed and all-reduced
     distributed.py  torchrun: ranks, process group, all-reduce of those sums
     sweep.py        one scan per uniform scale, into a folder with a sweep index
-    head_search.py  the per-head λ(h) search (every weight frozen)
+    head_search.py  the per-head λ(h) search (every weight frozen); head_config.py its settings (no torch)
+    threads.py      --threads: the CPU thread count, set once before a command loads torch
     training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
     figures.py      the scans, sweep and search behind the paper's figures, cached; then rendering
 
@@ -22,7 +23,7 @@ _LAZY = {
     "ScanConfig": "scan",
     "ScanSums": "sums",
     "parse_scales": "sweep",
-    "HeadSearchConfig": "head_search",
+    "HeadSearchConfig": "head_config",
     "search_head_scales": "head_search",
     "save_head_scales": "head_search",
     "TinyRecipe": "training",

@@ -29,53 +29,14 @@ import numpy as np
 import torch
 
 from entropy_lens.capture import ScaleSession
-from entropy_lens.data import check_length, packed_stream, random_windows
+from entropy_lens.data import packed_stream, random_windows
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model, resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.results import atomic_write_text
+from entropy_lens.runs.head_config import HeadSearchConfig
 
 __all__ = ["HeadSearchConfig", "HeadSearchResult", "check_out", "save_head_scales", "search_head_scales"]
-
-
-@dataclass(frozen=True)
-class HeadSearchConfig:
-    model: str
-    length: int  # L', tokens per window
-    init: float = 1.0  # initial multiplier for every head (the best uniform scale for L')
-    steps: int = 200
-    lr: float = 0.1
-    batch: int = 8
-    micro_batch: int = 1
-    lower_bound: float = 1.0
-    data: str = "austen"
-    seed: int = 0
-    dtype: str = "auto"  # float32 on CPU, bfloat16 on CUDA (the multipliers stay float32)
-    device: str = "auto"
-    checkpointing: bool = False
-    chunk: int = 1024
-
-    def check(self) -> None:
-        check_length(self.length)
-        for name in ("steps", "batch", "micro_batch", "chunk"):
-            if getattr(self, name) < 1:
-                raise EntropyLensError(
-                    f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})"
-                )
-        if self.batch % self.micro_batch:
-            raise EntropyLensError(
-                f"--batch {self.batch} must be a multiple of --micro-batch {self.micro_batch}"
-            )
-        if not (math.isfinite(self.init) and self.init > 0 and self.init >= self.lower_bound):
-            raise EntropyLensError(
-                f"--init {self.init} must be positive and at least --lower-bound {self.lower_bound}"
-            )
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise EntropyLensError(f"--lr must be positive (got {self.lr})")
-        if not (math.isfinite(self.lower_bound) and self.lower_bound >= 0):
-            raise EntropyLensError(
-                f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint"
-            )
 
 
 @dataclass
@@ -133,7 +94,8 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
     mult = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
     opt = torch.optim.AdamW([mult], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     log: list[dict] = []
-    bar = progress_bar(range(config.steps), enabled=progress, desc=f"search-heads {config.model}")
+    desc = f"search-heads {config.model}, threads {torch.get_num_threads()}"
+    bar = progress_bar(range(config.steps), enabled=progress, desc=desc)
     t0 = time.perf_counter()
     for step in bar:
         for group in opt.param_groups:

@@ -241,6 +241,7 @@ class Run:
             "batch_size": c.batch_size,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
+            "threads": torch.get_num_threads(),  # CPU threads (--threads / OMP_NUM_THREADS)
             "backend": "+".join(sorted(sums.backends)) or "none",  # the entropy kernels that ran
             "attention_path": "+".join(sorted(sums.paths)) or "separate",  # fused / separate / both
             "world_size": self.world.size,
@@ -262,7 +263,7 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
         unit="tok",
         unit_scale=True,
         enabled=progress and run.world.main,
-        desc=f"scan {c.model}",
+        desc=f"scan {c.model}, threads {torch.get_num_threads()}",
     )
     try:
         for b in range(0, len(todo), c.batch_size):

@@ -4,7 +4,9 @@
     DIR/s1.2.npz        an ordinary scan results file per scale (same schema as `entropy-lens scan`)
 
 Resumable per scale: finished scales are kept (after checking that they are the same scan), an
-interrupted one continues from its `.partial.npz`. Entropy is stored averaged over each layer's
+interrupted one continues from its `.partial.npz`. Rerunning the same command (same flags and scales)
+into its folder resumes by itself; `resume=True` (--resume) also continues a folder's sweep with other
+scales, and `force=True` starts over. Entropy is stored averaged over each layer's
 heads by default (`entropy="mean"`): [layers, heads, T] for 100 scales at 16K would be ~4.6 GB;
 `entropy="heads"` keeps everything and `entropy="none"` skips the entropy pass (loss only).
 
@@ -67,14 +69,20 @@ def sweep(
     config.check()
     base = dataclasses.replace(config, scale=None).to_dict()
     if out_dir.exists() and any(out_dir.iterdir()):
+        index = read_sweep_index(out_dir) if (out_dir / SWEEP_INDEX).is_file() else None
+        same = index is not None and index["scan_config"] == base
         if force:
             _clear(out_dir)
+        elif same and index.get("requested_scales") == scales:
+            resume = True  # this very sweep (same flags, same scales): continue it, keep what is done
+            if progress and not index.get("complete"):
+                print(f"{out_dir} holds this sweep, unfinished: resuming (--force starts over)", flush=True)
         elif not resume:
             raise EntropyLensError(
-                f"{out_dir} is not empty; pass --resume to finish that sweep, --force to overwrite it, or "
-                "another --out"
+                f"{out_dir} is not empty and holds no sweep of these flags and scales; pass --resume to "
+                "finish a sweep there with these flags, --force to overwrite it, or another --out"
             )
-        elif (out_dir / SWEEP_INDEX).is_file() and read_sweep_index(out_dir)["scan_config"] != base:
+        elif index is not None and not same:
             raise EntropyLensError(
                 f"{out_dir} holds a sweep with other flags (model, length, data, ...); rerun with the same "
                 "flags, pass --force to overwrite it, or another --out"

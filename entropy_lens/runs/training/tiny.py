@@ -191,7 +191,12 @@ def train_tiny(
         start, log, prior_s = state["step"], state["log"], state["wall_s"]
 
     model.train()
-    bar = progress_bar(total=recipe.steps, initial=start, enabled=progress, desc=f"train tiny-{recipe.kind}")
+    bar = progress_bar(
+        total=recipe.steps,
+        initial=start,
+        enabled=progress,
+        desc=f"train tiny-{recipe.kind}, threads {torch.get_num_threads()}",
+    )
     t0 = time.perf_counter()
     for step in range(start, recipe.steps):
         for group in optimizer.param_groups:

@@ -1,0 +1,74 @@
+"""The command line itself: --help and argument errors without torch, --threads on every command."""
+
+import subprocess
+import sys
+
+from entropy_lens.cli import build_parser, main
+from entropy_lens.results import ScanResult
+
+COMMANDS = ("scan", "sweep", "fit", "train-tiny", "search-heads", "figures")
+
+_IMPORTS_AFTER = """
+import contextlib, io, sys
+from entropy_lens.cli import main
+for argv in {argvs!r}:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main(argv)
+        except SystemExit:
+            pass
+print(sorted(m for m in ("torch", "transformers", "matplotlib", "scipy") if m in sys.modules))
+"""
+
+
+def test_help_and_argument_errors_import_no_torch():
+    """`--help` and a bad flag return before torch and transformers load (they take seconds)."""
+    argvs = [["--help"], *([c, "--help"] for c in COMMANDS), ["scan", "tiny-nope"], ["fit"], ["nope"]]
+    code = _IMPORTS_AFTER.format(argvs=argvs)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]", run.stdout
+
+
+def test_python_dash_m_help_imports_no_torch():
+    code = "import runpy, sys; sys.argv = ['entropy-lens', '--help']\n"
+    code += "try:\n    runpy.run_module('entropy_lens', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    code += "print('torch' in sys.modules, file=sys.stderr)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "usage: entropy-lens" in run.stdout and run.stderr.strip() == "False"
+
+
+def test_every_command_takes_threads():
+    parser = build_parser()
+    for command in COMMANDS:
+        args = parser.parse_args([*_minimal(command), "--threads", "3"])
+        assert args.threads == 3, command
+
+
+def _minimal(command: str) -> list[str]:
+    return {
+        "scan": ["scan", "tiny-nope", "--len", "8"],
+        "sweep": ["sweep", "tiny-nope", "--len", "8", "--scales", "1", "--out", "x"],
+        "fit": ["fit", "x"],
+        "train-tiny": ["train-tiny", "--kind", "nope"],
+        "search-heads": ["search-heads", "tiny-nope", "--len", "8", "--out", "x.safetensors"],
+        "figures": ["figures"],
+    }[command]
+
+
+def test_threads_below_one_is_one_line(capsys):
+    assert main(["fit", "no-such-sweep", "--threads", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("entropy-lens: error: --threads must be at least 1") and len(err.splitlines()) == 1
+
+
+def test_threads_are_applied_recorded_and_printed(tiny_dir, tmp_path):
+    """In its own process (set_threads changes the process): the meta and the header say what ran."""
+    out = tmp_path / "t.npz"
+    argv = ["scan", str(tiny_dir), "--len", "16", "--samples", "1", "--threads", "1", "--out", str(out)]
+    run = subprocess.run(
+        [sys.executable, "-m", "entropy_lens", *argv], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert ScanResult.load(out).meta["threads"] == 1
+    assert "threads 1," in run.stdout  # the run's header line
+    assert "threads" not in ScanResult.load(out).meta["scan_config"]  # --resume compares scan_config
