@@ -127,3 +127,21 @@ def test_threads_benchmark_runs_a_scan_beside_a_busy_process(tmp_path, benchmark
     assert threads_cpu.main(argv) == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert row["busy_processes"] == 1 and row["threads"] == 1 and row["tok_per_s"] > 0
+
+
+def test_extras_benchmark_times_every_mode(tmp_path):
+    out = tmp_path / "extras_cpu.json"
+    argv = [
+        sys.executable,
+        str(BENCH / "extras_cpu.py"),
+        "--lengths",
+        "32",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
+    run = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["len"] == 32 and all(row[f"{m}_s"] > 0 for m in ("sdpa", "streamed_softcap", "streamed_sinks"))

@@ -1,0 +1,111 @@
+"""CPU benchmark: what softcapping (Gemma 2) and attention sinks (gpt-oss) cost a capturing layer.
+
+    python benchmarks/extras_cpu.py [--lengths 1024 2048 4096] [--repeats 3]
+                                    [--out benchmarks/results/extras_cpu.json]
+
+sdpa computes neither, so a layer with them takes the exact streaming path, which makes the output,
+the entropy and the sink mass from the same score tiles (`kernels.attention_with_entropy_torch`).
+One layer of SmolLM2-135M's shape (9 query heads, 3 KV heads, head_dim 64), random fp32 q, k, v,
+batch 1, causal:
+  sdpa              torch sdpa, output only: what the layer costs without any capture
+  separate          sdpa + the entropy pass (`attention_entropy`): a capturing layer without extras
+  streamed          the streaming path without extras (output + entropy in one pass)
+  streamed_softcap  the same with softcap = 50 (every score through tanh)
+  streamed_sinks    the same with one sink logit per head (sink mass returned too)
+  eager_softcap     the materialising alternative: scores, tanh, softmax, P·V and entropy on T × T
+Reported: median wall time of `repeats` runs after one warm-up, and each mode's time over sdpa's.
+Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+MODES = ("sdpa", "separate", "streamed", "streamed_softcap", "streamed_sinks", "eager_softcap")
+HEADS, KV_HEADS, HEAD_DIM, SOFTCAP = 9, 3, 64, 50.0
+
+
+def layer(mode: str, length: int):
+    """A closure running one layer of `mode` at `length` tokens."""
+    import torch
+
+    from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, HEADS, length, HEAD_DIM, generator=g)
+    k, v = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=g) for _ in range(2))
+    sinks = torch.randn(HEADS, generator=g)
+    scale = HEAD_DIM**-0.5
+
+    def sdpa():
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scale, enable_gqa=True
+        )
+
+    def eager_softcap():
+        kk, vv = (t.repeat_interleave(HEADS // KV_HEADS, dim=1) for t in (k, v))
+        s = torch.tanh(q @ kk.transpose(-1, -2) * (scale / SOFTCAP)) * SOFTCAP
+        s = s.masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(), float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        return p @ vv, torch.special.entr(p).sum(-1)
+
+    runs = {
+        "sdpa": sdpa,
+        "separate": lambda: (sdpa(), attention_entropy(q, k, scale=scale)),
+        "streamed": lambda: attention_with_entropy_torch(q, k, v, scale),
+        "streamed_softcap": lambda: attention_with_entropy_torch(q, k, v, scale, softcap=SOFTCAP),
+        "streamed_sinks": lambda: attention_with_entropy_torch(q, k, v, scale, sinks=sinks),
+        "eager_softcap": eager_softcap,
+    }
+    return runs[mode]
+
+
+def seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "extras_cpu.json"))
+    args = ap.parse_args()
+    import torch
+
+    rows = []
+    print(f"{'len':>6} " + " ".join(f"{m:>17}" for m in MODES) + "   (s; × sdpa)")
+    for length in args.lengths:
+        t = {mode: seconds(layer(mode, length), args.repeats) for mode in MODES}
+        rows.append({"len": length, **{f"{m}_s": t[m] for m in MODES}})
+        cells = [f"{t[m]:>8.3f} ({t[m] / t['sdpa']:>4.1f}×)" for m in MODES]
+        print(f"{length:>6} " + " ".join(f"{c:>17}" for c in cells), flush=True)
+    record = {
+        "benchmark": "extras_cpu",
+        "shape": f"1 causal layer, {HEADS} query heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, fp32, batch 1",
+        "machine": {
+            "cpu": platform.machine(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
