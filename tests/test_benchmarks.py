@@ -145,3 +145,10 @@ def test_extras_benchmark_times_every_mode(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["len"] == 32 and all(row[f"{m}_s"] > 0 for m in ("sdpa", "streamed_softcap", "streamed_sinks"))
+
+
+def test_readme_tables_are_the_benchmarks_json(benchmark_script):
+    """Every performance table in the README is made from a results JSON, never typed."""
+    readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")
+    for name, table in benchmark_script("readme_tables").tables().items():
+        assert table in readme, f"regenerate the {name} table: python benchmarks/readme_tables.py"
