@@ -106,11 +106,13 @@ def _label_grid(fig, heads: Sequence[int], palette: Sequence[str], bound: bool) 
     """Shared axis labels and one legend of the heads' colours (and the bound) below the panels."""
     from matplotlib.lines import Line2D
 
-    fig.supxlabel("position i")
-    fig.supylabel("attention entropy (bits)")
     handles = [Line2D([], [], color=palette[h % len(palette)], label=f"head {h}") for h in heads]
     if bound:
         handles.append(Line2D([], [], color="k", ls="--", label="log₂(i+1)"))
     ncol = min(len(handles), 8)
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * (-(-len(handles) // ncol)), 1, 1))
+    inch = 1 / fig.get_figheight()  # one inch as a fraction of the figure's height
+    legend_h = 0.3 * inch * -(-len(handles) // ncol)  # the legend's rows at the bottom, 0.3 in each
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize="small", frameon=False)
+    fig.supxlabel("position i", y=legend_h, va="bottom")
+    fig.supylabel("entropy (bits)")
+    fig.tight_layout(rect=(0, legend_h, 1, 1))  # tight_layout makes room for the sup-labels itself
