@@ -4,6 +4,7 @@ reused on a rerun, and bad settings rejected before any work."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,21 @@ def test_packaged_paper_config():
     config = FiguresConfig.from_file("paper", device="cpu")
     assert (config.train_len, config.short, config.long, config.fit) == (2048, 2, 4, 8)
     assert config.sweep_scales == "1.0:2.0:0.01" and config.fit_smooth == 0 and config.device == "cpu"
+
+
+def test_readme_states_the_time_the_runs_record(made):
+    """The stated time is the sum of the wall times in the cached results (scans, sweep scales and the
+    head-scale search), so a rerun from the cache still states the original runs' time."""
+    import glob
+
+    import numpy as np
+
+    root, _ = made
+    readme = (root / "out" / "README.md").read_text()
+    metas = [
+        json.loads(str(np.load(f)["meta"]))
+        for f in glob.glob(str(root / "cache" / "**" / "*.npz"), recursive=True)
+    ]
+    (search,) = glob.glob(str(root / "cache" / "heads-*.safetensors.json"))
+    seconds = sum(m["wall_time_s"] for m in metas) + json.loads(Path(search).read_text())["wall_s"]
+    assert seconds > 0 and f"runs behind these figures took {seconds / 60:.1f} min" in readme

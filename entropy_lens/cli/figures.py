@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 FIGURES_EXAMPLES = """examples:
-  entropy-lens figures                                   # the embedded tiny pair, ~10 min on 2 CPU cores
+  entropy-lens figures                                   # the embedded tiny pair (figures/README.md: how long)
   entropy-lens figures --config paper --out figures/paper   # the packaged paper.yaml; copy it to set paths
   entropy-lens figures --nope-ckpt TinyLlama-NoPE-1.1B --rope-ckpt tinyLlama-step-50k \\
       --head-scale-ckpt TinyLlama-NoPE-HeadScale8k --train-len 2048 --len 16384 --device cuda \\

@@ -261,6 +261,20 @@ FIGS = {
 }
 
 
+def _timing(compute: dict | None) -> str:
+    """The runs' measured time, as their results record it (never typed)."""
+    if not compute:
+        return "How long the runs took is not recorded."
+    threads = compute["threads"]
+    on = f" with {'/'.join(map(str, threads))} CPU thread(s)" if threads else ""
+    missing = f" ({' and '.join(compute['unrecorded'])} not recorded)" if compute["unrecorded"] else ""
+    return (
+        f"Computing the {compute['runs']} runs behind these figures took {compute['seconds'] / 60:.1f} min"
+        f"{on}{missing}: the sum of the wall times their cached results record. A rerun from the cache "
+        "only redraws."
+    )
+
+
 def _readme(sections, d, config) -> str:
     settings = json.dumps(dataclasses.asdict(config), indent=1)
     lines = [
@@ -279,6 +293,8 @@ def _readme(sections, d, config) -> str:
         "```json",
         settings,
         "```",
+        "",
+        _timing(d.get("compute")),
         "",
     ]
     for number, caption, numbers in sections:

@@ -66,6 +66,7 @@ class Runs:
         d["long_uniform"] = self.scan(c.nope, long, scale=s_long)
         d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
         d["short_heads"] = self.scan(c.nope, short, head_scales=hs)
+        d["compute"] = _compute_time(d, None if c.head_scales else hs)
         return d
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
@@ -245,3 +246,21 @@ def make_figures(
     if progress:
         print(f"wrote {len(written)} files to {out}/ in {time.perf_counter() - started:.0f} s", flush=True)
     return written
+
+
+def _compute_time(d: dict, search_file: str | None) -> dict:
+    """How long the runs behind the figures took, from what their results record (so a rerun from the
+    cache reports the original runs, not the redraw): {"seconds", "runs", "unrecorded", "threads"}."""
+    results = [v for k, v in d.items() if hasattr(v, "meta") and k not in ("sweep", "fit")]
+    results += [r for family in ("nope_family", "rope_family") for r in d[family].values()]
+    metas = [r.meta for r in results] + list(d["sweep"].meta)
+    seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
+    unrecorded = []
+    if search_file is not None:
+        record = json.loads(Path(search_file + ".json").read_text())
+        if record.get("wall_s") is None:
+            unrecorded.append("the head-scale search")
+        else:
+            seconds += record["wall_s"]
+    threads = sorted({m["threads"] for m in metas if "threads" in m})
+    return {"seconds": seconds, "runs": len(metas), "unrecorded": unrecorded, "threads": threads}

@@ -44,6 +44,7 @@ class HeadSearchResult:
     scales: np.ndarray  # (layers, heads) multipliers of 1/√d
     log: list[dict]  # per step: step, loss (nats, mean over the batch's tokens), lr
     config: HeadSearchConfig
+    wall_s: float | None = None  # how long the search took (None: not recorded)
 
 
 def lr_at(config: HeadSearchConfig, step: int) -> float:
@@ -119,7 +120,7 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         rate = (step + 1) * config.batch * config.length / (time.perf_counter() - t0)
         bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
     model.eval()
-    return HeadSearchResult(mult.detach().double().cpu().numpy(), log, config)
+    return HeadSearchResult(mult.detach().double().cpu().numpy(), log, config, time.perf_counter() - t0)
 
 
 def check_out(out: str | Path) -> Path:
@@ -147,6 +148,7 @@ def save_head_scales(result: HeadSearchResult, out: str | Path) -> Path:
         "scales": result.scales.tolist(),
         "config": dataclasses.asdict(result.config),
         "log": result.log,
+        "wall_s": result.wall_s,
     }
     atomic_write_text(out.with_name(out.name + ".json"), json.dumps(record, indent=1) + "\n")
     return out
