@@ -80,23 +80,36 @@ class EntropyRecorder(ScaleSession):
         self.n_heads = cfg.num_attention_heads
         self._sums = HostSums(self.n_layers, self.n_heads)
         self.session.on_entropy = self._sums.add
+        self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
 
     def _install(self, stack: contextlib.ExitStack) -> None:
         # The decoder: every forward passes through it, the model's own and a direct decoder call
         # (runs/ computes the loss from its hidden states).
+        # A wrapper (Gemma 3's multimodal model, say) may hand its decoder the masks it built instead of
+        # the 2-D padding mask: the model's own forward keeps that for the decoder's hook.
         decoder = self.model.get_decoder()
-        begin = decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True)
-        end = decoder.register_forward_hook(self._end_forward)
+        hooks = [
+            decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True),
+            decoder.register_forward_hook(self._end_forward),
+        ]
+        if decoder is not self.model:
+            hooks.append(self.model.register_forward_pre_hook(self._keep_outer_mask, with_kwargs=True))
+            hooks.append(self.model.register_forward_hook(self._drop_outer_mask, always_call=True))
         stack.callback(self._release)
-        stack.callback(begin.remove)
-        stack.callback(end.remove)
+        for hook in hooks:
+            stack.callback(hook.remove)
         super()._install(stack)
 
+    def _keep_outer_mask(self, module, args, kwargs):
+        self._outer_mask = _padding_mask(kwargs.get("attention_mask"))
+
+    def _drop_outer_mask(self, module, args, output):
+        self._outer_mask = None
+
     def _begin_forward(self, module, args, kwargs):
-        mask = kwargs.get("attention_mask")
-        is_2d = isinstance(mask, torch.Tensor) and mask.ndim == 2
+        mask = _padding_mask(kwargs.get("attention_mask"))
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
-        self._sums.begin_forward(mask if is_2d else None)
+        self._sums.begin_forward(mask if mask is not None else self._outer_mask)
 
     def _end_forward(self, module, args, output):
         """Every layer reported once: a layer that computes attention outside transformers' attention
@@ -112,6 +125,7 @@ class EntropyRecorder(ScaleSession):
             )
 
     def _release(self) -> None:
+        self._outer_mask = None
         self._sums.release_mask()
         self.session.mask_memo.clear()
 
@@ -161,6 +175,11 @@ class EntropyRecorder(ScaleSession):
         _, sq, count = self._sums.read()
         with np.errstate(invalid="ignore", divide="ignore"):
             return sq / count
+
+
+def _padding_mask(mask):
+    """`mask` if it is a 2-D padding mask (B, S), else None."""
+    return mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
 
 
 def check_supported(model) -> None:
