@@ -46,6 +46,21 @@ SUPPORTED = {
         "full and sliding-window layers",
     ),
     "qwen3": ({"head_dim": 8}, "q/k norm"),
+    "gemma3": (
+        {
+            "text_config": {**COMMON, "head_dim": 8, "sliding_window": 4},
+            "vision_config": {
+                "hidden_size": 16,
+                "intermediate_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "image_size": 28,
+                "patch_size": 14,
+            },
+            "mm_tokens_per_image": 4,
+        },
+        "multimodal wrapper: its decoder gets the masks it built, not the 2-D mask",
+    ),
     "gemma3_text": ({"head_dim": 8, "sliding_window": 4}, "sliding window, q/k norm"),
     "gemma": ({"head_dim": 8}, "scaled embeddings, GeGLU"),
     "gemma2": (
@@ -69,6 +84,8 @@ SUPPORTED = {
     "starcoder2": ({}, "biases, LayerNorm"),
     "opt": ({"ffn_dim": 48, "word_embed_proj_dim": 32}, "learned positions"),
 }
+# Eager-only architectures (transformers supports neither sdpa nor flex attention for them): refused.
+EAGER_ONLY = {"deepseek_v4": {}}
 # Architectures with attention classes of their own: refused (README says why and what to do).
 REFUSED = {
     "falcon": {},
@@ -82,7 +99,8 @@ def build(model_type: str, overrides: dict, seed: int = 0):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(model_type, **{**COMMON, **overrides})
+    nested = "text_config" in overrides  # a multimodal wrapper: COMMON describes its language model
+    config = AutoConfig.for_model(model_type, **(overrides if nested else {**COMMON, **overrides}))
     return AutoModelForCausalLM.from_config(config).float().eval()
 
 
@@ -231,6 +249,19 @@ def test_models_with_their_own_attention_are_refused_in_one_line(model_type, tmp
     assert not list(tmp_path.glob("x.npz*"))  # no file, no checkpoint
 
 
+@pytest.mark.parametrize("model_type", sorted(EAGER_ONLY))
+def test_eager_only_models_are_refused(model_type):
+    from entropy_lens.capture import EntropyRecorder
+    from entropy_lens.errors import EntropyLensError
+
+    model = build(model_type, EAGER_ONLY[model_type])
+    with (
+        pytest.raises(EntropyLensError, match="runs only with transformers' eager attention"),
+        EntropyRecorder(model),
+    ):
+        pytest.fail("the recorder must refuse before any forward")
+
+
 def test_a_layer_outside_the_attention_interface_is_an_error_not_a_hole():
     """A forward in which a layer reports nothing (here: layer 1 bypasses the interface) raises."""
     from entropy_lens.capture import EntropyRecorder
@@ -276,6 +307,10 @@ def test_an_attention_argument_the_capture_does_not_implement_is_refused():
 def readme_table() -> str:
     rows = ["| architecture (`model_type`) | what the test case covers | capture |", "|---|---|---|"]
     rows += [f"| `{name}` | {what} | exact |" for name, (_, what) in sorted(SUPPORTED.items())]
+    rows += [
+        f"| `{name}` | eager-only (neither sdpa nor flex in transformers) | refused |"
+        for name in sorted(EAGER_ONLY)
+    ]
     rows += [f"| `{name}` | own attention class | refused |" for name in sorted(REFUSED)]
     return "\n".join(rows)
 

@@ -188,6 +188,17 @@ def check_supported(model) -> None:
     can_switch = getattr(model, "_can_set_attn_implementation", lambda: True)
     if not can_switch():
         _refuse(model)
+    if (
+        getattr(model, "_supports_sdpa", True) is False
+        and getattr(model, "_supports_flex_attn", True) is False
+    ):
+        # eager-only (DeepSeek-V4, say): its layers may build on eager's tensor masks (extending them
+        # with biases of their own), which the sdpa-style masks this implementation gets do not carry
+        raise EntropyLensError(
+            f"{type(model).__name__} runs only with transformers' eager attention (it supports neither "
+            "sdpa nor flex attention), whose masks entropy_lens does not reproduce, so its entropy and "
+            "output could silently differ; refused. See README, Supported architectures"
+        )
 
 
 def _refuse(model) -> None:
