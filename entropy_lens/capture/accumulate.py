@@ -91,6 +91,12 @@ class HostSums:
         """entropy (B, H, T) for queries at key positions key_offset .. key_offset + T − 1 (and, for a
         model with sinks, the rows' sink mass, same shape): queued, its copy to the host started; summed
         later (see the module docstring)."""
+        if entropy.shape[1] != self.n_heads or not 0 <= layer < self.n_layers:
+            raise EntropyLensError(
+                f"layer {layer} reported {entropy.shape[1]} heads, but the model's config declares "
+                f"{self.n_layers} layers of {self.n_heads} heads: layer-dependent head counts or layer "
+                "indices are not supported; please report the architecture"
+            )
         if self._count_layer is None:
             self._count_layer = layer
         self._forward_layers.append(layer)

@@ -117,6 +117,13 @@ class EntropyRecorder(ScaleSession):
         got = sorted(self._sums.forward_layers)
         if got != list(range(self.n_layers)):
             missing = sorted(set(range(self.n_layers)) - set(got))
+            if not missing:  # every layer reported, some more than once (DiffLlama's two softmaxes)
+                twice = sorted({i for i in got if got.count(i) > 1})
+                raise EntropyLensError(
+                    f"{type(self.model).__name__}: layers {_ranges(twice)} ran attention more than once in "
+                    "one forward, so a layer has no single attention distribution to measure; refused. "
+                    "See README, Supported architectures"
+                )
             raise EntropyLensError(
                 f"{type(self.model).__name__}: layers {_ranges(missing) or '(none)'} of {self.n_layers} "
                 f"reported no attention entropy in this forward (reported: {_ranges(got) or 'none'}). "
