@@ -182,6 +182,31 @@ def test_sink_mass_is_what_eager_gives_the_sink():
     np.testing.assert_allclose(rec.sink_mass, expected, atol=1e-5, rtol=0)
 
 
+def test_a_sink_applied_after_the_softmax_is_counted_like_gpt_oss(monkeypatch):
+    """Granite-SWA scales its output by the share the sink leaves; its eager weights omit the sink.
+    With gpt-oss's eager function (same sink, its share visible) the model computes the same logits,
+    and the capture's entropy is that distribution's, sink included."""
+    import transformers.models.gpt_oss.modeling_gpt_oss as gpt_oss
+    import transformers.models.granite_swa.modeling_granite_swa as granite_swa
+
+    from entropy_lens.capture import EntropyRecorder
+
+    model = build("granite_swa", {})
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0, 2)
+    ids, mask = _ids_and_mask("left")
+    own_logits, _ = eager(model, ids, mask)
+    monkeypatch.setattr(granite_swa, "eager_attention_forward", gpt_oss.eager_attention_forward)
+    logits, entropies, sinks = eager(model, ids, mask, sink_mass=True)
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], own_logits[real], atol=1e-4, rtol=0)
+    with EntropyRecorder(model) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert mean_by_position(sinks, mask).max() > 0.05
+    np.testing.assert_allclose(rec.entropy, mean_by_position(entropies, mask), atol=1e-5, rtol=0)
+
+
 def test_trainable_scales_on_softcapped_attention_get_gradients():
     """A trainable multiplier on a model with softcapping runs the model's own eager attention."""
     from entropy_lens.capture import ScaleSession
