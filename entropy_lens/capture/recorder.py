@@ -31,7 +31,7 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, Session, activate, register
 from entropy_lens.capture.fused import FUSED_MODES
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, first_line
 
 
 class ScaleSession:
@@ -76,8 +76,14 @@ class EntropyRecorder(ScaleSession):
     def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto"):
         super().__init__(model, scales=scales, impl=impl, fused=fused)
         cfg = model.config.get_text_config()
-        self.n_layers = cfg.num_hidden_layers
-        self.n_heads = cfg.num_attention_heads
+        try:
+            self.n_layers = cfg.num_hidden_layers
+            self.n_heads = cfg.num_attention_heads
+        except RuntimeError as e:  # transformers' AmbiguousGlobalPerLayerAttributeError: per-layer shapes
+            raise EntropyLensError(
+                f"{type(model).__name__} declares its attention shape per layer ({first_line(e)}); layer-dependent head "
+                "counts are not supported; please report the architecture"
+            ) from None
         self._sums = HostSums(self.n_layers, self.n_heads)
         self.session.on_entropy = self._sums.add
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
