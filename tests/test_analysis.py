@@ -334,6 +334,8 @@ def test_constant_layers_give_nan_without_warnings():
         c = head_entropy_vs_scale(result, scales).correlations.set_index("layer")
     assert np.isnan(c.loc[0, ["pearson_r", "spearman_r", "slope"]].astype(float)).all()
     assert np.isnan(c.loc[1, ["pearson_r", "spearman_p"]].astype(float)).all()
+    assert c.loc[0, "undefined"] == "every head's scale is 1.5 (no variance over 8 heads)"
+    assert c.loc[1, "undefined"] == "every head's entropy is 2.88539 (no variance over 8 heads)"
     assert c.loc[1, "slope"] == pytest.approx(0.0)
 
 
@@ -442,7 +444,7 @@ def test_inflections_and_agreement_on_planted_sweep():
         found = df[name].to_numpy(dtype=float)
         assert np.all((found >= np.add(starts, offset)) & (found <= np.add(starts, offset + 60)))
     agree = inflection_agreement(df)
-    assert agree.n == 5 and agree.pearson_r > 0.99 and agree.pearson_p < 0.01
+    assert agree.n == 5 and agree.pearson_r > 0.99 and agree.pearson_p < 0.01 and agree.undefined is None
     assert 0 < agree.mean_abs_diff < 60
 
     # A list of results: a scan without entropy gets <NA> and drops out of the agreement.
@@ -475,3 +477,18 @@ def test_missing_scales_from_the_index():
         },
     )
     assert command == "entropy-lens sweep m --len 8 --data d --samples 2 --nope --scales 1 --out sw --resume"
+
+
+def test_an_undefined_agreement_says_why():
+    """No variance or too few scans: NaN numbers, and the reason in words for a README to print."""
+    from entropy_lens.analysis.correlation import describe
+
+    same = pd.DataFrame({"entropy_inflection": [128, 128, 128], "loss_inflection": [130, 150, 170]})
+    agree = inflection_agreement(same)
+    assert np.isnan(agree.pearson_r)
+    assert agree.undefined == "every entropy inflection position is 128 (no variance over 3 scans)"
+    assert describe(agree.pearson_r, agree.pearson_p, agree.undefined).startswith(
+        "Pearson r undefined: every"
+    )
+    one = inflection_agreement(same.head(1))
+    assert one.undefined == "fewer than 2 scans (1)"

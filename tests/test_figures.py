@@ -99,6 +99,14 @@ def test_packaged_paper_config():
     assert config.sweep_scales == "1.0:2.0:0.01" and config.fit_smooth == 0 and config.device == "cpu"
 
 
+def test_readme_prints_no_nan(made):
+    """An undefined statistic is printed with its reason, never as `nan`."""
+    import re
+
+    root, _ = made
+    assert not re.search(r"\bnan\b", (root / "out" / "README.md").read_text(), re.IGNORECASE)
+
+
 def test_readme_states_the_time_the_runs_record(made):
     """The stated time is the sum of the wall times in the cached results (scans, sweep scales and the
     head-scale search), so a rerun from the cache still states the original runs' time."""

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from entropy_lens.analysis.correlation import undefined_because
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
 
@@ -27,7 +28,9 @@ __all__ = ["HeadScaleTable", "head_entropy_vs_scale"]
 @dataclass
 class HeadScaleTable:
     table: pd.DataFrame  # layer, head, entropy_nats, entropy_bits, scale: one row per head
-    correlations: pd.DataFrame  # layer, n, pearson_r, pearson_p, spearman_r, spearman_p, slope, intercept
+    # layer, n, pearson_r, pearson_p, spearman_r, spearman_p, slope, intercept, and `undefined`: why the
+    # correlations are NaN (missing where they are defined)
+    correlations: pd.DataFrame
     at: int | None  # the position used, or None when a tail mean was taken
     tail: int | None  # number of last positions averaged, or None
 
@@ -89,7 +92,17 @@ def head_entropy_vs_scale(
         _layer_stats(layer, g["scale"].to_numpy(), g["entropy_bits"].to_numpy())
         for layer, g in table.groupby("layer", sort=False)
     ]
-    columns = ["layer", "n", "pearson_r", "pearson_p", "spearman_r", "spearman_p", "slope", "intercept"]
+    columns = [
+        "layer",
+        "n",
+        "pearson_r",
+        "pearson_p",
+        "spearman_r",
+        "spearman_p",
+        "slope",
+        "intercept",
+        "undefined",
+    ]
     return HeadScaleTable(
         table=table,
         correlations=pd.DataFrame(rows, columns=columns),
@@ -110,12 +123,12 @@ def _layer_stats(layer: int, x: np.ndarray, y: np.ndarray) -> dict:
         "spearman_p": nan,
         "slope": nan,
         "intercept": nan,
+        "undefined": undefined_because(x, y, items="heads", x_name="head's scale", y_name="head's entropy"),
     }
-    x_varies, y_varies = len(x) >= 2 and np.ptp(x) > 0, len(y) >= 2 and np.ptp(y) > 0
-    if x_varies:
+    if len(x) >= 2 and np.ptp(x) > 0:
         slope = float(np.cov(x, y, bias=True)[0, 1] / np.var(x))
         row.update(slope=slope, intercept=float(y.mean() - slope * x.mean()))
-    if x_varies and y_varies:
+    if row["undefined"] is None:
         pearson, spearman = stats.pearsonr(x, y), stats.spearmanr(x, y)
         row.update(
             pearson_r=float(pearson.statistic),

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from entropy_lens.analysis.correlation import undefined_because
 from entropy_lens.analysis.sweep import Sweep, uniform_scale
 from entropy_lens.errors import EntropyLensError
 
@@ -63,6 +64,7 @@ class InflectionAgreement:
     pearson_r: float
     pearson_p: float
     mean_abs_diff: float  # mean |entropy − loss| inflection position, in positions
+    undefined: str | None = None  # why pearson_r/p are NaN (correlation.undefined_because), None if defined
 
 
 def moving_average(x, half_width: int) -> np.ndarray:
@@ -204,8 +206,11 @@ def inflection_agreement(df: pd.DataFrame) -> InflectionAgreement:
     x, y = both["entropy_inflection"].to_numpy(), both["loss_inflection"].to_numpy()
     n = len(x)
     r = p = float("nan")
-    if n >= 2 and np.ptp(x) > 0 and np.ptp(y) > 0:
+    why = undefined_because(
+        x, y, items="scans", x_name="entropy inflection position", y_name="loss inflection position"
+    )
+    if why is None:
         result = stats.pearsonr(x, y)
         r, p = float(result.statistic), float(result.pvalue)
     mean_diff = float(np.mean(np.abs(x - y))) if n else float("nan")
-    return InflectionAgreement(n=n, pearson_r=r, pearson_p=p, mean_abs_diff=mean_diff)
+    return InflectionAgreement(n=n, pearson_r=r, pearson_p=p, mean_abs_diff=mean_diff, undefined=why)

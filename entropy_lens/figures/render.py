@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from entropy_lens.analysis import head_entropy_vs_scale, inflection_agreement, inflections
+from entropy_lens.analysis.correlation import describe
 from entropy_lens.plotting import (
     NOPE,
     NOPE_DARK,
@@ -118,10 +119,10 @@ def fig02(d, c):
         numbers += _inflection_lines({f"{name} s={s:g}": r for s, r in family.items()}, L, c.smooth)
     results = [*d["nope_family"].values(), *d["rope_family"].values()]
     agree = inflection_agreement(inflections(results, train_len=L, smooth=c.smooth))
+    diff = f"{agree.mean_abs_diff:.0f} positions" if agree.n else "undefined: no scan has both"
     numbers.append(
-        f"entropy vs loss inflection over the {agree.n} scans where both exist: Pearson r = "
-        f"{agree.pearson_r:.2f} (p = {agree.pearson_p:.2g}), mean |difference| = "
-        f"{agree.mean_abs_diff:.0f} positions"
+        f"entropy vs loss inflection over the {agree.n} scans where both exist: "
+        f"{describe(agree.pearson_r, agree.pearson_p, agree.undefined)}, mean |difference| = {diff}"
     )
     fig.tight_layout()
     caption = (
@@ -194,10 +195,12 @@ def fig05(d, c):
     scale_vs_entropy(hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5))
     numbers = [f"searched multipliers span {hs.table['scale'].min():.2f}–{hs.table['scale'].max():.2f} (/√d)"]
     for _, r in hs.correlations.iterrows():
-        numbers.append(
-            f"layer {int(r['layer'])}: Pearson r = {r['pearson_r']:.2f} (p = {r['pearson_p']:.2g}), "
-            f"Spearman ρ = {r['spearman_r']:.2f} (p = {r['spearman_p']:.2g})"
-        )
+        if isinstance(r["undefined"], str):  # a reason; pandas reads a column of None as NaN
+            numbers.append(f"layer {int(r['layer'])}: correlations undefined: {r['undefined']}")
+            continue
+        pearson = describe(r["pearson_r"], r["pearson_p"], None)
+        spearman = describe(r["spearman_r"], r["spearman_p"], None, name="Spearman ρ")
+        numbers.append(f"layer {int(r['layer'])}: {pearson}, {spearman}")
     caption = (
         f"Converged (last-position) entropy at {result.length} of each head vs its searched λ(h), with each "
         "layer's linear fit and analytic 95% confidence band (the paper: seaborn bootstrap)."
