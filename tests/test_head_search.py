@@ -95,3 +95,20 @@ def test_cli_search_heads(tiny_dir, tmp_path, capsys):
     assert ".safetensors" in capsys.readouterr().err
     assert main([*args, "--init", "1.2", "--out", str(tmp_path / "hs.safetensors")]) == 0
     assert "head scales" in capsys.readouterr().out and (tmp_path / "hs.safetensors.json").is_file()
+
+
+def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
+    """The figures' cache names scans by the bytes of their head-scale file: equal scales, equal bytes."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from entropy_lens.runs.head_search import HeadSearchConfig, HeadSearchResult, save_head_scales\n"
+        "r = HeadSearchResult(np.full((2, 3), 1.25), [], HeadSearchConfig(model='x', length=4), 1.0)\n"
+        "save_head_scales(r, sys.argv[1])\n"
+    )
+    files = [tmp_path / f"{i}.safetensors" for i in range(3)]
+    for f in files:  # separate processes: hash-map order may differ between them, not within one
+        subprocess.run([sys.executable, "-c", code, str(f)], check=True)
+    assert len({f.read_bytes() for f in files}) == 1

@@ -162,12 +162,13 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         out, ent, mass = attention_with_entropy_torch(query.detach(), k_ent, v_ent, lam, **ent_args)
         return (out, None), ent, mass
 
-    def separate():  # sdpa's output, then an entropy-only pass over the same q, k
+    def separate():  # sdpa's output, then an entropy-only pass over the same q, k (no extras here)
         out = _sdpa(module, q_out, key, value, attention_mask, dropout, out_scaling, kwargs)
-        ent, mass = attention_entropy(
-            query.detach(), k_ent.detach(), scale=lam, impl=backend, return_sink_mass=True, **ent_args
+        return (
+            out,
+            attention_entropy(query.detach(), k_ent.detach(), scale=lam, impl=backend, **ent_args),
+            None,
         )
-        return out, ent, mass
 
     def fused():  # the Triton kernel's output + entropy pass
         from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton

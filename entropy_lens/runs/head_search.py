@@ -140,9 +140,9 @@ def save_head_scales(result: HeadSearchResult, out: str | Path) -> Path:
         f"model.layers.{i}.{SCALE_SUFFIX}": row.astype(np.float32) for i, row in enumerate(result.scales)
     }
     tmp = out.with_name(f".{out.name}.tmp")
-    save_file(
-        tensors, str(tmp), metadata={"format": "pt", "entropy_lens": "head scales, multipliers of 1/sqrt(d)"}
-    )
+    # one metadata key: safetensors writes metadata in hash-map order, and a second key would make the
+    # bytes (which name the scans made with this file in the figures' cache) differ between runs
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
     tmp.replace(out)
     record = {
         "scales": result.scales.tolist(),
