@@ -38,7 +38,50 @@ def extras_table(record: dict) -> str:
     return "\n".join(rows)
 
 
-TABLES = {"threads_cpu": threads_table, "extras_cpu": extras_table}
+def scan_table(record: dict) -> str:
+    rows = [
+        "| len | mode | s | × plain | × body | peak RSS MB | × plain | attention path |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by = {(r["mode"], r["len"]): r for r in record["rows"] if "median_s" in r}
+    for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']} | {r['mode']} | skipped: {r['skipped']} | | | | | |")
+            continue
+        p, b = by[("plain", r["len"])], by[("body", r["len"])]
+        path = "+".join(r.get("paths", [])) + (f" (fold {r['fold']})" if "fold" in r else "")
+        rows.append(
+            f"| {r['len']} | {r['mode']} | {r['median_s']:.1f} | {r['median_s'] / p['median_s']:.2f} | "
+            f"{r['median_s'] / b['median_s']:.2f} | {r['peak_rss_mb']:,.0f} | "
+            f"{r['peak_rss_mb'] / p['peak_rss_mb']:.2f} | {path} |"
+        )
+    return "\n".join(rows)
+
+
+def fold_table(record: dict) -> str:
+    rows = ["| len | pass | block | per-tile step | s | × sdpa |", "|---|---|---|---|---|---|"]
+    sdpa = {r["len"]: r["s"] for r in record["rows"] if r["variant"] == "sdpa"}
+    for r in record["rows"]:
+        rows.append(
+            f"| {r['len']} | {r['variant']} | {r['block'] or ''} | {r['fold'] or ''} | {r['s']:.3f} | "
+            f"{r['s'] / sdpa[r['len']]:.2f} |"
+        )
+    prof = record.get("profile")
+    if prof:
+        rows += ["", f"One fused pass at {prof['len']} (block {prof['block']}), self CPU time by op:", ""]
+        rows += ["| op | s | × sdpa |", "|---|---|---|"]
+        rows += [f"| sdpa (whole layer) | {prof['sdpa_s']:.3f} | 1.00 |"]
+        for name, sec in prof["ops_s"].items():
+            rows.append(f"| {name} | {sec:.3f} | {sec / prof['sdpa_s']:.2f} |")
+    return "\n".join(rows)
+
+
+TABLES = {
+    "threads_cpu": threads_table,
+    "extras_cpu": extras_table,
+    "scan_cpu": scan_table,
+    "fold_cpu": fold_table,
+}
 
 
 def tables() -> dict[str, str]:

@@ -1,16 +1,25 @@
-"""CPU benchmark: plain sdpa forward vs entropy-lens scan vs eager materialisation (SmolLM2-135M).
+"""CPU benchmark: plain sdpa forward vs entropy-lens scan (its attention paths) vs eager materialisation
+(SmolLM2-135M, float32).
 
-    python benchmarks/scan_cpu.py [--lengths 1024 2048 4096] [--repeats 3]
-                                  [--out benchmarks/results/scan_cpu.json]
+    python benchmarks/scan_cpu.py [--lengths 1024 2048 4096 8192 16384] [--repeats 1]
+                                  [--modes plain body scan ...] [--out benchmarks/results/scan_cpu.json]
 
 Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. Modes:
-  plain  model(ids): the usual HF forward with sdpa, logits for every position
-  scan   what `entropy-lens scan` does per sample: EntropyRecorder + decoder forward + chunked loss
-  eager  attn_implementation="eager" with output_attentions=True, entropy from the returned
-         probabilities: the materialising method of the paper's own code (skipped where the
-         attention maps alone would exceed half of the machine's memory)
-Reported: median wall time of `repeats` runs after one warm-up, peak RSS of the process, and the
-RSS increase over the loaded model (the activations' share). Prints a table and writes JSON.
+  plain          model(ids): the usual HF forward with sdpa, logits for every position
+  body           the decoder alone (no logits): what the scan's forward costs without capture
+  scan           what `entropy-lens scan` does per sample: EntropyRecorder (--fused auto, which
+                 times separate against fused on the first layers of the timed run itself) +
+                 decoder forward + chunked loss
+  scan-fused     the same with --fused on: output and entropy from one streamed pass per layer
+  scan-separate  --fused off: sdpa's output, then the entropy pass
+  scan-compiled  --fused on with ENTROPY_LENS_COMPILE=1: the per-tile step compiled (kernels/fold.py)
+  eager          attn_implementation="eager" with output_attentions=True, entropy from the returned
+                 probabilities: the materialising method of the paper's own code (skipped where the
+                 attention maps alone would exceed half of the machine's memory)
+Reported: median wall time of `repeats` runs after one warm-up on a 256-token input (compilation
+happens there; "auto" measures on the real length, inside the timed run), peak RSS of the process,
+the RSS increase over the loaded model (the activations' share), the threads torch used, and for
+scans the attention path and per-tile step that ran. Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -26,14 +35,19 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("plain", "scan", "eager")
+MODES = ("plain", "body", "scan", "scan-fused", "scan-separate", "scan-compiled", "eager")
+FUSED = {"scan": "auto", "scan-fused": "on", "scan-separate": "off", "scan-compiled": "on"}
+WARMUP_LEN = 256
 
 
 def worker(mode: str, length: int, repeats: int) -> dict:
+    if mode == "scan-compiled":
+        os.environ["ENTROPY_LENS_COMPILE"] = "1"
     import torch
 
     from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
     from entropy_lens.data import token_chunks
+    from entropy_lens.kernels import fold_status
     from entropy_lens.models import load_model
 
     lm = load_model("smollm2")
@@ -42,24 +56,28 @@ def worker(mode: str, length: int, repeats: int) -> dict:
     if mode == "eager":
         model.set_attn_implementation("eager")
     rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ran = {}
 
-    def run():
+    def run(ids):
         with torch.no_grad():
             if mode == "plain":
                 return model(ids[:, :-1]).logits.shape
-            if mode == "scan":
-                with EntropyRecorder(model) as rec:
+            if mode == "body":
+                return forward_hidden(model, ids[:, :-1]).shape
+            if mode in FUSED:
+                with EntropyRecorder(model, fused=FUSED[mode]) as rec:
                     hidden = forward_hidden(model, ids[:, :-1])
                 next_token_nll(model, hidden, ids[:, 1:])
+                ran.update(paths=sorted(rec.session.paths), fold=fold_status())
                 return rec.entropy.shape
             att = model(ids[:, :-1], output_attentions=True).attentions
             return torch.stack([torch.special.entr(a.float()).sum(-1) for a in att]).shape
 
-    run()  # warm-up
+    run(ids[:, : WARMUP_LEN + 1])  # warm-up: allocator, compilation
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        run()
+        run(ids)
         times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
@@ -70,6 +88,8 @@ def worker(mode: str, length: int, repeats: int) -> dict:
         "peak_rss_mb": peak,
         "rss_after_load_mb": rss_loaded,
         "activation_rss_mb": peak - rss_loaded,
+        "threads": torch.get_num_threads(),
+        **ran,
     }
 
 
@@ -84,7 +104,7 @@ def eager_too_big(length: int) -> str | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_cpu.json"))
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "LEN"), help=argparse.SUPPRESS)
@@ -111,20 +131,21 @@ def main() -> None:
             print(_row(rows[-1]), flush=True)
     by = {(r["mode"], r["len"]): r for r in rows if "median_s" in r}
     print(
-        f"\n{'len':>6} {'mode':>6} {'median s':>9} {'x plain':>8} {'peak RSS MB':>12} {'x plain':>8} "
-        f"{'act. MB':>8}"
+        f"\n{'len':>6} {'mode':>13} {'median s':>9} {'x plain':>8} {'x body':>7} {'peak RSS MB':>12} "
+        f"{'x plain':>8} {'act. MB':>8}  path"
     )
     for r in rows:
-        p = by.get(("plain", r["len"]))
         if "skipped" in r:
-            print(f"{r['len']:>6} {r['mode']:>6}  skipped: {r['skipped']}")
+            print(f"{r['len']:>6} {r['mode']:>13}  skipped: {r['skipped']}")
             continue
-        tx = r["median_s"] / p["median_s"] if p else float("nan")
-        mx = r["peak_rss_mb"] / p["peak_rss_mb"] if p else float("nan")
+        p, b = by.get(("plain", r["len"])), by.get(("body", r["len"]))
+        tx = f"{r['median_s'] / p['median_s']:.2f}" if p else "-"
+        bx = f"{r['median_s'] / b['median_s']:.2f}" if b else "-"
+        mx = f"{r['peak_rss_mb'] / p['peak_rss_mb']:.2f}" if p else "-"
+        path = "+".join(r.get("paths", [])) + (f" ({r['fold']})" if "fold" in r else "")
         print(
-            f"{r['len']:>6} {r['mode']:>6} {r['median_s']:>9.2f} {tx:>8.2f} {r['peak_rss_mb']:>12.0f} "
-            f"{mx:>8.2f} "
-            f"{r['activation_rss_mb']:>8.0f}"
+            f"{r['len']:>6} {r['mode']:>13} {r['median_s']:>9.2f} {tx:>8} {bx:>7} {r['peak_rss_mb']:>12.0f} "
+            f"{mx:>8} {r['activation_rss_mb']:>8.0f}  {path}"
         )
     record = {
         "benchmark": "scan_cpu",
@@ -145,8 +166,8 @@ def main() -> None:
 
 def _row(r: dict) -> str:
     if "skipped" in r:
-        return f"  {r['mode']:>6} len {r['len']}: skipped ({r['skipped'][:120]})"
-    return f"  {r['mode']:>6} len {r['len']}: {r['median_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB"
+        return f"  {r['mode']:>13} len {r['len']}: skipped ({r['skipped'][:120]})"
+    return f"  {r['mode']:>13} len {r['len']}: {r['median_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB"
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][hea
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
 data_description, seed, samples, len, batch_size, dtype, device, threads (torch's CPU thread count:
 --threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
-"+"-joined: torch_chunked, triton, reference; "none" for a loss-only scan), attention_path ("separate":
-sdpa output + entropy pass; "fused": one Triton pass; "streamed": output and entropy from the same
-tiles in plain torch, for softcapping or attention sinks; several joined by "+"), entropy_units ("nats"),
+"+"-joined: torch_chunked, triton, reference; "none" for a loss-only scan), fold (only where
+torch_chunked ran on CPU: "compiled" or "eager (why)", kernels/fold.py), attention_path ("separate":
+sdpa output + entropy pass; "fused": one pass for output and entropy, Triton on CUDA, the streamed
+torch path on CPU; "streamed": that torch path for softcapping or attention sinks, which sdpa cannot
+compute; several joined by "+"), entropy_units ("nats"),
 loss_units ("nats"), entropy_reduction ("per_head"; "mean_heads": the heads axis has length 1 and
 holds the mean over the layer's heads of entropy and of entropy_sq; "not_captured": loss only, the
 heads axis has length 0), chunk_indices, torch_version, transformers_version, created_utc, wall_time_s.

@@ -151,15 +151,17 @@ def mean_by_position(entropies, mask):
     return (total / count).numpy()
 
 
+@pytest.mark.parametrize("fused", ["off", "on"])
 @pytest.mark.parametrize("padding", PADDING)
 @pytest.mark.parametrize("model_type", sorted(SUPPORTED))
-def test_entropy_and_logits_equal_eager(model_type, padding):
+def test_entropy_and_logits_equal_eager(model_type, padding, fused):
+    """fused "on": the layer output comes from the streamed pass too (the CPU fused path)."""
     from entropy_lens.capture import EntropyRecorder
 
     model = build(model_type, SUPPORTED[model_type][0])
     ids, mask = _ids_and_mask(padding)
     logits, entropies = eager(model, ids, mask)
-    with EntropyRecorder(model) as rec, torch.no_grad():
+    with EntropyRecorder(model, fused=fused) as rec, torch.no_grad():
         captured = model(ids, attention_mask=mask).logits
     real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
     torch.testing.assert_close(captured[real], logits[real], atol=1e-4, rtol=0)

@@ -33,7 +33,10 @@ def test_entropy_matches_eager_and_logits_unchanged(n_heads, n_kv):
         plain = model(ids).logits
         with EntropyRecorder(model) as rec:
             hooked = model(ids).logits
-    assert torch.equal(hooked, plain)
+        with EntropyRecorder(model, fused="off"):
+            separate = model(ids).logits
+    assert torch.equal(separate, plain)  # sdpa's own output: the separate path changes nothing
+    torch.testing.assert_close(hooked, plain, atol=1e-5, rtol=0)  # "auto" may fuse: rounding only
     eager = _eager_entropy(model, ids)
     assert rec.entropy.shape == (2, n_heads, 40)
     for layer, h in enumerate(eager):
@@ -86,19 +89,20 @@ def test_positions_no_row_reaches_are_not_reported():
 
 
 def _spy_kernels(monkeypatch):
-    """Record the capture's mask checks and the (mask shape, window) each attention_entropy call gets."""
+    """Record the capture's mask checks and the (mask shape, window) each entropy kernel call gets."""
     from entropy_lens.capture import attention
     from entropy_lens.kernels import masks
 
     calls, seen = [], []
     monkeypatch.setattr(attention, "as_key_padding", lambda *a: calls.append(1) or masks.as_key_padding(*a))
-    real = attention.attention_entropy
+    for name in ("attention_entropy", "attention_with_entropy_torch"):  # the separate and fused paths
+        real = getattr(attention, name)
 
-    def spy(q, k, **kw):
-        seen.append((None if kw["mask"] is None else tuple(kw["mask"].shape), kw["window"]))
-        return real(q, k, **kw)
+        def spy(*args, real=real, **kw):
+            seen.append((None if kw["mask"] is None else tuple(kw["mask"].shape), kw["window"]))
+            return real(*args, **kw)
 
-    monkeypatch.setattr(attention, "attention_entropy", spy)
+        monkeypatch.setattr(attention, name, spy)
     return calls, seen
 
 
@@ -321,30 +325,32 @@ def test_next_token_nll_matches_full_logits():
     assert torch.allclose(got, want, atol=1e-5)
 
 
-def test_fused_choice_is_measured_once_per_shape(monkeypatch):
+def test_fused_choice_is_measured_once_per_shape_on_real_work(monkeypatch):
     from entropy_lens.capture import fused
 
     monkeypatch.setattr(fused, "_CHOICES", {})
+    monkeypatch.setattr(fused, "_TRIALS", {})
     calls = []
-    run = {"fused": lambda: calls.append("fused"), "separate": lambda: calls.append("separate")}
+    run = {"separate": lambda: calls.append("separate") or "S", "fused": lambda: calls.append("fused") or "F"}
     cost = {"fused": 2.0, "separate": 1.0}
 
     def timer(fn):
-        fn()
-        return cost[calls[-1]]
+        result = fn()
+        return result, cost[calls[-1]]
 
-    assert fused.choose("auto", ("a",), run, timer) == "separate"
-    assert calls == ["fused", "separate", "fused", "separate"]  # one warm-up each, then one timing each
+    got = [fused.choose("auto", ("a",), run, timer) for _ in range(4)]
+    # one warm-up each, then one timing each, every call doing a layer's real work
+    assert got == [("separate", "S"), ("fused", "F"), ("separate", "S"), ("fused", "F")]
     cost.update(fused=0.5)  # a later change of speed does not matter: the shape's choice is kept
-    assert fused.choose("auto", ("a",), run, timer) == "separate" and len(calls) == 4
-    assert fused.choose("auto", ("b",), run, timer) == "fused"
+    assert fused.choose("auto", ("a",), run, timer) == ("separate", "S") and len(calls) == 5
+    for _ in range(4):
+        fused.choose("auto", ("b",), run, timer)
+    assert fused.choose("auto", ("b",), run, timer) == ("fused", "F")
     assert fused.measured_choices() == {("a",): "separate", ("b",): "fused"}
-    assert (
-        fused.choose("on", ("a",), run, timer) == "fused"
-        and fused.choose("off", ("b",), run, timer) == "separate"
-    )
-    assert fused.choose("auto", ("c",), run) == "separate"  # nothing to time on (CPU): sdpa + entropy pass
-    assert ("c",) not in fused.measured_choices()
+    assert fused.choose("on", ("a",), run, timer)[0] == "fused"
+    assert fused.choose("off", ("b",), run, timer)[0] == "separate"
+    result, seconds = fused.wall_seconds(lambda: 7)
+    assert result == 7 and seconds >= 0
 
 
 def test_unknown_fused_mode_is_refused():
@@ -352,11 +358,25 @@ def test_unknown_fused_mode_is_refused():
         EntropyRecorder(make_tiny_model(), fused="yes")
 
 
-def test_torch_backend_never_fuses():
-    model = make_tiny_model()
-    with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked", fused="on") as rec:
-        model(torch.randint(0, 300, (1, 12)))
-    assert rec.session.paths == {"separate"}
+@pytest.mark.parametrize("padded", [False, True])
+def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded):
+    """On CPU the fused pass is the streamed torch path: its output replaces sdpa's, so the logits
+    must be sdpa's and the entropy the separate pass's (GQA, padding; masks at kernel level in
+    test_kernels_extras, every architecture in test_architectures)."""
+    model = make_tiny_model(n_heads=4, n_kv_heads=2)
+    ids = torch.randint(0, 300, (2, 40))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :7] = 0
+    runs = {}
+    for fused in ("on", "off"):
+        with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked", fused=fused) as rec:
+            runs[fused] = (model(ids, attention_mask=mask).logits, rec)
+    assert runs["on"][1].session.paths == {"fused"} and runs["off"][1].session.paths == {"separate"}
+    assert runs["on"][1].session.backends == {"torch_chunked"}
+    real = mask.bool()
+    torch.testing.assert_close(runs["on"][0][real], runs["off"][0][real], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(runs["on"][1].entropy, runs["off"][1].entropy, atol=1e-6, rtol=0)
 
 
 def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():

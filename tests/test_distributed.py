@@ -25,6 +25,8 @@ ARGS = [
     "2",
     "--data",
     "austen:persuasion",
+    "--fused",  # one attention path in every process ("auto" may choose differently per rank)
+    "off",
     "--quiet",
 ]
 

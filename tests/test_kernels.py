@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, backend_for, resolve_impl
+from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for, resolve_impl
 from entropy_lens.kernels.masks import decompose
 
 
@@ -46,6 +46,27 @@ def test_chunked_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
         )
         assert got.dtype == torch.float32 and got.shape == (B, Hq, T)
         assert (got - ref).abs().max().item() <= 1e-5
+        # the fused CPU path: the same entropy, and the output of the float64 softmax
+        v = make_inputs(B, Hkv, Hkv, S, S, seed=2)[1]
+        out, h, _ = attention_with_entropy_torch(q, k, v, scale, causal, mask, block_q=bq, block_k=bk)
+        assert (h - ref).abs().max().item() <= 1e-5
+        want = output_reference(q, k, v, scale, causal, mask)
+        assert out.shape == (B, T, Hq, v.shape[-1]) and (out.double() - want).abs().max().item() <= 1e-5
+
+
+def output_reference(q, k, v, scale, causal, mask):
+    """softmax(λ_h q·k + mask) v in float64, (B, T, Hq, Dv); 0 for a row that sees no key."""
+    G = q.shape[1] // k.shape[1]
+    k, v = (x.double().repeat_interleave(G, 1) for x in (k, v))
+    s = scale.double().view(1, -1, 1, 1) * (q.double() @ k.transpose(-1, -2))
+    T, S = s.shape[-2:]
+    keep = torch.ones(T, S, dtype=torch.bool)
+    if causal:
+        keep = keep.tril(S - T)
+    if mask is not None:
+        keep = keep & (mask[:, None, None, :] if mask.ndim == 2 else mask)
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
+    return (p @ v).transpose(1, 2)
 
 
 def test_block_size_one_and_float_scale():

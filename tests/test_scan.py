@@ -80,7 +80,9 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
     ):
         assert key in meta
     assert meta["scales"] == [[1.0] * 4] * 2 and meta["head_dim"] == 16 and meta["backend"] == "torch_chunked"
-    assert meta["attention_path"] == "separate" and meta["scan_config"]["fused"] == "auto"
+    # "auto" on CPU tried both ways on the first layers (capture/fused.py) and says so
+    assert meta["attention_path"] == "fused+separate" and meta["scan_config"]["fused"] == "auto"
+    assert meta["fold"] == "eager"
     assert meta["len"] == 48 and meta["samples"] == 3 and meta["data"] == DATA
     loaded = ScanResult.load(out)
     assert np.array_equal(loaded.entropy, result.entropy) and loaded.meta == meta
@@ -375,18 +377,21 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
     model = lm.model
     with torch.no_grad():
         plain = model(ids).logits
-        with EntropyRecorder(model) as rec:
+        with EntropyRecorder(model, fused="off") as rec:
             hooked = model(ids).logits
+        with EntropyRecorder(model, fused="on") as fused:  # the CPU fused pass: output from its tiles
+            fused_logits = model(ids).logits
         model.set_attn_implementation("eager")
         att = model(ids, output_attentions=True).attentions
         model.set_attn_implementation("sdpa")
     assert torch.equal(hooked, plain)
+    torch.testing.assert_close(fused_logits, plain, atol=1e-4, rtol=1e-5)
     assert rec.entropy.shape == (30, 9, 320) and len(seen) == 30
     for layer, a in enumerate(att):
         np.testing.assert_allclose(rec.entropy[layer], seen[layer], atol=1e-5)
-        np.testing.assert_allclose(
-            rec.entropy[layer], torch.special.entr(a.double()).sum(-1)[0].numpy(), atol=2e-5
-        )
+        eager = torch.special.entr(a.double()).sum(-1)[0].numpy()
+        np.testing.assert_allclose(rec.entropy[layer], eager, atol=2e-5)
+        np.testing.assert_allclose(fused.entropy[layer], eager, atol=2e-5)
 
 
 def test_top_level_scan_is_the_function_whatever_was_imported_first():

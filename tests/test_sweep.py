@@ -44,7 +44,8 @@ def test_entropy_reductions_agree_with_per_head(tiny_dir):
     np.testing.assert_allclose(mean.entropy[:, 0], full.entropy.mean(axis=1), rtol=1e-6)
     np.testing.assert_allclose(mean.mean_entropy, full.mean_entropy, rtol=1e-6)
     assert none.entropy.shape == (2, 0, 24) and none.meta["entropy_reduction"] == "not_captured"
-    np.testing.assert_array_equal(none.loss, full.loss)  # same forward, same scale
+    # same forward, same scale; "auto" may take the CPU fused pass, whose output is sdpa's up to rounding
+    np.testing.assert_allclose(none.loss, full.loss, atol=1e-5, rtol=0)
     np.testing.assert_array_equal(none.count, full.count)
 
 

@@ -89,7 +89,8 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
     from entropy_lens.capture import EntropyRecorder
     from entropy_lens.capture.fused import measured_choices
 
-    ref_model = make_tiny_model(n_heads=8, n_kv_heads=2, head_dim=64).cuda()
+    # 4 layers: "auto" tries each path twice on the real layers, so one forward ends with a choice
+    ref_model = make_tiny_model(n_heads=8, n_kv_heads=2, head_dim=64, n_layers=4).cuda()
     model = copy.deepcopy(ref_model).to(torch.bfloat16)
     ids = torch.randint(2, 300, (1, 4096), device="cuda")
     runs = {}

@@ -11,15 +11,16 @@ For every attention layer the function
      tensor gets gradients;
   2. computes the layer output with the fast path: torch sdpa (its flash/efficient kernels on GPU);
   3. when capture is on, computes the entropy of the same post-RoPE q, k with the kernel
-     `attention_entropy` at scale λ_h, and hands it to the active recorder. With the triton
-     backend steps 2 and 3 may instead be one fused Triton pass (capture/fused.py decides).
+     `attention_entropy` at scale λ_h, and hands it to the active recorder. Steps 2 and 3 may
+     instead be one fused pass (the Triton kernel on CUDA, the streamed torch path on CPU;
+     capture/fused.py decides, by measurement under `--fused auto`).
 Softcapping (Gemma2's `softcap`) and attention sinks (gpt-oss's `s_aux`) are beyond sdpa: such layers
 compute output, entropy and sink mass from the same score tiles, exactly, in plain torch
 (`kernels.attention_with_entropy_torch`, path "streamed") or in the fused Triton pass; a trainable
 scale on them goes through the model's own eager attention (autograd, T × T memory). Any other extra
 argument is refused (`check_kwargs`).
      The session records which way the layer went (`paths`) and which kernel computed the entropy
-     (`backends`, from `kernels.backend_for`, "triton" for the fused pass), so metadata names what ran.
+     (`backends`, from `kernels.backend_for`; "torch_chunked" for the streamed path), so metadata names what ran.
 What to do is read from a context variable: `activate(session)` sets it for a block (as
 `ScaleSession`/`EntropyRecorder` do), `active_session()` reads it. A model left with this
 implementation outside any session behaves exactly like sdpa.
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from entropy_lens.capture.fused import choose, cuda_seconds, fused_applies
+from entropy_lens.capture.fused import choose, fused_applies
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for
 from entropy_lens.kernels.masks import as_key_padding
@@ -179,17 +180,27 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         )
         return (o.transpose(1, 2).contiguous(), None), ent, mass
 
-    run = {"separate": streamed if has_extras else separate, "fused": fused}
+    run = {
+        "separate": streamed if has_extras else separate,
+        "fused": fused if backend == "triton" else streamed,
+    }
     path = "separate"
-    if capturing and session.fused != "off" and fused_applies(backend, query, key, value, mask, dropout):
+    if (
+        capturing
+        and session.fused != "off"
+        and run["fused"] is not run["separate"]
+        and fused_applies(backend, query, key, value, mask, dropout)
+    ):
         shapes = (*query.shape, *key.shape[1:3])
         shape_key = (str(query.device), query.dtype, *shapes, mask is not None, causal, window, has_extras)
-        path = choose(session.fused, shape_key, run, timer=cuda_seconds if query.is_cuda else None)
-    out, ent, mass = run[path]()
+        path, (out, ent, mass) = choose(session.fused, shape_key, run)
+    else:
+        out, ent, mass = run[path]()
     if not capturing:
         return out
-    session.paths.add("streamed" if path == "separate" and has_extras else path)
-    session.backends.add("triton" if path == "fused" else "torch_chunked" if has_extras else backend)
+    ran_streamed = run[path] is streamed
+    session.paths.add("streamed" if ran_streamed and path == "separate" else path)
+    session.backends.add("torch_chunked" if ran_streamed else backend)
     offset = k_ent.shape[2] - T
     if sinks is None:
         session.on_entropy(module.layer_idx, ent, offset)

@@ -4,7 +4,7 @@
         model(input_ids)                 # any number of forwards
     rec.entropy   # (layers, heads, positions) float64 mean over the query rows seen, nats
     rec.count     # (positions,) how many rows were averaged at each position
-    rec.session.paths     # {"separate"} or {"fused"}: sdpa + entropy pass, or the one fused Triton pass
+    rec.session.paths     # {"separate"} or {"fused"}: sdpa + entropy pass, or one fused pass (both: "auto" tried them)
     rec.session.backends  # the entropy kernels that ran, e.g. {"triton"} or {"torch_chunked"}
 
 On entry it registers the `entropy_lens` attention implementation, switches the model to it,

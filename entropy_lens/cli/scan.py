@@ -105,8 +105,8 @@ def _add_scan_args(p) -> None:
         "--fused",
         choices=["auto", "on", "off"],
         default="auto",
-        help="triton backend: layer output + entropy in one fused pass (on), sdpa + an entropy pass "
-        "(off), or whichever is faster, timed on the first forward (auto, default)",
+        help="layer output + entropy in one fused pass (on; Triton on CUDA, the streamed torch path on "
+        "CPU), sdpa + an entropy pass (off), or whichever is faster, timed on the first layers (auto, default)",
     )
     p.add_argument(
         "--train-len", type=int, help="the model's training length (default: what its config declares)"

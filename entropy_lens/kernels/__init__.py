@@ -28,7 +28,7 @@ compute: softcap, sinks): `attention_with_entropy_torch(q, k, v, scale, ...)` (t
 exact, any backend's masks) and `triton_entropy.attention_with_entropy_triton` (GPU).
 
 Backends (`impl`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
-streaming, the CPU path and fallback everywhere), "triton" (the GPU kernel, triton_entropy.py; on
+streaming, the CPU path and fallback everywhere; on CPU its per-tile step is compiled, fold.py), "triton" (the GPU kernel, triton_entropy.py; on
 CPU only under TRITON_INTERPRET=1, for tests). The choice is made here, once, in two steps:
 `resolve_impl` turns "auto" into a name (triton for CUDA tensors when triton is installed,
 torch_chunked otherwise, overridable with the ENTROPY_LENS_BACKEND environment variable), and
@@ -47,6 +47,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+from entropy_lens.kernels.fold import fold_status
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.merge import (
     entropy_from_state,
@@ -66,6 +67,7 @@ __all__ = [
     "entropy_from_state",
     "entropy_reference",
     "entropy_torch_chunked",
+    "fold_status",
     "merge_states",
     "resolve_impl",
     "shard_state",

@@ -19,7 +19,8 @@ along, o ← α o + e·V per tile, and out = o/l (0 for a row with no key and no
 
 Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state (and a
 (B, Hq, block_q, Dv) accumulator); never T × S.
-Defaults (64, 1024) were the fastest of a grid on 2 CPU cores at SmolLM2 shapes (T = 2K, 4K).
+Defaults (64, 1024) for the entropy pass and (128, 512) for the output path were the fastest of a grid
+on 2 CPU cores at SmolLM2 shapes, T = 2K-8K (benchmarks/fold_cpu.py).
 GQA: queries of the G = Hq/Hkv heads sharing a key head are stacked as rows of one matmul
 against that key head, so keys are never repeated. Causal blocks wholly above the diagonal are
 skipped (about half the work); only blocks the diagonal crosses build a mask. A sliding window
@@ -32,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+from entropy_lens.kernels.fold import fold_for
 
 NEG_INF = float("-inf")
 
@@ -77,8 +79,8 @@ def attention_with_entropy_torch(
     softcap=None,
     sinks=None,
     *,
-    block_q=64,
-    block_k=1024,
+    block_q=128,
+    block_k=512,
 ):
     """The attention output and its entropy from the same score tiles (exact, streaming):
     q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) ->
@@ -208,17 +210,9 @@ def _update(m, l, u, s, valid, o=None, vb=None):
     output, o (B·Hkv, G·bq, Dv) ← α o + e·vb in place, vb the value tile (B·Hkv, bk, Dv)."""
     if valid is not None:
         s.masked_fill_(~valid, NEG_INF)
-    m_new = torch.maximum(m, s.amax(-1))
-    m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)  # no key seen yet
-    alpha = torch.exp(m - m_safe)  # 0 while m = -inf
-    shift = torch.where(l > 0, (m - m_safe) * l, torch.zeros_like(l))
-    d = s.sub_(m_safe.unsqueeze(-1))  # s − m', in place
-    e = torch.exp(d)
-    l = alpha * l + e.sum(-1)
+    B, Hkv, G, bq, bk = s.shape
+    tile = s.view(-1, bk)  # one graph for the compiled fold whatever the head layout
+    m, l, u, e, alpha = fold_for(tile)(tile, m.reshape(-1), l.reshape(-1), u.reshape(-1))
     if o is not None:
-        B, Hkv, G, bq, bk = e.shape
         o.mul_(alpha.view(B * Hkv, G * bq, 1)).baddbmm_(e.view(B * Hkv, G * bq, bk), vb)
-    if valid is not None:
-        d.masked_fill_(~valid, 0.0)  # masked: e = 0 and d = -inf; 0·(-inf) must read 0
-    u = alpha * (u + shift) + e.mul_(d).sum(-1)
-    return m_new, l, u
+    return m.view(B, Hkv, G, bq), l.view(B, Hkv, G, bq), u.view(B, Hkv, G, bq)

@@ -34,7 +34,7 @@ from entropy_lens.capture import (
 from entropy_lens.capture.fused import FUSED_MODES
 from entropy_lens.data import Chunks, check_length, token_chunks
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import resolve_impl
+from entropy_lens.kernels import fold_status, resolve_impl
 from entropy_lens.models import (
     LoadedModel,
     load_head_scales_file,
@@ -73,7 +73,7 @@ class ScanConfig:
     batch_size: int = 1
     seed: int = 0
     backend: str = "auto"
-    fused: str = "auto"  # triton backend: output + entropy in one pass (on/off/auto = the faster, timed)
+    fused: str = "auto"  # output + entropy in one pass (on/off/auto = the faster, timed: capture/fused.py)
     train_len: int | None = None  # overrides the checkpoint's declared training length
     trust_remote_code: bool = False
     revision: str | None = None  # a Hub id's branch, tag or commit (default: main)
@@ -243,6 +243,11 @@ class Run:
             "device": str(self.device),
             "threads": torch.get_num_threads(),  # CPU threads (--threads / OMP_NUM_THREADS)
             "backend": "+".join(sorted(sums.backends)) or "none",  # the entropy kernels that ran
+            **(
+                {"fold": fold_status()}
+                if "torch_chunked" in sums.backends and self.device.type == "cpu"
+                else {}
+            ),
             "attention_path": "+".join(sorted(sums.paths)) or "separate",  # fused / separate / both
             "world_size": self.world.size,
             "entropy_units": "nats",

@@ -1,0 +1,158 @@
+"""CPU benchmark of one attention layer (SmolLM2-shaped: 9 query heads, 3 KV heads, d 64, float32):
+sdpa alone, sdpa + the entropy pass ("separate"), and output + entropy in one streamed pass
+("fused"), each with the per-tile step eager or compiled (kernels/fold.py), over block sizes.
+
+    python benchmarks/fold_cpu.py [--lengths 2048 4096 8192] [--blocks 64x1024 128x512 256x512]
+                                  [--repeats 3] [--profile 4096] [--out benchmarks/results/fold_cpu.json]
+
+Each length runs in a fresh subprocess per fold mode (ENTROPY_LENS_COMPILE=0 eager, the default;
+=1 compiled, built once per process). Reported: best of `repeats` wall times after one
+warm-up, and the ratio to sdpa. `--profile T` adds where the time of one fused pass at length T
+goes, by op (torch.profiler, self CPU time; the compiled per-tile step is one op), beside sdpa's
+total: the matmuls alone (QKᵀ and e·V) against sdpa, which does the same two products, show how far a
+torch-level pass is from the bound. The scan-level benchmark is scan_cpu.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def worker(length: int, blocks: list[tuple[int, int]], repeats: int) -> list[dict]:
+    import torch
+
+    from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, fold_status
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 9, length, 64, generator=g)
+    k, v = (torch.randn(1, 3, length, 64, generator=g) for _ in range(2))
+    scale = 64**-0.5
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    def sdpa():
+        kr, vr = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
+        return torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True, scale=scale)
+
+    rows = [{"len": length, "variant": "sdpa", "block": None, "s": best(sdpa)}]
+    for bq, bk in blocks:
+        size = {"block_q": bq, "block_k": bk}
+        separate = best(lambda: (sdpa(), attention_entropy(q, k, scale=scale, **size)))  # noqa: B023
+        fused = best(lambda: attention_with_entropy_torch(q, k, v, scale, **size))  # noqa: B023
+        for variant, s in (("separate", separate), ("fused", fused)):
+            rows.append({"len": length, "variant": variant, "block": f"{bq}x{bk}", "s": s})
+    for r in rows:
+        r["fold"] = fold_status() if r["variant"] != "sdpa" else None
+        r["threads"] = torch.get_num_threads()
+    return rows
+
+
+def profile(length: int, block: tuple[int, int]) -> dict:
+    """Self CPU seconds by op of one fused pass at `length` (after a warm-up), and sdpa's seconds."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from entropy_lens.kernels import attention_with_entropy_torch
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 9, length, 64, generator=g)
+    k, v = (torch.randn(1, 3, length, 64, generator=g) for _ in range(2))
+    kr, vr = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
+    size = {"block_q": block[0], "block_k": block[1]}
+    attention_with_entropy_torch(q, k, v, 0.125, **size)
+    t0 = time.perf_counter()
+    torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True)
+    sdpa = time.perf_counter() - t0
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        attention_with_entropy_torch(q, k, v, 0.125, **size)
+    ops = {}
+    for e in prof.key_averages():
+        name = "compiled fold" if "CompiledFxGraph" in e.key else e.key
+        ops[name] = ops.get(name, 0.0) + e.self_cpu_time_total / 1e6
+    total = sum(ops.values())
+    top = dict(sorted(ops.items(), key=lambda kv: -kv[1])[:6])
+    top["other"] = total - sum(top.values())
+    return {"len": length, "block": f"{block[0]}x{block[1]}", "sdpa_s": sdpa, "fused_s": total, "ops_s": top}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192])
+    ap.add_argument("--blocks", nargs="+", default=["64x1024", "128x512", "256x512"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "fold_cpu.json"))
+    ap.add_argument("--profile", type=int, metavar="T", help="also profile one fused pass at length T")
+    ap.add_argument("--profile-worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    blocks = [tuple(int(x) for x in b.split("x")) for b in args.blocks]
+    if args.worker:
+        print(json.dumps(worker(args.worker, blocks, args.repeats)))
+        return
+    if args.profile_worker:
+        print(json.dumps(profile(args.profile_worker, blocks[0])))
+        return
+    rows = []
+    for length in args.lengths:
+        for compiled in ("0", "1"):
+            cmd = [sys.executable, __file__, "--worker", str(length), "--repeats", str(args.repeats)]
+            cmd += ["--blocks", *args.blocks]
+            env = {**os.environ, "ENTROPY_LENS_COMPILE": compiled}
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows += [r for r in got if r["variant"] != "sdpa" or compiled == "1"]
+            for r in got:
+                print(
+                    f"  len {length} {r['variant']:>8} {r['block'] or '':>8} {r['fold'] or '':>10} {r['s']:.3f} s"
+                )
+    print(f"\n{'len':>6} {'variant':>9} {'block':>8} {'fold':>32} {'s':>7} {'x sdpa':>7}")
+    sdpa = {r["len"]: r["s"] for r in rows if r["variant"] == "sdpa"}
+    for r in rows:
+        print(
+            f"{r['len']:>6} {r['variant']:>9} {r['block'] or '':>8} {r['fold'] or '':>32} {r['s']:>7.3f} "
+            f"{r['s'] / sdpa[r['len']]:>7.2f}"
+        )
+    prof = None
+    if args.profile:
+        cmd = [sys.executable, __file__, "--profile-worker", str(args.profile), "--blocks", args.blocks[0]]
+        prof = json.loads(
+            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+        )
+        print(
+            f"\nfused pass at {prof['len']} ({prof['block']}): {prof['fused_s']:.3f} s, sdpa {prof['sdpa_s']:.3f} s"
+        )
+        for name, sec in prof["ops_s"].items():
+            print(f"  {name:>24} {sec:>7.3f} s  {sec / prof['sdpa_s']:>5.2f} x sdpa")
+    import torch
+
+    record = {
+        "benchmark": "fold_cpu",
+        "shape": "one layer: 9 query heads, 3 KV heads, d 64, float32, causal (SmolLM2-135M)",
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "torch": torch.__version__,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": rows,
+        **({"profile": prof} if prof else {}),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(record, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The streaming step of torch_chunked, one score tile into the running softmax state, and an opt-in
+compiled form for CPU.
+
+    fold(s, m, l, u) -> (m', l', u', e, α)
+    s      (rows, bk) float32 scores of one key block, masked entries −inf; consumed (eager: its
+           buffer holds e·(s − m'') afterwards)
+    m l u  (rows,)    float32 state of the rows so far (m = −inf, l = u = 0 before any key)
+    m'     the new running max; e = e^(s − m'') (rows, bk) with m'' = m' or 0 while m' = −inf (the
+           tile's probabilities up to 1/l, for the output's e·V); α = e^(m − m'') rescales the
+           old l, u and the output accumulator
+    l' = α l + Σ e,   u' = α (u + (m − m'') l) + Σ e (s − m'')   (0 · (−inf) read as 0)
+See torch_chunked.py for the math. The eager function is the definition and the default.
+ENTROPY_LENS_COMPILE=1 makes `fold_for` return `torch.compile(fold, dynamic=True)` for CPU tiles of
+at least COMPILE_MIN scores: one C++ loop instead of five passes, about 2-3x faster on a tile alone,
+but slower inside a scan on 2 cores, where its OpenMP threads (gcc's libgomp) and torch's own pool
+(the wheel's libgomp) spin against each other between the matmuls (benchmarks/fold_cpu.py and
+scan_cpu.py, mode scan-compiled). If compiling fails (no C++ compiler) it falls back to eager, with a
+warning; `fold_status()` says which ran and why, and scans record it in their metadata. Tests hold
+both to the float64 reference and to each other.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+ENV_VAR = "ENTROPY_LENS_COMPILE"  # "1": compile the fold for CPU tiles; anything else (default): eager
+COMPILE_MIN = 1 << 16  # scores per tile from which the compiled fold runs
+_STATE = {"compiled": None, "status": "not used"}  # the compiled fold, and what ran last on CPU
+
+
+def fold(s, m, l, u):
+    m_new = torch.maximum(m, s.amax(-1))
+    m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)  # no key seen yet
+    alpha = torch.exp(m - m_safe)  # 0 while m = −inf
+    shift = torch.where(l > 0, (m - m_safe) * l, torch.zeros_like(l))  # the old terms' centre moves
+    if torch.compiler.is_compiling():  # one fused loop over the tile: no temporaries are stored
+        d = s - m_safe.unsqueeze(-1)
+        e = torch.exp(d)
+        ed = torch.where(e > 0, e * d, torch.zeros_like(d))
+    else:  # eager: in place in s's buffer, one tile-sized temporary (e)
+        d = s.sub_(m_safe.unsqueeze(-1))
+        e = torch.exp(d)
+        ed = d.mul_(e).nan_to_num_(nan=0.0)  # masked: e = 0, d = −inf, and 0 · (−inf) reads 0
+    l_new = alpha * l + e.sum(-1)
+    u_new = alpha * (u + shift) + ed.sum(-1)
+    return m_new, l_new, u_new, e, alpha
+
+
+def fold_for(s: torch.Tensor):
+    """The fold to run on the (rows, bk) tile `s`: eager, or compiled for CPU tiles of at least
+    COMPILE_MIN scores when ENTROPY_LENS_COMPILE=1 (smaller ones cost less than the guards)."""
+    if s.device.type != "cpu":
+        return fold
+    if os.environ.get(ENV_VAR, "0") != "1" or s.numel() < COMPILE_MIN:
+        if _STATE["status"] == "not used" or os.environ.get(ENV_VAR, "0") != "1":
+            _STATE["status"] = "eager"
+        return fold
+    return compiled()
+
+
+def compiled():
+    """The process's compiled fold (built on first use; `dynamic=True`: one graph for all sizes)."""
+    if _STATE["compiled"] is None:
+        _STATE["compiled"] = _Compiled()
+    return _STATE["compiled"]
+
+
+def fold_status() -> str:
+    """ "compiled" or "eager (why)" for the last fold run on CPU, or "not used"."""
+    return _STATE["status"]
+
+
+class _Compiled:
+    """`torch.compile(fold)` that falls back to eager for good, with the reason, if compiling fails."""
+
+    def __init__(self):
+        self.fn = torch.compile(fold, dynamic=True)
+        self.failed: str | None = None
+
+    def __call__(self, s, m, l, u):
+        if self.failed is None:
+            try:
+                out = self.fn(s, m, l, u)
+                _STATE["status"] = "compiled"
+                return out
+            except (RuntimeError, OSError) as err:  # compile errors (no C++ compiler): eager, for good
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                self.failed = f"eager (torch.compile failed: {type(err).__name__}: {first})"
+                warnings.warn(
+                    f"entropy_lens: {self.failed}; the CPU entropy pass runs uncompiled", stacklevel=2
+                )
+        _STATE["status"] = self.failed
+        return fold(s, m, l, u)
