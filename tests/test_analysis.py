@@ -250,13 +250,55 @@ def test_ties_go_to_smallest_scale():
     assert best["best_loss"].tolist() == [5, 1, 2, 1]
 
 
-def test_best_uniform_scale_over_a_prefix():
+def test_best_uniform_scale_is_the_best_for_the_last_half_span():
+    """Planted optimum s*(t) = 1 + a ln(t/L): the mean of (s − s*(t))² over a span is least at the grid
+    point nearest the span's mean s*, so the rule must pick that point for [3.5L, 4L)."""
+    L, a = 64, 0.4
+    scales = np.round(np.arange(0.5, 2.5001, 0.01), 2)
+    results, s_star = quadratic_sweep(a, L, 8 * L, scales)  # windows of 8L, asked about 4L
+    sweep = Sweep.from_results(results)
+    choice = best_uniform_scale(sweep, length=4 * L)
+    assert choice.span == (4 * L - L // 2, 4 * L)
+    target = s_star[choice.span[0] : choice.span[1]].mean()
+    assert choice.scale == scales[np.argmin(np.abs(scales - target))]
+    assert not choice.at_edge and list(choice.table.columns) == ["scale", "mean_loss"]
+    np.testing.assert_allclose(choice.table["mean_loss"], sweep.loss[:, 7 * L // 2 : 4 * L].mean(axis=1))
+    assert choice.loss == choice.table["mean_loss"].min()
+    # the loss averaged over all of [0, 4L) is dominated by t < L, where s* < 1: a much smaller scale
+    whole = best_uniform_scale(sweep, length=4 * L, span=(0, 4 * L))
+    assert whole.span == (0, 4 * L) and whole.scale < choice.scale - 0.3
+    assert best_uniform_scale(sweep, length=2 * L).span == (2 * L - L // 2, 2 * L)
+    assert best_uniform_scale(sweep, length=2 * L).scale < choice.scale  # longer sequences, larger s*
+
+
+def test_best_uniform_scale_ties_edges_and_errors():
     loss = {1.0: [1, 1, 9, 9], 1.2: [2, 2, 2, 2], 1.4: [2, 2, 2, 2]}
-    sweep = Sweep.from_results([make_result(v, scale=s) for s, v in loss.items()])
-    assert best_uniform_scale(sweep, length=2) == 1.0  # short sequences: the trained scale
-    assert best_uniform_scale(sweep) == 1.2  # whole length; 1.2 and 1.4 tie -> the smaller
+    sweep = Sweep.from_results([make_result(v, scale=s, train_len=4) for s, v in loss.items()])
+    assert best_uniform_scale(sweep).span == (2, 4)  # the last L/2 = 2 positions
+    assert best_uniform_scale(sweep).scale == 1.2  # 1.2 and 1.4 tie -> the smaller
+    assert best_uniform_scale(sweep, length=2, train_len=2).scale == 1.0  # [1, 2): the trained scale
+    planted, _ = quadratic_sweep(1.0, 16, 64, [0.9, 1.0, 1.1])  # s* near 4L = 1 + ln 4, past the grid
+    assert best_uniform_scale(Sweep.from_results(planted)).at_edge
     with pytest.raises(EntropyLensError, match="outside"):
         best_uniform_scale(sweep, length=5)
+    sweep.train_len = None
+    with pytest.raises(EntropyLensError, match="pass train_len=L"):
+        best_uniform_scale(sweep)
+    with pytest.raises(EntropyLensError, match="not inside"):
+        best_uniform_scale(sweep, span=(3, 3))
+
+
+def test_search_heads_init_from_uses_the_rule(tmp_path, capsys):
+    from entropy_lens.cli import main
+
+    L = 16
+    results, _ = quadratic_sweep(0.4, L, 8 * L, np.round(np.arange(0.5, 2.5001, 0.01), 2))
+    save_sweep(tmp_path, results)
+    choice = best_uniform_scale(Sweep.from_results(results), length=4 * L)
+    args = ["search-heads", "tiny-nope", "--len", str(4 * L), "--init-from", str(tmp_path)]
+    assert main([*args, "--out", str(tmp_path / "hs.npy")]) == 2  # refused after the choice, before work
+    out = capsys.readouterr().out
+    assert f"initial scale {choice.scale:g}: the lowest mean loss over positions [56, 64)" in out
 
 
 def test_cli_fit_text_and_json(tmp_path, capsys):

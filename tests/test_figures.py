@@ -11,7 +11,7 @@ import pytest
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures import FIGURES
-from entropy_lens.runs.figures import FiguresConfig, make_figures
+from entropy_lens.runs.figures import FiguresConfig, figure_data, make_figures
 
 MINIMAL = {
     "train_len": 16,
@@ -109,7 +109,7 @@ def test_readme_prints_no_nan(made):
 
 def test_readme_states_the_time_the_runs_record(made):
     """The stated time is the sum of the wall times in the cached results (scans, sweep scales and the
-    head-scale search), so a rerun from the cache still states the original runs' time."""
+    head-scale searches), so a rerun from the cache still states the original runs' time."""
     import glob
 
     import numpy as np
@@ -120,6 +120,36 @@ def test_readme_states_the_time_the_runs_record(made):
         json.loads(str(np.load(f)["meta"]))
         for f in glob.glob(str(root / "cache" / "**" / "*.npz"), recursive=True)
     ]
-    (search,) = glob.glob(str(root / "cache" / "heads-*.safetensors.json"))
-    seconds = sum(m["wall_time_s"] for m in metas) + json.loads(Path(search).read_text())["wall_s"]
+    searches = glob.glob(str(root / "cache" / "heads-*.safetensors.json"))  # at 4L and at 2L
+    assert len(searches) == 2
+    seconds = sum(m["wall_time_s"] for m in metas)
+    seconds += sum(json.loads(Path(f).read_text())["wall_s"] for f in searches)
     assert seconds > 0 and f"runs behind these figures took {seconds / 60:.1f} min" in readme
+
+
+def test_uniform_scale_and_searches_follow_the_paper(made):
+    """s* is the best single scale for the last half-span of each length; λ(h) are searched from it, at
+    4L (Figures 4, 10) and at 2L (Figure 3), for the configured steps; the README states rule and value."""
+    from entropy_lens.analysis import best_uniform_scale
+
+    root, _ = made
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    L = d["L"]
+    for key, length in (("uniform", d["long"]), ("short_uniform", d["short"])):
+        again = best_uniform_scale(d["sweep"], length=length, train_len=L)
+        assert (d[key].scale, d[key].span) == (again.scale, again.span)
+        assert d[key].span == (length - L // 2, length)
+    records = {
+        r["config"]["length"]: r
+        for r in (json.loads(p.read_text()) for p in (root / "cache").glob("heads-*.safetensors.json"))
+    }
+    for key, length in (("uniform", d["long"]), ("short_uniform", d["short"])):
+        # from s*, or from the focus bound 1 where s* lies below it (the clamp's first step would)
+        assert records[length]["config"]["init"] == d["search_inits"][length] == max(d[key].scale, 1.0)
+    assert {r["config"]["steps"] for r in records.values()} == {MINIMAL["search_steps"]}
+    assert FiguresConfig().search_steps == 200
+    assert str(Path(d["short_head_scales_file"]).name).startswith("heads-")
+    readme = (root / "out" / "README.md").read_text()
+    a, b = d["uniform"].span
+    assert f"s* = {d['uniform'].scale:g}, the best single scale" in readme
+    assert f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})" in readme

@@ -9,6 +9,7 @@ runs on a laptop from the files alone.
     best = best_scale_per_position(sweep)           # position, best_scale, best_loss
     fit = fit_scale_curve(sweep, train_len=2048)    # s = 1 + a ln(t/L) over [L, len)
     fit.a, fit.r2, fit.implied((2, 4, 8))
+    best_uniform_scale(sweep, length=8192).scale    # s*: lowest loss over [len − L/2, len)
 
     table = head_entropy_vs_scale(ScanResult.load("hs8k_8k.npz"))   # Figure 5
     table.correlations                              # per layer: pearson_r, spearman_r, slope, ...
@@ -20,7 +21,6 @@ runs on a laptop from the files alone.
 from entropy_lens.analysis.fit import (
     ScaleFit,
     best_scale_per_position,
-    best_uniform_scale,
     fit_scale_curve,
     yarn_scale,
 )
@@ -34,6 +34,7 @@ from entropy_lens.analysis.inflection import (
     moving_average,
 )
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
+from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
 
 __all__ = [
     "HeadScaleTable",
@@ -41,6 +42,7 @@ __all__ = [
     "InflectionAgreement",
     "ScaleFit",
     "Sweep",
+    "UniformChoice",
     "best_scale_per_position",
     "best_uniform_scale",
     "find_inflection",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from entropy_lens.analysis import head_entropy_vs_scale, inflection_agreement, inflections
+from entropy_lens.analysis import best_uniform_scale, head_entropy_vs_scale, inflection_agreement, inflections
 from entropy_lens.analysis.correlation import describe
 from entropy_lens.plotting import (
     NOPE,
@@ -144,9 +144,11 @@ def fig03(d, c):
         f"{bits(r.entropy[:, :, -1]).max():.2f} bits (bound log₂ {r.length} = {np.log2(r.length):.2f})"
         for name, r in zip(["NoPE", "NoPE λ(h)", f"NoPE λ={s:g}/√d"], results)
     ]
+    L, short = d["L"], d["short"]
     caption = (
-        f"Per-head entropy (bits) of layers {layers}, all heads, at {d['short'] // d['L']}L: NoPE, NoPE with "
-        f"the head scales searched at {d['long'] // d['L']}L, NoPE with λ = {s:g}/√d."
+        f"Per-head entropy (bits) of layers {layers}, all heads, at {short // L}L: NoPE, NoPE with the head "
+        f"scales λ(h) searched at {short // L}L ({_search_words(d, c, short)}), NoPE with λ = {s:g}/√d; "
+        f"{_rule(d['short_uniform'], L)}."
     )
     return fig, caption, numbers
 
@@ -159,7 +161,17 @@ def fig04(d, c):
         colors=[NOPE_DARK, "#33a02c"],
         smooth=c.smooth,
     )
-    numbers = []
+    choice = d["uniform"]
+    whole = best_uniform_scale(d["sweep"], length=T, span=(0, T))
+    numbers = [
+        f"s* = {s:g}: mean loss {choice.loss:.3f} over {_span(choice.span, L)} in the sweep"
+        + (
+            " (the grid's edge scale: the sweep's grid does not bracket the minimum)"
+            if choice.at_edge
+            else ""
+        )
+        + f"; the scale with the lowest loss averaged over all of [0, {T // L}L) would be {whole.scale:g}"
+    ]
     for k in range(1, T // L):
         a, b = k * L, (k + 1) * L
         numbers.append(
@@ -169,20 +181,44 @@ def fig04(d, c):
             f"entropy {_span_mean(bits(uniform.mean_entropy), a, b):.2f} vs "
             f"{_span_mean(bits(heads.mean_entropy), a, b):.2f} bits"
         )
+    ends = [(2 * L - L // 2, 2 * L), (T - L // 2, T)]
+    deltas = ", ".join(
+        f"{_span((a, b), L)} {_span_mean(heads.loss, a, b) - _span_mean(uniform.loss, a, b):+.3f}"
+        for a, b in ends
+    )
+    numbers.append(f"loss λ(h) − uniform at the far ends {deltas} (paper at 4K and 8K: about −0.2 and −0.8)")
     caption = (
-        f"Uniform scale {s:g}/√d (the best uniform scale for {T // L}L sequences, from the Figure 7 sweep) "
-        "vs "
-        f"per-head scales λ(h) searched at {T // L}L from it ({_search_words(d, c)})."
+        f"Uniform scale s* = {s:g}/√d vs per-head scales λ(h) searched at {T // L}L "
+        f"({_search_words(d, c, T)}), at {T // L}L; {_rule(choice, L)}."
     )
     return ax.figure, caption, numbers
 
 
-def _search_words(d, c) -> str:
-    if c.head_scales:
-        return f"given: {c.head_scales}"
+def _span(span, L: int) -> str:
+    """'[3.5L, 4L) = [448, 512)'."""
+    a, b = span
+    return f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})"
+
+
+def _rule(choice, L: int) -> str:
+    """How s* was chosen, with its value."""
     return (
-        f"{c.search_steps} steps of {c.search_batch} windows of {c.search_data}, LR {c.search_lr:g}, "
-        "λ(h) ≥ 1/√d"
+        f"s* = {choice.scale:g}, the best single scale of the Figure 7 sweep for the last half-span "
+        f"{_span(choice.span, L)} (the lowest mean loss there)"
+    )
+
+
+def _search_words(d, c, length: int) -> str:
+    """How the λ(h) used at `length` were made: given, or the search's start and settings."""
+    given = c.head_scales if length == d["long"] else c.short_head_scales
+    if given:
+        return f"given: {given}"
+    init = d["search_inits"][length]
+    s = (d["uniform"] if length == d["long"] else d["short_uniform"]).scale
+    start = "from s*" if init == s else f"from {init:g}, the focus bound, as s* = {s:g} lies below it"
+    return (
+        f"{start}; {c.search_steps} steps of {c.search_batch} windows of {c.search_data}, "
+        f"LR {c.search_lr:g}, λ(h) ≥ 1/√d"
     )
 
 
@@ -219,7 +255,11 @@ def fig07(d, c):
             "(paper, 50K-step TinyLlama-NoPE: a = 0.3973, R² = 0.9773)"
         ),
         f"implied multipliers {implied} (paper: 1.28 / 1.55 / 1.83; YaRN 1.14 / 1.30 / 1.46)",
-        f"best uniform scale for {d['long'] // d['L']}L sequences: {d['uniform_scale']:g}",
+        *(
+            f"s* for {u.span[1] // d['L']}L sequences (lowest mean loss over {_span(u.span, d['L'])}): "
+            f"{u.scale:g}"
+            for u in (d["short_uniform"], d["uniform"])
+        ),
     ]
     smooth = f"loss curves smoothed ±{c.fit_smooth} before the argmin" if c.fit_smooth else "raw loss curves"
     caption = (
