@@ -14,6 +14,7 @@ from entropy_lens.analysis import (
     best_uniform_scale,
     find_inflection,
     fit_scale_curve,
+    grid_edge_problem,
     head_entropy_vs_scale,
     inflection_agreement,
     inflections,
@@ -242,6 +243,30 @@ def test_smoothing_before_the_argmin_tames_per_position_noise():
     np.testing.assert_array_equal(best["best_scale"], sweep.scales[averaged.argmin(axis=0)])
 
 
+def test_argmins_on_the_grid_edge_are_counted_and_refused_in_words():
+    """Planted s*(t) = 1 + a ln(t/L) rises past a grid that stops at 1.5: the fitted positions whose
+    nearest grid point is 1.5 are censored at the upper edge, and none at the lower edge (s* >= 1 there)."""
+    L, T, a = 64, 512, 0.4
+    narrow = np.round(np.arange(0.9, 1.5001, 0.01), 2)
+    results, s_star = quadratic_sweep(a, L, T, narrow)
+    fit = fit_scale_curve(Sweep.from_results(results))
+    nearest = np.argmin((narrow[:, None] - s_star[None, L:]) ** 2, axis=0)  # first minimum, as the argmin
+    expected = int(np.sum(nearest == len(narrow) - 1))
+    assert expected > 50 and fit.grid == (0.9, 1.5) and fit.at_edge == (0, expected)
+    problem = grid_edge_problem(fit)
+    assert f"largest scale 1.5 at {expected} of the {T - L} fitted positions" in problem
+    assert "extend the sweep's scales upward past 1.5" in problem and "smallest" not in problem
+    assert grid_edge_problem(fit, edges=["lower"]) is None
+    wide, _ = quadratic_sweep(a, L, T, np.round(np.arange(0.9, 2.2001, 0.01), 2))
+    wide_fit = fit_scale_curve(Sweep.from_results(wide))
+    assert wide_fit.at_edge == (0, 0) and grid_edge_problem(wide_fit) is None and wide_fit.smooth == 0
+    assert fit_scale_curve(Sweep.from_results(wide), smooth=5).smooth == 5
+    table = fit_scale_curve(best_scale_per_position(Sweep.from_results(results)), train_len=L)
+    assert table.grid is None and grid_edge_problem(table) is None  # a table does not know its grid
+    with pytest.raises(EntropyLensError, match="'lower' and 'upper'"):
+        grid_edge_problem(fit, edges=["top"])
+
+
 def test_ties_go_to_smallest_scale():
     loss = {1.0: [5, 2, 3, 1], 1.1: [5, 1, 3, 2], 1.2: [5, 1, 2, 2]}
     results = [make_result(loss[s], scale=s) for s in (1.2, 1.0, 1.1)]
@@ -315,6 +340,12 @@ def test_cli_fit_text_and_json(tmp_path, capsys):
     record = json.loads(capsys.readouterr().out)
     assert {"a", "a_stderr", "r2", "train_len"} <= record.keys() and abs(record["a"] - 0.3) < 0.01
     assert record["train_len"] == 64 and record["fit_range"] == [128, 512]
+    assert record["at_edge"] == {"lower": 0, "upper": 0}  # s* stays within 0.9..2.0 up to 8L
+    narrow = tmp_path / "narrow"
+    narrow.mkdir()
+    save_sweep(narrow, quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.9, 1.3001, 0.01), 2))[0])
+    assert main(["fit", str(narrow)]) == 0
+    assert "note: the best scale is the grid's largest scale 1.3" in capsys.readouterr().out
     assert main(["fit", str(tmp_path / "absent")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

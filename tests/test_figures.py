@@ -19,6 +19,7 @@ MINIMAL = {
     "sweep_samples": 2,
     "sweep_scales": "0.9:1.2:0.1",
     "fit_smooth": 2,
+    "refuse_grid_edges": [],  # 4 scales, 2 windows: the raw argmin is often at an edge; reported
     "smooth": 2,
     "search_steps": 2,
     "search_batch": 2,
@@ -96,7 +97,8 @@ def test_bad_config_files_and_lengths(tmp_path, capsys):
 def test_packaged_paper_config():
     config = FiguresConfig.from_file("paper", device="cpu")
     assert (config.train_len, config.short, config.long, config.fit) == (2048, 2, 4, 8)
-    assert config.sweep_scales == "1.0:2.0:0.01" and config.fit_smooth == 0 and config.device == "cpu"
+    assert config.sweep_scales.endswith(":0.01") and config.refuse_grid_edges == ["upper"]
+    assert config.device == "cpu"
 
 
 def test_readme_prints_no_nan(made):
@@ -153,3 +155,33 @@ def test_uniform_scale_and_searches_follow_the_paper(made):
     a, b = d["uniform"].span
     assert f"s* = {d['uniform'].scale:g}, the best single scale" in readme
     assert f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})" in readme
+
+
+def test_figure7_fits_the_raw_argmin_and_reports_the_grid_edges(made, tmp_path):
+    """The paper's fit is on the raw argmin; the smoothed one is a second line; argmins on the grid's
+    edges are counted in the README, and refused, before any other run, for the edges named."""
+    from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
+
+    root, _ = made
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    raw, smoothed = d["fit"], d["fit_smoothed"]
+    assert raw.a == fit_scale_curve(d["sweep"], train_len=d["L"]).a and raw.smooth == 0
+    assert smoothed.smooth == MINIMAL["fit_smooth"]
+    readme = (root / "out" / "README.md").read_text()
+    assert f"raw argmin (the paper's fit): a = {raw.a:.4f} ± {raw.a_stderr:.4f}, R² = {raw.r2:.4f}" in readme
+    assert (
+        f"smoothed ±{smoothed.smooth}: a = {smoothed.a:.4f}" in readme and f"R² = {smoothed.r2:.4f}" in readme
+    )
+    n_lo, n_hi = raw.at_edge
+    assert f"at its smallest scale 0.9 at {n_lo}, at its largest 1.2 at {n_hi} of the" in readme
+    edges = [e for e, n in zip(("lower", "upper"), raw.at_edge) if n]
+    assert edges, "4 scales and 2 windows: some raw argmin lies on an edge"
+    strict = FiguresConfig.build({**MINIMAL, "refuse_grid_edges": edges})
+    cache = root / "cache"
+    before = sorted(p.name for p in cache.iterdir())
+    with pytest.raises(EntropyLensError, match="extend the sweep's scales") as refused:
+        make_figures(strict, tmp_path / "out", cache=cache, progress=False)
+    assert grid_edge_problem(raw, edges=edges) in str(refused.value)
+    assert sorted(p.name for p in cache.iterdir()) == before and not (tmp_path / "out" / "README.md").exists()
+    with pytest.raises(EntropyLensError, match="refuse_grid_edges takes"):
+        FiguresConfig.build({"refuse_grid_edges": ["top"]})

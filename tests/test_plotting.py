@@ -180,6 +180,27 @@ def test_best_scale_by_position_draws_fit_and_training_length():
     np.testing.assert_allclose(ax.right_ax.get_lines()[0].get_ydata(), loss.min(0))
 
 
+def test_best_scale_by_position_draws_the_smoothed_fit_as_a_second_line():
+    T, L, a = 400, 50, 0.3
+    t = np.arange(T)
+    s_star = 1 + a * np.log(np.maximum(t, 1) / L)
+    scales = np.round(np.arange(0.5, 3.0001, 0.05), 2)
+    noise = np.random.default_rng(0).normal(0, 0.05, (len(scales), T))
+    loss = np.stack([(s - s_star) ** 2 + 2 for s in scales]) + noise
+    sweep = Sweep(scales=scales, loss=loss, entropy=None, train_len=L, model="m", length=T)
+    raw, smoothed = fit_scale_curve(sweep), fit_scale_curve(sweep, smooth=25)
+    ax = best_scale_by_position(sweep, raw, smoothed_fit=smoothed)
+    best, raw_line, smoothed_line, vline = ax.get_lines()
+    assert vline.get_xdata()[0] == L
+    np.testing.assert_allclose(best.get_ydata(), scales[loss.argmin(0)])  # the raw argmin
+    np.testing.assert_allclose(smoothed_line.get_ydata(), smoothed.predict(np.arange(1, T)))
+    assert smoothed_line.get_linestyle() == "-." and raw_line.get_linestyle() == "-"
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels[1].startswith("raw argmin") and f"{raw.r2:.3f}" in labels[1] and f"{raw.a:.3f}" in labels[1]
+    assert labels[2].startswith("smoothed ±25") and f"{smoothed.r2:.3f}" in labels[2]
+    assert ax.get_ylim() == (0.5, 3.0)  # widened to the grid: no best scale off the axes
+
+
 def test_style_helpers():
     assert family_colors(NOPE_SCALES, 4) == list(NOPE_SCALES)
     assert family_colors(NOPE_SCALES, 2) == [NOPE_SCALES[0], NOPE_SCALES[-1]]

@@ -22,6 +22,7 @@ from entropy_lens.analysis.fit import (
     ScaleFit,
     best_scale_per_position,
     fit_scale_curve,
+    grid_edge_problem,
     yarn_scale,
 )
 from entropy_lens.analysis.heads import HeadScaleTable, head_entropy_vs_scale
@@ -47,6 +48,7 @@ __all__ = [
     "best_uniform_scale",
     "find_inflection",
     "fit_scale_curve",
+    "grid_edge_problem",
     "head_entropy_vs_scale",
     "inflection_agreement",
     "inflections",

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from entropy_lens.analysis import best_uniform_scale, head_entropy_vs_scale, inflection_agreement, inflections
+from entropy_lens.analysis import (
+    best_uniform_scale,
+    head_entropy_vs_scale,
+    inflection_agreement,
+    inflections,
+    yarn_scale,
+)
 from entropy_lens.analysis.correlation import describe
 from entropy_lens.plotting import (
     NOPE,
@@ -245,28 +251,61 @@ def fig05(d, c):
 
 
 def fig07(d, c):
-    fit, sweep = d["fit"], d["sweep"]
-    ax = best_scale_by_position(sweep, fit, smooth=c.fit_smooth, title="NoPE")
-    implied = ", ".join(f"{k}L: {v:.2f}" for k, v in fit.implied((2, 4, 8)).items())
-    numbers = [
+    fit, smoothed, sweep = d["fit"], d["fit_smoothed"], d["sweep"]
+    ax = best_scale_by_position(sweep, fit, smoothed_fit=smoothed, title="NoPE")
+    numbers = [_fit_words("raw argmin (the paper's fit)", fit)]
+    if smoothed is not None:
+        numbers.append(_fit_words(f"argmin of the loss curves smoothed ±{smoothed.smooth}", smoothed))
+    yarn = " / ".join(f"{yarn_scale(k):.2f}" for k in (2, 4, 8))
+    numbers += [
         (
-            f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, "
-            f"{fit.fit_range[1]}) "
-            "(paper, 50K-step TinyLlama-NoPE: a = 0.3973, R² = 0.9773)"
+            "paper, 50K-step TinyLlama-NoPE, raw argmin: a = 0.3973, R² = 0.9773, implied 1.28 / 1.55 / 1.83 "
+            f"at 2L / 4L / 8L; YaRN's (1 + 0.1 ln k)²: {yarn}"
         ),
-        f"implied multipliers {implied} (paper: 1.28 / 1.55 / 1.83; YaRN 1.14 / 1.30 / 1.46)",
+        *(_edge_words(f, name) for f, name in ((fit, "raw"), (smoothed, "smoothed")) if f is not None),
         *(
             f"s* for {u.span[1] // d['L']}L sequences (lowest mean loss over {_span(u.span, d['L'])}): "
             f"{u.scale:g}"
             for u in (d["short_uniform"], d["uniform"])
         ),
     ]
-    smooth = f"loss curves smoothed ±{c.fit_smooth} before the argmin" if c.fit_smooth else "raw loss curves"
+    step = float(np.min(np.diff(sweep.scales))) if len(sweep.scales) > 1 else 0.0
+    second = (
+        f"; dash-dot: the same fit to the argmin of loss curves smoothed ±{smoothed.smooth}"
+        if smoothed is not None
+        else ""
+    )
+    upward = (
+        "; the grid extends upward past 2.0, where the paper's plot ends (the paper does not state its grid)"
+        if sweep.scales[-1] > 2.0
+        else ""
+    )
     caption = (
-        f"Best uniform multiplier per position ({len(sweep.scales)} scales {c.sweep_scales}, "
-        f"{c.sweep_samples} windows at {sweep.length}; {smooth}) and the fit 1 + a ln(i/L)."
+        f"Best uniform multiplier per position (blue: the raw argmin over {len(sweep.scales)} scales "
+        f"{sweep.scales[0]:g}–{sweep.scales[-1]:g} in steps of {step:.2g}, {c.sweep_samples} windows at "
+        f"{sweep.length}{upward}), its best loss (red) and the fit 1 + a ln(i/L) over [L, {sweep.length // d['L']}L) "
+        f"(black){second}."
     )
     return ax.figure, caption, numbers
+
+
+def _fit_words(name: str, fit) -> str:
+    implied = ", ".join(f"{k}L: {v:.2f}" for k, v in fit.implied((2, 4, 8)).items())
+    return (
+        f"{name}: a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, "
+        f"{fit.fit_range[1]}); implied multipliers {implied}"
+    )
+
+
+def _edge_words(fit, name: str) -> str:
+    """How many fitted argmins sit on the grid's edges (censored: the best may lie beyond)."""
+    (lo, hi), (n_lo, n_hi) = fit.grid, fit.at_edge
+    if not n_lo and not n_hi:
+        return f"{name} argmin on the grid's edges ({lo:g}, {hi:g}): at none of the {fit.n_points} fitted positions"
+    return (
+        f"{name} argmin on the grid's edges: at its smallest scale {lo:g} at {n_lo}, at its largest {hi:g} "
+        f"at {n_hi} of the {fit.n_points} fitted positions (there the best scale may lie beyond the grid)"
+    )
 
 
 def _grid(d, key, title, what):

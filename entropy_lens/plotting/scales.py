@@ -91,29 +91,40 @@ def best_scale_by_position(
     *,
     ax=None,
     smooth: int = 0,
-    ylim: tuple[float, float] = (0.9, 2.0),
+    smoothed_fit: ScaleFit | None = None,
+    ylim: tuple[float, float] | None = (0.9, 2.0),
     title: str | None = None,
 ):
-    """Figure 7: best multiplier per position (tab:blue), the fitted 1 + a ln(i/L) (black), the best
-    loss on a twin axis (tab:red), a dashed line at L; returns the left Axes (twin: `ax.right_ax`)."""
+    """Figure 7: best multiplier per position (tab:blue; raw argmin unless `smooth`), the fitted
+    1 + a ln(i/L) (black), optionally a second fit made on smoothed loss curves (dash-dot, grey), the best
+    loss on a twin axis (tab:red) and a dashed line at L; returns the left Axes (twin: `ax.right_ax`).
+    `ylim` is widened to the sweep's grid, so no best scale is drawn off the axes; None: autoscale."""
     import matplotlib.pyplot as plt
 
     best = best_scale_per_position(sweep, smooth=smooth)
     ax = ax if ax is not None else plt.subplots(figsize=(6, 4))[1]
     x = best["position"].to_numpy()
-    ax.plot(x, best["best_scale"], color="tab:blue", lw=1, label="best $\\lambda$")
-    if fit is not None:
+    argmin = f"best $\\lambda$ (loss smoothed ±{smooth})" if smooth else "best $\\lambda$"
+    ax.plot(x, best["best_scale"], color="tab:blue", lw=1, label=argmin)
+    for f, style in (
+        (fit, {"color": "black", "lw": 1.5}),
+        (smoothed_fit, {"color": "0.45", "lw": 1.5, "ls": "-."}),
+    ):
+        if f is None:
+            continue
+        how = f"smoothed ±{f.smooth}" if f.smooth else "raw argmin"
         ax.plot(
             x[1:],
-            fit.predict(x[1:]),
-            color="black",
-            lw=1.5,
-            label=f"$1 + {fit.a:.3f}\\,\\ln(i/L)$, $R^2$ = {fit.r2:.3f}",
+            f.predict(x[1:]),
+            label=f"{how}: $1 + {f.a:.3f}\\,\\ln(i/L)$, $R^2$ = {f.r2:.3f}",
+            **style,
         )
     L = fit.train_len if fit is not None else sweep.train_len
     if L:
         ax.axvline(L, color="black", ls="--", lw=1)
-    ax.set_ylim(*ylim)
+    if ylim is not None:
+        lo, hi = float(sweep.scales[0]), float(sweep.scales[-1])
+        ax.set_ylim(min(ylim[0], lo), max(ylim[1], hi))
     ax.yaxis.set_major_formatter(scale_formatter())
     ax.set_ylabel("$\\lambda$")
     ax.set_xlabel("Position $i$")

@@ -43,7 +43,7 @@ class Runs:
         self.cache.mkdir(parents=True, exist_ok=True)
 
     def compute(self) -> dict:
-        from entropy_lens.analysis import best_uniform_scale, fit_scale_curve, load_sweep
+        from entropy_lens.analysis import best_uniform_scale, fit_scale_curve, grid_edge_problem, load_sweep
         from entropy_lens.models import declared_train_len
 
         c = self.config
@@ -56,9 +56,17 @@ class Runs:
                 f"--len {fit_len} is shorter than Figure 4's {long} = {c.long}L; pass at least {long}"
             )
         d: dict = {"L": L, "short": short, "long": long, "fit_len": fit_len}
-        # the sweep first: the uniform scales below and every run that uses them come from it
+        # the sweep first: the uniform scales below and every run that uses them come from it, and a
+        # grid too narrow for Figure 7's argmin is refused before any other run
         d["sweep"] = sweep = load_sweep(self.sweep(c.nope, fit_len))
-        d["fit"] = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth)
+        d["fit"] = fit_scale_curve(sweep, train_len=L)  # the raw argmin, as the paper
+        problem = grid_edge_problem(d["fit"], edges=c.refuse_grid_edges)
+        if problem:
+            raise EntropyLensError(
+                f"Figure 7, sweep {c.sweep_scales}: {problem} (sweep_scales); or leave that edge out of "
+                "refuse_grid_edges to draw the figure and report the count"
+            )
+        d["fit_smoothed"] = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
         # s*: the best single scale for the last half-span [len - L/2, len) of each evaluation length
         d["uniform"] = best_uniform_scale(sweep, length=long, train_len=L)
         d["short_uniform"] = best_uniform_scale(sweep, length=short, train_len=L)
@@ -183,8 +191,13 @@ class FiguresConfig:
     nope_scales: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.1, 1.2])
     rope_scales: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4])
     ntk: str = "dynamic:2"
-    sweep_scales: str = "0.9:2.0:0.05"
-    fit_smooth: int = 25  # moving-average half-width before Figure 7's argmin (0: raw, as the paper)
+    # Figure 7's grid: the paper's 0.01 step; from 0.9 (the paper's plot starts there) up to 3.2, past
+    # the tiny model's largest raw argmin (refuse_grid_edges checks it)
+    sweep_scales: str = "0.9:3.2:0.01"
+    fit_smooth: int = 25  # Figure 7's second fit: argmin of loss curves smoothed ±fit_smooth (0: none)
+    # the grid edges at which a raw argmin over [L, len) is refused ("lower", "upper"); the others are
+    # reported in the README
+    refuse_grid_edges: list[str] = field(default_factory=lambda: ["upper"])
     smooth: int = 8  # loss smoothing half-width in Figures 1, 2, 4
     search_steps: int = 200
     search_lr: float = 0.1
@@ -221,6 +234,9 @@ class FiguresConfig:
             raise EntropyLensError(f"{source}: unknown settings {unknown}; known: {', '.join(sorted(names))}")
         values = {**values, **{k: v for k, v in overrides.items() if v is not None}}
         config = cls(**values)
+        bad = sorted(set(config.refuse_grid_edges) - {"lower", "upper"})
+        if bad:
+            raise EntropyLensError(f"{source}: refuse_grid_edges takes 'lower' and 'upper', not {bad}")
         if not config.short < config.long <= config.fit:
             raise EntropyLensError(
                 f"{source}: lengths must satisfy short < long <= fit (multiples of L), "
@@ -237,7 +253,8 @@ def figure_data(
     L, short, long, fit_len          training length and the three evaluation lengths (tokens)
     nope_family, rope_family         {s: ScanResult} uniform-scale families at `short` (Figure 2)
     nope, nope_scaled, rope, rope_ntk  ScanResults at `short` (Figure 1; nope_scaled uses fig1_scale)
-    sweep, fit                       the NoPE Sweep at fit_len and its ScaleFit (Figure 7)
+    sweep, fit                       the NoPE Sweep at fit_len and its ScaleFit on the raw argmin (Figure 7)
+    fit_smoothed                     the ScaleFit on loss curves smoothed ±fit_smooth (None when 0)
     uniform, short_uniform           UniformChoice s* for `long` / `short` sequences: the lowest mean loss
                                      over the last half-span [len − L/2, len) of the sweep
     uniform_scale                    uniform.scale
