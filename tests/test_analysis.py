@@ -21,6 +21,7 @@ from entropy_lens.analysis import (
     load_sweep,
     missing_scales,
     moving_average,
+    pooled_within_layer,
     resume_command,
     yarn_scale,
 )
@@ -381,7 +382,8 @@ def planted_heads(rng, n_layers=3, n_heads=32, T=16, slope_bits=-3.0):
 def test_head_correlation_negative_per_layer():
     result, scales = planted_heads(np.random.default_rng(2))
     out = head_entropy_vs_scale(result)  # scales from the meta, last position
-    assert list(out.table.columns) == ["layer", "head", "entropy_nats", "entropy_bits", "scale"]
+    assert list(out.table.columns) == ["layer", "head", "entropy_nats", "entropy_bits", "scale", "on_clamp"]
+    assert not out.table["on_clamp"].any()  # no lower bound given
     assert len(out.table) == 3 * 32 and out.at == -1 and out.tail is None
     np.testing.assert_allclose(out.table["entropy_bits"], out.table["entropy_nats"] / np.log(2))
     np.testing.assert_allclose(out.table["entropy_nats"], result.entropy[:, :, -1].ravel(), rtol=1e-6)
@@ -395,6 +397,60 @@ def test_head_correlation_negative_per_layer():
     tail = head_entropy_vs_scale(result, scales, tail=4, layers=[1])
     assert tail.table["layer"].unique().tolist() == [1] and tail.at is None and tail.tail == 4
     np.testing.assert_allclose(tail.table["entropy_nats"], result.entropy[1, :, -4:].mean(axis=1), rtol=1e-6)
+
+
+def test_heads_on_the_clamp_are_marked():
+    result, scales = planted_heads(np.random.default_rng(5), n_layers=2, n_heads=6)
+    scales[0, [1, 4]] = 1.0  # the clamp's value, as stored (float32 in the file)
+    scales[1, 2] = np.float32(1.0 + 1e-7)
+    table = head_entropy_vs_scale(result, scales, lower_bound=1.0).table
+    assert table.loc[table["on_clamp"], ["layer", "head"]].values.tolist() == [[0, 1], [0, 4], [1, 2]]
+
+
+def simpson_table(rng, *, n_layers=6, n_heads=40, slope=-2.0, sigma=1.0):
+    """Within each layer y = slope·x + noise, but layers with larger x have much larger y: the pooled
+    within-layer r is negative while the naive r over all heads is positive."""
+    rows = []
+    for layer in range(n_layers):
+        x = rng.normal(layer, 0.5, n_heads)
+        y = slope * x + 10 * layer + rng.normal(0, sigma, n_heads)
+        rows += [{"layer": layer, "head": h, "scale": x[h], "entropy_bits": y[h]} for h in range(n_heads)]
+    return pd.DataFrame(rows)
+
+
+def test_pooled_within_layer_recovers_the_within_layer_correlation():
+    rng = np.random.default_rng(6)
+    table = simpson_table(rng)
+    pooled = pooled_within_layer(table, n_boot=500)
+    # the population value: x has within-layer variance 0.25, so r = slope·0.5 / sqrt(slope²·0.25 + σ²)
+    truth = -2.0 * 0.5 / np.sqrt(4.0 * 0.25 + 1.0)
+    assert np.corrcoef(table["scale"], table["entropy_bits"])[0, 1] > 0.5  # the naive r has the wrong sign
+    assert pooled.low < pooled.r < pooled.high and pooled.low < truth < pooled.high
+    assert abs(pooled.r - truth) < 0.1 and pooled.high - pooled.low < 0.25
+    assert (pooled.n, pooled.n_layers, pooled.n_boot, pooled.dropped, pooled.undefined) == (
+        240,
+        6,
+        500,
+        0,
+        None,
+    )
+    centred = table.groupby("layer")[["scale", "entropy_bits"]].transform(lambda v: v - v.mean())
+    assert pooled.r == pytest.approx(np.corrcoef(centred["scale"], centred["entropy_bits"])[0, 1])
+    again = pooled_within_layer(table, n_boot=500)
+    assert (again.low, again.high) == (pooled.low, pooled.high)  # seeded
+    small = pooled_within_layer(table[table["head"] < 10], n_boot=500)
+    assert small.high - small.low > pooled.high - pooled.low  # fewer heads, a wider interval
+
+
+def test_pooled_within_layer_undefined_and_errors():
+    flat = pd.DataFrame({"layer": [0, 0, 1, 1], "scale": [1.0, 1.0, 2.0, 2.0], "entropy_bits": [1, 2, 3, 4]})
+    pooled = pooled_within_layer(flat)
+    assert np.isnan(pooled.r) and "scale less its layer's mean is 0" in pooled.undefined
+    assert "fewer than 2 heads" in pooled_within_layer(flat.iloc[:0]).undefined
+    with pytest.raises(EntropyLensError, match="lacks columns"):
+        pooled_within_layer(flat.drop(columns="scale"))
+    with pytest.raises(EntropyLensError, match="level must lie"):
+        pooled_within_layer(flat, level=1.5)
 
 
 def test_constant_layers_give_nan_without_warnings():

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+import seaborn as sns
 
 from entropy_lens.analysis import Sweep, fit_scale_curve, moving_average
 from entropy_lens.errors import EntropyLensError
@@ -142,26 +143,61 @@ def test_all_heads_grid_removes_unused_cells():
     assert [t.get_text() for t in legend.get_texts()] == ["head 0", "head 1", "head 2", "log₂(i+1)"]
 
 
-def test_scale_vs_entropy_fits_each_layer():
-    rng = np.random.default_rng(0)
+def head_table(seed=0, clamp=()):
+    rng = np.random.default_rng(seed)
     rows = [
         {"layer": layer, "head": h, "scale": s, "entropy_bits": 9 - 2 * s - layer + rng.normal(0, 0.1)}
         for layer in range(3)
         for h, s in enumerate(rng.uniform(1, 3, 8))
     ]
     table = pd.DataFrame(rows)
+    table["on_clamp"] = False
+    for layer, head in clamp:
+        table.loc[(table["layer"] == layer) & (table["head"] == head), ["scale", "on_clamp"]] = (1.0, True)
+    return table
+
+
+def test_scale_vs_entropy_fits_each_layer_with_a_bootstrap_band():
+    from matplotlib.collections import PathCollection, PolyCollection
+
+    table = head_table()
     ax = scale_vs_entropy(table, ylim=(0, 13))
-    assert len(ax.collections) == 6  # per layer: scatter + band
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert len(bands) == 3 and len(points) == 3  # per layer: seaborn's band + the heads
     fits = ax.get_lines()
     for layer, line in enumerate(fits):
         sub = table[table["layer"] == layer]
         slope, intercept = np.polyfit(sub["scale"], sub["entropy_bits"], 1)
         np.testing.assert_allclose(line.get_ydata(), intercept + slope * line.get_xdata(), rtol=1e-9)
+        lo, hi = (
+            bands[layer].get_paths()[0].vertices[:, 1].min(),
+            bands[layer].get_paths()[0].vertices[:, 1].max(),
+        )
+        assert lo < line.get_ydata().min() and hi > line.get_ydata().max()  # the band holds the line
+    tab10 = sns.color_palette("tab10")
+    assert [tuple(p.get_facecolor()[0][:3]) for p in points] == [tuple(c) for c in tab10[:3]]
     assert ax.get_ylim() == (0, 13) and ax.get_xlabel() == "$\\lambda$"
     assert ax.xaxis.get_major_formatter()(1.5, 0) == "1.5/$\\sqrt{d}$"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["0", "1", "2"]
+    no_band = scale_vs_entropy(head_table(), ax=plt.subplots()[1], band=False, legend=False)
+    assert (
+        not any(isinstance(c, PolyCollection) for c in no_band.collections) and no_band.get_legend() is None
+    )
     with pytest.raises(EntropyLensError, match="lacks columns"):
         scale_vs_entropy(table.drop(columns="scale"))
+
+
+def test_scale_vs_entropy_draws_heads_on_the_clamp_hollow():
+    from matplotlib.collections import PathCollection
+
+    ax = scale_vs_entropy(head_table(clamp=[(0, 2), (2, 5), (2, 6)]))
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    hollow = [p for p in points if len(p.get_facecolor()) == 0 or p.get_facecolor()[0][3] == 0]
+    assert sorted(len(p.get_offsets()) for p in hollow) == [1, 2]  # layer 0: one head, layer 2: two
+    assert all(np.all(p.get_offsets()[:, 0] == 1.0) for p in hollow)
+    assert sum(len(p.get_offsets()) for p in points) == 24  # every head drawn once
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "on the clamp"
 
 
 def test_best_scale_by_position_draws_fit_and_training_length():

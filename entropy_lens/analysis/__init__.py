@@ -13,6 +13,7 @@ runs on a laptop from the files alone.
 
     table = head_entropy_vs_scale(ScanResult.load("hs8k_8k.npz"))   # Figure 5
     table.correlations                              # per layer: pearson_r, spearman_r, slope, ...
+    pooled_within_layer(table.table)                # one r for all layers, bootstrap interval
 
     df = inflections(sweep)                         # entropy and loss inflection per scale
     inflection_agreement(df).pearson_r
@@ -34,6 +35,7 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
+from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
 from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
 
@@ -41,6 +43,7 @@ __all__ = [
     "HeadScaleTable",
     "Inflection",
     "InflectionAgreement",
+    "PooledCorrelation",
     "ScaleFit",
     "Sweep",
     "UniformChoice",
@@ -55,6 +58,7 @@ __all__ = [
     "load_sweep",
     "missing_scales",
     "moving_average",
+    "pooled_within_layer",
     "resume_command",
     "uniform_scale",
     "yarn_scale",

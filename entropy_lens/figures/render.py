@@ -18,6 +18,7 @@ from entropy_lens.analysis import (
     head_entropy_vs_scale,
     inflection_agreement,
     inflections,
+    pooled_within_layer,
     yarn_scale,
 )
 from entropy_lens.analysis.correlation import describe
@@ -231,23 +232,61 @@ def _search_words(d, c, length: int) -> str:
 def fig05(d, c):
     import matplotlib.pyplot as plt
 
-    result = d["long_heads"]
-    hs = head_entropy_vs_scale(result)
-    fig, ax = plt.subplots(figsize=(6, 4.8))
-    scale_vs_entropy(hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5))
-    numbers = [f"searched multipliers span {hs.table['scale'].min():.2f}–{hs.table['scale'].max():.2f} (/√d)"]
+    heads, plain = d["long_heads"], d["long_nope"]
+    n = heads.n_layers
+    layers = list(range(1, n, 3)) if n >= 10 else list(range(n))  # the paper: range(1, 22, 3)
+    scales = np.asarray(heads.meta["scales"], dtype=np.float64)
+    panels = {"NoPE λ(h): entropy after scaling": heads, "NoPE: entropy without the scales": plain}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    chosen = scales[layers]
+    on_clamp = int(np.sum(np.abs(chosen - d["clamp"]) <= 1e-6))
+    numbers = [
+        (
+            f"searched multipliers of layers {layers} span {chosen.min():.2f}–{chosen.max():.2f} (/√d); "
+            f"{on_clamp} of {chosen.size} heads sit on the clamp λ(h) = {d['clamp']:g}/√d (drawn hollow)"
+        )
+    ]
+    for ax, (name, result) in zip(axes, panels.items()):
+        hs = head_entropy_vs_scale(result, scales, layers=layers, lower_bound=d["clamp"])
+        scale_vs_entropy(
+            hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5), seed=c.seed, legend=ax is axes[0]
+        )
+        ax.set_title(name.replace("λ(h)", "$\\lambda^{(h)}$"), fontsize="medium", pad=50)  # above the legend
+        numbers += [f"{name}: {line}" for line in _correlation_lines(hs)]
+        free = hs.table[~hs.table["on_clamp"]]
+        numbers.append(
+            f"{name}: {_pooled_words(pooled_within_layer(hs.table, seed=c.seed))}; without the heads on the "
+            f"clamp {_pooled_words(pooled_within_layer(free, seed=c.seed))}"
+        )
+    fig.tight_layout()
+    caption = (
+        f"Converged (last-position) entropy at {heads.length} ({heads.length // d['L']}L) of each head of "
+        f"layers {layers} against its searched λ(h): left, the entropy of the model with λ(h) (the paper's "
+        "choice); right, of NoPE without them. Per layer a linear fit with seaborn's 95% bootstrap band; "
+        "hollow: heads on the clamp (the search's focus bound), whose scale is censored."
+    )
+    return fig, caption, numbers
+
+
+def _correlation_lines(hs) -> list[str]:
+    lines = []
     for _, r in hs.correlations.iterrows():
         if isinstance(r["undefined"], str):  # a reason; pandas reads a column of None as NaN
-            numbers.append(f"layer {int(r['layer'])}: correlations undefined: {r['undefined']}")
+            lines.append(f"layer {int(r['layer'])}: correlations undefined: {r['undefined']}")
             continue
         pearson = describe(r["pearson_r"], r["pearson_p"], None)
         spearman = describe(r["spearman_r"], r["spearman_p"], None, name="Spearman ρ")
-        numbers.append(f"layer {int(r['layer'])}: {pearson}, {spearman}")
-    caption = (
-        f"Converged (last-position) entropy at {result.length} of each head vs its searched λ(h), with each "
-        "layer's linear fit and analytic 95% confidence band (the paper: seaborn bootstrap)."
+        lines.append(f"layer {int(r['layer'])}: {pearson}, {spearman}")
+    return lines
+
+
+def _pooled_words(p) -> str:
+    if p.undefined is not None:
+        return f"pooled within-layer r undefined: {p.undefined}"
+    return (
+        f"pooled within-layer r = {p.r:.2f} ({p.level:.0%} bootstrap CI {p.low:.2f} to {p.high:.2f}; {p.n} "
+        f"heads, {p.n_layers} layers)"
     )
-    return fig, caption, numbers
 
 
 def fig07(d, c):

@@ -16,7 +16,6 @@ search runs the paper's 200 steps.
 Deliberate differences from the paper (also in each figure's caption line of the README):
 - Figure 3 shows all heads of the first, middle and last layer (the paper: heads 0–21 of layers
   0/10/20).
-- Figure 5's bands are analytic 95% confidence bands of each layer's linear fit, not a bootstrap.
 - Loss curves are smoothed with half-width `smooth` (default 8 for L = 128; the paper: 50 at L = 2048).
 """
 
@@ -45,6 +44,7 @@ class Runs:
     def compute(self) -> dict:
         from entropy_lens.analysis import best_uniform_scale, fit_scale_curve, grid_edge_problem, load_sweep
         from entropy_lens.models import declared_train_len
+        from entropy_lens.runs.head_config import HeadSearchConfig
 
         c = self.config
         L = c.train_len or declared_train_len(c.nope)
@@ -87,6 +87,7 @@ class Runs:
         d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
         d["short_heads"] = self.scan(c.nope, short, head_scales=hs_short)
         d["search_inits"] = self.inits
+        d["clamp"] = HeadSearchConfig(model=c.nope, length=long).lower_bound  # the focus bound λ(h) ≥ 1/√d
         searched = [f for f, given in ((hs, c.head_scales), (hs_short, c.short_head_scales)) if not given]
         d["compute"] = _compute_time(d, searched)
         return d
@@ -262,6 +263,7 @@ def figure_data(
     short_head_scales_file           λ(h) at `short` (given, or searched there from short_uniform.scale)
     search_inits                     {length: initial multiplier} of the searches run: s*, or the focus
                                      bound 1 where s* lies below it
+    clamp                            the searches' lower bound on λ(h)·√d (the focus constraint, 1)
     long_nope, long_uniform, long_heads  ScanResults at `long` (Figures 4, 5, 10–12)
     short_heads                      the model with the `short` λ(h) at `short` (Figure 3)
     compute                          how long the runs took, as their results record it
@@ -295,6 +297,8 @@ def _compute_time(d: dict, search_files: list[str]) -> dict:
     results = [v for k, v in d.items() if hasattr(v, "meta") and k != "sweep"]
     results += [r for family in ("nope_family", "rope_family") for r in d[family].values()]
     metas = [r.meta for r in results] + list(d["sweep"].meta)
+    # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
+    metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
     unrecorded = []
     for search_file in dict.fromkeys(search_files):  # the same file once, if both searches are one
