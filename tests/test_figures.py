@@ -191,3 +191,26 @@ def test_figure7_fits_the_raw_argmin_and_reports_the_grid_edges(made, tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == before and not (tmp_path / "out" / "README.md").exists()
     with pytest.raises(EntropyLensError, match="refuse_grid_edges takes"):
         FiguresConfig.build({"refuse_grid_edges": ["top"]})
+
+
+def test_every_figure_lists_its_differences_from_the_paper(made):
+    """Per figure a list of deliberate differences, generated from the settings and the runs."""
+    import dataclasses
+    import re
+
+    from entropy_lens.figures.differences import common_differences, differences
+
+    root, _ = made
+    readme = (root / "out" / "README.md").read_text()
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    config = FiguresConfig.build(MINIMAL)
+    assert all(f"- {line}" in readme for line in common_differences(d, config))
+    sections = re.split(r"^## Figure ", readme, flags=re.MULTILINE)[1:]
+    assert [s.split("\n")[0] for s in sections] == [str(int(n)) for n in FIGURES]
+    for number, section in zip(FIGURES, sections):
+        listed = section.split("Differences from the paper:\n\n")[1].strip().splitlines()
+        assert listed and listed == [f"- {line}" for line in differences(number, d, config)]
+    assert "the left panel (NoPE after 10K of 50K training steps) is left out" in sections[5]
+    assert f"uniform scale s* = {d['uniform'].scale:g}" in sections[3]
+    given = dataclasses.replace(config, head_scales="hs8k.safetensors")
+    assert any("given (hs8k.safetensors)" in line for line in differences("04", d, given))

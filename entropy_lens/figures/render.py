@@ -1,7 +1,8 @@
 """Render Figures 1–5, 7, 10–12 from `Runs.compute()`'s results, and the README beside them.
 
 Each `figNN` returns (Figure, caption, headline lines); `render` saves PNG + PDF and writes
-figures/README.md with the command, the inputs and every headline number.
+figures/README.md with the command, the inputs, every headline number and, per figure, the deliberate
+differences from the paper (`entropy_lens.figures.differences`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from entropy_lens.analysis import (
     yarn_scale,
 )
 from entropy_lens.analysis.correlation import describe
+from entropy_lens.figures.differences import common_differences, differences
 from entropy_lens.plotting import (
     NOPE,
     NOPE_DARK,
@@ -51,6 +53,7 @@ def render(d: dict, config, out: Path) -> list[Path]:
     for number, make in FIGS.items():
         with paper_style(font_size=14 if number in ("01", "02", "04") else None):
             fig, caption, numbers = make(d, config)
+            different = differences(number, d, config)
             for ext in ("png", "pdf"):
                 path = out / f"figure-{number}.{ext}"
                 fig.savefig(
@@ -58,7 +61,7 @@ def render(d: dict, config, out: Path) -> list[Path]:
                 )  # reproducible bytes
                 written.append(path)
             plt.close(fig)
-        sections.append((number, caption, numbers))
+        sections.append((number, caption, numbers, different))
     written.append(atomic_write_text(out / "README.md", _readme(sections, d, config)))
     return written
 
@@ -418,7 +421,9 @@ def _readme(sections, d, config) -> str:
         _timing(d.get("compute")),
         "",
     ]
-    for number, caption, numbers in sections:
+    lines += ["Deliberate differences from the paper in every figure:", ""]
+    lines += [f"- {n}" for n in common_differences(d, config)] + [""]
+    for number, caption, numbers, different in sections:
         lines += [
             f"## Figure {int(number)}",
             "",
@@ -428,4 +433,5 @@ def _readme(sections, d, config) -> str:
             "",
         ]
         lines += [f"- {n}" for n in numbers] + [""]
+        lines += ["Differences from the paper:", ""] + [f"- {n}" for n in different] + [""]
     return "\n".join(lines)

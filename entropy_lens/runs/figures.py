@@ -13,10 +13,8 @@ best single scale for the last half-span [3.5L, 4L) of 4L sequences (`analysis.b
 Figure 3's λ(h) are searched at 2L from the best scale for [1.5L, 2L), as the paper's hs4k. Each
 search runs the paper's 200 steps.
 
-Deliberate differences from the paper (also in each figure's caption line of the README):
-- Figure 3 shows all heads of the first, middle and last layer (the paper: heads 0–21 of layers
-  0/10/20).
-- Loss curves are smoothed with half-width `smooth` (default 8 for L = 128; the paper: 50 at L = 2048).
+Every deliberate difference from the paper is listed per figure in the README the figures command
+writes (`entropy_lens.figures.differences`).
 """
 
 from __future__ import annotations
