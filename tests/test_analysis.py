@@ -14,12 +14,14 @@ from entropy_lens.analysis import (
     best_uniform_scale,
     find_inflection,
     fit_scale_curve,
+    grid_edge_problem,
     head_entropy_vs_scale,
     inflection_agreement,
     inflections,
     load_sweep,
     missing_scales,
     moving_average,
+    pooled_within_layer,
     resume_command,
     yarn_scale,
 )
@@ -242,6 +244,30 @@ def test_smoothing_before_the_argmin_tames_per_position_noise():
     np.testing.assert_array_equal(best["best_scale"], sweep.scales[averaged.argmin(axis=0)])
 
 
+def test_argmins_on_the_grid_edge_are_counted_and_refused_in_words():
+    """Planted s*(t) = 1 + a ln(t/L) rises past a grid that stops at 1.5: the fitted positions whose
+    nearest grid point is 1.5 are censored at the upper edge, and none at the lower edge (s* >= 1 there)."""
+    L, T, a = 64, 512, 0.4
+    narrow = np.round(np.arange(0.9, 1.5001, 0.01), 2)
+    results, s_star = quadratic_sweep(a, L, T, narrow)
+    fit = fit_scale_curve(Sweep.from_results(results))
+    nearest = np.argmin((narrow[:, None] - s_star[None, L:]) ** 2, axis=0)  # first minimum, as the argmin
+    expected = int(np.sum(nearest == len(narrow) - 1))
+    assert expected > 50 and fit.grid == (0.9, 1.5) and fit.at_edge == (0, expected)
+    problem = grid_edge_problem(fit)
+    assert f"largest scale 1.5 at {expected} of the {T - L} fitted positions" in problem
+    assert "extend the sweep's scales upward past 1.5" in problem and "smallest" not in problem
+    assert grid_edge_problem(fit, edges=["lower"]) is None
+    wide, _ = quadratic_sweep(a, L, T, np.round(np.arange(0.9, 2.2001, 0.01), 2))
+    wide_fit = fit_scale_curve(Sweep.from_results(wide))
+    assert wide_fit.at_edge == (0, 0) and grid_edge_problem(wide_fit) is None and wide_fit.smooth == 0
+    assert fit_scale_curve(Sweep.from_results(wide), smooth=5).smooth == 5
+    table = fit_scale_curve(best_scale_per_position(Sweep.from_results(results)), train_len=L)
+    assert table.grid is None and grid_edge_problem(table) is None  # a table does not know its grid
+    with pytest.raises(EntropyLensError, match="'lower' and 'upper'"):
+        grid_edge_problem(fit, edges=["top"])
+
+
 def test_ties_go_to_smallest_scale():
     loss = {1.0: [5, 2, 3, 1], 1.1: [5, 1, 3, 2], 1.2: [5, 1, 2, 2]}
     results = [make_result(loss[s], scale=s) for s in (1.2, 1.0, 1.1)]
@@ -250,13 +276,55 @@ def test_ties_go_to_smallest_scale():
     assert best["best_loss"].tolist() == [5, 1, 2, 1]
 
 
-def test_best_uniform_scale_over_a_prefix():
+def test_best_uniform_scale_is_the_best_for_the_last_half_span():
+    """Planted optimum s*(t) = 1 + a ln(t/L): the mean of (s − s*(t))² over a span is least at the grid
+    point nearest the span's mean s*, so the rule must pick that point for [3.5L, 4L)."""
+    L, a = 64, 0.4
+    scales = np.round(np.arange(0.5, 2.5001, 0.01), 2)
+    results, s_star = quadratic_sweep(a, L, 8 * L, scales)  # windows of 8L, asked about 4L
+    sweep = Sweep.from_results(results)
+    choice = best_uniform_scale(sweep, length=4 * L)
+    assert choice.span == (4 * L - L // 2, 4 * L)
+    target = s_star[choice.span[0] : choice.span[1]].mean()
+    assert choice.scale == scales[np.argmin(np.abs(scales - target))]
+    assert not choice.at_edge and list(choice.table.columns) == ["scale", "mean_loss"]
+    np.testing.assert_allclose(choice.table["mean_loss"], sweep.loss[:, 7 * L // 2 : 4 * L].mean(axis=1))
+    assert choice.loss == choice.table["mean_loss"].min()
+    # the loss averaged over all of [0, 4L) is dominated by t < L, where s* < 1: a much smaller scale
+    whole = best_uniform_scale(sweep, length=4 * L, span=(0, 4 * L))
+    assert whole.span == (0, 4 * L) and whole.scale < choice.scale - 0.3
+    assert best_uniform_scale(sweep, length=2 * L).span == (2 * L - L // 2, 2 * L)
+    assert best_uniform_scale(sweep, length=2 * L).scale < choice.scale  # longer sequences, larger s*
+
+
+def test_best_uniform_scale_ties_edges_and_errors():
     loss = {1.0: [1, 1, 9, 9], 1.2: [2, 2, 2, 2], 1.4: [2, 2, 2, 2]}
-    sweep = Sweep.from_results([make_result(v, scale=s) for s, v in loss.items()])
-    assert best_uniform_scale(sweep, length=2) == 1.0  # short sequences: the trained scale
-    assert best_uniform_scale(sweep) == 1.2  # whole length; 1.2 and 1.4 tie -> the smaller
+    sweep = Sweep.from_results([make_result(v, scale=s, train_len=4) for s, v in loss.items()])
+    assert best_uniform_scale(sweep).span == (2, 4)  # the last L/2 = 2 positions
+    assert best_uniform_scale(sweep).scale == 1.2  # 1.2 and 1.4 tie -> the smaller
+    assert best_uniform_scale(sweep, length=2, train_len=2).scale == 1.0  # [1, 2): the trained scale
+    planted, _ = quadratic_sweep(1.0, 16, 64, [0.9, 1.0, 1.1])  # s* near 4L = 1 + ln 4, past the grid
+    assert best_uniform_scale(Sweep.from_results(planted)).at_edge
     with pytest.raises(EntropyLensError, match="outside"):
         best_uniform_scale(sweep, length=5)
+    sweep.train_len = None
+    with pytest.raises(EntropyLensError, match="pass train_len=L"):
+        best_uniform_scale(sweep)
+    with pytest.raises(EntropyLensError, match="not inside"):
+        best_uniform_scale(sweep, span=(3, 3))
+
+
+def test_search_heads_init_from_uses_the_rule(tmp_path, capsys):
+    from entropy_lens.cli import main
+
+    L = 16
+    results, _ = quadratic_sweep(0.4, L, 8 * L, np.round(np.arange(0.5, 2.5001, 0.01), 2))
+    save_sweep(tmp_path, results)
+    choice = best_uniform_scale(Sweep.from_results(results), length=4 * L)
+    args = ["search-heads", "tiny-nope", "--len", str(4 * L), "--init-from", str(tmp_path)]
+    assert main([*args, "--out", str(tmp_path / "hs.npy")]) == 2  # refused after the choice, before work
+    out = capsys.readouterr().out
+    assert f"initial scale {choice.scale:g}: the lowest mean loss over positions [56, 64)" in out
 
 
 def test_cli_fit_text_and_json(tmp_path, capsys):
@@ -273,6 +341,12 @@ def test_cli_fit_text_and_json(tmp_path, capsys):
     record = json.loads(capsys.readouterr().out)
     assert {"a", "a_stderr", "r2", "train_len"} <= record.keys() and abs(record["a"] - 0.3) < 0.01
     assert record["train_len"] == 64 and record["fit_range"] == [128, 512]
+    assert record["at_edge"] == {"lower": 0, "upper": 0}  # s* stays within 0.9..2.0 up to 8L
+    narrow = tmp_path / "narrow"
+    narrow.mkdir()
+    save_sweep(narrow, quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.9, 1.3001, 0.01), 2))[0])
+    assert main(["fit", str(narrow)]) == 0
+    assert "note: the best scale is the grid's largest scale 1.3" in capsys.readouterr().out
     assert main(["fit", str(tmp_path / "absent")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
@@ -308,7 +382,8 @@ def planted_heads(rng, n_layers=3, n_heads=32, T=16, slope_bits=-3.0):
 def test_head_correlation_negative_per_layer():
     result, scales = planted_heads(np.random.default_rng(2))
     out = head_entropy_vs_scale(result)  # scales from the meta, last position
-    assert list(out.table.columns) == ["layer", "head", "entropy_nats", "entropy_bits", "scale"]
+    assert list(out.table.columns) == ["layer", "head", "entropy_nats", "entropy_bits", "scale", "on_clamp"]
+    assert not out.table["on_clamp"].any()  # no lower bound given
     assert len(out.table) == 3 * 32 and out.at == -1 and out.tail is None
     np.testing.assert_allclose(out.table["entropy_bits"], out.table["entropy_nats"] / np.log(2))
     np.testing.assert_allclose(out.table["entropy_nats"], result.entropy[:, :, -1].ravel(), rtol=1e-6)
@@ -322,6 +397,60 @@ def test_head_correlation_negative_per_layer():
     tail = head_entropy_vs_scale(result, scales, tail=4, layers=[1])
     assert tail.table["layer"].unique().tolist() == [1] and tail.at is None and tail.tail == 4
     np.testing.assert_allclose(tail.table["entropy_nats"], result.entropy[1, :, -4:].mean(axis=1), rtol=1e-6)
+
+
+def test_heads_on_the_clamp_are_marked():
+    result, scales = planted_heads(np.random.default_rng(5), n_layers=2, n_heads=6)
+    scales[0, [1, 4]] = 1.0  # the clamp's value, as stored (float32 in the file)
+    scales[1, 2] = np.float32(1.0 + 1e-7)
+    table = head_entropy_vs_scale(result, scales, lower_bound=1.0).table
+    assert table.loc[table["on_clamp"], ["layer", "head"]].values.tolist() == [[0, 1], [0, 4], [1, 2]]
+
+
+def simpson_table(rng, *, n_layers=6, n_heads=40, slope=-2.0, sigma=1.0):
+    """Within each layer y = slope·x + noise, but layers with larger x have much larger y: the pooled
+    within-layer r is negative while the naive r over all heads is positive."""
+    rows = []
+    for layer in range(n_layers):
+        x = rng.normal(layer, 0.5, n_heads)
+        y = slope * x + 10 * layer + rng.normal(0, sigma, n_heads)
+        rows += [{"layer": layer, "head": h, "scale": x[h], "entropy_bits": y[h]} for h in range(n_heads)]
+    return pd.DataFrame(rows)
+
+
+def test_pooled_within_layer_recovers_the_within_layer_correlation():
+    rng = np.random.default_rng(6)
+    table = simpson_table(rng)
+    pooled = pooled_within_layer(table, n_boot=500)
+    # the population value: x has within-layer variance 0.25, so r = slope·0.5 / sqrt(slope²·0.25 + σ²)
+    truth = -2.0 * 0.5 / np.sqrt(4.0 * 0.25 + 1.0)
+    assert np.corrcoef(table["scale"], table["entropy_bits"])[0, 1] > 0.5  # the naive r has the wrong sign
+    assert pooled.low < pooled.r < pooled.high and pooled.low < truth < pooled.high
+    assert abs(pooled.r - truth) < 0.1 and pooled.high - pooled.low < 0.25
+    assert (pooled.n, pooled.n_layers, pooled.n_boot, pooled.dropped, pooled.undefined) == (
+        240,
+        6,
+        500,
+        0,
+        None,
+    )
+    centred = table.groupby("layer")[["scale", "entropy_bits"]].transform(lambda v: v - v.mean())
+    assert pooled.r == pytest.approx(np.corrcoef(centred["scale"], centred["entropy_bits"])[0, 1])
+    again = pooled_within_layer(table, n_boot=500)
+    assert (again.low, again.high) == (pooled.low, pooled.high)  # seeded
+    small = pooled_within_layer(table[table["head"] < 10], n_boot=500)
+    assert small.high - small.low > pooled.high - pooled.low  # fewer heads, a wider interval
+
+
+def test_pooled_within_layer_undefined_and_errors():
+    flat = pd.DataFrame({"layer": [0, 0, 1, 1], "scale": [1.0, 1.0, 2.0, 2.0], "entropy_bits": [1, 2, 3, 4]})
+    pooled = pooled_within_layer(flat)
+    assert np.isnan(pooled.r) and "scale less its layer's mean is 0" in pooled.undefined
+    assert "fewer than 2 heads" in pooled_within_layer(flat.iloc[:0]).undefined
+    with pytest.raises(EntropyLensError, match="lacks columns"):
+        pooled_within_layer(flat.drop(columns="scale"))
+    with pytest.raises(EntropyLensError, match="level must lie"):
+        pooled_within_layer(flat, level=1.5)
 
 
 def test_constant_layers_give_nan_without_warnings():

@@ -11,7 +11,7 @@ import pytest
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures import FIGURES
-from entropy_lens.runs.figures import FiguresConfig, make_figures
+from entropy_lens.runs.figures import FiguresConfig, figure_data, make_figures
 
 MINIMAL = {
     "train_len": 16,
@@ -19,6 +19,7 @@ MINIMAL = {
     "sweep_samples": 2,
     "sweep_scales": "0.9:1.2:0.1",
     "fit_smooth": 2,
+    "refuse_grid_edges": [],  # 4 scales, 2 windows: the raw argmin is often at an edge; reported
     "smooth": 2,
     "search_steps": 2,
     "search_batch": 2,
@@ -96,7 +97,8 @@ def test_bad_config_files_and_lengths(tmp_path, capsys):
 def test_packaged_paper_config():
     config = FiguresConfig.from_file("paper", device="cpu")
     assert (config.train_len, config.short, config.long, config.fit) == (2048, 2, 4, 8)
-    assert config.sweep_scales == "1.0:2.0:0.01" and config.fit_smooth == 0 and config.device == "cpu"
+    assert config.sweep_scales.endswith(":0.01") and config.refuse_grid_edges == ["upper"]
+    assert config.device == "cpu"
 
 
 def test_readme_prints_no_nan(made):
@@ -109,7 +111,7 @@ def test_readme_prints_no_nan(made):
 
 def test_readme_states_the_time_the_runs_record(made):
     """The stated time is the sum of the wall times in the cached results (scans, sweep scales and the
-    head-scale search), so a rerun from the cache still states the original runs' time."""
+    head-scale searches), so a rerun from the cache still states the original runs' time."""
     import glob
 
     import numpy as np
@@ -120,6 +122,95 @@ def test_readme_states_the_time_the_runs_record(made):
         json.loads(str(np.load(f)["meta"]))
         for f in glob.glob(str(root / "cache" / "**" / "*.npz"), recursive=True)
     ]
-    (search,) = glob.glob(str(root / "cache" / "heads-*.safetensors.json"))
-    seconds = sum(m["wall_time_s"] for m in metas) + json.loads(Path(search).read_text())["wall_s"]
-    assert seconds > 0 and f"runs behind these figures took {seconds / 60:.1f} min" in readme
+    searches = glob.glob(str(root / "cache" / "heads-*.safetensors.json"))  # at 4L and at 2L
+    assert len(searches) == 2
+    # every cached file once, though Figure 1's scaled NoPE is also one of Figure 2's family
+    assert f"Computing the {len(metas) + len(searches)} runs behind" in readme
+    seconds = sum(m["wall_time_s"] for m in metas)
+    seconds += sum(json.loads(Path(f).read_text())["wall_s"] for f in searches)
+    import re
+
+    (minutes,) = re.findall(r"runs behind these figures took ([0-9.]+) min", readme)
+    # the same sum in another order may round the other way at a .x5 boundary: within half a digit
+    assert seconds > 0 and abs(float(minutes) - seconds / 60) <= 0.05 + 1e-9
+
+
+def test_uniform_scale_and_searches_follow_the_paper(made):
+    """s* is the best single scale for the last half-span of each length; λ(h) are searched from it, at
+    4L (Figures 4, 10) and at 2L (Figure 3), for the configured steps; the README states rule and value."""
+    from entropy_lens.analysis import best_uniform_scale
+
+    root, _ = made
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    L = d["L"]
+    for key, length in (("uniform", d["long"]), ("short_uniform", d["short"])):
+        again = best_uniform_scale(d["sweep"], length=length, train_len=L)
+        assert (d[key].scale, d[key].span) == (again.scale, again.span)
+        assert d[key].span == (length - L // 2, length)
+    records = {
+        r["config"]["length"]: r
+        for r in (json.loads(p.read_text()) for p in (root / "cache").glob("heads-*.safetensors.json"))
+    }
+    for key, length in (("uniform", d["long"]), ("short_uniform", d["short"])):
+        # from s*, or from the focus bound 1 where s* lies below it (the clamp's first step would)
+        assert records[length]["config"]["init"] == d["search_inits"][length] == max(d[key].scale, 1.0)
+    assert {r["config"]["steps"] for r in records.values()} == {MINIMAL["search_steps"]}
+    assert FiguresConfig().search_steps == 200
+    assert str(Path(d["short_head_scales_file"]).name).startswith("heads-")
+    readme = (root / "out" / "README.md").read_text()
+    a, b = d["uniform"].span
+    assert f"s* = {d['uniform'].scale:g}, the best single scale" in readme
+    assert f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})" in readme
+
+
+def test_figure7_fits_the_raw_argmin_and_reports_the_grid_edges(made, tmp_path):
+    """The paper's fit is on the raw argmin; the smoothed one is a second line; argmins on the grid's
+    edges are counted in the README, and refused, before any other run, for the edges named."""
+    from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
+
+    root, _ = made
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    raw, smoothed = d["fit"], d["fit_smoothed"]
+    assert raw.a == fit_scale_curve(d["sweep"], train_len=d["L"]).a and raw.smooth == 0
+    assert smoothed.smooth == MINIMAL["fit_smooth"]
+    readme = (root / "out" / "README.md").read_text()
+    assert f"raw argmin (the paper's fit): a = {raw.a:.4f} ± {raw.a_stderr:.4f}, R² = {raw.r2:.4f}" in readme
+    assert (
+        f"smoothed ±{smoothed.smooth}: a = {smoothed.a:.4f}" in readme and f"R² = {smoothed.r2:.4f}" in readme
+    )
+    n_lo, n_hi = raw.at_edge
+    assert f"at its smallest scale 0.9 at {n_lo}, at its largest 1.2 at {n_hi} of the" in readme
+    edges = [e for e, n in zip(("lower", "upper"), raw.at_edge) if n]
+    assert edges, "4 scales and 2 windows: some raw argmin lies on an edge"
+    strict = FiguresConfig.build({**MINIMAL, "refuse_grid_edges": edges})
+    cache = root / "cache"
+    before = sorted(p.name for p in cache.iterdir())
+    with pytest.raises(EntropyLensError, match="extend the sweep's scales") as refused:
+        make_figures(strict, tmp_path / "out", cache=cache, progress=False)
+    assert grid_edge_problem(raw, edges=edges) in str(refused.value)
+    assert sorted(p.name for p in cache.iterdir()) == before and not (tmp_path / "out" / "README.md").exists()
+    with pytest.raises(EntropyLensError, match="refuse_grid_edges takes"):
+        FiguresConfig.build({"refuse_grid_edges": ["top"]})
+
+
+def test_every_figure_lists_its_differences_from_the_paper(made):
+    """Per figure a list of deliberate differences, generated from the settings and the runs."""
+    import dataclasses
+    import re
+
+    from entropy_lens.figures.differences import common_differences, differences
+
+    root, _ = made
+    readme = (root / "out" / "README.md").read_text()
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    config = FiguresConfig.build(MINIMAL)
+    assert all(f"- {line}" in readme for line in common_differences(d, config))
+    sections = re.split(r"^## Figure ", readme, flags=re.MULTILINE)[1:]
+    assert [s.split("\n")[0] for s in sections] == [str(int(n)) for n in FIGURES]
+    for number, section in zip(FIGURES, sections):
+        listed = section.split("Differences from the paper:\n\n")[1].strip().splitlines()
+        assert listed and listed == [f"- {line}" for line in differences(number, d, config)]
+    assert "the left panel (NoPE after 10K of 50K training steps) is left out" in sections[5]
+    assert f"uniform scale s* = {d['uniform'].scale:g}" in sections[3]
+    given = dataclasses.replace(config, head_scales="hs8k.safetensors")
+    assert any("given (hs8k.safetensors)" in line for line in differences("04", d, given))

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+import seaborn as sns
 
 from entropy_lens.analysis import Sweep, fit_scale_curve, moving_average
 from entropy_lens.errors import EntropyLensError
@@ -142,26 +143,61 @@ def test_all_heads_grid_removes_unused_cells():
     assert [t.get_text() for t in legend.get_texts()] == ["head 0", "head 1", "head 2", "log₂(i+1)"]
 
 
-def test_scale_vs_entropy_fits_each_layer():
-    rng = np.random.default_rng(0)
+def head_table(seed=0, clamp=()):
+    rng = np.random.default_rng(seed)
     rows = [
         {"layer": layer, "head": h, "scale": s, "entropy_bits": 9 - 2 * s - layer + rng.normal(0, 0.1)}
         for layer in range(3)
         for h, s in enumerate(rng.uniform(1, 3, 8))
     ]
     table = pd.DataFrame(rows)
+    table["on_clamp"] = False
+    for layer, head in clamp:
+        table.loc[(table["layer"] == layer) & (table["head"] == head), ["scale", "on_clamp"]] = (1.0, True)
+    return table
+
+
+def test_scale_vs_entropy_fits_each_layer_with_a_bootstrap_band():
+    from matplotlib.collections import PathCollection, PolyCollection
+
+    table = head_table()
     ax = scale_vs_entropy(table, ylim=(0, 13))
-    assert len(ax.collections) == 6  # per layer: scatter + band
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert len(bands) == 3 and len(points) == 3  # per layer: seaborn's band + the heads
     fits = ax.get_lines()
     for layer, line in enumerate(fits):
         sub = table[table["layer"] == layer]
         slope, intercept = np.polyfit(sub["scale"], sub["entropy_bits"], 1)
         np.testing.assert_allclose(line.get_ydata(), intercept + slope * line.get_xdata(), rtol=1e-9)
+        lo, hi = (
+            bands[layer].get_paths()[0].vertices[:, 1].min(),
+            bands[layer].get_paths()[0].vertices[:, 1].max(),
+        )
+        assert lo < line.get_ydata().min() and hi > line.get_ydata().max()  # the band holds the line
+    tab10 = sns.color_palette("tab10")
+    assert [tuple(p.get_facecolor()[0][:3]) for p in points] == [tuple(c) for c in tab10[:3]]
     assert ax.get_ylim() == (0, 13) and ax.get_xlabel() == "$\\lambda$"
     assert ax.xaxis.get_major_formatter()(1.5, 0) == "1.5/$\\sqrt{d}$"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["0", "1", "2"]
+    no_band = scale_vs_entropy(head_table(), ax=plt.subplots()[1], band=False, legend=False)
+    assert (
+        not any(isinstance(c, PolyCollection) for c in no_band.collections) and no_band.get_legend() is None
+    )
     with pytest.raises(EntropyLensError, match="lacks columns"):
         scale_vs_entropy(table.drop(columns="scale"))
+
+
+def test_scale_vs_entropy_draws_heads_on_the_clamp_hollow():
+    from matplotlib.collections import PathCollection
+
+    ax = scale_vs_entropy(head_table(clamp=[(0, 2), (2, 5), (2, 6)]))
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    hollow = [p for p in points if len(p.get_facecolor()) == 0 or p.get_facecolor()[0][3] == 0]
+    assert sorted(len(p.get_offsets()) for p in hollow) == [1, 2]  # layer 0: one head, layer 2: two
+    assert all(np.all(p.get_offsets()[:, 0] == 1.0) for p in hollow)
+    assert sum(len(p.get_offsets()) for p in points) == 24  # every head drawn once
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "on the clamp"
 
 
 def test_best_scale_by_position_draws_fit_and_training_length():
@@ -178,6 +214,27 @@ def test_best_scale_by_position_draws_fit_and_training_length():
     np.testing.assert_allclose(fitted.get_ydata(), fit.predict(np.arange(1, T)))
     assert vline.get_xdata()[0] == L and ax.get_ylim() == (0.9, 2.0)
     np.testing.assert_allclose(ax.right_ax.get_lines()[0].get_ydata(), loss.min(0))
+
+
+def test_best_scale_by_position_draws_the_smoothed_fit_as_a_second_line():
+    T, L, a = 400, 50, 0.3
+    t = np.arange(T)
+    s_star = 1 + a * np.log(np.maximum(t, 1) / L)
+    scales = np.round(np.arange(0.5, 3.0001, 0.05), 2)
+    noise = np.random.default_rng(0).normal(0, 0.05, (len(scales), T))
+    loss = np.stack([(s - s_star) ** 2 + 2 for s in scales]) + noise
+    sweep = Sweep(scales=scales, loss=loss, entropy=None, train_len=L, model="m", length=T)
+    raw, smoothed = fit_scale_curve(sweep), fit_scale_curve(sweep, smooth=25)
+    ax = best_scale_by_position(sweep, raw, smoothed_fit=smoothed)
+    best, raw_line, smoothed_line, vline = ax.get_lines()
+    assert vline.get_xdata()[0] == L
+    np.testing.assert_allclose(best.get_ydata(), scales[loss.argmin(0)])  # the raw argmin
+    np.testing.assert_allclose(smoothed_line.get_ydata(), smoothed.predict(np.arange(1, T)))
+    assert smoothed_line.get_linestyle() == "-." and raw_line.get_linestyle() == "-"
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels[1].startswith("raw argmin") and f"{raw.r2:.3f}" in labels[1] and f"{raw.a:.3f}" in labels[1]
+    assert labels[2].startswith("smoothed ±25") and f"{smoothed.r2:.3f}" in labels[2]
+    assert ax.get_ylim() == (0.5, 3.0)  # widened to the grid: no best scale off the axes
 
 
 def test_style_helpers():

@@ -9,9 +9,11 @@ runs on a laptop from the files alone.
     best = best_scale_per_position(sweep)           # position, best_scale, best_loss
     fit = fit_scale_curve(sweep, train_len=2048)    # s = 1 + a ln(t/L) over [L, len)
     fit.a, fit.r2, fit.implied((2, 4, 8))
+    best_uniform_scale(sweep, length=8192).scale    # s*: lowest loss over [len − L/2, len)
 
     table = head_entropy_vs_scale(ScanResult.load("hs8k_8k.npz"))   # Figure 5
     table.correlations                              # per layer: pearson_r, spearman_r, slope, ...
+    pooled_within_layer(table.table)                # one r for all layers, bootstrap interval
 
     df = inflections(sweep)                         # entropy and loss inflection per scale
     inflection_agreement(df).pearson_r
@@ -20,8 +22,8 @@ runs on a laptop from the files alone.
 from entropy_lens.analysis.fit import (
     ScaleFit,
     best_scale_per_position,
-    best_uniform_scale,
     fit_scale_curve,
+    grid_edge_problem,
     yarn_scale,
 )
 from entropy_lens.analysis.heads import HeadScaleTable, head_entropy_vs_scale
@@ -33,24 +35,30 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
+from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
+from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
 
 __all__ = [
     "HeadScaleTable",
     "Inflection",
     "InflectionAgreement",
+    "PooledCorrelation",
     "ScaleFit",
     "Sweep",
+    "UniformChoice",
     "best_scale_per_position",
     "best_uniform_scale",
     "find_inflection",
     "fit_scale_curve",
+    "grid_edge_problem",
     "head_entropy_vs_scale",
     "inflection_agreement",
     "inflections",
     "load_sweep",
     "missing_scales",
     "moving_average",
+    "pooled_within_layer",
     "resume_command",
     "uniform_scale",
     "yarn_scale",

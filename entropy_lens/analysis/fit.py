@@ -12,6 +12,9 @@ Choices:
   The standard error of a uses the residual variance with n − 1 degrees of freedom (one parameter).
 - R² = 1 − SS_res/SS_tot on the fitted points, SS_tot taken around the mean best scale (the
   paper's definition; for a model without intercept it can be negative).
+- An argmin at the grid's smallest or largest scale is a censored value: the true best scale may lie
+  beyond. A fit to a Sweep counts such fitted positions (`ScaleFit.at_edge`), and
+  `grid_edge_problem` says, in words, when there are any and how to widen the grid.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from entropy_lens.analysis.inflection import moving_average
 from entropy_lens.analysis.sweep import Sweep
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["ScaleFit", "best_scale_per_position", "best_uniform_scale", "fit_scale_curve", "yarn_scale"]
+__all__ = ["ScaleFit", "best_scale_per_position", "fit_scale_curve", "grid_edge_problem", "yarn_scale"]
 
 
 @dataclass
@@ -37,6 +40,9 @@ class ScaleFit:
     n_points: int
     fit_range: tuple[int, int]  # [start, stop) in positions
     residuals: pd.DataFrame  # position, best_scale, fitted, residual (fitted points only)
+    smooth: int = 0  # moving-average half-width taken before the argmin (0: the raw argmin)
+    grid: tuple[float, float] | None = None  # the sweep's smallest and largest scale (None: not a Sweep)
+    at_edge: tuple[int, int] | None = None  # fitted positions whose best scale is grid[0], grid[1]
 
     def predict(self, positions) -> np.ndarray:
         """Fitted multiplier 1 + a·ln(t/L) at `positions` (NaN where t ≤ 0)."""
@@ -54,17 +60,27 @@ def yarn_scale(factor: float) -> float:
     return (1.0 + 0.1 * float(np.log(factor))) ** 2
 
 
-def best_uniform_scale(sweep: Sweep, *, length: int | None = None) -> float:
-    """The one scale with the lowest loss averaged over positions [0, length) (default: all): the
-    best uniform scale for sequences of `length` tokens (the paper's initial value of a head search)."""
-    length = sweep.length if length is None else int(length)
-    if not 1 <= length <= sweep.length:
-        raise EntropyLensError(
-            f"length {length} is outside the sweep's 1..{sweep.length} positions; sweep at --len {length} "
-            "or more"
-        )
-    mean = sweep.loss[:, :length].mean(axis=1)
-    return float(sweep.scales[int(np.argmin(mean))])  # argmin: first (smallest) scale on ties
+def grid_edge_problem(fit: ScaleFit, *, edges=("lower", "upper")) -> str | None:
+    """None when no fitted position's best scale lies on the sweep grid's `edges` ("lower", "upper")
+    or the grid is unknown; else what is wrong and how to fix it, in words."""
+    unknown = set(edges) - {"lower", "upper"}
+    if unknown:
+        raise EntropyLensError(f"grid edges are 'lower' and 'upper', not {sorted(unknown)}")
+    if fit.grid is None or fit.at_edge is None:
+        return None
+    parts, fixes = [], []
+    for n, value, edge, side, way in zip(
+        fit.at_edge, fit.grid, ("lower", "upper"), ("smallest", "largest"), ("down", "up")
+    ):
+        if n and edge in edges:
+            parts.append(f"the grid's {side} scale {value:g} at {n}")
+            fixes.append(f"{way}ward past {value:g}")
+    if not parts:
+        return None
+    return (
+        f"the best scale is {' and '.join(parts)} of the {fit.n_points} fitted positions (the true best "
+        f"may lie beyond the grid); extend the sweep's scales {' and '.join(fixes)}"
+    )
 
 
 def best_scale_per_position(sweep: Sweep, *, smooth: int = 0) -> pd.DataFrame:
@@ -107,8 +123,9 @@ def fit_scale_curve(
             )
         best, length = best_scale_per_position(sweep_or_best, smooth=smooth), sweep_or_best.length
         train_len = train_len if train_len is not None else sweep_or_best.train_len
+        grid = (float(sweep_or_best.scales[0]), float(sweep_or_best.scales[-1]))
     elif isinstance(sweep_or_best, pd.DataFrame) and {"position", "best_scale"} <= set(sweep_or_best.columns):
-        best = sweep_or_best
+        best, grid, smooth = sweep_or_best, None, 0
         length = int(best["position"].max()) + 1 if len(best) else 0
     else:
         raise EntropyLensError("fit_scale_curve takes a Sweep or the DataFrame from best_scale_per_position")
@@ -152,4 +169,7 @@ def fit_scale_curve(
         n_points=n,
         fit_range=(start, stop),
         residuals=residuals,
+        smooth=int(smooth),
+        grid=grid,
+        at_edge=None if grid is None else (int(np.sum(s == grid[0])), int(np.sum(s == grid[1]))),
     )

@@ -8,6 +8,9 @@ Choices:
   the per-layer linear fit is entropy in bits on the scale multiplier, like seaborn's `lmplot`.
 - A layer whose scales or entropies are all equal has no correlation: its r, p (and, for equal
   scales, the slope) are NaN, with no exception and no scipy warning.
+- With `lower_bound` (the search's focus constraint, 1 in the paper), a head whose scale is within
+  1e-6 of it is marked `on_clamp`: the search pushed it to the bound, so its scale is censored (the
+  unconstrained optimum may lie below), not an optimum like the others.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ __all__ = ["HeadScaleTable", "head_entropy_vs_scale"]
 
 @dataclass
 class HeadScaleTable:
-    table: pd.DataFrame  # layer, head, entropy_nats, entropy_bits, scale: one row per head
+    table: pd.DataFrame  # layer, head, entropy_nats, entropy_bits, scale, on_clamp: one row per head
     # layer, n, pearson_r, pearson_p, spearman_r, spearman_p, slope, intercept, and `undefined`: why the
     # correlations are NaN (missing where they are defined)
     correlations: pd.DataFrame
@@ -36,7 +39,13 @@ class HeadScaleTable:
 
 
 def head_entropy_vs_scale(
-    result: ScanResult, scales=None, *, at: int | None = None, tail: int | None = None, layers=None
+    result: ScanResult,
+    scales=None,
+    *,
+    at: int | None = None,
+    tail: int | None = None,
+    layers=None,
+    lower_bound: float | None = None,
 ) -> HeadScaleTable:
     """Converged entropy of every head against its scale multiplier, with per-layer correlations.
 
@@ -47,6 +56,7 @@ def head_entropy_vs_scale(
     at : position of the converged entropy; default -1 (the last position, as in the paper).
     tail : average the last `tail` positions instead of taking one position.
     layers : layers to include (0-based); default all.
+    lower_bound : the search's clamp; heads at it are marked in the column `on_clamp` (None: none).
     """
     n_layers, n_heads, T = result.entropy.shape
     if n_heads <= 1 and result.meta.get("entropy_reduction") in ("mean_heads", "not_captured"):
@@ -86,6 +96,9 @@ def head_entropy_vs_scale(
             "entropy_nats": converged[chosen].ravel(),
             "entropy_bits": converged[chosen].ravel() / np.log(2),
             "scale": scales[chosen].ravel(),
+            "on_clamp": np.zeros(len(chosen) * n_heads, bool)
+            if lower_bound is None
+            else np.abs(scales[chosen].ravel() - lower_bound) <= 1e-6,
         }
     )
     rows = [

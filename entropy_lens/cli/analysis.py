@@ -41,7 +41,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_fit(args) -> int:
-    from entropy_lens.analysis import fit_scale_curve, load_sweep, yarn_scale
+    from entropy_lens.analysis import fit_scale_curve, grid_edge_problem, load_sweep, yarn_scale
 
     sweep = load_sweep(args.sweep, partial=args.partial)
     if sweep.missing:
@@ -72,6 +72,7 @@ def cmd_fit(args) -> int:
             "smooth": args.smooth,
             "scales": [float(s) for s in sweep.scales],
             "missing_scales": sweep.missing,
+            "at_edge": {"lower": fit.at_edge[0], "upper": fit.at_edge[1]},
             "implied": {f"{k}x": v for k, v in implied.items()},
             "yarn": {f"{k}x": yarn_scale(k) for k in implied},
         }
@@ -86,6 +87,9 @@ def cmd_fit(args) -> int:
         f"({fit.n_points} positions)" + (f", loss smoothed ±{args.smooth}" if args.smooth else "")
     )
     print(f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}   R² = {fit.r2:.4f}")
+    problem = grid_edge_problem(fit)
+    if problem:
+        print(f"note: {problem}")
     print("implied multiplier:  " + "  ".join(f"{k}L: {v:.3f}" for k, v in implied.items()))
     print("YaRN (1+0.1 ln k)²:  " + "  ".join(f"{k}L: {yarn_scale(k):.3f}" for k in implied))
     return 0

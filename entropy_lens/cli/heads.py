@@ -33,7 +33,10 @@ def add_parsers(sub) -> None:
         "--init", type=float, default=None, help="initial multiplier of every head (default 1.0)"
     )
     init.add_argument(
-        "--init-from", metavar="SWEEP_DIR", help="start from a sweep's best uniform scale at --len"
+        "--init-from",
+        metavar="SWEEP_DIR",
+        help="start from a sweep's best uniform scale for --len: the lowest mean loss over the last L/2 "
+        "positions [len - L/2, len)",
     )
     for name in (
         "steps",
@@ -80,9 +83,13 @@ def cmd_search_heads(args) -> int:
     if args.init_from:
         from entropy_lens.analysis import best_uniform_scale, load_sweep
 
-        init = best_uniform_scale(load_sweep(args.init_from, partial=args.partial), length=args.length)
+        choice = best_uniform_scale(load_sweep(args.init_from, partial=args.partial), length=args.length)
+        init = choice.scale
+        a, b = choice.span
+        edge = " (the sweep's edge scale: extend its scales to bracket the minimum)" if choice.at_edge else ""
         print(
-            f"initial scale {init:g}: the lowest mean loss over positions < {args.length} in {args.init_from}"
+            f"initial scale {init:g}: the lowest mean loss over positions [{a}, {b}) (the last L/2 of "
+            f"--len) in {args.init_from}{edge}"
         )
     config = search_config(args, init=init)
     config.check()

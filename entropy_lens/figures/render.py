@@ -1,7 +1,8 @@
 """Render Figures 1–5, 7, 10–12 from `Runs.compute()`'s results, and the README beside them.
 
 Each `figNN` returns (Figure, caption, headline lines); `render` saves PNG + PDF and writes
-figures/README.md with the command, the inputs and every headline number.
+figures/README.md with the command, the inputs, every headline number and, per figure, the deliberate
+differences from the paper (`entropy_lens.figures.differences`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from entropy_lens.analysis import head_entropy_vs_scale, inflection_agreement, inflections
+from entropy_lens.analysis import (
+    best_uniform_scale,
+    head_entropy_vs_scale,
+    inflection_agreement,
+    inflections,
+    pooled_within_layer,
+    yarn_scale,
+)
 from entropy_lens.analysis.correlation import describe
+from entropy_lens.figures.differences import common_differences, differences
 from entropy_lens.plotting import (
     NOPE,
     NOPE_DARK,
@@ -44,6 +53,7 @@ def render(d: dict, config, out: Path) -> list[Path]:
     for number, make in FIGS.items():
         with paper_style(font_size=14 if number in ("01", "02", "04") else None):
             fig, caption, numbers = make(d, config)
+            different = differences(number, d, config)
             for ext in ("png", "pdf"):
                 path = out / f"figure-{number}.{ext}"
                 fig.savefig(
@@ -51,7 +61,7 @@ def render(d: dict, config, out: Path) -> list[Path]:
                 )  # reproducible bytes
                 written.append(path)
             plt.close(fig)
-        sections.append((number, caption, numbers))
+        sections.append((number, caption, numbers, different))
     written.append(atomic_write_text(out / "README.md", _readme(sections, d, config)))
     return written
 
@@ -144,9 +154,11 @@ def fig03(d, c):
         f"{bits(r.entropy[:, :, -1]).max():.2f} bits (bound log₂ {r.length} = {np.log2(r.length):.2f})"
         for name, r in zip(["NoPE", "NoPE λ(h)", f"NoPE λ={s:g}/√d"], results)
     ]
+    L, short = d["L"], d["short"]
     caption = (
-        f"Per-head entropy (bits) of layers {layers}, all heads, at {d['short'] // d['L']}L: NoPE, NoPE with "
-        f"the head scales searched at {d['long'] // d['L']}L, NoPE with λ = {s:g}/√d."
+        f"Per-head entropy (bits) of layers {layers}, all heads, at {short // L}L: NoPE, NoPE with the head "
+        f"scales λ(h) searched at {short // L}L ({_search_words(d, c, short)}), NoPE with λ = {s:g}/√d; "
+        f"{_rule(d['short_uniform'], L)}."
     )
     return fig, caption, numbers
 
@@ -159,7 +171,17 @@ def fig04(d, c):
         colors=[NOPE_DARK, "#33a02c"],
         smooth=c.smooth,
     )
-    numbers = []
+    choice = d["uniform"]
+    whole = best_uniform_scale(d["sweep"], length=T, span=(0, T))
+    numbers = [
+        f"s* = {s:g}: mean loss {choice.loss:.3f} over {_span(choice.span, L)} in the sweep"
+        + (
+            " (the grid's edge scale: the sweep's grid does not bracket the minimum)"
+            if choice.at_edge
+            else ""
+        )
+        + f"; the scale with the lowest loss averaged over all of [0, {T // L}L) would be {whole.scale:g}"
+    ]
     for k in range(1, T // L):
         a, b = k * L, (k + 1) * L
         numbers.append(
@@ -169,64 +191,163 @@ def fig04(d, c):
             f"entropy {_span_mean(bits(uniform.mean_entropy), a, b):.2f} vs "
             f"{_span_mean(bits(heads.mean_entropy), a, b):.2f} bits"
         )
+    ends = [(2 * L - L // 2, 2 * L), (T - L // 2, T)]
+    deltas = ", ".join(
+        f"{_span((a, b), L)} {_span_mean(heads.loss, a, b) - _span_mean(uniform.loss, a, b):+.3f}"
+        for a, b in ends
+    )
+    numbers.append(f"loss λ(h) − uniform at the far ends {deltas} (paper at 4K and 8K: about −0.2 and −0.8)")
     caption = (
-        f"Uniform scale {s:g}/√d (the best uniform scale for {T // L}L sequences, from the Figure 7 sweep) "
-        "vs "
-        f"per-head scales λ(h) searched at {T // L}L from it ({_search_words(d, c)})."
+        f"Uniform scale s* = {s:g}/√d vs per-head scales λ(h) searched at {T // L}L "
+        f"({_search_words(d, c, T)}), at {T // L}L; {_rule(choice, L)}."
     )
     return ax.figure, caption, numbers
 
 
-def _search_words(d, c) -> str:
-    if c.head_scales:
-        return f"given: {c.head_scales}"
+def _span(span, L: int) -> str:
+    """'[3.5L, 4L) = [448, 512)'."""
+    a, b = span
+    return f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})"
+
+
+def _rule(choice, L: int) -> str:
+    """How s* was chosen, with its value."""
     return (
-        f"{c.search_steps} steps of {c.search_batch} windows of {c.search_data}, LR {c.search_lr:g}, "
-        "λ(h) ≥ 1/√d"
+        f"s* = {choice.scale:g}, the best single scale of the Figure 7 sweep for the last half-span "
+        f"{_span(choice.span, L)} (the lowest mean loss there)"
+    )
+
+
+def _search_words(d, c, length: int) -> str:
+    """How the λ(h) used at `length` were made: given, or the search's start and settings."""
+    given = c.head_scales if length == d["long"] else c.short_head_scales
+    if given:
+        return f"given: {given}"
+    init = d["search_inits"][length]
+    s = (d["uniform"] if length == d["long"] else d["short_uniform"]).scale
+    start = "from s*" if init == s else f"from {init:g}, the focus bound, as s* = {s:g} lies below it"
+    return (
+        f"{start}; {c.search_steps} steps of {c.search_batch} windows of {c.search_data}, "
+        f"LR {c.search_lr:g}, λ(h) ≥ 1/√d"
     )
 
 
 def fig05(d, c):
     import matplotlib.pyplot as plt
 
-    result = d["long_heads"]
-    hs = head_entropy_vs_scale(result)
-    fig, ax = plt.subplots(figsize=(6, 4.8))
-    scale_vs_entropy(hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5))
-    numbers = [f"searched multipliers span {hs.table['scale'].min():.2f}–{hs.table['scale'].max():.2f} (/√d)"]
-    for _, r in hs.correlations.iterrows():
-        if isinstance(r["undefined"], str):  # a reason; pandas reads a column of None as NaN
-            numbers.append(f"layer {int(r['layer'])}: correlations undefined: {r['undefined']}")
-            continue
-        pearson = describe(r["pearson_r"], r["pearson_p"], None)
-        spearman = describe(r["spearman_r"], r["spearman_p"], None, name="Spearman ρ")
-        numbers.append(f"layer {int(r['layer'])}: {pearson}, {spearman}")
+    heads, plain = d["long_heads"], d["long_nope"]
+    n = heads.n_layers
+    layers = list(range(1, n, 3)) if n >= 10 else list(range(n))  # the paper: range(1, 22, 3)
+    scales = np.asarray(heads.meta["scales"], dtype=np.float64)
+    panels = {"NoPE λ(h): entropy after scaling": heads, "NoPE: entropy without the scales": plain}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    chosen = scales[layers]
+    on_clamp = int(np.sum(np.abs(chosen - d["clamp"]) <= 1e-6))
+    numbers = [
+        (
+            f"searched multipliers of layers {layers} span {chosen.min():.2f}–{chosen.max():.2f} (/√d); "
+            f"{on_clamp} of {chosen.size} heads sit on the clamp λ(h) = {d['clamp']:g}/√d (drawn hollow)"
+        )
+    ]
+    for ax, (name, result) in zip(axes, panels.items()):
+        hs = head_entropy_vs_scale(result, scales, layers=layers, lower_bound=d["clamp"])
+        scale_vs_entropy(
+            hs.table, ax=ax, ylim=(0, np.log2(result.length) + 0.5), seed=c.seed, legend=ax is axes[0]
+        )
+        ax.set_title(name.replace("λ(h)", "$\\lambda^{(h)}$"), fontsize="medium", pad=50)  # above the legend
+        numbers += [f"{name}: {line}" for line in _correlation_lines(hs)]
+        free = hs.table[~hs.table["on_clamp"]]
+        numbers.append(
+            f"{name}: {_pooled_words(pooled_within_layer(hs.table, seed=c.seed))}; without the heads on the "
+            f"clamp {_pooled_words(pooled_within_layer(free, seed=c.seed))}"
+        )
+    fig.tight_layout()
     caption = (
-        f"Converged (last-position) entropy at {result.length} of each head vs its searched λ(h), with each "
-        "layer's linear fit and analytic 95% confidence band (the paper: seaborn bootstrap)."
+        f"Converged (last-position) entropy at {heads.length} ({heads.length // d['L']}L) of each head of "
+        f"layers {layers} against its searched λ(h): left, the entropy of the model with λ(h) (the paper's "
+        "choice); right, of NoPE without them. Per layer a linear fit with seaborn's 95% bootstrap band; "
+        "hollow: heads on the clamp (the search's focus bound), whose scale is censored."
     )
     return fig, caption, numbers
 
 
+def _correlation_lines(hs) -> list[str]:
+    lines = []
+    for _, r in hs.correlations.iterrows():
+        if isinstance(r["undefined"], str):  # a reason; pandas reads a column of None as NaN
+            lines.append(f"layer {int(r['layer'])}: correlations undefined: {r['undefined']}")
+            continue
+        pearson = describe(r["pearson_r"], r["pearson_p"], None)
+        spearman = describe(r["spearman_r"], r["spearman_p"], None, name="Spearman ρ")
+        lines.append(f"layer {int(r['layer'])}: {pearson}, {spearman}")
+    return lines
+
+
+def _pooled_words(p) -> str:
+    if p.undefined is not None:
+        return f"pooled within-layer r undefined: {p.undefined}"
+    return (
+        f"pooled within-layer r = {p.r:.2f} ({p.level:.0%} bootstrap CI {p.low:.2f} to {p.high:.2f}; {p.n} "
+        f"heads, {p.n_layers} layers)"
+    )
+
+
 def fig07(d, c):
-    fit, sweep = d["fit"], d["sweep"]
-    ax = best_scale_by_position(sweep, fit, smooth=c.fit_smooth, title="NoPE")
-    implied = ", ".join(f"{k}L: {v:.2f}" for k, v in fit.implied((2, 4, 8)).items())
-    numbers = [
+    fit, smoothed, sweep = d["fit"], d["fit_smoothed"], d["sweep"]
+    ax = best_scale_by_position(sweep, fit, smoothed_fit=smoothed, title="NoPE")
+    numbers = [_fit_words("raw argmin (the paper's fit)", fit)]
+    if smoothed is not None:
+        numbers.append(_fit_words(f"argmin of the loss curves smoothed ±{smoothed.smooth}", smoothed))
+    yarn = " / ".join(f"{yarn_scale(k):.2f}" for k in (2, 4, 8))
+    numbers += [
         (
-            f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, "
-            f"{fit.fit_range[1]}) "
-            "(paper, 50K-step TinyLlama-NoPE: a = 0.3973, R² = 0.9773)"
+            "paper, 50K-step TinyLlama-NoPE, raw argmin: a = 0.3973, R² = 0.9773, implied 1.28 / 1.55 / 1.83 "
+            f"at 2L / 4L / 8L; YaRN's (1 + 0.1 ln k)²: {yarn}"
         ),
-        f"implied multipliers {implied} (paper: 1.28 / 1.55 / 1.83; YaRN 1.14 / 1.30 / 1.46)",
-        f"best uniform scale for {d['long'] // d['L']}L sequences: {d['uniform_scale']:g}",
+        *(_edge_words(f, name) for f, name in ((fit, "raw"), (smoothed, "smoothed")) if f is not None),
+        *(
+            f"s* for {u.span[1] // d['L']}L sequences (lowest mean loss over {_span(u.span, d['L'])}): "
+            f"{u.scale:g}"
+            for u in (d["short_uniform"], d["uniform"])
+        ),
     ]
-    smooth = f"loss curves smoothed ±{c.fit_smooth} before the argmin" if c.fit_smooth else "raw loss curves"
+    step = float(np.min(np.diff(sweep.scales))) if len(sweep.scales) > 1 else 0.0
+    second = (
+        f"; dash-dot: the same fit to the argmin of loss curves smoothed ±{smoothed.smooth}"
+        if smoothed is not None
+        else ""
+    )
+    upward = (
+        "; the grid extends upward past 2.0, where the paper's plot ends (the paper does not state its grid)"
+        if sweep.scales[-1] > 2.0
+        else ""
+    )
     caption = (
-        f"Best uniform multiplier per position ({len(sweep.scales)} scales {c.sweep_scales}, "
-        f"{c.sweep_samples} windows at {sweep.length}; {smooth}) and the fit 1 + a ln(i/L)."
+        f"Best uniform multiplier per position (blue: the raw argmin over {len(sweep.scales)} scales "
+        f"{sweep.scales[0]:g}–{sweep.scales[-1]:g} in steps of {step:.2g}, {c.sweep_samples} windows at "
+        f"{sweep.length}{upward}), its best loss (red) and the fit 1 + a ln(i/L) over [L, {sweep.length // d['L']}L) "
+        f"(black){second}."
     )
     return ax.figure, caption, numbers
+
+
+def _fit_words(name: str, fit) -> str:
+    implied = ", ".join(f"{k}L: {v:.2f}" for k, v in fit.implied((2, 4, 8)).items())
+    return (
+        f"{name}: a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f} over [{fit.fit_range[0]}, "
+        f"{fit.fit_range[1]}); implied multipliers {implied}"
+    )
+
+
+def _edge_words(fit, name: str) -> str:
+    """How many fitted argmins sit on the grid's edges (censored: the best may lie beyond)."""
+    (lo, hi), (n_lo, n_hi) = fit.grid, fit.at_edge
+    if not n_lo and not n_hi:
+        return f"{name} argmin on the grid's edges ({lo:g}, {hi:g}): at none of the {fit.n_points} fitted positions"
+    return (
+        f"{name} argmin on the grid's edges: at its smallest scale {lo:g} at {n_lo}, at its largest {hi:g} "
+        f"at {n_hi} of the {fit.n_points} fitted positions (there the best scale may lie beyond the grid)"
+    )
 
 
 def _grid(d, key, title, what):
@@ -300,7 +421,9 @@ def _readme(sections, d, config) -> str:
         _timing(d.get("compute")),
         "",
     ]
-    for number, caption, numbers in sections:
+    lines += ["Deliberate differences from the paper in every figure:", ""]
+    lines += [f"- {n}" for n in common_differences(d, config)] + [""]
+    for number, caption, numbers, different in sections:
         lines += [
             f"## Figure {int(number)}",
             "",
@@ -310,4 +433,5 @@ def _readme(sections, d, config) -> str:
             "",
         ]
         lines += [f"- {n}" for n in numbers] + [""]
+        lines += ["Differences from the paper:", ""] + [f"- {n}" for n in different] + [""]
     return "\n".join(lines)

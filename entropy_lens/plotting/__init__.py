@@ -20,6 +20,7 @@ from entropy_lens.plotting.style import (
     TAB10,
     bits,
     family_colors,
+    palette_colors,
     paper_style,
     upper_bound_bits,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "family_colors",
     "head_lines",
     "models_by_layers",
+    "palette_colors",
     "paper_style",
     "scale_vs_entropy",
     "upper_bound_bits",

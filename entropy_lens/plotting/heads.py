@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.plotting.style import PAIRED, TAB10, bits, upper_bound_bits
+from entropy_lens.plotting.style import PAIRED, TAB10, bits, palette_colors, upper_bound_bits
 from entropy_lens.results import ScanResult
 
 __all__ = ["all_heads_grid", "head_lines", "models_by_layers"]
@@ -24,12 +24,13 @@ def head_lines(
     heads: Sequence[int] | None = None,
     stride: int = 1,
     bound: bool = False,
-    palette: Sequence[str] = PAIRED,
+    palette: str | Sequence[str] = PAIRED,
     linewidth: float = 1.0,
 ):
     """Entropy (bits) of each head of `layer` at positions 0, stride, 2·stride, ...; returns the Axes.
 
-    Head h gets palette[h mod len(palette)] (the palette repeats, as seaborn's does).
+    `palette` is a seaborn palette name or a list of colours; head h gets colour h mod its length (the
+    palette repeats, as seaborn's does).
     """
     import matplotlib.pyplot as plt
 
@@ -48,6 +49,7 @@ def head_lines(
         raise EntropyLensError(f"stride must be at least 1 (got {stride})")
     ax = ax if ax is not None else plt.subplots(figsize=(4, 3))[1]
     x = np.arange(0, result.length, stride)
+    palette = palette_colors(palette)
     for h in heads:
         ax.plot(x, bits(result.entropy[layer, h, ::stride]), color=palette[h % len(palette)], lw=linewidth)
     if bound:
@@ -102,10 +104,11 @@ def all_heads_grid(result: ScanResult, *, stride: int = 1, ncols: int = 4, bound
     return fig
 
 
-def _label_grid(fig, heads: Sequence[int], palette: Sequence[str], bound: bool) -> None:
+def _label_grid(fig, heads: Sequence[int], palette: str | Sequence[str], bound: bool) -> None:
     """Shared axis labels and one legend of the heads' colours (and the bound) below the panels."""
     from matplotlib.lines import Line2D
 
+    palette = palette_colors(palette)
     handles = [Line2D([], [], color=palette[h % len(palette)], label=f"head {h}") for h in heads]
     if bound:
         handles.append(Line2D([], [], color="k", ls="--", label="log₂(i+1)"))

@@ -24,40 +24,17 @@ __all__ = [
     "TAB10",
     "bits",
     "family_colors",
+    "palette_colors",
     "paper_style",
     "scale_formatter",
     "upper_bound_bits",
 ]
 
-# seaborn 0.13 palettes as the paper's notebooks use them (spec §0.8)
+# The paper's notebooks pick these by hand from seaborn 0.13's palettes (spec §0.8): kept as listed.
 NOPE_SCALES = ("#c6dbef", "#a6cee3", "#3787c0", "#084488")  # light → dark blue: s ascending
 ROPE_SCALES = ("#fcbba1", "#fb9a99", "#ca181d", "#8c0912")  # light → dark red
-PAIRED = (
-    "#a6cee3",
-    "#1f78b4",
-    "#b2df8a",
-    "#33a02c",
-    "#fb9a99",
-    "#e31a1c",
-    "#fdbf6f",
-    "#ff7f00",
-    "#cab2d6",
-    "#6a3d9a",
-    "#ffff99",
-    "#b15928",
-)
-TAB10 = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
+# seaborn's own palettes, by name (resolved by `palette_colors`): heads (Paired), layers and grids (tab10)
+PAIRED, TAB10 = "Paired", "tab10"
 NOPE, NOPE_DARK, ROPE, ROPE_DARK = "#a6cee3", "#084488", "#fb9a99", "#8c0912"  # Figures 1 and 4
 
 RC = {
@@ -98,6 +75,16 @@ def bits(nats):
 def upper_bound_bits(length: int) -> np.ndarray:
     """log₂(i+1) for positions i = 0..length−1: the entropy of a uniform row over i+1 keys."""
     return np.log2(np.arange(length) + 1.0)
+
+
+def palette_colors(palette) -> list[str]:
+    """Hex colours of a seaborn palette name ("Paired": 12, "tab10": 10) or of a list of colours, in order;
+    callers repeat them (colour i mod len), as seaborn does for more hue levels than colours."""
+    if isinstance(palette, str):
+        import seaborn as sns
+
+        return list(sns.color_palette(palette).as_hex())
+    return list(palette)
 
 
 def family_colors(palette, n: int) -> list[str]:

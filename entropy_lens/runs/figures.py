@@ -8,12 +8,13 @@ checkpoints instead. Every intermediate lands in `cache` under a name that hashe
 so a rerun reuses what is done and a changed setting never reads a stale file; scans and sweeps
 resume where they stopped.
 
-Deliberate differences from the paper (also in each figure's caption line of the README):
-- Figure 3 shows all heads of the first, middle and last layer (the paper: heads 0–21 of layers
-  0/10/20) and its λ(h) row uses the scales searched at `long`·L (the paper's hs4k was searched at
-  2L; only hs8k was released).
-- Figure 5's bands are analytic 95% confidence bands of each layer's linear fit, not a bootstrap.
-- Loss curves are smoothed with half-width `smooth` (default 8 for L = 128; the paper: 50 at L = 2048).
+The uniform scale s* of Figures 4 and 11 (and the start of Figure 10's λ(h) search) is the sweep's
+best single scale for the last half-span [3.5L, 4L) of 4L sequences (`analysis.best_uniform_scale`);
+Figure 3's λ(h) are searched at 2L from the best scale for [1.5L, 2L), as the paper's hs4k. Each
+search runs the paper's 200 steps.
+
+Every deliberate difference from the paper is listed per figure in the README the figures command
+writes (`entropy_lens.figures.differences`).
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ class Runs:
 
     def __init__(self, config, cache: Path, progress: bool):
         self.config, self.cache, self.progress = config, cache, progress
+        self.inits: dict[int, float] = {}  # length -> the initial multiplier of each head-scale search
         self.cache.mkdir(parents=True, exist_ok=True)
 
     def compute(self) -> dict:
-        from entropy_lens.analysis import best_uniform_scale, fit_scale_curve, load_sweep
+        from entropy_lens.analysis import best_uniform_scale, fit_scale_curve, grid_edge_problem, load_sweep
         from entropy_lens.models import declared_train_len
+        from entropy_lens.runs.head_config import HeadSearchConfig
 
         c = self.config
         L = c.train_len or declared_train_len(c.nope)
@@ -51,22 +54,40 @@ class Runs:
                 f"--len {fit_len} is shorter than Figure 4's {long} = {c.long}L; pass at least {long}"
             )
         d: dict = {"L": L, "short": short, "long": long, "fit_len": fit_len}
+        # the sweep first: the uniform scales below and every run that uses them come from it, and a
+        # grid too narrow for Figure 7's argmin is refused before any other run
+        d["sweep"] = sweep = load_sweep(self.sweep(c.nope, fit_len))
+        d["fit"] = fit_scale_curve(sweep, train_len=L)  # the raw argmin, as the paper
+        problem = grid_edge_problem(d["fit"], edges=c.refuse_grid_edges)
+        if problem:
+            raise EntropyLensError(
+                f"Figure 7, sweep {c.sweep_scales}: {problem} (sweep_scales); or leave that edge out of "
+                "refuse_grid_edges to draw the figure and report the count"
+            )
+        d["fit_smoothed"] = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
+        # s*: the best single scale for the last half-span [len - L/2, len) of each evaluation length
+        d["uniform"] = best_uniform_scale(sweep, length=long, train_len=L)
+        d["short_uniform"] = best_uniform_scale(sweep, length=short, train_len=L)
+        d["uniform_scale"] = s_long = d["uniform"].scale
+        # absolute, so the scans' settings (and the cache names) do not depend on the working directory
+        d["head_scales_file"] = hs = str(Path(c.head_scales or self.search(c.nope, long, s_long)).resolve())
+        d["short_head_scales_file"] = hs_short = str(
+            Path(c.short_head_scales or self.search(c.nope, short, d["short_uniform"].scale)).resolve()
+        )
         d["nope_family"] = {s: self.scan(c.nope, short, scale=s) for s in c.nope_scales}
         d["rope_family"] = {s: self.scan(c.rope, short, scale=s) for s in c.rope_scales}
         d["nope"] = self.scan(c.nope, short)
         d["nope_scaled"] = self.scan(c.nope, short, scale=c.fig1_scale)
         d["rope"] = self.scan(c.rope, short)
         d["rope_ntk"] = self.scan(c.rope, short, rope_scaling=c.ntk)
-        d["sweep"] = sweep = load_sweep(self.sweep(c.nope, fit_len))
-        d["fit"] = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth)
-        d["uniform_scale"] = s_long = best_uniform_scale(sweep, length=long)
-        # absolute, so the scans' settings (and the cache names) do not depend on the working directory
-        d["head_scales_file"] = hs = str(Path(c.head_scales or self.search(c.nope, long, s_long)).resolve())
         d["long_nope"] = self.scan(c.nope, long)
         d["long_uniform"] = self.scan(c.nope, long, scale=s_long)
         d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
-        d["short_heads"] = self.scan(c.nope, short, head_scales=hs)
-        d["compute"] = _compute_time(d, None if c.head_scales else hs)
+        d["short_heads"] = self.scan(c.nope, short, head_scales=hs_short)
+        d["search_inits"] = self.inits
+        d["clamp"] = HeadSearchConfig(model=c.nope, length=long).lower_bound  # the focus bound λ(h) ≥ 1/√d
+        searched = [f for f, given in ((hs, c.head_scales), (hs_short, c.short_head_scales)) if not given]
+        d["compute"] = _compute_time(d, searched)
         return d
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
@@ -139,6 +160,9 @@ class Runs:
             dtype=c.dtype,
             device=c.device,
         )
+        if config.init < config.lower_bound:  # s* below the focus bound: start where the clamp would put it
+            config = dataclasses.replace(config, init=config.lower_bound)
+        self.inits[length] = config.init
         path = self._path("heads", dataclasses.asdict(config), ".safetensors")
         if not path.is_file():
             if self.progress:
@@ -152,6 +176,7 @@ class FiguresConfig:
     nope: str = "tiny-nope"
     rope: str = "tiny-rope"
     head_scales: str | None = None  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
+    short_head_scales: str | None = None  # λ(h) at short·L for Figure 3 (the paper's hs4k); None: search
     train_len: int | None = None  # L; default the NoPE checkpoint's declared train_len
     data: str = "austen:persuasion"  # evaluation text (held out of the tiny pair's training)
     search_data: str = "austen-minus:persuasion"  # head-scale search text (the training novels)
@@ -165,10 +190,15 @@ class FiguresConfig:
     nope_scales: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.1, 1.2])
     rope_scales: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4])
     ntk: str = "dynamic:2"
-    sweep_scales: str = "0.9:2.0:0.05"
-    fit_smooth: int = 25  # moving-average half-width before Figure 7's argmin (0: raw, as the paper)
+    # Figure 7's grid: the paper's 0.01 step; from 0.9 (the paper's plot starts there) up to 3.2, past
+    # the tiny model's largest raw argmin (refuse_grid_edges checks it)
+    sweep_scales: str = "0.9:3.2:0.01"
+    fit_smooth: int = 25  # Figure 7's second fit: argmin of loss curves smoothed ±fit_smooth (0: none)
+    # the grid edges at which a raw argmin over [L, len) is refused ("lower", "upper"); the others are
+    # reported in the README
+    refuse_grid_edges: list[str] = field(default_factory=lambda: ["upper"])
     smooth: int = 8  # loss smoothing half-width in Figures 1, 2, 4
-    search_steps: int = 100
+    search_steps: int = 200
     search_lr: float = 0.1
     search_batch: int = 8
     device: str = "auto"
@@ -203,6 +233,9 @@ class FiguresConfig:
             raise EntropyLensError(f"{source}: unknown settings {unknown}; known: {', '.join(sorted(names))}")
         values = {**values, **{k: v for k, v in overrides.items() if v is not None}}
         config = cls(**values)
+        bad = sorted(set(config.refuse_grid_edges) - {"lower", "upper"})
+        if bad:
+            raise EntropyLensError(f"{source}: refuse_grid_edges takes 'lower' and 'upper', not {bad}")
         if not config.short < config.long <= config.fit:
             raise EntropyLensError(
                 f"{source}: lengths must satisfy short < long <= fit (multiples of L), "
@@ -219,11 +252,19 @@ def figure_data(
     L, short, long, fit_len          training length and the three evaluation lengths (tokens)
     nope_family, rope_family         {s: ScanResult} uniform-scale families at `short` (Figure 2)
     nope, nope_scaled, rope, rope_ntk  ScanResults at `short` (Figure 1; nope_scaled uses fig1_scale)
-    sweep, fit                       the NoPE Sweep at fit_len and its ScaleFit (Figure 7)
-    uniform_scale                    the best uniform multiplier for `long`-token sequences
-    head_scales_file                 λ(h) used (given, or searched at `long` from uniform_scale)
+    sweep, fit                       the NoPE Sweep at fit_len and its ScaleFit on the raw argmin (Figure 7)
+    fit_smoothed                     the ScaleFit on loss curves smoothed ±fit_smooth (None when 0)
+    uniform, short_uniform           UniformChoice s* for `long` / `short` sequences: the lowest mean loss
+                                     over the last half-span [len − L/2, len) of the sweep
+    uniform_scale                    uniform.scale
+    head_scales_file                 λ(h) at `long` (given, or searched there from uniform.scale)
+    short_head_scales_file           λ(h) at `short` (given, or searched there from short_uniform.scale)
+    search_inits                     {length: initial multiplier} of the searches run: s*, or the focus
+                                     bound 1 where s* lies below it
+    clamp                            the searches' lower bound on λ(h)·√d (the focus constraint, 1)
     long_nope, long_uniform, long_heads  ScanResults at `long` (Figures 4, 5, 10–12)
-    short_heads                      the head-scaled model at `short` (Figure 3)
+    short_heads                      the model with the `short` λ(h) at `short` (Figure 3)
+    compute                          how long the runs took, as their results record it
     """
     return Runs(config, Path(cache), progress).compute()
 
@@ -248,19 +289,22 @@ def make_figures(
     return written
 
 
-def _compute_time(d: dict, search_file: str | None) -> dict:
+def _compute_time(d: dict, search_files: list[str]) -> dict:
     """How long the runs behind the figures took, from what their results record (so a rerun from the
     cache reports the original runs, not the redraw): {"seconds", "runs", "unrecorded", "threads"}."""
-    results = [v for k, v in d.items() if hasattr(v, "meta") and k not in ("sweep", "fit")]
+    results = [v for k, v in d.items() if hasattr(v, "meta") and k != "sweep"]
     results += [r for family in ("nope_family", "rope_family") for r in d[family].values()]
     metas = [r.meta for r in results] + list(d["sweep"].meta)
+    # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
+    metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
     unrecorded = []
-    if search_file is not None:
+    for search_file in dict.fromkeys(search_files):  # the same file once, if both searches are one
         record = json.loads(Path(search_file + ".json").read_text())
         if record.get("wall_s") is None:
-            unrecorded.append("the head-scale search")
+            unrecorded.append(f"the head-scale search at {record['config']['length']}")
         else:
             seconds += record["wall_s"]
     threads = sorted({m["threads"] for m in metas if "threads" in m})
-    return {"seconds": seconds, "runs": len(metas), "unrecorded": unrecorded, "threads": threads}
+    runs = len(metas) + len(dict.fromkeys(search_files))
+    return {"seconds": seconds, "runs": runs, "unrecorded": unrecorded, "threads": threads}
