@@ -3,14 +3,17 @@
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.loss import check_logits, forward_hidden, next_token_nll
 from entropy_lens.capture.recorder import EntropyRecorder, ScaleSession, check_supported
+from entropy_lens.capture.schedule import Schedule, parse_schedule
 
 __all__ = [
     "ATTN_NAME",
     "EntropyRecorder",
     "ScaleSession",
+    "Schedule",
     "check_logits",
     "check_supported",
     "forward_hidden",
     "next_token_nll",
+    "parse_schedule",
     "register",
 ]

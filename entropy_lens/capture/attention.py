@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.capture.fused import choose, fused_applies
+from entropy_lens.capture.schedule import Schedule
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for
 from entropy_lens.kernels.masks import as_key_padding
@@ -64,11 +65,13 @@ class Session:
     """What the attention function does while a recorder/scale context is active.
 
     multipliers: None (model as trained), a float (uniform), or a (layers, Hq) tensor.
+    schedule:    None, or a Schedule: query row i is scaled by m(i) as well (output and entropy).
     on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T), with a
                  fourth argument sink_mass (B, Hq, T) fp32 for a model with attention sinks.
     """
 
     multipliers: float | torch.Tensor | None = None
+    schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
     on_entropy: Callable[..., None] | None = None
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
@@ -125,6 +128,8 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     if scaling is None:
         scaling = module.scaling
     session = _ACTIVE.get()
+    if session is not None and session.schedule is not None:  # m(i) per query row, before anything
+        query = query * _row_multipliers(session.schedule, kwargs.get("position_ids"), query, key)
     mult = None if session is None else session.multipliers
     if isinstance(mult, torch.Tensor):
         mult = mult[module.layer_idx]  # (Hq,)
@@ -207,6 +212,16 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     else:
         session.on_entropy(module.layer_idx, ent, offset, mass)
     return out
+
+
+def _row_multipliers(schedule: Schedule, position_ids, query, key):
+    """(B|1, 1, T, 1) multipliers m(i) in query's dtype: positions from `position_ids` when the model
+    passes them, else the last T of the S key positions (a prefill from 0, or decoding on a cache)."""
+    T, S = query.shape[2], key.shape[2]
+    if position_ids is None:
+        position_ids = torch.arange(S - T, S, device=query.device).unsqueeze(0)
+    m = schedule.multiplier(position_ids.to(query.device))
+    return m.view(m.shape[0], 1, T, 1).to(query.dtype)
 
 
 def _sdpa(module, query, key, value, attention_mask, dropout, scaling, kwargs):

@@ -39,15 +39,17 @@ class ScaleSession:
 
     scales: None | float | array-like or tensor (layers, heads); a tensor keeps its autograd graph.
     impl:   the entropy backend (kernels.resolve_impl); fused: "auto" | "on" | "off" (capture/fused.py).
+    schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
     `session.paths` tells afterwards which way the layers computed ("fused" / "separate") and
     `session.backends` which entropy kernels ran.
     """
 
-    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto"):
+    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None):
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
         self.model = model
-        self.session = Session(multipliers=_as_multipliers(model, scales), impl=impl, fused=fused)
+        multipliers = _as_multipliers(model, scales)
+        self.session = Session(multipliers=multipliers, schedule=schedule, impl=impl, fused=fused)
         self._undo = contextlib.ExitStack()
 
     def __enter__(self):
@@ -73,8 +75,8 @@ class ScaleSession:
 class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
 
-    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto"):
-        super().__init__(model, scales=scales, impl=impl, fused=fused)
+    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None):
+        super().__init__(model, scales=scales, impl=impl, fused=fused, schedule=schedule)
         cfg = model.config.get_text_config()
         try:
             self.n_layers = cfg.num_hidden_layers

@@ -111,6 +111,12 @@ def _add_scan_args(p) -> None:
     p.add_argument(
         "--train-len", type=int, help="the model's training length (default: what its config declares)"
     )
+    p.add_argument(
+        "--scale-schedule",
+        metavar="KIND:X",
+        help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
+        "length L) or log:A (1 + A ln(i/L) beyond it); the paper's section 2.4",
+    )
     p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
     p.add_argument("--revision", help="branch, tag or commit of a Hub id (org/name); default main")
 

@@ -26,10 +26,12 @@ import torch
 from entropy_lens.capture import (
     EntropyRecorder,
     ScaleSession,
+    Schedule,
     check_logits,
     check_supported,
     forward_hidden,
     next_token_nll,
+    parse_schedule,
 )
 from entropy_lens.capture.fused import FUSED_MODES
 from entropy_lens.data import Chunks, check_length, token_chunks
@@ -51,7 +53,7 @@ from entropy_lens.runs.sums import ScanSums
 
 __all__ = ["ENTROPY_REDUCTIONS", "Run", "ScanConfig", "default_out", "partial_path", "scan"]
 
-ADDED_FIELDS = ("revision",)  # ScanConfig fields newer than results schema 1
+ADDED_FIELDS = ("revision", "scale_schedule")  # ScanConfig fields newer than results schema 1
 # --entropy value -> meta `entropy_reduction` and the heads axis of the stored entropy arrays.
 ENTROPY_REDUCTIONS = {"heads": "per_head", "mean": "mean_heads", "none": "not_captured"}
 
@@ -77,6 +79,9 @@ class ScanConfig:
     train_len: int | None = None  # overrides the checkpoint's declared training length
     trust_remote_code: bool = False
     revision: str | None = None  # a Hub id's branch, tag or commit (default: main)
+    scale_schedule: str | None = (
+        None  # "piecewise:S" | "log:A": query-position multipliers (capture/schedule.py)
+    )
     entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
 
     def to_dict(self) -> dict:
@@ -109,6 +114,7 @@ class ScanConfig:
             )
         if self.train_len is not None and self.train_len < 1:
             raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
+        parse_schedule(self.scale_schedule)
         resolve_impl(self.backend)  # unknown backend names fail here, before loading anything
         if self.fused not in FUSED_MODES:
             raise EntropyLensError(
@@ -161,6 +167,7 @@ class Run:
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
     impl: str  # the entropy backend asked for ("auto" resolved); sums.backends says what ran
+    schedule: Schedule | None = None  # --scale-schedule with the model's training length
 
     @classmethod
     def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
@@ -196,7 +203,14 @@ class Run:
             )
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
         impl = resolve_impl(config.backend, device)
-        return cls(config, w, device, dtype, lm, multipliers, scale_source, chunks, impl)
+        train_len = config.train_len if config.train_len is not None else lm.train_len
+        if config.scale_schedule is not None and train_len is None:
+            raise EntropyLensError(
+                f"--scale-schedule needs the model's training length L, which {config.model} does not "
+                "declare; pass --train-len L"
+            )
+        schedule = parse_schedule(config.scale_schedule, train_len)
+        return cls(config, w, device, dtype, lm, multipliers, scale_source, chunks, impl, schedule)
 
     @property
     def identity(self) -> dict:
@@ -210,7 +224,10 @@ class Run:
     def capture(self) -> ScaleSession:
         """The context manager a batch runs in: scales only (--entropy none) or scales + recording."""
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
-        return kind(self.lm.model, scales=self.multipliers, impl=self.impl, fused=self.config.fused)
+        c = self.config
+        return kind(
+            self.lm.model, scales=self.multipliers, impl=self.impl, fused=c.fused, schedule=self.schedule
+        )
 
     def meta(self, sums: ScanSums, started: float) -> dict:
         """The results' meta (results.py documents every key)."""

@@ -1,0 +1,93 @@
+"""Query-position scale schedules (capture/schedule.py): m(i) multiplies query row i's scores in the
+layer output and the entropy, checked against float64 softmax with per-row scales, in both the
+separate and the fused path, and through a scan."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from tiny import make_tiny_model
+
+from entropy_lens.capture.attention import Session, activate, entropy_lens_attention
+from entropy_lens.capture.schedule import Schedule, parse_schedule
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.runs.scan import ScanConfig, scan
+
+
+def test_parse_and_the_two_curves():
+    assert parse_schedule(None) is None
+    pw, lg = parse_schedule("piecewise:1.5", 4), parse_schedule("log:0.4", 4)
+    i = torch.arange(10)
+    assert pw.multiplier(i).tolist() == [1.0] * 4 + [1.5] * 6
+    want = [1.0] * 4 + [1 + 0.4 * math.log(j / 4) for j in range(4, 10)]
+    np.testing.assert_allclose(lg.multiplier(i).numpy(), want, rtol=1e-6)
+    for bad in ("log", "log:x", "cosine:2", "piecewise:0", "log:-1", "log:nan"):
+        with pytest.raises(EntropyLensError, match="scale-schedule"):
+            parse_schedule(bad)
+
+
+def _float64_attention(q, k, v, lam, m):
+    """(out (B, T, Hq, D), entropy (B, Hq, T)) of causal softmax(m(i) λ q_i·k_j) in float64."""
+    G = q.shape[1] // k.shape[1]
+    k, v = (x.double().repeat_interleave(G, 1) for x in (k, v))
+    s = lam * m.double().view(1, 1, -1, 1) * (q.double() @ k.transpose(-1, -2))
+    T = s.shape[-1]
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    p = torch.softmax(s, -1)
+    return (p @ v).transpose(1, 2), -torch.special.xlogy(p, p).sum(-1)
+
+
+@pytest.mark.parametrize("fused", ["off", "on"])
+@pytest.mark.parametrize("text", ["piecewise:1.7", "log:0.6"])
+def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, h, 40, 16, generator=g) for h in (4, 2, 2))
+    schedule = parse_schedule(text, 12)
+    got = []
+    session = Session(
+        multipliers=1.3, schedule=schedule, fused=fused, on_entropy=lambda layer, ent, offset: got.append(ent)
+    )
+    with torch.no_grad(), activate(session):
+        out, _ = entropy_lens_attention(attn, q, k, v, None)
+    want_out, want_ent = _float64_attention(
+        q, k, v, 1.3 * attn.scaling, schedule.multiplier(torch.arange(40))
+    )
+    assert session.paths == {"fused" if fused == "on" else "separate"}
+    assert (got[0].double() - want_ent).abs().max().item() <= 1e-5
+    assert (out.double() - want_out).abs().max().item() <= 1e-5
+
+
+def test_position_ids_place_the_rows():
+    """A cached decode step: the row's position comes from position_ids (or the keys' count)."""
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(1, 4, 1, 16, generator=g),
+        *(torch.randn(1, 2, 30, 16, generator=g) for _ in range(2)),
+    )
+    sched = Schedule("piecewise", 2.0, 10)
+    outs = []
+    for pid in (None, torch.tensor([[29]])):
+        with torch.no_grad(), activate(Session(schedule=sched)):
+            outs.append(entropy_lens_attention(attn, q, k, v, None, position_ids=pid)[0])
+    with torch.no_grad(), activate(Session(multipliers=2.0)):  # position 29 >= L: m = 2 everywhere
+        want = entropy_lens_attention(attn, q, k, v, None)[0]
+    assert torch.allclose(outs[0], want, atol=1e-6) and torch.allclose(outs[1], want, atol=1e-6)
+
+
+def test_scan_with_a_schedule_changes_only_positions_beyond_the_training_length(tiny_dir):
+    base = {"model": str(tiny_dir), "length": 24, "samples": 2, "data": "austen:persuasion", "train_len": 8}
+    plain = scan(ScanConfig(**base, fused="off"), progress=False)
+    one = scan(ScanConfig(**base, fused="off", scale_schedule="piecewise:1.0"), progress=False)
+    log = scan(ScanConfig(**base, fused="off", scale_schedule="log:0.8"), progress=False)
+    np.testing.assert_array_equal(one.entropy, plain.entropy)  # m = 1 everywhere: the same numbers
+    np.testing.assert_array_equal(log.entropy[..., :9], plain.entropy[..., :9])  # m(i) = 1 for i <= L
+    assert np.abs(log.entropy[..., 9:] - plain.entropy[..., 9:]).min() > 0
+    assert (
+        log.meta["scan_config"]["scale_schedule"] == "log:0.8"
+        and "scale_schedule" not in plain.meta["scan_config"]
+    )
+    with pytest.raises(EntropyLensError, match="scale-schedule"):
+        scan(ScanConfig(**base, scale_schedule="cosine:1"), progress=False)
