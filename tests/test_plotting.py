@@ -246,3 +246,21 @@ def test_style_helpers():
     with paper_style(font_size=14):
         assert matplotlib.rcParams["font.size"] == 14 and matplotlib.rcParams["font.family"] == ["serif"]
     assert matplotlib.rcParams["font.family"] == before
+
+
+def test_loss_curves_draws_one_smoothed_line_per_curve_with_l_ticks():
+    import matplotlib.pyplot as plt
+
+    from entropy_lens.plotting import loss_curves
+
+    rng = np.random.default_rng(0)
+    curves = [("a", rng.normal(3, 1, 64)), ("b", rng.normal(4, 1, 80))]
+    ax = loss_curves(curves, colors=["r", "b"], styles=["-", "--"], smooth=4, train_len=16)
+    lines = [ln for ln in ax.get_lines() if ln.get_label() in ("a", "b")]
+    assert [ln.get_linestyle() for ln in lines] == ["-", "--"]
+    assert all(len(ln.get_xdata()) == 64 for ln in lines)  # cut to the shortest
+    assert np.std(lines[0].get_ydata()) < np.std(curves[0][1])  # smoothed
+    assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["0", "1L", "2L"]
+    with pytest.raises(EntropyLensError, match="colours and styles"):
+        loss_curves(curves, colors=["r"])
+    plt.close(ax.figure)

@@ -37,7 +37,7 @@ def common_differences(d: dict, c) -> list[str]:
 
 
 def differences(number: str, d: dict, c) -> list[str]:
-    """The deliberate differences of figure `number` ("01", ..., "12") from the paper's."""
+    """The deliberate differences of figure `number` ("01", ..., "13") from the paper's."""
     return _BY_FIGURE[number](d, c)
 
 
@@ -169,4 +169,12 @@ _BY_FIGURE = {
     "10": _grid("long_heads"),
     "11": _grid("long_uniform"),
     "12": _grid("long_nope"),
+    "13": lambda d, c: [
+        "not a figure of the paper: §2.4 states the result (no improvement) without a figure or numbers",
+        (
+            f"the piecewise scale beyond L is the sweep's best single scale for [L, {d['fit_len'] // d['L']}L), "
+            "one choice of many the paper does not specify; the log schedule's a is Figure 7's raw fit"
+        ),
+        _smoothing(d, c),
+    ],
 }

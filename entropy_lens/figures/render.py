@@ -1,4 +1,4 @@
-"""Render Figures 1–5, 7, 10–12 from `Runs.compute()`'s results, and the README beside them.
+"""Render Figures 1–5, 7, 10–13 from `Runs.compute()`'s results, and the README beside them.
 
 Each `figNN` returns (Figure, caption, headline lines); `render` saves PNG + PDF and writes
 figures/README.md with the command, the inputs, every headline number and, per figure, the deliberate
@@ -23,6 +23,7 @@ from entropy_lens.analysis import (
     yarn_scale,
 )
 from entropy_lens.analysis.correlation import describe
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures.differences import common_differences, differences
 from entropy_lens.plotting import (
     NOPE,
@@ -36,6 +37,7 @@ from entropy_lens.plotting import (
     bits,
     entropy_loss,
     family_colors,
+    loss_curves,
     models_by_layers,
     paper_style,
     scale_vs_entropy,
@@ -350,6 +352,64 @@ def _edge_words(fit, name: str) -> str:
     )
 
 
+def fig13(d, c):
+    """Not in the paper: §2.4's negative claim, measured (issue 15)."""
+    L, T, sweep = d["L"], d["fit_len"], d["sweep"]
+    beyond, a, runs = d["schedule_uniform"], d["schedule_a"], d["schedules"]
+    at = {float(x): i for i, x in enumerate(sweep.scales)}
+    if 1.0 not in at:
+        raise EntropyLensError(f"the sweep {c.sweep_scales} has no scale 1.0 for the NoPE curve; include 1.0")
+    curves = [
+        ("NoPE", sweep.loss[at[1.0]], "#1f78b4", "-"),
+        (f"uniform {beyond.scale:g} (best for [L, {T // L}L))", sweep.loss[at[beyond.scale]], NOPE_DARK, "-"),
+        (f"piecewise 1 → {beyond.scale:g} beyond L", runs["piecewise"].loss, "#e31a1c", "--"),
+        (f"log schedule, a = {a:.3g} (Figure 7)", runs["log"].loss, "#ff7f00", "--"),
+        ("$\\lambda^{(h)}$", runs["heads"].loss, "#33a02c", "-"),
+        ("$\\lambda^{(h)}$ × log schedule", runs["heads_log"].loss, "#6a3d9a", "--"),
+    ]
+    ax = loss_curves(
+        [(n, loss) for n, loss, _, _ in curves],
+        colors=[col for *_, col, _ in curves],
+        styles=[st for *_, st in curves],
+        smooth=c.smooth,
+        train_len=L,
+    )
+    names = ["NoPE", "uniform", "piecewise", "log", "λ(h)", "λ(h) × log"]
+    spans = [(L, T), (T - L, T)]
+    numbers = []
+    for a0, b0 in spans:
+        means = {n: _span_mean(loss, a0, b0) for n, (_, loss, _, _) in zip(names, curves)}
+        numbers.append(
+            f"mean loss over {_span((a0, b0), L)}: " + ", ".join(f"{n} {v:.3f}" for n, v in means.items())
+        )
+    whole = {n: _span_mean(loss, L, T) for n, (_, loss, _, _) in zip(names, curves)}
+    envelope = np.mean(
+        [best_uniform_scale(sweep, length=T, span=(k * L, (k + 1) * L)).loss for k in range(1, T // L)]
+    )
+    numbers.append(
+        f"the best uniform scale chosen per span of L with hindsight (an oracle, from the sweep) averages "
+        f"{envelope:.3f} over [L, {T // L}L)"
+    )
+    verdicts = [
+        ("piecewise", "uniform"),
+        ("log", "uniform"),
+        ("λ(h) × log", "λ(h)"),
+    ]
+    numbers.append(
+        "against the baseline each refines, over [L, "
+        f"{T // L}L): "
+        + "; ".join(f"{x} − {y} {whole[x] - whole[y]:+.3f} nats" for x, y in verdicts)
+        + " (negative: the position-dependent scale helps; the paper reports it did not)"
+    )
+    caption = (
+        f"§2.4 tested: loss by position at {T // L}L for NoPE, the best single uniform scale for [L, {T // L}L) "
+        f"({beyond.scale:g}), a piecewise scale (1 inside L, {beyond.scale:g} beyond), the log schedule "
+        f"m(i) = 1 + a ln(max(i, L)/L) with Figure 7's raw fit a = {a:.3g}, λ(h) searched at {d['long'] // L}L, "
+        "and λ(h) with the log schedule on top; loss only, the sweep's windows."
+    )
+    return ax.figure, caption, numbers
+
+
 def _grid(d, key, title, what):
     result = d[key]
     stride = max(1, result.length // 64)  # the paper: every 128th of 8192 positions
@@ -382,6 +442,7 @@ FIGS = {
         f"NoPE λ={d['uniform_scale']:g}/√d",
     ),
     "12": lambda d, c: _grid(d, "long_nope", "NoPE", "NoPE"),
+    "13": fig13,
 }
 
 
@@ -409,7 +470,7 @@ def _readme(sections, d, config) -> str:
             "Lengths are "
             f"multiples of the NoPE model's training length L = {d['L']}: Figures 1–3 at {d['short']} (the "
             "paper's 4K = "
-            f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figure 7 at {d['fit_len']} (16K = 8L). "
+            f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figures 7 and 13 at {d['fit_len']} (16K = 8L). "
             "Entropy is "
             "plotted in bits, loss (log-PPL) in nats."
         ),

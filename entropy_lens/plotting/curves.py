@@ -16,7 +16,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.plotting.style import bits
 from entropy_lens.results import ScanResult
 
-__all__ = ["entropy_loss"]
+__all__ = ["entropy_loss", "loss_curves"]
 
 
 def entropy_loss(
@@ -81,6 +81,48 @@ def entropy_loss(
             handlelength=1.5,
             columnspacing=1.0,
         )
+    elif legend:
+        ax.legend(loc=legend, frameon=False)
+    return ax
+
+
+def loss_curves(
+    curves: Sequence[tuple[str, np.ndarray]],
+    *,
+    colors: Sequence[str] | None = None,
+    styles: Sequence[str] | None = None,
+    ax=None,
+    smooth: int = 50,
+    train_len: int | None = None,
+    legend: str | None = "above",
+):
+    """One loss-by-position line per (label, loss (T,) nats), smoothed ±`smooth`; returns the Axes.
+    train_len: a dotted vertical line there and tick labels in multiples of L."""
+    import matplotlib.pyplot as plt
+
+    if not curves:
+        raise EntropyLensError("loss_curves needs at least one (label, loss) pair")
+    colors = list(colors) if colors is not None else [None] * len(curves)
+    styles = list(styles) if styles is not None else ["-"] * len(curves)
+    if not len(colors) == len(styles) == len(curves):
+        raise EntropyLensError(f"{len(curves)} curves: pass as many colours and styles")
+    ax = ax if ax is not None else plt.subplots(figsize=(8, 4))[1]
+    T = min(len(loss) for _, loss in curves)
+    x = np.arange(T)
+    for (label, loss), color, style in zip(curves, colors, styles):
+        loss = np.asarray(loss[:T], dtype=np.float64)
+        ax.plot(
+            x, moving_average(loss, smooth) if smooth else loss, color=color, ls=style, lw=1.8, label=label
+        )
+    if train_len:
+        ax.axvline(train_len, color="0.3", ls=":", lw=1)
+        ticks = np.arange(0, T + 1, train_len)
+        ax.set_xticks(ticks, [f"{t // train_len}L" if t else "0" for t in ticks])
+    ax.set_xlim(0, T - 1)
+    ax.set_xlabel("Position $i$")
+    ax.set_ylabel("log Perplexity (nats)")
+    if legend == "above":
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False, fontsize="small")
     elif legend:
         ax.legend(loc=legend, frameon=False)
     return ax

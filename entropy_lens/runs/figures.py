@@ -84,11 +84,33 @@ class Runs:
         d["long_uniform"] = self.scan(c.nope, long, scale=s_long)
         d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
         d["short_heads"] = self.scan(c.nope, short, head_scales=hs_short)
+        d.update(self.schedules(sweep, d["fit"], hs, L, fit_len))
         d["search_inits"] = self.inits
         d["clamp"] = HeadSearchConfig(model=c.nope, length=long).lower_bound  # the focus bound λ(h) ≥ 1/√d
         searched = [f for f, given in ((hs, c.head_scales), (hs_short, c.short_head_scales)) if not given]
         d["compute"] = _compute_time(d, searched)
         return d
+
+    def schedules(self, sweep, fit, head_scales: str, L: int, fit_len: int) -> dict:
+        """§2.4's negative claim at `fit_len`, loss only, with the sweep's windows: a piecewise scale
+        (1 inside L, beyond it the best single scale for [L, fit_len)) and the log schedule with
+        Figure 7's fitted a, each alone and the log one on top of λ(h)."""
+        from entropy_lens.analysis import best_uniform_scale
+
+        c = self.config
+        beyond = best_uniform_scale(sweep, length=fit_len, span=(L, fit_len))
+        a = max(fit.a, 0.0)  # a schedule must not shrink the scale; a negative fit is reported as such
+
+        def run(**kw):
+            return self.scan(c.nope, fit_len, samples=c.sweep_samples, entropy="none", **kw)
+
+        runs = {
+            "piecewise": run(scale_schedule=f"piecewise:{beyond.scale:g}"),
+            "log": run(scale_schedule=f"log:{a:.4g}"),
+            "heads": run(head_scales=head_scales),
+            "heads_log": run(head_scales=head_scales, scale_schedule=f"log:{a:.4g}"),
+        }
+        return {"schedules": runs, "schedule_uniform": beyond, "schedule_a": a}
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
         if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
@@ -293,7 +315,9 @@ def _compute_time(d: dict, search_files: list[str]) -> dict:
     """How long the runs behind the figures took, from what their results record (so a rerun from the
     cache reports the original runs, not the redraw): {"seconds", "runs", "unrecorded", "threads"}."""
     results = [v for k, v in d.items() if hasattr(v, "meta") and k != "sweep"]
-    results += [r for family in ("nope_family", "rope_family") for r in d[family].values()]
+    results += [
+        r for family in ("nope_family", "rope_family", "schedules") for r in d.get(family, {}).values()
+    ]
     metas = [r.meta for r in results] + list(d["sweep"].meta)
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
     metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
