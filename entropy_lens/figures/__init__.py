@@ -7,4 +7,4 @@ from entropy_lens.figures.render import render
 
 __all__ = ["FIGURES", "render"]
 
-FIGURES = ("01", "02", "03", "04", "05", "07", "10", "11", "12", "13")
+FIGURES = ("01", "02", "03", "04", "05", "07", "10", "11", "12", "13", "14")

@@ -37,7 +37,7 @@ def common_differences(d: dict, c) -> list[str]:
 
 
 def differences(number: str, d: dict, c) -> list[str]:
-    """The deliberate differences of figure `number` ("01", ..., "13") from the paper's."""
+    """The deliberate differences of figure `number` ("01", ..., "14") from the paper's."""
     return _BY_FIGURE[number](d, c)
 
 
@@ -175,6 +175,14 @@ _BY_FIGURE = {
             f"the piecewise scale beyond L is the sweep's best single scale for [L, {d['fit_len'] // d['L']}L), "
             "one choice of many the paper does not specify; the log schedule's a is Figure 7's raw fit"
         ),
+        _smoothing(d, c),
+    ],
+    "14": lambda d, c: [
+        (
+            "the paper's Table 4 reports perplexity at lengths; here the loss by position at the search's own "
+            f"length {d['long'] // d['L']}L, with span means"
+        ),
+        "both ablations search with the full search's steps, data and learning rate, each changing one thing",
         _smoothing(d, c),
     ],
 }

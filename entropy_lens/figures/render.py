@@ -1,4 +1,4 @@
-"""Render Figures 1–5, 7, 10–13 from `Runs.compute()`'s results, and the README beside them.
+"""Render Figures 1–5, 7, 10–14 from `Runs.compute()`'s results, and the README beside them.
 
 Each `figNN` returns (Figure, caption, headline lines); `render` saves PNG + PDF and writes
 figures/README.md with the command, the inputs, every headline number and, per figure, the deliberate
@@ -410,6 +410,48 @@ def fig13(d, c):
     return ax.figure, caption, numbers
 
 
+def fig14(d, c):
+    """Not a figure of the paper: its Table 4 (the λ(h) search's ablations), as loss by position."""
+    L, T = d["L"], d["long"]
+    s, abl = d["uniform_scale"], d["ablations"]
+    curves = [
+        (f"uniform s* = {s:g}", d["long_uniform"].loss, NOPE_DARK, "-"),
+        ("$\\lambda^{(h)}$ (focus constraint, from s*)", d["long_heads"].loss, "#33a02c", "-"),
+        ("without the focus constraint", abl["no_constraint"].loss, "#e31a1c", "--"),
+        ("without the initialisation (from 1.0)", abl["init_one"].loss, "#ff7f00", "--"),
+    ]
+    ax = loss_curves(
+        [(n, loss) for n, loss, _, _ in curves],
+        colors=[col for *_, col, _ in curves],
+        styles=[st for *_, st in curves],
+        smooth=c.smooth,
+        train_len=L,
+    )
+    names = ["uniform", "λ(h)", "no constraint", "init 1.0"]
+    numbers = []
+    for a0, b0 in [(L, T), (T - L, T)]:
+        means = {n: _span_mean(loss, a0, b0) for n, (_, loss, _, _) in zip(names, curves)}
+        numbers.append(
+            f"mean loss over {_span((a0, b0), L)}: "
+            + ", ".join(f"{n} {v:.3f}" for n, v in means.items())
+            + f" (ablations − λ(h): {means['no constraint'] - means['λ(h)']:+.3f}, "
+            f"{means['init 1.0'] - means['λ(h)']:+.3f})"
+        )
+    for name, path in d["ablation_files"].items():
+        scales = np.asarray(json.loads(Path(path + ".json").read_text())["scales"], dtype=np.float64)
+        below = int((scales < d["clamp"]).sum())
+        numbers.append(
+            f"{name.replace('_', ' ')}: λ(h) multipliers {scales.min():.2f}–{scales.max():.2f}, {below} of "
+            f"{scales.size} below the focus bound {d['clamp']:g}"
+        )
+    caption = (
+        f"The paper's Table 4 at {T // L}L: the λ(h) search (focus constraint λ(h) ≥ 1/√d, from s* = {s:g}) "
+        "against the same search without the constraint and without the initialisation, each evaluated "
+        f"like the full search; uniform s* for reference. {_search_words(d, c, T)}."
+    )
+    return ax.figure, caption, numbers
+
+
 def _grid(d, key, title, what):
     result = d[key]
     stride = max(1, result.length // 64)  # the paper: every 128th of 8192 positions
@@ -443,6 +485,7 @@ FIGS = {
     ),
     "12": lambda d, c: _grid(d, "long_nope", "NoPE", "NoPE"),
     "13": fig13,
+    "14": fig14,
 }
 
 

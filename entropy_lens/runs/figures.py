@@ -85,9 +85,11 @@ class Runs:
         d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
         d["short_heads"] = self.scan(c.nope, short, head_scales=hs_short)
         d.update(self.schedules(sweep, d["fit"], hs, L, fit_len))
+        d.update(self.ablations(long, s_long))
         d["search_inits"] = self.inits
         d["clamp"] = HeadSearchConfig(model=c.nope, length=long).lower_bound  # the focus bound λ(h) ≥ 1/√d
         searched = [f for f, given in ((hs, c.head_scales), (hs_short, c.short_head_scales)) if not given]
+        searched += list(d["ablation_files"].values())
         d["compute"] = _compute_time(d, searched)
         return d
 
@@ -165,7 +167,22 @@ class Runs:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
         return sweep(config, scales, folder, resume=True, progress=self.progress)
 
-    def search(self, model: str, length: int, init: float) -> str:
+    def ablations(self, length: int, init: float) -> dict:
+        """Table 4's ablations of the λ(h) search at `length`, each evaluated by a scan: without the
+        focus constraint (lower bound 0 instead of 1/√d) and without the initialisation (from 1.0)."""
+        c = self.config
+        searches = {"no_constraint": (init, 0.0), "init_one": (1.0, 1.0)}
+        # absolute, as the figures' own searches: one equal to those is the same file, counted once
+        files = {
+            name: str(Path(self.search(c.nope, length, start, lower_bound=lb, record=False)).resolve())
+            for name, (start, lb) in searches.items()
+        }
+        scans = {name: self.scan(c.nope, length, head_scales=f) for name, f in files.items()}
+        return {"ablation_files": files, "ablations": scans}
+
+    def search(
+        self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
+    ) -> str:
         from entropy_lens.runs.head_search import HeadSearchConfig, save_head_scales, search_head_scales
 
         c = self.config
@@ -181,10 +198,12 @@ class Runs:
             seed=c.seed,
             dtype=c.dtype,
             device=c.device,
+            lower_bound=lower_bound,
         )
         if config.init < config.lower_bound:  # s* below the focus bound: start where the clamp would put it
             config = dataclasses.replace(config, init=config.lower_bound)
-        self.inits[length] = config.init
+        if record:  # the init the figures' own search at this length started from
+            self.inits[length] = config.init
         path = self._path("heads", dataclasses.asdict(config), ".safetensors")
         if not path.is_file():
             if self.progress:
@@ -316,7 +335,9 @@ def _compute_time(d: dict, search_files: list[str]) -> dict:
     cache reports the original runs, not the redraw): {"seconds", "runs", "unrecorded", "threads"}."""
     results = [v for k, v in d.items() if hasattr(v, "meta") and k != "sweep"]
     results += [
-        r for family in ("nope_family", "rope_family", "schedules") for r in d.get(family, {}).values()
+        r
+        for family in ("nope_family", "rope_family", "schedules", "ablations")
+        for r in d.get(family, {}).values()
     ]
     metas = [r.meta for r in results] + list(d["sweep"].meta)
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
