@@ -32,6 +32,7 @@ _STATE = {"compiled": None, "status": "not used"}  # the compiled fold, and what
 
 
 def fold(s, m, l, u):
+    """One tile into the state; see the module docstring for the contract."""
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)  # no key seen yet
     alpha = torch.exp(m - m_safe)  # 0 while m = −inf
@@ -54,8 +55,11 @@ def fold_for(s: torch.Tensor):
     COMPILE_MIN scores when ENTROPY_LENS_COMPILE=1 (smaller ones cost less than the guards)."""
     if s.device.type != "cpu":
         return fold
-    if os.environ.get(ENV_VAR, "0") != "1" or s.numel() < COMPILE_MIN:
-        if _STATE["status"] == "not used" or os.environ.get(ENV_VAR, "0") != "1":
+    if os.environ.get(ENV_VAR, "0") != "1":
+        _STATE["status"] = "eager"
+        return fold
+    if s.numel() < COMPILE_MIN:
+        if _STATE["status"] == "not used":
             _STATE["status"] = "eager"
         return fold
     return compiled()
@@ -69,7 +73,8 @@ def compiled():
 
 
 def fold_status() -> str:
-    """ "compiled" or "eager (why)" for the last fold run on CPU, or "not used"."""
+    """How the CPU tiles ran: "eager", "compiled" (ENTROPY_LENS_COMPILE=1; tiles below COMPILE_MIN stay
+    eager) or "eager (torch.compile failed: ...)"; "not used" before any CPU tile."""
     return _STATE["status"]
 
 
