@@ -352,6 +352,26 @@ def _edge_words(fit, name: str) -> str:
     )
 
 
+def _loss_panel(curves, c, L: int):
+    """(Axes, {name: loss}) for `curves` of (legend label, short name, loss (T,), colour, line style)."""
+    ax = loss_curves(
+        [(label, loss) for label, _, loss, _, _ in curves],
+        colors=[color for *_, color, _ in curves],
+        styles=[style for *_, style in curves],
+        smooth=c.smooth,
+        train_len=L,
+    )
+    return ax, {name: loss for _, name, loss, _, _ in curves}
+
+
+def _span_means(losses: dict, a: int, b: int) -> dict:
+    return {name: _span_mean(loss, a, b) for name, loss in losses.items()}
+
+
+def _means_line(means: dict, span, L: int) -> str:
+    return f"mean loss over {_span(span, L)}: " + ", ".join(f"{n} {v:.3f}" for n, v in means.items())
+
+
 def fig13(d, c):
     """Not in the paper: §2.4's negative claim, measured (issue 15)."""
     L, T, sweep = d["L"], d["fit_len"], d["sweep"]
@@ -359,30 +379,32 @@ def fig13(d, c):
     at = {float(x): i for i, x in enumerate(sweep.scales)}
     if 1.0 not in at:
         raise EntropyLensError(f"the sweep {c.sweep_scales} has no scale 1.0 for the NoPE curve; include 1.0")
-    curves = [
-        ("NoPE", sweep.loss[at[1.0]], "#1f78b4", "-"),
-        (f"uniform {beyond.scale:g} (best for [L, {T // L}L))", sweep.loss[at[beyond.scale]], NOPE_DARK, "-"),
-        (f"piecewise 1 → {beyond.scale:g} beyond L", runs["piecewise"].loss, "#e31a1c", "--"),
-        (f"log schedule, a = {a:.3g} (Figure 7)", runs["log"].loss, "#ff7f00", "--"),
-        ("$\\lambda^{(h)}$", runs["heads"].loss, "#33a02c", "-"),
-        ("$\\lambda^{(h)}$ × log schedule", runs["heads_log"].loss, "#6a3d9a", "--"),
-    ]
-    ax = loss_curves(
-        [(n, loss) for n, loss, _, _ in curves],
-        colors=[col for *_, col, _ in curves],
-        styles=[st for *_, st in curves],
-        smooth=c.smooth,
-        train_len=L,
+    ax, losses = _loss_panel(
+        [
+            ("NoPE", "NoPE", sweep.loss[at[1.0]], "#1f78b4", "-"),
+            (
+                f"uniform {beyond.scale:g} (best for [L, {T // L}L))",
+                "uniform",
+                sweep.loss[at[beyond.scale]],
+                NOPE_DARK,
+                "-",
+            ),
+            (
+                f"piecewise 1 → {beyond.scale:g} beyond L",
+                "piecewise",
+                runs["piecewise"].loss,
+                "#e31a1c",
+                "--",
+            ),
+            (f"log schedule, a = {a:.3g} (Figure 7)", "log", runs["log"].loss, "#ff7f00", "--"),
+            ("$\\lambda^{(h)}$", "λ(h)", runs["heads"].loss, "#33a02c", "-"),
+            ("$\\lambda^{(h)}$ × log schedule", "λ(h) × log", runs["heads_log"].loss, "#6a3d9a", "--"),
+        ],
+        c,
+        L,
     )
-    names = ["NoPE", "uniform", "piecewise", "log", "λ(h)", "λ(h) × log"]
-    spans = [(L, T), (T - L, T)]
-    numbers = []
-    for a0, b0 in spans:
-        means = {n: _span_mean(loss, a0, b0) for n, (_, loss, _, _) in zip(names, curves)}
-        numbers.append(
-            f"mean loss over {_span((a0, b0), L)}: " + ", ".join(f"{n} {v:.3f}" for n, v in means.items())
-        )
-    whole = {n: _span_mean(loss, L, T) for n, (_, loss, _, _) in zip(names, curves)}
+    numbers = [_means_line(_span_means(losses, *span), span, L) for span in [(L, T), (T - L, T)]]
+    whole = _span_means(losses, L, T)
     envelope = np.mean(
         [best_uniform_scale(sweep, length=T, span=(k * L, (k + 1) * L)).loss for k in range(1, T // L)]
     )
@@ -390,22 +412,19 @@ def fig13(d, c):
         f"the best uniform scale chosen per span of L with hindsight (an oracle, from the sweep) averages "
         f"{envelope:.3f} over [L, {T // L}L)"
     )
-    verdicts = [
-        ("piecewise", "uniform"),
-        ("log", "uniform"),
-        ("λ(h) × log", "λ(h)"),
-    ]
+    verdicts = [("piecewise", "uniform"), ("log", "uniform"), ("λ(h) × log", "λ(h)")]
     numbers.append(
-        "against the baseline each refines, over [L, "
-        f"{T // L}L): "
+        f"against the baseline each refines, over [L, {T // L}L): "
         + "; ".join(f"{x} − {y} {whole[x] - whole[y]:+.3f} nats" for x, y in verdicts)
         + " (negative: the position-dependent scale helps; the paper reports it did not)"
     )
+    fitted = d["fit"].a
+    clamped = f" (the fit's a = {fitted:.3g} < 0 is taken as 0: a schedule must not shrink the scale)"
     caption = (
         f"§2.4 tested: loss by position at {T // L}L for NoPE, the best single uniform scale for [L, {T // L}L) "
         f"({beyond.scale:g}), a piecewise scale (1 inside L, {beyond.scale:g} beyond), the log schedule "
-        f"m(i) = 1 + a ln(max(i, L)/L) with Figure 7's raw fit a = {a:.3g}, λ(h) searched at {d['long'] // L}L, "
-        "and λ(h) with the log schedule on top; loss only, the sweep's windows."
+        f"m(i) = 1 + a ln(max(i, L)/L) with Figure 7's raw fit a = {a:.3g}{clamped if fitted < 0 else ''}, "
+        f"λ(h) searched at {d['long'] // L}L, and λ(h) with the log schedule on top; loss only, the sweep's windows."
     )
     return ax.figure, caption, numbers
 
@@ -414,26 +433,21 @@ def fig14(d, c):
     """Not a figure of the paper: its Table 4 (the λ(h) search's ablations), as loss by position."""
     L, T = d["L"], d["long"]
     s, abl = d["uniform_scale"], d["ablations"]
-    curves = [
-        (f"uniform s* = {s:g}", d["long_uniform"].loss, NOPE_DARK, "-"),
-        ("$\\lambda^{(h)}$ (focus constraint, from s*)", d["long_heads"].loss, "#33a02c", "-"),
-        ("without the focus constraint", abl["no_constraint"].loss, "#e31a1c", "--"),
-        ("without the initialisation (from 1.0)", abl["init_one"].loss, "#ff7f00", "--"),
-    ]
-    ax = loss_curves(
-        [(n, loss) for n, loss, _, _ in curves],
-        colors=[col for *_, col, _ in curves],
-        styles=[st for *_, st in curves],
-        smooth=c.smooth,
-        train_len=L,
+    ax, losses = _loss_panel(
+        [
+            (f"uniform s* = {s:g}", "uniform", d["long_uniform"].loss, NOPE_DARK, "-"),
+            ("$\\lambda^{(h)}$ (focus constraint, from s*)", "λ(h)", d["long_heads"].loss, "#33a02c", "-"),
+            ("without the focus constraint", "no constraint", abl["no_constraint"].loss, "#e31a1c", "--"),
+            ("without the initialisation (from 1.0)", "init 1.0", abl["init_one"].loss, "#ff7f00", "--"),
+        ],
+        c,
+        L,
     )
-    names = ["uniform", "λ(h)", "no constraint", "init 1.0"]
     numbers = []
-    for a0, b0 in [(L, T), (T - L, T)]:
-        means = {n: _span_mean(loss, a0, b0) for n, (_, loss, _, _) in zip(names, curves)}
+    for span in [(L, T), (T - L, T)]:
+        means = _span_means(losses, *span)
         numbers.append(
-            f"mean loss over {_span((a0, b0), L)}: "
-            + ", ".join(f"{n} {v:.3f}" for n, v in means.items())
+            _means_line(means, span, L)
             + f" (ablations − λ(h): {means['no constraint'] - means['λ(h)']:+.3f}, "
             f"{means['init 1.0'] - means['λ(h)']:+.3f})"
         )
@@ -447,7 +461,7 @@ def fig14(d, c):
     caption = (
         f"The paper's Table 4 at {T // L}L: the λ(h) search (focus constraint λ(h) ≥ 1/√d, from s* = {s:g}) "
         "against the same search without the constraint and without the initialisation, each evaluated "
-        f"like the full search; uniform s* for reference. {_search_words(d, c, T)}."
+        f"like the full search; uniform s* for reference. The full search: {_search_words(d, c, T)}."
     )
     return ax.figure, caption, numbers
 

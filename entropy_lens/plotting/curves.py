@@ -71,18 +71,7 @@ def entropy_loss(
         ax.set_ylabel(entropy_label)
     if loss_label:
         right.set_ylabel(loss_label)
-    if legend == "above":
-        ax.legend(
-            loc="lower left",
-            bbox_to_anchor=(0, 1.0),
-            ncol=min(len(curves), 2),
-            frameon=False,
-            fontsize="small",
-            handlelength=1.5,
-            columnspacing=1.0,
-        )
-    elif legend:
-        ax.legend(loc=legend, frameon=False)
+    _legend(ax, legend, len(curves))
     return ax
 
 
@@ -121,8 +110,22 @@ def loss_curves(
     ax.set_xlim(0, T - 1)
     ax.set_xlabel("Position $i$")
     ax.set_ylabel("log Perplexity (nats)")
+    _legend(ax, legend, len(curves))
+    return ax
+
+
+def _legend(ax, legend: str | None, n: int) -> None:
+    """ "above": a row of up to two columns above the axes, clear of the curves; a matplotlib location;
+    or None."""
     if legend == "above":
-        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False, fontsize="small")
+        ax.legend(
+            loc="lower left",
+            bbox_to_anchor=(0, 1.0),
+            ncol=min(n, 2),
+            frameon=False,
+            fontsize="small",
+            handlelength=1.5,
+            columnspacing=1.0,
+        )
     elif legend:
         ax.legend(loc=legend, frameon=False)
-    return ax
