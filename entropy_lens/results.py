@@ -24,7 +24,9 @@ torch path on CPU; "streamed": that torch path for softcapping or attention sink
 compute; several joined by "+"), entropy_units ("nats"),
 loss_units ("nats"), entropy_reduction ("per_head"; "mean_heads": the heads axis has length 1 and
 holds the mean over the layer's heads of entropy and of entropy_sq; "not_captured": loss only, the
-heads axis has length 0), chunk_indices, torch_version, transformers_version, created_utc, wall_time_s.
+heads axis has length 0), chunk_indices (which chunk of the packed text each sample is; with a
+`stride` in scan_config, which window: window k starts at token k·stride), scan_config (the ScanConfig's
+fields; `stride` only when set), torch_version, transformers_version, created_utc, wall_time_s.
 
 Files are written atomically (temporary file in the same folder, then os.replace): a reader sees
 the old file or the new one, never half of one.

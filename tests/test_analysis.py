@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from entropy_lens.analysis import (
     Sweep,
@@ -258,6 +259,9 @@ def test_argmins_on_the_grid_edge_are_counted_and_refused_in_words():
     assert f"largest scale 1.5 at {expected} of the {T - L} fitted positions" in problem
     assert "extend the sweep's scales upward past 1.5" in problem and "smallest" not in problem
     assert grid_edge_problem(fit, edges=["lower"]) is None
+    n_hi = fit.at_edge[1]
+    assert grid_edge_problem(fit, tolerance=n_hi / fit.n_points) is None  # that many allowed: reported only
+    assert grid_edge_problem(fit, tolerance=(n_hi - 1) / fit.n_points) == problem
     wide, _ = quadratic_sweep(a, L, T, np.round(np.arange(0.9, 2.2001, 0.01), 2))
     wide_fit = fit_scale_curve(Sweep.from_results(wide))
     assert wide_fit.at_edge == (0, 0) and grid_edge_problem(wide_fit) is None and wide_fit.smooth == 0
@@ -503,22 +507,75 @@ def ramp_curve(rng, T, start, *, level=3.0, sigma=0.05, slope=0.002):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_inflection_found_on_planted_ramp(seed):
-    # Level 3, threshold = max(6·0.05/√101, 0.02·3) = 0.06; the smoothed ramp passes it ~30 positions
-    # after the start (0.06 / 0.002), so the inflection must lie in [start, start + 60].
+    # σ = 0.05/√101; k = Φ⁻¹(1 − 0.05/m) over the m = (4096 − 512)/101 smoothed values searched. The
+    # smoothed ramp passes k·σ ≈ 0.015 a few positions around the start (the centred window sees
+    # `smooth` = 50 positions ahead), so the inflection lies in [start − 50, start + 60].
     rng = np.random.default_rng(seed)
     start = 1500
     found = find_inflection(ramp_curve(rng, 4096, start), train_len=1024, trend="flat")
-    assert start <= found.position <= start + 60
+    assert start - 50 <= found.position <= start + 60
     assert found.level == pytest.approx(3.0, abs=0.01)
-    assert found.threshold == pytest.approx(0.02 * found.level)  # the relative term wins at this noise
     assert found.spread == pytest.approx(0.05 / np.sqrt(101), rel=0.15) and found.persist == 102
-    down = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="down", trend="flat")
-    assert start <= down.position <= start + 60
-    assert (
-        find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, trend="flat").position is None
-    )  # "up" only
-    both = find_inflection(6.0 - ramp_curve(rng, 4096, start), train_len=1024, direction="both", trend="flat")
-    assert both.position == pytest.approx(down.position, abs=10)
+    assert found.k == pytest.approx(stats.norm.isf(0.05 / ((4096 - 512) / 101)))
+    assert found.threshold == pytest.approx(found.k * found.spread)
+    assert found.low <= found.position <= found.high
+    mirrored = 6.0 - ramp_curve(rng, 4096, start)
+    down = find_inflection(mirrored, train_len=1024, direction="down", trend="flat")
+    assert start - 50 <= down.position <= start + 60
+    assert find_inflection(mirrored, train_len=1024, trend="flat").position is None  # "up" only
+    both = find_inflection(mirrored, train_len=1024, direction="both", trend="flat")
+    assert both.position == down.position
+    assert find_inflection(ramp_curve(rng, 4096, start), train_len=1024, rel=0.02).threshold == pytest.approx(
+        0.02 * found.level, rel=0.01
+    )  # a relative floor still raises it when asked
+
+
+def test_inflection_threshold_from_the_sample_count():
+    """Noise the curve itself does not show (here: a smooth curve) comes from sd/√n: σ = √(mean(sd²/n)/(2w+1)),
+    and fewer samples give a larger threshold and a later departure; ±1σ brackets the position."""
+    L, T, w = 256, 1024, 8
+    t = np.arange(T)
+    curve = 3.0 + 0.002 * np.clip(t - 400, 0, None)  # noise-free ramp from 400
+    sd = np.full(T, 2.0)
+    many = find_inflection(curve, train_len=L, smooth=w, sd=sd, count=np.full(T, 1000), trend="flat")
+    few = find_inflection(curve, train_len=L, smooth=w, sd=sd, count=np.full(T, 10), trend="flat")
+    assert many.spread == pytest.approx(np.sqrt(4.0 / 1000 / (2 * w + 1)))
+    assert few.spread == pytest.approx(np.sqrt(4.0 / 10 / (2 * w + 1)))
+    assert 400 - w <= many.position < few.position
+    # the ramp rises 0.002 a position: one σ (widened by the level's own error, √(1 + 1/n) with
+    # n = 128 / 17 baseline values) moves the crossing by that / 0.002 positions, each way
+    for found in (many, few):
+        step = found.spread * np.sqrt(1 + 17 / 128) / 0.002
+        assert found.low == pytest.approx(found.position - step, abs=2)
+        assert found.high == pytest.approx(found.position + step, abs=2)
+    without = find_inflection(curve, train_len=L, smooth=w, trend="flat")  # the curve alone: no noise seen
+    assert without.spread < many.spread
+    with pytest.raises(EntropyLensError, match="count"):
+        find_inflection(curve, train_len=L, sd=sd)
+
+
+def test_log_trend_threshold_widens_with_extrapolation():
+    """The log-trend reference is a line fitted to n = 128/17 independent smoothed values, so a step of a
+    given size departs near the baseline but not far beyond it, where the line's prediction error
+    √(1 + 1/n + (x − x̄)²/(n var x)) has grown past step / (k·σ)."""
+    L, T, w = 256, 2048, 8
+    x = np.log(np.arange(T) + 1.0)
+    sd, count = np.full(T, 1.0), np.full(T, 100)
+    sigma = np.sqrt(0.01 / (2 * w + 1))
+    x0 = x[L // 2 : L]
+    n = (L // 2) / (2 * w + 1)
+    widen = np.sqrt(1 + 1 / n + (x - x0.mean()) ** 2 / (n * x0.var()))
+    base = 3.0 + 0.2 * x
+    probe = find_inflection(base, train_len=L, smooth=w, sd=sd, count=count)
+    assert probe.spread == pytest.approx(sigma) and probe.position is None
+    for start in (300, 1500):
+        step = 1.5 * probe.k * sigma * widen[300]  # well above the threshold at 300, below it at 1500
+        assert step < probe.k * sigma * widen[1500]
+        curve = base + step * (np.arange(T) >= start)
+        found = find_inflection(curve, train_len=L, smooth=w, sd=sd, count=count)
+        assert (found.position is not None) == (start == 300)
+        if start == 300:
+            assert start - w <= found.position <= start + w
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -528,7 +585,7 @@ def test_log_trend_ignores_in_distribution_growth(seed):
     rng = np.random.default_rng(seed)
     L, T, start = 1024, 4096, 1500
     curve = ramp_curve(rng, T, start) + 0.8 * np.log(np.arange(T) + 1.0) - 0.8 * np.log(L)
-    assert start <= find_inflection(curve, train_len=L).position <= start + 60
+    assert start - 50 <= find_inflection(curve, train_len=L).position <= start + 60
     assert find_inflection(curve, train_len=L, trend="flat").position < L
     with pytest.raises(EntropyLensError, match="trend"):
         find_inflection(curve, train_len=L, trend="linear")
@@ -571,7 +628,7 @@ def test_inflections_and_agreement_on_planted_sweep():
     assert str(df["entropy_inflection"].dtype) == "Int64"
     for name, offset in (("entropy_inflection", 0), ("loss_inflection", 20)):
         found = df[name].to_numpy(dtype=float)
-        assert np.all((found >= np.add(starts, offset)) & (found <= np.add(starts, offset + 60)))
+        assert np.all((found >= np.add(starts, offset - 50)) & (found <= np.add(starts, offset + 60)))
     agree = inflection_agreement(df)
     assert agree.n == 5 and agree.pearson_r > 0.99 and agree.pearson_p < 0.01 and agree.undefined is None
     assert 0 < agree.mean_abs_diff < 60

@@ -332,3 +332,57 @@ def test_a_missing_data_path_lists_every_accepted_form(tmp_path):
         token_chunks(None, str(tmp_path / "nothere.txt"), length=8, samples=1)
     message = str(err.value)
     assert all(form in message for form in ("austen:<novel>", "stdlib", ".txt", ".jsonl", ".npy"))
+
+
+# --- sliding windows (stride) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length, stride", [(16, 4), (16, 16), (7, 3), (8, 1)])
+def test_strided_rows_are_the_windows_starting_every_stride_tokens(tok, three_docs, length, stride):
+    documents, _ = load_documents(str(three_docs))
+    stream = reference_stream(tok, documents, tok.eos_token_id)
+    width = length + 1
+    c = token_chunks(tok, str(three_docs), length=length, samples=9, seed=4, stride=stride)
+    assert c.ids.shape == (9, width) and c.ids.dtype == np.int64 and c.ids.flags.writeable
+    assert c.n_available == (len(stream) - width) // stride + 1 and c.n_tokens == len(stream)
+    assert c.indices == sorted(set(c.indices)) and all(0 <= i < c.n_available for i in c.indices)
+    for row, i in zip(c.ids, c.indices):
+        np.testing.assert_array_equal(row, stream[i * stride : i * stride + width])
+    # the targets of each window's last `stride` positions: no token is scored twice
+    scored = np.concatenate([np.arange(i * stride + width - stride, i * stride + width) for i in c.indices])
+    assert len(np.unique(scored)) == len(scored) == 9 * stride
+
+
+def test_strided_selection_is_seeded_and_none_keeps_the_chunks(tok, three_docs):
+    a = token_chunks(tok, str(three_docs), length=8, samples=20, seed=0, stride=2)
+    b = token_chunks(tok, str(three_docs), length=8, samples=20, seed=0, stride=2)
+    assert a.indices == b.indices and np.array_equal(a.ids, b.ids)
+    assert token_chunks(tok, str(three_docs), length=8, samples=20, seed=1, stride=2).indices != a.indices
+    plain = token_chunks(tok, str(three_docs), length=8, samples=20, seed=0)
+    default = token_chunks(tok, str(three_docs), length=8, samples=20, seed=0, stride=None)
+    assert plain.indices == default.indices and np.array_equal(plain.ids, default.ids)
+    assert a.n_available > 4 * plain.n_available  # windows every 2 tokens vs chunks every 9
+
+
+@pytest.mark.parametrize("stride", [0, -3])
+def test_stride_below_one(tok, stride):
+    with pytest.raises(EntropyLensError, match="--stride must be at least 1.*pass --stride 1 or more"):
+        token_chunks(tok, "austen:persuasion", length=8, samples=1, stride=stride)
+
+
+def test_too_many_strided_samples(tok, three_docs):
+    n = token_chunks(tok, str(three_docs), length=64, samples=1, stride=32).n_available
+    with pytest.raises(EntropyLensError) as err:
+        token_chunks(tok, str(three_docs), length=64, samples=n + 1, stride=32)
+    message = str(err.value)
+    assert f"fills only {n:,} windows of 65 tokens (--len + 1) starting every 32 tokens" in message
+    assert f"pass --samples {n:,} or fewer, a smaller --stride or --len, or more --data" in message
+
+
+def test_npy_with_a_stride_is_refused(tok, tmp_path):
+    np.save(tmp_path / "ids.npy", np.zeros((4, 9), np.int64))
+    with pytest.raises(EntropyLensError) as err:
+        token_chunks(tok, str(tmp_path / "ids.npy"), length=8, samples=1, stride=2)
+    message = str(err.value)
+    assert len(message.splitlines()) == 1 and "already holds its rows" in message
+    assert "omit --stride" in message

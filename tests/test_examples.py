@@ -52,7 +52,7 @@ EXAMPLES = sorted(set(_help_examples()) | set(_readme_examples()))
 
 def test_examples_were_found():
     commands = {cmd.split()[1] for cmd in EXAMPLES}
-    assert commands == {"scan", "sweep", "fit", "train-tiny", "search-heads", "figures"}
+    assert commands == {"scan", "sweep", "ppl", "fit", "train-tiny", "search-heads", "figures"}
     assert len(_help_examples()) >= 12 and len(_readme_examples()) >= 10
 
 
@@ -70,6 +70,10 @@ def test_example_parses_and_its_settings_check(example):
             from entropy_lens.runs.sweep import parse_scales
 
             parse_scales(args.scales)
+    elif args.command == "ppl":
+        from entropy_lens.cli.perplexity import perplexity_config
+
+        perplexity_config(args).check()
     elif args.command == "train-tiny":
         from entropy_lens.cli.train import tiny_recipe
 

@@ -10,7 +10,7 @@ import pytest
 
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.figures import FIGURES
+from entropy_lens.figures import FIGURES, TABLES
 from entropy_lens.runs.figures import FiguresConfig, figure_data, make_figures
 
 MINIMAL = {
@@ -24,6 +24,7 @@ MINIMAL = {
     "search_steps": 2,
     "search_batch": 2,
     "batch_size": 2,
+    "ppl_samples": 2,
 }
 
 
@@ -51,9 +52,11 @@ def test_every_figure_and_the_readme(made):
     root, code = made
     assert code == 0
     names = sorted(p.name for p in (root / "out").iterdir())
-    assert names == sorted([f"figure-{n}.{e}" for n in FIGURES for e in ("png", "pdf")] + ["README.md"])
+    stems = [f"figure-{n}" for n in FIGURES] + [f"table-{n}" for n in TABLES]
+    assert names == sorted([f"{stem}.{e}" for stem in stems for e in ("png", "pdf")] + ["README.md"])
     readme = (root / "out" / "README.md").read_text()
     assert all(f"![Figure {int(n)}](figure-{n}.png)" in readme for n in FIGURES)
+    assert all(f"![Table {int(n)}](table-{n}.png)" in readme for n in TABLES)
     assert "a = " in readme and "Pearson r" in readme and '"train_len": 16' in readme
     assert (root / "out" / "figure-01.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -206,12 +209,93 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
     d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
     config = FiguresConfig.build(MINIMAL)
     assert all(f"- {line}" in readme for line in common_differences(d, config))
-    sections = re.split(r"^## Figure ", readme, flags=re.MULTILINE)[1:]
-    assert [s.split("\n")[0] for s in sections] == [str(int(n)) for n in FIGURES]
-    for number, section in zip(FIGURES, sections):
+    sections = re.split(r"^## ", readme, flags=re.MULTILINE)[1:]
+    items = [f"figure-{n}" for n in FIGURES] + [f"table-{n}" for n in TABLES]
+    assert [s.split("\n")[0] for s in sections] == [
+        f"{i.split('-')[0].capitalize()} {int(i[-2:])}" for i in items
+    ]
+    for item, section in zip(items, sections):
         listed = section.split("Differences from the paper:\n\n")[1].strip().splitlines()
-        assert listed and listed == [f"- {line}" for line in differences(number, d, config)]
-    assert "the left panel (NoPE after 10K of 50K training steps) is left out" in sections[5]
+        assert listed and listed == [f"- {line}" for line in differences(item, d, config)]
+    assert (
+        "the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run, 20% of"
+        in sections[5]
+    )
     assert f"uniform scale s* = {d['uniform'].scale:g}" in sections[3]
     given = dataclasses.replace(config, head_scales="hs8k.safetensors")
-    assert any("given (hs8k.safetensors)" in line for line in differences("04", d, given))
+    assert any("given (hs8k.safetensors)" in line for line in differences("figure-04", d, given))
+    without = dataclasses.replace(config, early=None)
+    assert (
+        "is left out: no early checkpoint given"
+        in differences("figure-07", {**d, "early_sweep": None}, without)[0]
+    )
+
+
+def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
+    """Table 2: per row and window length W = L, 2L, ..., 8L a loss-only scan of windows every L/8 tokens,
+    read off its last L/8 positions; the README's cells are those numbers (3 significant digits)."""
+    from entropy_lens.analysis import sliding_window_ppl
+
+    root, _ = made
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    L, stride = d["L"], d["L"] // 8
+    readme = (root / "out" / "README.md").read_text()
+    assert list(d["ppl"]) == [
+        "NoPE",
+        "RoPE",
+        "RoPE NTK (dynamic:2)",
+        "NoPE λ=1.2/√d",
+        "NoPE λ=1.5/√d",
+        "NoPE λ=1.8/√d",
+        f"NoPE s*={d['uniform_scale']:g}",
+        "NoPE λ(h) 2L",
+        "NoPE λ(h) 4L",
+    ]
+    rows = {
+        line.split(" | ")[0][2:]: line
+        for line in readme.splitlines()
+        if line.startswith(("| NoPE", "| RoPE"))
+    }
+    for name, row in d["ppl"].items():
+        assert list(row) == [L, 2 * L, 4 * L, 8 * L]
+        printed = [cell.split(" [")[0] for cell in rows[name].strip(" |").split(" | ")[1:]]
+        for (W, cell), text in zip(row.items(), printed, strict=True):
+            meta = cell["result"].meta
+            assert meta["scan_config"]["stride"] == stride and meta["len"] == W
+            assert meta["samples"] == MINIMAL["ppl_samples"] and meta["entropy_reduction"] == "not_captured"
+            again = sliding_window_ppl(cell["result"], stride)
+            assert again == cell["ppl"] and float(text) == float(f"{again.ppl:.3g}")
+
+
+def test_figure7_has_the_early_checkpoint_panel(made):
+    """Figure 7's left panel: the same sweep and fits for tiny-nope after 300 of its 1500 steps."""
+    from entropy_lens.analysis import fit_scale_curve
+
+    root, _ = made
+    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    early = d["early_sweep"]
+    assert early.meta[0]["model"] == "tiny-nope-step300" and early.length == d["sweep"].length
+    assert d["early_fit"].a == fit_scale_curve(early, train_len=d["L"]).a
+    assert d["steps"] == {"tiny-nope": 1500, "tiny-nope-step300": 300}
+    readme = (root / "out" / "README.md").read_text()
+    assert f"300 steps, raw argmin (the paper's fit): a = {d['early_fit'].a:.4f}" in readme
+    assert f"1500 steps, raw argmin (the paper's fit): a = {d['fit'].a:.4f}" in readme
+
+
+def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
+    root, _ = made
+    config = FiguresConfig.build(MINIMAL)
+    make_figures(config, tmp_path / "redrawn", cache=root / "cache", progress=False, cached_only=True)
+    assert (tmp_path / "redrawn" / "README.md").read_text() == (root / "out" / "README.md").read_text()
+    args = ["figures", "--config", str(root / "minimal.yaml"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--cache", str(tmp_path / "empty"), "--cached-only", "--quiet"]) == 2
+    assert "the sweep of tiny-nope at 128 is not in the cache" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "README.md").exists() and not any((tmp_path / "empty").rglob("*.npz"))
+
+
+def test_committed_readme_is_regenerated_from_the_committed_runs(tmp_path):
+    """Every number in figures/README.md comes from the runs committed in figures/runs: redrawn from them
+    with the default settings, run nothing, the README is the same text."""
+    root = Path(__file__).parent.parent
+    make_figures(FiguresConfig(), tmp_path, cache=root / "figures" / "runs", progress=False, cached_only=True)
+    assert (tmp_path / "README.md").read_text() == (root / "figures" / "README.md").read_text()

@@ -103,8 +103,8 @@ def test_paper_figures_run(kernel, tmp_path):
     code[0].source = f"SETTINGS = {MINIMAL!r}\nCACHE = {str(cache)!r}"
     execute(nb, kernel)
 
-    # One image per figure: 1, 2, 3, 4, 5, 7 and the three grids 10-12.
-    assert sum(n_images(c) for c in code) == 9
+    # One image per figure: 1, 2, 3, 4, 5, 7 (both checkpoints in one), the three grids 10-12, Table 2.
+    assert sum(n_images(c) for c in code) == 10
     assert all(
         n_images(cell_with(nb, call)) == 1
         for call in (
@@ -113,6 +113,7 @@ def test_paper_figures_run(kernel, tmp_path):
             "entropy_loss(list(fig4",
             "scale_vs_entropy(",
             "best_scale_by_position(",
+            "perplexity_by_length(",
         )
     )
     assert n_images(cell_with(nb, "all_heads_grid(")) == 3

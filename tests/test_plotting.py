@@ -264,3 +264,27 @@ def test_loss_curves_draws_one_smoothed_line_per_curve_with_l_ticks():
     with pytest.raises(EntropyLensError, match="colours and styles"):
         loss_curves(curves, colors=["r"])
     plt.close(ax.figure)
+
+
+def test_perplexity_by_length_draws_each_row_with_its_interval():
+    import matplotlib.pyplot as plt
+
+    from entropy_lens.analysis import WindowPPL
+    from entropy_lens.plotting import perplexity_by_length
+
+    def cell(W, ppl):
+        return WindowPPL(np.log(ppl), 0.05, ppl, ppl * 0.9, ppl * 1.2, 64, W, 4)
+
+    rows = {"a": [cell(16, 30.0), cell(32, 60.0)], "b": [cell(16, 20.0), cell(32, 90.0)]}
+    ax = perplexity_by_length(rows, colors=["r", "b"], styles=["-", "--"], train_len=16)
+    assert [c.get_label() for c in ax.containers] == ["a", "b"]  # one errorbar container per row
+    lines = [c.lines[0] for c in ax.containers]
+    assert [ln.get_linestyle() for ln in lines] == ["-", "--"]
+    np.testing.assert_allclose(lines[0].get_ydata(), [30.0, 60.0])
+    bars = ax.containers[0].lines[2][0].get_segments()  # the error bars: from ppl_low to ppl_high
+    np.testing.assert_allclose([seg[:, 1] for seg in bars], [[27.0, 36.0], [54.0, 72.0]])
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1L", "2L"]
+    with pytest.raises(EntropyLensError, match="at least one row"):
+        perplexity_by_length({})
+    plt.close(ax.figure)

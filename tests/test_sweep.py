@@ -27,7 +27,8 @@ def config(tiny_dir):
 def test_parse_scales():
     assert parse_scales("1.0:1.2:0.05") == [1.0, 1.05, 1.1, 1.15, 1.2]
     assert parse_scales("1.4, 1.0,1.2,1.2") == [1.0, 1.2, 1.4]
-    for bad in ("1:2", "2:1:0.1", "1:2:0", "a,b", "-1,1", "1,nan", ""):
+    assert parse_scales("0.1:0.3:0.1,0.9:1.0:0.05, 2") == [0.1, 0.2, 0.3, 0.9, 0.95, 1.0, 2.0]
+    for bad in ("1:2", "2:1:0.1", "1:2:0", "a,b", "-1,1", "1,nan", "", "0.1:0.2:0.1,1:2"):
         with pytest.raises(EntropyLensError, match="--scales"):
             parse_scales(bad)
 

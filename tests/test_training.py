@@ -50,6 +50,18 @@ def weights(folder) -> dict[str, np.ndarray]:
     return load_file(folder / "model.safetensors")
 
 
+def crash_at(step: int):
+    """data.random_windows, interrupted (as by Ctrl-C) when training asks for the batch of `step`."""
+    real = data_module.random_windows
+
+    def windows(stream, length, n, seed, at):
+        if at == step:
+            raise KeyboardInterrupt
+        return real(stream, length, n, seed, at)
+
+    return windows
+
+
 def test_bpe_is_deterministic_and_round_trips(text_file):
     docs = [text_file.read_text()]
     a, b = train_bpe(docs, 300), train_bpe(docs, 300)
@@ -111,13 +123,7 @@ def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeyp
     )
 
     real_windows = data_module.random_windows
-
-    def crash_at_5(stream, length, n, seed, step):
-        if step == 5:
-            raise KeyboardInterrupt
-        return real_windows(stream, length, n, seed, step)
-
-    monkeypatch.setattr(data_module, "random_windows", crash_at_5)
+    monkeypatch.setattr(data_module, "random_windows", crash_at(5))
     with pytest.raises(KeyboardInterrupt):
         train_tiny(recipe, tmp_path / "r", progress=False, checkpoint_every=2)
     assert (tmp_path / "r.partial" / "checkpoint.pt").is_file() and not (tmp_path / "r").exists()
@@ -126,6 +132,35 @@ def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeyp
         train_tiny(micro(text_file, lr=1e-2), tmp_path / "r", resume=True, progress=False)
     resumed = weights(train_tiny(recipe, tmp_path / "r", resume=True, progress=False))
     assert all(np.array_equal(a[k], resumed[k]) for k in a)
+
+
+def test_snapshot_is_the_run_at_that_step(tmp_path, text_file, monkeypatch):
+    """A snapshot is the model the run holds after that step (its checkpoint there), a loadable folder
+    inside the finished one, and a resume keeps snapshots of the first part."""
+    recipe = micro(text_file)
+    out = train_tiny(recipe, tmp_path / "a", progress=False, snapshots=(3,))
+    snap = out / "step-3"
+    facts = json.loads((snap / "training.json").read_text())
+    assert facts["snapshot_step"] == 3 and facts["tokens_seen"] == 3 * recipe.tokens_per_step
+    assert "snapshot_step" not in json.loads((out / "training.json").read_text())
+    assert load_model(str(snap)).train_len == recipe.train_len
+
+    real_windows = data_module.random_windows
+    monkeypatch.setattr(data_module, "random_windows", crash_at(4))
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny(recipe, tmp_path / "b", progress=False, checkpoint_every=3, snapshots=(3,))
+    state = torch.load(tmp_path / "b.partial" / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 3
+    ours = weights(snap)
+    assert all(np.array_equal(ours[k], state["model"][k].numpy()) for k in ours)
+    monkeypatch.setattr(data_module, "random_windows", real_windows)
+    with pytest.raises(EntropyLensError, match="did not save that snapshot"):
+        train_tiny(recipe, tmp_path / "b", resume=True, progress=False, snapshots=(2,))
+    resumed = train_tiny(recipe, tmp_path / "b", resume=True, progress=False, snapshots=(3,))
+    assert all(np.array_equal(ours[k], weights(resumed / "step-3")[k]) for k in ours)
+    assert all(np.array_equal(weights(out)[k], weights(resumed)[k]) for k in ours)
+    with pytest.raises(EntropyLensError, match="not a step before the last"):
+        train_tiny(recipe, tmp_path / "c", progress=False, snapshots=(recipe.steps,))
 
 
 def test_cli_trains_and_refuses_to_overwrite(tmp_path, text_file, capsys):

@@ -1,5 +1,5 @@
 """Analysis of results files: sweeps, best scale per position, the scale fit, head scales vs entropy,
-inflection points. Inputs are results files / `ScanResult` objects; outputs are tidy DataFrames or
+inflection points, sliding-window perplexity. Inputs are results files / `ScanResult` objects; outputs are tidy DataFrames or
 small dataclasses. Imports numpy, scipy, pandas and `entropy_lens.results` only (no torch), so it
 runs on a laptop from the files alone.
 
@@ -17,6 +17,9 @@ runs on a laptop from the files alone.
 
     df = inflections(sweep)                         # entropy and loss inflection per scale
     inflection_agreement(df).pearson_r
+
+    sliding_window_ppl(ScanResult.load("w512.npz"), stride=16).ppl   # Table 2: a `scan --stride 16`
+    ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
 """
 
 from entropy_lens.analysis.fit import (
@@ -35,6 +38,7 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
+from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
 from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
@@ -47,6 +51,7 @@ __all__ = [
     "ScaleFit",
     "Sweep",
     "UniformChoice",
+    "WindowPPL",
     "best_scale_per_position",
     "best_uniform_scale",
     "find_inflection",
@@ -59,7 +64,9 @@ __all__ = [
     "missing_scales",
     "moving_average",
     "pooled_within_layer",
+    "ppl_table",
     "resume_command",
+    "sliding_window_ppl",
     "uniform_scale",
     "yarn_scale",
 ]

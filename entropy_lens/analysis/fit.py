@@ -60,9 +60,10 @@ def yarn_scale(factor: float) -> float:
     return (1.0 + 0.1 * float(np.log(factor))) ** 2
 
 
-def grid_edge_problem(fit: ScaleFit, *, edges=("lower", "upper")) -> str | None:
-    """None when no fitted position's best scale lies on the sweep grid's `edges` ("lower", "upper")
-    or the grid is unknown; else what is wrong and how to fix it, in words."""
+def grid_edge_problem(fit: ScaleFit, *, edges=("lower", "upper"), tolerance: float = 0.0) -> str | None:
+    """None when at most a share `tolerance` of the fitted positions has its best scale on the sweep
+    grid's `edges` ("lower", "upper"), or the grid is unknown; else what is wrong and how to fix it,
+    in words."""
     unknown = set(edges) - {"lower", "upper"}
     if unknown:
         raise EntropyLensError(f"grid edges are 'lower' and 'upper', not {sorted(unknown)}")
@@ -72,7 +73,7 @@ def grid_edge_problem(fit: ScaleFit, *, edges=("lower", "upper")) -> str | None:
     for n, value, edge, side, way in zip(
         fit.at_edge, fit.grid, ("lower", "upper"), ("smallest", "largest"), ("down", "up")
     ):
-        if n and edge in edges:
+        if n > tolerance * fit.n_points and edge in edges:
             parts.append(f"the grid's {side} scale {value:g} at {n}")
             fixes.append(f"{way}ward past {value:g}")
     if not parts:

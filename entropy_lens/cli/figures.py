@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from entropy_lens.runs.figures import CACHE
+
 FIGURES_EXAMPLES = """examples:
   entropy-lens figures                                   # the embedded tiny pair (figures/README.md: how long)
+  entropy-lens figures --cached-only --out /tmp/figures   # redraw from the committed runs, run nothing
   entropy-lens figures --config paper --out figures/paper   # the packaged paper.yaml; copy it to set paths
   entropy-lens figures --nope-ckpt TinyLlama-NoPE-1.1B --rope-ckpt tinyLlama-step-50k \\
       --head-scale-ckpt TinyLlama-NoPE-HeadScale8k --train-len 2048 --len 16384 --device cuda \\
@@ -28,9 +31,24 @@ def add_parsers(sub) -> None:
     f.add_argument(
         "--out", default="figures", help="folder for figure-NN.png/.pdf and README.md (default figures)"
     )
-    f.add_argument("--cache", default="results/figures", help="folder for the scans, sweep and head scales")
+    f.add_argument(
+        "--cache",
+        default=CACHE,
+        help=f"folder for the scans, sweeps and head scales (default {CACHE}: the runs behind the committed "
+        "figures)",
+    )
+    f.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="run nothing: redraw from the cache, and name any run it lacks",
+    )
     f.add_argument("--nope-ckpt", dest="nope", help="NoPE checkpoint (default tiny-nope)")
     f.add_argument("--rope-ckpt", dest="rope", help="its RoPE twin (default tiny-rope)")
+    f.add_argument(
+        "--early-ckpt",
+        dest="early",
+        help="an early checkpoint of the NoPE model's run, Figure 7's left panel (default tiny-nope-step300)",
+    )
     f.add_argument(
         "--head-scale-ckpt",
         dest="head_scales",
@@ -51,7 +69,7 @@ def figures_config(args):
 
     overrides = {
         k: getattr(args, k)
-        for k in ("nope", "rope", "head_scales", "train_len", "length", "data", "samples", "device")
+        for k in ("nope", "rope", "early", "head_scales", "train_len", "length", "data", "samples", "device")
     }
     if args.config:
         return FiguresConfig.from_file(args.config, **overrides)
@@ -66,5 +84,5 @@ def cmd_figures(args) -> int:
     from entropy_lens.runs.figures import make_figures
 
     config = figures_config(args)
-    make_figures(config, args.out, cache=args.cache, progress=not args.quiet)
+    make_figures(config, args.out, cache=args.cache, progress=not args.quiet, cached_only=args.cached_only)
     return 0

@@ -97,6 +97,13 @@ def _add_scan_args(p) -> None:
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="which chunks are drawn (default 0)")
     p.add_argument(
+        "--stride",
+        type=int,
+        metavar="S",
+        help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
+        "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
+    )
+    p.add_argument(
         "--backend",
         default="auto",
         help="entropy kernel: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference",

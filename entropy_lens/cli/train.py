@@ -12,6 +12,7 @@ TRAIN_EXAMPLES = """examples:
   entropy-lens train-tiny --kind nope --out tiny-nope        # ~16 min on 2 CPU cores
   entropy-lens train-tiny --kind rope --out tiny-rope --resume
   entropy-lens train-tiny --kind nope --train-len 256 --steps 3000 --out tiny-nope-256
+  entropy-lens train-tiny --kind nope --snapshot 300 --out tiny-nope   # also tiny-nope/step-300/
 """
 
 
@@ -30,6 +31,14 @@ def add_parsers(sub) -> None:
             t.add_argument(
                 flag, type=type(field.default), default=field.default, help=f"(default {field.default})"
             )
+    t.add_argument(
+        "--snapshot",
+        type=int,
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="also save the model after STEP steps as <out>/step-STEP/ (repeatable)",
+    )
     mode = t.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
     mode.add_argument("--force", action="store_true", help="overwrite an existing --out")
@@ -47,7 +56,12 @@ def cmd_train_tiny(args) -> int:
 
     recipe = tiny_recipe(args)
     out = train_tiny(
-        recipe, args.out or f"tiny-{args.kind}", resume=args.resume, force=args.force, progress=not args.quiet
+        recipe,
+        args.out or f"tiny-{args.kind}",
+        resume=args.resume,
+        force=args.force,
+        progress=not args.quiet,
+        snapshots=tuple(args.snapshot),
     )
     facts = json.loads((out / "training.json").read_text())
     print(
@@ -55,5 +69,5 @@ def cmd_train_tiny(args) -> int:
         f"{recipe.train_len} tokens in {facts['wall_s'] / 60:.1f} min; final train loss "
         f"{facts['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps)"
     )
-    print(f"wrote {out}")
+    print(f"wrote {out}" + "".join(f", {out}/step-{n}" for n in args.snapshot))
     return 0

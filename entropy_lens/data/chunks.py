@@ -12,8 +12,15 @@ Design choices:
   cut into consecutive, non-overlapping chunks of T + 1 tokens, and the incomplete tail is
   dropped. A chunk may span a document boundary, as in the pre-training data of most LMs;
   long books such as the Austen novels make that rare for T of a few thousand.
+- Sliding windows (`stride=S`, the sliding-window perplexity of Press et al. 2022): the rows are
+  instead the windows of T + 1 tokens starting every S tokens of the stream, k·S for k = 0, 1, ...
+  (`sliding_window_view(stream, T + 1)[::S]`, views until the sample is copied out). Window k's
+  last S targets are stream tokens k·S + T − S + 1 .. k·S + T, so these spans of different
+  windows are disjoint: scoring only the last S positions of a sample of windows scores each token
+  at most once. S = T gives windows that share one token, each target scored once. A `.npy`
+  source is already cut into rows and takes no stride.
 - Selection is reproducible: `default_rng(seed).choice(n_available, samples, replace=False)`,
-  sorted, so the same (tokenizer, data, length, samples, seed) always gives the same rows.
+  sorted, so the same (tokenizer, data, length, samples, seed, stride) always gives the same rows.
 - Tokenising is the slow part (about 1.3 s for the 4 MB of Austen on 2 cores), and a sweep calls
   this once per scale or length. The stream is cached in memory, keyed by the tokenizer's
   identity (class, name, size, separator and a digest of its serialized vocabulary and
@@ -36,7 +43,7 @@ import numpy as np
 from entropy_lens.data.corpora import load_labelled
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["Chunks", "clear_cache", "packed_stream", "separator_id", "token_chunks"]
+__all__ = ["Chunks", "check_stride", "clear_cache", "packed_stream", "separator_id", "token_chunks"]
 
 _CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _CACHE_SIZE = 4  # streams; Austen with a 300-token vocabulary is 3M tokens (24 MB)
@@ -48,8 +55,8 @@ class Chunks:
     """A seeded sample of chunks. `eq=False`: compare `ids` with numpy, not `==`."""
 
     ids: np.ndarray  # int64 (samples, length + 1)
-    indices: list[int]  # which chunk of the packed stream (for .npy: which row) each row is
-    n_available: int  # how many chunks of length + 1 the source fills
+    indices: list[int]  # which chunk (or window, with a stride; for .npy: which row) each row is
+    n_available: int  # how many chunks (or windows) of length + 1 the source fills
     n_tokens: int  # tokens in the packed stream (for .npy: rows * (length + 1))
     description: str  # e.g. "austen (6 documents, 1,012,345 tokens)"
     separator_id: int | None  # the token between documents (None: none, or a .npy source)
@@ -69,16 +76,28 @@ def check_length(length: int) -> None:
         )
 
 
-def token_chunks(tokenizer, data: str, *, length: int, samples: int, seed: int = 0) -> Chunks:
-    """`samples` chunks of `length + 1` consecutive tokens of `data` (a corpus name, a text
-    path, or a .npy of token ids), chosen without replacement by `seed`."""
+def token_chunks(
+    tokenizer, data: str, *, length: int, samples: int, seed: int = 0, stride: int | None = None
+) -> Chunks:
+    """`samples` rows of `length + 1` consecutive tokens of `data` (a corpus name, a text path, or a
+    .npy of token ids), chosen without replacement by `seed`. `stride` None: non-overlapping chunks;
+    an int S >= 1: the windows starting every S tokens (module docstring), `Chunks.indices` then
+    counting windows, so row i starts at stream token indices[i] * S."""
     data = os.fspath(data)
     length, samples = operator.index(length), operator.index(samples)
     check_length(length)
     if samples < 1:
         raise EntropyLensError(f"--samples must be at least 1 (got {samples}); pass --samples 1 or more")
+    if stride is not None:
+        stride = operator.index(stride)
+        check_stride(stride)
     width = length + 1
     if data.endswith(".npy"):
+        if stride is not None:
+            raise EntropyLensError(
+                f"--stride cannot cut --data {data!r}: a .npy already holds its rows; pass the text it "
+                "was made from (or a corpus name) to slide windows over, or omit --stride"
+            )
         rows = _npy_rows(tokenizer, data, width)
         n_tokens, separator = rows.size, None
         description = f"{data} ({len(rows):,} rows of {width:,} token ids)"
@@ -90,19 +109,35 @@ def token_chunks(tokenizer, data: str, *, length: int, samples: int, seed: int =
                 f"--len {length:,} needs {width:,} tokens per chunk but {data!r} has {n_tokens:,} tokens; "
                 "pass --data with more text or a smaller --len"
             )
-        rows = stream[: n_tokens // width * width].reshape(-1, width)
+        if stride is None:
+            rows = stream[: n_tokens // width * width].reshape(-1, width)
+        else:
+            rows = np.lib.stride_tricks.sliding_window_view(stream, width)[::stride]
         description = f"{label} ({n_docs:,} document{'s' * (n_docs != 1)}, {n_tokens:,} tokens)"
     n_available = len(rows)
     if samples > n_available:
+        if stride is None:
+            what, fix = f"chunks of {width:,} tokens (--len + 1)", "a smaller --len"
+        else:
+            what = f"windows of {width:,} tokens (--len + 1) starting every {stride:,} tokens (--stride)"
+            fix = "a smaller --stride or --len"
         raise EntropyLensError(
-            f"--samples {samples:,} is more than {data!r} holds: it fills only {n_available:,} chunks "
-            f"of {width:,} tokens (--len + 1); pass --samples {n_available:,} or fewer, a smaller --len, "
-            "or more --data"
+            f"--samples {samples:,} is more than {data!r} holds: it fills only {n_available:,} {what}; "
+            f"pass --samples {n_available:,} or fewer, {fix}, or more --data"
         )
     rng = np.random.default_rng(seed)
     indices = sorted(int(i) for i in rng.choice(n_available, size=samples, replace=False))
     ids = np.ascontiguousarray(rows[indices], dtype=np.int64)  # a copy: callers may write to it
     return Chunks(ids, indices, n_available, int(n_tokens), description, separator)
+
+
+def check_stride(stride: int | None) -> None:
+    """--stride: None (non-overlapping chunks) or at least 1 token between window starts."""
+    if stride is not None and stride < 1:
+        raise EntropyLensError(
+            f"--stride must be at least 1 (got {stride}): windows start every --stride tokens; pass "
+            "--stride 1 or more, or omit it for non-overlapping chunks"
+        )
 
 
 def packed_stream(tokenizer, data: str) -> tuple[np.ndarray, str]:

@@ -5,6 +5,7 @@ headline numbers (`render`). The runs themselves (scans, sweep, head-scale searc
 
 from entropy_lens.figures.render import render
 
-__all__ = ["FIGURES", "render"]
+__all__ = ["FIGURES", "TABLES", "render"]
 
 FIGURES = ("01", "02", "03", "04", "05", "07", "10", "11", "12", "13", "14")
+TABLES = ("02",)  # the paper's tables this package draws: table-NN.png/.pdf and a README section

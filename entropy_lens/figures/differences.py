@@ -8,6 +8,8 @@ The paper's own values (its lengths, smoothing, layer choices) are quoted as the
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["common_differences", "differences"]
 
 
@@ -36,9 +38,9 @@ def common_differences(d: dict, c) -> list[str]:
     ]
 
 
-def differences(number: str, d: dict, c) -> list[str]:
-    """The deliberate differences of figure `number` ("01", ..., "14") from the paper's."""
-    return _BY_FIGURE[number](d, c)
+def differences(item: str, d: dict, c) -> list[str]:
+    """The deliberate differences of `item` ("figure-01", ..., "figure-14", "table-02") from the paper's."""
+    return _BY_ITEM[item](d, c)
 
 
 def _smoothing(d, c) -> str:
@@ -117,25 +119,39 @@ def _fig05(d, c):
 
 
 def _fig07(d, c):
-    fit, sweep = d["fit"], d["sweep"]
-    lines = [
+    sweep = d["sweep"]
+    if d["early_sweep"] is None:
+        lines = [
+            "the left panel (NoPE after 10K of 50K training steps) is left out: no early checkpoint given"
+        ]
+    else:
+        trained = [d["steps"].get(m) for m in (c.early, c.nope)]
+        share = f", {trained[0] / trained[1]:.0%} of its steps" if all(trained) else ""
+        lines = [
+            f"the left panel is {c.early}, a checkpoint of {c.nope}'s own training run{share} (the paper: "
+            + "10K of 50K steps, 20%)"
+        ]
+    lines += [
         (
-            "the left panel (NoPE after 10K of 50K training steps) is left out: it needs an early training "
-            "checkpoint, and the committed tiny model is not retrained"
-        ),
-        (
-            f"grid {c.sweep_scales} (the paper: step 0.01, range not stated; its plot shows 0.9–2.0), "
-            f"{c.sweep_samples} windows at {sweep.length} per scale (the paper: not stated)"
+            f"grid {c.sweep_scales} (start:stop:step; the paper: step 0.01, range not stated; its plot shows "
+            f"0.9–2.0), {c.sweep_samples} windows at {sweep.length} per scale (the paper: not stated)"
         ),
         "the y axis spans the whole grid (the paper: 0.9–2.0)",
     ]
+    steps = sorted({round(float(x), 6) for x in np.diff(sweep.scales)})
+    if len(steps) > 1:
+        lines.append(
+            f"the grid's steps are {', '.join(f'{x:g}' for x in steps)}: where the argmin falls on a coarser "
+            + "part, it is placed only to that step"
+        )
     if d["fit_smoothed"] is not None:
         lines.append(f"a second fit, to the argmin of loss curves smoothed ±{c.fit_smooth} (an addition)")
-    if fit.at_edge and fit.at_edge[0]:
-        lines.append(
-            f"{fit.at_edge[0]} fitted positions have their best scale at the grid's smallest, "
-            f"{fit.grid[0]:g}: the fit counts them at that value though their best may lie below"
-        )
+    for fit, model in ((d["early_fit"], c.early), (d["fit"], c.nope)):
+        if fit is not None and fit.at_edge and fit.at_edge[0]:
+            lines.append(
+                f"{model}: {fit.at_edge[0]} fitted positions have their best scale at the grid's smallest, "
+                f"{fit.grid[0]:g}: the fit counts them at that value though their best may lie below"
+            )
     return lines
 
 
@@ -159,17 +175,17 @@ def _grid(key):
     return lines
 
 
-_BY_FIGURE = {
-    "01": _fig01,
-    "02": _fig02,
-    "03": _fig03,
-    "04": _fig04,
-    "05": _fig05,
-    "07": _fig07,
-    "10": _grid("long_heads"),
-    "11": _grid("long_uniform"),
-    "12": _grid("long_nope"),
-    "13": lambda d, c: [
+_BY_ITEM = {
+    "figure-01": _fig01,
+    "figure-02": _fig02,
+    "figure-03": _fig03,
+    "figure-04": _fig04,
+    "figure-05": _fig05,
+    "figure-07": _fig07,
+    "figure-10": _grid("long_heads"),
+    "figure-11": _grid("long_uniform"),
+    "figure-12": _grid("long_nope"),
+    "figure-13": lambda d, c: [
         "not a figure of the paper: §2.4 states the result (no improvement) without a figure or numbers",
         (
             f"the piecewise scale beyond L is the sweep's best single scale for [L, {d['fit_len'] // d['L']}L), "
@@ -177,12 +193,25 @@ _BY_FIGURE = {
         ),
         _smoothing(d, c),
     ],
-    "14": lambda d, c: [
+    "figure-14": lambda d, c: [
         (
             "the paper's Table 4 reports perplexity at lengths; here the loss by position at the search's own "
             f"length {d['long'] // d['L']}L, with span means"
         ),
         "both ablations search with the full search's steps, data and learning rate, each changing one thing",
         _smoothing(d, c),
+    ],
+    "table-02": lambda d, c: [
+        (
+            f"the embedded pair on {c.data} (the paper: TinyLlama-size models on PG19 and proof-pile test "
+            "documents, 2M scored tokens per cell); windows may span the text's document boundaries"
+        ),
+        (
+            f"rows: NoPE, RoPE, RoPE with {c.ntk} (the paper: the best of an unstated NTK grid), the paper's "
+            f"uniform scales {', '.join(f'{s:g}' for s in c.ppl_scales)}, s* of Figure 4, and λ(h) searched "
+            f"at {d['short'] // d['L']}L and {d['long'] // d['L']}L here (the paper: 4K, 8K and 18K); no "
+            "fine-tuned PI or YaRN rows, no BLOOM/MPT"
+        ),
+        "mean NLL in float32 on CPU (the paper: bf16 with flash attention); a 95% interval per cell (an addition)",
     ],
 }

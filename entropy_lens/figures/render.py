@@ -39,7 +39,9 @@ from entropy_lens.plotting import (
     family_colors,
     loss_curves,
     models_by_layers,
+    palette_colors,
     paper_style,
+    perplexity_by_length,
     scale_vs_entropy,
 )
 from entropy_lens.results import atomic_write_text
@@ -52,18 +54,21 @@ def render(d: dict, config, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     sections, written = [], []
-    for number, make in FIGS.items():
-        with paper_style(font_size=14 if number in ("01", "02", "04") else None):
+    items = [("figure", n, make) for n, make in FIGS.items()] + [
+        ("table", n, make) for n, make in TABLES.items()
+    ]
+    for kind, number, make in items:
+        with paper_style(font_size=14 if kind == "figure" and number in ("01", "02", "04") else None):
             fig, caption, numbers = make(d, config)
-            different = differences(number, d, config)
+            different = differences(f"{kind}-{number}", d, config)
             for ext in ("png", "pdf"):
-                path = out / f"figure-{number}.{ext}"
+                path = out / f"{kind}-{number}.{ext}"
                 fig.savefig(
                     path, metadata={"CreationDate": None} if ext == "pdf" else None
                 )  # reproducible bytes
                 written.append(path)
             plt.close(fig)
-        sections.append((number, caption, numbers, different))
+        sections.append((f"{kind}-{number}", caption, numbers, different))
     written.append(atomic_write_text(out / "README.md", _readme(sections, d, config)))
     return written
 
@@ -74,15 +79,21 @@ def _span_mean(curve, a: int, b: int) -> float:
 
 def _inflection_lines(named: dict, L: int, smooth: int) -> list[str]:
     table = inflections(list(named.values()), train_len=L, smooth=smooth)
-    lines = []
-    for name, (_, row) in zip(named, table.iterrows()):
-        ent, loss = row["entropy_inflection"], row["loss_inflection"]
-        lines.append(f"{name}: entropy departs at {_at(ent, L)}, loss at {_at(loss, L)}")
-    return lines
+    return [
+        f"{name}: entropy {_departs(row, 'entropy', L)}; loss {_departs(row, 'loss', L)}"
+        for name, (_, row) in zip(named, table.iterrows())
+    ]
 
 
-def _at(position, L: int) -> str:
-    return "no position" if pd.isna(position) else f"{int(position)} ({int(position) / L:.2f} L)"
+def _departs(row, name: str, L: int) -> str:
+    """Where one curve departs, with the threshold used and where the curve ±1σ would depart."""
+    at, low, high = (row[f"{name}_{k}"] for k in ("inflection", "low", "high"))
+    rule = f"threshold {row[f'{name}_k']:.1f}σ"
+    if pd.isna(at):
+        band = "nor does the curve 1σ higher" if pd.isna(low) else f"the curve 1σ higher would at {int(low)}"
+        return f"departs at no position ({rule}; {band})"
+    later = "the curve 1σ lower would not depart" if pd.isna(high) else f"{int(high)} for the curve 1σ lower"
+    return f"departs at {int(at)} ({int(at) / L:.2f} L; {int(low)} for the curve 1σ higher, {later}; {rule})"
 
 
 def fig01(d, c):
@@ -295,42 +306,58 @@ def _pooled_words(p) -> str:
 
 
 def fig07(d, c):
-    fit, smoothed, sweep = d["fit"], d["fit_smoothed"], d["sweep"]
-    ax = best_scale_by_position(sweep, fit, smoothed_fit=smoothed, title="NoPE")
-    numbers = [_fit_words("raw argmin (the paper's fit)", fit)]
-    if smoothed is not None:
-        numbers.append(_fit_words(f"argmin of the loss curves smoothed ±{smoothed.smooth}", smoothed))
+    import matplotlib.pyplot as plt
+
+    panels = (
+        [("early", d["early_sweep"], d["early_fit"], d["early_fit_smoothed"])] if d["early_sweep"] else []
+    )
+    panels.append(("", d["sweep"], d["fit"], d["fit_smoothed"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    models = {"early": c.early, "": c.nope}
+    numbers = []
+    for ax, (key, sweep, fit, smoothed) in zip(axes[0], panels):
+        name = _trained(d, models[key])
+        best_scale_by_position(sweep, fit, smoothed_fit=smoothed, ax=ax, title=f"NoPE, {name}")
+        numbers.append(_fit_words(f"{name}, raw argmin (the paper's fit)", fit))
+        if smoothed is not None:
+            numbers.append(
+                _fit_words(f"{name}, argmin of the loss curves smoothed ±{smoothed.smooth}", smoothed)
+            )
+        numbers += [
+            _edge_words(f, f"{name}, {how}") for f, how in ((fit, "raw"), (smoothed, "smoothed")) if f
+        ]
+    fig.tight_layout()
     yarn = " / ".join(f"{yarn_scale(k):.2f}" for k in (2, 4, 8))
     numbers += [
         (
-            "paper, 50K-step TinyLlama-NoPE, raw argmin: a = 0.3973, R² = 0.9773, implied 1.28 / 1.55 / 1.83 "
-            f"at 2L / 4L / 8L; YaRN's (1 + 0.1 ln k)²: {yarn}"
+            "paper, TinyLlama-NoPE raw argmin: 10K steps a = 0.3010, R² = 0.9954; 50K steps a = 0.3973, "
+            f"R² = 0.9773, implied 1.28 / 1.55 / 1.83 at 2L / 4L / 8L; YaRN's (1 + 0.1 ln k)²: {yarn}"
         ),
-        *(_edge_words(f, name) for f, name in ((fit, "raw"), (smoothed, "smoothed")) if f is not None),
         *(
             f"s* for {u.span[1] // d['L']}L sequences (lowest mean loss over {_span(u.span, d['L'])}): "
             f"{u.scale:g}"
             for u in (d["short_uniform"], d["uniform"])
         ),
     ]
-    step = float(np.min(np.diff(sweep.scales))) if len(sweep.scales) > 1 else 0.0
+    sweep = d["sweep"]
     second = (
-        f"; dash-dot: the same fit to the argmin of loss curves smoothed ±{smoothed.smooth}"
-        if smoothed is not None
+        f"; dash-dot: the same fit to the argmin of loss curves smoothed ±{c.fit_smooth}"
+        if c.fit_smooth
         else ""
     )
-    upward = (
-        "; the grid extends upward past 2.0, where the paper's plot ends (the paper does not state its grid)"
-        if sweep.scales[-1] > 2.0
-        else ""
-    )
+    left = f"left: {_trained(d, c.early)}, right: {_trained(d, c.nope)}; " if d["early_sweep"] else ""
     caption = (
-        f"Best uniform multiplier per position (blue: the raw argmin over {len(sweep.scales)} scales "
-        f"{sweep.scales[0]:g}–{sweep.scales[-1]:g} in steps of {step:.2g}, {c.sweep_samples} windows at "
-        f"{sweep.length}{upward}), its best loss (red) and the fit 1 + a ln(i/L) over [L, {sweep.length // d['L']}L) "
-        f"(black){second}."
+        f"Best uniform multiplier per position ({left}blue: the raw argmin over {len(sweep.scales)} scales "
+        f"{c.sweep_scales} (start:stop:step), {c.sweep_samples} windows at {sweep.length}), its best loss (red) "
+        f"and the fit 1 + a ln(i/L) over [L, {sweep.length // d['L']}L) (black){second}."
     )
-    return ax.figure, caption, numbers
+    return fig, caption, numbers
+
+
+def _trained(d, model: str) -> str:
+    """'300 steps' where the checkpoint records its training, else its name."""
+    steps = d["steps"].get(model)
+    return f"{steps} steps" if steps else model
 
 
 def _fit_words(name: str, fit) -> str:
@@ -466,6 +493,50 @@ def fig14(d, c):
     return ax.figure, caption, numbers
 
 
+def table02(d, c):
+    """The paper's Table 2: sliding-window perplexity by window length (a table, and drawn)."""
+    L, rows = d["L"], d["ppl"]
+    cells = {name: [cell["ppl"] for cell in row.values()] for name, row in rows.items()}
+    lengths = [w.length for w in next(iter(cells.values()))]
+    styles = ["--" if name.startswith("RoPE") else "-" for name in cells]
+    ax = perplexity_by_length(cells, colors=palette_colors("tab10")[: len(cells)], styles=styles, train_len=L)
+    ax.figure.set_size_inches(8, 6)
+    stride = next(iter(cells.values()))[0].stride
+    table = [
+        "| | " + " | ".join(f"{w // L}L = {w}" for w in lengths) + " |",
+        "|---" * (len(lengths) + 1) + "|",
+    ]
+    table += [f"| {name} | " + " | ".join(_ppl(w) for w in row) + " |" for name, row in cells.items()]
+    scored = sorted({w.n_tokens for row in cells.values() for w in row})
+    best = {w: min(cells, key=lambda n: cells[n][i].ppl) for i, w in enumerate(lengths)}
+    numbers = [
+        "lowest perplexity per window length: " + ", ".join(f"{w // L}L {name}" for w, name in best.items()),
+        *(
+            f"{name}: PPL ×{row[-1].ppl / row[0].ppl:.2f} from {lengths[0] // L}L to {lengths[-1] // L}L"
+            for name, row in cells.items()
+        ),
+    ]
+    caption = (
+        f"Sliding-window perplexity (Press et al. 2022, the paper's Table 2 protocol) on {c.data}: windows of W "
+        f"tokens starting every {stride} tokens (L/{L // stride}, as the paper's 256 at L = 2048), only the "
+        f"last {stride} of each scored, {c.ppl_samples} windows per cell ({'/'.join(map(str, scored))} "
+        "scored tokens); in brackets a 95% interval that treats the scored tokens as independent (a lower "
+        "bound on the uncertainty).\n\n" + "\n".join(table)
+    )
+    return ax.figure, caption, numbers
+
+
+def _ppl(w) -> str:
+    """'41.2 [40.1–42.3]', in the paper's '>1e3' beyond a thousand."""
+    if not w.ppl < 1e3:
+        return "> 10³"
+    return f"{w.ppl:.3g} [{_num(w.ppl_low)}–{_num(w.ppl_high)}]"
+
+
+def _num(x: float) -> str:
+    return f"{x:.3g}" if x < 1e3 else f"{x:,.0f}"
+
+
 def _grid(d, key, title, what):
     result = d[key]
     stride = max(1, result.length // 64)  # the paper: every 128th of 8192 positions
@@ -501,6 +572,7 @@ FIGS = {
     "13": fig13,
     "14": fig14,
 }
+TABLES = {"02": table02}  # drawn as figures too: table-NN.png / .pdf
 
 
 def _timing(compute: dict | None) -> str:
@@ -527,9 +599,12 @@ def _readme(sections, d, config) -> str:
             "Lengths are "
             f"multiples of the NoPE model's training length L = {d['L']}: Figures 1–3 at {d['short']} (the "
             "paper's 4K = "
-            f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figures 7 and 13 at {d['fit_len']} (16K = 8L). "
-            "Entropy is "
-            "plotted in bits, loss (log-PPL) in nats."
+            f"2L), Figures 4, 5, 10–12 at {d['long']} (8K = 4L), Figures 7 and 13 at {d['fit_len']} (16K = 8L), "
+            "Table 2 at windows of L to 8L (2K–16K). Entropy is plotted in bits, loss (log-PPL) in nats. The "
+            "runs behind them are committed in `figures/runs/` (the figures command's default cache; each "
+            "file named by a hash of its settings): "
+            "`entropy-lens figures` on a fresh clone only redraws, and `entropy-lens figures --cached-only` "
+            "regenerates this README from them, as a test does."
         ),
         "",
         "```json",
@@ -541,15 +616,10 @@ def _readme(sections, d, config) -> str:
     ]
     lines += ["Deliberate differences from the paper in every figure:", ""]
     lines += [f"- {n}" for n in common_differences(d, config)] + [""]
-    for number, caption, numbers, different in sections:
-        lines += [
-            f"## Figure {int(number)}",
-            "",
-            f"![Figure {int(number)}](figure-{number}.png)",
-            "",
-            caption,
-            "",
-        ]
+    for stem, caption, numbers, different in sections:
+        kind, number = stem.split("-")
+        title = f"{kind.capitalize()} {int(number)}"
+        lines += [f"## {title}", "", f"![{title}]({stem}.png)", "", caption, ""]
         lines += [f"- {n}" for n in numbers] + [""]
         lines += ["Differences from the paper:", ""] + [f"- {n}" for n in different] + [""]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from entropy_lens.models.loading import (
     load_model,
     resolve_device,
     resolve_dtype,
+    training_steps,
 )
 from entropy_lens.models.nope import apply_nope
 from entropy_lens.models.scales import (
@@ -34,5 +35,6 @@ __all__ = [
     "read_checkpoint_head_scales",
     "resolve_device",
     "resolve_dtype",
+    "training_steps",
     "validate_head_scales",
 ]

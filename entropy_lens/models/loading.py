@@ -39,7 +39,15 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["BUNDLED_MODELS", "BundledModel", "LoadedModel", "load_model", "resolve_device", "resolve_dtype"]
+__all__ = [
+    "BUNDLED_MODELS",
+    "BundledModel",
+    "LoadedModel",
+    "load_model",
+    "resolve_device",
+    "resolve_dtype",
+    "training_steps",
+]
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +322,17 @@ def declared_train_len(
     folder = ensure_gguf_cache(source) if source.is_file() else source
     value = getattr(_load_config(folder, trust_remote_code), "train_len", None)
     return None if value is None else int(value)
+
+
+def training_steps(ckpt: str) -> int | None:
+    """How many optimiser steps `ckpt` was trained for, where a training.json beside its weights says
+    (models made by `entropy-lens train-tiny`, snapshots included); None when nothing says."""
+    source = _resolve_ckpt(str(ckpt))
+    record = source / "training.json" if source.is_dir() else None
+    if record is None or not record.is_file():
+        return None
+    facts = json.loads(record.read_text())
+    return int(facts.get("snapshot_step") or facts["recipe"]["steps"])
 
 
 def load_model(

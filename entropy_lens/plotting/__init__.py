@@ -6,7 +6,7 @@
         ax = entropy_loss([("NoPE", ScanResult.load("nope.npz"))])
 """
 
-from entropy_lens.plotting.curves import entropy_loss, loss_curves
+from entropy_lens.plotting.curves import entropy_loss, loss_curves, perplexity_by_length
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
 from entropy_lens.plotting.style import (
@@ -44,6 +44,7 @@ __all__ = [
     "models_by_layers",
     "palette_colors",
     "paper_style",
+    "perplexity_by_length",
     "scale_vs_entropy",
     "upper_bound_bits",
 ]

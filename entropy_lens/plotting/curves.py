@@ -129,3 +129,45 @@ def _legend(ax, legend: str | None, n: int) -> None:
         )
     elif legend:
         ax.legend(loc=legend, frameon=False)
+
+
+def perplexity_by_length(
+    rows: dict,
+    *,
+    colors: Sequence[str] | None = None,
+    styles: Sequence[str] | None = None,
+    ax=None,
+    train_len=None,
+):
+    """The paper's Table 2 drawn: sliding-window perplexity against window length W, one line per row
+    {label: [WindowPPL, ...] (ascending W)}, 95% intervals as error bars, both axes logarithmic;
+    returns the Axes. train_len: tick labels in multiples of L."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+    if not rows:
+        raise EntropyLensError("perplexity_by_length needs at least one row")
+    colors = list(colors) if colors is not None else [None] * len(rows)
+    styles = list(styles) if styles is not None else ["-"] * len(rows)
+    ax = ax if ax is not None else plt.subplots(figsize=(7, 4.5))[1]
+    for (label, cells), color, style in zip(rows.items(), colors, styles):
+        W = np.array([c.length for c in cells])
+        ppl = np.array([c.ppl for c in cells])
+        below = ppl - np.array([c.ppl_low for c in cells])
+        above = np.array([c.ppl_high for c in cells]) - ppl
+        ax.errorbar(
+            W, ppl, yerr=[below, above], color=color, ls=style, marker="o", ms=4, capsize=3, label=label
+        )
+    lengths = sorted({c.length for cells in rows.values() for c in cells})
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 20, 50, 100, 200, ...
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    names = [f"{W // train_len}L" if train_len and W % train_len == 0 else str(W) for W in lengths]
+    ax.set_xticks(lengths, names)
+    ax.minorticks_off()
+    ax.set_xlabel("window length W (tokens of context)")
+    ax.set_ylabel("sliding-window perplexity")
+    _legend(ax, "above", len(rows))
+    return ax

@@ -133,7 +133,7 @@ def best_scale_by_position(
         ax.plot(
             x[1:],
             f.predict(x[1:]),
-            label=f"{how}: $1 + {f.a:.3f}\\,\\ln(i/L)$, $R^2$ = {f.r2:.3f}",
+            label=f"{how}: $1 {'-' if f.a < 0 else '+'} {abs(f.a):.3f}\\,\\ln(i/L)$, $R^2$ = {f.r2:.3f}",
             **style,
         )
     L = fit.train_len if fit is not None else sweep.train_len
@@ -150,7 +150,8 @@ def best_scale_by_position(
     ax.right_ax = right
     right.plot(x, best["best_loss"], color="tab:red", lw=1)
     right.set_ylabel("log Perplexity (nats)")
-    ax.legend(loc="upper left", frameon=False, fontsize="small")
+    # below the axes: the argmin spans the whole grid, so no corner inside is free of it
+    ax.legend(loc="upper left", bbox_to_anchor=(0, -0.16), frameon=False, fontsize="small")
     if title:
         ax.set_title(title)
     return ax

@@ -8,6 +8,7 @@
     head_search.py  the per-head λ(h) search (every weight frozen); head_config.py its settings (no torch)
     threads.py      --threads: the CPU thread count, set once before a command loads torch
     training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
+    perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
     figures.py      the scans, sweep and search behind the paper's figures, cached; then rendering
 
 It may import every package below it (models, capture, kernels, data, results, analysis and, for the
@@ -28,6 +29,7 @@ _LAZY = {
     "save_head_scales": "head_search",
     "TinyRecipe": "training",
     "train_tiny": "training",
+    "PerplexityConfig": "perplexity",
     "FiguresConfig": "figures",
     "figure_data": "figures",
     "make_figures": "figures",
@@ -36,6 +38,7 @@ _LAZY = {
 __all__ = [
     "FiguresConfig",
     "HeadSearchConfig",
+    "PerplexityConfig",
     "ScanConfig",
     "ScanSums",
     "TinyRecipe",

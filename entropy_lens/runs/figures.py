@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,14 +35,14 @@ __all__ = ["FiguresConfig", "figure_data", "make_figures"]
 class Runs:
     """The scans, sweep and search behind the figures, each cached under a hash of its settings."""
 
-    def __init__(self, config, cache: Path, progress: bool):
-        self.config, self.cache, self.progress = config, cache, progress
+    def __init__(self, config, cache: Path, progress: bool, cached_only: bool = False):
+        self.config, self.cache, self.progress, self.cached_only = config, cache, progress, cached_only
         self.inits: dict[int, float] = {}  # length -> the initial multiplier of each head-scale search
         self.cache.mkdir(parents=True, exist_ok=True)
 
     def compute(self) -> dict:
-        from entropy_lens.analysis import best_uniform_scale, fit_scale_curve, grid_edge_problem, load_sweep
-        from entropy_lens.models import declared_train_len
+        from entropy_lens.analysis import best_uniform_scale
+        from entropy_lens.models import declared_train_len, training_steps
         from entropy_lens.runs.head_config import HeadSearchConfig
 
         c = self.config
@@ -54,18 +55,15 @@ class Runs:
                 f"--len {fit_len} is shorter than Figure 4's {long} = {c.long}L; pass at least {long}"
             )
         d: dict = {"L": L, "short": short, "long": long, "fit_len": fit_len}
-        # the sweep first: the uniform scales below and every run that uses them come from it, and a
-        # grid too narrow for Figure 7's argmin is refused before any other run
-        d["sweep"] = sweep = load_sweep(self.sweep(c.nope, fit_len))
-        d["fit"] = fit_scale_curve(sweep, train_len=L)  # the raw argmin, as the paper
-        problem = grid_edge_problem(d["fit"], edges=c.refuse_grid_edges)
-        if problem:
-            raise EntropyLensError(
-                f"Figure 7, sweep {c.sweep_scales}: {problem} (sweep_scales); or leave that edge out of "
-                "refuse_grid_edges to draw the figure and report the count"
-            )
-        d["fit_smoothed"] = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
+        # the sweeps first: the uniform scales below and every run that uses them come from the NoPE
+        # model's, and a grid too narrow for Figure 7's argmin is refused before any other run
+        d["sweep"], d["fit"], d["fit_smoothed"] = self.figure7(c.nope, L, fit_len)
+        d["early_sweep"], d["early_fit"], d["early_fit_smoothed"] = (
+            self.figure7(c.early, L, fit_len) if c.early else (None, None, None)
+        )
+        d["steps"] = {name: training_steps(name) for name in (c.nope, c.early) if name}
         # s*: the best single scale for the last half-span [len - L/2, len) of each evaluation length
+        sweep = d["sweep"]
         d["uniform"] = best_uniform_scale(sweep, length=long, train_len=L)
         d["short_uniform"] = best_uniform_scale(sweep, length=short, train_len=L)
         d["uniform_scale"] = s_long = d["uniform"].scale
@@ -86,12 +84,55 @@ class Runs:
         d["short_heads"] = self.scan(c.nope, short, head_scales=hs_short)
         d.update(self.schedules(sweep, d["fit"], hs, L, fit_len))
         d.update(self.ablations(long, s_long))
+        d["ppl"] = self.perplexity(
+            L,
+            {
+                "NoPE": (c.nope, {}),
+                "RoPE": (c.rope, {}),
+                f"RoPE NTK ({c.ntk})": (c.rope, {"rope_scaling": c.ntk}),
+                **{f"NoPE λ={s:g}/√d": (c.nope, {"scale": s}) for s in c.ppl_scales},
+                f"NoPE s*={s_long:g}": (c.nope, {"scale": s_long}),
+                f"NoPE λ(h) {short // L}L": (c.nope, {"head_scales": hs_short}),
+                f"NoPE λ(h) {long // L}L": (c.nope, {"head_scales": hs}),
+            },
+        )
         d["search_inits"] = self.inits
         d["clamp"] = HeadSearchConfig(model=c.nope, length=long).lower_bound  # the focus bound λ(h) ≥ 1/√d
         searched = [f for f, given in ((hs, c.head_scales), (hs_short, c.short_head_scales)) if not given]
         searched += list(d["ablation_files"].values())
         d["compute"] = _compute_time(d, searched)
         return d
+
+    def figure7(self, model: str, L: int, fit_len: int) -> tuple:
+        """(Sweep, ScaleFit of the raw argmin as the paper, ScaleFit of smoothed curves or None) of
+        `model` at `fit_len`: Figure 7's right panel for the NoPE model, its left for the early
+        checkpoint (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
+        from entropy_lens.analysis import fit_scale_curve, grid_edge_problem, load_sweep
+        from entropy_lens.models import declared_train_len
+
+        c = self.config
+        if c.train_len is None and declared_train_len(model) != L:
+            raise EntropyLensError(
+                f"{model} declares training length {declared_train_len(model)}, the NoPE model {L}; pass "
+                "an early checkpoint of the NoPE model's own run (or --train-len L)"
+            )
+        sweep = load_sweep(self.sweep(model, fit_len))
+        fit = fit_scale_curve(sweep, train_len=L)
+        problem = grid_edge_problem(fit, edges=c.refuse_grid_edges, tolerance=c.grid_edge_tolerance)
+        if problem:
+            raise EntropyLensError(
+                f"Figure 7 ({model}), sweep {c.sweep_scales}: {problem} (sweep_scales); or leave that edge "
+                "out of refuse_grid_edges (or raise grid_edge_tolerance) to draw the figure and report the count"
+            )
+        return sweep, fit, fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
+
+    def _missing(self, what: str, path: Path) -> None:
+        """Refuse a run that the cache lacks when only cached runs may be used (`cached_only`)."""
+        if self.cached_only:
+            raise EntropyLensError(
+                f"{what} is not in the cache {self.cache} (no {path.name}); run `entropy-lens figures` "
+                "without --cached-only to compute it"
+            )
 
     def schedules(self, sweep, fit, head_scales: str, L: int, fit_len: int) -> dict:
         """§2.4's negative claim at `fit_len`, loss only, with the sweep's windows: a piecewise scale
@@ -125,33 +166,53 @@ class Runs:
     def _scan_config(self, model: str, length: int, **kw):
         from entropy_lens.runs.scan import ScanConfig
 
-        c = self.config
         return ScanConfig(
-            model=model,
-            length=length,
-            samples=kw.pop("samples", c.samples),
-            data=c.data,
-            seed=c.seed,
-            device=c.device,
-            dtype=c.dtype,
-            batch_size=c.batch_size,
-            train_len=c.train_len,
-            **kw,
+            model=model, length=length, samples=kw.pop("samples", self.config.samples), **self._shared(), **kw
         )
 
+    def _shared(self) -> dict:
+        """The settings every run of the figures shares (text, seed, device, dtype, batch, L)."""
+        c = self.config
+        names = ("data", "seed", "device", "dtype", "batch_size", "train_len")
+        return {name: getattr(c, name) for name in names}
+
     def scan(self, model: str, length: int, **kw):
+        return self.cached_scan(self._scan_config(model, length, **kw))
+
+    def cached_scan(self, config):
+        """The ScanResult of `config`: from the cache, else run (and cached)."""
         from entropy_lens.runs.scan import scan
 
-        config = self._scan_config(model, length, **kw)
         config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
         path = self._path("scan", config.to_dict(), ".npz")
         if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
             from entropy_lens.results import ScanResult
 
             return ScanResult.load(path)
+        self._missing(f"the scan of {config.model} at {config.length}", path)
         if self.progress:
-            print(f"scan {model} len {length} {kw or ''} -> {path}", flush=True)
+            print(f"scan {config.model} len {config.length} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
+
+    def perplexity(self, L: int, variants: dict) -> dict:
+        """Table 2: sliding-window perplexity at L, 2L, ..., fit·L of each variant {name: (model, ScanConfig
+        keywords)}, windows every `ppl_stride` (default L/8) tokens, the last stride of each scored."""
+        from entropy_lens.runs.perplexity import PerplexityConfig, perplexity
+
+        c = self.config
+        lengths = [L * 2**i for i in range(int(math.log2(c.fit)) + 1)]
+        table = {}
+        for name, (model, kw) in variants.items():
+            config = PerplexityConfig(
+                model=model,
+                lengths=tuple(lengths),
+                stride=c.ppl_stride or max(1, L // 8),
+                samples=c.ppl_samples,
+                **self._shared(),
+                **kw,
+            )
+            table[name] = perplexity(config, scan=self.cached_scan, progress=False)
+        return table
 
     def sweep(self, model: str, length: int) -> Path:
         from entropy_lens.results import SWEEP_INDEX, read_sweep_index
@@ -163,6 +224,7 @@ class Runs:
         scales = parse_scales(c.sweep_scales)
         if (folder / SWEEP_INDEX).is_file() and read_sweep_index(folder).get("complete"):
             return folder  # the folder name hashes every setting: a complete sweep is this one
+        self._missing(f"the sweep of {model} at {length}", folder)
         if self.progress:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
         return sweep(config, scales, folder, resume=True, progress=self.progress)
@@ -206,6 +268,7 @@ class Runs:
             self.inits[length] = config.init
         path = self._path("heads", dataclasses.asdict(config), ".safetensors")
         if not path.is_file():
+            self._missing(f"the head-scale search of {model} at {length} from {init:g}", path)
             if self.progress:
                 print(f"search-heads {model} len {length} init {init:g} -> {path}", flush=True)
             save_head_scales(search_head_scales(config, progress=self.progress), path)
@@ -216,6 +279,9 @@ class Runs:
 class FiguresConfig:
     nope: str = "tiny-nope"
     rope: str = "tiny-rope"
+    # an early checkpoint of the NoPE model's run (Figure 7's left panel; the paper: 10K of 50K steps);
+    # None: the panel is left out
+    early: str | None = "tiny-nope-step300"
     head_scales: str | None = None  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
     short_head_scales: str | None = None  # λ(h) at short·L for Figure 3 (the paper's hs4k); None: search
     train_len: int | None = None  # L; default the NoPE checkpoint's declared train_len
@@ -231,14 +297,24 @@ class FiguresConfig:
     nope_scales: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.1, 1.2])
     rope_scales: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4])
     ntk: str = "dynamic:2"
-    # Figure 7's grid: the paper's 0.01 step; from 0.9 (the paper's plot starts there) up to 3.2, past
-    # the tiny model's largest raw argmin (refuse_grid_edges checks it)
-    sweep_scales: str = "0.9:3.2:0.01"
+    # Figure 7's grid: the paper's 0.01 step from 0.9 (the paper's plot starts there) up to 3.2, past the
+    # tiny models' largest raw argmin (refuse_grid_edges checks it), and 0.1-0.8 in steps of 0.1 below it,
+    # so that a best scale under 0.9 is seen instead of being counted at the grid's edge
+    sweep_scales: str = "0.1:0.8:0.1,0.9:3.2:0.01"
     fit_smooth: int = 25  # Figure 7's second fit: argmin of loss curves smoothed ±fit_smooth (0: none)
     # the grid edges at which a raw argmin over [L, len) is refused ("lower", "upper"); the others are
     # reported in the README
     refuse_grid_edges: list[str] = field(default_factory=lambda: ["upper"])
+    # the share of fitted positions allowed on a refused edge (censored values too few to move the fit;
+    # counted in the README): one of 896 raw argmins of the early checkpoint sits at 3.2, its loss still
+    # falling by 1e-4 nats per 0.01 there
+    grid_edge_tolerance: float = 0.01
     smooth: int = 8  # loss smoothing half-width in Figures 1, 2, 4
+    # Table 2: sliding-window perplexity at L, 2L, ..., fit·L; windows every ppl_stride tokens (None: L/8,
+    # the paper's 256 at L = 2048), the last ppl_stride of each scored; the paper's uniform scales
+    ppl_samples: int = 128
+    ppl_stride: int | None = None
+    ppl_scales: list[float] = field(default_factory=lambda: [1.2, 1.5, 1.8])
     search_steps: int = 200
     search_lr: float = 0.1
     search_batch: int = 8
@@ -277,6 +353,11 @@ class FiguresConfig:
         bad = sorted(set(config.refuse_grid_edges) - {"lower", "upper"})
         if bad:
             raise EntropyLensError(f"{source}: refuse_grid_edges takes 'lower' and 'upper', not {bad}")
+        if not 0 <= config.grid_edge_tolerance < 1:
+            raise EntropyLensError(
+                f"{source}: grid_edge_tolerance {config.grid_edge_tolerance} is a share of the fitted positions; "
+                "pass a value in [0, 1)"
+            )
         if not config.short < config.long <= config.fit:
             raise EntropyLensError(
                 f"{source}: lengths must satisfy short < long <= fit (multiples of L), "
@@ -285,16 +366,22 @@ class FiguresConfig:
         return config
 
 
+CACHE = "figures/runs"  # the committed runs behind the committed figures: a fresh clone only redraws
+
+
 def figure_data(
-    config: FiguresConfig, *, cache: str | Path = "results/figures", progress: bool = True
+    config: FiguresConfig, *, cache: str | Path = CACHE, progress: bool = True, cached_only: bool = False
 ) -> dict:
-    """Run or reuse everything the figures need. Returns a dict:
+    """Run or reuse everything the figures need (`cached_only`: refuse to run what `cache` lacks).
+    Returns a dict:
 
     L, short, long, fit_len          training length and the three evaluation lengths (tokens)
     nope_family, rope_family         {s: ScanResult} uniform-scale families at `short` (Figure 2)
     nope, nope_scaled, rope, rope_ntk  ScanResults at `short` (Figure 1; nope_scaled uses fig1_scale)
     sweep, fit                       the NoPE Sweep at fit_len and its ScaleFit on the raw argmin (Figure 7)
     fit_smoothed                     the ScaleFit on loss curves smoothed ±fit_smooth (None when 0)
+    early_sweep, early_fit, early_fit_smoothed  the same for the early checkpoint (None without one)
+    steps                            {model: optimiser steps it was trained for, None where unrecorded}
     uniform, short_uniform           UniformChoice s* for `long` / `short` sequences: the lowest mean loss
                                      over the last half-span [len − L/2, len) of the sweep
     uniform_scale                    uniform.scale
@@ -305,25 +392,28 @@ def figure_data(
     clamp                            the searches' lower bound on λ(h)·√d (the focus constraint, 1)
     long_nope, long_uniform, long_heads  ScanResults at `long` (Figures 4, 5, 10–12)
     short_heads                      the model with the `short` λ(h) at `short` (Figure 3)
+    ppl                              {row name: {W: {"ppl": WindowPPL, "wall_time_s", "result"}}} (Table 2)
     compute                          how long the runs took, as their results record it
     """
-    return Runs(config, Path(cache), progress).compute()
+    return Runs(config, Path(cache), progress, cached_only).compute()
 
 
 def make_figures(
     config: FiguresConfig,
     out: str | Path = "figures",
     *,
-    cache: str | Path = "results/figures",
+    cache: str | Path = CACHE,
     progress: bool = True,
+    cached_only: bool = False,
 ) -> list[Path]:
-    """Compute what is missing in `cache`, render every figure into `out`; returns the files written."""
+    """Compute what is missing in `cache` (`cached_only`: refuse to), render every figure into `out`;
+    returns the files written."""
     from entropy_lens.figures.render import render
 
     started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    data = figure_data(config, cache=cache, progress=progress)
+    data = figure_data(config, cache=cache, progress=progress, cached_only=cached_only)
     written = render(data, config, out)
     if progress:
         print(f"wrote {len(written)} files to {out}/ in {time.perf_counter() - started:.0f} s", flush=True)
@@ -333,13 +423,15 @@ def make_figures(
 def _compute_time(d: dict, search_files: list[str]) -> dict:
     """How long the runs behind the figures took, from what their results record (so a rerun from the
     cache reports the original runs, not the redraw): {"seconds", "runs", "unrecorded", "threads"}."""
-    results = [v for k, v in d.items() if hasattr(v, "meta") and k != "sweep"]
+    results = [v for k, v in d.items() if hasattr(v, "meta") and k not in ("sweep", "early_sweep")]
     results += [
         r
         for family in ("nope_family", "rope_family", "schedules", "ablations")
         for r in d.get(family, {}).values()
     ]
+    results += [cell["result"] for row in d.get("ppl", {}).values() for cell in row.values()]
     metas = [r.meta for r in results] + list(d["sweep"].meta)
+    metas += list(d["early_sweep"].meta) if d.get("early_sweep") is not None else []
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
     metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)

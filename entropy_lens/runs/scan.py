@@ -35,6 +35,7 @@ from entropy_lens.capture import (
 )
 from entropy_lens.capture.fused import FUSED_MODES
 from entropy_lens.data import Chunks, check_length, token_chunks
+from entropy_lens.data.chunks import check_stride
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import fold_status, resolve_impl
 from entropy_lens.models import (
@@ -53,7 +54,7 @@ from entropy_lens.runs.sums import ScanSums
 
 __all__ = ["ENTROPY_REDUCTIONS", "Run", "ScanConfig", "default_out", "partial_path", "scan"]
 
-ADDED_FIELDS = ("revision", "scale_schedule")  # ScanConfig fields newer than results schema 1
+ADDED_FIELDS = ("revision", "scale_schedule", "stride")  # ScanConfig fields newer than results schema 1
 # --entropy value -> meta `entropy_reduction` and the heads axis of the stored entropy arrays.
 ENTROPY_REDUCTIONS = {"heads": "per_head", "mean": "mean_heads", "none": "not_captured"}
 
@@ -83,6 +84,7 @@ class ScanConfig:
         None  # "piecewise:S" | "log:A": query-position multipliers (capture/schedule.py)
     )
     entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
+    stride: int | None = None  # None: non-overlapping chunks; S: windows starting every S tokens
 
     def to_dict(self) -> dict:
         """The fields; those added after the first release appear only when set, so the results and
@@ -95,6 +97,12 @@ class ScanConfig:
 
     def check(self) -> None:
         check_length(self.length)
+        check_stride(self.stride)
+        if self.stride is not None and self.stride > self.length:
+            raise EntropyLensError(
+                f"--stride {self.stride} exceeds --len {self.length}: windows would skip the tokens "
+                f"between them; pass --stride {self.length} or less"
+            )
         if self.samples < 1:
             raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
         if self.entropy not in ENTROPY_REDUCTIONS:
@@ -193,7 +201,12 @@ class Run:
         check_supported(lm.model)
         multipliers, scale_source = _multipliers(config, lm)
         chunks = token_chunks(
-            lm.tokenizer, config.data, length=config.length, samples=config.samples, seed=config.seed
+            lm.tokenizer,
+            config.data,
+            length=config.length,
+            samples=config.samples,
+            seed=config.seed,
+            stride=config.stride,
         )
         vocab = lm.model.get_input_embeddings().num_embeddings
         if int(chunks.ids.max()) >= vocab:

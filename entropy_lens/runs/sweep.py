@@ -29,19 +29,23 @@ __all__ = ["parse_scales", "scale_file", "sweep"]
 
 
 def parse_scales(spec: str) -> list[float]:
-    """'1.0:2.0:0.01' (start:stop:step, stop included) or '1.0,1.2,1.6' -> ascending unique floats."""
+    """'1.0:2.0:0.01' (start:stop:step, stop included), '1.0,1.2,1.6', or a comma list of both
+    ('0.1:0.8:0.1,0.9:3.2:0.01': a coarse range below a fine one) -> ascending unique floats."""
+    values = []
     try:
-        if ":" in spec:
-            start, stop, step = (float(x) for x in spec.split(":"))
-            if not step > 0 or stop < start:
-                raise ValueError
-            n = math.floor((stop - start) / step + 1e-9) + 1
-            values = [start + i * step for i in range(n)]
-        else:
-            values = [float(x) for x in spec.split(",") if x.strip()]
+        for part in (p.strip() for p in spec.split(",")):
+            if ":" in part:
+                start, stop, step = (float(x) for x in part.split(":"))
+                if not step > 0 or stop < start:
+                    raise ValueError
+                n = math.floor((stop - start) / step + 1e-9) + 1
+                values += [start + i * step for i in range(n)]
+            elif part:
+                values.append(float(part))
     except ValueError:
         raise EntropyLensError(
-            f"--scales {spec!r} is not start:stop:step (e.g. 1.0:2.0:0.01) or a comma list (e.g. 1.0,1.2)"
+            f"--scales {spec!r} is not start:stop:step (e.g. 1.0:2.0:0.01), a comma list (e.g. 1.0,1.2) "
+            "or a comma list of both (e.g. 0.1:0.8:0.1,0.9:2.0:0.01)"
         ) from None
     values = sorted({round(v, 6) for v in values})
     if not values or not all(math.isfinite(v) and v > 0 for v in values):

@@ -101,6 +101,11 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
         "is "
         "`entropy_lens_recipe` in config.json; `training.json` has the loss curve."
     )
+    for step in training.get("snapshots", []):
+        how += (
+            f" The same run after {step} steps is in `step-{step}/` (`--snapshot {step}`), a complete model "
+            "folder of its own."
+        )
     lines = [
         f"# tiny-{r['kind']}",
         "",
@@ -179,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     reps = [length_report(str(f), scales=CARD_SCALES, samples=128) for f in folders]
     for i, folder in enumerate(folders):
         training = json.loads((folder / "training.json").read_text())
+        training["snapshots"] = sorted(int(p.name[5:]) for p in folder.glob("step-*") if p.is_dir())
         others = [r for j, r in enumerate(reps) if j != i]
         (folder / "README.md").write_text(model_card(reps[i], training, *others[:1]))
 

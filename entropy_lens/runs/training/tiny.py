@@ -16,6 +16,12 @@ not depend on what ran before (a resumed run draws the same batches); weights ar
 from `torch.manual_seed(seed)`. On one machine with the same torch and thread count, two runs
 give bit-identical weights.
 
+Snapshots: `snapshots=(300,)` also saves the model as it is after step 300 (the paper's Figure 7
+compares its 50K-step model with the 10K-step checkpoint of the same run) as a complete Hugging Face
+folder `<out>/step-300/`, with a training.json that says which step of which recipe it is. A snapshot
+is the same run stopped early: the learning-rate schedule is the full run's, so stopping a run of
+the same recipe at step 300 gives the same weights.
+
 Resuming: every `checkpoint_every` steps the model, optimiser and step are saved to
 `<out>.partial/checkpoint.pt`; `resume=True` continues from there. The finished folder is
 written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
@@ -144,8 +150,10 @@ def train_tiny(
     force: bool = False,
     progress: bool = True,
     checkpoint_every: int = 100,
+    snapshots: tuple[int, ...] = (),
 ) -> Path:
-    """Train `recipe` and write a Hugging Face folder to `out`; see the module docstring."""
+    """Train `recipe` and write a Hugging Face folder to `out` (and one per step of `snapshots` in
+    `out/step-N/`); see the module docstring."""
     import torch
 
     from entropy_lens.data import load_documents, packed_stream, random_windows
@@ -153,6 +161,12 @@ def train_tiny(
     from entropy_lens.runs.training.tokenizer import train_bpe
 
     recipe.check()
+    bad = [n for n in snapshots if not 0 < n < recipe.steps]
+    if bad:
+        raise EntropyLensError(
+            f"--snapshot {bad[0]} is not a step before the last (1 to {recipe.steps - 1}); pass a step "
+            "inside the run (the last step is the finished model itself)"
+        )
     out = Path(out)
     work = out.with_name(out.name + ".partial")
     if out.exists():
@@ -189,6 +203,12 @@ def train_tiny(
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, log, prior_s = state["step"], state["log"], state["wall_s"]
+    lost = [n for n in snapshots if n <= start and not (work / f"step-{n}").is_dir()]
+    if lost:
+        raise EntropyLensError(
+            f"the run being resumed is past step {lost[0]} and did not save that snapshot; rerun with --force "
+            "to train from the start with it"
+        )
 
     model.train()
     bar = progress_bar(
@@ -213,6 +233,8 @@ def train_tiny(
         rate = (step + 1 - start) * recipe.tokens_per_step / (elapsed - prior_s)
         bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
         bar.update()
+        if step + 1 in snapshots:
+            _save_folder(model, tokenizer, work / f"step-{step + 1}", _facts(recipe, description, model, log))
         if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
             state = {"recipe": dataclasses.asdict(recipe), "step": step + 1, "log": log, "wall_s": elapsed}
             torch.save({**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path)
@@ -220,24 +242,39 @@ def train_tiny(
 
     model.eval()
     final = work / "model"
-    if final.exists():
-        shutil.rmtree(final)
-    model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
-    wall_s = log[-1]["wall_s"] if log else prior_s
+    _save_folder(model, tokenizer, final, _facts(recipe, description, model, log, prior_s))
+    for n in snapshots:  # written during the run (a resumed run kept those of its first part)
+        (work / f"step-{n}").rename(final / f"step-{n}")
+    final.rename(out)
+    shutil.rmtree(work)
+    return out
+
+
+def _facts(recipe: TinyRecipe, description: str, model, log: list, prior_s: float = 0.0) -> dict:
+    """training.json of a model after the last step of `log` (the finished run, or a snapshot)."""
+    import torch
+
+    steps = log[-1]["step"] if log else recipe.steps
     tail = [r["loss"] for r in log[-50:]]
     facts = {
         "recipe": dataclasses.asdict(recipe),
         "data": description,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "tokens_seen": recipe.steps * recipe.tokens_per_step,
+        "tokens_seen": steps * recipe.tokens_per_step,
         "final_train_loss_mean_last_50": float(np.mean(tail)) if tail else None,
-        "wall_s": wall_s,
+        "wall_s": log[-1]["wall_s"] if log else prior_s,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "log": log[9::10],  # every 10th step
     }
-    (final / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
-    final.rename(out)
-    shutil.rmtree(work)
-    return out
+    if steps < recipe.steps:
+        facts["snapshot_step"] = steps  # a snapshot: the run after `steps` of recipe.steps steps
+    return facts
+
+
+def _save_folder(model, tokenizer, folder: Path, facts: dict) -> None:
+    if folder.exists():
+        shutil.rmtree(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
