@@ -309,14 +309,13 @@ def fig07(d, c):
     import matplotlib.pyplot as plt
 
     panels = (
-        [("early", d["early_sweep"], d["early_fit"], d["early_fit_smoothed"])] if d["early_sweep"] else []
+        [(c.early, d["early_sweep"], d["early_fit"], d["early_fit_smoothed"])] if d["early_sweep"] else []
     )
-    panels.append(("", d["sweep"], d["fit"], d["fit_smoothed"]))
+    panels.append((c.nope, d["sweep"], d["fit"], d["fit_smoothed"]))  # the paper: 10K steps left, 50K right
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
-    models = {"early": c.early, "": c.nope}
     numbers = []
-    for ax, (key, sweep, fit, smoothed) in zip(axes[0], panels):
-        name = _trained(d, models[key])
+    for ax, (model, sweep, fit, smoothed) in zip(axes[0], panels):
+        name = _trained(d, model)
         best_scale_by_position(sweep, fit, smoothed_fit=smoothed, ax=ax, title=f"NoPE, {name}")
         numbers.append(_fit_words(f"{name}, raw argmin (the paper's fit)", fit))
         if smoothed is not None:
@@ -324,7 +323,9 @@ def fig07(d, c):
                 _fit_words(f"{name}, argmin of the loss curves smoothed ±{smoothed.smooth}", smoothed)
             )
         numbers += [
-            _edge_words(f, f"{name}, {how}") for f, how in ((fit, "raw"), (smoothed, "smoothed")) if f
+            _edge_words(f, f"{name}, {how}")
+            for f, how in ((fit, "raw"), (smoothed, "smoothed"))
+            if f is not None
         ]
     fig.tight_layout()
     yarn = " / ".join(f"{yarn_scale(k):.2f}" for k in (2, 4, 8))
