@@ -150,7 +150,8 @@ def _fig07(d, c):
         if fit is not None and fit.at_edge and fit.at_edge[0]:
             lines.append(
                 f"{model}: {fit.at_edge[0]} fitted positions have their best scale at the grid's smallest, "
-                f"{fit.grid[0]:g}: the fit counts them at that value though their best may lie below"
+                f"{fit.grid[0]:g}: the fit counts them at that value though their best may lie below, towards "
+                "uniform attention (s → 0)"
             )
     return lines
 

@@ -297,17 +297,16 @@ class FiguresConfig:
     nope_scales: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.1, 1.2])
     rope_scales: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4])
     ntk: str = "dynamic:2"
-    # Figure 7's grid: the paper's 0.01 step from 0.9 (the paper's plot starts there) up to 3.2, past the
-    # tiny models' largest raw argmin (refuse_grid_edges checks it), and 0.1-0.8 in steps of 0.1 below it,
-    # so that a best scale under 0.9 is seen instead of being counted at the grid's edge
-    sweep_scales: str = "0.1:0.8:0.1,0.9:3.2:0.01"
+    # Figure 7's grid: the paper's 0.01 step from 0.9 (the paper's plot starts there) to 3.2, and coarser
+    # around it, so that no best scale of the tiny models is censored at the grid's edge: 0.1-0.8 and
+    # 0.05-0.01 below (s -> 0 is uniform attention; beyond 3L some positions prefer it) and 3.3-4.0 above
+    sweep_scales: str = "0.01,0.02,0.05,0.1:0.8:0.1,0.9:3.2:0.01,3.3:4:0.1"
     fit_smooth: int = 25  # Figure 7's second fit: argmin of loss curves smoothed ±fit_smooth (0: none)
     # the grid edges at which a raw argmin over [L, len) is refused ("lower", "upper"); the others are
     # reported in the README
     refuse_grid_edges: list[str] = field(default_factory=lambda: ["upper"])
     # the share of fitted positions allowed on a refused edge (censored values too few to move the fit;
-    # counted in the README): one of 896 raw argmins of the early checkpoint sits at 3.2, its loss still
-    # falling by 1e-4 nats per 0.01 there
+    # counted in the README)
     grid_edge_tolerance: float = 0.01
     smooth: int = 8  # loss smoothing half-width in Figures 1, 2, 4
     # Table 2: sliding-window perplexity at L, 2L, ..., fit·L; windows every ppl_stride tokens (None: L/8,
