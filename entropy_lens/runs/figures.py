@@ -2,9 +2,11 @@
 need, run or reused from a cache, then handed to `entropy_lens.figures.render`.
 
 Lengths are multiples of the NoPE model's training length L, as in the paper: Figures 1–3 at
-`short`·L (the paper's 4K = 2L), Figures 4, 5 and 10–12 at `long`·L (8K = 4L), Figure 7's sweep at
-`fit`·L (16K = 8L). The default runs the embedded tiny pair; a YAML/JSON config or flags name real
-checkpoints instead. Every intermediate lands in `cache` under a name that hashes its settings,
+`short`·L (the paper's 4K = 2L), Figures 4, 5 and 10–12 at `long`·L (8K = 4L), Figure 7's sweeps (the
+NoPE model and its `early` checkpoint) at `fit`·L (16K = 8L), Table 2's sliding-window perplexity at
+L, 2L, ..., fit·L. The default runs the embedded tiny pair; a YAML/JSON config or flags name real
+checkpoints instead. Every intermediate lands in `cache` (default `figures/runs`, where the runs
+behind the committed figures are committed; `cached_only` runs nothing) under a name that hashes its settings,
 so a rerun reuses what is done and a changed setting never reads a stale file; scans and sweeps
 resume where they stopped.
 
