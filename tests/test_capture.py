@@ -325,11 +325,9 @@ def test_next_token_nll_matches_full_logits():
     assert torch.allclose(got, want, atol=1e-5)
 
 
-def test_fused_choice_is_measured_once_per_shape_on_real_work(monkeypatch):
-    from entropy_lens.capture import fused
+def test_fused_choice_is_measured_once_per_shape_on_real_work():
+    from entropy_lens.capture.fused import PathChoices, wall_seconds
 
-    monkeypatch.setattr(fused, "_CHOICES", {})
-    monkeypatch.setattr(fused, "_TRIALS", {})
     calls = []
     run = {"separate": lambda: calls.append("separate") or "S", "fused": lambda: calls.append("fused") or "F"}
     cost = {"fused": 2.0, "separate": 1.0}
@@ -338,19 +336,46 @@ def test_fused_choice_is_measured_once_per_shape_on_real_work(monkeypatch):
         result = fn()
         return result, cost[calls[-1]]
 
-    got = [fused.choose("auto", ("a",), run, timer) for _ in range(4)]
+    choices = PathChoices(timer=timer)
+    got = [choices.choose("auto", ("a",), run) for _ in range(4)]
     # one warm-up each, then one timing each, every call doing a layer's real work
     assert got == [("separate", "S"), ("fused", "F"), ("separate", "S"), ("fused", "F")]
     cost.update(fused=0.5)  # a later change of speed does not matter: the shape's choice is kept
-    assert fused.choose("auto", ("a",), run, timer) == ("separate", "S") and len(calls) == 5
+    assert choices.choose("auto", ("a",), run) == ("separate", "S") and len(calls) == 5
     for _ in range(4):
-        fused.choose("auto", ("b",), run, timer)
-    assert fused.choose("auto", ("b",), run, timer) == ("fused", "F")
-    assert fused.measured_choices() == {("a",): "separate", ("b",): "fused"}
-    assert fused.choose("on", ("a",), run, timer)[0] == "fused"
-    assert fused.choose("off", ("b",), run, timer)[0] == "separate"
-    result, seconds = fused.wall_seconds(lambda: 7)
+        choices.choose("auto", ("b",), run)
+    assert choices.choose("auto", ("b",), run) == ("fused", "F")
+    assert choices.chosen == {"a": "separate", "b": "fused"}
+    assert choices.choose("on", ("a",), run)[0] == "fused"
+    assert choices.choose("off", ("b",), run)[0] == "separate"
+    result, seconds = wall_seconds(lambda: 7)
     assert result == 7 and seconds >= 0
+
+
+def test_fused_choices_continue_from_their_record_and_replay_a_recorded_run():
+    import json
+
+    from entropy_lens.capture.fused import PathChoices
+
+    run = {"separate": lambda: "S", "fused": lambda: "F"}
+    times = iter([1.0, 3.0, 1.0, 3.0, 9.0, 1.0, 9.0, 1.0])
+    first = PathChoices(timer=lambda fn: (fn(), next(times)))
+    first.choose("auto", "a", run)  # one trial of "a", then the process is interrupted
+    record = json.loads(json.dumps(first.to_record()))  # as a checkpoint stores it
+    resumed = PathChoices.from_record(record, timer=first.timer)
+    assert [resumed.choose("auto", "a", run)[0] for _ in range(4)] == [
+        "fused",
+        "separate",
+        "fused",
+        "separate",
+    ]
+    assert resumed.chosen == {"a": "separate"}  # the trial before the interruption counted
+    assert PathChoices.from_record(resumed.to_record()).choose("auto", "a", run) == ("separate", "S")
+    # a replay takes the recorded choice after the same trials, whatever this process measures
+    replay = PathChoices(
+        timer=lambda fn: (fn(), 1.0 if fn is run["fused"] else 5.0), replay={"a": "separate"}
+    )
+    assert [replay.choose("auto", "a", run)[0] for _ in range(5)] == ["separate", "fused"] * 2 + ["separate"]
 
 
 def test_unknown_fused_mode_is_refused():

@@ -87,7 +87,7 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
     from tiny import make_tiny_model
 
     from entropy_lens.capture import EntropyRecorder
-    from entropy_lens.capture.fused import measured_choices
+    from entropy_lens.capture.fused import PROCESS_CHOICES
 
     # 4 layers: "auto" tries each path twice on the real layers, so one forward ends with a choice
     ref_model = make_tiny_model(n_heads=8, n_kv_heads=2, head_dim=64, n_layers=4).cuda()
@@ -103,7 +103,7 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
         with torch.no_grad(), EntropyRecorder(m, **kw) as rec:
             runs[name] = (m(ids).logits.float(), rec)
     assert runs["fused"][1].session.paths == {"fused"} and runs["separate"][1].session.paths == {"separate"}
-    assert measured_choices() and runs["auto"][1].session.paths <= {"fused", "separate"}
+    assert PROCESS_CHOICES.chosen and runs["auto"][1].session.paths <= {"fused", "separate"}
     for what, get in [("logits", lambda r: r[0]), ("entropy", lambda r: torch.from_numpy(r[1].entropy))]:
         err = {n: (get(runs[n]) - get(runs["ref"])).abs().max().item() for n in ("fused", "separate")}
         assert err["fused"] <= 2 * err["separate"] + 1e-6, (what, err)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from entropy_lens.capture.fused import choose, fused_applies
+from entropy_lens.capture.fused import PROCESS_CHOICES, PathChoices, fused_applies
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for
@@ -78,6 +78,7 @@ class Session:
     paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
     backends: set[str] = field(default_factory=set)  # the entropy kernels that ran: "triton", ...
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
+    choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
@@ -198,7 +199,7 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     ):
         shapes = (*query.shape, *key.shape[1:3])
         shape_key = (str(query.device), query.dtype, *shapes, mask is not None, causal, window, has_extras)
-        path, (out, ent, mass) = choose(session.fused, shape_key, run)
+        path, (out, ent, mass) = (session.choices or PROCESS_CHOICES).choose(session.fused, shape_key, run)
     else:
         out, ent, mass = run[path]()
     if not capturing:

@@ -9,8 +9,10 @@
 `--fused` / `EntropyRecorder(fused=...)`: "off" always separate; "on" fused wherever it applies;
 "auto" (default) measures both on the real work: the first calls of each shape run separate,
 fused, separate, fused (the first of each a warm-up: compilation, Triton autotuning), every result
-is used, and the faster of the two timed calls is kept for the rest of the process, as
-`@triton.autotune` does for block sizes. No work is run only to be timed.
+is used, and the faster of the two timed calls is kept, as `@triton.autotune` does for block sizes.
+No work is run only to be timed. What was measured and kept lives in a `PathChoices` state object: a
+scan owns one, stores it in its checkpoint and records its choices in the results meta
+(`fused_choices`), so a resumed scan continues with the paths the interrupted one chose.
 
 The fused pass applies only where it computes exactly what the layer's output path would: no
 gradient wanted, no dropout, and a backend that has it: triton for these inputs
@@ -30,8 +32,7 @@ from collections.abc import Callable
 import torch
 
 FUSED_MODES = ("auto", "on", "off")
-_CHOICES: dict[tuple, str] = {}  # shape key -> "fused" | "separate", measured once per process
-_TRIALS: dict[tuple, dict[str, list[float]]] = {}  # shape key -> seconds of each path's runs so far
+PATHS = ("separate", "fused")  # the order "auto" tries them in
 
 
 def fused_applies(backend: str, query, key, value, mask, dropout: float) -> bool:
@@ -46,31 +47,57 @@ def fused_applies(backend: str, query, key, value, mask, dropout: float) -> bool
     return value.shape[-1] == query.shape[-1] and (mask is None or mask.shape[1] == mask.shape[2] == 1)
 
 
-def choose(
-    mode: str, shape_key: tuple, run: dict[str, Callable[[], object]], timer=None
-) -> tuple[str, object]:
-    """(path, its result) for `mode`: "off" runs `run["separate"]`, "on" `run["fused"]`; "auto" runs the
-    path kept for `shape_key` or, until one is kept, the next trial: each path twice in turn, timed by
-    `timer(fn) -> (result, seconds)` (default `wall_seconds`), and the faster second run is kept."""
-    if mode != "auto":
-        path = "fused" if mode == "on" else "separate"
-        return path, run[path]()
-    if shape_key in _CHOICES:
-        path = _CHOICES[shape_key]
-        return path, run[path]()
-    trials = _TRIALS.setdefault(shape_key, {name: [] for name in run})
-    path = min(trials, key=lambda name: len(trials[name]))  # fewest runs so far; ties in `run`'s order
-    result, seconds = (timer or wall_seconds)(run[path])
-    trials[path].append(seconds)
-    if all(len(times) >= 2 for times in trials.values()):
-        _CHOICES[shape_key] = min(trials, key=lambda name: trials[name][-1])
-        del _TRIALS[shape_key]
-    return path, result
+class PathChoices:
+    """What "auto" has measured and decided, by shape key: a state object that a scan owns, stores in
+    its checkpoint and its results meta (`to_record`), and restores on resume (`from_record`), so a
+    resumed scan takes the same path as the process it continues and ends with the same numbers.
 
+    `timer(fn) -> (result, seconds)` times a trial (default `wall_seconds`); `replay` maps shape keys to
+    the path to keep after the trials whatever they measure (a recorded run's `chosen`: its layers then
+    take exactly the recorded run's paths, trials included, since trials run in a fixed order).
+    Without a state object the attention function uses one per process (`PROCESS_CHOICES`)."""
 
-def measured_choices() -> dict[tuple, str]:
-    """What "auto" chose so far in this process, by shape key."""
-    return dict(_CHOICES)
+    def __init__(self, *, timer=None, replay: dict[str, str] | None = None):
+        self.timer = timer or wall_seconds
+        self.replay = dict(replay or {})
+        self.chosen: dict[str, str] = {}  # shape key -> "fused" | "separate", kept for the process
+        self.trials: dict[str, dict[str, list[float]]] = {}  # shape key -> seconds of each path's runs
+
+    def choose(self, mode: str, shape_key, run: dict[str, Callable[[], object]]) -> tuple[str, object]:
+        """(path, its result) for `mode`: "off" runs `run["separate"]`, "on" `run["fused"]`; "auto" runs
+        the path kept for `shape_key` or, until one is kept, the next trial: each path twice in turn,
+        every run a layer's real work, and the faster second run is kept."""
+        if mode != "auto":
+            path = "fused" if mode == "on" else "separate"
+            return path, run[path]()
+        key = shape_key if isinstance(shape_key, str) else "|".join(map(str, shape_key))
+        if key in self.chosen:
+            path = self.chosen[key]
+            return path, run[path]()
+        trials = self.trials.setdefault(key, {name: [] for name in PATHS})
+        path = min(PATHS, key=lambda name: len(trials[name]))  # fewest runs so far; ties in PATHS order
+        result, seconds = self.timer(run[path])
+        trials[path].append(seconds)
+        if all(len(times) >= 2 for times in trials.values()):
+            fastest = min(PATHS, key=lambda name: trials[name][-1])
+            self.chosen[key] = self.replay.get(key, fastest)
+            del self.trials[key]
+        return path, result
+
+    def to_record(self) -> dict:
+        """JSON-ready state: {"chosen": {key: path}, "trials": {key: {path: [seconds, ...]}}}."""
+        return {"chosen": dict(self.chosen), "trials": {k: dict(v) for k, v in self.trials.items()}}
+
+    @classmethod
+    def from_record(cls, record: dict | None, *, timer=None) -> PathChoices:
+        """The state `to_record` wrote (None or {}: a fresh one), to continue from."""
+        choices = cls(timer=timer)
+        record = record or {}
+        choices.chosen = dict(record.get("chosen", {}))
+        choices.trials = {
+            k: {p: list(v.get(p, [])) for p in PATHS} for k, v in record.get("trials", {}).items()
+        }
+        return choices
 
 
 def wall_seconds(fn) -> tuple[object, float]:
@@ -83,3 +110,6 @@ def wall_seconds(fn) -> tuple[object, float]:
     if sync:
         sync()
     return result, time.perf_counter() - t0
+
+
+PROCESS_CHOICES = PathChoices()  # sessions without a state object of their own: measured once per process

@@ -40,16 +40,21 @@ class ScaleSession:
     scales: None | float | array-like or tensor (layers, heads); a tensor keeps its autograd graph.
     impl:   the entropy backend (kernels.resolve_impl); fused: "auto" | "on" | "off" (capture/fused.py).
     schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
+    choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
     `session.paths` tells afterwards which way the layers computed ("fused" / "separate") and
     `session.backends` which entropy kernels ran.
     """
 
-    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None):
+    def __init__(
+        self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None, choices=None
+    ):
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
         self.model = model
         multipliers = _as_multipliers(model, scales)
-        self.session = Session(multipliers=multipliers, schedule=schedule, impl=impl, fused=fused)
+        self.session = Session(
+            multipliers=multipliers, schedule=schedule, impl=impl, fused=fused, choices=choices
+        )
         self._undo = contextlib.ExitStack()
 
     def __enter__(self):
@@ -75,8 +80,10 @@ class ScaleSession:
 class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
 
-    def __init__(self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None):
-        super().__init__(model, scales=scales, impl=impl, fused=fused, schedule=schedule)
+    def __init__(
+        self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None, choices=None
+    ):
+        super().__init__(model, scales=scales, impl=impl, fused=fused, schedule=schedule, choices=choices)
         cfg = model.config.get_text_config()
         try:
             self.n_layers = cfg.num_hidden_layers
