@@ -8,7 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for, resolve_impl
+from entropy_lens.kernels import (
+    attention_entropy,
+    attention_with_entropy_torch,
+    backend_for,
+    entropy_reference,
+    entropy_torch_chunked,
+    merge_states,
+    resolve_impl,
+    shard_state,
+    sink_state,
+)
 from entropy_lens.kernels.masks import decompose
 
 
@@ -134,6 +144,49 @@ def test_contract_errors():
         attention_entropy(q, k, scale=1.0, mask=torch.ones(1, 7, dtype=torch.bool))
     with pytest.raises(EntropyLensError, match="unknown entropy backend"):
         attention_entropy(q, k, scale=1.0, impl="cuda-magic")
+
+
+def _triton(name):
+    """The Triton launcher `name` (imported without a GPU: its argument binding is all that runs)."""
+    pytest.importorskip("triton")
+    from entropy_lens.kernels import triton_entropy
+
+    return getattr(triton_entropy, name)
+
+
+# every kernel entry point, called with valid arguments plus the keywords given
+ENTRY_POINTS = {
+    **{
+        f"attention_entropy-{impl}": lambda q, k, impl=impl, **kw: attention_entropy(
+            q, k, scale=0.3, impl=impl, **kw
+        )
+        for impl in ("auto", "reference", "torch_chunked", "triton")
+    },
+    "backend_for": lambda q, k, **kw: backend_for("auto", q, k, **kw),
+    "entropy_reference": lambda q, k, **kw: entropy_reference(q, k, torch.full((4,), 0.3), **kw),
+    "entropy_torch_chunked": lambda q, k, **kw: entropy_torch_chunked(q, k, torch.full((4,), 0.3), **kw),
+    "attention_with_entropy_torch": lambda q, k, **kw: attention_with_entropy_torch(q, k, k, 0.3, **kw),
+    "entropy_triton": lambda q, k, **kw: _triton("entropy_triton")(q, k, torch.full((4,), 0.3), **kw),
+    "attention_with_entropy_triton": lambda q, k, **kw: _triton("attention_with_entropy_triton")(
+        q, k, k, torch.full((4,), 0.3), **kw
+    ),
+    "shard_state": lambda q, k, **kw: shard_state(q, k, 0.3, key_offset=0, total_keys=6, **kw),
+    "merge_states": lambda q, k, **kw: merge_states(
+        shard_state(q, k, 0.3, key_offset=0, total_keys=6), sink_state(torch.zeros(4), 1, 6), **kw
+    ),
+    "sink_state": lambda q, k, **kw: sink_state(torch.zeros(4), 1, 6, **kw),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_entry_point_refuses_an_unknown_keyword_on_every_backend(entry):
+    """A misspelt keyword (`sofcap=` for `softcap=`) raises, naming it, instead of being dropped: a
+    dropped softcap gives a plausible, wrong entropy."""
+    q, k = make_inputs(1, 4, 2, 6, 6)
+    with pytest.raises(TypeError, match="sofcap"):
+        ENTRY_POINTS[entry](q, k, sofcap=30.0)
+    if not entry.endswith("triton"):  # the same call without the typo runs (the triton ones need CUDA)
+        ENTRY_POINTS[entry](q, k)
 
 
 def test_backend_env_override(monkeypatch):

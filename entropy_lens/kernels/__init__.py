@@ -1,7 +1,7 @@
 """Attention-entropy kernels: pure functions, no transformers import.
 
     attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
-                      return_sink_mass=False, impl="auto")
+                      return_sink_mass=False, impl="auto", block_q=64, block_k=1024)
         -> (B, Hq, T) float32, nats; with return_sink_mass: (entropy, sink_mass), each (B, Hq, T) float32
 
     q      (B, Hq, T, D)  queries after RoPE (if any), any float dtype
@@ -22,6 +22,11 @@
        outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
        (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
        sink_mass: p_sink per row (B, Hq, T) float32, a probability in [0, 1]; zeros when sinks is None.
+    block_q, block_k  torch_chunked's tile, query rows × keys. The reference has no tiles and the
+           Triton kernel autotunes its own, so there they change nothing (the entropy is exact at any
+           tile size).
+Every entry point (these functions, the backends' own, `merge.shard_state`) takes exactly the keywords
+it names: a misspelt one (`sofcap=`) is a TypeError on every backend, never a silently different number.
 
 The attention output with its entropy, from the same score tiles (for models whose output sdpa cannot
 compute: softcap, sinks): `attention_with_entropy_torch(q, k, v, scale, ...)` (torch_chunked.py,
@@ -57,7 +62,12 @@ from entropy_lens.kernels.merge import (
     sink_state,
 )
 from entropy_lens.kernels.reference import entropy_reference
-from entropy_lens.kernels.torch_chunked import attention_with_entropy_torch, entropy_torch_chunked
+from entropy_lens.kernels.torch_chunked import (
+    BLOCK_K,
+    BLOCK_Q,
+    attention_with_entropy_torch,
+    entropy_torch_chunked,
+)
 
 __all__ = [
     "IMPLS",
@@ -135,9 +145,10 @@ def attention_entropy(
     sinks=None,
     return_sink_mass=False,
     impl="auto",
-    **block_sizes,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
 ):
-    """See the module docstring for the contract. `block_sizes` go to torch_chunked."""
+    """See the module docstring for the contract."""
     scale_t, mask4 = validate(q, k, scale, mask)
     softcap, sinks = validate_extras(q, softcap, sinks)
     impl, mask4, window = _plan(impl, q, k, causal, mask4, validate_window(window, causal))
@@ -153,7 +164,16 @@ def attention_entropy(
             q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
         )
     return entropy_torch_chunked(
-        q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass, **block_sizes
+        q,
+        k,
+        scale_t,
+        causal,
+        mask4,
+        window,
+        *extras,
+        return_sink_mass=return_sink_mass,
+        block_q=block_q,
+        block_k=block_k,
     )
 
 

@@ -23,7 +23,13 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.contract import validate, validate_extras, validate_window
-from entropy_lens.kernels.torch_chunked import entropy_from_state, sink_mass_from_state, state_torch_chunked
+from entropy_lens.kernels.torch_chunked import (
+    BLOCK_K,
+    BLOCK_Q,
+    entropy_from_state,
+    sink_mass_from_state,
+    state_torch_chunked,
+)
 
 __all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_state", "sink_state"]
 
@@ -39,7 +45,8 @@ def shard_state(
     mask=None,
     window: int | None = None,
     softcap: float | None = None,
-    **block_sizes,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
 ):
     """State (m, l, u), each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
     (B, Hkv, S_shard, D) holding global keys [key_offset, key_offset + S_shard) of `total_keys`.
@@ -47,15 +54,17 @@ def shard_state(
     Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T
     (and j > i + total_keys − T − window with a sliding window).
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `scale` a
-    float or (Hq,) tensor and `softcap` None or c > 0 as in `attention_entropy`. Sinks: see
-    `sink_state`.
+    float or (Hq,) tensor, `softcap` None or c > 0 and the tile `block_q` × `block_k` as in
+    `attention_entropy`. Sinks: see `sink_state`.
     """
     scale_t, mask4 = validate(q, k, scale, mask)
     window = validate_window(window, causal)
     softcap, _ = validate_extras(q, softcap, None)
     T = q.shape[2]
     offset = total_keys - T - key_offset
-    return state_torch_chunked(q, k, scale_t, causal, mask4, window, softcap, offset=offset, **block_sizes)
+    return state_torch_chunked(
+        q, k, scale_t, causal, mask4, window, softcap, offset=offset, block_q=block_q, block_k=block_k
+    )
 
 
 def sink_state(sinks, batch: int, queries: int):

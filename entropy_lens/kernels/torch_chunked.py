@@ -37,6 +37,7 @@ from entropy_lens.kernels.contract import validate, validate_extras, validate_wi
 from entropy_lens.kernels.fold import fold_for
 
 NEG_INF = float("-inf")
+BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above
 
 
 @torch.no_grad()
@@ -51,8 +52,8 @@ def entropy_torch_chunked(
     sinks=None,
     *,
     return_sink_mass=False,
-    block_q=64,
-    block_k=1024,
+    block_q=BLOCK_Q,
+    block_k=BLOCK_K,
 ):
     """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats; with
     `return_sink_mass` (entropy, sink mass (B, Hq, T) float32, zeros without sinks).
@@ -128,8 +129,8 @@ def state_torch_chunked(
     sinks=None,
     *,
     offset=None,
-    block_q=64,
-    block_k=1024,
+    block_q=BLOCK_Q,
+    block_k=BLOCK_K,
 ):
     """The streaming state (m, l, u), each (B, Hq, T) float32, of queries q over keys k.
 
