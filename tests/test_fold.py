@@ -9,7 +9,7 @@ import torch
 
 from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, fold_status
 from entropy_lens.kernels import fold as fold_module
-from entropy_lens.kernels.fold import COMPILE_MIN, compiled, fold, fold_for
+from entropy_lens.kernels.fold import COMPILE_MIN, FoldState, compiled, fold, fold_for
 
 NEG_INF = float("-inf")
 
@@ -105,21 +105,21 @@ def test_compiled_and_eager_agree_on_a_long_causal_case(monkeypatch):
     torch.testing.assert_close(got["1"][0][real], sdpa[real], atol=1e-5, rtol=0)
 
 
-def test_a_failed_compile_falls_back_to_eager_and_says_why(monkeypatch):
+def test_a_failed_compile_falls_back_to_eager_and_says_why():
     def broken(fn, **kw):
         def call(*a):
             raise RuntimeError("no C++ compiler found\nmore detail")
 
         return call
 
-    monkeypatch.setattr(fold_module, "_STATE", {"compiled": None, "status": "not used"})
-    monkeypatch.setattr(torch, "compile", broken)
+    state = FoldState(compile=broken)  # a state of its own: the process's fold is left alone
     _, s, m, l, u = _tiles()[1]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = compiled()(s.clone(), m, l, u)
-        compiled()(s.clone(), m, l, u)  # a later call does not try again
-    assert fold_status() == "eager (torch.compile failed: RuntimeError: no C++ compiler found)"
+        got = compiled(state)(s.clone(), m, l, u)
+        compiled(state)(s.clone(), m, l, u)  # a later call does not try again
+    assert fold_status(state) == "eager (torch.compile failed: RuntimeError: no C++ compiler found)"
+    assert fold_status() != fold_status(state)
     assert len(caught) == 1 and "runs uncompiled" in str(caught[0].message)
     want = fold(s.clone(), m, l, u)
     assert all(torch.equal(a, b) for a, b in zip(got, want))

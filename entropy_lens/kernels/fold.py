@@ -16,6 +16,8 @@ no faster (benchmarks/fold_cpu.py) and a scan slower (scan_cpu.py, mode scan-com
 established. If compiling fails (no C++ compiler) it falls back to eager, with a
 warning; `fold_status()` says which ran and why, and scans record it in their metadata. Tests hold
 both to the float64 reference and to each other.
+The compiled fold and that status live in a `FoldState`: one per process (`PROCESS_FOLD`) unless a
+caller passes its own, as tests do (with an injected `compile`, e.g. one that fails).
 """
 
 from __future__ import annotations
@@ -27,7 +29,16 @@ import torch
 
 ENV_VAR = "ENTROPY_LENS_COMPILE"  # "1": compile the fold for CPU tiles; anything else (default): eager
 COMPILE_MIN = 1 << 16  # scores per tile from which the compiled fold runs
-_STATE = {"compiled": None, "status": "not used"}  # the compiled fold, and what ran last on CPU
+
+
+class FoldState:
+    """The compiled fold (built on first use) and what ran last on CPU (`status`, see `fold_status`).
+    `compile(fn, dynamic=True)` builds the compiled fold: torch.compile unless given."""
+
+    def __init__(self, *, compile=None):
+        self.compile = compile or torch.compile
+        self.compiled: CompiledFold | None = None
+        self.status = "not used"
 
 
 def fold(s, m, l, u):
@@ -49,46 +60,53 @@ def fold(s, m, l, u):
     return m_new, l_new, u_new, e, alpha
 
 
-def fold_for(s: torch.Tensor):
+def fold_for(s: torch.Tensor, state: FoldState | None = None):
     """The fold to run on the (rows, bk) tile `s`: eager, or compiled for CPU tiles of at least
-    COMPILE_MIN scores when ENTROPY_LENS_COMPILE=1 (smaller ones cost less than the guards)."""
+    COMPILE_MIN scores when ENTROPY_LENS_COMPILE=1 (smaller ones cost less than the guards).
+    `state`: where the compiled fold and the status live (None: PROCESS_FOLD)."""
+    state = state or PROCESS_FOLD
     if s.device.type != "cpu":
         return fold
     if os.environ.get(ENV_VAR, "0") != "1":
-        _STATE["status"] = "eager"
+        state.status = "eager"
         return fold
     if s.numel() < COMPILE_MIN:
-        if _STATE["status"] == "not used":
-            _STATE["status"] = "eager"
+        if state.status == "not used":
+            state.status = "eager"
         return fold
-    return compiled()
+    return compiled(state)
 
 
-def compiled():
-    """The process's compiled fold (built on first use; `dynamic=True`: one graph for all sizes)."""
-    if _STATE["compiled"] is None:
-        _STATE["compiled"] = _Compiled()
-    return _STATE["compiled"]
+def compiled(state: FoldState | None = None) -> CompiledFold:
+    """`state`'s compiled fold (None: the process's), built on first use (`dynamic=True`: one graph
+    for all sizes)."""
+    state = state or PROCESS_FOLD
+    if state.compiled is None:
+        state.compiled = CompiledFold(state)
+    return state.compiled
 
 
-def fold_status() -> str:
+def fold_status(state: FoldState | None = None) -> str:
     """How the CPU tiles ran: "eager", "compiled" (ENTROPY_LENS_COMPILE=1; tiles below COMPILE_MIN stay
-    eager) or "eager (torch.compile failed: ...)"; "not used" before any CPU tile."""
-    return _STATE["status"]
+    eager) or "eager (torch.compile failed: ...)"; "not used" before any CPU tile. `state`: None for
+    the process's."""
+    return (state or PROCESS_FOLD).status
 
 
-class _Compiled:
-    """`torch.compile(fold)` that falls back to eager for good, with the reason, if compiling fails."""
+class CompiledFold:
+    """`state.compile(fold)` that falls back to eager for good, with the reason, if compiling fails;
+    each call records in `state.status` which ran."""
 
-    def __init__(self):
-        self.fn = torch.compile(fold, dynamic=True)
+    def __init__(self, state: FoldState):
+        self.state = state
+        self.fn = state.compile(fold, dynamic=True)
         self.failed: str | None = None
 
     def __call__(self, s, m, l, u):
         if self.failed is None:
             try:
                 out = self.fn(s, m, l, u)
-                _STATE["status"] = "compiled"
+                self.state.status = "compiled"
                 return out
             except (RuntimeError, OSError) as err:  # compile errors (no C++ compiler): eager, for good
                 first = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -96,5 +114,8 @@ class _Compiled:
                 warnings.warn(
                     f"entropy_lens: {self.failed}; the CPU entropy pass runs uncompiled", stacklevel=2
                 )
-        _STATE["status"] = self.failed
+        self.state.status = self.failed
         return fold(s, m, l, u)
+
+
+PROCESS_FOLD = FoldState()  # callers that pass no state of their own: one per process
