@@ -370,10 +370,9 @@ def test_bundled_package_missing(monkeypatch):
 
 @pytest.fixture
 def fake_gguf(tmp_path, tiny_dir, monkeypatch):
-    """A .gguf path whose 'conversion' copies the tiny folder; returns (path, list of conversions)."""
+    """(a .gguf path, a converter that copies the tiny folder, the list of its conversions); the
+    converter goes to `ensure_gguf_cache(..., convert=...)`."""
     import shutil
-
-    from entropy_lens.models import gguf as gguf_cache
 
     calls: list[Path] = []
 
@@ -381,17 +380,18 @@ def fake_gguf(tmp_path, tiny_dir, monkeypatch):
         calls.append(out)
         shutil.copytree(tiny_dir, out, dirs_exist_ok=True)
 
-    monkeypatch.setattr(gguf_cache, "_convert_gguf", convert)
     monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path / "cache"))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(range(256)) * 10)
-    return gguf, calls
+    return gguf, convert, calls
 
 
 def test_gguf_converted_once_then_cached(fake_gguf):
-    from entropy_lens.models.gguf import gguf_cache_dir
+    from entropy_lens.models.gguf import ensure_gguf_cache, gguf_cache_dir
 
-    gguf, calls = fake_gguf
+    gguf, convert, calls = fake_gguf
+    assert ensure_gguf_cache(gguf, convert=convert) == ensure_gguf_cache(gguf, convert=convert)
+    # load_model finds the cache (its own converter would fail on these bytes)
     first, second = load_model(str(gguf)), load_model(str(gguf))
     assert len(calls) == 1
     assert first.source == second.source == str(gguf.resolve())
@@ -403,7 +403,7 @@ def test_gguf_converted_once_then_cached(fake_gguf):
 def test_gguf_cache_key_follows_content(fake_gguf):
     from entropy_lens.models.gguf import gguf_cache_dir
 
-    gguf, _ = fake_gguf
+    gguf, _, _ = fake_gguf
     before = gguf_cache_dir(gguf)
     gguf.write_bytes(gguf.read_bytes()[:-1] + b"x")  # same size, new content
     assert gguf_cache_dir(gguf) != before
@@ -412,44 +412,42 @@ def test_gguf_cache_key_follows_content(fake_gguf):
 def test_gguf_half_cache_is_never_served(fake_gguf):
     from entropy_lens.models.gguf import ensure_gguf_cache, gguf_cache_dir
 
-    gguf, calls = fake_gguf
+    gguf, convert, calls = fake_gguf
     half = gguf_cache_dir(gguf)
     half.mkdir(parents=True)
     (half / "config.json").write_text("{")  # e.g. copied by hand, or a writer without the marker
-    assert ensure_gguf_cache(gguf) == half and len(calls) == 1
+    assert ensure_gguf_cache(gguf, convert=convert) == half and len(calls) == 1
     assert json.loads((half / "config.json").read_text())["model_type"] == "llama"
 
 
-def test_gguf_failed_conversion_leaves_nothing(fake_gguf, monkeypatch):
-    from entropy_lens.models import gguf as gguf_cache
+def test_gguf_failed_conversion_leaves_nothing(fake_gguf):
+    from entropy_lens.models.gguf import ensure_gguf_cache
 
-    gguf, _ = fake_gguf
+    gguf, _, _ = fake_gguf
 
     def crash(gguf: Path, out: Path) -> None:
         (out / "model.safetensors").write_bytes(b"half")
         raise EntropyLensError("boom")
 
-    monkeypatch.setattr(gguf_cache, "_convert_gguf", crash)
     with pytest.raises(EntropyLensError, match="boom"):
-        load_model(str(gguf))
+        ensure_gguf_cache(gguf, convert=crash)
     assert list((gguf.parent / "cache" / "gguf").iterdir()) == []
 
 
-def test_gguf_concurrent_writer_wins(fake_gguf, monkeypatch, tiny_dir):
+def test_gguf_concurrent_writer_wins(fake_gguf, tiny_dir):
     import shutil
 
-    from entropy_lens.models import gguf as gguf_cache
+    from entropy_lens.models.gguf import CACHE_MARKER, ensure_gguf_cache, gguf_cache_dir
 
-    gguf, _ = fake_gguf
-    final = gguf_cache.gguf_cache_dir(gguf)
+    gguf, _, _ = fake_gguf
+    final = gguf_cache_dir(gguf)
 
     def slow_convert(gguf: Path, out: Path) -> None:  # another process finishes first
         shutil.copytree(tiny_dir, final)
-        (final / gguf_cache._CACHE_MARKER).write_text("{}")
+        (final / CACHE_MARKER).write_text("{}")
         shutil.copytree(tiny_dir, out, dirs_exist_ok=True)
 
-    monkeypatch.setattr(gguf_cache, "_convert_gguf", slow_convert)
-    assert gguf_cache.ensure_gguf_cache(gguf) == final
+    assert ensure_gguf_cache(gguf, convert=slow_convert) == final
     assert [p.name for p in final.parent.iterdir()] == [final.name]
 
 

@@ -8,6 +8,8 @@ and last MiB (not mtime: a reinstall should not invalidate it, an edited file mu
 written to a temporary sibling and renamed into place with a completion marker inside, so a crashed
 or concurrent writer never leaves a half cache that a later load trusts. The conversion says on stderr
 that it is running and how long it takes (it is the one silent wait of a first run).
+`ensure_gguf_cache(gguf, convert=...)` takes another converter (tests pass a fast fake that copies a
+tiny folder): the caching, its atomic rename and its clean-up are the same whatever converts.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError, first_line
 
-__all__ = ["cache_root", "ensure_gguf_cache", "gguf_cache_dir"]
+__all__ = ["CACHE_MARKER", "cache_root", "convert_gguf", "ensure_gguf_cache", "gguf_cache_dir"]
 
-_CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
+CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
 _STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
 
 
@@ -50,7 +52,8 @@ def gguf_cache_dir(gguf: Path) -> Path:
     return cache_root() / "gguf" / f"{gguf.stem}-{_gguf_fingerprint(gguf)}"
 
 
-def _convert_gguf(gguf: Path, out: Path) -> None:
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise `gguf` with transformers and save it, float32 with its tokenizer, into folder `out`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -89,10 +92,11 @@ def _remove_stale_partials(final: Path) -> None:
             continue
 
 
-def ensure_gguf_cache(gguf: Path) -> Path:
-    """The cached float32 HF folder for `gguf`, converting it first if needed (atomically)."""
+def ensure_gguf_cache(gguf: Path, *, convert=convert_gguf) -> Path:
+    """The cached float32 HF folder for `gguf`, converting it first if needed (atomically) with
+    `convert(gguf, folder)`."""
     final = gguf_cache_dir(gguf)
-    if (final / _CACHE_MARKER).is_file():
+    if (final / CACHE_MARKER).is_file():
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -111,16 +115,16 @@ def ensure_gguf_cache(gguf: Path) -> Path:
             flush=True,
         )
         t0 = time.perf_counter()
-        _convert_gguf(gguf, tmp)
+        convert(gguf, tmp)
         print(f"converted in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         meta = {"gguf": str(gguf), "size": gguf.stat().st_size}
-        (tmp / _CACHE_MARKER).write_text(json.dumps(meta))
-        if final.exists() and not (final / _CACHE_MARKER).is_file():
+        (tmp / CACHE_MARKER).write_text(json.dumps(meta))
+        if final.exists() and not (final / CACHE_MARKER).is_file():
             shutil.rmtree(final, ignore_errors=True)  # an unmarked folder is never trusted
         try:
             os.rename(tmp, final)  # atomic on one filesystem; fails if another writer won the race
         except OSError:
-            if not (final / _CACHE_MARKER).is_file():
+            if not (final / CACHE_MARKER).is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing left when the rename succeeded
