@@ -120,7 +120,7 @@ def run_mode(model, mode: str, length: int, repeats: int) -> dict:
     cfg = model.config
     ids = torch.randint(0, cfg.vocab_size, (1, length + 1), device=model.device)
     row = {"mode": mode, "len": length}
-    paths = set()  # how the capturing layers computed: "separate" (sdpa + entropy pass) or "fused"
+    paths = set()  # what computed the capturing layers: capture/paths.py's names
     try:
         with torch.no_grad():
             if mode in ("plain", "scan", "scan_fused"):

@@ -18,10 +18,14 @@ config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][hea
 data_description, seed, samples, len, batch_size, dtype, device, threads (torch's CPU thread count:
 --threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
 "+"-joined: torch_chunked, triton, reference; "none" for a loss-only scan), fold (only where
-torch_chunked ran on CPU: "compiled" or "eager (why)", kernels/fold.py), attention_path ("separate":
-sdpa output + entropy pass; "fused": one pass for output and entropy, Triton on CUDA, the streamed
-torch path on CPU; "streamed": that torch path for softcapping or attention sinks, which sdpa cannot
-compute; several joined by "+"), entropy_units ("nats"),
+torch_chunked ran on CPU: "compiled" or "eager (why)", kernels/fold.py), attention_path (what computed
+the layers, capture/paths.py's names, several joined by "+": "sdpa-then-entropy": sdpa's output, then an
+entropy-only pass; "triton-fused": the Triton kernel's one pass for output and entropy;
+"torch-streamed": output and entropy from the same score tiles in plain torch, the CPU fused pass and
+the way of layers with softcapping or attention sinks, which sdpa cannot compute; "sdpa": sdpa alone,
+a loss-only scan's layers; "none": no forward ran. Files written before these names say "separate" for
+sdpa-then-entropy (sdpa in a loss-only scan), "streamed" for torch-streamed, and "fused" for
+triton-fused on a CUDA `device`, torch-streamed on CPU), entropy_units ("nats"),
 loss_units ("nats"), entropy_reduction ("per_head"; "mean_heads": the heads axis has length 1 and
 holds the mean over the layer's heads of entropy and of entropy_sq; "not_captured": loss only, the
 heads axis has length 0), chunk_indices (which chunk of the packed text each sample is; with a

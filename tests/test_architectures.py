@@ -248,7 +248,7 @@ def test_scan_files_equal_eager(model_type, tmp_path):
     np.testing.assert_allclose(result.entropy, mean_by_position(entropies, None), atol=2e-5, rtol=0)
     if model_type == "gpt_oss":  # the results file carries the sink mass, and only for models with sinks
         np.testing.assert_allclose(result.sink_mass, mean_by_position(sinks, None), atol=2e-5, rtol=0)
-        assert result.meta["attention_path"] == "streamed"
+        assert result.meta["attention_path"] == "torch-streamed"
     else:
         assert result.sink_mass is None
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(0)

@@ -84,7 +84,8 @@ def test_every_mode_runs_end_to_end_on_a_toy_shape_and_appends(tmp_path, scan_gp
     record = json.loads((tmp_path / "scan_gpu.json").read_text())
     rows = {(r["mode"], r["len"]): r for r in record["rows"]}
     assert sorted(rows) == sorted([(m, 40) for m in scan_gpu.MODES] + [("plain", 72), ("scan", 72)])
-    assert rows["scan", 72]["paths"] == ["separate"] and rows["scan_fused", 40]["paths"] == ["fused"]
+    assert rows["scan", 72]["paths"] == ["sdpa-then-entropy"]
+    assert rows["scan_fused", 40]["paths"] == ["triton-fused"]
     assert all(r["median_s"] > 0 for r in record["rows"] if r["mode"] != "kernel")
     assert rows["kernel", 40]["entropy_s"] > 0 and rows["kernel", 40]["attention"] in ("sdpa", "flash-attn")
     assert "CPU smoke run" in record["gpu"] and "72 " in run.stdout

@@ -90,19 +90,19 @@ def test_positions_no_row_reaches_are_not_reported():
 
 def _spy_kernels(monkeypatch):
     """Record the capture's mask checks and the (mask shape, window) each entropy kernel call gets."""
-    from entropy_lens.capture import attention
+    from entropy_lens.capture import attention, paths
     from entropy_lens.kernels import masks
 
     calls, seen = [], []
     monkeypatch.setattr(attention, "as_key_padding", lambda *a: calls.append(1) or masks.as_key_padding(*a))
     for name in ("attention_entropy", "attention_with_entropy_torch"):  # the separate and fused paths
-        real = getattr(attention, name)
+        real = getattr(paths, name)
 
         def spy(*args, real=real, **kw):
             seen.append((None if kw["mask"] is None else tuple(kw["mask"].shape), kw["window"]))
             return real(*args, **kw)
 
-        monkeypatch.setattr(attention, name, spy)
+        monkeypatch.setattr(paths, name, spy)
     return calls, seen
 
 
@@ -397,11 +397,38 @@ def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded):
     for fused in ("on", "off"):
         with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked", fused=fused) as rec:
             runs[fused] = (model(ids, attention_mask=mask).logits, rec)
-    assert runs["on"][1].session.paths == {"fused"} and runs["off"][1].session.paths == {"separate"}
+    assert runs["on"][1].session.paths == {"torch-streamed"}
+    assert runs["off"][1].session.paths == {"sdpa-then-entropy"}
     assert runs["on"][1].session.backends == {"torch_chunked"}
     real = mask.bool()
     torch.testing.assert_close(runs["on"][0][real], runs["off"][0][real], atol=1e-5, rtol=0)
     np.testing.assert_allclose(runs["on"][1].entropy, runs["off"][1].entropy, atol=1e-6, rtol=0)
+
+
+def test_the_recorded_path_names_what_ran():
+    """A session records the path each layer took by the name of what ran: sdpa alone where nothing is
+    captured, sdpa then the entropy pass, or the CPU's fused pass, which is the streamed torch path."""
+    from entropy_lens.capture.paths import PATH_NAMES
+
+    model = make_tiny_model(n_heads=4, n_kv_heads=2)
+    ids = torch.randint(0, 300, (1, 12))
+    seen = {}
+    for name, kind, kw in [
+        ("scales only", ScaleSession, {"scales": 1.2}),
+        ("trainable", ScaleSession, {"scales": torch.full((2, 4), 1.2, requires_grad=True)}),
+        ("off", EntropyRecorder, {"fused": "off"}),
+        ("on", EntropyRecorder, {"fused": "on"}),
+    ]:
+        with torch.set_grad_enabled(name == "trainable"), kind(model, **kw) as capture:
+            model(ids)
+        seen[name] = (capture.session.paths, capture.session.backends)
+    assert seen == {
+        "scales only": ({"sdpa"}, set()),
+        "trainable": ({"sdpa"}, set()),
+        "off": ({"sdpa-then-entropy"}, {"torch_chunked"}),
+        "on": ({"torch-streamed"}, {"torch_chunked"}),
+    }
+    assert set().union(*(paths for paths, _ in seen.values())) <= set(PATH_NAMES)
 
 
 def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():

@@ -80,8 +80,11 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
     ):
         assert key in meta
     assert meta["scales"] == [[1.0] * 4] * 2 and meta["head_dim"] == 16 and meta["backend"] == "torch_chunked"
-    # "auto" on CPU tried both ways on the first layers (capture/fused.py) and says so
-    assert meta["attention_path"] == "fused+separate" and meta["scan_config"]["fused"] == "auto"
+    # "auto" on CPU tried both ways on the first layers (capture/fused.py) and names what ran
+    assert (
+        meta["attention_path"] == "sdpa-then-entropy+torch-streamed"
+        and meta["scan_config"]["fused"] == "auto"
+    )
     assert meta["fold"] == "eager"
     assert meta["len"] == 48 and meta["samples"] == 3 and meta["data"] == DATA
     loaded = ScanResult.load(out)
@@ -361,7 +364,7 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
     """The real model at 320 tokens. Eager fp32 probabilities carry their own rounding (about 5e-6
     here), so the comparison with them allows 2e-5; the kernel itself is held to 1e-5 against a
     float64 computation on the very q and k the model produced."""
-    import entropy_lens.capture.attention as attention_mod
+    import entropy_lens.capture.paths as paths_mod
     from entropy_lens.capture import EntropyRecorder
     from entropy_lens.kernels import attention_entropy
 
@@ -371,7 +374,7 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
         seen.append(attention_entropy(q, k, scale=kw["scale"], impl="reference")[0].numpy())
         return attention_entropy(q, k, **kw)
 
-    monkeypatch.setattr(attention_mod, "attention_entropy", spy)
+    monkeypatch.setattr(paths_mod, "attention_entropy", spy)
     lm = load_model("smollm2")
     ids = torch.from_numpy(token_chunks(lm.tokenizer, "austen", length=320, samples=1, seed=3).ids[:, :-1])
     model = lm.model

@@ -305,7 +305,7 @@ def test_fused_capture_matches_sdpa_and_reference(padding, scales):
         mask = mask.to(DEVICE)
     fused, rec_f = _capture(model, ids, mask, scales=scales, impl="triton", fused="on")
     plain, rec_r = _capture(model, ids, mask, scales=scales, impl="reference", fused="off")
-    assert rec_f.session.paths == {"fused"} and rec_r.session.paths == {"separate"}
+    assert rec_f.session.paths == {"triton-fused"} and rec_r.session.paths == {"sdpa-then-entropy"}
     valid = torch.ones(2, 40, dtype=torch.bool) if mask is None else mask.bool().cpu()
     assert (fused[valid] - plain[valid]).abs().max().item() <= 1e-4
     assert abs(rec_f.entropy - rec_r.entropy).max() <= 1e-5 and (rec_f.count == rec_r.count).all()
@@ -323,7 +323,7 @@ def test_sliding_window_model_capture_matches_reference(fused):
     mask[1, :10] = 0
     got, rec_t = _capture(model, ids, mask.to(DEVICE), impl="triton", fused=fused)
     want, rec_r = _capture(model, ids, mask.to(DEVICE), impl="reference", fused="off")
-    assert rec_t.session.paths == {"fused" if fused == "on" else "separate"}
+    assert rec_t.session.paths == {"triton-fused" if fused == "on" else "sdpa-then-entropy"}
     assert (got[mask.bool()] - want[mask.bool()]).abs().max().item() <= 1e-4
     assert abs(rec_t.entropy - rec_r.entropy).max() <= 1e-5 and (rec_t.count == rec_r.count).all()
 
@@ -339,10 +339,10 @@ def test_fused_capture_steps_aside_where_it_does_not_apply():
         model, impl="triton", fused="on"
     ) as rec:  # gradients wanted: sdpa computes the output
         model(ids).logits.sum().backward()
-    assert rec.session.paths == {"separate"}
+    assert rec.session.paths == {"sdpa-then-entropy"}
     assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
     _, rec = _capture(model, ids, impl="triton", fused="off")
-    assert rec.session.paths == {"separate"}
+    assert rec.session.paths == {"sdpa-then-entropy"}
 
 
 def test_fused_output_is_laid_out_for_o_proj():
@@ -374,6 +374,6 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
     want = scan(ScanConfig(**base, backend="torch_chunked"), progress=False)
     meta = ScanResult.load(tmp_path / "t.npz").meta
     assert meta["backend"] == "triton" and meta["attention_path"] == (
-        "fused" if fused == "on" else "separate"
+        "triton-fused" if fused == "on" else "sdpa-then-entropy"
     )
     assert np.abs(got.entropy - want.entropy).max() <= 1e-5 and np.abs(got.loss - want.loss).max() <= 1e-4

@@ -4,23 +4,25 @@ Registered under one name with BOTH `AttentionInterface` (the function below) an
 `AttentionMaskInterface` (transformers' sdpa mask builder). Without the mask registration
 transformers builds no mask for an unknown implementation and padding is silently ignored.
 
-For every attention layer the function
-  1. applies the effective scale: λ_h = m_h · module.scaling (m_h the per-head multiplier of
-     1/√d; `--scale s` is m_h = s for all heads). A uniform multiplier goes into sdpa's own
-     `scale`; per-head multipliers multiply the queries (after RoPE), so a trainable multiplier
-     tensor gets gradients;
-  2. computes the layer output with the fast path: torch sdpa (its flash/efficient kernels on GPU);
-  3. when capture is on, computes the entropy of the same post-RoPE q, k with the kernel
-     `attention_entropy` at scale λ_h, and hands it to the active recorder. Steps 2 and 3 may
-     instead be one fused pass (the Triton kernel on CUDA, the streamed torch path on CPU;
-     capture/fused.py decides, by measurement under `--fused auto`).
-Softcapping (Gemma2's `softcap`) and attention sinks (gpt-oss's `s_aux`) are beyond sdpa: such layers
-compute output, entropy and sink mass from the same score tiles, exactly, in plain torch
-(`kernels.attention_with_entropy_torch`, path "streamed") or in the fused Triton pass; a trainable
-scale on them goes through the model's own eager attention (autograd, T × T memory). Any other extra
-argument is refused (`check_kwargs`).
-     The session records which way the layer went (`paths`) and which kernel computed the entropy
-     (`backends`, from `kernels.backend_for`; "torch_chunked" for the streamed path), so metadata names what ran.
+For every attention layer the function takes three steps:
+  1. read the call (`read_call`, then `entropy_inputs` where an entropy or an extra is computed): take
+     out softcap (Gemma2) and attention sinks (gpt-oss's `s_aux`) and refuse any other extra argument
+     (`check_kwargs`); apply the effective scale λ_h = m_h · module.scaling (m_h the per-head
+     multiplier of 1/√d; `--scale s` is m_h = s for all heads): a uniform multiplier goes into sdpa's
+     own `scale`, per-head multipliers multiply the queries (after RoPE), so a trainable multiplier
+     tensor gets gradients; put the mask in the kernels' form and let `kernels.backend_for` name the
+     entropy backend;
+  2. run a path (capture/paths.py, which names them). A capturing layer runs "sdpa-then-entropy"
+     (sdpa's output, then the entropy kernel on the same post-RoPE q, k at λ_h), "triton-fused" (the
+     Triton kernel's one pass) or "torch-streamed" (`kernels.attention_with_entropy_torch`: output,
+     entropy and sink mass from the same score tiles, exact: the CPU fused pass, and the separate
+     pass of a layer with softcap or sinks, which sdpa cannot compute); capture/fused.py decides
+     between the separate and the fused way, by measurement under `--fused auto`. A layer that
+     captures nothing runs sdpa, torch-streamed where sdpa cannot, or, for a trainable scale there,
+     the model's own eager attention (autograd, T × T memory);
+  3. record what ran (`record`): the path's name in `session.paths` and, when capturing, the kernel
+     that computed the entropy in `session.backends` ("torch_chunked" for torch-streamed), so
+     metadata names what ran; the entropy goes to the session's callback.
 What to do is read from a context variable: `activate(session)` sets it for a block (as
 `ScaleSession`/`EntropyRecorder` do), `active_session()` reads it. A model left with this
 implementation outside any session behaves exactly like sdpa.
@@ -35,10 +37,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from entropy_lens.capture.fused import PROCESS_CHOICES, PathChoices, fused_applies
+from entropy_lens.capture.fused import PathChoices
+from entropy_lens.capture.paths import EAGER, SDPA, TORCH_STREAMED, eager_attention, run_path, sdpa
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, backend_for
+from entropy_lens.kernels import backend_for
 from entropy_lens.kernels.masks import as_key_padding
 
 ATTN_NAME = "entropy_lens"
@@ -75,7 +78,7 @@ class Session:
     on_entropy: Callable[..., None] | None = None
     impl: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
-    paths: set[str] = field(default_factory=set)  # "fused" / "separate": what the layers used
+    paths: set[str] = field(default_factory=set)  # what computed the layers: capture/paths.py's names
     backends: set[str] = field(default_factory=set)  # the entropy kernels that ran: "triton", ...
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
@@ -120,15 +123,95 @@ def check_kwargs(module, kwargs: dict) -> None:
         )
 
 
+@dataclass
+class LayerCall:
+    """One call of the attention function as read off its arguments and the session: what the output
+    path takes and, for the entropy, what the kernels take (`entropy_inputs`)."""
+
+    module: object
+    session: Session | None
+    query: torch.Tensor  # (B, Hq, T, D) after RoPE and the schedule's m(i)
+    key: torch.Tensor  # (B, Hkv, S, D)
+    value: torch.Tensor  # (B, Hkv, S, Dv)
+    attention_mask: torch.Tensor | None  # transformers' mask
+    dropout: float
+    kwargs: dict  # the model's remaining arguments, for sdpa / its eager attention
+    scaling: float  # the model's softmax scale (module.scaling unless it passes one)
+    multiplier: float | torch.Tensor | None  # the session's m_h for this layer: None, uniform or (Hq,)
+    q_out: torch.Tensor  # the output path's queries: per-head multipliers applied
+    out_scaling: float  # the output path's softmax scale: a uniform multiplier applied
+    softcap: float | None  # Gemma2: scores -> c·tanh(scores/c)
+    sinks: torch.Tensor | None  # gpt-oss: one logit per head in the softmax's denominator
+
+    @property
+    def capturing(self) -> bool:
+        return self.session is not None and self.session.on_entropy is not None
+
+    @property
+    def has_extras(self) -> bool:
+        return self.softcap is not None or self.sinks is not None
+
+    @property
+    def lam(self) -> float | torch.Tensor:
+        """λ_h for the entropy: the model's scale times the multipliers, detached (float or (Hq,))."""
+        m = self.multiplier
+        return self.scaling * (m.detach().float() if isinstance(m, torch.Tensor) else (m or 1.0))
+
+    @property
+    def wants_grad(self) -> bool:
+        return torch.is_grad_enabled() and any(t.requires_grad for t in (self.q_out, self.key, self.value))
+
+
+@dataclass
+class EntropyInputs:
+    """The kernels' view of a call: keys/values the entropy sees, mask and window in the kernels' form,
+    causality as sdpa applies it, and the backend `kernels.backend_for` picks for them."""
+
+    key: torch.Tensor  # (B, Hkv, S', D): S' = T for a prefill into an empty static cache, else S
+    value: torch.Tensor
+    causal: bool
+    mask: torch.Tensor | None
+    window: int | None
+    backend: str
+
+    def args(self, call: LayerCall) -> dict:
+        """The keyword arguments every kernel takes alike."""
+        return {
+            "causal": self.causal,
+            "mask": self.mask,
+            "window": self.window,
+            "softcap": call.softcap,
+            "sinks": call.sinks,
+        }
+
+
 def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D)."""
-    softcap = kwargs.pop("softcap", None)  # Gemma2: scores -> c·tanh(scores/c)
-    sinks = kwargs.pop("s_aux", None)  # gpt-oss: one logit per head in the softmax's denominator
+    """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D). Reads the call,
+    runs the path chosen for it, and records what ran."""
+    call = read_call(_ACTIVE.get(), module, query, key, value, attention_mask, scaling, dropout, kwargs)
+    if not call.capturing and not call.has_extras:  # nothing to capture, nothing sdpa cannot do
+        out = sdpa(call)
+        record(call, SDPA)
+    elif not call.capturing and call.wants_grad:  # a trainable scale through softcap or sinks
+        out = eager_attention(call)
+        record(call, EAGER)
+    else:
+        inputs = entropy_inputs(call)
+        path, (out, entropy, sink_mass) = run_path(call, inputs)
+        record(call, path, inputs, entropy, sink_mass)
+    return out
+
+
+def read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs) -> LayerCall:
+    """The call's inputs: the extras taken out of `kwargs` (any other argument with a value refused),
+    the schedule's m(i) applied to the queries, and the session's multipliers split between the output
+    path (queries or sdpa's scale) and the entropy's λ_h."""
+    softcap = kwargs.pop("softcap", None)
+    sinks = kwargs.pop("s_aux", None)
     sinks = kwargs.pop("sinks", None) if sinks is None else sinks
     check_kwargs(module, kwargs)
     if scaling is None:
         scaling = module.scaling
-    session = _ACTIVE.get()
     if session is not None and session.schedule is not None:  # m(i) per query row, before anything
         query = query * _row_multipliers(session.schedule, kwargs.get("position_ids"), query, key)
     mult = None if session is None else session.multipliers
@@ -139,80 +222,57 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         q_out = query * mult.to(query.dtype).view(1, -1, 1, 1)
     elif mult is not None:
         out_scaling = scaling * float(mult)
-    extras = {"softcap": softcap, "sinks": sinks}
-    has_extras = softcap is not None or sinks is not None
-    capturing = session is not None and session.on_entropy is not None
-    if not capturing and not has_extras:
-        return _sdpa(module, q_out, key, value, attention_mask, dropout, out_scaling, kwargs)
-    if not capturing and torch.is_grad_enabled() and any(t.requires_grad for t in (q_out, key, value)):
-        # a trainable scale on a model with extras: the model's own eager attention, with autograd
-        given = {name: v for name, v in (("softcap", softcap), ("s_aux", sinks)) if v is not None}
-        eager = _eager(module)
-        return eager(
-            module, q_out, key, value, attention_mask, scaling=out_scaling, dropout=dropout, **kwargs, **given
-        )
-    lam = scaling * (mult.detach().float() if isinstance(mult, torch.Tensor) else (mult or 1.0))
-    causal = kwargs.get("is_causal")
-    causal = getattr(module, "is_causal", True) if causal is None else causal
-    memo = session.mask_memo if session is not None else {}
-    mask, window = _kernel_mask(memo, attention_mask, query.shape[2], key.shape[2], causal)
+    return LayerCall(
+        module=module,
+        session=session,
+        query=query,
+        key=key,
+        value=value,
+        attention_mask=attention_mask,
+        dropout=dropout,
+        kwargs=kwargs,
+        scaling=scaling,
+        multiplier=mult,
+        q_out=q_out,
+        out_scaling=out_scaling,
+        softcap=softcap,
+        sinks=sinks,
+    )
+
+
+def entropy_inputs(call: LayerCall) -> EntropyInputs:
+    """What the kernels take for `call` (see EntropyInputs); errors as `kernels.attention_entropy`'s."""
+    causal = call.kwargs.get("is_causal")
+    causal = getattr(call.module, "is_causal", True) if causal is None else causal
+    memo = call.session.mask_memo if call.session is not None else {}
+    T, S = call.query.shape[2], call.key.shape[2]
+    mask, window = _kernel_mask(memo, call.attention_mask, T, S, causal)
     if mask is not None and mask.shape[2] != 1:
         causal = False  # as in sdpa, a mask that is not key padding (and a window) decides alone
-    k_ent, v_ent = key, value
-    T = query.shape[2]
-    if causal and attention_mask is None and 1 < T < key.shape[2]:
-        k_ent, v_ent = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
-    ent_args = {"causal": causal, "mask": mask, "window": window, **extras}
-    backend = backend_for("auto" if session is None else session.impl, query, k_ent, **ent_args)
+    key, value = call.key, call.value
+    if causal and call.attention_mask is None and 1 < T < S:
+        key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
+    impl = "auto" if call.session is None else call.session.impl
+    extras = {"softcap": call.softcap, "sinks": call.sinks}
+    backend = backend_for(impl, call.query, key, causal=causal, mask=mask, window=window, **extras)
+    return EntropyInputs(key, value, causal, mask, window, backend)
 
-    def streamed():  # output, entropy and sink mass from the same score tiles, plain torch
-        out, ent, mass = attention_with_entropy_torch(query.detach(), k_ent, v_ent, lam, **ent_args)
-        return (out, None), ent, mass
 
-    def separate():  # sdpa's output, then an entropy-only pass over the same q, k (no extras here)
-        out = _sdpa(module, q_out, key, value, attention_mask, dropout, out_scaling, kwargs)
-        return (
-            out,
-            attention_entropy(query.detach(), k_ent.detach(), scale=lam, impl=backend, **ent_args),
-            None,
-        )
-
-    def fused():  # the Triton kernel's output + entropy pass
-        from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
-        scale = torch.as_tensor(lam, dtype=torch.float32, device=query.device).expand(query.shape[1])
-        o, ent, mass = attention_with_entropy_triton(
-            query, k_ent, v_ent, scale, causal, mask, window, softcap, sinks, return_sink_mass=True
-        )
-        return (o.transpose(1, 2).contiguous(), None), ent, mass
-
-    run = {
-        "separate": streamed if has_extras else separate,
-        "fused": fused if backend == "triton" else streamed,
-    }
-    path = "separate"
-    if (
-        capturing
-        and session.fused != "off"
-        and run["fused"] is not run["separate"]
-        and fused_applies(backend, query, key, value, mask, dropout)
-    ):
-        shapes = (*query.shape, *key.shape[1:3])
-        shape_key = (str(query.device), query.dtype, *shapes, mask is not None, causal, window, has_extras)
-        path, (out, ent, mass) = (session.choices or PROCESS_CHOICES).choose(session.fused, shape_key, run)
+def record(call: LayerCall, path: str, inputs: EntropyInputs | None = None, entropy=None, sink_mass=None):
+    """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
+    entropy, and hand the entropy to the session's callback."""
+    session = call.session
+    if session is None:
+        return
+    session.paths.add(path)
+    if not call.capturing:
+        return
+    session.backends.add("torch_chunked" if path == TORCH_STREAMED else inputs.backend)
+    offset = inputs.key.shape[2] - call.query.shape[2]
+    if call.sinks is None:
+        session.on_entropy(call.module.layer_idx, entropy, offset)
     else:
-        out, ent, mass = run[path]()
-    if not capturing:
-        return out
-    ran_streamed = run[path] is streamed
-    session.paths.add("streamed" if ran_streamed and path == "separate" else path)
-    session.backends.add("torch_chunked" if ran_streamed else backend)
-    offset = k_ent.shape[2] - T
-    if sinks is None:
-        session.on_entropy(module.layer_idx, ent, offset)
-    else:
-        session.on_entropy(module.layer_idx, ent, offset, mass)
-    return out
+        session.on_entropy(call.module.layer_idx, entropy, offset, sink_mass)
 
 
 def _row_multipliers(schedule: Schedule, position_ids, query, key):
@@ -223,27 +283,6 @@ def _row_multipliers(schedule: Schedule, position_ids, query, key):
         position_ids = torch.arange(S - T, S, device=query.device).unsqueeze(0)
     m = schedule.multiplier(position_ids.to(query.device))
     return m.view(m.shape[0], 1, T, 1).to(query.dtype)
-
-
-def _sdpa(module, query, key, value, attention_mask, dropout, scaling, kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-    )
-
-
-def _eager(module):
-    """The model's own eager attention function (each modeling file defines `eager_attention_forward`)."""
-    import sys
-
-    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if fn is None:
-        raise EntropyLensError(
-            f"{type(module).__name__} has no eager attention function to train scales through its "
-            "softcap or sinks; run without gradients (the exact streaming path), or report the architecture"
-        )
-    return fn
 
 
 def _kernel_mask(memo: dict, attention_mask, T: int, S: int, causal: bool):

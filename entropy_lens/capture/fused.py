@@ -1,10 +1,14 @@
 """Which way a capturing layer computes its output: sdpa + an entropy-only pass, or one fused pass.
 
     "separate"  torch sdpa (its flash kernels on GPU and CPU) for the output, then the entropy kernel
-                on the same q, k: two passes over K.
+                on the same q, k: two passes over K (path "sdpa-then-entropy"; a layer with softcap
+                or sinks, which sdpa cannot compute, runs "torch-streamed" this way).
     "fused"     output AND entropy from the same score tiles, one pass over K/V: on CUDA the Triton
-                kernel's WITH_OUTPUT variant, on CPU `kernels.attention_with_entropy_torch` (its
-                elementwise step compiled, kernels/fold.py).
+                kernel's WITH_OUTPUT variant ("triton-fused"), on CPU
+                `kernels.attention_with_entropy_torch` ("torch-streamed", its elementwise step
+                compiled on request, kernels/fold.py).
+These two ways are what "auto" chooses between and what `PathChoices` keeps; the path each way ran, as
+named in capture/paths.py, is what the session and the results meta record.
 
 `--fused` / `EntropyRecorder(fused=...)`: "off" always separate; "on" fused wherever it applies;
 "auto" (default) measures both on the real work: the first calls of each shape run separate,

@@ -4,7 +4,8 @@
         model(input_ids)                 # any number of forwards
     rec.entropy   # (layers, heads, positions) float64 mean over the query rows seen, nats
     rec.count     # (positions,) how many rows were averaged at each position
-    rec.session.paths     # {"separate"} or {"fused"}: sdpa + entropy pass, or one fused pass (both: "auto" tried them)
+    rec.session.paths     # what computed the layers (capture/paths.py): e.g. {"sdpa-then-entropy"}, or
+                          # {"sdpa-then-entropy", "torch-streamed"} where "auto" tried both ways on CPU
     rec.session.backends  # the entropy kernels that ran, e.g. {"triton"} or {"torch_chunked"}
 
 On entry it registers the `entropy_lens` attention implementation, switches the model to it,
@@ -41,8 +42,8 @@ class ScaleSession:
     impl:   the entropy backend (kernels.resolve_impl); fused: "auto" | "on" | "off" (capture/fused.py).
     schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
-    `session.paths` tells afterwards which way the layers computed ("fused" / "separate") and
-    `session.backends` which entropy kernels ran.
+    `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
+    layers that capture nothing) and `session.backends` which entropy kernels ran.
     """
 
     def __init__(

@@ -278,7 +278,7 @@ class Run:
                 if "torch_chunked" in sums.backends and self.device.type == "cpu"
                 else {}
             ),
-            "attention_path": "+".join(sorted(sums.paths)) or "separate",  # fused / separate / both
+            "attention_path": "+".join(sorted(sums.paths)) or "none",  # capture/paths.py's names
             "world_size": self.world.size,
             "entropy_units": "nats",
             "loss_units": "nats",

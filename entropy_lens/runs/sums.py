@@ -45,7 +45,7 @@ class ScanSums:
             "samples": np.array(0),
         }
         self.prior_wall_s = 0.0
-        self.paths: set[str] = set()  # how the layers computed their output: "separate" / "fused"
+        self.paths: set[str] = set()  # what computed the layers: capture/paths.py's names
         self.backends: set[str] = set()  # the entropy kernels that ran (none for a loss-only scan)
 
     @property

@@ -1,0 +1,163 @@
+"""The ways a layer's output (and its entropy) are computed, by name: what `Session.paths` and the
+results meta (`attention_path`) record.
+
+    sdpa-then-entropy  torch sdpa's output (its flash kernels on GPU and CPU), then the entropy-only
+                       kernel (`kernels.attention_entropy`, backend from `kernels.backend_for`) on the
+                       same q, k: two passes over K
+    triton-fused       the Triton kernel's WITH_OUTPUT variant: output and entropy from the same score
+                       tiles, one pass over K/V (CUDA)
+    torch-streamed     `kernels.attention_with_entropy_torch`: output, entropy and sink mass from the
+                       same score tiles in plain torch (exact; the CPU fused pass, and the separate pass
+                       of a layer with softcap or sinks, which sdpa cannot compute)
+A layer that captures nothing runs "sdpa" (`sdpa`, at the session's scale), torch-streamed where it has
+softcap or sinks, or, for a trainable scale there, "eager" (`eager_attention`: the model's own, with
+autograd).
+
+`run_path` picks among them: the two ways of capture/fused.py, "separate" and "fused", each stand for
+one of the three names above depending on the layer (extras, backend), and where they name different
+paths the session's `fused` mode and its PathChoices decide.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+import torch
+
+from entropy_lens.capture.fused import PROCESS_CHOICES, fused_applies
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch
+
+if TYPE_CHECKING:
+    from entropy_lens.capture.attention import EntropyInputs, LayerCall
+
+# What computed a layer, as `Session.paths` and the results meta (`attention_path`) name it:
+SDPA_THEN_ENTROPY = "sdpa-then-entropy"  # torch sdpa's output, then an entropy-only kernel pass on q, k
+TRITON_FUSED = "triton-fused"  # the Triton kernel's output + entropy pass: one pass over K/V
+TORCH_STREAMED = "torch-streamed"  # kernels.attention_with_entropy_torch: output, entropy, sink mass
+# and, for a layer that captures nothing, also:
+SDPA = "sdpa"  # the model as sdpa runs it, at the session's scale
+EAGER = "eager"  # the model's own eager attention: a trainable scale on a layer with softcap or sinks
+PATH_NAMES = (SDPA_THEN_ENTROPY, TRITON_FUSED, TORCH_STREAMED, SDPA, EAGER)
+
+
+def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
+    """(the path that ran, (layer output, entropy (B, Hq, T) fp32, sink mass or None)).
+
+    Two ways compute a layer: "separate" (sdpa's output, then the entropy pass; for softcap or sinks,
+    which sdpa cannot compute, the streamed torch path) and "fused" (one pass: the Triton kernel where
+    `backend_for` picked triton, else the streamed torch path). Where they differ, the session captures
+    and the fused pass applies (capture/fused.py), `session.fused` and its PathChoices decide."""
+    separate = TORCH_STREAMED if call.has_extras else SDPA_THEN_ENTROPY
+    fused = TRITON_FUSED if inputs.backend == "triton" else TORCH_STREAMED
+    session = call.session
+    if (
+        not call.capturing
+        or session.fused == "off"
+        or fused == separate
+        or not fused_applies(inputs.backend, call.query, call.key, call.value, inputs.mask, call.dropout)
+    ):
+        return separate, RUNNERS[separate](call, inputs)
+    shapes = (*call.query.shape, *call.key.shape[1:3])
+    shape_key = (
+        str(call.query.device),
+        call.query.dtype,
+        *shapes,
+        inputs.mask is not None,
+        inputs.causal,
+        inputs.window,
+        call.has_extras,
+    )
+    run = {
+        choice: partial(RUNNERS[path], call, inputs)
+        for choice, path in (("separate", separate), ("fused", fused))
+    }
+    choice, result = (session.choices or PROCESS_CHOICES).choose(session.fused, shape_key, run)
+    return (fused if choice == "fused" else separate), result
+
+
+def _sdpa_then_entropy(call: LayerCall, inputs: EntropyInputs):
+    """sdpa's output, then an entropy-only pass over the same q, k (no extras here)."""
+    entropy = attention_entropy(
+        call.query.detach(), inputs.key.detach(), scale=call.lam, impl=inputs.backend, **inputs.args(call)
+    )
+    return sdpa(call), entropy, None
+
+
+def _torch_streamed(call: LayerCall, inputs: EntropyInputs):
+    """Output, entropy and sink mass from the same score tiles, plain torch."""
+    out, entropy, sink_mass = attention_with_entropy_torch(
+        call.query.detach(), inputs.key, inputs.value, call.lam, **inputs.args(call)
+    )
+    return (out, None), entropy, sink_mass
+
+
+def _triton_fused(call: LayerCall, inputs: EntropyInputs):
+    """The Triton kernel's output + entropy pass."""
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    q = call.query
+    scale = torch.as_tensor(call.lam, dtype=torch.float32, device=q.device).expand(q.shape[1])
+    o, entropy, sink_mass = attention_with_entropy_triton(
+        q,
+        inputs.key,
+        inputs.value,
+        scale,
+        inputs.causal,
+        inputs.mask,
+        inputs.window,
+        call.softcap,
+        call.sinks,
+        return_sink_mass=True,
+    )
+    return (o.transpose(1, 2).contiguous(), None), entropy, sink_mass
+
+
+RUNNERS = {
+    SDPA_THEN_ENTROPY: _sdpa_then_entropy,
+    TRITON_FUSED: _triton_fused,
+    TORCH_STREAMED: _torch_streamed,
+}
+
+
+def sdpa(call: LayerCall):
+    """The layer's output from torch sdpa, at the session's scale."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(
+        call.module,
+        call.q_out,
+        call.key,
+        call.value,
+        call.attention_mask,
+        dropout=call.dropout,
+        scaling=call.out_scaling,
+        **call.kwargs,
+    )
+
+
+def eager_attention(call: LayerCall):
+    """The layer's output from the model's own eager attention function (each modeling file defines
+    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks."""
+    import sys
+
+    module = call.module
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        raise EntropyLensError(
+            f"{type(module).__name__} has no eager attention function to train scales through its "
+            "softcap or sinks; run without gradients (the exact streaming path), or report the architecture"
+        )
+    given = {name: v for name, v in (("softcap", call.softcap), ("s_aux", call.sinks)) if v is not None}
+    return fn(
+        module,
+        call.q_out,
+        call.key,
+        call.value,
+        call.attention_mask,
+        scaling=call.out_scaling,
+        dropout=call.dropout,
+        **call.kwargs,
+        **given,
+    )
