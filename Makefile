@@ -28,8 +28,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/scan_cpu.py
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check entropy_lens tests benchmarks
-	$(BIN)/ruff check entropy_lens tests benchmarks
+	$(BIN)/ruff format --check entropy_lens tests benchmarks tools
+	$(BIN)/ruff check entropy_lens tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -104,7 +104,7 @@ def build(model_type: str, overrides: dict, seed: int = 0):
     return AutoModelForCausalLM.from_config(config).float().eval()
 
 
-def _ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
+def ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, COMMON["vocab_size"], (B, T), generator=g)
     if padding == "none":
@@ -159,7 +159,7 @@ def test_entropy_and_logits_equal_eager(model_type, padding, fused):
     from entropy_lens.capture import EntropyRecorder
 
     model = build(model_type, SUPPORTED[model_type][0])
-    ids, mask = _ids_and_mask(padding)
+    ids, mask = ids_and_mask(padding)
     logits, entropies = eager(model, ids, mask)
     with EntropyRecorder(model, fused=fused) as rec, torch.no_grad():
         captured = model(ids, attention_mask=mask).logits
@@ -175,7 +175,7 @@ def test_sink_mass_is_what_eager_gives_the_sink():
     from entropy_lens.capture import EntropyRecorder
 
     model = build("gpt_oss", SUPPORTED["gpt_oss"][0])
-    ids, mask = _ids_and_mask("left")
+    ids, mask = ids_and_mask("left")
     _, _, sinks = eager(model, ids, mask, sink_mass=True)
     with EntropyRecorder(model) as rec, torch.no_grad():
         model(ids, attention_mask=mask)
@@ -197,7 +197,7 @@ def test_a_sink_applied_after_the_softmax_is_counted_like_gpt_oss(monkeypatch):
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.sinks.normal_(0, 2)
-    ids, mask = _ids_and_mask("left")
+    ids, mask = ids_and_mask("left")
     own_logits, _ = eager(model, ids, mask)
     monkeypatch.setattr(granite_swa, "eager_attention_forward", gpt_oss.eager_attention_forward)
     logits, entropies, sinks = eager(model, ids, mask, sink_mass=True)
@@ -345,6 +345,28 @@ def readme_table() -> str:
 def test_readme_lists_the_tested_architectures():
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     assert readme_table() in readme, "regenerate the table: python tests/test_architectures.py"
+
+
+def test_the_survey_tool_writes_where_it_is_told(tmp_path):
+    """tools/survey_architectures.py (the table's wider cousin) runs a type in a child process of its
+    own and writes only under --out."""
+    import json
+    import subprocess
+
+    tool = Path(__file__).parent.parent / "tools" / "survey_architectures.py"
+    run = subprocess.run(
+        [sys.executable, str(tool), "--out", str(tmp_path / "survey"), "llama"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    survey = json.loads((tmp_path / "survey" / "survey.json").read_text())
+    assert survey["llama"]["cls"] == "EXACT", survey["llama"]
+    paths = set(survey["llama"]["paddings"]["left"]["paths"])  # fused "auto" on CPU: either or both
+    assert paths and paths <= {"sdpa-then-entropy", "torch-streamed"}  # this checkout's names
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["llama.json", "one", "survey", "survey.json"]
 
 
 if __name__ == "__main__":

@@ -62,13 +62,16 @@ def test_imports_run_one_way(path):
 
 
 TESTS = sorted(Path(__file__).parent.glob("*.py"))
+TOOLS = sorted((PACKAGE.parent / "tools").glob("*.py"))  # scripts beside the package, as the tests
 
 
 @pytest.mark.parametrize(
-    "path", MODULES + TESTS, ids=lambda p: p.name if p in TESTS else str(p.relative_to(PACKAGE))
+    "path",
+    MODULES + TESTS + TOOLS,
+    ids=lambda p: str(p.relative_to(PACKAGE.parent)) if p in TESTS + TOOLS else str(p.relative_to(PACKAGE)),
 )
 def test_no_private_name_crosses_a_module(path):
-    """Modules meet through public names; so do the tests (they test the public seams)."""
+    """Modules meet through public names; so do the tests and the tools (they use the public seams)."""
     for _, names in _imports(path):
         private = [n for n in names if n.startswith("_") and n != "__version__"]
         assert not private, f"{path.name} imports private {private}"
@@ -78,3 +81,4 @@ def test_the_check_sees_imports():
     """The parser finds what it must (else the two tests above would pass on anything)."""
     found = dict(_imports(PACKAGE / "runs" / "scan.py"))
     assert {"capture", "models", "results", "runs"} <= set(found)
+    assert TOOLS and "capture" in dict(_imports(PACKAGE.parent / "tools" / "survey_architectures.py"))

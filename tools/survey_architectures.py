@@ -1,7 +1,8 @@
 """Survey: every causal-LM architecture of the installed transformers, EXACT or REFUSED?
 
-    python tests/survey_architectures.py                 # all of MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    python tests/survey_architectures.py llama gemma2    # some
+    python tools/survey_architectures.py --out survey/             # all of MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    python tools/survey_architectures.py --out survey/ llama gemma2 # some
+    python tools/survey_architectures.py llama                      # into a new temporary folder, printed
 
 Each model type runs in a child process of its own (address space capped, timeout), which builds a
 tiny random model (tests/test_architectures.py's COMMON, its per-architecture overrides where it has
@@ -15,22 +16,25 @@ them, and a few generic shrinks), and classifies it:
   WRONG    the recorder ran but its numbers differ from eager's (silently wrong)
   TIMEOUT / KILLED  the child ran out of time / memory
 
-Not collected by pytest (no test_ prefix). Writes /tmp/survey2/survey.json (and one json per type
-under /tmp/survey2/one/).
+Writes OUT/survey.json (every type surveyed so far: a second run adds to it) and one json per type
+under OUT/one/. The children import entropy_lens from this checkout. Environment: SURVEY_MEM_GB (each
+child's address space, default 6), SURVEY_TIMEOUT (seconds per type, default 60).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
-OUT = Path(os.environ.get("SURVEY_OUT", "/tmp/survey2"))
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"  # test_architectures.py: the tested configs, the eager reference
 MEM_BYTES = int(os.environ.get("SURVEY_MEM_GB", "6")) * 1024**3
 TIMEOUT = int(os.environ.get("SURVEY_TIMEOUT", "60"))
 PADDINGS = ("none", "left", "right")
@@ -240,7 +244,7 @@ def child(model_type: str) -> dict:
     per_padding = {}
     verdicts = []
     for padding in PADDINGS:
-        ids, mask = ta._ids_and_mask(padding)
+        ids, mask = ta.ids_and_mask(padding)
         r: dict = {}
         # the recorder first (a refusal or a crash matters whether or not eager works)
         rec = None
@@ -332,20 +336,20 @@ def child(model_type: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- parent
-def run_one(model_type: str) -> dict:
-    one = OUT / "one" / f"{model_type}.json"
+def run_one(model_type: str, out: Path) -> dict:
+    one = out / "one" / f"{model_type}.json"
     one.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     t0 = time.time()
     try:
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", model_type],
+            [sys.executable, __file__, "--out", str(out), "--child", model_type],
             check=False,
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
             env=env,
-            cwd=str(TESTS.parent),
+            cwd=str(ROOT),
         )
         rc, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as e:
@@ -367,9 +371,25 @@ def run_one(model_type: str) -> dict:
     return res
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Classify causal-LM architectures of the installed transformers: EXACT, REFUSED, ...",
+        epilog="example: python tools/survey_architectures.py --out survey/ llama gemma2",
+    )
+    parser.add_argument("types", nargs="*", help="model types (default: every causal-LM type)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for survey.json and one/<type>.json (default: a new temporary folder, printed)",
+    )
+    parser.add_argument("--child", metavar="TYPE", help=argparse.SUPPRESS)  # one type, in this process
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--child"]:
-        model_type = argv[1]
+    args = parse_args(argv)
+    if args.child:
+        model_type = args.child
         try:
             res = child(model_type)
         except MemoryError as e:
@@ -381,17 +401,19 @@ def main(argv: list[str]) -> int:
                 "reason": f"{type(e).__name__}: {e}",
                 "tb": _tail(e),
             }
-        (OUT / "one").mkdir(parents=True, exist_ok=True)
-        (OUT / "one" / f"{model_type}.json").write_text(json.dumps(res, indent=1, default=str))
+        (args.out / "one").mkdir(parents=True, exist_ok=True)
+        (args.out / "one" / f"{model_type}.json").write_text(json.dumps(res, indent=1, default=str))
         return 0
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    names = argv or list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    (OUT / "one").mkdir(parents=True, exist_ok=True)
-    path = OUT / "survey.json"
+    out = args.out or Path(tempfile.mkdtemp(prefix="survey-architectures-"))
+    print(f"writing {out / 'survey.json'}", flush=True)
+    names = args.types or list(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    (out / "one").mkdir(parents=True, exist_ok=True)
+    path = out / "survey.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     for name in names:
-        res = run_one(name)
+        res = run_one(name, out)
         results[name] = res
         path.write_text(json.dumps(results, indent=1, default=str))
         print(
