@@ -128,11 +128,13 @@ class Runs:
             )
         return sweep, fit, fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
 
-    def _missing(self, what: str, path: Path) -> None:
-        """Refuse a run that the cache lacks when only cached runs may be used (`cached_only`)."""
+    def _missing(self, what: str, path: Path, damage: str | None = None) -> None:
+        """Refuse a run that the cache lacks (or holds `damage`d) when only cached runs may be used
+        (`cached_only`)."""
         if self.cached_only:
+            why = f"no {path.name}" if damage is None else damage
             raise EntropyLensError(
-                f"{what} is not in the cache {self.cache} (no {path.name}); run `entropy-lens figures` "
+                f"{what} is not in the cache {self.cache} ({why}); run `entropy-lens figures` "
                 "without --cached-only to compute it"
             )
 
@@ -190,8 +192,12 @@ class Runs:
         if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
             from entropy_lens.results import ScanResult
 
-            return ScanResult.load(path)
-        self._missing(f"the scan of {config.model} at {config.length}", path)
+            try:
+                return ScanResult.load(path)
+            except EntropyLensError as err:  # damaged: scanned again below (scan(resume=True) says so)
+                self._missing(f"the scan of {config.model} at {config.length}", path, str(err).split(";")[0])
+        else:
+            self._missing(f"the scan of {config.model} at {config.length}", path)
         if self.progress:
             print(f"scan {config.model} len {config.length} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
@@ -217,15 +223,23 @@ class Runs:
         return table
 
     def sweep(self, model: str, length: int) -> Path:
-        from entropy_lens.results import SWEEP_INDEX, read_sweep_index
+        from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index
         from entropy_lens.runs.sweep import parse_scales, sweep
 
         c = self.config
         config = self._scan_config(model, length, samples=c.sweep_samples, entropy="none")
         folder = self._path("sweep", {**config.to_dict(), "scales": c.sweep_scales}, "")
         scales = parse_scales(c.sweep_scales)
-        if (folder / SWEEP_INDEX).is_file() and read_sweep_index(folder).get("complete"):
-            return folder  # the folder name hashes every setting: a complete sweep is this one
+        try:
+            complete = (folder / SWEEP_INDEX).is_file() and read_sweep_index(folder).get("complete")
+            if complete:
+                for file in read_sweep_index(folder)["files"]:
+                    ScanResult.load(file)
+        except EntropyLensError as err:  # damaged: the sweep below repairs it (and says what it repaired)
+            self._missing(f"the sweep of {model} at {length}", folder, str(err).split(";")[0])
+            complete = False
+        if complete:
+            return folder  # the folder name hashes every setting: a complete, readable sweep is this one
         self._missing(f"the sweep of {model} at {length}", folder)
         if self.progress:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
@@ -247,7 +261,12 @@ class Runs:
     def search(
         self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
     ) -> str:
-        from entropy_lens.runs.head_search import HeadSearchConfig, save_head_scales, search_head_scales
+        from entropy_lens.runs.head_search import (
+            HeadSearchConfig,
+            read_head_scales,
+            save_head_scales,
+            search_head_scales,
+        )
 
         c = self.config
         config = HeadSearchConfig(
@@ -269,8 +288,16 @@ class Runs:
         if record:  # the init the figures' own search at this length started from
             self.inits[length] = config.init
         path = self._path("heads", dataclasses.asdict(config), ".safetensors")
+        what = f"the head-scale search of {model} at {length} from {init:g}"
+        if path.is_file():
+            try:
+                read_head_scales(path)
+            except EntropyLensError as err:  # damaged: searched again (and said)
+                self._missing(what, path, str(err).split(";")[0])
+                print(f"entropy-lens: {str(err).split(';')[0]}: searching again", flush=True)
+                path.unlink()
         if not path.is_file():
-            self._missing(f"the head-scale search of {model} at {length} from {init:g}", path)
+            self._missing(what, path)
             if self.progress:
                 print(f"search-heads {model} len {length} init {init:g} -> {path}", flush=True)
             save_head_scales(search_head_scales(config, progress=self.progress), path)
@@ -410,12 +437,16 @@ def make_figures(
     """Compute what is missing in `cache` (`cached_only`: refuse to), render every figure into `out`;
     returns the files written."""
     from entropy_lens.figures.render import render
+    from entropy_lens.runs.lock import OutputLock
+    from entropy_lens.runs.output import check_folder_target
 
     started = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = figure_data(config, cache=cache, progress=progress, cached_only=cached_only)
-    written = render(data, config, out)
+    out = check_folder_target(out)
+    if not cached_only:
+        check_folder_target(cache, flag="--cache")
+    with OutputLock(out, folder=True):
+        data = figure_data(config, cache=cache, progress=progress, cached_only=cached_only)
+        written = render(data, config, out)
     if progress:
         print(f"wrote {len(written)} files to {out}/ in {time.perf_counter() - started:.0f} s", flush=True)
     return written
