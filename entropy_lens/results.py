@@ -25,7 +25,10 @@ entropy-only pass; "triton-fused": the Triton kernel's one pass for output and e
 the way of layers with softcapping or attention sinks, which sdpa cannot compute; "sdpa": sdpa alone,
 a loss-only scan's layers; "none": no forward ran. Files written before these names say "separate" for
 sdpa-then-entropy (sdpa in a loss-only scan), "streamed" for torch-streamed, and "fused" for
-triton-fused on a CUDA `device`, torch-streamed on CPU), entropy_units ("nats"),
+triton-fused on a CUDA `device`, torch-streamed on CPU), fused_choices (only where `--fused auto`
+decided: the path it kept per shape of attention call, {shape key: "fused" (the fused pass) |
+"separate" (sdpa-then-entropy)}; a resumed scan reuses the interrupted one's, and
+`PathChoices(replay=...)` reproduces them), entropy_units ("nats"),
 loss_units ("nats"), entropy_reduction ("per_head"; "mean_heads": the heads axis has length 1 and
 holds the mean over the layer's heads of entropy and of entropy_sq; "not_captured": loss only, the
 heads axis has length 0), chunk_indices (which chunk of the packed text each sample is; with a
@@ -116,18 +119,24 @@ class ScanResult:
     def load(cls, path: str | Path) -> ScanResult:
         path = Path(path)
         if not path.is_file():
-            raise EntropyLensError(f"results file {path} does not exist; run `entropy-lens scan` to make it")
+            raise EntropyLensError(f"{path} does not exist; run `entropy-lens scan` to make it")
+        again = "rerun the scan that made it with --resume, which scans an unreadable file again"
         try:
             with np.load(path, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
-            raise EntropyLensError(f"{path} is not a readable results file ({err}); rerun the scan") from None
+            raise EntropyLensError(f"{path} is not a readable results file ({err}); {again}") from None
         missing = [k for k in (*ARRAYS, "meta") if k not in data]
         if missing:
             raise EntropyLensError(
                 f"{path} lacks {', '.join(missing)}; it is not an entropy-lens results file"
             )
-        meta = json.loads(str(data.pop("meta")))
+        try:
+            meta = json.loads(str(data.pop("meta")))
+        except ValueError as err:
+            raise EntropyLensError(f"{path} is not a readable results file (meta: {err}); {again}") from None
+        if not isinstance(meta, dict):
+            raise EntropyLensError(f"{path} is not a readable results file (meta is not an object); {again}")
         version = meta.get("schema_version")
         if version != SCHEMA_VERSION:
             raise EntropyLensError(
@@ -158,8 +167,9 @@ SWEEP_KIND = "entropy_lens.sweep"
 def write_sweep_index(folder: str | Path, index: dict) -> Path:
     """Write `folder/sweep.json` atomically. `index` holds at least `scales` (ascending multipliers s)
     and `files` (results file names inside `folder`, same order; a scale whose scan has not finished
-    is absent from both), plus `model`, `len`, `data`, `samples`, `seed`, `entropy` ("heads",
-    "mean_heads" or "none") and `complete` (every requested scale done)."""
+    is absent from both), plus `model`, `len`, `data`, `samples`, `seed`, `entropy` (the sweep's
+    --entropy: "heads", "mean" or "none"), `requested_scales` and `complete` (every requested scale
+    done)."""
     path = Path(folder) / SWEEP_INDEX
     record = {"kind": SWEEP_KIND, "schema_version": SCHEMA_VERSION, **index}
     return atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -178,7 +188,8 @@ def read_sweep_index(folder: str | Path) -> dict:
         index = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise EntropyLensError(
-            f"{path} is not readable JSON ({err}); rerun the sweep with --resume"
+            f"{path} is not readable JSON ({err}); rerun the sweep with --resume, which rebuilds it from "
+            "the folder's scale files"
         ) from None
     if index.get("kind") != SWEEP_KIND or index.get("schema_version") != SCHEMA_VERSION:
         raise EntropyLensError(

@@ -178,7 +178,10 @@ def test_load_sweep_rejects_mismatch_naming_the_file(tmp_path, field):
 def test_load_sweep_missing_file_named(tmp_path):
     names = save_sweep(tmp_path, [make_result(np.ones(16), scale=s) for s in (1.0, 1.1, 1.2)])
     (tmp_path / names[1]).unlink()
-    with pytest.raises(EntropyLensError, match=r"s1\.1\.npz \(scale 1\.1\) is listed .* but missing"):
+    with pytest.raises(
+        EntropyLensError,
+        match=r"s1\.1\.npz \(scale 1\.1 of sweep .*\) does not exist; `entropy-lens sweep .*--resume` scans it again",
+    ):
         load_sweep(tmp_path)
     with pytest.raises(EntropyLensError, match="has no sweep.json"):
         load_sweep(tmp_path / "..")
@@ -326,7 +329,8 @@ def test_search_heads_init_from_uses_the_rule(tmp_path, capsys):
     save_sweep(tmp_path, results)
     choice = best_uniform_scale(Sweep.from_results(results), length=4 * L)
     args = ["search-heads", "tiny-nope", "--len", str(4 * L), "--init-from", str(tmp_path)]
-    assert main([*args, "--out", str(tmp_path / "hs.npy")]) == 2  # refused after the choice, before work
+    # refused after the choice (by --steps), before any work
+    assert main([*args, "--steps", "0", "--out", str(tmp_path / "hs.safetensors")]) == 2
     out = capsys.readouterr().out
     assert f"initial scale {choice.scale:g}: the lowest mean loss over positions [56, 64)" in out
 

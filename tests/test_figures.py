@@ -11,6 +11,7 @@ import pytest
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures import FIGURES, TABLES
+from entropy_lens.figures.registry import Drawn, Item, figure, items
 from entropy_lens.runs.figures import FiguresConfig, figure_data, make_figures
 
 MINIMAL = {
@@ -145,25 +146,30 @@ def test_uniform_scale_and_searches_follow_the_paper(made):
     from entropy_lens.analysis import best_uniform_scale
 
     root, _ = made
-    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
-    L = d["L"]
-    for key, length in (("uniform", d["long"]), ("short_uniform", d["short"])):
-        again = best_uniform_scale(d["sweep"], length=length, train_len=L)
-        assert (d[key].scale, d[key].span) == (again.scale, again.span)
-        assert d[key].span == (length - L // 2, length)
+    data = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    L = data.L
+    searches = (
+        (data.uniform, data.head_scales, data.long),
+        (data.short_uniform, data.short_head_scales, data.short),
+    )
+    for uniform, hs, length in searches:
+        again = best_uniform_scale(data.final.sweep, length=length, train_len=L)
+        assert (uniform.scale, uniform.span) == (again.scale, again.span)
+        assert uniform.span == (length - L // 2, length)
+        assert hs.uniform == uniform and hs.length == length and hs.given is None
     records = {
         r["config"]["length"]: r
         for r in (json.loads(p.read_text()) for p in (root / "cache").glob("heads-*.safetensors.json"))
     }
-    for key, length in (("uniform", d["long"]), ("short_uniform", d["short"])):
+    for uniform, hs, length in searches:
         # from s*, or from the focus bound 1 where s* lies below it (the clamp's first step would)
-        assert records[length]["config"]["init"] == d["search_inits"][length] == max(d[key].scale, 1.0)
+        assert records[length]["config"]["init"] == hs.init == max(uniform.scale, 1.0)
     assert {r["config"]["steps"] for r in records.values()} == {MINIMAL["search_steps"]}
     assert FiguresConfig().search_steps == 200
-    assert str(Path(d["short_head_scales_file"]).name).startswith("heads-")
+    assert str(Path(data.short_head_scales.file).name).startswith("heads-")
     readme = (root / "out" / "README.md").read_text()
-    a, b = d["uniform"].span
-    assert f"s* = {d['uniform'].scale:g}, the best single scale" in readme
+    a, b = data.uniform.span
+    assert f"s* = {data.uniform.scale:g}, the best single scale" in readme
     assert f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})" in readme
 
 
@@ -173,9 +179,9 @@ def test_figure7_fits_the_raw_argmin_and_reports_the_grid_edges(made, tmp_path):
     from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
 
     root, _ = made
-    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
-    raw, smoothed = d["fit"], d["fit_smoothed"]
-    assert raw.a == fit_scale_curve(d["sweep"], train_len=d["L"]).a and raw.smooth == 0
+    data = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    raw, smoothed = data.final.fit, data.final.fit_smoothed
+    assert raw.a == fit_scale_curve(data.final.sweep, train_len=data.L).a and raw.smooth == 0
     assert smoothed.smooth == MINIMAL["fit_smooth"]
     readme = (root / "out" / "README.md").read_text()
     assert f"raw argmin (the paper's fit): a = {raw.a:.4f} ± {raw.a_stderr:.4f}, R² = {raw.r2:.4f}" in readme
@@ -206,9 +212,9 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
 
     root, _ = made
     readme = (root / "out" / "README.md").read_text()
-    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    data = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
     config = FiguresConfig.build(MINIMAL)
-    assert all(f"- {line}" in readme for line in common_differences(d, config))
+    assert all(f"- {line}" in readme for line in common_differences(data, config))
     sections = re.split(r"^## ", readme, flags=re.MULTILINE)[1:]
     items = [f"figure-{n}" for n in FIGURES] + [f"table-{n}" for n in TABLES]
     assert [s.split("\n")[0] for s in sections] == [
@@ -216,19 +222,17 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
     ]
     for item, section in zip(items, sections):
         listed = section.split("Differences from the paper:\n\n")[1].strip().splitlines()
-        assert listed and listed == [f"- {line}" for line in differences(item, d, config)]
+        assert listed and listed == [f"- {line}" for line in differences(item, data, config)]
     assert (
         "the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run, 20% of"
         in sections[5]
     )
-    assert f"uniform scale s* = {d['uniform'].scale:g}" in sections[3]
-    given = dataclasses.replace(config, head_scales="hs8k.safetensors")
-    assert any("given (hs8k.safetensors)" in line for line in differences("figure-04", d, given))
-    without = dataclasses.replace(config, early=None)
-    assert (
-        "is left out: no early checkpoint given"
-        in differences("figure-07", {**d, "early_sweep": None}, without)[0]
-    )
+    assert f"uniform scale s* = {data.uniform.scale:g}" in sections[3]
+    given = dataclasses.replace(data.head_scales, given="hs8k.safetensors", init=None)
+    given = dataclasses.replace(data, head_scales=given)
+    assert any("given (hs8k.safetensors)" in line for line in differences("figure-04", given, config))
+    without = dataclasses.replace(data, early=None)
+    assert "is left out: no early checkpoint given" in differences("figure-07", without, config)[0]
 
 
 def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
@@ -237,17 +241,17 @@ def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
     from entropy_lens.analysis import sliding_window_ppl
 
     root, _ = made
-    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
-    L, stride = d["L"], d["L"] // 8
+    data = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    L, stride = data.L, data.L // 8
     readme = (root / "out" / "README.md").read_text()
-    assert list(d["ppl"]) == [
+    assert list(data.ppl) == [
         "NoPE",
         "RoPE",
         "RoPE NTK (dynamic:2)",
         "NoPE λ=1.2/√d",
         "NoPE λ=1.5/√d",
         "NoPE λ=1.8/√d",
-        f"NoPE s*={d['uniform_scale']:g}",
+        f"NoPE s*={data.uniform_scale:g}",
         "NoPE λ(h) 2L",
         "NoPE λ(h) 4L",
     ]
@@ -256,15 +260,15 @@ def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
         for line in readme.splitlines()
         if line.startswith(("| NoPE", "| RoPE"))
     }
-    for name, row in d["ppl"].items():
+    for name, row in data.ppl.items():
         assert list(row) == [L, 2 * L, 4 * L, 8 * L]
         printed = [cell.split(" [")[0] for cell in rows[name].strip(" |").split(" | ")[1:]]
         for (W, cell), text in zip(row.items(), printed, strict=True):
-            meta = cell["result"].meta
+            meta = cell.result.meta
             assert meta["scan_config"]["stride"] == stride and meta["len"] == W
             assert meta["samples"] == MINIMAL["ppl_samples"] and meta["entropy_reduction"] == "not_captured"
-            again = sliding_window_ppl(cell["result"], stride)
-            assert again == cell["ppl"] and float(text) == float(f"{again.ppl:.3g}")
+            again = sliding_window_ppl(cell.result, stride)
+            assert again == cell.ppl and float(text) == float(f"{again.ppl:.3g}")
 
 
 def test_figure7_has_the_early_checkpoint_panel(made):
@@ -272,14 +276,15 @@ def test_figure7_has_the_early_checkpoint_panel(made):
     from entropy_lens.analysis import fit_scale_curve
 
     root, _ = made
-    d = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
-    early = d["early_sweep"]
-    assert early.meta[0]["model"] == "tiny-nope-step300" and early.length == d["sweep"].length
-    assert d["early_fit"].a == fit_scale_curve(early, train_len=d["L"]).a
-    assert d["steps"] == {"tiny-nope": 1500, "tiny-nope-step300": 300}
+    data = figure_data(FiguresConfig.build(MINIMAL), cache=root / "cache", progress=False)
+    early = data.early.sweep
+    assert early.meta[0]["model"] == "tiny-nope-step300" and early.length == data.final.sweep.length
+    assert data.early.fit.a == fit_scale_curve(early, train_len=data.L).a
+    assert (data.final.model, data.final.steps) == ("tiny-nope", 1500)
+    assert (data.early.model, data.early.steps) == ("tiny-nope-step300", 300)
     readme = (root / "out" / "README.md").read_text()
-    assert f"300 steps, raw argmin (the paper's fit): a = {d['early_fit'].a:.4f}" in readme
-    assert f"1500 steps, raw argmin (the paper's fit): a = {d['fit'].a:.4f}" in readme
+    assert f"300 steps, raw argmin (the paper's fit): a = {data.early.fit.a:.4f}" in readme
+    assert f"1500 steps, raw argmin (the paper's fit): a = {data.final.fit.a:.4f}" in readme
 
 
 def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
@@ -299,3 +304,47 @@ def test_committed_readme_is_regenerated_from_the_committed_runs(tmp_path):
     root = Path(__file__).parent.parent
     make_figures(FiguresConfig(), tmp_path, cache=root / "figures" / "runs", progress=False, cached_only=True)
     assert (tmp_path / "README.md").read_text() == (root / "figures" / "README.md").read_text()
+
+
+def test_the_registry_lists_every_figure_the_readme_names():
+    """Every figure and table is registered once (`@figure`), and the registry's order is the README's."""
+    import re
+
+    root = Path(__file__).parent.parent / "figures"
+    readme = (root / "README.md").read_text()
+    registered = items()
+    assert re.findall(r"^## (.+)$", readme, flags=re.MULTILINE) == [i.title for i in registered]
+    assert re.findall(r"^!\[[^]]+\]\((\S+)\.png\)$", readme, flags=re.MULTILINE) == [
+        i.stem for i in registered
+    ]
+    stems = [f"figure-{n}" for n in FIGURES] + [f"table-{n}" for n in TABLES]
+    assert [i.stem for i in registered] == stems and len(set(stems)) == len(stems)
+    assert all((root / f"{i.stem}.png").is_file() and (root / f"{i.stem}.pdf").is_file() for i in registered)
+    with pytest.raises(ValueError, match="figure-NN"):
+        figure("fig-7", differences=lambda data, c: [])
+
+
+def test_a_figure_is_one_function_and_one_entry(made, tmp_path):
+    """An item beside the registered ones is drawn, saved and given its README section, nothing else."""
+    import matplotlib.pyplot as plt
+
+    from entropy_lens.figures.render import render
+
+    root, _ = made
+    config = FiguresConfig.build(MINIMAL)
+    data = figure_data(config, cache=root / "cache", progress=False)
+
+    def extra(data, c):
+        fig, ax = plt.subplots()
+        ax.plot(data.nope.loss)
+        return Drawn(fig, "NoPE's loss by position.", [f"L = {data.L}"])
+
+    added = Item("figure-99", extra, lambda data, c: ["not in the paper"])
+    render(data, config, tmp_path, only=[*items(), added])
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith((root / "out" / "README.md").read_text())
+    assert readme.endswith(
+        "## Figure 99\n\n![Figure 99](figure-99.png)\n\nNoPE's loss by position.\n\n- L = 16\n\n"
+        "Differences from the paper:\n\n- not in the paper\n"
+    )
+    assert (tmp_path / "figure-99.png").is_file() and (tmp_path / "figure-99.pdf").is_file()

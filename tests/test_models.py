@@ -25,7 +25,7 @@ from entropy_lens.models import (
     validate_head_scales,
 )
 
-SCALES = np.array([[0.5, 1.0, 1.5, 2.0], [0.0, 0.25, 3.0, 1.0]])  # (layer, head) for the tiny model
+SCALES = np.array([[0.5, 1.0, 1.5, 2.0], [0.125, 0.25, 3.0, 1.0]])  # (layer, head) for the tiny model
 
 
 def _scale_tensors(scales: np.ndarray = SCALES, layers=None) -> dict[str, torch.Tensor]:
@@ -268,7 +268,7 @@ def test_head_scales_files(tmp_path, kind):
         (np.ones((3, 4)), r"shape \[3, 4\].*\[2, 4\]"),
         (np.ones(8), r"shape \[8\]"),
         ([[1.0, 2.0], [1.0]], "not a numeric"),
-        (np.where(np.eye(2, 4) > 0, -1.0, 1.0), "layer 0, head 0.*negative"),
+        (np.where(np.eye(2, 4) > 0, -1.0, 1.0), "layer 0, head 0 .*is -1 .*must be positive"),
         (np.where(np.eye(2, 4, k=1) > 0, np.nan, 1.0), "layer 0, head 1.*nan.*finite"),
         (np.where(np.eye(2, 4, k=2) > 0, np.inf, 1.0), "layer 0, head 2.*inf.*finite"),
     ],
@@ -280,7 +280,7 @@ def test_validate_head_scales_errors(value, match):
 
 def test_bad_head_scale_files(tmp_path):
     np.save(tmp_path / "neg.npy", -SCALES)
-    with pytest.raises(EntropyLensError, match="negative"):
+    with pytest.raises(EntropyLensError, match="must be positive"):
         load_head_scales_file(tmp_path / "neg.npy", 2, 4)
     (tmp_path / "s.txt").write_text("1 2")
     with pytest.raises(EntropyLensError, match="unknown extension"):

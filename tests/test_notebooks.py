@@ -123,7 +123,7 @@ def test_paper_figures_run(kernel, tmp_path):
     # The fit the notebook printed is the one the library computes from the same cache.
     from entropy_lens.runs import FiguresConfig, figure_data
 
-    fit = figure_data(FiguresConfig.build(MINIMAL), cache=cache, progress=False)["fit"]
+    fit = figure_data(FiguresConfig.build(MINIMAL), cache=cache, progress=False).final.fit
     printed = outputs(cell_with(nb, "fit_scale_curve(sweep"))
     assert f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f}" in printed
 

@@ -152,8 +152,9 @@ def test_batch_size_does_not_change_the_result(tiny_dir):
 
 
 def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
+    from entropy_lens.capture.fused import PathChoices
+
     config = _config(tiny_dir, samples=5)
-    full = scan(config, progress=False)
 
     import entropy_lens.runs.scan as scan_mod
 
@@ -173,6 +174,8 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(scan_mod, "next_token_nll", real)
     resumed = scan(config, out=out, resume=True, progress=False)
     assert calls["n"] == 4  # the 3 finished samples were not recomputed
+    # uninterrupted, with the paths "auto" chose (the trials of the first layers use both)
+    full = scan(config, progress=False, choices=PathChoices(replay=resumed.meta.get("fused_choices")))
     for name in ("entropy", "entropy_sq", "loss", "loss_sq", "count"):
         assert np.array_equal(getattr(resumed, name), getattr(full, name)), name
     assert out.exists() and not partial_path(out).exists()
@@ -216,7 +219,7 @@ def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         scan(_config(tiny_dir), out=out, progress=False)
     monkeypatch.setattr(scan_mod, "next_token_nll", real)
-    with pytest.raises(EntropyLensError, match="different scan"):
+    with pytest.raises(EntropyLensError, match="checkpoint of an unfinished scan with other flags"):
         scan(_config(tiny_dir, seed=1), out=out, resume=True, progress=False)
 
 
@@ -312,7 +315,7 @@ def _bad_inputs(tiny_dir, tmp_path):
         ),
         "head scales negative": (
             ["scan", t, "--len", "16", "--head-scales", str(tmp_path / "neg.npy")],
-            "negative",
+            "must be positive",
         ),
         "head scales NaN": (
             ["scan", t, "--len", "16", "--head-scales", str(tmp_path / "nan.npy")],

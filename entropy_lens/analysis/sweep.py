@@ -123,12 +123,13 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
         )
     results = []
     for s, path in zip(index["scales"], index["files"]):
-        if not Path(path).is_file():
+        try:
+            result = ScanResult.load(path)
+        except EntropyLensError as err:  # missing or unreadable: the sweep's own command makes it again
             raise EntropyLensError(
-                f"{path} (scale {s:g}) is listed in {Path(folder) / 'sweep.json'} but missing; "
-                "rerun that sweep with --resume, or into a fresh folder"
-            )
-        result = ScanResult.load(path)
+                f"{path} (scale {s:g} of sweep {folder}) {_damage(err)}; "
+                f"`{resume_command(folder, index)}` scans it again"
+            ) from None
         if result.meta.get("len") != index.get("len", result.meta.get("len")):
             raise EntropyLensError(
                 f"{path} has len {result.meta.get('len')} but the sweep index says {index['len']}; "
@@ -164,7 +165,7 @@ def resume_command(folder: str | Path, index: dict) -> str:
     for name, default in defaults.items():
         if c.get(name, default) != default:
             flags[name] = c[name]
-    for name in ("rope_scaling", "train_len", "revision"):
+    for name in ("rope_scaling", "train_len", "revision", "scale_schedule", "stride"):
         if c.get(name) is not None:
             flags[name] = c[name]
     words = ["entropy-lens sweep", str(c.get("model", "CKPT"))]
@@ -175,6 +176,12 @@ def resume_command(folder: str | Path, index: dict) -> str:
     scales = index.get("requested_scales") or index["scales"]
     words += ["--scales", ",".join(f"{s:g}" for s in scales), "--out", str(folder), "--resume"]
     return " ".join(words)
+
+
+def _damage(err: EntropyLensError) -> str:
+    """What ScanResult.load found wrong with a file, without its advice."""
+    what = str(err).split(";")[0]
+    return what.split(" ", 1)[1] if " " in what else what
 
 
 def _scale_list(scales: list[float], shown: int = 6) -> str:

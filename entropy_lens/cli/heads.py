@@ -78,7 +78,10 @@ def search_config(args, *, init: float):
 
 def cmd_search_heads(args) -> int:
     from entropy_lens.runs.head_search import check_out, save_head_scales, search_head_scales
+    from entropy_lens.runs.lock import OutputLock
+    from entropy_lens.runs.output import save_or_rescue
 
+    out = check_out(args.out)  # before any work
     init = args.init if args.init is not None else 1.0
     if args.init_from:
         from entropy_lens.analysis import best_uniform_scale, load_sweep
@@ -93,9 +96,9 @@ def cmd_search_heads(args) -> int:
         )
     config = search_config(args, init=init)
     config.check()
-    check_out(args.out)  # before any work
-    result = search_head_scales(config, progress=not args.quiet)
-    out = save_head_scales(result, args.out)
+    with OutputLock(out):
+        result = search_head_scales(config, progress=not args.quiet)
+        save_or_rescue(out, lambda path: save_head_scales(result, path), what="head-scale search")
     sc = result.scales
     print(
         f"{sc.size} head scales: min {sc.min():.3f}, median {np.median(sc):.3f}, max {sc.max():.3f} "

@@ -85,24 +85,25 @@ def perplexity_config(args):
 
 
 def cmd_ppl(args) -> int:
+    import contextlib
     import json
-    from pathlib import Path
 
-    from entropy_lens.errors import EntropyLensError
     from entropy_lens.results import atomic_write_text
+    from entropy_lens.runs.lock import OutputLock
+    from entropy_lens.runs.output import check_file_target, save_or_rescue
     from entropy_lens.runs.perplexity import perplexity, perplexity_record
 
     config = perplexity_config(args)
     config.check()  # every flag before the model loads, and before --out is touched
-    if args.out is not None and Path(args.out).is_dir():
-        raise EntropyLensError(f"--out {args.out} is a folder; pass a file name such as {args.out}/ppl.json")
-    config = config.resolved()
-    rows = perplexity(config, progress=not args.quiet)
-    print(table(config, rows))
-    if args.out is not None:
-        record = perplexity_record(config, rows)
-        atomic_write_text(args.out, json.dumps(record, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {args.out}")
+    out = None if args.out is None else check_file_target(args.out, example="ppl.json")
+    with OutputLock(out) if out is not None else contextlib.nullcontext():
+        config = config.resolved()
+        rows = perplexity(config, progress=not args.quiet)
+        print(table(config, rows))
+        if out is not None:
+            text = json.dumps(perplexity_record(config, rows), indent=1, sort_keys=True) + "\n"
+            save_or_rescue(out, lambda path: atomic_write_text(path, text), what="perplexity table")
+            print(f"wrote {out}")
     return 0
 
 

@@ -1,11 +1,38 @@
-"""Rendering the paper's figures from the runs' results: Figures 1–5, 7 and 10–12 and a README with the
-headline numbers (`render`). The runs themselves (scans, sweep, head-scale search, their cache and
-`FiguresConfig`) live in `entropy_lens.runs.figures`; this package only draws and writes.
+"""Rendering the paper's figures from the runs' results: Figures 1–5, 7 and 10–14, Table 2 and a README
+with the headline numbers. The runs themselves (scans, sweep, head-scale search and their cache) live in
+`entropy_lens.runs.figures`, which fills a `FigureData`; this package only draws and writes.
+
+    config.py       FiguresConfig: the figures' settings (`--config` YAML keys); paper.yaml the paper's
+    record.py       FigureData: the runs' results, typed, which every figure reads
+    registry.py     @figure("figure-NN", differences=...): every figure and table, in the README's order
+    curves.py       entropy and loss by position: Figures 1, 2, 4
+    heads.py        per-head entropy: Figures 3, 5, 10–12
+    scales.py       the best uniform scale by position and its log fit: Figure 7
+    losses.py       loss of scaled variants against their baselines: Figures 13, 14
+    tables.py       Table 2, sliding-window perplexity
+    words.py        phrases several captions share (spans, s*'s rule, how λ(h) were made)
+    differences.py  the differences every figure shares, and any one figure's (from the registry)
+    readme.py       the README writer
+    render.py       render(data, config, out): every item's PNG and PDF, then the README
+
+Adding a figure is one decorated function in the module of its kind. Colours and line styles come from
+`entropy_lens.plotting` (its `style.py`). Names are imported lazily, so `entropy_lens.figures.config`
+loads neither matplotlib nor pandas; `render` is `entropy_lens.figures.render.render`.
 """
 
-from entropy_lens.figures.render import render
+from importlib import import_module
 
-__all__ = ["FIGURES", "TABLES", "render"]
+_LAZY = {"FiguresConfig": "config", "FigureData": "record", "figure": "registry", "items": "registry"}
 
-FIGURES = ("01", "02", "03", "04", "05", "07", "10", "11", "12", "13", "14")
-TABLES = ("02",)  # the paper's tables this package draws: table-NN.png/.pdf and a README section
+__all__ = ["FIGURES", "TABLES", "FigureData", "FiguresConfig", "figure", "items"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(f"entropy_lens.figures.{_LAZY[name]}"), name)
+    if name in ("FIGURES", "TABLES"):  # the numbers of the registered figures / tables: ("01", "02", ...)
+        from entropy_lens.figures.registry import items
+
+        kind = name[:-1].lower()
+        return tuple(i.number for i in items() if i.kind == kind)
+    raise AttributeError(f"module 'entropy_lens.figures' has no attribute {name!r}")

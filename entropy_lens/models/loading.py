@@ -182,7 +182,8 @@ def _load_config(folder: Path, trust_remote_code: bool) -> Any:
     except (ValueError, OSError, KeyError) as e:
         raise EntropyLensError(
             f"cannot read {folder / 'config.json'} ({first_line(e)}); fix the file, upgrade "
-            "transformers, or pass trust_remote_code=True for custom model code you trust"
+            "transformers, or pass --trust-remote-code (trust_remote_code=True in Python) for custom model "
+            "code you trust"
         ) from None
 
 

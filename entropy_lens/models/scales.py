@@ -59,12 +59,12 @@ def validate_head_scales(arr: Any, n_layers: int, n_heads: int, *, source: str) 
             f"head scale at layer {layer}, head {head} from {source} is {out[layer, head]} "
             f"({len(bad)} non-finite values in all); scales must be finite numbers"
         )
-    neg = np.argwhere(out < 0)
-    if len(neg):
-        layer, head = (int(i) for i in neg[0])
+    bad = np.argwhere(out <= 0)
+    if len(bad):  # the rule of --scale: a positive multiplier (0 would be no scale at all)
+        layer, head = (int(i) for i in bad[0])
         raise EntropyLensError(
-            f"head scale at layer {layer}, head {head} from {source} is negative ({out[layer, head]:g}); "
-            "scales multiply 1/sqrt(d) and must be >= 0"
+            f"head scale at layer {layer}, head {head} from {source} is {out[layer, head]:g} ({len(bad)} "
+            "values <= 0 in all); scales multiply 1/sqrt(d) and must be positive, as --scale"
         )
     return out
 

@@ -10,14 +10,19 @@ from entropy_lens.plotting.curves import entropy_loss, loss_curves, perplexity_b
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
 from entropy_lens.plotting.style import (
+    DASHED,
+    HEADS,
     NOPE,
     NOPE_DARK,
+    NOPE_PLAIN,
     NOPE_SCALES,
     PAIRED,
     ROPE,
     ROPE_DARK,
     ROPE_SCALES,
+    SOLID,
     TAB10,
+    VARIANTS,
     bits,
     family_colors,
     palette_colors,
@@ -26,14 +31,19 @@ from entropy_lens.plotting.style import (
 )
 
 __all__ = [
+    "DASHED",
+    "HEADS",
     "NOPE",
     "NOPE_DARK",
+    "NOPE_PLAIN",
     "NOPE_SCALES",
     "PAIRED",
     "ROPE",
     "ROPE_DARK",
     "ROPE_SCALES",
+    "SOLID",
     "TAB10",
+    "VARIANTS",
     "all_heads_grid",
     "best_scale_by_position",
     "bits",

@@ -14,14 +14,19 @@ from contextlib import contextmanager
 import numpy as np
 
 __all__ = [
+    "DASHED",
+    "HEADS",
     "NOPE",
     "NOPE_DARK",
+    "NOPE_PLAIN",
     "NOPE_SCALES",
     "PAIRED",
     "ROPE",
     "ROPE_DARK",
     "ROPE_SCALES",
+    "SOLID",
     "TAB10",
+    "VARIANTS",
     "bits",
     "family_colors",
     "palette_colors",
@@ -36,6 +41,12 @@ ROPE_SCALES = ("#fcbba1", "#fb9a99", "#ca181d", "#8c0912")  # light → dark red
 # seaborn's own palettes, by name (resolved by `palette_colors`): heads (Paired), layers and grids (tab10)
 PAIRED, TAB10 = "Paired", "tab10"
 NOPE, NOPE_DARK, ROPE, ROPE_DARK = "#a6cee3", "#084488", "#fb9a99", "#8c0912"  # Figures 1 and 4
+# Loss comparisons (Figures 4, 13, 14), from seaborn's Paired: λ(h) green wherever it is drawn, NoPE at
+# its trained scale blue beside scaled variants, and the variants set against a baseline red, orange and
+# purple, in that order (Figure 13: piecewise, log, λ(h) × log; Figure 14: its two ablations)
+HEADS, NOPE_PLAIN = "#33a02c", "#1f78b4"
+VARIANTS = ("#e31a1c", "#ff7f00", "#6a3d9a")
+SOLID, DASHED = "-", "--"  # line styles: a baseline, a variant set against it
 
 RC = {
     "font.family": "serif",

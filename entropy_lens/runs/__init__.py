@@ -10,9 +10,11 @@
     training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
     figures.py      the scans, sweep and search behind the paper's figures, cached; then rendering
+                    (their settings, FiguresConfig, live in figures/config.py, re-exported here)
 
 It may import every package below it (models, capture, kernels, data, results, analysis and, for the
-figures, figures.render); nothing below imports it. `cli/` is a thin layer over these functions.
+figures, figures.config, .record and .render); nothing below imports it. `cli/` is a thin layer over
+these functions.
 Names are imported lazily, so `from entropy_lens.runs import FiguresConfig` does not load torch. The
 functions `scan` and `sweep` share their modules' names: import them from `entropy_lens` (or
 `entropy_lens.runs.scan` / `.sweep`).

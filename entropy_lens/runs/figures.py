@@ -1,5 +1,6 @@
 """The runs behind `entropy-lens figures`: every scan, sweep and head-scale search the paper's figures
-need, run or reused from a cache, then handed to `entropy_lens.figures.render`.
+need, run or reused from a cache, then handed to `entropy_lens.figures.render` as one typed record
+(`entropy_lens.figures.record.FigureData`).
 
 Lengths are multiples of the NoPE model's training length L, as in the paper: Figures 1–3 at
 `short`·L (the paper's 4K = 2L), Figures 4, 5 and 10–12 at `long`·L (8K = 4L), Figure 7's sweeps (the
@@ -26,10 +27,20 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.figures.config import FiguresConfig
+from entropy_lens.figures.record import (
+    Ablation,
+    Ablations,
+    ComputeTime,
+    FigureData,
+    HeadScales,
+    PerplexityCell,
+    Schedules,
+    SweepFit,
+)
 
 __all__ = ["FiguresConfig", "figure_data", "make_figures"]
 
@@ -42,9 +53,9 @@ class Runs:
         self.inits: dict[int, float] = {}  # length -> the initial multiplier of each head-scale search
         self.cache.mkdir(parents=True, exist_ok=True)
 
-    def compute(self) -> dict:
+    def compute(self) -> FigureData:
         from entropy_lens.analysis import best_uniform_scale
-        from entropy_lens.models import declared_train_len, training_steps
+        from entropy_lens.models import declared_train_len
         from entropy_lens.runs.head_config import HeadSearchConfig
 
         c = self.config
@@ -56,37 +67,29 @@ class Runs:
             raise EntropyLensError(
                 f"--len {fit_len} is shorter than Figure 4's {long} = {c.long}L; pass at least {long}"
             )
-        d: dict = {"L": L, "short": short, "long": long, "fit_len": fit_len}
         # the sweeps first: the uniform scales below and every run that uses them come from the NoPE
         # model's, and a grid too narrow for Figure 7's argmin is refused before any other run
-        d["sweep"], d["fit"], d["fit_smoothed"] = self.figure7(c.nope, L, fit_len)
-        d["early_sweep"], d["early_fit"], d["early_fit_smoothed"] = (
-            self.figure7(c.early, L, fit_len) if c.early else (None, None, None)
-        )
-        d["steps"] = {name: training_steps(name) for name in (c.nope, c.early) if name}
+        final = self.figure7(c.nope, L, fit_len)
+        early = self.figure7(c.early, L, fit_len) if c.early else None
         # s*: the best single scale for the last half-span [len - L/2, len) of each evaluation length
-        sweep = d["sweep"]
-        d["uniform"] = best_uniform_scale(sweep, length=long, train_len=L)
-        d["short_uniform"] = best_uniform_scale(sweep, length=short, train_len=L)
-        d["uniform_scale"] = s_long = d["uniform"].scale
-        # absolute, so the scans' settings (and the cache names) do not depend on the working directory
-        d["head_scales_file"] = hs = str(Path(c.head_scales or self.search(c.nope, long, s_long)).resolve())
-        d["short_head_scales_file"] = hs_short = str(
-            Path(c.short_head_scales or self.search(c.nope, short, d["short_uniform"].scale)).resolve()
-        )
-        d["nope_family"] = {s: self.scan(c.nope, short, scale=s) for s in c.nope_scales}
-        d["rope_family"] = {s: self.scan(c.rope, short, scale=s) for s in c.rope_scales}
-        d["nope"] = self.scan(c.nope, short)
-        d["nope_scaled"] = self.scan(c.nope, short, scale=c.fig1_scale)
-        d["rope"] = self.scan(c.rope, short)
-        d["rope_ntk"] = self.scan(c.rope, short, rope_scaling=c.ntk)
-        d["long_nope"] = self.scan(c.nope, long)
-        d["long_uniform"] = self.scan(c.nope, long, scale=s_long)
-        d["long_heads"] = self.scan(c.nope, long, head_scales=hs)
-        d["short_heads"] = self.scan(c.nope, short, head_scales=hs_short)
-        d.update(self.schedules(sweep, d["fit"], hs, L, fit_len))
-        d.update(self.ablations(long, s_long))
-        d["ppl"] = self.perplexity(
+        uniform = best_uniform_scale(final.sweep, length=long, train_len=L)
+        short_uniform = best_uniform_scale(final.sweep, length=short, train_len=L)
+        s_long = uniform.scale
+        hs = self.head_scales(c.head_scales, long, uniform)
+        hs_short = self.head_scales(c.short_head_scales, short, short_uniform)
+        nope_family = {s: self.scan(c.nope, short, scale=s) for s in c.nope_scales}
+        rope_family = {s: self.scan(c.rope, short, scale=s) for s in c.rope_scales}
+        nope = self.scan(c.nope, short)
+        nope_scaled = self.scan(c.nope, short, scale=c.fig1_scale)
+        rope = self.scan(c.rope, short)
+        rope_ntk = self.scan(c.rope, short, rope_scaling=c.ntk)
+        long_nope = self.scan(c.nope, long)
+        long_uniform = self.scan(c.nope, long, scale=s_long)
+        long_heads = self.scan(c.nope, long, head_scales=hs.file)
+        short_heads = self.scan(c.nope, short, head_scales=hs_short.file)
+        schedules = self.schedules(final, hs.file, L, fit_len)
+        ablations = self.ablations(long, s_long)
+        ppl = self.perplexity(
             L,
             {
                 "NoPE": (c.nope, {}),
@@ -94,23 +97,54 @@ class Runs:
                 f"RoPE NTK ({c.ntk})": (c.rope, {"rope_scaling": c.ntk}),
                 **{f"NoPE λ={s:g}/√d": (c.nope, {"scale": s}) for s in c.ppl_scales},
                 f"NoPE s*={s_long:g}": (c.nope, {"scale": s_long}),
-                f"NoPE λ(h) {short // L}L": (c.nope, {"head_scales": hs_short}),
-                f"NoPE λ(h) {long // L}L": (c.nope, {"head_scales": hs}),
+                f"NoPE λ(h) {short // L}L": (c.nope, {"head_scales": hs_short.file}),
+                f"NoPE λ(h) {long // L}L": (c.nope, {"head_scales": hs.file}),
             },
         )
-        d["search_inits"] = self.inits
-        d["clamp"] = HeadSearchConfig(model=c.nope, length=long).lower_bound  # the focus bound λ(h) ≥ 1/√d
-        searched = [f for f, given in ((hs, c.head_scales), (hs_short, c.short_head_scales)) if not given]
-        searched += list(d["ablation_files"].values())
-        d["compute"] = _compute_time(d, searched)
-        return d
+        data = FigureData(
+            L=L,
+            short=short,
+            long=long,
+            fit_len=fit_len,
+            final=final,
+            early=early,
+            uniform=uniform,
+            short_uniform=short_uniform,
+            head_scales=hs,
+            short_head_scales=hs_short,
+            clamp=HeadSearchConfig(model=c.nope, length=long).lower_bound,  # the focus bound λ(h) ≥ 1/√d
+            nope_family=nope_family,
+            rope_family=rope_family,
+            nope=nope,
+            nope_scaled=nope_scaled,
+            rope=rope,
+            rope_ntk=rope_ntk,
+            long_nope=long_nope,
+            long_uniform=long_uniform,
+            long_heads=long_heads,
+            short_heads=short_heads,
+            schedules=schedules,
+            ablations=ablations,
+            ppl={name: {W: PerplexityCell(**cell) for W, cell in row.items()} for name, row in ppl.items()},
+            compute=None,
+        )
+        searched = [h.file for h in (hs, hs_short) if not h.given]
+        searched += [a.file for a in (ablations.no_constraint, ablations.init_one)]
+        return dataclasses.replace(data, compute=_compute_time(data, searched))
 
-    def figure7(self, model: str, L: int, fit_len: int) -> tuple:
-        """(Sweep, ScaleFit of the raw argmin as the paper, ScaleFit of smoothed curves or None) of
-        `model` at `fit_len`: Figure 7's right panel for the NoPE model, its left for the early
-        checkpoint (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
+    def head_scales(self, given: str | None, length: int, uniform) -> HeadScales:
+        """The λ(h) at `length`: the file or checkpoint `given`, else searched from s* (`uniform`)."""
+        # absolute, so the scans' settings (and the cache names) do not depend on the working directory
+        file = str(Path(given or self.search(self.config.nope, length, uniform.scale)).resolve())
+        init = None if given else self.inits[length]
+        return HeadScales(length=length, file=file, given=given, uniform=uniform, init=init)
+
+    def figure7(self, model: str, L: int, fit_len: int) -> SweepFit:
+        """The sweep of `model` at `fit_len`, the fit to its raw argmin as the paper's and the fit to
+        smoothed curves: Figure 7's right panel for the NoPE model, its left for the early checkpoint
+        (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
         from entropy_lens.analysis import fit_scale_curve, grid_edge_problem, load_sweep
-        from entropy_lens.models import declared_train_len
+        from entropy_lens.models import declared_train_len, training_steps
 
         c = self.config
         if c.train_len is None and declared_train_len(model) != L:
@@ -126,36 +160,40 @@ class Runs:
                 f"Figure 7 ({model}), sweep {c.sweep_scales}: {problem} (sweep_scales); or leave that edge "
                 "out of refuse_grid_edges (or raise grid_edge_tolerance) to draw the figure and report the count"
             )
-        return sweep, fit, fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
+        smoothed = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
+        return SweepFit(model=model, steps=training_steps(model), sweep=sweep, fit=fit, fit_smoothed=smoothed)
 
-    def _missing(self, what: str, path: Path) -> None:
-        """Refuse a run that the cache lacks when only cached runs may be used (`cached_only`)."""
+    def _missing(self, what: str, path: Path, damage: str | None = None) -> None:
+        """Refuse a run that the cache lacks (or holds `damage`d) when only cached runs may be used
+        (`cached_only`)."""
         if self.cached_only:
+            why = f"no {path.name}" if damage is None else damage
             raise EntropyLensError(
-                f"{what} is not in the cache {self.cache} (no {path.name}); run `entropy-lens figures` "
+                f"{what} is not in the cache {self.cache} ({why}); run `entropy-lens figures` "
                 "without --cached-only to compute it"
             )
 
-    def schedules(self, sweep, fit, head_scales: str, L: int, fit_len: int) -> dict:
+    def schedules(self, final: SweepFit, head_scales: str, L: int, fit_len: int) -> Schedules:
         """§2.4's negative claim at `fit_len`, loss only, with the sweep's windows: a piecewise scale
         (1 inside L, beyond it the best single scale for [L, fit_len)) and the log schedule with
         Figure 7's fitted a, each alone and the log one on top of λ(h)."""
         from entropy_lens.analysis import best_uniform_scale
 
         c = self.config
-        beyond = best_uniform_scale(sweep, length=fit_len, span=(L, fit_len))
-        a = max(fit.a, 0.0)  # a schedule must not shrink the scale; a negative fit is reported as such
+        beyond = best_uniform_scale(final.sweep, length=fit_len, span=(L, fit_len))
+        a = max(final.fit.a, 0.0)  # a schedule must not shrink the scale; a negative fit is reported as such
 
         def run(**kw):
             return self.scan(c.nope, fit_len, samples=c.sweep_samples, entropy="none", **kw)
 
-        runs = {
-            "piecewise": run(scale_schedule=f"piecewise:{beyond.scale:g}"),
-            "log": run(scale_schedule=f"log:{a:.4g}"),
-            "heads": run(head_scales=head_scales),
-            "heads_log": run(head_scales=head_scales, scale_schedule=f"log:{a:.4g}"),
-        }
-        return {"schedules": runs, "schedule_uniform": beyond, "schedule_a": a}
+        return Schedules(
+            uniform=beyond,
+            a=a,
+            piecewise=run(scale_schedule=f"piecewise:{beyond.scale:g}"),
+            log=run(scale_schedule=f"log:{a:.4g}"),
+            heads=run(head_scales=head_scales),
+            heads_log=run(head_scales=head_scales, scale_schedule=f"log:{a:.4g}"),
+        )
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
         if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
@@ -190,8 +228,12 @@ class Runs:
         if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
             from entropy_lens.results import ScanResult
 
-            return ScanResult.load(path)
-        self._missing(f"the scan of {config.model} at {config.length}", path)
+            try:
+                return ScanResult.load(path)
+            except EntropyLensError as err:  # damaged: scanned again below (scan(resume=True) says so)
+                self._missing(f"the scan of {config.model} at {config.length}", path, str(err).split(";")[0])
+        else:
+            self._missing(f"the scan of {config.model} at {config.length}", path)
         if self.progress:
             print(f"scan {config.model} len {config.length} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
@@ -217,23 +259,33 @@ class Runs:
         return table
 
     def sweep(self, model: str, length: int) -> Path:
-        from entropy_lens.results import SWEEP_INDEX, read_sweep_index
+        from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index
         from entropy_lens.runs.sweep import parse_scales, sweep
 
         c = self.config
         config = self._scan_config(model, length, samples=c.sweep_samples, entropy="none")
         folder = self._path("sweep", {**config.to_dict(), "scales": c.sweep_scales}, "")
         scales = parse_scales(c.sweep_scales)
-        if (folder / SWEEP_INDEX).is_file() and read_sweep_index(folder).get("complete"):
-            return folder  # the folder name hashes every setting: a complete sweep is this one
+        try:
+            complete = (folder / SWEEP_INDEX).is_file() and read_sweep_index(folder).get("complete")
+            if complete:
+                for file in read_sweep_index(folder)["files"]:
+                    ScanResult.load(file)
+        except EntropyLensError as err:  # damaged: the sweep below repairs it (and says what it repaired)
+            self._missing(f"the sweep of {model} at {length}", folder, str(err).split(";")[0])
+            complete = False
+        if complete:
+            return folder  # the folder name hashes every setting: a complete, readable sweep is this one
         self._missing(f"the sweep of {model} at {length}", folder)
         if self.progress:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
         return sweep(config, scales, folder, resume=True, progress=self.progress)
 
-    def ablations(self, length: int, init: float) -> dict:
+    def ablations(self, length: int, init: float) -> Ablations:
         """Table 4's ablations of the λ(h) search at `length`, each evaluated by a scan: without the
         focus constraint (lower bound 0 instead of 1/√d) and without the initialisation (from 1.0)."""
+        import numpy as np
+
         c = self.config
         searches = {"no_constraint": (init, 0.0), "init_one": (1.0, 1.0)}
         # absolute, as the figures' own searches: one equal to those is the same file, counted once
@@ -242,12 +294,27 @@ class Runs:
             for name, (start, lb) in searches.items()
         }
         scans = {name: self.scan(c.nope, length, head_scales=f) for name, f in files.items()}
-        return {"ablation_files": files, "ablations": scans}
+        return Ablations(
+            **{
+                name: Ablation(
+                    file=f,
+                    # the searched multipliers, as the search's record beside the file holds them
+                    scales=np.asarray(json.loads(Path(f + ".json").read_text())["scales"], dtype=np.float64),
+                    result=scans[name],
+                )
+                for name, f in files.items()
+            }
+        )
 
     def search(
         self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
     ) -> str:
-        from entropy_lens.runs.head_search import HeadSearchConfig, save_head_scales, search_head_scales
+        from entropy_lens.runs.head_search import (
+            HeadSearchConfig,
+            read_head_scales,
+            save_head_scales,
+            search_head_scales,
+        )
 
         c = self.config
         config = HeadSearchConfig(
@@ -269,102 +336,20 @@ class Runs:
         if record:  # the init the figures' own search at this length started from
             self.inits[length] = config.init
         path = self._path("heads", dataclasses.asdict(config), ".safetensors")
+        what = f"the head-scale search of {model} at {length} from {init:g}"
+        if path.is_file():
+            try:
+                read_head_scales(path)
+            except EntropyLensError as err:  # damaged: searched again (and said)
+                self._missing(what, path, str(err).split(";")[0])
+                print(f"entropy-lens: {str(err).split(';')[0]}: searching again", flush=True)
+                path.unlink()
         if not path.is_file():
-            self._missing(f"the head-scale search of {model} at {length} from {init:g}", path)
+            self._missing(what, path)
             if self.progress:
                 print(f"search-heads {model} len {length} init {init:g} -> {path}", flush=True)
             save_head_scales(search_head_scales(config, progress=self.progress), path)
         return str(path)
-
-
-@dataclass
-class FiguresConfig:
-    nope: str = "tiny-nope"
-    rope: str = "tiny-rope"
-    # an early checkpoint of the NoPE model's run (Figure 7's left panel; the paper: 10K of 50K steps);
-    # None: the panel is left out
-    early: str | None = "tiny-nope-step300"
-    head_scales: str | None = None  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
-    short_head_scales: str | None = None  # λ(h) at short·L for Figure 3 (the paper's hs4k); None: search
-    train_len: int | None = None  # L; default the NoPE checkpoint's declared train_len
-    data: str = "austen:persuasion"  # evaluation text (held out of the tiny pair's training)
-    search_data: str = "austen-minus:persuasion"  # head-scale search text (the training novels)
-    samples: int = 128
-    sweep_samples: int = 64
-    short: int = 2
-    long: int = 4
-    fit: int = 8
-    length: int | None = None  # Figure 7's sweep length in tokens (default fit·L), e.g. 16384
-    fig1_scale: float = 1.2
-    nope_scales: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.1, 1.2])
-    rope_scales: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4])
-    ntk: str = "dynamic:2"
-    # Figure 7's grid: the paper's 0.01 step from 0.9 (the paper's plot starts there) to 3.2, and coarser
-    # around it, so that no best scale of the tiny models is censored at the grid's edge: 0.1-0.8 and
-    # 0.05-0.01 below (s -> 0 is uniform attention; beyond 3L some positions prefer it) and 3.3-4.0 above
-    sweep_scales: str = "0.01,0.02,0.05,0.1:0.8:0.1,0.9:3.2:0.01,3.3:4:0.1"
-    fit_smooth: int = 25  # Figure 7's second fit: argmin of loss curves smoothed ±fit_smooth (0: none)
-    # the grid edges at which a raw argmin over [L, len) is refused ("lower", "upper"); the others are
-    # reported in the README
-    refuse_grid_edges: list[str] = field(default_factory=lambda: ["upper"])
-    # the share of fitted positions allowed on a refused edge (censored values too few to move the fit;
-    # counted in the README)
-    grid_edge_tolerance: float = 0.01
-    smooth: int = 8  # loss smoothing half-width in Figures 1, 2, 4
-    # Table 2: sliding-window perplexity at L, 2L, ..., fit·L; windows every ppl_stride tokens (None: L/8,
-    # the paper's 256 at L = 2048), the last ppl_stride of each scored; the paper's uniform scales
-    ppl_samples: int = 128
-    ppl_stride: int | None = None
-    ppl_scales: list[float] = field(default_factory=lambda: [1.2, 1.5, 1.8])
-    search_steps: int = 200
-    search_lr: float = 0.1
-    search_batch: int = 8
-    device: str = "auto"
-    dtype: str = "auto"
-    batch_size: int = 8
-    seed: int = 0
-
-    @classmethod
-    def from_file(cls, path: str | Path, **overrides) -> FiguresConfig:
-        """Settings from a YAML or JSON mapping (keys = field names), then `overrides` (None ignored).
-        `path` "paper" names the packaged paper.yaml (the paper's lengths; fill in checkpoint paths)."""
-        import yaml
-
-        path = Path(__file__).with_name("paper.yaml") if str(path) == "paper" else Path(path)
-        if not path.is_file():
-            raise EntropyLensError(f"--config {path} does not exist; pass a YAML file of figure settings")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise EntropyLensError(f"--config {path} is not valid YAML ({e}); fix the file") from None
-        if not isinstance(values, dict):
-            raise EntropyLensError(
-                f"--config {path} must hold a mapping of settings, not {type(values).__name__}"
-            )
-        return cls.build(values, source=str(path), **overrides)
-
-    @classmethod
-    def build(cls, values: dict, *, source: str = "settings", **overrides) -> FiguresConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise EntropyLensError(f"{source}: unknown settings {unknown}; known: {', '.join(sorted(names))}")
-        values = {**values, **{k: v for k, v in overrides.items() if v is not None}}
-        config = cls(**values)
-        bad = sorted(set(config.refuse_grid_edges) - {"lower", "upper"})
-        if bad:
-            raise EntropyLensError(f"{source}: refuse_grid_edges takes 'lower' and 'upper', not {bad}")
-        if not 0 <= config.grid_edge_tolerance < 1:
-            raise EntropyLensError(
-                f"{source}: grid_edge_tolerance {config.grid_edge_tolerance} is a share of the fitted positions; "
-                "pass a value in [0, 1)"
-            )
-        if not config.short < config.long <= config.fit:
-            raise EntropyLensError(
-                f"{source}: lengths must satisfy short < long <= fit (multiples of L), "
-                f"got {config.short}, {config.long}, {config.fit}"
-            )
-        return config
 
 
 CACHE = "figures/runs"  # the committed runs behind the committed figures: a fresh clone only redraws
@@ -372,30 +357,9 @@ CACHE = "figures/runs"  # the committed runs behind the committed figures: a fre
 
 def figure_data(
     config: FiguresConfig, *, cache: str | Path = CACHE, progress: bool = True, cached_only: bool = False
-) -> dict:
-    """Run or reuse everything the figures need (`cached_only`: refuse to run what `cache` lacks).
-    Returns a dict:
-
-    L, short, long, fit_len          training length and the three evaluation lengths (tokens)
-    nope_family, rope_family         {s: ScanResult} uniform-scale families at `short` (Figure 2)
-    nope, nope_scaled, rope, rope_ntk  ScanResults at `short` (Figure 1; nope_scaled uses fig1_scale)
-    sweep, fit                       the NoPE Sweep at fit_len and its ScaleFit on the raw argmin (Figure 7)
-    fit_smoothed                     the ScaleFit on loss curves smoothed ±fit_smooth (None when 0)
-    early_sweep, early_fit, early_fit_smoothed  the same for the early checkpoint (None without one)
-    steps                            {model: optimiser steps it was trained for, None where unrecorded}
-    uniform, short_uniform           UniformChoice s* for `long` / `short` sequences: the lowest mean loss
-                                     over the last half-span [len − L/2, len) of the sweep
-    uniform_scale                    uniform.scale
-    head_scales_file                 λ(h) at `long` (given, or searched there from uniform.scale)
-    short_head_scales_file           λ(h) at `short` (given, or searched there from short_uniform.scale)
-    search_inits                     {length: initial multiplier} of the searches run: s*, or the focus
-                                     bound 1 where s* lies below it
-    clamp                            the searches' lower bound on λ(h)·√d (the focus constraint, 1)
-    long_nope, long_uniform, long_heads  ScanResults at `long` (Figures 4, 5, 10–12)
-    short_heads                      the model with the `short` λ(h) at `short` (Figure 3)
-    ppl                              {row name: {W: {"ppl": WindowPPL, "wall_time_s", "result"}}} (Table 2)
-    compute                          how long the runs took, as their results record it
-    """
+) -> FigureData:
+    """Run or reuse everything the figures need (`cached_only`: refuse to run what `cache` lacks); the
+    results, typed and documented field by field, in `entropy_lens.figures.record.FigureData`."""
     return Runs(config, Path(cache), progress, cached_only).compute()
 
 
@@ -410,29 +374,33 @@ def make_figures(
     """Compute what is missing in `cache` (`cached_only`: refuse to), render every figure into `out`;
     returns the files written."""
     from entropy_lens.figures.render import render
+    from entropy_lens.runs.lock import OutputLock
+    from entropy_lens.runs.output import check_folder_target
 
     started = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = figure_data(config, cache=cache, progress=progress, cached_only=cached_only)
-    written = render(data, config, out)
+    out = check_folder_target(out)
+    if not cached_only:
+        check_folder_target(cache, flag="--cache")
+    with OutputLock(out, folder=True):
+        data = figure_data(config, cache=cache, progress=progress, cached_only=cached_only)
+        written = render(data, config, out)
     if progress:
         print(f"wrote {len(written)} files to {out}/ in {time.perf_counter() - started:.0f} s", flush=True)
     return written
 
 
-def _compute_time(d: dict, search_files: list[str]) -> dict:
+def _compute_time(data: FigureData, search_files: list[str]) -> ComputeTime:
     """How long the runs behind the figures took, from what their results record (so a rerun from the
-    cache reports the original runs, not the redraw): {"seconds", "runs", "unrecorded", "threads"}."""
-    results = [v for k, v in d.items() if hasattr(v, "meta") and k not in ("sweep", "early_sweep")]
-    results += [
-        r
-        for family in ("nope_family", "rope_family", "schedules", "ablations")
-        for r in d.get(family, {}).values()
-    ]
-    results += [cell["result"] for row in d.get("ppl", {}).values() for cell in row.values()]
-    metas = [r.meta for r in results] + list(d["sweep"].meta)
-    metas += list(d["early_sweep"].meta) if d.get("early_sweep") is not None else []
+    cache reports the original runs, not the redraw): every scan and sweep of `data` and the head-scale
+    searches' files."""
+    d, schedules, ablations = data, data.schedules, data.ablations
+    results = [d.nope, d.nope_scaled, d.rope, d.rope_ntk, d.long_nope, d.long_uniform, d.long_heads]
+    results += [d.short_heads, *d.nope_family.values(), *d.rope_family.values()]
+    results += [schedules.piecewise, schedules.log, schedules.heads, schedules.heads_log]
+    results += [ablations.no_constraint.result, ablations.init_one.result]
+    results += [cell.result for row in d.ppl.values() for cell in row.values()]
+    metas = [r.meta for r in results]
+    metas += [m for panel in (d.final, d.early) if panel is not None for m in panel.sweep.meta]
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
     metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
@@ -445,4 +413,4 @@ def _compute_time(d: dict, search_files: list[str]) -> dict:
             seconds += record["wall_s"]
     threads = sorted({m["threads"] for m in metas if "threads" in m})
     runs = len(metas) + len(dict.fromkeys(search_files))
-    return {"seconds": seconds, "runs": runs, "unrecorded": unrecorded, "threads": threads}
+    return ComputeTime(seconds=seconds, runs=runs, unrecorded=unrecorded, threads=threads)

@@ -30,13 +30,21 @@ import torch
 
 from entropy_lens.capture import ScaleSession
 from entropy_lens.data import packed_stream, random_windows
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models import load_model, resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.head_config import HeadSearchConfig
+from entropy_lens.runs.output import check_file_target
 
-__all__ = ["HeadSearchConfig", "HeadSearchResult", "check_out", "save_head_scales", "search_head_scales"]
+__all__ = [
+    "HeadSearchConfig",
+    "HeadSearchResult",
+    "check_out",
+    "read_head_scales",
+    "save_head_scales",
+    "search_head_scales",
+]
 
 
 @dataclass
@@ -114,8 +122,8 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
                 loss.backward()
                 total += loss.item()
         opt.step()
-        with torch.no_grad():
-            mult.clamp_(min=config.lower_bound)
+        with torch.no_grad():  # a 0 bound keeps the scale positive: λ(h) = 0 is no scale, as --scale 0
+            mult.clamp_(min=max(config.lower_bound, torch.finfo(torch.float32).tiny))
         log.append({"step": step + 1, "loss": total, "lr": lr_at(config, step)})
         rate = (step + 1) * config.batch * config.length / (time.perf_counter() - t0)
         bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
@@ -124,10 +132,28 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
 
 
 def check_out(out: str | Path) -> Path:
+    """--out must name a .safetensors file that can be written (checked before any work)."""
     out = Path(out)
     if out.suffix != ".safetensors":
         raise EntropyLensError(f"--out {out} must end in .safetensors (the table goes beside it as .json)")
-    return out
+    return check_file_target(out, example="scales.safetensors")
+
+
+def read_head_scales(path: str | Path) -> tuple[dict, dict]:
+    """(tensors, record) of a `save_head_scales` output: its .safetensors and the .json beside it;
+    an unreadable or missing one is an EntropyLensError."""
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    try:
+        tensors = load_file(str(path))
+        record = json.loads(path.with_name(path.name + ".json").read_text())
+    except Exception as err:  # noqa: BLE001 - truncated, not safetensors, no JSON: unreadable
+        raise EntropyLensError(
+            f"{path} (or its .json) is not a readable head-scales output ({first_line(err)}); run the "
+            "search again"
+        ) from None
+    return tensors, record
 
 
 def save_head_scales(result: HeadSearchResult, out: str | Path) -> Path:

@@ -1,24 +1,53 @@
-"""Where a scan's results go, and what an existing file there means (--out, --resume, --force).
+"""Where a run's results go: checked before any work, written by one run at a time, never lost.
+
+    check_file_target(path, flag)     --out must be a file that can be written: not a folder, not under
+    check_folder_target(path, flag)   a file, in a writable place (a probe file is made and removed)
+    OutputLock(path)                  one writer per output (runs/lock.py)
+    save_or_rescue(path, save, what)  a write that fails at the end (disk full, the folder gone) saves
+                                      the finished work elsewhere and says where
+
+A scan's `--out` (the `Output` below):
 
     out exists, --resume, same scan      the finished file is the result: nothing runs
+    out exists, --resume, unreadable     scanned again (said), the file replaced when done
     out exists, --resume, another scan   error (pass --force or another --out)
     out exists, neither flag             error (the three ways forward are named)
     out exists, --force                  overwritten when the new scan is done (atomically)
+    a checkpoint, no --force             resumed (said): a plain rerun continues an interrupted scan
+    a checkpoint, --force                discarded (said), the scan starts over
 
 A long scan checkpoints into `<out>.partial.npz` (its running sums, the samples done, the scan's
-identity); `--resume` continues from it. Every check runs before any model is loaded, so bad input
-never leaves a file behind.
+identity, and what it decided at run time: fused paths, threads); a rerun continues from it. Every
+check runs before any model is loaded, so bad input never leaves a file behind.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
 
-__all__ = ["Output", "default_out", "partial_path"]
+__all__ = [
+    "Output",
+    "check_file_target",
+    "check_folder_target",
+    "default_out",
+    "partial_path",
+    "rescue",
+    "rescue_path",
+    "save_or_rescue",
+    "say",
+]
 
 
 def default_out(config) -> Path:
@@ -32,6 +61,87 @@ def partial_path(out: Path) -> Path:
     return out.with_name(out.name + ".partial.npz")
 
 
+def check_file_target(path: str | Path, *, flag: str = "--out", example: str = "x.npz") -> Path:
+    """Refuse now, in one line, a file output that could not be written at the end."""
+    path = Path(path)
+    if path.is_dir():
+        raise EntropyLensError(
+            f"{flag} {path} is a folder; pass a file name inside it, such as {path / example}"
+        )
+    _check_writable_place(path, flag)
+    return path
+
+
+def check_folder_target(path: str | Path, *, flag: str = "--out") -> Path:
+    """Refuse now, in one line, a folder output that could not be made or written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise EntropyLensError(f"{flag} {path} is a file, not a folder; pass a folder (new or existing)")
+    _check_writable_place(path / "x", flag, shown=path)
+    return path
+
+
+def _check_writable_place(path: Path, flag: str, *, shown: Path | None = None) -> None:
+    """The nearest existing folder above `path` must be a folder we can create files in."""
+    shown = path if shown is None else shown
+    place = path.absolute().parent
+    while not place.exists() and not place.is_symlink():
+        place = place.parent
+    if not place.is_dir():
+        raise EntropyLensError(
+            f"{flag} {shown}: {place} is a file, so nothing can be written under it; pass another {flag}"
+        )
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".entropy-lens-probe-", dir=place)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise EntropyLensError(
+            f"{flag} {shown}: cannot write in {place} ({err.strerror or err}); pass a writable location"
+        ) from None
+
+
+def rescue_path(path: Path) -> Path:
+    """Where a result that cannot be written to `path` goes: the cache's `rescued/` folder
+    ($ENTROPY_LENS_CACHE or ~/.cache/entropy_lens), under the name with a UTC time stamp."""
+    from entropy_lens.models.gguf import cache_root
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return cache_root() / "rescued" / f"{path.stem}-{stamp}-{os.getpid()}{''.join(path.suffixes)}"
+
+
+def save_or_rescue(path: Path, save: Callable[[Path], object], *, what: str) -> Path:
+    """`save(path)`; if that fails, `rescue` (below): the finished work is never thrown away."""
+    try:
+        save(path)
+    except OSError as err:
+        rescue(path, save, what=what, error=err)
+    return path
+
+
+def rescue(path: Path, save: Callable[[Path], object], *, what: str, error: OSError) -> None:
+    """Writing `path` failed with `error` (disk full, the folder removed or made read-only during the
+    run): `save` to `rescue_path(path)`, else to the temporary folder, and raise an error naming where
+    the finished `what` is now. Only when nothing can be written anywhere is the work lost, and the
+    error says so."""
+    reason = error.strerror or str(error)
+    tried = []
+    for alternative in (rescue_path(path), Path(tempfile.gettempdir()) / rescue_path(path).name):
+        try:
+            save(alternative)
+        except OSError as err:
+            tried.append(f"{alternative}: {err.strerror or err}")
+            continue
+        raise EntropyLensError(
+            f"could not write {path} ({reason}); the finished {what} is saved in {alternative} instead: "
+            f"move it with `mv {alternative} {path}` once {path.parent} is writable"
+        )
+    raise EntropyLensError(
+        f"could not write {path} ({reason}) nor anywhere else ({'; '.join(tried)}): the {what} is lost; "
+        "free disk space or pass a writable --out and rerun"
+    )
+
+
 @dataclass(frozen=True)
 class Output:
     """The scan's destination (`path` None: nothing is written) and the user's --resume/--force."""
@@ -42,25 +152,45 @@ class Output:
 
     @classmethod
     def of(cls, out: str | Path | None, *, resume: bool = False, force: bool = False) -> Output:
+        if out is not None:
+            check_file_target(out, example="scan.npz")
         return cls(Path(out) if out is not None else None, resume, force)
 
     def finished(self, scan_config: dict) -> ScanResult | None:
         """The result already at `path` when --resume names this same scan; None when the scan must run.
-        Raises when an existing file would be overwritten without --force."""
-        if self.path is None or not self.path.exists():
+        Raises when an existing file would be overwritten without --force, or when a checkpoint of
+        another scan is there and would be lost."""
+        if self.path is None:
             return None
-        if self.resume:
-            done = ScanResult.load(self.path)
-            if done.meta.get("scan_config") == scan_config:
+        if self.path.exists() and not self.force:
+            if not self.resume:
+                raise EntropyLensError(
+                    f"{self.path} already exists; pass --resume to reuse it, --force to overwrite it, "
+                    "or another --out"
+                )
+            try:
+                done = ScanResult.load(self.path)
+            except EntropyLensError as err:
+                say(f"{err.args[0].split(';')[0]}: scanning it again (--resume repairs it)")
+                done = None
+            if done is not None and done.meta.get("scan_config") == scan_config:
                 return done
-            raise EntropyLensError(
-                f"{self.path} holds a different scan; pass --force to overwrite it or another --out"
-            )
-        if not self.force:
-            raise EntropyLensError(
-                f"{self.path} already exists; pass --resume to reuse it, --force to overwrite it, "
-                "or another --out"
-            )
+            if done is not None:
+                raise EntropyLensError(
+                    f"{self.path} holds a different scan; pass --force to overwrite it or another --out"
+                )
+        partial = self.partial
+        if partial.exists():
+            if self.force:
+                partial.unlink()
+                say(f"discarded the checkpoint {partial} of an unfinished scan (--force starts over)")
+                return None
+            ours = checkpoint_scan_config(partial)
+            if ours is not None and ours != scan_config:
+                raise EntropyLensError(
+                    f"{partial} is the checkpoint of an unfinished scan with other flags; rerun with "
+                    "those flags to finish it, or pass --force to discard it (or another --out)"
+                )
         return None
 
     @property
@@ -69,11 +199,20 @@ class Output:
         return None if self.path is None else partial_path(self.path)
 
     def resumable(self) -> Path | None:
-        """The checkpoint to continue from: only with --resume, and only if one exists."""
-        return self.partial if self.resume and self.partial is not None and self.partial.exists() else None
+        """The checkpoint to continue from (a plain rerun resumes, as --resume does; --force has
+        discarded it in `finished`)."""
+        return self.partial if self.partial is not None and self.partial.exists() else None
 
-    def write(self, result: ScanResult) -> None:
-        """Save the finished result (atomically) and drop the checkpoint."""
-        if self.path is not None:
-            result.save(self.path)
-            self.partial.unlink(missing_ok=True)
+
+def checkpoint_scan_config(partial: Path) -> dict | None:
+    """The scan_config a checkpoint belongs to (None: unreadable, which `ScanSums.restore` reports)."""
+    try:
+        with np.load(partial, allow_pickle=False) as z:
+            return json.loads(str(z["identity"]))["scan_config"]
+    except Exception:  # noqa: BLE001 - any damage: restore says what it is and starts over
+        return None
+
+
+def say(message: str) -> None:
+    """One line to stderr about what a run did to its files (resumed, repaired, discarded)."""
+    print(f"entropy-lens: {message}", file=sys.stderr, flush=True)

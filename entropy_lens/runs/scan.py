@@ -9,12 +9,17 @@
 
 The CLI and notebooks both call `scan`. Everything the user can get wrong (paths, flags, scales,
 lengths, an existing --out) is checked before any file is written, so bad input never leaves a
-results file behind. Long scans write a `<out>.partial.npz` every `checkpoint_every_s` seconds and
-on Ctrl-C; `resume=True` continues from it and ends with the same arrays as an uninterrupted scan.
+results file behind; one run at a time writes an `out` (runs/lock.py). Long scans write a
+`<out>.partial.npz` every `checkpoint_every_s` seconds and on Ctrl-C; rerunning the same scan continues
+from it (`force=True` starts over) and ends with the same arrays as an uninterrupted scan, bit for bit:
+the checkpoint also holds what the scan decided at run time (the paths `fused="auto"` chose), which
+the resumed process reuses. If `out` cannot be written at the end, the finished scan is kept in its
+checkpoint (rerunning writes it) or saved elsewhere, and the error says where (runs/output.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -33,7 +38,7 @@ from entropy_lens.capture import (
     next_token_nll,
     parse_schedule,
 )
-from entropy_lens.capture.fused import FUSED_MODES
+from entropy_lens.capture.fused import FUSED_MODES, PathChoices
 from entropy_lens.data import Chunks, check_length, token_chunks
 from entropy_lens.data.chunks import check_stride
 from entropy_lens.errors import EntropyLensError
@@ -49,7 +54,8 @@ from entropy_lens.models import (
 from entropy_lens.progress import progress_bar
 from entropy_lens.results import ScanResult, provenance
 from entropy_lens.runs.distributed import World, process_group, world
-from entropy_lens.runs.output import Output, default_out, partial_path
+from entropy_lens.runs.lock import OutputLock
+from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
 __all__ = ["ENTROPY_REDUCTIONS", "Run", "ScanConfig", "default_out", "partial_path", "scan"]
@@ -138,28 +144,80 @@ def scan(
     force: bool = False,
     progress: bool = True,
     checkpoint_every_s: float = 60.0,
+    choices: PathChoices | None = None,
 ) -> ScanResult:
-    """Run the scan; write `out` (atomically) when given. See the module docstring."""
+    """Run the scan; write `out` (atomically) when given. See the module docstring. `choices`: the
+    state `fused="auto"` decides in (default: a fresh one; a checkpoint's when resuming)."""
     started = time.perf_counter()
     config.check()
     output = Output.of(out, resume=resume, force=force)
-    done = output.finished(config.to_dict())
-    if done is not None:
-        return done
-    run = Run.start(config, resume=resume)
-    sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=config.entropy != "none")
-    if output.resumable() is not None:
-        sums.restore(output.partial, run.identity)
-    checkpoint = None  # ranks write no checkpoints: --resume is single-process
-    if output.path is not None and run.world.size == 1:
-        checkpoint = _Checkpoint(output.partial, sums, run.identity, started, checkpoint_every_s)
-    with process_group(run.world, run.device):
-        _loop(run, sums, checkpoint, progress)
-        sums.all_reduce(run.world)
-    result = sums.result(run.meta(sums, started), ENTROPY_REDUCTIONS[config.entropy])
-    if run.world.main:
-        output.write(result)
+    main = world().main
+    with OutputLock(output.path) if output.path is not None and main else contextlib.nullcontext():
+        done = output.finished(config.to_dict())
+        if done is not None:
+            return done
+        run = Run.start(config, resume=resume)
+        sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=config.entropy != "none")
+        run.choices = choices or PathChoices()
+        if output.resumable() is not None:
+            _resume(run, sums, output)
+        checkpoint = None  # ranks write no checkpoints: resuming is single-process
+        if output.path is not None and run.world.size == 1:
+            checkpoint = _Checkpoint(output.partial, sums, run, started, checkpoint_every_s)
+        with process_group(run.world, run.device):
+            _loop(run, sums, checkpoint, progress)
+            sums.all_reduce(run.world)
+        result = sums.result(run.meta(sums, started), ENTROPY_REDUCTIONS[config.entropy])
+        if main and output.path is not None:
+            _write(result, output.path, checkpoint)
     return result
+
+
+def _resume(run: Run, sums: ScanSums, output: Output) -> None:
+    """Continue from the checkpoint, with what the interrupted process decided at run time."""
+    if run.world.size > 1:
+        raise EntropyLensError(
+            f"{output.partial} is the checkpoint of an unfinished single-process scan; finish it without "
+            "torchrun, or pass --force to discard it"
+        )
+    decided = sums.restore(output.partial, run.identity)
+    if decided is None:
+        say(f"the checkpoint {output.partial} is unreadable: starting the scan over")
+        return
+    run.choices = PathChoices.from_record(decided.get("fused_choices"), timer=run.choices.timer)
+    threads = decided.get("threads")
+    if threads is not None and threads != torch.get_num_threads():
+        say(
+            f"the interrupted scan ran with {threads} CPU threads, this process has "
+            f"{torch.get_num_threads()}: numbers may differ from an uninterrupted scan in the last bits; "
+            f"pass --threads {threads} to resume it exactly"
+        )
+    say(
+        f"resuming {output.path} from its checkpoint: {sums.samples} of {run.config.samples} samples done "
+        "(--force starts over)"
+    )
+
+
+def _write(result: ScanResult, out: Path, checkpoint: _Checkpoint | None) -> None:
+    """Save the finished result and drop the checkpoint. If `out` cannot be written, the finished
+    sums go to the checkpoint (rerunning the command then writes the result without scanning again),
+    or else the result is rescued elsewhere; the error says where."""
+    try:
+        result.save(out)
+    except OSError as err:
+        if checkpoint is not None:
+            try:
+                checkpoint.save()
+            except OSError:
+                pass
+            else:
+                raise EntropyLensError(
+                    f"could not write {out} ({err.strerror or err}); the finished scan is kept in its "
+                    f"checkpoint {checkpoint.path}: rerun the same command once {out.parent} is writable "
+                    "and it writes the result without scanning again"
+                ) from None
+        rescue(out, result.save, what="scan", error=err)
+    partial_path(out).unlink(missing_ok=True)
 
 
 @dataclass
@@ -176,6 +234,7 @@ class Run:
     chunks: Chunks
     impl: str  # the entropy backend asked for ("auto" resolved); sums.backends says what ran
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
+    choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
 
     @classmethod
     def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
@@ -239,8 +298,20 @@ class Run:
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
         c = self.config
         return kind(
-            self.lm.model, scales=self.multipliers, impl=self.impl, fused=c.fused, schedule=self.schedule
+            self.lm.model,
+            scales=self.multipliers,
+            impl=self.impl,
+            fused=c.fused,
+            schedule=self.schedule,
+            choices=self.choices,
         )
+
+    def decided(self) -> dict:
+        """What this run decided at run time that changes its numbers (stored in checkpoints)."""
+        return {
+            "fused_choices": self.choices.to_record() if self.choices is not None else {},
+            "threads": torch.get_num_threads(),
+        }
 
     def meta(self, sums: ScanSums, started: float) -> dict:
         """The results' meta (results.py documents every key)."""
@@ -279,6 +350,11 @@ class Run:
                 else {}
             ),
             "attention_path": "+".join(sorted(sums.paths)) or "none",  # capture/paths.py's names
+            **(
+                {"fused_choices": dict(self.choices.chosen)}
+                if c.fused == "auto" and self.choices is not None and self.choices.chosen
+                else {}
+            ),
             "world_size": self.world.size,
             "entropy_units": "nats",
             "loss_units": "nats",
@@ -313,27 +389,26 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
     except KeyboardInterrupt:
         if checkpoint is not None and sums.samples:
             checkpoint.save()
-            bar.write(f"interrupted after {sums.samples} samples; rerun with --resume to finish")
+            bar.write(
+                f"interrupted after {sums.samples} samples, saved in {checkpoint.path}; rerun the same "
+                "command to finish the scan from there"
+            )
         raise
     finally:
         bar.close()
 
 
 class _Checkpoint:
-    """Saves `sums` to the scan's `.partial.npz`: on demand and every `every_s` seconds."""
+    """Saves `sums` and what `run` decided to the scan's `.partial.npz`: on demand and every
+    `every_s` seconds."""
 
-    def __init__(self, path: Path, sums: ScanSums, identity: dict, started: float, every_s: float):
-        self.path, self.sums, self.identity, self.started, self.every_s = (
-            path,
-            sums,
-            identity,
-            started,
-            every_s,
-        )
+    def __init__(self, path: Path, sums: ScanSums, run: Run, started: float, every_s: float):
+        self.path, self.sums, self.run, self.started, self.every_s = path, sums, run, started, every_s
         self.last = time.perf_counter()
 
     def save(self) -> None:
-        self.sums.save(self.path, self.identity, time.perf_counter() - self.started)
+        wall_s = time.perf_counter() - self.started
+        self.sums.save(self.path, self.run.identity, wall_s, self.run.decided())
         self.last = time.perf_counter()
 
     def every_so_often(self) -> None:

@@ -3,7 +3,7 @@
     sums = ScanSums(layers, heads, length)         # entropy=False: a loss-only scan
     sums.add(capture, nll)                         # one batch: the capture's entropies and the (B, T) loss
                                                    # (and sink mass, for a model with attention sinks)
-    sums.save(path, identity, wall_s) / sums.restore(path, identity)     # the --resume checkpoint
+    sums.save(path, identity, wall_s, decided) / sums.restore(path, identity) -> decided   # the checkpoint
     sums.all_reduce(world)                         # under torchrun: the sums of all ranks
     sums.paths, sums.backends                      # what computed the layers: recorded in the meta
     sums.result(meta, reduction) -> ScanResult     # means over samples
@@ -75,27 +75,42 @@ class ScanSums:
         """Every rank ends with the sums of all ranks (a no-op in one process)."""
         self.s = all_reduce_sum(self.s, world)
 
-    def save(self, path: Path, identity: dict, wall_s: float) -> None:
+    def save(self, path: Path, identity: dict, wall_s: float, decided: dict | None = None) -> None:
+        """The checkpoint: the sums, the scan's `identity` and what it `decided` at run time (JSON: the
+        fused paths it chose, its thread count, ...), which a resumed scan must reuse."""
         atomic_savez(
             path,
             identity=np.array(json.dumps(identity, sort_keys=True)),
             wall_s=np.array(self.prior_wall_s + wall_s),
             ran=np.array(json.dumps({"paths": sorted(self.paths), "backends": sorted(self.backends)})),
+            decided=np.array(json.dumps(decided or {}, sort_keys=True)),
             **self.s,
         )
 
-    def restore(self, path: Path, identity: dict) -> None:
-        with np.load(path, allow_pickle=False) as z:
-            if json.loads(str(z["identity"])) != json.loads(json.dumps(identity)):
-                raise EntropyLensError(
-                    f"{path} belongs to a different scan (other flags, model or data); "
-                    "delete it or rerun with the same flags to resume"
-                )
-            self.s = {k: z[k] for k in (*self.s, "sink_mass") if k in z.files}
-            self.prior_wall_s = float(z["wall_s"])
-            ran = json.loads(str(z["ran"])) if "ran" in z.files else {}
-            self.paths |= set(ran.get("paths", ()))
-            self.backends |= set(ran.get("backends", ()))
+    def restore(self, path: Path, identity: dict) -> dict | None:
+        """Continue from the checkpoint at `path`: its `decided` record, or None when the file is
+        unreadable (a damaged checkpoint cannot be resumed: the caller starts over and says so)."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+            theirs = json.loads(str(data["identity"]))
+            ran = json.loads(str(data["ran"])) if "ran" in data else {}
+            decided = json.loads(str(data["decided"])) if "decided" in data else {}
+            state = {k: data[k] for k in (*self.s, "sink_mass") if k in data}
+            wall_s = float(data["wall_s"])
+        except Exception:  # noqa: BLE001 - truncated, not a zip, a missing key, not JSON: unreadable
+            return None
+        if theirs != json.loads(json.dumps(identity)):
+            raise EntropyLensError(
+                f"{path} is the checkpoint of a different scan (other flags, model or data); rerun with "
+                "that scan's flags to finish it, or pass --force to discard it"
+            )
+        if any(k not in state or state[k].shape != v.shape for k, v in self.s.items()):
+            return None
+        self.s, self.prior_wall_s = state, wall_s
+        self.paths |= set(ran.get("paths", ()))
+        self.backends |= set(ran.get("backends", ()))
+        return decided
 
     def result(self, meta: dict, reduction: str) -> ScanResult:
         """Means over samples; `mean_heads` then averages entropy (and its mean square) over each

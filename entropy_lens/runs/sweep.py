@@ -6,7 +6,10 @@
 Resumable per scale: finished scales are kept (after checking that they are the same scan), an
 interrupted one continues from its `.partial.npz`. Rerunning the same command (same flags and scales)
 into its folder resumes by itself; `resume=True` (--resume) also continues a folder's sweep with other
-scales, and `force=True` starts over. Entropy is stored averaged over each layer's
+scales, and `force=True` starts over. One sweep at a time writes a folder (a lock, runs/lock.py).
+The index only ever lists what is on disk and readable: it is rebuilt from the per-scale files that
+load and belong to this sweep's flags (so a damaged `sweep.json` is repaired, and an unreadable scale
+file is scanned again, each said in a line). Entropy is stored averaged over each layer's
 heads by default (`entropy="mean"`): [layers, heads, T] for 100 scales at 16K would be ~4.6 GB;
 `entropy="heads"` keeps everything and `entropy="none"` skips the entropy pass (loss only).
 
@@ -22,7 +25,9 @@ import shutil
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results import SWEEP_INDEX, read_sweep_index, write_sweep_index
+from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index, write_sweep_index
+from entropy_lens.runs.lock import FOLDER_LOCK, OutputLock
+from entropy_lens.runs.output import check_folder_target, say
 from entropy_lens.runs.scan import ScanConfig, scan
 
 __all__ = ["parse_scales", "scale_file", "sweep"]
@@ -71,61 +76,109 @@ def sweep(
     if config.scale is not None or config.head_scales is not None:
         raise EntropyLensError("a sweep sets the scale itself; drop --scale / --head-scales")
     config.check()
+    check_folder_target(out_dir)
     base = dataclasses.replace(config, scale=None).to_dict()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        index = read_sweep_index(out_dir) if (out_dir / SWEEP_INDEX).is_file() else None
-        same = index is not None and index["scan_config"] == base
+    with OutputLock(out_dir, folder=True):
         if force:
             _clear(out_dir)
-        elif same and index.get("requested_scales") == scales:
-            resume = True  # this very sweep (same flags, same scales): continue it, keep what is done
-            if progress and not index.get("complete"):
-                print(f"{out_dir} holds this sweep, unfinished: resuming (--force starts over)", flush=True)
-        elif not resume:
-            raise EntropyLensError(
-                f"{out_dir} is not empty and holds no sweep of these flags and scales; pass --resume to "
-                "finish a sweep there with these flags, --force to overwrite it, or another --out"
-            )
-        elif index is not None and not same:
+        index, damaged = _index_or_damage(out_dir)
+        found, foreign = _scale_files(out_dir, config, progress)
+        if index is not None and index["scan_config"] != base or (damaged and foreign and not found):
             raise EntropyLensError(
                 f"{out_dir} holds a sweep with other flags (model, length, data, ...); rerun with the same "
                 "flags, pass --force to overwrite it, or another --out"
             )
-    done: list[float] = []
-    index = {
-        "scan_config": base,
-        "requested_scales": scales,
-        "model": config.model,
-        "len": config.length,
-        "data": config.data,
-        "samples": config.samples,
-        "seed": config.seed,
-        "entropy": config.entropy,
-    }
-    for i, s in enumerate(scales):
-        path = out_dir / scale_file(s)
-        if progress:
-            print(f"[{i + 1}/{len(scales)}] scale {s:g} -> {path}", flush=True)
-        scan(
-            dataclasses.replace(config, scale=s), out=path, resume=resume, progress=progress
-        )  # resume reuses a finished file, or continues
-        done.append(s)
-        write_sweep_index(
-            out_dir,
-            {
-                **index,
-                "scales": done,
-                "files": [scale_file(x) for x in done],
-                "complete": len(done) == len(scales),
-            },
-        )
+        requested = scales
+        if any(p.name != FOLDER_LOCK for p in out_dir.iterdir()):
+            same = index.get("requested_scales") == scales if index is not None else bool(found)
+            if same:
+                resume = True  # this very sweep (same flags, same scales): continue it, keep what is done
+                if progress and not (index or {}).get("complete"):
+                    print(
+                        f"{out_dir} holds this sweep, unfinished: resuming (--force starts over)", flush=True
+                    )
+            elif not resume:
+                raise EntropyLensError(
+                    f"{out_dir} is not empty and holds no sweep of these flags and scales; pass --resume to "
+                    "finish a sweep there with these flags, --force to overwrite it, or another --out"
+                )
+            requested = sorted({*scales, *((index or {}).get("requested_scales") or ())})
+        record = {
+            "scan_config": base,
+            "requested_scales": requested,
+            "model": config.model,
+            "len": config.length,
+            "data": config.data,
+            "samples": config.samples,
+            "seed": config.seed,
+            "entropy": config.entropy,
+        }
+        if damaged:
+            _write_index(out_dir, record, found)
+            say(f"{out_dir / SWEEP_INDEX} was unreadable: rebuilt from the {len(found)} readable scale files")
+        for i, s in enumerate(scales):
+            path = out_dir / scale_file(s)
+            if progress:
+                print(f"[{i + 1}/{len(scales)}] scale {s:g} -> {path}", flush=True)
+            scan(dataclasses.replace(config, scale=s), out=path, resume=resume, progress=progress)
+            found[s] = path.name
+            _write_index(out_dir, record, found)
     return out_dir
+
+
+def _write_index(folder: Path, record: dict, found: dict[float, str]) -> None:
+    """The index of what is on disk: every readable scale file of this sweep, ascending."""
+    done = sorted(found)
+    complete = set(record["requested_scales"]) <= set(done)
+    write_sweep_index(
+        folder, {**record, "scales": done, "files": [found[s] for s in done], "complete": complete}
+    )
+
+
+def _index_or_damage(folder: Path) -> tuple[dict | None, bool]:
+    """(the folder's index or None, whether an index is there but unreadable)."""
+    if not (folder / SWEEP_INDEX).is_file():
+        return None, False
+    try:
+        return read_sweep_index(folder), False
+    except EntropyLensError:
+        return None, True
+
+
+def _scale_files(folder: Path, config: ScanConfig, progress: bool) -> tuple[dict[float, str], list[str]]:
+    """({scale: file name} of the readable scale files of `config`'s flags, names of readable scale
+    files of other flags). An unreadable one is left out of both, and said: a rerun scans it again."""
+    found, foreign = {}, []
+    if not folder.is_dir():
+        return found, foreign
+    for path in sorted(folder.glob("s*.npz")):
+        if path.name.endswith(".partial.npz"):
+            continue
+        try:
+            meta = ScanResult.load(path).meta
+        except EntropyLensError as err:
+            say(f"{err.args[0].split(';')[0]}: left out of the index; this sweep scans it again")
+            continue
+        s = (meta.get("scan_config") or {}).get("scale")
+        if (
+            s is not None
+            and path.name == scale_file(s)
+            and meta["scan_config"] == dataclasses.replace(config, scale=s).to_dict()
+        ):
+            found[s] = path.name
+        else:
+            foreign.append(path.name)
+    return found, foreign
 
 
 def _clear(folder: Path) -> None:
     """Remove what a sweep writes (index, per-scale files and partials); refuse folders with other files."""
+    if not folder.is_dir():
+        return
     ours = [
-        p for p in folder.iterdir() if p.name == SWEEP_INDEX or (p.name.startswith("s") and ".npz" in p.name)
+        p
+        for p in folder.iterdir()
+        if p.name in (SWEEP_INDEX, FOLDER_LOCK) or (p.name.startswith("s") and ".npz" in p.name)
     ]
     others = [p.name for p in folder.iterdir() if p not in ours]
     if others:
@@ -134,4 +187,5 @@ def _clear(folder: Path) -> None:
             "--out"
         )
     for p in ours:
-        p.unlink() if p.is_file() else shutil.rmtree(p)
+        if p.name != FOLDER_LOCK:
+            p.unlink() if p.is_file() else shutil.rmtree(p)

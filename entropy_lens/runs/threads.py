@@ -15,10 +15,11 @@ torch's own default keep working. The count that ran is recorded in each results
 from __future__ import annotations
 
 import os
+import sys
 
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["THREAD_VARIABLES", "set_threads", "torch_threads"]
+__all__ = ["THREAD_VARIABLES", "available_cores", "set_threads", "torch_threads"]
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -29,11 +30,27 @@ def set_threads(n: int | None) -> None:
         return
     if n < 1:
         raise EntropyLensError(f"--threads must be at least 1 (got {n}); omit it for torch's default")
+    cores = available_cores()
+    if n > cores:
+        print(
+            f"entropy-lens: warning: --threads {n} is more than the {cores} cores this process may use; "
+            f"threads beyond them wait for each other and slow the run down: pass --threads {cores} or fewer",
+            file=sys.stderr,
+            flush=True,
+        )
     for name in THREAD_VARIABLES:
         os.environ[name] = str(n)
     import torch
 
     torch.set_num_threads(n)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def torch_threads() -> int:

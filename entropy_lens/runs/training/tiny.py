@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.runs.lock import OutputLock
+from entropy_lens.runs.output import check_folder_target
 
 __all__ = ["TinyRecipe", "build_model", "train_tiny"]
 
@@ -153,13 +155,9 @@ def train_tiny(
     snapshots: tuple[int, ...] = (),
 ) -> Path:
     """Train `recipe` and write a Hugging Face folder to `out` (and one per step of `snapshots` in
-    `out/step-N/`); see the module docstring."""
-    import torch
-
-    from entropy_lens.data import load_documents, packed_stream, random_windows
-    from entropy_lens.progress import progress_bar
-    from entropy_lens.runs.training.tokenizer import train_bpe
-
+    `out/step-N/`); see the module docstring. An interrupted run (its `<out>.partial` folder) is
+    continued by a plain rerun as by `resume`; `force` discards it, and replaces an existing `out`
+    only once the new model is in place."""
     recipe.check()
     bad = [n for n in snapshots if not 0 < n < recipe.steps]
     if bad:
@@ -167,12 +165,21 @@ def train_tiny(
             f"--snapshot {bad[0]} is not a step before the last (1 to {recipe.steps - 1}); pass a step "
             "inside the run (the last step is the finished model itself)"
         )
-    out = Path(out)
+    out = check_folder_target(out)
     work = out.with_name(out.name + ".partial")
-    if out.exists():
-        if not force:
-            raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
-        shutil.rmtree(out)
+    if out.exists() and not force:
+        raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
+    with OutputLock(out):
+        return _train(recipe, out, work, force, progress, checkpoint_every, snapshots)
+
+
+def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, snapshots) -> Path:
+    import torch
+
+    from entropy_lens.data import load_documents, packed_stream, random_windows
+    from entropy_lens.progress import progress_bar
+    from entropy_lens.runs.training.tokenizer import train_bpe
+
     documents, _ = load_documents(recipe.data)
     tokenizer = train_bpe(documents, recipe.vocab)
     stream, description = packed_stream(tokenizer, recipe.data)
@@ -182,8 +189,11 @@ def train_tiny(
             "pass more --data or a smaller --train-len"
         )
     ckpt_path = work / "checkpoint.pt"
-    if work.exists() and not (resume and ckpt_path.is_file()):
-        shutil.rmtree(work)  # an unfinished run that is not being resumed
+    if work.exists() and (force or not ckpt_path.is_file()):
+        if ckpt_path.is_file():
+            print(f"entropy-lens: discarded the interrupted run in {work} (--force starts over)", flush=True)
+        shutil.rmtree(work)  # a run with no checkpoint yet has nothing to resume
+    resume = ckpt_path.is_file()  # a plain rerun continues an interrupted run, as --resume does
     work.mkdir(parents=True, exist_ok=True)
     model = build_model(recipe, len(tokenizer), tokenizer.eos_token_id)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -198,8 +208,11 @@ def train_tiny(
         state = torch.load(ckpt_path, weights_only=False)
         if state["recipe"] != dataclasses.asdict(recipe):
             raise EntropyLensError(
-                f"{work} holds a run of another recipe; rerun with the same flags or pass --force"
+                f"{work} holds an interrupted run of another recipe; rerun with its flags to finish it, "
+                "or pass --force to discard it"
             )
+        if progress:
+            print(f"entropy-lens: resuming the interrupted run in {work} at step {state['step']}", flush=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, log, prior_s = state["step"], state["log"], state["wall_s"]
@@ -245,7 +258,17 @@ def train_tiny(
     _save_folder(model, tokenizer, final, _facts(recipe, description, model, log, prior_s))
     for n in snapshots:  # written during the run (a resumed run kept those of its first part)
         (work / f"step-{n}").rename(final / f"step-{n}")
-    final.rename(out)
+    old = out.with_name(out.name + ".replaced")
+    try:  # the model it replaces (--force) goes only once the new one is in place
+        if out.exists():
+            out.rename(old)
+        final.rename(out)
+    except OSError as err:
+        raise EntropyLensError(
+            f"could not move the trained model to {out} ({err.strerror or err}); it is in {final}: move it "
+            f"with `mv {final} {out}`"
+        ) from None
+    shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(work)
     return out
 

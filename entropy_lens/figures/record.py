@@ -1,0 +1,141 @@
+"""`FigureData`: everything the paper's figures are drawn from, one typed record that the runs
+(`entropy_lens.runs.figures.figure_data`) fill and every figure builder and the README read.
+
+It holds results, never settings: the settings stay in `FiguresConfig`, and what the runs decided from
+them (the lengths in tokens, s* at each length, which λ(h) were given and where each search started)
+is written here, so a figure never re-derives it. Lengths and positions are in tokens; a ScanResult
+stores entropy and loss in nats (`entropy (layer, head, pos)`, `mean_entropy (pos,)`, `loss (pos,)`);
+scales are multipliers s of 1/√d (λ = s/√d).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the record is filled by the runs, which import these themselves
+    import numpy as np
+
+    from entropy_lens.analysis import ScaleFit, Sweep, UniformChoice, WindowPPL
+    from entropy_lens.results import ScanResult
+
+__all__ = [
+    "Ablation",
+    "Ablations",
+    "ComputeTime",
+    "FigureData",
+    "HeadScales",
+    "PerplexityCell",
+    "Schedules",
+    "SweepFit",
+]
+
+
+@dataclass(frozen=True)
+class SweepFit:
+    """One panel of Figure 7: a model's uniform-scale sweep and the log fit to its best scales."""
+
+    model: str  # the checkpoint as configured (`nope`, or `early`)
+    steps: int | None  # optimiser steps it was trained for; None where its checkpoint records none
+    sweep: Sweep  # loss (scale, pos) at fit_len, one scan per scale (ascending)
+    fit: ScaleFit  # s = 1 + a ln(i/L) fitted to the raw argmin over [L, fit_len) (the paper's fit)
+    fit_smoothed: ScaleFit | None  # the same on loss curves smoothed ±fit_smooth; None when fit_smooth is 0
+
+
+@dataclass(frozen=True)
+class HeadScales:
+    """The per-head scales λ(h) used at one length: given by a setting, or searched by the runs."""
+
+    length: int  # tokens: the sequence length they were searched at (and are evaluated at)
+    file: str  # absolute path of the λ(h) file or checkpoint the scans read
+    given: (
+        str | None
+    )  # the setting that named them, as written (head_scales / short_head_scales); None: searched
+    uniform: UniformChoice  # s* at `length`: the best single scale for [length − L/2, length)
+    init: float | None  # the search's initial multiplier: s*, or the focus bound where s* lies below it;
+    # None when given
+
+
+@dataclass(frozen=True)
+class Schedules:
+    """Figure 13 (§2.4's negative claim): position-dependent scales at fit_len, loss only."""
+
+    uniform: UniformChoice  # the sweep's best single scale for [L, fit_len): the piecewise scale beyond L
+    a: float  # the log schedule's a: Figure 7's raw fit, taken as 0 where that is negative
+    piecewise: ScanResult  # 1 inside L, uniform.scale beyond
+    log: ScanResult  # m(i) = 1 + a ln(max(i, L)/L)
+    heads: ScanResult  # λ(h) searched at long·L
+    heads_log: ScanResult  # λ(h) with the log schedule on top
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One ablation of the λ(h) search (the paper's Table 4), evaluated by a scan at long·L."""
+
+    file: str  # absolute path of the searched λ(h)
+    scales: np.ndarray  # (layer, head) float64: the searched multipliers of 1/√d
+    result: ScanResult  # the NoPE model with them, at long·L
+
+
+@dataclass(frozen=True)
+class Ablations:
+    """Figure 14: the λ(h) search at long·L with one thing changed each."""
+
+    no_constraint: Ablation  # lower bound 0 instead of the focus bound 1/√d
+    init_one: Ablation  # started from 1.0 instead of s*
+
+
+@dataclass(frozen=True)
+class PerplexityCell:
+    """One cell of Table 2: a window length's sliding-window perplexity and the scan behind it."""
+
+    ppl: WindowPPL  # perplexity over the last `stride` positions of each window
+    wall_time_s: float  # the scan's own wall time, seconds (NaN where unrecorded)
+    result: ScanResult  # the loss-only scan at that window length
+
+
+@dataclass(frozen=True)
+class ComputeTime:
+    """How long the runs behind the figures took, as their cached results record it (so a redraw from
+    the cache reports the original runs, not itself)."""
+
+    seconds: float  # the sum of the recorded wall times, each distinct run once
+    runs: int  # distinct runs: scans, sweep scales and head-scale searches
+    unrecorded: list[str]  # runs that record no time, in words ("the head-scale search at 512")
+    threads: list[int]  # the CPU thread counts the scans record, ascending
+
+
+@dataclass(frozen=True)
+class FigureData:
+    """What `figure_data` ran or read from its cache: the input of every figure and of the README."""
+
+    L: int  # tokens: the NoPE model's training length
+    short: int  # tokens, short·L: Figures 1–3 (the paper's 4K = 2L)
+    long: int  # tokens, long·L: Figures 4, 5, 10–12 and 14 (8K = 4L)
+    fit_len: int  # tokens: Figures 7 and 13 (16K = 8L)
+    final: SweepFit  # Figure 7's right panel: the NoPE model
+    early: SweepFit | None  # its left panel: an early checkpoint of the same run; None without one
+    uniform: UniformChoice  # s* for `long` sequences: the lowest mean loss over [long − L/2, long)
+    short_uniform: UniformChoice  # s* for `short` sequences
+    head_scales: HeadScales  # λ(h) at `long` (searched from uniform.scale unless given)
+    short_head_scales: HeadScales  # λ(h) at `short` (Figure 3; searched from short_uniform.scale)
+    clamp: float  # the searches' lower bound on λ(h)·√d: the focus constraint, 1
+    nope_family: dict[float, ScanResult]  # {s: NoPE at `short` with λ = s/√d} (Figure 2, left)
+    rope_family: dict[float, ScanResult]  # {s: RoPE at `short` with λ = s/√d} (Figure 2, right)
+    nope: ScanResult  # NoPE at `short` (Figures 1, 3)
+    nope_scaled: ScanResult  # NoPE at `short` with λ = fig1_scale/√d (Figures 1, 3)
+    rope: ScanResult  # RoPE at `short` (Figure 1)
+    rope_ntk: ScanResult  # RoPE at `short` with HF NTK scaling `ntk` (Figure 1)
+    long_nope: ScanResult  # NoPE at `long` (Figures 5, 12)
+    long_uniform: ScanResult  # NoPE at `long` with λ = s*/√d (Figures 4, 11, 14)
+    long_heads: ScanResult  # NoPE at `long` with head_scales (Figures 4, 5, 10, 14)
+    short_heads: ScanResult  # NoPE at `short` with short_head_scales (Figure 3)
+    schedules: Schedules  # Figure 13
+    ablations: Ablations  # Figure 14
+    ppl: dict[str, dict[int, PerplexityCell]]  # Table 2: {row name: {window length W: cell}}, W = L..fit·L
+    compute: ComputeTime | None  # None: not recorded
+
+    @property
+    def uniform_scale(self) -> float:
+        """s* for `long` sequences (Figures 4, 11, 14)."""
+        return self.uniform.scale

@@ -1,0 +1,96 @@
+"""The registry of the paper's figures and tables: adding one is one function plus one line.
+
+    @figure("figure-13", differences=schedules_differences)
+    def schedules(data: FigureData, c: FiguresConfig) -> Drawn: ...
+
+registers a builder under its file stem ("figure-NN" or "table-NN"), with the function that words its
+deliberate differences from the paper and the font size it is drawn at. `render` draws every item of
+`items()` into `stem.png`/`.pdf` and a README section, in the README's order: figures by number, then
+tables. The builders live in the modules of `MODULES`, grouped by kind; `items()` imports them, so a
+figure added to one of them needs nothing else (a new module: one name in `MODULES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from entropy_lens.figures.config import FiguresConfig
+    from entropy_lens.figures.record import FigureData
+
+__all__ = ["KINDS", "MODULES", "Drawn", "Item", "figure", "item", "items"]
+
+KINDS = ("figure", "table")  # the README lists every figure, then every table
+MODULES = ("curves", "heads", "scales", "losses", "tables")  # entropy_lens.figures.<module>: the builders
+
+
+class Drawn(NamedTuple):
+    """What a builder returns: the figure and the README's words for it."""
+
+    figure: Figure  # saved as PNG and PDF
+    caption: str  # the paragraph under the image (Table 2's holds its Markdown table)
+    numbers: list[str]  # the headline numbers, one README bullet each
+
+
+@dataclass(frozen=True)
+class Item:
+    stem: str  # "figure-07", "table-02": the files' stem and the README section's name
+    draw: Callable[[FigureData, FiguresConfig], Drawn]
+    differences: Callable[[FigureData, FiguresConfig], list[str]]  # its deliberate differences from the paper
+    font_size: float | None = None  # paper_style's font size (None: the style's own)
+
+    @property
+    def kind(self) -> str:
+        return self.stem.split("-")[0]
+
+    @property
+    def number(self) -> str:
+        return self.stem.split("-")[1]
+
+    @property
+    def title(self) -> str:
+        """'Figure 7', 'Table 2'."""
+        return f"{self.kind.capitalize()} {int(self.number)}"
+
+
+_REGISTRY: dict[str, Item] = {}
+
+
+def figure(stem: str, *, differences: Callable, font_size: float | None = None):
+    """Register the decorated builder as the item `stem` ("figure-NN" or "table-NN")."""
+    kind, _, number = stem.partition("-")
+    if kind not in KINDS or len(number) != 2 or not number.isdigit():
+        raise ValueError(f"{stem!r} is not a figure's name; name it 'figure-NN' or 'table-NN'")
+
+    def register(draw):
+        name = f"{draw.__module__}.{draw.__qualname__}"
+        old = _REGISTRY.get(stem)
+        # the same function again (its module reloaded) replaces itself; another one is a clash
+        if old is not None and f"{old.draw.__module__}.{old.draw.__qualname__}" != name:
+            raise ValueError(
+                f"{stem} is registered twice: {old.draw.__module__}.{old.draw.__qualname__}, {name}"
+            )
+        _REGISTRY[stem] = Item(stem, draw, differences, font_size)
+        return draw
+
+    return register
+
+
+def items() -> list[Item]:
+    """Every registered figure and table, in the README's order."""
+    for module in MODULES:
+        import_module(f"entropy_lens.figures.{module}")
+    return sorted(_REGISTRY.values(), key=lambda i: (KINDS.index(i.kind), i.number))
+
+
+def item(stem: str) -> Item:
+    """The registered item `stem`."""
+    found = {i.stem: i for i in items()}
+    if stem not in found:
+        raise KeyError(f"no figure {stem!r}; registered: {', '.join(found)}")
+    return found[stem]
