@@ -372,10 +372,10 @@ def test_a_damaged_figures_cache_entry_is_computed_again(tiny_dir, tmp_path):
 # ---- 7. smaller ----------------------------------------------------------------------------------
 
 
-def test_threads_above_the_cores_warn_once(tmp_path, capsys):
-    assert main(["scan", str(tmp_path / "nothing"), "--len", "16", "--threads", "999", "--quiet"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("warning: --threads 999 is more than the") == 1
+def test_threads_above_the_cores_warn_once(tmp_path):
+    # in a process of its own: 999 threads set here would slow every later test of this process
+    run = _cli(["scan", str(tmp_path / "nothing"), "--len", "16", "--threads", "999", "--quiet"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("warning: --threads 999 is more than the") == 1
 
 
 def test_head_scales_follow_the_rules_of_scale():
