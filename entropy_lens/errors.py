@@ -11,6 +11,12 @@ class EntropyLensError(ValueError):
     """Bad input: the message says what is wrong and how to fix it."""
 
 
+def problem(err: EntropyLensError) -> str:
+    """What an EntropyLensError says is wrong, without the fix after its first ';' (for a caller that
+    states a fix of its own, e.g. "scanning it again")."""
+    return str(err).split(";")[0]
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (for quoting a library's error in ours)."""
     text = str(err).strip()

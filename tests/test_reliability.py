@@ -198,12 +198,10 @@ def test_two_sweeps_into_one_folder(tiny_dir, tmp_path):
 # ---- 3, 4. an interrupted scan resumes on a plain rerun, exactly ---------------------------------------
 
 
-def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_path):
-    from entropy_lens.capture.fused import PathChoices
-    from entropy_lens.runs.scan import ScanConfig, scan
-
+def _interrupted_scan(tiny_dir, tmp_path, samples: int, at_least: int) -> tuple[list[str], Path, str]:
+    """(the CLI argv of a scan, its --out, the stderr of its process) after Ctrl-C, sent as a user
+    presses it once at least `at_least` samples are checkpointed (it checkpoints after every batch)."""
     out = tmp_path / "r.npz"
-    samples = 300
     argv = [
         "scan",
         str(tiny_dir),
@@ -216,22 +214,30 @@ def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_pat
         "--out",
         str(out),
     ]
-    # checkpoints after every batch, so the signal lands mid-way; then Ctrl-C as a user presses it
     code = (
-        "import sys; from entropy_lens.runs.scan import ScanConfig, scan; "
+        "from entropy_lens.runs.scan import ScanConfig, scan; "
         f"scan(ScanConfig(model={str(tiny_dir)!r}, length=48, samples={samples}, data={DATA!r}), "
         f"out={str(out)!r}, progress=False, checkpoint_every_s=0)"
     )
     run = subprocess.Popen(
         [sys.executable, "-c", code], env=_env(tmp_path), stderr=subprocess.PIPE, text=True
     )
-    partial = partial_path(out)
-    _wait_for(lambda: _samples_done(partial) >= 5, "a checkpoint of 5 samples")
+    _wait_for(lambda: _samples_done(partial_path(out)) >= at_least, f"a checkpoint of {at_least} samples")
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=60)
-    assert run.returncode != 0 and "KeyboardInterrupt" in err
+    assert run.returncode != 0 and not out.exists()  # only the checkpoint, never a half result
+    return argv, out, err
+
+
+def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_path):
+    from entropy_lens.capture.fused import PathChoices
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    samples = 300
+    argv, out, err = _interrupted_scan(tiny_dir, tmp_path, samples, at_least=5)
+    partial = partial_path(out)
     done = _samples_done(partial)
-    assert not out.exists() and 5 <= done < samples  # only the checkpoint, never a half result
+    assert "KeyboardInterrupt" in err and 5 <= done < samples
     rerun = _cli([*argv, "--quiet"], tmp_path)  # no --resume: a plain rerun continues it
     assert rerun.returncode == 0, rerun.stderr
     assert f"resuming {out} from its checkpoint: {done} of {samples} samples done" in rerun.stderr
@@ -245,17 +251,7 @@ def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_pat
 
 
 def test_force_discards_a_checkpoint_and_says_so_and_other_flags_are_refused(tiny_dir, tmp_path):
-    out = tmp_path / "r.npz"
-    argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "400", "--data", DATA, "--out", str(out)]
-    code = (
-        "from entropy_lens.runs.scan import ScanConfig, scan; "
-        f"scan(ScanConfig(model={str(tiny_dir)!r}, length=48, samples=400, data={DATA!r}), "
-        f"out={str(out)!r}, progress=False, checkpoint_every_s=0)"
-    )
-    run = subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path), stderr=subprocess.DEVNULL)
-    _wait_for(lambda: _samples_done(partial_path(out)) >= 2, "a checkpoint")
-    run.send_signal(signal.SIGINT)
-    run.wait(timeout=60)
+    argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, 400, at_least=2)
     other = _cli([*argv[:4], "--seed", "1", *argv[4:], "--quiet"], tmp_path)
     assert other.returncode == 2
     _one_error_line(other.stderr, "checkpoint of an unfinished scan with other flags.*--force")
@@ -263,6 +259,17 @@ def test_force_discards_a_checkpoint_and_says_so_and_other_flags_are_refused(tin
     assert forced.returncode == 0, forced.stderr
     assert f"discarded the checkpoint {partial_path(out)}" in forced.stderr
     assert ScanResult.load(out).meta["samples"] == 3
+
+
+def test_resuming_with_another_thread_count_names_the_count_that_matches(tiny_dir, tmp_path):
+    argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, 100, at_least=2)
+    with np.load(partial_path(out)) as z:
+        threads = json.loads(str(z["decided"]))["threads"]
+    other = 1 if threads > 1 else 2
+    rerun = _cli([*argv, "--threads", str(other), "--quiet"], tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"ran with {threads} CPU threads, this process has {other}" in rerun.stderr
+    assert f"pass --threads {threads} to resume it exactly" in rerun.stderr
 
 
 # ---- the end of a run: the location fails after the work is done --------------------------------------
@@ -393,3 +400,17 @@ def test_config_errors_name_cli_flags(tmp_path):
     (folder / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
     with pytest.raises(EntropyLensError, match="--trust-remote-code"):
         declared_train_len(str(folder))
+
+
+def test_save_or_rescue_saves_elsewhere_and_says_where(tmp_path):
+    from entropy_lens.results import atomic_write_text
+    from entropy_lens.runs.output import save_or_rescue
+
+    blocked = tmp_path / "afile"
+    blocked.write_text("x")  # a file where the output's folder should be, as ppl and search-heads meet it
+    with pytest.raises(
+        EntropyLensError, match=r"the finished table is saved in (\S+) instead: move it"
+    ) as err:
+        save_or_rescue(blocked / "ppl.json", lambda p: atomic_write_text(p, "{}\n"), what="table")
+    saved = Path(re.search(r"saved in (\S+) instead", str(err.value)).group(1))
+    assert saved.read_text() == "{}\n" and saved.is_relative_to(Path(os.environ["ENTROPY_LENS_CACHE"]))

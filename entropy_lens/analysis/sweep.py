@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import ScanResult, read_sweep_index
 
 __all__ = ["Sweep", "load_sweep", "missing_scales", "resume_command", "uniform_scale"]
@@ -127,7 +127,7 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
             result = ScanResult.load(path)
         except EntropyLensError as err:  # missing or unreadable: the sweep's own command makes it again
             raise EntropyLensError(
-                f"{path} (scale {s:g} of sweep {folder}) {_damage(err)}; "
+                f"{path} (scale {s:g} of sweep {folder}) {_damage(problem(err))}; "
                 f"`{resume_command(folder, index)}` scans it again"
             ) from None
         if result.meta.get("len") != index.get("len", result.meta.get("len")):
@@ -178,9 +178,8 @@ def resume_command(folder: str | Path, index: dict) -> str:
     return " ".join(words)
 
 
-def _damage(err: EntropyLensError) -> str:
-    """What ScanResult.load found wrong with a file, without its advice."""
-    what = str(err).split(";")[0]
+def _damage(what: str) -> str:
+    """What ScanResult.load found wrong with a file, without the file's name that starts it."""
     return what.split(" ", 1)[1] if " " in what else what
 
 

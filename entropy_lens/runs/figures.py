@@ -29,7 +29,7 @@ import math
 import time
 from pathlib import Path
 
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.record import (
     Ablation,
@@ -41,6 +41,7 @@ from entropy_lens.figures.record import (
     Schedules,
     SweepFit,
 )
+from entropy_lens.runs.output import say
 
 __all__ = ["FiguresConfig", "figure_data", "make_figures"]
 
@@ -143,7 +144,7 @@ class Runs:
         """The sweep of `model` at `fit_len`, the fit to its raw argmin as the paper's and the fit to
         smoothed curves: Figure 7's right panel for the NoPE model, its left for the early checkpoint
         (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
-        from entropy_lens.analysis import fit_scale_curve, grid_edge_problem, load_sweep
+        from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
         from entropy_lens.models import declared_train_len, training_steps
 
         c = self.config
@@ -152,7 +153,7 @@ class Runs:
                 f"{model} declares training length {declared_train_len(model)}, the NoPE model {L}; pass "
                 "an early checkpoint of the NoPE model's own run (or --train-len L)"
             )
-        sweep = load_sweep(self.sweep(model, fit_len))
+        sweep = self.sweep(model, fit_len)
         fit = fit_scale_curve(sweep, train_len=L)
         problem = grid_edge_problem(fit, edges=c.refuse_grid_edges, tolerance=c.grid_edge_tolerance)
         if problem:
@@ -231,7 +232,7 @@ class Runs:
             try:
                 return ScanResult.load(path)
             except EntropyLensError as err:  # damaged: scanned again below (scan(resume=True) says so)
-                self._missing(f"the scan of {config.model} at {config.length}", path, str(err).split(";")[0])
+                self._missing(f"the scan of {config.model} at {config.length}", path, problem(err))
         else:
             self._missing(f"the scan of {config.model} at {config.length}", path)
         if self.progress:
@@ -258,28 +259,27 @@ class Runs:
             table[name] = perplexity(config, scan=self.cached_scan, progress=False)
         return table
 
-    def sweep(self, model: str, length: int) -> Path:
-        from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index
+    def sweep(self, model: str, length: int):
+        """The loaded Sweep of `model` at `length`: from the cache, else run (a damaged or unfinished
+        one is finished and repaired by `runs.sweep.sweep`, which says what it repaired)."""
+        from entropy_lens.analysis import load_sweep
+        from entropy_lens.results import SWEEP_INDEX
         from entropy_lens.runs.sweep import parse_scales, sweep
 
         c = self.config
         config = self._scan_config(model, length, samples=c.sweep_samples, entropy="none")
         folder = self._path("sweep", {**config.to_dict(), "scales": c.sweep_scales}, "")
         scales = parse_scales(c.sweep_scales)
-        try:
-            complete = (folder / SWEEP_INDEX).is_file() and read_sweep_index(folder).get("complete")
-            if complete:
-                for file in read_sweep_index(folder)["files"]:
-                    ScanResult.load(file)
-        except EntropyLensError as err:  # damaged: the sweep below repairs it (and says what it repaired)
-            self._missing(f"the sweep of {model} at {length}", folder, str(err).split(";")[0])
-            complete = False
-        if complete:
-            return folder  # the folder name hashes every setting: a complete, readable sweep is this one
-        self._missing(f"the sweep of {model} at {length}", folder)
+        damage = None
+        if (folder / SWEEP_INDEX).is_file():
+            try:  # the folder name hashes every setting: a complete, readable sweep is this one
+                return load_sweep(folder)
+            except EntropyLensError as err:
+                damage = problem(err)
+        self._missing(f"the sweep of {model} at {length}", folder, damage)
         if self.progress:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
-        return sweep(config, scales, folder, resume=True, progress=self.progress)
+        return load_sweep(sweep(config, scales, folder, resume=True, progress=self.progress))
 
     def ablations(self, length: int, init: float) -> Ablations:
         """Table 4's ablations of the λ(h) search at `length`, each evaluated by a scan: without the
@@ -341,8 +341,8 @@ class Runs:
             try:
                 read_head_scales(path)
             except EntropyLensError as err:  # damaged: searched again (and said)
-                self._missing(what, path, str(err).split(";")[0])
-                print(f"entropy-lens: {str(err).split(';')[0]}: searching again", flush=True)
+                self._missing(what, path, problem(err))
+                say(f"{problem(err)}: searching again")
                 path.unlink()
         if not path.is_file():
             self._missing(what, path)

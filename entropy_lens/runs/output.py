@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import ScanResult
 
 __all__ = [
@@ -125,8 +125,8 @@ def rescue(path: Path, save: Callable[[Path], object], *, what: str, error: OSEr
     the finished `what` is now. Only when nothing can be written anywhere is the work lost, and the
     error says so."""
     reason = error.strerror or str(error)
-    tried = []
-    for alternative in (rescue_path(path), Path(tempfile.gettempdir()) / rescue_path(path).name):
+    tried, rescued = [], rescue_path(path)
+    for alternative in (rescued, Path(tempfile.gettempdir()) / rescued.name):
         try:
             save(alternative)
         except OSError as err:
@@ -171,7 +171,7 @@ class Output:
             try:
                 done = ScanResult.load(self.path)
             except EntropyLensError as err:
-                say(f"{err.args[0].split(';')[0]}: scanning it again (--resume repairs it)")
+                say(f"{problem(err)}: scanning it again (--resume repairs it)")
                 done = None
             if done is not None and done.meta.get("scan_config") == scan_config:
                 return done

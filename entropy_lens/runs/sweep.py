@@ -24,7 +24,7 @@ import math
 import shutil
 from pathlib import Path
 
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index, write_sweep_index
 from entropy_lens.runs.lock import FOLDER_LOCK, OutputLock
 from entropy_lens.runs.output import check_folder_target, say
@@ -113,13 +113,15 @@ def sweep(
             "seed": config.seed,
             "entropy": config.entropy,
         }
+        _write_index(out_dir, record, found)  # what is on disk now: the union, never less
         if damaged:
-            _write_index(out_dir, record, found)
             say(f"{out_dir / SWEEP_INDEX} was unreadable: rebuilt from the {len(found)} readable scale files")
         for i, s in enumerate(scales):
             path = out_dir / scale_file(s)
             if progress:
                 print(f"[{i + 1}/{len(scales)}] scale {s:g} -> {path}", flush=True)
+            if s in found:  # read and checked above: finished, of these flags
+                continue
             scan(dataclasses.replace(config, scale=s), out=path, resume=resume, progress=progress)
             found[s] = path.name
             _write_index(out_dir, record, found)
@@ -157,7 +159,7 @@ def _scale_files(folder: Path, config: ScanConfig, progress: bool) -> tuple[dict
         try:
             meta = ScanResult.load(path).meta
         except EntropyLensError as err:
-            say(f"{err.args[0].split(';')[0]}: left out of the index; this sweep scans it again")
+            say(f"{problem(err)}: left out of the index; this sweep scans it again")
             continue
         s = (meta.get("scan_config") or {}).get("scale")
         if (
