@@ -73,3 +73,21 @@ def test_threads_are_applied_recorded_and_printed(tiny_dir, tmp_path):
     assert ScanResult.load(out).meta["threads"] == 1
     assert "threads 1," in run.stdout  # the run's header line
     assert "threads" not in ScanResult.load(out).meta["scan_config"]  # --resume compares scan_config
+
+
+def test_every_command_keeps_its_options_and_defaults():
+    """Each command's flags, defaults, choices and arity equal the committed list: changing one is a
+    deliberate edit of tests/cli_options.json (python tools/cli_options.py rewrites it)."""
+    import json
+    from pathlib import Path
+
+    from entropy_lens.cli import option_table
+
+    committed = json.loads((Path(__file__).parent / "cli_options.json").read_text(encoding="utf-8"))
+    current = json.loads(json.dumps(option_table()))  # tuples -> lists, as the file holds them
+    assert current.keys() == committed.keys()
+    for command in committed:
+        assert current[command] == committed[command], (
+            f"`entropy-lens {command}` options changed; if on purpose, run python tools/cli_options.py"
+        )
+    assert sum(len(rows) for rows in committed.values()) > 60

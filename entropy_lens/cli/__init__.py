@@ -13,7 +13,7 @@ import sys
 
 from entropy_lens.cli import analysis, figures, heads, perplexity, scan, train
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "option_table"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +33,37 @@ def build_parser() -> argparse.ArgumentParser:
             "shared with other busy processes use at most the free cores, e.g. --threads 1",
         )
     return parser
+
+
+def option_table() -> dict[str, list[dict]]:
+    """Every command's options with their defaults, as `tests/cli_options.json` holds them: a change to a
+    flag's name, default, choices or arity shows up there (regenerate: python tools/cli_options.py)."""
+    import argparse
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    table = {}
+    for name, command in sorted(sub.choices.items()):
+        rows = []
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            default = action.default
+            if not isinstance(default, (str, int, float, bool, list, type(None))):
+                default = repr(default)
+            rows.append(
+                {
+                    "flags": list(action.option_strings) or [action.metavar or action.dest],
+                    "dest": action.dest,
+                    "default": default,
+                    "required": bool(action.required),
+                    "choices": None if action.choices is None else list(action.choices),
+                    "nargs": action.nargs,
+                    "type": getattr(action.type, "__name__", None),
+                }
+            )
+        table[name] = sorted(rows, key=lambda r: r["flags"][0])
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
