@@ -56,7 +56,7 @@ def layer(mode: str, length: int):
 
     runs = {
         "sdpa": sdpa,
-        "separate": lambda: (sdpa(), attention_entropy(q, k, scale=scale)),
+        "separate": lambda: (sdpa(), attention_entropy(q, k, softmax_scale=scale)),
         "streamed": lambda: attention_with_entropy_torch(q, k, v, scale),
         "streamed_softcap": lambda: attention_with_entropy_torch(q, k, v, scale, softcap=SOFTCAP),
         "streamed_sinks": lambda: attention_with_entropy_torch(q, k, v, scale, sinks=sinks),

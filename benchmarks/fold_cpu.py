@@ -51,7 +51,7 @@ def worker(length: int, blocks: list[tuple[int, int]], repeats: int) -> list[dic
     rows = [{"len": length, "variant": "sdpa", "block": None, "s": best(sdpa)}]
     for bq, bk in blocks:
         size = {"block_q": bq, "block_k": bk}
-        separate = best(lambda: (sdpa(), attention_entropy(q, k, scale=scale, **size)))  # noqa: B023
+        separate = best(lambda: (sdpa(), attention_entropy(q, k, softmax_scale=scale, **size)))  # noqa: B023
         fused = best(lambda: attention_with_entropy_torch(q, k, v, scale, **size))  # noqa: B023
         for variant, s in (("separate", separate), ("fused", fused)):
             rows.append({"len": length, "variant": variant, "block": f"{bq}x{bk}", "s": s})

@@ -200,7 +200,7 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
     k = torch.randn(1, hkv, length, d, device=device, dtype=torch.bfloat16)
     v = torch.randn_like(k)
     ent_s, _, ent_peak = _timed(
-        lambda: attention_entropy(q, k, scale=d**-0.5, impl="triton"), repeats, device
+        lambda: attention_entropy(q, k, softmax_scale=d**-0.5, backend="triton"), repeats, device
     )
     try:
         from flash_attn import flash_attn_func

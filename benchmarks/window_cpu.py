@@ -39,13 +39,13 @@ def run(mode: str, length: int, window: int, repeats: int) -> float:
 
     def fn():
         if mode == "causal":
-            return attention_entropy(q, k, scale=0.125)
+            return attention_entropy(q, k, softmax_scale=0.125)
         if mode == "as_mask":
-            return attention_entropy(q, k, scale=0.125, causal=False, mask=hf_mask)
+            return attention_entropy(q, k, softmax_scale=0.125, causal=False, mask=hf_mask)
         if mode == "window":
-            return attention_entropy(q, k, scale=0.125, window=window)
+            return attention_entropy(q, k, softmax_scale=0.125, window=window)
         keep, w = decompose(hf_mask, 1, length, length, True)
-        return attention_entropy(q, k, scale=0.125, mask=keep, window=w)
+        return attention_entropy(q, k, softmax_scale=0.125, mask=keep, window=w)
 
     fn()
     times = []

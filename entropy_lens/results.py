@@ -15,7 +15,7 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
 meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
 config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
-data_description, seed, samples, len, batch_size, dtype, device, threads (torch's CPU thread count:
+data_description, seed, samples, length (tokens per sequence; `len` in files written before 0.9), batch_size, dtype, device, threads (torch's CPU thread count:
 --threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
 "+"-joined: torch_chunked, triton, reference; "none" for a loss-only scan), fold (only where
 torch_chunked ran on CPU: "compiled" or "eager (why)", kernels/fold.py), attention_path (what computed
@@ -29,11 +29,15 @@ triton-fused on a CUDA `device`, torch-streamed on CPU), fused_choices (only whe
 decided: the path it kept per shape of attention call, {shape key: "fused" (the fused pass) |
 "separate" (sdpa-then-entropy)}; a resumed scan reuses the interrupted one's, and
 `PathChoices(replay=...)` reproduces them), entropy_units ("nats"),
-loss_units ("nats"), entropy_reduction ("per_head"; "mean_heads": the heads axis has length 1 and
-holds the mean over the layer's heads of entropy and of entropy_sq; "not_captured": loss only, the
-heads axis has length 0), chunk_indices (which chunk of the packed text each sample is; with a
+loss_units ("nats"), entropy_reduction (the scan's --entropy: "heads"; "mean": the heads axis has
+length 1 and holds the mean over the layer's heads of entropy and of entropy_sq; "none": loss only, the
+heads axis has length 0; files written before 0.9 say "per_head", "mean_heads", "not_captured"), chunk_indices (which chunk of the packed text each sample is; with a
 `stride` in scan_config, which window: window k starts at token k·stride), scan_config (the ScanConfig's
 fields; `stride` only when set), torch_version, transformers_version, created_utc, wall_time_s.
+
+Files written before the names above keep loading: `upgrade_meta` maps their keys and values to
+today's, for every ScanResult however it is made (and `read_sweep_index` does the same for `len`).
+Their bytes are not changed, so figure-cache entries keep their names (those hash the ScanConfig).
 
 Files are written atomically (temporary file in the same folder, then os.replace): a reader sees
 the old file or the new one, never half of one.
@@ -69,12 +73,31 @@ REQUIRED_META = (
     "data",
     "seed",
     "samples",
-    "len",
+    "length",
     "dtype",
     "device",
     "backend",
     "wall_time_s",
 )
+
+
+ENTROPY_REDUCTIONS = ("heads", "mean", "none")  # the --entropy values, also meta `entropy_reduction`
+# What files written before the glossary's names (README: Glossary) say, and today's name for it.
+LEGACY_META_KEYS = {"len": "length"}
+LEGACY_REDUCTIONS = {"per_head": "heads", "mean_heads": "mean", "not_captured": "none"}
+
+
+def upgrade_meta(meta: dict) -> dict:
+    """`meta` with the keys and values of files written before the glossary's names replaced by today's
+    (a copy; `meta` itself is not changed)."""
+    meta = dict(meta)
+    for old, new in LEGACY_META_KEYS.items():
+        if old in meta and new not in meta:
+            meta[new] = meta.pop(old)
+    reduction = meta.get("entropy_reduction")
+    if reduction in LEGACY_REDUCTIONS:
+        meta["entropy_reduction"] = LEGACY_REDUCTIONS[reduction]
+    return meta
 
 
 @dataclass
@@ -86,6 +109,14 @@ class ScanResult:
     count: np.ndarray  # (len,)
     meta: dict = field(default_factory=dict)
     sink_mass: np.ndarray | None = None  # (layers, heads, len) mean sink probability; models with sinks
+
+    def __post_init__(self):
+        self.meta = upgrade_meta(self.meta)
+
+    @property
+    def entropy_reduction(self) -> str:
+        """How the entropy is stored: "heads", "mean" (over each layer's heads) or "none" (loss only)."""
+        return self.meta.get("entropy_reduction", "heads" if self.n_heads else "none")
 
     @property
     def n_layers(self) -> int:
@@ -154,8 +185,8 @@ class ScanResult:
         missing = [k for k in REQUIRED_META if k not in self.meta]
         if missing:
             raise EntropyLensError(f"{source}: meta lacks {', '.join(missing)}; rerun the scan")
-        if self.meta["len"] != T:
-            raise EntropyLensError(f"{source}: meta len {self.meta['len']} != array length {T}")
+        if self.meta["length"] != T:
+            raise EntropyLensError(f"{source}: meta length {self.meta['length']} != array length {T}")
 
 
 # ---- sweep folders: one ordinary results file per uniform scale, plus an index -----------------------
@@ -167,7 +198,7 @@ SWEEP_KIND = "entropy_lens.sweep"
 def write_sweep_index(folder: str | Path, index: dict) -> Path:
     """Write `folder/sweep.json` atomically. `index` holds at least `scales` (ascending multipliers s)
     and `files` (results file names inside `folder`, same order; a scale whose scan has not finished
-    is absent from both), plus `model`, `len`, `data`, `samples`, `seed`, `entropy` (the sweep's
+    is absent from both), plus `model`, `length`, `data`, `samples`, `seed`, `entropy` (the sweep's
     --entropy: "heads", "mean" or "none"), `requested_scales` and `complete` (every requested scale
     done)."""
     path = Path(folder) / SWEEP_INDEX
@@ -198,7 +229,7 @@ def read_sweep_index(folder: str | Path) -> dict:
     if len(index.get("scales", [])) != len(index.get("files", [])):
         raise EntropyLensError(f"{path}: scales and files differ in length; rerun the sweep with --resume")
     index["files"] = [str(folder / name) for name in index["files"]]
-    return index
+    return upgrade_meta(index)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

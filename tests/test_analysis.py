@@ -40,7 +40,7 @@ def make_result(
     data="emma",
     train_len=64,
     config_hash="abc123",
-    reduction="per_head",
+    reduction="heads",
 ):
     """A ScanResult with every required meta key; entropy defaults to one (layer, head) of zeros."""
     loss = np.asarray(loss, dtype=np.float32)
@@ -60,7 +60,7 @@ def make_result(
         data=data,
         seed=0,
         samples=1,
-        len=T,
+        length=T,
         train_len=train_len,
         entropy_reduction=reduction,
         wall_time_s=0.0,
@@ -85,11 +85,11 @@ def save_sweep(folder, results, *, index_len=None):
             "scales": [uniform(r) for r in results],
             "files": names,
             "model": "tiny",
-            "len": index_len or results[0].length,
+            "length": index_len or results[0].length,
             "data": "emma",
             "samples": 1,
             "seed": 0,
-            "entropy": "mean_heads",
+            "entropy": "mean",
             "complete": True,
         },
     )
@@ -123,8 +123,8 @@ def test_load_sweep_sorts_scales_and_averages_heads(tmp_path):
     rng = np.random.default_rng(0)
     results = []
     for s in (1.2, 1.0, 1.1):  # saved out of order: the sweep sorts them
-        entropy = rng.uniform(1, 5, size=(3, 1, 40))  # mean_heads: (layers, 1, T)
-        results.append(make_result(rng.uniform(2, 3, 40), entropy=entropy, scale=s, reduction="mean_heads"))
+        entropy = rng.uniform(1, 5, size=(3, 1, 40))  # mean: (layers, 1, T)
+        results.append(make_result(rng.uniform(2, 3, 40), entropy=entropy, scale=s, reduction="mean"))
     save_sweep(tmp_path, results)
     sweep = load_sweep(tmp_path)
     assert sweep.scales.tolist() == [1.0, 1.1, 1.2]
@@ -137,8 +137,7 @@ def test_load_sweep_sorts_scales_and_averages_heads(tmp_path):
 
 def test_sweep_without_entropy_has_none():
     results = [
-        make_result(np.ones(10), entropy=np.zeros((2, 0, 10)), scale=s, reduction="not_captured")
-        for s in (1.0, 1.5)
+        make_result(np.ones(10), entropy=np.zeros((2, 0, 10)), scale=s, reduction="none") for s in (1.0, 1.5)
     ]
     assert Sweep.from_results(results).entropy is None
 
@@ -486,9 +485,7 @@ def test_head_errors():
         head_entropy_vs_scale(result, at=-1, tail=3)
     with pytest.raises(EntropyLensError, match="layers \\[5\\] do not exist"):
         head_entropy_vs_scale(result, layers=[0, 5])
-    pooled = make_result(
-        np.ones(8), entropy=np.ones((2, 1, 8)), scales=scales.tolist(), reduction="mean_heads"
-    )
+    pooled = make_result(np.ones(8), entropy=np.ones((2, 1, 8)), scales=scales.tolist(), reduction="mean")
     with pytest.raises(EntropyLensError, match="--entropy heads"):
         head_entropy_vs_scale(pooled)
 
@@ -624,9 +621,7 @@ def test_inflections_and_agreement_on_planted_sweep():
     for i, start in enumerate(starts):
         entropy = ramp_curve(rng, T, start, level=4.0, slope=0.003)[None, None, :]
         loss = ramp_curve(rng, T, start + 20, level=2.5)
-        results.append(
-            make_result(loss, entropy=entropy, scale=1.0 + 0.1 * i, train_len=L, reduction="mean_heads")
-        )
+        results.append(make_result(loss, entropy=entropy, scale=1.0 + 0.1 * i, train_len=L, reduction="mean"))
     df = inflections(Sweep.from_results(results))
     assert df["scale"].tolist() == pytest.approx([1.0, 1.1, 1.2, 1.3, 1.4])
     assert str(df["entropy_inflection"].dtype) == "Int64"
@@ -644,7 +639,7 @@ def test_inflections_and_agreement_on_planted_sweep():
             entropy=np.zeros((1, 0, T)),
             scale=1.5,
             train_len=L,
-            reduction="not_captured",
+            reduction="none",
         )
     )
     listed = inflections(results)
@@ -682,3 +677,24 @@ def test_an_undefined_agreement_says_why():
     )
     one = inflection_agreement(same.head(1))
     assert one.undefined == "fewer than 2 scans (1)"
+
+
+def test_files_written_before_the_glossary_names_keep_loading():
+    """The committed figure runs were written with meta `len` and entropy_reduction "not_captured"; they
+    load under today's names (the figures README test shows their cache names still match)."""
+    import glob
+    import json
+    from pathlib import Path
+
+    from entropy_lens.results import upgrade_meta
+
+    root = Path(__file__).parent.parent / "figures" / "runs"
+    path = min(glob.glob(str(root / "scan-tiny-nope-1024-*.npz")))
+    with np.load(path) as z:
+        raw = json.loads(str(z["meta"]))
+    assert "length" not in raw and raw["entropy_reduction"] in ("per_head", "mean_heads", "not_captured")
+    result = ScanResult.load(path)
+    assert result.meta["length"] == raw["len"] == result.length and "len" not in result.meta
+    old = {"per_head": "heads", "mean_heads": "mean", "not_captured": "none"}[raw["entropy_reduction"]]
+    assert result.entropy_reduction == old
+    assert upgrade_meta(raw) == result.meta and raw.get("len") is not None  # the file's dict is not changed

@@ -395,7 +395,7 @@ def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded):
         mask[0, :7] = 0
     runs = {}
     for fused in ("on", "off"):
-        with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked", fused=fused) as rec:
+        with torch.no_grad(), EntropyRecorder(model, backend="torch_chunked", fused=fused) as rec:
             runs[fused] = (model(ids, attention_mask=mask).logits, rec)
     assert runs["on"][1].session.paths == {"torch-streamed"}
     assert runs["off"][1].session.paths == {"sdpa-then-entropy"}
@@ -445,7 +445,7 @@ def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
     with activate(Session(on_entropy=lambda layer, ent, offset: got.append((ent, offset)))):
         out, _ = entropy_lens_attention(attn, q, k, v, None)
     ent, offset = got[0]
-    expect = attention_entropy(q, k[:, :, :5], scale=attn.scaling, impl="reference")
+    expect = attention_entropy(q, k[:, :, :5], softmax_scale=attn.scaling, backend="reference")
     assert offset == 0 and torch.allclose(ent, expect, atol=1e-5)
     sdpa = torch.nn.functional.scaled_dot_product_attention(
         q, k[:, :, :5], v[:, :, :5], is_causal=True, scale=attn.scaling, enable_gqa=True
@@ -464,7 +464,7 @@ def test_a_general_mask_decides_alone_as_in_sdpa():
     got = []
     with activate(Session(on_entropy=lambda layer, ent, offset: got.append(ent))):
         out, _ = entropy_lens_attention(attn, q, k, v, mask)
-    expect = attention_entropy(q, k, scale=attn.scaling, causal=False, mask=mask, impl="reference")
+    expect = attention_entropy(q, k, softmax_scale=attn.scaling, causal=False, mask=mask, backend="reference")
     assert torch.allclose(got[0], expect, atol=1e-5)
     sdpa = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True
@@ -475,7 +475,7 @@ def test_a_general_mask_decides_alone_as_in_sdpa():
 MASK_KINDS = ("none", "key_padding", "causal_padding", "sliding_window", "per_query", "per_head")
 
 
-def recorded_backends(impl: str, fused: str = "off", device: str = "cpu") -> dict[str, set[str]]:
+def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> dict[str, set[str]]:
     """{mask kind: the session's `backends`} after one capturing attention call per kind of mask,
     each call's entropy checked against the float64 reference of the attention sdpa applies."""
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn.to(device)
@@ -499,18 +499,20 @@ def recorded_backends(impl: str, fused: str = "off", device: str = "cpu") -> dic
     backends, got = {}, []
     for kind in MASK_KINDS:
         mask = masks[kind]
-        session = Session(on_entropy=lambda layer, ent, offset: got.append(ent), impl=impl, fused=fused)
+        session = Session(on_entropy=lambda layer, ent, offset: got.append(ent), backend=backend, fused=fused)
         on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
         with torch.no_grad(), activate(session):
             entropy_lens_attention(attn, *on_device)
         causal = mask is None or mask.shape[2] == 1  # as sdpa: a full mask decides alone
-        want = attention_entropy(q, k, scale=attn.scaling, causal=causal, mask=mask, impl="reference")
+        want = attention_entropy(
+            q, k, softmax_scale=attn.scaling, causal=causal, mask=mask, backend="reference"
+        )
         assert (got[-1].cpu() - want).abs().max().item() <= 1e-5, kind
         backends[kind] = session.backends
     return backends
 
 
 def test_the_backend_recorded_is_the_one_that_ran():
-    """torch_chunked serves every mask (impl="triton" under the interpreter: triton_interp_cases.py)."""
+    """torch_chunked serves every mask (backend="triton" under the interpreter: triton_interp_cases.py)."""
     assert recorded_backends("torch_chunked") == {kind: {"torch_chunked"} for kind in MASK_KINDS}
     assert recorded_backends("reference") == {kind: {"reference"} for kind in MASK_KINDS}

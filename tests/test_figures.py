@@ -265,8 +265,8 @@ def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
         printed = [cell.split(" [")[0] for cell in rows[name].strip(" |").split(" | ")[1:]]
         for (W, cell), text in zip(row.items(), printed, strict=True):
             meta = cell.result.meta
-            assert meta["scan_config"]["stride"] == stride and meta["len"] == W
-            assert meta["samples"] == MINIMAL["ppl_samples"] and meta["entropy_reduction"] == "not_captured"
+            assert meta["scan_config"]["stride"] == stride and meta["length"] == W
+            assert meta["samples"] == MINIMAL["ppl_samples"] and meta["entropy_reduction"] == "none"
             again = sliding_window_ppl(cell.result, stride)
             assert again == cell.ppl and float(text) == float(f"{again.ppl:.3g}")
 

@@ -87,9 +87,9 @@ def test_compiled_and_eager_agree_on_a_long_causal_case(monkeypatch):
     for env in ("1", "0"):
         monkeypatch.setenv(fold_module.ENV_VAR, env)
         out, h, _ = attention_with_entropy_torch(q, k, v, 0.25, **blocks, **args)
-        got[env] = (out, h, attention_entropy(q, k, scale=0.25, **blocks, **args))
+        got[env] = (out, h, attention_entropy(q, k, softmax_scale=0.25, **blocks, **args))
         assert fold_status() == ("compiled" if env == "1" else "eager")
-    want = attention_entropy(q, k, scale=0.25, impl="reference", **args)
+    want = attention_entropy(q, k, softmax_scale=0.25, backend="reference", **args)
     for env in ("1", "0"):
         out, h, h_sep = got[env]
         assert (h - want).abs().max().item() <= 1e-5 and (h_sep - want).abs().max().item() <= 1e-5

@@ -15,7 +15,7 @@ from entropy_lens.kernels import (
     entropy_reference,
     entropy_torch_chunked,
     merge_states,
-    resolve_impl,
+    resolve_backend,
     shard_state,
     sink_state,
 )
@@ -49,10 +49,17 @@ def test_chunked_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
     q, k = make_inputs(B, Hq, Hkv, T, S)
     scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
     mask = mask_kinds(B, Hq, T, S)[mask_kind]
-    ref = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="reference")
+    ref = attention_entropy(q, k, softmax_scale=scale, causal=causal, mask=mask, backend="reference")
     for bq, bk in [(32, 32), (7, 5)]:  # T not a multiple of the block; several key blocks per row
         got = attention_entropy(
-            q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked", block_q=bq, block_k=bk
+            q,
+            k,
+            softmax_scale=scale,
+            causal=causal,
+            mask=mask,
+            backend="torch_chunked",
+            block_q=bq,
+            block_k=bk,
         )
         assert got.dtype == torch.float32 and got.shape == (B, Hq, T)
         assert (got - ref).abs().max().item() <= 1e-5
@@ -81,22 +88,22 @@ def output_reference(q, k, v, scale, causal, mask):
 
 def test_block_size_one_and_float_scale():
     q, k = make_inputs(2, 4, 2, 17, 23)
-    ref = attention_entropy(q, k, scale=0.25, impl="reference")
-    got = attention_entropy(q, k, scale=0.25, impl="torch_chunked", block_q=1, block_k=1)
+    ref = attention_entropy(q, k, softmax_scale=0.25, backend="reference")
+    got = attention_entropy(q, k, softmax_scale=0.25, backend="torch_chunked", block_q=1, block_k=1)
     assert (got - ref).abs().max().item() <= 1e-5
 
 
 def test_rows_without_keys_are_zero():
     # T > S with bottom-right alignment: the first T - S queries see no key at all.
     q, k = make_inputs(1, 2, 1, 12, 5)
-    got = attention_entropy(q, k, scale=0.3, block_q=4, block_k=2)
+    got = attention_entropy(q, k, softmax_scale=0.3, block_q=4, block_k=2)
     assert torch.equal(got[..., :7], torch.zeros(1, 2, 7))
     assert torch.equal(got[..., 7], torch.zeros(1, 2))  # row 7 sees exactly one key
     assert (got[..., 8:] > 0).all()
-    assert torch.allclose(got, attention_entropy(q, k, scale=0.3, impl="reference"), atol=1e-5)
+    assert torch.allclose(got, attention_entropy(q, k, softmax_scale=0.3, backend="reference"), atol=1e-5)
     # a fully padded sequence
     mask = torch.zeros(1, 5, dtype=torch.bool)
-    got = attention_entropy(q[..., -5:, :], k, scale=0.3, mask=mask)
+    got = attention_entropy(q[..., -5:, :], k, softmax_scale=0.3, mask=mask)
     assert torch.equal(got, torch.zeros(1, 2, 5))
 
 
@@ -114,8 +121,8 @@ def plain_pytorch_entropy(q, k, scale, T, S):
 def test_low_precision_within_twice_plain_pytorch(dtype):
     q, k = make_inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
     scale = 32**-0.5
-    ref = attention_entropy(q, k, scale=scale, impl="reference")  # float64 of the same inputs
-    got = attention_entropy(q, k, scale=scale, impl="torch_chunked", block_q=32, block_k=16)
+    ref = attention_entropy(q, k, softmax_scale=scale, backend="reference")  # float64 of the same inputs
+    got = attention_entropy(q, k, softmax_scale=scale, backend="torch_chunked", block_q=32, block_k=16)
     plain = plain_pytorch_entropy(q, k, scale, 96, 96)
     err_plain = (plain - ref).abs().max().item()
     err_got = (got - ref).abs().max().item()
@@ -126,24 +133,24 @@ def test_low_precision_within_twice_plain_pytorch(dtype):
 def test_no_repeated_keys_needed_and_gqa_head_mapping():
     # head h must use key head h // G: permuting key heads must permute the entropy groups.
     q, k = make_inputs(1, 4, 2, 20, 20)
-    a = attention_entropy(q, k, scale=0.3)
-    b = attention_entropy(q[:, [2, 3, 0, 1]], k[:, [1, 0]], scale=0.3)
+    a = attention_entropy(q, k, softmax_scale=0.3)
+    b = attention_entropy(q[:, [2, 3, 0, 1]], k[:, [1, 0]], softmax_scale=0.3)
     assert torch.allclose(a[:, [2, 3, 0, 1]], b, atol=1e-6)
 
 
 def test_contract_errors():
     q, k = make_inputs(1, 4, 3, 8, 8)
     with pytest.raises(ValueError, match="multiple"):
-        attention_entropy(q, k, scale=1.0)
+        attention_entropy(q, k, softmax_scale=1.0)
     q, k = make_inputs(1, 4, 2, 8, 8)
     with pytest.raises(ValueError, match="scale"):
-        attention_entropy(q, k, scale=torch.ones(3))
+        attention_entropy(q, k, softmax_scale=torch.ones(3))
     with pytest.raises(ValueError, match="bool"):
-        attention_entropy(q, k, scale=1.0, mask=torch.ones(1, 8))
+        attention_entropy(q, k, softmax_scale=1.0, mask=torch.ones(1, 8))
     with pytest.raises(ValueError, match="mask shape"):
-        attention_entropy(q, k, scale=1.0, mask=torch.ones(1, 7, dtype=torch.bool))
+        attention_entropy(q, k, softmax_scale=1.0, mask=torch.ones(1, 7, dtype=torch.bool))
     with pytest.raises(EntropyLensError, match="unknown entropy backend"):
-        attention_entropy(q, k, scale=1.0, impl="cuda-magic")
+        attention_entropy(q, k, softmax_scale=1.0, backend="cuda-magic")
 
 
 def _triton(name):
@@ -157,10 +164,10 @@ def _triton(name):
 # every kernel entry point, called with valid arguments plus the keywords given
 ENTRY_POINTS = {
     **{
-        f"attention_entropy-{impl}": lambda q, k, impl=impl, **kw: attention_entropy(
-            q, k, scale=0.3, impl=impl, **kw
+        f"attention_entropy-{backend}": lambda q, k, backend=backend, **kw: attention_entropy(
+            q, k, softmax_scale=0.3, backend=backend, **kw
         )
-        for impl in ("auto", "reference", "torch_chunked", "triton")
+        for backend in ("auto", "reference", "torch_chunked", "triton")
     },
     "backend_for": lambda q, k, **kw: backend_for("auto", q, k, **kw),
     "entropy_reference": lambda q, k, **kw: entropy_reference(q, k, torch.full((4,), 0.3), **kw),
@@ -190,14 +197,14 @@ def test_every_entry_point_refuses_an_unknown_keyword_on_every_backend(entry):
 
 
 def test_backend_env_override(monkeypatch):
-    assert resolve_impl("auto", "cpu") == "torch_chunked"
+    assert resolve_backend("auto", "cpu") == "torch_chunked"
     monkeypatch.setenv("ENTROPY_LENS_BACKEND", "reference")
-    assert resolve_impl("auto", "cpu") == "reference"
-    assert resolve_impl("torch_chunked", "cpu") == "torch_chunked"  # explicit beats the environment
+    assert resolve_backend("auto", "cpu") == "reference"
+    assert resolve_backend("torch_chunked", "cpu") == "torch_chunked"  # explicit beats the environment
 
 
 def test_backend_for_names_what_attention_entropy_runs_on_cpu(monkeypatch):
-    """Without triton in play every mask runs where `impl` says (the triton cases: triton_interp_cases.py)."""
+    """Without triton in play every mask runs where `backend` says (the triton cases: triton_interp_cases.py)."""
     monkeypatch.delenv("ENTROPY_LENS_BACKEND", raising=False)
     q, k = make_inputs(2, 4, 2, 9, 9)
     for mask in mask_kinds(2, 4, 9, 9).values():
@@ -225,7 +232,7 @@ def test_entropy_bounds(shape, scale):
     B, (Hq, Hkv), T, extra, blk, seed = shape
     S = T + extra
     q, k = make_inputs(B, Hq, Hkv, T, S, D=8, seed=seed)
-    h = attention_entropy(q, k, scale=scale, block_q=blk, block_k=blk)
+    h = attention_entropy(q, k, softmax_scale=scale, block_q=blk, block_k=blk)
     n_keys = torch.arange(T, dtype=torch.float64) + extra + 1  # attendable keys of row i
     assert (h >= 0).all()
     assert (h.double() <= torch.log(n_keys) + 1e-5).all()
@@ -242,8 +249,8 @@ def test_row_constant_leaves_entropy_unchanged(shape, c):
     rowc = torch.linspace(-1, 1, T).mul(c).view(1, 1, T, 1).expand(B, Hq, T, 1)
     q2 = torch.cat([q, rowc / lam], -1)
     k2 = torch.cat([k, torch.ones(B, Hkv, S, 1)], -1)
-    a = attention_entropy(q, k, scale=lam, block_q=blk, block_k=blk)
-    b = attention_entropy(q2, k2, scale=lam, block_q=blk, block_k=blk)
+    a = attention_entropy(q, k, softmax_scale=lam, block_q=blk, block_k=blk)
+    b = attention_entropy(q2, k2, softmax_scale=lam, block_q=blk, block_k=blk)
     assert torch.allclose(a, b, atol=2e-4)
 
 
@@ -252,7 +259,7 @@ def test_row_constant_leaves_entropy_unchanged(shape, c):
 def test_huge_scale_gives_zero_entropy_without_nan(shape):
     B, (Hq, Hkv), T, extra, blk, seed = shape
     q, k = make_inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
-    h = attention_entropy(q, k, scale=1e6, block_q=blk, block_k=blk)
+    h = attention_entropy(q, k, softmax_scale=1e6, block_q=blk, block_k=blk)
     assert torch.isfinite(h).all()
     assert h.max().item() < 1e-3
 
@@ -260,7 +267,7 @@ def test_huge_scale_gives_zero_entropy_without_nan(shape):
 def test_uniform_attention_reaches_the_bound():
     q = torch.zeros(1, 2, 50, 8)
     k = torch.randn(1, 1, 50, 8)
-    h = attention_entropy(q, k, scale=1.0, block_q=8, block_k=8)
+    h = attention_entropy(q, k, softmax_scale=1.0, block_q=8, block_k=8)
     expected = torch.log(torch.arange(1, 51, dtype=torch.float32))
     assert torch.allclose(h[0, 0], expected, atol=1e-5)
     assert math.isclose(h[0, 1, -1].item(), math.log(50), rel_tol=1e-6)
@@ -342,19 +349,21 @@ def test_sliding_window_equals_its_mask(Hq, Hkv, T, S, window, padded):
     if padded:
         keep[1, : S // 3] = False
     scale = torch.linspace(0.2, 0.6, Hq)
-    as_mask = attention_entropy(q, k, scale=scale, mask=hf_mask(keep, T, S, window), impl="reference")
+    as_mask = attention_entropy(
+        q, k, softmax_scale=scale, mask=hf_mask(keep, T, S, window), backend="reference"
+    )
     direct = attention_entropy(
-        q, k, scale=scale, mask=keep if padded else None, window=window, impl="reference"
+        q, k, softmax_scale=scale, mask=keep if padded else None, window=window, backend="reference"
     )
     assert torch.equal(direct, as_mask)
     for block_q, block_k in [(64, 1024), (7, 5), (16, 3)]:
         got = attention_entropy(
             q,
             k,
-            scale=scale,
+            softmax_scale=scale,
             mask=keep if padded else None,
             window=window,
-            impl="torch_chunked",
+            backend="torch_chunked",
             block_q=block_q,
             block_k=block_k,
         )
@@ -365,6 +374,6 @@ def test_window_is_validated():
     q, k = make_inputs(1, 2, 2, 5, 5)
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="window must be"):
-            attention_entropy(q, k, scale=0.3, window=bad)
+            attention_entropy(q, k, softmax_scale=0.3, window=bad)
     with pytest.raises(ValueError, match="causal=True"):
-        attention_entropy(q, k, scale=0.3, causal=False, window=4)
+        attention_entropy(q, k, softmax_scale=0.3, causal=False, window=4)

@@ -37,14 +37,14 @@ def make_values(B, Hkv, S, Dv=12, dtype=torch.float32, seed=3):
     return torch.randn(B, Hkv, S, Dv, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
-def reference_output(q, k, v, scale, causal=True, mask=None, window=None, softcap=None, sinks=None):
+def reference_output(q, k, v, softmax_scale, causal=True, mask=None, window=None, softcap=None, sinks=None):
     """float64 Σ_j p_j v_j (B, T, Hq, Dv), materialised from the definitions: key heads repeated for
     GQA, the sink as one more column with no value, 0 for a row with no key and no sink."""
     B, Hq, T, _ = q.shape
     S = k.shape[2]
     G = Hq // k.shape[1]
     kk, vv = (x.double().repeat_interleave(G, dim=1) for x in (k, v))
-    lam = torch.as_tensor(scale, dtype=torch.float64).reshape(-1, 1, 1).expand(Hq, 1, 1)
+    lam = torch.as_tensor(softmax_scale, dtype=torch.float64).reshape(-1, 1, 1).expand(Hq, 1, 1)
     s = torch.matmul(q.double(), kk.transpose(-1, -2)) * lam
     if softcap is not None:
         s = torch.tanh(s / softcap) * softcap
@@ -70,7 +70,7 @@ def test_chunked_matches_reference(extras, Hq, Hkv, T, S, mask_kind, causal, win
     softcap, with_sinks = EXTRAS[extras]
     q, k = make_inputs(2, Hq, Hkv, T, S)
     kw = {
-        "scale": torch.linspace(0.1, 0.6, Hq),  # per-head scales
+        "softmax_scale": torch.linspace(0.1, 0.6, Hq),  # per-head scales
         "causal": causal,
         "mask": mask_kinds(2, Hq, T, S)[mask_kind],
         "window": window,
@@ -78,10 +78,10 @@ def test_chunked_matches_reference(extras, Hq, Hkv, T, S, mask_kind, causal, win
         "sinks": make_sinks(Hq) if with_sinks else None,
         "return_sink_mass": True,
     }
-    ref_h, ref_p = attention_entropy(q, k, impl="reference", **kw)
+    ref_h, ref_p = attention_entropy(q, k, backend="reference", **kw)
     assert (ref_p > 0).any() == with_sinks
     for bq, bk in [(64, 1024), (7, 5)]:
-        h, p = attention_entropy(q, k, impl="torch_chunked", block_q=bq, block_k=bk, **kw)
+        h, p = attention_entropy(q, k, backend="torch_chunked", block_q=bq, block_k=bk, **kw)
         assert h.dtype == p.dtype == torch.float32 and h.shape == p.shape == (2, Hq, T)
         assert (h - ref_h).abs().max().item() <= 1e-5 and (p - ref_p).abs().max().item() <= 1e-6
     kw.pop("return_sink_mass")
@@ -94,10 +94,12 @@ def test_chunked_matches_reference(extras, Hq, Hkv, T, S, mask_kind, causal, win
 
 def test_entropy_only_default_return_and_zero_sink_mass_without_sinks():
     q, k = make_inputs(1, 2, 1, 9, 9)
-    h = attention_entropy(q, k, scale=0.3, softcap=3.0)
+    h = attention_entropy(q, k, softmax_scale=0.3, softcap=3.0)
     assert isinstance(h, torch.Tensor) and h.shape == (1, 2, 9)
-    for impl in ("reference", "torch_chunked"):
-        h2, p = attention_entropy(q, k, scale=0.3, softcap=3.0, return_sink_mass=True, impl=impl)
+    for backend in ("reference", "torch_chunked"):
+        h2, p = attention_entropy(
+            q, k, softmax_scale=0.3, softcap=3.0, return_sink_mass=True, backend=backend
+        )
         assert torch.equal(p, torch.zeros(1, 2, 9)) and (h2 - h).abs().max() <= 1e-5
 
 
@@ -109,8 +111,10 @@ def test_rows_without_keys_put_all_mass_on_the_sink():
     keep = torch.ones(2, 5, dtype=torch.bool)
     keep[1] = False
     sinks = make_sinks(2)
-    for impl in ("reference", "torch_chunked"):
-        h, p = attention_entropy(q, k, scale=0.3, mask=keep, sinks=sinks, return_sink_mass=True, impl=impl)
+    for backend in ("reference", "torch_chunked"):
+        h, p = attention_entropy(
+            q, k, softmax_scale=0.3, mask=keep, sinks=sinks, return_sink_mass=True, backend=backend
+        )
         assert torch.equal(h[0, :, :7], torch.zeros(2, 7)) and torch.equal(p[0, :, :7], torch.ones(2, 7))
         assert torch.equal(h[1], torch.zeros(2, 12)) and torch.equal(p[1], torch.ones(2, 12))
         assert (h[0, :, 7:] > 0).all() and (p[0, :, 7:] < 1).all()
@@ -150,9 +154,9 @@ def test_sink_entropy_from_gpt_oss_eager_probabilities(T, S, window):
     )
     p_sink = 1 - p.sum(-1)
     h_hf = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
-    kw = {"scale": 0.35, "mask": mask4, "sinks": sinks, "return_sink_mass": True}
-    for impl, blocks in [("reference", {}), ("torch_chunked", {"block_q": 5, "block_k": 7})]:
-        h, ps = attention_entropy(q, k, impl=impl, **kw, **blocks)
+    kw = {"softmax_scale": 0.35, "mask": mask4, "sinks": sinks, "return_sink_mass": True}
+    for backend, blocks in [("reference", {}), ("torch_chunked", {"block_q": 5, "block_k": 7})]:
+        h, ps = attention_entropy(q, k, backend=backend, **kw, **blocks)
         assert (h.double() - h_hf).abs().max().item() <= 1e-5
         assert (ps.double() - p_sink).abs().max().item() <= 1e-6
     out, h, ps = attention_with_entropy_torch(q, k, v, 0.35, mask=mask4, sinks=sinks, block_q=5, block_k=7)
@@ -185,7 +189,7 @@ def test_softcap_output_and_entropy_against_gemma2_eager(T, S, window):
     out, h, ps = attention_with_entropy_torch(q, k, v, 0.4, mask=mask4, softcap=softcap, block_q=5, block_k=7)
     assert (out.double() - out_hf).transpose(1, 2)[seen].abs().max().item() <= 1e-5
     assert (h.double() - h_hf)[seen].abs().max().item() <= 1e-5 and torch.equal(ps, torch.zeros_like(ps))
-    ref = attention_entropy(q, k, scale=0.4, mask=mask4, softcap=softcap, impl="reference")
+    ref = attention_entropy(q, k, softmax_scale=0.4, mask=mask4, softcap=softcap, backend="reference")
     assert (ref.double() - h_hf)[seen].abs().max().item() <= 1e-6
 
 
@@ -216,11 +220,11 @@ def test_low_precision_within_twice_plain_pytorch(extras, dtype):
     v = make_values(2, 2, 96, Dv=32, dtype=dtype)
     sinks = make_sinks(4).to(dtype) if with_sinks else None  # a model's sinks are in its dtype
     scale = 32**-0.5 * 3  # scores of a few units, so the cap bites
-    kw = {"scale": scale, "softcap": softcap, "sinks": sinks}
-    ref = attention_entropy(q, k, impl="reference", **kw)
+    kw = {"softmax_scale": scale, "softcap": softcap, "sinks": sinks}
+    ref = attention_entropy(q, k, backend="reference", **kw)
     ref_out = reference_output(q, k, v, **kw)
     plain_h, plain_out = plain_pytorch_extras(q, k, v, scale, softcap, sinks)
-    got = attention_entropy(q, k, impl="torch_chunked", block_q=32, block_k=16, **kw)
+    got = attention_entropy(q, k, backend="torch_chunked", block_q=32, block_k=16, **kw)
     out, h, _ = attention_with_entropy_torch(q, k, v, block_q=32, block_k=16, **kw)
     err_plain = (plain_h - ref).abs().max().item()
     assert 0 < err_plain and (got - ref).abs().max().item() <= 2 * err_plain
@@ -255,7 +259,14 @@ def test_shards_with_softcap_and_one_sink_state_merge_to_the_reference(cuts, win
     states.insert(len(states) // 2, sink_state(sinks, 2, 37))  # anywhere in the fold, exactly once
     m, l, u = functools.reduce(merge_states, states)
     ref_h, ref_p = attention_entropy(
-        q, k, scale=scale, window=window, softcap=2.0, sinks=sinks, return_sink_mass=True, impl="reference"
+        q,
+        k,
+        softmax_scale=scale,
+        window=window,
+        softcap=2.0,
+        sinks=sinks,
+        return_sink_mass=True,
+        backend="reference",
     )
     torch.testing.assert_close(entropy_from_state(m, l, u), ref_h, atol=2e-5, rtol=0)
     torch.testing.assert_close(sink_mass_from_state(m, l, sinks), ref_p, atol=1e-6, rtol=0)
@@ -283,7 +294,14 @@ def test_bounds_with_a_sink(shape, scale, softcap, sink):
     q, k = make_inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
     sinks = torch.full((Hq,), sink)
     h, p = attention_entropy(
-        q, k, scale=scale, softcap=softcap, sinks=sinks, return_sink_mass=True, block_q=blk, block_k=blk
+        q,
+        k,
+        softmax_scale=scale,
+        softcap=softcap,
+        sinks=sinks,
+        return_sink_mass=True,
+        block_q=blk,
+        block_k=blk,
     )
     n_keys = torch.arange(T, dtype=torch.float64) + extra + 1
     assert (h >= 0).all() and (h.double() <= torch.log(n_keys + 1) + 1e-5).all()
@@ -295,15 +313,21 @@ def test_bounds_with_a_sink(shape, scale, softcap, sink):
 def test_limits_a_huge_cap_and_a_negligible_sink_change_nothing(shape):
     B, (Hq, Hkv), T, extra, blk, seed = shape
     q, k = make_inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
-    plain = attention_entropy(q, k, scale=0.3, block_q=blk, block_k=blk)
-    capped = attention_entropy(q, k, scale=0.3, softcap=1e4, block_q=blk, block_k=blk)
+    plain = attention_entropy(q, k, softmax_scale=0.3, block_q=blk, block_k=blk)
+    capped = attention_entropy(q, k, softmax_scale=0.3, softcap=1e4, block_q=blk, block_k=blk)
     buried, p = attention_entropy(
-        q, k, scale=0.3, sinks=torch.full((Hq,), -200.0), return_sink_mass=True, block_q=blk, block_k=blk
+        q,
+        k,
+        softmax_scale=0.3,
+        sinks=torch.full((Hq,), -200.0),
+        return_sink_mass=True,
+        block_q=blk,
+        block_k=blk,
     )
     assert torch.allclose(capped, plain, atol=1e-5) and torch.allclose(buried, plain, atol=1e-5)
     assert p.max().item() < 1e-30
     # a sink far above every score takes all the mass: H = 0, p_sink = 1
-    h, p = attention_entropy(q, k, scale=0.3, sinks=torch.full((Hq,), 200.0), return_sink_mass=True)
+    h, p = attention_entropy(q, k, softmax_scale=0.3, sinks=torch.full((Hq,), 200.0), return_sink_mass=True)
     assert h.abs().max().item() < 1e-6 and torch.allclose(p, torch.ones_like(p))
 
 
@@ -311,11 +335,11 @@ def test_softcap_bounds_every_score():
     """With cap c every score lies in (−c, c), so p_max/p_min < e^(2c) and H = ln n − KL(p‖uniform)
     >= ln n − 2c; a tiny cap gives uniform rows."""
     q, k = make_inputs(1, 2, 1, 30, 30)
-    h = attention_entropy(q, k, scale=50.0, softcap=1e-4)  # huge scores, capped to ~0: uniform
+    h = attention_entropy(q, k, softmax_scale=50.0, softcap=1e-4)  # huge scores, capped to ~0: uniform
     expected = torch.log(torch.arange(1, 31, dtype=torch.float32))
     assert torch.allclose(h[0, 0], expected, atol=1e-4)
     n = torch.arange(1, 31, dtype=torch.float64)
-    h = attention_entropy(q, k, scale=50.0, softcap=0.5).double()
+    h = attention_entropy(q, k, softmax_scale=50.0, softcap=0.5).double()
     assert (h >= torch.log(n) - 1.0 - 1e-5).all()
 
 
@@ -327,7 +351,7 @@ def test_contract_errors_for_softcap_and_sinks():
     v = make_values(1, 2, 8)
     for bad in (0, -1.0, math.inf, math.nan, "50", True):
         with pytest.raises(ValueError, match="softcap"):
-            attention_entropy(q, k, scale=0.3, softcap=bad)
+            attention_entropy(q, k, softmax_scale=0.3, softcap=bad)
     for bad, match in [
         (torch.ones(3), r"\(4,\)"),
         (torch.ones(1, 4), r"\(4,\)"),
@@ -336,13 +360,13 @@ def test_contract_errors_for_softcap_and_sinks():
         (torch.tensor([0.0, 1.0, float("-inf"), 0.0]), "finite"),
     ]:
         with pytest.raises(ValueError, match=match):
-            attention_entropy(q, k, scale=0.3, sinks=bad)
+            attention_entropy(q, k, softmax_scale=0.3, sinks=bad)
     with pytest.raises(ValueError, match="v must be"):
         attention_with_entropy_torch(q, k, v[:, :, :7], 0.3)
     with pytest.raises(ValueError, match="softcap"):
         shard_state(q, k, 0.3, key_offset=0, total_keys=8, softcap=-2.0)
     # any float dtype and device-free: bf16 sinks are taken as they are (exactly, in fp32)
-    h = attention_entropy(q, k, scale=0.3, sinks=torch.zeros(4, dtype=torch.bfloat16))
+    h = attention_entropy(q, k, softmax_scale=0.3, sinks=torch.zeros(4, dtype=torch.bfloat16))
     assert torch.allclose(
-        h, attention_entropy(q, k, scale=0.3, sinks=torch.zeros(4), impl="reference"), atol=1e-5
+        h, attention_entropy(q, k, softmax_scale=0.3, sinks=torch.zeros(4), backend="reference"), atol=1e-5
     )

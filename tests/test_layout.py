@@ -82,3 +82,37 @@ def test_the_check_sees_imports():
     found = dict(_imports(PACKAGE / "runs" / "scan.py"))
     assert {"capture", "models", "results", "runs"} <= set(found)
     assert TOOLS and "capture" in dict(_imports(PACKAGE.parent / "tools" / "survey_architectures.py"))
+
+
+# Retired names (README: Glossary): each concept has one name across CLI, config, code and meta.
+RETIRED = {
+    "impl": "backend",
+    "resolve_impl": "resolve_backend",
+    "IMPLS": "BACKENDS",
+    "mult": "scale",
+    "multipliers": "scales",
+    "lam": "softmax_scale",
+    "scale_t": "softmax_scale",
+}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_retired_names_stay_retired(path):
+    """No identifier (variable, argument, attribute, function) uses a name the glossary retired."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.keyword) and node.arg:
+            names = [node.arg]
+        found |= {n for n in names if n in RETIRED}
+    assert not found, f"{path.name} uses {sorted(found)}; the glossary's names: " + ", ".join(
+        f"{n} -> {RETIRED[n]}" for n in sorted(found)
+    )

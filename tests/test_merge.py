@@ -46,8 +46,8 @@ def _shards(q, k, scale, cuts, *, causal=True, mask=None, window=None):
 @pytest.mark.parametrize("cuts", [[20], [7, 30], [0, 10, 10, 52], [1, 2, 3, 40, 50]])  # incl. empty shards
 def test_merged_shards_equal_unsplit_and_float64_reference(cuts, causal):
     q, k, scale = _inputs()
-    ref = attention_entropy(q, k, scale=scale, causal=causal, impl="reference")
-    whole = attention_entropy(q, k, scale=scale, causal=causal, impl="torch_chunked")
+    ref = attention_entropy(q, k, softmax_scale=scale, causal=causal, backend="reference")
+    whole = attention_entropy(q, k, softmax_scale=scale, causal=causal, backend="torch_chunked")
     merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, scale, cuts, causal=causal)))
     torch.testing.assert_close(merged, whole, atol=2e-5, rtol=0)
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
@@ -57,7 +57,7 @@ def test_merged_shards_equal_unsplit_and_float64_reference(cuts, causal):
 def test_sliding_window_shards_merge_to_the_unsplit_window(window):
     """A shard's window is global too: shards wholly behind a row's window are its identity."""
     q, k, scale = _inputs(seed=5)
-    ref = attention_entropy(q, k, scale=scale, window=window, impl="reference")
+    ref = attention_entropy(q, k, softmax_scale=scale, window=window, backend="reference")
     merged = entropy_from_state(
         *functools.reduce(merge_states, _shards(q, k, scale, [4, 19, 30], window=window))
     )
@@ -76,7 +76,9 @@ def test_merge_is_associative_and_commutative():
             torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
     h = entropy_from_state(*first)
     assert torch.isfinite(h).all() and (h >= 0).all()
-    torch.testing.assert_close(h, attention_entropy(q, k, scale=scale, impl="reference"), atol=2e-5, rtol=0)
+    torch.testing.assert_close(
+        h, attention_entropy(q, k, softmax_scale=scale, backend="reference"), atol=2e-5, rtol=0
+    )
 
 
 def _merge_tree(states, order, splits):
@@ -100,7 +102,7 @@ def test_any_cuts_order_and_grouping_give_the_float64_entropy(heads, T, extra, d
     order = data.draw(st.permutations(range(len(states))))
     splits = data.draw(st.lists(st.integers(0, 100), min_size=len(states), max_size=len(states)))
     merged = entropy_from_state(*_merge_tree(states, order, splits))
-    ref = attention_entropy(q, k, scale=scale, causal=causal, impl="reference")
+    ref = attention_entropy(q, k, softmax_scale=scale, causal=causal, backend="reference")
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
 
@@ -112,7 +114,7 @@ def test_empty_and_fully_masked_shards_are_the_identity():
     m, l, u = shards[1]
     assert torch.isinf(m).all() and (l == 0).all() and (u == 0).all()
     merged = entropy_from_state(*merge_states(merge_states(shards[0], shards[1]), shards[2]))
-    ref = attention_entropy(q, k, scale=scale, mask=mask, impl="reference")
+    ref = attention_entropy(q, k, softmax_scale=scale, mask=mask, backend="reference")
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
     # the first query row sees only key 0: its later shards are causally empty
     assert torch.isinf(shards[2][0][:, :, 0]).all()
@@ -122,5 +124,5 @@ def test_peaked_rows_merge_without_cancellation():
     q, k, _ = _inputs(T=20, S=20, seed=5)
     big = torch.full((6,), 40.0)  # near one-hot rows: H ~ 0, where log l − u/l must not cancel badly
     merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, big, [5, 13])))
-    ref = attention_entropy(q, k, scale=big, impl="reference")
+    ref = attention_entropy(q, k, softmax_scale=big, backend="reference")
     torch.testing.assert_close(merged, ref, atol=1e-4, rtol=0)

@@ -28,7 +28,7 @@ def result_of(values, *, meta=None, dtype=np.float64) -> ScanResult:
     loss_sq = np.array([np.mean(np.square(v)) for v in values], dtype=dtype)
     count = np.array([len(v) for v in values], dtype=np.int64)
     empty = np.zeros((1, 0, T), dtype=np.float32)
-    return ScanResult(empty, empty.copy(), loss, loss_sq, count, meta={"len": T, **(meta or {})})
+    return ScanResult(empty, empty.copy(), loss, loss_sq, count, meta={"length": T, **(meta or {})})
 
 
 def reference(values, stride: int) -> tuple[float, float]:

@@ -32,7 +32,7 @@ from entropy_lens.results import REQUIRED_META, ScanResult
 LN2 = np.log(2)
 
 
-def result(L=3, H=5, T=200, *, seed=0, scale=1.0, reduction="per_head", train_len=50):
+def result(L=3, H=5, T=200, *, seed=0, scale=1.0, reduction="heads", train_len=50):
     rng = np.random.default_rng(seed)
     entropy = rng.uniform(0, 1, (L, H, T)).astype(np.float32) * np.log(np.arange(T) + 1.0, dtype=np.float32)
     loss = (3 + rng.normal(0, 0.3, T)).astype(np.float32)
@@ -120,7 +120,7 @@ def test_head_lines_errors(kw, match):
 
 def test_head_lines_need_per_head_entropy():
     with pytest.raises(EntropyLensError, match="--entropy heads"):
-        head_lines(result(H=1, reduction="mean_heads"), 0)
+        head_lines(result(H=1, reduction="mean"), 0)
 
 
 def test_models_by_layers_grid_titles():

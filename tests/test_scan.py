@@ -72,7 +72,7 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
         "data",
         "seed",
         "samples",
-        "len",
+        "length",
         "dtype",
         "device",
         "backend",
@@ -86,7 +86,7 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
         and meta["scan_config"]["fused"] == "auto"
     )
     assert meta["fold"] == "eager"
-    assert meta["len"] == 48 and meta["samples"] == 3 and meta["data"] == DATA
+    assert meta["length"] == 48 and meta["samples"] == 3 and meta["data"] == DATA
     loaded = ScanResult.load(out)
     assert np.array_equal(loaded.entropy, result.entropy) and loaded.meta == meta
     assert np.all(loaded.entropy_std >= 0)
@@ -374,7 +374,9 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
     seen = []
 
     def spy(q, k, **kw):
-        seen.append(attention_entropy(q, k, scale=kw["scale"], impl="reference")[0].numpy())
+        seen.append(
+            attention_entropy(q, k, softmax_scale=kw["softmax_scale"], backend="reference")[0].numpy()
+        )
         return attention_entropy(q, k, **kw)
 
     monkeypatch.setattr(paths_mod, "attention_entropy", spy)

@@ -47,7 +47,7 @@ def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
     schedule = parse_schedule(text, 12)
     got = []
     session = Session(
-        multipliers=1.3, schedule=schedule, fused=fused, on_entropy=lambda layer, ent, offset: got.append(ent)
+        scales=1.3, schedule=schedule, fused=fused, on_entropy=lambda layer, ent, offset: got.append(ent)
     )
     with torch.no_grad(), activate(session):
         out, _ = entropy_lens_attention(attn, q, k, v, None)
@@ -72,7 +72,7 @@ def test_position_ids_place_the_rows():
     for pid in (None, torch.tensor([[29]])):
         with torch.no_grad(), activate(Session(schedule=sched)):
             outs.append(entropy_lens_attention(attn, q, k, v, None, position_ids=pid)[0])
-    with torch.no_grad(), activate(Session(multipliers=2.0)):  # position 29 >= L: m = 2 everywhere
+    with torch.no_grad(), activate(Session(scales=2.0)):  # position 29 >= L: m = 2 everywhere
         want = entropy_lens_attention(attn, q, k, v, None)[0]
     assert torch.allclose(outs[0], want, atol=1e-6) and torch.allclose(outs[1], want, atol=1e-6)
 

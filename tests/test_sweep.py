@@ -40,11 +40,11 @@ def test_entropy_reductions_agree_with_per_head(tiny_dir):
     )
     mean = scan(dataclasses.replace(base, entropy="mean"), progress=False)
     none = scan(dataclasses.replace(base, entropy="none"), progress=False)
-    assert full_config.entropy == "heads" and full.meta["entropy_reduction"] == "per_head"
-    assert mean.entropy.shape == (2, 1, 24) and mean.meta["entropy_reduction"] == "mean_heads"
+    assert full_config.entropy == "heads" and full.meta["entropy_reduction"] == "heads"
+    assert mean.entropy.shape == (2, 1, 24) and mean.meta["entropy_reduction"] == "mean"
     np.testing.assert_allclose(mean.entropy[:, 0], full.entropy.mean(axis=1), rtol=1e-6)
     np.testing.assert_allclose(mean.mean_entropy, full.mean_entropy, rtol=1e-6)
-    assert none.entropy.shape == (2, 0, 24) and none.meta["entropy_reduction"] == "not_captured"
+    assert none.entropy.shape == (2, 0, 24) and none.meta["entropy_reduction"] == "none"
     # same forward, same scale; "auto" may take the CPU fused pass, whose output is sdpa's up to rounding
     np.testing.assert_allclose(none.loss, full.loss, atol=1e-5, rtol=0)
     np.testing.assert_array_equal(none.count, full.count)

@@ -26,8 +26,8 @@ def test_interpreter_grid_at_real_sizes_fp32(Hq, Hkv, T, S, mask_kind, causal):
         mask_kind
     ]
     scale = torch.linspace(0.05, 0.25, Hq, device="cuda")
-    got = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="triton")
-    exact = attention_entropy(q, k, scale=scale, causal=causal, mask=mask, impl="torch_chunked")
+    got = attention_entropy(q, k, softmax_scale=scale, causal=causal, mask=mask, backend="triton")
+    exact = attention_entropy(q, k, softmax_scale=scale, causal=causal, mask=mask, backend="torch_chunked")
     assert (got - exact).abs().max().item() <= 1e-4
 
 
@@ -36,8 +36,8 @@ def test_interpreter_grid_at_real_sizes_fp32(Hq, Hkv, T, S, mask_kind, causal):
 def test_long_sequences_match_torch_chunked(T, dtype):
     q, k = (x.cuda() for x in make_inputs(1, 32, 4, T, T, D=64, dtype=dtype))
     scale = torch.full((32,), 64**-0.5, device="cuda")
-    got = attention_entropy(q, k, scale=scale, impl="triton")
-    exact = attention_entropy(q, k, scale=scale, impl="torch_chunked")  # fp32 streaming, exact
+    got = attention_entropy(q, k, softmax_scale=scale, backend="triton")
+    exact = attention_entropy(q, k, softmax_scale=scale, backend="torch_chunked")  # fp32 streaming, exact
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     assert (got - exact).abs().max().item() <= tol
 
@@ -46,8 +46,8 @@ def test_long_sequences_match_torch_chunked(T, dtype):
 def test_low_precision_within_twice_plain_pytorch_gpu(dtype):
     q, k = (x.cuda() for x in make_inputs(2, 8, 2, 1024, 1024, D=64, dtype=dtype))
     scale = 64**-0.5
-    ref = attention_entropy(q, k, scale=scale, impl="reference")
-    got = attention_entropy(q, k, scale=scale, impl="triton")
+    ref = attention_entropy(q, k, softmax_scale=scale, backend="reference")
+    got = attention_entropy(q, k, softmax_scale=scale, backend="triton")
     kk = k.repeat_interleave(4, dim=1)
     plain = plain_pytorch_entropy(q, kk, scale, 1024, 1024)
     assert (got - ref).abs().max().item() <= 2 * (plain - ref).abs().max().item()
@@ -57,8 +57,8 @@ def test_key_padding_and_gqa_on_gpu():
     q, k = (x.cuda() for x in make_inputs(2, 32, 4, 4096, 4096, D=64, dtype=torch.bfloat16))
     keep = torch.ones(2, 4096, dtype=torch.bool, device="cuda")
     keep[0, :1000] = False
-    got = attention_entropy(q, k, scale=0.125, mask=keep, impl="triton")
-    exact = attention_entropy(q, k, scale=0.125, mask=keep, impl="torch_chunked")
+    got = attention_entropy(q, k, softmax_scale=0.125, mask=keep, backend="triton")
+    exact = attention_entropy(q, k, softmax_scale=0.125, mask=keep, backend="torch_chunked")
     assert (got - exact).abs().max().item() <= 2e-2
 
 
@@ -76,8 +76,8 @@ def test_sliding_window_at_real_sizes(window, fused):
             q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window
         )
     else:
-        got = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="triton")
-    exact = attention_entropy(q, k, scale=scale, mask=keep, window=window, impl="torch_chunked")
+        got = attention_entropy(q, k, softmax_scale=scale, mask=keep, window=window, backend="triton")
+    exact = attention_entropy(q, k, softmax_scale=scale, mask=keep, window=window, backend="torch_chunked")
     assert (got - exact).abs().max().item() <= 1e-4
 
 
@@ -95,7 +95,7 @@ def test_fused_capture_on_gpu_within_twice_the_separate_error():
     ids = torch.randint(2, 300, (1, 4096), device="cuda")
     runs = {}
     for name, m, kw in [
-        ("ref", ref_model, {"impl": "torch_chunked"}),
+        ("ref", ref_model, {"backend": "torch_chunked"}),
         ("fused", model, {"fused": "on"}),
         ("separate", model, {"fused": "off"}),
         ("auto", model, {"fused": "auto"}),
@@ -119,7 +119,7 @@ def test_recorder_holds_no_sums_on_the_gpu_and_matches_the_cpu():
 
     model = make_tiny_model(n_heads=8, n_kv_heads=2, head_dim=64)
     ids = torch.randint(2, 300, (2, 2048))
-    with torch.no_grad(), EntropyRecorder(model, impl="torch_chunked") as cpu:
+    with torch.no_grad(), EntropyRecorder(model, backend="torch_chunked") as cpu:
         model(ids)
     model.cuda()
     with torch.no_grad(), EntropyRecorder(model, fused="off") as rec:
@@ -131,7 +131,7 @@ def test_recorder_holds_no_sums_on_the_gpu_and_matches_the_cpu():
         after = torch.cuda.memory_allocated()
     assert after == before
     first = ids[:1]
-    with torch.no_grad(), EntropyRecorder(model.cpu(), impl="torch_chunked") as one:
+    with torch.no_grad(), EntropyRecorder(model.cpu(), backend="torch_chunked") as one:
         model(first)
     np.testing.assert_allclose(rec.sums[0], cpu.sums[0] + one.sums[0], atol=1e-3)
     assert rec.count.tolist() == [3] * 2048

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import resolve_impl
+from entropy_lens.kernels import resolve_backend
 
 pytest.importorskip("triton")
 HERE = Path(__file__).parent
@@ -35,17 +35,17 @@ def test_triton_kernel_under_the_interpreter():
 def test_backend_selection(monkeypatch):
     monkeypatch.delenv("ENTROPY_LENS_BACKEND", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert resolve_impl("auto", "cpu") == "torch_chunked"
-    assert resolve_impl("triton") == "triton"  # name check only (e.g. ScanConfig.check before a CUDA scan)
+    assert resolve_backend("auto", "cpu") == "torch_chunked"
+    assert resolve_backend("triton") == "triton"  # name check only (e.g. ScanConfig.check before a CUDA scan)
     with pytest.raises(
         EntropyLensError, match="--device cuda, --backend torch_chunked, or set TRITON_INTERPRET"
     ):
-        resolve_impl("triton", "cpu")
+        resolve_backend("triton", "cpu")
     monkeypatch.setenv("ENTROPY_LENS_BACKEND", "triton")
     with pytest.raises(EntropyLensError, match="CUDA tensors"):
-        resolve_impl("auto", "cpu")
+        resolve_backend("auto", "cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert resolve_impl("auto", "cpu") == "triton"
+    assert resolve_backend("auto", "cpu") == "triton"
 
 
 def test_missing_triton_is_a_clear_error(monkeypatch):
@@ -53,5 +53,5 @@ def test_missing_triton_is_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(kernels, "triton_available", lambda: False)
     with pytest.raises(EntropyLensError, match="pip install triton"):
-        resolve_impl("triton", "cuda")
-    assert resolve_impl("auto", "cuda") == "torch_chunked"
+        resolve_backend("triton", "cuda")
+    assert resolve_backend("auto", "cuda") == "torch_chunked"

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy evalu
 
 
 def _run(q, k, **kw):
-    got = attention_entropy(q.to(DEVICE), k.to(DEVICE), impl="triton", **kw).cpu()
-    ref = attention_entropy(q, k, impl="reference", **kw)
+    got = attention_entropy(q.to(DEVICE), k.to(DEVICE), backend="triton", **kw).cpu()
+    ref = attention_entropy(q, k, backend="reference", **kw)
     assert got.dtype == torch.float32 and got.shape == ref.shape
     return got, ref
 
@@ -42,7 +42,7 @@ def test_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
     q, k = make_inputs(B, Hq, Hkv, T, S)
     mask = mask_kinds(B, Hq, T, S)[mask_kind]
     scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
-    got, ref = _run(q, k, scale=scale, causal=causal, mask=None if mask is None else mask.to(DEVICE))
+    got, ref = _run(q, k, softmax_scale=scale, causal=causal, mask=None if mask is None else mask.to(DEVICE))
     assert (got - ref).abs().max().item() <= 1e-5
 
 
@@ -51,7 +51,7 @@ def test_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
 def test_unmasked_interior_blocks_then_masked_diagonal(T, S, causal):
     """Several key blocks seen whole by every row (run without masks) before the masked ones."""
     q, k = make_inputs(1, 4, 2, T, S)
-    got, ref = _run(q, k, scale=torch.linspace(0.1, 0.5, 4), causal=causal)
+    got, ref = _run(q, k, softmax_scale=torch.linspace(0.1, 0.5, 4), causal=causal)
     assert (got - ref).abs().max().item() <= 1e-5
 
 
@@ -66,9 +66,9 @@ def test_sliding_window_skips_blocks_behind_it(T, S, window, padded):
     if padded:
         keep[1, : S // 3] = False
     scale = torch.tensor([0.2, 0.5])
-    got, ref = _run(q, k, scale=scale, window=window, mask=keep.to(DEVICE) if padded else None)
+    got, ref = _run(q, k, softmax_scale=scale, window=window, mask=keep.to(DEVICE) if padded else None)
     assert (got - ref).abs().max().item() <= 1e-5
-    from_mask, _ = _run(q, k, scale=scale, mask=hf_mask(keep, T, S, window).to(DEVICE))
+    from_mask, _ = _run(q, k, softmax_scale=scale, mask=hf_mask(keep, T, S, window).to(DEVICE))
     assert (from_mask - ref).abs().max().item() <= 1e-5
 
 
@@ -77,13 +77,13 @@ def test_first_key_block_fully_masked_and_fully_padded_rows():
     keep = torch.ones(2, 90, dtype=torch.bool)
     keep[0, :70] = False  # rows' first two key blocks (32 wide) see nothing: m = -inf there
     keep[1] = False  # a fully padded sequence: every row 0
-    got, ref = _run(q, k, scale=0.4, mask=keep.to(DEVICE))
+    got, ref = _run(q, k, softmax_scale=0.4, mask=keep.to(DEVICE))
     assert torch.equal(got[1], torch.zeros(4, 40)) and (got - ref).abs().max().item() <= 1e-5
 
 
 def test_peaked_rows_and_head_dim_not_a_power_of_two():
     q, k = make_inputs(1, 2, 1, 50, 50, D=24)
-    got, ref = _run(q, k, scale=torch.tensor([40.0, 0.05]))  # near one-hot vs near uniform
+    got, ref = _run(q, k, softmax_scale=torch.tensor([40.0, 0.05]))  # near one-hot vs near uniform
     assert (got - ref).abs().max().item() <= 1e-4
 
 
@@ -91,7 +91,7 @@ def test_strided_inputs():
     q, k = make_inputs(2, 4, 2, 30, 30)
     q_t, k_t = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
     assert not q_t.is_contiguous()  # (B, T, H, D) memory, as a model's projections lay it out
-    got, ref = _run(q_t, k_t, scale=0.3)
+    got, ref = _run(q_t, k_t, softmax_scale=0.3)
     assert (got - ref).abs().max().item() <= 1e-5
 
 
@@ -99,14 +99,14 @@ def test_strided_inputs():
 def test_low_precision_within_twice_plain_pytorch(dtype):
     q, k = make_inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
     scale = 32**-0.5
-    got, ref = _run(q, k, scale=scale)
+    got, ref = _run(q, k, softmax_scale=scale)
     err_plain = (plain_pytorch_entropy(q, k, scale, 96, 96) - ref).abs().max().item()
     assert err_plain > 0 and (got - ref).abs().max().item() <= 2 * err_plain
 
 
 def test_near_1k_tokens_gqa_bf16():
     q, k = make_inputs(1, 4, 2, 1000, 1000, D=32, dtype=torch.bfloat16)
-    got, ref = _run(q, k, scale=torch.tensor([0.1, 0.2, 0.3, 0.4]))
+    got, ref = _run(q, k, softmax_scale=torch.tensor([0.1, 0.2, 0.3, 0.4]))
     assert (got - ref).abs().max().item() <= 1e-3
 
 
@@ -122,17 +122,22 @@ def test_softcap_and_sinks_match_reference_fp32(extras, T, S, mask_kind, causal,
     q, k = make_inputs(2, 4, 2, T, S)
     mask = mask_kinds(2, 4, T, S)[mask_kind]
     sinks = make_sinks(4) if with_sinks else None
-    kw = {"scale": torch.linspace(0.1, 0.6, 4), "causal": causal, "window": window, "softcap": softcap}
+    kw = {
+        "softmax_scale": torch.linspace(0.1, 0.6, 4),
+        "causal": causal,
+        "window": window,
+        "softcap": softcap,
+    }
     got_h, got_p = attention_entropy(
         *(x.to(DEVICE) for x in (q, k)),
         mask=None if mask is None else mask.to(DEVICE),
         sinks=None if sinks is None else sinks.to(DEVICE),
         return_sink_mass=True,
-        impl="triton",
+        backend="triton",
         **kw,
     )
     ref_h, ref_p = attention_entropy(
-        q, k, mask=mask, sinks=sinks, return_sink_mass=True, impl="reference", **kw
+        q, k, mask=mask, sinks=sinks, return_sink_mass=True, backend="reference", **kw
     )
     assert (got_h.cpu() - ref_h).abs().max().item() <= 1e-5
     assert (got_p.cpu() - ref_p).abs().max().item() <= 1e-6
@@ -147,8 +152,8 @@ def test_softcap_and_sinks_bf16_within_twice_plain_pytorch(extras):
     v = make_values(2, 2, 96, Dv=32, dtype=torch.bfloat16)
     sinks = make_sinks(4).to(torch.bfloat16) if with_sinks else None
     scale = 32**-0.5 * 3
-    kw = {"scale": scale, "softcap": softcap, "sinks": sinks}
-    ref = attention_entropy(q, k, impl="reference", **kw)
+    kw = {"softmax_scale": scale, "softcap": softcap, "sinks": sinks}
+    ref = attention_entropy(q, k, backend="reference", **kw)
     ref_out = reference_output(q, k, v, **kw)
     plain_h, plain_out = plain_pytorch_extras(q, k, v, scale, softcap, sinks)
     got, _ = _run(q, k, **kw)
@@ -187,14 +192,14 @@ def test_fused_output_with_softcap_and_sinks_fp32(extras, causal, window):
         return_sink_mass=True,
     )
     kw = {
-        "scale": scale,
+        "softmax_scale": scale,
         "causal": causal,
         "mask": keep,
         "window": window,
         "softcap": softcap,
         "sinks": sinks,
     }
-    ref_h, ref_p = attention_entropy(q, k, impl="reference", return_sink_mass=True, **kw)
+    ref_h, ref_p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
     ref_out = reference_output(q, k, v, **kw)
     assert (out.cpu().transpose(1, 2).double() - ref_out).abs().max().item() <= 1e-5
     assert (ent.cpu() - ref_h).abs().max().item() <= 1e-5 and (p.cpu() - ref_p).abs().max().item() <= 1e-6
@@ -229,7 +234,9 @@ def test_fused_output_and_entropy_fp32(Hq, Hkv, causal, window):
         keep[:, None, None, :].to(DEVICE),
         window,
     )
-    ref_ent = attention_entropy(q, k, scale=scale, causal=causal, mask=keep, window=window, impl="reference")
+    ref_ent = attention_entropy(
+        q, k, softmax_scale=scale, causal=causal, mask=keep, window=window, backend="reference"
+    )
     ref_out = _reference_output(q, k, v, scale.view(1, Hq, 1, 1).double(), causal, keep, window)
     assert out.dtype == torch.float32 and (out.cpu().double() - ref_out).abs().max().item() <= 1e-5
     assert (ent.cpu() - ref_ent).abs().max().item() <= 1e-5
@@ -303,8 +310,8 @@ def test_fused_capture_matches_sdpa_and_reference(padding, scales):
         mask = torch.ones(2, 40, dtype=torch.long)
         mask[1, :11] = 0
         mask = mask.to(DEVICE)
-    fused, rec_f = _capture(model, ids, mask, scales=scales, impl="triton", fused="on")
-    plain, rec_r = _capture(model, ids, mask, scales=scales, impl="reference", fused="off")
+    fused, rec_f = _capture(model, ids, mask, scales=scales, backend="triton", fused="on")
+    plain, rec_r = _capture(model, ids, mask, scales=scales, backend="reference", fused="off")
     assert rec_f.session.paths == {"triton-fused"} and rec_r.session.paths == {"sdpa-then-entropy"}
     valid = torch.ones(2, 40, dtype=torch.bool) if mask is None else mask.bool().cpu()
     assert (fused[valid] - plain[valid]).abs().max().item() <= 1e-4
@@ -321,8 +328,8 @@ def test_sliding_window_model_capture_matches_reference(fused):
     ids = torch.randint(2, 300, (2, 45), generator=torch.Generator().manual_seed(6))
     mask = torch.ones(2, 45, dtype=torch.long)
     mask[1, :10] = 0
-    got, rec_t = _capture(model, ids, mask.to(DEVICE), impl="triton", fused=fused)
-    want, rec_r = _capture(model, ids, mask.to(DEVICE), impl="reference", fused="off")
+    got, rec_t = _capture(model, ids, mask.to(DEVICE), backend="triton", fused=fused)
+    want, rec_r = _capture(model, ids, mask.to(DEVICE), backend="reference", fused="off")
     assert rec_t.session.paths == {"triton-fused" if fused == "on" else "sdpa-then-entropy"}
     assert (got[mask.bool()] - want[mask.bool()]).abs().max().item() <= 1e-4
     assert abs(rec_t.entropy - rec_r.entropy).max() <= 1e-5 and (rec_t.count == rec_r.count).all()
@@ -336,12 +343,12 @@ def test_fused_capture_steps_aside_where_it_does_not_apply():
     model = make_tiny_model(n_heads=4, n_kv_heads=2).to(DEVICE)
     ids = torch.randint(2, 300, (1, 24)).to(DEVICE)
     with EntropyRecorder(
-        model, impl="triton", fused="on"
+        model, backend="triton", fused="on"
     ) as rec:  # gradients wanted: sdpa computes the output
         model(ids).logits.sum().backward()
     assert rec.session.paths == {"sdpa-then-entropy"}
     assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
-    _, rec = _capture(model, ids, impl="triton", fused="off")
+    _, rec = _capture(model, ids, backend="triton", fused="off")
     assert rec.session.paths == {"sdpa-then-entropy"}
 
 

@@ -59,9 +59,9 @@ def head_entropy_vs_scale(
     lower_bound : the search's clamp; heads at it are marked in the column `on_clamp` (None: none).
     """
     n_layers, n_heads, T = result.entropy.shape
-    if n_heads <= 1 and result.meta.get("entropy_reduction") in ("mean_heads", "not_captured"):
+    if n_heads <= 1 and result.entropy_reduction in ("mean", "none"):
         raise EntropyLensError(
-            f"this scan stored entropy as {result.meta['entropy_reduction']!r}, not per head; "
+            f"this scan stored entropy as {result.entropy_reduction!r}, not per head; "
             "rerun the scan with --entropy heads"
         )
     scales = np.asarray(result.meta.get("scales") if scales is None else scales, dtype=np.float64)

@@ -227,7 +227,7 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
         curves = []
         for r in sweep_or_results:
             scale = uniform_scale(r.meta)
-            captured = r.n_heads > 0 and r.meta.get("entropy_reduction") != "not_captured"
+            captured = r.n_heads > 0 and r.entropy_reduction != "none"
             loss_sd = np.sqrt(np.clip(r.loss_sq - r.loss.astype(np.float64) ** 2, 0, None))
             entropy = (r.mean_entropy, r.entropy_std.mean(axis=(0, 1)), r.count) if captured else None
             loss = (r.loss, loss_sd, r.count)

@@ -9,7 +9,7 @@ Choices:
   the file name or the index; the index scale must agree with it. A file with per-head scales is
   not part of a uniform sweep and is rejected.
 - Entropy is kept only as the mean over all layers and heads (the paper's Eq. 1), in nats. A file
-  stored with `entropy_reduction="mean_heads"` holds (layers, 1, T) head means; their mean over
+  stored with `entropy_reduction="mean"` holds (layers, 1, T) head means; their mean over
   layers is the same number because every layer has the same head count. If any scan captured no
   entropy (heads axis of length 0), `Sweep.entropy` is None.
 - An unfinished sweep (index `complete` false: interrupted, or still running) is refused with the
@@ -101,7 +101,7 @@ class Sweep:
             entropy=entropy,
             train_len=first.meta.get("train_len"),
             model=str(first.meta["model"]),
-            length=int(first.meta["len"]),
+            length=int(first.meta["length"]),
             meta=[r.meta for r in ordered],
         )
 
@@ -130,9 +130,9 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
                 f"{path} (scale {s:g} of sweep {folder}) {_damage(problem(err))}; "
                 f"`{resume_command(folder, index)}` scans it again"
             ) from None
-        if result.meta.get("len") != index.get("len", result.meta.get("len")):
+        if result.meta.get("length") != index.get("length", result.meta.get("length")):
             raise EntropyLensError(
-                f"{path} has len {result.meta.get('len')} but the sweep index says {index['len']}; "
+                f"{path} has length {result.meta.get('length')} but the sweep index says {index['length']}; "
                 "rerun the sweep into a fresh folder"
             )
         if uniform_scale(result.meta) not in (None, float(s)):
@@ -159,7 +159,7 @@ def missing_scales(index: dict) -> list[float]:
 def resume_command(folder: str | Path, index: dict) -> str:
     """The `entropy-lens sweep` command that finishes the sweep in `folder`, from its recorded flags."""
     c = index.get("scan_config", {})
-    flags = {"len": c.get("length"), "data": c.get("data"), "samples": c.get("samples")}
+    flags = {"length": c.get("length"), "data": c.get("data"), "samples": c.get("samples")}
     defaults = {"seed": 0, "dtype": "auto", "device": "auto", "batch_size": 1, "backend": "auto"}
     defaults |= {"fused": "auto", "entropy": "mean", "nope": None, "trust_remote_code": False}
     for name, default in defaults.items():
@@ -170,7 +170,7 @@ def resume_command(folder: str | Path, index: dict) -> str:
             flags[name] = c[name]
     words = ["entropy-lens sweep", str(c.get("model", "CKPT"))]
     for name, value in flags.items():
-        flag = "--" + ("len" if name == "len" else name.replace("_", "-"))
+        flag = "--" + ("len" if name == "length" else name.replace("_", "-"))
         if value is not False:
             words.append(flag if value is True else f"{flag} {value}")
     scales = index.get("requested_scales") or index["scales"]
@@ -201,4 +201,4 @@ def uniform_scale(meta: dict) -> float | None:
 
 
 def _has_entropy(result: ScanResult) -> bool:
-    return result.n_heads > 0 and result.meta.get("entropy_reduction") != "not_captured"
+    return result.n_heads > 0 and result.entropy_reduction != "none"

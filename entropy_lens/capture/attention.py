@@ -67,16 +67,17 @@ IGNORED_KWARGS = frozenset(
 class Session:
     """What the attention function does while a recorder/scale context is active.
 
-    multipliers: None (model as trained), a float (uniform), or a (layers, Hq) tensor.
+    scales:     the multipliers s (λ = s · the model's own scale): None (model as trained), a float
+                (uniform), or a (layers, Hq) tensor.
     schedule:    None, or a Schedule: query row i is scaled by m(i) as well (output and entropy).
     on_entropy:  None, or a callback (layer_idx, entropy (B, Hq, T) fp32, key_offset S − T), with a
                  fourth argument sink_mass (B, Hq, T) fp32 for a model with attention sinks.
     """
 
-    multipliers: float | torch.Tensor | None = None
+    scales: float | torch.Tensor | None = None
     schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
     on_entropy: Callable[..., None] | None = None
-    impl: str = "auto"
+    backend: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # what computed the layers: capture/paths.py's names
     backends: set[str] = field(default_factory=set)  # the entropy kernels that ran: "triton", ...
@@ -137,7 +138,7 @@ class LayerCall:
     dropout: float
     kwargs: dict  # the model's remaining arguments, for sdpa / its eager attention
     scaling: float  # the model's softmax scale (module.scaling unless it passes one)
-    multiplier: float | torch.Tensor | None  # the session's m_h for this layer: None, uniform or (Hq,)
+    scale: float | torch.Tensor | None  # the session's s_h for this layer: None, uniform or (Hq,)
     q_out: torch.Tensor  # the output path's queries: per-head multipliers applied
     out_scaling: float  # the output path's softmax scale: a uniform multiplier applied
     softcap: float | None  # Gemma2: scores -> c·tanh(scores/c)
@@ -152,9 +153,9 @@ class LayerCall:
         return self.softcap is not None or self.sinks is not None
 
     @property
-    def lam(self) -> float | torch.Tensor:
-        """λ_h for the entropy: the model's scale times the multipliers, detached (float or (Hq,))."""
-        m = self.multiplier
+    def softmax_scale(self) -> float | torch.Tensor:
+        """λ_h for the entropy: the model's scaling times the scales s_h, detached (float or (Hq,))."""
+        m = self.scale
         return self.scaling * (m.detach().float() if isinstance(m, torch.Tensor) else (m or 1.0))
 
     @property
@@ -204,7 +205,7 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
 
 def read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs) -> LayerCall:
     """The call's inputs: the extras taken out of `kwargs` (any other argument with a value refused),
-    the schedule's m(i) applied to the queries, and the session's multipliers split between the output
+    the schedule's m(i) applied to the queries, and the session's scales split between the output
     path (queries or sdpa's scale) and the entropy's λ_h."""
     softcap = kwargs.pop("softcap", None)
     sinks = kwargs.pop("s_aux", None)
@@ -214,14 +215,14 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
         scaling = module.scaling
     if session is not None and session.schedule is not None:  # m(i) per query row, before anything
         query = query * _row_multipliers(session.schedule, kwargs.get("position_ids"), query, key)
-    mult = None if session is None else session.multipliers
-    if isinstance(mult, torch.Tensor):
-        mult = mult[module.layer_idx]  # (Hq,)
+    scale = None if session is None else session.scales
+    if isinstance(scale, torch.Tensor):
+        scale = scale[module.layer_idx]  # (Hq,)
     q_out, out_scaling = query, scaling
-    if isinstance(mult, torch.Tensor):
-        q_out = query * mult.to(query.dtype).view(1, -1, 1, 1)
-    elif mult is not None:
-        out_scaling = scaling * float(mult)
+    if isinstance(scale, torch.Tensor):
+        q_out = query * scale.to(query.dtype).view(1, -1, 1, 1)
+    elif scale is not None:
+        out_scaling = scaling * float(scale)
     return LayerCall(
         module=module,
         session=session,
@@ -232,7 +233,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
         dropout=dropout,
         kwargs=kwargs,
         scaling=scaling,
-        multiplier=mult,
+        scale=scale,
         q_out=q_out,
         out_scaling=out_scaling,
         softcap=softcap,
@@ -252,9 +253,9 @@ def entropy_inputs(call: LayerCall) -> EntropyInputs:
     key, value = call.key, call.value
     if causal and call.attention_mask is None and 1 < T < S:
         key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
-    impl = "auto" if call.session is None else call.session.impl
+    backend = "auto" if call.session is None else call.session.backend
     extras = {"softcap": call.softcap, "sinks": call.sinks}
-    backend = backend_for(impl, call.query, key, causal=causal, mask=mask, window=window, **extras)
+    backend = backend_for(backend, call.query, key, causal=causal, mask=mask, window=window, **extras)
     return EntropyInputs(key, value, causal, mask, window, backend)
 
 

@@ -80,7 +80,11 @@ def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
 def _sdpa_then_entropy(call: LayerCall, inputs: EntropyInputs):
     """sdpa's output, then an entropy-only pass over the same q, k (no extras here)."""
     entropy = attention_entropy(
-        call.query.detach(), inputs.key.detach(), scale=call.lam, impl=inputs.backend, **inputs.args(call)
+        call.query.detach(),
+        inputs.key.detach(),
+        softmax_scale=call.softmax_scale,
+        backend=inputs.backend,
+        **inputs.args(call),
     )
     return sdpa(call), entropy, None
 
@@ -88,7 +92,7 @@ def _sdpa_then_entropy(call: LayerCall, inputs: EntropyInputs):
 def _torch_streamed(call: LayerCall, inputs: EntropyInputs):
     """Output, entropy and sink mass from the same score tiles, plain torch."""
     out, entropy, sink_mass = attention_with_entropy_torch(
-        call.query.detach(), inputs.key, inputs.value, call.lam, **inputs.args(call)
+        call.query.detach(), inputs.key, inputs.value, call.softmax_scale, **inputs.args(call)
     )
     return (out, None), entropy, sink_mass
 
@@ -98,12 +102,14 @@ def _triton_fused(call: LayerCall, inputs: EntropyInputs):
     from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
 
     q = call.query
-    scale = torch.as_tensor(call.lam, dtype=torch.float32, device=q.device).expand(q.shape[1])
+    softmax_scale = torch.as_tensor(call.softmax_scale, dtype=torch.float32, device=q.device).expand(
+        q.shape[1]
+    )
     o, entropy, sink_mass = attention_with_entropy_triton(
         q,
         inputs.key,
         inputs.value,
-        scale,
+        softmax_scale,
         inputs.causal,
         inputs.mask,
         inputs.window,

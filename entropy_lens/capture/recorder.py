@@ -39,7 +39,7 @@ class ScaleSession:
     """Apply attention-scale multipliers m_h (λ_h = m_h/√d) inside the model's attention.
 
     scales: None | float | array-like or tensor (layers, heads); a tensor keeps its autograd graph.
-    impl:   the entropy backend (kernels.resolve_impl); fused: "auto" | "on" | "off" (capture/fused.py).
+    backend:   the entropy backend (kernels.resolve_backend); fused: "auto" | "on" | "off" (capture/fused.py).
     schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
@@ -47,14 +47,14 @@ class ScaleSession:
     """
 
     def __init__(
-        self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None, choices=None
+        self, model, *, scales=None, backend: str = "auto", fused: str = "auto", schedule=None, choices=None
     ):
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
         self.model = model
-        multipliers = _as_multipliers(model, scales)
+        scales = _as_scales(model, scales)
         self.session = Session(
-            multipliers=multipliers, schedule=schedule, impl=impl, fused=fused, choices=choices
+            scales=scales, schedule=schedule, backend=backend, fused=fused, choices=choices
         )
         self._undo = contextlib.ExitStack()
 
@@ -82,9 +82,11 @@ class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
 
     def __init__(
-        self, model, *, scales=None, impl: str = "auto", fused: str = "auto", schedule=None, choices=None
+        self, model, *, scales=None, backend: str = "auto", fused: str = "auto", schedule=None, choices=None
     ):
-        super().__init__(model, scales=scales, impl=impl, fused=fused, schedule=schedule, choices=choices)
+        super().__init__(
+            model, scales=scales, backend=backend, fused=fused, schedule=schedule, choices=choices
+        )
         cfg = model.config.get_text_config()
         try:
             self.n_layers = cfg.num_hidden_layers
@@ -245,8 +247,8 @@ def _ranges(layers: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
-def _as_multipliers(model, scales):
-    """None | float | (layers, heads) -> what `Session.multipliers` holds."""
+def _as_scales(model, scales):
+    """None | float | (layers, heads) -> what `Session.scales` holds."""
     if scales is None or isinstance(scales, (int, float)):
         return None if scales is None else float(scales)
     param = next(model.parameters())

@@ -68,7 +68,7 @@ def cmd_fit(args) -> int:
             "n_points": fit.n_points,
             "fit_range": list(fit.fit_range),
             "model": sweep.model,
-            "len": sweep.length,
+            "length": sweep.length,
             "smooth": args.smooth,
             "scales": [float(s) for s in sweep.scales],
             "missing_scales": sweep.missing,

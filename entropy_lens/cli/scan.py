@@ -159,7 +159,7 @@ def cmd_scan(args) -> int:
         return 0  # under torchrun rank 0 alone wrote the file and reports
     m = result.meta
     print(
-        f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['len']}, {m['samples']} "
+        f"{m['model']}: {m['n_layers']} layers x {m['n_heads']} heads, len {m['length']}, {m['samples']} "
         "samples "
         f"of {m['data']}, {m['device']}/{m['dtype']}, threads {m['threads']}, backend {m['backend']} "
         f"({m.get('attention_path', 'separate')}), "

@@ -1,12 +1,12 @@
 """Attention-entropy kernels: pure functions, no transformers import.
 
-    attention_entropy(q, k, *, scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
-                      return_sink_mass=False, impl="auto", block_q=64, block_k=1024)
+    attention_entropy(q, k, *, softmax_scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
+                      return_sink_mass=False, backend="auto", block_q=64, block_k=1024)
         -> (B, Hq, T) float32, nats; with return_sink_mass: (entropy, sink_mass), each (B, Hq, T) float32
 
     q      (B, Hq, T, D)  queries after RoPE (if any), any float dtype
     k      (B, Hkv, S, D) keys after RoPE; Hq % Hkv == 0 (MHA, GQA, MQA); head h uses key head h // (Hq/Hkv)
-    scale  float or (Hq,) tensor: the softmax scale λ_h (scores are λ_h q·k)
+    softmax_scale  float or (Hq,) tensor: the softmax scale λ_h (scores are λ_h q·k)
     causal query i sees keys j <= i + S − T (bottom-right, so a query block at the end of a KV cache works)
     mask   None, or bool (True = attend) of shape (B, S) [key padding] or broadcastable 4-D
            (B|1, Hq|1, T|1, S)
@@ -29,13 +29,13 @@ Every entry point (these functions, the backends' own, `merge.shard_state`) take
 it names: a misspelt one (`sofcap=`) is a TypeError on every backend, never a silently different number.
 
 The attention output with its entropy, from the same score tiles (for models whose output sdpa cannot
-compute: softcap, sinks): `attention_with_entropy_torch(q, k, v, scale, ...)` (torch_chunked.py,
+compute: softcap, sinks): `attention_with_entropy_torch(q, k, v, softmax_scale, ...)` (torch_chunked.py,
 exact, any backend's masks) and `triton_entropy.attention_with_entropy_triton` (GPU).
 
-Backends (`impl`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
+Backends (`backend`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
 streaming, the CPU path and fallback everywhere; on CPU its per-tile step is compiled, fold.py), "triton" (the GPU kernel, triton_entropy.py; on
 CPU only under TRITON_INTERPRET=1, for tests). The choice is made here, once, in two steps:
-`resolve_impl` turns "auto" into a name (triton for CUDA tensors when triton is installed,
+`resolve_backend` turns "auto" into a name (triton for CUDA tensors when triton is installed,
 torch_chunked otherwise, overridable with the ENTROPY_LENS_BACKEND environment variable), and
 `backend_for` sends masks the Triton kernel does not take (per query or per head; it takes key
 padding, a sliding window and transformers' causal forms of both, see `masks.as_key_padding`) to
@@ -70,7 +70,7 @@ from entropy_lens.kernels.torch_chunked import (
 )
 
 __all__ = [
-    "IMPLS",
+    "BACKENDS",
     "attention_entropy",
     "attention_with_entropy_torch",
     "backend_for",
@@ -79,30 +79,30 @@ __all__ = [
     "entropy_torch_chunked",
     "fold_status",
     "merge_states",
-    "resolve_impl",
+    "resolve_backend",
     "shard_state",
     "sink_mass_from_state",
     "sink_state",
 ]
 
-IMPLS = ("reference", "torch_chunked", "triton")
+BACKENDS = ("reference", "torch_chunked", "triton")
 ENV_VAR = "ENTROPY_LENS_BACKEND"
 
 
-def resolve_impl(impl: str = "auto", device: torch.device | str | None = None) -> str:
+def resolve_backend(backend: str = "auto", device: torch.device | str | None = None) -> str:
     """The backend `attention_entropy` will use for tensors on `device` (None: only check the name)."""
-    if impl == "auto":
-        impl = os.environ.get(ENV_VAR, "auto")
-    if impl == "auto":
+    if backend == "auto":
+        backend = os.environ.get(ENV_VAR, "auto")
+    if backend == "auto":
         if device is not None and torch.device(device).type == "cuda" and triton_available():
             return "triton"
         return "torch_chunked"
-    if impl not in IMPLS:
+    if backend not in BACKENDS:
         raise EntropyLensError(
-            f"unknown entropy backend {impl!r}; choose one of auto, {', '.join(IMPLS)} "
+            f"unknown entropy backend {backend!r}; choose one of auto, {', '.join(BACKENDS)} "
             f"(via --backend or {ENV_VAR})"
         )
-    if impl == "triton":
+    if backend == "triton":
         if not triton_available():
             raise EntropyLensError(
                 "the triton backend needs the triton package: pip install triton "
@@ -115,7 +115,7 @@ def resolve_impl(impl: str = "auto", device: torch.device | str | None = None) -
                 "cuda, --backend torch_chunked, or set TRITON_INTERPRET=1 (tests only) before importing "
                 "entropy_lens"
             )
-    return impl
+    return backend
 
 
 def triton_available() -> bool:
@@ -124,49 +124,49 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def backend_for(impl: str, q, k, *, causal=True, mask=None, window=None, softcap=None, sinks=None) -> str:
-    """The backend `attention_entropy(q, k, ..., impl=impl)` runs for these inputs (same arguments):
-    `resolve_impl`'s choice, except that triton becomes torch_chunked for a mask the Triton kernel
+def backend_for(backend: str, q, k, *, causal=True, mask=None, window=None, softcap=None, sinks=None) -> str:
+    """The backend `attention_entropy(q, k, ..., backend=backend)` runs for these inputs (same arguments):
+    `resolve_backend`'s choice, except that triton becomes torch_chunked for a mask the Triton kernel
     does not take (every backend takes softcap and sinks). Errors as `attention_entropy`'s."""
     mask4 = validate(q, k, 1.0, mask)[1]
     validate_extras(q, softcap, sinks)
-    return _plan(impl, q, k, causal, mask4, validate_window(window, causal))[0]
+    return _plan(backend, q, k, causal, mask4, validate_window(window, causal))[0]
 
 
 def attention_entropy(
     q,
     k,
     *,
-    scale,
+    softmax_scale,
     causal=True,
     mask=None,
     window=None,
     softcap=None,
     sinks=None,
     return_sink_mass=False,
-    impl="auto",
+    backend="auto",
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ):
     """See the module docstring for the contract."""
-    scale_t, mask4 = validate(q, k, scale, mask)
+    softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
     softcap, sinks = validate_extras(q, softcap, sinks)
-    impl, mask4, window = _plan(impl, q, k, causal, mask4, validate_window(window, causal))
+    backend, mask4, window = _plan(backend, q, k, causal, mask4, validate_window(window, causal))
     extras = (softcap, sinks)
-    if impl == "reference":
+    if backend == "reference":
         return entropy_reference(
-            q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
+            q, k, softmax_scale, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
         )
-    if impl == "triton":
+    if backend == "triton":
         from entropy_lens.kernels.triton_entropy import entropy_triton
 
         return entropy_triton(
-            q, k, scale_t, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
+            q, k, softmax_scale, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
         )
     return entropy_torch_chunked(
         q,
         k,
-        scale_t,
+        softmax_scale,
         causal,
         mask4,
         window,
@@ -177,13 +177,13 @@ def attention_entropy(
     )
 
 
-def _plan(impl: str, q, k, causal: bool, mask4, window):
+def _plan(backend: str, q, k, causal: bool, mask4, window):
     """(backend, mask, window) for validated inputs: for triton the mask is reduced to key padding
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check
     a (T, S) mask again."""
-    impl = resolve_impl(impl, q.device)
-    if impl != "triton" or mask4 is None:
-        return impl, mask4, window
+    backend = resolve_backend(backend, q.device)
+    if backend != "triton" or mask4 is None:
+        return backend, mask4, window
     form = as_key_padding(mask4, q.shape[0], q.shape[2], k.shape[2], causal, window)
     if form is None:  # per query or per head: the exact streaming path
         return "torch_chunked", mask4, window

@@ -1,6 +1,6 @@
 """The kernels' input contract, checked once: `validate`, `validate_window` and `validate_extras` turn
 the public arguments of `attention_entropy` / `shard_state` / the fused output paths into the
-normalised form every backend takes (a (Hq,) float32 scale, a bool 4-D mask or None, an int window or
+normalised form every backend takes (a (Hq,) float32 softmax_scale, a bool 4-D mask or None, an int window or
 None, a float softcap or None, (Hq,) float32 sinks or None), with errors that say which argument to
 fix. See `entropy_lens.kernels` for the contract itself.
 """
@@ -12,8 +12,8 @@ import numbers
 import torch
 
 
-def validate(q, k, scale, mask) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(scale (Hq,) float32 on q's device, mask as bool (B|1, Hq|1, T|1, S) on q's device or None)
+def validate(q, k, softmax_scale, mask) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(softmax_scale (Hq,) float32 on q's device, mask as bool (B|1, Hq|1, T|1, S) on q's device or None)
     for q (B, Hq, T, D), k (B, Hkv, S, D); ValueError naming the argument that breaks the contract."""
     if q.ndim != 4 or k.ndim != 4:
         raise ValueError(f"q and k must be 4-D (B, H, T, D); got {tuple(q.shape)} and {tuple(k.shape)}")
@@ -23,16 +23,18 @@ def validate(q, k, scale, mask) -> tuple[torch.Tensor, torch.Tensor | None]:
     Hkv, S = k.shape[1], k.shape[2]
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key heads ({Hkv})")
-    if isinstance(scale, torch.Tensor):
-        scale_t = scale.detach().to(device=q.device, dtype=torch.float32).reshape(-1)
-        if scale_t.numel() == 1:
-            scale_t = scale_t.expand(Hq)
-        if scale_t.numel() != Hq:
-            raise ValueError(f"scale must be a float or a ({Hq},) tensor; got shape {tuple(scale.shape)}")
+    if isinstance(softmax_scale, torch.Tensor):
+        softmax_scale = softmax_scale.detach().to(device=q.device, dtype=torch.float32).reshape(-1)
+        if softmax_scale.numel() == 1:
+            softmax_scale = softmax_scale.expand(Hq)
+        if softmax_scale.numel() != Hq:
+            raise ValueError(
+                f"softmax_scale must be a float or a ({Hq},) tensor; got shape {tuple(softmax_scale.shape)}"
+            )
     else:
-        scale_t = torch.full((Hq,), float(scale), device=q.device)
+        softmax_scale = torch.full((Hq,), float(softmax_scale), device=q.device)
     if mask is None:
-        return scale_t, None
+        return softmax_scale, None
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be bool (True = attend); got {mask.dtype}")
     if mask.ndim == 2:
@@ -46,7 +48,7 @@ def validate(q, k, scale, mask) -> tuple[torch.Tensor, torch.Tensor | None]:
     )
     if not ok:
         raise ValueError(f"mask shape {tuple(mask.shape)} is not (B, S) or broadcastable to {(B, Hq, T, S)}")
-    return scale_t, mask.to(q.device)
+    return softmax_scale, mask.to(q.device)
 
 
 def validate_window(window, causal: bool) -> int | None:

@@ -8,7 +8,7 @@ Two disjoint key sets A, B merge exactly: with m = max(m_A, m_B), α_X = e^(m_X 
 commutative, and an empty shard (m = −inf, l = u = 0) is its identity, so key shards can be folded
 in any order or tree, e.g. as K/V blocks travel round a ring of devices (docs/scaling.md).
 
-    state = shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S)   # (m, l, u), (B, Hq, T)
+    state = shard_state(q, k[:, :, a:b], softmax_scale, key_offset=a, total_keys=S)   # (m, l, u), (B, Hq, T)
     H = entropy_from_state(*merge_states(state_1, state_2))                  # == attention_entropy
 
 Softcap is per score, so every shard takes `softcap` as `attention_entropy` does. Attention sinks
@@ -37,7 +37,7 @@ __all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_
 def shard_state(
     q,
     k,
-    scale,
+    softmax_scale,
     *,
     key_offset: int,
     total_keys: int,
@@ -53,17 +53,17 @@ def shard_state(
 
     Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T
     (and j > i + total_keys − T − window with a sliding window).
-    `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `scale` a
+    `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `softmax_scale` a
     float or (Hq,) tensor, `softcap` None or c > 0 and the tile `block_q` × `block_k` as in
     `attention_entropy`. Sinks: see `sink_state`.
     """
-    scale_t, mask4 = validate(q, k, scale, mask)
+    softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, _ = validate_extras(q, softcap, None)
     T = q.shape[2]
     offset = total_keys - T - key_offset
     return state_torch_chunked(
-        q, k, scale_t, causal, mask4, window, softcap, offset=offset, block_q=block_q, block_k=block_k
+        q, k, softmax_scale, causal, mask4, window, softcap, offset=offset, block_q=block_q, block_k=block_k
     )
 
 

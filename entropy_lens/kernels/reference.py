@@ -1,7 +1,7 @@
 """Float64 reference: materialises every score. Small T only (tests); O(B·Hq·T·S) memory.
 
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
-validated and normalised by the dispatcher: `scale` is a (Hq,) float tensor, `mask` is None or a
+validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor, `mask` is None or a
 bool tensor broadcastable to (B, Hq, T, S), `softcap` a float or None, `sinks` (Hq,) or None.
 """
 
@@ -22,9 +22,18 @@ def causal_visible(T: int, S: int, device=None, window: int | None = None) -> to
 
 @torch.no_grad()
 def entropy_reference(
-    q, k, scale, causal=True, mask=None, window=None, softcap=None, sinks=None, *, return_sink_mass=False
+    q,
+    k,
+    softmax_scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    *,
+    return_sink_mass=False,
 ):
-    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
+    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
     `return_sink_mass` the sink's probability (B, Hq, T) float32 as well (zeros without sinks).
 
     Written from the definitions, as transformers' eager attention computes them: scores λ_h q·k,
@@ -34,7 +43,7 @@ def entropy_reference(
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
-    qd = q.double().view(B, Hkv, G, T, D) * scale.double().view(1, Hkv, G, 1, 1)
+    qd = q.double().view(B, Hkv, G, T, D) * softmax_scale.double().view(1, Hkv, G, 1, 1)
     s = torch.einsum("bkgtd,bksd->bkgts", qd, k.double()).reshape(B, Hq, T, S)
     if softcap is not None:
         s = torch.tanh(s / softcap) * softcap

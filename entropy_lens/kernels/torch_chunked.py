@@ -44,7 +44,7 @@ BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys
 def entropy_torch_chunked(
     q,
     k,
-    scale,
+    softmax_scale,
     causal=True,
     mask=None,
     window=None,
@@ -55,7 +55,7 @@ def entropy_torch_chunked(
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
 ):
-    """q (B, Hq, T, D), k (B, Hkv, S, D), scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats; with
+    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats; with
     `return_sink_mass` (entropy, sink mass (B, Hq, T) float32, zeros without sinks).
 
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
@@ -63,7 +63,7 @@ def entropy_torch_chunked(
     `softcap`: None or c > 0; `sinks`: None or (Hq,) float32 logits (validated upstream).
     """
     m, l, u = state_torch_chunked(
-        q, k, scale, causal, mask, window, softcap, sinks, block_q=block_q, block_k=block_k
+        q, k, softmax_scale, causal, mask, window, softcap, sinks, block_q=block_q, block_k=block_k
     )
     h = entropy_from_state(m, l, u)
     return (h, sink_mass_from_state(m, l, sinks)) if return_sink_mass else h
@@ -74,7 +74,7 @@ def attention_with_entropy_torch(
     q,
     k,
     v,
-    scale,
+    softmax_scale,
     causal=True,
     mask=None,
     window=None,
@@ -89,16 +89,18 @@ def attention_with_entropy_torch(
     (out (B, T, Hq, Dv) in q's dtype, the layout transformers' attention functions return;
      entropy (B, Hq, T) float32 nats; sink mass (B, Hq, T) float32, zeros without sinks).
 
-    Arguments as `attention_entropy`'s (scale a float or (Hq,) tensor, mask bool (B, S) or 4-D,
+    Arguments as `attention_entropy`'s (softmax_scale a float or (Hq,) tensor, mask bool (B, S) or 4-D,
     window, softcap, sinks (Hq,)), checked here. A row that sees no key outputs 0 (sdpa's choice;
     with a sink its output is 0 anyway: all its mass is on the sink, which has no value).
     """
-    scale, mask = validate(q, k, scale, mask)
+    softmax_scale, mask = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, sinks = validate_extras(q, softcap, sinks)
     if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
-    (m, l, u), out = _stream(q, k, v, scale, causal, mask, window, softcap, sinks, None, block_q, block_k)
+    (m, l, u), out = _stream(
+        q, k, v, softmax_scale, causal, mask, window, softcap, sinks, None, block_q, block_k
+    )
     return out, entropy_from_state(m, l, u), sink_mass_from_state(m, l, sinks)
 
 
@@ -121,7 +123,7 @@ def sink_mass_from_state(m, l, sinks):
 def state_torch_chunked(
     q,
     k,
-    scale,
+    softmax_scale,
     causal=True,
     mask=None,
     window=None,
@@ -140,11 +142,13 @@ def state_torch_chunked(
     the shard get m = −inf, l = u = 0, the identity of `merge_states`. With `sinks` (Hq,) the
     state starts from the sink (m = σ_h, l = 1, u = 0) instead.
     """
-    state, _ = _stream(q, k, None, scale, causal, mask, window, softcap, sinks, offset, block_q, block_k)
+    state, _ = _stream(
+        q, k, None, softmax_scale, causal, mask, window, softcap, sinks, offset, block_q, block_k
+    )
     return state
 
 
-def _stream(q, k, v, scale, causal, mask, window, softcap, sinks, offset, block_q, block_k):
+def _stream(q, k, v, softmax_scale, causal, mask, window, softcap, sinks, offset, block_q, block_k):
     """The loop both paths share: ((m, l, u) each (B, Hq, T) fp32, out (B, T, Hq, Dv) or None)."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -153,7 +157,7 @@ def _stream(q, k, v, scale, causal, mask, window, softcap, sinks, offset, block_
     kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
     vf = None if v is None else v.float().contiguous()  # (B, Hkv, S, Dv), tiles viewed as 3-D below
     Dv = 0 if v is None else v.shape[-1]
-    lam = scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
+    softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
     sink = None if sinks is None else sinks.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1)
     state = torch.empty(3, B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
@@ -161,7 +165,7 @@ def _stream(q, k, v, scale, causal, mask, window, softcap, sinks, offset, block_
         q1 = min(q0 + block_q, T)
         bq = q1 - q0
         # (B, Hkv, G*bq, D): each key head's G query heads stacked as rows of one matmul
-        qb = (q[:, :, q0:q1].float() * lam).reshape(B, Hkv, G * bq, D)
+        qb = (q[:, :, q0:q1].float() * softmax_scale).reshape(B, Hkv, G * bq, D)
         if sink is None:
             m = torch.full((B, Hkv, G, bq), NEG_INF, device=q.device)
             l = torch.zeros_like(m)

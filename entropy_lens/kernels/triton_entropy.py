@@ -1,10 +1,10 @@
-"""Attention entropy as a Triton kernel: the GPU path of `attention_entropy(impl="triton")`.
+"""Attention entropy as a Triton kernel: the GPU path of `attention_entropy(backend="triton")`.
 
 Contract (the same as `entropy_torch_chunked`):
     q      (B, Hq, T, D)  bf16 / fp16 / fp32, any strides
     k      (B, Hkv, S, D) same dtype; query head h reads key head h // (Hq / Hkv) (GQA/MQA by
            indexing, keys are never repeated)
-    scale  (Hq,) fp32: λ_h, scores are λ_h q·k
+    softmax_scale  (Hq,) fp32: λ_h, scores are λ_h q·k
     causal query i sees keys j <= i + S − T (bottom-right alignment)
     window None or a sliding window W: query i sees keys j > i + S − T − W as well (causal only)
     mask   None, or a validated bool 4-D mask, True = attend. Key padding, a sliding window or both
@@ -350,28 +350,49 @@ def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool):
 
 @torch.no_grad()
 def entropy_triton(
-    q, k, scale, causal=True, mask=None, window=None, softcap=None, sinks=None, *, return_sink_mass=False
+    q,
+    k,
+    softmax_scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    *,
+    return_sink_mass=False,
 ):
     """See the module docstring. `mask` is a validated bool 4-D mask or None; ValueError for a mask
     the kernel cannot serve. With `return_sink_mass`: (entropy, sink mass)."""
-    ent, _, sink_mass = _launch(q, k, None, scale, causal, mask, window, softcap, sinks)
+    ent, _, sink_mass = _launch(q, k, None, softmax_scale, causal, mask, window, softcap, sinks)
     return (ent, sink_mass) if return_sink_mass else ent
 
 
 @torch.no_grad()
 def attention_with_entropy_triton(
-    q, k, v, scale, causal=True, mask=None, window=None, softcap=None, sinks=None, *, return_sink_mass=False
+    q,
+    k,
+    v,
+    softmax_scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    *,
+    return_sink_mass=False,
 ):
     """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
     entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
     accumulators beside it; with `return_sink_mass` the sink mass (B, Hq, T) fp32 third. `v` is
     (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Masks, softcap and
     sinks as for `entropy_triton`."""
-    entropy, out, sink_mass = _launch(q, k, v.to(q.dtype), scale, causal, mask, window, softcap, sinks)
+    entropy, out, sink_mass = _launch(
+        q, k, v.to(q.dtype), softmax_scale, causal, mask, window, softcap, sinks
+    )
     return (out, entropy, sink_mass) if return_sink_mass else (out, entropy)
 
 
-def _launch(q, k, v, scale, causal, mask, window, softcap=None, sinks=None):
+def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=None):
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
@@ -381,7 +402,7 @@ def _launch(q, k, v, scale, causal, mask, window, softcap=None, sinks=None):
         raise ValueError(
             "the Triton kernel takes key padding and sliding-window masks only, not this "
             f"{tuple(mask.shape)} mask (it differs per query or per head); run it with "
-            "attention_entropy(impl='torch_chunked'), or let kernels.backend_for pick the backend"
+            "attention_entropy(backend='torch_chunked'), or let kernels.backend_for pick the backend"
         )
     keep, window = form
     keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
@@ -395,7 +416,7 @@ def _launch(q, k, v, scale, causal, mask, window, softcap=None, sinks=None):
     )
     if T == 0 or B * Hq == 0:
         return ent, out, sink_mass
-    lam = scale.to(device=q.device, dtype=torch.float32).contiguous()
+    softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = ent  # pointer arguments of a disabled feature
     kernel, autotuned = _kernel(
         v is not None, q.dtype == torch.float32, window is not None, softcap is not None
@@ -410,7 +431,7 @@ def _launch(q, k, v, scale, causal, mask, window, softcap=None, sinks=None):
     if sinks is not None:
         sinks = sinks.to(device=q.device, dtype=torch.float32).contiguous()
     v_ptr, keep_ptr, out_ptr, sinks_ptr = (unused if t is None else t for t in (v, keep, out, sinks))
-    pointers = (q, k, v_ptr, lam, keep_ptr, ent, out_ptr, sinks_ptr, sink_mass)
+    pointers = (q, k, v_ptr, softmax_scale, keep_ptr, ent, out_ptr, sinks_ptr, sink_mass)
     strides = (
         *q.stride(),
         *k.stride(),

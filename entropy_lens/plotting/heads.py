@@ -34,9 +34,9 @@ def head_lines(
     """
     import matplotlib.pyplot as plt
 
-    if result.meta.get("entropy_reduction", "per_head") != "per_head":
+    if result.entropy_reduction != "heads":
         raise EntropyLensError(
-            f"this scan stored entropy as {result.meta.get('entropy_reduction')!r}; per-head "
+            f"this scan stored entropy as {result.entropy_reduction!r}; per-head "
             "plots need a scan with --entropy heads"
         )
     if not 0 <= layer < result.n_layers:

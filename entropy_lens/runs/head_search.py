@@ -100,8 +100,8 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()  # HF checkpoints only in training mode; Llama has no dropout at inference settings
-    mult = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
-    opt = torch.optim.AdamW([mult], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    scales = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
+    opt = torch.optim.AdamW([scales], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     log: list[dict] = []
     desc = f"search-heads {config.model}, threads {torch.get_num_threads()}"
     bar = progress_bar(range(config.steps), enabled=progress, desc=desc)
@@ -114,7 +114,7 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         )
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        with ScaleSession(model, scales=mult):
+        with ScaleSession(model, scales=scales):
             for i in range(0, config.batch, config.micro_batch):
                 part = ids[i : i + config.micro_batch]
                 hidden = model.get_decoder()(input_ids=part[:, :-1], use_cache=False).last_hidden_state
@@ -123,12 +123,12 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
                 total += loss.item()
         opt.step()
         with torch.no_grad():  # a 0 bound keeps the scale positive: λ(h) = 0 is no scale, as --scale 0
-            mult.clamp_(min=max(config.lower_bound, torch.finfo(torch.float32).tiny))
+            scales.clamp_(min=max(config.lower_bound, torch.finfo(torch.float32).tiny))
         log.append({"step": step + 1, "loss": total, "lr": lr_at(config, step)})
         rate = (step + 1) * config.batch * config.length / (time.perf_counter() - t0)
         bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
     model.eval()
-    return HeadSearchResult(mult.detach().double().cpu().numpy(), log, config, time.perf_counter() - t0)
+    return HeadSearchResult(scales.detach().double().cpu().numpy(), log, config, time.perf_counter() - t0)
 
 
 def check_out(out: str | Path) -> Path:

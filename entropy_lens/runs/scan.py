@@ -42,7 +42,7 @@ from entropy_lens.capture.fused import FUSED_MODES, PathChoices
 from entropy_lens.data import Chunks, check_length, token_chunks
 from entropy_lens.data.chunks import check_stride
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import fold_status, resolve_impl
+from entropy_lens.kernels import fold_status, resolve_backend
 from entropy_lens.models import (
     LoadedModel,
     load_head_scales_file,
@@ -52,17 +52,15 @@ from entropy_lens.models import (
     validate_head_scales,
 )
 from entropy_lens.progress import progress_bar
-from entropy_lens.results import ScanResult, provenance
+from entropy_lens.results import ENTROPY_REDUCTIONS, ScanResult, provenance
 from entropy_lens.runs.distributed import World, process_group, world
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
-__all__ = ["ENTROPY_REDUCTIONS", "Run", "ScanConfig", "default_out", "partial_path", "scan"]
+__all__ = ["Run", "ScanConfig", "default_out", "partial_path", "scan"]
 
 ADDED_FIELDS = ("revision", "scale_schedule", "stride")  # ScanConfig fields newer than results schema 1
-# --entropy value -> meta `entropy_reduction` and the heads axis of the stored entropy arrays.
-ENTROPY_REDUCTIONS = {"heads": "per_head", "mean": "mean_heads", "none": "not_captured"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,7 @@ class ScanConfig:
         if self.train_len is not None and self.train_len < 1:
             raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
         parse_schedule(self.scale_schedule)
-        resolve_impl(self.backend)  # unknown backend names fail here, before loading anything
+        resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
         if self.fused not in FUSED_MODES:
             raise EntropyLensError(
                 f"--fused {self.fused!r} is not known; use one of {', '.join(FUSED_MODES)}"
@@ -167,7 +165,7 @@ def scan(
         with process_group(run.world, run.device):
             _loop(run, sums, checkpoint, progress)
             sums.all_reduce(run.world)
-        result = sums.result(run.meta(sums, started), ENTROPY_REDUCTIONS[config.entropy])
+        result = sums.result(run.meta(sums, started), config.entropy)
         if main and output.path is not None:
             _write(result, output.path, checkpoint)
     return result
@@ -229,10 +227,10 @@ class Run:
     device: torch.device
     dtype: torch.dtype
     lm: LoadedModel
-    multipliers: float | np.ndarray | None  # what the capture applies; None = the model as trained
+    scales: float | np.ndarray | None  # the multipliers s the capture applies; None = the model as trained
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
-    impl: str  # the entropy backend asked for ("auto" resolved); sums.backends says what ran
+    backend: str  # the entropy backend asked for ("auto" resolved); sums.backends says what ran
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
 
@@ -258,7 +256,7 @@ class Run:
             trust_remote_code=config.trust_remote_code,
         )
         check_supported(lm.model)
-        multipliers, scale_source = _multipliers(config, lm)
+        scales, scale_source = _scales(config, lm)
         chunks = token_chunks(
             lm.tokenizer,
             config.data,
@@ -274,7 +272,7 @@ class Run:
                 f"{vocab}; tokenise with this model's tokenizer"
             )
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
-        impl = resolve_impl(config.backend, device)
+        backend = resolve_backend(config.backend, device)
         train_len = config.train_len if config.train_len is not None else lm.train_len
         if config.scale_schedule is not None and train_len is None:
             raise EntropyLensError(
@@ -282,7 +280,7 @@ class Run:
                 "declare; pass --train-len L"
             )
         schedule = parse_schedule(config.scale_schedule, train_len)
-        return cls(config, w, device, dtype, lm, multipliers, scale_source, chunks, impl, schedule)
+        return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, schedule)
 
     @property
     def identity(self) -> dict:
@@ -299,8 +297,8 @@ class Run:
         c = self.config
         return kind(
             self.lm.model,
-            scales=self.multipliers,
-            impl=self.impl,
+            scales=self.scales,
+            backend=self.backend,
             fused=c.fused,
             schedule=self.schedule,
             choices=self.choices,
@@ -316,7 +314,7 @@ class Run:
     def meta(self, sums: ScanSums, started: float) -> dict:
         """The results' meta (results.py documents every key)."""
         c, lm = self.config, self.lm
-        m = self.multipliers
+        m = self.scales
         uniform = m is None or isinstance(m, float)
         scales = np.full((lm.n_layers, lm.n_heads), 1.0 if m is None else m) if uniform else m
         return {
@@ -338,7 +336,7 @@ class Run:
             "chunk_indices": [int(i) for i in self.chunks.indices],
             "seed": c.seed,
             "samples": c.samples,
-            "len": c.length,
+            "length": c.length,
             "batch_size": c.batch_size,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
@@ -358,7 +356,7 @@ class Run:
             "world_size": self.world.size,
             "entropy_units": "nats",
             "loss_units": "nats",
-            "entropy_reduction": ENTROPY_REDUCTIONS[c.entropy],
+            "entropy_reduction": c.entropy,
             "scan_config": c.to_dict(),
             "wall_time_s": round(sums.prior_wall_s + time.perf_counter() - started, 3),
         }
@@ -416,7 +414,7 @@ class _Checkpoint:
             self.save()
 
 
-def _multipliers(config: ScanConfig, lm: LoadedModel):
+def _scales(config: ScanConfig, lm: LoadedModel):
     """(what the capture applies, where it came from). None = the model as trained."""
     if config.scale is not None:
         return float(config.scale), "uniform"

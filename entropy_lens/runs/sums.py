@@ -113,8 +113,8 @@ class ScanSums:
         return decided
 
     def result(self, meta: dict, reduction: str) -> ScanResult:
-        """Means over samples; `mean_heads` then averages entropy (and its mean square) over each
-        layer's heads, `not_captured` stores them with zero heads. A position no sample reached, or a
+        """Means over samples; `mean` then averages entropy (and its mean square) over each
+        layer's heads, `none` stores them with zero heads. A position no sample reached, or a
         NaN/inf mean, is an error: a results file never holds them where a number is expected."""
         s, n = self.s, self.s["count"]
         if not n.all():
@@ -134,9 +134,9 @@ class ScanSums:
         for k in ("entropy", "entropy_sq", "sink_mass"):
             if k not in mean:
                 continue
-            if reduction == "mean_heads":
+            if reduction == "mean":
                 mean[k] = mean[k].mean(axis=1, keepdims=True)
-            elif reduction == "not_captured":
+            elif reduction == "none":
                 mean[k] = mean[k][:, :0]
         return ScanResult(**mean, count=n.copy(), meta=meta)
 

@@ -107,7 +107,7 @@ def sweep(
             "scan_config": base,
             "requested_scales": requested,
             "model": config.model,
-            "len": config.length,
+            "length": config.length,
             "data": config.data,
             "samples": config.samples,
             "seed": config.seed,
