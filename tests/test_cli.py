@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from entropy_lens.cli import build_parser, main
 from entropy_lens.results import ScanResult
 
@@ -91,3 +93,64 @@ def test_every_command_keeps_its_options_and_defaults():
             f"`entropy-lens {command}` options changed; if on purpose, run python tools/cli_options.py"
         )
     assert sum(len(rows) for rows in committed.values()) > 60
+
+
+def test_flags_are_generated_from_the_settings_with_their_defaults():
+    """Every generated flag's default is its dataclass field's default, and parsing the flags gives the
+    config the same values: the one way from flags to a config (cli/options.py)."""
+    import dataclasses
+
+    from entropy_lens.cli.options import config_from_args, settings_from_args
+    from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig, TinyRecipe
+
+    parser = build_parser()
+    cases = {
+        ScanConfig: ["scan", "tiny-nope", "--len", "64"],
+        PerplexityConfig: ["ppl", "tiny-nope", "--lens", "32", "64"],
+        HeadSearchConfig: ["search-heads", "tiny-nope", "--len", "64", "--out", "x.safetensors"],
+        TinyRecipe: ["train-tiny", "--kind", "rope"],
+    }
+    for cls, argv in cases.items():
+        args = parser.parse_args(argv)
+        given = settings_from_args(cls, args)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for name, value in given.items():
+            if defaults[name] is not dataclasses.MISSING and name != "kind":
+                assert value == defaults[name], (cls.__name__, name)
+        config = config_from_args(cls, args, **({"init": 1.0} if cls is HeadSearchConfig else {}))
+        assert isinstance(config, cls)
+    args = parser.parse_args(
+        [
+            "ppl",
+            "m",
+            "--lens",
+            "32",
+            "64",
+            "--seed",
+            "3",
+            "--nope",
+            "--scale-schedule",
+            "log:0.2",
+            "--stride",
+            "4",
+        ]
+    )
+    config = config_from_args(PerplexityConfig, args)
+    assert (config.seed, config.nope, config.scale_schedule, config.stride) == (3, True, "log:0.2", 4)
+    assert config.lengths == (32, 64) and config.scan_config(32).scale_schedule == "log:0.2"
+    sweep = parser.parse_args(["sweep", "m", "--len", "8", "--scales", "1,2", "--out", "o"])
+    assert config_from_args(ScanConfig, sweep, entropy=sweep.entropy).entropy == "mean"  # sweep's own default
+    with pytest.raises(TypeError, match="no flags for TinyRecipe"):
+        config_from_args(TinyRecipe, sweep)
+
+
+def test_figure_flags_override_the_settings_file_only_when_given():
+    from entropy_lens.cli.options import settings_from_args
+    from entropy_lens.runs import FiguresConfig
+
+    args = build_parser().parse_args(["figures", "--len", "2048", "--nope-ckpt", "a"])
+    overrides = settings_from_args(FiguresConfig, args)
+    assert overrides["length"] == 2048 and overrides["nope"] == "a"
+    assert all(v is None for k, v in overrides.items() if k not in ("length", "nope"))
+    config = FiguresConfig.build({"samples": 7, "rope": "b"}, **overrides)
+    assert (config.samples, config.rope, config.nope, config.length) == (7, "b", "a", 2048)

@@ -58,11 +58,13 @@ def test_examples_were_found():
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_parses_and_its_settings_check(example):
+    from entropy_lens.cli.options import config_from_args
+    from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig, TinyRecipe
+
     args = build_parser().parse_args(shlex.split(example)[1:])
     if args.command in ("scan", "sweep"):
-        from entropy_lens.cli.scan import scan_config
-
-        config = scan_config(args)
+        extra = {"entropy": args.entropy} if args.command == "sweep" else {}
+        config = config_from_args(ScanConfig, args, **extra)
         if config.head_scales is not None:  # a file an earlier example writes
             config = dataclasses.replace(config, head_scales=None)
         config.check()
@@ -71,17 +73,11 @@ def test_example_parses_and_its_settings_check(example):
 
             parse_scales(args.scales)
     elif args.command == "ppl":
-        from entropy_lens.cli.perplexity import perplexity_config
-
-        perplexity_config(args).check()
+        config_from_args(PerplexityConfig, args).check()
     elif args.command == "train-tiny":
-        from entropy_lens.cli.train import tiny_recipe
-
-        tiny_recipe(args).check()
+        config_from_args(TinyRecipe, args).check()
     elif args.command == "search-heads":
-        from entropy_lens.cli.heads import search_config
-
-        search_config(args, init=args.init or 1.0).check()
+        config_from_args(HeadSearchConfig, args, init=args.init or 1.0).check()
     elif args.command == "figures":
         from entropy_lens.cli.figures import figures_config
 

@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parent.parent / "entropy_lens"
-BASE = {"errors", "version"}  # entropy_lens.errors and `from entropy_lens import __version__`
+BASE = {
+    "errors",
+    "settings",
+    "version",
+}  # entropy_lens.errors, .settings, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results).
 ALLOWED = {
@@ -23,6 +27,7 @@ ALLOWED = {
     "figures": {"plotting", "analysis", "results"},
     "progress": set(),
     "errors": set(),
+    "settings": set(),
     "__main__": {"cli"},
 }
 

@@ -59,7 +59,7 @@ def option_table() -> dict[str, list[dict]]:
                     "required": bool(action.required),
                     "choices": None if action.choices is None else list(action.choices),
                     "nargs": action.nargs,
-                    "type": getattr(action.type, "__name__", None),
+                    "type": getattr(action.type, "__name__", None) or ("str" if action.nargs != 0 else None),
                 }
             )
         table[name] = sorted(rows, key=lambda r: r["flags"][0])

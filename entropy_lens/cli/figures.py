@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from entropy_lens.runs.figures import CACHE
+from entropy_lens.cli.options import add_settings, settings_from_args
+from entropy_lens.runs.figures import CACHE, FiguresConfig
 
 FIGURES_EXAMPLES = """examples:
   entropy-lens figures                                   # the embedded tiny pair (figures/README.md: how long)
@@ -25,7 +26,7 @@ def add_parsers(sub) -> None:
     )
     f.add_argument(
         "--config",
-        help="YAML file of settings (field names of entropy_lens.runs.FiguresConfig), or `paper` for the "
+        help="YAML file of settings (field names of entropy_lens.figures.config.FiguresConfig), or `paper` for the "
         "packaged paper.yaml",
     )
     f.add_argument(
@@ -42,35 +43,14 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="run nothing: redraw from the cache, and name any run it lacks",
     )
-    f.add_argument("--nope-ckpt", dest="nope", help="NoPE checkpoint (default tiny-nope)")
-    f.add_argument("--rope-ckpt", dest="rope", help="its RoPE twin (default tiny-rope)")
-    f.add_argument(
-        "--early-ckpt",
-        dest="early",
-        help="an early checkpoint of the NoPE model's run, Figure 7's left panel (default tiny-nope-step300)",
-    )
-    f.add_argument(
-        "--head-scale-ckpt",
-        dest="head_scales",
-        help="searched λ(h) for the NoPE model at 4L (default: search them)",
-    )
-    f.add_argument("--train-len", type=int, help="training length L (default: the NoPE checkpoint's)")
-    f.add_argument("--len", dest="length", type=int, help="Figure 7's sweep length (default 8L)")
-    f.add_argument("--data", help="evaluation text (default austen:persuasion)")
-    f.add_argument("--samples", type=int, help="windows per scan (default 128)")
-    f.add_argument("--device", help="cpu, cuda, ... (default auto)")
+    add_settings(f, FiguresConfig, as_overrides=True)  # each given flag overrides --config's value
     f.add_argument("--quiet", action="store_true", help="no progress output")
     f.set_defaults(func=cmd_figures)
 
 
 def figures_config(args):
     """The FiguresConfig of --config (a file, or `paper`) and the flags, which take precedence."""
-    from entropy_lens.runs.figures import FiguresConfig
-
-    overrides = {
-        k: getattr(args, k)
-        for k in ("nope", "rope", "early", "head_scales", "train_len", "length", "data", "samples", "device")
-    }
+    overrides = settings_from_args(FiguresConfig, args)
     if args.config:
         return FiguresConfig.from_file(args.config, **overrides)
     return FiguresConfig.build({}, source="flags", **overrides)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import numpy as np
+
+from entropy_lens.cli.options import add_settings, config_from_args
 
 SEARCH_EXAMPLES = """examples:
   entropy-lens search-heads tiny-nope --len 512 --init 1.2 --data austen-minus:persuasion \\
@@ -17,17 +18,15 @@ SEARCH_EXAMPLES = """examples:
 
 
 def add_parsers(sub) -> None:
-    from entropy_lens.runs.head_config import HeadSearchConfig
+    from entropy_lens.runs.configs import HeadSearchConfig
 
-    d = {f.name: f.default for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length")}
     s = sub.add_parser(
         "search-heads",
         help="search per-head scales λ(h) with every weight frozen",
         epilog=SEARCH_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    s.add_argument("model", metavar="CKPT", help="Hugging Face folder, .gguf file, or bundled name")
-    s.add_argument("--len", dest="length", type=int, required=True, help="L', tokens per training window")
+    add_settings(s, HeadSearchConfig)  # every field but init, which these two flags give
     init = s.add_mutually_exclusive_group()
     init.add_argument(
         "--init", type=float, default=None, help="initial multiplier of every head (default 1.0)"
@@ -38,42 +37,12 @@ def add_parsers(sub) -> None:
         help="start from a sweep's best uniform scale for --len: the lowest mean loss over the last L/2 "
         "positions [len - L/2, len)",
     )
-    for name in (
-        "steps",
-        "lr",
-        "batch",
-        "micro_batch",
-        "lower_bound",
-        "data",
-        "seed",
-        "dtype",
-        "device",
-        "chunk",
-    ):
-        s.add_argument(
-            "--" + name.replace("_", "-"), type=type(d[name]), default=d[name], help=f"(default {d[name]})"
-        )
-    s.add_argument(
-        "--checkpointing", action="store_true", help="activation checkpointing (long --len on GPU)"
-    )
     s.add_argument(
         "--out", required=True, help="output .safetensors (scale_param per layer) + .json beside it"
     )
     s.add_argument("--partial", action="store_true", help="--init-from an unfinished sweep's finished scales")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_search_heads)
-
-
-def search_config(args, *, init: float):
-    """The HeadSearchConfig of the parsed flags, starting every head at `init`."""
-    from entropy_lens.runs.head_config import HeadSearchConfig
-
-    names = [
-        f.name for f in dataclasses.fields(HeadSearchConfig) if f.name not in ("model", "length", "init")
-    ]
-    return HeadSearchConfig(
-        model=args.model, length=args.length, init=init, **{n: getattr(args, n) for n in names}
-    )
 
 
 def cmd_search_heads(args) -> int:
@@ -94,7 +63,9 @@ def cmd_search_heads(args) -> int:
             f"initial scale {init:g}: the lowest mean loss over positions [{a}, {b}) (the last L/2 of "
             f"--len) in {args.init_from}{edge}"
         )
-    config = search_config(args, init=init)
+    from entropy_lens.runs.configs import HeadSearchConfig
+
+    config = config_from_args(HeadSearchConfig, args, init=init)
     config.check()
     with OutputLock(out):
         result = search_head_scales(config, progress=not args.quiet)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from entropy_lens.models.bundled import BUNDLED_MODELS
+from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.cli.scan import BUNDLED
+from entropy_lens.runs.configs import PerplexityConfig
 
 PPL_DESCRIPTION = """\
 Windows of W tokens start every S tokens of --data, and only each window's last S tokens are scored
@@ -24,64 +26,14 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "ppl",
         help="sliding-window perplexity at several window lengths (the paper's Table 2)",
-        description=PPL_DESCRIPTION,
+        description=PPL_DESCRIPTION + "\n" + BUNDLED,
         epilog=PPL_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "model",
-        metavar="CKPT",
-        help=f"Hugging Face folder or Hub id, .gguf file, or bundled name ({', '.join(BUNDLED_MODELS)})",
-    )
-    p.add_argument(
-        "--lens",
-        dest="lengths",
-        metavar="W",
-        type=int,
-        nargs="+",
-        required=True,
-        help="window lengths in tokens, ascending (the paper: 1L 2L 4L 8L)",
-    )
-    p.add_argument(
-        "--stride",
-        type=int,
-        metavar="S",
-        help="tokens between window starts, and tokens scored per window (default: L/8 of the model's "
-        "training length L, the paper's 256 at L = 2048)",
-    )
-    p.add_argument("--samples", type=int, default=256, help="windows per length (default 256)")
-    p.add_argument("--data", default="austen:persuasion", help="as for scan (default austen:persuasion)")
-    p.add_argument("--seed", type=int, default=0, help="which windows are drawn (default 0)")
-    variant = p.add_mutually_exclusive_group()
-    variant.add_argument("--scale", type=float, help="uniform attention scale multiplier s: λ = s/√d")
-    variant.add_argument("--head-scales", metavar="F", help="per-head multipliers [layers, heads] file")
-    variant.add_argument(
-        "--rope-scaling",
-        metavar="TYPE:FACTOR",
-        help="scale the checkpoint's RoPE: dynamic:2, linear:F, yarn:F",
-    )
-    p.add_argument(
-        "--nope", action="store_true", default=None, help="remove rotary position embedding (NoPE)"
-    )
-    p.add_argument("--train-len", type=int, help="the model's training length L (default: its config's)")
-    p.add_argument(
-        "--dtype", default="auto", help="float32 | bfloat16 | float16 (default: fp32 on CPU, bf16 on CUDA)"
-    )
-    p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default auto)")
-    p.add_argument("--batch-size", type=int, default=1)
+    add_settings(p, PerplexityConfig, exclusive=[("scale", "head_scales", "rope_scaling")])
     p.add_argument("--out", help="write the table, its settings and provenance to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_ppl)
-
-
-def perplexity_config(args):
-    """The PerplexityConfig of the parsed flags."""
-    import dataclasses
-
-    from entropy_lens.runs.perplexity import PerplexityConfig
-
-    names = {f.name for f in dataclasses.fields(PerplexityConfig)}
-    return PerplexityConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def cmd_ppl(args) -> int:
@@ -93,7 +45,7 @@ def cmd_ppl(args) -> int:
     from entropy_lens.runs.output import check_file_target, save_or_rescue
     from entropy_lens.runs.perplexity import perplexity, perplexity_record
 
-    config = perplexity_config(args)
+    config = config_from_args(PerplexityConfig, args)
     config.check()  # every flag before the model loads, and before --out is touched
     out = None if args.out is None else check_file_target(args.out, example="ppl.json")
     with OutputLock(out) if out is not None else contextlib.nullcontext():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.models.bundled import BUNDLED_MODELS
+
+BUNDLED = f"bundled models (CKPT): {', '.join(BUNDLED_MODELS)}"
 
 SCAN_EXAMPLES = """examples:
   entropy-lens scan AntNLP/TinyLlama-NoPE-1.1B --nope --len 16384 --device cuda   # Hub id, via the HF cache
@@ -21,26 +24,16 @@ SWEEP_EXAMPLES = """examples:
 
 
 def add_parsers(sub) -> None:
+    from entropy_lens.runs.configs import ScanConfig
+
     p = sub.add_parser(
         "scan",
         help="per-layer, per-head, per-position attention entropy and loss",
+        description=BUNDLED,
         epilog=SCAN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_scan_args(p)
-    scales = p.add_mutually_exclusive_group()
-    scales.add_argument(
-        "--scale", type=float, help="uniform attention scale multiplier s: λ = s/√d for every head"
-    )
-    scales.add_argument(
-        "--head-scales", metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
-    )
-    p.add_argument(
-        "--entropy",
-        choices=["heads", "mean", "none"],
-        default="heads",
-        help="store entropy per head (default), averaged over each layer's heads, or not at all",
-    )
+    add_settings(p, ScanConfig, exclusive=[("scale", "head_scales")])
     p.add_argument("--out", help="results .npz (default results/<model>-len<N>.npz)")
     _add_mode_args(p, "scan")
     p.set_defaults(func=cmd_scan)
@@ -48,12 +41,13 @@ def add_parsers(sub) -> None:
     w = sub.add_parser(
         "sweep",
         help="one scan per uniform scale multiplier s, into a folder",
+        description=BUNDLED,
         epilog=SWEEP_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_scan_args(w)
+    add_settings(w, ScanConfig, exclude=("scale", "head_scales", "entropy"))
     w.add_argument("--scales", required=True, help="start:stop:step (stop included) or a comma list of s")
-    w.add_argument(
+    w.add_argument(  # a sweep's own default: its scale files are ~1/heads the size
         "--entropy",
         choices=["heads", "mean", "none"],
         default="mean",
@@ -62,70 +56,6 @@ def add_parsers(sub) -> None:
     w.add_argument("--out", required=True, help="sweep folder (sweep.json + one results file per scale)")
     _add_mode_args(w, "sweep")
     w.set_defaults(func=cmd_sweep)
-
-
-def _add_scan_args(p) -> None:
-    names = ", ".join(BUNDLED_MODELS)
-    p.add_argument(
-        "model",
-        metavar="CKPT",
-        help=f"Hugging Face folder or Hub id (org/name), .gguf file, or bundled name ({names})",
-    )
-    p.add_argument(
-        "--len", dest="length", type=int, required=True, help="tokens per sequence (model input length)"
-    )
-    p.add_argument("--samples", type=int, default=8, help="packed chunks to average over (default 8)")
-    p.add_argument(
-        "--data",
-        default="austen",
-        help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
-        ".jsonl with a 'text' field, or .npy token ids [N, len+1] (default austen)",
-    )
-    p.add_argument(
-        "--nope", action="store_true", default=None, help="remove rotary position embedding (NoPE)"
-    )
-    p.add_argument(
-        "--rope-scaling",
-        metavar="TYPE:FACTOR",
-        help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, "
-        "yarn:F",
-    )
-    p.add_argument(
-        "--dtype", default="auto", help="float32 | bfloat16 | float16 (default: float32 on CPU, bf16 on CUDA)"
-    )
-    p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (default auto)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0, help="which chunks are drawn (default 0)")
-    p.add_argument(
-        "--stride",
-        type=int,
-        metavar="S",
-        help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
-        "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
-    )
-    p.add_argument(
-        "--backend",
-        default="auto",
-        help="entropy kernel: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference",
-    )
-    p.add_argument(
-        "--fused",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="layer output + entropy in one fused pass (on; Triton on CUDA, the streamed torch path on "
-        "CPU), sdpa + an entropy pass (off), or whichever is faster, timed on the first layers (auto, default)",
-    )
-    p.add_argument(
-        "--train-len", type=int, help="the model's training length (default: what its config declares)"
-    )
-    p.add_argument(
-        "--scale-schedule",
-        metavar="KIND:X",
-        help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
-        "length L) or log:A (1 + A ln(i/L) beyond it); the paper's section 2.4",
-    )
-    p.add_argument("--trust-remote-code", action="store_true", help="allow a checkpoint's own Python code")
-    p.add_argument("--revision", help="branch, tag or commit of a Hub id (org/name); default main")
 
 
 def _add_mode_args(p, what: str) -> None:
@@ -137,22 +67,13 @@ def _add_mode_args(p, what: str) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def scan_config(args):
-    """A ScanConfig from the parsed flags (scan and sweep share every field but the scale)."""
-    import dataclasses
-
-    from entropy_lens.runs.scan import ScanConfig
-
-    names = {f.name for f in dataclasses.fields(ScanConfig)}
-    return ScanConfig(**{k: v for k, v in vars(args).items() if k in names})
-
-
 def cmd_scan(args) -> int:
     from entropy_lens.results import summary
+    from entropy_lens.runs.configs import ScanConfig
     from entropy_lens.runs.distributed import world
     from entropy_lens.runs.scan import default_out, scan
 
-    config = scan_config(args)
+    config = config_from_args(ScanConfig, args)
     out = args.out or default_out(config)
     result = scan(config, out=out, resume=args.resume, force=args.force, progress=not args.quiet)
     if not world().main:
@@ -180,9 +101,16 @@ def cmd_sweep(args) -> int:
             "sweep runs in one process; run it without torchrun (or torchrun one scan per scale)"
         )
 
+    from entropy_lens.runs.configs import ScanConfig
+
     scales = parse_scales(args.scales)
     out = sweep(
-        scan_config(args), scales, args.out, resume=args.resume, force=args.force, progress=not args.quiet
+        config_from_args(ScanConfig, args, entropy=args.entropy),
+        scales,
+        args.out,
+        resume=args.resume,
+        force=args.force,
+        progress=not args.quiet,
     )
     print(f"wrote {len(scales)} scans (s = {scales[0]:g} .. {scales[-1]:g}) and {out / 'sweep.json'}")
     return 0

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
+from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.runs.training.tiny import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
@@ -23,14 +23,8 @@ def add_parsers(sub) -> None:
         epilog=TRAIN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    t.add_argument("--kind", required=True, choices=["nope", "rope"], help="position encoding")
+    add_settings(t, TinyRecipe, required=("kind",))  # every recipe field is a flag, same name and default
     t.add_argument("--out", help="output Hugging Face folder (default tiny-<kind>)")
-    for field in dataclasses.fields(TinyRecipe):  # every recipe field is a flag, same name and default
-        if field.name != "kind":
-            flag = "--" + field.name.replace("_", "-")
-            t.add_argument(
-                flag, type=type(field.default), default=field.default, help=f"(default {field.default})"
-            )
     t.add_argument(
         "--snapshot",
         type=int,
@@ -46,15 +40,10 @@ def add_parsers(sub) -> None:
     t.set_defaults(func=cmd_train_tiny)
 
 
-def tiny_recipe(args) -> TinyRecipe:
-    """The TinyRecipe of the parsed flags."""
-    return TinyRecipe(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TinyRecipe)})
-
-
 def cmd_train_tiny(args) -> int:
     from entropy_lens.runs.training import train_tiny
 
-    recipe = tiny_recipe(args)
+    recipe = config_from_args(TinyRecipe, args)
     out = train_tiny(
         recipe,
         args.out or f"tiny-{args.kind}",

@@ -13,28 +13,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.settings import setting
 
 __all__ = ["FiguresConfig"]
 
 
 @dataclass
 class FiguresConfig:
-    nope: str = "tiny-nope"
-    rope: str = "tiny-rope"
+    nope: str = setting("tiny-nope", flag="--nope-ckpt", help="NoPE checkpoint")
+    rope: str = setting("tiny-rope", flag="--rope-ckpt", help="its RoPE twin")
     # an early checkpoint of the NoPE model's run (Figure 7's left panel; the paper: 10K of 50K steps);
     # None: the panel is left out
-    early: str | None = "tiny-nope-step300"
-    head_scales: str | None = None  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
+    early: str | None = setting(
+        "tiny-nope-step300",
+        flag="--early-ckpt",
+        help="an early checkpoint of the NoPE model's run, Figure 7's left panel",
+    )
+    head_scales: str | None = setting(  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
+        None, flag="--head-scale-ckpt", help="searched λ(h) for the NoPE model at 4L (default: search them)"
+    )
     short_head_scales: str | None = None  # λ(h) at short·L for Figure 3 (the paper's hs4k); None: search
-    train_len: int | None = None  # L; default the NoPE checkpoint's declared train_len
-    data: str = "austen:persuasion"  # evaluation text (held out of the tiny pair's training)
+    train_len: int | None = setting(None, help="training length L (default: the NoPE checkpoint's)")
+    data: str = setting("austen:persuasion", help="evaluation text (held out of the tiny pair's training)")
     search_data: str = "austen-minus:persuasion"  # head-scale search text (the training novels)
-    samples: int = 128
+    samples: int = setting(128, help="windows per scan")
     sweep_samples: int = 64
     short: int = 2
     long: int = 4
     fit: int = 8
-    length: int | None = None  # Figure 7's sweep length in tokens (default fit·L), e.g. 16384
+    length: int | None = setting(None, flag="--len", help="Figure 7's sweep length in tokens (default 8L)")
     fig1_scale: float = 1.2
     nope_scales: list[float] = field(default_factory=lambda: [0.9, 1.0, 1.1, 1.2])
     rope_scales: list[float] = field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4])
@@ -59,7 +66,7 @@ class FiguresConfig:
     search_steps: int = 200
     search_lr: float = 0.1
     search_batch: int = 8
-    device: str = "auto"
+    device: str = setting("auto", help="cpu, cuda, ...")
     dtype: str = "auto"
     batch_size: int = 8
     seed: int = 0

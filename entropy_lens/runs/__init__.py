@@ -5,11 +5,12 @@
     sums.py         ScanSums: the scan's float64 running sums, checkpointed and all-reduced
     distributed.py  torchrun: ranks, process group, all-reduce of those sums
     sweep.py        one scan per uniform scale, into a folder with a sweep index
-    head_search.py  the per-head λ(h) search (every weight frozen); head_config.py its settings (no torch)
+    configs.py      ScanConfig, PerplexityConfig, HeadSearchConfig: every run setting declared once (no torch)
+    head_search.py  the per-head λ(h) search (every weight frozen)
     threads.py      --threads: the CPU thread count, set once before a command loads torch
     training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
-    figures.py      the scans, sweep and search behind the paper's figures, cached; then rendering
+    figures.py      the scans, sweep and search behind the paper's figures (cached: figure_cache.py); then rendering
                     (their settings, FiguresConfig, live in figures/config.py, re-exported here)
 
 It may import every package below it (models, capture, kernels, data, results, analysis and, for the
@@ -23,15 +24,15 @@ functions `scan` and `sweep` share their modules' names: import them from `entro
 from importlib import import_module
 
 _LAZY = {
-    "ScanConfig": "scan",
+    "ScanConfig": "configs",
     "ScanSums": "sums",
     "parse_scales": "sweep",
-    "HeadSearchConfig": "head_config",
+    "HeadSearchConfig": "configs",
     "search_head_scales": "head_search",
     "save_head_scales": "head_search",
     "TinyRecipe": "training",
     "train_tiny": "training",
-    "PerplexityConfig": "perplexity",
+    "PerplexityConfig": "configs",
     "FiguresConfig": "figures",
     "figure_data": "figures",
     "make_figures": "figures",

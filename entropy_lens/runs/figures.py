@@ -23,13 +23,12 @@ writes (`entropy_lens.figures.differences`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import time
 from pathlib import Path
 
-from entropy_lens.errors import EntropyLensError, problem
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.record import (
     Ablation,
@@ -41,23 +40,19 @@ from entropy_lens.figures.record import (
     Schedules,
     SweepFit,
 )
-from entropy_lens.runs.output import say
+from entropy_lens.runs.figure_cache import RunCache
 
 __all__ = ["FiguresConfig", "figure_data", "make_figures"]
 
 
-class Runs:
-    """The scans, sweep and search behind the figures, each cached under a hash of its settings."""
-
-    def __init__(self, config, cache: Path, progress: bool, cached_only: bool = False):
-        self.config, self.cache, self.progress, self.cached_only = config, cache, progress, cached_only
-        self.inits: dict[int, float] = {}  # length -> the initial multiplier of each head-scale search
-        self.cache.mkdir(parents=True, exist_ok=True)
+class Runs(RunCache):
+    """The scans, sweep and search behind the figures (each cached: runs/figure_cache.py), composed
+    into the figures' record."""
 
     def compute(self) -> FigureData:
         from entropy_lens.analysis import best_uniform_scale
         from entropy_lens.models import declared_train_len
-        from entropy_lens.runs.head_config import HeadSearchConfig
+        from entropy_lens.runs.configs import HeadSearchConfig
 
         c = self.config
         L = c.train_len or declared_train_len(c.nope)
@@ -164,16 +159,6 @@ class Runs:
         smoothed = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
         return SweepFit(model=model, steps=training_steps(model), sweep=sweep, fit=fit, fit_smoothed=smoothed)
 
-    def _missing(self, what: str, path: Path, damage: str | None = None) -> None:
-        """Refuse a run that the cache lacks (or holds `damage`d) when only cached runs may be used
-        (`cached_only`)."""
-        if self.cached_only:
-            why = f"no {path.name}" if damage is None else damage
-            raise EntropyLensError(
-                f"{what} is not in the cache {self.cache} ({why}); run `entropy-lens figures` "
-                "without --cached-only to compute it"
-            )
-
     def schedules(self, final: SweepFit, head_scales: str, L: int, fit_len: int) -> Schedules:
         """§2.4's negative claim at `fit_len`, loss only, with the sweep's windows: a piecewise scale
         (1 inside L, beyond it the best single scale for [L, fit_len)) and the log schedule with
@@ -196,49 +181,6 @@ class Runs:
             heads_log=run(head_scales=head_scales, scale_schedule=f"log:{a:.4g}"),
         )
 
-    def _path(self, kind: str, settings: dict, suffix: str) -> Path:
-        if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
-            digest = hashlib.sha256(Path(settings["head_scales"]).read_bytes()).hexdigest()
-            settings = {**settings, "head_scales": digest}
-        digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
-        name = Path(str(settings.get("model", "x")).rstrip("/")).name
-        return self.cache / f"{kind}-{name}-{settings.get('length', '')}-{digest}{suffix}"
-
-    def _scan_config(self, model: str, length: int, **kw):
-        from entropy_lens.runs.scan import ScanConfig
-
-        return ScanConfig(
-            model=model, length=length, samples=kw.pop("samples", self.config.samples), **self._shared(), **kw
-        )
-
-    def _shared(self) -> dict:
-        """The settings every run of the figures shares (text, seed, device, dtype, batch, L)."""
-        c = self.config
-        names = ("data", "seed", "device", "dtype", "batch_size", "train_len")
-        return {name: getattr(c, name) for name in names}
-
-    def scan(self, model: str, length: int, **kw):
-        return self.cached_scan(self._scan_config(model, length, **kw))
-
-    def cached_scan(self, config):
-        """The ScanResult of `config`: from the cache, else run (and cached)."""
-        from entropy_lens.runs.scan import scan
-
-        config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
-        path = self._path("scan", config.to_dict(), ".npz")
-        if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
-            from entropy_lens.results import ScanResult
-
-            try:
-                return ScanResult.load(path)
-            except EntropyLensError as err:  # damaged: scanned again below (scan(resume=True) says so)
-                self._missing(f"the scan of {config.model} at {config.length}", path, problem(err))
-        else:
-            self._missing(f"the scan of {config.model} at {config.length}", path)
-        if self.progress:
-            print(f"scan {config.model} len {config.length} -> {path}", flush=True)
-        return scan(config, out=path, resume=True, progress=self.progress)
-
     def perplexity(self, L: int, variants: dict) -> dict:
         """Table 2: sliding-window perplexity at L, 2L, ..., fit·L of each variant {name: (model, ScanConfig
         keywords)}, windows every `ppl_stride` (default L/8) tokens, the last stride of each scored."""
@@ -258,28 +200,6 @@ class Runs:
             )
             table[name] = perplexity(config, scan=self.cached_scan, progress=False)
         return table
-
-    def sweep(self, model: str, length: int):
-        """The loaded Sweep of `model` at `length`: from the cache, else run (a damaged or unfinished
-        one is finished and repaired by `runs.sweep.sweep`, which says what it repaired)."""
-        from entropy_lens.analysis import load_sweep
-        from entropy_lens.results import SWEEP_INDEX
-        from entropy_lens.runs.sweep import parse_scales, sweep
-
-        c = self.config
-        config = self._scan_config(model, length, samples=c.sweep_samples, entropy="none")
-        folder = self._path("sweep", {**config.to_dict(), "scales": c.sweep_scales}, "")
-        scales = parse_scales(c.sweep_scales)
-        damage = None
-        if (folder / SWEEP_INDEX).is_file():
-            try:  # the folder name hashes every setting: a complete, readable sweep is this one
-                return load_sweep(folder)
-            except EntropyLensError as err:
-                damage = problem(err)
-        self._missing(f"the sweep of {model} at {length}", folder, damage)
-        if self.progress:
-            print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
-        return load_sweep(sweep(config, scales, folder, resume=True, progress=self.progress))
 
     def ablations(self, length: int, init: float) -> Ablations:
         """Table 4's ablations of the λ(h) search at `length`, each evaluated by a scan: without the
@@ -305,51 +225,6 @@ class Runs:
                 for name, f in files.items()
             }
         )
-
-    def search(
-        self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
-    ) -> str:
-        from entropy_lens.runs.head_search import (
-            HeadSearchConfig,
-            read_head_scales,
-            save_head_scales,
-            search_head_scales,
-        )
-
-        c = self.config
-        config = HeadSearchConfig(
-            model=model,
-            length=length,
-            init=init,
-            steps=c.search_steps,
-            lr=c.search_lr,
-            batch=c.search_batch,
-            micro_batch=c.search_batch,
-            data=c.search_data,
-            seed=c.seed,
-            dtype=c.dtype,
-            device=c.device,
-            lower_bound=lower_bound,
-        )
-        if config.init < config.lower_bound:  # s* below the focus bound: start where the clamp would put it
-            config = dataclasses.replace(config, init=config.lower_bound)
-        if record:  # the init the figures' own search at this length started from
-            self.inits[length] = config.init
-        path = self._path("heads", dataclasses.asdict(config), ".safetensors")
-        what = f"the head-scale search of {model} at {length} from {init:g}"
-        if path.is_file():
-            try:
-                read_head_scales(path)
-            except EntropyLensError as err:  # damaged: searched again (and said)
-                self._missing(what, path, problem(err))
-                say(f"{problem(err)}: searching again")
-                path.unlink()
-        if not path.is_file():
-            self._missing(what, path)
-            if self.progress:
-                print(f"search-heads {model} len {length} init {init:g} -> {path}", flush=True)
-            save_head_scales(search_head_scales(config, progress=self.progress), path)
-        return str(path)
 
 
 CACHE = "figures/runs"  # the committed runs behind the committed figures: a fresh clone only redraws

@@ -34,7 +34,7 @@ from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models import load_model, resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.results import atomic_write_text
-from entropy_lens.runs.head_config import HeadSearchConfig
+from entropy_lens.runs.configs import HeadSearchConfig
 from entropy_lens.runs.output import check_file_target
 
 __all__ = [

@@ -20,9 +20,8 @@ checkpoint (rerunning writes it) or saved elsewhere, and the error says where (r
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +37,8 @@ from entropy_lens.capture import (
     next_token_nll,
     parse_schedule,
 )
-from entropy_lens.capture.fused import FUSED_MODES, PathChoices
-from entropy_lens.data import Chunks, check_length, token_chunks
-from entropy_lens.data.chunks import check_stride
+from entropy_lens.capture.fused import PathChoices
+from entropy_lens.data import Chunks, token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import fold_status, resolve_backend
 from entropy_lens.models import (
@@ -52,86 +50,14 @@ from entropy_lens.models import (
     validate_head_scales,
 )
 from entropy_lens.progress import progress_bar
-from entropy_lens.results import ENTROPY_REDUCTIONS, ScanResult, provenance
+from entropy_lens.results import ScanResult, provenance
+from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.distributed import World, process_group, world
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
 __all__ = ["Run", "ScanConfig", "default_out", "partial_path", "scan"]
-
-ADDED_FIELDS = ("revision", "scale_schedule", "stride")  # ScanConfig fields newer than results schema 1
-
-
-@dataclass(frozen=True)
-class ScanConfig:
-    """Everything that determines a scan's numbers (saved in the results' meta)."""
-
-    model: str
-    length: int
-    samples: int = 8
-    data: str = "austen"
-    nope: bool | None = None  # None: as the checkpoint declares; True forces rotary off
-    rope_scaling: str | None = None  # "dynamic:2" etc.: the checkpoint's RoPE with that scaling
-    scale: float | None = None  # uniform multiplier s, λ = s/√d
-    head_scales: str | None = None  # file with (layers, heads) multipliers
-    dtype: str = "auto"  # float32 on CPU, bfloat16 on CUDA
-    device: str = "auto"
-    batch_size: int = 1
-    seed: int = 0
-    backend: str = "auto"
-    fused: str = "auto"  # output + entropy in one pass (on/off/auto = the faster, timed: capture/fused.py)
-    train_len: int | None = None  # overrides the checkpoint's declared training length
-    trust_remote_code: bool = False
-    revision: str | None = None  # a Hub id's branch, tag or commit (default: main)
-    scale_schedule: str | None = (
-        None  # "piecewise:S" | "log:A": query-position multipliers (capture/schedule.py)
-    )
-    entropy: str = "heads"  # "heads": per head; "mean": mean over each layer's heads; "none": loss only
-    stride: int | None = None  # None: non-overlapping chunks; S: windows starting every S tokens
-
-    def to_dict(self) -> dict:
-        """The fields; those added after the first release appear only when set, so the results and
-        caches written before them still match the same scan."""
-        d = asdict(self)
-        for name in ADDED_FIELDS:
-            if d[name] is None:
-                del d[name]
-        return d
-
-    def check(self) -> None:
-        check_length(self.length)
-        check_stride(self.stride)
-        if self.stride is not None and self.stride > self.length:
-            raise EntropyLensError(
-                f"--stride {self.stride} exceeds --len {self.length}: windows would skip the tokens "
-                f"between them; pass --stride {self.length} or less"
-            )
-        if self.samples < 1:
-            raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
-        if self.entropy not in ENTROPY_REDUCTIONS:
-            raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
-        if self.batch_size < 1:
-            raise EntropyLensError(f"--batch-size must be at least 1 (got {self.batch_size})")
-        if self.scale is not None and self.head_scales is not None:
-            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
-        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
-            raise EntropyLensError(
-                f"--scale must be a positive finite multiplier of 1/sqrt(d) (got {self.scale})"
-            )
-        if self.head_scales is not None and not Path(self.head_scales).is_file():
-            raise EntropyLensError(
-                f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
-                ".npy or .json file of shape [layers, heads]"
-            )
-        if self.train_len is not None and self.train_len < 1:
-            raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
-        parse_schedule(self.scale_schedule)
-        resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
-        if self.fused not in FUSED_MODES:
-            raise EntropyLensError(
-                f"--fused {self.fused!r} is not known; use one of {', '.join(FUSED_MODES)}"
-            )
 
 
 def scan(

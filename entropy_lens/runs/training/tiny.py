@@ -50,6 +50,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
+from entropy_lens.settings import setting
 
 __all__ = ["TinyRecipe", "build_model", "train_tiny"]
 
@@ -61,24 +62,27 @@ _NOPE_ROPE = {"rope_type": "linear", "factor": 1e30}  # angle = position * inv_f
 class TinyRecipe:
     """Everything that determines the trained weights (recorded in the model's config)."""
 
-    kind: str = "nope"  # "nope" | "rope"
-    train_len: int = 128  # L, tokens per training sequence
-    hidden: int = 192
-    intermediate: int = 512
-    layers: int = 4
-    heads: int = 6
-    kv_heads: int = 6  # multi-head; 2 (GQA) was tried: a uniform scale then barely helps NoPE
-    vocab: int = 2048
-    rope_theta: float = 10000.0
-    data: str = "austen-minus:persuasion"  # training text; the held-out novel is the evaluation text
-    batch: int = 32
-    steps: int = 1500
-    lr: float = 2e-3
-    warmup: int = 100  # linear warm-up steps, then cosine decay to min_lr_ratio * lr
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    seed: int = 0
+    kind: str = setting("nope", choices=("nope", "rope"), help="position encoding")
+    train_len: int = setting(128, help="L, tokens per training sequence")
+    hidden: int = setting(192, help="hidden size")
+    intermediate: int = setting(512, help="MLP intermediate size")
+    layers: int = setting(4, help="decoder layers")
+    heads: int = setting(6, help="query heads")
+    # multi-head; 2 (GQA) was tried: a uniform scale then barely helps NoPE
+    kv_heads: int = setting(6, help="key/value heads (a divisor of --heads)")
+    vocab: int = setting(2048, help="byte-level BPE vocabulary size")
+    rope_theta: float = setting(10000.0, help="RoPE base (the rope kind)")
+    data: str = setting(
+        "austen-minus:persuasion", help="training text; the held-out novel is the evaluation text"
+    )
+    batch: int = setting(32, help="sequences per optimiser step")
+    steps: int = setting(1500, help="optimiser steps")
+    lr: float = setting(2e-3, help="peak AdamW learning rate")
+    warmup: int = setting(100, help="linear warm-up steps, then cosine decay to min_lr_ratio x lr")
+    min_lr_ratio: float = setting(0.1, help="final learning rate / peak")
+    weight_decay: float = setting(0.1, help="AdamW weight decay")
+    grad_clip: float = setting(1.0, help="gradient-norm clip")
+    seed: int = setting(0, help="initialisation and batch order")
 
     def check(self) -> None:
         if self.kind not in _KINDS:

@@ -1,0 +1,121 @@
+"""Flags generated from the settings' dataclasses (`entropy_lens.settings.setting`), and the one way back
+from the parsed flags to a config.
+
+    add_settings(parser, ScanConfig, exclusive=[("scale", "head_scales")])
+    config = config_from_args(ScanConfig, args)          # every generated flag, by its field's name
+
+Each flag's dest is its field's name, its default the dataclass default (shown in the help), its type
+the field's; a bool field is a switch. `as_overrides=True` makes every default None ("not given"), for
+flags that override a settings file. The parser remembers which fields it generated
+(`args.settings_fields`), so `config_from_args` takes exactly those: a field with no flag keeps its
+default or comes from `given`, and a flag can never be dropped on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import MISSING
+
+from entropy_lens.settings import SETTING
+
+__all__ = ["add_settings", "config_from_args", "settings_from_args"]
+
+FIELDS = "settings_fields"  # the parsed namespace's {class name: generated field names}
+
+
+def add_settings(
+    parser: argparse.ArgumentParser,
+    cls,
+    names: typing.Iterable[str] | None = None,
+    *,
+    exclude: typing.Iterable[str] = (),
+    exclusive: typing.Iterable[tuple[str, ...]] = (),
+    required: typing.Iterable[str] = (),
+    as_overrides: bool = False,
+) -> list[str]:
+    """Add a flag for each field of `cls` that has one (in `names`' order, or the class's with the
+    required ones first; less `exclude`); fields in one `exclusive` tuple share a mutually exclusive group. Returns their names."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    chosen = [
+        n
+        for n in (names if names is not None else fields)
+        if n not in set(exclude) and fields[n].metadata.get(SETTING, {}).get("cli")
+    ]
+    if names is None:  # the class's order, required ones (the checkpoint, the length) first
+        chosen.sort(key=lambda n: _default(fields[n]) is not MISSING)
+    groups = {}
+    for members in exclusive:
+        group = parser.add_mutually_exclusive_group()
+        groups.update(dict.fromkeys(members, group))
+    for name in chosen:
+        spec, default = fields[name].metadata[SETTING], _default(fields[name])
+        target = groups.get(name, parser)
+        flag = spec["flag"] or "--" + name.replace("_", "-")
+        kwargs = {"help": _help(spec["help"], default)}
+        if spec["metavar"]:
+            kwargs["metavar"] = spec["metavar"]
+        if not flag.startswith("-"):  # positional
+            target.add_argument(flag, **kwargs)
+            continue
+        kwargs["dest"] = name
+        kind = _base_type(hints[name])
+        if kind is bool:
+            kwargs.update(action="store_true", default=None if as_overrides else default)
+        else:
+            if (spec["type"] or kind) is not str:  # argparse's own default
+                kwargs["type"] = spec["type"] or kind
+            if spec["choices"]:
+                kwargs["choices"] = list(spec["choices"])
+            if spec["nargs"]:
+                kwargs["nargs"] = spec["nargs"]
+            if default is MISSING or name in set(required):
+                kwargs["required"] = True
+            else:
+                kwargs["default"] = None if as_overrides else default
+        target.add_argument(flag, **kwargs)
+    known = dict(parser.get_default(FIELDS) or {})
+    known[cls.__name__] = [*known.get(cls.__name__, []), *chosen]
+    parser.set_defaults(**{FIELDS: known})
+    return chosen
+
+
+def settings_from_args(cls, args: argparse.Namespace) -> dict:
+    """{field name: parsed value} for every flag `add_settings` generated for `cls` on this parser."""
+    names = getattr(args, FIELDS, {}).get(cls.__name__)
+    if names is None:
+        raise TypeError(
+            f"the parser has no flags for {cls.__name__}: call add_settings(parser, {cls.__name__})"
+        )
+    return {name: getattr(args, name) for name in names}
+
+
+def config_from_args(cls, args: argparse.Namespace, **given):
+    """`cls` from its generated flags, with `given` for the fields that have none (or to replace them)."""
+    return cls(**{**settings_from_args(cls, args), **given})
+
+
+def _default(field: dataclasses.Field):
+    if field.default is not MISSING:
+        return field.default
+    if field.default_factory is not MISSING:
+        return field.default_factory()
+    return MISSING
+
+
+def _help(text: str, default) -> str:
+    if default is MISSING or default is None or default is False:
+        return text
+    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+    return f"{text} (default {shown})"
+
+
+def _base_type(hint):
+    """int for `int | None`, bool for `bool | None`, the element type's container for lists."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return _base_type(args[0])
+    return typing.get_origin(hint) or hint

@@ -1,0 +1,300 @@
+"""The settings of every run, each declared once (`entropy_lens.settings.setting`: its type, default and
+help), in groups the configs share; the CLI generates the flags from them (`cli/options.py`).
+
+    Checkpoint   model, dtype, device                                 every command
+    Loading      nope, rope_scaling, train_len, trust_remote_code, revision
+    Text         data, seed
+    Windows      samples, batch_size, stride
+    Scaling      scale, head_scales, scale_schedule                   the variants of the attention scale
+
+    ScanConfig        Checkpoint + Loading + Text + Windows + Scaling + length, backend, fused, entropy
+    PerplexityConfig  the same groups + lengths (samples, data and stride mean windows here: own defaults)
+    HeadSearchConfig  Checkpoint + Text + the search's own (length, init, steps, lr, batch, ...)
+
+No torch at import (`entropy-lens --help` builds every flag from here); `check()` imports what it needs.
+Names follow the glossary (README: Glossary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.settings import setting
+
+__all__ = ["STRIDE_FRACTION", "HeadSearchConfig", "PerplexityConfig", "ScanConfig"]
+
+STRIDE_FRACTION = 8  # ppl's default stride S = L / 8: the paper's 256 of L = 2048
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    model: str = setting(
+        flag="model",
+        metavar="CKPT",
+        help="Hugging Face folder or Hub id (org/name), .gguf file, or bundled name (listed below)",
+    )
+    dtype: str = setting("auto", help="float32 | bfloat16 | float16 (auto: float32 on CPU, bf16 on CUDA)")
+    device: str = setting("auto", help="cpu | cuda | cuda:N | auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loading:
+    nope: bool | None = setting(
+        None, help="remove rotary position embedding (NoPE); default: as the checkpoint declares"
+    )
+    rope_scaling: str | None = setting(
+        None,
+        metavar="TYPE:FACTOR",
+        help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F",
+    )
+    train_len: int | None = setting(
+        None, help="the model's training length L (default: what its config declares)"
+    )
+    trust_remote_code: bool = setting(False, help="allow a checkpoint's own Python code")
+    revision: str | None = setting(None, help="branch, tag or commit of a Hub id (org/name); default main")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Text:
+    data: str = setting(
+        "austen",
+        help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
+        ".jsonl with a 'text' field, or .npy token ids [N, len+1]",
+    )
+    seed: int = setting(0, help="which chunks (or windows) are drawn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Windows:
+    samples: int = setting(8, help="packed chunks to average over")
+    batch_size: int = setting(1, help="sequences per forward pass")
+    stride: int | None = setting(
+        None,
+        metavar="S",
+        help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
+        "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaling:
+    scale: float | None = setting(None, help="uniform attention scale multiplier s: λ = s/√d for every head")
+    head_scales: str | None = setting(
+        None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
+    )
+    scale_schedule: str | None = setting(
+        None,
+        metavar="KIND:X",
+        help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
+        "length L) or log:A (1 + A ln(i/L) beyond it); the paper's section 2.4",
+    )
+
+    def check_scaling(self) -> None:
+        from entropy_lens.capture import parse_schedule
+
+        if self.scale is not None and self.head_scales is not None:
+            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            raise EntropyLensError(
+                f"--scale must be a positive finite multiplier of 1/sqrt(d) (got {self.scale})"
+            )
+        if self.head_scales is not None and not Path(self.head_scales).is_file():
+            raise EntropyLensError(
+                f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
+                ".npy or .json file of shape [layers, heads]"
+            )
+        parse_schedule(self.scale_schedule)
+
+
+class Recorded:
+    """`to_dict()`: the fields as results and caches record them. Fields added after a release (ADDED)
+    appear only when they differ from their default, so what was written before them still matches."""
+
+    ADDED: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in self.ADDED:
+            if d[name] == defaults[name]:
+                del d[name]
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScanConfig(Recorded, Checkpoint, Loading, Text, Windows, Scaling):
+    """Everything that determines a scan's numbers (saved in the results' meta)."""
+
+    ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride")  # newer than schema 1
+    length: int = setting(flag="--len", help="tokens per sequence (model input length)")
+    backend: str = setting(
+        "auto",
+        help="entropy backend: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference",
+    )
+    fused: str = setting(
+        "auto",
+        choices=("auto", "on", "off"),
+        help="layer output + entropy in one fused pass (on; Triton on CUDA, the streamed torch path on "
+        "CPU), sdpa + an entropy pass (off), or whichever is faster, timed on the first layers (auto)",
+    )
+    entropy: str = setting(
+        "heads",
+        choices=("heads", "mean", "none"),
+        help="store entropy per head, averaged over each layer's heads, or not at all (the entropy "
+        "reduction)",
+    )
+
+    def check(self) -> None:
+        from entropy_lens.capture.fused import FUSED_MODES
+        from entropy_lens.data import check_length
+        from entropy_lens.data.chunks import check_stride
+        from entropy_lens.kernels import resolve_backend
+        from entropy_lens.results import ENTROPY_REDUCTIONS
+
+        check_length(self.length)
+        check_stride(self.stride)
+        if self.stride is not None and self.stride > self.length:
+            raise EntropyLensError(
+                f"--stride {self.stride} exceeds --len {self.length}: windows would skip the tokens "
+                f"between them; pass --stride {self.length} or less"
+            )
+        if self.samples < 1:
+            raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
+        if self.entropy not in ENTROPY_REDUCTIONS:
+            raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
+        if self.batch_size < 1:
+            raise EntropyLensError(f"--batch-size must be at least 1 (got {self.batch_size})")
+        self.check_scaling()
+        if self.train_len is not None and self.train_len < 1:
+            raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
+        resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
+        if self.fused not in FUSED_MODES:
+            raise EntropyLensError(
+                f"--fused {self.fused!r} is not known; use one of {', '.join(FUSED_MODES)}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerplexityConfig(Checkpoint, Loading, Text, Windows, Scaling):
+    """Everything that determines a sliding-window perplexity table for one model (lengths in tokens):
+    one loss-only ScanConfig per window length (`scan_config`), every shared field passed on."""
+
+    lengths: tuple[int, ...] = setting(
+        flag="--lens",
+        metavar="W",
+        type=int,
+        nargs="+",
+        help="window lengths in tokens, ascending (the paper: 1L 2L 4L 8L)",
+    )
+    # the same fields as a scan's, with the meaning and defaults of windows
+    samples: int = setting(256, help="windows per length")
+    data: str = setting("austen:persuasion", help="as for scan")
+    stride: int | None = setting(
+        None,
+        metavar="S",
+        help="tokens between window starts, and tokens scored per window (default: L/8 of the model's "
+        "training length L, the paper's 256 at L = 2048)",
+    )
+
+    def __post_init__(self):
+        object.__setattr__(self, "lengths", tuple(operator.index(w) for w in self.lengths))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "lengths": list(self.lengths)}
+
+    def scan_config(self, length: int) -> ScanConfig:
+        """The loss-only scan of windows of `length` tokens."""
+        names = {f.name for f in dataclasses.fields(ScanConfig)}
+        shared = {k: v for k, v in asdict(self).items() if k in names}
+        return ScanConfig(**shared, length=length, entropy="none")
+
+    def resolved(self) -> PerplexityConfig:
+        """This config with the default stride filled in from the training length L (reads the
+        checkpoint's config.json when `train_len` is not given)."""
+        from entropy_lens.models import declared_train_len
+
+        if self.stride is not None:
+            return self
+        L = self.train_len if self.train_len is not None else declared_train_len(self.model)
+        if L is None:
+            raise EntropyLensError(
+                f"{self.model} declares no training length L for the default stride L/8; pass --stride S "
+                "(the paper scores the last 256 tokens at L = 2048) or --train-len L"
+            )
+        return dataclasses.replace(self, stride=max(1, L // STRIDE_FRACTION))
+
+    def check(self) -> None:
+        if not self.lengths:
+            raise EntropyLensError("no window lengths; pass --lens W [W ...], e.g. --lens 128 256 512 1024")
+        if any(b <= a for a, b in zip(self.lengths, self.lengths[1:])):
+            raise EntropyLensError(
+                f"--lens {' '.join(map(str, self.lengths))} are not ascending; pass each length once, "
+                f"shortest first: --lens {' '.join(map(str, sorted(set(self.lengths))))}"
+            )
+        variants = [
+            f"--{k.replace('_', '-')}" for k in ("scale", "head_scales", "rope_scaling") if getattr(self, k)
+        ]
+        if len(variants) > 1:
+            raise EntropyLensError(f"{' and '.join(variants)} both given; pass one variant per table row")
+        if self.stride is not None and self.stride < 1:
+            raise EntropyLensError(
+                f"--stride must be at least 1 (got {self.stride}): it is the tokens scored per window; pass "
+                f"--stride 1 or more, or omit it for L/{STRIDE_FRACTION} of the model's training length L"
+            )
+        if self.stride is not None and self.lengths[0] <= self.stride:
+            raise EntropyLensError(
+                f"--lens {self.lengths[0]} is not longer than --stride {self.stride}: a window must hold "
+                f"context before its {self.stride} scored tokens; pass lengths above {self.stride} or a "
+                "smaller --stride"
+            )
+        for length in self.lengths:
+            self.scan_config(length).check()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadSearchConfig(Checkpoint, Text):
+    """The settings of the per-head scale search (runs/head_search.py)."""
+
+    length: int = setting(flag="--len", help="L', tokens per training window")
+    init: float = setting(
+        1.0, cli=False, help="initial multiplier of every head (the best uniform scale for L')"
+    )
+    steps: int = setting(200, help="optimiser steps")
+    lr: float = setting(0.1, help="AdamW learning rate (after a warm-up, cosine decay to 0.1x)")
+    batch: int = setting(8, help="windows per optimiser step")
+    micro_batch: int = setting(1, help="windows per forward pass (gradients accumulated)")
+    lower_bound: float = setting(
+        1.0, help="smallest multiplier a head may take (1: the focus constraint λ(h) >= 1/√d)"
+    )
+    checkpointing: bool = setting(False, help="activation checkpointing (long --len on GPU)")
+    chunk: int = setting(1024, help="positions of logits per loss chunk (memory)")
+
+    def check(self) -> None:
+        from entropy_lens.data import check_length
+
+        check_length(self.length)
+        for name in ("steps", "batch", "micro_batch", "chunk"):
+            if getattr(self, name) < 1:
+                raise EntropyLensError(
+                    f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})"
+                )
+        if self.batch % self.micro_batch:
+            raise EntropyLensError(
+                f"--batch {self.batch} must be a multiple of --micro-batch {self.micro_batch}"
+            )
+        if not (math.isfinite(self.init) and self.init > 0 and self.init >= self.lower_bound):
+            raise EntropyLensError(
+                f"--init {self.init} must be positive and at least --lower-bound {self.lower_bound}"
+            )
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise EntropyLensError(f"--lr must be positive (got {self.lr})")
+        if not (math.isfinite(self.lower_bound) and self.lower_bound >= 0):
+            raise EntropyLensError(
+                f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint"
+            )

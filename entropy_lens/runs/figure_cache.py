@@ -1,0 +1,147 @@
+"""The figures' cache: every scan, sweep and head-scale search `entropy-lens figures` runs, stored in
+`cache` under a name that hashes its settings (a head-scale file by its contents), so a rerun reuses
+what is done and a changed setting never reads a stale file. A damaged entry is run again (and said);
+with `cached_only` a missing or damaged entry is refused instead. `Runs` (runs/figures.py) composes
+these into the figures' record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from entropy_lens.errors import EntropyLensError, problem
+from entropy_lens.runs.output import say
+
+__all__ = ["RunCache"]
+
+
+class RunCache:
+    """The runs of one `FiguresConfig`, each cached under a hash of its settings."""
+
+    def __init__(self, config, cache: Path, progress: bool, cached_only: bool = False):
+        self.config, self.cache, self.progress, self.cached_only = config, cache, progress, cached_only
+        self.inits: dict[int, float] = {}  # length -> the initial multiplier of each head-scale search
+        self.cache.mkdir(parents=True, exist_ok=True)
+
+    def _missing(self, what: str, path: Path, damage: str | None = None) -> None:
+        """Refuse a run that the cache lacks (or holds `damage`d) when only cached runs may be used
+        (`cached_only`)."""
+        if self.cached_only:
+            why = f"no {path.name}" if damage is None else damage
+            raise EntropyLensError(
+                f"{what} is not in the cache {self.cache} ({why}); run `entropy-lens figures` "
+                "without --cached-only to compute it"
+            )
+
+    def _path(self, kind: str, settings: dict, suffix: str) -> Path:
+        if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
+            digest = hashlib.sha256(Path(settings["head_scales"]).read_bytes()).hexdigest()
+            settings = {**settings, "head_scales": digest}
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        name = Path(str(settings.get("model", "x")).rstrip("/")).name
+        return self.cache / f"{kind}-{name}-{settings.get('length', '')}-{digest}{suffix}"
+
+    def _scan_config(self, model: str, length: int, **kw):
+        from entropy_lens.runs.scan import ScanConfig
+
+        return ScanConfig(
+            model=model, length=length, samples=kw.pop("samples", self.config.samples), **self._shared(), **kw
+        )
+
+    def _shared(self) -> dict:
+        """The settings every run of the figures shares (text, seed, device, dtype, batch, L)."""
+        c = self.config
+        names = ("data", "seed", "device", "dtype", "batch_size", "train_len")
+        return {name: getattr(c, name) for name in names}
+
+    def scan(self, model: str, length: int, **kw):
+        return self.cached_scan(self._scan_config(model, length, **kw))
+
+    def cached_scan(self, config):
+        """The ScanResult of `config`: from the cache, else run (and cached)."""
+        from entropy_lens.runs.scan import scan
+
+        config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
+        path = self._path("scan", config.to_dict(), ".npz")
+        if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
+            from entropy_lens.results import ScanResult
+
+            try:
+                return ScanResult.load(path)
+            except EntropyLensError as err:  # damaged: scanned again below (scan(resume=True) says so)
+                self._missing(f"the scan of {config.model} at {config.length}", path, problem(err))
+        else:
+            self._missing(f"the scan of {config.model} at {config.length}", path)
+        if self.progress:
+            print(f"scan {config.model} len {config.length} -> {path}", flush=True)
+        return scan(config, out=path, resume=True, progress=self.progress)
+
+    def sweep(self, model: str, length: int):
+        """The loaded Sweep of `model` at `length`: from the cache, else run (a damaged or unfinished
+        one is finished and repaired by `runs.sweep.sweep`, which says what it repaired)."""
+        from entropy_lens.analysis import load_sweep
+        from entropy_lens.results import SWEEP_INDEX
+        from entropy_lens.runs.sweep import parse_scales, sweep
+
+        c = self.config
+        config = self._scan_config(model, length, samples=c.sweep_samples, entropy="none")
+        folder = self._path("sweep", {**config.to_dict(), "scales": c.sweep_scales}, "")
+        scales = parse_scales(c.sweep_scales)
+        damage = None
+        if (folder / SWEEP_INDEX).is_file():
+            try:  # the folder name hashes every setting: a complete, readable sweep is this one
+                return load_sweep(folder)
+            except EntropyLensError as err:
+                damage = problem(err)
+        self._missing(f"the sweep of {model} at {length}", folder, damage)
+        if self.progress:
+            print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
+        return load_sweep(sweep(config, scales, folder, resume=True, progress=self.progress))
+
+    def search(
+        self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
+    ) -> str:
+        from entropy_lens.runs.head_search import (
+            HeadSearchConfig,
+            read_head_scales,
+            save_head_scales,
+            search_head_scales,
+        )
+
+        c = self.config
+        config = HeadSearchConfig(
+            model=model,
+            length=length,
+            init=init,
+            steps=c.search_steps,
+            lr=c.search_lr,
+            batch=c.search_batch,
+            micro_batch=c.search_batch,
+            data=c.search_data,
+            seed=c.seed,
+            dtype=c.dtype,
+            device=c.device,
+            lower_bound=lower_bound,
+        )
+        if config.init < config.lower_bound:  # s* below the focus bound: start where the clamp would put it
+            config = dataclasses.replace(config, init=config.lower_bound)
+        if record:  # the init the figures' own search at this length started from
+            self.inits[length] = config.init
+        path = self._path("heads", dataclasses.asdict(config), ".safetensors")
+        what = f"the head-scale search of {model} at {length} from {init:g}"
+        if path.is_file():
+            try:
+                read_head_scales(path)
+            except EntropyLensError as err:  # damaged: searched again (and said)
+                self._missing(what, path, problem(err))
+                say(f"{problem(err)}: searching again")
+                path.unlink()
+        if not path.is_file():
+            self._missing(what, path)
+            if self.progress:
+                print(f"search-heads {model} len {length} init {init:g} -> {path}", flush=True)
+            save_head_scales(search_head_scales(config, progress=self.progress), path)
+        return str(path)
