@@ -1,10 +1,12 @@
-"""CPU benchmark: what softcapping (Gemma 2) and attention sinks (gpt-oss) cost a capturing layer.
+"""CPU benchmark: what softcapping (Gemma 2), attention sinks (gpt-oss) and ALiBi (BLOOM, MPT, Falcon) cost
+a capturing layer.
 
     python benchmarks/extras_cpu.py [--lengths 1024 2048 4096] [--repeats 3]
                                     [--out benchmarks/results/extras_cpu.json]
 
-sdpa computes neither, so a layer with them takes the exact streaming path, which makes the output,
-the entropy and the sink mass from the same score tiles (`kernels.attention_with_entropy_torch`).
+sdpa computes none of them (ALiBi only as a materialised T × S bias), so a layer with them takes the
+exact streaming path, which makes the output, the entropy and the sink mass from the same score tiles
+(`kernels.attention_with_entropy_torch`).
 One layer of SmolLM2-135M's shape (9 query heads, 3 KV heads, head_dim 64), random fp32 q, k, v,
 batch 1, causal:
   sdpa              torch sdpa, output only: what the layer costs without any capture
@@ -12,6 +14,7 @@ batch 1, causal:
   streamed          the streaming path without extras (output + entropy in one pass)
   streamed_softcap  the same with softcap = 50 (every score through tanh)
   streamed_sinks    the same with one sink logit per head (sink mass returned too)
+  streamed_alibi    the same with ALiBi slopes (BLOOM's for 9 heads: a distance bias per score)
   eager_softcap     the materialising alternative: scores, tanh, softmax, P·V and entropy on T × T
 Reported: median wall time of `repeats` runs after one warm-up, and each mode's time over sdpa's.
 Prints a table and writes JSON.
@@ -26,7 +29,15 @@ import statistics
 import time
 from pathlib import Path
 
-MODES = ("sdpa", "separate", "streamed", "streamed_softcap", "streamed_sinks", "eager_softcap")
+MODES = (
+    "sdpa",
+    "separate",
+    "streamed",
+    "streamed_softcap",
+    "streamed_sinks",
+    "streamed_alibi",
+    "eager_softcap",
+)
 HEADS, KV_HEADS, HEAD_DIM, SOFTCAP = 9, 3, 64, 50.0
 
 
@@ -40,6 +51,7 @@ def layer(mode: str, length: int):
     q = torch.randn(1, HEADS, length, HEAD_DIM, generator=g)
     k, v = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=g) for _ in range(2))
     sinks = torch.randn(HEADS, generator=g)
+    slopes = 2.0 ** (-8.0 * torch.arange(1, HEADS + 1) / HEADS)  # ALiBi's geometric slopes
     scale = HEAD_DIM**-0.5
 
     def sdpa():
@@ -60,6 +72,7 @@ def layer(mode: str, length: int):
         "streamed": lambda: attention_with_entropy_torch(q, k, v, scale),
         "streamed_softcap": lambda: attention_with_entropy_torch(q, k, v, scale, softcap=SOFTCAP),
         "streamed_sinks": lambda: attention_with_entropy_torch(q, k, v, scale, sinks=sinks),
+        "streamed_alibi": lambda: attention_with_entropy_torch(q, k, v, scale, alibi_slopes=slopes),
         "eager_softcap": eager_softcap,
     }
     return runs[mode]

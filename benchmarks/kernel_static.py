@@ -46,6 +46,7 @@ def compile_kernel(
     group: int = 8,
     softcap: bool = False,
     sinks: bool = False,
+    alibi: bool = False,
 ):
     """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm."""
     import triton
@@ -64,6 +65,7 @@ def compile_kernel(
         "O": dtype,
         "SINKS": "fp32",
         "SINK_MASS": "fp32",
+        "ALIBI": "fp32",
     }
     scalars = {"SOFTCAP": "fp32"}  # every other scalar argument is an i32
     const = {
@@ -78,6 +80,7 @@ def compile_kernel(
         "WITH_OUTPUT": with_output,
         "HAS_SOFTCAP": softcap,
         "HAS_SINKS": sinks,
+        "HAS_ALIBI": alibi,
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }

@@ -145,7 +145,8 @@ def test_extras_benchmark_times_every_mode(tmp_path):
     run = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
-    assert row["len"] == 32 and all(row[f"{m}_s"] > 0 for m in ("sdpa", "streamed_softcap", "streamed_sinks"))
+    modes = ("sdpa", "streamed_softcap", "streamed_sinks", "streamed_alibi")
+    assert row["len"] == 32 and all(row[f"{m}_s"] > 0 for m in modes)
 
 
 def test_readme_tables_are_the_benchmarks_json(benchmark_script):

@@ -98,3 +98,65 @@ def test_softcap_and_sinks_compile_without_spills(arch, dtype, fused, window, co
     )
     use = kernel_static.resource_usage(compiled)
     assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+
+
+# ALiBi alone (BLOOM, MPT, Falcon), with sinks, and with the softcap and sinks: every config the
+# autotuner may pick for the variant (triton_entropy.ALIBI_WINDOW_DROPS names those dropped)
+ALIBI_EXTRAS = {"alibi": (False, False), "alibi+sinks": (False, True), "alibi+softcap+sinks": (True, True)}
+ALIBI_VARIANTS = [
+    (arch, dtype, fused, window, extras, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for extras, (softcap, _) in ALIBI_EXTRAS.items()
+    for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,extras,config",
+    ALIBI_VARIANTS,
+    ids=[
+        "-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), x, *c)))
+        for a, d, f, w, x, c in ALIBI_VARIANTS
+    ],
+)
+def test_alibi_compiles_without_spills(arch, dtype, fused, window, extras, config):
+    softcap, sinks = ALIBI_EXTRAS[extras]
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_kernel(
+        arch,
+        dtype,
+        with_output=fused,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi=True,
+        block_m=bm,
+        block_n=bn,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("config", autotune_configs(True, False, alibi=True))
+def test_non_causal_alibi_compiles_without_spills(arch, config):
+    """Non-causal ALiBi takes |i + S − T − j| (flash-attn's form): the fused bf16 variant, the fullest."""
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_kernel(
+        arch,
+        "bf16",
+        with_output=True,
+        causal=False,
+        alibi=True,
+        block_m=bm,
+        block_n=bn,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use

@@ -15,6 +15,7 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
 
 from test_capture import MASK_KINDS, recorded_backends
 from test_kernels import hf_mask, make_inputs, mask_kinds, plain_pytorch_entropy
+from test_kernels_alibi import ALIBI_EXTRAS, definition, make_slopes
 from test_kernels_extras import EXTRAS, make_sinks, make_values, plain_pytorch_extras, reference_output
 
 from entropy_lens.kernels import attention_entropy
@@ -203,6 +204,130 @@ def test_fused_output_with_softcap_and_sinks_fp32(extras, causal, window):
     ref_out = reference_output(q, k, v, **kw)
     assert (out.cpu().transpose(1, 2).double() - ref_out).abs().max().item() <= 1e-5
     assert (ent.cpu() - ref_h).abs().max().item() <= 1e-5 and (p.cpu() - ref_p).abs().max().item() <= 1e-6
+
+
+# -- ALiBi (alibi_slopes), alone and with softcap and sinks: separate and fused against float64 -----------
+
+
+def _on_device(kw):
+    return {key: val.to(DEVICE) if isinstance(val, torch.Tensor) else val for key, val in kw.items()}
+
+
+@pytest.mark.parametrize("extras", list(ALIBI_EXTRAS))
+@pytest.mark.parametrize("Hq,Hkv", [(4, 2), (6, 1)], ids=["gqa", "mqa"])
+@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding"])
+@pytest.mark.parametrize(
+    "causal,window", [(True, None), (False, None), (True, 5)], ids=["causal", "full", "win"]
+)
+def test_alibi_matches_reference_fp32(extras, Hq, Hkv, T, S, mask_kind, causal, window):
+    """Entropy and sink mass with ALiBi (per query head under GQA/MQA, per-head scales), the softcap
+    and sinks, separate and fused; the fused output against the float64 definition."""
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    softcap, with_sinks = ALIBI_EXTRAS[extras]
+    q, k = make_inputs(2, Hq, Hkv, T, S)
+    v = make_values(2, Hkv, S, Dv=16)
+    kw = {
+        "softmax_scale": torch.linspace(0.1, 0.6, Hq),
+        "causal": causal,
+        "mask": mask_kinds(2, Hq, T, S)[mask_kind],
+        "window": window,
+        "softcap": softcap,
+        "sinks": make_sinks(Hq) if with_sinks else None,
+        "alibi_slopes": make_slopes(Hq, factor=4.0),
+    }
+    ref_h, ref_p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
+    got_h, got_p = attention_entropy(
+        *(x.to(DEVICE) for x in (q, k)), backend="triton", return_sink_mass=True, **_on_device(kw)
+    )
+    assert (got_h.cpu() - ref_h).abs().max().item() <= 1e-5
+    assert (got_p.cpu() - ref_p).abs().max().item() <= 1e-6
+    mask = kw.pop("mask")
+    out, h, p = attention_with_entropy_triton(
+        *(x.to(DEVICE) for x in (q, k, v)),
+        mask=None if mask is None else mask[:, None, None, :].to(DEVICE),
+        return_sink_mass=True,
+        **_on_device(kw),
+    )
+    _, _, want_out = definition(q, k, v, mask=mask, **kw)
+    assert (out.cpu().transpose(1, 2).double() - want_out).abs().max().item() <= 1e-5
+    assert (h.cpu() - ref_h).abs().max().item() <= 1e-5 and (p.cpu() - ref_p).abs().max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("T,S", [(40, 150), (100, 100), (150, 40)])
+@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 100)])
+def test_alibi_in_unmasked_interior_blocks(T, S, causal, window):
+    """Key blocks every row sees whole run without masks, but not without the bias: several of them
+    (32 wide here) lie before the masked diagonal, and behind a wide window's far edge."""
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+
+    q, k = make_inputs(1, 4, 2, T, S)
+    v = make_values(1, 2, S, Dv=16)
+    kw = {
+        "softmax_scale": torch.linspace(0.1, 0.5, 4),
+        "causal": causal,
+        "window": window,
+        "alibi_slopes": make_slopes(4, factor=0.25),  # gentle: distant keys keep some weight
+    }
+    ref = attention_entropy(q, k, backend="reference", **kw)
+    got = attention_entropy(*(x.to(DEVICE) for x in (q, k)), backend="triton", **_on_device(kw))
+    assert (got.cpu() - ref).abs().max().item() <= 1e-5
+    out, h = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), **_on_device(kw))
+    _, _, want_out = definition(q, k, v, **kw)
+    assert (out.cpu().transpose(1, 2).double() - want_out).abs().max().item() <= 1e-5
+    assert (h.cpu() - ref).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7)])
+def test_alibi_zero_slopes_change_nothing(causal, window):
+    """alibi_slopes of zeros runs the HAS_ALIBI variant and gives the numbers of alibi_slopes=None."""
+    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton, entropy_triton
+
+    q, k = (x.to(DEVICE) for x in make_inputs(2, 6, 2, 45, 70))
+    v = make_values(2, 2, 70, Dv=16).to(DEVICE)
+    keep = torch.ones(2, 1, 1, 70, dtype=torch.bool)
+    keep[1, ..., :20] = False
+    args = (
+        torch.linspace(0.2, 0.7, 6).to(DEVICE),
+        causal,
+        keep.to(DEVICE),
+        window,
+        3.0,
+        make_sinks(6).to(DEVICE),
+    )
+    zeros = torch.zeros(6, device=DEVICE)
+    for plain, alibi in [
+        (
+            entropy_triton(q, k, *args, return_sink_mass=True),
+            entropy_triton(q, k, *args, zeros, return_sink_mass=True),
+        ),
+        (
+            attention_with_entropy_triton(q, k, v, *args, return_sink_mass=True),
+            attention_with_entropy_triton(q, k, v, *args, zeros, return_sink_mass=True),
+        ),
+    ]:
+        for x, y in zip(plain, alibi):
+            assert (x.cpu() - y.cpu()).abs().max().item() <= 1e-6
+
+
+def test_alibi_transformers_masks_go_to_the_kernel():
+    """transformers' causal + padding and sliding-window masks with ALiBi: the kernel takes them
+    (backend_for says triton), and the entropy is the float64 one."""
+    from entropy_lens.kernels import backend_for
+
+    q, k = make_inputs(2, 4, 2, 40, 40)
+    keep = torch.ones(2, 40, dtype=torch.bool)
+    keep[1, :13] = False  # left padding
+    slopes = make_slopes(4, factor=2.0)
+    for window in (None, 6):
+        mask = hf_mask(keep, 40, 40, window)
+        kw = {"mask": mask, "alibi_slopes": slopes}
+        assert backend_for("triton", q.to(DEVICE), k.to(DEVICE), **_on_device(kw)) == "triton"
+        kw["softmax_scale"] = 0.3
+        got = attention_entropy(q.to(DEVICE), k.to(DEVICE), backend="triton", **_on_device(kw)).cpu()
+        ref = attention_entropy(q, k, backend="reference", **kw)
+        assert (got - ref).abs().max().item() <= 1e-5
 
 
 def _reference_output(q, k, v, scale, causal, keep=None, window=None):

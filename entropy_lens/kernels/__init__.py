@@ -1,7 +1,7 @@
 """Attention-entropy kernels: pure functions, no transformers import.
 
     attention_entropy(q, k, *, softmax_scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
-                      return_sink_mass=False, backend="auto", block_q=64, block_k=1024)
+                      alibi_slopes=None, return_sink_mass=False, backend="auto", block_q=64, block_k=1024)
         -> (B, Hq, T) float32, nats; with return_sink_mass: (entropy, sink_mass), each (B, Hq, T) float32
 
     q      (B, Hq, T, D)  queries after RoPE (if any), any float dtype
@@ -18,6 +18,16 @@
     sinks  None, or (Hq,) float (any dtype; gpt-oss's module.sinks, transformers' `s_aux`): one learned
            logit σ_h per query head in every row's softmax denominator, with no value, not scaled, not
            softcapped, never masked: p_j = e^(s_j) / (Σ_k e^(s_k) + e^(σ_h)), p_sink = e^(σ_h) / (same)
+    alibi_slopes  None, or (Hq,) float (any dtype; flash-attn's name; BLOOM, MPT, Falcon): ALiBi, one
+           slope per query head (GQA/MQA: per query head, not key head). The score of query i and key j
+           becomes s_ij − slope_h·|i + S − T − j| (flash-attn's definition: query i is at position
+           i + S − T among the keys), after the softcap and before masking; sinks get no bias. Causal:
+           −slope_h·(i + S − T − j) over the keys a row sees, equal up to a per-row constant (so the
+           same softmax) to the slope·j forms BLOOM, MPT and Falcon add. Non-causal: the same |distance|,
+           so keys after the row are penalised too, as flash-attn's non-causal ALiBi. The distance uses
+           key indices, pads included (left or right padding moves no real token relative to
+           another, so their distances are the models' own). `merge.shard_state` uses global key
+           indices, so merged shards equal the whole.
     -> H_i = −Σ_j p_ij ln p_ij over attendable keys and, with sinks, − p_sink ln p_sink (the sink is one
        outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
        (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
@@ -29,8 +39,8 @@ Every entry point (these functions, the backends' own, `merge.shard_state`) take
 it names: a misspelt one (`sofcap=`) is a TypeError on every backend, never a silently different number.
 
 The attention output with its entropy, from the same score tiles (for models whose output sdpa cannot
-compute: softcap, sinks): `attention_with_entropy_torch(q, k, v, softmax_scale, ...)` (torch_chunked.py,
-exact, any backend's masks) and `triton_entropy.attention_with_entropy_triton` (GPU).
+compute: softcap, sinks; ALiBi, which sdpa takes only as a materialised T × S bias):
+`attention_with_entropy_torch(q, k, v, softmax_scale, ...)` (torch_chunked.py, exact, any backend's masks) and `triton_entropy.attention_with_entropy_triton` (GPU).
 
 Backends (`backend`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
 streaming, the CPU path and fallback everywhere; on CPU its per-tile step is compiled, fold.py), "triton" (the GPU kernel, triton_entropy.py; on
@@ -51,7 +61,7 @@ import os
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+from entropy_lens.kernels.contract import validate, validate_alibi, validate_extras, validate_window
 from entropy_lens.kernels.fold import fold_status
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.merge import (
@@ -124,12 +134,24 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def backend_for(backend: str, q, k, *, causal=True, mask=None, window=None, softcap=None, sinks=None) -> str:
+def backend_for(
+    backend: str,
+    q,
+    k,
+    *,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+) -> str:
     """The backend `attention_entropy(q, k, ..., backend=backend)` runs for these inputs (same arguments):
     `resolve_backend`'s choice, except that triton becomes torch_chunked for a mask the Triton kernel
-    does not take (every backend takes softcap and sinks). Errors as `attention_entropy`'s."""
+    does not take (every backend takes softcap, sinks and alibi_slopes). Errors as `attention_entropy`'s."""
     mask4 = validate(q, k, 1.0, mask)[1]
     validate_extras(q, softcap, sinks)
+    validate_alibi(q, alibi_slopes)
     return _plan(backend, q, k, causal, mask4, validate_window(window, causal))[0]
 
 
@@ -143,6 +165,7 @@ def attention_entropy(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     return_sink_mass=False,
     backend="auto",
     block_q: int = BLOCK_Q,
@@ -151,8 +174,9 @@ def attention_entropy(
     """See the module docstring for the contract."""
     softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
     softcap, sinks = validate_extras(q, softcap, sinks)
+    alibi_slopes = validate_alibi(q, alibi_slopes)
     backend, mask4, window = _plan(backend, q, k, causal, mask4, validate_window(window, causal))
-    extras = (softcap, sinks)
+    extras = (softcap, sinks, alibi_slopes)
     if backend == "reference":
         return entropy_reference(
             q, k, softmax_scale, causal, mask4, window, *extras, return_sink_mass=return_sink_mass

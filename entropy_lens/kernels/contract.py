@@ -1,8 +1,8 @@
 """The kernels' input contract, checked once: `validate`, `validate_window` and `validate_extras` turn
 the public arguments of `attention_entropy` / `shard_state` / the fused output paths into the
 normalised form every backend takes (a (Hq,) float32 softmax_scale, a bool 4-D mask or None, an int window or
-None, a float softcap or None, (Hq,) float32 sinks or None), with errors that say which argument to
-fix. See `entropy_lens.kernels` for the contract itself.
+None, a float softcap or None, (Hq,) float32 sinks or None, and from `validate_alibi` (Hq,) float32
+ALiBi slopes or None), with errors that say which argument to fix. See `entropy_lens.kernels` for the contract itself.
 """
 
 from __future__ import annotations
@@ -85,3 +85,24 @@ def validate_extras(q, softcap, sinks) -> tuple[float | None, torch.Tensor | Non
     if not torch.isfinite(sinks).all():
         raise ValueError("sinks must be finite; pass sinks=None for attention without a sink")
     return softcap, sinks
+
+
+def validate_alibi(q, alibi_slopes) -> torch.Tensor | None:
+    """ALiBi slopes (one per query head, flash-attn's `alibi_slopes`) as (Hq,) float32 on q's device, or
+    None, for q (B, Hq, T, D); ValueError naming the argument that breaks the contract."""
+    if alibi_slopes is None:
+        return None
+    Hq = q.shape[1]
+    if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point():
+        raise ValueError(
+            f"alibi_slopes must be a float tensor of one slope per query head, ({Hq},); got {alibi_slopes!r}"
+        )
+    if alibi_slopes.ndim != 1 or alibi_slopes.shape[0] != Hq:
+        raise ValueError(
+            f"alibi_slopes must have shape ({Hq},), one slope per query head (BLOOM, MPT, Falcon: "
+            f"the model's alibi slopes); got {tuple(alibi_slopes.shape)}"
+        )
+    alibi_slopes = alibi_slopes.detach().to(device=q.device, dtype=torch.float32)
+    if not torch.isfinite(alibi_slopes).all():
+        raise ValueError("alibi_slopes must be finite; pass alibi_slopes=None for attention without ALiBi")
+    return alibi_slopes

@@ -11,7 +11,9 @@ in any order or tree, e.g. as K/V blocks travel round a ring of devices (docs/sc
     state = shard_state(q, k[:, :, a:b], softmax_scale, key_offset=a, total_keys=S)   # (m, l, u), (B, Hq, T)
     H = entropy_from_state(*merge_states(state_1, state_2))                  # == attention_entropy
 
-Softcap is per score, so every shard takes `softcap` as `attention_entropy` does. Attention sinks
+Softcap is per score, so every shard takes `softcap` as `attention_entropy` does; so is the ALiBi bias,
+whose distance uses global key indices (key_offset + the shard's own), so every shard takes
+`alibi_slopes` too and the merged state is the unsharded one. Attention sinks
 (gpt-oss) are one more score per row that belongs to no key shard: shard_state takes none, and the
 sink enters exactly once as a state of its own, `sink_state(sinks, B, T)` = (σ_h, 1, 0), merged in
 anywhere in the fold (it is the state torch_chunked starts from); `sink_mass_from_state` then reads
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+from entropy_lens.kernels.contract import validate, validate_alibi, validate_extras, validate_window
 from entropy_lens.kernels.torch_chunked import (
     BLOCK_K,
     BLOCK_Q,
@@ -45,6 +47,7 @@ def shard_state(
     mask=None,
     window: int | None = None,
     softcap: float | None = None,
+    alibi_slopes=None,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ):
@@ -54,16 +57,29 @@ def shard_state(
     Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T
     (and j > i + total_keys − T − window with a sliding window).
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `softmax_scale` a
-    float or (Hq,) tensor, `softcap` None or c > 0 and the tile `block_q` × `block_k` as in
-    `attention_entropy`. Sinks: see `sink_state`.
+    float or (Hq,) tensor, `softcap` None or c > 0, `alibi_slopes` None or (Hq,) (the bias
+    −slope_h·|i + total_keys − T − j| with j the global key index) and the tile `block_q` × `block_k` as
+    in `attention_entropy`. Sinks: see `sink_state`.
     """
     softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, _ = validate_extras(q, softcap, None)
+    alibi_slopes = validate_alibi(q, alibi_slopes)
     T = q.shape[2]
-    offset = total_keys - T - key_offset
+    offset = total_keys - T - key_offset  # local key j is global key_offset + j
     return state_torch_chunked(
-        q, k, softmax_scale, causal, mask4, window, softcap, offset=offset, block_q=block_q, block_k=block_k
+        q,
+        k,
+        softmax_scale,
+        causal,
+        mask4,
+        window,
+        softcap,
+        None,
+        alibi_slopes,
+        offset=offset,
+        block_q=block_q,
+        block_k=block_k,
     )
 
 

@@ -2,7 +2,8 @@
 
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
 validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor, `mask` is None or a
-bool tensor broadcastable to (B, Hq, T, S), `softcap` a float or None, `sinks` (Hq,) or None.
+bool tensor broadcastable to (B, Hq, T, S), `softcap` a float or None, `sinks` (Hq,) or None,
+`alibi_slopes` (Hq,) or None.
 """
 
 from __future__ import annotations
@@ -10,12 +11,18 @@ from __future__ import annotations
 import torch
 
 
+def key_distance(T: int, S: int, device=None) -> torch.Tensor:
+    """(T, S) int64: how far key j lies behind query i, i + S − T − j (bottom-right alignment: query i
+    is at position i + S − T among the keys); negative for keys after the query."""
+    i = torch.arange(T, device=device).unsqueeze(1)
+    j = torch.arange(S, device=device).unsqueeze(0)
+    return i + (S - T) - j
+
+
 def causal_visible(T: int, S: int, device=None, window: int | None = None) -> torch.Tensor:
     """(T, S) bool: query i sees key j iff j <= i + S - T (bottom-right alignment) and, with a sliding
     `window`, j > i + S - T - window (the last `window` keys up to and including its own position)."""
-    i = torch.arange(T, device=device).unsqueeze(1)
-    j = torch.arange(S, device=device).unsqueeze(0)
-    behind = i + (S - T) - j  # how far key j lies behind query i
+    behind = key_distance(T, S, device)
     visible = behind >= 0
     return visible if window is None else visible & (behind < window)
 
@@ -30,6 +37,7 @@ def entropy_reference(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     *,
     return_sink_mass=False,
 ):
@@ -37,7 +45,8 @@ def entropy_reference(
     `return_sink_mass` the sink's probability (B, Hq, T) float32 as well (zeros without sinks).
 
     Written from the definitions, as transformers' eager attention computes them: scores λ_h q·k,
-    capped to c·tanh(s/c) before masking (Gemma2), masked keys −inf, the sink logit (not scaled, not
+    capped to c·tanh(s/c) (Gemma2), then the ALiBi bias −slope_h·|i + S − T − j| added (flash-attn's
+    definition; BLOOM, MPT, Falcon), masked keys −inf, the sink logit (not scaled, not
     capped) appended as one more column (gpt-oss), softmax over keys and sink together, and
     H = −Σ p ln p over all of them, the sink included."""
     B, Hq, T, D = q.shape
@@ -47,6 +56,8 @@ def entropy_reference(
     s = torch.einsum("bkgtd,bksd->bkgts", qd, k.double()).reshape(B, Hq, T, S)
     if softcap is not None:
         s = torch.tanh(s / softcap) * softcap
+    if alibi_slopes is not None:  # after the cap, before the mask; the sink below gets no bias
+        s = s - alibi_slopes.double().view(1, Hq, 1, 1) * key_distance(T, S, q.device).abs().double()
     visible = torch.ones(1, 1, T, S, dtype=torch.bool, device=q.device)
     if causal:
         visible = visible & causal_visible(T, S, q.device, window)

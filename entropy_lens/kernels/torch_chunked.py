@@ -10,10 +10,12 @@ grows from m to m', with α = e^(m − m'):
     l ← α l + Σ_blk e^(s − m'),   u ← α (u + (m − m') l) + Σ_blk e^(s − m')(s − m')
 (the old terms' centre moves by m − m'). Before any key is seen m = −inf, l = u = 0 and the
 first block must not form −inf·0: that case is written out with `where`.
-Softcap (Gemma2): each score tile becomes c·tanh(s/c) before masking. Sinks (gpt-oss): the sink
-logit σ_h is one more score of every row, with no value and never masked; it is the state before
-any key, m = σ_h, l = 1, u = 0, so H and p_sink = e^(σ_h − m)/l include it and a row that sees no
-key ends with p_sink = 1, H = 0.
+Softcap (Gemma2): each score tile becomes c·tanh(s/c) before masking. ALiBi (BLOOM, MPT, Falcon):
+the bias −slope_h·|i + offset − j| is added to each tile after the cap and before the mask, i and j
+the row's and key's indices (a key shard's offset makes them global, so its tiles carry the bias of
+the whole). Sinks (gpt-oss): the sink logit σ_h is one more score of every row, with no value, no
+bias and never masked; it is the state before any key, m = σ_h, l = 1, u = 0, so H and
+p_sink = e^(σ_h − m)/l include it and a row that sees no key ends with p_sink = 1, H = 0.
 Output (`attention_with_entropy_torch`): the flash-attention accumulator o = Σ e^(s − m) v_j rides
 along, o ← α o + e·V per tile, and out = o/l (0 for a row with no key and no sink, as sdpa).
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate, validate_extras, validate_window
+from entropy_lens.kernels.contract import validate, validate_alibi, validate_extras, validate_window
 from entropy_lens.kernels.fold import fold_for
 
 NEG_INF = float("-inf")
@@ -50,6 +52,7 @@ def entropy_torch_chunked(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     *,
     return_sink_mass=False,
     block_q=BLOCK_Q,
@@ -60,10 +63,21 @@ def entropy_torch_chunked(
 
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
     `window`: None or the sliding window (causal only, validated upstream).
-    `softcap`: None or c > 0; `sinks`: None or (Hq,) float32 logits (validated upstream).
+    `softcap`: None or c > 0; `sinks`: None or (Hq,) float32 logits; `alibi_slopes`: None or (Hq,)
+    float32 (all validated upstream).
     """
     m, l, u = state_torch_chunked(
-        q, k, softmax_scale, causal, mask, window, softcap, sinks, block_q=block_q, block_k=block_k
+        q,
+        k,
+        softmax_scale,
+        causal,
+        mask,
+        window,
+        softcap,
+        sinks,
+        alibi_slopes,
+        block_q=block_q,
+        block_k=block_k,
     )
     h = entropy_from_state(m, l, u)
     return (h, sink_mass_from_state(m, l, sinks)) if return_sink_mass else h
@@ -80,6 +94,7 @@ def attention_with_entropy_torch(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     *,
     block_q=128,
     block_k=512,
@@ -90,16 +105,17 @@ def attention_with_entropy_torch(
      entropy (B, Hq, T) float32 nats; sink mass (B, Hq, T) float32, zeros without sinks).
 
     Arguments as `attention_entropy`'s (softmax_scale a float or (Hq,) tensor, mask bool (B, S) or 4-D,
-    window, softcap, sinks (Hq,)), checked here. A row that sees no key outputs 0 (sdpa's choice;
-    with a sink its output is 0 anyway: all its mass is on the sink, which has no value).
+    window, softcap, sinks (Hq,), alibi_slopes (Hq,)), checked here. A row that sees no key outputs 0
+    (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no value).
     """
     softmax_scale, mask = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, sinks = validate_extras(q, softcap, sinks)
+    alibi_slopes = validate_alibi(q, alibi_slopes)
     if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
     (m, l, u), out = _stream(
-        q, k, v, softmax_scale, causal, mask, window, softcap, sinks, None, block_q, block_k
+        q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, None, block_q, block_k
     )
     return out, entropy_from_state(m, l, u), sink_mass_from_state(m, l, sinks)
 
@@ -129,6 +145,7 @@ def state_torch_chunked(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     *,
     offset=None,
     block_q=BLOCK_Q,
@@ -140,15 +157,30 @@ def state_torch_chunked(
     sliding window; default S − T, bottom-right alignment.
     A key shard passes its own offset (see `entropy_lens.kernels.merge`); rows that see no key of
     the shard get m = −inf, l = u = 0, the identity of `merge_states`. With `sinks` (Hq,) the
-    state starts from the sink (m = σ_h, l = 1, u = 0) instead.
+    state starts from the sink (m = σ_h, l = 1, u = 0) instead. With `alibi_slopes` (Hq,) the
+    distance in the bias is i + offset − j as well, so a shard's scores are those of the whole.
     """
     state, _ = _stream(
-        q, k, None, softmax_scale, causal, mask, window, softcap, sinks, offset, block_q, block_k
+        q,
+        k,
+        None,
+        softmax_scale,
+        causal,
+        mask,
+        window,
+        softcap,
+        sinks,
+        alibi_slopes,
+        offset,
+        block_q,
+        block_k,
     )
     return state
 
 
-def _stream(q, k, v, softmax_scale, causal, mask, window, softcap, sinks, offset, block_q, block_k):
+def _stream(
+    q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, offset, block_q, block_k
+):
     """The loop both paths share: ((m, l, u) each (B, Hq, T) fp32, out (B, T, Hq, Dv) or None)."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -159,6 +191,10 @@ def _stream(q, k, v, softmax_scale, causal, mask, window, softcap, sinks, offset
     Dv = 0 if v is None else v.shape[-1]
     softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
     sink = None if sinks is None else sinks.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1)
+    # −slope per query head, laid out as the score tiles' heads: the bias is −slope·|i + offset − j|
+    neg_slope = None
+    if alibi_slopes is not None:
+        neg_slope = -alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
     state = torch.empty(3, B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
     for q0 in range(0, T, block_q):
@@ -181,6 +217,8 @@ def _stream(q, k, v, softmax_scale, causal, mask, window, softcap, sinks, offset
             s = torch.matmul(qb, kf[:, :, k0:k1].transpose(-1, -2)).view(B, Hkv, G, bq, k1 - k0)
             if softcap is not None:
                 s.div_(softcap).tanh_().mul_(softcap)  # before the mask, as Gemma2's eager attention
+            if neg_slope is not None:  # after the cap, before the mask; the sink (the start state) has none
+                s.addcmul_(neg_slope, _behind(q0, q1, k0, k1, offset, q.device).abs_().float())
             valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, valid, o, vb)
@@ -197,9 +235,7 @@ def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
     diagonal = causal and k1 - 1 > q0 + offset  # the diagonal crosses this block
     window_edge = window is not None and k0 <= q1 - 1 + offset - window  # so does the window's far edge
     if diagonal or window_edge:
-        behind = (
-            torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
-        )
+        behind = _behind(q0, q1, k0, k1, offset, device)
         valid = behind >= 0
         if window is not None:
             valid &= behind < window
@@ -209,6 +245,11 @@ def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
         mb = mb.view(mb.shape[0], Hkv, G, *mb.shape[2:]) if mb.shape[1] > 1 else mb.unsqueeze(2)
         valid = mb if valid is None else mb & valid
     return valid
+
+
+def _behind(q0, q1, k0, k1, offset, device):
+    """(q1 − q0, k1 − k0) int64: how far key j lies behind row i, i + offset − j, for the tile's rows and keys."""
+    return torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
 
 
 def _update(m, l, u, s, valid, o=None, vb=None):

@@ -13,6 +13,8 @@ Contract (the same as `entropy_torch_chunked`):
            sends them to torch_chunked before any launch, so the backend recorded is the one that ran.
     softcap None or c > 0: scores become c·tanh(s/c) before masking (Gemma2)
     sinks  None or (Hq,) fp32 sink logits σ_h (gpt-oss): one more score per row with no value
+    alibi_slopes None or (Hq,) fp32 ALiBi slopes (BLOOM, MPT, Falcon): scores become
+           s − slope_h·|i + S − T − j| after the softcap and before masking (flash-attn's definition)
     -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key (and no sink); with
        return_sink_mass also p_sink (B, Hq, T) float32 (zeros without sinks).
 
@@ -29,6 +31,9 @@ because the interpreter has no libdevice tanh, so the code tested on CPU is the 
 because it needs fewer registers than sign/abs forms (the fused sm_80 configs sit at 255).
 Sinks (HAS_SINKS): the state starts from the sink, m = σ_h·log2 e, l = 1, u = 0 (torch_chunked.py);
 p_sink = 2^(m_σ − m)/l is stored per row.
+ALiBi (HAS_ALIBI): the bias in log2 units, (slope_h·log2 e)·|row + OFFSET − col| (the slope scaled once
+per program, as λ is), is subtracted from every key block's scores after the cap, in the blocks that
+run unmasked too: the bias is not a mask. Causal blocks need no |·| (every key a row sees lies behind it).
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
@@ -67,19 +72,30 @@ FP32_CONFIGS = ((32, 32, 4, 2),)
 WINDOW_DROPS = {False: ((64, 128, 4, 3),), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
 # so does the softcap's tanh in the fused variant (sm_80, which sits at 255 registers there without it)
 SOFTCAP_DROPS = {False: (), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
+# ALiBi's bias spills on no config above without a window (BLOOM, MPT, Falcon have none). With a window
+# and sinks the entropy variant puts 8 B on the stack at (64, 64, 4, 2) (sm_80); with a window, softcap
+# and sinks the other configs here put 16-32 B there (sm_90). No model combines them; dropped all the same.
+ALIBI_WINDOW_DROPS = {
+    False: ((64, 64, 4, 2), (128, 64, 4, 2), (128, 128, 8, 2)),
+    True: ((128, 64, 8, 2), (128, 64, 8, 3)),
+}
 
 
 def autotune_configs(
-    with_output: bool, fp32: bool, window: bool = False, softcap: bool = False
+    with_output: bool, fp32: bool, window: bool = False, softcap: bool = False, alibi: bool = False
 ) -> tuple[tuple[int, int, int, int], ...]:
     configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
-    drops = (WINDOW_DROPS[with_output] if window else ()) + (SOFTCAP_DROPS[with_output] if softcap else ())
+    drops = (
+        (WINDOW_DROPS[with_output] if window else ())
+        + (SOFTCAP_DROPS[with_output] if softcap else ())
+        + (ALIBI_WINDOW_DROPS[with_output] if alibi and window else ())
+    )
     return tuple(c for c in configs if c not in drops)
 
 
 def _entropy_kernel(
     # data: q, k, v, scales (Hq,), key padding (B, S) int8, entropy out, attention output, sink logits
-    # (Hq,) fp32, sink mass out (laid out as the entropy)
+    # (Hq,) fp32, sink mass out (laid out as the entropy), ALiBi slopes (Hq,) fp32
     Q,
     K,
     V,
@@ -89,6 +105,7 @@ def _entropy_kernel(
     O,
     SINKS,
     SINK_MASS,
+    ALIBI,
     # strides of q, k, v, the output, the key padding
     sqb,
     sqh,
@@ -130,6 +147,7 @@ def _entropy_kernel(
     WITH_OUTPUT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_SINKS: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -153,6 +171,10 @@ def _entropy_kernel(
     else:
         qk_scale = tl.load(SCALE + h) * 1.4426950408889634  # λ·log2(e): scores in log2 units, exp2 below
         cap = 1.0
+    if HAS_ALIBI:  # slope·log2(e): the bias in the scores' log2 units
+        slope = tl.load(ALIBI + h) * 1.4426950408889634
+    else:
+        slope = 0.0
     if HAS_SINKS:  # the sink is the first score of every row: m = σ·log2(e), l = 1, u = 0
         sink = tl.load(SINKS + h) * 1.4426950408889634
         m = tl.zeros([BLOCK_M], tl.float32) + sink
@@ -222,6 +244,7 @@ def _entropy_kernel(
                     WINDOW,
                     qk_scale,
                     cap,
+                    slope,
                     part != 1,
                     CAUSAL,
                     HAS_WINDOW,
@@ -230,6 +253,7 @@ def _entropy_kernel(
                     IEEE,
                     WITH_OUTPUT,
                     HAS_SOFTCAP,
+                    HAS_ALIBI,
                     D,
                     BLOCK_N,
                 )
@@ -270,6 +294,7 @@ def _key_block(
     WINDOW,
     qk_scale,
     cap,
+    slope,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
@@ -278,6 +303,7 @@ def _key_block(
     IEEE: tl.constexpr,
     WITH_OUTPUT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -297,10 +323,16 @@ def _key_block(
         s = cap - (2.0 * cap) / (1.0 + tl.exp2(s * qk_scale))  # cap·tanh: ±cap where e^(2x) is inf or 0
     else:
         s = s * qk_scale
+    if HAS_ALIBI or (MASKED and CAUSAL):
+        behind = rows[:, None] + OFFSET - cols[None, :]  # how far key col lies behind the row
+    if HAS_ALIBI:  # −slope·|behind| after the cap, masked or not; causal rows see only keys behind them
+        if CAUSAL:
+            s = s - slope * behind.to(tl.float32)
+        else:
+            s = s - slope * tl.abs(behind).to(tl.float32)
     if MASKED:
         valid = (cols[None, :] < S) & (rows[:, None] >= 0)
         if CAUSAL:
-            behind = rows[:, None] + OFFSET - cols[None, :]  # how far key col lies behind the row
             valid = valid & (behind >= 0)
             if HAS_WINDOW:
                 valid = valid & (behind < WINDOW)
@@ -329,14 +361,14 @@ def _key_block(
 
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
-_TUNED: dict[tuple[bool, bool, bool, bool], object] = {}
+_TUNED: dict[tuple[bool, bool, bool, bool, bool], object] = {}
 
 
-def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool):
+def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: bool):
     """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
     if INTERPRET or not torch.cuda.is_available():
         return ENTROPY_KERNEL, False
-    variant = (with_output, fp32, window, softcap)
+    variant = (with_output, fp32, window, softcap, alibi)
     if variant not in _TUNED:
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
@@ -358,12 +390,13 @@ def entropy_triton(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     *,
     return_sink_mass=False,
 ):
     """See the module docstring. `mask` is a validated bool 4-D mask or None; ValueError for a mask
     the kernel cannot serve. With `return_sink_mass`: (entropy, sink mass)."""
-    ent, _, sink_mass = _launch(q, k, None, softmax_scale, causal, mask, window, softcap, sinks)
+    ent, _, sink_mass = _launch(q, k, None, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes)
     return (ent, sink_mass) if return_sink_mass else ent
 
 
@@ -378,21 +411,22 @@ def attention_with_entropy_triton(
     window=None,
     softcap=None,
     sinks=None,
+    alibi_slopes=None,
     *,
     return_sink_mass=False,
 ):
     """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
     entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
     accumulators beside it; with `return_sink_mass` the sink mass (B, Hq, T) fp32 third. `v` is
-    (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Masks, softcap and
-    sinks as for `entropy_triton`."""
+    (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Masks, softcap,
+    sinks and alibi_slopes as for `entropy_triton`."""
     entropy, out, sink_mass = _launch(
-        q, k, v.to(q.dtype), softmax_scale, causal, mask, window, softcap, sinks
+        q, k, v.to(q.dtype), softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes
     )
     return (out, entropy, sink_mass) if return_sink_mass else (out, entropy)
 
 
-def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=None):
+def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=None, alibi_slopes=None):
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
@@ -419,7 +453,11 @@ def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=No
     softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = ent  # pointer arguments of a disabled feature
     kernel, autotuned = _kernel(
-        v is not None, q.dtype == torch.float32, window is not None, softcap is not None
+        v is not None,
+        q.dtype == torch.float32,
+        window is not None,
+        softcap is not None,
+        alibi_slopes is not None,
     )
     blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
@@ -430,8 +468,12 @@ def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=No
     no_strides = (0, 0, 0, 0)
     if sinks is not None:
         sinks = sinks.to(device=q.device, dtype=torch.float32).contiguous()
-    v_ptr, keep_ptr, out_ptr, sinks_ptr = (unused if t is None else t for t in (v, keep, out, sinks))
-    pointers = (q, k, v_ptr, softmax_scale, keep_ptr, ent, out_ptr, sinks_ptr, sink_mass)
+    if alibi_slopes is not None:
+        alibi_slopes = alibi_slopes.to(device=q.device, dtype=torch.float32).contiguous()
+    v_ptr, keep_ptr, out_ptr, sinks_ptr, alibi_ptr = (
+        unused if t is None else t for t in (v, keep, out, sinks, alibi_slopes)
+    )
+    pointers = (q, k, v_ptr, softmax_scale, keep_ptr, ent, out_ptr, sinks_ptr, sink_mass, alibi_ptr)
     strides = (
         *q.stride(),
         *k.stride(),
@@ -457,6 +499,7 @@ def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=No
         WITH_OUTPUT=v is not None,
         HAS_SOFTCAP=softcap is not None,
         HAS_SINKS=sinks is not None,
+        HAS_ALIBI=alibi_slopes is not None,
         **blocks,
     )
     return ent, (out.to(q.dtype) if out is not None else None), sink_mass

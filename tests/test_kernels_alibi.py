@@ -1,0 +1,346 @@
+"""ALiBi (BLOOM, MPT, Falcon; flash-attn's `alibi_slopes`) in every CPU backend: the float64 reference
+against a materialisation written here from the definition, torch_chunked and the streaming output path
+against the float64 reference (with softcap, sinks, GQA/MQA, masks, windows, T < S and T > S), the
+models' own slope·position forms, shard merging, zero slopes, the contract's errors. The Triton kernel's
+cases live in triton_interp_cases.py.
+
+The definition (bottom-right alignment: query i sits at position i + S − T among the S keys):
+    s_ij = softcap(λ_h q_i·k_j) − slope_h·|i + S − T − j|, then masking, then the softmax (sinks unbiased).
+"""
+
+import functools
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_kernels import ENTRY_POINTS, make_inputs, mask_kinds
+from test_kernels_extras import make_sinks, make_values
+
+from entropy_lens.kernels import (
+    attention_entropy,
+    attention_with_entropy_torch,
+    backend_for,
+    entropy_from_state,
+    merge_states,
+    shard_state,
+    sink_mass_from_state,
+    sink_state,
+)
+
+# which extras ride along with ALiBi: (softcap, sinks?)
+ALIBI_EXTRAS = {"alibi": (None, False), "softcap": (2.5, False), "sinks": (None, True), "all": (2.5, True)}
+
+
+def make_slopes(Hq, factor=1.0):
+    """The models' geometric slopes 2^(−8(h+1)/Hq) (BLOOM's for a power-of-two Hq), times `factor`."""
+    return factor * 2.0 ** (-8.0 * torch.arange(1, Hq + 1, dtype=torch.float32) / Hq)
+
+
+def definition(
+    q,
+    k,
+    v,
+    softmax_scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+):
+    """float64 (entropy (B, Hq, T), sink mass (B, Hq, T), output (B, T, Hq, Dv) or None for v None),
+    materialised from the definition: key heads repeated for GQA, scores λ_h q·k, capped, minus
+    slope_h·|position_i − j| with position_i = i + S − T, masked, the sink as one more unbiased column with
+    no value; a row with no key and no sink has p = 0 (H = 0, output 0)."""
+    B, Hq, T, _ = q.shape
+    S = k.shape[2]
+    G = Hq // k.shape[1]
+    kk = k.double().repeat_interleave(G, dim=1)
+    scale = torch.as_tensor(softmax_scale, dtype=torch.float64).reshape(-1).expand(Hq).view(1, Hq, 1, 1)
+    s = torch.matmul(q.double(), kk.transpose(-1, -2)) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    position = torch.arange(T, dtype=torch.float64) + (S - T)  # of query i among the keys
+    behind = position[:, None] - torch.arange(S, dtype=torch.float64)[None, :]
+    if alibi_slopes is not None:
+        s = s - alibi_slopes.double().view(1, Hq, 1, 1) * behind.abs()
+    visible = torch.ones(T, S, dtype=torch.bool)
+    if causal:
+        visible = behind >= 0
+        if window is not None:
+            visible = visible & (behind < window)
+    if mask is not None:
+        visible = visible & (mask[:, None, None, :] if mask.ndim == 2 else mask)
+    s = s.masked_fill(~visible.expand(B, Hq, T, S), float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)], dim=-1)
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    h = -torch.special.xlogy(p, p).sum(-1)
+    sink_mass = p[..., S] if sinks is not None else torch.zeros_like(h)
+    if v is None:
+        return h, sink_mass, None
+    vv = v.double().repeat_interleave(G, dim=1)
+    return h, sink_mass, torch.matmul(p[..., :S], vv).transpose(1, 2)
+
+
+GRID = [
+    pytest.mark.parametrize("extras", list(ALIBI_EXTRAS)),
+    pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"]),
+    pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"]),
+    pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"]),
+    pytest.mark.parametrize(
+        "causal,window", [(True, None), (False, None), (True, 4)], ids=["causal", "full", "win"]
+    ),
+]
+
+
+def _grid(fn):
+    for mark in reversed(GRID):
+        fn = mark(fn)
+    return fn
+
+
+def _kwargs(extras, Hq, T, S, mask_kind, causal, window):
+    softcap, with_sinks = ALIBI_EXTRAS[extras]
+    return {
+        "softmax_scale": torch.linspace(0.1, 0.6, Hq),  # per-head scales
+        "causal": causal,
+        "mask": mask_kinds(2, Hq, T, S)[mask_kind],
+        "window": window,
+        "softcap": softcap,
+        "sinks": make_sinks(Hq) if with_sinks else None,
+        "alibi_slopes": make_slopes(Hq, factor=4.0),  # steep enough to bite at these lengths
+    }
+
+
+@_grid
+def test_reference_is_the_definition(extras, Hq, Hkv, T, S, mask_kind, causal, window):
+    q, k = make_inputs(2, Hq, Hkv, T, S)
+    kw = _kwargs(extras, Hq, T, S, mask_kind, causal, window)
+    want_h, want_p, _ = definition(q, k, None, **kw)
+    h, p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
+    assert (h.double() - want_h).abs().max().item() <= 1e-6
+    assert (p.double() - want_p).abs().max().item() <= 1e-6
+    without = attention_entropy(q, k, backend="reference", **{**kw, "alibi_slopes": None})
+    assert (without - h).abs().max().item() > 1e-2  # the bias changes the entropy here
+
+
+@_grid
+def test_chunked_and_streamed_output_match_reference(extras, Hq, Hkv, T, S, mask_kind, causal, window):
+    q, k = make_inputs(2, Hq, Hkv, T, S)
+    v = make_values(2, Hkv, S)
+    kw = _kwargs(extras, Hq, T, S, mask_kind, causal, window)
+    ref_h, ref_p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
+    for bq, bk in [(64, 1024), (7, 5)]:  # odd tiles: several key blocks per row, T not a multiple
+        h, p = attention_entropy(
+            q, k, backend="torch_chunked", return_sink_mass=True, block_q=bq, block_k=bk, **kw
+        )
+        assert h.dtype == p.dtype == torch.float32 and h.shape == p.shape == (2, Hq, T)
+        assert (h - ref_h).abs().max().item() <= 1e-5 and (p - ref_p).abs().max().item() <= 1e-6
+    _, _, want_out = definition(q, k, v, **kw)
+    for bq, bk in [(128, 512), (7, 5)]:
+        out, h, p = attention_with_entropy_torch(q, k, v, block_q=bq, block_k=bk, **kw)
+        assert out.shape == (2, T, Hq, 12) and out.dtype == torch.float32
+        assert (out.double() - want_out).abs().max().item() <= 1e-5
+        assert (h - ref_h).abs().max().item() <= 1e-5 and (p - ref_p).abs().max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "right"])
+@pytest.mark.parametrize("T,S", [(30, 30), (6, 30)], ids=["prefill", "cache"])
+def test_the_models_own_forms_give_the_same_softmax(padding, T, S):
+    """BLOOM and Falcon add slope·pos_j (pos = the position ids, cumsum of the attention mask − 1), MPT
+    slope·(j − (S − 1)): each differs from −slope·(i + S − T − j) by a constant per row, over the keys a
+    causal row sees, so the entropy and the output are the same, padded or not."""
+    Hq, Hkv = 4, 2
+    q, k = make_inputs(2, Hq, Hkv, T, S, seed=4)
+    v = make_values(2, Hkv, S)
+    keep = torch.ones(2, S, dtype=torch.bool)
+    if padding == "left":
+        keep[1, :9] = False
+    elif padding == "right":
+        keep[1, -4:] = False
+    slopes, scale = make_slopes(Hq, factor=2.0), torch.linspace(0.2, 0.5, Hq)
+    positions = (keep.long().cumsum(-1) - 1).clamp_min(0).double()  # BLOOM's build_alibi_tensor
+    forms = {
+        "bloom": slopes.double().view(1, Hq, 1, 1) * positions[:, None, None, :],
+        "mpt": slopes.double().view(1, Hq, 1, 1) * (torch.arange(S) - (S - 1)).double(),
+    }
+    G = Hq // Hkv
+    scores = torch.matmul(q.double(), k.double().repeat_interleave(G, 1).transpose(-1, -2))
+    scores = scores * scale.double().view(1, Hq, 1, 1)
+    visible = torch.ones(T, S, dtype=torch.bool).tril(S - T) & keep[:, None, None, :]
+    seen = visible.any(-1).expand(2, Hq, T)  # rows of real queries that see a key
+    out, h, _ = attention_with_entropy_torch(
+        q, k, v, scale, mask=keep, alibi_slopes=slopes, block_q=8, block_k=7
+    )
+    for name, bias in forms.items():
+        p = torch.softmax((scores + bias).masked_fill(~visible, float("-inf")), -1).nan_to_num(0.0)
+        model_h = -torch.special.xlogy(p, p).sum(-1)
+        model_out = torch.matmul(p, v.double().repeat_interleave(G, 1)).transpose(1, 2)
+        assert (h.double() - model_h)[seen].abs().max().item() <= 1e-5, name
+        assert (out.double() - model_out).abs().max().item() <= 1e-5, name
+
+
+@pytest.mark.parametrize("cuts", [[20], [0, 7, 30, 30], [1, 2, 3, 40, 50]])  # incl. empty shards
+@pytest.mark.parametrize(
+    "causal,window", [(True, None), (False, None), (True, 9)], ids=["causal", "full", "win"]
+)
+def test_shards_merge_to_the_unsharded_alibi_entropy(cuts, causal, window):
+    """Each shard's bias uses global key indices (key_offset + j), so the merge is the whole."""
+    q, k = make_inputs(2, 6, 2, 37, 53, D=8)
+    scale, sinks, slopes = torch.linspace(0.3, 1.5, 6), make_sinks(6), make_slopes(6, factor=2.0)
+    S = k.shape[2]
+    kw = {"causal": causal, "window": window, "softcap": 2.0, "alibi_slopes": slopes}
+    states = [
+        shard_state(q, k[:, :, a:b], scale, key_offset=a, total_keys=S, block_q=8, block_k=5, **kw)
+        for a, b in itertools.pairwise([0, *cuts, S])
+    ]
+    plain = functools.reduce(merge_states, states)
+    whole = attention_entropy(q, k, softmax_scale=scale, backend="torch_chunked", **kw)
+    torch.testing.assert_close(entropy_from_state(*plain), whole, atol=2e-5, rtol=0)
+    torch.testing.assert_close(
+        entropy_from_state(*plain),
+        attention_entropy(q, k, softmax_scale=scale, backend="reference", **kw),
+        atol=2e-5,
+        rtol=0,
+    )
+    states.insert(len(states) // 2, sink_state(sinks, 2, 37))  # the sink, unbiased, merged once
+    m, l, u = functools.reduce(merge_states, states)
+    ref_h, ref_p = attention_entropy(
+        q, k, softmax_scale=scale, sinks=sinks, return_sink_mass=True, backend="reference", **kw
+    )
+    torch.testing.assert_close(entropy_from_state(m, l, u), ref_h, atol=2e-5, rtol=0)
+    torch.testing.assert_close(sink_mass_from_state(m, l, sinks), ref_p, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 5)])
+def test_zero_slopes_change_nothing_on_every_cpu_backend(causal, window):
+    """alibi_slopes of zeros runs the bias code and gives the numbers of alibi_slopes=None."""
+    q, k = make_inputs(2, 6, 2, 21, 30)
+    v = make_values(2, 2, 30)
+    zeros = torch.zeros(6)
+    kw = {
+        "softmax_scale": torch.linspace(0.2, 0.7, 6),
+        "causal": causal,
+        "window": window,
+        "softcap": 3.0,
+        "sinks": make_sinks(6),
+        "mask": mask_kinds(2, 6, 21, 30)["key_padding"],
+    }
+    for backend in ("reference", "torch_chunked"):
+        a = attention_entropy(q, k, backend=backend, return_sink_mass=True, block_q=8, block_k=7, **kw)
+        b = attention_entropy(
+            q, k, backend=backend, return_sink_mass=True, block_q=8, block_k=7, alibi_slopes=zeros, **kw
+        )
+        for x, y in zip(a, b):
+            assert (x - y).abs().max().item() <= 1e-6
+    a = attention_with_entropy_torch(q, k, v, block_q=8, block_k=7, **kw)
+    b = attention_with_entropy_torch(q, k, v, block_q=8, block_k=7, alibi_slopes=zeros, **kw)
+    for x, y in zip(a, b):
+        assert (x - y).abs().max().item() <= 1e-6
+    shard = {key: kw[key] for key in ("causal", "window", "softcap")}
+    a = shard_state(q, k[:, :, 10:], kw["softmax_scale"], key_offset=10, total_keys=30, **shard)
+    b = shard_state(
+        q, k[:, :, 10:], kw["softmax_scale"], key_offset=10, total_keys=30, alibi_slopes=zeros, **shard
+    )
+    for x, y in zip(a, b):
+        assert torch.equal(x.isinf(), y.isinf()) and (x - y).nan_to_num(0.0).abs().max().item() <= 1e-6
+
+
+def test_bf16_inputs_get_an_fp32_bias():
+    """Low-precision q and k: the bias is added to fp32 scores, so the error against the float64 of the
+    same inputs is fp32's, not bf16's (a bf16 bias of 20 is off by up to 0.06)."""
+    q, k = make_inputs(2, 4, 2, 96, 96, D=32, dtype=torch.bfloat16)
+    v = make_values(2, 2, 96, Dv=32, dtype=torch.bfloat16)
+    kw = {"softmax_scale": 32**-0.5, "alibi_slopes": make_slopes(4).to(torch.bfloat16)}
+    ref = attention_entropy(q, k, backend="reference", **kw)
+    got = attention_entropy(q, k, backend="torch_chunked", block_q=32, block_k=16, **kw)
+    assert (got - ref).abs().max().item() <= 1e-5
+    out, h, _ = attention_with_entropy_torch(q, k, v, block_q=32, block_k=16, **kw)
+    assert out.dtype == torch.bfloat16 and (h - ref).abs().max().item() <= 1e-5
+    _, _, want = definition(q, k, v, **kw)
+    assert ((out.double() - want).abs() <= want.abs() * 2**-8 + 1e-5).all()  # bf16's rounding of the output
+
+
+def test_a_steep_slope_leaves_only_the_nearest_key():
+    """slope → ∞: a row attends to the key at its own position alone (H = 0, output = that key's
+    value), causal or not: distance 0 is one key, every other key lies at least 1 away."""
+    q, k = make_inputs(1, 2, 1, 10, 14)
+    v = make_values(1, 1, 14)
+    slopes = torch.full((2,), 1e3)
+    for causal in (True, False):
+        out, h, _ = attention_with_entropy_torch(q, k, v, 0.3, causal=causal, alibi_slopes=slopes, block_q=3)
+        assert h.abs().max().item() < 1e-6
+        assert torch.allclose(out[0, :, 0], v[0, 0, 4:], atol=1e-6)  # query i sits at key i + 4
+
+
+shapes = st.tuples(
+    st.integers(1, 2),  # B
+    st.sampled_from([(2, 2), (4, 2), (3, 1)]),  # Hq, Hkv
+    st.integers(1, 20),  # T
+    st.integers(0, 8),  # extra keys: S = T + extra
+    st.integers(1, 9),  # block size
+    st.integers(0, 2**16),  # seed
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.floats(0.05, 3.0), st.floats(0.0, 4.0), st.booleans())
+def test_bounds_and_the_reference_with_any_slope(shape, scale, slope, causal):
+    """0 <= H <= ln(keys seen), and torch_chunked equals the reference for any slope and tile."""
+    B, (Hq, Hkv), T, extra, blk, seed = shape
+    q, k = make_inputs(B, Hq, Hkv, T, T + extra, D=8, seed=seed)
+    kw = {"softmax_scale": scale, "causal": causal, "alibi_slopes": torch.linspace(0, slope, Hq)}
+    h = attention_entropy(q, k, block_q=blk, block_k=blk, **kw)
+    n_keys = torch.arange(T, dtype=torch.float64) + extra + 1 if causal else torch.full((T,), T + extra)
+    assert (h >= 0).all() and (h.double() <= torch.log(n_keys.double()) + 1e-5).all()
+    assert (h - attention_entropy(q, k, backend="reference", **kw)).abs().max().item() <= 1e-5
+
+
+# ---- the contract --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [e for e in ENTRY_POINTS if not e.endswith("triton") and e not in ("merge_states", "sink_state")],
+)
+def test_every_cpu_entry_point_takes_alibi_slopes(entry):
+    q, k = make_inputs(1, 4, 2, 6, 6)
+    ENTRY_POINTS[entry](q, k, alibi_slopes=make_slopes(4))
+
+
+def test_contract_errors_for_alibi_slopes():
+    q, k = make_inputs(1, 4, 2, 8, 8)
+    v = make_values(1, 2, 8)
+    calls = {
+        "attention_entropy": lambda a: attention_entropy(q, k, softmax_scale=0.3, alibi_slopes=a),
+        "reference": lambda a: attention_entropy(
+            q, k, softmax_scale=0.3, alibi_slopes=a, backend="reference"
+        ),
+        "backend_for": lambda a: backend_for("auto", q, k, alibi_slopes=a),
+        "streamed": lambda a: attention_with_entropy_torch(q, k, v, 0.3, alibi_slopes=a),
+        "shard_state": lambda a: shard_state(q, k, 0.3, key_offset=0, total_keys=8, alibi_slopes=a),
+    }
+    for bad, match in [
+        (torch.ones(3), r"shape \(4,\)"),
+        (torch.ones(1, 4), r"shape \(4,\)"),
+        (torch.ones(2), r"shape \(4,\)"),  # one slope per key head is not enough: per query head
+        (torch.ones(4, dtype=torch.long), "float tensor"),
+        ([0.5] * 4, "float tensor"),
+        (0.5, "float tensor"),
+        (torch.tensor([0.5, math.inf, 0.1, 0.2]), "finite"),
+        (torch.tensor([0.5, math.nan, 0.1, 0.2]), "finite"),
+    ]:
+        for call in calls.values():
+            with pytest.raises(ValueError, match=match):
+                call(bad)
+            with pytest.raises(ValueError, match="alibi_slopes"):
+                call(bad)
+    # any float dtype: bf16 slopes are taken as they are (exactly, in fp32)
+    slopes = make_slopes(4).to(torch.bfloat16)
+    h = attention_entropy(q, k, softmax_scale=0.3, alibi_slopes=slopes)
+    ref = attention_entropy(q, k, softmax_scale=0.3, alibi_slopes=slopes.float(), backend="reference")
+    assert (h - ref).abs().max().item() <= 1e-5
