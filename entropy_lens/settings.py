@@ -16,10 +16,11 @@ they are. A field with `setting(..., cli=False)` has no flag. Names and meanings
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from dataclasses import MISSING
 from typing import Any
 
-__all__ = ["SETTING", "setting"]
+__all__ = ["SETTING", "command_words", "setting"]
 
 SETTING = "entropy_lens.setting"  # the key of a field's metadata that holds its flag's description
 
@@ -51,3 +52,30 @@ def setting(
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def command_words(config: Any, *, defaults: dict | None = None, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The command-line words that rebuild the settings dataclass `config` through its generated flags:
+    the positional arguments, then the required flags and each flag whose value differs from its default (`defaults` replaces
+    some, for a command with defaults of its own), shell-quoted. Fields without a flag or in `exclude`
+    are left out. A value no flag can give (False where the default is None) raises ValueError."""
+    positional, flags = [], []
+    fields = sorted(dataclasses.fields(config), key=lambda f: f.default is not MISSING)  # required first
+    for field in fields:
+        spec = field.metadata.get(SETTING)
+        if spec is None or not spec["cli"] or field.name in exclude:
+            continue
+        value = getattr(config, field.name)
+        default = (defaults or {}).get(field.name, field.default)
+        flag = spec["flag"] or "--" + field.name.replace("_", "-")
+        if not flag.startswith("-"):
+            positional.append(shlex.quote(str(value)))
+        elif default is MISSING or value != default:
+            if value is True:
+                flags.append(flag)
+            elif value is False:
+                raise ValueError(f"{field.name}=False has no flag (its flag sets True; the default is {default})")
+            elif value is not None:
+                values = value if isinstance(value, (list, tuple)) else [value]
+                flags += [flag, *(shlex.quote(str(v)) for v in values)]
+    return positional + flags

@@ -1,5 +1,6 @@
 """The command line itself: --help and argument errors without torch, --threads on every command."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -154,3 +155,42 @@ def test_figure_flags_override_the_settings_file_only_when_given():
     assert all(v is None for k, v in overrides.items() if k not in ("length", "nope"))
     config = FiguresConfig.build({"samples": 7, "rope": "b"}, **overrides)
     assert (config.samples, config.rope, config.nope, config.length) == (7, "b", "a", 2048)
+
+
+def test_command_words_rebuild_the_config_through_the_parser():
+    """`settings.command_words` writes the flags that `add_settings` reads back into the same config
+    (the sweep's resume command is made this way), and refuses what no flag can say."""
+    import shlex
+
+    from entropy_lens.cli.options import config_from_args
+    from entropy_lens.runs.configs import ScanConfig
+    from entropy_lens.runs.sweep import sweep_command
+    from entropy_lens.settings import command_words
+
+    config = ScanConfig(
+        model="my models/nope 1b",  # a space: quoted
+        length=64,
+        samples=3,
+        data="austen:emma",
+        seed=2,
+        stride=32,
+        nope=True,
+        rope_scaling="linear:2",
+        train_len=16,
+        trust_remote_code=True,
+        scale=1.5,
+        entropy="none",
+        fused="off",
+    )
+    words = shlex.split(" ".join(["scan", *command_words(config)]))
+    assert config_from_args(ScanConfig, build_parser().parse_args(words)) == config
+    assert command_words(ScanConfig(model="m", length=8)) == ["m", "--len", "8"]  # defaults left out
+
+    swept = dataclasses.replace(config, scale=None)
+    words = shlex.split(sweep_command(swept))[1:] + ["--scales", "1", "--out", "x"]
+    args = build_parser().parse_args(words)
+    assert config_from_args(ScanConfig, args, entropy=args.entropy) == swept
+    assert "--entropy" not in sweep_command(dataclasses.replace(swept, entropy="mean"))  # sweep's default
+    assert sweep_command(dataclasses.replace(swept, nope=False)) is None  # no flag says nope=False
+    with pytest.raises(ValueError, match="nope=False has no flag"):
+        command_words(dataclasses.replace(swept, nope=False))

@@ -162,7 +162,7 @@ def test_fit_refuses_an_unfinished_sweep_and_names_the_fix(config, tmp_path, cap
     assert len(err.splitlines()) == 1 and "3 of 5 scales done, scales 1.6, 1.8 missing" in err
     command = err.split("`")[1]
     assert command == (
-        f"entropy-lens sweep {config.model} --len 24 --data {DATA} --samples 2 --seed 3 "
+        f"entropy-lens sweep {config.model} --len 24 --samples 2 --data {DATA} --seed 3 "
         f"--scales 1,1.2,1.4,1.6,1.8 --out {folder} --resume"
     )
     assert main(["fit", str(folder), "--train-len", "8", "--partial", "--json"]) == 0

@@ -157,25 +157,11 @@ def missing_scales(index: dict) -> list[float]:
 
 
 def resume_command(folder: str | Path, index: dict) -> str:
-    """The `entropy-lens sweep` command that finishes the sweep in `folder`, from its recorded flags."""
-    c = index.get("scan_config", {})
-    flags = {"length": c.get("length"), "data": c.get("data"), "samples": c.get("samples")}
-    defaults = {"seed": 0, "dtype": "auto", "device": "auto", "batch_size": 1, "backend": "auto"}
-    defaults |= {"fused": "auto", "entropy": "mean", "nope": None, "trust_remote_code": False}
-    for name, default in defaults.items():
-        if c.get(name, default) != default:
-            flags[name] = c[name]
-    for name in ("rope_scaling", "train_len", "revision", "scale_schedule", "stride"):
-        if c.get(name) is not None:
-            flags[name] = c[name]
-    words = ["entropy-lens sweep", str(c.get("model", "CKPT"))]
-    for name, value in flags.items():
-        flag = "--" + ("len" if name == "length" else name.replace("_", "-"))
-        if value is not False:
-            words.append(flag if value is True else f"{flag} {value}")
+    """The `entropy-lens sweep` command that finishes the sweep in `folder`: the command its index
+    records (runs/sweep.py writes it from the flags' declarations), with its scales, --out and --resume."""
     scales = index.get("requested_scales") or index["scales"]
-    words += ["--scales", ",".join(f"{s:g}" for s in scales), "--out", str(folder), "--resume"]
-    return " ".join(words)
+    command = index.get("command") or "entropy-lens sweep CKPT <the sweep's other flags>"
+    return f"{command} --scales {','.join(f'{s:g}' for s in scales)} --out {folder} --resume"
 
 
 def _damage(what: str) -> str:

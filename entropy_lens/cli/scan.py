@@ -24,7 +24,7 @@ SWEEP_EXAMPLES = """examples:
 
 
 def add_parsers(sub) -> None:
-    from entropy_lens.runs.configs import ScanConfig
+    from entropy_lens.runs.configs import SWEEP_ENTROPY, ScanConfig
 
     p = sub.add_parser(
         "scan",
@@ -50,7 +50,7 @@ def add_parsers(sub) -> None:
     w.add_argument(  # a sweep's own default: its scale files are ~1/heads the size
         "--entropy",
         choices=["heads", "mean", "none"],
-        default="mean",
+        default=SWEEP_ENTROPY,
         help="per head, averaged over each layer's heads (default: ~1/heads the size), or not at all",
     )
     w.add_argument("--out", required=True, help="sweep folder (sweep.json + one results file per scale)")

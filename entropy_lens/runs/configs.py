@@ -27,7 +27,7 @@ from typing import ClassVar
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.settings import setting
 
-__all__ = ["STRIDE_FRACTION", "HeadSearchConfig", "PerplexityConfig", "ScanConfig"]
+__all__ = ["STRIDE_FRACTION", "SWEEP_ENTROPY", "HeadSearchConfig", "PerplexityConfig", "ScanConfig"]
 
 STRIDE_FRACTION = 8  # ppl's default stride S = L / 8: the paper's 256 of L = 2048
 
@@ -125,6 +125,9 @@ class Recorded:
             if d[name] == defaults[name]:
                 del d[name]
         return d
+
+
+SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its files are ~1/heads the size
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,9 +28,11 @@ from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index, write_sweep_index
 from entropy_lens.runs.lock import FOLDER_LOCK, OutputLock
 from entropy_lens.runs.output import check_folder_target, say
+from entropy_lens.runs.configs import SWEEP_ENTROPY
 from entropy_lens.runs.scan import ScanConfig, scan
+from entropy_lens.settings import command_words
 
-__all__ = ["parse_scales", "scale_file", "sweep"]
+__all__ = ["parse_scales", "scale_file", "sweep", "sweep_command"]
 
 
 def parse_scales(spec: str) -> list[float]:
@@ -112,6 +114,7 @@ def sweep(
             "samples": config.samples,
             "seed": config.seed,
             "entropy": config.entropy,
+            "command": sweep_command(config),
         }
         _write_index(out_dir, record, found)  # what is on disk now: the union, never less
         if damaged:
@@ -126,6 +129,16 @@ def sweep(
             found[s] = path.name
             _write_index(out_dir, record, found)
     return out_dir
+
+
+def sweep_command(config: ScanConfig) -> str | None:
+    """`entropy-lens sweep` with the flags that give `config` (without --scales and --out), or None
+    when a flag cannot say it (an API-made config)."""
+    try:
+        words = command_words(config, defaults={"entropy": SWEEP_ENTROPY}, exclude=("scale", "head_scales"))
+    except ValueError:
+        return None
+    return " ".join(["entropy-lens sweep", *words])
 
 
 def _write_index(folder: Path, record: dict, found: dict[float, str]) -> None:
