@@ -74,7 +74,9 @@ def command_words(config: Any, *, defaults: dict | None = None, exclude: tuple[s
             if value is True:
                 flags.append(flag)
             elif value is False:
-                raise ValueError(f"{field.name}=False has no flag (its flag sets True; the default is {default})")
+                raise ValueError(
+                    f"{field.name}=False has no flag (its flag sets True; the default is {default})"
+                )
             elif value is not None:
                 values = value if isinstance(value, (list, tuple)) else [value]
                 flags += [flag, *(shlex.quote(str(v)) for v in values)]

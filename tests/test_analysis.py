@@ -654,8 +654,14 @@ def test_missing_scales_from_the_index():
         1.1,
     ]
     assert len(missing_scales({"scales": [1.0], "complete": False})) == 1  # unknown, still unfinished
-    recorded = {"command": "entropy-lens sweep m --len 8 --nope", "scales": [1.0], "requested_scales": [1.0, 2.0]}
-    assert resume_command("sw", recorded) == "entropy-lens sweep m --len 8 --nope --scales 1,2 --out sw --resume"
+    recorded = {
+        "command": "entropy-lens sweep m --len 8 --nope",
+        "scales": [1.0],
+        "requested_scales": [1.0, 2.0],
+    }
+    assert (
+        resume_command("sw", recorded) == "entropy-lens sweep m --len 8 --nope --scales 1,2 --out sw --resume"
+    )
     older = resume_command("sw", {"scan_config": {"model": "m"}, "scales": [1.0]})  # an index without one
     assert older == "entropy-lens sweep CKPT <the sweep's other flags> --scales 1 --out sw --resume"
 

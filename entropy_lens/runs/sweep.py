@@ -26,9 +26,9 @@ from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index, write_sweep_index
+from entropy_lens.runs.configs import SWEEP_ENTROPY
 from entropy_lens.runs.lock import FOLDER_LOCK, OutputLock
 from entropy_lens.runs.output import check_folder_target, say
-from entropy_lens.runs.configs import SWEEP_ENTROPY
 from entropy_lens.runs.scan import ScanConfig, scan
 from entropy_lens.settings import command_words
 
