@@ -23,6 +23,23 @@ def _fp_fusion(monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # triton's default, stated (silences its warning)
 
 
+def assert_no_spills(arch: int, dtype: str, config: tuple, **variant) -> None:
+    """Compile the kernel `variant` (compile_kernel's keywords) with autotune `config` (block_m, block_n,
+    warps, stages) for sm_`arch`: no spills, no stack, registers within the 255 limit."""
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_kernel(
+        arch, dtype, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, **variant
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+
+
+def variant_id(arch, dtype, fused, window, *rest) -> str:
+    return "-".join(
+        map(str, (arch, dtype, ("fused" if fused else "entropy") + ("+window" if window else ""), *rest))
+    )
+
+
 VARIANTS = [
     (arch, dtype, fused, window, config)
     for arch in (80, 90)
@@ -34,12 +51,7 @@ VARIANTS = [
 
 
 @pytest.mark.parametrize(
-    "arch,dtype,fused,window,config",
-    VARIANTS,
-    ids=[
-        "-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), *c)))
-        for a, d, f, w, c in VARIANTS
-    ],
+    "arch,dtype,fused,window,config", VARIANTS, ids=[variant_id(*v[:4], *v[4]) for v in VARIANTS]
 )
 def test_every_autotune_config_compiles_without_spills(arch, dtype, fused, window, config):
     r = kernel_static.row(arch, dtype, fused, config, window)
@@ -75,29 +87,12 @@ EXTRAS_VARIANTS = [
 @pytest.mark.parametrize(
     "arch,dtype,fused,window,config",
     EXTRAS_VARIANTS,
-    ids=[
-        "-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), *c)))
-        for a, d, f, w, c in EXTRAS_VARIANTS
-    ],
+    ids=[variant_id(*v[:4], *v[4]) for v in EXTRAS_VARIANTS],
 )
 def test_softcap_and_sinks_compile_without_spills(arch, dtype, fused, window, config):
     """Gemma2's softcap (the exp2 tanh) and gpt-oss's sinks together, on every config the autotuner may
     pick for that variant."""
-    bm, bn, warps, stages = config
-    compiled = kernel_static.compile_kernel(
-        arch,
-        dtype,
-        with_output=fused,
-        window=window,
-        softcap=True,
-        sinks=True,
-        block_m=bm,
-        block_n=bn,
-        num_warps=warps,
-        num_stages=stages,
-    )
-    use = kernel_static.resource_usage(compiled)
-    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+    assert_no_spills(arch, dtype, config, with_output=fused, window=window, softcap=True, sinks=True)
 
 
 # ALiBi alone (BLOOM, MPT, Falcon), with sinks, and with the softcap and sinks: every config the
@@ -117,46 +112,17 @@ ALIBI_VARIANTS = [
 @pytest.mark.parametrize(
     "arch,dtype,fused,window,extras,config",
     ALIBI_VARIANTS,
-    ids=[
-        "-".join(map(str, (a, d, ("fused" if f else "entropy") + ("+window" if w else ""), x, *c)))
-        for a, d, f, w, x, c in ALIBI_VARIANTS
-    ],
+    ids=[variant_id(*v[:5], *v[5]) for v in ALIBI_VARIANTS],
 )
 def test_alibi_compiles_without_spills(arch, dtype, fused, window, extras, config):
     softcap, sinks = ALIBI_EXTRAS[extras]
-    bm, bn, warps, stages = config
-    compiled = kernel_static.compile_kernel(
-        arch,
-        dtype,
-        with_output=fused,
-        window=window,
-        softcap=softcap,
-        sinks=sinks,
-        alibi=True,
-        block_m=bm,
-        block_n=bn,
-        num_warps=warps,
-        num_stages=stages,
+    assert_no_spills(
+        arch, dtype, config, with_output=fused, window=window, softcap=softcap, sinks=sinks, alibi=True
     )
-    use = kernel_static.resource_usage(compiled)
-    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
 
 
 @pytest.mark.parametrize("arch", [80, 90])
 @pytest.mark.parametrize("config", autotune_configs(True, False, alibi=True))
 def test_non_causal_alibi_compiles_without_spills(arch, config):
     """Non-causal ALiBi takes |i + S − T − j| (flash-attn's form): the fused bf16 variant, the fullest."""
-    bm, bn, warps, stages = config
-    compiled = kernel_static.compile_kernel(
-        arch,
-        "bf16",
-        with_output=True,
-        causal=False,
-        alibi=True,
-        block_m=bm,
-        block_n=bn,
-        num_warps=warps,
-        num_stages=stages,
-    )
-    use = kernel_static.resource_usage(compiled)
-    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+    assert_no_spills(arch, "bf16", config, with_output=True, causal=False, alibi=True)
