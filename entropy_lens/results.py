@@ -258,21 +258,36 @@ def _atomic_write(path: Path, data) -> Path:
     return path
 
 
-def summary(result: ScanResult) -> str:
-    """Mean entropy over heads and mean loss by span of positions.
+def in_l(position: int, L: int) -> str:
+    """A position as a multiple of the training length L, as span labels write it: 0, L/2, L, 2L, 3.5L."""
+    if position == 0 or position == L:
+        return "0" if position == 0 else "L"
+    return "L/2" if 2 * position == L else f"{position / L:.3g}L"
 
-    With a training length L in the meta (and len > L): [0, L/2), [L/2, L), then [kL, (k+1)L) up to
-    len (spans double in width beyond 8L), so in- and out-of-distribution positions sit side by side.
-    Otherwise the first, middle and last tenth.
-    """
+
+def span_label(span: tuple[int, int], L: int) -> str:
+    """Positions [a, b) in multiples of L: '[L/2, L)', '[3.5L, 4L)'."""
+    return f"[{in_l(span[0], L)}, {in_l(span[1], L)})"
+
+
+def spans_by_l(length: int, L: int, *, start: int = 0) -> dict[str, tuple[int, int]]:
+    """{label: (a, b)} for [0, L/2), [L/2, L), then [kL, (k+1)L) up to `length` (spans double in width
+    beyond 8L; the last may be partial), leaving out the spans before `start`: in- and
+    out-of-distribution positions side by side, as `summary` and the model cards tabulate them."""
+    edges, width = [0, L // 2, L], L
+    while edges[-1] < length:
+        width = width * 2 if edges[-1] >= 8 * L else width
+        edges.append(min(length, edges[-1] + width))
+    pairs = [(a, b) for a, b in itertools.pairwise(edges) if a >= start and b <= length]
+    return {span_label(pair, L): pair for pair in pairs}
+
+
+def summary(result: ScanResult) -> str:
+    """Mean entropy over heads and mean loss by span of positions: `spans_by_l` with a training length
+    L in the meta (and len > L), otherwise the first, middle and last tenth."""
     T, L = result.length, result.meta.get("train_len")
     if isinstance(L, int) and 2 <= L < T:
-        edges, width = [0, L // 2, L], L
-        while edges[-1] < T:
-            width = width * 2 if edges[-1] >= 8 * L else width
-            edges.append(min(T, edges[-1] + width))
-        spans = {_in_l(a, L) + "-" + _in_l(b, L): (a, b) for a, b in itertools.pairwise(edges)}
-        head = f"L = {L}"
+        spans, head = spans_by_l(T, L), f"L = {L}"
     else:
         tenth = max(1, T // 10)
         middle = (T - tenth) // 2
@@ -284,16 +299,6 @@ def summary(result: ScanResult) -> str:
         row = f"{name:<12}{f'[{a}, {b})':>16}{h[a:b].mean():>17.3f}{np.nanmean(result.loss[a:b]):>14.3f}"
         lines.append(row)
     return "\n".join(lines)
-
-
-def _in_l(position: int, L: int) -> str:
-    """Position as a multiple of L: 0, L/2, L, 2L, 2.5L."""
-    ratio = position / L
-    if ratio == 0:
-        return "0"
-    if ratio == 1:
-        return "L"
-    return f"{ratio:g}L"
 
 
 def provenance() -> dict:

@@ -700,3 +700,26 @@ def test_files_written_before_the_glossary_names_keep_loading():
     old = {"per_head": "heads", "mean_heads": "mean", "not_captured": "none"}[raw["entropy_reduction"]]
     assert result.entropy_reduction == old
     assert upgrade_meta(raw) == result.meta and raw.get("len") is not None  # the file's dict is not changed
+
+
+def test_spans_of_positions_have_one_rule_and_one_label():
+    """`spans_by_l`, `span_label`: the spans `summary`, the model cards, the figures' words and the
+    notebooks use, in one vocabulary ([L/2, L), not 0.5L-L or [1L, 2L))."""
+    from entropy_lens.results import in_l, span_label, spans_by_l, summary
+
+    assert [in_l(p, 128) for p in (0, 64, 128, 256, 448, 500)] == ["0", "L/2", "L", "2L", "3.5L", "3.91L"]
+    assert span_label((128, 1024), 128) == "[L, 8L)"
+    spans = spans_by_l(1300, 100)  # 8L, then widths doubling: [8L, 10L), [10L, 13L) (partial)
+    assert list(spans.values()) == [
+        (0, 50),
+        (50, 100),
+        *((k * 100, k * 100 + 100) for k in range(1, 8)),
+        (800, 1000),
+        (1000, 1300),
+    ]
+    assert list(spans)[-2:] == ["[8L, 10L)", "[10L, 13L)"]
+    assert list(spans_by_l(400, 100, start=50)) == ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
+    result = make_result(np.arange(40, dtype=np.float32), train_len=10)
+    rows = summary(result).splitlines()[1:]
+    assert [r.split(")")[0] + ")" for r in rows] == list(spans_by_l(40, 10))
+    assert float(rows[-1].split()[-1]) == pytest.approx(np.mean(np.arange(30, 40)))

@@ -29,6 +29,7 @@ from entropy_lens.plotting import (
     entropy_loss,
     family_colors,
 )
+from entropy_lens.results import span_label
 
 __all__ = ["entropy_and_loss", "heads_vs_uniform", "inflection_lines", "uniform_scales"]
 
@@ -74,8 +75,9 @@ def entropy_and_loss(data: FigureData, c: FiguresConfig) -> Drawn:
     ax = entropy_loss(list(curves.items()), colors=[NOPE, NOPE_DARK, ROPE, ROPE_DARK], smooth=c.smooth)
     plain = {k.replace("$\\lambda$", "λ").replace("/$\\sqrt{d}$", "/√d"): v for k, v in curves.items()}
     numbers = inflection_lines(plain, L, c.smooth) + [
-        f"{k}: mean loss {span_mean(r.loss, L // 2, L):.3f} in [L/2, L) → {span_mean(r.loss, L, T):.3f} in "
-        f"[L, {T // L}L); mean entropy {span_mean(bits(r.mean_entropy), L // 2, L):.2f} → "
+        f"{k}: mean loss {span_mean(r.loss, L // 2, L):.3f} in {span_label((L // 2, L), L)} → "
+        f"{span_mean(r.loss, L, T):.3f} in {span_label((L, T), L)}; mean entropy "
+        f"{span_mean(bits(r.mean_entropy), L // 2, L):.2f} → "
         f"{span_mean(bits(r.mean_entropy), L, T):.2f} bits"
         for k, r in plain.items()
     ]
@@ -164,12 +166,12 @@ def heads_vs_uniform(data: FigureData, c: FiguresConfig) -> Drawn:
             if choice.at_edge
             else ""
         )
-        + f"; the scale with the lowest loss averaged over all of [0, {T // L}L) would be {whole.scale:g}"
+        + f"; the scale with the lowest loss averaged over all of {span_label((0, T), L)} would be {whole.scale:g}"
     ]
     for k in range(1, T // L):
         a, b = k * L, (k + 1) * L
         numbers.append(
-            f"[{k}L, {k + 1}L): loss uniform {span_mean(uniform.loss, a, b):.3f}, λ(h) "
+            f"{span_label((a, b), L)}: loss uniform {span_mean(uniform.loss, a, b):.3f}, λ(h) "
             f"{span_mean(heads.loss, a, b):.3f} (Δ "
             f"{span_mean(heads.loss, a, b) - span_mean(uniform.loss, a, b):+.3f}); "
             f"entropy {span_mean(bits(uniform.mean_entropy), a, b):.2f} vs "

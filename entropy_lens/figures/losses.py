@@ -12,6 +12,7 @@ from entropy_lens.figures.record import FigureData
 from entropy_lens.figures.registry import Drawn, figure
 from entropy_lens.figures.words import search_words, smoothing_words, span_mean, span_words
 from entropy_lens.plotting import DASHED, HEADS, NOPE_DARK, NOPE_PLAIN, SOLID, VARIANTS, loss_curves
+from entropy_lens.results import span_label
 
 __all__ = ["ablations", "schedules"]
 
@@ -40,7 +41,8 @@ def _schedules_differences(data: FigureData, c: FiguresConfig) -> list[str]:
     return [
         "not a figure of the paper: §2.4 states the result (no improvement) without a figure or numbers",
         (
-            f"the piecewise scale beyond L is the sweep's best single scale for [L, {data.fit_len // data.L}L), "
+            f"the piecewise scale beyond L is the sweep's best single scale for "
+            f"{span_label((data.L, data.fit_len), data.L)}, "
             "one choice of many the paper does not specify; the log schedule's a is Figure 7's raw fit"
         ),
         smoothing_words(data, c),
@@ -61,7 +63,7 @@ def schedules(data: FigureData, c: FiguresConfig) -> Drawn:
         [
             ("NoPE", "NoPE", sweep.loss[at[1.0]], NOPE_PLAIN, SOLID),
             (
-                f"uniform {beyond.scale:g} (best for [L, {T // L}L))",
+                f"uniform {beyond.scale:g} (best for {span_label((L, T), L)})",
                 "uniform",
                 sweep.loss[at[beyond.scale]],
                 NOPE_DARK,
@@ -82,18 +84,18 @@ def schedules(data: FigureData, c: FiguresConfig) -> Drawn:
     )
     numbers.append(
         f"the best uniform scale chosen per span of L with hindsight (an oracle, from the sweep) averages "
-        f"{envelope:.3f} over [L, {T // L}L)"
+        f"{envelope:.3f} over {span_label((L, T), L)}"
     )
     verdicts = [("piecewise", "uniform"), ("log", "uniform"), ("λ(h) × log", "λ(h)")]
     numbers.append(
-        f"against the baseline each refines, over [L, {T // L}L): "
+        f"against the baseline each refines, over {span_label((L, T), L)}: "
         + "; ".join(f"{x} − {y} {whole[x] - whole[y]:+.3f} nats" for x, y in verdicts)
         + " (negative: the position-dependent scale helps; the paper reports it did not)"
     )
     fitted = data.final.fit.a
     clamped = f" (the fit's a = {fitted:.3g} < 0 is taken as 0: a schedule must not shrink the scale)"
     caption = (
-        f"§2.4 tested: loss by position at {T // L}L for NoPE, the best single uniform scale for [L, {T // L}L) "
+        f"§2.4 tested: loss by position at {T // L}L for NoPE, the best single uniform scale for {span_label((L, T), L)} "
         f"({beyond.scale:g}), a piecewise scale (1 inside L, {beyond.scale:g} beyond), the log schedule "
         f"m(i) = 1 + a ln(max(i, L)/L) with Figure 7's raw fit a = {a:.3g}{clamped if fitted < 0 else ''}, "
         f"λ(h) searched at {data.long // L}L, and λ(h) with the log schedule on top; loss only, the sweep's windows."

@@ -11,6 +11,7 @@ from entropy_lens.figures.record import FigureData, SweepFit
 from entropy_lens.figures.registry import Drawn, figure
 from entropy_lens.figures.words import span_words
 from entropy_lens.plotting import best_scale_by_position
+from entropy_lens.results import span_label
 
 __all__ = ["best_scale"]
 
@@ -124,6 +125,6 @@ def best_scale(data: FigureData, c: FiguresConfig) -> Drawn:
     caption = (
         f"Best uniform multiplier per position ({left}blue: the raw argmin over {len(sweep.scales)} scales "
         f"{c.sweep_scales} (start:stop:step), {c.sweep_samples} windows at {sweep.length}), its best loss (red) "
-        f"and the fit 1 + a ln(i/L) over [L, {sweep.length // L}L) (black){second}."
+        f"and the fit 1 + a ln(i/L) over {span_label((L, sweep.length), L)} (black){second}."
     )
     return Drawn(fig, caption, numbers)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from entropy_lens.results import span_label
+
 if TYPE_CHECKING:
     from entropy_lens.analysis import UniformChoice
     from entropy_lens.figures.config import FiguresConfig
@@ -26,8 +28,7 @@ def span_mean(curve, a: int, b: int) -> float:
 
 def span_words(span, L: int) -> str:
     """'[3.5L, 4L) = [448, 512)'."""
-    a, b = span
-    return f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})"
+    return f"{span_label(span, L)} = [{span[0]}, {span[1]})"
 
 
 def uniform_rule(choice: UniformChoice, L: int) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import spans_by_l
 
 __all__ = ["LengthReport", "length_report", "model_card"]
 
@@ -39,15 +40,6 @@ class LengthReport:
         return {span: min(scales, key=lambda s: (self.loss[s][span], s)) for span in self.spans}
 
 
-def spans_of(train_len: int, length: int) -> dict[str, tuple[int, int]]:
-    """[L/2, L), [L, 2L), [2L, 3L), ... up to `length` (a last partial span included)."""
-    L = train_len
-    spans = {"[L/2, L)": (L // 2, L)}
-    for k in range(1, -(-length // L)):
-        spans[f"[{k}L, {k + 1}L)".replace("[1L", "[L")] = (k * L, min(length, (k + 1) * L))
-    return spans
-
-
 def length_report(
     model: str,
     *,
@@ -66,7 +58,9 @@ def length_report(
     if train_len is None:
         raise EntropyLensError(f"{model} declares no train_len in its config.json; add one to report by span")
     length = factor * train_len
-    rep = LengthReport(model, train_len, length, samples, data, spans_of(train_len, length))
+    rep = LengthReport(
+        model, train_len, length, samples, data, spans_by_l(length, train_len, start=train_len // 2)
+    )
     for s in sorted({1.0, *scales}):
         config = ScanConfig(
             model=model, length=length, samples=samples, data=data, seed=seed, scale=s, batch_size=batch_size
