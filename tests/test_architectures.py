@@ -83,14 +83,30 @@ SUPPORTED = {
     "smollm3": ({"no_rope_layers": [1, 0]}, "a NoPE layer beside a RoPE layer"),
     "starcoder2": ({}, "biases, LayerNorm"),
     "opt": ({"ffn_dim": 48, "word_embed_proj_dim": 32}, "learned positions"),
+    # attention classes of their own, routed through the capture (capture/own_attention.py)
+    "bloom": (
+        {"num_attention_heads": 6, "hidden_size": 48},
+        "own attention class: ALiBi (6 heads: the slopes of a head count not a power of 2), fused qkv",
+    ),
+    "mpt": (
+        {"num_attention_heads": 6, "hidden_size": 48, "max_seq_len": 256},
+        "own attention class: ALiBi (MPT's slopes and key-index form), bool mask",
+    ),
+    "falcon": (
+        {"alibi": False, "multi_query": True, "parallel_attn": True, "new_decoder_architecture": False},
+        "own attention class: rotary, multi-query, parallel attention (Falcon-7B's layout)",
+    ),
 }
 # Eager-only architectures (transformers supports neither sdpa nor flex attention for them): refused.
 EAGER_ONLY = {"deepseek_v4": {}}
-# Architectures with attention classes of their own: refused (README says why and what to do).
+# What the capture cannot reproduce exactly: README name -> (model_type, overrides, why, the refusal).
 REFUSED = {
-    "falcon": {},
-    "bloom": {"n_layer": 2, "n_head": 4},
-    "mpt": {"d_model": 32, "n_heads": 4, "n_layers": 2, "max_seq_len": 256},
+    "falcon (alibi=True)": (
+        "falcon",
+        {"alibi": True},
+        "ALiBi bias built in bfloat16 (slope·position rounded per key: not linear in the distance)",
+        "builds its ALiBi bias in bfloat16",
+    ),
 }
 PADDING = ("none", "left", "right")
 
@@ -118,8 +134,16 @@ def ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
 
 
 def eager(model, ids, mask, *, sink_mass: bool = False):
-    """(logits, per-layer (B, H, T) float64 entropy with the sink's share counted [, sink mass])."""
+    """(logits, per-layer (B, H, T) float64 entropy with the sink's share counted [, sink mass]). A model
+    that cannot switch its implementation (Falcon: its sdpa layers take a bool mask that their eager
+    `output_attentions` branch would add) runs as an eager twin with the same weights."""
+    from transformers import AutoModelForCausalLM
+
     prev = model.config._attn_implementation
+    if prev != "eager" and not model._can_set_attn_implementation():
+        twin = AutoModelForCausalLM.from_config(model.config, attn_implementation="eager")
+        twin.load_state_dict(model.state_dict())
+        return eager(twin.to(next(model.parameters()).dtype).eval(), ids, mask, sink_mass=sink_mass)
     model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
@@ -169,6 +193,84 @@ def test_entropy_and_logits_equal_eager(model_type, padding, fused):
     assert rec.entropy.shape == expected.shape
     np.testing.assert_allclose(rec.entropy, expected, atol=1e-5, rtol=0)
     assert expected.std() > 0.05, "attention near uniform: the case would not test much"
+    assert not any("forward" in vars(m) for m in model.modules())  # routed layers restored on exit
+
+
+ALIBI = ("bloom", "mpt")
+
+
+def _scaled_queries(model, s: float):
+    """A copy of an ALiBi `model` whose query projection is multiplied by s: its own eager attention
+    then computes s·λ·q·k with the bias unchanged, what a uniform scale s means for ALiBi models."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer in twin.modules():
+            if type(layer).__name__ == "MptAttention":
+                layer.Wqkv.weight[: layer.hidden_size] *= s  # chunk(3): q, k, v
+            elif type(layer).__name__ == "BloomAttention":
+                rows = torch.arange(3 * layer.hidden_size).view(layer.num_heads, 3, layer.head_dim)[:, 0]
+                layer.query_key_value.weight[rows.flatten()] *= s  # (heads, q/k/v, head_dim) interleaved
+                layer.query_key_value.bias[rows.flatten()] *= s
+    return twin
+
+
+@pytest.mark.parametrize("model_type", ALIBI)
+def test_alibi_scales_multiply_qk_not_the_bias(model_type):
+    """Under --scale s (and per-head λ(h)) an ALiBi model's scores are s·λ·q·k − slope·(i − j): equal to
+    the model's own eager attention with its queries multiplied by s."""
+    from entropy_lens.capture import EntropyRecorder
+
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask("left")
+    logits, entropies = eager(_scaled_queries(model, 1.7), ids, mask)
+    heads = np.full((2, 6), 1.7)
+    for scales in (1.7, heads):
+        with EntropyRecorder(model, scales=scales) as rec, torch.no_grad():
+            captured = model(ids, attention_mask=mask).logits
+        real = mask.bool()
+        torch.testing.assert_close(captured[real], logits[real], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(rec.entropy, mean_by_position(entropies, mask), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("model_type", ALIBI)
+def test_trainable_scales_on_alibi_get_the_streamed_paths_loss_and_gradients(model_type):
+    """A trainable multiplier on an ALiBi model runs sdpa with the bias as its mask (autograd): the same
+    loss as the exact streamed path at those scales, and gradients."""
+    from entropy_lens.capture import ScaleSession
+
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask("right")
+    mult = torch.nn.Parameter(torch.full((2, 6), 1.3))
+    with ScaleSession(model, scales=mult) as session:
+        loss = model(ids, attention_mask=mask).logits.float().logsumexp(-1)[mask.bool()].mean()
+    loss.backward()
+    assert session.session.paths == {"sdpa-alibi-mask"} and mult.grad.abs().sum() > 0
+    with ScaleSession(model, scales=mult.detach()) as session, torch.no_grad():
+        streamed = model(ids, attention_mask=mask).logits.float().logsumexp(-1)[mask.bool()].mean()
+    assert session.session.paths == {"torch-streamed"}
+    torch.testing.assert_close(loss.detach(), streamed, atol=1e-5, rtol=0)
+
+
+def test_falcon_40b_layout_and_mpt_past_its_max_seq_len():
+    """Falcon's new decoder architecture (grouped kv, broadcast to every head) equals eager; MPT beyond
+    config.max_seq_len, where its own layer cannot add its position_bias (built at that length), equals
+    the same weights with max_seq_len raised: the slopes do not depend on it."""
+    from entropy_lens.capture import EntropyRecorder
+
+    falcon = build("falcon", {"alibi": False, "new_decoder_architecture": True, "num_kv_heads": 2})
+    mpt = build("mpt", {**SUPPORTED["mpt"][0], "max_seq_len": 8})
+    longer = build("mpt", {**SUPPORTED["mpt"][0], "max_seq_len": 64})  # same seed: same weights
+    ids, mask = ids_and_mask("left", T=20)
+    for model, reference in ((falcon, falcon), (mpt, longer)):
+        logits, entropies = eager(reference, ids, mask)
+        with EntropyRecorder(model) as rec, torch.no_grad():
+            captured = model(ids, attention_mask=mask).logits
+        torch.testing.assert_close(captured[mask.bool()], logits[mask.bool()], atol=1e-4, rtol=0)
+        np.testing.assert_allclose(rec.entropy, mean_by_position(entropies, mask), atol=1e-5, rtol=0)
+    with pytest.raises(RuntimeError), torch.no_grad():  # the model's own layer, as said above
+        mpt(ids, attention_mask=mask)
 
 
 def test_sink_mass_is_what_eager_gives_the_sink():
@@ -255,25 +357,55 @@ def test_scan_files_equal_eager(model_type, tmp_path):
     np.testing.assert_allclose(result.loss, nll.numpy(), atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("model_type", sorted(REFUSED))
-def test_models_with_their_own_attention_are_refused_in_one_line(model_type, tmp_path, capsys):
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_what_cannot_be_reproduced_is_refused_in_one_line(name, tmp_path, capsys):
     from entropy_lens.capture import EntropyRecorder
     from entropy_lens.cli import main
     from entropy_lens.errors import EntropyLensError
 
-    model = build(model_type, REFUSED[model_type])
+    model_type, overrides, _, refusal = REFUSED[name]
+    model = build(model_type, overrides)
     impl = model.config._attn_implementation
-    refused = "own code, not through transformers' attention interface"
-    with pytest.raises(EntropyLensError, match=refused), EntropyRecorder(model):
+    with pytest.raises(EntropyLensError, match=refusal), EntropyRecorder(model):
         pytest.fail("the recorder must refuse before any forward")
     assert model.config._attn_implementation == impl  # left as it was
-    folder = _folder(tmp_path, model_type, REFUSED[model_type])
+    assert not any("forward" in vars(m) for m in model.modules())
+    folder = _folder(tmp_path, model_type, overrides)
     capsys.readouterr()
     out = tmp_path / "x.npz"
     code = main(["scan", str(folder), "--len", "16", "--samples", "1", "--data", "austen", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "attention interface" in err[0], err
+    assert code == 2 and len(err) == 1 and refusal in err[0], err
     assert not list(tmp_path.glob("x.npz*"))  # no file, no checkpoint
+
+
+def test_a_routed_model_on_another_attention_implementation_is_refused():
+    """Falcon loaded with flash-attention 2 (another layer class, other masks): refused, with the fix."""
+    from entropy_lens.capture import EntropyRecorder
+    from entropy_lens.errors import EntropyLensError
+
+    model = build("falcon", SUPPORTED["falcon"][0])
+    model.config._attn_implementation = "flash_attention_2"
+    with (
+        pytest.raises(EntropyLensError, match="load it with attn_implementation='sdpa'"),
+        EntropyRecorder(model),
+    ):
+        pytest.fail("the recorder must refuse before any forward")
+    assert not any("forward" in vars(m) for m in model.modules())
+
+
+def test_a_model_that_cannot_switch_its_attention_is_refused():
+    """A model whose attention classes are its own (transformers cannot switch their implementation)
+    and that capture/own_attention.py does not route runs unmeasured otherwise: refused in one line."""
+    from entropy_lens.capture import EntropyRecorder
+    from entropy_lens.errors import EntropyLensError
+
+    model = build("llama", {})
+    model._can_set_attn_implementation = lambda: False  # as such a model says
+    refused = "own code, not through transformers' attention interface"
+    with pytest.raises(EntropyLensError, match=refused), EntropyRecorder(model):
+        pytest.fail("the recorder must refuse before any forward")
+    assert model.config._attn_implementation != "entropy_lens"
 
 
 @pytest.mark.parametrize("model_type", sorted(EAGER_ONLY))
@@ -338,7 +470,7 @@ def readme_table() -> str:
         f"| `{name}` | eager-only (neither sdpa nor flex in transformers) | refused |"
         for name in sorted(EAGER_ONLY)
     ]
-    rows += [f"| `{name}` | own attention class | refused |" for name in sorted(REFUSED)]
+    rows += [f"| `{name}` | {why} | refused |" for name, (_, _, why, _) in sorted(REFUSED.items())]
     return "\n".join(rows)
 
 
@@ -371,3 +503,55 @@ def test_the_survey_tool_writes_where_it_is_told(tmp_path):
 
 if __name__ == "__main__":
     sys.stdout.write(readme_table() + "\n")
+
+
+def test_a_saved_alibi_folder_runs_through_every_command(tmp_path):
+    """A saved BLOOM folder through the CLI: `sweep` and `ppl` at a scale equal the same commands on the
+    folder of its query-scaled twin at scale 1 (the scale multiplies q·k, not the bias), the sweep's
+    scale 1 gives the model's own eager loss, and `search-heads` trains its λ(h) through the ALiBi."""
+    import json
+
+    from safetensors.numpy import load_file
+    from tiny import make_tokenizer
+
+    from entropy_lens.analysis import load_sweep
+    from entropy_lens.cli import main
+    from entropy_lens.data import token_chunks
+    from entropy_lens.models import load_model
+
+    overrides = SUPPORTED["bloom"][0]
+    folder = _folder(tmp_path, "bloom", overrides)
+    twin = tmp_path / "bloom-queries-x1.5"
+    _scaled_queries(build("bloom", overrides), 1.5).save_pretrained(twin)
+    make_tokenizer(COMMON["vocab_size"]).save_pretrained(twin)
+    common = ["--samples", "3", "--data", "austen:persuasion", "--quiet"]
+
+    ppl = {}
+    for name, model, scale in (("scaled", folder, ["--scale", "1.5"]), ("twin", twin, [])):
+        out = tmp_path / f"{name}.json"
+        args = ["ppl", str(model), "--lens", "16", "24", "--stride", "4", *scale, *common, "--out", str(out)]
+        assert main(args) == 0
+        ppl[name] = [row["nll"] for row in json.loads(out.read_text())["lengths"]]
+    np.testing.assert_allclose(ppl["scaled"], ppl["twin"], rtol=1e-5)
+
+    sweep_dir, twin_scan = tmp_path / "sw", tmp_path / "twin.npz"
+    assert (
+        main(["sweep", str(folder), "--len", "16", "--scales", "1,1.5", *common, "--out", str(sweep_dir)])
+        == 0
+    )
+    assert main(["scan", str(twin), "--len", "16", *common, "--out", str(twin_scan)]) == 0
+    from entropy_lens.results import ScanResult
+
+    sweep = load_sweep(sweep_dir)
+    np.testing.assert_allclose(sweep.loss[1], ScanResult.load(twin_scan).loss, atol=1e-4, rtol=0)
+    lm = load_model(str(folder), dtype="float32")
+    ids = torch.from_numpy(token_chunks(lm.tokenizer, "austen:persuasion", length=16, samples=3).ids)
+    logits, _ = eager(lm.model, ids[:, :-1], None)
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(0)
+    np.testing.assert_allclose(sweep.loss[0], nll.numpy(), atol=1e-4, rtol=0)
+
+    heads = tmp_path / "hs.safetensors"
+    args = ["search-heads", str(folder), "--len", "16", "--steps", "2", "--batch", "2", "--out", str(heads)]
+    assert main([*args, "--quiet"]) == 0
+    scales = np.stack(list(load_file(heads).values()))  # one (heads,) tensor per layer
+    assert scales.shape == (2, 6) and scales.min() >= 1.0 and scales.max() > 1.0  # moved, above the bound

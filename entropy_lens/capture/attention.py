@@ -6,7 +6,8 @@ transformers builds no mask for an unknown implementation and padding is silentl
 
 For every attention layer the function takes three steps:
   1. read the call (`read_call`, then `entropy_inputs` where an entropy or an extra is computed): take
-     out softcap (Gemma2) and attention sinks (gpt-oss's `s_aux`) and refuse any other extra argument
+     out softcap (Gemma2), attention sinks (gpt-oss's `s_aux`) and ALiBi slopes (`alibi_slopes`, from
+     capture/own_attention.py's layers) and refuse any other extra argument
      (`check_kwargs`); apply the effective scale λ_h = m_h · module.scaling (m_h the per-head
      multiplier of 1/√d; `--scale s` is m_h = s for all heads): a uniform multiplier goes into sdpa's
      own `scale`, per-head multipliers multiply the queries (after RoPE), so a trainable multiplier
@@ -38,7 +39,16 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.capture.fused import PathChoices
-from entropy_lens.capture.paths import EAGER, SDPA, TORCH_STREAMED, eager_attention, run_path, sdpa
+from entropy_lens.capture.paths import (
+    EAGER,
+    SDPA,
+    SDPA_ALIBI,
+    TORCH_STREAMED,
+    alibi_attention,
+    eager_attention,
+    run_path,
+    sdpa,
+)
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import backend_for
@@ -143,6 +153,8 @@ class LayerCall:
     out_scaling: float  # the output path's softmax scale: a uniform multiplier applied
     softcap: float | None  # Gemma2: scores -> c·tanh(scores/c)
     sinks: torch.Tensor | None  # gpt-oss: one logit per head in the softmax's denominator
+    alibi_slopes: torch.Tensor | None = None  # (Hq,) fp32: −slope_h·(i − j) added to the scores (BLOOM,
+    # MPT, Falcon, passed by capture/own_attention.py); the scales multiply q·k, not this bias
 
     @property
     def capturing(self) -> bool:
@@ -150,7 +162,7 @@ class LayerCall:
 
     @property
     def has_extras(self) -> bool:
-        return self.softcap is not None or self.sinks is not None
+        return self.softcap is not None or self.sinks is not None or self.alibi_slopes is not None
 
     @property
     def softmax_scale(self) -> float | torch.Tensor:
@@ -183,6 +195,7 @@ class EntropyInputs:
             "window": self.window,
             "softcap": call.softcap,
             "sinks": call.sinks,
+            "alibi_slopes": call.alibi_slopes,
         }
 
 
@@ -193,9 +206,10 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     if not call.capturing and not call.has_extras:  # nothing to capture, nothing sdpa cannot do
         out = sdpa(call)
         record(call, SDPA)
-    elif not call.capturing and call.wants_grad:  # a trainable scale through softcap or sinks
-        out = eager_attention(call)
-        record(call, EAGER)
+    elif not call.capturing and call.wants_grad:  # a trainable scale through softcap, sinks or ALiBi
+        alibi = call.alibi_slopes is not None
+        out = alibi_attention(call) if alibi else eager_attention(call)
+        record(call, SDPA_ALIBI if alibi else EAGER)
     else:
         inputs = entropy_inputs(call)
         path, (out, entropy, sink_mass) = run_path(call, inputs)
@@ -208,6 +222,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     the schedule's m(i) applied to the queries, and the session's scales split between the output
     path (queries or sdpa's scale) and the entropy's λ_h."""
     softcap = kwargs.pop("softcap", None)
+    alibi_slopes = kwargs.pop("alibi_slopes", None)
     sinks = kwargs.pop("s_aux", None)
     sinks = kwargs.pop("sinks", None) if sinks is None else sinks
     check_kwargs(module, kwargs)
@@ -238,6 +253,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
         out_scaling=out_scaling,
         softcap=softcap,
         sinks=sinks,
+        alibi_slopes=alibi_slopes,
     )
 
 
@@ -254,7 +270,7 @@ def entropy_inputs(call: LayerCall) -> EntropyInputs:
     if causal and call.attention_mask is None and 1 < T < S:
         key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
     backend = "auto" if call.session is None else call.session.backend
-    extras = {"softcap": call.softcap, "sinks": call.sinks}
+    extras = {"softcap": call.softcap, "sinks": call.sinks, "alibi_slopes": call.alibi_slopes}
     backend = backend_for(backend, call.query, key, causal=causal, mask=mask, window=window, **extras)
     return EntropyInputs(key, value, causal, mask, window, backend)
 

@@ -10,8 +10,8 @@ results meta (`attention_path`) record.
                        same score tiles in plain torch (exact; the CPU fused pass, and the separate pass
                        of a layer with softcap or sinks, which sdpa cannot compute)
 A layer that captures nothing runs "sdpa" (`sdpa`, at the session's scale), torch-streamed where it has
-softcap or sinks, or, for a trainable scale there, "eager" (`eager_attention`: the model's own, with
-autograd).
+softcap, sinks or ALiBi, or, for a trainable scale there, "eager" (`eager_attention`: the model's own,
+with autograd) or, for ALiBi, "sdpa-alibi-mask" (`alibi_attention`: the bias as sdpa's float mask).
 
 `run_path` picks among them: the two ways of capture/fused.py, "separate" and "fused", each stand for
 one of the three names above depending on the layer (extras, backend), and where they name different
@@ -39,7 +39,8 @@ TORCH_STREAMED = "torch-streamed"  # kernels.attention_with_entropy_torch: outpu
 # and, for a layer that captures nothing, also:
 SDPA = "sdpa"  # the model as sdpa runs it, at the session's scale
 EAGER = "eager"  # the model's own eager attention: a trainable scale on a layer with softcap or sinks
-PATH_NAMES = (SDPA_THEN_ENTROPY, TRITON_FUSED, TORCH_STREAMED, SDPA, EAGER)
+SDPA_ALIBI = "sdpa-alibi-mask"  # torch sdpa, the ALiBi bias as its float mask: a trainable scale on ALiBi
+PATH_NAMES = (SDPA_THEN_ENTROPY, TRITON_FUSED, TORCH_STREAMED, SDPA, EAGER, SDPA_ALIBI)
 
 
 def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
@@ -115,6 +116,7 @@ def _triton_fused(call: LayerCall, inputs: EntropyInputs):
         inputs.window,
         call.softcap,
         call.sinks,
+        call.alibi_slopes,
         return_sink_mass=True,
     )
     return (o.transpose(1, 2).contiguous(), None), entropy, sink_mass
@@ -166,4 +168,30 @@ def eager_attention(call: LayerCall):
         dropout=call.dropout,
         **call.kwargs,
         **given,
+    )
+
+
+def alibi_attention(call: LayerCall):
+    """The layer's output from torch sdpa with ALiBi as an additive float mask (Hq, T, S): the bias
+    −slope_h·|i + S − T − j| where the mask (or causality, without one) lets row i see key j, the dtype's
+    lowest value elsewhere. Differentiable, T × S per head in memory: the trainable-scale path."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    q, key = call.q_out, call.key
+    T, S = q.shape[2], key.shape[2]
+    rows = torch.arange(S - T, S, device=q.device).view(-1, 1)
+    keys = torch.arange(S, device=q.device).view(1, -1)
+    bias = -call.alibi_slopes.float().view(-1, 1, 1) * (rows - keys).abs()
+    allowed = keys <= rows if call.attention_mask is None else call.attention_mask
+    low = torch.finfo(q.dtype).min
+    bias = torch.where(allowed, bias, torch.tensor(low, device=q.device)).to(q.dtype)
+    return sdpa_attention_forward(
+        call.module,
+        q,
+        key,
+        call.value,
+        bias if bias.ndim == 4 else bias.unsqueeze(0),
+        dropout=call.dropout,
+        scaling=call.out_scaling,
+        **call.kwargs,
     )

@@ -8,7 +8,8 @@
                           # {"sdpa-then-entropy", "torch-streamed"} where "auto" tried both ways on CPU
     rec.session.backends  # the entropy kernels that ran, e.g. {"triton"} or {"torch_chunked"}
 
-On entry it registers the `entropy_lens` attention implementation, switches the model to it,
+On entry it registers the `entropy_lens` attention implementation, switches the model to it (or, for
+BLOOM, MPT and Falcon, routes their layers' own forwards through it: capture/own_attention.py),
 activates the session the attention function follows (capture/attention.py) and installs a forward
 pre-hook that tells the host sums a forward begins and hands them its 2-D `attention_mask` (so
 padded query rows are left out and left-padded rows are placed by their true position). On exit,
@@ -32,6 +33,7 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, Session, activate, register
 from entropy_lens.capture.fused import FUSED_MODES
+from entropy_lens.capture.own_attention import check_routable, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
 
 
@@ -71,10 +73,13 @@ class ScaleSession:
     def _install(self, stack: contextlib.ExitStack) -> None:
         register()
         check_supported(self.model)
-        stack.callback(self.model.set_attn_implementation, self.model.config._attn_implementation)
-        self.model.set_attn_implementation(ATTN_NAME)
-        if self.model.config._attn_implementation != ATTN_NAME:
-            _refuse(self.model)
+        if routes(self.model):  # BLOOM, MPT, Falcon: their layers' own forwards, routed
+            stack.enter_context(routed_attention(self.model))
+        else:
+            stack.callback(self.model.set_attn_implementation, self.model.config._attn_implementation)
+            self.model.set_attn_implementation(ATTN_NAME)
+            if self.model.config._attn_implementation != ATTN_NAME:
+                _refuse(self.model)
         stack.enter_context(activate(self.session))
 
 
@@ -210,6 +215,9 @@ def _padding_mask(mask):
 def check_supported(model) -> None:
     """EntropyLensError, before anything runs, for a model whose attention cannot be switched to
     entropy_lens's (asked first: else transformers logs a warning and leaves the model unchanged)."""
+    if routes(model):
+        check_routable(model)
+        return
     can_switch = getattr(model, "_can_set_attn_implementation", lambda: True)
     if not can_switch():
         _refuse(model)
@@ -227,8 +235,9 @@ def check_supported(model) -> None:
 
 
 def _refuse(model) -> None:
-    """Models with attention classes of their own (Falcon, Bloom, MPT, ...) cannot switch to the
-    entropy_lens attention: transformers only logs that, and they would run unmeasured."""
+    """Models with attention classes of their own, other than those capture/own_attention.py routes,
+    cannot switch to the entropy_lens attention: transformers only logs that, and they would run
+    unmeasured."""
     raise EntropyLensError(
         f"{type(model).__name__} computes attention in its own code, not through transformers' "
         f"attention interface (its implementation stays {model.config._attn_implementation!r}), so "
