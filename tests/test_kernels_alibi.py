@@ -50,6 +50,7 @@ def definition(
     softcap=None,
     sinks=None,
     alibi_slopes=None,
+    key_bias=None,
 ):
     """float64 (entropy (B, Hq, T), sink mass (B, Hq, T), output (B, T, Hq, Dv) or None for v None),
     materialised from the definition: key heads repeated for GQA, scores λ_h q·k, capped, minus
@@ -67,6 +68,8 @@ def definition(
     behind = position[:, None] - torch.arange(S, dtype=torch.float64)[None, :]
     if alibi_slopes is not None:
         s = s - alibi_slopes.double().view(1, Hq, 1, 1) * behind.abs()
+    if key_bias is not None:  # (B|1, Hq, S): the same for every row
+        s = s + key_bias.double()[:, :, None, :]
     visible = torch.ones(T, S, dtype=torch.bool)
     if causal:
         visible = behind >= 0
@@ -146,6 +149,51 @@ def test_chunked_and_streamed_output_match_reference(extras, Hq, Hkv, T, S, mask
         assert out.shape == (2, T, Hq, 12) and out.dtype == torch.float32
         assert (out.double() - want_out).abs().max().item() <= 1e-5
         assert (h - ref_h).abs().max().item() <= 1e-5 and (p - ref_p).abs().max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("extras", list(ALIBI_EXTRAS))
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("T,S", [(33, 33), (19, 45)], ids=["square", "T<S"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
+@pytest.mark.parametrize("batch_bias", [2, 1], ids=["per-sequence", "shared"])
+def test_a_bias_per_key_is_the_definition_on_every_cpu_path(extras, Hq, Hkv, T, S, mask_kind, batch_bias):
+    """`key_bias` (B|1, Hq, S), Falcon's ALiBi as its builder rounds it, with or beside the slopes: the
+    reference, torch_chunked and the streamed output path equal the float64 definition."""
+    q, k = make_inputs(2, Hq, Hkv, T, S)
+    v = make_values(2, Hkv, S)
+    g = torch.Generator().manual_seed(5)
+    kw = _kwargs(extras, Hq, T, S, mask_kind, True, None)
+    kw["key_bias"] = 3.0 * torch.randn(batch_bias, Hq, S, generator=g)
+    want_h, want_p, want_out = definition(q, k, v, **kw)
+    h, p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
+    assert (h.double() - want_h).abs().max().item() <= 1e-6 and (
+        p.double() - want_p
+    ).abs().max().item() <= 1e-6
+    for bq, bk in [(64, 1024), (7, 5)]:
+        h = attention_entropy(q, k, backend="torch_chunked", block_q=bq, block_k=bk, **kw)
+        assert (h.double() - want_h).abs().max().item() <= 1e-5
+        out, h, p = attention_with_entropy_torch(q, k, v, block_q=bq, block_k=bk, **kw)
+        assert (out.double() - want_out).abs().max().item() <= 1e-5
+        assert (h.double() - want_h).abs().max().item() <= 1e-5
+    without = attention_entropy(q, k, backend="reference", **{**kw, "key_bias": None})
+    assert (without - h).abs().max().item() > 1e-2  # the bias changes the entropy here
+
+
+def test_a_key_bias_linear_in_the_position_is_alibi_and_the_contract_checks_it():
+    """slope_h·j per key gives the softmax of −slope_h·(i − j): the same entropy as `alibi_slopes`.
+    A wrong shape or a non-finite value is a ValueError; triton is not named for a key bias."""
+    q, k = make_inputs(2, 4, 2, 20, 20)
+    slopes = make_slopes(4, factor=4.0)
+    linear = slopes.view(1, 4, 1) * torch.arange(20, dtype=torch.float32)
+    for backend in ("reference", "torch_chunked"):
+        by_slopes = attention_entropy(q, k, softmax_scale=0.3, alibi_slopes=slopes, backend=backend)
+        by_keys = attention_entropy(q, k, softmax_scale=0.3, key_bias=linear, backend=backend)
+        assert (by_slopes - by_keys).abs().max().item() <= 2e-5
+    with pytest.raises(ValueError, match=r"key_bias must have shape \(2\|1, 4, 20\)"):
+        attention_entropy(q, k, softmax_scale=0.3, key_bias=linear[..., :19])
+    with pytest.raises(ValueError, match="key_bias must be finite"):
+        attention_entropy(q, k, softmax_scale=0.3, key_bias=linear.masked_fill(linear > 5, float("-inf")))
+    assert backend_for("auto", q, k, key_bias=linear) == "torch_chunked"
 
 
 @pytest.mark.parametrize("padding", ["none", "left", "right"])

@@ -2,12 +2,12 @@
 type of the installed transformers, the config arguments to try, in order (`attempts`: the tested
 overrides of tests/test_architectures.py where it has them, a few per-architecture extras, and generic
 shrinks of the type's default config), and the first tiny model among them that builds and runs its own
-forward (`build_tiny`). Needs tests/ on sys.path (test_architectures: COMMON, SUPPORTED, REFUSED).
+forward (`build_tiny`). Needs tests/ on sys.path (test_architectures: COMMON, SUPPORTED).
 """
 
 from __future__ import annotations
 
-# Small per-architecture overrides (beyond test_architectures' SUPPORTED / REFUSED ones).
+# Small per-architecture overrides (beyond test_architectures' SUPPORTED ones).
 EXTRA = {
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4},
     "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4},
@@ -116,12 +116,8 @@ def attempts(model_type: str):
     from transformers import AutoConfig
 
     base = {**ta.COMMON}
-    over = {}
-    if model_type in ta.SUPPORTED:
-        over = ta.SUPPORTED[model_type][0]
-    elif model_type in ta.REFUSED:
-        over = ta.REFUSED[model_type]
-    tested = model_type in ta.SUPPORTED or model_type in ta.REFUSED
+    tested = model_type in ta.SUPPORTED
+    over = ta.SUPPORTED[model_type][0] if tested else {}
     over = {**EXTRA.get(model_type, {}), **over}
     if tested:
         yield "common", {**base, **over}

@@ -6,8 +6,8 @@ transformers builds no mask for an unknown implementation and padding is silentl
 
 For every attention layer the function takes three steps:
   1. read the call (`read_call`, then `entropy_inputs` where an entropy or an extra is computed): take
-     out softcap (Gemma2), attention sinks (gpt-oss's `s_aux`) and ALiBi slopes (`alibi_slopes`, from
-     capture/own_attention.py's layers) and refuse any other extra argument
+     out softcap (Gemma2), attention sinks (gpt-oss's `s_aux`) and ALiBi (`alibi_slopes`, or Falcon's
+     `key_bias`, from capture/own_attention.py's layers) and refuse any other extra argument
      (`check_kwargs`); apply the effective scale λ_h = m_h · module.scaling (m_h the per-head
      multiplier of 1/√d; `--scale s` is m_h = s for all heads): a uniform multiplier goes into sdpa's
      own `scale`, per-head multipliers multiply the queries (after RoPE), so a trainable multiplier
@@ -154,7 +154,8 @@ class LayerCall:
     softcap: float | None  # Gemma2: scores -> c·tanh(scores/c)
     sinks: torch.Tensor | None  # gpt-oss: one logit per head in the softmax's denominator
     alibi_slopes: torch.Tensor | None = None  # (Hq,) fp32: −slope_h·(i − j) added to the scores (BLOOM,
-    # MPT, Falcon, passed by capture/own_attention.py); the scales multiply q·k, not this bias
+    # MPT, passed by capture/own_attention.py); the scales multiply q·k, not this bias
+    key_bias: torch.Tensor | None = None  # (B, Hq, S): a bias per key (Falcon's ALiBi, as it rounds it)
 
     @property
     def capturing(self) -> bool:
@@ -162,7 +163,7 @@ class LayerCall:
 
     @property
     def has_extras(self) -> bool:
-        return self.softcap is not None or self.sinks is not None or self.alibi_slopes is not None
+        return any(x is not None for x in (self.softcap, self.sinks, self.alibi_slopes, self.key_bias))
 
     @property
     def softmax_scale(self) -> float | torch.Tensor:
@@ -196,6 +197,7 @@ class EntropyInputs:
             "softcap": call.softcap,
             "sinks": call.sinks,
             "alibi_slopes": call.alibi_slopes,
+            "key_bias": call.key_bias,
         }
 
 
@@ -207,7 +209,7 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         out = sdpa(call)
         record(call, SDPA)
     elif not call.capturing and call.wants_grad:  # a trainable scale through softcap, sinks or ALiBi
-        alibi = call.alibi_slopes is not None
+        alibi = call.alibi_slopes is not None or call.key_bias is not None
         out = alibi_attention(call) if alibi else eager_attention(call)
         record(call, SDPA_ALIBI if alibi else EAGER)
     else:
@@ -223,6 +225,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     path (queries or sdpa's scale) and the entropy's λ_h."""
     softcap = kwargs.pop("softcap", None)
     alibi_slopes = kwargs.pop("alibi_slopes", None)
+    key_bias = kwargs.pop("key_bias", None)
     sinks = kwargs.pop("s_aux", None)
     sinks = kwargs.pop("sinks", None) if sinks is None else sinks
     check_kwargs(module, kwargs)
@@ -254,6 +257,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
         softcap=softcap,
         sinks=sinks,
         alibi_slopes=alibi_slopes,
+        key_bias=key_bias,
     )
 
 
@@ -271,6 +275,7 @@ def entropy_inputs(call: LayerCall) -> EntropyInputs:
         key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
     backend = "auto" if call.session is None else call.session.backend
     extras = {"softcap": call.softcap, "sinks": call.sinks, "alibi_slopes": call.alibi_slopes}
+    extras["key_bias"] = call.key_bias
     backend = backend_for(backend, call.query, key, causal=causal, mask=mask, window=window, **extras)
     return EntropyInputs(key, value, causal, mask, window, backend)
 

@@ -1,21 +1,23 @@
 """Layers that compute attention in their own code instead of transformers' attention interface:
-BLOOM, MPT and Falcon's rotary variant, routed through the `entropy_lens` attention
-function so that they are captured and scaled like every other model.
+BLOOM, MPT and Falcon (ALiBi and rotary), routed through the `entropy_lens` attention function so that
+they are captured and scaled like every other model.
 
     with routed_attention(model):        # entered by ScaleSession / EntropyRecorder
-        model(ids)                       # each layer's q, k, v, mask and ALiBi slopes go through
+        model(ids)                       # each layer's q, k, v, mask and ALiBi go through
                                          # capture/attention.py's entropy_lens_attention
 
 For each family a forward does what the layer's own forward does before the attention (the fused qkv
 projection and head split, Falcon's rotary embedding, the cache update) and after it (the output
 projection, BLOOM's tensor-parallel slices and residual), with the attention itself handed to
-`entropy_lens_attention`: q, k, v, the mask as a bool (True = attend) and `alibi_slopes`, the per-head
-slopes taken from the model's own ALiBi builder, so the bias is the model's to the rounding of its
-slopes. The kernels add −slope_h·(i − j) to the scores, equal per query row up to a constant to the
-models' slope·(position of j) forms (BLOOM counts the positions of real tokens, MPT key indices), so
-the softmax is the same with no, left or right padding. The session's scales multiply q·k, never the
-bias. Falcon with alibi=True is refused: its builder rounds slope·position to bfloat16 per key, a bias
-that is not linear in the distance.
+`entropy_lens_attention`: q, k, v, the mask as a bool (True = attend) and the ALiBi bias.
+- BLOOM and MPT: `alibi_slopes`, the per-head slopes of the model's own ALiBi builder. The kernels add
+  −slope_h·(i − j), equal per query row up to a constant to the models' slope·(position of j) forms
+  (BLOOM counts the positions of real tokens, MPT key indices): the same softmax with no, left or
+  right padding, and the Triton kernel takes it.
+- Falcon: `key_bias`, the bias per key its builder made (slope·position rounded to bfloat16, so not
+  linear in the distance) times 1/√d, as Falcon's sdpa path adds it; the torch paths take it. Falcon
+  loaded with eager attention and alibi=True is refused (transformers adds its bias twice there).
+The session's scales multiply q·k, never the bias.
 
 `routed_attention` sets the replacement forward on each layer instance (never the class, never a
 transformers global) and deletes it on exit, errors included: the model is as it was.
@@ -139,20 +141,30 @@ def _falcon_forward(
     position_embeddings=None,
     **kwargs,
 ):
-    """Falcon's rotary variant (ALiBi Falcons are refused by `routed_attention`)."""
+    """Falcon: rotary, or ALiBi as its builder made it, a bias per key (rounded to bfloat16), times 1/√d."""
     q, k, v = self._split_heads(self.query_key_value(hidden_states))
     B, T = q.shape[:2]
     n_kv = self.num_heads if self.new_decoder_architecture else self.num_kv_heads
     q = q.transpose(1, 2).reshape(B, self.num_heads, T, self.head_dim)
     k = k.transpose(1, 2).reshape(B, n_kv, T, self.head_dim)
     v = v.transpose(1, 2).reshape(B, n_kv, T, self.head_dim)
-    cos, sin = position_embeddings
-    q, k = _module_function(self, "apply_rotary_pos_emb")(q, k, cos, sin)
+    if alibi is None:
+        cos, sin = position_embeddings
+        q, k = _module_function(self, "apply_rotary_pos_emb")(q, k, cos, sin)
     if layer_past is not None:
         k, v = layer_past.update(k, v, self.layer_idx)
-    mask = _attend(attention_mask)
-    context = _attention(self, q, k, v, mask, scaling=self.inv_norm_factor, slopes=None, dropout=0.0)
-    return self.dense(context), None  # Falcon applies no attention dropout without ALiBi
+    key_bias = None if alibi is None else alibi.view(B, self.num_heads, -1).float() * self.inv_norm_factor
+    out, _ = entropy_lens_attention(
+        self,
+        q,
+        k,
+        v,
+        _attend(attention_mask),
+        scaling=self.inv_norm_factor,
+        dropout=self.attention_dropout.p if self.training and alibi is not None else 0.0,  # as Falcon's
+        key_bias=key_bias,
+    )
+    return self.dense(out.reshape(B, T, -1)), None
 
 
 # The layer classes routed, by module and name (exactly these classes: a subclass, such as Falcon's
@@ -176,11 +188,17 @@ def routes(model) -> bool:
 
 def check_routable(model) -> None:
     """EntropyLensError, before anything runs, for a routed model the capture cannot reproduce exactly."""
-    if getattr(model.config, "model_type", None) == "falcon" and model.config.alibi:
+    implementation = model.config._attn_implementation
+    if (
+        getattr(model.config, "model_type", None) == "falcon"
+        and model.config.alibi
+        and implementation == "eager"
+    ):
         raise EntropyLensError(
-            f"{type(model).__name__} (Falcon with alibi=True) builds its ALiBi bias in bfloat16: slope·position "
-            "rounded per key, not the linear bias the kernels add, so its entropy cannot be reproduced exactly; "
-            "refused (rotary Falcons, BLOOM and MPT are captured). See README, ALiBi models"
+            f"{type(model).__name__} (Falcon with alibi=True) was loaded with eager attention, which in "
+            "transformers adds the ALiBi bias twice (in its mask and in its scores), so its output differs "
+            "from its sdpa output; load it with attn_implementation='sdpa' (the default), which entropy_lens "
+            "reproduces. See README, ALiBi models"
         )
     implementation = model.config._attn_implementation
     if implementation not in ("eager", "sdpa"):

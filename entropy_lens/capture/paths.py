@@ -172,16 +172,20 @@ def eager_attention(call: LayerCall):
 
 
 def alibi_attention(call: LayerCall):
-    """The layer's output from torch sdpa with ALiBi as an additive float mask (Hq, T, S): the bias
-    −slope_h·|i + S − T − j| where the mask (or causality, without one) lets row i see key j, the dtype's
-    lowest value elsewhere. Differentiable, T × S per head in memory: the trainable-scale path."""
+    """The layer's output from torch sdpa with ALiBi as an additive float mask (B|1, Hq, T, S): the bias
+    −slope_h·|i + S − T − j| (and a key bias) where the mask (or causality, without one) lets row i see
+    key j, the dtype's lowest value elsewhere. Differentiable, T × S per head in memory: the trainable-scale path."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     q, key = call.q_out, call.key
     T, S = q.shape[2], key.shape[2]
     rows = torch.arange(S - T, S, device=q.device).view(-1, 1)
     keys = torch.arange(S, device=q.device).view(1, -1)
-    bias = -call.alibi_slopes.float().view(-1, 1, 1) * (rows - keys).abs()
+    bias = torch.zeros(1, q.shape[1], T, S, device=q.device)
+    if call.alibi_slopes is not None:
+        bias = bias - call.alibi_slopes.float().view(-1, 1, 1) * (rows - keys).abs()
+    if call.key_bias is not None:
+        bias = bias + call.key_bias.float().unsqueeze(2)
     allowed = keys <= rows if call.attention_mask is None else call.attention_mask
     low = torch.finfo(q.dtype).min
     bias = torch.where(allowed, bias, torch.tensor(low, device=q.device)).to(q.dtype)
@@ -190,7 +194,7 @@ def alibi_attention(call: LayerCall):
         q,
         key,
         call.value,
-        bias if bias.ndim == 4 else bias.unsqueeze(0),
+        bias,
         dropout=call.dropout,
         scaling=call.out_scaling,
         **call.kwargs,

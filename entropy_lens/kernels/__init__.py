@@ -1,7 +1,8 @@
 """Attention-entropy kernels: pure functions, no transformers import.
 
     attention_entropy(q, k, *, softmax_scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
-                      alibi_slopes=None, return_sink_mass=False, backend="auto", block_q=64, block_k=1024)
+                      alibi_slopes=None, key_bias=None, return_sink_mass=False, backend="auto", block_q=64,
+                      block_k=1024)
         -> (B, Hq, T) float32, nats; with return_sink_mass: (entropy, sink_mass), each (B, Hq, T) float32
 
     q      (B, Hq, T, D)  queries after RoPE (if any), any float dtype
@@ -28,6 +29,10 @@
            key indices, pads included (left or right padding moves no real token relative to
            another, so their distances are the models' own). `merge.shard_state` uses global key
            indices, so merged shards equal the whole.
+    key_bias  None, or (B|1, Hq, S) float: a bias per key and query head added where the ALiBi bias is
+           (Falcon's ALiBi, which its builder rounds to bfloat16 per key, so not linear in the distance).
+           The reference and torch_chunked take it; `backend_for` names torch_chunked for it on CUDA (the
+           Triton kernel and `merge.shard_state` do not take it).
     -> H_i = −Σ_j p_ij ln p_ij over attendable keys and, with sinks, − p_sink ln p_sink (the sink is one
        outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
        (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
@@ -61,7 +66,13 @@ import os
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels.contract import validate, validate_alibi, validate_extras, validate_window
+from entropy_lens.kernels.contract import (
+    validate,
+    validate_alibi,
+    validate_extras,
+    validate_key_bias,
+    validate_window,
+)
 from entropy_lens.kernels.fold import fold_status
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.merge import (
@@ -145,14 +156,17 @@ def backend_for(
     softcap=None,
     sinks=None,
     alibi_slopes=None,
+    key_bias=None,
 ) -> str:
     """The backend `attention_entropy(q, k, ..., backend=backend)` runs for these inputs (same arguments):
-    `resolve_backend`'s choice, except that triton becomes torch_chunked for a mask the Triton kernel
-    does not take (every backend takes softcap, sinks and alibi_slopes). Errors as `attention_entropy`'s."""
+    `resolve_backend`'s choice, except that triton becomes torch_chunked for a mask or a key bias the
+    Triton kernel does not take (every backend takes softcap, sinks and alibi_slopes). Errors as
+    `attention_entropy`'s."""
     mask4 = validate(q, k, 1.0, mask)[1]
     validate_extras(q, softcap, sinks)
     validate_alibi(q, alibi_slopes)
-    return _plan(backend, q, k, causal, mask4, validate_window(window, causal))[0]
+    key_bias = validate_key_bias(q, k, key_bias)
+    return _plan(backend, q, k, causal, mask4, validate_window(window, causal), key_bias)[0]
 
 
 def attention_entropy(
@@ -166,6 +180,7 @@ def attention_entropy(
     softcap=None,
     sinks=None,
     alibi_slopes=None,
+    key_bias=None,
     return_sink_mass=False,
     backend="auto",
     block_q: int = BLOCK_Q,
@@ -175,11 +190,20 @@ def attention_entropy(
     softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
     softcap, sinks = validate_extras(q, softcap, sinks)
     alibi_slopes = validate_alibi(q, alibi_slopes)
-    backend, mask4, window = _plan(backend, q, k, causal, mask4, validate_window(window, causal))
+    key_bias = validate_key_bias(q, k, key_bias)
+    backend, mask4, window = _plan(backend, q, k, causal, mask4, validate_window(window, causal), key_bias)
     extras = (softcap, sinks, alibi_slopes)
     if backend == "reference":
         return entropy_reference(
-            q, k, softmax_scale, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
+            q,
+            k,
+            softmax_scale,
+            causal,
+            mask4,
+            window,
+            *extras,
+            key_bias=key_bias,
+            return_sink_mass=return_sink_mass,
         )
     if backend == "triton":
         from entropy_lens.kernels.triton_entropy import entropy_triton
@@ -195,17 +219,20 @@ def attention_entropy(
         mask4,
         window,
         *extras,
+        key_bias=key_bias,
         return_sink_mass=return_sink_mass,
         block_q=block_q,
         block_k=block_k,
     )
 
 
-def _plan(backend: str, q, k, causal: bool, mask4, window):
+def _plan(backend: str, q, k, causal: bool, mask4, window, key_bias=None):
     """(backend, mask, window) for validated inputs: for triton the mask is reduced to key padding
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check
     a (T, S) mask again."""
     backend = resolve_backend(backend, q.device)
+    if backend == "triton" and key_bias is not None:  # the Triton kernel takes no key bias
+        return "torch_chunked", mask4, window
     if backend != "triton" or mask4 is None:
         return backend, mask4, window
     form = as_key_padding(mask4, q.shape[0], q.shape[2], k.shape[2], causal, window)

@@ -106,3 +106,19 @@ def validate_alibi(q, alibi_slopes) -> torch.Tensor | None:
     if not torch.isfinite(alibi_slopes).all():
         raise ValueError("alibi_slopes must be finite; pass alibi_slopes=None for attention without ALiBi")
     return alibi_slopes
+
+
+def validate_key_bias(q, k, key_bias) -> torch.Tensor | None:
+    """A bias per key and query head (Falcon's ALiBi as its builder rounds it) as (B, Hq, S) float32 on
+    q's device, or None; raises ValueError for another shape or a value that is not finite."""
+    if key_bias is None:
+        return None
+    B, Hq, S = q.shape[0], q.shape[1], k.shape[2]
+    if not isinstance(key_bias, torch.Tensor) or not key_bias.is_floating_point() or key_bias.ndim != 3:
+        raise ValueError(f"key_bias must be a float tensor (B, Hq, S) = ({B}, {Hq}, {S}); got {key_bias!r}")
+    if key_bias.shape[1:] != (Hq, S) or key_bias.shape[0] not in (1, B):
+        raise ValueError(f"key_bias must have shape ({B}|1, {Hq}, {S}); got {tuple(key_bias.shape)}")
+    key_bias = key_bias.detach().to(device=q.device, dtype=torch.float32)
+    if not torch.isfinite(key_bias).all():
+        raise ValueError("key_bias must be finite: masked keys belong in `mask`, not in the bias")
+    return key_bias

@@ -3,7 +3,7 @@
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
 validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor, `mask` is None or a
 bool tensor broadcastable to (B, Hq, T, S), `softcap` a float or None, `sinks` (Hq,) or None,
-`alibi_slopes` (Hq,) or None.
+`alibi_slopes` (Hq,) or None, `key_bias` (B|1, Hq, S) or None.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def entropy_reference(
     sinks=None,
     alibi_slopes=None,
     *,
+    key_bias=None,
     return_sink_mass=False,
 ):
     """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
@@ -58,6 +59,8 @@ def entropy_reference(
         s = torch.tanh(s / softcap) * softcap
     if alibi_slopes is not None:  # after the cap, before the mask; the sink below gets no bias
         s = s - alibi_slopes.double().view(1, Hq, 1, 1) * key_distance(T, S, q.device).abs().double()
+    if key_bias is not None:  # the same place: a bias per key (B|1, Hq, S)
+        s = s + key_bias.double().unsqueeze(2)
     visible = torch.ones(1, 1, T, S, dtype=torch.bool, device=q.device)
     if causal:
         visible = visible & causal_visible(T, S, q.device, window)

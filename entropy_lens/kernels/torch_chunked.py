@@ -35,7 +35,13 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate, validate_alibi, validate_extras, validate_window
+from entropy_lens.kernels.contract import (
+    validate,
+    validate_alibi,
+    validate_extras,
+    validate_key_bias,
+    validate_window,
+)
 from entropy_lens.kernels.fold import fold_for
 
 NEG_INF = float("-inf")
@@ -54,6 +60,7 @@ def entropy_torch_chunked(
     sinks=None,
     alibi_slopes=None,
     *,
+    key_bias=None,
     return_sink_mass=False,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
@@ -64,7 +71,7 @@ def entropy_torch_chunked(
     `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
     `window`: None or the sliding window (causal only, validated upstream).
     `softcap`: None or c > 0; `sinks`: None or (Hq,) float32 logits; `alibi_slopes`: None or (Hq,)
-    float32 (all validated upstream).
+    float32; `key_bias`: None or (B|1, Hq, S) float32 (all validated upstream).
     """
     m, l, u = state_torch_chunked(
         q,
@@ -76,6 +83,7 @@ def entropy_torch_chunked(
         softcap,
         sinks,
         alibi_slopes,
+        key_bias=key_bias,
         block_q=block_q,
         block_k=block_k,
     )
@@ -96,6 +104,7 @@ def attention_with_entropy_torch(
     sinks=None,
     alibi_slopes=None,
     *,
+    key_bias=None,
     block_q=128,
     block_k=512,
 ):
@@ -105,17 +114,31 @@ def attention_with_entropy_torch(
      entropy (B, Hq, T) float32 nats; sink mass (B, Hq, T) float32, zeros without sinks).
 
     Arguments as `attention_entropy`'s (softmax_scale a float or (Hq,) tensor, mask bool (B, S) or 4-D,
-    window, softcap, sinks (Hq,), alibi_slopes (Hq,)), checked here. A row that sees no key outputs 0
+    window, softcap, sinks (Hq,), alibi_slopes (Hq,), key_bias (B|1, Hq, S)), checked here. A row that sees no key outputs 0
     (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no value).
     """
     softmax_scale, mask = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, sinks = validate_extras(q, softcap, sinks)
     alibi_slopes = validate_alibi(q, alibi_slopes)
+    key_bias = validate_key_bias(q, k, key_bias)
     if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
     (m, l, u), out = _stream(
-        q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, None, block_q, block_k
+        q,
+        k,
+        v,
+        softmax_scale,
+        causal,
+        mask,
+        window,
+        softcap,
+        sinks,
+        alibi_slopes,
+        key_bias,
+        None,
+        block_q,
+        block_k,
     )
     return out, entropy_from_state(m, l, u), sink_mass_from_state(m, l, sinks)
 
@@ -147,6 +170,7 @@ def state_torch_chunked(
     sinks=None,
     alibi_slopes=None,
     *,
+    key_bias=None,
     offset=None,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
@@ -171,6 +195,7 @@ def state_torch_chunked(
         softcap,
         sinks,
         alibi_slopes,
+        key_bias,
         offset,
         block_q,
         block_k,
@@ -179,7 +204,20 @@ def state_torch_chunked(
 
 
 def _stream(
-    q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, offset, block_q, block_k
+    q,
+    k,
+    v,
+    softmax_scale,
+    causal,
+    mask,
+    window,
+    softcap,
+    sinks,
+    alibi_slopes,
+    key_bias,
+    offset,
+    block_q,
+    block_k,
 ):
     """The loop both paths share: ((m, l, u) each (B, Hq, T) fp32, out (B, T, Hq, Dv) or None)."""
     B, Hq, T, D = q.shape
@@ -195,6 +233,7 @@ def _stream(
     neg_slope = None
     if alibi_slopes is not None:
         neg_slope = -alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
+    kb = None if key_bias is None else key_bias.float().view(key_bias.shape[0], Hkv, G, 1, S)
     state = torch.empty(3, B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
     for q0 in range(0, T, block_q):
@@ -219,6 +258,8 @@ def _stream(
                 s.div_(softcap).tanh_().mul_(softcap)  # before the mask, as Gemma2's eager attention
             if neg_slope is not None:  # after the cap, before the mask; the sink (the start state) has none
                 s.addcmul_(neg_slope, _behind(q0, q1, k0, k1, offset, q.device).abs_().float())
+            if kb is not None:  # the same place: a bias per key
+                s.add_(kb[..., k0:k1])
             valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, valid, o, vb)
