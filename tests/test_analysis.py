@@ -723,3 +723,26 @@ def test_spans_of_positions_have_one_rule_and_one_label():
     rows = summary(result).splitlines()[1:]
     assert [r.split(")")[0] + ")" for r in rows] == list(spans_by_l(40, 10))
     assert float(rows[-1].split()[-1]) == pytest.approx(np.mean(np.arange(30, 40)))
+
+
+def test_the_alibi_prior_entropy_is_the_geometric_distributions():
+    """H_m(i) of p_d ∝ e^(−m d), d = 0..i: summed directly, ln(i + 1) at m = 0, the closed-form limit
+    for long rows, and in [0, ln(i + 1)]."""
+    from entropy_lens.analysis import alibi_prior_entropy
+
+    slopes = [0.0, 2**-8, 0.05, 0.7, 3.0]
+    h = alibi_prior_entropy(slopes, 3000)
+    assert h.shape == (5, 3000)
+    for row, m in enumerate(slopes):
+        for i in (0, 1, 7, 250, 2999):
+            d = np.arange(i + 1, dtype=np.float64)
+            p = np.exp(-m * d) / np.exp(-m * d).sum()
+            p = p[p > 0]  # e^(−m d) underflows far back for steep slopes
+            assert h[row, i] == pytest.approx(-(p * np.log(p)).sum(), abs=1e-10)
+    np.testing.assert_allclose(h[0], np.log(np.arange(1, 3001)), atol=1e-12)
+    m = 0.7
+    limit = -np.log1p(-np.exp(-m)) + m * np.exp(-m) / -np.expm1(-m)
+    assert h[3, -1] == pytest.approx(limit, abs=1e-12)
+    assert np.all(h >= 0) and np.all(h <= np.log(np.arange(1, 3001)) + 1e-12)
+    with pytest.raises(ValueError, match=">= 0"):
+        alibi_prior_entropy([-0.1], 4)

@@ -22,6 +22,7 @@ runs on a laptop from the files alone.
     ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
 """
 
+from entropy_lens.analysis.alibi import alibi_prior_entropy
 from entropy_lens.analysis.fit import (
     ScaleFit,
     best_scale_per_position,
@@ -52,6 +53,7 @@ __all__ = [
     "Sweep",
     "UniformChoice",
     "WindowPPL",
+    "alibi_prior_entropy",
     "best_scale_per_position",
     "best_uniform_scale",
     "find_inflection",
