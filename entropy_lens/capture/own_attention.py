@@ -163,6 +163,7 @@ def _falcon_forward(
         scaling=self.inv_norm_factor,
         dropout=self.attention_dropout.p if self.training and alibi is not None else 0.0,  # as Falcon's
         key_bias=key_bias,
+        position_ids=position_ids,  # a --scale-schedule's positions
     )
     return self.dense(out.reshape(B, T, -1)), None
 
