@@ -135,8 +135,8 @@ def ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
 
 
 def falcon_alibi_reference(model, ids, mask):
-    """(logits, per-layer (B, H, T) float64 entropy) of a Falcon with alibi=True as its sdpa forward
-    computes it: softmax(q·k/√d + the mask it builds, which carries its ALiBi bias (slope·position
+    """(logits, per-layer (B, H, T, S) float64 probabilities) of a Falcon with alibi=True as its sdpa
+    forward computes it: softmax(q·k/√d + the mask it builds, which carries its ALiBi bias (slope·position
     rounded to bfloat16, /√d) where a key is seen), materialised in float64 from each layer's own q, k
     and mask. Its eager `output_attentions` add the bias a second time, so they are no reference."""
     seen = []
@@ -151,47 +151,48 @@ def falcon_alibi_reference(model, ids, mask):
     finally:
         for hook in hooks:
             hook.remove()
-    entropies = []
+    probs = []
     for attn, (hidden, kw) in zip(layers, seen, strict=True):
         q, k, _ = attn._split_heads(attn.query_key_value(hidden).detach())
         q, k = q.transpose(1, 2).double(), k.transpose(1, 2).double()  # (B, H|1, T, D)
         scores = q @ k.transpose(-1, -2) / math.sqrt(attn.head_dim) + kw["attention_mask"].double()
-        p = torch.softmax(scores, dim=-1)
-        entropies.append(-torch.special.xlogy(p, p).sum(-1))
-    return logits, entropies
+        probs.append(torch.softmax(scores, dim=-1))
+    return logits, probs
 
 
-def eager(model, ids, mask, *, sink_mass: bool = False):
-    """(logits, per-layer (B, H, T) float64 entropy with the sink's share counted [, sink mass]). A model
-    that cannot switch its implementation (Falcon: its sdpa layers take a bool mask that their eager
-    `output_attentions` branch would add) runs as an eager twin with the same weights."""
+def eager_probabilities(model, ids, mask):
+    """(logits, per-layer (B, H, T, S) float64 probabilities): the model's own eager `output_attentions`.
+    A model that cannot switch its implementation (Falcon: its sdpa layers take a bool mask that their
+    eager `output_attentions` branch would add) runs as an eager twin with the same weights; Falcon with
+    ALiBi as `falcon_alibi_reference`."""
     from transformers import AutoModelForCausalLM
 
     if model.config.model_type == "falcon" and model.config.alibi:
-        logits, entropies = falcon_alibi_reference(model, ids, mask)
-        return (
-            (logits, entropies, [torch.zeros_like(e) for e in entropies])
-            if sink_mass
-            else (logits, entropies)
-        )
+        return falcon_alibi_reference(model, ids, mask)
     prev = model.config._attn_implementation
     if prev != "eager" and not model._can_set_attn_implementation():
         twin = AutoModelForCausalLM.from_config(model.config, attn_implementation="eager")
         twin.load_state_dict(model.state_dict())
-        return eager(twin.to(next(model.parameters()).dtype).eval(), ids, mask, sink_mass=sink_mass)
+        return eager_probabilities(twin.to(next(model.parameters()).dtype).eval(), ids, mask)
     model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
             out = model(ids, attention_mask=mask, output_attentions=True)
     finally:
         model.set_attn_implementation(prev)
+    return out.logits, [p.double() for p in out.attentions]
+
+
+def eager(model, ids, mask, *, sink_mass: bool = False):
+    """(logits, per-layer (B, H, T) float64 entropy with the sink's share counted [, sink mass]) from
+    `eager_probabilities` (a sink's share is what the probabilities leave of 1)."""
+    logits, probs = eager_probabilities(model, ids, mask)
     entropies, sinks = [], []
-    for p in out.attentions:
-        p = p.double()
+    for p in probs:
         sink = (1.0 - p.sum(-1)).clamp_min(0.0)  # 0 up to rounding for models without a sink
         entropies.append(-torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(sink, sink))
         sinks.append(sink)
-    return (out.logits, entropies, sinks) if sink_mass else (out.logits, entropies)
+    return (logits, entropies, sinks) if sink_mass else (logits, entropies)
 
 
 def mean_by_position(entropies, mask):
@@ -653,3 +654,26 @@ def test_real_configurations_scaled_down(name):
     expected = mean_by_position(entropies, mask)
     np.testing.assert_allclose(rec.entropy, expected, atol=1e-5, rtol=0)
     assert rec.entropy.shape[:2] == (2, overrides["num_attention_heads"]) and expected.std() > 0.05
+
+
+@pytest.mark.parametrize("model_type", sorted(SUPPORTED))
+def test_the_last_rows_probabilities_are_the_models_own(model_type):
+    """`Session.on_rows` (passkey's answer rows): the last rows' attention over every key, whole, equals
+    the model's own eager probabilities (left padding; sinks' share left out, ALiBi and softcap in)."""
+    from entropy_lens.capture import ScaleSession
+
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask("left")
+    _, expected = eager_probabilities(model, ids, mask)
+    got = {}
+    with ScaleSession(model) as session, torch.no_grad():
+        session.session.probe_rows = 3
+        session.session.on_rows = lambda layer, p: got.setdefault(layer, p)
+        model(ids, attention_mask=mask)
+    assert sorted(got) == list(range(len(expected)))
+    for layer, p in got.items():
+        want = expected[layer][:, :, -3:]
+        assert p.shape == want.shape and p.dtype == torch.float64
+        torch.testing.assert_close(p[1], want[1], atol=1e-5, rtol=0)  # the unpadded sequence
+        torch.testing.assert_close(p[0][..., 3:], want[0][..., 3:], atol=1e-5, rtol=0)  # pads: 0 here
+        assert p[0][..., :3].abs().max() == 0

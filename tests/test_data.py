@@ -386,3 +386,51 @@ def test_npy_with_a_stride_is_refused(tok, tmp_path):
     message = str(err.value)
     assert len(message.splitlines()) == 1 and "already holds its rows" in message
     assert "omit --stride" in message
+
+
+# ---- passkey prompts --------------------------------------------------------------------------------
+
+
+def test_passkey_prompts_fill_the_window_and_place_the_needle():
+    """prompt + answer = the window; the question ends it; the key's positions hold the key (twice); the
+    needle sits at a filler-block boundary that moves with the depth; too short a window is refused."""
+    import numpy as np
+    from tiny import make_tokenizer
+
+    from entropy_lens.data.passkey import FILLER, QUESTION, passkey_prompt
+    from entropy_lens.errors import EntropyLensError
+
+    tok = make_tokenizer(300)
+    block = len(tok(FILLER, add_special_tokens=False)["input_ids"])
+    question = tok(QUESTION, add_special_tokens=False)["input_ids"]
+    starts = []
+    for depth in np.arange(0.0, 1.0, 0.1):
+        p = passkey_prompt(tok, length=600, depth=float(depth), key=48213, rng=np.random.default_rng(3))
+        assert len(p.ids) + len(p.answer) == 600 and list(p.ids[-len(question) :]) == question
+        assert tok.decode(p.answer).strip() == "48213" and len(p.key_positions) == 2 * len(p.answer)
+        assert tok.decode(p.ids[p.key_positions]).replace(" ", "") == "4821348213"
+        assert 0 < p.key_positions[0] - p.needle_start <= len(tok(" The pass key is")["input_ids"])
+        starts.append(p.needle_start)
+    head = starts[0]
+    assert (
+        all((s - head) % block == 0 for s in starts) and starts == sorted(starts) and starts[-1] > starts[0]
+    )
+    with pytest.raises(EntropyLensError, match="--lens 40 is too short"):
+        passkey_prompt(tok, length=40, depth=0.5, key=48213, rng=np.random.default_rng(0))
+
+
+def test_a_tokenizer_that_cannot_write_the_task_is_refused():
+    from entropy_lens.data.passkey import check_tokenizer
+    from entropy_lens.errors import EntropyLensError
+
+    class NoDigits:  # writes letters back, loses digits (an unknown-token vocabulary)
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+        def decode(self, ids):
+            return "".join("?" if chr(i).isdigit() else chr(i) for i in ids)
+
+    with pytest.raises(
+        EntropyLensError, match="cannot express the passkey task: '12345' comes back as '\\?\\?\\?\\?\\?'"
+    ):
+        check_tokenizer(NoDigits())

@@ -51,7 +51,8 @@ from entropy_lens.capture.paths import (
 )
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import backend_for
+from entropy_lens.kernels import attention_probabilities, backend_for
+from entropy_lens.kernels.contract import validate
 from entropy_lens.kernels.masks import as_key_padding
 
 ATTN_NAME = "entropy_lens"
@@ -93,6 +94,10 @@ class Session:
     backends: set[str] = field(default_factory=set)  # the entropy kernels that ran: "triton", ...
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
+    # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last
+    # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
+    on_rows: Callable[[int, torch.Tensor], None] | None = None
+    probe_rows: int = 0
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
@@ -216,7 +221,25 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         inputs = entropy_inputs(call)
         path, (out, entropy, sink_mass) = run_path(call, inputs)
         record(call, path, inputs, entropy, sink_mass)
+    session = call.session
+    if session is not None and session.on_rows is not None:
+        session.on_rows(module.layer_idx, last_rows_probabilities(call, session.probe_rows))
     return out
+
+
+def last_rows_probabilities(call: LayerCall, rows: int) -> torch.Tensor:
+    """(B, Hq, rows, S) float64: the keys' probabilities of the call's last `rows` query rows, whole
+    (`kernels.attention_probabilities`: the same scores, bias, mask and sink as every path), at λ_h."""
+    inputs = entropy_inputs(call)
+    q = call.query[:, :, -rows:].detach()
+    mask = inputs.mask
+    if mask is not None and mask.shape[2] > 1:
+        mask = mask[:, :, -rows:]
+    softmax_scale, mask = validate(q, inputs.key, call.softmax_scale, mask)
+    args = inputs.args(call)
+    del args["mask"]
+    p, _, _ = attention_probabilities(q, inputs.key.detach(), softmax_scale, mask=mask, **args)
+    return p
 
 
 def read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs) -> LayerCall:

@@ -82,7 +82,7 @@ from entropy_lens.kernels.merge import (
     sink_mass_from_state,
     sink_state,
 )
-from entropy_lens.kernels.reference import entropy_reference
+from entropy_lens.kernels.reference import attention_probabilities, entropy_reference
 from entropy_lens.kernels.torch_chunked import (
     BLOCK_K,
     BLOCK_Q,
@@ -93,6 +93,7 @@ from entropy_lens.kernels.torch_chunked import (
 __all__ = [
     "BACKENDS",
     "attention_entropy",
+    "attention_probabilities",
     "attention_with_entropy_torch",
     "backend_for",
     "entropy_from_state",

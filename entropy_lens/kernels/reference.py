@@ -28,7 +28,7 @@ def causal_visible(T: int, S: int, device=None, window: int | None = None) -> to
 
 
 @torch.no_grad()
-def entropy_reference(
+def attention_probabilities(
     q,
     k,
     softmax_scale,
@@ -40,16 +40,14 @@ def entropy_reference(
     alibi_slopes=None,
     *,
     key_bias=None,
-    return_sink_mass=False,
 ):
-    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
-    `return_sink_mass` the sink's probability (B, Hq, T) float32 as well (zeros without sinks).
-
-    Written from the definitions, as transformers' eager attention computes them: scores λ_h q·k,
-    capped to c·tanh(s/c) (Gemma2), then the ALiBi bias −slope_h·|i + S − T − j| added (flash-attn's
-    definition; BLOOM, MPT, Falcon), masked keys −inf, the sink logit (not scaled, not
-    capped) appended as one more column (gpt-oss), softmax over keys and sink together, and
-    H = −Σ p ln p over all of them, the sink included."""
+    """(p (B, Hq, T, S) float64, the keys' probabilities; p_sink (B, Hq, T) float64, zeros without sinks;
+    any_visible (B, Hq, T) bool), written from the definitions, as transformers' eager attention
+    computes them: scores λ_h q·k, capped to c·tanh(s/c) (Gemma2), then the ALiBi bias
+    −slope_h·|i + S − T − j| (flash-attn's definition; BLOOM, MPT) or a bias per key (Falcon) added,
+    masked keys −inf, the sink logit (not scaled, not capped) as one more outcome (gpt-oss), softmax
+    over keys and sink together. A row that sees nothing has p = 0. T query rows sit at the last T of
+    the S key positions (bottom-right), so the last rows of a sequence may be passed alone."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
@@ -75,9 +73,31 @@ def entropy_reference(
     any_visible = visible.any(-1)
     p = torch.softmax(s.masked_fill(~any_visible.unsqueeze(-1), 0.0), dim=-1)
     p = p.masked_fill(~visible, 0.0)
-    h = -torch.special.xlogy(p, p).sum(-1)
+    p_sink = p[..., S] if sinks is not None else torch.zeros_like(p[..., 0])
+    return p[..., :S], p_sink, any_visible
+
+
+@torch.no_grad()
+def entropy_reference(
+    q,
+    k,
+    softmax_scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+    *,
+    key_bias=None,
+    return_sink_mass=False,
+):
+    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
+    `return_sink_mass` the sink's probability (B, Hq, T) float32 as well (zeros without sinks):
+    H = −Σ p ln p over `attention_probabilities`' keys and sink, the sink one outcome among them."""
+    p, p_sink, any_visible = attention_probabilities(
+        q, k, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias=key_bias
+    )
+    h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
     h = torch.where(any_visible, h, torch.zeros_like(h)).float()
-    if not return_sink_mass:
-        return h
-    sink_mass = p[..., S].float() if sinks is not None else torch.zeros_like(h)
-    return h, sink_mass
+    return (h, p_sink.float()) if return_sink_mass else h
