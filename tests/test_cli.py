@@ -9,7 +9,7 @@ import pytest
 from entropy_lens.cli import build_parser, main
 from entropy_lens.results import ScanResult
 
-COMMANDS = ("scan", "sweep", "ppl", "fit", "train-tiny", "search-heads", "figures")
+COMMANDS = ("scan", "sweep", "ppl", "passkey", "fit", "train-tiny", "search-heads", "figures")
 
 _IMPORTS_AFTER = """
 import contextlib, io, sys
@@ -52,6 +52,7 @@ def _minimal(command: str) -> list[str]:
         "scan": ["scan", "tiny-nope", "--len", "8"],
         "sweep": ["sweep", "tiny-nope", "--len", "8", "--scales", "1", "--out", "x"],
         "ppl": ["ppl", "tiny-nope", "--lens", "32"],
+        "passkey": ["passkey", "tiny-nope", "--lens", "256", "--out", "x.json"],
         "fit": ["fit", "x"],
         "train-tiny": ["train-tiny", "--kind", "nope"],
         "search-heads": ["search-heads", "tiny-nope", "--len", "8", "--out", "x.safetensors"],

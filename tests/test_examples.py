@@ -52,7 +52,7 @@ EXAMPLES = sorted(set(_help_examples()) | set(_readme_examples()))
 
 def test_examples_were_found():
     commands = {cmd.split()[1] for cmd in EXAMPLES}
-    assert commands == {"scan", "sweep", "ppl", "fit", "train-tiny", "search-heads", "figures"}
+    assert commands == {"scan", "sweep", "ppl", "passkey", "fit", "train-tiny", "search-heads", "figures"}
     assert len(_help_examples()) >= 12 and len(_readme_examples()) >= 10
 
 
@@ -60,6 +60,7 @@ def test_examples_were_found():
 def test_example_parses_and_its_settings_check(example):
     from entropy_lens.cli.options import config_from_args
     from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig, TinyRecipe
+    from entropy_lens.runs.configs import PasskeyConfig
 
     args = build_parser().parse_args(shlex.split(example)[1:])
     if args.command in ("scan", "sweep"):
@@ -74,6 +75,9 @@ def test_example_parses_and_its_settings_check(example):
             parse_scales(args.scales)
     elif args.command == "ppl":
         config_from_args(PerplexityConfig, args).check()
+    elif args.command == "passkey":
+        config = config_from_args(PasskeyConfig, args)
+        dataclasses.replace(config, head_scales=None).check()  # a file an earlier example writes
     elif args.command == "train-tiny":
         config_from_args(TinyRecipe, args).check()
     elif args.command == "search-heads":

@@ -11,7 +11,7 @@ yellow. Here we go. There and back again." repeated, the needle "The pass key is
 the pass key." at a filler-block boundary, more filler, and the question "What is the pass key? The
 pass key is". Its total is `length` minus the answer's tokens, so prompt and answer fill the window.
 The needle goes to the block boundary nearest a target drawn uniformly from [depth·n, (depth + 0.1)·n)
-of the filler, clamped so that the needle, the instruction and the question fit. Pieces are tokenised
+of the filler's n tokens (the paper's 10 depths; `width` for others), clamped so that the needle, the instruction and the question fit. Pieces are tokenised
 separately and concatenated, so the key's positions are exact; a tokenizer that does not write a piece
 back as its text is refused (`check_tokenizer`). Only numpy is imported.
 """
@@ -85,9 +85,10 @@ def _bos(tokenizer) -> list[int]:
 
 
 def passkey_prompt(
-    tokenizer, *, length: int, depth: float, key: int, rng: np.random.Generator
+    tokenizer, *, length: int, depth: float, key: int, rng: np.random.Generator, width: float = 0.1
 ) -> PasskeyPrompt:
-    """The prompt of one trial (see the module docstring); EntropyLensError when it cannot fit."""
+    """The prompt of one trial (see the module docstring; the needle's target is drawn from
+    [depth, depth + width) of the filler); EntropyLensError when it cannot fit."""
     head = _bos(tokenizer) + _encode(tokenizer, INSTRUCTION)
     block = _encode(tokenizer, FILLER)
     answer = _encode(tokenizer, f" {key}")
@@ -104,7 +105,7 @@ def passkey_prompt(
             f"a passkey prompt needs at least {need} tokens with this tokenizer (instruction, needle, question "
             f"and answer); --lens {length} is too short: pass lengths of {need} or more"
         )
-    target = rng.uniform(depth * filler, min(depth + 0.1, 1.0) * filler)
+    target = rng.uniform(depth * filler, min(depth + width, 1.0) * filler)
     before = round(target / len(block)) * len(block)  # snapped to a block boundary
     before = min(before, filler - filler % len(block) if filler >= len(block) else 0)
     stream = block * (filler // len(block) + 2)

@@ -5,11 +5,13 @@
     sums.py         ScanSums: the scan's float64 running sums, checkpointed and all-reduced
     distributed.py  torchrun: ranks, process group, all-reduce of those sums
     sweep.py        one scan per uniform scale, into a folder with a sweep index
-    configs.py      ScanConfig, PerplexityConfig, HeadSearchConfig: every run setting declared once (no torch)
+    configs.py      ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
+                    declared once (no torch)
     head_search.py  the per-head λ(h) search (every weight frozen)
     threads.py      --threads: the CPU thread count, set once before a command loads torch
     training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
+    passkey.py      passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
     figures.py      the scans, sweep and search behind the paper's figures (cached: figure_cache.py); then rendering
                     (their settings, FiguresConfig, live in figures/config.py, re-exported here)
 
@@ -17,8 +19,8 @@ It may import every package below it (models, capture, kernels, data, results, a
 figures, figures.config, .record and .render); nothing below imports it. `cli/` is a thin layer over
 these functions.
 Names are imported lazily, so `from entropy_lens.runs import FiguresConfig` does not load torch. The
-functions `scan` and `sweep` share their modules' names: import them from `entropy_lens` (or
-`entropy_lens.runs.scan` / `.sweep`).
+functions `scan`, `sweep` and `passkey` share their modules' names: import them from `entropy_lens` (or
+`entropy_lens.runs.scan` / `.sweep` / `.passkey`).
 """
 
 from importlib import import_module
@@ -33,6 +35,7 @@ _LAZY = {
     "TinyRecipe": "training",
     "train_tiny": "training",
     "PerplexityConfig": "configs",
+    "PasskeyConfig": "configs",
     "FiguresConfig": "figures",
     "figure_data": "figures",
     "make_figures": "figures",
@@ -41,6 +44,7 @@ _LAZY = {
 __all__ = [
     "FiguresConfig",
     "HeadSearchConfig",
+    "PasskeyConfig",
     "PerplexityConfig",
     "ScanConfig",
     "ScanSums",

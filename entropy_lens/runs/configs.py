@@ -27,7 +27,14 @@ from typing import ClassVar
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.settings import setting
 
-__all__ = ["STRIDE_FRACTION", "SWEEP_ENTROPY", "HeadSearchConfig", "PerplexityConfig", "ScanConfig"]
+__all__ = [
+    "STRIDE_FRACTION",
+    "SWEEP_ENTROPY",
+    "HeadSearchConfig",
+    "PasskeyConfig",
+    "PerplexityConfig",
+    "ScanConfig",
+]
 
 STRIDE_FRACTION = 8  # ppl's default stride S = L / 8: the paper's 256 of L = 2048
 
@@ -301,3 +308,34 @@ class HeadSearchConfig(Checkpoint, Text):
             raise EntropyLensError(
                 f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint"
             )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PasskeyConfig(Recorded, Checkpoint, Loading, Scaling):
+    """Everything that determines a passkey-retrieval table (runs/passkey.py): for each window length,
+    `depths` needle depths × `keys` random keys, seeded per trial."""
+
+    lengths: tuple[int, ...] = setting(
+        flag="--lens", metavar="W", type=int, nargs="+", help="window lengths in tokens, ascending"
+    )
+    depths: int = setting(10, help="needle depths 0, 1/N, ..., (N-1)/N of the filler (the paper: 10)")
+    keys: int = setting(10, help="random 5-digit keys per depth and length (the paper: 10)")
+    seed: int = setting(42, help="seeds each trial's key and needle position (with its length, depth, index)")
+
+    def __post_init__(self):
+        object.__setattr__(self, "lengths", tuple(operator.index(w) for w in self.lengths))
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "lengths": list(self.lengths)}
+
+    def check(self) -> None:
+        if not self.lengths or any(b <= a for a, b in zip(self.lengths, self.lengths[1:])):
+            raise EntropyLensError(
+                f"--lens {' '.join(map(str, self.lengths)) or '(none)'}: pass window lengths once each, "
+                f"ascending, e.g. --lens {' '.join(map(str, sorted(set(self.lengths)) or [128, 256]))}"
+            )
+        if self.depths < 1 or self.keys < 1:
+            raise EntropyLensError(f"--depths and --keys must be at least 1 (got {self.depths}, {self.keys})")
+        if self.train_len is not None and self.train_len < 1:
+            raise EntropyLensError(f"--train-len must be at least 1 (got {self.train_len})")
+        self.check_scaling()

@@ -57,7 +57,7 @@ from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
-__all__ = ["Run", "ScanConfig", "default_out", "partial_path", "scan"]
+__all__ = ["Run", "ScanConfig", "attention_scales", "default_out", "partial_path", "scan"]
 
 
 def scan(
@@ -182,7 +182,7 @@ class Run:
             trust_remote_code=config.trust_remote_code,
         )
         check_supported(lm.model)
-        scales, scale_source = _scales(config, lm)
+        scales, scale_source = attention_scales(config, lm)
         chunks = token_chunks(
             lm.tokenizer,
             config.data,
@@ -340,8 +340,9 @@ class _Checkpoint:
             self.save()
 
 
-def _scales(config: ScanConfig, lm: LoadedModel):
-    """(what the capture applies, where it came from). None = the model as trained."""
+def attention_scales(config, lm: LoadedModel):
+    """(what the capture applies, where it came from) for a config with `scale` and `head_scales` (a
+    scan's, a passkey run's). None = the model as trained."""
     if config.scale is not None:
         return float(config.scale), "uniform"
     if config.head_scales is not None:

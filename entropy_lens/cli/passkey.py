@@ -1,0 +1,60 @@
+"""`entropy-lens passkey`: passkey retrieval (the paper's Figures 6, 8, 9), the needle's attention measured."""
+
+from __future__ import annotations
+
+import argparse
+
+from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.cli.scan import BUNDLED
+from entropy_lens.runs.configs import PasskeyConfig
+
+PASSKEY_DESCRIPTION = """\
+The Landmark-Attention task as the paper runs it: an instruction, a filler block repeated to the window
+length, "The pass key is K. Remember it. K is the pass key." at --depths depths with --keys random
+5-digit keys each, and "What is the pass key? The pass key is" at the end; greedy decoding of the
+answer's tokens, exact match. Per trial it also records, per layer and head, the entropy of the answer's
+query rows and the attention mass they put on the key's tokens (exact, the rows read whole).
+--out is written after every (length, depth) cell; rerunning the same command continues it.
+"""
+PASSKEY_EXAMPLES = """examples:
+  entropy-lens passkey tiny-nope --lens 128 256 512 --depths 10 --keys 10 --out results/passkey-nope.json
+  entropy-lens passkey tiny-nope --lens 128 256 512 --head-scales hs/tiny-nope-512.safetensors --out hs.json
+  entropy-lens passkey path/to/TinyLlama-NoPE-1.1B --nope --lens 1024 2048 4096 --device cuda --out p.json
+"""
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser(
+        "passkey",
+        help="passkey retrieval accuracy by length and depth, with the needle's attention",
+        description=PASSKEY_DESCRIPTION + "\n" + BUNDLED,
+        epilog=PASSKEY_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_settings(p, PasskeyConfig, exclusive=[("scale", "head_scales", "rope_scaling")])
+    p.add_argument("--out", required=True, help="the results JSON (continued when rerun with the same flags)")
+    p.add_argument("--force", action="store_true", help="overwrite an --out of other settings")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_passkey)
+
+
+def cmd_passkey(args) -> int:
+    from entropy_lens.runs.passkey import passkey
+
+    config = config_from_args(PasskeyConfig, args)
+    record = passkey(config, out=args.out, force=args.force, progress=not args.quiet)
+    print(table(record))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def table(record: dict) -> str:
+    """Accuracy by depth (rows) and length (columns), and each length's mean."""
+    lengths = sorted({c["length"] for c in record["results"]})
+    depths = sorted({c["depth"] for c in record["results"]})
+    cell = {(c["length"], c["depth"]): c["accuracy"] for c in record["results"]}
+    lines = ["depth " + "".join(f"{w:>8}" for w in lengths)]
+    lines += [f"{d:>5.0%} " + "".join(f"{cell[(w, d)]:>8.2f}" for w in lengths) for d in depths]
+    means = [sum(cell[(w, d)] for d in depths) / len(depths) for w in lengths]
+    lines.append("mean  " + "".join(f"{m:>8.2f}" for m in means))
+    return "\n".join(lines)

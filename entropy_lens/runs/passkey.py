@@ -1,0 +1,191 @@
+"""passkey(config, out=F): passkey retrieval (the paper's Figures 6, 8 and 9) with the attention at the
+needle measured.
+
+For each window length W, depth k/N (N = `depths`) and trial t < `keys`: a prompt (data/passkey.py)
+whose key and needle position come from a generator seeded with (seed, W, k, t), so a resumed or
+partial run draws the same trials (the paper draws them in sequence from one generator seeded 42);
+greedy decoding of as many tokens as the answer has, with the KV cache, inside the variant's
+`ScaleSession` (--scale, --head-scales, --scale-schedule; --nope, --rope-scaling at loading); exact
+match of the tokens. While it decodes, each layer's answer rows (the last prompt row, then each
+generated token's row) are read whole (`Session.on_rows`: the float64 probabilities of
+`kernels.attention_probabilities`, no T × T matrix): per layer and head their mean entropy (nats,
+a sink's share counted as for the scans) and the probability mass they put on the key's tokens in the
+needle (both mentions).
+
+The record (JSON, written atomically after every (length, depth) cell; rerunning the same command
+continues it, other settings are refused unless `force`): kind, config, provenance, the model's facts
+and "results", one entry per cell in order:
+    {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
+     token, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
+     "entropy": [layers][heads],
+     "needle_mass": [layers][heads]}, ...]}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from entropy_lens.capture import ScaleSession, check_supported, parse_schedule
+from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.models import load_model, resolve_device, resolve_dtype
+from entropy_lens.results import atomic_write_text, provenance
+from entropy_lens.runs.configs import PasskeyConfig
+from entropy_lens.runs.lock import OutputLock
+from entropy_lens.runs.output import check_file_target, save_or_rescue
+from entropy_lens.runs.scan import attention_scales
+
+__all__ = ["PASSKEY_KIND", "PasskeyConfig", "passkey"]
+
+PASSKEY_KIND = "entropy_lens.passkey"  # the `kind` of the JSON `entropy-lens passkey --out` writes
+
+
+def passkey(
+    config: PasskeyConfig, *, out: str | Path | None = None, force: bool = False, progress: bool = True
+) -> dict:
+    """The record (module docstring); with `out`, written there after every cell and continued from
+    what is there when it holds a run of these settings."""
+    config.check()
+    path = None if out is None else check_file_target(out, example="passkey.json")
+    with OutputLock(path) if path is not None else contextlib.nullcontext():
+        kept = _kept_cells(path, config, force)
+        device = resolve_device(config.device)
+        dtype = resolve_dtype(config.dtype, device)
+        lm = load_model(
+            config.model,
+            dtype=dtype,
+            device=device,
+            nope=config.nope,
+            rope_scaling=config.rope_scaling,
+            revision=config.revision,
+            trust_remote_code=config.trust_remote_code,
+        )
+        check_supported(lm.model)
+        check_tokenizer(lm.tokenizer)
+        scales, scale_source = attention_scales(config, lm)
+        train_len = config.train_len if config.train_len is not None else lm.train_len
+        if config.scale_schedule is not None and train_len is None:
+            raise EntropyLensError(
+                f"--scale-schedule needs the model's training length L, which {config.model} does not "
+                "declare; pass --train-len L"
+            )
+        session = {"scales": scales, "schedule": parse_schedule(config.scale_schedule, train_len)}
+        record = {
+            "kind": PASSKEY_KIND,
+            "config": config.to_dict(),
+            "provenance": provenance(),
+            "model": {
+                "config_hash": lm.config_hash,
+                "n_layers": lm.n_layers,
+                "n_heads": lm.n_heads,
+                "train_len": train_len,
+                "scales": scale_source,
+                "device": str(device),
+                "dtype": str(dtype).removeprefix("torch."),
+            },
+            "units": {"entropy": "nats", "needle_mass": "probability"},
+            "results": [],
+        }
+        if kept and kept["model"]["config_hash"] != lm.config_hash:
+            raise EntropyLensError(
+                f"{path} was made with another checkpoint under the name {config.model}; pass --force to "
+                "overwrite it, or another --out"
+            )
+        cells = [(w, k) for w in config.lengths for k in range(config.depths)]
+        for i, (length, k) in enumerate(cells):
+            cell = (kept or {}).get("cells", {}).get((length, k))
+            if cell is None:
+                cell = _cell(lm, session, config, length, k, device)
+            record["results"].append(cell)
+            if path is not None:
+                text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+                save_or_rescue(path, lambda p, text=text: atomic_write_text(p, text), what="passkey results")
+            if progress:
+                print(
+                    f"[{i + 1}/{len(cells)}] len {length} depth {cell['depth']:.0%}: "
+                    f"{cell['correct']}/{cell['trials']}",
+                    flush=True,
+                )
+    return record
+
+
+def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict | None:
+    """{"model": ..., "cells": {(length, depth index): cell}} of a record of these settings at `path`,
+    None when there is none (or `force`); EntropyLensError for a record of other settings."""
+    if path is None or force or not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        assert record["kind"] == PASSKEY_KIND
+    except (OSError, ValueError, KeyError, AssertionError):
+        raise EntropyLensError(
+            f"{path} exists and is not an entropy-lens passkey record; pass --force to overwrite it, or another --out"
+        ) from None
+    if record["config"] != config.to_dict():
+        raise EntropyLensError(
+            f"{path} holds a passkey run with other settings; rerun with the same flags to continue it, pass "
+            "--force to overwrite it, or another --out"
+        )
+    cells = {(c["length"], round(c["depth"] * config.depths)): c for c in record["results"]}
+    return {"model": record["model"], "cells": cells}
+
+
+def _cell(lm, session: dict, config: PasskeyConfig, length: int, k: int, device) -> dict:
+    trials = []
+    for t in range(config.keys):
+        rng = np.random.default_rng([config.seed, length, k, t])
+        key = random_key(rng)
+        prompt = passkey_prompt(
+            lm.tokenizer, length=length, depth=k / config.depths, key=key, rng=rng, width=1 / config.depths
+        )
+        trials.append(_trial(lm, session, prompt, device))
+    correct = sum(t["correct"] for t in trials)
+    return {
+        "length": length,
+        "depth": k / config.depths,
+        "correct": correct,
+        "trials": len(trials),
+        "accuracy": correct / len(trials),
+        "position": float(np.mean([t["position"] for t in trials])),
+        "per_trial": trials,
+    }
+
+
+def _trial(lm, session: dict, prompt, device) -> dict:
+    """Greedy decoding of len(answer) tokens; each layer's answer rows read as they run."""
+    n_layers, n = lm.n_layers, len(prompt.answer)
+    entropy, mass = np.zeros((n_layers, lm.n_heads)), np.zeros((n_layers, lm.n_heads))
+    tokens = []
+
+    def on_rows(layer: int, p: torch.Tensor) -> None:  # p (1, Hq, 1, S) float64: this step's row
+        row = p[0, :, -1]
+        sink = (1.0 - row.sum(-1)).clamp_min(0.0)  # a sink's share (0 without sinks)
+        h = -torch.special.xlogy(row, row).sum(-1) - torch.special.xlogy(sink, sink)
+        entropy[layer] += h.cpu().numpy() / n
+        # the S keys are the positions up to this row's (a sliding-window layer's cache keeps the last W)
+        first = len(prompt.ids) + len(tokens) - row.shape[-1]
+        needle = prompt.key_positions[prompt.key_positions >= first] - first
+        mass[layer] += row[:, torch.from_numpy(needle).to(device)].sum(-1).cpu().numpy() / n
+
+    with ScaleSession(lm.model, **session) as scaled, torch.no_grad():
+        scaled.session.on_rows, scaled.session.probe_rows = on_rows, 1
+        out = lm.model(torch.from_numpy(prompt.ids)[None].to(device), use_cache=True)
+        for step in range(n):
+            token = out.logits[0, -1].argmax()
+            tokens.append(int(token))
+            if step + 1 < n:
+                out = lm.model(token.view(1, 1), past_key_values=out.past_key_values, use_cache=True)
+    return {
+        "key": prompt.key,
+        "position": prompt.needle_start,
+        "answer": lm.tokenizer.decode(tokens),
+        "answer_ids": tokens,
+        "correct": tokens == prompt.answer.tolist(),
+        "entropy": np.round(entropy, 6).tolist(),
+        "needle_mass": np.round(mass, 6).tolist(),
+    }
