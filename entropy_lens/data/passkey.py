@@ -10,8 +10,9 @@ The prompt is the task instruction, the filler block "The grass is green. The sk
 yellow. Here we go. There and back again." repeated, the needle "The pass key is K. Remember it. K is
 the pass key." at a filler-block boundary, more filler, and the question "What is the pass key? The
 pass key is". Its total is `length` minus the answer's tokens, so prompt and answer fill the window.
-The needle goes to the block boundary nearest a target drawn uniformly from [depth·n, (depth + 0.1)·n)
-of the filler's n tokens (the paper's 10 depths; `width` for others), clamped so that the needle, the instruction and the question fit. Pieces are tokenised
+The needle goes to the filler-sentence boundary nearest a target drawn uniformly from
+[depth·n, (depth + 0.1)·n) of the filler's n tokens (sentences rather than the paper's whole blocks, so
+that a window of a tiny model's few hundred tokens still has distinct depths) (the paper's 10 depths; `width` for others), clamped so that the needle, the instruction and the question fit. Pieces are tokenised
 separately and concatenated, so the key's positions are exact; a tokenizer that does not write a piece
 back as its text is refused (`check_tokenizer`). Only numpy is imported.
 """
@@ -38,7 +39,14 @@ INSTRUCTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
     "I will quiz you about the important information there."
 )
-FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+FILLER_SENTENCES = (
+    "The grass is green.",
+    "The sky is blue.",
+    "The sun is yellow.",
+    "Here we go.",
+    "There and back again.",
+)
+FILLER = "".join(f" {sentence}" for sentence in FILLER_SENTENCES)  # the paper's filler block
 QUESTION = " What is the pass key? The pass key is"
 KEY_DIGITS = 5
 
@@ -90,7 +98,7 @@ def passkey_prompt(
     """The prompt of one trial (see the module docstring; the needle's target is drawn from
     [depth, depth + width) of the filler); EntropyLensError when it cannot fit."""
     head = _bos(tokenizer) + _encode(tokenizer, INSTRUCTION)
-    block = _encode(tokenizer, FILLER)
+    sentences = [_encode(tokenizer, f" {sentence}") for sentence in FILLER_SENTENCES]
     answer = _encode(tokenizer, f" {key}")
     said = _encode(tokenizer, f" {key}")  # the key inside the needle, after "is" as in the answer
     parts = [_encode(tokenizer, " The pass key is"), said, _encode(tokenizer, ". Remember it."), said]
@@ -105,10 +113,13 @@ def passkey_prompt(
             f"a passkey prompt needs at least {need} tokens with this tokenizer (instruction, needle, question "
             f"and answer); --lens {length} is too short: pass lengths of {need} or more"
         )
+    stream, ends = [], [0]  # the filler repeated, and where each of its sentences ends
+    while len(stream) <= filler:
+        for sentence in sentences:
+            stream += sentence
+            ends.append(len(stream))
     target = rng.uniform(depth * filler, min(depth + width, 1.0) * filler)
-    before = round(target / len(block)) * len(block)  # snapped to a block boundary
-    before = min(before, filler - filler % len(block) if filler >= len(block) else 0)
-    stream = block * (filler // len(block) + 2)
+    before = min((e for e in ends if e <= filler), key=lambda e: abs(e - target))  # a sentence boundary
     ids = head + stream[:before] + needle + stream[: filler - before] + question
     start = len(head) + before
     first = start + len(parts[0])
