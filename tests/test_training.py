@@ -204,7 +204,7 @@ def test_cli_trains_and_refuses_to_overwrite(tmp_path, text_file, capsys):
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"kind": "alibi"}, "nope or rope"),
+        ({"kind": "t5"}, "nope, rope or alibi"),
         ({"hidden": 30, "heads": 4}, "multiple"),
         ({"heads": 4, "kv_heads": 3}, "multiple"),
         ({"vocab": 100}, "too small"),
@@ -216,3 +216,43 @@ def test_bad_recipes(tmp_path, text_file, overrides, match):
     with pytest.raises(EntropyLensError, match=match):
         train_tiny(micro(text_file, **overrides), tmp_path / "m", progress=False)
     assert not (tmp_path / "m").exists()
+
+
+def test_the_alibi_twin_trains_deterministically_and_is_captured(text_file, tmp_path):
+    """--kind alibi: a BLOOM of the recipe's width, depth and heads (ALiBi), trained on the same batches;
+    two runs give the same weights, and the capture measures it like the Llama pair."""
+    from entropy_lens.capture import EntropyRecorder
+
+    recipe = micro(text_file, kind="alibi", kv_heads=4)
+    a = train_tiny(recipe, tmp_path / "a", progress=False)
+    b = train_tiny(recipe, tmp_path / "b", progress=False)
+    assert all(np.array_equal(x, weights(b)[k]) for k, x in weights(a).items())
+    lm = load_model(str(a), dtype="float32")
+    assert type(lm.model).__name__ == "BloomForCausalLM" and lm.train_len == 16
+    assert lm.model.config.n_head == 4 and lm.model.config.hidden_size == 32
+    with EntropyRecorder(lm.model) as rec, torch.no_grad():
+        lm.model(torch.randint(3, 200, (1, 24)))
+    assert rec.entropy.shape == (2, 4, 24) and np.isfinite(rec.entropy).all()
+
+
+def test_a_share_of_each_batch_is_passkey_documents(text_file):
+    """--passkey-share: the last round(share · batch) windows of a step are whole passkey documents of
+    L + 1 tokens (prompt then answer), drawn by (seed, step); the rest are the usual windows."""
+    from entropy_lens.data import packed_stream
+    from entropy_lens.data.passkey import QUESTION
+    from entropy_lens.runs.training.tiny import training_batch
+
+    recipe = micro(text_file, train_len=200, batch=4, passkey_share=0.5)
+    tokenizer = train_bpe([text_file.read_text()], 300)
+    stream, _ = packed_stream(tokenizer, str(text_file))
+    batch = training_batch(recipe, stream, tokenizer, 3)
+    plain = training_batch(dataclasses.replace(recipe, passkey_share=0.0), stream, tokenizer, 3)
+    assert batch.shape == (4, 201) and np.array_equal(batch[:2], plain[:2])
+    assert np.array_equal(batch, training_batch(recipe, stream, tokenizer, 3))  # the step alone decides
+    for row in batch[2:]:
+        text = tokenizer.decode(row)
+        key = text.rsplit(QUESTION, 1)[1].strip()
+        assert len(key) == 5 and key.isdigit() and f"The pass key is {key}. Remember it." in text
+    assert not np.array_equal(batch[2], training_batch(recipe, stream, tokenizer, 4)[2])
+    with pytest.raises(EntropyLensError, match="--passkey-share must be in"):
+        micro(text_file, passkey_share=1.5).check()

@@ -1,4 +1,5 @@
-"""Train a tiny Llama (NoPE or RoPE) on the bundled corpus: the project's embedded default models.
+"""Train a tiny Llama (NoPE or RoPE), or its ALiBi twin (BLOOM blocks), on the bundled corpus: the
+project's embedded default models.
 
     from entropy_lens.runs.training import TinyRecipe, train_tiny
     train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")   # ~15 min on 2 CPU cores
@@ -52,9 +53,9 @@ from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.settings import setting
 
-__all__ = ["TinyRecipe", "build_model", "train_tiny"]
+__all__ = ["TinyRecipe", "build_model", "train_tiny", "training_batch"]
 
-_KINDS = ("nope", "rope")
+_KINDS = ("nope", "rope", "alibi")
 _NOPE_ROPE = {"rope_type": "linear", "factor": 1e30}  # angle = position * inv_freq / 1e30 -> 0
 
 
@@ -62,7 +63,12 @@ _NOPE_ROPE = {"rope_type": "linear", "factor": 1e30}  # angle = position * inv_f
 class TinyRecipe:
     """Everything that determines the trained weights (recorded in the model's config)."""
 
-    kind: str = setting("nope", choices=("nope", "rope"), help="position encoding")
+    kind: str = setting(
+        "nope",
+        choices=_KINDS,
+        help="position encoding: nope or rope (Llama blocks), alibi (BLOOM blocks: ALiBi, LayerNorm, "
+        "GELU MLP of 4 x hidden, biases; --intermediate and --kv-heads do not apply)",
+    )
     train_len: int = setting(128, help="L, tokens per training sequence")
     hidden: int = setting(192, help="hidden size")
     intermediate: int = setting(512, help="MLP intermediate size")
@@ -83,10 +89,17 @@ class TinyRecipe:
     weight_decay: float = setting(0.1, help="AdamW weight decay")
     grad_clip: float = setting(1.0, help="gradient-norm clip")
     seed: int = setting(0, help="initialisation and batch order")
+    passkey_share: float = setting(
+        0.0,
+        help="share of each batch's windows replaced by passkey documents of L+1 tokens (data/passkey.py: "
+        "random key and depth), so the model can learn the task inside L",
+    )
 
     def check(self) -> None:
         if self.kind not in _KINDS:
-            raise EntropyLensError(f"--kind {self.kind!r} is not known; use nope or rope")
+            raise EntropyLensError(f"--kind {self.kind!r} is not known; use nope, rope or alibi")
+        if not 0 <= self.passkey_share <= 1:
+            raise EntropyLensError(f"--passkey-share must be in [0, 1] (got {self.passkey_share})")
         for name in ("train_len", "hidden", "intermediate", "layers", "heads", "kv_heads", "batch", "steps"):
             if getattr(self, name) < 1:
                 raise EntropyLensError(f"{name} must be at least 1 (got {getattr(self, name)})")
@@ -117,11 +130,15 @@ def lr_at(recipe: TinyRecipe, step: int) -> float:
 
 
 def build_model(recipe: TinyRecipe, vocab_size: int, separator: int) -> Any:
-    """A freshly initialised LlamaForCausalLM for `recipe` (seeded), NoPE already applied."""
+    """A freshly initialised LlamaForCausalLM for `recipe` (seeded), NoPE already applied; for the alibi
+    kind a BloomForCausalLM of the same width, depth and heads."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from entropy_lens.models import apply_nope
+
+    if recipe.kind == "alibi":
+        return _build_bloom(recipe, vocab_size, separator)
 
     rope = {"rope_type": "default"} if recipe.kind == "rope" else dict(_NOPE_ROPE)
     config = LlamaConfig(
@@ -146,6 +163,25 @@ def build_model(recipe: TinyRecipe, vocab_size: int, separator: int) -> Any:
     if config.nope:
         apply_nope(model)
     return model
+
+
+def _build_bloom(recipe: TinyRecipe, vocab_size: int, separator: int) -> Any:
+    import torch
+    from transformers import BloomConfig, BloomForCausalLM
+
+    config = BloomConfig(
+        vocab_size=vocab_size,
+        hidden_size=recipe.hidden,
+        n_layer=recipe.layers,
+        n_head=recipe.heads,
+        tie_word_embeddings=False,
+        bos_token_id=separator,
+        eos_token_id=separator,
+    )
+    config.train_len = recipe.train_len
+    config.entropy_lens_recipe = dataclasses.asdict(recipe)
+    torch.manual_seed(recipe.seed)
+    return BloomForCausalLM(config)
 
 
 def train_tiny(
@@ -180,7 +216,7 @@ def train_tiny(
 def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, snapshots) -> Path:
     import torch
 
-    from entropy_lens.data import load_documents, packed_stream, random_windows
+    from entropy_lens.data import load_documents, packed_stream
     from entropy_lens.progress import progress_bar
     from entropy_lens.runs.training.tokenizer import train_bpe
 
@@ -238,7 +274,7 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
     for step in range(start, recipe.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(recipe, step)
-        ids = torch.from_numpy(random_windows(stream, recipe.train_len, recipe.batch, recipe.seed, step))
+        ids = torch.from_numpy(training_batch(recipe, stream, tokenizer, step))
         logits = model(input_ids=ids[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
@@ -275,6 +311,29 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
     shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(work)
     return out
+
+
+def training_batch(recipe: TinyRecipe, stream: np.ndarray, tokenizer, step: int) -> np.ndarray:
+    """(batch, L + 1) token ids of step `step`: random windows of the stream, the last
+    round(passkey_share · batch) of them replaced by passkey documents (a random key at a random depth;
+    drawn by (seed, step) alone, as the windows)."""
+    from entropy_lens.data import random_windows
+    from entropy_lens.data.passkey import passkey_prompt, random_key
+
+    windows = random_windows(stream, recipe.train_len, recipe.batch, recipe.seed, step)
+    n = round(recipe.passkey_share * recipe.batch)
+    rng = np.random.default_rng([recipe.seed, step, 1])
+    for row in range(recipe.batch - n, recipe.batch):
+        prompt = passkey_prompt(
+            tokenizer,
+            length=recipe.train_len + 1,
+            depth=rng.uniform(),
+            key=random_key(rng),
+            rng=rng,
+            width=0.0,
+        )
+        windows[row] = np.concatenate([prompt.ids, prompt.answer])
+    return windows
 
 
 def _facts(recipe: TinyRecipe, description: str, model, log: list, prior_s: float = 0.0) -> dict:
