@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.capture import ScaleSession, check_supported, parse_schedule
+from entropy_lens.capture import ScaleSession
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.models import load_model, resolve_device, resolve_dtype
+from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.results import atomic_write_text, provenance
 from entropy_lens.runs.configs import PasskeyConfig
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
-from entropy_lens.runs.scan import attention_scales
+from entropy_lens.runs.scan import attention_scales, load_variant, variant_schedule
 
 __all__ = ["PASSKEY_KIND", "PasskeyConfig", "passkey"]
 
@@ -56,25 +56,11 @@ def passkey(
         kept = _kept_cells(path, config, force)
         device = resolve_device(config.device)
         dtype = resolve_dtype(config.dtype, device)
-        lm = load_model(
-            config.model,
-            dtype=dtype,
-            device=device,
-            nope=config.nope,
-            rope_scaling=config.rope_scaling,
-            revision=config.revision,
-            trust_remote_code=config.trust_remote_code,
-        )
-        check_supported(lm.model)
+        lm = load_variant(config, device, dtype)
         check_tokenizer(lm.tokenizer)
         scales, scale_source = attention_scales(config, lm)
-        train_len = config.train_len if config.train_len is not None else lm.train_len
-        if config.scale_schedule is not None and train_len is None:
-            raise EntropyLensError(
-                f"--scale-schedule needs the model's training length L, which {config.model} does not "
-                "declare; pass --train-len L"
-            )
-        session = {"scales": scales, "schedule": parse_schedule(config.scale_schedule, train_len)}
+        schedule = variant_schedule(config, lm)
+        session = {"scales": scales, "schedule": schedule}
         record = {
             "kind": PASSKEY_KIND,
             "config": config.to_dict(),
@@ -83,7 +69,7 @@ def passkey(
                 "config_hash": lm.config_hash,
                 "n_layers": lm.n_layers,
                 "n_heads": lm.n_heads,
-                "train_len": train_len,
+                "train_len": config.train_len if config.train_len is not None else lm.train_len,
                 "scales": scale_source,
                 "device": str(device),
                 "dtype": str(dtype).removeprefix("torch."),

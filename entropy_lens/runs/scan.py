@@ -57,7 +57,16 @@ from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
-__all__ = ["Run", "ScanConfig", "attention_scales", "default_out", "partial_path", "scan"]
+__all__ = [
+    "Run",
+    "ScanConfig",
+    "attention_scales",
+    "default_out",
+    "load_variant",
+    "partial_path",
+    "scan",
+    "variant_schedule",
+]
 
 
 def scan(
@@ -172,16 +181,7 @@ class Run:
         if w.size > 1 and device.type == "cuda":
             device = torch.device("cuda", w.local_rank)
         dtype = resolve_dtype(config.dtype, device)
-        lm = load_model(
-            config.model,
-            dtype=dtype,
-            device=device,
-            nope=config.nope,
-            rope_scaling=config.rope_scaling,
-            revision=config.revision,
-            trust_remote_code=config.trust_remote_code,
-        )
-        check_supported(lm.model)
+        lm = load_variant(config, device, dtype)
         scales, scale_source = attention_scales(config, lm)
         chunks = token_chunks(
             lm.tokenizer,
@@ -199,13 +199,7 @@ class Run:
             )
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
         backend = resolve_backend(config.backend, device)
-        train_len = config.train_len if config.train_len is not None else lm.train_len
-        if config.scale_schedule is not None and train_len is None:
-            raise EntropyLensError(
-                f"--scale-schedule needs the model's training length L, which {config.model} does not "
-                "declare; pass --train-len L"
-            )
-        schedule = parse_schedule(config.scale_schedule, train_len)
+        schedule = variant_schedule(config, lm)
         return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, schedule)
 
     @property
@@ -338,6 +332,33 @@ class _Checkpoint:
     def every_so_often(self) -> None:
         if time.perf_counter() - self.last >= self.every_s:
             self.save()
+
+
+def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """The checkpoint of a config with the Checkpoint and Loading settings (a scan's, a passkey run's)
+    as its flags load it (--nope, --rope-scaling, --revision, ...); refused when the capture cannot run it."""
+    lm = load_model(
+        config.model,
+        dtype=dtype,
+        device=device,
+        nope=config.nope,
+        rope_scaling=config.rope_scaling,
+        revision=config.revision,
+        trust_remote_code=config.trust_remote_code,
+    )
+    check_supported(lm.model)
+    return lm
+
+
+def variant_schedule(config, lm: LoadedModel) -> Schedule | None:
+    """--scale-schedule with the training length L (--train-len, else the model's), or None."""
+    train_len = config.train_len if config.train_len is not None else lm.train_len
+    if config.scale_schedule is not None and train_len is None:
+        raise EntropyLensError(
+            f"--scale-schedule needs the model's training length L, which {config.model} does not "
+            "declare; pass --train-len L"
+        )
+    return parse_schedule(config.scale_schedule, train_len)
 
 
 def attention_scales(config, lm: LoadedModel):
