@@ -288,3 +288,45 @@ def test_perplexity_by_length_draws_each_row_with_its_interval():
     with pytest.raises(EntropyLensError, match="at least one row"):
         perplexity_by_length({})
     plt.close(ax.figure)
+
+
+def test_the_passkey_heat_map_is_figure_6s():
+    """Depth rows (0% on top) × ascending lengths, one-decimal cells, the dashed line after the last
+    length within the context, and the title's average over those lengths only."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from entropy_lens.analysis import passkey_average, passkey_table
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.plotting import PASSKEY_COLORS, passkey_heatmap
+
+    accuracy = {
+        (128, 0.0): 1.0,
+        (128, 0.5): 0.8,
+        (256, 0.0): 0.6,
+        (256, 0.5): 0.4,
+        (512, 0.0): 0.0,
+        (512, 0.5): 0.2,
+    }
+    record = {
+        "results": [{"length": w, "depth": d, "accuracy": a} for (w, d), a in reversed(accuracy.items())]
+    }
+    table = passkey_table(record)
+    assert list(table.index) == [0.0, 0.5] and list(table.columns) == [128, 256, 512]
+    assert passkey_average(table, 256) == pytest.approx(0.7) and passkey_average(table, 128) == pytest.approx(
+        0.9
+    )
+    with pytest.raises(EntropyLensError, match="undefined"):
+        passkey_average(table, 64)
+    ax = passkey_heatmap(table, context_length=256, name="NoPE")
+    assert ax.get_title() == "NoPE acc 0.70"
+    assert [t.get_text() for t in ax.texts] == ["1.0", "0.6", "0.0", "0.8", "0.4", "0.2"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0%", "50%"]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert line.get_xdata()[0] == pytest.approx(1.5) and to_hex(line.get_color()) == "#000000"
+    image = ax.get_images()[0]
+    assert (
+        to_hex(image.cmap(0.0)) == PASSKEY_COLORS[0].lower()
+        and to_hex(image.cmap(1.0)) == PASSKEY_COLORS[2].lower()
+    )
+    plt.close("all")

@@ -39,6 +39,7 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
+from entropy_lens.analysis.passkey import passkey_average, passkey_table
 from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
@@ -65,6 +66,8 @@ __all__ = [
     "load_sweep",
     "missing_scales",
     "moving_average",
+    "passkey_average",
+    "passkey_table",
     "pooled_within_layer",
     "ppl_table",
     "resume_command",

@@ -8,6 +8,7 @@
 
 from entropy_lens.plotting.curves import entropy_loss, loss_curves, perplexity_by_length
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
+from entropy_lens.plotting.passkey import passkey_heatmap
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
 from entropy_lens.plotting.style import (
     DASHED,
@@ -17,6 +18,7 @@ from entropy_lens.plotting.style import (
     NOPE_PLAIN,
     NOPE_SCALES,
     PAIRED,
+    PASSKEY_COLORS,
     ROPE,
     ROPE_DARK,
     ROPE_SCALES,
@@ -38,6 +40,7 @@ __all__ = [
     "NOPE_PLAIN",
     "NOPE_SCALES",
     "PAIRED",
+    "PASSKEY_COLORS",
     "ROPE",
     "ROPE_DARK",
     "ROPE_SCALES",
@@ -54,6 +57,7 @@ __all__ = [
     "models_by_layers",
     "palette_colors",
     "paper_style",
+    "passkey_heatmap",
     "perplexity_by_length",
     "scale_vs_entropy",
     "upper_bound_bits",

@@ -21,6 +21,7 @@ __all__ = [
     "NOPE_PLAIN",
     "NOPE_SCALES",
     "PAIRED",
+    "PASSKEY_COLORS",
     "ROPE",
     "ROPE_DARK",
     "ROPE_SCALES",
@@ -47,6 +48,7 @@ NOPE, NOPE_DARK, ROPE, ROPE_DARK = "#a6cee3", "#084488", "#fb9a99", "#8c0912"  #
 HEADS, NOPE_PLAIN = "#33a02c", "#1f78b4"
 VARIANTS = ("#e31a1c", "#ff7f00", "#6a3d9a")
 SOLID, DASHED = "-", "--"  # line styles: a baseline, a variant set against it
+PASSKEY_COLORS = ("#F0496E", "#EBB839", "#0CD79F")  # Figures 6, 8, 9: accuracy 0 → 0.5 → 1, linear
 
 RC = {
     "font.family": "serif",
