@@ -52,11 +52,11 @@ def _attend(mask: torch.Tensor | None) -> torch.Tensor | None:
     return mask > torch.finfo(mask.dtype).min / 2
 
 
-def _attention(layer, q, k, v, mask, *, scaling: float, slopes, dropout: float) -> torch.Tensor:
-    """(B, T, Hq·D): the attention of q (B, Hq, T, D) over k, v (B, Hkv, S, D), heads merged."""
-    out, _ = entropy_lens_attention(
-        layer, q, k, v, mask, scaling=scaling, dropout=dropout if layer.training else 0.0, alibi_slopes=slopes
-    )
+def _attention(layer, q, k, v, mask, *, scaling: float, dropout: float, **extras) -> torch.Tensor:
+    """(B, T, Hq·D): the attention of q (B, Hq, T, D) over k, v (B, Hkv, S, D) through
+    entropy_lens_attention, heads merged; `extras`: alibi_slopes, key_bias, position_ids."""
+    dropout = dropout if layer.training else 0.0
+    out, _ = entropy_lens_attention(layer, q, k, v, _attend(mask), scaling=scaling, dropout=dropout, **extras)
     return out.reshape(*out.shape[:2], -1)
 
 
@@ -89,10 +89,10 @@ def _bloom_forward(
         q,
         k,
         v,
-        _attend(attention_mask),
+        attention_mask,
         scaling=self.inv_norm_factor,
-        slopes=slopes,
         dropout=self.attention_dropout.p,
+        alibi_slopes=slopes,
     )
     if self.pretraining_tp > 1 and self.slow_but_exact:
         slices = self.hidden_size / self.pretraining_tp
@@ -117,11 +117,11 @@ def _mpt_forward(self, hidden_states, position_bias, past_key_values=None, atten
     q, k, v = (x.reshape(B, T, self.n_heads, self.head_dim).transpose(1, 2) for x in mixed.chunk(3, dim=2))
     if past_key_values is not None:
         k, v = past_key_values.update(k, v, self.layer_idx)
-    # MPT's position_bias is slope_h · (j − (max_seq_len − 1)): its slopes are minus the bias at j − 1
+    # MPT's position_bias is slope_h · (j − (max_seq_len − 1)): the last key's minus the one before it
     slopes = None if position_bias is None else (position_bias[:, 0, -1] - position_bias[:, 0, -2]).float()
     mask = None if attention_mask is None else ~attention_mask  # MPT's mask is True where masked
     context = _attention(
-        self, q, k, v, mask, scaling=self.softmax_scale, slopes=slopes, dropout=self.attn_dropout_p
+        self, q, k, v, mask, scaling=self.softmax_scale, dropout=self.attn_dropout_p, alibi_slopes=slopes
     )
     return self.out_proj(context), None
 
@@ -154,18 +154,18 @@ def _falcon_forward(
     if layer_past is not None:
         k, v = layer_past.update(k, v, self.layer_idx)
     key_bias = None if alibi is None else alibi.view(B, self.num_heads, -1).float() * self.inv_norm_factor
-    out, _ = entropy_lens_attention(
+    context = _attention(
         self,
         q,
         k,
         v,
-        _attend(attention_mask),
+        attention_mask,
         scaling=self.inv_norm_factor,
-        dropout=self.attention_dropout.p if self.training and alibi is not None else 0.0,  # as Falcon's
+        dropout=self.attention_dropout.p if alibi is not None else 0.0,  # as Falcon: none without ALiBi
         key_bias=key_bias,
         position_ids=position_ids,  # a --scale-schedule's positions
     )
-    return self.dense(out.reshape(B, T, -1)), None
+    return self.dense(context), None
 
 
 # The layer classes routed, by module and name (exactly these classes: a subclass, such as Falcon's
