@@ -297,8 +297,8 @@ def entropy_inputs(call: LayerCall) -> EntropyInputs:
     if causal and call.attention_mask is None and 1 < T < S:
         key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
     backend = "auto" if call.session is None else call.session.backend
-    extras = {"softcap": call.softcap, "sinks": call.sinks, "alibi_slopes": call.alibi_slopes}
-    extras["key_bias"] = call.key_bias
+    extras = {"softcap": call.softcap, "sinks": call.sinks}
+    extras |= {"alibi_slopes": call.alibi_slopes, "key_bias": call.key_bias}
     backend = backend_for(backend, call.query, key, causal=causal, mask=mask, window=window, **extras)
     return EntropyInputs(key, value, causal, mask, window, backend)
 
