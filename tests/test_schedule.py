@@ -38,8 +38,34 @@ def _float64_attention(q, k, v, lam, m):
     return (p @ v).transpose(1, 2), -torch.special.xlogy(p, p).sum(-1)
 
 
+def test_the_published_schedules_are_their_sources_formulas():
+    """Written here from each source, in float64: Llama 4's attn_scales = log1p(floor((p + 1)/F))·A + 1
+    (transformers' Llama4TextAttention), Qwen's logn = log_L(p + 1) beyond L else 1 (modeling_qwen.py),
+    YaRN's mscale² = (0.1·ln s + 1)² with s = (p + 1)/L per position; the published constants by
+    default."""
+    p = np.arange(0, 100000, 7, dtype=np.float64)
+    L = 2048
+    want = {
+        "llama4": 1 + 0.1 * np.log1p(np.floor((p + 1) / 8192)),
+        "llama4:0.2,16": 1 + 0.2 * np.log1p(np.floor((p + 1) / 16)),
+        "qwen-logn": np.where(p + 1 > L, np.log(p + 1) / np.log(L), 1.0),
+        "yarn": (0.1 * np.log(np.maximum((p + 1) / L, 1.0)) + 1) ** 2,
+        "yarn:0.3": (0.3 * np.log(np.maximum((p + 1) / L, 1.0)) + 1) ** 2,
+    }
+    for text, m in want.items():
+        got = parse_schedule(text, L).multiplier(torch.from_numpy(p))
+        assert got.dtype == torch.float32
+        np.testing.assert_allclose(got.numpy(), m, rtol=1e-7, err_msg=text)
+    assert not parse_schedule("llama4").needs_train_len and parse_schedule("yarn").needs_train_len
+    for bad in ("llama4:0.1", "llama4:0.1,0", "qwen-logn:2", "yarn:-1", "yarn:a"):
+        with pytest.raises(EntropyLensError, match="scale-schedule"):
+            parse_schedule(bad)
+    with pytest.raises(EntropyLensError, match="L >= 2"):
+        parse_schedule("qwen-logn", 1)
+
+
 @pytest.mark.parametrize("fused", ["off", "on"])
-@pytest.mark.parametrize("text", ["piecewise:1.7", "log:0.6"])
+@pytest.mark.parametrize("text", ["piecewise:1.7", "log:0.6", "llama4:0.4,6", "qwen-logn", "yarn:0.3"])
 def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
     g = torch.Generator().manual_seed(2)
@@ -91,3 +117,11 @@ def test_scan_with_a_schedule_changes_only_positions_beyond_the_training_length(
     )
     with pytest.raises(EntropyLensError, match="scale-schedule"):
         scan(ScanConfig(**base, scale_schedule="cosine:1"), progress=False)
+    for text, inside in (("qwen-logn", 8), ("yarn:0.5", 8), ("llama4:0.3,12", 11)):  # m(i) = 1 for i < inside
+        named = scan(ScanConfig(**base, fused="off", scale_schedule=text), progress=False)
+        np.testing.assert_array_equal(named.entropy[..., :inside], plain.entropy[..., :inside])
+        assert np.abs(named.entropy[..., inside:] - plain.entropy[..., inside:]).min() > 0, text
+    no_l = {k: v for k, v in base.items() if k != "train_len"}  # llama4's schedule needs no L
+    assert (
+        scan(ScanConfig(**no_l, scale_schedule="llama4"), progress=False).entropy.shape == plain.entropy.shape
+    )

@@ -99,7 +99,8 @@ class Scaling:
         None,
         metavar="KIND:X",
         help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
-        "length L) or log:A (1 + A ln(i/L) beyond it); the paper's section 2.4",
+        "length L), log:A (1 + A ln(i/L) beyond it; the paper's section 2.4), or a published schedule: "
+        "llama4[:A,F] (Llama 4's NoPE layers), qwen-logn (Qwen's logn), yarn[:C] (YaRN's factor, per position)",
     )
 
     def check_scaling(self) -> None:

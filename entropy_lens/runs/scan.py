@@ -351,9 +351,13 @@ def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedMode
 
 
 def variant_schedule(config, lm: LoadedModel) -> Schedule | None:
-    """--scale-schedule with the training length L (--train-len, else the model's), or None."""
+    """--scale-schedule with the training length L (--train-len, else the model's; llama4's needs none),
+    or None."""
     train_len = config.train_len if config.train_len is not None else lm.train_len
-    if config.scale_schedule is not None and train_len is None:
+    needs_train_len = (
+        config.scale_schedule is not None and parse_schedule(config.scale_schedule).needs_train_len
+    )
+    if needs_train_len and train_len is None:
         raise EntropyLensError(
             f"--scale-schedule needs the model's training length L, which {config.model} does not "
             "declare; pass --train-len L"
