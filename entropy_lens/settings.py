@@ -58,7 +58,7 @@ def command_words(config: Any, *, defaults: dict | None = None, exclude: tuple[s
     """The command-line words that rebuild the settings dataclass `config` through its generated flags:
     the positional arguments, then the required flags and each flag whose value differs from its default (`defaults` replaces
     some, for a command with defaults of its own), shell-quoted. Fields without a flag or in `exclude`
-    are left out. A value no flag can give (False where the default is None) raises ValueError."""
+    are left out. A value no flag can give (False where the default is True) raises ValueError."""
     positional, flags = [], []
     fields = sorted(dataclasses.fields(config), key=lambda f: f.default is not MISSING)  # required first
     for field in fields:
@@ -73,6 +73,8 @@ def command_words(config: Any, *, defaults: dict | None = None, exclude: tuple[s
         elif default is MISSING or value != default:
             if value is True:
                 flags.append(flag)
+            elif value is False and default is None:  # a three-state flag: --no-<flag>
+                flags.append("--no-" + flag.removeprefix("--"))
             elif value is False:
                 raise ValueError(
                     f"{field.name}=False has no flag (its flag sets True; the default is {default})"

@@ -160,7 +160,7 @@ def test_figure_flags_override_the_settings_file_only_when_given():
 
 def test_command_words_rebuild_the_config_through_the_parser():
     """`settings.command_words` writes the flags that `add_settings` reads back into the same config
-    (the sweep's resume command is made this way), and refuses what no flag can say."""
+    (the sweep's resume command is made this way), a three-state flag's False as --no-<flag>."""
     import shlex
 
     from entropy_lens.cli.options import config_from_args
@@ -192,6 +192,7 @@ def test_command_words_rebuild_the_config_through_the_parser():
     args = build_parser().parse_args(words)
     assert config_from_args(ScanConfig, args, entropy=args.entropy) == swept
     assert "--entropy" not in sweep_command(dataclasses.replace(swept, entropy="mean"))  # sweep's default
-    assert sweep_command(dataclasses.replace(swept, nope=False)) is None  # no flag says nope=False
-    with pytest.raises(ValueError, match="nope=False has no flag"):
-        command_words(dataclasses.replace(swept, nope=False))
+    kept = dataclasses.replace(swept, nope=False)  # rotary kept on purpose: --no-nope
+    assert "--no-nope" in sweep_command(kept)
+    args = build_parser().parse_args(shlex.split(sweep_command(kept))[1:] + ["--scales", "1", "--out", "x"])
+    assert config_from_args(ScanConfig, args, entropy=args.entropy) == kept

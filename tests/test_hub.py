@@ -73,3 +73,16 @@ def test_a_local_folder_named_like_a_hub_id_is_the_folder(tiny_dir, tmp_path, mo
     shutil.copytree(tiny_dir, tmp_path / "org" / "tiny")
     monkeypatch.chdir(tmp_path)
     assert load_model("org/tiny").source == str((tmp_path / "org" / "tiny").resolve())
+
+
+def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_path):
+    repo = tmp_path / "hub" / "models--org--Tiny-NoPE"
+    shutil.copytree(tiny_dir, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    args = ["scan", "org/Tiny-NoPE", "--len", "16", "--samples", "1", "--data", "austen", "--quiet"]
+    run = _cli([*args, "--out", "x.npz"], tmp_path / "hub", tmp_path)
+    err = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(err) == 1 and "says NoPE in its name" in err[0], run.stderr
+    run = _cli([*args, "--nope", "--out", "x.npz"], tmp_path / "hub", tmp_path)
+    assert run.returncode == 0, run.stderr

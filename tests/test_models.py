@@ -518,3 +518,25 @@ def test_rope_scaling_override(tmp_path):
             load_model("tiny-rope", rope_scaling=spec)
     with pytest.raises(EntropyLensError, match="no rotary embedding to scale"):
         load_model("tiny-nope", rope_scaling="dynamic:2")
+
+
+def test_a_nope_named_checkpoint_with_rotary_config_needs_a_choice(tiny_dir, tmp_path, capsys):
+    """Named NoPE, configured with rotary embeddings (the released TinyLlama-NoPE's plain Llama config):
+    refused in one line until --nope (rotary removed) or --no-nope (kept) says which."""
+    import shutil
+
+    from entropy_lens.cli import main
+
+    folder = tmp_path / "TinyLlama-NoPE-test"
+    shutil.copytree(tiny_dir, folder)
+    with pytest.raises(EntropyLensError, match="says NoPE in its name .* pass --nope .* or --no-nope"):
+        load_model(str(folder))
+    assert load_model(str(folder), nope=True).nope and not load_model(str(folder), nope=False).nope
+    args = ["scan", str(folder), "--len", "16", "--samples", "1", "--data", "austen", "--quiet"]
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "a.npz")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--no-nope" in err[0] and not list(tmp_path.glob("a.npz*"))
+    assert main([*args, "--nope", "--out", str(tmp_path / "b.npz")]) == 0
+    assert main([*args, "--no-nope", "--out", str(tmp_path / "c.npz")]) == 0
+    assert load_model("tiny-nope").nope  # a checkpoint that declares NoPE needs no flag

@@ -63,7 +63,9 @@ def add_settings(
             continue
         kwargs["dest"] = name
         kind = _base_type(hints[name])
-        if kind is bool:
+        if kind is bool and default is None:  # three states (--nope / --no-nope / neither): the checkpoint's
+            kwargs.update(action=argparse.BooleanOptionalAction, default=None)
+        elif kind is bool:
             kwargs.update(action="store_true", default=None if as_overrides else default)
         else:
             if (spec["type"] or kind) is not str:  # argparse's own default

@@ -348,7 +348,9 @@ def load_model(
 ) -> LoadedModel:
     """Load `ckpt` (bundled name, Hub id, .gguf file or HF folder) for analysis; see the module docstring.
 
-    nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it.
+    nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it; None
+        on a checkpoint whose name says NoPE but whose config has rotary embeddings is refused (the
+        released TinyLlama-NoPE's config is plain Llama: loaded as it is, every number would be RoPE's).
     rope_scaling: "TYPE:FACTOR" (dynamic, linear or yarn; e.g. "dynamic:2", the paper's RoPE-NTK)
         sets the config's rope_parameters before the weights load, relative to max_position_embeddings.
     """
@@ -368,6 +370,12 @@ def load_model(
     digest = config_hash(model.config)  # before NoPE (which changes buffers, not the config, anyway)
 
     declared = bool(getattr(config, "nope", False))
+    if nope is None and not declared and rotary_modules(model) and "nope" in Path(str(ckpt)).name.lower():
+        raise EntropyLensError(
+            f"{ckpt} says NoPE in its name but its config declares rotary position embeddings, which "
+            "transformers applies: pass --nope to remove them (a NoPE checkpoint such as TinyLlama-NoPE, "
+            "whose config is plain Llama), or --no-nope to keep them"
+        )
     use_nope = declared if nope is None else bool(nope)
     # A checkpoint that declares NoPE may have no rotary module at all; forcing NoPE on one must.
     if use_nope and (nope is True or rotary_modules(model)):

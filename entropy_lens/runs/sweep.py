@@ -131,13 +131,9 @@ def sweep(
     return out_dir
 
 
-def sweep_command(config: ScanConfig) -> str | None:
-    """`entropy-lens sweep` with the flags that give `config` (without --scales and --out), or None
-    when a flag cannot say it (an API-made config)."""
-    try:
-        words = command_words(config, defaults={"entropy": SWEEP_ENTROPY}, exclude=("scale", "head_scales"))
-    except ValueError:
-        return None
+def sweep_command(config: ScanConfig) -> str:
+    """`entropy-lens sweep` with the flags that give `config` (without --scales and --out)."""
+    words = command_words(config, defaults={"entropy": SWEEP_ENTROPY}, exclude=("scale", "head_scales"))
     return " ".join(["entropy-lens sweep", *words])
 
 
