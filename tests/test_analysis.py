@@ -746,3 +746,40 @@ def test_the_alibi_prior_entropy_is_the_geometric_distributions():
     assert np.all(h >= 0) and np.all(h <= np.log(np.arange(1, 3001)) + 1e-12)
     with pytest.raises(ValueError, match=">= 0"):
         alibi_prior_entropy([-0.1], 4)
+
+
+def test_passkey_accuracy_beside_the_retrieval_heads_mass():
+    """Wilson intervals (textbook values) and, per length, accuracy beside the mass of the head that
+    looks at the key most within the context (chosen there, followed beyond it)."""
+    from entropy_lens.analysis import passkey_by_length, wilson_interval
+
+    for (k, n), (low, high) in {
+        (0, 10): (0.0, 0.2775),
+        (10, 10): (0.7225, 1.0),
+        (5, 10): (0.2366, 0.7634),
+    }.items():
+        got = wilson_interval(k, n)
+        assert got[0] == pytest.approx(low, abs=1e-4) and got[1] == pytest.approx(high, abs=1e-4)
+    assert all(np.isnan(wilson_interval(0, 0)))
+
+    def trial(correct, mass_of_1_0, entropy):
+        mass = [[0.1, 0.05], [mass_of_1_0, 0.2]]  # layer 1, head 0 is the retrieval head
+        return {"correct": correct, "needle_mass": mass, "entropy": [[entropy] * 2] * 2}
+
+    record = {
+        "results": [
+            {"length": 64, "per_trial": [trial(True, 0.9, 2.0), trial(True, 0.7, 2.2)]},
+            {"length": 128, "per_trial": [trial(False, 0.3, 3.0), trial(True, 0.5, 3.4)]},
+        ]
+    }
+    table = passkey_by_length(record, 64)
+    assert list(table.index) == [64, 128] and set(table["head"]) == {"1.0"}
+    assert table.loc[64, "accuracy"] == 1.0 and table.loc[128, "accuracy"] == 0.5
+    assert table.loc[128, "needle_mass"] == pytest.approx(0.4) and table.loc[64, "entropy"] == pytest.approx(
+        2.1
+    )
+    half = 1.96 * np.std([0.3, 0.5], ddof=1) / np.sqrt(2)
+    assert table.loc[128, "needle_mass_high"] == pytest.approx(0.4 + half)
+    assert table.loc[128, "accuracy_low"] == pytest.approx(wilson_interval(1, 2)[0])
+    with pytest.raises(EntropyLensError, match="retrieval head is undefined"):
+        passkey_by_length(record, 32)

@@ -39,7 +39,7 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
-from entropy_lens.analysis.passkey import passkey_average, passkey_table
+from entropy_lens.analysis.passkey import passkey_average, passkey_by_length, passkey_table, wilson_interval
 from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
@@ -67,11 +67,13 @@ __all__ = [
     "missing_scales",
     "moving_average",
     "passkey_average",
+    "passkey_by_length",
     "passkey_table",
     "pooled_within_layer",
     "ppl_table",
     "resume_command",
     "sliding_window_ppl",
     "uniform_scale",
+    "wilson_interval",
     "yarn_scale",
 ]
