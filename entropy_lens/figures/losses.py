@@ -1,5 +1,6 @@
 """Loss by position of scaled variants against their baselines, with span means: Figure 13 (§2.4's
-position-dependent scales, measured) and Figure 14 (the paper's Table 4, the λ(h) search's ablations)."""
+position-dependent scales, measured), Figure 14 (the paper's Table 4, the λ(h) search's ablations) and
+Figure 15 (the published schedules, with the entropy they leave beyond L)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from entropy_lens.figures.words import search_words, smoothing_words, span_mean,
 from entropy_lens.plotting import DASHED, HEADS, NOPE_DARK, NOPE_PLAIN, SOLID, VARIANTS, loss_curves
 from entropy_lens.results import span_label
 
-__all__ = ["ablations", "schedules"]
+__all__ = ["ablations", "published_schedules", "schedules"]
 
 
 def _loss_panel(curves, c: FiguresConfig, L: int):
@@ -157,3 +158,89 @@ def ablations(data: FigureData, c: FiguresConfig) -> Drawn:
         f"like the full search; uniform s* for reference. The full search: {search_words(data.head_scales, c)}."
     )
     return Drawn(ax.figure, caption, numbers)
+
+
+def _published_differences(data: FigureData, c: FiguresConfig) -> list[str]:
+    L = data.L
+    return [
+        (
+            "not a figure of the paper: the schedules production models ship (Llama 4, Qwen, YaRN) set "
+            "against its §2.4 claim, on the embedded NoPE model"
+        ),
+        (
+            f"Llama 4's floor F = 8192 lies beyond every position here ({data.fit_len // L}L = {data.fit_len}), "
+            "so its published schedule is the identity; its fitted variant puts F at L"
+        ),
+        (
+            "the fitted variants replace each schedule's slope by Figure 7's raw fit a: qwen-logn's "
+            "ln(i + 1)/ln L = 1 + ln((i + 1)/L)/ln L becomes log:a (Figure 13's log schedule), YaRN's "
+            "(1 + C ln s)² ≈ 1 + 2C ln s takes C = a/2"
+        ),
+        smoothing_words(data, c),
+    ]
+
+
+@figure("figure-15", differences=_published_differences)
+def published_schedules(data: FigureData, c: FiguresConfig) -> Drawn:
+    """Not in the paper: the published temperature schedules against §2.4's claim (issue 29)."""
+    import matplotlib.pyplot as plt
+
+    from entropy_lens.plotting import bits
+
+    L, T, pub = data.L, data.fit_len, data.published
+    baselines = {"NoPE": NOPE_PLAIN, "uniform": NOPE_DARK, "λ(h)": HEADS}
+    colors = [*baselines.values()] + [VARIANTS[i // 2] for i in range(len(pub.schedules))]
+    styles = [SOLID] * len(baselines) + [SOLID if i % 2 == 0 else DASHED for i in range(len(pub.schedules))]
+    beyond, inside = span_label((L, T), L), span_label((L // 2, L), L)
+    labels = {
+        "uniform": f"uniform {data.schedules.uniform.scale:g} (best for {beyond})",
+        "λ(h)": "$\\lambda^{(h)}$",
+    }
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    names = list(pub.runs)
+    loss_curves(
+        [(labels.get(n, n), pub.runs[n].loss) for n in names],
+        colors=colors,
+        styles=styles,
+        ax=top,
+        smooth=c.smooth,
+        train_len=L,
+    )
+    loss_curves(
+        [(n, bits(pub.runs[n].mean_entropy)) for n in names],
+        colors=colors,
+        styles=styles,
+        ax=bottom,
+        smooth=c.smooth,
+        train_len=L,
+        legend=None,
+    )
+    bottom.set_ylabel("Entropy $\\bar{H}_i$ (bits)")
+    loss = {n: span_mean(r.loss, L, T) for n, r in pub.runs.items()}
+    drift = {
+        n: span_mean(bits(r.mean_entropy), L, T) - span_mean(bits(r.mean_entropy), L // 2, L)
+        for n, r in pub.runs.items()
+    }
+    numbers = [
+        f"mean loss over {beyond}: " + ", ".join(f"{n} {v:.3f}" for n, v in loss.items()),
+        f"mean entropy over {beyond} minus over {inside} (bits): "
+        + ", ".join(f"{n} {v:+.2f}" for n, v in drift.items()),
+    ]
+    for name, spec in pub.schedules.items():
+        helps = loss[name] < loss["uniform"]
+        numbers.append(
+            f"{name}, `{spec}`: loss over {beyond} {loss[name] - loss['NoPE']:+.3f} nats against NoPE, "
+            f"{loss[name] - loss['uniform']:+.3f} against the best uniform scale, "
+            f"{loss[name] - loss['λ(h)']:+.3f} against λ(h), so §2.4's claim (no gain over a uniform scale) "
+            + ("does not hold for it" if helps else "holds for it")
+            + f"; entropy beyond L {drift[name]:+.2f} bits from its level in {inside} (NoPE {drift['NoPE']:+.2f})"
+        )
+    caption = (
+        f"Published position-dependent scales at {T // L}L, loss (top) and mean entropy (bottom) by position: "
+        f"Llama 4's attention temperature tuning, Qwen's logn attention and YaRN's attention factor per "
+        f"position, each with its published constants (solid) and with Figure 7's fitted a = {pub.a:.3g} "
+        "(dashed), beside NoPE, the best single uniform scale for "
+        f"{beyond} and λ(h) searched at {data.long // L}L; the sweep's windows. Where a published constant "
+        "leaves a schedule at 1 (Llama 4's F here), its curve lies on NoPE's."
+    )
+    return Drawn(fig, caption, numbers)

@@ -26,6 +26,7 @@ __all__ = [
     "FigureData",
     "HeadScales",
     "PerplexityCell",
+    "Published",
     "Schedules",
     "SweepFit",
 ]
@@ -66,6 +67,16 @@ class Schedules:
     log: ScanResult  # m(i) = 1 + a ln(max(i, L)/L)
     heads: ScanResult  # λ(h) searched at long·L
     heads_log: ScanResult  # λ(h) with the log schedule on top
+
+
+@dataclass(frozen=True)
+class Published:
+    """Figure 15: the published temperature schedules at fit_len beside NoPE, the best uniform scale and
+    λ(h), with entropy (averaged over each layer's heads); the sweep's windows."""
+
+    a: float  # Figure 7's raw fit (0 where negative): the fitted variants' a
+    runs: dict[str, ScanResult]  # {label: scan}: "NoPE", "uniform", "λ(h)", then each schedule's variants
+    schedules: dict[str, str]  # {label: its --scale-schedule} for the schedule variants, in order
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,7 @@ class FigureData:
     long_heads: ScanResult  # NoPE at `long` with head_scales (Figures 4, 5, 10, 14)
     short_heads: ScanResult  # NoPE at `short` with short_head_scales (Figure 3)
     schedules: Schedules  # Figure 13
+    published: Published  # Figure 15
     ablations: Ablations  # Figure 14
     ppl: dict[str, dict[int, PerplexityCell]]  # Table 2: {row name: {window length W: cell}}, W = L..fit·L
     compute: ComputeTime | None  # None: not recorded

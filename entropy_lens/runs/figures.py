@@ -37,6 +37,7 @@ from entropy_lens.figures.record import (
     FigureData,
     HeadScales,
     PerplexityCell,
+    Published,
     Schedules,
     SweepFit,
 )
@@ -84,6 +85,7 @@ class Runs(RunCache):
         long_heads = self.scan(c.nope, long, head_scales=hs.file)
         short_heads = self.scan(c.nope, short, head_scales=hs_short.file)
         schedules = self.schedules(final, hs.file, L, fit_len)
+        published = self.published(schedules, hs.file, L, fit_len)
         ablations = self.ablations(long, s_long)
         ppl = self.perplexity(
             L,
@@ -120,6 +122,7 @@ class Runs(RunCache):
             long_heads=long_heads,
             short_heads=short_heads,
             schedules=schedules,
+            published=published,
             ablations=ablations,
             ppl={name: {W: PerplexityCell(**cell) for W, cell in row.items()} for name, row in ppl.items()},
             compute=None,
@@ -180,6 +183,31 @@ class Runs(RunCache):
             heads=run(head_scales=head_scales),
             heads_log=run(head_scales=head_scales, scale_schedule=f"log:{a:.4g}"),
         )
+
+    def published(self, schedules: Schedules, head_scales: str, L: int, fit_len: int) -> Published:
+        """The published schedules at `fit_len`, each with its own constants and with its a replaced by
+        Figure 7's fitted one (as Figure 13's log schedule: 0 where the fit is negative), beside NoPE,
+        the best uniform scale for [L, fit_len) and λ(h); entropy kept (mean over heads)."""
+        c, a = self.config, schedules.a
+
+        def run(**kw):
+            return self.scan(c.nope, fit_len, samples=c.sweep_samples, entropy="mean", **kw)
+
+        specs = {  # Llama 4's floor F = 8192 is past every position here: the fitted variant puts it at L
+            "llama4 (published)": "llama4",
+            "llama4 (fitted a, F = L)": f"llama4:{a:.4g},{L}",
+            "qwen-logn (published)": "qwen-logn",
+            "qwen-logn (fitted a)": f"log:{a:.4g}",  # ln(i + 1)/ln L is 1 + ln((i + 1)/L)/ln L: a = 1/ln L
+            "yarn (published)": "yarn",
+            "yarn (fitted a)": f"yarn:{a / 2:.4g}",  # (1 + C ln s)² ≈ 1 + 2C ln s: C = a/2
+        }
+        runs = {
+            "NoPE": run(),
+            "uniform": run(scale=schedules.uniform.scale),
+            "λ(h)": run(head_scales=head_scales),
+            **{label: run(scale_schedule=spec) for label, spec in specs.items()},
+        }
+        return Published(a=a, runs=runs, schedules=specs)
 
     def perplexity(self, L: int, variants: dict) -> dict:
         """Table 2: sliding-window perplexity at L, 2L, ..., fit·L of each variant {name: (model, ScanConfig
@@ -272,6 +300,7 @@ def _compute_time(data: FigureData, search_files: list[str]) -> ComputeTime:
     results = [d.nope, d.nope_scaled, d.rope, d.rope_ntk, d.long_nope, d.long_uniform, d.long_heads]
     results += [d.short_heads, *d.nope_family.values(), *d.rope_family.values()]
     results += [schedules.piecewise, schedules.log, schedules.heads, schedules.heads_log]
+    results += list(data.published.runs.values())
     results += [ablations.no_constraint.result, ablations.init_one.result]
     results += [cell.result for row in d.ppl.values() for cell in row.values()]
     metas = [r.meta for r in results]
