@@ -112,3 +112,23 @@ def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
     for f in files:  # separate processes: hash-map order may differ between them, not within one
         subprocess.run([sys.executable, "-c", code, str(f)], check=True)
     assert len({f.read_bytes() for f in files}) == 1
+
+
+def test_the_search_takes_the_loading_flags_and_a_schedule(tiny_dir, tmp_path):
+    """--nope and the other loading flags reach the search (a NoPE-named RoPE-config folder needs one,
+    as everywhere), and under --scale-schedule the λ(h) are learnt on top of its m(i): another search.
+    A search with none of them keeps its settings' record (and the figures' cache names) as before."""
+    import dataclasses
+    import shutil
+
+    folder = tmp_path / "Tiny-NoPE"
+    shutil.copytree(tiny_dir, folder)
+    base = HeadSearchConfig(model=str(folder), length=24, steps=3, batch=2, data="austen", init=1.2)
+    with pytest.raises(EntropyLensError, match="pass --nope .* or --no-nope"):
+        search_head_scales(base, progress=False)
+    plain = search_head_scales(dataclasses.replace(base, nope=True), progress=False).scales
+    scheduled = dataclasses.replace(base, nope=True, scale_schedule="log:0.8", train_len=8)
+    assert not np.allclose(search_head_scales(scheduled, progress=False).scales, plain)
+    assert set(base.to_dict()) == {f.name for f in dataclasses.fields(base)} - set(HeadSearchConfig.ADDED)
+    with pytest.raises(EntropyLensError, match="scale-schedule"):
+        dataclasses.replace(base, scale_schedule="cosine:1").check()

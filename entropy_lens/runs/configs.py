@@ -90,17 +90,21 @@ class Windows:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scaling:
-    scale: float | None = setting(None, help="uniform attention scale multiplier s: λ = s/√d for every head")
-    head_scales: str | None = setting(
-        None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
-    )
+class PositionScaling:
     scale_schedule: str | None = setting(
         None,
         metavar="KIND:X",
         help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
         "length L), log:A (1 + A ln(i/L) beyond it; the paper's section 2.4), or a published schedule: "
         "llama4[:A,F] (Llama 4's NoPE layers), qwen-logn (Qwen's logn), yarn[:C] (YaRN's factor, per position)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaling(PositionScaling):
+    scale: float | None = setting(None, help="uniform attention scale multiplier s: λ = s/√d for every head")
+    head_scales: str | None = setting(
+        None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
     )
 
     def check_scaling(self) -> None:
@@ -269,8 +273,18 @@ class PerplexityConfig(Checkpoint, Loading, Text, Windows, Scaling):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HeadSearchConfig(Checkpoint, Text):
-    """The settings of the per-head scale search (runs/head_search.py)."""
+class HeadSearchConfig(Recorded, Checkpoint, Loading, Text, PositionScaling):
+    """The settings of the per-head scale search (runs/head_search.py): λ(h) learnt on the checkpoint as
+    its loading flags give it, under a position schedule when one is given."""
+
+    ADDED: ClassVar[tuple[str, ...]] = (  # newer than the searches of the committed figures
+        "nope",
+        "rope_scaling",
+        "train_len",
+        "trust_remote_code",
+        "revision",
+        "scale_schedule",
+    )
 
     length: int = setting(flag="--len", help="L', tokens per training window")
     init: float = setting(
@@ -309,6 +323,9 @@ class HeadSearchConfig(Checkpoint, Text):
             raise EntropyLensError(
                 f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint"
             )
+        from entropy_lens.capture import parse_schedule
+
+        parse_schedule(self.scale_schedule)
 
 
 @dataclass(frozen=True, kw_only=True)

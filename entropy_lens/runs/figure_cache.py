@@ -130,7 +130,7 @@ class RunCache:
             config = dataclasses.replace(config, init=config.lower_bound)
         if record:  # the init the figures' own search at this length started from
             self.inits[length] = config.init
-        path = self._path("heads", dataclasses.asdict(config), ".safetensors")
+        path = self._path("heads", config.to_dict(), ".safetensors")
         what = f"the head-scale search of {model} at {length} from {init:g}"
         if path.is_file():
             try:

@@ -1,7 +1,9 @@
 """search_head_scales: the paper's per-head λ(h) search (§3.2, Appendix A), every weight frozen.
 
 One trainable multiplier m[l, h] per (layer, head), λ(h) = m/√d, applied to the queries inside the
-model's own attention (capture.ScaleSession). Causal-LM loss on `length`-token windows of `data`
+model's own attention (capture.ScaleSession), on the checkpoint as its loading flags give it (--nope,
+--rope-scaling, ...) and under a --scale-schedule when one is given (the λ(h) are then learnt on top of
+its m(i)). Causal-LM loss on `length`-token windows of `data`
 (drawn by `numpy.random.default_rng([seed, step])`, so a resumed run sees the same windows); AdamW
 β = (0.9, 0.95), no weight decay, linear warm-up over the first 10% of steps, then cosine decay to
 0.1 × LR; after every step m is clamped to ≥ `lower_bound` (the focus constraint λ(h) ≥ 1/√d when
@@ -31,11 +33,12 @@ import torch
 from entropy_lens.capture import ScaleSession
 from entropy_lens.data import packed_stream, random_windows
 from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.models import load_model, resolve_device, resolve_dtype
+from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.configs import HeadSearchConfig
 from entropy_lens.runs.output import check_file_target
+from entropy_lens.runs.scan import load_variant, variant_schedule
 
 __all__ = [
     "HeadSearchConfig",
@@ -85,7 +88,8 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
 
     config.check()
     device = resolve_device(config.device)
-    lm = load_model(config.model, dtype=resolve_dtype(config.dtype, device), device=device)
+    lm = load_variant(config, device, resolve_dtype(config.dtype, device))
+    schedule = variant_schedule(config, lm)
     stream, _ = packed_stream(lm.tokenizer, config.data)
     if len(stream) <= config.length + 1:
         raise EntropyLensError(
@@ -114,7 +118,7 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         )
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        with ScaleSession(model, scales=scales):
+        with ScaleSession(model, scales=scales, schedule=schedule):
             for i in range(0, config.batch, config.micro_batch):
                 part = ids[i : i + config.micro_batch]
                 hidden = model.get_decoder()(input_ids=part[:, :-1], use_cache=False).last_hidden_state
