@@ -373,8 +373,9 @@ def load_model(
     if nope is None and not declared and rotary_modules(model) and "nope" in Path(str(ckpt)).name.lower():
         raise EntropyLensError(
             f"{ckpt} says NoPE in its name but its config declares rotary position embeddings, which "
-            "transformers applies: pass --nope to remove them (a NoPE checkpoint such as TinyLlama-NoPE, "
-            "whose config is plain Llama), or --no-nope to keep them"
+            'transformers applies: pass --nope (or add "nope": true to its config.json, which every '
+            "command reads) to remove them, as for TinyLlama-NoPE whose config is plain Llama, or --no-nope "
+            "to keep them"
         )
     use_nope = declared if nope is None else bool(nope)
     # A checkpoint that declares NoPE may have no rotary module at all; forcing NoPE on one must.
