@@ -125,3 +125,41 @@ def test_scan_with_a_schedule_changes_only_positions_beyond_the_training_length(
     assert (
         scan(ScanConfig(**no_l, scale_schedule="llama4"), progress=False).entropy.shape == plain.entropy.shape
     )
+
+
+@pytest.mark.parametrize("text", ["llama4:0.3,12", "qwen-logn", "yarn:0.5"])
+def test_a_published_schedule_through_scan_equals_eager_with_scaled_queries(text, tiny_dir):
+    """The scan's entropy and loss equal float64 entropy and the loss of the model's own eager attention
+    with each query row multiplied by the source's m(i) (a hook on q_proj: RoPE is linear per position,
+    so scaling before it is scaling after), the formula written here again."""
+    from test_architectures import eager, mean_by_position
+
+    from entropy_lens.data import token_chunks
+    from entropy_lens.models import load_model
+
+    L, T = 8, 24
+    config = ScanConfig(
+        model=str(tiny_dir), length=T, samples=2, data="austen:persuasion", train_len=L, scale_schedule=text
+    )
+    result = scan(config, progress=False)
+    i = np.arange(T, dtype=np.float64)
+    m = {
+        "llama4:0.3,12": 1 + 0.3 * np.log1p(np.floor((i + 1) / 12)),
+        "qwen-logn": np.maximum(1.0, np.log(i + 1) / np.log(L)),
+        "yarn:0.5": (1 + 0.5 * np.log(np.maximum((i + 1) / L, 1.0))) ** 2,
+    }[text]
+    lm = load_model(str(tiny_dir), dtype="float32")
+    rows = torch.from_numpy(m).float().view(1, T, 1)
+    hooks = [
+        layer.self_attn.q_proj.register_forward_hook(lambda mod, args, out: out * rows)
+        for layer in lm.model.model.layers
+    ]
+    try:
+        ids = torch.from_numpy(token_chunks(lm.tokenizer, config.data, length=T, samples=2).ids)
+        logits, entropies = eager(lm.model, ids[:, :-1], None)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    np.testing.assert_allclose(result.entropy, mean_by_position(entropies, None), atol=2e-5, rtol=0)
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(0)
+    np.testing.assert_allclose(result.loss, nll.numpy(), atol=1e-4, rtol=0)
