@@ -86,6 +86,13 @@ def test_a_rerun_continues_and_other_settings_are_refused(tmp_path, capsys):
     assert len(err) == 1 and "other settings" in err[0] and "--force" in err[0]
     assert main([*args[:-2], "--keys", "2", "--out", str(out), "--quiet", "--force"]) == 0
     assert json.loads(out.read_text())["results"][0]["trials"] == 2
+    out.write_text("{not json")
+    capsys.readouterr()
+    assert main([*args, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "is not an entropy-lens passkey record" in err[0] and out.read_text() == "{not json"
+    )
 
 
 def test_a_window_too_short_for_the_task_is_one_line(tmp_path, capsys):

@@ -107,12 +107,13 @@ def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict |
         return None
     try:
         record = json.loads(path.read_text())
-        assert record["kind"] == PASSKEY_KIND
-    except (OSError, ValueError, KeyError, AssertionError):
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or record.get("kind") != PASSKEY_KIND:
         raise EntropyLensError(
             f"{path} exists and is not an entropy-lens passkey record; pass --force to overwrite it, or another --out"
-        ) from None
-    if record["config"] != config.to_dict():
+        )
+    if record.get("config") != config.to_dict():
         raise EntropyLensError(
             f"{path} holds a passkey run with other settings; rerun with the same flags to continue it, pass "
             "--force to overwrite it, or another --out"
