@@ -210,6 +210,7 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D). Reads the call,
     runs the path chosen for it, and records what ran."""
     call = read_call(_ACTIVE.get(), module, query, key, value, attention_mask, scaling, dropout, kwargs)
+    inputs = None  # the kernels' view of the call, where a path needs it
     if not call.capturing and not call.has_extras:  # nothing to capture, nothing sdpa cannot do
         out = sdpa(call)
         record(call, SDPA)
@@ -223,14 +224,15 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         record(call, path, inputs, entropy, sink_mass)
     session = call.session
     if session is not None and session.on_rows is not None:
-        session.on_rows(module.layer_idx, last_rows_probabilities(call, session.probe_rows))
+        session.on_rows(module.layer_idx, last_rows_probabilities(call, session.probe_rows, inputs))
     return out
 
 
-def last_rows_probabilities(call: LayerCall, rows: int) -> torch.Tensor:
+def last_rows_probabilities(call: LayerCall, rows: int, inputs: EntropyInputs | None = None) -> torch.Tensor:
     """(B, Hq, rows, S) float64: the keys' probabilities of the call's last `rows` query rows, whole
-    (`kernels.attention_probabilities`: the same scores, bias, mask and sink as every path), at λ_h."""
-    inputs = entropy_inputs(call)
+    (`kernels.attention_probabilities`: the same scores, bias, mask and sink as every path), at λ_h.
+    `inputs`: the call's `entropy_inputs`, where the path already read them."""
+    inputs = inputs if inputs is not None else entropy_inputs(call)
     q = call.query[:, :, -rows:].detach()
     mask = inputs.mask
     if mask is not None and mask.shape[2] > 1:

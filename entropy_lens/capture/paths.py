@@ -129,8 +129,8 @@ RUNNERS = {
 }
 
 
-def sdpa(call: LayerCall):
-    """The layer's output from torch sdpa, at the session's scale."""
+def sdpa(call: LayerCall, mask=None):
+    """The layer's output from torch sdpa, at the session's scale, with the call's mask (or `mask`)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(
@@ -138,7 +138,7 @@ def sdpa(call: LayerCall):
         call.q_out,
         call.key,
         call.value,
-        call.attention_mask,
+        call.attention_mask if mask is None else mask,
         dropout=call.dropout,
         scaling=call.out_scaling,
         **call.kwargs,
@@ -175,8 +175,6 @@ def alibi_attention(call: LayerCall):
     """The layer's output from torch sdpa with ALiBi as an additive float mask (B|1, Hq, T, S): the bias
     −slope_h·|i + S − T − j| (and a key bias) where the mask (or causality, without one) lets row i see
     key j, the dtype's lowest value elsewhere. Differentiable, T × S per head in memory: the trainable-scale path."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     q, key = call.q_out, call.key
     T, S = q.shape[2], key.shape[2]
     rows = torch.arange(S - T, S, device=q.device).view(-1, 1)
@@ -189,13 +187,4 @@ def alibi_attention(call: LayerCall):
     allowed = keys <= rows if call.attention_mask is None else call.attention_mask
     low = torch.finfo(q.dtype).min
     bias = torch.where(allowed, bias, torch.tensor(low, device=q.device)).to(q.dtype)
-    return sdpa_attention_forward(
-        call.module,
-        q,
-        key,
-        call.value,
-        bias,
-        dropout=call.dropout,
-        scaling=call.out_scaling,
-        **call.kwargs,
-    )
+    return sdpa(call, bias)

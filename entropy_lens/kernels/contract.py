@@ -73,18 +73,22 @@ def validate_extras(q, softcap, sinks) -> tuple[float | None, torch.Tensor | Non
             raise ValueError(f"softcap must be positive and finite (or None for no capping); got {softcap}")
     if sinks is None:
         return softcap, None
+    return softcap, _per_query_head(q, sinks, "sinks", "logit", "gpt-oss: module.sinks", "a sink")
+
+
+def _per_query_head(q, x, name: str, what: str, example: str, none_means: str) -> torch.Tensor:
+    """`x` as (Hq,) float32 on q's device, one `what` per query head; ValueError naming `name` otherwise."""
     Hq = q.shape[1]
-    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
-        raise ValueError(f"sinks must be a float tensor of one logit per query head, ({Hq},); got {sinks!r}")
-    if sinks.ndim != 1 or sinks.shape[0] != Hq:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise ValueError(f"{name} must be a float tensor of one {what} per query head, ({Hq},); got {x!r}")
+    if x.ndim != 1 or x.shape[0] != Hq:
         raise ValueError(
-            f"sinks must have shape ({Hq},), one logit per query head (gpt-oss: module.sinks); "
-            f"got {tuple(sinks.shape)}"
+            f"{name} must have shape ({Hq},), one {what} per query head ({example}); got {tuple(x.shape)}"
         )
-    sinks = sinks.detach().to(device=q.device, dtype=torch.float32)
-    if not torch.isfinite(sinks).all():
-        raise ValueError("sinks must be finite; pass sinks=None for attention without a sink")
-    return softcap, sinks
+    x = x.detach().to(device=q.device, dtype=torch.float32)
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} must be finite; pass {name}=None for attention without {none_means}")
+    return x
 
 
 def validate_alibi(q, alibi_slopes) -> torch.Tensor | None:
@@ -92,20 +96,9 @@ def validate_alibi(q, alibi_slopes) -> torch.Tensor | None:
     None, for q (B, Hq, T, D); ValueError naming the argument that breaks the contract."""
     if alibi_slopes is None:
         return None
-    Hq = q.shape[1]
-    if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point():
-        raise ValueError(
-            f"alibi_slopes must be a float tensor of one slope per query head, ({Hq},); got {alibi_slopes!r}"
-        )
-    if alibi_slopes.ndim != 1 or alibi_slopes.shape[0] != Hq:
-        raise ValueError(
-            f"alibi_slopes must have shape ({Hq},), one slope per query head (BLOOM, MPT, Falcon: "
-            f"the model's alibi slopes); got {tuple(alibi_slopes.shape)}"
-        )
-    alibi_slopes = alibi_slopes.detach().to(device=q.device, dtype=torch.float32)
-    if not torch.isfinite(alibi_slopes).all():
-        raise ValueError("alibi_slopes must be finite; pass alibi_slopes=None for attention without ALiBi")
-    return alibi_slopes
+    return _per_query_head(
+        q, alibi_slopes, "alibi_slopes", "slope", "BLOOM, MPT, Falcon: the model's alibi slopes", "ALiBi"
+    )
 
 
 def validate_key_bias(q, k, key_bias) -> torch.Tensor | None:

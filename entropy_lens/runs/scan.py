@@ -335,7 +335,7 @@ class _Checkpoint:
 
 
 def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """The checkpoint of a config with the Checkpoint and Loading settings (a scan's, a passkey run's)
+    """The checkpoint of a config with the Checkpoint and Loading settings (a scan's, a passkey run's, a head search's)
     as its flags load it (--nope, --rope-scaling, --revision, ...); refused when the capture cannot run it."""
     lm = load_model(
         config.model,
