@@ -79,7 +79,12 @@ def test_a_rerun_continues_and_other_settings_are_refused(tmp_path, capsys):
     assert main([*args, "--quiet"]) == 0
     again = json.loads(out.read_text())
     assert again["results"][0]["per_trial"][0]["answer"] == "kept"  # not recomputed
-    assert again["results"][1:] == whole["results"][1:]
+    assert again["results"][1] == whole["results"][1]  # kept, with its time
+    timeless = [
+        [{k: v for k, v in c.items() if k != "wall_s"} for c in r["results"][2:]] for r in (again, whole)
+    ]
+    assert timeless[0] == timeless[1]  # recomputed: the same but for the time each cell took
+    assert all(c["wall_s"] > 0 for c in again["results"]) and again["model"]["threads"] >= 1
     capsys.readouterr()
     assert main([*args[:-2], "--keys", "2", "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

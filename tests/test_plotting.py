@@ -290,6 +290,40 @@ def test_perplexity_by_length_draws_each_row_with_its_interval():
     plt.close(ax.figure)
 
 
+def test_the_passkey_retrieval_panels_plot_each_models_rows():
+    """Figure 16's panels: per model a line of accuracy, needle mass and entropy by length, the intervals
+    as bands, each model's context dotted in its colour; a model with one trial per length has no band."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from entropy_lens.plotting import passkey_retrieval
+
+    def frame(acc, mass, spread):
+        return pd.DataFrame(
+            {
+                "accuracy": acc,
+                "accuracy_low": [a - 0.1 for a in acc],
+                "accuracy_high": [a + 0.1 for a in acc],
+                "needle_mass": mass,
+                "needle_mass_low": [m - spread for m in mass],
+                "needle_mass_high": [m + spread for m in mass],
+                "entropy": [2.0, 3.0],
+            },
+            index=pd.Index([128, 256], name="length"),
+        )
+
+    rows = {"NoPE": frame([1.0, 0.2], [0.8, 0.5], 0.05), "ALiBi": frame([0.9, 0.8], [0.7, 0.6], float("nan"))}
+    fig = passkey_retrieval(rows, {"NoPE": 128, "ALiBi": 256})
+    accuracy, mass, entropy = fig.axes
+    solid = [ln for ln in accuracy.get_lines() if ln.get_linestyle() == "-"]
+    assert [ln.get_label() for ln in solid] == ["NoPE", "ALiBi"]
+    assert list(solid[0].get_ydata()) == [1.0, 0.2] and list(entropy.get_lines()[0].get_ydata()) == [2.0, 3.0]
+    assert len(accuracy.collections) == 2 and len(mass.collections) == 1  # ALiBi's mass has no interval
+    dotted = [ln.get_xdata()[0] for ln in mass.get_lines() if ln.get_linestyle() == ":"]
+    assert dotted == [128, 256] and accuracy.get_xscale() == "log"
+    plt.close(fig)
+
+
 def test_the_passkey_heat_map_is_figure_6s():
     """Depth rows (0% on top) × ascending lengths, one-decimal cells, the dashed line after the last
     length within the context, and the title's average over those lengths only."""

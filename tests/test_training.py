@@ -256,3 +256,40 @@ def test_a_share_of_each_batch_is_passkey_documents(text_file):
     assert not np.array_equal(batch[2], training_batch(recipe, stream, tokenizer, 4)[2])
     with pytest.raises(EntropyLensError, match="--passkey-share must be in"):
         micro(text_file, passkey_share=1.5).check()
+
+
+def test_model_cards_describe_the_alibi_twin_and_the_passkey_runs():
+    """A card names BLOOM's blocks and every difference from the Llama pair for the alibi kind, shows each
+    other model's loss table, and tabulates a passkey record with its Wilson intervals."""
+    from entropy_lens.analysis import wilson_interval
+    from entropy_lens.runs.training.report import LengthReport, model_card
+
+    spans = {"[L/2, L)": (2, 4), "[L, 2L)": (4, 8)}
+
+    def report(model, base):
+        return LengthReport(model, 4, 8, 2, "austen:persuasion", spans, loss={1.0: {n: base for n in spans}})
+
+    recipe = {**dataclasses.asdict(TinyRecipe(kind="alibi")), "passkey_share": 0.25}
+    training = {"recipe": recipe, "parameters": 1234, "data": "text", "tokens_seen": 10, "wall_s": 60.0}
+    training |= {"threads": 1, "torch": "2.13.0", "final_train_loss_mean_last_50": 2.5}
+    trial = {"correct": True, "needle_mass": [[0.1, 0.7]], "entropy": [[1.0, 2.0]]}
+    record = {
+        "config": {"depths": 1, "keys": 2, "seed": 42},
+        "model": {"train_len": 4},
+        "results": [
+            {"length": 4, "per_trial": [trial, trial]},
+            {"length": 8, "per_trial": [trial, {**trial, "correct": False}]},
+        ],
+    }
+    card = model_card(
+        report("x/tiny-alibi", 3.0),
+        training,
+        [report("x/tiny-nope", 3.1), report("x/tiny-rope", 3.2)],
+        record,
+    )
+    assert card.startswith("# tiny-alibi\n") and "1,234-parameter BLOOM (4 layers" in card
+    assert "GELU MLP of 4 × hidden (768) instead of a SwiGLU of 512" in card and "share 0.25" in card
+    assert "For comparison, tiny-nope" in card and "For comparison, tiny-rope" in card
+    low, high = wilson_interval(1, 2)
+    assert f"| 8 (2L) | 0.50 [{low:.2f}–{high:.2f}] | 0.70 | 1.50 |" in card
+    assert "the retrieval head 0.1" in card

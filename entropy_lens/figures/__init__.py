@@ -1,5 +1,5 @@
-"""Rendering the paper's figures from the runs' results: Figures 1–5, 7 and 10–14, Table 2 and a README
-with the headline numbers. The runs themselves (scans, sweep, head-scale search and their cache) live in
+"""Rendering the paper's figures and tables from the runs' results (the registry lists them), with a
+README of the headline numbers. The runs themselves (scans, sweep, head-scale search and their cache) live in
 `entropy_lens.runs.figures`, which fills a `FigureData`; this package only draws and writes.
 
     config.py       FiguresConfig: the figures' settings (`--config` YAML keys); paper.yaml the paper's
@@ -8,7 +8,8 @@ with the headline numbers. The runs themselves (scans, sweep, head-scale search 
     curves.py       entropy and loss by position: Figures 1, 2, 4
     heads.py        per-head entropy: Figures 3, 5, 10–12
     scales.py       the best uniform scale by position and its log fit: Figure 7
-    losses.py       loss of scaled variants against their baselines: Figures 13, 14
+    losses.py       loss of scaled variants against their baselines: Figures 13, 14, 15
+    passkey.py      passkey retrieval: Figures 6, 8, 9 and 16 (accuracy beside the needle's attention)
     tables.py       Table 2, sliding-window perplexity
     words.py        phrases several captions share (spans, s*'s rule, how λ(h) were made)
     differences.py  the differences every figure shares, and any one figure's (from the registry)

@@ -29,6 +29,8 @@ class FiguresConfig:
         flag="--early-ckpt",
         help="an early checkpoint of the NoPE model's run, Figure 7's left panel",
     )
+    # an ALiBi baseline trained as the pair (Figure 8, Table 2's ALiBi row); None: neither is made
+    alibi: str | None = setting(None, flag="--alibi-ckpt", help="an ALiBi model trained as the pair")
     head_scales: str | None = setting(  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
         None, flag="--head-scale-ckpt", help="searched λ(h) for the NoPE model at 4L (default: search them)"
     )
@@ -63,6 +65,12 @@ class FiguresConfig:
     ppl_samples: int = 128
     ppl_stride: int | None = None
     ppl_scales: list[float] = field(default_factory=lambda: [1.2, 1.5, 1.8])
+    # Figures 6, 8, 9, 16: passkey retrieval at these multiples of L (the paper: 16 lengths up to twice each
+    # model's context; one grid here, so the panels compare), depths x keys trials per length (the paper:
+    # 10 x 10). Empty (the default): not drawn, as the embedded pair was trained without the task
+    passkey_lengths: list[float] = field(default_factory=list)
+    passkey_depths: int = 10
+    passkey_keys: int = 10
     search_steps: int = 200
     search_lr: float = 0.1
     search_batch: int = 8
@@ -106,6 +114,13 @@ class FiguresConfig:
                 f"{source}: grid_edge_tolerance {config.grid_edge_tolerance} is a share of the fitted positions; "
                 "pass a value in [0, 1)"
             )
+        lengths = config.passkey_lengths
+        if any(x <= 0 for x in lengths) or lengths != sorted(set(lengths)):
+            raise EntropyLensError(
+                f"{source}: passkey_lengths {lengths} must be positive multiples of L, ascending, e.g. [1, 2, 4]"
+            )
+        if config.passkey_depths < 1 or config.passkey_keys < 1:
+            raise EntropyLensError(f"{source}: passkey_depths and passkey_keys must be at least 1")
         if not config.short < config.long <= config.fit:
             raise EntropyLensError(
                 f"{source}: lengths must satisfy short < long <= fit (multiples of L), "

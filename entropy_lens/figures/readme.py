@@ -14,8 +14,11 @@ from entropy_lens.figures.registry import Drawn, Item
 __all__ = ["readme"]
 
 
-def readme(sections: list[tuple[Item, Drawn, list[str]]], data: FigureData, config: FiguresConfig) -> str:
-    """The README's text for `sections` of (item, what it drew, its differences), in order."""
+def readme(
+    sections: list[tuple[Item, Drawn | str, list[str]]], data: FigureData, config: FiguresConfig
+) -> str:
+    """The README's text for `sections` of (item, what it drew or why it could not, its differences), in
+    order."""
     settings = json.dumps(dataclasses.asdict(config), indent=1)
     lines = [
         "# Figures",
@@ -26,7 +29,7 @@ def readme(sections: list[tuple[Item, Drawn, list[str]]], data: FigureData, conf
             f"multiples of the NoPE model's training length L = {data.L}: Figures 1–3 at {data.short} (the "
             "paper's 4K = "
             f"2L), Figures 4, 5, 10–12 at {data.long} (8K = 4L), Figures 7 and 13 at {data.fit_len} (16K = 8L), "
-            "Table 2 at windows of L to 8L (2K–16K). Entropy is plotted in bits, loss (log-PPL) in nats. The "
+            f"Table 2 at windows of L to 8L (2K–16K){_passkey_lengths(config)}. Entropy is plotted in bits, loss (log-PPL) in nats. The "
             "runs behind them are committed in `figures/runs/` (the figures command's default cache; each "
             "file named by a hash of its settings): "
             "`entropy-lens figures` on a fresh clone only redraws, and `entropy-lens figures --cached-only` "
@@ -43,10 +46,19 @@ def readme(sections: list[tuple[Item, Drawn, list[str]]], data: FigureData, conf
     lines += ["Deliberate differences from the paper in every figure:", ""]
     lines += [f"- {n}" for n in common_differences(data, config)] + [""]
     for item, drawn, different in sections:
+        if isinstance(drawn, str):  # not drawn: why
+            lines += [f"## {item.title}", "", f"Not drawn: {drawn}.", ""]
+            continue
         lines += [f"## {item.title}", "", f"![{item.title}]({item.stem}.png)", "", drawn.caption, ""]
         lines += [f"- {n}" for n in drawn.numbers] + [""]
         lines += ["Differences from the paper:", ""] + [f"- {n}" for n in different] + [""]
     return "\n".join(lines)
+
+
+def _passkey_lengths(config: FiguresConfig) -> str:
+    if not config.passkey_lengths:
+        return ""
+    return f", passkey retrieval (Figures 6, 8, 9, 16) at prompts of {', '.join(f'{x:g}L' for x in config.passkey_lengths)}"
 
 
 def _timing(compute: ComputeTime | None) -> str:

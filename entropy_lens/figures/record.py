@@ -25,6 +25,8 @@ __all__ = [
     "ComputeTime",
     "FigureData",
     "HeadScales",
+    "PasskeyPanel",
+    "Passkeys",
     "PerplexityCell",
     "Published",
     "Schedules",
@@ -97,6 +99,35 @@ class Ablations:
 
 
 @dataclass(frozen=True)
+class PasskeyPanel:
+    """One passkey heat map (Figures 6, 8, 9): a model variant's `entropy-lens passkey` record."""
+
+    name: str  # the panel's title ("NoPE", "λ(h) 4L", ...)
+    context: int  # tokens: its context length (the dashed line; the title averages the lengths within it)
+    record: dict  # the passkey JSON (runs/passkey.py): "results", one cell per (length, depth)
+
+
+@dataclass(frozen=True)
+class Passkeys:
+    """Passkey retrieval at the lengths `passkey_lengths` × L, `passkey_depths` × `passkey_keys` trials
+    per length."""
+
+    # Figure 6: RoPE, NoPE, RoPE with training-free YaRN of factors short and long, λ(h) at short·L, long·L
+    families: list[PasskeyPanel]
+    alibi: PasskeyPanel | None  # Figure 8: the ALiBi model; None without one (`alibi` unset)
+    ablations: list[PasskeyPanel]  # Figure 9: the λ(h) ablations of Figure 14 (no constraint, init 1.0)
+
+    @property
+    def heads(self) -> PasskeyPanel:
+        """λ(h) at long·L, the last of `families` (Figure 9 sets its ablations beside it)."""
+        return self.families[-1]
+
+    @property
+    def panels(self) -> list[PasskeyPanel]:
+        return [*self.families, *([self.alibi] if self.alibi else []), *self.ablations]
+
+
+@dataclass(frozen=True)
 class PerplexityCell:
     """One cell of Table 2: a window length's sliding-window perplexity and the scan behind it."""
 
@@ -144,6 +175,7 @@ class FigureData:
     schedules: Schedules  # Figure 13
     published: Published  # Figure 15
     ablations: Ablations  # Figure 14
+    passkeys: Passkeys | None  # Figures 6, 8, 9, 16; None when no passkey_lengths are set
     ppl: dict[str, dict[int, PerplexityCell]]  # Table 2: {row name: {window length W: cell}}, W = L..fit·L
     compute: ComputeTime | None  # None: not recorded
 

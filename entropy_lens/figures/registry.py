@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "MODULES", "Drawn", "Item", "figure", "item", "items"]
 
 KINDS = ("figure", "table")  # the README lists every figure, then every table
-MODULES = ("curves", "heads", "scales", "losses", "tables")  # entropy_lens.figures.<module>: the builders
+# entropy_lens.figures.<module>: the builders
+MODULES = ("curves", "heads", "scales", "losses", "passkey", "tables")
 
 
 class Drawn(NamedTuple):
@@ -43,6 +44,8 @@ class Item:
     draw: Callable[[FigureData, FiguresConfig], Drawn]
     differences: Callable[[FigureData, FiguresConfig], list[str]]  # its deliberate differences from the paper
     font_size: float | None = None  # paper_style's font size (None: the style's own)
+    # why it cannot be drawn from these runs and settings (None: it can); the README says so in its place
+    missing: Callable[[FigureData, FiguresConfig], str | None] | None = None
 
     @property
     def kind(self) -> str:
@@ -61,8 +64,11 @@ class Item:
 _REGISTRY: dict[str, Item] = {}
 
 
-def figure(stem: str, *, differences: Callable, font_size: float | None = None):
-    """Register the decorated builder as the item `stem` ("figure-NN" or "table-NN")."""
+def figure(
+    stem: str, *, differences: Callable, font_size: float | None = None, missing: Callable | None = None
+):
+    """Register the decorated builder as the item `stem` ("figure-NN" or "table-NN"); `missing(data,
+    config)` says why it cannot be drawn (None: it can), for an item whose inputs are optional."""
     kind, _, number = stem.partition("-")
     if kind not in KINDS or len(number) != 2 or not number.isdigit():
         raise ValueError(f"{stem!r} is not a figure's name; name it 'figure-NN' or 'table-NN'")
@@ -75,7 +81,7 @@ def figure(stem: str, *, differences: Callable, font_size: float | None = None):
             raise ValueError(
                 f"{stem} is registered twice: {old.draw.__module__}.{old.draw.__qualname__}, {name}"
             )
-        _REGISTRY[stem] = Item(stem, draw, differences, font_size)
+        _REGISTRY[stem] = Item(stem, draw, differences, font_size, missing)
         return draw
 
     return register

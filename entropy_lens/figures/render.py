@@ -19,11 +19,16 @@ def render(
     data: FigureData, config: FiguresConfig, out: Path, *, only: list[Item] | None = None
 ) -> list[Path]:
     """Save every figure as figure-NN.png and .pdf (tables as table-NN) in `out` and write out/README.md;
-    returns the files written. `only`: these items instead of every registered one, in this order."""
+    returns the files written. `only`: these items instead of every registered one, in this order. An
+    item that cannot be drawn from these runs (`Item.missing`) gets a README section saying why."""
     import matplotlib.pyplot as plt
 
     sections, written = [], []
     for item in items() if only is None else only:
+        why = item.missing(data, config) if item.missing else None
+        if why:  # its section says why, in its place
+            sections.append((item, why, []))
+            continue
         with paper_style(font_size=item.font_size):
             drawn = item.draw(data, config)
             different = item.differences(data, config)

@@ -18,13 +18,19 @@ def _perplexity_differences(data: FigureData, c: FiguresConfig) -> list[str]:
             "documents, 2M scored tokens per cell); windows may span the text's document boundaries"
         ),
         (
-            f"rows: NoPE, RoPE, RoPE with {c.ntk} (the paper: the best of an unstated NTK grid), the paper's "
+            f"rows: NoPE, RoPE, {_alibi_row(c)}RoPE with {c.ntk} (the paper: the best of an unstated NTK grid), the paper's "
             f"uniform scales {', '.join(f'{s:g}' for s in c.ppl_scales)}, s* of Figure 4, and λ(h) searched "
             f"at {data.short // L}L and {data.long // L}L here (the paper: 4K, 8K and 18K); no "
-            "fine-tuned PI or YaRN rows, no BLOOM/MPT"
+            "fine-tuned PI or YaRN rows"
         ),
         "mean NLL in float32 on CPU (the paper: bf16 with flash attention); a 95% interval per cell (an addition)",
     ]
+
+
+def _alibi_row(c: FiguresConfig) -> str:
+    if c.alibi is None:
+        return "no ALiBi row (no alibi model set; the paper: BLOOM-1.1B and MPT-7B), "
+    return f"ALiBi ({c.alibi}; the paper: BLOOM-1.1B and MPT-7B, pre-trained elsewhere), "
 
 
 @figure("table-02", differences=_perplexity_differences)
@@ -33,7 +39,7 @@ def sliding_window_perplexity(data: FigureData, c: FiguresConfig) -> Drawn:
     L = data.L
     cells = {name: [cell.ppl for cell in row.values()] for name, row in data.ppl.items()}
     lengths = [w.length for w in next(iter(cells.values()))]
-    styles = [DASHED if name.startswith("RoPE") else SOLID for name in cells]
+    styles = [DASHED if name.startswith(("RoPE", "ALiBi")) else SOLID for name in cells]
     ax = perplexity_by_length(cells, colors=palette_colors(TAB10)[: len(cells)], styles=styles, train_len=L)
     ax.figure.set_size_inches(8, 6)
     stride = next(iter(cells.values()))[0].stride

@@ -8,7 +8,7 @@
 
 from entropy_lens.plotting.curves import entropy_loss, loss_curves, perplexity_by_length
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
-from entropy_lens.plotting.passkey import passkey_heatmap
+from entropy_lens.plotting.passkey import passkey_heatmap, passkey_retrieval
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
 from entropy_lens.plotting.style import (
     DASHED,
@@ -58,6 +58,7 @@ __all__ = [
     "palette_colors",
     "paper_style",
     "passkey_heatmap",
+    "passkey_retrieval",
     "perplexity_by_length",
     "scale_vs_entropy",
     "upper_bound_bits",

@@ -79,6 +79,37 @@ class RunCache:
             print(f"scan {config.model} len {config.length} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
 
+    def passkey(self, model: str, lengths: list[int], **kw) -> dict:
+        """The passkey record (runs/passkey.py) of `model` at `lengths` with the variant flags `kw`: from
+        the cache, else run (an unfinished one is continued)."""
+        from entropy_lens.runs.configs import PasskeyConfig
+        from entropy_lens.runs.passkey import passkey
+
+        c = self.config
+        # the text and its seed do not apply: the prompt is the task's; trials are seeded as the paper's (42)
+        shared = {k: v for k, v in self._shared().items() if k not in ("data", "seed", "batch_size")}
+        config = PasskeyConfig(
+            model=model, lengths=tuple(lengths), depths=c.passkey_depths, keys=c.passkey_keys, **shared, **kw
+        )
+        config.check()
+        path = self._path("passkey", {**config.to_dict(), "length": max(lengths)}, ".json")
+        what = f"the passkey run of {model} up to {max(lengths)}"
+        damage = unfinished = None
+        if path.is_file():
+            try:
+                record = json.loads(path.read_text())
+                if len(record["results"]) == len(lengths) * c.passkey_depths:
+                    return record
+                unfinished = f"{path.name} is unfinished"  # continued below
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                damage = f"{path.name} is not a passkey record ({type(err).__name__}: {err})"
+        self._missing(what, path, damage or unfinished)
+        if damage:
+            say(f"{damage}: running it again")
+        if self.progress:
+            print(f"passkey {model} lens {' '.join(map(str, lengths))} -> {path}", flush=True)
+        return passkey(config, out=path, force=damage is not None, progress=self.progress)
+
     def sweep(self, model: str, length: int):
         """The loaded Sweep of `model` at `length`: from the cache, else run (a damaged or unfinished
         one is finished and repaired by `runs.sweep.sweep`, which says what it repaired)."""

@@ -36,6 +36,8 @@ from entropy_lens.figures.record import (
     ComputeTime,
     FigureData,
     HeadScales,
+    PasskeyPanel,
+    Passkeys,
     PerplexityCell,
     Published,
     Schedules,
@@ -64,10 +66,10 @@ class Runs(RunCache):
             raise EntropyLensError(
                 f"--len {fit_len} is shorter than Figure 4's {long} = {c.long}L; pass at least {long}"
             )
-        # the sweeps first: the uniform scales below and every run that uses them come from the NoPE
-        # model's, and a grid too narrow for Figure 7's argmin is refused before any other run
+        # the NoPE model's sweep first: the uniform scales below and every run that uses them come from
+        # it, and a grid too narrow for Figure 7's argmin is refused before any other run; the early
+        # checkpoint's sweep, which nothing else uses, last
         final = self.figure7(c.nope, L, fit_len)
-        early = self.figure7(c.early, L, fit_len) if c.early else None
         # s*: the best single scale for the last half-span [len - L/2, len) of each evaluation length
         uniform = best_uniform_scale(final.sweep, length=long, train_len=L)
         short_uniform = best_uniform_scale(final.sweep, length=short, train_len=L)
@@ -87,11 +89,14 @@ class Runs(RunCache):
         schedules = self.schedules(final, hs.file, L, fit_len)
         published = self.published(schedules, hs.file, L, fit_len)
         ablations = self.ablations(long, s_long)
+        passkeys = self.passkeys(L, hs, hs_short, ablations) if c.passkey_lengths else None
+        early = self.figure7(c.early, L, fit_len) if c.early else None
         ppl = self.perplexity(
             L,
             {
                 "NoPE": (c.nope, {}),
                 "RoPE": (c.rope, {}),
+                **({"ALiBi": (c.alibi, {})} if c.alibi else {}),
                 f"RoPE NTK ({c.ntk})": (c.rope, {"rope_scaling": c.ntk}),
                 **{f"NoPE λ={s:g}/√d": (c.nope, {"scale": s}) for s in c.ppl_scales},
                 f"NoPE s*={s_long:g}": (c.nope, {"scale": s_long}),
@@ -124,6 +129,7 @@ class Runs(RunCache):
             schedules=schedules,
             published=published,
             ablations=ablations,
+            passkeys=passkeys,
             ppl={name: {W: PerplexityCell(**cell) for W, cell in row.items()} for name, row in ppl.items()},
             compute=None,
         )
@@ -208,6 +214,33 @@ class Runs(RunCache):
             **{label: run(scale_schedule=spec) for label, spec in specs.items()},
         }
         return Published(a=a, runs=runs, schedules=specs)
+
+    def passkeys(self, L: int, hs: HeadScales, hs_short: HeadScales, ablations: Ablations) -> Passkeys:
+        """Figures 6, 8 and 9: passkey retrieval at `passkey_lengths` × L of the paper's panels, each with
+        its context length: RoPE and NoPE (L), RoPE with training-free YaRN of factor short and long (the
+        paper's fine-tuned YaRN at 8K and 16K: short·L, long·L), λ(h) searched at short·L and long·L; the
+        ALiBi twin (L); the λ(h) ablations searched at long·L."""
+        c = self.config
+        lengths = [round(x * L) for x in c.passkey_lengths]
+
+        def panel(name: str, context: int, model: str, **kw) -> PasskeyPanel:
+            return PasskeyPanel(name=name, context=context, record=self.passkey(model, lengths, **kw))
+
+        families = [panel("RoPE", L, c.rope), panel("NoPE", L, c.nope)]
+        families += [panel(f"YaRN {f}L", f * L, c.rope, rope_scaling=f"yarn:{f}") for f in (c.short, c.long)]
+        families += [
+            panel(f"λ(h) {h.length // L}L", h.length, c.nope, head_scales=h.file) for h in (hs_short, hs)
+        ]
+        alibi = panel("ALiBi", L, c.alibi) if c.alibi else None
+        ablated = [("no constraint", ablations.no_constraint), ("init 1.0", ablations.init_one)]
+        return Passkeys(
+            families=families,
+            alibi=alibi,
+            ablations=[
+                panel(f"λ(h) {hs.length // L}L {n}", hs.length, c.nope, head_scales=a.file)
+                for n, a in ablated
+            ],
+        )
 
     def perplexity(self, L: int, variants: dict) -> dict:
         """Table 2: sliding-window perplexity at L, 2L, ..., fit·L of each variant {name: (model, ScanConfig
@@ -308,6 +341,11 @@ def _compute_time(data: FigureData, search_files: list[str]) -> ComputeTime:
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
     metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
+    # the passkey runs: each cell's time, once per distinct run
+    panels = data.passkeys.panels if data.passkeys else []
+    records = {json.dumps(p.record["config"], sort_keys=True): p.record for p in panels}
+    seconds += sum(cell.get("wall_s", 0.0) for r in records.values() for cell in r["results"])
+    metas += [r["model"] for r in records.values()]
     unrecorded = []
     for search_file in dict.fromkeys(search_files):  # the same file once, if both searches are one
         record = json.loads(Path(search_file + ".json").read_text())
@@ -316,5 +354,5 @@ def _compute_time(data: FigureData, search_files: list[str]) -> ComputeTime:
         else:
             seconds += record["wall_s"]
     threads = sorted({m["threads"] for m in metas if "threads" in m})
-    runs = len(metas) + len(dict.fromkeys(search_files))
+    runs = len(metas) + len(dict.fromkeys(search_files))  # a passkey run counts once
     return ComputeTime(seconds=seconds, runs=runs, unrecorded=unrecorded, threads=threads)

@@ -16,7 +16,7 @@ The record (JSON, written atomically after every (length, depth) cell; rerunning
 continues it, other settings are refused unless `force`): kind, config, provenance, the model's facts
 and "results", one entry per cell in order:
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
-     token, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
+     token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
      "entropy": [layers][heads],
      "needle_mass": [layers][heads]}, ...]}
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,7 @@ def passkey(
                 "scales": scale_source,
                 "device": str(device),
                 "dtype": str(dtype).removeprefix("torch."),
+                "threads": torch.get_num_threads(),
             },
             "units": {"entropy": "nats", "needle_mass": "probability"},
             "results": [],
@@ -123,6 +125,7 @@ def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict |
 
 
 def _cell(lm, session: dict, config: PasskeyConfig, length: int, k: int, device) -> dict:
+    started = time.perf_counter()
     trials = []
     for t in range(config.keys):
         rng = np.random.default_rng([config.seed, length, k, t])
@@ -140,6 +143,7 @@ def _cell(lm, session: dict, config: PasskeyConfig, length: int, k: int, device)
         "accuracy": correct / len(trials),
         "position": float(np.mean([t["position"] for t in trials])),
         "per_trial": trials,
+        "wall_s": round(time.perf_counter() - started, 3),
     }
 
 

@@ -74,17 +74,41 @@ def length_report(
     return rep
 
 
-def model_card(rep: LengthReport, training: dict, other: LengthReport | None = None) -> str:
+def model_card(
+    rep: LengthReport, training: dict, others: list[LengthReport] = (), passkey: dict | None = None
+) -> str:
     """A README.md for a trained tiny model: recipe, training facts and `rep` as tables."""
     r = training["recipe"]
-    position = "no position encoding (NoPE)" if r["kind"] == "nope" else f"RoPE θ = {r['rope_theta']:g}"
+    if r["kind"] == "alibi":
+        blocks = (
+            f"BLOOM ({r['layers']} layers, hidden {r['hidden']}, {r['heads']} heads, head_dim "
+            f"{r['hidden'] // r['heads']}, ALiBi)"
+        )
+    else:
+        position = "no position encoding (NoPE)" if r["kind"] == "nope" else f"RoPE θ = {r['rope_theta']:g}"
+        blocks = (
+            f"Llama ({r['layers']} layers, hidden {r['hidden']}, {r['heads']} query heads over {r['kv_heads']} "
+            f"KV heads, head_dim {r['hidden'] // r['heads']}, {position})"
+        )
     about = (
-        f"A {training['parameters']:,}-parameter Llama ({r['layers']} layers, hidden {r['hidden']}, "
-        f"{r['heads']} query heads over {r['kv_heads']} KV heads, head_dim {r['hidden'] // r['heads']}, "
-        f"{position}) trained by `entropy-lens train-tiny --kind {r['kind']}` at length L = {r['train_len']} "
-        f"on {training['data']}, with a byte-level BPE tokenizer of {r['vocab']} tokens trained on the same "
-        "text."
+        f"A {training['parameters']:,}-parameter {blocks} trained by `entropy-lens train-tiny --kind "
+        f"{r['kind']}` at length L = {r['train_len']} on {training['data']}, with a byte-level BPE tokenizer of "
+        f"{r['vocab']} tokens trained on the same text."
     )
+    if r["kind"] == "alibi":
+        about += (
+            " It is the ALiBi twin of tiny-nope and tiny-rope: same data, tokenizer, seed, batches and schedule, "
+            "and the same width, depth and heads, but BLOOM's blocks, so it differs from the Llama pair in more "
+            "than the position encoding: a linear bias −m_h·(i − j) on the scores with BLOOM's per-head slopes "
+            "m_h instead of none or RoPE, LayerNorm with biases instead of RMSNorm, a GELU MLP of 4 × hidden "
+            f"({4 * r['hidden']}) instead of a SwiGLU of {r['intermediate']}, biases in every projection and "
+            "a LayerNorm on the embeddings (input and output embeddings untied, as the pair's)."
+        )
+    if r.get("passkey_share"):
+        about += (
+            f" A share {r['passkey_share']:g} of each batch's windows are passkey documents of L + 1 tokens "
+            "(a 5-digit key at a random depth of filler, asked for at the end), so it learns the task inside L."
+        )
     how = (
         f"Training: {r['steps']} steps of {r['batch']} × {r['train_len']} tokens "
         f"({training['tokens_seen']:,} tokens), AdamW β = (0.9, 0.95), peak LR {r['lr']:g}, {r['warmup']} "
@@ -131,7 +155,9 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
             *(f"| {i} | " + " | ".join(f"{v:.2f}" for v in row) + " |" for i, row in enumerate(he)),
             "",
         ]
-    if other is not None:
+    if passkey is not None:
+        lines += _passkey_lines(passkey)
+    for other in others:
         lines += [
             (
                 f"For comparison, {other.model.rstrip('/').rsplit('/', 1)[-1]} (same data, seed and "
@@ -146,6 +172,42 @@ def model_card(rep: LengthReport, training: dict, other: LengthReport | None = N
         "",
     ]
     return "\n".join(lines)
+
+
+def passkey_report(
+    model: str, factors: tuple[int, ...] = (1, 2, 4), depths: int = 10, keys: int = 10
+) -> dict:
+    """`entropy-lens passkey` of `model` at `factors` × its training length (the paper's 10 depths × 10
+    keys): the record the card's passkey table is read from."""
+    from entropy_lens.models import declared_train_len
+    from entropy_lens.runs.passkey import PasskeyConfig, passkey
+
+    L = declared_train_len(model)
+    config = PasskeyConfig(model=model, lengths=tuple(f * L for f in factors), depths=depths, keys=keys)
+    return passkey(config, progress=False)
+
+
+def _passkey_lines(record: dict) -> list[str]:
+    from entropy_lens.analysis import passkey_by_length
+
+    c, L = record["config"], record["model"]["train_len"]
+    frame = passkey_by_length(record, L)
+    return [
+        (
+            f"Passkey retrieval (`entropy-lens passkey`, {c['depths']} depths × {c['keys']} keys per length, "
+            f"seed {c['seed']}): accuracy with its Wilson 95% interval, and the retrieval head "
+            f"{frame['head'].iloc[0]} (the most mass on the key within L) with its mean mass on the key:"
+        ),
+        "",
+        "| length | accuracy | head's mass on the key | answer-row entropy (nats) |",
+        "|---|---|---|---|",
+        *(
+            f"| {w} ({w / L:g}L) | {r.accuracy:.2f} [{r.accuracy_low:.2f}–{r.accuracy_high:.2f}] | "
+            f"{r.needle_mass:.2f} | {r.entropy:.2f} |"
+            for w, r in zip(frame.index, frame.itertuples())
+        ),
+        "",
+    ]
 
 
 def _table(rep: LengthReport, values: dict[float, dict[str, float]]) -> list[str]:
@@ -169,7 +231,8 @@ CARD_SCALES = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
 def main(argv: list[str] | None = None) -> None:
     """`python -m entropy_lens.runs.training.report FOLDER [FOLDER ...]`: (re)write each FOLDER/README.md.
 
-    With several folders (e.g. a NoPE/RoPE pair), each card also shows the others' loss table."""
+    With several folders (e.g. the NoPE/RoPE pair and their ALiBi twin), each card also shows the others'
+    loss tables; every card has the model's passkey retrieval at L, 2L and 4L."""
     import json
     import sys
     from pathlib import Path
@@ -180,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
         training = json.loads((folder / "training.json").read_text())
         training["snapshots"] = sorted(int(p.name[5:]) for p in folder.glob("step-*") if p.is_dir())
         others = [r for j, r in enumerate(reps) if j != i]
-        (folder / "README.md").write_text(model_card(reps[i], training, *others[:1]))
+        card = model_card(reps[i], training, others, passkey_report(str(folder)))
+        (folder / "README.md").write_text(card)
 
 
 if __name__ == "__main__":
