@@ -12,8 +12,10 @@ departure, a position:
 4. `slope`: the least-squares slope of entropy against ln(i + 1) over [L, length), bits per e-fold
    of position; a head at the bound log₂(i + 1) has slope 1/ln 2 ≈ 1.44 (needs L + 2 ≤ length).
 5. `departure`: `analysis.find_inflection` of the head's curve (direction "both", its per-position
-   sd and sample count): the first position past L/2 where it leaves its in-distribution trend;
-   NaN where it never does (needs L < length and L ≥ 4).
+   sd and sample count, smoothing ±min(50, L/16) so that the baseline [L/2, L) holds 8 or more
+   independent smoothed values: a window as wide as L bends a log curve enough to count): the first
+   position past L/2 where it leaves its in-distribution trend; NaN where it never does (needs
+   L < length and L ≥ 4).
 
 A statistic that needs L but cannot have it is left out, and `undefined` says why.
 """
@@ -110,10 +112,12 @@ def _departures(result: ScanResult, L: int) -> np.ndarray:
     """(layers, heads) first departure position of each head's curve, NaN where none."""
     sd = result.entropy_std
     out = np.full(result.entropy.shape[:2], np.nan)
+    smooth = min(50, max(1, L // 16))
     for layer, head in np.ndindex(*out.shape):
         found = find_inflection(
             result.entropy[layer, head],
             train_len=L,
+            smooth=smooth,
             direction="both",
             sd=sd[layer, head],
             count=result.count,
