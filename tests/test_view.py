@@ -23,7 +23,7 @@ from entropy_lens.view.sources import resolve
 
 def page_data(page) -> dict:
     text = re.search(
-        r'<script type="application/json" id="entropy-lens-data">(.*?)</script>', page.html, re.S
+        r'<script type="application/json" id="entropy-lens-data">(.*?)</script>', page.html, re.DOTALL
     )
     return json.loads(text.group(1))
 
@@ -85,7 +85,7 @@ def test_page_carries_the_files_numbers():
     decoded = np.frombuffer(base64.b64decode(first["entropy"]["mean"]), np.float32).reshape(mean.shape)
     np.testing.assert_allclose(decoded, mean, rtol=1e-6)
     e = first["entropy"]
-    up = lambda q: e["floor"] + np.frombuffer(base64.b64decode(q), np.uint16).reshape(mean.shape) * e["step"]  # noqa: E731
+    up = lambda q: e["floor"] + np.frombuffer(base64.b64decode(q), np.uint16).reshape(mean.shape) * e["step"]
     np.testing.assert_allclose(up(e["low"]), low, atol=e["step"] / 2 + 1e-12)
     np.testing.assert_allclose(up(e["high"]), high, atol=e["step"] / 2 + 1e-12)
     np.testing.assert_allclose(first["loss"]["mean"], bins.reduce(a.loss)[0])
@@ -98,7 +98,7 @@ def test_page_is_self_contained_and_escapes_labels():
     page = view([("</script><b>x", planted())])
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page.html)
     ours = page.html.replace(
-        re.search(r"<script>(.*?)</script>", page.html, re.S).group(1), ""
+        re.search(r"<script>(.*?)</script>", page.html, re.DOTALL).group(1), ""
     )  # less plotly.js
     assert "http" not in ours  # (plotly.js names URLs for maps; the browser test sees that none is fetched)
     assert "</script><b>x" not in page.html  # escaped in the title, the table and the data
@@ -124,7 +124,7 @@ def test_view_refuses_in_one_line(tmp_path):
 def test_cli_writes_one_page_of_two_results_and_a_sweep(tmp_path, capsys):
     planted().save(tmp_path / "nope.npz")
     planted(shift=0.5, model="tiny-rope").save(tmp_path / "rope.npz")
-    results, s_star = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.8, 2.01, 0.1), 2))
+    results, _ = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.8, 2.01, 0.1), 2))
     (tmp_path / "sw").mkdir()
     save_sweep(tmp_path / "sw", results)
     out = tmp_path / "page.html"
