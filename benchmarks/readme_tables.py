@@ -76,11 +76,33 @@ def fold_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def view_table(record: dict) -> str:
+    rows = [
+        (
+            "| len | results | points per curve | page MB | build s | interactive ms (first load) | "
+            "interactive ms (median) | click ms |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["rows"]:
+        timed = [
+            "not measured: " + record["no_browser"] if r[k] is None else f"{r[k]:,.0f}"
+            for k in ("first_interactive_ms", "interactive_ms", "click_ms")
+        ]
+        rows.append(
+            f"| {r['len']:,} | {r['results']} | {r['points']} | {r['size_mb']:.2f} | {r['build_s']:.2f} | "
+            + " | ".join(timed)
+            + " |"
+        )
+    return "\n".join(rows)
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
     "scan_cpu": scan_table,
     "fold_cpu": fold_table,
+    "view_size": view_table,
 }
 
 
