@@ -100,8 +100,11 @@
     if (view.b !== null) trace.zmid = 0;
     const layout = {
       title: { text: (view.b === null ? view.name : "difference " + view.name) + ": " + state.statistic },
-      xaxis: { title: { text: r.reduction === "mean" ? "mean of heads" : "head" }, dtick: r.heads > 16 ? 2 : 1 },
-      yaxis: { title: { text: "layer" }, autorange: "reversed", dtick: r.layers > 16 ? 2 : 1 },
+      xaxis: { title: { text: r.reduction === "mean" ? "mean of heads" : "head" }, dtick: r.heads > 16 ? 2 : 1,
+               zeroline: false, showgrid: false },
+      yaxis: { title: { text: "layer" }, autorange: "reversed", dtick: r.layers > 16 ? 2 : 1,
+               zeroline: false, showgrid: false },
+      plot_bgcolor: "#e8e8e8",  // a blank (null) cell: a statistic undefined for that head
       margin: { t: 50, l: 60, r: 20, b: 50 }, height: Math.max(320, 22 * r.layers + 140),
       shapes: [{ type: "rect", x0: state.head - 0.5, x1: state.head + 0.5, y0: state.layer - 0.5,
                  y1: state.layer + 0.5, line: { color: "#ff0000", width: 2 } }],
@@ -130,14 +133,15 @@
     traces.push({ x: bx, y: bx.map((i) => Math.log2(i + 1)), mode: "lines", name: "log₂(i + 1)",
                   line: { color: "#777", dash: "dash", width: 1 }, hovertemplate: "log₂(%{x} + 1) = %{y:.4f}<extra></extra>" });
     const shapes = L ? [{ type: "line", x0: L, x1: L, yref: "paper", y0: 0, y1: 1, line: { color: "#444", dash: "dot" } }] : [];
-    const annotations = L ? [{ x: L, y: 1, yref: "paper", text: "L = " + L, showarrow: false, yanchor: "bottom" }] : [];
+    const annotations = L ? [{ x: L, y: 1, yref: "paper", text: " L = " + L, showarrow: false, yanchor: "top",
+                               xanchor: "left" }] : [];
     const layout = {
       title: { text: "layer " + layer + ", head " + head + ": entropy by position" },
       xaxis: { title: { text: "position i" }, anchor: "y2" },
       yaxis: { title: { text: "entropy (bits)" }, domain: [0.36, 1] },
       yaxis2: { title: { text: "loss (nats)" }, domain: [0, 0.26], anchor: "x" },
       shapes: shapes, annotations: annotations, hovermode: "closest", height: 560,
-      margin: { t: 60, l: 60, r: 20, b: 50 }, legend: { orientation: "h", y: 1.08 },
+      margin: { t: 80, l: 60, r: 20, b: 50 }, legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
     };
     document.body.dataset.layer = layer;
     document.body.dataset.head = head;
