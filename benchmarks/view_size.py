@@ -5,11 +5,15 @@
 
 For each length and number of results: synthetic results (float32 entropy, loss and sd of the file's
 shape, L = 2048) go through `view` (the statistics with every head's departure, the binned curves, the
-page); the page's size in bytes; then headless Chromium (tests/browser.py, network blocked) opens it
-`--repeats` times, and the page's own clock says when it was interactive (heat map and first head
-drawn: `performance.now()` from navigation start), and how long a click's redraw of a head takes. The
-first load and the medians are kept. Without a browser the timings are null and the JSON says why. Prints a table and
-writes JSON (README's table: benchmarks/readme_tables.py).
+page; its CPU time); the page's size in bytes; then headless Chromium (tests/browser.py, network
+blocked, at this process's nice value) opens it `--repeats` times: the page's own clock says when it
+was interactive (heat map and first head drawn: `performance.now()` from navigation start); each load
+is in a fresh tab, whose renderer's CPU time until then (DevTools' ThreadTime of its main thread and
+ProcessTime of the whole process) says what it costs on a free core; and a click's redraw of a head is
+timed. The first load and the medians are kept. On a machine whose cores are busy with
+other work the wall times measure the wait for a core as much as the page: read them as upper
+bounds, and the CPU times as the work. Without a browser the timings are null and the JSON says why.
+Prints a table and writes JSON (README's table: benchmarks/readme_tables.py).
 """
 
 from __future__ import annotations
@@ -60,12 +64,14 @@ def synthetic(length: int, seed: int, layers: int = 22, heads: int = 32):
 
 
 def measure(length: int, n_results: int, repeats: int, driver, folder: Path) -> dict:
+    from plotly.offline import get_plotlyjs
+
     from entropy_lens.view import view
 
     results = [(f"result {k}", synthetic(length, k)) for k in range(n_results)]
-    start = time.perf_counter()
+    start = time.process_time()
     page = view(results)
-    build_s = time.perf_counter() - start
+    build_s = time.process_time() - start
     path = page.save(folder / f"view-{length}-{n_results}.html")
     row = {
         "len": length,
@@ -76,16 +82,23 @@ def measure(length: int, n_results: int, repeats: int, driver, folder: Path) -> 
             "points"
         ],
         "size_mb": path.stat().st_size / 1e6,
-        "build_s": build_s,
+        "plotly_js_mb": len(get_plotlyjs().encode()) / 1e6,
+        "build_cpu_s": build_s,
         "first_interactive_ms": None,
         "interactive_ms": None,
+        "main_thread_cpu_ms": None,
+        "renderer_cpu_ms": None,
         "click_ms": None,
     }
     if driver is not None:
         browser = browser_module()
-        loads, clicks = [], []
+        loads, thread_cpu, process_cpu, clicks = [], [], [], []
         for _ in range(repeats):
+            browser.new_tab(driver)
             loads.append(browser.open_page(driver, path))
+            thread_ms, process_ms = browser.renderer_cpu_ms(driver)
+            thread_cpu.append(thread_ms)
+            process_cpu.append(process_ms)
             clicks.append(
                 driver.execute_async_script(
                     "const done = arguments[0], t = performance.now();"
@@ -93,8 +106,12 @@ def measure(length: int, n_results: int, repeats: int, driver, folder: Path) -> 
                 )
             )
             assert browser.console_errors(driver) == [], "the page logged errors"
+            driver.close()
+            driver.switch_to.window(driver.window_handles[0])
         row["first_interactive_ms"] = loads[0]  # the first load of this page in this browser
         row["interactive_ms"], row["click_ms"] = statistics.median(loads), statistics.median(clicks)
+        row["main_thread_cpu_ms"] = statistics.median(thread_cpu)
+        row["renderer_cpu_ms"] = statistics.median(process_cpu)
     return row
 
 
@@ -119,18 +136,22 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"view pages, 22 layers x 32 heads, {os.cpu_count()} cores" + (f" (no browser: {why})" if why else "")
     )
-    print(
-        f"{'len':>7}{'results':>9}{'points':>8}{'MB':>7}{'build s':>9}{'first ms':>10}{'median ms':>11}"
-        f"{'click ms':>10}"
-    )
+    columns = {
+        "len": ("len", 7, "d"),
+        "results": ("results", 9, "d"),
+        "points": ("points", 8, "d"),
+        "size_mb": ("MB", 7, ".2f"),
+        "build_cpu_s": ("build CPU s", 13, ".2f"),
+        "main_thread_cpu_ms": ("main CPU ms", 13, ".0f"),
+        "renderer_cpu_ms": ("renderer CPU ms", 17, ".0f"),
+        "first_interactive_ms": ("first ms", 10, ".0f"),
+        "interactive_ms": ("median ms", 11, ".0f"),
+        "click_ms": ("click ms", 10, ".0f"),
+    }
+    print("".join(f"{name:>{w}}" for name, w, _ in columns.values()))
     for r in rows:
-        shown = [
-            f"{r[k]:>{w}.0f}" if r[k] is not None else f"{'-':>{w}}"
-            for k, w in (("first_interactive_ms", 10), ("interactive_ms", 11), ("click_ms", 10))
-        ]
         print(
-            f"{r['len']:>7}{r['results']:>9}{r['points']:>8}{r['size_mb']:>7.2f}{r['build_s']:>9.2f}"
-            + "".join(shown)
+            "".join(f"{'-':>{w}}" if r[k] is None else f"{r[k]:>{w}{f}}" for k, (_, w, f) in columns.items())
         )
     import plotly
 
