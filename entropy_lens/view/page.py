@@ -69,11 +69,12 @@ def view(results, *, labels=None, points: int | None = None, train_len: int | No
     """
     found, sweeps = resolve(results, labels)
     payload = build_payload(found, sweeps, points=points, train_len=train_len)
-    names = [r.label for r in found] + [
-        s.label for s in sweeps if not any(r.label.startswith(s.label) for r in found)
-    ]
-    title = "entropy-lens view: " + ", ".join(names)
-    return View(html=render(payload, title), title=title, height=1250 + 800 * len(sweeps))
+    title = "entropy-lens view: " + ", ".join(r.label for r in found)
+    if sweeps:
+        title += ("; " if found else "") + ", ".join(f"sweep {s.label}" for s in sweeps)
+    layers = max([r.result.n_layers for r in found if r.result.n_heads] + [0])
+    heads = (120 + 22 * layers + 140 + 560) if layers else 0  # menus, heat map (explorer.js), head plot
+    return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps))
 
 
 def render(payload: dict, title: str) -> str:

@@ -26,7 +26,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import ResultItem, SweepItem
 
-__all__ = ["META_FIELDS", "build_payload"]
+__all__ = ["META_FIELDS", "build_payload", "meta_rows"]
 
 LN2 = math.log(2.0)
 META_FIELDS = (  # shown in the page's table, in this order, where a result's meta has them
