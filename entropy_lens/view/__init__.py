@@ -9,6 +9,12 @@ mean with a min–max envelope), `payload.py` (the numbers the page draws), `pag
 `explorer.js` (the page's script: heat map, click a head, difference, sweep).
 """
 
-from entropy_lens.view.page import View, view
+from importlib import import_module
 
 __all__ = ["View", "view"]
+
+
+def __getattr__(name):  # lazy: `entropy-lens --help` reads view.config without scipy, pandas, plotly
+    if name in __all__:
+        return getattr(import_module("entropy_lens.view.page"), name)
+    raise AttributeError(f"module 'entropy_lens.view' has no attribute {name!r}")
