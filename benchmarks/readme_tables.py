@@ -76,11 +76,36 @@ def fold_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def view_table(record: dict) -> str:
+    rows = [
+        (
+            "| len | results | points per curve | page MB (plotly.js) | build CPU s | CPU ms to interactive: main "
+            "thread (renderer) | wall ms to interactive: first load, median | click wall ms |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["rows"]:
+        if r["interactive_ms"] is None:
+            timed = ["not measured: " + record["no_browser"]] * 3
+        else:
+            timed = [
+                f"{r['main_thread_cpu_ms']:,.0f} ({r['renderer_cpu_ms']:,.0f})",
+                f"{r['first_interactive_ms']:,.0f}, {r['interactive_ms']:,.0f}",
+                f"{r['click_ms']:,.0f}",
+            ]
+        rows.append(
+            f"| {r['len']:,} | {r['results']} | {r['points']} | {r['size_mb']:.2f} ({r['plotly_js_mb']:.2f}) | "
+            f"{r['build_cpu_s']:.2f} | " + " | ".join(timed) + " |"
+        )
+    return "\n".join(rows)
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
     "scan_cpu": scan_table,
     "fold_cpu": fold_table,
+    "view_size": view_table,
 }
 
 

@@ -149,6 +149,17 @@ def test_extras_benchmark_times_every_mode(tmp_path):
     assert row["len"] == 32 and all(row[f"{m}_s"] > 0 for m in modes)
 
 
+def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
+    """At a toy length: the page's size, and its timings where a browser runs (else null, and why)."""
+    view_size = benchmark_script("view_size")
+    out = tmp_path / "view_size.json"
+    assert view_size.main(["--lengths", "256", "--results", "1", "--repeats", "1", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    (row,) = record["rows"]
+    assert row["len"] == 256 and row["points"] == 256 and 4 < row["size_mb"] < 10
+    assert (row["interactive_ms"] is None) == (record["no_browser"] is not None)
+
+
 def test_readme_tables_are_the_benchmarks_json(benchmark_script):
     """Every performance table in the README is made from a results JSON, never typed."""
     readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")

@@ -9,7 +9,7 @@ import pytest
 from entropy_lens.cli import build_parser, main
 from entropy_lens.results import ScanResult
 
-COMMANDS = ("scan", "sweep", "ppl", "passkey", "fit", "train-tiny", "search-heads", "figures")
+COMMANDS = ("scan", "sweep", "ppl", "passkey", "fit", "train-tiny", "search-heads", "figures", "view")
 
 _IMPORTS_AFTER = """
 import contextlib, io, sys
@@ -57,6 +57,7 @@ def _minimal(command: str) -> list[str]:
         "train-tiny": ["train-tiny", "--kind", "nope"],
         "search-heads": ["search-heads", "tiny-nope", "--len", "8", "--out", "x.safetensors"],
         "figures": ["figures"],
+        "view": ["view", "x.npz"],
     }[command]
 
 

@@ -52,7 +52,17 @@ EXAMPLES = sorted(set(_help_examples()) | set(_readme_examples()))
 
 def test_examples_were_found():
     commands = {cmd.split()[1] for cmd in EXAMPLES}
-    assert commands == {"scan", "sweep", "ppl", "passkey", "fit", "train-tiny", "search-heads", "figures"}
+    assert commands == {
+        "scan",
+        "sweep",
+        "ppl",
+        "passkey",
+        "fit",
+        "train-tiny",
+        "search-heads",
+        "figures",
+        "view",
+    }
     assert len(_help_examples()) >= 12 and len(_readme_examples()) >= 10
 
 
@@ -86,5 +96,10 @@ def test_example_parses_and_its_settings_check(example):
         from entropy_lens.cli.figures import figures_config
 
         figures_config(args)  # reads --config (the packaged paper.yaml for `paper`)
+    elif args.command == "view":
+        from entropy_lens.view.config import ViewConfig
+
+        config_from_args(ViewConfig, args)  # reads results and sweeps earlier examples write
+        assert args.results and args.out.endswith(".html")
     else:
         assert args.command == "fit" and args.sweep  # reads a sweep an earlier example writes

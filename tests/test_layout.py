@@ -13,9 +13,10 @@ BASE = {
     "version",
 }  # entropy_lens.errors, .settings, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
-# side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results).
+# side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results;
+# view -> analysis -> results, the interactive pages).
 ALLOWED = {
-    "cli": {"runs", "models", "analysis", "results"},
+    "cli": {"runs", "models", "analysis", "results", "view"},
     "runs": {"models", "data", "capture", "kernels", "results", "analysis", "figures", "progress"},
     "models": set(),
     "data": set(),
@@ -25,6 +26,7 @@ ALLOWED = {
     "analysis": {"results"},
     "plotting": {"analysis", "results"},
     "figures": {"plotting", "analysis", "results"},
+    "view": {"analysis", "results"},
     "progress": set(),
     "errors": set(),
     "settings": set(),

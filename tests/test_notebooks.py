@@ -98,6 +98,12 @@ def test_quickstart_runs(kernel):
     assert "Δ loss (nats)" in spans and "Δ entropy (bits)" in spans and "[3L, 4L)" in spans
     assert n_images(cell_with(nb, "moving_average(other.loss")) == 1
 
+    (page,) = [
+        o.data["text/html"] for o in cell_with(nb, "view([").outputs if "text/html" in o.get("data", {})
+    ]
+    assert page.startswith("<iframe") and "srcdoc=" in page  # the whole page, saved with the notebook
+    assert "NoPE λ=1.4/√d" in page and "entropy-lens-data" in page
+
 
 def test_paper_figures_run(kernel, tmp_path):
     from test_figures import MINIMAL

@@ -13,6 +13,7 @@ runs on a laptop from the files alone.
 
     table = head_entropy_vs_scale(ScanResult.load("hs8k_8k.npz"))   # Figure 5
     table.correlations                              # per layer: pearson_r, spearman_r, slope, ...
+    head_statistics(result).values["growth"]        # (layers, heads) bits: [L, 2L) minus [L/2, L)
     pooled_within_layer(table.table)                # one r for all layers, bootstrap interval
 
     df = inflections(sweep)                         # entropy and loss inflection per scale
@@ -30,6 +31,7 @@ from entropy_lens.analysis.fit import (
     grid_edge_problem,
     yarn_scale,
 )
+from entropy_lens.analysis.head_stats import HeadStatistics, head_statistics, position_spans
 from entropy_lens.analysis.heads import HeadScaleTable, head_entropy_vs_scale
 from entropy_lens.analysis.inflection import (
     Inflection,
@@ -47,6 +49,7 @@ from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
 
 __all__ = [
     "HeadScaleTable",
+    "HeadStatistics",
     "Inflection",
     "InflectionAgreement",
     "PooledCorrelation",
@@ -61,6 +64,7 @@ __all__ = [
     "fit_scale_curve",
     "grid_edge_problem",
     "head_entropy_vs_scale",
+    "head_statistics",
     "inflection_agreement",
     "inflections",
     "load_sweep",
@@ -70,6 +74,7 @@ __all__ = [
     "passkey_by_length",
     "passkey_table",
     "pooled_within_layer",
+    "position_spans",
     "ppl_table",
     "resume_command",
     "sliding_window_ppl",

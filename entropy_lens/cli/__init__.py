@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from entropy_lens.cli import analysis, figures, heads, passkey, perplexity, scan, train
+from entropy_lens.cli import analysis, figures, heads, passkey, perplexity, scan, train, view
 
 __all__ = ["build_parser", "main", "option_table"]
 
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="entropy-lens", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"entropy-lens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (scan, perplexity, passkey, analysis, train, heads, figures):
+    for module in (scan, perplexity, passkey, analysis, train, heads, figures, view):
         module.add_parsers(sub)
     for command in sub.choices.values():  # one flag, applied once in main() before any work
         command.add_argument(

@@ -1,0 +1,45 @@
+"""`entropy-lens view`: results files and sweeps as one self-contained, interactive HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from entropy_lens.cli.options import add_settings, config_from_args
+
+VIEW_EXAMPLES = """examples:
+  entropy-lens view results/demo.npz --out report.html
+  entropy-lens view nope.npz rope.npz --labels NoPE RoPE --out compare.html
+  entropy-lens view sw/nope --out sweep.html                # a sweep folder: loss by scale, the fit
+"""
+
+
+def add_parsers(sub) -> None:
+    from entropy_lens.view.config import ViewConfig
+
+    v = sub.add_parser(
+        "view",
+        help="an interactive page of results and sweeps (one HTML file, offline)",
+        description="Heat map of a per-head statistic, each head's entropy by position on click, "
+        "differences of two results, a sweep's loss by scale and its fit: one HTML file with plotly.js "
+        "inlined, no network needed.",
+        epilog=VIEW_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    v.add_argument("results", nargs="+", metavar="RESULT", help="a results .npz or a sweep folder")
+    add_settings(v, ViewConfig)
+    v.add_argument("--out", default="view.html", help="the HTML file to write, replaced if it exists")
+    v.set_defaults(func=cmd_view)
+
+
+def cmd_view(args) -> int:
+    from entropy_lens.runs.output import check_file_target
+    from entropy_lens.view import view
+    from entropy_lens.view.config import ViewConfig
+
+    config = config_from_args(ViewConfig, args)
+    out = check_file_target(args.out, example="view.html")
+    page = view(args.results, **dataclasses.asdict(config))
+    page.save(out)
+    print(f"wrote {out} ({len(page.html.encode()) / 1e6:.1f} MB); open it in a browser, no network needed")
+    return 0

@@ -1,0 +1,136 @@
+"""The page: one HTML file with plotly.js, the data and a small script inlined; no network, no server.
+
+    page = view(["nope.npz", "rope.npz"])        # or view([("NoPE", nope), ("RoPE", rope)]) from Python
+    page.save("report.html")                     # atomically; open it in any browser, offline
+    page                                         # in Jupyter: the same page inline (an iframe)
+
+In Jupyter the page is an `<iframe srcdoc=...>` holding the whole document, so it is saved with the
+notebook and drawn again when the notebook is reopened (by a Jupyter that trusts it: one that ran it,
+or after File > Trust Notebook), and its script cannot clash with the notebook's own (plotly.js and
+require.js in classic Notebook).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from entropy_lens.results import atomic_write_text
+from entropy_lens.view.payload import build_payload
+from entropy_lens.view.sources import resolve
+
+__all__ = ["View", "view"]
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 16px 24px; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
+table.meta { border-collapse: collapse; font-size: 0.85em; }
+table.meta td, table.meta th { border: 1px solid #ccc; padding: 2px 8px; text-align: left; vertical-align: top;
+  overflow-wrap: anywhere; }
+details { max-width: 100%; overflow-x: auto; }
+.controls { margin: 8px 0; } .controls label { margin-right: 16px; }
+.note { font-size: 0.85em; color: #555; }
+"""
+
+
+@dataclass
+class View:
+    """A built page: `html` is the whole document."""
+
+    html: str
+    title: str
+    height: int  # pixels the page needs, for the notebook's iframe
+
+    def save(self, path: str | Path) -> Path:
+        """Write the page to `path` atomically (a reader sees the old file or the new one)."""
+        return atomic_write_text(path, self.html)
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe title="{html.escape(self.title)}" srcdoc="{html.escape(self.html, quote=True)}" '
+            f'style="width: 100%; height: {self.height}px; border: 1px solid #ddd;"></iframe>'
+        )
+
+
+def view(results, *, labels=None, points: int | None = None, train_len: int | None = None) -> View:
+    # the keywords are view.config.ViewConfig's fields: `entropy-lens view` passes them as they are
+    """An interactive page of `results`: results `.npz` paths, sweep folders, `ScanResult`s, `Sweep`s, or
+    (label, any of these) pairs.
+
+    Parameters
+    ----------
+    labels : one name per item (default: file names, or "result 1", ...).
+    points : bins per curve (default: 512, fewer when many heads of several results would make the
+        page large: `reduce.points_for`); curves no longer than this are shown position by position.
+    train_len : L for the statistics and the fit (default: each result's meta).
+    """
+    found, sweeps = resolve(results, labels)
+    payload = build_payload(found, sweeps, points=points, train_len=train_len)
+    title = "entropy-lens view: " + ", ".join(r.label for r in found)
+    if sweeps:
+        title += ("; " if found else "") + ", ".join(f"sweep {s.label}" for s in sweeps)
+    layers = max([r.result.n_layers for r in found if r.result.n_heads] + [0])
+    heads = (120 + 22 * layers + 140 + 560) if layers else 0  # menus, heat map (explorer.js), head plot
+    return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps))
+
+
+def render(payload: dict, title: str) -> str:
+    """The HTML document of `payload` (payload.build_payload)."""
+    from plotly.offline import get_plotlyjs
+
+    script = files("entropy_lens.view").joinpath("explorer.js").read_text(encoding="utf-8")
+    data = json.dumps(payload, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    sweeps = "".join(
+        f'<h2>Sweep: {html.escape(s["label"])}</h2><div id="sweep-{k}-loss"></div><div id="sweep-{k}-best"></div>'
+        for k, s in enumerate(payload["sweeps"])
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{STYLE}</style>
+<script>{get_plotlyjs()}</script>
+</head><body>
+<h1>{html.escape(title)}</h1>
+{meta_table(payload)}
+<section id="heads-section">
+<h2>Heads</h2>
+<div class="controls"><label>heat map of <select id="view-select"></select></label>
+<label>statistic <select id="statistic-select"></select></label></div>
+<div class="note" id="statistic-note"></div>
+<div id="heatmap"></div>
+<div class="note">Click a cell: that head's entropy by position (bits) for every result of the same shape, the
+bound log₂(i + 1) and L; the loss (nats) below. Curves longer than {payload["points"]} positions are shown
+as the mean of each bin with its min–max envelope.</div>
+<div id="head"></div>
+</section>
+{sweeps}
+<script type="application/json" id="entropy-lens-data">{data}</script>
+<script>{script}</script>
+</body></html>
+"""
+
+
+def meta_table(payload: dict) -> str:
+    """One column per result: its label, file, and the meta fields payload.meta_rows chose."""
+    results = payload["results"]
+    sweeps = payload["sweeps"]
+    if not results and not sweeps:
+        return ""
+    keys = list(dict.fromkeys(k for r in results for k in r["meta"]))
+    cells = lambda values: "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+    head = "<tr><th></th>" + "".join(f"<th>{html.escape(r['label'])}</th>" for r in results) + "</tr>"
+    rows = [f"<tr><th>file</th>{cells(r['source'] for r in results)}</tr>"]
+    rows += [
+        f"<tr><th>{html.escape(k)}</th>{cells(r['meta'].get(k, '') for r in results)}</tr>" for k in keys
+    ]
+    text = f'<table class="meta" id="meta">{head}{"".join(rows)}</table>' if results else ""
+    text = f"<details open><summary>Results: model, length, scales, backend, provenance</summary>{text}"
+    for s in sweeps:
+        scales = ", ".join(f"{x:g}" for x in s["scales"])
+        text += (
+            f'<p class="note">sweep {html.escape(s["label"])} ({html.escape(s["source"])}): model '
+            f"{html.escape(str(s['model']))}, length {s['length']}, L = {s['train_len']}, scales {scales}</p>"
+        )
+    return text + "</details>"

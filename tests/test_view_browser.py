@@ -1,0 +1,201 @@
+"""The view's page in a real browser: headless Chromium (the distribution's package) with the network
+blocked loads it without console errors, draws one heat-map cell per layer and head, shows the clicked
+head's curves, and every number it shows is the results file's (browser.py; skipped, saying why, where no
+Chromium can run)."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+import pytest
+from browser import chromium, console_errors, missing, open_page, wait_ready
+from test_analysis import quadratic_sweep, save_sweep
+from view_inputs import LN2, planted
+
+from entropy_lens.analysis import best_scale_per_position, head_statistics, load_sweep
+from entropy_lens.results import ScanResult
+from entropy_lens.view import view
+from entropy_lens.view.reduce import Bins
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=f"browser tests: {missing()}")
+
+POINTS = 128  # the 2048-position results are binned: mean with its min–max envelope
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("view")
+    planted(T=2048, L=256, jump=True).save(folder / "nope.npz")
+    planted(T=2048, L=256, shift=0.5, model="tiny-rope").save(folder / "rope.npz")
+    results, _ = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.8, 2.01, 0.1), 2))
+    (folder / "sw").mkdir()
+    save_sweep(folder / "sw", results)
+    page = view(
+        [folder / "nope.npz", folder / "rope.npz", folder / "sw"],
+        labels=["NoPE", "RoPE", "sweep"],
+        points=POINTS,
+    )
+    page.save(folder / "page.html")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def loaded(browser, files):
+    open_page(browser, files / "page.html")
+    return browser
+
+
+def js(driver, code: str):
+    return driver.execute_script(code)
+
+
+def test_network_is_blocked(loaded):
+    fetched = js(loaded, "return performance.getEntriesByType('resource').map(e => e.name)")
+    assert not [u for u in fetched if u.startswith(("http", "ws"))]
+    reached = loaded.execute_async_script(
+        "const done = arguments[0]; fetch('https://cdn.plot.ly/plotly.min.js').then(() => done(true), () => done(false));"
+    )
+    assert reached is False
+
+
+def test_page_loads_without_console_errors(browser, files):
+    open_page(browser, files / "page.html")
+    assert console_errors(browser) == []
+    assert "tiny-nope" in browser.find_element("id", "meta").text  # the meta table
+    assert "0123abcd" in browser.find_element("id", "meta").text  # provenance: the git hash
+
+
+def test_heatmap_has_one_cell_per_layer_and_head(loaded, files):
+    z = js(loaded, "return document.getElementById('heatmap').data[0].z")
+    converged = head_statistics(ScanResult.load(files / "nope.npz")).values["converged"]
+    assert np.shape(z) == converged.shape == (2, 3)
+    np.testing.assert_allclose(z, converged, rtol=1e-12)
+    cells = js(loaded, "return document.querySelectorAll('#heatmap .heatmaplayer image').length")
+    assert cells == 1  # plotly draws a heat map as one image: count its cells by hovering each one
+    for layer, head in np.ndindex(2, 3):
+        text = hover(loaded, "heatmap", f"{{xval: {head}, yval: {layer}}}", f"layer {layer}, head {head}")
+        assert f"{converged[layer, head]:.4f} bits" in text
+
+
+def hover(driver, plot: str, where: str, expect: str) -> str:
+    """The hover label's text once it shows `expect` (plotly throttles hover events to one per 50 ms)."""
+    text = ""
+    for _ in range(400):
+        js(driver, f"Plotly.Fx.hover('{plot}', {where})")
+        text = js(
+            driver, f"const e = document.querySelector('#{plot} .hovertext'); return e ? e.textContent : ''"
+        )
+        if expect in text:
+            return text
+        time.sleep(0.06)
+    raise AssertionError(f"hovering {plot} at {where} shows {text!r}, not {expect!r}")
+
+
+def click_cell(driver, layer: int, head: int) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    x, y, w, h = js(
+        driver,
+        f"""const gd = document.getElementById('heatmap'), f = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [f.xaxis._offset + f.xaxis.l2p({head}), f.yaxis._offset + f.yaxis.l2p({layer}), r.width, r.height];""",
+    )
+    heatmap = driver.find_element("id", "heatmap")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", heatmap)
+    ActionChains(driver).move_to_element_with_offset(
+        heatmap, int(x - w / 2), int(y - h / 2)
+    ).click().perform()
+
+
+def test_clicking_a_cell_shows_that_heads_curves(loaded, files):
+    click_cell(loaded, 1, 2)
+    for _ in range(2000):  # a browser under `nice` on a loaded machine may take a while
+        if js(loaded, "return [document.body.dataset.layer, document.body.dataset.head]") == ["1", "2"]:
+            break
+        time.sleep(0.05)
+    assert "layer 1, head 2" in loaded.find_element("id", "head").text
+    traces = js(loaded, "return document.getElementById('head').data.map(t => [t.name, t.y, t.customdata])")
+    named = {name: (y, custom) for name, y, custom in traces if name}
+    assert set(named) == {"NoPE", "NoPE loss", "RoPE", "RoPE loss", "log₂(i + 1)"}
+    bins = Bins.of(2048, POINTS)
+    for label, name in (("NoPE", "nope"), ("RoPE", "rope")):
+        result = ScanResult.load(files / f"{name}.npz")
+        mean, low, high = bins.reduce(result.entropy[1, 2].astype(np.float64) / LN2)
+        y, custom = named[label]
+        np.testing.assert_allclose(y, mean, rtol=1e-6)  # float32 in the page, float64 here
+        np.testing.assert_allclose([c[2] for c in custom], low, atol=1e-4)  # the uint16 envelope
+        np.testing.assert_allclose([c[3] for c in custom], high, atol=1e-4)
+        assert [c[0] for c in custom] == bins.starts.tolist() and [c[1] for c in custom] == (
+            bins.stops - 1
+        ).tolist()
+        np.testing.assert_allclose(named[f"{label} loss"][0], bins.reduce(result.loss)[0], rtol=1e-12)
+    # the envelope is drawn: a filled band below each mean line
+    assert (
+        js(loaded, "return document.getElementById('head').data.filter(t => t.fill === 'tonexty').length")
+        == 4
+    )
+    assert js(loaded, "return document.getElementById('head').layout.shapes[0].x0") == 256  # L
+
+
+def test_hover_gives_the_exact_value(loaded, files):
+    click_cell(loaded, 0, 0)
+    k = js(loaded, "return document.getElementById('head').data.findIndex(t => t.name === 'NoPE')")
+    bins = Bins.of(2048, POINTS)
+    entropy = ScanResult.load(files / "nope.npz").entropy[0, 0].astype(np.float64) / LN2
+    a, b = bins.starts[100], bins.stops[100]
+    text = hover(loaded, "head", f"[{{curveNumber: {k}, pointNumber: 100}}]", f"positions {a}–{b - 1}")
+    shown = float(re.search(r"mean (\d+\.\d+) bits", text).group(1))
+    assert shown == pytest.approx(entropy[a:b].mean(), abs=6e-6)
+
+
+def test_difference_and_statistic_choices(loaded, files):
+    from selenium.webdriver.support.ui import Select
+
+    Select(loaded.find_element("id", "view-select")).select_by_visible_text("NoPE − RoPE")
+    Select(loaded.find_element("id", "statistic-select")).select_by_value("growth")
+    z = js(loaded, "return document.getElementById('heatmap').data[0].z")
+    a, b = (head_statistics(ScanResult.load(files / f"{n}.npz")).values["growth"] for n in ("nope", "rope"))
+    np.testing.assert_allclose(z, a - b, atol=1e-12)
+    assert js(loaded, "return document.getElementById('heatmap').data[0].zmid") == 0
+    Select(loaded.find_element("id", "statistic-select")).select_by_value("departure")
+    z = js(loaded, "return document.getElementById('heatmap').data[0].z")
+    assert z[0][0] is not None and z[0][2] is None  # NaN where a head never departs: a blank cell
+    assert console_errors(loaded) == []
+
+
+def test_sweep_shows_loss_by_scale_and_the_fit(loaded, files):
+    sweep = load_sweep(files / "sw")
+    bins = Bins.of(512, POINTS)
+    z = js(loaded, "return document.getElementById('sweep-0-loss').data[0].z")
+    np.testing.assert_allclose(z, bins.reduce(sweep.loss)[0], rtol=1e-12)
+    traces = js(loaded, "return document.getElementById('sweep-0-best').data.map(t => [t.name, t.y])")
+    best = {n: y for n, y in traces if n}
+    np.testing.assert_allclose(
+        best["best scale per position"], bins.reduce(best_scale_per_position(sweep)["best_scale"])[0]
+    )
+    fit = next(n for n in best if n and n.startswith("fit"))
+    a = float(re.search(r"a = (-?\d+\.\d+)", fit).group(1))
+    assert math.isclose(a, 0.3, abs_tol=0.02)
+
+
+def test_jupyter_inline_view_draws_in_its_iframe(browser, files, tmp_path):
+    inline = view([("NoPE", ScanResult.load(files / "nope.npz"))])._repr_html_()
+    (tmp_path / "notebook.html").write_text(
+        f"<!DOCTYPE html><html><body><h1>cell output</h1>{inline}</body></html>"
+    )
+    browser.get((tmp_path / "notebook.html").as_uri())
+    browser.switch_to.frame(browser.find_element("tag name", "iframe"))
+    try:
+        wait_ready(browser, what="the notebook's iframe")
+        assert np.shape(js(browser, "return document.getElementById('heatmap').data[0].z")) == (2, 3)
+        assert console_errors(browser) == []
+    finally:
+        browser.switch_to.default_content()

@@ -1,0 +1,60 @@
+"""Results with planted per-head signals for the view's tests (test_view.py, test_view_browser.py).
+
+Head (l, h) has entropy, in bits, b + k·ln(i + 1) + d·[i ≥ L] with b, k, d known per head, so its
+converged mean, growth ([L, 2L) minus [L/2, L)) and slope in ln i (= k over [L, T)) are known exactly;
+d = −0.2, −0.1, 0, 0.1, 0.2, 0.3 in (layer, head) order; with `jump=True` head (0, 0) has no step but
+jumps by 1.5 bits at 1.5L instead: departures `find_inflection` must place at L and at 1.5L.
+The per-position sd over samples is 0.01 nats (entropy_sq), one sample per position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from entropy_lens.results import REQUIRED_META, ScanResult
+
+LN2 = float(np.log(2.0))
+
+
+def planted(layers=2, heads=3, T=256, L=64, *, shift=0.0, jump=False, model="tiny-nope") -> ScanResult:
+    i = np.arange(T)
+    base = np.arange(layers * heads, dtype=np.float64).reshape(layers, heads, 1) * 0.25 + shift
+    slope = np.linspace(0.0, 0.5, layers * heads).reshape(layers, heads, 1)
+    step = np.linspace(-0.2, 0.3, layers * heads).reshape(layers, heads, 1)  # head (0, 2): no step
+    if jump:
+        step[0, 0] = 0.0
+    bits = base + slope * np.log(i + 1.0) + step * (i >= L)
+    if jump:
+        bits[0, 0] += 1.5 * (i >= L + L // 2)
+    entropy = (bits * LN2).astype(np.float32)
+    loss = (3.0 + 0.5 * np.sin(i / 7.0) + 0.002 * i).astype(np.float32)
+    return ScanResult(
+        entropy=entropy,
+        entropy_sq=(entropy.astype(np.float64) ** 2 + 0.01**2).astype(np.float32),
+        loss=loss,
+        loss_sq=loss**2,
+        count=np.ones(T, np.int64),
+        meta=_meta(model, T, L, layers, heads),
+    )
+
+
+def _meta(model, T, L, layers, heads) -> dict:
+    meta = dict.fromkeys(REQUIRED_META, "x")
+    meta.update(
+        schema_version=1,
+        model=model,
+        config_hash="abc",
+        nope=True,
+        head_dim=16,
+        scales=np.ones((layers, heads)).tolist(),
+        data="austen:persuasion",
+        seed=0,
+        samples=1,
+        length=T,
+        train_len=L,
+        backend="torch_chunked",
+        entropy_reduction="heads",
+        wall_time_s=1.5,
+        git_hash="0123abcd",
+    )
+    return meta
