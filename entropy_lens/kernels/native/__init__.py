@@ -109,7 +109,7 @@ def native_available(state: NativeState | None = None) -> bool:
 
 
 def native_status(state: NativeState | None = None) -> str:
-    """"built", "not built" (not asked for yet) or "unavailable (why)"."""
+    """ "built", "not built" (not asked for yet) or "unavailable (why)"."""
     return (state or PROCESS_NATIVE).status
 
 
@@ -158,19 +158,35 @@ def entropy_native(
 ):
     """The entropy (and sink mass) alone: the same loop without the value GEMM."""
     _, entropy, sink_mass = _run(
-        q, k, None, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias, block_q, block_k
+        q,
+        k,
+        None,
+        softmax_scale,
+        causal,
+        mask,
+        window,
+        softcap,
+        sinks,
+        alibi_slopes,
+        key_bias,
+        block_q,
+        block_k,
     )
     return (entropy, sink_mass) if return_sink_mass else entropy
 
 
-def _run(q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias, block_q, block_k):
+def _run(
+    q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias, block_q, block_k
+):
     softmax_scale, mask = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, sinks = validate_extras(q, softcap, sinks)
     alibi_slopes = validate_alibi(q, alibi_slopes)
     key_bias = validate_key_bias(q, k, key_bias)
     if q.device.type != "cpu":
-        raise ValueError(f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path")
+        raise ValueError(
+            f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path"
+        )
     if int(block_q) < 1 or int(block_k) < 1:
         raise ValueError(f"block_q and block_k must be >= 1; got {block_q}, {block_k}")
     module = native_module()
