@@ -85,13 +85,14 @@ def native_module(state: NativeState | None = None):
     """The loaded extension, built on first use, or None where it is disabled or cannot be built
     (`native_status` says why)."""
     state = state or PROCESS_NATIVE
-    if state.module is not None:
-        return state.module
-    if os.environ.get(ENV_VAR, "1") == "0":
+    if os.environ.get(ENV_VAR, "1") == "0":  # read on every call, so a test or a user can turn it off
         state.status = f"unavailable ({ENV_VAR}=0)"
         return None
-    if state.status.startswith("unavailable"):
-        return None
+    if state.module is not None:
+        state.status = "built"
+        return state.module
+    if state.status.startswith("unavailable (") and not state.status.startswith(f"unavailable ({ENV_VAR}"):
+        return None  # a build failed: not tried again in this process
     try:
         state.module = state.build()
     except Exception as err:  # noqa: BLE001 - any build or load failure: the torch path runs, with the reason
