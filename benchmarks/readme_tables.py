@@ -62,8 +62,12 @@ def fold_table(record: dict) -> str:
     rows = ["| len | pass | block | per-tile step | s | × sdpa |", "|---|---|---|---|---|---|"]
     sdpa = {r["len"]: r["s"] for r in record["rows"] if r["variant"] == "sdpa"}
     for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']} | {r['variant']} | | skipped: {r['skipped']} | | |")
+            continue
+        step = "C++ kernel" if r["variant"] == "native" else r["fold"] or ""
         rows.append(
-            f"| {r['len']} | {r['variant']} | {r['block'] or ''} | {r['fold'] or ''} | {r['s']:.3f} | "
+            f"| {r['len']} | {r['variant']} | {r['block'] or ''} | {step} | {r['s']:.3f} | "
             f"{r['s'] / sdpa[r['len']]:.2f} |"
         )
     prof = record.get("profile")
