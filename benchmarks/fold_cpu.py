@@ -12,7 +12,10 @@ Each length runs in a fresh subprocess per fold mode (ENTROPY_LENS_COMPILE=0 eag
 warm-up, and the ratio to sdpa. `--profile T` adds where the time of one fused pass at length T
 goes, by op (torch.profiler, self CPU time; the compiled per-tile step is one op), beside sdpa's
 total: the matmuls alone (QKᵀ and e·V) against sdpa, which does the same two products, show how far a
-torch-level pass is from the bound. The scan-level benchmark is scan_cpu.py.
+torch-level pass is from the bound; and, where it builds, the native kernel's wall time with its
+thread-seconds by phase (score GEMMs, row passes, e·V GEMMs: kernels/native `profile_native`), which
+say how far it is from sdpa, which runs the same two GEMMs and one pass. The scan-level benchmark is
+scan_cpu.py.
 """
 
 from __future__ import annotations
@@ -108,7 +111,19 @@ def profile(length: int, block: tuple[int, int]) -> dict:
     total = sum(ops.values())
     top = dict(sorted(ops.items(), key=lambda kv: -kv[1])[:6])
     top["other"] = total - sum(top.values())
-    return {"len": length, "block": f"{block[0]}x{block[1]}", "sdpa_s": sdpa, "fused_s": total, "ops_s": top}
+    out = {"len": length, "block": f"{block[0]}x{block[1]}", "sdpa_s": sdpa, "fused_s": total, "ops_s": top}
+    from entropy_lens.kernels.native import attention_with_entropy_native, native_available, profile_native
+
+    if native_available():  # the native kernel at its default tile: wall time, and thread-seconds by phase
+        attention_with_entropy_native(q, k, v, 0.125)
+        t0 = time.perf_counter()
+        attention_with_entropy_native(q, k, v, 0.125)
+        out["native"] = {
+            "s": time.perf_counter() - t0,
+            "threads": torch.get_num_threads(),
+            "thread_s": profile_native(q, k, v, 0.125),
+        }
+    return out
 
 
 def main() -> None:
@@ -166,6 +181,15 @@ def main() -> None:
         )
         for name, sec in prof["ops_s"].items():
             print(f"  {name:>24} {sec:>7.3f} s  {sec / prof['sdpa_s']:>5.2f} x sdpa")
+        if "native" in prof:
+            nat = prof["native"]
+            print(
+                f"native kernel: {nat['s']:.3f} s ({nat['s'] / prof['sdpa_s']:.2f} x sdpa); thread-seconds:"
+            )
+            for name, sec in nat["thread_s"].items():
+                print(
+                    f"  {name:>24} {sec:>7.3f} s  {sec / nat['threads'] / prof['sdpa_s']:>5.2f} x sdpa per thread"
+                )
     import torch
 
     record = {

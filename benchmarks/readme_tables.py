@@ -77,6 +77,18 @@ def fold_table(record: dict) -> str:
         rows += [f"| sdpa (whole layer) | {prof['sdpa_s']:.3f} | 1.00 |"]
         for name, sec in prof["ops_s"].items():
             rows.append(f"| {name} | {sec:.3f} | {sec / prof['sdpa_s']:.2f} |")
+    nat = (prof or {}).get("native")
+    if nat:
+        n = nat["threads"]
+        rows += [
+            "",
+            f"The native kernel at {prof['len']} (its default tile), by phase: thread-seconds / {n} threads:",
+            "",
+        ]
+        rows += ["| phase | s | × sdpa |", "|---|---|---|"]
+        rows += [f"| native kernel (whole layer, wall) | {nat['s']:.3f} | {nat['s'] / prof['sdpa_s']:.2f} |"]
+        for name, sec in nat["thread_s"].items():
+            rows.append(f"| {name.replace('_', ' ')} | {sec / n:.3f} | {sec / n / prof['sdpa_s']:.2f} |")
     return "\n".join(rows)
 
 

@@ -2,8 +2,8 @@
 loop (attention_entropy.cpp beside this file), built as a PyTorch extension on first use.
 
     attention_with_entropy_native(q, k, v, softmax_scale, causal=True, mask=None, window=None, softcap=None,
-                                  sinks=None, alibi_slopes=None, *, key_bias=None, block_q=BLOCK_Q,
-                                  block_k=BLOCK_K)
+                                  sinks=None, alibi_slopes=None, *, key_bias=None, block_q=None,
+                                  block_k=BLOCK_K)  # block_q None: block_rows(T)
         -> (out (B, T, Hq, Dv) in q's dtype, entropy (B, Hq, T) float32 nats, sink mass (B, Hq, T) float32)
     entropy_native(q, k, softmax_scale, ...same...) -> entropy, or (entropy, sink mass) with
         return_sink_mass: the same loop without the value GEMM.
@@ -17,7 +17,7 @@ torch_chunked does).
 
 Build: `torch.utils.cpp_extension.load` compiles the source once (ninja, -O3, AVX2+FMA where the CPU
 has them) into ~/.cache/entropy_lens/native/<hash of the source, torch version and flags>
-(ENTROPY_LENS_CACHE moves the root), printing one line while it builds; later processes load the
+(ENTROPY_LENS_NATIVE_CACHE moves the root), printing one line while it builds; later processes load the
 cached library. ENTROPY_LENS_NATIVE=0 disables it. Where it cannot be built or loaded (no compiler,
 no ninja, a link error), `native_status()` says why and the callers run the torch path; a scan's
 results meta records that status (`native`), as `fold` records the compiled fold's.
@@ -44,8 +44,8 @@ from entropy_lens.kernels.contract import (
 
 SOURCE = Path(__file__).with_name("attention_entropy.cpp")
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
-CACHE_ENV = "ENTROPY_LENS_CACHE"  # the cache root (default ~/.cache/entropy_lens)
-BLOCK_Q, BLOCK_K = 64, 512  # query rows × keys per tile (see benchmarks/fold_cpu.py's native rows)
+CACHE_ENV = "ENTROPY_LENS_NATIVE_CACHE"  # where builds are kept (default ~/.cache/entropy_lens/native)
+BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
 
 
 class NativeState:
@@ -72,13 +72,20 @@ def build_extension():
     flags = ["-O3", "-std=c++17", *cpu_flags()]
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + torch.__version__.encode() + " ".join(flags).encode()).hexdigest()[:16]
-    root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "entropy_lens"))
-    build_dir = root / "native" / key
+    # its own variable, not ENTROPY_LENS_CACHE (models, moved per test session): one build per version
+    root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "entropy_lens" / "native"))
+    build_dir = root / key
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"entropy_lens_native_{key}"
     if not (build_dir / f"{name}.so").exists():
         print(f"entropy_lens: building the native CPU attention kernel once, in {build_dir}", file=sys.stderr)
-    return load(name=name, sources=[str(SOURCE)], extra_cflags=flags, build_directory=str(build_dir))
+    path = os.environ.get("PATH", "")
+    # a `pip install ninja` lands beside the interpreter, off PATH when the venv is not activated
+    os.environ["PATH"] = os.pathsep.join([path, str(Path(sys.executable).parent)]).strip(os.pathsep)
+    try:
+        return load(name=name, sources=[str(SOURCE)], extra_cflags=flags, build_directory=str(build_dir))
+    finally:
+        os.environ["PATH"] = path
 
 
 def native_module(state: NativeState | None = None):
@@ -128,15 +135,15 @@ def attention_with_entropy_native(
     alibi_slopes=None,
     *,
     key_bias=None,
-    block_q=BLOCK_Q,
+    block_q=None,
     block_k=BLOCK_K,
 ):
-    """See the module docstring; as `attention_with_entropy_torch`, on CPU tensors."""
+    """See the module docstring; as `attention_with_entropy_torch`, on CPU tensors. block_q None:
+    `block_rows(T)`."""
     if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
-    out, entropy, sink_mass = _run(
-        q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias, block_q, block_k
-    )
+    extras = (causal, mask, window, softcap, sinks, alibi_slopes, key_bias)
+    out, entropy, sink_mass, _ = _run(q, k, v, softmax_scale, extras, block_q, block_k)
     return out.to(q.dtype), entropy, sink_mass
 
 
@@ -154,31 +161,35 @@ def entropy_native(
     *,
     key_bias=None,
     return_sink_mass=False,
-    block_q=BLOCK_Q,
+    block_q=None,
     block_k=BLOCK_K,
 ):
     """The entropy (and sink mass) alone: the same loop without the value GEMM."""
-    _, entropy, sink_mass = _run(
-        q,
-        k,
-        None,
-        softmax_scale,
-        causal,
-        mask,
-        window,
-        softcap,
-        sinks,
-        alibi_slopes,
-        key_bias,
-        block_q,
-        block_k,
-    )
+    extras = (causal, mask, window, softcap, sinks, alibi_slopes, key_bias)
+    _, entropy, sink_mass, _ = _run(q, k, None, softmax_scale, extras, block_q, block_k)
     return (entropy, sink_mass) if return_sink_mass else entropy
 
 
-def _run(
-    q, k, v, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias, block_q, block_k
-):
+@torch.no_grad()
+def profile_native(q, k, v, softmax_scale, *, block_q=None, block_k=BLOCK_K) -> dict[str, float]:
+    """Where one causal call's time goes: thread-seconds in the score GEMMs (QKᵀ), the row passes
+    (masks, max, exp, the sums l and u) and the e·V GEMMs, each summed over threads (the benchmarks'
+    profile of the native kernel; the timers cost a few clock reads per tile)."""
+    extras = (True, None, None, None, None, None, None)
+    *_, times = _run(q, k, v, softmax_scale, extras, block_q, block_k, profile=True)
+    return dict(zip(("scores_gemm", "row_pass", "values_gemm"), times.tolist(), strict=True))
+
+
+def block_rows(T: int) -> int:
+    """Query rows per tile for T queries: PyTorch's CPU flash attention's rule (256 from 768 rows, 64
+    from 192, else 32): long tiles feed the GEMMs, short ones still split small inputs across threads."""
+    return 256 if T >= 768 else 64 if T >= 192 else 32
+
+
+def _run(q, k, v, softmax_scale, extras, block_q, block_k, profile=False):
+    """Validate as the torch path does, then the C++ forward: (out fp32 or empty, entropy, sink mass,
+    times or empty)."""
+    causal, mask, window, softcap, sinks, alibi_slopes, key_bias = extras
     softmax_scale, mask = validate(q, k, softmax_scale, mask)
     window = validate_window(window, causal)
     softcap, sinks = validate_extras(q, softcap, sinks)
@@ -188,6 +199,7 @@ def _run(
         raise ValueError(
             f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path"
         )
+    block_q = block_rows(q.shape[2]) if block_q is None else block_q
     if int(block_q) < 1 or int(block_k) < 1:
         raise ValueError(f"block_q and block_k must be >= 1; got {block_q}, {block_k}")
     module = native_module()
@@ -211,6 +223,7 @@ def _run(
         k.shape[2] - q.shape[2],
         int(block_q),
         int(block_k),
+        bool(profile),
     )
 
 

@@ -20,6 +20,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -44,6 +46,11 @@ inline void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
   int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   int ldai = static_cast<int>(lda), ldbi = static_cast<int>(ldb), ldci = static_cast<int>(ldc);
   sgemm_(&ta, &tb, &mi, &ni, &ki, &alpha, a, &ldai, b, &ldbi, &beta, c, &ldci);
+}
+
+using Clock = std::chrono::steady_clock;
+inline double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
 }
 
 inline float exp_scalar(float x) { return x < kLnFltMin ? 0.0f : std::exp(x); }
@@ -135,11 +142,14 @@ inline void row_exp(float* s, int64_t n, float m, float& sum_e, float& sum_ed) {
 // unit stride in the last dimension; scale (Hq,); mask bool (Mb, Mh, Mt, S) with Mb ∈ {1, B},
 // Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
 // (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset.
-// -> {out (B, T, Hq, Dv) float32 (empty without v), entropy (B, Hq, T), sink mass (B, Hq, T)}.
+// -> {out (B, T, Hq, Dv) float32 (empty without v), entropy (B, Hq, T), sink mass (B, Hq, T), and with
+// `profile` a (3,) float64 tensor: thread-seconds in the score GEMMs, the row passes and the e·V GEMMs
+// (else empty)}.
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
                                 double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
-                                const at::Tensor& key_bias, int64_t offset, int64_t block_q, int64_t block_k) {
+                                const at::Tensor& key_bias, int64_t offset, int64_t block_q, int64_t block_k,
+                                bool profile) {
   const bool with_output = v.defined() && v.numel() > 0;
   for (const at::Tensor* t : {&q, &k}) {
     TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
@@ -207,8 +217,11 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   const int64_t bk = std::min(block_k, std::max<int64_t>(S, 1));
   const int64_t nqb = (T + bq - 1) / bq;
 
+  std::atomic<int64_t> ns_scores{0}, ns_rows{0}, ns_values{0};  // profile: nanoseconds summed over threads
   at::parallel_for(0, B * Hq * nqb, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sbuf(bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq), urow(bq);
+    double t_scores = 0, t_rows = 0, t_values = 0;
+    Clock::time_point t0, t1, t2;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t qb = task % nqb, h = (task / nqb) % Hq, b = task / (nqb * Hq);
       const int64_t hk = h / G;
@@ -232,8 +245,10 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       for (int64_t k0 = k_start; k0 < k_end; k0 += bk) {
         const int64_t k1 = std::min(k0 + bk, k_end), n = k1 - k0;
         float* sb = sbuf.data();
+        if (profile) t0 = Clock::now();
         // scores, row-major (rows, n): column-major (n, rows) = (K_blk)ᵀ-op · Q_blk
         gemm('T', 'N', n, rows, D, lam, kp + k0 * ksT, ksT, qp, qsT, 0.0f, sb, n);
+        if (profile) t1 = Clock::now();
         for (int64_t i = 0; i < rows; ++i) {
           float* s = sb + i * n;
           const int64_t pos = q0 + i + offset;  // the row's position among the keys
@@ -276,8 +291,14 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
             for (int64_t d = 0; d < Dv; ++d) o[d] *= alpha;
           }
         }
+        if (profile) t2 = Clock::now();
         if (with_output) {  // o (rows, Dv) += e (rows, n) · V_blk (n, Dv); column-major (Dv, rows)
           gemm('N', 'N', Dv, rows, n, 1.0f, vp + k0 * vsT, vsT, sb, n, 1.0f, obuf.data(), Dv);
+        }
+        if (profile) {
+          t_scores += seconds(t0, t1);
+          t_rows += seconds(t1, t2);
+          t_values += seconds(t2, Clock::now());
         }
       }
       for (int64_t i = 0; i < rows; ++i) {
@@ -294,8 +315,18 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
         }
       }
     }
+    if (profile) {
+      ns_scores += static_cast<int64_t>(t_scores * 1e9);
+      ns_rows += static_cast<int64_t>(t_rows * 1e9);
+      ns_values += static_cast<int64_t>(t_values * 1e9);
+    }
   });
-  return {out, entropy, sink_mass};
+  at::Tensor times = at::empty({0}, q.options().dtype(at::kDouble));
+  if (profile) {
+    times = at::tensor({ns_scores.load() * 1e-9, ns_rows.load() * 1e-9, ns_values.load() * 1e-9},
+                       q.options().dtype(at::kDouble));
+  }
+  return {out, entropy, sink_mass, times};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
