@@ -35,11 +35,12 @@ extern "C" void sgemm_(const char* transa, const char* transb, const int* m, con
                        const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
                        const float* beta, float* c, const int* ldc);
 
-// MKL's per-thread thread count (exported by libtorch_cpu where torch is built with MKL; weak, so a
-// build without it still loads). Without it MKL's GEMMs called from inside at::parallel_for start
+// MKL's per-thread thread count, its C entry point (mkl_service.h defines mkl_set_num_threads_local as
+// MKL_Set_Num_Threads_Local; the lower-case symbol is the Fortran one, which takes a pointer), exported
+// by libtorch_cpu where torch is built with MKL; weak, so a build without it still loads. Without it MKL's GEMMs called from inside at::parallel_for start
 // their own thread teams: on 2 cores, a thousand times slower. Each parallel chunk sets 1 for its
 // thread and restores the previous value, as a sequential BLAS per block is what the loop wants.
-extern "C" int mkl_set_num_threads_local(int) __attribute__((weak));
+extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
 
 namespace {
 
@@ -225,7 +226,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
 
   std::atomic<int64_t> ns_scores{0}, ns_rows{0}, ns_values{0};  // profile: nanoseconds summed over threads
   at::parallel_for(0, B * Hq * nqb, 1, [&](int64_t begin, int64_t end) {
-    const int mkl_before = mkl_set_num_threads_local != nullptr ? mkl_set_num_threads_local(1) : 0;
+    const int mkl_before = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
     std::vector<float> sbuf(bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq), urow(bq);
     double t_scores = 0, t_rows = 0, t_values = 0;
     Clock::time_point t0, t1, t2;
@@ -322,7 +323,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
         }
       }
     }
-    if (mkl_set_num_threads_local != nullptr) mkl_set_num_threads_local(mkl_before);
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(mkl_before);
     if (profile) {
       ns_scores += static_cast<int64_t>(t_scores * 1e9);
       ns_rows += static_cast<int64_t>(t_rows * 1e9);
