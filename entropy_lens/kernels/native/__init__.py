@@ -69,7 +69,9 @@ def build_extension():
     """Compile (once; cached by source, torch version and flags) and load the extension."""
     from torch.utils.cpp_extension import load
 
-    flags = ["-O3", "-std=c++17", *cpu_flags()]
+    # -fopenmp: at::parallel_for's OpenMP loop is inline in ATen's headers, serial without it; the
+    # runtime it links (libgomp.so.1) is the one torch already loaded, so torch.set_num_threads applies
+    flags = ["-O3", "-std=c++17", "-fopenmp", *cpu_flags()]
     source = SOURCE.read_bytes()
     key = hashlib.sha256(source + torch.__version__.encode() + " ".join(flags).encode()).hexdigest()[:16]
     # its own variable, not ENTROPY_LENS_CACHE (models, moved per test session): one build per version
@@ -83,7 +85,13 @@ def build_extension():
     # a `pip install ninja` lands beside the interpreter, off PATH when the venv is not activated
     os.environ["PATH"] = os.pathsep.join([path, str(Path(sys.executable).parent)]).strip(os.pathsep)
     try:
-        return load(name=name, sources=[str(SOURCE)], extra_cflags=flags, build_directory=str(build_dir))
+        return load(
+            name=name,
+            sources=[str(SOURCE)],
+            extra_cflags=flags,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(build_dir),
+        )
     finally:
         os.environ["PATH"] = path
 
