@@ -1,16 +1,21 @@
 """CPU benchmark of one attention layer (SmolLM2-shaped: 9 query heads, 3 KV heads, d 64, float32):
 sdpa alone, sdpa + the entropy pass ("separate"), and output + entropy in one streamed pass
-("fused"), each with the per-tile step eager or compiled (kernels/fold.py), over block sizes.
+("fused"), each with the per-tile step eager or compiled (kernels/fold.py), over block sizes; and
+output + entropy from the native C++ kernel ("native", kernels/native) over its own block sizes.
 
     python benchmarks/fold_cpu.py [--lengths 2048 4096 8192] [--blocks 64x1024 128x512 256x512]
-                                  [--repeats 3] [--profile 4096] [--out benchmarks/results/fold_cpu.json]
+                                  [--native-blocks 64x512 128x512 256x512] [--repeats 3]
+                                  [--profile 4096] [--out benchmarks/results/fold_cpu.json]
 
 Each length runs in a fresh subprocess per fold mode (ENTROPY_LENS_COMPILE=0 eager, the default;
 =1 compiled, built once per process). Reported: best of `repeats` wall times after one
 warm-up, and the ratio to sdpa. `--profile T` adds where the time of one fused pass at length T
 goes, by op (torch.profiler, self CPU time; the compiled per-tile step is one op), beside sdpa's
 total: the matmuls alone (QKᵀ and e·V) against sdpa, which does the same two products, show how far a
-torch-level pass is from the bound. The scan-level benchmark is scan_cpu.py.
+torch-level pass is from the bound; and, where it builds, the native kernel's wall time with its
+thread-seconds by phase (score GEMMs, row passes, e·V GEMMs: kernels/native `profile_native`), which
+say how far it is from sdpa, which runs the same two GEMMs and one pass. The scan-level benchmark is
+scan_cpu.py.
 """
 
 from __future__ import annotations
@@ -25,10 +30,19 @@ import time
 from pathlib import Path
 
 
-def worker(length: int, blocks: list[tuple[int, int]], repeats: int) -> list[dict]:
+def worker(
+    length: int, blocks: list[tuple[int, int]], repeats: int, native_blocks: list[tuple[int, int]]
+) -> list[dict]:
     import torch
 
-    from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, fold_status
+    from entropy_lens.kernels import (
+        attention_entropy,
+        attention_with_entropy_native,
+        attention_with_entropy_torch,
+        fold_status,
+        native_available,
+        native_status,
+    )
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 9, length, 64, generator=g)
@@ -57,6 +71,15 @@ def worker(length: int, blocks: list[tuple[int, int]], repeats: int) -> list[dic
             rows.append({"len": length, "variant": variant, "block": f"{bq}x{bk}", "s": s})
     for r in rows:
         r["fold"] = fold_status() if r["variant"] != "sdpa" else None
+    # the native kernel has no per-tile step to compile: its rows come from the eager process only
+    if os.environ.get("ENTROPY_LENS_COMPILE", "0") == "0":
+        for bq, bk in native_blocks:
+            if not native_available():
+                rows.append({"len": length, "variant": "native", "block": None, "skipped": native_status()})
+                break
+            s = best(lambda: attention_with_entropy_native(q, k, v, scale, block_q=bq, block_k=bk))  # noqa: B023
+            rows.append({"len": length, "variant": "native", "block": f"{bq}x{bk}", "s": s, "fold": None})
+    for r in rows:
         r["threads"] = torch.get_num_threads()
     return rows
 
@@ -88,13 +111,26 @@ def profile(length: int, block: tuple[int, int]) -> dict:
     total = sum(ops.values())
     top = dict(sorted(ops.items(), key=lambda kv: -kv[1])[:6])
     top["other"] = total - sum(top.values())
-    return {"len": length, "block": f"{block[0]}x{block[1]}", "sdpa_s": sdpa, "fused_s": total, "ops_s": top}
+    out = {"len": length, "block": f"{block[0]}x{block[1]}", "sdpa_s": sdpa, "fused_s": total, "ops_s": top}
+    from entropy_lens.kernels.native import attention_with_entropy_native, native_available, profile_native
+
+    if native_available():  # the native kernel at its default tile: wall time, and thread-seconds by phase
+        attention_with_entropy_native(q, k, v, 0.125)
+        t0 = time.perf_counter()
+        attention_with_entropy_native(q, k, v, 0.125)
+        out["native"] = {
+            "s": time.perf_counter() - t0,
+            "threads": torch.get_num_threads(),
+            "thread_s": profile_native(q, k, v, 0.125),
+        }
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192])
     ap.add_argument("--blocks", nargs="+", default=["64x1024", "128x512", "256x512"])
+    ap.add_argument("--native-blocks", nargs="+", default=["64x512", "128x512", "256x512"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "fold_cpu.json"))
     ap.add_argument("--profile", type=int, metavar="T", help="also profile one fused pass at length T")
@@ -102,8 +138,9 @@ def main() -> None:
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     blocks = [tuple(int(x) for x in b.split("x")) for b in args.blocks]
+    native_blocks = [tuple(int(x) for x in b.split("x")) for b in args.native_blocks]
     if args.worker:
-        print(json.dumps(worker(args.worker, blocks, args.repeats)))
+        print(json.dumps(worker(args.worker, blocks, args.repeats, native_blocks)))
         return
     if args.profile_worker:
         print(json.dumps(profile(args.profile_worker, blocks[0])))
@@ -112,18 +149,23 @@ def main() -> None:
     for length in args.lengths:
         for compiled in ("0", "1"):
             cmd = [sys.executable, __file__, "--worker", str(length), "--repeats", str(args.repeats)]
-            cmd += ["--blocks", *args.blocks]
+            cmd += ["--blocks", *args.blocks, "--native-blocks", *args.native_blocks]
             env = {**os.environ, "ENTROPY_LENS_COMPILE": compiled}
             proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
             got = json.loads(proc.stdout.strip().splitlines()[-1])
             rows += [r for r in got if r["variant"] != "sdpa" or compiled == "1"]
             for r in got:
+                if "skipped" in r:
+                    print(f"  len {length} {r['variant']:>8} skipped: {r['skipped']}")
+                    continue
                 print(
                     f"  len {length} {r['variant']:>8} {r['block'] or '':>8} {r['fold'] or '':>10} {r['s']:.3f} s"
                 )
     print(f"\n{'len':>6} {'variant':>9} {'block':>8} {'fold':>32} {'s':>7} {'x sdpa':>7}")
     sdpa = {r["len"]: r["s"] for r in rows if r["variant"] == "sdpa"}
     for r in rows:
+        if "skipped" in r:
+            continue
         print(
             f"{r['len']:>6} {r['variant']:>9} {r['block'] or '':>8} {r['fold'] or '':>32} {r['s']:>7.3f} "
             f"{r['s'] / sdpa[r['len']]:>7.2f}"
@@ -139,6 +181,15 @@ def main() -> None:
         )
         for name, sec in prof["ops_s"].items():
             print(f"  {name:>24} {sec:>7.3f} s  {sec / prof['sdpa_s']:>5.2f} x sdpa")
+        if "native" in prof:
+            nat = prof["native"]
+            print(
+                f"native kernel: {nat['s']:.3f} s ({nat['s'] / prof['sdpa_s']:.2f} x sdpa); thread-seconds:"
+            )
+            for name, sec in nat["thread_s"].items():
+                print(
+                    f"  {name:>24} {sec:>7.3f} s  {sec / nat['threads'] / prof['sdpa_s']:>5.2f} x sdpa per thread"
+                )
     import torch
 
     record = {

@@ -62,8 +62,12 @@ def fold_table(record: dict) -> str:
     rows = ["| len | pass | block | per-tile step | s | × sdpa |", "|---|---|---|---|---|---|"]
     sdpa = {r["len"]: r["s"] for r in record["rows"] if r["variant"] == "sdpa"}
     for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']} | {r['variant']} | | skipped: {r['skipped']} | | |")
+            continue
+        step = "C++ kernel" if r["variant"] == "native" else r["fold"] or ""
         rows.append(
-            f"| {r['len']} | {r['variant']} | {r['block'] or ''} | {r['fold'] or ''} | {r['s']:.3f} | "
+            f"| {r['len']} | {r['variant']} | {r['block'] or ''} | {step} | {r['s']:.3f} | "
             f"{r['s'] / sdpa[r['len']]:.2f} |"
         )
     prof = record.get("profile")
@@ -73,6 +77,18 @@ def fold_table(record: dict) -> str:
         rows += [f"| sdpa (whole layer) | {prof['sdpa_s']:.3f} | 1.00 |"]
         for name, sec in prof["ops_s"].items():
             rows.append(f"| {name} | {sec:.3f} | {sec / prof['sdpa_s']:.2f} |")
+    nat = (prof or {}).get("native")
+    if nat:
+        n = nat["threads"]
+        rows += [
+            "",
+            f"The native kernel at {prof['len']} (its default tile), by phase: thread-seconds / {n} threads:",
+            "",
+        ]
+        rows += ["| phase | s | × sdpa |", "|---|---|---|"]
+        rows += [f"| native kernel (whole layer, wall) | {nat['s']:.3f} | {nat['s'] / prof['sdpa_s']:.2f} |"]
+        for name, sec in nat["thread_s"].items():
+            rows.append(f"| {name.replace('_', ' ')} | {sec / n:.3f} | {sec / n / prof['sdpa_s']:.2f} |")
     return "\n".join(rows)
 
 

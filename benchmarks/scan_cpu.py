@@ -10,9 +10,11 @@ Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is it
   scan           what `entropy-lens scan` does per sample: EntropyRecorder (--fused auto, which
                  times separate against fused on the first layers of the timed run itself) +
                  decoder forward + chunked loss
-  scan-fused     the same with --fused on: output and entropy from one streamed pass per layer
+  scan-native    --fused on: output and entropy from the native C++ kernel, one pass per layer
+                 (kernels/native; built before the timed runs)
+  scan-fused     --fused on with ENTROPY_LENS_NATIVE=0: output and entropy from one streamed torch pass
   scan-separate  --fused off: sdpa's output, then the entropy pass
-  scan-compiled  --fused on with ENTROPY_LENS_COMPILE=1: the per-tile step compiled (kernels/fold.py)
+  scan-compiled  scan-fused with ENTROPY_LENS_COMPILE=1: the per-tile step compiled (kernels/fold.py)
   eager          attn_implementation="eager" with output_attentions=True, entropy from the returned
                  probabilities: the materialising method of the paper's own code (skipped where the
                  attention maps alone would exceed half of the machine's memory)
@@ -35,19 +37,27 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("plain", "body", "scan", "scan-fused", "scan-separate", "scan-compiled", "eager")
-FUSED = {"scan": "auto", "scan-fused": "on", "scan-separate": "off", "scan-compiled": "on"}
+MODES = ("plain", "body", "scan", "scan-native", "scan-fused", "scan-separate", "scan-compiled", "eager")
+FUSED = {
+    "scan": "auto",
+    "scan-native": "on",
+    "scan-fused": "on",
+    "scan-separate": "off",
+    "scan-compiled": "on",
+}
 WARMUP_LEN = 256
 
 
 def worker(mode: str, length: int, repeats: int) -> dict:
     if mode == "scan-compiled":
         os.environ["ENTROPY_LENS_COMPILE"] = "1"
+    if mode in ("scan-fused", "scan-compiled"):  # the streamed torch pass, not the native kernel
+        os.environ["ENTROPY_LENS_NATIVE"] = "0"
     import torch
 
     from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
     from entropy_lens.data import token_chunks
-    from entropy_lens.kernels import fold_status
+    from entropy_lens.kernels import fold_status, native_status
     from entropy_lens.models import load_model
 
     lm = load_model("smollm2")
@@ -68,7 +78,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
                 with EntropyRecorder(model, fused=FUSED[mode]) as rec:
                     hidden = forward_hidden(model, ids[:, :-1])
                 next_token_nll(model, hidden, ids[:, 1:])
-                ran.update(paths=sorted(rec.session.paths), fold=fold_status())
+                ran.update(paths=sorted(rec.session.paths), fold=fold_status(), native=native_status())
                 return rec.entropy.shape
             att = model(ids[:, :-1], output_attentions=True).attentions
             return torch.stack([torch.special.entr(a.float()).sum(-1) for a in att]).shape

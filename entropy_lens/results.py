@@ -17,12 +17,15 @@ config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][hea
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
 data_description, seed, samples, length (tokens per sequence; `len` in files written before 0.9), batch_size, dtype, device, threads (torch's CPU thread count:
 --threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
-"+"-joined: torch_chunked, triton, reference; "none" for a loss-only scan), fold (only where
-torch_chunked ran on CPU: "compiled" or "eager (why)", kernels/fold.py), attention_path (what computed
+"+"-joined: torch_chunked, triton, reference, native; "none" for a loss-only scan), fold (only where
+torch_chunked ran on CPU: "compiled" or "eager (why)", kernels/fold.py), native (only for a CPU scan
+with --fused auto or on: the native kernel's status, "built", "not built" (no layer asked for it) or
+"unavailable (why)": then the CPU fused pass ran torch-streamed; kernels/native), attention_path (what computed
 the layers, capture/paths.py's names, several joined by "+": "sdpa-then-entropy": sdpa's output, then an
 entropy-only pass; "triton-fused": the Triton kernel's one pass for output and entropy;
-"torch-streamed": output and entropy from the same score tiles in plain torch, the CPU fused pass and
-the way of layers with softcapping or attention sinks, which sdpa cannot compute; "sdpa": sdpa alone,
+"torch-streamed": output and entropy from the same score tiles in plain torch, the CPU fused pass where
+the native kernel is unavailable and the way of layers with softcapping or attention sinks, which sdpa
+cannot compute; "native": the same from one C++ kernel, the CPU fused pass; "sdpa": sdpa alone,
 a loss-only scan's layers; "none": no forward ran. Files written before these names say "separate" for
 sdpa-then-entropy (sdpa in a loss-only scan), "streamed" for torch-streamed, and "fused" for
 triton-fused on a CUDA `device`, torch-streamed on CPU), fused_choices (only where `--fused auto`

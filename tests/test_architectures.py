@@ -211,18 +211,27 @@ def mean_by_position(entropies, mask):
     return (total / count).numpy()
 
 
-@pytest.mark.parametrize("fused", ["off", "on"])
+@pytest.mark.parametrize("fused", ["off", "on", "on-torch"])
 @pytest.mark.parametrize("padding", PADDING)
 @pytest.mark.parametrize("model_type", sorted(SUPPORTED))
-def test_entropy_and_logits_equal_eager(model_type, padding, fused):
-    """fused "on": the layer output comes from the streamed pass too (the CPU fused path)."""
+def test_entropy_and_logits_equal_eager(model_type, padding, fused, monkeypatch):
+    """fused "on": the layer output comes from the CPU fused pass too, the native kernel (skipped
+    where it cannot build); "on-torch": the same with the native kernel off, the streamed torch path."""
     from entropy_lens.capture import EntropyRecorder
+    from entropy_lens.kernels import native_available, native_status
 
+    if fused == "on-torch":
+        monkeypatch.setenv("ENTROPY_LENS_NATIVE", "0")
+    elif fused == "on" and not native_available():
+        pytest.skip(f"the native kernel is {native_status()}")
+    fused = fused.removesuffix("-torch")
     model = build(model_type, SUPPORTED[model_type][0])
     ids, mask = ids_and_mask(padding)
     logits, entropies = eager(model, ids, mask)
     with EntropyRecorder(model, fused=fused) as rec, torch.no_grad():
         captured = model(ids, attention_mask=mask).logits
+    if fused == "on":  # what ran: the CPU fused pass wherever the layer captured
+        assert rec.session.paths == {"native" if native_available() else "torch-streamed"}
     real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
     torch.testing.assert_close(captured[real], logits[real], atol=1e-4, rtol=0)
     expected = mean_by_position(entropies, mask)
@@ -403,7 +412,12 @@ def test_scan_files_equal_eager(model_type, tmp_path):
     np.testing.assert_allclose(result.entropy, mean_by_position(entropies, None), atol=2e-5, rtol=0)
     if model_type == "gpt_oss":  # the results file carries the sink mass, and only for models with sinks
         np.testing.assert_allclose(result.sink_mass, mean_by_position(sinks, None), atol=2e-5, rtol=0)
-        assert result.meta["attention_path"] == "torch-streamed"
+        # fused "auto" measured the separate way (torch-streamed: sdpa has no sinks) against the native
+        # kernel, running both on the first layers
+        from entropy_lens.kernels import native_available
+
+        cpu_fused = "native" if native_available() else "torch-streamed"
+        assert result.meta["attention_path"] == "+".join(sorted({"torch-streamed", cpu_fused}))
     else:
         assert result.sink_mass is None
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").mean(0)
@@ -527,7 +541,7 @@ def test_the_survey_tool_writes_where_it_is_told(tmp_path):
     survey = json.loads((tmp_path / "survey" / "survey.json").read_text())
     assert survey["llama"]["cls"] == "EXACT", survey["llama"]
     paths = set(survey["llama"]["paddings"]["left"]["paths"])  # fused "auto" on CPU: either or both
-    assert paths and paths <= {"sdpa-then-entropy", "torch-streamed"}  # this checkout's names
+    assert paths and paths <= {"sdpa-then-entropy", "torch-streamed", "native"}  # this checkout's names
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["llama.json", "one", "survey", "survey.json"]
 
 

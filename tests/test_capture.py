@@ -10,7 +10,7 @@ from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, 
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import Session, activate, entropy_lens_attention
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy
+from entropy_lens.kernels import attention_entropy, native_available
 
 
 def _eager_entropy(model, ids, attention_mask=None):
@@ -95,7 +95,8 @@ def _spy_kernels(monkeypatch):
 
     calls, seen = [], []
     monkeypatch.setattr(attention, "as_key_padding", lambda *a: calls.append(1) or masks.as_key_padding(*a))
-    for name in ("attention_entropy", "attention_with_entropy_torch"):  # the separate and fused paths
+    # the separate path and the fused ones (torch, native)
+    for name in ("attention_entropy", "attention_with_entropy_torch", "attention_with_entropy_native"):
         real = getattr(paths, name)
 
         def spy(*args, real=real, **kw):
@@ -383,11 +384,21 @@ def test_unknown_fused_mode_is_refused():
         EntropyRecorder(make_tiny_model(), fused="yes")
 
 
+# The CPU fused pass: the native kernel where it builds, else the streamed torch path (capture/paths.py)
+CPU_FUSED = "native" if native_available() else "torch-streamed"
+CPU_FUSED_BACKEND = "native" if native_available() else "torch_chunked"
+
+
 @pytest.mark.parametrize("padded", [False, True])
-def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded):
-    """On CPU the fused pass is the streamed torch path: its output replaces sdpa's, so the logits
+@pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
+def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded, native, monkeypatch):
+    """On CPU the fused pass is the native kernel or, where it cannot build (here: turned off), the
+    streamed torch path: its output replaces sdpa's, so the logits
     must be sdpa's and the entropy the separate pass's (GQA, padding; masks at kernel level in
     test_kernels_extras, every architecture in test_architectures)."""
+    if not native:
+        monkeypatch.setenv("ENTROPY_LENS_NATIVE", "0")
+    fused_path = "native" if native and native_available() else "torch-streamed"
     model = make_tiny_model(n_heads=4, n_kv_heads=2)
     ids = torch.randint(0, 300, (2, 40))
     mask = torch.ones_like(ids)
@@ -397,9 +408,9 @@ def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded):
     for fused in ("on", "off"):
         with torch.no_grad(), EntropyRecorder(model, backend="torch_chunked", fused=fused) as rec:
             runs[fused] = (model(ids, attention_mask=mask).logits, rec)
-    assert runs["on"][1].session.paths == {"torch-streamed"}
+    assert runs["on"][1].session.paths == {fused_path}
     assert runs["off"][1].session.paths == {"sdpa-then-entropy"}
-    assert runs["on"][1].session.backends == {"torch_chunked"}
+    assert runs["on"][1].session.backends == {"native" if fused_path == "native" else "torch_chunked"}
     real = mask.bool()
     torch.testing.assert_close(runs["on"][0][real], runs["off"][0][real], atol=1e-5, rtol=0)
     np.testing.assert_allclose(runs["on"][1].entropy, runs["off"][1].entropy, atol=1e-6, rtol=0)
@@ -426,7 +437,7 @@ def test_the_recorded_path_names_what_ran():
         "scales only": ({"sdpa"}, set()),
         "trainable": ({"sdpa"}, set()),
         "off": ({"sdpa-then-entropy"}, {"torch_chunked"}),
-        "on": ({"torch-streamed"}, {"torch_chunked"}),
+        "on": ({CPU_FUSED}, {CPU_FUSED_BACKEND}),
     }
     assert set().union(*(paths for paths, _ in seen.values())) <= set(PATH_NAMES)
 

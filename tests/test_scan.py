@@ -14,6 +14,7 @@ from tiny import make_tiny_dir
 from entropy_lens.cli import main
 from entropy_lens.data import token_chunks
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import native_available, native_status
 from entropy_lens.models import load_model
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.scan import ScanConfig, partial_path, scan
@@ -79,12 +80,16 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
         "wall_time_s",
     ):
         assert key in meta
-    assert meta["scales"] == [[1.0] * 4] * 2 and meta["head_dim"] == 16 and meta["backend"] == "torch_chunked"
     # "auto" on CPU tried both ways on the first layers (capture/fused.py) and names what ran
+    cpu_fused = "native" if native_available() else "torch-streamed"  # the CPU fused pass
+    backends = {"torch_chunked", "native" if cpu_fused == "native" else "torch_chunked"}
+    assert meta["scales"] == [[1.0] * 4] * 2 and meta["head_dim"] == 16
+    assert meta["backend"] == "+".join(sorted(backends))
     assert (
-        meta["attention_path"] == "sdpa-then-entropy+torch-streamed"
+        meta["attention_path"] == "+".join(sorted({"sdpa-then-entropy", cpu_fused}))
         and meta["scan_config"]["fused"] == "auto"
     )
+    assert meta["native"] == native_status()
     assert meta["fold"] == "eager"
     assert meta["length"] == 48 and meta["samples"] == 3 and meta["data"] == DATA
     loaded = ScanResult.load(out)

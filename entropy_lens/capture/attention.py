@@ -16,13 +16,15 @@ For every attention layer the function takes three steps:
   2. run a path (capture/paths.py, which names them). A capturing layer runs "sdpa-then-entropy"
      (sdpa's output, then the entropy kernel on the same post-RoPE q, k at λ_h), "triton-fused" (the
      Triton kernel's one pass) or "torch-streamed" (`kernels.attention_with_entropy_torch`: output,
-     entropy and sink mass from the same score tiles, exact: the CPU fused pass, and the separate
-     pass of a layer with softcap or sinks, which sdpa cannot compute); capture/fused.py decides
+     entropy and sink mass from the same score tiles, exact: the CPU fused pass where the native
+     kernel cannot build, and the separate pass of a layer with softcap or sinks, which sdpa cannot
+     compute) or "native" (the same in one C++ kernel: the CPU fused pass); capture/fused.py decides
      between the separate and the fused way, by measurement under `--fused auto`. A layer that
      captures nothing runs sdpa, torch-streamed where sdpa cannot, or, for a trainable scale there,
      the model's own eager attention (autograd, T × T memory);
   3. record what ran (`record`): the path's name in `session.paths` and, when capturing, the kernel
-     that computed the entropy in `session.backends` ("torch_chunked" for torch-streamed), so
+     that computed the entropy in `session.backends` ("torch_chunked" for torch-streamed, "native" for
+     native), so
      metadata names what ran; the entropy goes to the session's callback.
 What to do is read from a context variable: `activate(session)` sets it for a block (as
 `ScaleSession`/`EntropyRecorder` do), `active_session()` reads it. A model left with this
@@ -41,6 +43,7 @@ import torch
 from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.paths import (
     EAGER,
+    NATIVE,
     SDPA,
     SDPA_ALIBI,
     TORCH_STREAMED,
@@ -314,7 +317,7 @@ def record(call: LayerCall, path: str, inputs: EntropyInputs | None = None, entr
     session.paths.add(path)
     if not call.capturing:
         return
-    session.backends.add("torch_chunked" if path == TORCH_STREAMED else inputs.backend)
+    session.backends.add({TORCH_STREAMED: "torch_chunked", NATIVE: "native"}.get(path, inputs.backend))
     offset = inputs.key.shape[2] - call.query.shape[2]
     if call.sinks is None:
         session.on_entropy(call.module.layer_idx, entropy, offset)

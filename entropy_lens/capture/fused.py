@@ -4,9 +4,10 @@
                 on the same q, k: two passes over K (path "sdpa-then-entropy"; a layer with softcap
                 or sinks, which sdpa cannot compute, runs "torch-streamed" this way).
     "fused"     output AND entropy from the same score tiles, one pass over K/V: on CUDA the Triton
-                kernel's WITH_OUTPUT variant ("triton-fused"), on CPU
-                `kernels.attention_with_entropy_torch` ("torch-streamed", its elementwise step
-                compiled on request, kernels/fold.py).
+                kernel's WITH_OUTPUT variant ("triton-fused"), on CPU the native C++ kernel
+                (`kernels.attention_with_entropy_native`, "native", built on first use) or, where it
+                cannot build, `kernels.attention_with_entropy_torch` ("torch-streamed", its
+                elementwise step compiled on request, kernels/fold.py). `paths.fused_path` names which.
 These two ways are what "auto" chooses between and what `PathChoices` keeps; the path each way ran, as
 named in capture/paths.py, is what the session and the results meta record.
 

@@ -7,14 +7,18 @@ results meta (`attention_path`) record.
     triton-fused       the Triton kernel's WITH_OUTPUT variant: output and entropy from the same score
                        tiles, one pass over K/V (CUDA)
     torch-streamed     `kernels.attention_with_entropy_torch`: output, entropy and sink mass from the
-                       same score tiles in plain torch (exact; the CPU fused pass, and the separate pass
-                       of a layer with softcap or sinks, which sdpa cannot compute)
+                       same score tiles in plain torch (exact; the CPU fused pass where the native
+                       kernel is unavailable, and the separate pass of a layer with softcap, sinks or
+                       ALiBi, which sdpa cannot compute)
+    native             `kernels.attention_with_entropy_native`: the same loop as one C++ kernel (BLAS
+                       GEMMs, a vectorised softmax/entropy pass): the CPU fused pass where it builds
+                       (`kernels.native_status()` says why not; the scan's meta `native` records it)
 A layer that captures nothing runs "sdpa" (`sdpa`, at the session's scale), torch-streamed where it has
 softcap, sinks or ALiBi, or, for a trainable scale there, "eager" (`eager_attention`: the model's own,
 with autograd) or, for ALiBi, "sdpa-alibi-mask" (`alibi_attention`: the bias as sdpa's float mask).
 
 `run_path` picks among them: the two ways of capture/fused.py, "separate" and "fused", each stand for
-one of the three names above depending on the layer (extras, backend), and where they name different
+one of the names above depending on the layer (extras, backend), and where they name different
 paths the session's `fused` mode and its PathChoices decide.
 """
 
@@ -27,7 +31,12 @@ import torch
 
 from entropy_lens.capture.fused import PROCESS_CHOICES, fused_applies
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch
+from entropy_lens.kernels import (
+    attention_entropy,
+    attention_with_entropy_native,
+    attention_with_entropy_torch,
+    native_available,
+)
 
 if TYPE_CHECKING:
     from entropy_lens.capture.attention import EntropyInputs, LayerCall
@@ -36,29 +45,31 @@ if TYPE_CHECKING:
 SDPA_THEN_ENTROPY = "sdpa-then-entropy"  # torch sdpa's output, then an entropy-only kernel pass on q, k
 TRITON_FUSED = "triton-fused"  # the Triton kernel's output + entropy pass: one pass over K/V
 TORCH_STREAMED = "torch-streamed"  # kernels.attention_with_entropy_torch: output, entropy, sink mass
+NATIVE = "native"  # kernels.attention_with_entropy_native: the same in one C++ kernel (CPU)
 # and, for a layer that captures nothing, also:
 SDPA = "sdpa"  # the model as sdpa runs it, at the session's scale
 EAGER = "eager"  # the model's own eager attention: a trainable scale on a layer with softcap or sinks
 SDPA_ALIBI = "sdpa-alibi-mask"  # torch sdpa, the ALiBi bias as its float mask: a trainable scale on ALiBi
-PATH_NAMES = (SDPA_THEN_ENTROPY, TRITON_FUSED, TORCH_STREAMED, SDPA, EAGER, SDPA_ALIBI)
+PATH_NAMES = (SDPA_THEN_ENTROPY, TRITON_FUSED, TORCH_STREAMED, NATIVE, SDPA, EAGER, SDPA_ALIBI)
 
 
 def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
     """(the path that ran, (layer output, entropy (B, Hq, T) fp32, sink mass or None)).
 
     Two ways compute a layer: "separate" (sdpa's output, then the entropy pass; for softcap or sinks,
-    which sdpa cannot compute, the streamed torch path) and "fused" (one pass: the Triton kernel where
-    `backend_for` picked triton, else the streamed torch path). Where they differ, the session captures
-    and the fused pass applies (capture/fused.py), `session.fused` and its PathChoices decide."""
+    which sdpa cannot compute, the streamed torch path) and "fused" (one pass: `fused_path`). Where they
+    differ, the session captures and the fused pass applies (capture/fused.py), `session.fused` and its
+    PathChoices decide."""
     separate = TORCH_STREAMED if call.has_extras else SDPA_THEN_ENTROPY
-    fused = TRITON_FUSED if inputs.backend == "triton" else TORCH_STREAMED
     session = call.session
     if (
         not call.capturing
         or session.fused == "off"
-        or fused == separate
         or not fused_applies(inputs.backend, call.query, call.key, call.value, inputs.mask, call.dropout)
     ):
+        return separate, RUNNERS[separate](call, inputs)
+    fused = fused_path(inputs.backend, call.query.device)
+    if fused == separate:
         return separate, RUNNERS[separate](call, inputs)
     shapes = (*call.query.shape, *call.key.shape[1:3])
     shape_key = (
@@ -69,6 +80,7 @@ def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
         inputs.causal,
         inputs.window,
         call.has_extras,
+        fused,  # which kernel "fused" is: a choice measured for one is not kept for another
     )
     run = {
         choice: partial(RUNNERS[path], call, inputs)
@@ -76,6 +88,16 @@ def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
     }
     choice, result = (session.choices or PROCESS_CHOICES).choose(session.fused, shape_key, run)
     return (fused if choice == "fused" else separate), result
+
+
+def fused_path(backend: str, device: torch.device) -> str:
+    """The one-pass path for a layer whose entropy backend is `backend`: the Triton kernel for triton,
+    on CPU the native kernel where it builds (built on the first call), else the streamed torch path."""
+    if backend == "triton":
+        return TRITON_FUSED
+    if device.type == "cpu" and native_available():
+        return NATIVE
+    return TORCH_STREAMED
 
 
 def _sdpa_then_entropy(call: LayerCall, inputs: EntropyInputs):
@@ -93,6 +115,14 @@ def _sdpa_then_entropy(call: LayerCall, inputs: EntropyInputs):
 def _torch_streamed(call: LayerCall, inputs: EntropyInputs):
     """Output, entropy and sink mass from the same score tiles, plain torch."""
     out, entropy, sink_mass = attention_with_entropy_torch(
+        call.query.detach(), inputs.key, inputs.value, call.softmax_scale, **inputs.args(call)
+    )
+    return (out, None), entropy, sink_mass
+
+
+def _native(call: LayerCall, inputs: EntropyInputs):
+    """Output, entropy and sink mass from the same score tiles, in the native C++ kernel (CPU)."""
+    out, entropy, sink_mass = attention_with_entropy_native(
         call.query.detach(), inputs.key, inputs.value, call.softmax_scale, **inputs.args(call)
     )
     return (out, None), entropy, sink_mass
@@ -126,6 +156,7 @@ RUNNERS = {
     SDPA_THEN_ENTROPY: _sdpa_then_entropy,
     TRITON_FUSED: _triton_fused,
     TORCH_STREAMED: _torch_streamed,
+    NATIVE: _native,
 }
 
 

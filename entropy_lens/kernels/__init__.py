@@ -45,7 +45,9 @@ it names: a misspelt one (`sofcap=`) is a TypeError on every backend, never a si
 
 The attention output with its entropy, from the same score tiles (for models whose output sdpa cannot
 compute: softcap, sinks; ALiBi, which sdpa takes only as a materialised T × S bias):
-`attention_with_entropy_torch(q, k, v, softmax_scale, ...)` (torch_chunked.py, exact, any backend's masks) and `triton_entropy.attention_with_entropy_triton` (GPU).
+`attention_with_entropy_torch(q, k, v, softmax_scale, ...)` (torch_chunked.py, exact, any backend's masks),
+`attention_with_entropy_native` (the same loop in C++ for CPU, kernels/native: built on first use,
+`native_status()` says whether it is and why not) and `triton_entropy.attention_with_entropy_triton` (GPU).
 
 Backends (`backend`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
 streaming, the CPU path and fallback everywhere; on CPU its per-tile step is compiled, fold.py), "triton" (the GPU kernel, triton_entropy.py; on
@@ -82,6 +84,12 @@ from entropy_lens.kernels.merge import (
     sink_mass_from_state,
     sink_state,
 )
+from entropy_lens.kernels.native import (
+    attention_with_entropy_native,
+    entropy_native,
+    native_available,
+    native_status,
+)
 from entropy_lens.kernels.reference import attention_probabilities, entropy_reference
 from entropy_lens.kernels.torch_chunked import (
     BLOCK_K,
@@ -94,13 +102,17 @@ __all__ = [
     "BACKENDS",
     "attention_entropy",
     "attention_probabilities",
+    "attention_with_entropy_native",
     "attention_with_entropy_torch",
     "backend_for",
     "entropy_from_state",
+    "entropy_native",
     "entropy_reference",
     "entropy_torch_chunked",
     "fold_status",
     "merge_states",
+    "native_available",
+    "native_status",
     "resolve_backend",
     "shard_state",
     "sink_mass_from_state",

@@ -40,7 +40,7 @@ from entropy_lens.capture import (
 from entropy_lens.capture.fused import PathChoices
 from entropy_lens.data import Chunks, token_chunks
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import fold_status, resolve_backend
+from entropy_lens.kernels import fold_status, native_status, resolve_backend
 from entropy_lens.models import (
     LoadedModel,
     load_head_scales_file,
@@ -267,6 +267,8 @@ class Run:
                 if "torch_chunked" in sums.backends and self.device.type == "cpu"
                 else {}
             ),
+            # whether the CPU fused pass could use the native kernel, and why not
+            **({"native": native_status()} if self.device.type == "cpu" and c.fused != "off" else {}),
             "attention_path": "+".join(sorted(sums.paths)) or "none",  # capture/paths.py's names
             **(
                 {"fused_choices": dict(self.choices.chosen)}

@@ -1,0 +1,343 @@
+// The attention output and its entropy from the same score tiles, on CPU: the loop of PyTorch's
+// CPU flash attention (per batch, query head and query block: a BLAS GEMM for the scores, one
+// vectorised pass for max / exp / row sums, a GEMM for e·V, at::parallel_for over the blocks) with
+// the entropy's centred sum u accumulated beside the running max m and the sum l.
+//
+// Math (per query row, scores s_j over the attendable keys; see kernels/torch_chunked.py):
+//   m = max_j s_j,  l = Σ_j e^(s_j − m),  u = Σ_j e^(s_j − m)(s_j − m),  H = log l − u/l (nats)
+// When a key block raises the max from m to m', with α = e^(m − m'):
+//   l ← α l + Σ_blk e^(s − m'),  u ← α (u + (m − m') l) + Σ_blk e^(s − m')(s − m'),  o ← α o + e·V
+// Before any key m = −inf, l = u = 0 (the (m − m') l term is skipped then: −inf · 0). A sink σ_h is
+// the state before any key: m = σ_h, l = 1, u = 0. out = o / l (0 for a row with l = 0).
+// Scores: s = λ_h q·k, then c·tanh(s/c) (softcap), then − slope_h·|i + offset − j| (ALiBi) and
+// + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask).
+// Everything is fp32: inputs are converted by the Python wrapper (entropy_lens/kernels/native).
+// Threads: at::parallel_for runs on torch's intra-op pool (torch.set_num_threads, --threads); the
+// GEMMs are MKL's sgemm_ (exported by libtorch_cpu), sequential inside the parallel region as in
+// PyTorch's own kernel.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define EL_AVX2 1
+#endif
+
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc);
+
+// MKL's per-thread thread count, its C entry point (mkl_service.h defines mkl_set_num_threads_local as
+// MKL_Set_Num_Threads_Local; the lower-case symbol is the Fortran one, which takes a pointer), exported
+// by libtorch_cpu where torch is built with MKL; weak, so a build without it still loads. Without it MKL's GEMMs called from inside at::parallel_for start
+// their own thread teams: on 2 cores, a thousand times slower. Each parallel chunk sets 1 for its
+// thread and restores the previous value, as a sequential BLAS per block is what the loop wants.
+extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLnFltMin = -87.33654475f;  // e^x is 0 below (and for x = −inf)
+
+// C (column-major m × n, ldc) = alpha op(A) op(B) + beta C: Fortran BLAS
+inline void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  int ldai = static_cast<int>(lda), ldbi = static_cast<int>(ldb), ldci = static_cast<int>(ldc);
+  sgemm_(&ta, &tb, &mi, &ni, &ki, &alpha, a, &ldai, b, &ldbi, &beta, c, &ldci);
+}
+
+using Clock = std::chrono::steady_clock;
+inline double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+inline float exp_scalar(float x) { return x < kLnFltMin ? 0.0f : std::exp(x); }
+
+#ifdef EL_AVX2
+// Cephes' expf (about 1 ulp) on 8 lanes; x < ln(FLT_MIN), −inf included, gives 0.
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(kLnFltMin);
+  const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
+  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  const __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
+  __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127));
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
+  return _mm256_andnot_ps(tiny, y);
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+inline float row_max(const float* s, int64_t n) {
+  float mx = kNegInf;
+  int64_t j = 0;
+#ifdef EL_AVX2
+  __m256 a = _mm256_set1_ps(kNegInf), b = a;
+  for (; j + 16 <= n; j += 16) {
+    a = _mm256_max_ps(a, _mm256_loadu_ps(s + j));
+    b = _mm256_max_ps(b, _mm256_loadu_ps(s + j + 8));
+  }
+  mx = hmax8(_mm256_max_ps(a, b));
+#endif
+  for (; j < n; ++j) mx = std::max(mx, s[j]);
+  return mx;
+}
+
+// s ← e = e^(s − m) in place (the tile e·V takes); sum_e = Σ e, sum_ed = Σ e (s − m), with
+// s − m clamped at ln(FLT_MIN) so a masked key adds 0 · finite = 0, never 0 · (−inf).
+inline void row_exp(float* s, int64_t n, float m, float& sum_e, float& sum_ed) {
+  float se = 0.0f, sed = 0.0f;
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(kLnFltMin);
+  __m256 ae = _mm256_setzero_ps(), aed = ae;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 d = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm), lo);
+    const __m256 e = exp8(d);
+    _mm256_storeu_ps(s + j, e);
+    ae = _mm256_add_ps(ae, e);
+    aed = _mm256_fmadd_ps(e, d, aed);
+  }
+  se = hsum8(ae);
+  sed = hsum8(aed);
+#endif
+  for (; j < n; ++j) {
+    const float d = std::max(s[j] - m, kLnFltMin);
+    const float e = exp_scalar(d);
+    s[j] = e;
+    se += e;
+    sed += e * d;
+  }
+  sum_e = se;
+  sum_ed = sed;
+}
+
+}  // namespace
+
+// q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or an empty tensor (entropy only), float32 with
+// unit stride in the last dimension; scale (Hq,); mask bool (Mb, Mh, Mt, S) with Mb ∈ {1, B},
+// Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
+// (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset.
+// -> {out (B, T, Hq, Dv) float32 (empty without v), entropy (B, Hq, T), sink mass (B, Hq, T), and with
+// `profile` a (3,) float64 tensor: thread-seconds in the score GEMMs, the row passes and the e·V GEMMs
+// (else empty)}.
+std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
+                                double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
+                                const at::Tensor& key_bias, int64_t offset, int64_t block_q, int64_t block_k,
+                                bool profile) {
+  const bool with_output = v.defined() && v.numel() > 0;
+  for (const at::Tensor* t : {&q, &k}) {
+    TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
+                "native attention: q, k, v must be 4-D float32 with unit last stride");
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hkv > 0 && Hq % Hkv == 0, "native attention: q/k shapes");
+  TORCH_CHECK(q.stride(2) >= D && k.stride(2) >= D, "native attention: rows of q, k must not overlap");
+  const int64_t G = Hq / Hkv;
+  const int64_t Dv = with_output ? v.size(3) : 0;
+  if (with_output) {
+    TORCH_CHECK(v.dim() == 4 && v.scalar_type() == at::kFloat && v.stride(3) == 1 && v.size(0) == B &&
+                    v.size(1) == Hkv && v.size(2) == S && v.stride(2) >= Dv,
+                "native attention: v must be (B, Hkv, S, Dv) float32 with unit last stride");
+  }
+  TORCH_CHECK(block_q >= 1 && block_k >= 1, "native attention: block sizes must be >= 1");
+  const bool has_mask = mask.defined() && mask.numel() > 0;
+  const bool has_sinks = sinks.defined() && sinks.numel() > 0;
+  const bool has_alibi = alibi.defined() && alibi.numel() > 0;
+  const bool has_kb = key_bias.defined() && key_bias.numel() > 0;
+  const bool has_cap = softcap > 0;
+  const float cap = static_cast<float>(softcap);
+
+  auto opts = q.options().dtype(at::kFloat);
+  at::Tensor out = with_output ? at::empty({B, T, Hq, Dv}, opts) : at::empty({0}, opts);
+  at::Tensor entropy = at::empty({B, Hq, T}, opts);
+  at::Tensor sink_mass = at::zeros({B, Hq, T}, opts);
+
+  at::Tensor mask_c, scale_c = scale.contiguous(), sinks_c, alibi_c, kb_c;
+  int64_t msB = 0, msH = 0, msT = 0;
+  if (has_mask) {
+    TORCH_CHECK(mask.dim() == 4 && mask.scalar_type() == at::kBool && mask.size(3) == S,
+                "native attention: mask must be bool (B|1, Hq|1, T|1, S)");
+    mask_c = mask.contiguous();
+    msB = mask_c.size(0) > 1 ? mask_c.stride(0) : 0;
+    msH = mask_c.size(1) > 1 ? mask_c.stride(1) : 0;
+    msT = mask_c.size(2) > 1 ? mask_c.stride(2) : 0;
+  }
+  if (has_sinks) sinks_c = sinks.contiguous();
+  if (has_alibi) alibi_c = alibi.contiguous();
+  int64_t kbB = 0;
+  if (has_kb) {
+    kb_c = key_bias.contiguous();
+    kbB = kb_c.size(0) > 1 ? Hq * S : 0;
+  }
+
+  const float* qd = q.data_ptr<float>();
+  const float* kd = k.data_ptr<float>();
+  const float* vd = with_output ? v.data_ptr<float>() : nullptr;
+  const float* scd = scale_c.data_ptr<float>();
+  const bool* md = has_mask ? mask_c.data_ptr<bool>() : nullptr;
+  const float* sinkd = has_sinks ? sinks_c.data_ptr<float>() : nullptr;
+  const float* alid = has_alibi ? alibi_c.data_ptr<float>() : nullptr;
+  const float* kbd = has_kb ? kb_c.data_ptr<float>() : nullptr;
+  float* outd = with_output ? out.data_ptr<float>() : nullptr;
+  float* hd = entropy.data_ptr<float>();
+  float* smd = sink_mass.data_ptr<float>();
+  const int64_t qsB = q.stride(0), qsH = q.stride(1), qsT = q.stride(2);
+  const int64_t ksB = k.stride(0), ksH = k.stride(1), ksT = k.stride(2);
+  const int64_t vsB = with_output ? v.stride(0) : 0, vsH = with_output ? v.stride(1) : 0;
+  const int64_t vsT = with_output ? v.stride(2) : 0;
+
+  const int64_t bq = std::min(block_q, std::max<int64_t>(T, 1));
+  const int64_t bk = std::min(block_k, std::max<int64_t>(S, 1));
+  const int64_t nqb = (T + bq - 1) / bq;
+
+  std::atomic<int64_t> ns_scores{0}, ns_rows{0}, ns_values{0};  // profile: nanoseconds summed over threads
+  at::parallel_for(0, B * Hq * nqb, 1, [&](int64_t begin, int64_t end) {
+    const int mkl_before = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
+    std::vector<float> sbuf(bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq), urow(bq);
+    double t_scores = 0, t_rows = 0, t_values = 0;
+    Clock::time_point t0, t1, t2;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t qb = task % nqb, h = (task / nqb) % Hq, b = task / (nqb * Hq);
+      const int64_t hk = h / G;
+      const int64_t q0 = qb * bq, q1 = std::min(q0 + bq, T), rows = q1 - q0;
+      const float* qp = qd + b * qsB + h * qsH + q0 * qsT;
+      const float* kp = kd + b * ksB + hk * ksH;
+      const float* vp = with_output ? vd + b * vsB + hk * vsH : nullptr;
+      const float lam = scd[h];
+      const float sink = has_sinks ? sinkd[h] : 0.0f;
+      const float slope = has_alibi ? alid[h] : 0.0f;
+      const float* kbrow = has_kb ? kbd + b * kbB + h * S : nullptr;
+      for (int64_t i = 0; i < rows; ++i) {
+        mrow[i] = has_sinks ? sink : kNegInf;
+        lrow[i] = has_sinks ? 1.0f : 0.0f;
+        urow[i] = 0.0f;
+      }
+      if (with_output) std::fill(obuf.begin(), obuf.end(), 0.0f);
+      // keys the block's rows may see: causal up to the last row's position; the window from the first's
+      const int64_t k_end = causal ? std::min(S, q1 + offset) : S;
+      const int64_t k_start = window > 0 ? std::max<int64_t>(0, q0 + offset - window + 1) : 0;
+      for (int64_t k0 = k_start; k0 < k_end; k0 += bk) {
+        const int64_t k1 = std::min(k0 + bk, k_end), n = k1 - k0;
+        float* sb = sbuf.data();
+        if (profile) t0 = Clock::now();
+        // scores, row-major (rows, n): column-major (n, rows) = (K_blk)ᵀ-op · Q_blk
+        gemm('T', 'N', n, rows, D, lam, kp + k0 * ksT, ksT, qp, qsT, 0.0f, sb, n);
+        if (profile) t1 = Clock::now();
+        for (int64_t i = 0; i < rows; ++i) {
+          float* s = sb + i * n;
+          const int64_t pos = q0 + i + offset;  // the row's position among the keys
+          if (has_cap) {
+            for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] / cap);
+          }
+          if (has_alibi) {
+            for (int64_t j = 0; j < n; ++j) s[j] -= slope * std::fabs(static_cast<float>(pos - (k0 + j)));
+          }
+          if (kbrow != nullptr) {
+            for (int64_t j = 0; j < n; ++j) s[j] += kbrow[k0 + j];
+          }
+          if (causal) {  // keys after the row's position
+            for (int64_t j = std::max<int64_t>(0, pos + 1 - k0); j < n; ++j) s[j] = kNegInf;
+          }
+          if (window > 0) {  // keys at or behind pos − window
+            const int64_t stop = std::min<int64_t>(n, pos - window + 1 - k0);
+            for (int64_t j = 0; j < stop; ++j) s[j] = kNegInf;
+          }
+          if (md != nullptr) {
+            const bool* mr = md + b * msB + h * msH + (q0 + i) * msT + k0;
+            for (int64_t j = 0; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
+          }
+          const float m_old = mrow[i];
+          const float m_new = std::max(m_old, row_max(s, n));
+          if (m_new == kNegInf) {  // nothing seen yet: e = 0, the state stays the identity
+            std::fill(s, s + n, 0.0f);
+            continue;
+          }
+          const float alpha = exp_scalar(m_old - m_new);  // 0 while m_old = −inf
+          float se, sed;
+          row_exp(s, n, m_new, se, sed);
+          const float l_old = lrow[i];
+          const float shift = l_old > 0 ? (m_old - m_new) * l_old : 0.0f;
+          urow[i] = alpha * (urow[i] + shift) + sed;
+          lrow[i] = alpha * l_old + se;
+          mrow[i] = m_new;
+          if (with_output && alpha != 1.0f) {
+            float* o = obuf.data() + i * Dv;
+            for (int64_t d = 0; d < Dv; ++d) o[d] *= alpha;
+          }
+        }
+        if (profile) t2 = Clock::now();
+        if (with_output) {  // o (rows, Dv) += e (rows, n) · V_blk (n, Dv); column-major (Dv, rows)
+          gemm('N', 'N', Dv, rows, n, 1.0f, vp + k0 * vsT, vsT, sb, n, 1.0f, obuf.data(), Dv);
+        }
+        if (profile) {
+          t_scores += seconds(t0, t1);
+          t_rows += seconds(t1, t2);
+          t_values += seconds(t2, Clock::now());
+        }
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        const float l = lrow[i];
+        const int64_t row = q0 + i;
+        float* hrow = hd + (b * Hq + h) * T + row;
+        *hrow = l > 0 ? std::max(std::log(l) - urow[i] / l, 0.0f) : 0.0f;
+        if (has_sinks) smd[(b * Hq + h) * T + row] = std::exp(sink - mrow[i]) / l;
+        if (with_output) {
+          float* o = outd + ((b * T + row) * Hq + h) * Dv;
+          const float* acc = obuf.data() + i * Dv;
+          const float inv = l > 0 ? 1.0f / l : 0.0f;
+          for (int64_t d = 0; d < Dv; ++d) o[d] = acc[d] * inv;
+        }
+      }
+    }
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(mkl_before);
+    if (profile) {
+      ns_scores += static_cast<int64_t>(t_scores * 1e9);
+      ns_rows += static_cast<int64_t>(t_rows * 1e9);
+      ns_values += static_cast<int64_t>(t_values * 1e9);
+    }
+  });
+  at::Tensor times = at::empty({0}, q.options().dtype(at::kDouble));
+  if (profile) {
+    times = at::tensor({ns_scores.load() * 1e-9, ns_rows.load() * 1e-9, ns_values.load() * 1e-9},
+                       q.options().dtype(at::kDouble));
+  }
+  return {out, entropy, sink_mass, times};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward, "attention output, entropy and sink mass from the same score tiles (CPU)");
+}
