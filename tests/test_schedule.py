@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_capture import CPU_FUSED
 from tiny import make_tiny_model
 
 from entropy_lens.capture.attention import Session, activate, entropy_lens_attention
@@ -80,7 +81,7 @@ def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
     want_out, want_ent = _float64_attention(
         q, k, v, 1.3 * attn.scaling, schedule.multiplier(torch.arange(40))
     )
-    assert session.paths == {"torch-streamed" if fused == "on" else "sdpa-then-entropy"}  # CPU
+    assert session.paths == {CPU_FUSED if fused == "on" else "sdpa-then-entropy"}  # CPU
     assert (got[0].double() - want_ent).abs().max().item() <= 1e-5
     assert (out.double() - want_out).abs().max().item() <= 1e-5
 

@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("needs TRITON_INTERPRET=1 (set before import) or a CUDA device", allow_module_level=True)
 
-from test_capture import MASK_KINDS, recorded_backends
+from test_capture import CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
 from test_kernels import hf_mask, make_inputs, mask_kinds, plain_pytorch_entropy
 from test_kernels_alibi import ALIBI_EXTRAS, definition, make_slopes
 from test_kernels_extras import EXTRAS, make_sinks, make_values, plain_pytorch_extras, reference_output
@@ -386,10 +386,12 @@ def test_fused_bf16_output_within_twice_plain_pytorch():
 
 @pytest.mark.parametrize("fused", ["on", "off"])
 def test_the_backend_recorded_is_the_one_that_ran(fused):
-    """The Triton kernel (fused or not) for the masks it takes, torch_chunked for per-query and
-    per-head masks, and the session records which."""
+    """The Triton kernel (fused or not) for the masks it takes; for per-query and per-head masks the
+    separate pass's torch_chunked, or the device's own fused pass (on CPU the native kernel where it
+    builds); and the session records which."""
     triton_kinds = ("none", "key_padding", "causal_padding", "sliding_window")
-    want = {kind: {"triton" if kind in triton_kinds else "torch_chunked"} for kind in MASK_KINDS}
+    other = CPU_FUSED_BACKEND if fused == "on" and DEVICE == "cpu" else "torch_chunked"
+    want = {kind: {"triton" if kind in triton_kinds else other} for kind in MASK_KINDS}
     assert recorded_backends("triton", fused, DEVICE) == want
 
 
