@@ -76,9 +76,9 @@ def _trials_words(data: FigureData, c: FiguresConfig) -> str:
 
 def _prompt_words() -> str:
     return (
-        "the paper's task text; the key snaps to a filler *sentence* boundary, not a whole filler block (at "
-        "L = 128 the task takes 98 of the embedded tokenizer's tokens), and each trial is seeded by (42, "
-        "length, depth, trial) instead of one generator seeded 42 drawn in sequence"
+        "the paper's task text; the key snaps to a filler *sentence* boundary, not a whole filler block (a "
+        "small L leaves room for few blocks), and each trial is seeded by (42, length, depth, trial) instead "
+        "of one generator seeded 42 drawn in sequence"
     )
 
 
