@@ -351,6 +351,27 @@ def test_fused_choice_is_measured_once_per_shape_on_real_work():
     assert choices.choose("off", ("b",), run)[0] == "separate"
     result, seconds = wall_seconds(lambda: 7)
     assert result == 7 and seconds >= 0
+    # runs=1 (CPU, nothing compiles on its first call): one timed run each, no warm-ups
+    calls.clear()
+    cost.update(fused=0.5)
+    got = [choices.choose("auto", ("c",), run, runs=1) for _ in range(3)]
+    assert got == [("separate", "S"), ("fused", "F"), ("fused", "F")] and choices.chosen["c"] == "fused"
+
+
+def test_auto_runs_each_path_once_on_cpu_and_twice_where_the_fold_compiles(monkeypatch):
+    """On CPU sdpa, the native kernel and the eager fold are ready code: "auto" times one real layer of
+    each way; with ENTROPY_LENS_COMPILE=1 the first run compiles, so each way gets a warm-up first."""
+    from entropy_lens.capture.fused import PathChoices, wall_seconds
+
+    model, ids = make_tiny_model(n_layers=5), torch.randint(0, 64, (1, 24))
+    for compile_env, trials in (("0", 2), ("1", 4)):
+        monkeypatch.setenv("ENTROPY_LENS_COMPILE", compile_env)
+        timed = []
+        choices = PathChoices(timer=lambda fn: timed.append(fn) or wall_seconds(fn))
+        with EntropyRecorder(model, choices=choices) as rec, torch.no_grad():
+            model(ids)
+        assert len(timed) == trials and len(choices.chosen) == 1 and not choices.trials
+        assert rec.session.paths == {"sdpa-then-entropy", CPU_FUSED}
 
 
 def test_fused_choices_continue_from_their_record_and_replay_a_recorded_run():

@@ -293,3 +293,52 @@ def test_model_cards_describe_the_alibi_twin_and_the_passkey_runs():
     low, high = wilson_interval(1, 2)
     assert f"| 8 (2L) | 0.50 [{low:.2f}–{high:.2f}] | 0.70 | 1.50 |" in card
     assert "the retrieval head 0.1" in card
+
+
+def test_the_passkey_phase_follows_pretraining_and_init_from_skips_it(tmp_path, text_file, monkeypatch):
+    """--passkey-steps: N more steps at the constant --passkey-lr with a fresh AdamW, passkey documents
+    only there; --init-from a finished run of the recipe's pretraining runs only the phase and gives the
+    same weights as the whole run, keeps that run's snapshots, and resumes exactly."""
+    from entropy_lens.data import packed_stream
+    from entropy_lens.runs.training.tiny import training_batch
+
+    pre = micro(text_file, train_len=200, batch=2)
+    recipe = dataclasses.replace(pre, passkey_share=0.5, passkey_steps=3, passkey_lr=5e-4)
+    assert recipe.pretraining() == pre and recipe.total_steps == 9
+    assert lr_at(recipe, 5) == lr_at(pre, 5) and lr_at(recipe, 6) == lr_at(recipe, 8) == 5e-4
+    tokenizer = train_bpe([text_file.read_text()], 300)
+    stream, _ = packed_stream(tokenizer, str(text_file))
+    assert np.array_equal(training_batch(recipe, stream, tokenizer, 5), training_batch(pre, stream, tokenizer, 5))
+    assert not np.array_equal(training_batch(recipe, stream, tokenizer, 6)[1], training_batch(pre, stream, tokenizer, 6)[1])
+
+    whole = train_tiny(recipe, tmp_path / "whole", progress=False, snapshots=(2,))
+    base = train_tiny(pre, tmp_path / "base", progress=False, snapshots=(2,))
+    tuned = train_tiny(recipe, tmp_path / "tuned", progress=False, snapshots=(2,), init_from=base)
+    assert all(np.array_equal(x, weights(tuned)[k]) for k, x in weights(whole).items())
+    assert all(np.array_equal(x, weights(tuned / "step-2")[k]) for k, x in weights(base / "step-2").items())
+    facts = json.loads((tuned / "training.json").read_text())
+    assert facts["init_from"]["path"] == str(base.resolve()) and facts["tokens_seen"] == 9 * 2 * 200
+    assert facts["pretraining_train_loss_mean_last_50"] == json.loads((base / "training.json").read_text())[
+        "final_train_loss_mean_last_50"
+    ]
+
+    for crash, parent in ((8, base), (6, None)):  # inside the phase; at its first step (a fresh optimiser)
+        monkeypatch.setattr(data_module, "random_windows", crash_at(crash))
+        with pytest.raises(KeyboardInterrupt):
+            train_tiny(recipe, tmp_path / f"r{crash}", progress=False, checkpoint_every=1, init_from=parent)
+        monkeypatch.undo()
+        resumed = train_tiny(recipe, tmp_path / f"r{crash}", progress=False, init_from=parent)
+        assert all(np.array_equal(x, weights(resumed)[k]) for k, x in weights(whole).items())
+
+    for bad, match in (
+        (dataclasses.replace(recipe, lr=1e-2), "lr differ"),
+        (pre, "needs --passkey-steps"),
+    ):
+        with pytest.raises(EntropyLensError, match=match):
+            train_tiny(bad, tmp_path / "bad", progress=False, init_from=base)
+    with pytest.raises(EntropyLensError, match="no step-4/"):
+        train_tiny(recipe, tmp_path / "bad", progress=False, init_from=base, snapshots=(4,))
+    with pytest.raises(EntropyLensError, match="is a snapshot"):
+        train_tiny(recipe, tmp_path / "bad", progress=False, init_from=base / "step-2")
+    with pytest.raises(EntropyLensError, match="needs a --passkey-share"):
+        dataclasses.replace(recipe, passkey_share=0.0).check()

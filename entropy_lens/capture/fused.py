@@ -15,6 +15,10 @@ named in capture/paths.py, is what the session and the results meta record.
 "auto" (default) measures both on the real work: the first calls of each shape run separate,
 fused, separate, fused (the first of each a warm-up: compilation, Triton autotuning), every result
 is used, and the faster of the two timed calls is kept, as `@triton.autotune` does for block sizes.
+Where neither path compiles on its first call (CPU without ENTROPY_LENS_COMPILE=1: sdpa, the native
+kernel and the eager fold are ready code), each runs once, separate then fused, and the faster is kept:
+a trial of the slower path costs a whole layer of the scan (2× one at 16K), so warm-ups would be paid
+twice for nothing.
 No work is run only to be timed. What was measured and kept lives in a `PathChoices` state object: a
 scan owns one, stores it in its checkpoint and records its choices in the results meta
 (`fused_choices`), so a resumed scan continues with the paths the interrupted one chose.
@@ -68,10 +72,13 @@ class PathChoices:
         self.chosen: dict[str, str] = {}  # shape key -> "fused" | "separate", kept for the process
         self.trials: dict[str, dict[str, list[float]]] = {}  # shape key -> seconds of each path's runs
 
-    def choose(self, mode: str, shape_key, run: dict[str, Callable[[], object]]) -> tuple[str, object]:
+    def choose(
+        self, mode: str, shape_key, run: dict[str, Callable[[], object]], *, runs: int = 2
+    ) -> tuple[str, object]:
         """(path, its result) for `mode`: "off" runs `run["separate"]`, "on" `run["fused"]`; "auto" runs
-        the path kept for `shape_key` or, until one is kept, the next trial: each path twice in turn,
-        every run a layer's real work, and the faster second run is kept."""
+        the path kept for `shape_key` or, until one is kept, the next trial: each path `runs` times in
+        turn (2: a warm-up, then the timed run; 1 where neither compiles on its first call), every run a
+        layer's real work, and the path whose last run was faster is kept."""
         if mode != "auto":
             path = "fused" if mode == "on" else "separate"
             return path, run[path]()
@@ -83,7 +90,7 @@ class PathChoices:
         path = min(PATHS, key=lambda name: len(trials[name]))  # fewest runs so far; ties in PATHS order
         result, seconds = self.timer(run[path])
         trials[path].append(seconds)
-        if all(len(times) >= 2 for times in trials.values()):
+        if all(len(times) >= runs for times in trials.values()):
             fastest = min(PATHS, key=lambda name: trials[name][-1])
             self.chosen[key] = self.replay.get(key, fastest)
             del self.trials[key]

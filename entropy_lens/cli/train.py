@@ -13,6 +13,7 @@ TRAIN_EXAMPLES = """examples:
   entropy-lens train-tiny --kind rope --out tiny-rope --resume
   entropy-lens train-tiny --kind nope --train-len 256 --steps 3000 --out tiny-nope-256
   entropy-lens train-tiny --kind nope --snapshot 300 --out tiny-nope   # also tiny-nope/step-300/
+  entropy-lens train-tiny --kind nope --passkey-share 0.5 --passkey-steps 200 --init-from tiny-nope --out tiny-nope-pk
 """
 
 
@@ -33,6 +34,12 @@ def add_parsers(sub) -> None:
         metavar="STEP",
         help="also save the model after STEP steps as <out>/step-STEP/ (repeatable)",
     )
+    t.add_argument(
+        "--init-from",
+        metavar="FOLDER",
+        help="a model trained by this recipe without the passkey phase (its flags minus the --passkey-* "
+        "ones): start the passkey phase from its weights instead of retraining them",
+    )
     mode = t.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
     mode.add_argument("--force", action="store_true", help="overwrite an existing --out")
@@ -51,10 +58,11 @@ def cmd_train_tiny(args) -> int:
         force=args.force,
         progress=not args.quiet,
         snapshots=tuple(args.snapshot),
+        init_from=args.init_from,
     )
     facts = json.loads((out / "training.json").read_text())
     print(
-        f"tiny-{args.kind}: {facts['parameters']:,} parameters, {recipe.steps} steps of {recipe.batch} x "
+        f"tiny-{args.kind}: {facts['parameters']:,} parameters, {recipe.total_steps} steps of {recipe.batch} x "
         f"{recipe.train_len} tokens in {facts['wall_s'] / 60:.1f} min; final train loss "
         f"{facts['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps)"
     )

@@ -75,7 +75,7 @@ from entropy_lens.kernels.contract import (
     validate_key_bias,
     validate_window,
 )
-from entropy_lens.kernels.fold import fold_status
+from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.merge import (
     entropy_from_state,
@@ -105,6 +105,7 @@ __all__ = [
     "attention_with_entropy_native",
     "attention_with_entropy_torch",
     "backend_for",
+    "compile_requested",
     "entropy_from_state",
     "entropy_native",
     "entropy_reference",

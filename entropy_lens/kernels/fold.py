@@ -60,6 +60,11 @@ def fold(s, m, l, u):
     return m_new, l_new, u_new, e, alpha
 
 
+def compile_requested() -> bool:
+    """Whether ENTROPY_LENS_COMPILE=1 asks for the compiled CPU fold (compiled on its first call)."""
+    return os.environ.get(ENV_VAR, "0") == "1"
+
+
 def fold_for(s: torch.Tensor, state: FoldState | None = None):
     """The fold to run on the (rows, bk) tile `s`: eager, or compiled for CPU tiles of at least
     COMPILE_MIN scores when ENTROPY_LENS_COMPILE=1 (smaller ones cost less than the guards).
@@ -67,7 +72,7 @@ def fold_for(s: torch.Tensor, state: FoldState | None = None):
     state = state or PROCESS_FOLD
     if s.device.type != "cpu":
         return fold
-    if os.environ.get(ENV_VAR, "0") != "1":
+    if not compile_requested():
         state.status = "eager"
         return fold
     if s.numel() < COMPILE_MIN:

@@ -23,6 +23,14 @@ folder `<out>/step-300/`, with a training.json that says which step of which rec
 is the same run stopped early: the learning-rate schedule is the full run's, so stopping a run of
 the same recipe at step 300 gives the same weights.
 
+Passkey phase: `passkey_steps=N` adds N steps after `steps` (numbered on, so their batches are new)
+with a fresh AdamW at the constant `passkey_lr`, in which a `passkey_share` of each batch's windows
+are passkey documents that fit inside L: a short fine-tune that teaches the task (mixing them into
+pretraining from the start, `passkey_steps=0`, also made NoPE generalise beyond L on its own and
+erased the effect the figures reproduce; see models/tiny/README.md). Because the phase starts from a
+fresh optimiser, `init_from=FOLDER` (a finished run of `recipe.pretraining()`) runs only the phase and
+gives the whole run's model (bit-identical with the same torch and thread count).
+
 Resuming: every `checkpoint_every` steps the model, optimiser and step are saved to
 `<out>.partial/checkpoint.pt`; `resume=True` continues from there. The finished folder is
 written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
@@ -92,8 +100,15 @@ class TinyRecipe:
     passkey_share: float = setting(
         0.0,
         help="share of each batch's windows replaced by passkey documents of L+1 tokens (data/passkey.py: "
-        "random key and depth), so the model can learn the task inside L",
+        "random key and depth), so the model can learn the task inside L: in the steps of --passkey-steps "
+        "when it is set, else in every step",
     )
+    passkey_steps: int = setting(
+        0,
+        help="steps of a passkey phase after --steps: a fresh AdamW at the constant --passkey-lr on batches "
+        "with --passkey-share passkey documents (0: no phase)",
+    )
+    passkey_lr: float = setting(2e-4, help="learning rate of the passkey phase (--passkey-steps)")
 
     def check(self) -> None:
         if self.kind not in _KINDS:
@@ -114,6 +129,25 @@ class TinyRecipe:
             raise EntropyLensError(f"vocab {self.vocab} is too small: a byte-level BPE needs 256 bytes + 2")
         if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and 0 <= self.warmup < self.steps + 1):
             raise EntropyLensError("need lr > 0, 0 <= min_lr_ratio <= 1 and 0 <= warmup <= steps")
+        if self.passkey_steps < 0 or self.passkey_lr <= 0:
+            raise EntropyLensError("need --passkey-steps >= 0 and --passkey-lr > 0")
+        if self.passkey_steps and not self.passkey_share:
+            raise EntropyLensError("--passkey-steps needs a --passkey-share above 0 (the phase's passkey documents)")
+
+    @property
+    def total_steps(self) -> int:
+        """Optimiser steps of the run: --steps, then the passkey phase."""
+        return self.steps + self.passkey_steps
+
+    def pretraining(self) -> TinyRecipe:
+        """The recipe of this run's first --steps steps as a run of its own (without the passkey phase):
+        what a folder given to --init-from must have been trained by."""
+        if not self.passkey_steps:
+            return self
+        plain = TinyRecipe()
+        return dataclasses.replace(
+            self, passkey_share=plain.passkey_share, passkey_steps=0, passkey_lr=plain.passkey_lr
+        )
 
     @property
     def tokens_per_step(self) -> int:
@@ -121,7 +155,10 @@ class TinyRecipe:
 
 
 def lr_at(recipe: TinyRecipe, step: int) -> float:
-    """Learning rate of step `step` (0-based): linear warm-up, then cosine to min_lr_ratio * lr."""
+    """Learning rate of step `step` (0-based): linear warm-up, then cosine to min_lr_ratio * lr; the
+    constant passkey_lr in the passkey phase."""
+    if step >= recipe.steps:
+        return recipe.passkey_lr
     if step < recipe.warmup:
         return recipe.lr * (step + 1) / recipe.warmup
     progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
@@ -193,27 +230,56 @@ def train_tiny(
     progress: bool = True,
     checkpoint_every: int = 100,
     snapshots: tuple[int, ...] = (),
+    init_from: str | Path | None = None,
 ) -> Path:
     """Train `recipe` and write a Hugging Face folder to `out` (and one per step of `snapshots` in
     `out/step-N/`); see the module docstring. An interrupted run (its `<out>.partial` folder) is
     continued by a plain rerun as by `resume`; `force` discards it, and replaces an existing `out`
-    only once the new model is in place."""
+    only once the new model is in place. `init_from`, a folder trained by `recipe.pretraining()`, skips
+    those steps: only the passkey phase runs (it starts from a fresh optimiser either way, so the
+    result is the whole run's), and the folder's snapshots are copied."""
     recipe.check()
-    bad = [n for n in snapshots if not 0 < n < recipe.steps]
+    bad = [n for n in snapshots if not 0 < n < recipe.total_steps]
     if bad:
         raise EntropyLensError(
-            f"--snapshot {bad[0]} is not a step before the last (1 to {recipe.steps - 1}); pass a step "
+            f"--snapshot {bad[0]} is not a step before the last (1 to {recipe.total_steps - 1}); pass a step "
             "inside the run (the last step is the finished model itself)"
         )
+    parent = _check_init_from(recipe, Path(init_from), snapshots) if init_from is not None else None
     out = check_folder_target(out)
     work = out.with_name(out.name + ".partial")
     if out.exists() and not force:
         raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
     with OutputLock(out):
-        return _train(recipe, out, work, force, progress, checkpoint_every, snapshots)
+        return _train(recipe, out, work, force, progress, checkpoint_every, snapshots, parent)
 
 
-def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, snapshots) -> Path:
+def _check_init_from(recipe: TinyRecipe, folder: Path, snapshots: tuple[int, ...]) -> dict:
+    """The training.json of `folder`, which must hold a finished run of `recipe.pretraining()`."""
+    if not recipe.passkey_steps:
+        raise EntropyLensError("--init-from needs --passkey-steps: it skips the steps before the passkey phase")
+    try:
+        facts = json.loads((folder / "training.json").read_text())
+        theirs = TinyRecipe(**facts["recipe"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise EntropyLensError(
+            f"--init-from {folder} is not a folder written by train-tiny ({err}); pass one, or leave the flag out "
+            "to train from the start"
+        ) from None
+    ours = recipe.pretraining()
+    if theirs != ours or "snapshot_step" in facts:
+        diff = [k for k, v in dataclasses.asdict(ours).items() if dataclasses.asdict(theirs)[k] != v]
+        raise EntropyLensError(
+            f"--init-from {folder} was not trained by this recipe's first {recipe.steps} steps "
+            f"({', '.join(diff) or 'it is a snapshot'} differ); pass the flags it was trained with"
+        )
+    lost = [n for n in snapshots if n <= recipe.steps and not (folder / f"step-{n}").is_dir()]
+    if lost:
+        raise EntropyLensError(f"--init-from {folder} has no step-{lost[0]}/ to keep as --snapshot {lost[0]}")
+    return {**facts, "path": str(folder.resolve())}
+
+
+def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, snapshots, parent) -> Path:
     import torch
 
     from entropy_lens.data import load_documents, packed_stream
@@ -238,12 +304,19 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
     model = build_model(recipe, len(tokenizer), tokenizer.eos_token_id)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]  # norms
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=recipe.lr,
-        betas=(0.9, 0.95),
-    )
+
+    def new_optimizer():
+        groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0}]
+        return torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.95))
+
+    optimizer = new_optimizer()
     start, log, prior_s = 0, [], 0.0
+    if parent is not None and not resume:
+        _load_weights(model, Path(parent["path"]), tokenizer)
+        start, log, prior_s = recipe.steps, list(parent["log"]), parent["wall_s"]
+        for n in snapshots:
+            if n <= recipe.steps:
+                shutil.copytree(Path(parent["path"]) / f"step-{n}", work / f"step-{n}")
     if resume and ckpt_path.is_file():
         state = torch.load(ckpt_path, weights_only=False)
         if state["recipe"] != dataclasses.asdict(recipe):
@@ -265,13 +338,15 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
 
     model.train()
     bar = progress_bar(
-        total=recipe.steps,
+        total=recipe.total_steps,
         initial=start,
         enabled=progress,
         desc=f"train tiny-{recipe.kind}, threads {torch.get_num_threads()}",
     )
     t0 = time.perf_counter()
-    for step in range(start, recipe.steps):
+    for step in range(start, recipe.total_steps):
+        if step == recipe.steps:  # the passkey phase starts from a fresh optimiser
+            optimizer = new_optimizer()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(recipe, step)
         ids = torch.from_numpy(training_batch(recipe, stream, tokenizer, step))
@@ -283,19 +358,23 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
         optimizer.step()
         elapsed, value = prior_s + time.perf_counter() - t0, loss.detach().item()
         log.append({"step": step + 1, "loss": value, "lr": lr_at(recipe, step), "wall_s": round(elapsed, 2)})
-        rate = (step + 1 - start) * recipe.tokens_per_step / (elapsed - prior_s)
+        rate = (step + 1 - start) * recipe.tokens_per_step / max(elapsed - prior_s, 1e-9)
         bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
         bar.update()
         if step + 1 in snapshots:
             _save_folder(model, tokenizer, work / f"step-{step + 1}", _facts(recipe, description, model, log))
-        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.steps:
+        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.total_steps:
             state = {"recipe": dataclasses.asdict(recipe), "step": step + 1, "log": log, "wall_s": elapsed}
             torch.save({**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path)
     bar.close()
 
     model.eval()
     final = work / "model"
-    _save_folder(model, tokenizer, final, _facts(recipe, description, model, log, prior_s))
+    facts = _facts(recipe, description, model, log, prior_s)
+    if parent is not None:
+        facts["init_from"] = {k: parent[k] for k in ("path", "wall_s", "threads", "torch")}
+        facts["pretraining_train_loss_mean_last_50"] = parent["final_train_loss_mean_last_50"]
+    _save_folder(model, tokenizer, final, facts)
     for n in snapshots:  # written during the run (a resumed run kept those of its first part)
         (work / f"step-{n}").rename(final / f"step-{n}")
     old = out.with_name(out.name + ".replaced")
@@ -316,12 +395,13 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
 def training_batch(recipe: TinyRecipe, stream: np.ndarray, tokenizer, step: int) -> np.ndarray:
     """(batch, L + 1) token ids of step `step`: random windows of the stream, the last
     round(passkey_share · batch) of them replaced by passkey documents (a random key at a random depth;
-    drawn by (seed, step) alone, as the windows)."""
+    drawn by (seed, step) alone, as the windows) in the passkey phase, or in every step without one."""
     from entropy_lens.data import random_windows
     from entropy_lens.data.passkey import passkey_prompt, random_key
 
     windows = random_windows(stream, recipe.train_len, recipe.batch, recipe.seed, step)
-    n = round(recipe.passkey_share * recipe.batch)
+    pretraining = recipe.passkey_steps and step < recipe.steps
+    n = 0 if pretraining else round(recipe.passkey_share * recipe.batch)
     rng = np.random.default_rng([recipe.seed, step, 1])
     for row in range(recipe.batch - n, recipe.batch):
         prompt = passkey_prompt(
@@ -340,7 +420,7 @@ def _facts(recipe: TinyRecipe, description: str, model, log: list, prior_s: floa
     """training.json of a model after the last step of `log` (the finished run, or a snapshot)."""
     import torch
 
-    steps = log[-1]["step"] if log else recipe.steps
+    steps = log[-1]["step"] if log else recipe.total_steps
     tail = [r["loss"] for r in log[-50:]]
     facts = {
         "recipe": dataclasses.asdict(recipe),
@@ -351,11 +431,25 @@ def _facts(recipe: TinyRecipe, description: str, model, log: list, prior_s: floa
         "wall_s": log[-1]["wall_s"] if log else prior_s,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "log": log[9::10],  # every 10th step
+        "log": [r for r in log if r["step"] % 10 == 0],  # every 10th step
     }
-    if steps < recipe.steps:
-        facts["snapshot_step"] = steps  # a snapshot: the run after `steps` of recipe.steps steps
+    if recipe.passkey_steps:
+        before = [r["loss"] for r in log if recipe.steps - 50 < r["step"] <= recipe.steps]
+        facts["pretraining_train_loss_mean_last_50"] = float(np.mean(before)) if before else None
+    if steps < recipe.total_steps:
+        facts["snapshot_step"] = steps  # a snapshot: the run after `steps` of recipe.total_steps steps
     return facts
+
+
+def _load_weights(model, folder: Path, tokenizer) -> None:
+    """Load a train-tiny folder's weights into `model`, refusing a tokenizer other than this run's."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    theirs = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise EntropyLensError(f"--init-from {folder} has another tokenizer than this recipe's; retrain it")
+    model.load_state_dict(load_file(folder / "model.safetensors"))
 
 
 def _save_folder(model, tokenizer, folder: Path, facts: dict) -> None:
