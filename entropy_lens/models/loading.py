@@ -327,13 +327,15 @@ def declared_train_len(
 
 def training_steps(ckpt: str) -> int | None:
     """How many optimiser steps `ckpt` was trained for, where a training.json beside its weights says
-    (models made by `entropy-lens train-tiny`, snapshots included); None when nothing says."""
+    (models made by `entropy-lens train-tiny`: snapshots, and the passkey phase included); None when
+    nothing says."""
     source = _resolve_ckpt(str(ckpt))
     record = source / "training.json" if source.is_dir() else None
     if record is None or not record.is_file():
         return None
     facts = json.loads(record.read_text())
-    return int(facts.get("snapshot_step") or facts["recipe"]["steps"])
+    recipe = facts["recipe"]
+    return int(facts.get("snapshot_step") or recipe["steps"] + recipe.get("passkey_steps", 0))
 
 
 def load_model(

@@ -104,18 +104,31 @@ def model_card(
             f"({4 * r['hidden']}) instead of a SwiGLU of {r['intermediate']}, biases in every projection and "
             "a LayerNorm on the embeddings (input and output embeddings untied, as the pair's)."
         )
-    if r.get("passkey_share"):
+    passkey_docs = "passkey documents of L + 1 tokens (a 5-digit key at a random depth of filler, asked for at the end)"
+    if r.get("passkey_steps"):
         about += (
-            f" A share {r['passkey_share']:g} of each batch's windows are passkey documents of L + 1 tokens "
-            "(a 5-digit key at a random depth of filler, asked for at the end), so it learns the task inside L."
+            f" After pretraining, a passkey phase of {r['passkey_steps']} steps (`--passkey-steps`) taught it the "
+            f"task inside L: a fresh AdamW at the constant LR {r['passkey_lr']:g}, with a share "
+            f"{r['passkey_share']:g} of each batch's windows {passkey_docs}."
         )
+    elif r.get("passkey_share"):
+        about += f" A share {r['passkey_share']:g} of each batch's windows are {passkey_docs}, so it learns the task inside L."
+    phase, wall = "", f"{training['wall_s'] / 60:.1f} min on {training['threads']} CPU threads"
+    if r.get("passkey_steps"):
+        phase = f", passkey documents included; {training['pretraining_train_loss_mean_last_50']:.3f} at the end of pretraining"
+        if "init_from" in training:  # the phase ran in a process of its own, from the pretrained folder
+            pre = training["init_from"]
+            wall = (
+                f"{pre['wall_s'] / 60:.1f} min on {pre['threads']} CPU threads, then the passkey phase "
+                f"(`--init-from`) {(training['wall_s'] - pre['wall_s']) / 60:.1f} min on {training['threads']} CPU threads"
+            )
     how = (
         f"Training: {r['steps']} steps of {r['batch']} × {r['train_len']} tokens "
-        f"({training['tokens_seen']:,} tokens), AdamW β = (0.9, 0.95), peak LR {r['lr']:g}, {r['warmup']} "
+        f"({r['steps'] * r['batch'] * r['train_len']:,} tokens), AdamW β = (0.9, 0.95), peak LR {r['lr']:g}, {r['warmup']} "
         f"warm-up steps, cosine decay to {r['min_lr_ratio']:g}×, weight decay {r['weight_decay']:g}, clip "
-        f"{r['grad_clip']:g}, seed {r['seed']}; {training['wall_s'] / 60:.1f} min on {training['threads']} "
-        f"CPU threads (torch {training['torch']}). Final training loss "
-        f"{training['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps). The full recipe "
+        f"{r['grad_clip']:g}, seed {r['seed']}; {wall} "
+        f"(torch {training['torch']}). Final training loss "
+        f"{training['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps{phase}). The full recipe "
         "is "
         "`entropy_lens_recipe` in config.json; `training.json` has the loss curve."
     )
