@@ -367,7 +367,7 @@ def test_auto_runs_each_path_once_on_cpu_and_twice_where_the_fold_compiles(monke
     for compile_env, trials in (("0", 2), ("1", 4)):
         monkeypatch.setenv("ENTROPY_LENS_COMPILE", compile_env)
         timed = []
-        choices = PathChoices(timer=lambda fn: timed.append(fn) or wall_seconds(fn))
+        choices = PathChoices(timer=lambda fn, timed=timed: timed.append(fn) or wall_seconds(fn))
         with EntropyRecorder(model, choices=choices) as rec, torch.no_grad():
             model(ids)
         assert len(timed) == trials and len(choices.chosen) == 1 and not choices.trials

@@ -299,7 +299,9 @@ def test_model_cards_describe_the_alibi_twin_and_the_passkey_runs():
     training["init_from"] = {"path": "x/pre", "wall_s": 1500.0, "threads": 2, "torch": "2.13.0"}
     card = model_card(report("x/tiny-nope", 3.0), training, [], record)
     assert "a passkey phase of 300 steps" in card and "constant LR 0.0005, with a share 0.25" in card
-    assert "25.0 min on 2 CPU threads, then the passkey phase (`--init-from`) 5.0 min on 1 CPU threads" in card
+    assert (
+        "25.0 min on 2 CPU threads, then the passkey phase (`--init-from`) 5.0 min on 1 CPU threads" in card
+    )
     assert "3.400 at the end of pretraining" in card
 
 
@@ -316,8 +318,12 @@ def test_the_passkey_phase_follows_pretraining_and_init_from_skips_it(tmp_path, 
     assert lr_at(recipe, 5) == lr_at(pre, 5) and lr_at(recipe, 6) == lr_at(recipe, 8) == 5e-4
     tokenizer = train_bpe([text_file.read_text()], 300)
     stream, _ = packed_stream(tokenizer, str(text_file))
-    assert np.array_equal(training_batch(recipe, stream, tokenizer, 5), training_batch(pre, stream, tokenizer, 5))
-    assert not np.array_equal(training_batch(recipe, stream, tokenizer, 6)[1], training_batch(pre, stream, tokenizer, 6)[1])
+    assert np.array_equal(
+        training_batch(recipe, stream, tokenizer, 5), training_batch(pre, stream, tokenizer, 5)
+    )
+    assert not np.array_equal(
+        training_batch(recipe, stream, tokenizer, 6)[1], training_batch(pre, stream, tokenizer, 6)[1]
+    )
 
     whole = train_tiny(recipe, tmp_path / "whole", progress=False, snapshots=(2,))
     base = train_tiny(pre, tmp_path / "base", progress=False, snapshots=(2,))
@@ -326,9 +332,10 @@ def test_the_passkey_phase_follows_pretraining_and_init_from_skips_it(tmp_path, 
     assert all(np.array_equal(x, weights(tuned / "step-2")[k]) for k, x in weights(base / "step-2").items())
     facts = json.loads((tuned / "training.json").read_text())
     assert facts["init_from"]["path"] == str(base.resolve()) and facts["tokens_seen"] == 9 * 2 * 200
-    assert facts["pretraining_train_loss_mean_last_50"] == json.loads((base / "training.json").read_text())[
-        "final_train_loss_mean_last_50"
-    ]
+    assert (
+        facts["pretraining_train_loss_mean_last_50"]
+        == json.loads((base / "training.json").read_text())["final_train_loss_mean_last_50"]
+    )
 
     for crash, parent in ((8, base), (6, None)):  # inside the phase; at its first step (a fresh optimiser)
         monkeypatch.setattr(data_module, "random_windows", crash_at(crash))

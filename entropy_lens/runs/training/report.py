@@ -104,7 +104,9 @@ def model_card(
             f"({4 * r['hidden']}) instead of a SwiGLU of {r['intermediate']}, biases in every projection and "
             "a LayerNorm on the embeddings (input and output embeddings untied, as the pair's)."
         )
-    passkey_docs = "passkey documents of L + 1 tokens (a 5-digit key at a random depth of filler, asked for at the end)"
+    passkey_docs = (
+        "passkey documents of L + 1 tokens (a 5-digit key at a random depth of filler, asked for at the end)"
+    )
     if r.get("passkey_steps"):
         about += (
             f" After pretraining, a passkey phase of {r['passkey_steps']} steps (`--passkey-steps`) taught it the "

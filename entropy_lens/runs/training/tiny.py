@@ -132,7 +132,9 @@ class TinyRecipe:
         if self.passkey_steps < 0 or self.passkey_lr <= 0:
             raise EntropyLensError("need --passkey-steps >= 0 and --passkey-lr > 0")
         if self.passkey_steps and not self.passkey_share:
-            raise EntropyLensError("--passkey-steps needs a --passkey-share above 0 (the phase's passkey documents)")
+            raise EntropyLensError(
+                "--passkey-steps needs a --passkey-share above 0 (the phase's passkey documents)"
+            )
 
     @property
     def total_steps(self) -> int:
@@ -257,7 +259,9 @@ def train_tiny(
 def _check_init_from(recipe: TinyRecipe, folder: Path, snapshots: tuple[int, ...]) -> dict:
     """The training.json of `folder`, which must hold a finished run of `recipe.pretraining()`."""
     if not recipe.passkey_steps:
-        raise EntropyLensError("--init-from needs --passkey-steps: it skips the steps before the passkey phase")
+        raise EntropyLensError(
+            "--init-from needs --passkey-steps: it skips the steps before the passkey phase"
+        )
     try:
         facts = json.loads((folder / "training.json").read_text())
         theirs = TinyRecipe(**facts["recipe"])
@@ -306,7 +310,10 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]  # norms
 
     def new_optimizer():
-        groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0}]
+        groups = [
+            {"params": decay, "weight_decay": recipe.weight_decay},
+            {"params": no_decay, "weight_decay": 0},
+        ]
         return torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.95))
 
     optimizer = new_optimizer()
