@@ -236,10 +236,11 @@ def test_the_alibi_twin_trains_deterministically_and_is_captured(text_file, tmp_
 
 
 def test_a_share_of_each_batch_is_passkey_documents(text_file):
-    """--passkey-share: the last round(share · batch) windows of a step are whole passkey documents of
-    L + 1 tokens (prompt then answer), drawn by (seed, step); the rest are the usual windows."""
+    """--passkey-share: the last round(share · batch) windows of a step end in a whole passkey document
+    (prompt then answer) of a random length in [L/2, L + 1], after text and a separator, so the answer's
+    position varies; drawn by (seed, step); the rest are the usual windows."""
     from entropy_lens.data import packed_stream
-    from entropy_lens.data.passkey import QUESTION
+    from entropy_lens.data.passkey import INSTRUCTION, QUESTION, passkey_prompt, shortest_prompt
     from entropy_lens.runs.training.tiny import training_batch
 
     recipe = micro(text_file, train_len=200, batch=4, passkey_share=0.5)
@@ -249,10 +250,25 @@ def test_a_share_of_each_batch_is_passkey_documents(text_file):
     plain = training_batch(dataclasses.replace(recipe, passkey_share=0.0), stream, tokenizer, 3)
     assert batch.shape == (4, 201) and np.array_equal(batch[:2], plain[:2])
     assert np.array_equal(batch, training_batch(recipe, stream, tokenizer, 3))  # the step alone decides
-    for row in batch[2:]:
-        text = tokenizer.decode(row)
-        key = text.rsplit(QUESTION, 1)[1].strip()
-        assert len(key) == 5 and key.isdigit() and f"The pass key is {key}. Remember it." in text
+    sep, lengths = tokenizer.eos_token_id, set()
+    for step in range(3, 9):
+        for row in training_batch(recipe, stream, tokenizer, step)[2:]:
+            seps = np.flatnonzero(
+                row == sep
+            )  # a document shorter than the window follows text and a separator
+            start = int(seps[-1]) + 1 if len(seps) else 0
+            doc = tokenizer.decode(row[start:])
+            key = doc.rsplit(QUESTION, 1)[1].strip()
+            assert doc.startswith(INSTRUCTION) and len(key) == 5 and key.isdigit()
+            assert f"The pass key is {key}. Remember it." in doc
+            assert max(100, shortest_prompt(tokenizer, int(key))) <= len(row) - start <= 201
+            lengths.add(len(row) - start)
+    assert len(lengths) > 3
+    shortest = shortest_prompt(tokenizer, 12345)  # the prompt without filler
+    prompt = passkey_prompt(tokenizer, length=shortest, depth=0.5, key=12345, rng=np.random.default_rng(0))
+    assert len(prompt.ids) + len(prompt.answer) == shortest
+    with pytest.raises(EntropyLensError, match=f"needs at least {shortest} tokens"):
+        passkey_prompt(tokenizer, length=shortest - 1, depth=0.5, key=12345, rng=np.random.default_rng(0))
     assert not np.array_equal(batch[2], training_batch(recipe, stream, tokenizer, 4)[2])
     with pytest.raises(EntropyLensError, match="--passkey-share must be in"):
         micro(text_file, passkey_share=1.5).check()

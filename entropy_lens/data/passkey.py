@@ -33,6 +33,7 @@ __all__ = [
     "check_tokenizer",
     "passkey_prompt",
     "random_key",
+    "shortest_prompt",
 ]
 
 INSTRUCTION = (
@@ -92,23 +93,33 @@ def _bos(tokenizer) -> list[int]:
     return [bos] if with_special and with_special[0] == bos else []
 
 
+def _pieces(tokenizer, key: int) -> tuple[list[int], list[list[int]], list[int], list[int]]:
+    """(instruction, the needle's parts, question, answer) in tokens."""
+    head = _bos(tokenizer) + _encode(tokenizer, INSTRUCTION)
+    said = _encode(tokenizer, f" {key}")  # the key inside the needle, after "is" as in the answer
+    parts = [_encode(tokenizer, " The pass key is"), said, _encode(tokenizer, ". Remember it."), said]
+    parts.append(_encode(tokenizer, " is the pass key."))
+    return head, parts, _encode(tokenizer, QUESTION), said
+
+
+def shortest_prompt(tokenizer, key: int) -> int:
+    """The fewest tokens a prompt of `key` and its answer take with `tokenizer` (no filler)."""
+    head, parts, question, answer = _pieces(tokenizer, key)
+    return len(head) + sum(map(len, parts)) + len(question) + len(answer)
+
+
 def passkey_prompt(
     tokenizer, *, length: int, depth: float, key: int, rng: np.random.Generator, width: float = 0.1
 ) -> PasskeyPrompt:
     """The prompt of one trial (see the module docstring; the needle's target is drawn from
     [depth, depth + width) of the filler); EntropyLensError when it cannot fit."""
-    head = _bos(tokenizer) + _encode(tokenizer, INSTRUCTION)
+    head, parts, question, answer = _pieces(tokenizer, key)
     sentences = [_encode(tokenizer, f" {sentence}") for sentence in FILLER_SENTENCES]
-    answer = _encode(tokenizer, f" {key}")
-    said = _encode(tokenizer, f" {key}")  # the key inside the needle, after "is" as in the answer
-    parts = [_encode(tokenizer, " The pass key is"), said, _encode(tokenizer, ". Remember it."), said]
-    parts.append(_encode(tokenizer, " is the pass key."))
     needle = [t for part in parts for t in part]
-    question = _encode(tokenizer, QUESTION)
     total = length - len(answer)
     filler = total - len(head) - len(needle) - len(question)
     if filler < 0:
-        need = len(head) + len(needle) + len(question) + len(answer)
+        need = shortest_prompt(tokenizer, key)
         raise EntropyLensError(
             f"a passkey prompt needs at least {need} tokens with this tokenizer (instruction, needle, question "
             f"and answer); --lens {length} is too short: pass lengths of {need} or more"
@@ -123,8 +134,8 @@ def passkey_prompt(
     ids = head + stream[:before] + needle + stream[: filler - before] + question
     start = len(head) + before
     first = start + len(parts[0])
-    second = first + len(said) + len(parts[2])
-    positions = [*range(first, first + len(said)), *range(second, second + len(said))]
+    second = first + len(answer) + len(parts[2])
+    positions = [*range(first, first + len(answer)), *range(second, second + len(answer))]
     return PasskeyPrompt(
         ids=np.asarray(ids, dtype=np.int64),
         answer=np.asarray(answer, dtype=np.int64),

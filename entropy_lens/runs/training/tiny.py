@@ -99,9 +99,9 @@ class TinyRecipe:
     seed: int = setting(0, help="initialisation and batch order")
     passkey_share: float = setting(
         0.0,
-        help="share of each batch's windows replaced by passkey documents of L+1 tokens (data/passkey.py: "
-        "random key and depth), so the model can learn the task inside L: in the steps of --passkey-steps "
-        "when it is set, else in every step",
+        help="share of each batch's windows that end in a passkey document of L/2 to L+1 tokens "
+        "(data/passkey.py: random key and depth), so the model can learn the task inside L: in the steps "
+        "of --passkey-steps when it is set, else in every step",
     )
     passkey_steps: int = setting(
         0,
@@ -401,25 +401,30 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
 
 def training_batch(recipe: TinyRecipe, stream: np.ndarray, tokenizer, step: int) -> np.ndarray:
     """(batch, L + 1) token ids of step `step`: random windows of the stream, the last
-    round(passkey_share · batch) of them replaced by passkey documents (a random key at a random depth;
-    drawn by (seed, step) alone, as the windows) in the passkey phase, or in every step without one."""
+    round(passkey_share · batch) of them ending in a passkey document (in the passkey phase, or in every
+    step without one). A document has a random length n in [L/2, L + 1] (prompt then answer, a random
+    key at a random depth) and follows the window's first L + 1 − n tokens of text and a separator, so
+    the answer's position varies: with the answer always at the window's end, the RoPE model learned to
+    rely on where it sits, and answered the key rotated one place at any other length. Drawn by (seed,
+    step) alone, as the windows."""
     from entropy_lens.data import random_windows
-    from entropy_lens.data.passkey import passkey_prompt, random_key
+    from entropy_lens.data.passkey import passkey_prompt, random_key, shortest_prompt
 
     windows = random_windows(stream, recipe.train_len, recipe.batch, recipe.seed, step)
     pretraining = recipe.passkey_steps and step < recipe.steps
     n = 0 if pretraining else round(recipe.passkey_share * recipe.batch)
     rng = np.random.default_rng([recipe.seed, step, 1])
+    width = recipe.train_len + 1
     for row in range(recipe.batch - n, recipe.batch):
-        prompt = passkey_prompt(
-            tokenizer,
-            length=recipe.train_len + 1,
-            depth=rng.uniform(),
-            key=random_key(rng),
-            rng=rng,
-            width=0.0,
-        )
-        windows[row] = np.concatenate([prompt.ids, prompt.answer])
+        key = random_key(rng)
+        shortest = min(
+            max(width // 2, shortest_prompt(tokenizer, key)), width
+        )  # too long: passkey_prompt says
+        length = int(rng.integers(shortest, width + 1))
+        prompt = passkey_prompt(tokenizer, length=length, depth=rng.uniform(), key=key, rng=rng, width=0.0)
+        windows[row, width - length :] = np.concatenate([prompt.ids, prompt.answer])
+        if length < width:  # the separator that ends the text before a document
+            windows[row, width - length - 1] = tokenizer.eos_token_id
     return windows
 
 
