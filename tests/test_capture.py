@@ -360,12 +360,15 @@ def test_fused_choice_is_measured_once_per_shape_on_real_work():
 
 def test_auto_runs_each_path_once_on_cpu_and_twice_where_the_fold_compiles(monkeypatch):
     """On CPU sdpa, the native kernel and the eager fold are ready code: "auto" times one real layer of
-    each way; with ENTROPY_LENS_COMPILE=1 the first run compiles, so each way gets a warm-up first."""
+    each way; with ENTROPY_LENS_COMPILE=1 the first run compiles, and below ONE_RUN_MIN_SCORES one run's
+    time is mostly noise, so each way then gets a warm-up first."""
+    from entropy_lens.capture import paths
     from entropy_lens.capture.fused import PathChoices, wall_seconds
 
     model, ids = make_tiny_model(n_layers=5), torch.randint(0, 64, (1, 24))
-    for compile_env, trials in (("0", 2), ("1", 4)):
+    for compile_env, min_scores, trials in (("0", 24 * 24, 2), ("1", 24 * 24, 4), ("0", 24 * 24 + 1, 4)):
         monkeypatch.setenv("ENTROPY_LENS_COMPILE", compile_env)
+        monkeypatch.setattr(paths, "ONE_RUN_MIN_SCORES", min_scores)  # tiny work is timed twice
         timed = []
         choices = PathChoices(timer=lambda fn, timed=timed: timed.append(fn) or wall_seconds(fn))
         with EntropyRecorder(model, choices=choices) as rec, torch.no_grad():

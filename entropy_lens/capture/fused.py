@@ -16,7 +16,8 @@ named in capture/paths.py, is what the session and the results meta record.
 fused, separate, fused (the first of each a warm-up: compilation, Triton autotuning), every result
 is used, and the faster of the two timed calls is kept, as `@triton.autotune` does for block sizes.
 Where neither path compiles on its first call (CPU without ENTROPY_LENS_COMPILE=1: sdpa, the native
-kernel and the eager fold are ready code), each runs once, separate then fused, and the faster is kept:
+kernel and the eager fold are ready code) and a layer is big enough to time in one run
+(`paths.ONE_RUN_MIN_SCORES`), each runs once, separate then fused, and the faster is kept:
 a trial of the slower path costs a whole layer of the scan (2× one at 16K), so warm-ups would be paid
 twice for nothing.
 No work is run only to be timed. What was measured and kept lives in a `PathChoices` state object: a

@@ -47,6 +47,9 @@ SDPA_THEN_ENTROPY = "sdpa-then-entropy"  # torch sdpa's output, then an entropy-
 TRITON_FUSED = "triton-fused"  # the Triton kernel's output + entropy pass: one pass over K/V
 TORCH_STREAMED = "torch-streamed"  # kernels.attention_with_entropy_torch: output, entropy, sink mass
 NATIVE = "native"  # kernels.attention_with_entropy_native: the same in one C++ kernel (CPU)
+# "auto" times one run of each way on CPU from this many scores per head (query rows x keys) on: a 1K
+# window; below, a single run's time is mostly noise, and each way runs twice as on GPU (capture/fused.py)
+ONE_RUN_MIN_SCORES = 1 << 20
 # and, for a layer that captures nothing, also:
 SDPA = "sdpa"  # the model as sdpa runs it, at the session's scale
 EAGER = "eager"  # the model's own eager attention: a trainable scale on a layer with softcap or sinks
@@ -87,8 +90,10 @@ def run_path(call: LayerCall, inputs: EntropyInputs) -> tuple[str, tuple]:
         choice: partial(RUNNERS[path], call, inputs)
         for choice, path in (("separate", separate), ("fused", fused))
     }
-    # a warm-up run before the timed one only where a path compiles on its first call (fused.py)
-    runs = 1 if call.query.device.type == "cpu" and not compile_requested() else 2
+    # a warm-up run before the timed one only where a path compiles on its first call, or where the work
+    # is so small that one run's timing is mostly noise (fused.py)
+    big = call.query.shape[-2] * call.key.shape[-2] >= ONE_RUN_MIN_SCORES
+    runs = 1 if call.query.device.type == "cpu" and not compile_requested() and big else 2
     choice, result = (session.choices or PROCESS_CHOICES).choose(session.fused, shape_key, run, runs=runs)
     return (fused if choice == "fused" else separate), result
 
