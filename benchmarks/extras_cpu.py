@@ -29,6 +29,8 @@ import statistics
 import time
 from pathlib import Path
 
+from entropy_lens.results import atomic_write_text
+
 MODES = (
     "sdpa",
     "separate",
@@ -115,7 +117,7 @@ def main() -> int:
         "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
 

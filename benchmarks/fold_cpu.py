@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from entropy_lens.results import atomic_write_text
+
 
 def worker(
     length: int, blocks: list[tuple[int, int]], repeats: int, native_blocks: list[tuple[int, int]]
@@ -202,7 +204,7 @@ def main() -> None:
         **({"profile": prof} if prof else {}),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2))
+    atomic_write_text(args.out, json.dumps(record, indent=2))
     print(f"wrote {args.out}")
 
 

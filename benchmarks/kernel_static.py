@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from entropy_lens.results import atomic_write_text
+
 # per-SM limits: registers, shared memory per block (opt-in maximum), shared memory per SM
 LIMITS = {
     80: {"regs": 65536, "smem_block": 163 * 1024, "smem_sm": 164 * 1024},
@@ -199,7 +201,7 @@ def main() -> int:
         "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2))
+    atomic_write_text(args.out, json.dumps(record, indent=2))
     print(f"wrote {args.out}")
     return 0
 

@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from entropy_lens.results import atomic_write_text
+
 MODES = ("plain", "body", "scan", "scan-native", "scan-fused", "scan-separate", "scan-compiled", "eager")
 FUSED = {
     "scan": "auto",
@@ -170,7 +172,7 @@ def main() -> None:
         "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=2))
+    atomic_write_text(args.out, json.dumps(record, indent=2))
     print(f"wrote {args.out}")
 
 

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from entropy_lens.results import atomic_write_text
+
 BUSY_LOOP = "while True:\n    pass\n"
 
 
@@ -93,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_version": torch.__version__,
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    out = atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from entropy_lens.results import atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_LEN = 2048
 
@@ -165,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "no_browser": why,
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    out = atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

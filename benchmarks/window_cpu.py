@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from entropy_lens.results import atomic_write_text
+
 MODES = ("causal", "as_mask", "window", "from_hf")
 
 
@@ -88,7 +90,7 @@ def main() -> int:
         "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=1))
+    atomic_write_text(args.out, json.dumps(record, indent=1))
     print(f"wrote {args.out}")
     return 0
 

@@ -18,8 +18,7 @@ is used, and the faster of the two timed calls is kept, as `@triton.autotune` do
 Where neither path compiles on its first call (CPU without ENTROPY_LENS_COMPILE=1: sdpa, the native
 kernel and the eager fold are ready code) and a layer is big enough to time in one run
 (`paths.ONE_RUN_MIN_SCORES`), each runs once, separate then fused, and the faster is kept:
-a trial of the slower path costs a whole layer of the scan (2× one at 16K), so warm-ups would be paid
-twice for nothing.
+a trial of the slower path costs a whole layer of the scan, so a warm-up of it would be paid for nothing.
 No work is run only to be timed. What was measured and kept lives in a `PathChoices` state object: a
 scan owns one, stores it in its checkpoint and records its choices in the results meta
 (`fused_choices`), so a resumed scan continues with the paths the interrupted one chose.

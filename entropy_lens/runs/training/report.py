@@ -105,25 +105,29 @@ def model_card(
             "a LayerNorm on the embeddings (input and output embeddings untied, as the pair's)."
         )
     passkey_docs = (
-        "passkey documents of L + 1 tokens (a 5-digit key at a random depth of filler, asked for at the end)"
+        "passkey documents of L/2 to L + 1 tokens after text (a 5-digit key at a random depth of filler, asked "
+        "for at the end)"
     )
+    phase, wall = "", f"{training['wall_s'] / 60:.1f} min on {training['threads']} CPU threads"
     if r.get("passkey_steps"):
         about += (
             f" After pretraining, a passkey phase of {r['passkey_steps']} steps (`--passkey-steps`) taught it the "
             f"task inside L: a fresh AdamW at the constant LR {r['passkey_lr']:g}, with a share "
-            f"{r['passkey_share']:g} of each batch's windows {passkey_docs}."
+            f"{r['passkey_share']:g} of each batch's windows ending in {passkey_docs}."
         )
-    elif r.get("passkey_share"):
-        about += f" A share {r['passkey_share']:g} of each batch's windows are {passkey_docs}, so it learns the task inside L."
-    phase, wall = "", f"{training['wall_s'] / 60:.1f} min on {training['threads']} CPU threads"
-    if r.get("passkey_steps"):
-        phase = f", passkey documents included; {training['pretraining_train_loss_mean_last_50']:.3f} at the end of pretraining"
+        phase = (
+            f", passkey documents included; {training['pretraining_train_loss_mean_last_50']:.3f} at the end of "
+            "pretraining"
+        )
         if "init_from" in training:  # the phase ran in a process of its own, from the pretrained folder
             pre = training["init_from"]
             wall = (
                 f"{pre['wall_s'] / 60:.1f} min on {pre['threads']} CPU threads, then the passkey phase "
-                f"(`--init-from`) {(training['wall_s'] - pre['wall_s']) / 60:.1f} min on {training['threads']} CPU threads"
+                f"(`--init-from`) {(training['wall_s'] - pre['wall_s']) / 60:.1f} min on {training['threads']} "
+                "CPU threads"
             )
+    elif r.get("passkey_share"):
+        about += f" A share {r['passkey_share']:g} of each batch's windows end in {passkey_docs}, so it learns the task inside L."
     how = (
         f"Training: {r['steps']} steps of {r['batch']} × {r['train_len']} tokens "
         f"({r['steps'] * r['batch'] * r['train_len']:,} tokens), AdamW β = (0.9, 0.95), peak LR {r['lr']:g}, {r['warmup']} "
