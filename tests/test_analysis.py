@@ -682,8 +682,9 @@ def test_an_undefined_agreement_says_why():
 
 
 def test_files_written_before_the_glossary_names_keep_loading():
-    """The committed figure runs were written with meta `len` and entropy_reduction "not_captured"; they
-    load under today's names (the figures README test shows their cache names still match)."""
+    """The committed sweep of the early checkpoint (its weights unchanged since) was written with meta
+    `len` and entropy_reduction "not_captured"; it loads under today's names (the figures README test
+    shows its cache name still matches)."""
     import glob
     import json
     from pathlib import Path
@@ -691,7 +692,7 @@ def test_files_written_before_the_glossary_names_keep_loading():
     from entropy_lens.results import upgrade_meta
 
     root = Path(__file__).parent.parent / "figures" / "runs"
-    path = min(glob.glob(str(root / "scan-tiny-nope-1024-*.npz")))
+    path = min(glob.glob(str(root / "sweep-tiny-nope-step300-1024-*" / "s*.npz")))
     with np.load(path) as z:
         raw = json.loads(str(z["meta"]))
     assert "length" not in raw and raw["entropy_reduction"] in ("per_head", "mean_heads", "not_captured")

@@ -241,10 +241,12 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
         listed = section.split("Differences from the paper:\n\n")[1].strip().splitlines()
         assert listed and listed == [f"- {line}" for line in differences(item, data, config)]
     by_title = {section.split("\n")[0]: section for section in sections}
+    share = f"{data.early.steps / data.final.steps:.0%}"
     assert (
-        "the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run, 20% of"
+        f"the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run, {share} of"
         in by_title["Figure 7"]
     )
+    assert f"tiny-nope's last {data.final.passkey_steps} steps were a passkey phase" in by_title["Figure 7"]
     assert f"uniform scale s* = {data.uniform.scale:g}" in by_title["Figure 4"]
     given = dataclasses.replace(data.head_scales, given="hs8k.safetensors", init=None)
     given = dataclasses.replace(data, head_scales=given)
@@ -293,7 +295,8 @@ def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
 
 
 def test_figure7_has_the_early_checkpoint_panel(made):
-    """Figure 7's left panel: the same sweep and fits for tiny-nope after 300 of its 1500 steps."""
+    """Figure 7's left panel: the same sweep and fits for tiny-nope after 300 of its 1500 pretraining
+    steps; the right panel's steps count the passkey phase after those, as training.json records it."""
     from entropy_lens.analysis import fit_scale_curve
 
     root, _ = made
@@ -301,11 +304,17 @@ def test_figure7_has_the_early_checkpoint_panel(made):
     early = data.early.sweep
     assert early.meta[0]["model"] == "tiny-nope-step300" and early.length == data.final.sweep.length
     assert data.early.fit.a == fit_scale_curve(early, train_len=data.L).a
-    assert (data.final.model, data.final.steps) == ("tiny-nope", 1500)
-    assert (data.early.model, data.early.steps) == ("tiny-nope-step300", 300)
+    training = (
+        Path(__file__).parent.parent / "entropy_lens" / "models" / "tiny" / "tiny-nope" / "training.json"
+    )
+    recipe = json.loads(training.read_text())["recipe"]
+    phase = recipe["passkey_steps"]
+    assert phase > 0 and data.final.passkey_steps == phase
+    assert (data.final.model, data.final.steps) == ("tiny-nope", recipe["steps"] + phase)
+    assert (data.early.model, data.early.steps, data.early.passkey_steps) == ("tiny-nope-step300", 300, 0)
     readme = (root / "out" / "README.md").read_text()
     assert f"300 steps, raw argmin (the paper's fit): a = {data.early.fit.a:.4f}" in readme
-    assert f"1500 steps, raw argmin (the paper's fit): a = {data.final.fit.a:.4f}" in readme
+    assert f"{data.final.steps} steps, raw argmin (the paper's fit): a = {data.final.fit.a:.4f}" in readme
 
 
 def test_passkey_figures_are_the_passkey_runs_of_their_variants(made):
@@ -379,9 +388,10 @@ def test_the_registry_lists_every_figure_the_readme_names():
     readme = (root / "README.md").read_text()
     registered = items()
     assert re.findall(r"^## (.+)$", readme, flags=re.MULTILINE) == [i.title for i in registered]
-    # the default settings leave out what needs passkey runs, each section saying why in one line
+    # the default settings draw every item (the embedded trio can do the passkey task); one left out says
+    # why in one line
     undrawn = re.findall(r"^## (.+)\n\nNot drawn: .+\.\n", readme, flags=re.MULTILINE)
-    assert undrawn == ["Figure 6", "Figure 8", "Figure 9", "Figure 16"]
+    assert undrawn == []
     drawn = [i for i in registered if i.title not in undrawn]
     assert re.findall(r"^!\[[^]]+\]\((\S+)\.png\)$", readme, flags=re.MULTILINE) == [i.stem for i in drawn]
     stems = [f"figure-{n}" for n in FIGURES] + [f"table-{n}" for n in TABLES]

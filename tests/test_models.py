@@ -298,7 +298,7 @@ def test_bad_head_scale_files(tmp_path):
 def test_missing_path(tmp_path):
     with pytest.raises(
         EntropyLensError,
-        match="not found: not a bundled name \\(tiny-nope, tiny-rope, tiny-nope-step300, smollm2\\)",
+        match="not found: not a bundled name \\(tiny-nope, tiny-rope, tiny-alibi, tiny-nope-step300, smollm2\\)",
     ):
         load_model(str(tmp_path / "absent"))
 

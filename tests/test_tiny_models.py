@@ -119,3 +119,15 @@ def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
     )
     searched = window_loss({n: float(scanned.loss[a:b].mean()) for n, (a, b) in nope.spans.items()})
     assert searched < uniform[init] - 0.02
+
+
+@pytest.mark.parametrize("name", ["tiny-nope", "tiny-rope", "tiny-alibi"])
+def test_retrieves_the_passkey_inside_the_training_length(name):
+    """Each embedded model was taught the passkey task inside L (train-tiny's passkey phase): at L it
+    answers at least 90% of 10 depths x 3 keys exactly (the cards: 10 x 10 at L, 2L and 4L)."""
+    from entropy_lens.analysis import passkey_by_length
+    from entropy_lens.runs.passkey import PasskeyConfig, passkey
+
+    record = passkey(PasskeyConfig(model=name, lengths=(128,), depths=10, keys=3), progress=False)
+    row = passkey_by_length(record, 128).loc[128]
+    assert row.trials == 30 and row.accuracy >= 0.9

@@ -308,7 +308,7 @@ def test_model_cards_describe_the_alibi_twin_and_the_passkey_runs():
     assert "For comparison, tiny-nope" in card and "For comparison, tiny-rope" in card
     low, high = wilson_interval(1, 2)
     assert f"| 8 (2L) | 0.50 [{low:.2f}–{high:.2f}] | 0.70 | 1.50 |" in card
-    assert "the retrieval head 0.1" in card
+    assert "the retrieval head (layer 0, head 1: the most mass on the key within L)" in card
     # a passkey phase run from a pretrained folder (--init-from): its steps, LR and both times
     recipe |= {"kind": "nope", "passkey_steps": 300, "passkey_lr": 5e-4}
     training |= {"recipe": recipe, "pretraining_train_loss_mean_last_50": 3.4, "wall_s": 1800.0}
@@ -316,7 +316,8 @@ def test_model_cards_describe_the_alibi_twin_and_the_passkey_runs():
     card = model_card(report("x/tiny-nope", 3.0), training, [], record)
     assert "a passkey phase of 300 steps" in card and "constant LR 0.0005, with a share 0.25" in card
     assert (
-        "25.0 min on 2 CPU threads, then the passkey phase (`--init-from`) 5.0 min on 1 CPU threads" in card
+        "25.0 min on 2 CPU threads, then the passkey phase (`--init-from`) 5.0 min on 1 CPU thread (torch"
+        in card
     )
     assert "3.400 at the end of pretraining" in card
 

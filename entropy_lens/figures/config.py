@@ -30,7 +30,7 @@ class FiguresConfig:
         help="an early checkpoint of the NoPE model's run, Figure 7's left panel",
     )
     # an ALiBi baseline trained as the pair (Figure 8, Table 2's ALiBi row); None: neither is made
-    alibi: str | None = setting(None, flag="--alibi-ckpt", help="an ALiBi model trained as the pair")
+    alibi: str | None = setting("tiny-alibi", flag="--alibi-ckpt", help="an ALiBi model trained as the pair")
     head_scales: str | None = setting(  # λ(h) for `nope` at long·L (file or checkpoint); None: search them
         None, flag="--head-scale-ckpt", help="searched λ(h) for the NoPE model at 4L (default: search them)"
     )
@@ -67,8 +67,8 @@ class FiguresConfig:
     ppl_scales: list[float] = field(default_factory=lambda: [1.2, 1.5, 1.8])
     # Figures 6, 8, 9, 16: passkey retrieval at these multiples of L (the paper: 16 lengths up to twice each
     # model's context; one grid here, so the panels compare), depths x keys trials per length (the paper:
-    # 10 x 10). Empty (the default): not drawn, as the embedded pair was trained without the task
-    passkey_lengths: list[float] = field(default_factory=list)
+    # 10 x 10). Empty: not drawn
+    passkey_lengths: list[float] = field(default_factory=lambda: [1, 1.5, 2, 3, 4, 6, 8])
     passkey_depths: int = 10
     passkey_keys: int = 10
     search_steps: int = 200

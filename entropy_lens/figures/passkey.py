@@ -21,13 +21,9 @@ __all__ = ["passkey_ablations", "passkey_alibi", "passkey_families", "passkey_ne
 
 
 def _no_passkeys(data: FigureData, c: FiguresConfig) -> str | None:
-    """Why the passkey figures cannot be drawn: no passkey lengths set (the default, as the embedded pair
-    was trained without the task and cannot do it)."""
+    """Why the passkey figures cannot be drawn: no passkey lengths are set."""
     if data.passkeys is None:
-        return (
-            "no passkey_lengths are set (the default: the embedded tiny pair was trained without passkey "
-            "documents and cannot do the task); set passkey_lengths, e.g. [1, 2, 4], to draw it"
-        )
+        return "no passkey_lengths are set; set passkey_lengths, e.g. [1, 2, 4], to draw it"
     return None
 
 

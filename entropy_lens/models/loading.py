@@ -44,6 +44,7 @@ __all__ = [
     "BundledModel",
     "LoadedModel",
     "load_model",
+    "passkey_phase_steps",
     "resolve_device",
     "resolve_dtype",
     "training_steps",
@@ -336,6 +337,16 @@ def training_steps(ckpt: str) -> int | None:
     facts = json.loads(record.read_text())
     recipe = facts["recipe"]
     return int(facts.get("snapshot_step") or recipe["steps"] + recipe.get("passkey_steps", 0))
+
+
+def passkey_phase_steps(ckpt: str) -> int | None:
+    """How many of `ckpt`'s `training_steps` were train-tiny's passkey phase (`--passkey-steps`, after
+    pretraining): 0 for a model or snapshot without one; None when nothing says."""
+    steps = training_steps(ckpt)
+    if steps is None:
+        return None
+    recipe = json.loads((_resolve_ckpt(str(ckpt)) / "training.json").read_text())["recipe"]
+    return max(0, steps - recipe["steps"])
 
 
 def load_model(

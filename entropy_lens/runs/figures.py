@@ -149,7 +149,7 @@ class Runs(RunCache):
         smoothed curves: Figure 7's right panel for the NoPE model, its left for the early checkpoint
         (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
         from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
-        from entropy_lens.models import declared_train_len, training_steps
+        from entropy_lens.models import declared_train_len, passkey_phase_steps, training_steps
 
         c = self.config
         if c.train_len is None and declared_train_len(model) != L:
@@ -166,7 +166,14 @@ class Runs(RunCache):
                 "out of refuse_grid_edges (or raise grid_edge_tolerance) to draw the figure and report the count"
             )
         smoothed = fit_scale_curve(sweep, train_len=L, smooth=c.fit_smooth) if c.fit_smooth else None
-        return SweepFit(model=model, steps=training_steps(model), sweep=sweep, fit=fit, fit_smoothed=smoothed)
+        return SweepFit(
+            model=model,
+            steps=training_steps(model),
+            passkey_steps=passkey_phase_steps(model),
+            sweep=sweep,
+            fit=fit,
+            fit_smoothed=smoothed,
+        )
 
     def schedules(self, final: SweepFit, head_scales: str, L: int, fit_len: int) -> Schedules:
         """§2.4's negative claim at `fit_len`, loss only, with the sweep's windows: a piecewise scale

@@ -108,7 +108,7 @@ def model_card(
         "passkey documents of L/2 to L + 1 tokens after text (a 5-digit key at a random depth of filler, asked "
         "for at the end)"
     )
-    phase, wall = "", f"{training['wall_s'] / 60:.1f} min on {training['threads']} CPU threads"
+    phase, wall = "", f"{training['wall_s'] / 60:.1f} min on {_threads(training)}"
     if r.get("passkey_steps"):
         about += (
             f" After pretraining, a passkey phase of {r['passkey_steps']} steps (`--passkey-steps`) taught it the "
@@ -122,9 +122,8 @@ def model_card(
         if "init_from" in training:  # the phase ran in a process of its own, from the pretrained folder
             pre = training["init_from"]
             wall = (
-                f"{pre['wall_s'] / 60:.1f} min on {pre['threads']} CPU threads, then the passkey phase "
-                f"(`--init-from`) {(training['wall_s'] - pre['wall_s']) / 60:.1f} min on {training['threads']} "
-                "CPU threads"
+                f"{pre['wall_s'] / 60:.1f} min on {_threads(pre)}, then the passkey phase (`--init-from`) "
+                f"{(training['wall_s'] - pre['wall_s']) / 60:.1f} min on {_threads(training)}"
             )
     elif r.get("passkey_share"):
         about += f" A share {r['passkey_share']:g} of each batch's windows end in {passkey_docs}, so it learns the task inside L."
@@ -206,16 +205,22 @@ def passkey_report(
     return passkey(config, progress=False)
 
 
+def _threads(training: dict) -> str:
+    n = training["threads"]
+    return f"{n} CPU thread{'s' if n != 1 else ''}"
+
+
 def _passkey_lines(record: dict) -> list[str]:
     from entropy_lens.analysis import passkey_by_length
 
     c, L = record["config"], record["model"]["train_len"]
     frame = passkey_by_length(record, L)
+    layer, head = frame["head"].iloc[0].split(".")
     return [
         (
             f"Passkey retrieval (`entropy-lens passkey`, {c['depths']} depths × {c['keys']} keys per length, "
-            f"seed {c['seed']}): accuracy with its Wilson 95% interval, and the retrieval head "
-            f"{frame['head'].iloc[0]} (the most mass on the key within L) with its mean mass on the key:"
+            f"seed {c['seed']}): accuracy with its Wilson 95% interval, and the retrieval head (layer {layer}, "
+            f"head {head}: the most mass on the key within L) with its mean mass on the key:"
         ),
         "",
         "| length | accuracy | head's mass on the key | answer-row entropy (nats) |",
