@@ -326,15 +326,22 @@ def declared_train_len(
     return None if value is None else int(value)
 
 
+def _training_record(ckpt: str) -> dict | None:
+    """The training.json beside `ckpt`'s weights (models made by `entropy-lens train-tiny`), else None."""
+    source = _resolve_ckpt(str(ckpt))
+    record = source / "training.json" if source.is_dir() else None
+    return json.loads(record.read_text()) if record is not None and record.is_file() else None
+
+
 def training_steps(ckpt: str) -> int | None:
     """How many optimiser steps `ckpt` was trained for, where a training.json beside its weights says
     (models made by `entropy-lens train-tiny`: snapshots, and the passkey phase included); None when
     nothing says."""
-    source = _resolve_ckpt(str(ckpt))
-    record = source / "training.json" if source.is_dir() else None
-    if record is None or not record.is_file():
-        return None
-    facts = json.loads(record.read_text())
+    facts = _training_record(ckpt)
+    return None if facts is None else _steps(facts)
+
+
+def _steps(facts: dict) -> int:
     recipe = facts["recipe"]
     return int(facts.get("snapshot_step") or recipe["steps"] + recipe.get("passkey_steps", 0))
 
@@ -342,11 +349,10 @@ def training_steps(ckpt: str) -> int | None:
 def passkey_phase_steps(ckpt: str) -> int | None:
     """How many of `ckpt`'s `training_steps` were train-tiny's passkey phase (`--passkey-steps`, after
     pretraining): 0 for a model or snapshot without one; None when nothing says."""
-    steps = training_steps(ckpt)
-    if steps is None:
+    facts = _training_record(ckpt)
+    if facts is None:
         return None
-    recipe = json.loads((_resolve_ckpt(str(ckpt)) / "training.json").read_text())["recipe"]
-    return max(0, steps - recipe["steps"])
+    return max(0, _steps(facts) - facts["recipe"]["steps"])
 
 
 def load_model(
