@@ -4,9 +4,10 @@ a capturing layer.
     python benchmarks/extras_cpu.py [--lengths 1024 2048 4096] [--repeats 3]
                                     [--out benchmarks/results/extras_cpu.json]
 
-sdpa computes none of them (ALiBi only as a materialised T × S bias), so a layer with them takes the
-exact streaming path, which makes the output, the entropy and the sink mass from the same score tiles
-(`kernels.attention_with_entropy_torch`).
+sdpa computes none of them (ALiBi only as a materialised T × S bias), so a capturing layer with them
+takes a one-pass path that makes the output, the entropy and the sink mass from the same score tiles:
+the native C++ kernel where it builds (`kernels.attention_with_entropy_native`), else the exact
+streaming torch path (`kernels.attention_with_entropy_torch`).
 One layer of SmolLM2-135M's shape (9 query heads, 3 KV heads, head_dim 64), random fp32 q, k, v,
 batch 1, causal:
   sdpa              torch sdpa, output only: what the layer costs without any capture
@@ -15,8 +16,11 @@ batch 1, causal:
   streamed_softcap  the same with softcap = 50 (every score through tanh)
   streamed_sinks    the same with one sink logit per head (sink mass returned too)
   streamed_alibi    the same with ALiBi slopes (BLOOM's for 9 heads: a distance bias per score)
+  native*           the four above on the native kernel (skipped, with native_status() in the JSON,
+                    where it does not build)
   eager_softcap     the materialising alternative: scores, tanh, softmax, P·V and entropy on T × T
-Reported: median wall time of `repeats` runs after one warm-up, and each mode's time over sdpa's.
+Reported: median wall time of `repeats` runs after one warm-up (the native kernel is built there), and
+each mode's time over sdpa's.
 Prints a table and writes JSON.
 """
 
@@ -38,6 +42,10 @@ MODES = (
     "streamed_softcap",
     "streamed_sinks",
     "streamed_alibi",
+    "native",
+    "native_softcap",
+    "native_sinks",
+    "native_alibi",
     "eager_softcap",
 )
 HEADS, KV_HEADS, HEAD_DIM, SOFTCAP = 9, 3, 64, 50.0
@@ -47,7 +55,11 @@ def layer(mode: str, length: int):
     """A closure running one layer of `mode` at `length` tokens."""
     import torch
 
-    from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch
+    from entropy_lens.kernels import (
+        attention_entropy,
+        attention_with_entropy_native,
+        attention_with_entropy_torch,
+    )
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, HEADS, length, HEAD_DIM, generator=g)
@@ -75,6 +87,10 @@ def layer(mode: str, length: int):
         "streamed_softcap": lambda: attention_with_entropy_torch(q, k, v, scale, softcap=SOFTCAP),
         "streamed_sinks": lambda: attention_with_entropy_torch(q, k, v, scale, sinks=sinks),
         "streamed_alibi": lambda: attention_with_entropy_torch(q, k, v, scale, alibi_slopes=slopes),
+        "native": lambda: attention_with_entropy_native(q, k, v, scale),
+        "native_softcap": lambda: attention_with_entropy_native(q, k, v, scale, softcap=SOFTCAP),
+        "native_sinks": lambda: attention_with_entropy_native(q, k, v, scale, sinks=sinks),
+        "native_alibi": lambda: attention_with_entropy_native(q, k, v, scale, alibi_slopes=slopes),
         "eager_softcap": eager_softcap,
     }
     return runs[mode]
@@ -98,13 +114,17 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
+    from entropy_lens.kernels import native_available, native_status
+
+    modes = [m for m in MODES if native_available() or not m.startswith("native")]
     rows = []
-    print(f"{'len':>6} " + " ".join(f"{m:>17}" for m in MODES) + "   (s; × sdpa)")
     for length in args.lengths:
-        t = {mode: seconds(layer(mode, length), args.repeats) for mode in MODES}
-        rows.append({"len": length, **{f"{m}_s": t[m] for m in MODES}})
-        cells = [f"{t[m]:>8.3f} ({t[m] / t['sdpa']:>4.1f}×)" for m in MODES]
-        print(f"{length:>6} " + " ".join(f"{c:>17}" for c in cells), flush=True)
+        t = {mode: seconds(layer(mode, length), args.repeats) for mode in modes}
+        rows.append({"len": length, **{f"{m}_s": t[m] for m in modes}})
+        print(
+            f"len {length}: " + ", ".join(f"{m} {t[m]:.3f} s ({t[m] / t['sdpa']:.1f}×)" for m in modes),
+            flush=True,
+        )
     record = {
         "benchmark": "extras_cpu",
         "shape": f"1 causal layer, {HEADS} query heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, fp32, batch 1",
@@ -113,6 +133,7 @@ def main() -> int:
             "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__,
         },
+        "native": native_status(),
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": rows,
     }

@@ -29,30 +29,32 @@ def threads_table(record: dict) -> str:
 def extras_table(record: dict) -> str:
     modes = [k.removesuffix("_s") for k in record["rows"][0] if k.endswith("_s")]
     rows = [
-        "| len | " + " | ".join(f"`{m}` s (× sdpa)" for m in modes) + " |",
-        "|---" * (len(modes) + 1) + "|",
+        "| mode | " + " | ".join(f"{r['len']}: s (× sdpa)" for r in record["rows"]) + " |",
+        "|---" * (len(record["rows"]) + 1) + "|",
     ]
-    for r in record["rows"]:
-        cells = [f"{r[m + '_s']:.3f} ({r[m + '_s'] / r['sdpa_s']:.1f}×)" for m in modes]
-        rows.append(f"| {r['len']} | " + " | ".join(cells) + " |")
+    for m in modes:
+        cells = [f"{r[m + '_s']:.3f} ({r[m + '_s'] / r['sdpa_s']:.1f}×)" for r in record["rows"]]
+        rows.append(f"| `{m}` | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
 def scan_table(record: dict) -> str:
     rows = [
-        "| len | mode | s | × plain | × body | peak RSS MB | × plain | attention path |",
-        "|---|---|---|---|---|---|---|---|",
+        "| len | mode | s | × plain | × body | × body+loss | 1st run × body | peak RSS MB | × plain | attention path |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     by = {(r["mode"], r["len"]): r for r in record["rows"] if "median_s" in r}
     for r in record["rows"]:
         if "skipped" in r:
-            rows.append(f"| {r['len']} | {r['mode']} | skipped: {r['skipped']} | | | | | |")
+            rows.append(f"| {r['len']} | {r['mode']} | skipped: {r['skipped']} | | | | | | | |")
             continue
         p, b = by[("plain", r["len"])], by[("body", r["len"])]
+        bl = by.get(("body+loss", r["len"]))
+        x_bl = f"{r['median_s'] / bl['median_s']:.2f}" if bl else ""
         path = "+".join(r.get("paths", [])) + (f" (fold {r['fold']})" if "fold" in r else "")
         rows.append(
             f"| {r['len']} | {r['mode']} | {r['median_s']:.1f} | {r['median_s'] / p['median_s']:.2f} | "
-            f"{r['median_s'] / b['median_s']:.2f} | {r['peak_rss_mb']:,.0f} | "
+            f"{r['median_s'] / b['median_s']:.2f} | {x_bl} | {r['times_s'][0] / b['median_s']:.2f} | {r['peak_rss_mb']:,.0f} | "
             f"{r['peak_rss_mb'] / p['peak_rss_mb']:.2f} | {path} |"
         )
     return "\n".join(rows)

@@ -7,9 +7,10 @@
 Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. Modes:
   plain          model(ids): the usual HF forward with sdpa, logits for every position
   body           the decoder alone (no logits): what the scan's forward costs without capture
+  body+loss      the decoder, the free heap returned and the chunked loss: a scan without its capture
   scan           what `entropy-lens scan` does per sample: EntropyRecorder (--fused auto, which
                  times separate against fused on the first layers of the timed run itself) +
-                 decoder forward + chunked loss
+                 decoder forward + the free heap returned (runs/memory.py) + chunked loss
   scan-native    --fused on: output and entropy from the native C++ kernel, one pass per layer
                  (kernels/native; built before the timed runs)
   scan-fused     --fused on with ENTROPY_LENS_NATIVE=0: output and entropy from one streamed torch pass
@@ -18,8 +19,10 @@ Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is it
   eager          attn_implementation="eager" with output_attentions=True, entropy from the returned
                  probabilities: the materialising method of the paper's own code (skipped where the
                  attention maps alone would exceed half of the machine's memory)
-Reported: median wall time of `repeats` runs after one warm-up on a 256-token input (compilation
-happens there; "auto" measures on the real length, inside the timed run), peak RSS of the process,
+Reported: median wall time of `repeats` runs in one process after one warm-up on a 256-token input
+(compilation happens there; "auto" measures on the real length, inside the first timed run, and keeps
+its choice for the later ones, so with repeats the median is a long scan's per-sample cost and
+`times_s[0]` holds the trial), peak RSS of the process over all runs,
 the RSS increase over the loaded model (the activations' share), the threads torch used, and for
 scans the attention path and per-tile step that ran. Prints a table and writes JSON.
 """
@@ -39,7 +42,17 @@ from pathlib import Path
 
 from entropy_lens.results import atomic_write_text
 
-MODES = ("plain", "body", "scan", "scan-native", "scan-fused", "scan-separate", "scan-compiled", "eager")
+MODES = (
+    "plain",
+    "body",
+    "body+loss",
+    "scan",
+    "scan-native",
+    "scan-fused",
+    "scan-separate",
+    "scan-compiled",
+    "eager",
+)
 FUSED = {
     "scan": "auto",
     "scan-native": "on",
@@ -61,6 +74,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
     from entropy_lens.data import token_chunks
     from entropy_lens.kernels import fold_status, native_status
     from entropy_lens.models import load_model
+    from entropy_lens.runs.memory import release_free_heap
 
     lm = load_model("smollm2")
     model = lm.model
@@ -68,7 +82,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
     if mode == "eager":
         model.set_attn_implementation("eager")
     rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    ran = {}
+    ran, paths = {}, set()
 
     def run(ids):
         with torch.no_grad():
@@ -76,16 +90,23 @@ def worker(mode: str, length: int, repeats: int) -> dict:
                 return model(ids[:, :-1]).logits.shape
             if mode == "body":
                 return forward_hidden(model, ids[:, :-1]).shape
+            if mode == "body+loss":
+                hidden = forward_hidden(model, ids[:, :-1])
+                release_free_heap()  # as the scan does between its forward and its loss
+                return next_token_nll(model, hidden, ids[:, 1:]).shape
             if mode in FUSED:
                 with EntropyRecorder(model, fused=FUSED[mode]) as rec:
                     hidden = forward_hidden(model, ids[:, :-1])
+                release_free_heap()
                 next_token_nll(model, hidden, ids[:, 1:])
-                ran.update(paths=sorted(rec.session.paths), fold=fold_status(), native=native_status())
+                paths.update(rec.session.paths)  # over all runs: auto's trial is in the first only
+                ran.update(fold=fold_status(), native=native_status())
                 return rec.entropy.shape
             att = model(ids[:, :-1], output_attentions=True).attentions
             return torch.stack([torch.special.entr(a.float()).sum(-1) for a in att]).shape
 
     run(ids[:, : WARMUP_LEN + 1])  # warm-up: allocator, compilation
+    paths.clear()  # the timed runs' paths only
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -101,6 +122,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
         "rss_after_load_mb": rss_loaded,
         "activation_rss_mb": peak - rss_loaded,
         "threads": torch.get_num_threads(),
+        **({"paths": sorted(paths)} if paths else {}),
         **ran,
     }
 

@@ -54,6 +54,7 @@ from entropy_lens.results import ScanResult, provenance
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.distributed import World, process_group, world
 from entropy_lens.runs.lock import OutputLock
+from entropy_lens.runs.memory import release_free_heap
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
@@ -301,6 +302,8 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
             ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
             with run.capture() as capture:
                 hidden = forward_hidden(run.lm.model, ids[:, :-1])
+            if hidden.device.type == "cpu":
+                release_free_heap()  # what the forward freed, before the loss's logits (runs/memory.py)
             nll = next_token_nll(run.lm.model, hidden, ids[:, 1:])
             sums.add(capture, nll)
             bar.update(ids.shape[0] * c.length)
