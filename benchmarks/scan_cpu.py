@@ -7,10 +7,11 @@
 Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. Modes:
   plain          model(ids): the usual HF forward with sdpa, logits for every position
   body           the decoder alone (no logits): what the scan's forward costs without capture
-  body+loss      the decoder, the free heap returned and the chunked loss: a scan without its capture
+  body+loss      the decoder, the free heap returned after each layer and before the chunked loss
+                 (runs/memory.py), the loss: a scan without its capture
   scan           what `entropy-lens scan` does per sample: EntropyRecorder (--fused auto, which
                  times separate against fused on the first layers of the timed run itself) +
-                 decoder forward + the free heap returned (runs/memory.py) + chunked loss
+                 body+loss
   scan-native    --fused on: output and entropy from the native C++ kernel, one pass per layer
                  (kernels/native; built before the timed runs)
   scan-fused     --fused on with ENTROPY_LENS_NATIVE=0: output and entropy from one streamed torch pass
@@ -74,7 +75,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
     from entropy_lens.data import token_chunks
     from entropy_lens.kernels import fold_status, native_status
     from entropy_lens.models import load_model
-    from entropy_lens.runs.memory import release_free_heap
+    from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 
     lm = load_model("smollm2")
     model = lm.model
@@ -90,12 +91,13 @@ def worker(mode: str, length: int, repeats: int) -> dict:
                 return model(ids[:, :-1]).logits.shape
             if mode == "body":
                 return forward_hidden(model, ids[:, :-1]).shape
-            if mode == "body+loss":
-                hidden = forward_hidden(model, ids[:, :-1])
-                release_free_heap()  # as the scan does between its forward and its loss
+            if mode == "body+loss":  # as the scan does (runs/scan.py)
+                with free_heap_returned_per_layer(model):
+                    hidden = forward_hidden(model, ids[:, :-1])
+                release_free_heap()
                 return next_token_nll(model, hidden, ids[:, 1:]).shape
             if mode in FUSED:
-                with EntropyRecorder(model, fused=FUSED[mode]) as rec:
+                with EntropyRecorder(model, fused=FUSED[mode]) as rec, free_heap_returned_per_layer(model):
                     hidden = forward_hidden(model, ids[:, :-1])
                 release_free_heap()
                 next_token_nll(model, hidden, ids[:, 1:])

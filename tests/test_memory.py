@@ -1,4 +1,4 @@
-"""runs.memory: the free heap a forward leaves is handed back before the loss."""
+"""runs.memory: the free heap a forward leaves is handed back, after each layer and before the loss."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import platform
 import pytest
 import torch
 
-from entropy_lens.runs.memory import release_free_heap
+from entropy_lens.runs import memory
+from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 
 
 def _resident_mb() -> float:
@@ -15,7 +16,12 @@ def _resident_mb() -> float:
         return int(f.read().split()[1]) * 4096 / 2**20
 
 
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="needs glibc")
+GLIBC = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="needs glibc"
+)
+
+
+@GLIBC
 def test_returns_free_pages_that_a_live_block_above_them_pins():
     # 64 KB blocks come from the heap (below any mmap threshold); the last one stays alive and pins
     # the top, so free() cannot trim the 120 MB freed beneath it: only malloc_trim returns them.
@@ -27,3 +33,48 @@ def test_returns_free_pages_that_a_live_block_above_them_pins():
     after = _resident_mb()
     assert before - after > 60, f"resident {before:.0f} MB -> {after:.0f} MB"
     assert pin.sum().item() == 16 * 1024  # the live block is untouched
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class _Layer(torch.nn.Module):  # carries a layer_idx too, as some decoder layers do: not hooked
+    def __init__(self, layer_idx):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.attn = _Attention(layer_idx)
+
+    def forward(self, x):
+        return self.attn(x) + 1
+
+
+@GLIBC
+def test_each_attention_module_returns_the_free_heap_after_its_forward_and_the_hooks_leave(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "release_free_heap", lambda: calls.append("release") or True)
+    model = torch.nn.Sequential(_Layer(0), _Layer(1), _Layer(2))
+    x = torch.randn(2, 4)
+    want = model(x)
+    with pytest.raises(RuntimeError, match="inside"), free_heap_returned_per_layer(model) as hooked:
+        assert hooked == 3  # the attention modules, not the layers around them
+        got = model(x)
+        assert calls == ["release"] * 3
+        assert torch.equal(got, want)  # the hook keeps each module's output
+        raise RuntimeError("inside")
+    model(x)
+    assert calls == ["release"] * 3  # removed on the way out, even after an error
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+def test_a_model_off_the_cpu_or_without_layers_is_not_hooked():
+    with free_heap_returned_per_layer(torch.nn.Sequential(_Layer(0)).to("meta")) as hooked:
+        assert hooked == 0
+    with free_heap_returned_per_layer(torch.nn.Linear(2, 2)) as hooked:
+        assert hooked == 0

@@ -100,6 +100,23 @@ def test_softcap_and_sinks_match_reference(extras, Hq, Hkv, T, S, mask_kind, cau
         assert torch.equal(h2, h) and torch.equal(p2, p)
 
 
+@pytest.mark.parametrize("cap", [0.5, 2.5, 30.0])
+def test_softcap_across_the_vector_tanh_branches_and_saturation(cap):
+    # scores s/c from -50 to 50 in 4001 steps: the polynomial (|s/c| <= 0.625), the exp form and
+    # tanh's saturation at ±1, in the kernel's 8-lane loop and its scalar tail (4001 = 8·500 + 1)
+    S = 4001
+    x = torch.linspace(-50, 50, S) * cap
+    k = torch.stack([x, torch.ones(S)], -1).view(1, 1, S, 2)
+    q = torch.tensor([1.0, 0.0]).expand(1, 1, 5, 2) * torch.linspace(0.05, 1, 5).view(1, 1, 5, 1)
+    v = make_values(1, 1, S)
+    kw = {"softmax_scale": torch.ones(1), "causal": False, "softcap": cap}
+    ref_h = attention_entropy(q, k, backend="reference", **kw)
+    ref_out = reference_output(q, k, v, **kw)
+    out, h, _ = attention_with_entropy_native(q, k, v, **kw)
+    assert (h - ref_h).abs().max().item() <= 1e-5
+    assert (out.double() - ref_out).abs().max().item() <= 1e-5
+
+
 @pytest.mark.parametrize("extras", list(ALIBI_EXTRAS))
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"])

@@ -156,14 +156,16 @@ def test_batch_size_does_not_change_the_result(tiny_dir):
     np.testing.assert_allclose(a.loss, b.loss, atol=1e-6)
 
 
-def test_a_cpu_scan_returns_the_free_heap_once_per_batch_before_the_loss(tiny_dir, monkeypatch):
+def test_a_cpu_scan_returns_the_free_heap_after_each_layer_and_before_the_loss(tiny_dir, monkeypatch):
     import entropy_lens.runs.scan as scan_module
+    from entropy_lens.runs import memory
 
     calls, nll = [], scan_module.next_token_nll
+    monkeypatch.setattr(memory, "release_free_heap", lambda: calls.append("layer"))
     monkeypatch.setattr(scan_module, "release_free_heap", lambda: calls.append("release"))
     monkeypatch.setattr(scan_module, "next_token_nll", lambda *a, **k: calls.append("loss") or nll(*a, **k))
     scan(_config(tiny_dir, samples=4, batch_size=3), progress=False)
-    assert calls == ["release", "loss"] * 2
+    assert calls == (["layer"] * 2 + ["release", "loss"]) * 2  # the tiny model's 2 layers, 2 batches
 
 
 def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):

@@ -54,7 +54,7 @@ from entropy_lens.results import ScanResult, provenance
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.distributed import World, process_group, world
 from entropy_lens.runs.lock import OutputLock
-from entropy_lens.runs.memory import release_free_heap
+from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
@@ -300,7 +300,7 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
     try:
         for b in range(0, len(todo), c.batch_size):
             ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
-            with run.capture() as capture:
+            with run.capture() as capture, free_heap_returned_per_layer(run.lm.model):
                 hidden = forward_hidden(run.lm.model, ids[:, :-1])
             if hidden.device.type == "cpu":
                 release_free_heap()  # what the forward freed, before the loss's logits (runs/memory.py)

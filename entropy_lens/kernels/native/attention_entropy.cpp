@@ -84,6 +84,24 @@ inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(tiny, y);
 }
 
+// Cephes' tanhf on 8 lanes (within 1.3 ulp of tanh over ±60): x + x³·P(x²) for |x| ≤ 0.625, else 1 − 2/(e^(2|x|) + 1)
+// (exp8 saturates at e^88: ±1 for |x| ≥ 44), the sign put back.
+inline __m256 tanh8(__m256 x) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  const __m256 ax = _mm256_andnot_ps(sign_bit, x);
+  const __m256 e = exp8(_mm256_add_ps(ax, ax));
+  const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+  const __m256 z = _mm256_mul_ps(ax, ax);
+  __m256 p = _mm256_set1_ps(-5.70498872745E-3f);
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954E-2f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531E-2f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036E-1f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), ax, ax);
+  const __m256 r = _mm256_blendv_ps(small, big, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_GT_OQ));
+  return _mm256_or_ps(r, _mm256_and_ps(x, sign_bit));
+}
+
 inline float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -112,6 +130,18 @@ inline float row_max(const float* s, int64_t n) {
 #endif
   for (; j < n; ++j) mx = std::max(mx, s[j]);
   return mx;
+}
+
+// s ← c·tanh(s/c) in place (softcap c)
+inline void row_softcap(float* s, int64_t n, float cap) {
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 vc = _mm256_set1_ps(cap);
+  for (; j + 8 <= n; j += 8) {
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(vc, tanh8(_mm256_div_ps(_mm256_loadu_ps(s + j), vc))));
+  }
+#endif
+  for (; j < n; ++j) s[j] = cap * std::tanh(s[j] / cap);
 }
 
 // s ← e = e^(s − m) in place (the tile e·V takes); sum_e = Σ e, sum_ed = Σ e (s − m), with
@@ -260,9 +290,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
         for (int64_t i = 0; i < rows; ++i) {
           float* s = sb + i * n;
           const int64_t pos = q0 + i + offset;  // the row's position among the keys
-          if (has_cap) {
-            for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] / cap);
-          }
+          if (has_cap) row_softcap(s, n, cap);
           if (has_alibi) {
             for (int64_t j = 0; j < n; ++j) s[j] -= slope * std::fabs(static_cast<float>(pos - (k0 + j)));
           }
