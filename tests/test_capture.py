@@ -326,6 +326,28 @@ def test_next_token_nll_matches_full_logits():
     assert torch.allclose(got, want, atol=1e-5)
 
 
+class _LogitsAreHidden(torch.nn.Module):
+    """A head that hands the hidden states through as logits, so a test can choose them."""
+
+    config = type("Config", (), {"get_text_config": lambda self: self})()
+
+    def get_output_embeddings(self):
+        return torch.nn.Identity()
+
+
+def test_next_token_nll_is_logsumexp_minus_the_target_logit_on_extreme_rows():
+    logits = torch.randn(2, 5, 300, generator=torch.Generator().manual_seed(0)) * 30
+    logits[0, 1] *= 1e6  # scores far from 0
+    logits[0, 2, :150] = float("-inf")  # masked-out entries
+    logits[1, 3, 7] = float("inf")
+    targets = torch.randint(0, 300, (2, 5), generator=torch.Generator().manual_seed(1))
+    targets[0, 2], targets[1, 4] = 200, -100  # a reachable target; an ignored one
+    got = next_token_nll(_LogitsAreHidden(), logits.clone(), targets, chunk=2)
+    want = torch.logsumexp(logits, -1) - logits.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    want[1, 4] = float("nan")
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-6, atol=1e-5)
+
+
 def test_fused_choice_is_measured_once_per_shape_on_real_work():
     from entropy_lens.capture.fused import PathChoices, wall_seconds
 

@@ -38,10 +38,13 @@ def next_token_nll(model, hidden: torch.Tensor, targets: torch.Tensor, *, chunk:
     B, T = targets.shape
     out = torch.empty(B, T, dtype=torch.float32, device=hidden.device)
     for t0 in range(0, T, chunk):
-        logits = head_logits(model, hidden[:, t0 : t0 + chunk])  # (B, c, V)
+        logits = head_logits(model, hidden[:, t0 : t0 + chunk])  # (B, c, V), a fresh tensor
         tgt = targets[:, t0 : t0 + chunk]
-        lse = torch.logsumexp(logits, dim=-1)
         picked = logits.gather(-1, tgt.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+        # log Σ e^logits as torch.logsumexp computes it, in place: no (B, c, V) temporaries
+        top = logits.amax(-1, keepdim=True)
+        top.masked_fill_(top.isinf(), 0)  # as torch does: a row at ±inf keeps its inf, not NaN
+        lse = logits.sub_(top).exp_().sum(-1).log_().add_(top.squeeze(-1))
         out[:, t0 : t0 + chunk] = torch.where(tgt >= 0, lse - picked, torch.full_like(lse, float("nan")))
     return out
 
