@@ -8,8 +8,8 @@ chunked loss's logits then come on top. Repeated scans of SmolLM2 in one process
 The same retention inside a forward made some processes' forwards peak ~330 MB higher (8K tokens,
 `--fused on`: glibc's main arena held ~540 MB free against ~95 MB in the others, all of it returned by
 a trim); returned after every layer, what the heap keeps is at most one layer's churn.
-`malloc_trim(0)` returns every free page of the heap (~10 ms per call between layers at 8K tokens,
-about 1% of a forward; tens of ms after a whole forward). Where the C library has no `malloc_trim`
+`malloc_trim(0)` returns every free page of the heap: between layers ~10 ms a call, ~1% of an 8K
+forward and ~0.2% of a 16K one (30 calls, 0.2 s of ~100 s); tens of ms after a whole forward. Where the C library has no `malloc_trim`
 (not glibc), it does nothing.
 """
 
