@@ -7,11 +7,11 @@
 Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is its own. Modes:
   plain          model(ids): the usual HF forward with sdpa, logits for every position
   body           the decoder alone (no logits): what the scan's forward costs without capture
-  body+loss      the decoder, the free heap returned after each layer and before the chunked loss
-                 (runs/memory.py), the loss: a scan without its capture
-  scan           what `entropy-lens scan` does per sample: EntropyRecorder (--fused auto, which
-                 times separate against fused on the first layers of the timed run itself) +
-                 body+loss
+  body+loss      a scan's batch without its capture (`runs.scan.scan_batch`): the decoder, the free
+                 heap returned after each layer and before the chunked loss (runs/memory.py), the loss
+  scan           what `entropy-lens scan` does per sample: `scan_batch` inside an EntropyRecorder
+                 (--fused auto, which times separate against fused on the first layers of the timed
+                 run itself)
   scan-native    --fused on: output and entropy from the native C++ kernel, one pass per layer
                  (kernels/native; built before the timed runs)
   scan-fused     --fused on with ENTROPY_LENS_NATIVE=0: output and entropy from one streamed torch pass
@@ -71,11 +71,11 @@ def worker(mode: str, length: int, repeats: int) -> dict:
         os.environ["ENTROPY_LENS_NATIVE"] = "0"
     import torch
 
-    from entropy_lens.capture import EntropyRecorder, forward_hidden, next_token_nll
+    from entropy_lens.capture import EntropyRecorder, forward_hidden
     from entropy_lens.data import token_chunks
     from entropy_lens.kernels import fold_status, native_status
     from entropy_lens.models import load_model
-    from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
+    from entropy_lens.runs.scan import scan_batch
 
     lm = load_model("smollm2")
     model = lm.model
@@ -91,16 +91,11 @@ def worker(mode: str, length: int, repeats: int) -> dict:
                 return model(ids[:, :-1]).logits.shape
             if mode == "body":
                 return forward_hidden(model, ids[:, :-1]).shape
-            if mode == "body+loss":  # as the scan does (runs/scan.py)
-                with free_heap_returned_per_layer(model):
-                    hidden = forward_hidden(model, ids[:, :-1])
-                release_free_heap()
-                return next_token_nll(model, hidden, ids[:, 1:]).shape
+            if mode == "body+loss":
+                return scan_batch(model, ids).shape
             if mode in FUSED:
-                with EntropyRecorder(model, fused=FUSED[mode]) as rec, free_heap_returned_per_layer(model):
-                    hidden = forward_hidden(model, ids[:, :-1])
-                release_free_heap()
-                next_token_nll(model, hidden, ids[:, 1:])
+                rec = EntropyRecorder(model, fused=FUSED[mode])
+                scan_batch(model, ids, rec)
                 paths.update(rec.session.paths)  # over all runs: auto's trial is in the first only
                 ran.update(fold=fold_status(), native=native_status())
                 return rec.entropy.shape

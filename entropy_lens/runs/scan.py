@@ -300,11 +300,8 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
     try:
         for b in range(0, len(todo), c.batch_size):
             ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
-            with run.capture() as capture, free_heap_returned_per_layer(run.lm.model):
-                hidden = forward_hidden(run.lm.model, ids[:, :-1])
-            if hidden.device.type == "cpu":
-                release_free_heap()  # what the forward freed, before the loss's logits (runs/memory.py)
-            nll = next_token_nll(run.lm.model, hidden, ids[:, 1:])
+            capture = run.capture()
+            nll = scan_batch(run.lm.model, ids, capture)
             sums.add(capture, nll)
             bar.update(ids.shape[0] * c.length)
             if checkpoint is not None:
@@ -319,6 +316,17 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
         raise
     finally:
         bar.close()
+
+
+def scan_batch(model, ids: torch.Tensor, capture=None) -> torch.Tensor:
+    """One batch as a scan runs it: the decoder on ids (B, T)[:, :-1] inside `capture` (a
+    ScaleSession or EntropyRecorder; None: no capture), on CPU the free heap returned after each
+    layer's attention and again before the loss (runs/memory.py), then the per-position loss (B, T − 1)."""
+    with contextlib.nullcontext() if capture is None else capture, free_heap_returned_per_layer(model):
+        hidden = forward_hidden(model, ids[:, :-1])
+    if hidden.device.type == "cpu":
+        release_free_heap()  # what the forward freed, before the loss's logits
+    return next_token_nll(model, hidden, ids[:, 1:])
 
 
 class _Checkpoint:
