@@ -15,10 +15,12 @@ for the masks, max, exp and the sums l and u, a GEMM for e·V, `at::parallel_for
 accumulated in fp32; bf16/fp16 inputs are converted to fp32 first (keys and values once, as
 torch_chunked does).
 
-Build: `torch.utils.cpp_extension.load` compiles the source once (ninja, -O3, AVX2+FMA where the CPU
-has them) into ~/.cache/entropy_lens/native/<hash of the source, torch version and flags>
-(ENTROPY_LENS_NATIVE_CACHE moves the root), printing one line while it builds; later processes load the
-cached library. ENTROPY_LENS_NATIVE=0 disables it. Where it cannot be built or loaded (no compiler,
+Build (build.py): `torch.utils.cpp_extension.load` compiles the source once (ninja, -O3, AVX2+FMA where
+the CPU has them) into ~/.cache/entropy_lens/native/<hash of the source, flags, torch and Python>
+(ENTROPY_LENS_NATIVE_CACHE moves the root), printing one line when it builds and why; later processes
+check the cached library's size and hash, then load it. A killed build, a damaged library, another
+checkout or a read-only cache never blocks or crashes a run (build.py says how).
+ENTROPY_LENS_NATIVE=0 disables it. Where it cannot be built or loaded (no compiler,
 no ninja, a link error), `native_status()` says why and the callers run the torch path; a scan's
 results meta records that status (`native`), as `fold` records the compiled fold's.
 The state (the loaded module and its status) lives in a `NativeState`: one per process
@@ -27,10 +29,8 @@ The state (the loaded module and its status) lives in a `NativeState`: one per p
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-from pathlib import Path
 
 import torch
 
@@ -41,10 +41,9 @@ from entropy_lens.kernels.contract import (
     validate_key_bias,
     validate_window,
 )
+from entropy_lens.kernels.native.build import build_extension, failure_reason
 
-SOURCE = Path(__file__).with_name("attention_entropy.cpp")
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
-CACHE_ENV = "ENTROPY_LENS_NATIVE_CACHE"  # where builds are kept (default ~/.cache/entropy_lens/native)
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
 
 
@@ -56,44 +55,6 @@ class NativeState:
         self.build = build or build_extension
         self.module = None
         self.status = "not built"
-
-
-def cpu_flags() -> list[str]:
-    """Compiler flags for this CPU: AVX2 + FMA where torch reports them (the kernel's vector path),
-    else none (its scalar loop, correct but slower)."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    return ["-mavx2", "-mfma"] if capability in ("AVX2", "AVX512") else []
-
-
-def build_extension():
-    """Compile (once; cached by source, torch version and flags) and load the extension."""
-    from torch.utils.cpp_extension import load
-
-    # -fopenmp: at::parallel_for's OpenMP loop is inline in ATen's headers, serial without it; the
-    # runtime it links (libgomp.so.1) is the one torch already loaded, so torch.set_num_threads applies
-    flags = ["-O3", "-std=c++17", "-fopenmp", *cpu_flags()]
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + torch.__version__.encode() + " ".join(flags).encode()).hexdigest()[:16]
-    # its own variable, not ENTROPY_LENS_CACHE (models, moved per test session): one build per version
-    root = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "entropy_lens" / "native"))
-    build_dir = root / key
-    build_dir.mkdir(parents=True, exist_ok=True)
-    name = f"entropy_lens_native_{key}"
-    if not (build_dir / f"{name}.so").exists():
-        print(f"entropy_lens: building the native CPU attention kernel once, in {build_dir}", file=sys.stderr)
-    path = os.environ.get("PATH", "")
-    # a `pip install ninja` lands beside the interpreter, off PATH when the venv is not activated
-    os.environ["PATH"] = os.pathsep.join([path, str(Path(sys.executable).parent)]).strip(os.pathsep)
-    try:
-        return load(
-            name=name,
-            sources=[str(SOURCE)],
-            extra_cflags=flags,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
-        )
-    finally:
-        os.environ["PATH"] = path
 
 
 def native_module(state: NativeState | None = None):
@@ -111,8 +72,7 @@ def native_module(state: NativeState | None = None):
     try:
         state.module = state.build()
     except Exception as err:  # noqa: BLE001 - any build or load failure: the torch path runs, with the reason
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        state.status = f"unavailable ({type(err).__name__}: {first[:200]})"
+        state.status = f"unavailable ({failure_reason(err)})"
         print(f"entropy_lens: the native CPU kernel is {state.status}; the torch path runs", file=sys.stderr)
         return None
     state.status = "built"
