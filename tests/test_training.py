@@ -134,6 +134,76 @@ def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeyp
     assert all(np.array_equal(a[k], resumed[k]) for k in a)
 
 
+class _RunsCode:
+    """A pickled object that runs code when it is unpickled: what a crafted checkpoint carries."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def test_a_crafted_checkpoint_is_refused_before_it_runs_code(tmp_path, text_file):
+    recipe = micro(text_file)
+    work = tmp_path / "r.partial"
+    work.mkdir()
+    marker = tmp_path / "code-ran"
+    torch.save(
+        {"recipe": dataclasses.asdict(recipe), "step": 1, "payload": _RunsCode(marker)},
+        work / "checkpoint.pt",
+    )
+    with pytest.raises(EntropyLensError, match="Python objects other than tensors and plain data") as err:
+        train_tiny(recipe, tmp_path / "r", resume=True, progress=False)
+    assert not marker.exists() and "\n" not in str(err.value) and "--force" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "state, why",
+    [
+        ([1, 2], "a list"),
+        ({"recipe": {}, "step": 1}, "'log' is missing"),
+        ({"recipe": {}, "step": "1", "log": [], "wall_s": 0.0, "model": {}, "optimizer": {}}, "'step'"),
+        ({"recipe": {}, "step": -4, "log": [], "wall_s": 0.0, "model": {}, "optimizer": {}}, "step -4"),
+    ],
+)
+def test_a_checkpoint_of_the_wrong_shape_is_one_line(tmp_path, state, why):
+    from entropy_lens.runs.training.checkpoint import read_checkpoint
+
+    torch.save(state, tmp_path / "checkpoint.pt")
+    with pytest.raises(EntropyLensError, match=why):
+        read_checkpoint(tmp_path / "checkpoint.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "checkpoint.pt").read_bytes()[:20])
+    with pytest.raises(EntropyLensError, match="cannot be read as a checkpoint"):
+        read_checkpoint(tmp_path / "cut.pt")
+
+
+def test_the_package_never_unpickles_without_weights_only():
+    """Every torch.load in the package passes weights_only=True, and nothing else unpickles (no
+    pickle.load, no np.load with allow_pickle=True): a file a user receives can run no code."""
+    import ast
+    from pathlib import Path
+
+    import entropy_lens
+
+    torch_loads = 0
+    for path in Path(entropy_lens.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            owner, name = getattr(node.func.value, "id", None), node.func.attr
+            keywords = {k.arg: getattr(k.value, "value", None) for k in node.keywords}
+            where = f"{path}:{node.lineno}"
+            if (owner, name) == ("torch", "load"):
+                torch_loads += 1
+                assert keywords.get("weights_only") is True, f"{where}: torch.load without weights_only=True"
+            assert owner != "pickle" or name not in ("load", "loads", "Unpickler"), f"{where}: pickle.{name}"
+            assert keywords.get("allow_pickle") is not True, f"{where}: allow_pickle=True"
+    assert (
+        torch_loads >= 1
+    )  # the training checkpoint (a .bin model goes through from_pretrained(weights_only=True))
+
+
 def test_snapshot_is_the_run_at_that_step(tmp_path, text_file, monkeypatch):
     """A snapshot is the model the run holds after that step (its checkpoint there), a loadable folder
     inside the finished one, and a resume keeps snapshots of the first part."""
@@ -149,7 +219,7 @@ def test_snapshot_is_the_run_at_that_step(tmp_path, text_file, monkeypatch):
     monkeypatch.setattr(data_module, "random_windows", crash_at(4))
     with pytest.raises(KeyboardInterrupt):
         train_tiny(recipe, tmp_path / "b", progress=False, checkpoint_every=3, snapshots=(3,))
-    state = torch.load(tmp_path / "b.partial" / "checkpoint.pt", weights_only=False)
+    state = torch.load(tmp_path / "b.partial" / "checkpoint.pt", weights_only=True)
     assert state["step"] == 3
     ours = weights(snap)
     assert all(np.array_equal(ours[k], state["model"][k].numpy()) for k in ours)

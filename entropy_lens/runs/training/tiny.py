@@ -33,7 +33,8 @@ fresh optimiser, `init_from=FOLDER` (a finished run of `recipe.pretraining()`) r
 gives the whole run's model (bit-identical with the same torch and thread count).
 
 Resuming: every `checkpoint_every` steps the model, optimiser and step are saved to
-`<out>.partial/checkpoint.pt`; `resume=True` continues from there. The finished folder is
+`<out>.partial/checkpoint.pt` (tensors and plain data only, read with `weights_only=True`:
+training/checkpoint.py); `resume=True` continues from there. The finished folder is
 written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
 or absent.
 
@@ -60,6 +61,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
+from entropy_lens.runs.training.checkpoint import read_checkpoint, write_checkpoint
 from entropy_lens.settings import setting
 
 __all__ = ["TinyRecipe", "build_model", "train_tiny", "training_batch"]
@@ -326,7 +328,7 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
             if n <= recipe.steps:
                 shutil.copytree(Path(parent["path"]) / f"step-{n}", work / f"step-{n}")
     if resume and ckpt_path.is_file():
-        state = torch.load(ckpt_path, weights_only=False)
+        state = read_checkpoint(ckpt_path)
         if state["recipe"] != dataclasses.asdict(recipe):
             raise EntropyLensError(
                 f"{work} holds an interrupted run of another recipe; rerun with its flags to finish it, "
@@ -373,7 +375,9 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
             _save_folder(model, tokenizer, work / f"step-{step + 1}", _facts(recipe, description, model, log))
         if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.total_steps:
             state = {"recipe": dataclasses.asdict(recipe), "step": step + 1, "log": log, "wall_s": elapsed}
-            torch.save({**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path)
+            write_checkpoint(
+                {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path
+            )
     bar.close()
 
     model.eval()
