@@ -1,28 +1,69 @@
-"""Run settings declared once: each is a dataclass field that carries its flag's help text, and the CLI
-generates the flag from it (`cli/options.py`) with the dataclass default, so a setting is added or
-changed in one place.
+"""Run settings declared once: each is a dataclass field that carries its flag's help text and the range
+its values may take, and the CLI generates the flag from it (`cli/options.py`) with the dataclass
+default, so a setting is added or changed in one place.
 
     @dataclass(frozen=True, kw_only=True)
-    class ScanConfig(ModelSettings, ...):
-        samples: int = setting(8, help="packed chunks to average over")
+    class ScanConfig(Checked, ModelSettings, ...):
+        samples: int = setting(8, at_least=1, at_most=MAX_COUNT, help="packed chunks to average over")
         model: str = setting(help="...", flag="model", metavar="CKPT")   # positional, no default: required
 
 `flag` defaults to `--field-name`; a name without a leading dash is a positional argument. `metavar`,
 `choices` and `type` (for a list or tuple field: the element type, with `nargs`) go to argparse as
 they are. A field with `setting(..., cli=False)` has no flag. Names and meanings follow the glossary
 (README: Glossary).
+
+Ranges: `at_least=a` (value >= a), `above=a` (value > a) and `at_most=b` (value <= b), on a number or on
+each element of a list of numbers. Every value is checked against its field's type (int: a whole number,
+not a bool; float: a finite number; str; bool; a list of these) and its range in two places that share
+`check_range`: the flag's argparse type (`cli/options.py`), and the dataclass's construction (`Checked`)
+or `check_fields` for values read from a file (the figures' `--config`), so a flag, a settings file and a
+Python caller meet the same check, in one line that names the setting, the value, the range and a fix,
+before anything is loaded. Lengths and counts have ceilings (MAX_TOKENS, MAX_COUNT), so that a typo
+(an extra digit, 1e20) is refused instead of growing a prompt or an index array without bound.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import numbers
+import os
 import shlex
+import types
+import typing
 from dataclasses import MISSING
 from typing import Any
 
-__all__ = ["SETTING", "command_words", "setting"]
+from entropy_lens.errors import EntropyLensError
+
+__all__ = [
+    "MAX_COUNT",
+    "MAX_SEED",
+    "MAX_TOKENS",
+    "PASSKEY_MOST",
+    "SETTING",
+    "Checked",
+    "check_fields",
+    "check_range",
+    "check_value",
+    "command_words",
+    "range_words",
+    "setting",
+]
 
 SETTING = "entropy_lens.setting"  # the key of a field's metadata that holds its flag's description
+
+# The longest sequence (window, prompt, training length) any setting may ask for: 4,194,304 tokens. Exact
+# attention entropy is out of reach of one machine well before it (one head's T² scores at 4M tokens are
+# 1.8e13 products per layer), and the token ids of a prompt this long take a few hundred MB while it is
+# built, so a mistyped length (an extra digit, 1e20) is refused instead of filling memory.
+MAX_TOKENS = 1 << 22
+# The most windows, steps or trials a count may ask for (16,777,216): years of work on any model, and
+# still an index array numpy holds (1e20 would overflow int64 into a traceback).
+MAX_COUNT = 1 << 24
+MAX_SEED = 2**32 - 1  # the seeds numpy, torch and random all take
+PASSKEY_MOST = 1000  # the most depths, and the most keys, of a passkey run: a hundred times the paper's 10
 
 
 def setting(
@@ -35,9 +76,12 @@ def setting(
     type: Any = None,
     nargs: str | None = None,
     cli: bool = True,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
     default_factory: Any = MISSING,
 ) -> Any:
-    """A dataclass field with its flag's description (see the module docstring)."""
+    """A dataclass field with its flag's description and range (see the module docstring)."""
     meta = {
         SETTING: {
             "help": help,
@@ -47,11 +91,157 @@ def setting(
             "type": type,
             "nargs": nargs,
             "cli": cli,
+            "at_least": at_least,
+            "above": above,
+            "at_most": at_most,
         }
     }
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def range_words(*, at_least=None, above=None, at_most=None) -> str | None:
+    """'at least 1 and at most 8', 'above 0', ...; None when nothing is declared."""
+    low = (
+        f"at least {at_least}" if at_least is not None else (f"above {above}" if above is not None else None)
+    )
+    high = f"at most {at_most}" if at_most is not None else None
+    return " and ".join(w for w in (low, high) if w) or None
+
+
+def check_range(
+    value, *, label: str, at_least=None, above=None, at_most=None, fix: typing.Callable | None = None
+) -> None:
+    """EntropyLensError unless `value` lies in the range, in one line: '--samples must be at least 1 and
+    at most 16777216 (got 0); pass --samples 1 or another value in that range'. `fix(nearest)` words the suggestion
+    (default: 'pass {label} {nearest}')."""
+    if (
+        (at_least is None or value >= at_least)
+        and (above is None or value > above)
+        and (at_most is None or value <= at_most)
+    ):
+        return
+    words = range_words(at_least=at_least, above=above, at_most=at_most)
+    nearest = at_most if at_most is not None and value > at_most else at_least
+    if nearest is None:
+        suggestion = "pass a value in that range"
+    else:
+        suggestion = (fix or (lambda v: f"pass {label} {v}"))(nearest) + " or another value in that range"
+    raise EntropyLensError(f"{label} must be {words} (got {_quoted(value)}); {suggestion}")
+
+
+class Checked:
+    """A settings dataclass that checks its fields when it is made (and by `dataclasses.replace`): each
+    value against its field's type and declared range (`check_fields`). A subclass with its own
+    __post_init__ calls this one first."""
+
+    def __post_init__(self) -> None:
+        check_fields(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+
+def check_fields(cls, values: typing.Mapping[str, Any], *, where: str | None = None) -> None:
+    """EntropyLensError, in one line, for the first of `values` ({field name: value}; names that are not
+    fields of `cls` are skipped) that is not of its field's type or lies outside its declared range.
+    Named by its flag ('--samples'), or with `where` (a settings file) as 'where: samples', and the fix
+    worded for that place."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = _hints(cls)
+    for name, value in values.items():
+        if name not in fields:
+            continue
+        spec = fields[name].metadata.get(SETTING) or {}
+        flag = spec.get("flag") or "--" + name.replace("_", "-")
+        if where is None and flag.startswith("-") and spec.get("cli"):  # a flag: named as it is typed
+            label, fix = flag, lambda v, flag=flag: f"pass {flag} {_shown(v, ' ')}"
+        else:
+            label = f"{where}: {name}" if where else name
+            fix = lambda v, name=name: f"write {name}: {_shown(v, ', ')}"
+        check_value(value, hints.get(name), spec, label=label, fix=fix, example=_default(fields[name]))
+
+
+def check_value(value, hint, spec: dict, *, label: str, fix: typing.Callable, example=MISSING) -> None:
+    """`value` against the type hint (None allowed where the hint says `| None`; a list or tuple hint
+    checks each element) and the range of a setting's `spec` (its metadata); EntropyLensError in one
+    line; for a value of the wrong type the suggestion is `fix(example)` (the setting's default), or
+    to leave it out where the default is None."""
+    optional, container, kind = _shape(hint)
+    if value is None and optional:
+        return
+    words = f"a list of {_PLURAL.get(kind, 'values')}" if container is not None else _WORDS.get(kind)
+    if example is None:
+        shown = "leave it out for the default"
+    elif example is MISSING or kind is bool:
+        shown = f"give {words}"
+    else:
+        shown = fix(example)
+    if container is not None:
+        if not isinstance(value, (list, tuple)) or not all(_is(v, kind) for v in value):
+            raise EntropyLensError(f"{label} must be {words} (got {_quoted(value)}); {shown}")
+        items = value
+    elif not _is(value, kind):
+        raise EntropyLensError(f"{label} must be {words} (got {_quoted(value)}); {shown}")
+    else:
+        items = [value]
+    bounds = {k: spec.get(k) for k in ("at_least", "above", "at_most")}
+    for item in items:
+        check_range(item, label=label, fix=fix, **bounds)
+
+
+_WORDS = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text"}
+_PLURAL = {bool: "true or false values", int: "whole numbers", float: "finite numbers", str: "texts"}
+
+
+def _is(value, kind) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is str:
+        return isinstance(value, (str, os.PathLike))
+    return True  # a type no check is written for
+
+
+def _shape(hint) -> tuple[bool, type | None, Any]:
+    """(None allowed, list/tuple or None, the value's or each element's type) of a field's type hint."""
+    optional = False
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = typing.get_args(hint)
+        rest = [a for a in args if a is not type(None)]
+        optional = len(rest) < len(args)
+        hint = rest[0] if len(rest) == 1 else None
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple):
+        return optional, origin, typing.get_args(hint)[0]
+    return optional, None, hint
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _default(field: dataclasses.Field):
+    if field.default is not MISSING:
+        return field.default
+    if field.default_factory is not MISSING:
+        return field.default_factory()
+    return MISSING
+
+
+def _shown(value, sep: str) -> str:
+    """A value as a flag (sep ' ': '128 256') or a settings file (sep ', ': '[128, 256]') writes it."""
+    if isinstance(value, (list, tuple)):
+        joined = sep.join(map(str, value))
+        return joined if sep == " " else f"[{joined}]"
+    return str(value)
+
+
+def _quoted(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def command_words(config: Any, *, defaults: dict | None = None, exclude: tuple[str, ...] = ()) -> list[str]:

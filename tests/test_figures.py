@@ -89,7 +89,7 @@ def test_rerun_reuses_the_cache(made):
             {"passkey_lengths": [2, 1]},
             "passkey_lengths \\[2, 1\\] must be positive multiples of L, ascending",
         ),
-        ({"passkey_keys": 0}, "passkey_depths and passkey_keys must be at least 1"),
+        ({"passkey_keys": 0}, "passkey_keys must be at least 1 and at most 1000 \\(got 0\\)"),
     ],
 )
 def test_bad_settings(values, match):

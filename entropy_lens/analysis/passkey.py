@@ -1,22 +1,123 @@
 """Passkey records (`entropy-lens passkey --out`) as tables: accuracy by depth and length, the paper's
 title average (Figure 6: the mean over the cells whose length is within the context length), and
-accuracy by length beside the retrieval head's mass on the key (`passkey_by_length`)."""
+accuracy by length beside the retrieval head's mass on the key (`passkey_by_length`).
+
+Every reader checks the record first (`check_passkey_record`): a record read from a file may be damaged
+or hand-edited, and each reader then answers in one line (EntropyLensError) instead of a KeyError."""
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import pandas as pd
 
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["passkey_average", "passkey_by_length", "passkey_table", "wilson_interval"]
+__all__ = [
+    "check_passkey_record",
+    "passkey_average",
+    "passkey_by_length",
+    "passkey_table",
+    "wilson_interval",
+]
+
+_TABLE = {"length": "a whole number", "depth": "a number", "accuracy": "a number"}
+_TRIALS = {"length": "a whole number", "per_trial": "a list"}
+_TRIAL = {
+    "correct": "true or false",
+    "entropy": "a [layers][heads] table",
+    "needle_mass": "a [layers][heads] table",
+}
+
+
+def check_passkey_record(
+    record,
+    *,
+    source: str = "the passkey record",
+    fix: str = "run `entropy-lens passkey` again",
+    table: bool = True,
+    trials: bool = True,
+) -> dict:
+    """`record` when it has the shape `entropy-lens passkey` writes (runs/passkey.py): a mapping whose
+    "results" is a list of cells, each with a whole positive "length" and (`table`) one cell per
+    (length, depth) with a "depth" and an "accuracy" in [0, 1], and (`trials`) "per_trial" trials, each
+    with a bool "correct" and finite "entropy" and "needle_mass" tables of one [layers][heads] shape;
+    otherwise EntropyLensError in one line: '{source} is damaged: {the first fault}; {fix}'. A reader
+    asks for the parts it reads."""
+
+    def fault(where: str, what: str):
+        return EntropyLensError(f"{source} is damaged: {where} {what}; {fix}")
+
+    if not isinstance(record, dict):
+        raise fault("it", f"is {type(record).__name__}, not a mapping")
+    cells = record.get("results")
+    if not isinstance(cells, list):
+        raise fault('"results"', "is missing" if cells is None else f"is {type(cells).__name__}, not a list")
+    shape, seen = None, set()
+    for i, cell in enumerate(cells):
+        where = f"results[{i}]"
+        if not isinstance(cell, dict):
+            raise fault(where, f"is {type(cell).__name__}, not a mapping")
+        for key, kind in {**_TRIALS, **_TABLE}.items():
+            if (key in _TABLE and not table) or (key == "per_trial" and not trials):
+                continue
+            if key not in cell:
+                raise fault(where, f'has no "{key}"')
+            if not _is(cell[key], kind):
+                raise fault(f'{where}["{key}"]', f"is {cell[key]!r:.40}, not {kind}")
+        if cell["length"] < 1:
+            raise fault(where, f"has length {cell['length']}, below 1")
+        if table:
+            if not (0 <= cell["depth"] <= 1 and 0 <= cell["accuracy"] <= 1):
+                raise fault(where, "has a depth or an accuracy outside [0, 1]")
+            if (cell["length"], cell["depth"]) in seen:
+                raise fault(where, f"repeats length {cell['length']} at depth {cell['depth']}")
+            seen.add((cell["length"], cell["depth"]))
+        if not trials:
+            continue
+        if not cell["per_trial"]:
+            raise fault(where, "has no trials")
+        for j, trial in enumerate(cell["per_trial"]):
+            at = f"{where}.per_trial[{j}]"
+            if not isinstance(trial, dict):
+                raise fault(at, f"is {type(trial).__name__}, not a mapping")
+            for key, kind in _TRIAL.items():
+                if key not in trial:
+                    raise fault(at, f'has no "{key}"')
+                if not _is(trial[key], kind):
+                    raise fault(f'{at}["{key}"]', f"is not {kind}")
+            shapes = {np.shape(trial["entropy"]), np.shape(trial["needle_mass"])}
+            if len(shapes | ({shape} if shape else set())) != 1:
+                raise fault(at, "has entropy or needle_mass tables of another [layers][heads] shape")
+            shape = shapes.pop()
+    return record
+
+
+def _is(value, kind: str) -> bool:
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind == "a whole number":
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind == "a number":
+        return number and math.isfinite(value)
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "a list":
+        return isinstance(value, list)
+    try:  # a [layers][heads] table of finite numbers
+        table = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return table.ndim == 2 and table.size > 0 and bool(np.isfinite(table).all())
 
 
 def passkey_table(record: dict) -> pd.DataFrame:
     """Accuracy (0..1) with depth (0 first) as rows and length (ascending) as columns."""
-    rows = [(c["depth"], c["length"], c["accuracy"]) for c in record.get("results", [])]
+    rows = [
+        (c["depth"], c["length"], c["accuracy"])
+        for c in check_passkey_record(record, trials=False)["results"]
+    ]
     if not rows:
         raise EntropyLensError("the passkey record holds no results; run `entropy-lens passkey` first")
     frame = pd.DataFrame(rows, columns=["depth", "length", "accuracy"])
@@ -50,7 +151,9 @@ def passkey_by_length(record: dict, context_length: int) -> pd.DataFrame:
     over trials), and the answer rows' entropy averaged over every head (nats). Where accuracy falls but
     that head's mass holds, the model still finds the key and loses it later; where the mass falls, it
     no longer finds it."""
-    trials = [(c["length"], t) for c in record.get("results", []) for t in c["per_trial"]]
+    trials = [
+        (c["length"], t) for c in check_passkey_record(record, table=False)["results"] for t in c["per_trial"]
+    ]
     inside = [np.asarray(t["needle_mass"]) for w, t in trials if w <= context_length]
     if not inside:
         raise EntropyLensError(

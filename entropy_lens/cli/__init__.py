@@ -18,6 +18,8 @@ __all__ = ["build_parser", "main", "option_table"]
 
 def build_parser() -> argparse.ArgumentParser:
     from entropy_lens import __version__
+    from entropy_lens.cli.options import flag_type
+    from entropy_lens.runs.threads import check_threads
 
     parser = argparse.ArgumentParser(prog="entropy-lens", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"entropy-lens {__version__}")
@@ -27,10 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # one flag, applied once in main() before any work
         command.add_argument(
             "--threads",
-            type=int,
+            type=flag_type(int, flag="--threads", check=check_threads),
             metavar="N",
-            help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core); on a machine "
-            "shared with other busy processes use at most the free cores, e.g. --threads 1",
+            help="CPU threads for torch (default: OMP_NUM_THREADS, else one per core; at most 4 per "
+            "core); on a machine shared with other busy processes use at most the free cores, e.g. "
+            "--threads 1",
         )
     return parser
 
@@ -67,10 +70,15 @@ def option_table() -> dict[str, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from entropy_lens.cli.options import FlagRejected
     from entropy_lens.errors import EntropyLensError
     from entropy_lens.runs.threads import set_threads
 
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # a number out of its range: FlagRejected, one line
+    except FlagRejected as err:
+        print(f"entropy-lens: error: {err}", file=sys.stderr)
+        return 2
     try:
         set_threads(args.threads)
         return args.func(args)

@@ -9,6 +9,11 @@ the field's; a bool field is a switch. `as_overrides=True` makes every default N
 flags that override a settings file. The parser remembers which fields it generated
 (`args.settings_fields`), so `config_from_args` takes exactly those: a field with no flag keeps its
 default or comes from `given`, and a flag can never be dropped on the way.
+
+A number's flag checks its value as it is parsed (`flag_type`): a finite number within its setting's
+declared range (`settings.setting(at_least=, above=, at_most=)`, shown in the help), the same check the
+dataclass makes when it is built (`settings.Checked`). A value outside it raises `FlagRejected` through
+argparse, which `cli.main` prints as one line, as every input error.
 """
 
 from __future__ import annotations
@@ -19,9 +24,39 @@ import types
 import typing
 from dataclasses import MISSING
 
-from entropy_lens.settings import SETTING
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.settings import SETTING, check_value, range_words
 
-__all__ = ["add_settings", "config_from_args", "settings_from_args"]
+__all__ = ["FlagRejected", "add_settings", "config_from_args", "flag_type", "settings_from_args"]
+
+BOUNDS = ("at_least", "above", "at_most")
+
+
+class FlagRejected(Exception):
+    """A flag's value that its type refused (outside its range, not finite): not a ValueError, so that
+    argparse passes it on instead of rewording it as 'invalid int value'; `cli.main` prints it as one
+    line and exits with status 2."""
+
+
+def flag_type(kind: type, *, flag: str, check: typing.Callable | None = None, **bounds):
+    """The argparse type of a number's flag: `kind(text)` (argparse words a text that is no number),
+    then the value checked as its setting's (`settings.check_value`: finite, within `bounds`, i.e.
+    at_least/above/at_most) or by `check` (which raises EntropyLensError); FlagRejected with the
+    one-line message otherwise."""
+
+    def parse(text: str):
+        value = kind(text)
+        try:
+            check_value(value, kind, bounds, label=flag, fix=lambda v: f"pass {flag} {v}")
+            if check is not None:
+                check(value)
+        except EntropyLensError as err:
+            raise FlagRejected(str(err)) from None
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's "invalid int value" and the option table name it
+    return parse
+
 
 FIELDS = "settings_fields"  # the parsed namespace's {class name: generated field names}
 
@@ -55,7 +90,7 @@ def add_settings(
         spec, default = fields[name].metadata[SETTING], _default(fields[name])
         target = groups.get(name, parser)
         flag = spec["flag"] or "--" + name.replace("_", "-")
-        kwargs = {"help": _help(spec["help"], default)}
+        kwargs = {"help": _help(spec["help"], default, spec)}
         if spec["metavar"]:
             kwargs["metavar"] = spec["metavar"]
         if not flag.startswith("-"):  # positional
@@ -68,8 +103,11 @@ def add_settings(
         elif kind is bool:
             kwargs.update(action="store_true", default=None if as_overrides else default)
         else:
-            if (spec["type"] or kind) is not str:  # argparse's own default
-                kwargs["type"] = spec["type"] or kind
+            element = spec["type"] or kind  # a list's element type
+            if element in (int, float):
+                kwargs["type"] = flag_type(element, flag=flag, **{k: spec.get(k) for k in BOUNDS})
+            elif element is not str:  # argparse's own default
+                kwargs["type"] = element
             if spec["choices"]:
                 kwargs["choices"] = list(spec["choices"])
             if spec["nargs"]:
@@ -108,11 +146,16 @@ def _default(field: dataclasses.Field):
     return MISSING
 
 
-def _help(text: str, default) -> str:
-    if default is MISSING or default is None or default is False:
-        return text
-    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
-    return f"{text} (default {shown})"
+def _help(text: str, default, spec: dict) -> str:
+    """The help text, then '(default 8; at least 1 and at most 16777216)' as far as there is a default and a range."""
+    notes = []
+    if not (default is MISSING or default is None or default is False):
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        notes.append(f"default {shown}")
+    words = range_words(**{k: spec.get(k) for k in BOUNDS})
+    if words:
+        notes.append(words)
+    return f"{text} ({'; '.join(notes)})" if notes else text
 
 
 def _base_type(hint):

@@ -14,16 +14,20 @@ The needle goes to the filler-sentence boundary nearest a target drawn uniformly
 [depth·n, (depth + 0.1)·n) of the filler's n tokens (sentences rather than the paper's whole blocks, so
 that a window of a tiny model's few hundred tokens still has distinct depths) (the paper's 10 depths; `width` for others), clamped so that the needle, the instruction and the question fit. Pieces are tokenised
 separately and concatenated, so the key's positions are exact; a tokenizer that does not write a piece
-back as its text is refused (`check_tokenizer`). Only numpy is imported.
+back as its text is refused (`check_tokenizer`). A length above MAX_TOKENS (settings.py) is refused
+before the filler is built, so a prompt never grows beyond a length that was asked for and checked.
+Only numpy is imported.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.settings import MAX_TOKENS, check_range
 
 __all__ = [
     "FILLER",
@@ -113,6 +117,9 @@ def passkey_prompt(
 ) -> PasskeyPrompt:
     """The prompt of one trial (see the module docstring; the needle's target is drawn from
     [depth, depth + width) of the filler); EntropyLensError when it cannot fit."""
+    length = operator.index(length)
+    check_range(length, label="--lens", at_least=1, at_most=MAX_TOKENS)  # before the filler grows
+    check_range(depth, label="depth", at_least=0, at_most=1)
     head, parts, question, answer = _pieces(tokenizer, key)
     sentences = [_encode(tokenizer, f" {sentence}") for sentence in FILLER_SENTENCES]
     needle = [t for part in parts for t in part]

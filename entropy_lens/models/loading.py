@@ -14,6 +14,9 @@ Design choices:
 - `.bin` weights are unpickled only through `torch.load(weights_only=True)`: transformers 5.23's
   default, passed explicitly here so a future default change cannot turn it off.
 - GGUF files and bundled names are turned into a cached float32 folder by `models/gguf.py`.
+- A config whose `auto_map` names the checkpoint's own model code, loaded without trust_remote_code,
+  gets transformers' built-in class of its `model_type` (transformers' choice, never the code): this is
+  said in one stderr line and recorded (`LoadedModel.remote_code_ignored`), so what ran is never a guess.
 - Weights are loaded directly in the requested dtype (`dtype=` in transformers 5) to halve memory
   for bf16/fp16, then moved to the device; the attention implementation is left as loaded (sdpa).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +84,10 @@ class LoadedModel:
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    model_class: str = ""  # the class that ran, e.g. "LlamaForCausalLM"
+    remote_code_ignored: str | None = (
+        None  # the config's auto_map class that did not run (no trust_remote_code)
+    )
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device | str | None = None) -> torch.dtype:
@@ -207,6 +215,24 @@ def _check_causal_lm(config: Any, folder: Path) -> None:
             f"{folder} is not a causal language model (config model_type {model_type!r}); "
             "entropy-lens needs a decoder-only model such as Llama"
         )
+
+
+def _remote_code_ignored(config: Any, model: Any, folder: Path, trust_remote_code: bool) -> str | None:
+    """The auto_map class that names the checkpoint's own code when transformers loaded its built-in class
+    instead (trust_remote_code off), said in one stderr line; None when the config has no such code."""
+    auto_map = getattr(config, "auto_map", None) or {}
+    remote = auto_map.get("AutoModelForCausalLM") if isinstance(auto_map, dict) else None
+    if trust_remote_code or not remote:
+        return None
+    remote = remote[0] if isinstance(remote, (list, tuple)) else str(remote)
+    print(
+        f"entropy-lens: note: {folder.name}'s config.json names its own model code ({remote}, auto_map), "
+        f"which did not run: transformers loaded its built-in {type(model).__name__} for model_type "
+        f"{getattr(config, 'model_type', None)!r}; pass --trust-remote-code to run that code, if you trust it",
+        file=sys.stderr,
+        flush=True,
+    )
+    return remote
 
 
 ROPE_SCALINGS = ("dynamic", "linear", "yarn")
@@ -384,6 +410,7 @@ def load_model(
     n_layers, n_heads, n_kv_heads, head_dim = _shapes(config)
     head_scales = read_checkpoint_head_scales(folder, n_layers, n_heads)
     model = _load_weights(folder, config, torch_dtype, trust_remote_code)
+    ignored = _remote_code_ignored(config, model, folder, trust_remote_code)
     tokenizer = _load_tokenizer(folder, trust_remote_code)
     model = model.to(torch_device).eval()
     digest = config_hash(model.config)  # before NoPE (which changes buffers, not the config, anyway)
@@ -418,4 +445,6 @@ def load_model(
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
+        model_class=type(model).__name__,
+        remote_code_ignored=ignored,
     )

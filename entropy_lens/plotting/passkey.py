@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from entropy_lens.analysis.passkey import passkey_average
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.plotting.style import PASSKEY_COLORS
 
 __all__ = ["passkey_heatmap", "passkey_retrieval"]
@@ -16,17 +17,19 @@ def passkey_heatmap(table: pd.DataFrame, *, context_length: int, name: str, ax=N
     """`analysis.passkey_table`'s accuracy (rows: depth, 0% at the top; columns: length ascending),
     annotated to one decimal, coloured #F0496E → #EBB839 → #0CD79F over [0, 1] without a colour bar, a
     black dashed line after the last length within `context_length`, titled "name acc avg" (the mean
-    over those lengths; where every length is beyond it, the title says so). Returns the Axes."""
+    over those lengths; where every length is beyond it, the title says so). A missing cell (NaN) is
+    left blank; a value that is no accuracy is refused in one line. Returns the Axes."""
     import matplotlib.pyplot as plt
     from matplotlib.colors import LinearSegmentedColormap
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 5))
+    values = _accuracies(table)
     cmap = LinearSegmentedColormap.from_list("passkey", list(PASSKEY_COLORS))
-    values = table.to_numpy(dtype=np.float64)
     ax.imshow(values, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     for (i, j), v in np.ndenumerate(values):
-        ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=8)
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(values.shape[1]), [str(w) for w in table.columns], rotation=45)
     ax.set_yticks(range(values.shape[0]), [f"{d:.0%}" for d in table.index])
     ax.set_xlabel("Context Length")
@@ -39,6 +42,21 @@ def passkey_heatmap(table: pd.DataFrame, *, context_length: int, name: str, ax=N
     else:  # the average is undefined
         ax.set_title(f"{name} (every length > context {context_length})")
     return ax
+
+
+def _accuracies(table: pd.DataFrame) -> np.ndarray:
+    """The table's values as float64 in [0, 1] (NaN: a missing cell), lengths as whole numbers."""
+    fix = "build it with analysis.passkey_table(record)"
+    try:
+        values = table.to_numpy(dtype=np.float64)
+        lengths = [int(w) for w in table.columns]
+    except (TypeError, ValueError):
+        raise EntropyLensError(f"the passkey table holds something other than numbers; {fix}") from None
+    if lengths != list(table.columns) or ((values < 0) | (values > 1)).any():
+        raise EntropyLensError(
+            f"the passkey table must hold accuracies in [0, 1] under whole lengths in tokens; {fix}"
+        )
+    return values
 
 
 def passkey_retrieval(rows: dict[str, pd.DataFrame], contexts: dict[str, int], *, axes=None):

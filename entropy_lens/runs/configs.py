@@ -12,20 +12,21 @@ help), in groups the configs share; the CLI generates the flags from them (`cli/
     HeadSearchConfig  Checkpoint + Text + the search's own (length, init, steps, lr, batch, ...)
 
 No torch at import (`entropy-lens --help` builds every flag from here); `check()` imports what it needs.
-Names follow the glossary (README: Glossary).
+Each number's range is declared with it (`setting(at_least=, above=, at_most=)`) and checked when a config
+is made (`settings.Checked`) and when its flag is parsed; `check()` adds what spans several settings and
+what needs an import. Names follow the glossary (README: Glossary).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.settings import setting
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, setting
 
 __all__ = [
     "STRIDE_FRACTION",
@@ -61,7 +62,10 @@ class Loading:
         help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F",
     )
     train_len: int | None = setting(
-        None, help="the model's training length L (default: what its config declares)"
+        None,
+        at_least=1,
+        at_most=MAX_TOKENS,
+        help="the model's training length L (default: what its config declares)",
     )
     trust_remote_code: bool = setting(False, help="allow a checkpoint's own Python code")
     revision: str | None = setting(None, help="branch, tag or commit of a Hub id (org/name); default main")
@@ -74,15 +78,17 @@ class Text:
         help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
         ".jsonl with a 'text' field, or .npy token ids [N, len+1]",
     )
-    seed: int = setting(0, help="which chunks (or windows) are drawn")
+    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="which chunks (or windows) are drawn")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Windows:
-    samples: int = setting(8, help="packed chunks to average over")
-    batch_size: int = setting(1, help="sequences per forward pass")
+    samples: int = setting(8, at_least=1, at_most=MAX_COUNT, help="packed chunks to average over")
+    batch_size: int = setting(1, at_least=1, at_most=MAX_COUNT, help="sequences per forward pass")
     stride: int | None = setting(
         None,
+        at_least=1,
+        at_most=MAX_TOKENS,
         metavar="S",
         help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
         "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
@@ -102,7 +108,9 @@ class PositionScaling:
 
 @dataclass(frozen=True, kw_only=True)
 class Scaling(PositionScaling):
-    scale: float | None = setting(None, help="uniform attention scale multiplier s: λ = s/√d for every head")
+    scale: float | None = setting(
+        None, above=0, help="uniform attention scale multiplier s: λ = s/√d for every head"
+    )
     head_scales: str | None = setting(
         None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
     )
@@ -112,10 +120,6 @@ class Scaling(PositionScaling):
 
         if self.scale is not None and self.head_scales is not None:
             raise EntropyLensError("--scale and --head-scales both given; pass one of them")
-        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
-            raise EntropyLensError(
-                f"--scale must be a positive finite multiplier of 1/sqrt(d) (got {self.scale})"
-            )
         if self.head_scales is not None and not Path(self.head_scales).is_file():
             raise EntropyLensError(
                 f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
@@ -143,11 +147,13 @@ SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its file
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScanConfig(Recorded, Checkpoint, Loading, Text, Windows, Scaling):
+class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling):
     """Everything that determines a scan's numbers (saved in the results' meta)."""
 
     ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride")  # newer than schema 1
-    length: int = setting(flag="--len", help="tokens per sequence (model input length)")
+    length: int = setting(
+        flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
+    )
     backend: str = setting(
         "auto",
         help="entropy backend: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference",
@@ -179,15 +185,9 @@ class ScanConfig(Recorded, Checkpoint, Loading, Text, Windows, Scaling):
                 f"--stride {self.stride} exceeds --len {self.length}: windows would skip the tokens "
                 f"between them; pass --stride {self.length} or less"
             )
-        if self.samples < 1:
-            raise EntropyLensError(f"--samples must be at least 1 (got {self.samples})")
         if self.entropy not in ENTROPY_REDUCTIONS:
             raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
-        if self.batch_size < 1:
-            raise EntropyLensError(f"--batch-size must be at least 1 (got {self.batch_size})")
         self.check_scaling()
-        if self.train_len is not None and self.train_len < 1:
-            raise EntropyLensError(f"--train-len must be positive (got {self.train_len})")
         resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
         if self.fused not in FUSED_MODES:
             raise EntropyLensError(
@@ -196,7 +196,7 @@ class ScanConfig(Recorded, Checkpoint, Loading, Text, Windows, Scaling):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PerplexityConfig(Checkpoint, Loading, Text, Windows, Scaling):
+class PerplexityConfig(Checked, Checkpoint, Loading, Text, Windows, Scaling):
     """Everything that determines a sliding-window perplexity table for one model (lengths in tokens):
     one loss-only ScanConfig per window length (`scan_config`), every shared field passed on."""
 
@@ -205,19 +205,24 @@ class PerplexityConfig(Checkpoint, Loading, Text, Windows, Scaling):
         metavar="W",
         type=int,
         nargs="+",
+        at_least=2,
+        at_most=MAX_TOKENS,
         help="window lengths in tokens, ascending (the paper: 1L 2L 4L 8L)",
     )
     # the same fields as a scan's, with the meaning and defaults of windows
-    samples: int = setting(256, help="windows per length")
+    samples: int = setting(256, at_least=1, at_most=MAX_COUNT, help="windows per length")
     data: str = setting("austen:persuasion", help="as for scan")
     stride: int | None = setting(
         None,
+        at_least=1,
+        at_most=MAX_TOKENS,
         metavar="S",
         help="tokens between window starts, and tokens scored per window (default: L/8 of the model's "
         "training length L, the paper's 256 at L = 2048)",
     )
 
     def __post_init__(self):
+        super().__post_init__()  # types and ranges first: then every length is a whole number
         object.__setattr__(self, "lengths", tuple(operator.index(w) for w in self.lengths))
 
     def to_dict(self) -> dict:
@@ -257,11 +262,6 @@ class PerplexityConfig(Checkpoint, Loading, Text, Windows, Scaling):
         ]
         if len(variants) > 1:
             raise EntropyLensError(f"{' and '.join(variants)} both given; pass one variant per table row")
-        if self.stride is not None and self.stride < 1:
-            raise EntropyLensError(
-                f"--stride must be at least 1 (got {self.stride}): it is the tokens scored per window; pass "
-                f"--stride 1 or more, or omit it for L/{STRIDE_FRACTION} of the model's training length L"
-            )
         if self.stride is not None and self.lengths[0] <= self.stride:
             raise EntropyLensError(
                 f"--lens {self.lengths[0]} is not longer than --stride {self.stride}: a window must hold "
@@ -273,7 +273,7 @@ class PerplexityConfig(Checkpoint, Loading, Text, Windows, Scaling):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HeadSearchConfig(Recorded, Checkpoint, Loading, Text, PositionScaling):
+class HeadSearchConfig(Checked, Recorded, Checkpoint, Loading, Text, PositionScaling):
     """The settings of the per-head scale search (runs/head_search.py): λ(h) learnt on the checkpoint as
     its loading flags give it, under a position schedule when one is given."""
 
@@ -286,42 +286,36 @@ class HeadSearchConfig(Recorded, Checkpoint, Loading, Text, PositionScaling):
         "scale_schedule",
     )
 
-    length: int = setting(flag="--len", help="L', tokens per training window")
+    length: int = setting(flag="--len", at_least=2, at_most=MAX_TOKENS, help="L', tokens per training window")
     init: float = setting(
-        1.0, cli=False, help="initial multiplier of every head (the best uniform scale for L')"
+        1.0, cli=False, above=0, help="initial multiplier of every head (the best uniform scale for L')"
     )
-    steps: int = setting(200, help="optimiser steps")
-    lr: float = setting(0.1, help="AdamW learning rate (after a warm-up, cosine decay to 0.1x)")
-    batch: int = setting(8, help="windows per optimiser step")
-    micro_batch: int = setting(1, help="windows per forward pass (gradients accumulated)")
+    steps: int = setting(200, at_least=1, at_most=MAX_COUNT, help="optimiser steps")
+    lr: float = setting(0.1, above=0, help="AdamW learning rate (after a warm-up, cosine decay to 0.1x)")
+    batch: int = setting(8, at_least=1, at_most=MAX_COUNT, help="windows per optimiser step")
+    micro_batch: int = setting(
+        1, at_least=1, at_most=MAX_COUNT, help="windows per forward pass (gradients accumulated)"
+    )
     lower_bound: float = setting(
-        1.0, help="smallest multiplier a head may take (1: the focus constraint λ(h) >= 1/√d)"
+        1.0, at_least=0, help="smallest multiplier a head may take (1: the focus constraint λ(h) >= 1/√d)"
     )
     checkpointing: bool = setting(False, help="activation checkpointing (long --len on GPU)")
-    chunk: int = setting(1024, help="positions of logits per loss chunk (memory)")
+    chunk: int = setting(
+        1024, at_least=1, at_most=MAX_TOKENS, help="positions of logits per loss chunk (memory)"
+    )
 
     def check(self) -> None:
         from entropy_lens.data import check_length
 
         check_length(self.length)
-        for name in ("steps", "batch", "micro_batch", "chunk"):
-            if getattr(self, name) < 1:
-                raise EntropyLensError(
-                    f"--{name.replace('_', '-')} must be at least 1 (got {getattr(self, name)})"
-                )
         if self.batch % self.micro_batch:
             raise EntropyLensError(
                 f"--batch {self.batch} must be a multiple of --micro-batch {self.micro_batch}"
             )
-        if not (math.isfinite(self.init) and self.init > 0 and self.init >= self.lower_bound):
+        if self.init < self.lower_bound:
             raise EntropyLensError(
-                f"--init {self.init} must be positive and at least --lower-bound {self.lower_bound}"
-            )
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise EntropyLensError(f"--lr must be positive (got {self.lr})")
-        if not (math.isfinite(self.lower_bound) and self.lower_bound >= 0):
-            raise EntropyLensError(
-                f"--lower-bound must be >= 0 (got {self.lower_bound}); 1 is the focus constraint"
+                f"--init {self.init} must be at least --lower-bound {self.lower_bound}; pass a larger --init "
+                "or a smaller --lower-bound"
             )
         from entropy_lens.capture import parse_schedule
 
@@ -329,18 +323,39 @@ class HeadSearchConfig(Recorded, Checkpoint, Loading, Text, PositionScaling):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PasskeyConfig(Recorded, Checkpoint, Loading, Scaling):
+class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
     """Everything that determines a passkey-retrieval table (runs/passkey.py): for each window length,
-    `depths` needle depths × `keys` random keys, seeded per trial."""
+    `depths` needle depths × `keys` random keys, seeded per trial. The lengths' ceiling (MAX_TOKENS)
+    bounds the prompt before one is built; depths and keys are at most PASSKEY_MOST each (a hundred times
+    the paper's 10: a million trials per length)."""
 
     lengths: tuple[int, ...] = setting(
-        flag="--lens", metavar="W", type=int, nargs="+", help="window lengths in tokens, ascending"
+        flag="--lens",
+        metavar="W",
+        type=int,
+        nargs="+",
+        at_least=1,
+        at_most=MAX_TOKENS,
+        help="window lengths in tokens, ascending",
     )
-    depths: int = setting(10, help="needle depths 0, 1/N, ..., (N-1)/N of the filler (the paper: 10)")
-    keys: int = setting(10, help="random 5-digit keys per depth and length (the paper: 10)")
-    seed: int = setting(42, help="seeds each trial's key and needle position (with its length, depth, index)")
+    depths: int = setting(
+        10,
+        at_least=1,
+        at_most=PASSKEY_MOST,
+        help="needle depths 0, 1/N, ..., (N-1)/N of the filler (the paper: 10)",
+    )
+    keys: int = setting(
+        10, at_least=1, at_most=PASSKEY_MOST, help="random 5-digit keys per depth and length (the paper: 10)"
+    )
+    seed: int = setting(
+        42,
+        at_least=0,
+        at_most=MAX_SEED,
+        help="seeds each trial's key and needle position (with its length, depth, index)",
+    )
 
     def __post_init__(self):
+        super().__post_init__()  # types and ranges first: then every length is a whole number
         object.__setattr__(self, "lengths", tuple(operator.index(w) for w in self.lengths))
 
     def to_dict(self) -> dict:
@@ -352,8 +367,4 @@ class PasskeyConfig(Recorded, Checkpoint, Loading, Scaling):
                 f"--lens {' '.join(map(str, self.lengths)) or '(none)'}: pass window lengths once each, "
                 f"ascending, e.g. --lens {' '.join(map(str, sorted(set(self.lengths)) or [128, 256]))}"
             )
-        if self.depths < 1 or self.keys < 1:
-            raise EntropyLensError(f"--depths and --keys must be at least 1 (got {self.depths}, {self.keys})")
-        if self.train_len is not None and self.train_len < 1:
-            raise EntropyLensError(f"--train-len must be at least 1 (got {self.train_len})")
         self.check_scaling()

@@ -13,8 +13,9 @@ a sink's share counted as for the scans) and the probability mass they put on th
 needle (both mentions).
 
 The record (JSON, written atomically after every (length, depth) cell; rerunning the same command
-continues it, other settings are refused unless `force`): kind, config, provenance, the model's facts
-and "results", one entry per cell in order:
+continues it, other settings are refused unless `force`; a damaged one is refused in one line): kind,
+config, provenance, the model's facts (with the class that ran, and the auto_map class that did not when
+the checkpoint names remote code that was not trusted) and "results", one entry per cell in order:
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
      token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
      "entropy": [layers][heads],
@@ -31,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from entropy_lens.analysis.passkey import check_passkey_record
 from entropy_lens.capture import ScaleSession
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
@@ -68,6 +70,8 @@ def passkey(
             "provenance": provenance(),
             "model": {
                 "config_hash": lm.config_hash,
+                "model_class": lm.model_class,
+                "remote_code_ignored": lm.remote_code_ignored,
                 "n_layers": lm.n_layers,
                 "n_heads": lm.n_heads,
                 "train_len": config.train_len if config.train_len is not None else lm.train_len,
@@ -120,8 +124,13 @@ def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict |
             f"{path} holds a passkey run with other settings; rerun with the same flags to continue it, pass "
             "--force to overwrite it, or another --out"
         )
+    fix = "pass --force to run it again from the start, or another --out"
+    check_passkey_record(record, source=str(path), fix=fix)  # every cell kept must be whole
+    model = record.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("config_hash"), str):
+        raise EntropyLensError(f'{path} is damaged: "model" has no config_hash; {fix}')
     cells = {(c["length"], round(c["depth"] * config.depths)): c for c in record["results"]}
-    return {"model": record["model"], "cells": cells}
+    return {"model": model, "cells": cells}
 
 
 def _cell(lm, session: dict, config: PasskeyConfig, length: int, k: int, device) -> dict:

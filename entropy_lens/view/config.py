@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from entropy_lens.settings import setting
+from entropy_lens.settings import MAX_TOKENS, setting
 
 __all__ = ["ViewConfig"]
 
@@ -21,12 +21,16 @@ class ViewConfig:
     )
     points: int | None = setting(
         None,
+        at_least=1,
+        at_most=MAX_TOKENS,
         metavar="N",
         help="bins per curve: a longer curve is shown as each bin's mean with its min–max envelope "
         "(default 512, fewer for many heads of several results, keeping the page under 10 MB)",
     )
     train_len: int | None = setting(
         None,
+        at_least=1,
+        at_most=MAX_TOKENS,
         metavar="L",
         help="training length L for the statistics and the fit (default: each result's meta)",
     )
