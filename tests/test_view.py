@@ -4,17 +4,19 @@ numbers the page carries, its self-containedness, the CLI's checks (test_view_br
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
 import numpy as np
 import pytest
 from test_analysis import quadratic_sweep, save_sweep
-from view_inputs import LN2, planted
+from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted
 
 from entropy_lens.analysis import head_statistics
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult
 from entropy_lens.view import view
 from entropy_lens.view.payload import build_payload
 from entropy_lens.view.reduce import Bins, points_for
@@ -149,3 +151,173 @@ def test_cli_checks_its_output_before_reading(tmp_path, capsys):
     assert "one label per result" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["view", str(tmp_path / "a.npz"), "--bogus"])
+
+
+# ---- untrusted files (issue 39): paths, hostile strings, malformed contents ----------------------------
+
+
+def one_line_error(argv, capsys) -> str:
+    """The CLI's answer to `argv`: exit status 2 and one line on stderr, returned."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("entropy-lens: error: ") and "Traceback" not in err
+    return err
+
+
+def sweep_folder(folder, *, model="tiny"):
+    results, _ = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.8, 2.01, 0.1), 2))
+    for r in results:
+        r.meta["model"] = model
+    folder.mkdir()
+    save_sweep(folder, results)
+    return folder
+
+
+def edit_index(folder, **changes):
+    index = json.loads((folder / "sweep.json").read_text())
+    index.update(changes)
+    (folder / "sweep.json").write_text(json.dumps(index))
+    return index
+
+
+def test_sweep_index_may_name_only_files_inside_its_folder(tmp_path, capsys):
+    elsewhere = sweep_folder(tmp_path / "elsewhere")
+    names = json.loads((elsewhere / "sweep.json").read_text())["files"]
+    out = ["--out", str(tmp_path / "p.html")]
+    for k, outside in enumerate([str(elsewhere / names[0]), f"../elsewhere/{names[0]}"]):
+        folder = sweep_folder(tmp_path / f"sw{k}")
+        edit_index(folder, files=[outside, *names[1:]])
+        err = one_line_error(["view", str(folder), *out], capsys)
+        assert "outside the sweep folder" in err and outside in err and "copy that file into" in err
+    folder = sweep_folder(tmp_path / "linked")  # a file inside that is a symlink to one outside
+    (folder / names[0]).unlink()
+    (folder / names[0]).symlink_to(elsewhere / names[0])
+    assert "outside the sweep folder (through a symlink)" in one_line_error(
+        ["view", str(folder), *out], capsys
+    )
+    folder = sweep_folder(tmp_path / "index-linked")  # sweep.json itself a symlink to another folder's
+    (folder / "sweep.json").unlink()
+    (folder / "sweep.json").symlink_to(elsewhere / "sweep.json")
+    assert "lists 'sweep.json', which lies outside" in one_line_error(["view", str(folder), *out], capsys)
+    assert not (tmp_path / "p.html").exists()
+    inner = sweep_folder(tmp_path / "inner")  # a symlink that stays inside the folder is fine
+    (inner / "copy.npz").symlink_to(inner / names[0])
+    edit_index(inner, files=["copy.npz", *names[1:]])
+    assert main(["view", str(inner), *out]) == 0
+
+
+def test_script_element_neutralises_hostile_strings(tmp_path):
+    planted().save(tmp_path / f"{NAME}.npz")
+    page = view([tmp_path / f"{NAME}.npz", ("</script>" + HOSTILE, hostile(planted()))])
+    body = re.search(
+        r'<script type="application/json" id="entropy-lens-data">(.*?)</script>', page.html, re.DOTALL
+    )
+    data = body.group(1)
+    assert not re.search("[<>&\u2028\u2029]", data)  # nothing the HTML parser or old JS could act on
+    assert page.html.index("</script>", body.start()) == body.end() - len("</script>")  # its own end tag
+    parsed = json.loads(data)
+    assert [r["label"] for r in parsed["results"]] == [NAME, "</script>" + HOSTILE]
+    assert parsed["results"][0]["source"] == str(tmp_path / f"{NAME}.npz")
+    assert all(parsed["results"][1]["meta"][k] == HOSTILE for k in META_FIELDS)
+    for raw in ("<!--", "<script>&amp;", "<b>x", "<img"):  # plotly.js holds none of these
+        assert raw not in page.html
+    assert html.escape(HOSTILE) in page.html and html.escape(NAME) in page.html  # the title and meta table
+    assert "<script" not in page._repr_html_()
+
+
+def test_nan_and_inf_are_drawn_as_gaps(tmp_path, capsys):
+    r = planted(T=256)
+    r.entropy[0, 0, 5] = np.nan  # head (0, 0), bin 0 of 16 positions
+    r.entropy[1, 2, 100] = np.inf  # head (1, 2), bin 6
+    r.loss[[3, 200]] = [np.nan, -np.inf]
+    r.save(tmp_path / "holes.npz")
+    clean = head_statistics(planted(T=256)).values
+    for points in (16, 256):  # binned (mean + envelope) and position by position
+        (result,) = page_data(view([tmp_path / "holes.npz"], points=points))["results"]
+        per = 256 // points
+        assert result["loss"]["mean"][3 // per] is None and result["loss"]["mean"][200 // per] is None
+        assert result["loss"]["mean"][1] == pytest.approx(float(r.loss[per : 2 * per].mean()))  # no hole
+        mean = np.frombuffer(base64.b64decode(result["entropy"]["mean"]), np.float32).reshape(2, 3, points)
+        assert np.isnan(mean[0, 0, 5 // per]) and np.isnan(mean[1, 2, 100 // per])
+        assert np.isfinite(mean).sum() == mean.size - 2  # only the bins holding a hole
+        if points == 16:
+            e = result["entropy"]
+            low = np.frombuffer(base64.b64decode(e["low"]), np.uint16).reshape(2, 3, points)
+            assert low[0, 0, 0] == e["gap"] and low[1, 2, 6] == e["gap"] and (low == e["gap"]).sum() == 2
+        converged = np.array(result["stats"]["converged"]["values"], dtype=float)
+        assert np.isnan(converged[0, 0]) and np.isnan(converged[1, 2])  # blank: null in the page
+        keep = np.ones((2, 3), bool)
+        keep[0, 0] = keep[1, 2] = False
+        np.testing.assert_allclose(converged[keep], clean["converged"][keep])
+        assert any("2 of 6 heads hold NaN/inf" in n for n in result["notes"])
+        assert any("2 loss values are NaN/inf" in n for n in result["notes"])
+    assert main(["view", str(tmp_path / "holes.npz"), "--out", str(tmp_path / "p.html")]) == 0
+
+
+def test_malformed_files_are_refused_in_one_line(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "p.html")]
+    flat = planted()
+    flat.entropy = flat.entropy[0]  # 2-D: (heads, positions)
+    flat.save(tmp_path / "flat.npz")
+    err = one_line_error(["view", str(tmp_path / "flat.npz"), *out], capsys)
+    assert "flat.npz" in err and "entropy has shape (3, 256), not (layers, heads, positions)" in err
+    assert "rerun the scan" in err
+    bad = planted()
+    bad.meta["scales"] = "abc"
+    bad.save(tmp_path / "scales.npz")
+    err = one_line_error(["view", str(tmp_path / "scales.npz"), *out], capsys)
+    assert "scales.npz: meta scales 'abc' is not a table of numbers" in err
+    names = json.loads((sweep_folder(tmp_path / "sw") / "sweep.json").read_text())["files"]
+    scales = [float(n[1:-4]) for n in names]
+    for k, change in enumerate(
+        [
+            {"scales": ["a", *scales[1:]]},
+            {"requested_scales": [*scales, None], "complete": False},
+            {"files": [3, *names[1:]]},
+        ]
+    ):
+        folder = sweep_folder(tmp_path / f"sw{k}")
+        edit_index(folder, **change)
+        err = one_line_error(["view", str(folder), *out], capsys)
+        assert "sweep.json" in err and next(iter(change)) in err and "rerun the sweep" in err
+    folder = sweep_folder(tmp_path / "sw-flat")  # a malformed scale file inside a sweep: named
+    name = json.loads((folder / "sweep.json").read_text())["files"][3]
+    (tmp_path / "flat.npz").replace(folder / name)
+    err = one_line_error(["view", str(folder), *out], capsys)
+    assert name in err and "entropy has shape" in err
+    with pytest.raises(EntropyLensError, match="result 1: meta scales 'abc'"):
+        view([bad])
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_lone_surrogates_are_replaced_not_a_crash(tmp_path):
+    r = planted()
+    r.meta["model"] = "tiny\ud800nope"
+    r.save(tmp_path / "a.npz")
+    page = view([tmp_path / "a.npz"], labels=["x\udfffy"])
+    page.save(tmp_path / "p.html")  # UnicodeEncodeError before
+    (result,) = page_data(page)["results"]
+    assert result["meta"]["model"] == "tiny\ufffdnope" and result["label"] == "x\ufffdy"
+    assert "tiny\ufffdnope" in (tmp_path / "p.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("train_len", [0, -5, 2.5, "64", True])
+def test_unusable_train_len_in_meta_is_named(tmp_path, train_len):
+    r = planted()
+    r.meta["train_len"] = train_len
+    (result,) = page_data(view([("A", r)]))["results"]
+    why = f"meta train_len {train_len!r} is not a training length"
+    assert result["train_len"] is None and why in result["undefined"]["growth"]
+    assert "--train-len L" in result["undefined"]["growth"] and any(why in n for n in result["notes"])
+    assert page_data(view([("A", r)], train_len=64))["results"][0]["train_len"] == 64  # the flag wins
+
+
+def test_sweep_with_unusable_train_len_says_so(tmp_path):
+    folder = sweep_folder(tmp_path / "sw")
+    for path in sorted(folder.glob("*.npz")):
+        r = ScanResult.load(path)
+        r.meta["train_len"] = -5
+        r.save(path)
+    (sweep,) = page_data(view([folder]))["sweeps"]
+    assert sweep["fit"] is None and sweep["s_star"] is None
+    assert "meta train_len -5 is not a training length" in sweep["fit_undefined"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from browser import chromium, console_errors, missing, open_page, wait_ready
 from test_analysis import quadratic_sweep, save_sweep
-from view_inputs import LN2, planted
+from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted
 
 from entropy_lens.analysis import best_scale_per_position, head_statistics, load_sweep
 from entropy_lens.results import ScanResult
@@ -199,3 +199,81 @@ def test_jupyter_inline_view_draws_in_its_iframe(browser, files, tmp_path):
         assert console_errors(browser) == []
     finally:
         browser.switch_to.default_content()
+
+
+# ---- hostile strings and holes (issue 39): the page stays interactive and shows them literally -------
+
+
+@pytest.fixture(scope="module")
+def hostile_page(tmp_path_factory):
+    """One page with HOSTILE as a label and in every meta field, NAME as a file and a folder name (of a
+    sweep whose scans carry HOSTILE meta), and a result with NaN/inf entropy and loss."""
+    folder = tmp_path_factory.mktemp("hostile")
+    hostile(planted(T=2048, L=256)).save(folder / f"{NAME}.npz")
+    results, _ = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.8, 2.01, 0.1), 2))
+    (folder / NAME).mkdir()
+    save_sweep(folder / NAME, [hostile(r) for r in results])
+    holes = planted(T=2048, L=256)
+    holes.entropy[0, 0, 40] = np.nan  # bin 2 of head (0, 0) at POINTS bins
+    holes.entropy[0, 0, 100] = np.inf  # bin 6
+    holes.loss[50] = np.nan  # bin 3
+    items = [
+        (HOSTILE, hostile(planted(T=2048, L=256))),
+        folder / f"{NAME}.npz",
+        folder / NAME,
+        ("holes", holes),
+    ]
+    view(items, points=POINTS).save(folder / "page.html")
+    return folder / "page.html"
+
+
+def test_hostile_strings_leave_the_page_interactive_and_literal(browser, hostile_page):
+    open_page(browser, hostile_page)  # waits for data-ready: the explorer's script ran to the end
+    assert console_errors(browser) == [] and js(browser, "return window.pwned") is None
+    assert js(browser, "return document.querySelectorAll('img').length") == 0
+    text = lambda selector: js(
+        browser, f"return [...document.querySelectorAll({selector!r})].map(e => e.textContent)"
+    )
+    assert HOSTILE in text("h1")[0] and NAME in text("h1")[0]
+    (meta,) = text("#meta")
+    assert meta.count(HOSTILE) >= 2 * len(META_FIELDS) + 1 and f"{NAME}.npz" in meta  # meta, labels, file
+    assert any(f"sweep {NAME}" in note and HOSTILE in note for note in text("p.note"))
+    labels = text("#view-select option")
+    assert labels[:3] == [HOSTILE, NAME, f"{NAME} s=1"] and f"{HOSTILE} − {NAME}" in labels
+    assert HOSTILE in text("#heatmap .gtitle")[0]  # plotly's title: escaped for its HTML-like text
+    legend = text("#head .legendtext")
+    assert HOSTILE in legend and NAME in legend
+    k = js(
+        browser,
+        "return document.getElementById('head').data.findIndex(t => t.meta && t.meta.role === 'entropy')",
+    )
+    shown = hover(browser, "head", f"[{{curveNumber: {k}, pointNumber: 3}}]", "positions")
+    assert shown.startswith(HOSTILE) and "%{y}" in shown  # not a template
+    assert any(f"{NAME}: loss by position" in t for t in text("#sweep-0-loss .gtitle"))
+    assert any(f"{NAME}: best scale" in t for t in text("#sweep-0-best .gtitle"))
+
+
+def test_nan_and_inf_are_gaps_in_the_page(browser, hostile_page):
+    open_page(browser, hostile_page)
+    curve = js(
+        browser,
+        "return document.getElementById('head').data.filter(t => t.name === 'holes' || t.name === 'holes loss')"
+        ".map(t => [t.name, t.y, t.connectgaps || false])",
+    )
+    named = {name: (y, connect) for name, y, connect in curve}
+    y, connect = named["holes"]
+    assert [k for k, v in enumerate(y) if v is None] == [2, 6] and not connect  # breaks in the line
+    assert [k for k, v in enumerate(named["holes loss"][0]) if v is None] == [3]
+    bands = js(
+        browser,
+        "return document.getElementById('head').data.filter(t => t.legendgroup === 'holes')"
+        ".map(t => t.y.map(v => v === null))",
+    )
+    assert all(b[2] and b[6] for b in bands)  # the envelope has the same gaps
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element("id", "view-select")).select_by_visible_text("holes")
+    z = js(browser, "return document.getElementById('heatmap').data[0].z")
+    assert z[0][0] is None and all(v is not None for row in z for v in row[1:])  # a blank cell
+    assert "1 of 6 heads hold NaN/inf" in browser.find_element("id", "meta").find_element("xpath", "..").text
+    assert console_errors(browser) == []

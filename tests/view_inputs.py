@@ -58,3 +58,30 @@ def _meta(model, T, L, layers, heads) -> dict:
         git_hash="0123abcd",
     )
     return meta
+
+
+# Strings that break a page escaped for the wrong context: `<!--<script>` swallows the next script
+# element, `</script>` ends one, a tag or entity is read as HTML (by the page, or by plotly in titles,
+# legends and hover), `%{y}` is a plotly template, U+2028 ends a line in older JS. No '/' in NAME: it is
+# also a file and folder name.
+NAME = "<!--<script>&amp;%{y}<b>x<img src=x onerror=window.pwned=1>"
+HOSTILE = NAME + "</script><script>window.pwned=1</script>\u2028\u2029'\""
+META_FIELDS = (
+    "model",
+    "data",
+    "dtype",
+    "device",
+    "backend",
+    "attention_path",
+    "git_hash",
+    "scale_source",
+    "entropy_reduction",
+    "entropy_lens_version",
+    "created_utc",
+)
+
+
+def hostile(result: ScanResult, text: str = HOSTILE) -> ScanResult:
+    """`result` with `text` in every string meta field the page shows."""
+    result.meta.update(dict.fromkeys(META_FIELDS, text))
+    return result

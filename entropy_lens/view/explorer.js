@@ -1,11 +1,19 @@
 // entropy-lens view: draws the payload of entropy_lens/view/payload.py with plotly.js (inlined above).
 // State: which result (or difference of two) the heat map shows, which statistic, which head is open.
+// Strings from files reach plotly only through plain(): plotly reads titles, legend names and hover
+// templates as HTML and %{...} templates. NaN/inf from a file arrive as null (NaN in the float32 means,
+// the code `gap` in the uint16 envelope): plotly draws null as a break in the line and a blank cell.
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("entropy-lens-data").textContent);
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
   const CONFIG = { responsive: true, displaylogo: false };
   const state = { view: null, statistic: "converged", layer: 0, head: 0 };
+
+  // Text shown literally by plotly: its tags and entities escaped, and % (templates) as an entity.
+  const plain = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+    .replace(/%/g, "&#37;");
+  const fixed = (v, digits) => (v === null ? "undefined" : v.toFixed(digits));
 
   function bytes(b64) {
     const s = atob(b64), out = new Uint8Array(s.length);
@@ -44,9 +52,9 @@
 
   function headCurve(r, layer, head) {
     const n = r.bins.starts.length, off = (layer * r.heads + head) * n;
-    const mean = Array.from(r.curves.mean.subarray(off, off + n));
+    const mean = Array.from(r.curves.mean.subarray(off, off + n), (v) => (Number.isNaN(v) ? null : v));
     if (!r.curves.low) return { mean: mean, low: mean, high: mean };
-    const up = (q) => r.entropy.floor + q * r.entropy.step;
+    const up = (q) => (q === r.entropy.gap ? null : r.entropy.floor + q * r.entropy.step);
     return {
       mean: mean,
       low: Array.from(r.curves.low.subarray(off, off + n), up),
@@ -57,8 +65,8 @@
   const ranges = (bins) => bins.starts.map((a, k) => [a, bins.stops[k] - 1]);
 
   // Mean line with its min–max envelope; hover shows the bin's positions and the exact numbers.
-  function band(bins, c, name, color, yaxis, units, legend) {
-    const x = centers(bins), traces = [];
+  function band(bins, c, label, color, yaxis, units, legend) {
+    const x = centers(bins), traces = [], name = plain(label);
     if (!bins.exact) {
       traces.push({ x: x, y: c.low, yaxis: yaxis, mode: "lines", line: { width: 0 }, hoverinfo: "skip",
                     showlegend: false, legendgroup: name });
@@ -99,7 +107,7 @@
                     colorscale: view.b === null ? "Viridis" : "RdBu", reversescale: view.b !== null };
     if (view.b !== null) trace.zmid = 0;
     const layout = {
-      title: { text: (view.b === null ? view.name : "difference " + view.name) + ": " + state.statistic },
+      title: { text: plain((view.b === null ? view.name : "difference " + view.name) + ": " + state.statistic) },
       xaxis: { title: { text: r.reduction === "mean" ? "mean of heads" : "head" }, dtick: r.heads > 16 ? 2 : 1,
                zeroline: false, showgrid: false },
       yaxis: { title: { text: "layer" }, autorange: "reversed", dtick: r.layers > 16 ? 2 : 1,
@@ -157,16 +165,16 @@
     const L = s.train_len;
     const vline = L ? [{ type: "line", x0: L, x1: L, yref: "paper", y0: 0, y1: 1, line: { color: "#fff", dash: "dot" } }] : [];
     Plotly.newPlot("sweep-" + k + "-loss", [heat], {
-      title: { text: s.label + ": loss by position × scale" }, xaxis: { title: { text: "position i" } },
+      title: { text: plain(s.label + ": loss by position × scale") }, xaxis: { title: { text: "position i" } },
       yaxis: { title: { text: "scale s (λ = s/√d)" }, type: "category" }, shapes: vline, height: 380,
       margin: { t: 50, l: 70, r: 20, b: 50 },
     }, CONFIG);
     const traces = band(s.bins, s.best, "best scale per position", COLORS[0], "y", "", true);
     let title = s.label + ": best scale by position";
     if (s.fit) {
-      const f = s.fit, r2 = f.r2 === null ? "undefined" : f.r2.toFixed(3);
-      traces.push({ x: f.x, y: f.y, mode: "lines", name: "fit 1 + a ln(i/L): a = " + f.a.toFixed(4) + " ± " +
-                    f.a_stderr.toFixed(4) + ", R² = " + r2, line: { color: COLORS[1], width: 2 },
+      const f = s.fit;
+      traces.push({ x: f.x, y: f.y, mode: "lines", name: "fit 1 + a ln(i/L): a = " + fixed(f.a, 4) + " ± " +
+                    fixed(f.a_stderr, 4) + ", R² = " + fixed(f.r2, 3), line: { color: COLORS[1], width: 2 },
                     hovertemplate: "fit at %{x}: %{y:.4f}<extra></extra>" });
     } else {
       title += " (fit undefined: " + s.fit_undefined + ")";
@@ -176,7 +184,7 @@
       shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: s.s_star.scale, y1: s.s_star.scale,
                     line: { color: COLORS[2], dash: "dash" } });
     Plotly.newPlot("sweep-" + k + "-best", traces, {
-      title: { text: title + (s.s_star ? "; s* = " + s.s_star.scale : "") },
+      title: { text: plain(title + (s.s_star ? "; s* = " + s.s_star.scale : "")) },
       xaxis: { title: { text: "position i" } }, yaxis: { title: { text: "scale s" } }, shapes: shapes,
       height: 380, margin: { t: 50, l: 70, r: 20, b: 50 }, legend: { orientation: "h", y: -0.25 },
     }, CONFIG);

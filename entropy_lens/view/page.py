@@ -8,6 +8,11 @@ In Jupyter the page is an `<iframe srcdoc=...>` holding the whole document, so i
 notebook and drawn again when the notebook is reopened (by a Jupyter that trusts it: one that ran it,
 or after File > Trust Notebook), and its script cannot clash with the notebook's own (plotly.js and
 require.js in classic Notebook).
+
+Every string from a file (labels, file and folder names, meta) lands escaped for its context: in HTML
+text and attributes by `html.escape`; in the data's `<script>` element by `script_json`, which writes `<`,
+`>`, `&`, U+2028 and U+2029 as JSON escapes, so no `<!--`, `<script` or `</script` can end or swallow the
+element; explorer.js escapes them again where plotly reads text as HTML (titles, legend, hover).
 """
 
 from __future__ import annotations
@@ -69,9 +74,9 @@ def view(results, *, labels=None, points: int | None = None, train_len: int | No
     """
     found, sweeps = resolve(results, labels)
     payload = build_payload(found, sweeps, points=points, train_len=train_len)
-    title = "entropy-lens view: " + ", ".join(r.label for r in found)
+    title = "entropy-lens view: " + ", ".join(r["label"] for r in payload["results"])
     if sweeps:
-        title += ("; " if found else "") + ", ".join(f"sweep {s.label}" for s in sweeps)
+        title += ("; " if found else "") + ", ".join(f"sweep {s['label']}" for s in payload["sweeps"])
     layers = max([r.result.n_layers for r in found if r.result.n_heads] + [0])
     heads = (120 + 22 * layers + 140 + 560) if layers else 0  # menus, heat map (explorer.js), head plot
     return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps))
@@ -82,7 +87,7 @@ def render(payload: dict, title: str) -> str:
     from plotly.offline import get_plotlyjs
 
     script = files("entropy_lens.view").joinpath("explorer.js").read_text(encoding="utf-8")
-    data = json.dumps(payload, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    data = script_json(payload)
     sweeps = "".join(
         f'<h2>Sweep: {html.escape(s["label"])}</h2><div id="sweep-{k}-loss"></div><div id="sweep-{k}-best"></div>'
         for k, s in enumerate(payload["sweeps"])
@@ -112,6 +117,18 @@ as the mean of each bin with its min–max envelope.</div>
 """
 
 
+_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(payload: dict) -> str:
+    """`payload` as JSON safe inside a `<script>` element: no `<`, `>` or `&` (written as \\u003c, \\u003e,
+    \\u0026, which JSON.parse reads back as themselves) and no U+2028/U+2029 (line ends to older JS)."""
+    data = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    for char, escape in _SCRIPT_ESCAPES.items():
+        data = data.replace(char, escape)
+    return data
+
+
 def meta_table(payload: dict) -> str:
     """One column per result: its label, file, and the meta fields payload.meta_rows chose."""
     results = payload["results"]
@@ -127,10 +144,15 @@ def meta_table(payload: dict) -> str:
     ]
     text = f'<table class="meta" id="meta">{head}{"".join(rows)}</table>' if results else ""
     text = f"<details open><summary>Results: model, length, scales, backend, provenance</summary>{text}"
+    for r in results:  # what the page could not show as the file has it: gaps, an unusable L
+        text += "".join(
+            f'<p class="note">{html.escape(r["label"])}: {html.escape(n)}</p>' for n in r["notes"]
+        )
     for s in sweeps:
-        scales = ", ".join(f"{x:g}" for x in s["scales"])
+        scales = html.escape(", ".join(f"{x:g}" for x in s["scales"]))
         text += (
             f'<p class="note">sweep {html.escape(s["label"])} ({html.escape(s["source"])}): model '
-            f"{html.escape(str(s['model']))}, length {s['length']}, L = {s['train_len']}, scales {scales}</p>"
+            f"{html.escape(str(s['model']))}, length {html.escape(str(s['length']))}, "
+            f"L = {html.escape(str(s['train_len']))}, scales {scales}</p>"
         )
     return text + "</details>"

@@ -5,6 +5,8 @@ envelope, so a 16K-position curve costs a few hundred points and no peak disappe
     mean, low, high = bins.reduce(curves)       # (..., T) -> (..., bins) each, float64
 
 With `points >= T` every bin holds one position: the curve is shown as it is (`bins.exact`).
+A bin holding a NaN or ±inf position is NaN in all three (a gap in the drawn line), so a hole in a file
+shows as a hole on the page instead of vanishing into a mean or turning a whole envelope infinite.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ class Bins:
         return (self.starts + self.stops - 1) / 2
 
     def reduce(self, curves) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(..., T) -> mean, min, max over each bin's positions, (..., bins) float64 each."""
+        """(..., T) -> mean, min, max over each bin's positions, (..., bins) float64 each; NaN where the
+        bin holds a NaN or ±inf."""
         x = np.asarray(curves, dtype=np.float64)
+        x = np.where(np.isfinite(x), x, np.nan)  # inf too: NaN propagates through sum, minimum, maximum
         if x.shape[-1] != self.stops[-1]:
             raise EntropyLensError(f"curves of {x.shape[-1]} positions do not fit bins over {self.stops[-1]}")
         width = (self.stops - self.starts).astype(np.float64)
