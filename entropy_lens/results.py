@@ -248,6 +248,8 @@ def atomic_savez(path: str | Path, **arrays) -> Path:
 
 
 def _atomic_write(path: Path, data) -> Path:
+    if path.is_symlink():  # write through the link to its file, as the output lock does; never replace it
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:

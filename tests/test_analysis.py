@@ -328,8 +328,8 @@ def test_search_heads_init_from_uses_the_rule(tmp_path, capsys):
     save_sweep(tmp_path, results)
     choice = best_uniform_scale(Sweep.from_results(results), length=4 * L)
     args = ["search-heads", "tiny-nope", "--len", str(4 * L), "--init-from", str(tmp_path)]
-    # refused after the choice (by --steps), before any work
-    assert main([*args, "--steps", "0", "--out", str(tmp_path / "hs.safetensors")]) == 2
+    # refused after the choice (--batch not a multiple of --micro-batch), before any work
+    assert main([*args, "--batch", "8", "--micro-batch", "3", "--out", str(tmp_path / "hs.safetensors")]) == 2
     out = capsys.readouterr().out
     assert f"initial scale {choice.scale:g}: the lowest mean loss over positions [56, 64)" in out
 

@@ -197,8 +197,8 @@ def test_default_stride_is_an_eighth_of_the_training_length():
     ],
 )
 def test_config_refusals(changes, match):
-    config = dataclasses.replace(PerplexityConfig(model="m", lengths=[32, 64], stride=16), **changes)
-    with pytest.raises(EntropyLensError, match=match):
+    with pytest.raises(EntropyLensError, match=match):  # when the config is made, or when it is checked
+        config = dataclasses.replace(PerplexityConfig(model="m", lengths=[32, 64], stride=16), **changes)
         perplexity(config, scan=lambda c: pytest.fail("no scan may run"), progress=False)
 
 

@@ -340,7 +340,7 @@ def test_a_share_of_each_batch_is_passkey_documents(text_file):
     with pytest.raises(EntropyLensError, match=f"needs at least {shortest} tokens"):
         passkey_prompt(tokenizer, length=shortest - 1, depth=0.5, key=12345, rng=np.random.default_rng(0))
     assert not np.array_equal(batch[2], training_batch(recipe, stream, tokenizer, 4)[2])
-    with pytest.raises(EntropyLensError, match="--passkey-share must be in"):
+    with pytest.raises(EntropyLensError, match="--passkey-share must be at least 0 and at most 1"):
         micro(text_file, passkey_share=1.5).check()
 
 

@@ -12,6 +12,10 @@ A second run while the first is alive is refused at once, in one line naming the
 removed on exit; because a waiting run may have opened it just before, a run that wins the lock
 checks that the file it locked is still the one at the path (else it retries).
 
+The lock lives beside what `target` resolves to, so a symlink to another run's output shares that
+run's lock. A lock that cannot be written (a full disk, a read-only folder) is one line, and the file
+this run made for it is removed.
+
 flock is advisory and per machine: two runs on different hosts writing one network folder are not
 kept apart (the holder's host is written in the file for that reason).
 """
@@ -43,11 +47,42 @@ class OutputLock:
 
     def __init__(self, target: str | Path, *, folder: bool = False, flag: str = "--out"):
         self.target, self.folder, self.flag = Path(target), folder, flag
-        self.path = lock_path(self.target, folder=folder)
+        # realpath: a symlink to another run's output locks that output, not a lock of its own
+        self.path = lock_path(Path(os.path.realpath(self.target)), folder=folder)
         self._fd: int | None = None
 
     def __enter__(self) -> Self:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._locked()
+        except OSError as err:
+            raise self._unwritable(err) from None
+        previous = _read(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _holder().encode(), 0)
+        except OSError as err:  # no space for its few bytes: nothing of this run may stay behind
+            self.path.unlink(missing_ok=True)
+            os.close(fd)
+            raise self._unwritable(err) from None
+        if previous:
+            print(
+                f"entropy-lens: {self.target}: taking over the lock of an earlier run that is no longer "
+                f"running ({previous})",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._fd = fd
+        return self
+
+    def _unwritable(self, err: OSError) -> EntropyLensError:
+        return EntropyLensError(
+            f"the lock {self.path} cannot be written ({err.strerror or err}); free space on that disk or "
+            f"make the folder writable, or pass another {self.flag}"
+        )
+
+    def _locked(self) -> int:
+        """An fd of the lock file, flocked by this process (or EntropyLensError naming the holder)."""
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -60,20 +95,8 @@ class OutputLock:
                     f"wait for it to finish, or pass another {self.flag}"
                 ) from None
             if _same_file(fd, self.path):
-                break
+                return fd
             os.close(fd)  # the previous holder removed the file between our open and our lock: again
-        previous = _read(fd)
-        if previous:
-            print(
-                f"entropy-lens: {self.target}: taking over the lock of an earlier run that is no longer "
-                f"running ({previous})",
-                file=sys.stderr,
-                flush=True,
-            )
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, _holder().encode(), 0)
-        self._fd = fd
-        return self
 
     def __exit__(self, *exc) -> bool:
         if self._fd is not None:

@@ -62,7 +62,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.runs.training.checkpoint import read_checkpoint, write_checkpoint
-from entropy_lens.settings import setting
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, setting
 
 __all__ = ["TinyRecipe", "build_model", "train_tiny", "training_batch"]
 
@@ -71,7 +71,7 @@ _NOPE_ROPE = {"rope_type": "linear", "factor": 1e30}  # angle = position * inv_f
 
 
 @dataclass(frozen=True)
-class TinyRecipe:
+class TinyRecipe(Checked):
     """Everything that determines the trained weights (recorded in the model's config)."""
 
     kind: str = setting(
@@ -80,38 +80,47 @@ class TinyRecipe:
         help="position encoding: nope or rope (Llama blocks), alibi (BLOOM blocks: ALiBi, LayerNorm, "
         "GELU MLP of 4 x hidden, biases; --intermediate and --kv-heads do not apply)",
     )
-    train_len: int = setting(128, help="L, tokens per training sequence")
-    hidden: int = setting(192, help="hidden size")
-    intermediate: int = setting(512, help="MLP intermediate size")
-    layers: int = setting(4, help="decoder layers")
-    heads: int = setting(6, help="query heads")
+    train_len: int = setting(128, at_least=2, at_most=MAX_TOKENS, help="L, tokens per training sequence")
+    hidden: int = setting(192, at_least=2, at_most=1 << 16, help="hidden size")
+    intermediate: int = setting(512, at_least=1, at_most=1 << 18, help="MLP intermediate size")
+    layers: int = setting(4, at_least=1, at_most=1024, help="decoder layers")
+    heads: int = setting(6, at_least=1, at_most=1024, help="query heads")
     # multi-head; 2 (GQA) was tried: a uniform scale then barely helps NoPE
-    kv_heads: int = setting(6, help="key/value heads (a divisor of --heads)")
-    vocab: int = setting(2048, help="byte-level BPE vocabulary size")
-    rope_theta: float = setting(10000.0, help="RoPE base (the rope kind)")
+    kv_heads: int = setting(6, at_least=1, at_most=1024, help="key/value heads (a divisor of --heads)")
+    vocab: int = setting(2048, at_least=1, at_most=1 << 20, help="byte-level BPE vocabulary size")
+    rope_theta: float = setting(10000.0, above=0, help="RoPE base (the rope kind)")
     data: str = setting(
         "austen-minus:persuasion", help="training text; the held-out novel is the evaluation text"
     )
-    batch: int = setting(32, help="sequences per optimiser step")
-    steps: int = setting(1500, help="optimiser steps")
-    lr: float = setting(2e-3, help="peak AdamW learning rate")
-    warmup: int = setting(100, help="linear warm-up steps, then cosine decay to min_lr_ratio x lr")
-    min_lr_ratio: float = setting(0.1, help="final learning rate / peak")
-    weight_decay: float = setting(0.1, help="AdamW weight decay")
-    grad_clip: float = setting(1.0, help="gradient-norm clip")
-    seed: int = setting(0, help="initialisation and batch order")
+    batch: int = setting(32, at_least=1, at_most=MAX_COUNT, help="sequences per optimiser step")
+    steps: int = setting(1500, at_least=1, at_most=MAX_COUNT, help="optimiser steps")
+    lr: float = setting(2e-3, above=0, help="peak AdamW learning rate")
+    warmup: int = setting(
+        100,
+        at_least=0,
+        at_most=MAX_COUNT,
+        help="linear warm-up steps, then cosine decay to min_lr_ratio x lr",
+    )
+    min_lr_ratio: float = setting(0.1, at_least=0, at_most=1, help="final learning rate / peak")
+    weight_decay: float = setting(0.1, at_least=0, help="AdamW weight decay")
+    grad_clip: float = setting(1.0, above=0, help="gradient-norm clip")
+    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="initialisation and batch order")
     passkey_share: float = setting(
         0.0,
+        at_least=0,
+        at_most=1,
         help="share of each batch's windows that end in a passkey document of L/2 to L+1 tokens "
         "(data/passkey.py: random key and depth), so the model can learn the task inside L: in the steps "
         "of --passkey-steps when it is set, else in every step",
     )
     passkey_steps: int = setting(
         0,
+        at_least=0,
+        at_most=MAX_COUNT,
         help="steps of a passkey phase after --steps: a fresh AdamW at the constant --passkey-lr on batches "
         "with --passkey-share passkey documents (0: no phase)",
     )
-    passkey_lr: float = setting(2e-4, help="learning rate of the passkey phase (--passkey-steps)")
+    passkey_lr: float = setting(2e-4, above=0, help="learning rate of the passkey phase (--passkey-steps)")
 
     def check(self) -> None:
         if self.kind not in _KINDS:

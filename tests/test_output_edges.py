@@ -1,0 +1,91 @@
+"""Outputs at the edges users reach: a disk that is completely full (a real one: a 128 KB tmpfs filled
+to the last byte) and a symlink to another run's output. Each is one line and leaves nothing behind."""
+
+import errno
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from entropy_lens.cli import main
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import atomic_write_text
+from entropy_lens.runs.lock import OutputLock
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a filesystem with no byte free (mounting needs root: skipped, saying so, elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(disk)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a full disk needs a tmpfs mount, which failed here: {mounted.stderr.decode().strip()}")
+    try:
+        with open(disk / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as err:
+                assert err.errno == errno.ENOSPC
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _one_line(err: str, pattern: str) -> None:
+    lines = [line for line in err.strip().splitlines() if not line.startswith("entropy-lens: warning")]
+    assert len(lines) == 1 and lines[0].startswith("entropy-lens: error:"), err
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_a_full_disk_is_one_line_at_the_lock_and_leaves_no_lock(full_disk):
+    with pytest.raises(EntropyLensError, match=r"x.npz.lock cannot be written \(No space left on device\)"):
+        OutputLock(full_disk / "x.npz").__enter__()
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # was: a 0-byte x.npz.lock
+
+
+def test_a_scan_onto_a_full_disk_is_one_line_and_leaves_nothing(full_disk, tiny_dir, capsys):
+    code = main(
+        ["scan", str(tiny_dir), "--len", "16", "--samples", "1", "--out", str(full_disk / "x.npz"), "--quiet"]
+    )
+    assert code == 2
+    _one_line(capsys.readouterr().err, "No space left on device")
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
+
+
+def test_a_symlink_to_another_runs_output_shares_its_lock(tmp_path):
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("{}")
+    link.symlink_to(real)
+    with OutputLock(real), pytest.raises(EntropyLensError, match="being written by another run"):
+        OutputLock(link).__enter__()
+    # and the other way round, also for a link to a file not written yet
+    with OutputLock(link), pytest.raises(EntropyLensError, match="being written by another run"):
+        OutputLock(real).__enter__()
+    pending = tmp_path / "pending.json"
+    (tmp_path / "link2.json").symlink_to(pending)
+    with OutputLock(pending), pytest.raises(EntropyLensError, match="being written by another run"):
+        OutputLock(tmp_path / "link2.json").__enter__()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "link2.json", "real.json"]
+
+
+def test_an_atomic_write_through_a_symlink_keeps_the_link(tmp_path):
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old")
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and os.readlink(link) == str(real) and real.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]
+
+
+def test_a_lock_in_a_folder_that_cannot_be_made_is_one_line(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(EntropyLensError, match="cannot be written .*pass another --out"):
+        OutputLock(afile / "sub" / "x.npz").__enter__()
+    assert Path(afile).read_text() == "x"
