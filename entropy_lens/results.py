@@ -13,7 +13,8 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     meta        0-d str                       JSON object, keys below
 
 meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
-config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
+model_class (the class that ran; absent in older files), remote_code_ignored (only where a config's
+auto_map named model code that did not run, without --trust-remote-code: that code's name), config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
 data_description, seed, samples, length (tokens per sequence; `len` in files written before 0.9), batch_size, dtype, device, threads (torch's CPU thread count:
 --threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
@@ -182,6 +183,11 @@ class ScanResult:
         return result
 
     def validate(self, source: str = "result") -> None:
+        if self.entropy.ndim != 3 or any(getattr(self, a).ndim != 1 for a in ARRAYS[2:]):
+            raise EntropyLensError(
+                f"{source}: entropy must be (layers, heads, len) and the other arrays (len,), not "
+                f"{self.entropy.shape}; the file is corrupt, rerun the scan"
+            )
         L, H, T = self.entropy.shape
         if self.entropy_sq.shape != (L, H, T) or any(getattr(self, a).shape != (T,) for a in ARRAYS[2:]):
             raise EntropyLensError(f"{source}: array shapes disagree; the file is corrupt, rerun the scan")

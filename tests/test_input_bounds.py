@@ -219,20 +219,24 @@ def test_figures_config_made_in_python_is_checked():
 @pytest.mark.parametrize("flag", ["--train-len", "--points"])
 def test_view_refuses_a_zero_length_or_bin_count(flag, tmp_path, capsys, monkeypatch):
     import entropy_lens.view as view_package
+    from entropy_lens.view.page import view as page_view
 
     monkeypatch.setattr(view_package, "view", lambda *a, **k: pytest.fail("view ran with a bad setting"))
     out = tmp_path / "v.html"
     assert main(["view", "x.npz", flag, "0", "--out", str(out)]) == 2
-    assert f"{flag} must be at least 1 and at most" in _one_line_error(capsys) and not out.exists()
+    assert f"{flag} must be at least " in _one_line_error(capsys) and not out.exists()
+    with pytest.raises(EntropyLensError, match=f"{flag} must be at least "):  # the Python API: the same check
+        page_view([], **{flag.removeprefix("--").replace("-", "_"): 0})
 
 
 def test_an_ignored_auto_map_is_said_in_one_line_and_recorded(tmp_path, capsys):
     """A config whose auto_map names its own model code but whose model_type is built in loads the
-    built-in class without trust_remote_code: the note says so, the passkey record keeps it."""
+    built-in class without trust_remote_code: the note says so, the passkey record and the scan's meta keep it."""
     from tiny import make_tiny_dir
 
     from entropy_lens.models import load_model
     from entropy_lens.runs.passkey import passkey
+    from entropy_lens.runs.scan import scan
 
     folder = make_tiny_dir(tmp_path / "remote")
     config = json.loads((folder / "config.json").read_text())
@@ -248,6 +252,13 @@ def test_an_ignored_auto_map_is_said_in_one_line_and_recorded(tmp_path, capsys):
     record = passkey(PasskeyConfig(model=str(folder), lengths=(200,), depths=1, keys=1), progress=False)
     assert record["model"]["remote_code_ignored"] == "modeling_mine.MyForCausalLM"
     assert record["model"]["model_class"] == "LlamaForCausalLM"
+    meta = scan(
+        ScanConfig(model=str(folder), length=32, samples=1, data="austen:northanger"), progress=False
+    ).meta
+    assert (meta["model_class"], meta["remote_code_ignored"]) == (
+        "LlamaForCausalLM",
+        "modeling_mine.MyForCausalLM",
+    )
 
 
 def test_a_checkpoint_without_remote_code_gets_no_note(tiny_dir, capsys):

@@ -89,3 +89,48 @@ def test_a_lock_in_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     with pytest.raises(EntropyLensError, match="cannot be written .*pass another --out"):
         OutputLock(afile / "sub" / "x.npz").__enter__()
     assert Path(afile).read_text() == "x"
+
+
+def test_a_view_onto_a_full_disk_keeps_the_page_elsewhere_in_one_line(full_disk, tmp_path, capsys):
+    from view_inputs import planted
+
+    results = tmp_path / "r.npz"
+    planted().save(results)
+    code = main(["view", str(results), "--out", str(full_disk / "page.html")])
+    assert code == 2
+    err = capsys.readouterr().err
+    _one_line(err, r"could not write .*page.html \(No space left on device\); the finished page is saved in")
+    rescued = Path(re.search(r"saved in (\S+) instead", err).group(1))
+    assert rescued.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
+
+
+def test_any_write_that_finds_the_disk_full_is_one_line(full_disk, monkeypatch, capsys):
+    """Whatever write meets a full disk (here a command's own, as a figure's savefig would), main says
+    so in one line, not a traceback."""
+    import entropy_lens.cli.view as view_command
+
+    def writes(args):
+        with open(full_disk / "figure.png", "wb", buffering=0) as f:
+            f.write(b"\0" * 8192)
+        return 0
+
+    monkeypatch.setattr(view_command, "cmd_view", writes)
+    assert main(["view", "x.npz"]) == 2
+    _one_line(capsys.readouterr().err, r"a write failed: No space left on device; free space on that disk")
+
+
+def test_a_results_file_of_the_wrong_rank_is_one_line(tmp_path):
+    import json
+
+    import numpy as np
+    from view_inputs import planted
+
+    from entropy_lens.results import ScanResult
+
+    good = planted()
+    arrays = {name: getattr(good, name) for name in ("entropy", "entropy_sq", "loss", "loss_sq", "count")}
+    arrays["entropy"] = arrays["entropy"][0]  # (heads, len): was "not enough values to unpack"
+    np.savez(tmp_path / "r.npz", meta=np.array(json.dumps(good.meta)), **arrays)
+    with pytest.raises(EntropyLensError, match=r"entropy must be \(layers, heads, len\).*rerun the scan"):
+        ScanResult.load(tmp_path / "r.npz")

@@ -415,3 +415,24 @@ def test_save_or_rescue_saves_elsewhere_and_says_where(tmp_path):
         save_or_rescue(blocked / "ppl.json", lambda p: atomic_write_text(p, "{}\n"), what="table")
     saved = Path(re.search(r"saved in (\S+) instead", str(err.value)).group(1))
     assert saved.read_text() == "{}\n" and saved.is_relative_to(Path(os.environ["ENTROPY_LENS_CACHE"]))
+
+
+def test_a_damaged_passkey_cache_entry_is_named_and_run_again(tiny_dir, tmp_path):
+    """A cached passkey record whose cells are damaged (here an accuracy that is no number) is not
+    used: with --cached-only it is named in one line, otherwise the run is made again."""
+    from entropy_lens.runs.figures import FiguresConfig, Runs
+
+    figures = FiguresConfig.build({"passkey_depths": 1, "passkey_keys": 1}, source="test")
+    cache = tmp_path / "runs"
+    first = Runs(figures, cache, progress=False).passkey(str(tiny_dir), [256])
+    (entry,) = cache.glob("passkey-*.json")
+    record = json.loads(entry.read_text())
+    record["results"][0]["accuracy"] = "high"
+    entry.write_text(json.dumps(record))
+    with pytest.raises(EntropyLensError, match="not in the cache .*not a passkey record .*accuracy"):
+        Runs(figures, cache, progress=False, cached_only=True).passkey(str(tiny_dir), [256])
+    again = Runs(figures, cache, progress=False).passkey(str(tiny_dir), [256])
+    timeless = [
+        [{k: v for k, v in cell.items() if k != "wall_s"} for cell in r["results"]] for r in (first, again)
+    ]
+    assert timeless[0] == timeless[1] and again["results"][0]["accuracy"] != "high"

@@ -9,6 +9,7 @@ before the command runs (runs/threads.py).
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from entropy_lens.cli import analysis, figures, heads, passkey, perplexity, scan, train, view
@@ -69,6 +70,10 @@ def option_table() -> dict[str, list[dict]]:
     return table
 
 
+# a write that failed for want of space or of a writable disk: one line, whichever write it was
+FULL_OR_READ_ONLY = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
 def main(argv: list[str] | None = None) -> int:
     from entropy_lens.cli.options import FlagRejected
     from entropy_lens.errors import EntropyLensError
@@ -88,6 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("entropy-lens: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:
+        if err.errno not in FULL_OR_READ_ONLY:
+            raise  # anything else is a bug, with its traceback
+        where = f"{err.filename}: " if err.filename else "a write failed: "
+        print(
+            f"entropy-lens: error: {where}{err.strerror}; free space on that disk (or make it writable), "
+            "or write elsewhere (--out), and rerun",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

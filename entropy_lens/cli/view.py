@@ -33,13 +33,13 @@ def add_parsers(sub) -> None:
 
 
 def cmd_view(args) -> int:
-    from entropy_lens.runs.output import check_file_target
+    from entropy_lens.runs.output import check_file_target, save_or_rescue
     from entropy_lens.view import view
     from entropy_lens.view.config import ViewConfig
 
     config = config_from_args(ViewConfig, args)
     out = check_file_target(args.out, example="view.html")
     page = view(args.results, **dataclasses.asdict(config))
-    page.save(out)
+    save_or_rescue(out, page.save, what="page")  # a full disk: the page is kept elsewhere, said in one line
     print(f"wrote {out} ({len(page.html.encode()) / 1e6:.1f} MB); open it in a browser, no network needed")
     return 0

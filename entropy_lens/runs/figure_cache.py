@@ -12,6 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from entropy_lens.analysis.passkey import check_passkey_record
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.runs.output import say
 
@@ -97,12 +98,12 @@ class RunCache:
         damage = unfinished = None
         if path.is_file():
             try:
-                record = json.loads(path.read_text())
+                record = check_passkey_record(json.loads(path.read_text()), source=path.name)
                 if len(record["results"]) == len(lengths) * c.passkey_depths:
                     return record
                 unfinished = f"{path.name} is unfinished"  # continued below
-            except (OSError, ValueError, KeyError, TypeError) as err:
-                damage = f"{path.name} is not a passkey record ({type(err).__name__}: {err})"
+            except (OSError, ValueError) as err:  # EntropyLensError is a ValueError
+                damage = f"{path.name} is not a passkey record ({type(err).__name__}: {problem(err)})"
         self._missing(what, path, damage or unfinished)
         if damage:
             say(f"{damage}: running it again")

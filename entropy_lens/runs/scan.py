@@ -242,6 +242,8 @@ class Run:
             **provenance(),
             "model": c.model,
             "model_source": lm.source,
+            "model_class": lm.model_class,  # the class that ran
+            **({"remote_code_ignored": lm.remote_code_ignored} if lm.remote_code_ignored else {}),
             "config_hash": lm.config_hash,
             "nope": lm.nope,
             "n_layers": lm.n_layers,

@@ -29,7 +29,7 @@ class ViewConfig:
     )
     train_len: int | None = setting(
         None,
-        at_least=1,
+        at_least=2,  # as a results meta's train_len must be (view/payload.py)
         at_most=MAX_TOKENS,
         metavar="L",
         help="training length L for the statistics and the fit (default: each result's meta)",

@@ -24,6 +24,8 @@ from importlib.resources import files
 from pathlib import Path
 
 from entropy_lens.results import atomic_write_text
+from entropy_lens.settings import check_fields
+from entropy_lens.view.config import ViewConfig
 from entropy_lens.view.payload import build_payload
 from entropy_lens.view.sources import resolve
 
@@ -72,6 +74,7 @@ def view(results, *, labels=None, points: int | None = None, train_len: int | No
         page large: `reduce.points_for`); curves no longer than this are shown position by position.
     train_len : L for the statistics and the fit (default: each result's meta).
     """
+    check_fields(ViewConfig, {"points": points, "train_len": train_len})  # as the flags are checked
     found, sweeps = resolve(results, labels)
     payload = build_payload(found, sweeps, points=points, train_len=train_len)
     title = "entropy-lens view: " + ", ".join(r["label"] for r in payload["results"])
