@@ -48,6 +48,7 @@ __all__ = [
     "check_range",
     "check_value",
     "command_words",
+    "field_default",
     "range_words",
     "setting",
 ]
@@ -157,7 +158,7 @@ def check_fields(cls, values: typing.Mapping[str, Any], *, where: str | None = N
         else:
             label = f"{where}: {name}" if where else name
             fix = lambda v, name=name: f"write {name}: {_shown(v, ', ')}"
-        check_value(value, hints.get(name), spec, label=label, fix=fix, example=_default(fields[name]))
+        check_value(value, hints.get(name), spec, label=label, fix=fix, example=field_default(fields[name]))
 
 
 def check_value(value, hint, spec: dict, *, label: str, fix: typing.Callable, example=MISSING) -> None:
@@ -223,7 +224,8 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _default(field: dataclasses.Field):
+def field_default(field: dataclasses.Field):
+    """A dataclass field's default (its factory's value), or MISSING for a required field."""
     if field.default is not MISSING:
         return field.default
     if field.default_factory is not MISSING:

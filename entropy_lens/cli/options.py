@@ -25,7 +25,7 @@ import typing
 from dataclasses import MISSING
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.settings import SETTING, check_value, range_words
+from entropy_lens.settings import SETTING, check_value, field_default, range_words
 
 __all__ = ["FlagRejected", "add_settings", "config_from_args", "flag_type", "settings_from_args"]
 
@@ -81,13 +81,13 @@ def add_settings(
         if n not in set(exclude) and fields[n].metadata.get(SETTING, {}).get("cli")
     ]
     if names is None:  # the class's order, required ones (the checkpoint, the length) first
-        chosen.sort(key=lambda n: _default(fields[n]) is not MISSING)
+        chosen.sort(key=lambda n: field_default(fields[n]) is not MISSING)
     groups = {}
     for members in exclusive:
         group = parser.add_mutually_exclusive_group()
         groups.update(dict.fromkeys(members, group))
     for name in chosen:
-        spec, default = fields[name].metadata[SETTING], _default(fields[name])
+        spec, default = fields[name].metadata[SETTING], field_default(fields[name])
         target = groups.get(name, parser)
         flag = spec["flag"] or "--" + name.replace("_", "-")
         kwargs = {"help": _help(spec["help"], default, spec)}
@@ -136,14 +136,6 @@ def settings_from_args(cls, args: argparse.Namespace) -> dict:
 def config_from_args(cls, args: argparse.Namespace, **given):
     """`cls` from its generated flags, with `given` for the fields that have none (or to replace them)."""
     return cls(**{**settings_from_args(cls, args), **given})
-
-
-def _default(field: dataclasses.Field):
-    if field.default is not MISSING:
-        return field.default
-    if field.default_factory is not MISSING:
-        return field.default_factory()
-    return MISSING
 
 
 def _help(text: str, default, spec: dict) -> str:
