@@ -12,7 +12,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from entropy_lens.analysis.passkey import check_passkey_record
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.runs.output import say
 
@@ -83,6 +82,7 @@ class RunCache:
     def passkey(self, model: str, lengths: list[int], **kw) -> dict:
         """The passkey record (runs/passkey.py) of `model` at `lengths` with the variant flags `kw`: from
         the cache, else run (an unfinished one is continued)."""
+        from entropy_lens.analysis.passkey import check_passkey_record
         from entropy_lens.runs.configs import PasskeyConfig
         from entropy_lens.runs.passkey import passkey
 
