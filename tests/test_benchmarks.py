@@ -73,6 +73,7 @@ def _smoke(tmp_path, *args):
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its interpreter)")
 def test_every_mode_runs_end_to_end_on_a_toy_shape_and_appends(tmp_path, scan_gpu):
     """The whole benchmark on the CPU under the Triton interpreter, so a GPU session spends no time on
@@ -120,6 +121,7 @@ def test_host_sums_benchmark_writes_its_table(tmp_path):
     assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_threads_benchmark_runs_a_scan_beside_a_busy_process(tmp_path, benchmark_script):
     """At a toy size: one busy process, --threads 1; the row and the JSON say what ran."""
     threads_cpu = benchmark_script("threads_cpu")
@@ -153,6 +155,7 @@ def test_extras_benchmark_times_every_mode(tmp_path):
     assert record["native"] == "built" or not any(k.startswith("native") for k in row)
 
 
+@pytest.mark.slow
 def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
     """At a toy length: the page's size, and its timings where a browser runs (else null, and why)."""
     view_size = benchmark_script("view_size")

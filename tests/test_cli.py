@@ -67,6 +67,7 @@ def test_threads_below_one_is_one_line(capsys):
     assert err.startswith("entropy-lens: error: --threads must be at least 1") and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_threads_are_applied_recorded_and_printed(tiny_dir, tmp_path):
     """In its own process (set_threads changes the process): the meta and the header say what ran."""
     out = tmp_path / "t.npz"

@@ -37,6 +37,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one(tmp_path):
     from entropy_lens.cli import main
 

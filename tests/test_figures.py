@@ -34,12 +34,14 @@ MINIMAL = {
 }
 
 
+# Runs every experiment of the figures at the minimal settings (a minute or two on 2 cores): the tests
+# that use it are marked slow, out of the inner loop (`pytest -m "not slow"`).
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    from test_architectures import SUPPORTED, _folder
+    from architectures import SUPPORTED, save_folder
 
     root = tmp_path_factory.mktemp("figures")
-    MINIMAL["alibi"] = str(_folder(root, "bloom", SUPPORTED["bloom"][0]))
+    MINIMAL["alibi"] = str(save_folder(root, "bloom", SUPPORTED["bloom"][0]))
     config = root / "minimal.yaml"
     config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in MINIMAL.items()))
     code = main(
@@ -57,6 +59,7 @@ def made(tmp_path_factory):
     return root, code
 
 
+@pytest.mark.slow
 def test_every_figure_and_the_readme(made):
     root, code = made
     assert code == 0
@@ -70,6 +73,7 @@ def test_every_figure_and_the_readme(made):
     assert (root / "out" / "figure-01.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_rerun_reuses_the_cache(made):
     root, _ = made
     cache = root / "cache"
@@ -97,6 +101,7 @@ def test_bad_settings(values, match):
         FiguresConfig.build(values)
 
 
+@pytest.mark.slow
 def test_bad_config_files_and_lengths(tmp_path, capsys):
     assert main(["figures", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -118,6 +123,7 @@ def test_packaged_paper_config():
     assert config.device == "cpu"
 
 
+@pytest.mark.slow
 def test_readme_prints_no_nan(made):
     """An undefined statistic is printed with its reason, never as `nan`."""
     import re
@@ -126,6 +132,7 @@ def test_readme_prints_no_nan(made):
     assert not re.search(r"\bnan\b", (root / "out" / "README.md").read_text(), re.IGNORECASE)
 
 
+@pytest.mark.slow
 def test_readme_states_the_time_the_runs_record(made):
     """The stated time is the sum of the wall times in the cached results (scans, sweep scales and the
     head-scale searches), so a rerun from the cache still states the original runs' time."""
@@ -157,6 +164,7 @@ def test_readme_states_the_time_the_runs_record(made):
     assert seconds > 0 and abs(float(minutes) - seconds / 60) <= 0.05 + 1e-9
 
 
+@pytest.mark.slow
 def test_uniform_scale_and_searches_follow_the_paper(made):
     """s* is the best single scale for the last half-span of each length; λ(h) are searched from it, at
     4L (Figures 4, 10) and at 2L (Figure 3), for the configured steps; the README states rule and value."""
@@ -190,6 +198,7 @@ def test_uniform_scale_and_searches_follow_the_paper(made):
     assert f"[{a / L:g}L, {b / L:g}L) = [{a}, {b})" in readme
 
 
+@pytest.mark.slow
 def test_figure7_fits_the_raw_argmin_and_reports_the_grid_edges(made, tmp_path):
     """The paper's fit is on the raw argmin; the smoothed one is a second line; argmins on the grid's
     edges are counted in the README, and refused, before any other run, for the edges named."""
@@ -220,6 +229,7 @@ def test_figure7_fits_the_raw_argmin_and_reports_the_grid_edges(made, tmp_path):
         FiguresConfig.build({"refuse_grid_edges": ["top"]})
 
 
+@pytest.mark.slow
 def test_every_figure_lists_its_differences_from_the_paper(made):
     """Per figure a list of deliberate differences, generated from the settings and the runs."""
     import dataclasses
@@ -255,6 +265,7 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
     assert "is left out: no early checkpoint given" in differences("figure-07", without, config)[0]
 
 
+@pytest.mark.slow
 def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
     """Table 2: per row and window length W = L, 2L, ..., 8L a loss-only scan of windows every L/8 tokens,
     read off its last L/8 positions; the README's cells are those numbers (3 significant digits)."""
@@ -294,6 +305,7 @@ def test_table2_is_the_sliding_window_perplexity_of_its_scans(made):
             assert again.ppl >= 1e3 if text == "> 10³" else float(text) == float(f"{again.ppl:.3g}")
 
 
+@pytest.mark.slow
 def test_figure7_has_the_early_checkpoint_panel(made):
     """Figure 7's left panel: the same sweep and fits for tiny-nope after 300 of its 1500 pretraining
     steps; the right panel's steps count the passkey phase after those, as training.json records it."""
@@ -317,6 +329,7 @@ def test_figure7_has_the_early_checkpoint_panel(made):
     assert f"{data.final.steps} steps, raw argmin (the paper's fit): a = {data.final.fit.a:.4f}" in readme
 
 
+@pytest.mark.slow
 def test_passkey_figures_are_the_passkey_runs_of_their_variants(made):
     """Figures 6, 8 and 9: one passkey run per panel, of the model and variant the panel names, at
     passkey_lengths × L; the README's numbers are the records' accuracies, and Figure 16's table holds
@@ -361,6 +374,7 @@ def test_passkey_figures_are_the_passkey_runs_of_their_variants(made):
     assert f"; {first.needle_mass:.2f} ± " in row
 
 
+@pytest.mark.slow
 def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
     root, _ = made
     config = FiguresConfig.build(MINIMAL)
@@ -372,6 +386,7 @@ def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
     assert not (tmp_path / "out" / "README.md").exists() and not any((tmp_path / "empty").rglob("*.npz"))
 
 
+@pytest.mark.slow
 def test_committed_readme_is_regenerated_from_the_committed_runs(tmp_path):
     """Every number in figures/README.md comes from the runs committed in figures/runs: redrawn from them
     with the default settings, run nothing, the README is the same text."""
@@ -402,6 +417,7 @@ def test_the_registry_lists_every_figure_the_readme_names():
         figure("fig-7", differences=lambda data, c: [])
 
 
+@pytest.mark.slow
 def test_a_figure_is_one_function_and_one_entry(made, tmp_path):
     """An item beside the registered ones is drawn, saved and given its README section, nothing else."""
     import matplotlib.pyplot as plt

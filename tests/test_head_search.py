@@ -97,6 +97,7 @@ def test_cli_search_heads(tiny_dir, tmp_path, capsys):
     assert "head scales" in capsys.readouterr().out and (tmp_path / "hs.safetensors.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
     """The figures' cache names scans by the bytes of their head-scale file: equal scales, equal bytes."""
     import subprocess
@@ -114,6 +115,7 @@ def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
     assert len({f.read_bytes() for f in files}) == 1
 
 
+@pytest.mark.slow
 def test_the_search_takes_the_loading_flags_and_a_schedule(tiny_dir, tmp_path):
     """--nope and the other loading flags reach the search (a NoPE-named RoPE-config folder needs one,
     as everywhere), and under --scale-schedule the λ(h) are learnt on top of its m(i): another search.

@@ -37,6 +37,7 @@ def _cli(args, cache: Path, cwd: Path):
     )
 
 
+@pytest.mark.slow
 def test_scan_of_a_hub_id_reads_the_cached_snapshot_at_a_revision(hub_cache, tmp_path):
     from entropy_lens.results import ScanResult
 
@@ -75,6 +76,7 @@ def test_a_local_folder_named_like_a_hub_id_is_the_folder(tiny_dir, tmp_path, mo
     assert load_model("org/tiny").source == str((tmp_path / "org" / "tiny").resolve())
 
 
+@pytest.mark.slow
 def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_path):
     repo = tmp_path / "hub" / "models--org--Tiny-NoPE"
     shutil.copytree(tiny_dir, repo / "snapshots" / COMMIT)

@@ -123,3 +123,41 @@ def test_retired_names_stay_retired(path):
     assert not found, f"{path.name} uses {sorted(found)}; the glossary's names: " + ", ".join(
         f"{n} -> {RETIRED[n]}" for n in sorted(found)
     )
+
+
+def _sibling_imports(path: Path):
+    """(module, name) for every name a tests/ file takes from another module in tests/: `from test_x import
+    a` gives ("test_x", "a"); `import test_x` then `test_x.a` gives the same."""
+    siblings = {p.stem for p in TESTS} - {path.stem}
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = {}  # local name -> sibling module, for `import test_x [as t]`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in siblings:
+            yield from ((node.module, a.name) for a in node.names)
+        elif isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name): a.name for a in node.names if a.name in siblings}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            yield modules[node.value.id], node.attr
+
+
+@pytest.mark.parametrize("path", TESTS, ids=lambda p: p.name)
+def test_no_test_module_takes_another_ones_private_names(path):
+    """What two test modules share lives under a public name, best in a helper module (tests/tiny.py,
+    tests/architectures.py, tests/view_inputs.py), never as a test module's underscored name."""
+    private = sorted({f"{m}.{n}" for m, n in _sibling_imports(path) if n.startswith("_")})
+    assert not private, (
+        f"{path.name} imports private {private}: make it public in a helper module under tests/"
+    )
+
+
+def test_the_check_sees_test_imports(tmp_path):
+    """The sibling-import parser finds both spellings (else the test above would pass on anything)."""
+    assert ("architectures", "save_folder") in set(
+        _sibling_imports(Path(__file__).parent / "test_passkey.py")
+    )
+    fake = tmp_path / "test_fake.py"
+    fake.write_text("from test_kernels import _x, y\nimport test_capture as tc\ntc._z\n", encoding="utf-8")
+    assert {("test_kernels", "_x"), ("test_kernels", "y"), ("test_capture", "_z")} <= set(
+        _sibling_imports(fake)
+    )

@@ -74,6 +74,7 @@ def cell_with(nb, text: str):
     return found[0]
 
 
+@pytest.mark.slow
 def test_quickstart_runs(kernel):
     nb = nbformat.read(NOTEBOOKS / "01_quickstart.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys\nprint('kernel prefix:', sys.prefix)"))
@@ -105,6 +106,7 @@ def test_quickstart_runs(kernel):
     assert "NoPE λ=1.4/√d" in page and "entropy-lens-data" in page
 
 
+@pytest.mark.slow
 def test_paper_figures_run(kernel, tmp_path):
     from test_figures import MINIMAL
 

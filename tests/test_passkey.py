@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_architectures import SUPPORTED, _folder, eager_probabilities
+from architectures import SUPPORTED, eager_probabilities, save_folder
 
 from entropy_lens.cli import main
 from entropy_lens.data.passkey import passkey_prompt, random_key
@@ -16,6 +16,7 @@ from entropy_lens.runs.configs import PasskeyConfig
 from entropy_lens.runs.passkey import passkey
 
 
+@pytest.mark.slow
 def test_a_model_that_retrieves_scores_its_exact_matches():
     """SmolLM2 (a real pretrained model) inside its context: a trial is correct exactly when the decoded
     answer is the key; the cell counts them."""
@@ -40,7 +41,7 @@ def test_the_needle_measurements_are_the_models_own_attention(model_type, tmp_pa
     ALiBi (BLOOM) and sinks (gpt-oss: the sink's share counted in the entropy)."""
     from entropy_lens.models import load_model
 
-    folder = _folder(tmp_path, model_type, SUPPORTED[model_type][0])
+    folder = save_folder(tmp_path, model_type, SUPPORTED[model_type][0])
     config = PasskeyConfig(model=str(folder), lengths=(200,), depths=1, keys=2, dtype="float32", seed=7)
     record = passkey(config, progress=False)
     lm = load_model(str(folder), dtype="float32")
@@ -63,6 +64,7 @@ def test_the_needle_measurements_are_the_models_own_attention(model_type, tmp_pa
         assert np.asarray(trial["needle_mass"]).max() > 0  # the key is in view
 
 
+@pytest.mark.slow
 def test_a_rerun_continues_and_other_settings_are_refused(tmp_path, capsys):
     """The record is written per cell: rerunning the command keeps the cells it holds (one is marked
     here) and adds the missing ones, equal to an uninterrupted run; other settings need --force."""

@@ -163,6 +163,7 @@ def test_bad_output_locations_are_refused_before_any_model_loads(tmp_path, capsy
 # ---- 2. one writer per output ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_output_is_refused_and_a_killed_runs_lock_is_taken_over(tiny_dir, tmp_path):
     out = tmp_path / "r.npz"
     argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "400", "--data", DATA, "--out", str(out)]
@@ -183,6 +184,7 @@ def test_a_second_run_on_the_same_output_is_refused_and_a_killed_runs_lock_is_ta
     assert ScanResult.load(out).meta["samples"] == 4 and not lock.exists()
 
 
+@pytest.mark.slow
 def test_two_sweeps_into_one_folder(tiny_dir, tmp_path):
     folder = tmp_path / "sw"
     argv = ["sweep", str(tiny_dir), "--len", "48", "--samples", "300", "--data", DATA, "--out", str(folder)]
@@ -229,6 +231,7 @@ def _interrupted_scan(tiny_dir, tmp_path, samples: int, at_least: int) -> tuple[
     return argv, out, err
 
 
+@pytest.mark.slow
 def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_path):
     from entropy_lens.capture.fused import PathChoices
     from entropy_lens.runs.scan import ScanConfig, scan
@@ -250,6 +253,7 @@ def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_pat
         assert np.array_equal(getattr(resumed, name), getattr(whole, name)), name
 
 
+@pytest.mark.slow
 def test_force_discards_a_checkpoint_and_says_so_and_other_flags_are_refused(tiny_dir, tmp_path):
     argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, 400, at_least=2)
     other = _cli([*argv[:4], "--seed", "1", *argv[4:], "--quiet"], tmp_path)
@@ -261,6 +265,7 @@ def test_force_discards_a_checkpoint_and_says_so_and_other_flags_are_refused(tin
     assert ScanResult.load(out).meta["samples"] == 3
 
 
+@pytest.mark.slow
 def test_resuming_with_another_thread_count_names_the_count_that_matches(tiny_dir, tmp_path):
     argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, 100, at_least=2)
     with np.load(partial_path(out)) as z:
@@ -275,6 +280,7 @@ def test_resuming_with_another_thread_count_names_the_count_that_matches(tiny_di
 # ---- the end of a run: the location fails after the work is done --------------------------------------
 
 
+@pytest.mark.slow
 def test_a_folder_that_vanishes_during_the_scan_loses_nothing(tiny_dir, tmp_path):
     folder = tmp_path / "results"
     out = folder / "r.npz"
@@ -293,6 +299,7 @@ def test_a_folder_that_vanishes_during_the_scan_loses_nothing(tiny_dir, tmp_path
     assert saved.is_relative_to(tmp_path / "cache" / "rescued") and (result.count == 200).all()
 
 
+@pytest.mark.slow
 def test_an_output_that_cannot_be_replaced_keeps_the_scan_in_its_checkpoint(tiny_dir, tmp_path):
     out = tmp_path / "r.npz"
     argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "200", "--data", DATA, "--out", str(out)]
@@ -317,6 +324,7 @@ def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+@pytest.mark.slow
 def test_a_damaged_sweep_is_repaired_by_the_command_the_error_names(tiny_dir, tmp_path):
     folder = tmp_path / "sw"
     argv = ["sweep", str(tiny_dir), "--len", "48", "--samples", "2", "--data", DATA, "--scales", "1,1.5,2"]
@@ -345,6 +353,7 @@ def test_a_damaged_sweep_is_repaired_by_the_command_the_error_names(tiny_dir, tm
     assert fit.returncode == 0, fit.stderr
 
 
+@pytest.mark.slow
 def test_a_damaged_results_file_is_a_clear_error_and_scan_resume_makes_it_again(tiny_dir, tmp_path):
     out = tmp_path / "r.npz"
     argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "2", "--data", DATA, "--out", str(out)]

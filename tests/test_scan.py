@@ -270,6 +270,7 @@ def test_cli_scan_prints_summary(tiny_dir, tmp_path, capsys):
     assert ScanResult.load(out).meta["scales"][0][0] == 1.2
 
 
+@pytest.mark.slow
 def test_python_dash_m_works(tiny_dir, tmp_path):
     out = tmp_path / "m.npz"
     proc = subprocess.run(

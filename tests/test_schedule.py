@@ -133,7 +133,7 @@ def test_a_published_schedule_through_scan_equals_eager_with_scaled_queries(text
     """The scan's entropy and loss equal float64 entropy and the loss of the model's own eager attention
     with each query row multiplied by the source's m(i) (a hook on q_proj: RoPE is linear per position,
     so scaling before it is scaling after), the formula written here again."""
-    from test_architectures import eager, mean_by_position
+    from architectures import eager, mean_by_position
 
     from entropy_lens.data import token_chunks
     from entropy_lens.models import load_model

@@ -15,6 +15,8 @@ from entropy_lens.runs.training.report import length_report
 SPANS = ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
 
 
+# Sweeps of the committed pair over 128 samples (a minute or more on 2 cores): the tests that use them
+# are marked slow, out of the inner loop (`pytest -m "not slow"`).
 @pytest.fixture(scope="module")
 def nope():
     return length_report("tiny-nope", scales=(1.0, 1.2, 1.4, 1.6), samples=128)  # the card's windows
@@ -35,6 +37,7 @@ def test_loads_by_name_and_by_path(name):
     assert (BUNDLED_MODELS[name].path() / "README.md").is_file()
 
 
+@pytest.mark.slow
 def test_scan_records_the_declared_train_len(tmp_path):
     from entropy_lens.runs.scan import ScanConfig, scan
 
@@ -44,12 +47,14 @@ def test_scan_records_the_declared_train_len(tmp_path):
     assert scan(overridden, progress=False).meta["train_len"] == 64
 
 
+@pytest.mark.slow
 def test_nope_loss_and_entropy_rise_beyond_train_len(nope):
     loss, ent = nope.loss[1.0], nope.entropy[1.0]
     assert loss["[3L, 4L)"] > loss["[L/2, L)"] + 0.25
     assert ent["[L, 2L)"] > ent["[L/2, L)"] and ent["[3L, 4L)"] > ent["[L/2, L)"] + 0.5
 
 
+@pytest.mark.slow
 def test_uniform_scale_helps_nope_beyond_2L_and_best_scale_grows(nope):
     best = nope.best_scale
     for span in ("[2L, 3L)", "[3L, 4L)"):
@@ -59,6 +64,7 @@ def test_uniform_scale_helps_nope_beyond_2L_and_best_scale_grows(nope):
     assert best["[3L, 4L)"] > best["[L/2, L)"]
 
 
+@pytest.mark.slow
 def test_best_scale_per_position_follows_the_papers_log_law(nope):
     """Figure 7 in miniature: s = 1 + a ln(i/L) fits the best scale per position beyond L (the
     paper's 50K-step TinyLlama-NoPE: a = 0.40). Four scales and 128 windows: the loss curves are
@@ -69,12 +75,14 @@ def test_best_scale_per_position_follows_the_papers_log_law(nope):
     assert fit.train_len == 128 and 0.3 < fit.a < 0.6 and fit.r2 > 0.7
 
 
+@pytest.mark.slow
 def test_no_uniform_scale_above_one_helps_rope(rope):
     for span in SPANS:
         for s in rope.loss:
             assert s == 1.0 or rope.loss[s][span] > rope.loss[1.0][span]
 
 
+@pytest.mark.slow
 def test_heads_differ_and_lower_layers_are_more_dispersed(nope):
     he = nope.head_entropy  # (layers, heads) at the last position, nats
     upper = np.log(nope.length)  # log i: a uniform head
@@ -82,6 +90,7 @@ def test_heads_differ_and_lower_layers_are_more_dispersed(nope):
     assert he[0].mean() > he[-1].mean() + 0.5
 
 
+@pytest.mark.slow
 def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
     """The paper's §3.2 in miniature: λ(h) searched on the training novels (weights frozen, focus
     constraint λ(h) ≥ 1/√d) lowers the held-out loss at L' = 4L below the best uniform scale."""

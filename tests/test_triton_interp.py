@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow
 def test_triton_kernel_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     cmd = [

@@ -20,7 +20,10 @@ from entropy_lens.results import ScanResult
 from entropy_lens.view import view
 from entropy_lens.view.reduce import Bins
 
-pytestmark = pytest.mark.skipif(missing() is not None, reason=f"browser tests: {missing()}")
+pytestmark = [
+    pytest.mark.slow,  # a headless Chromium per module: seconds per test
+    pytest.mark.skipif(missing() is not None, reason=f"browser tests: {missing()}"),
+]
 
 POINTS = 128  # the 2048-position results are binned: mean with its min–max envelope
 
