@@ -183,11 +183,14 @@ class ScanResult:
         return result
 
     def validate(self, source: str = "result") -> None:
-        if self.entropy.ndim != 3 or any(getattr(self, a).ndim != 1 for a in ARRAYS[2:]):
-            raise EntropyLensError(
-                f"{source}: entropy must be (layers, heads, len) and the other arrays (len,), not "
-                f"{self.entropy.shape}; the file is corrupt, rerun the scan"
-            )
+        for name in ARRAYS:
+            ndim = 3 if name.startswith("entropy") else 1
+            if getattr(self, name).ndim != ndim:
+                want = "(layers, heads, positions)" if ndim == 3 else "(positions,)"
+                raise EntropyLensError(
+                    f"{source}: {name} has shape {getattr(self, name).shape}, not {want}; the file is "
+                    "corrupt, rerun the scan"
+                )
         L, H, T = self.entropy.shape
         if self.entropy_sq.shape != (L, H, T) or any(getattr(self, a).shape != (T,) for a in ARRAYS[2:]):
             raise EntropyLensError(f"{source}: array shapes disagree; the file is corrupt, rerun the scan")

@@ -132,5 +132,8 @@ def test_a_results_file_of_the_wrong_rank_is_one_line(tmp_path):
     arrays = {name: getattr(good, name) for name in ("entropy", "entropy_sq", "loss", "loss_sq", "count")}
     arrays["entropy"] = arrays["entropy"][0]  # (heads, len): was "not enough values to unpack"
     np.savez(tmp_path / "r.npz", meta=np.array(json.dumps(good.meta)), **arrays)
-    with pytest.raises(EntropyLensError, match=r"entropy must be \(layers, heads, len\).*rerun the scan"):
+    with pytest.raises(
+        EntropyLensError,
+        match=r"entropy has shape \(3, 256\), not \(layers, heads, positions\); .*rerun the scan",
+    ):
         ScanResult.load(tmp_path / "r.npz")
