@@ -161,8 +161,9 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     fused: str = setting(
         "auto",
         choices=("auto", "on", "off"),
-        help="layer output + entropy in one fused pass (on; Triton on CUDA, the streamed torch path on "
-        "CPU), sdpa + an entropy pass (off), or whichever is faster, timed on the first layers (auto)",
+        help="layer output + entropy in one fused pass (on; Triton on CUDA, on CPU the native C++ kernel, "
+        "or the streamed torch path where it cannot build: the meta's native says why), sdpa + an "
+        "entropy pass (off), or whichever is faster, timed on the first layers (auto)",
     )
     entropy: str = setting(
         "heads",
