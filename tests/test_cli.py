@@ -105,7 +105,8 @@ def test_flags_are_generated_from_the_settings_with_their_defaults():
     import dataclasses
 
     from entropy_lens.cli.options import config_from_args, settings_from_args
-    from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig, TinyRecipe
+    from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig
+    from entropy_lens.training import TinyRecipe
 
     parser = build_parser()
     cases = {

@@ -69,8 +69,9 @@ def test_examples_were_found():
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_parses_and_its_settings_check(example):
     from entropy_lens.cli.options import config_from_args
-    from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig, TinyRecipe
+    from entropy_lens.runs import HeadSearchConfig, PerplexityConfig, ScanConfig
     from entropy_lens.runs.configs import PasskeyConfig
+    from entropy_lens.training import TinyRecipe
 
     args = build_parser().parse_args(shlex.split(example)[1:])
     if args.command in ("scan", "sweep"):

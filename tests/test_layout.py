@@ -14,9 +14,11 @@ BASE = {
 }  # entropy_lens.errors, .settings, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results;
-# view -> analysis -> results, the interactive pages).
+# view -> analysis -> results, the interactive pages). `training` (train-tiny) sits above `runs`: it writes
+# with the runs' one-writer lock and output checks, and its model cards are scans and passkey runs.
 ALLOWED = {
-    "cli": {"runs", "models", "analysis", "results", "view"},
+    "cli": {"training", "runs", "models", "analysis", "results", "view"},
+    "training": {"runs", "models", "data", "results", "analysis", "progress"},
     "runs": {"models", "data", "capture", "kernels", "results", "analysis", "figures", "progress"},
     "models": set(),
     "data": set(),

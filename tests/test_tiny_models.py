@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from entropy_lens.models import BUNDLED_MODELS, load_model
-from entropy_lens.runs.training.report import length_report
+from entropy_lens.training.report import length_report
 
 SPANS = ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
 

@@ -1,4 +1,4 @@
-"""entropy_lens.runs.training: the tokenizer, the tiny-model recipe, determinism, resume and the CLI."""
+"""entropy_lens.training: the tokenizer, the tiny-model recipe, determinism, resume and the CLI."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from entropy_lens.cli import main
 from entropy_lens.data import load_documents
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
-from entropy_lens.runs.training import TinyRecipe, train_bpe, train_tiny
-from entropy_lens.runs.training.tiny import lr_at
+from entropy_lens.training import TinyRecipe, train_bpe, train_tiny
+from entropy_lens.training.tiny import lr_at
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def test_a_crafted_checkpoint_is_refused_before_it_runs_code(tmp_path, text_file
     ],
 )
 def test_a_checkpoint_of_the_wrong_shape_is_one_line(tmp_path, state, why):
-    from entropy_lens.runs.training.checkpoint import read_checkpoint
+    from entropy_lens.training.checkpoint import read_checkpoint
 
     torch.save(state, tmp_path / "checkpoint.pt")
     with pytest.raises(EntropyLensError, match=why):
@@ -311,7 +311,7 @@ def test_a_share_of_each_batch_is_passkey_documents(text_file):
     position varies; drawn by (seed, step); the rest are the usual windows."""
     from entropy_lens.data import packed_stream
     from entropy_lens.data.passkey import INSTRUCTION, QUESTION, passkey_prompt, shortest_prompt
-    from entropy_lens.runs.training.tiny import training_batch
+    from entropy_lens.training.tiny import training_batch
 
     recipe = micro(text_file, train_len=200, batch=4, passkey_share=0.5)
     tokenizer = train_bpe([text_file.read_text()], 300)
@@ -348,7 +348,7 @@ def test_model_cards_describe_the_alibi_twin_and_the_passkey_runs():
     """A card names BLOOM's blocks and every difference from the Llama pair for the alibi kind, shows each
     other model's loss table, and tabulates a passkey record with its Wilson intervals."""
     from entropy_lens.analysis import wilson_interval
-    from entropy_lens.runs.training.report import LengthReport, model_card
+    from entropy_lens.training.report import LengthReport, model_card
 
     spans = {"[L/2, L)": (2, 4), "[L, 2L)": (4, 8)}
 
@@ -397,7 +397,7 @@ def test_the_passkey_phase_follows_pretraining_and_init_from_skips_it(tmp_path, 
     only there; --init-from a finished run of the recipe's pretraining runs only the phase and gives the
     same weights as the whole run, keeps that run's snapshots, and resumes exactly."""
     from entropy_lens.data import packed_stream
-    from entropy_lens.runs.training.tiny import training_batch
+    from entropy_lens.training.tiny import training_batch
 
     pre = micro(text_file, train_len=200, batch=2)
     recipe = dataclasses.replace(pre, passkey_share=0.5, passkey_steps=3, passkey_lr=5e-4)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from entropy_lens.cli.options import add_settings, config_from_args
-from entropy_lens.runs.training.tiny import TinyRecipe
+from entropy_lens.training.tiny import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
   entropy-lens train-tiny --kind nope --out tiny-nope        # ~16 min on 2 CPU cores
@@ -48,7 +48,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_train_tiny(args) -> int:
-    from entropy_lens.runs.training import train_tiny
+    from entropy_lens.training import train_tiny
 
     recipe = config_from_args(TinyRecipe, args)
     out = train_tiny(

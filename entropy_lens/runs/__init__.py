@@ -9,15 +9,14 @@
                     declared once (no torch)
     head_search.py  the per-head λ(h) search (every weight frozen)
     threads.py      --threads: the CPU thread count, set once before a command loads torch
-    training/       train-tiny: the embedded tiny NoPE/RoPE pair, its tokenizer and model cards
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
     passkey.py      passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
     figures.py      the scans, sweep and search behind the paper's figures (cached: figure_cache.py); then rendering
                     (their settings, FiguresConfig, live in figures/config.py, re-exported here)
 
 It may import every package below it (models, capture, kernels, data, results, analysis and, for the
-figures, figures.config, .record and .render); nothing below imports it. `cli/` is a thin layer over
-these functions.
+figures, figures.config, .record and .render); nothing below imports it. Above it sit `training/`
+(train-tiny, whose model cards are made of these runs) and `cli/`, a thin layer over these functions.
 Names are imported lazily, so `from entropy_lens.runs import FiguresConfig` does not load torch. The
 functions `scan`, `sweep` and `passkey` share their modules' names: import them from `entropy_lens` (or
 `entropy_lens.runs.scan` / `.sweep` / `.passkey`).
@@ -32,8 +31,6 @@ _LAZY = {
     "HeadSearchConfig": "configs",
     "search_head_scales": "head_search",
     "save_head_scales": "head_search",
-    "TinyRecipe": "training",
-    "train_tiny": "training",
     "PerplexityConfig": "configs",
     "PasskeyConfig": "configs",
     "FiguresConfig": "figures",
@@ -48,13 +45,11 @@ __all__ = [
     "PerplexityConfig",
     "ScanConfig",
     "ScanSums",
-    "TinyRecipe",
     "figure_data",
     "make_figures",
     "parse_scales",
     "save_head_scales",
     "search_head_scales",
-    "train_tiny",
 ]
 
 

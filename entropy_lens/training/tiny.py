@@ -1,7 +1,7 @@
 """Train a tiny Llama (NoPE or RoPE), or its ALiBi twin (BLOOM blocks), on the bundled corpus: the
 project's embedded default models.
 
-    from entropy_lens.runs.training import TinyRecipe, train_tiny
+    from entropy_lens.training import TinyRecipe, train_tiny
     train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")   # ~15 min on 2 CPU cores
 
 The recipe mirrors TinyLlama in miniature: Llama blocks (SwiGLU, RMSNorm, untied embeddings) with
@@ -61,7 +61,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
-from entropy_lens.runs.training.checkpoint import read_checkpoint, write_checkpoint
+from entropy_lens.training.checkpoint import read_checkpoint, write_checkpoint
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, setting
 
 __all__ = ["TinyRecipe", "build_model", "train_tiny", "training_batch"]
@@ -300,7 +300,7 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
 
     from entropy_lens.data import load_documents, packed_stream
     from entropy_lens.progress import progress_bar
-    from entropy_lens.runs.training.tokenizer import train_bpe
+    from entropy_lens.training.tokenizer import train_bpe
 
     documents, _ = load_documents(recipe.data)
     tokenizer = train_bpe(documents, recipe.vocab)

@@ -186,7 +186,7 @@ def model_card(
             "",
         ]
     lines += [
-        "Regenerate these tables with `python -m entropy_lens.runs.training.report FOLDER [FOLDER ...]`.",
+        "Regenerate these tables with `python -m entropy_lens.training.report FOLDER [FOLDER ...]`.",
         "",
     ]
     return "\n".join(lines)
@@ -253,7 +253,7 @@ CARD_SCALES = (1.0, 1.1, 1.2, 1.3, 1.4, 1.6)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m entropy_lens.runs.training.report FOLDER [FOLDER ...]`: (re)write each FOLDER/README.md.
+    """`python -m entropy_lens.training.report FOLDER [FOLDER ...]`: (re)write each FOLDER/README.md.
 
     With several folders (e.g. the NoPE/RoPE pair and their ALiBi twin), each card also shows the others'
     loss tables; every card has the model's passkey retrieval at L, 2L and 4L."""
