@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.training.tiny import TinyRecipe
@@ -48,6 +47,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_train_tiny(args) -> int:
+    from entropy_lens.runs.training_record import read_training_record
     from entropy_lens.training import train_tiny
 
     recipe = config_from_args(TinyRecipe, args)
@@ -60,7 +60,7 @@ def cmd_train_tiny(args) -> int:
         snapshots=tuple(args.snapshot),
         init_from=args.init_from,
     )
-    facts = json.loads((out / "training.json").read_text())
+    facts = read_training_record(out)
     print(
         f"tiny-{args.kind}: {facts['parameters']:,} parameters, {recipe.total_steps} steps of {recipe.batch} x "
         f"{recipe.train_len} tokens in {facts['wall_s'] / 60:.1f} min; final train loss "

@@ -12,10 +12,9 @@ from entropy_lens.models.loading import (
     LoadedModel,
     declared_train_len,
     load_model,
-    passkey_phase_steps,
+    resolve_ckpt,
     resolve_device,
     resolve_dtype,
-    training_steps,
 )
 from entropy_lens.models.nope import apply_nope
 from entropy_lens.models.scales import (
@@ -33,10 +32,9 @@ __all__ = [
     "declared_train_len",
     "load_head_scales_file",
     "load_model",
-    "passkey_phase_steps",
     "read_checkpoint_head_scales",
+    "resolve_ckpt",
     "resolve_device",
     "resolve_dtype",
-    "training_steps",
     "validate_head_scales",
 ]

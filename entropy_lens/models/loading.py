@@ -48,10 +48,9 @@ __all__ = [
     "BundledModel",
     "LoadedModel",
     "load_model",
-    "passkey_phase_steps",
+    "resolve_ckpt",
     "resolve_device",
     "resolve_dtype",
-    "training_steps",
 ]
 
 log = logging.getLogger(__name__)
@@ -129,7 +128,7 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(name)
 
 
-def _resolve_ckpt(ckpt: str, revision: str | None = None) -> Path:
+def resolve_ckpt(ckpt: str, revision: str | None = None) -> Path:
     """Bundled name -> its .gguf; a Hub id (org/name) -> its snapshot in huggingface_hub's cache;
     else an existing .gguf file or a folder with config.json."""
     if looks_like_hub_id(ckpt):
@@ -346,39 +345,10 @@ def declared_train_len(
     ckpt: str, *, revision: str | None = None, trust_remote_code: bool = False
 ) -> int | None:
     """The training length `ckpt`'s config.json declares (`train_len`), without loading weights."""
-    source = _resolve_ckpt(str(ckpt), revision)
+    source = resolve_ckpt(str(ckpt), revision)
     folder = ensure_gguf_cache(source) if source.is_file() else source
     value = getattr(_load_config(folder, trust_remote_code), "train_len", None)
     return None if value is None else int(value)
-
-
-def _training_record(ckpt: str) -> dict | None:
-    """The training.json beside `ckpt`'s weights (models made by `entropy-lens train-tiny`), else None."""
-    source = _resolve_ckpt(str(ckpt))
-    record = source / "training.json" if source.is_dir() else None
-    return json.loads(record.read_text()) if record is not None and record.is_file() else None
-
-
-def training_steps(ckpt: str) -> int | None:
-    """How many optimiser steps `ckpt` was trained for, where a training.json beside its weights says
-    (models made by `entropy-lens train-tiny`: snapshots, and the passkey phase included); None when
-    nothing says."""
-    facts = _training_record(ckpt)
-    return None if facts is None else _steps(facts)
-
-
-def _steps(facts: dict) -> int:
-    recipe = facts["recipe"]
-    return int(facts.get("snapshot_step") or recipe["steps"] + recipe.get("passkey_steps", 0))
-
-
-def passkey_phase_steps(ckpt: str) -> int | None:
-    """How many of `ckpt`'s `training_steps` were train-tiny's passkey phase (`--passkey-steps`, after
-    pretraining): 0 for a model or snapshot without one; None when nothing says."""
-    facts = _training_record(ckpt)
-    if facts is None:
-        return None
-    return max(0, _steps(facts) - facts["recipe"]["steps"])
 
 
 def load_model(
@@ -400,7 +370,7 @@ def load_model(
         sets the config's rope_parameters before the weights load, relative to max_position_embeddings.
     """
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
-    source = _resolve_ckpt(str(ckpt), revision)
+    source = resolve_ckpt(str(ckpt), revision)
     folder = ensure_gguf_cache(source) if source.is_file() else source
     _check_weights(folder)
     config = _load_config(folder, trust_remote_code)

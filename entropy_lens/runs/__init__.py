@@ -9,6 +9,7 @@
                     declared once (no torch)
     head_search.py  the per-head λ(h) search (every weight frozen)
     threads.py      --threads: the CPU thread count, set once before a command loads torch
+    training_record.py  a train-tiny model's training.json read (its steps); training/ writes it
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
     passkey.py      passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
     figures.py      the scans, sweep and search behind the paper's figures (cached: figure_cache.py); then rendering

@@ -149,7 +149,8 @@ class Runs(RunCache):
         smoothed curves: Figure 7's right panel for the NoPE model, its left for the early checkpoint
         (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
         from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
-        from entropy_lens.models import declared_train_len, passkey_phase_steps, training_steps
+        from entropy_lens.models import declared_train_len
+        from entropy_lens.runs.training_record import passkey_phase_steps, training_steps
 
         c = self.config
         if c.train_len is None and declared_train_len(model) != L:

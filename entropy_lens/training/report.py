@@ -257,14 +257,15 @@ def main(argv: list[str] | None = None) -> None:
 
     With several folders (e.g. the NoPE/RoPE pair and their ALiBi twin), each card also shows the others'
     loss tables; every card has the model's passkey retrieval at L, 2L and 4L."""
-    import json
     import sys
     from pathlib import Path
+
+    from entropy_lens.runs.training_record import read_training_record
 
     folders = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
     reps = [length_report(str(f), scales=CARD_SCALES, samples=128) for f in folders]
     for i, folder in enumerate(folders):
-        training = json.loads((folder / "training.json").read_text())
+        training = read_training_record(folder)
         training["snapshots"] = sorted(int(p.name[5:]) for p in folder.glob("step-*") if p.is_dir())
         others = [r for j, r in enumerate(reps) if j != i]
         card = model_card(reps[i], training, others, passkey_report(str(folder)))

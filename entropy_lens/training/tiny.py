@@ -61,8 +61,9 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
-from entropy_lens.training.checkpoint import read_checkpoint, write_checkpoint
+from entropy_lens.runs.training_record import TRAINING_RECORD, read_training_record
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, setting
+from entropy_lens.training.checkpoint import read_checkpoint, write_checkpoint
 
 __all__ = ["TinyRecipe", "build_model", "train_tiny", "training_batch"]
 
@@ -275,7 +276,7 @@ def _check_init_from(recipe: TinyRecipe, folder: Path, snapshots: tuple[int, ...
             "--init-from needs --passkey-steps: it skips the steps before the passkey phase"
         )
     try:
-        facts = json.loads((folder / "training.json").read_text())
+        facts = read_training_record(folder)
         theirs = TinyRecipe(**facts["recipe"])
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise EntropyLensError(
@@ -483,4 +484,4 @@ def _save_folder(model, tokenizer, folder: Path, facts: dict) -> None:
         shutil.rmtree(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    (folder / "training.json").write_text(json.dumps(facts, indent=1) + "\n")
+    (folder / TRAINING_RECORD).write_text(json.dumps(facts, indent=1) + "\n")
