@@ -17,7 +17,7 @@ from entropy_lens.data import load_documents
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
 from entropy_lens.training import TinyRecipe, train_bpe, train_tiny
-from entropy_lens.training.tiny import lr_at
+from entropy_lens.training.recipe import lr_at
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +311,7 @@ def test_a_share_of_each_batch_is_passkey_documents(text_file):
     position varies; drawn by (seed, step); the rest are the usual windows."""
     from entropy_lens.data import packed_stream
     from entropy_lens.data.passkey import INSTRUCTION, QUESTION, passkey_prompt, shortest_prompt
-    from entropy_lens.training.tiny import training_batch
+    from entropy_lens.training.batches import training_batch
 
     recipe = micro(text_file, train_len=200, batch=4, passkey_share=0.5)
     tokenizer = train_bpe([text_file.read_text()], 300)
@@ -397,7 +397,7 @@ def test_the_passkey_phase_follows_pretraining_and_init_from_skips_it(tmp_path, 
     only there; --init-from a finished run of the recipe's pretraining runs only the phase and gives the
     same weights as the whole run, keeps that run's snapshots, and resumes exactly."""
     from entropy_lens.data import packed_stream
-    from entropy_lens.training.tiny import training_batch
+    from entropy_lens.training.batches import training_batch
 
     pre = micro(text_file, train_len=200, batch=2)
     recipe = dataclasses.replace(pre, passkey_share=0.5, passkey_steps=3, passkey_lr=5e-4)

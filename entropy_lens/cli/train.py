@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
-from entropy_lens.training.tiny import TinyRecipe
+from entropy_lens.training.recipe import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
   entropy-lens train-tiny --kind nope --out tiny-nope        # ~16 min on 2 CPU cores

@@ -1,6 +1,20 @@
-"""Training the project's own tiny models (the embedded default): tokenizer and model recipe."""
+"""train-tiny: the project's own tiny models (the embedded default), trained and described.
 
-from entropy_lens.training.tiny import TinyRecipe, build_model, train_tiny
+    recipe.py      TinyRecipe: everything that determines the weights; lr_at, the schedule
+    model.py       build_model: the seeded Llama (NoPE, RoPE) or BLOOM (ALiBi) of a recipe
+    batches.py     training_batch: step t's windows and passkey documents, drawn from (seed, t)
+    tokenizer.py   train_bpe: the byte-level BPE trained on the recipe's text
+    checkpoint.py  the resumable checkpoint (tensors and plain data, read with weights_only=True)
+    tiny.py        train_tiny: the run (resume, snapshots, the passkey phase, --init-from), its folder
+    report.py      the model cards: scans and passkey runs of the trained models
+
+It sits above `runs` (README: Layout): it writes with the runs' one-writer lock and output checks, and
+its model cards are scans and passkey runs.
+"""
+
+from entropy_lens.training.model import build_model
+from entropy_lens.training.recipe import TinyRecipe
+from entropy_lens.training.tiny import train_tiny
 from entropy_lens.training.tokenizer import train_bpe
 
 __all__ = ["TinyRecipe", "build_model", "train_bpe", "train_tiny"]

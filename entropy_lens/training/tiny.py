@@ -4,14 +4,6 @@ project's embedded default models.
     from entropy_lens.training import TinyRecipe, train_tiny
     train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")   # ~15 min on 2 CPU cores
 
-The recipe mirrors TinyLlama in miniature: Llama blocks (SwiGLU, RMSNorm, untied embeddings) with
-6 attention heads of dimension 32 (multi-head by default; `kv_heads=2` gives TinyLlama's grouped-
-query attention, with which a uniform scale barely helped NoPE beyond 2L: see models/tiny/README.md),
-a byte-level BPE tokenizer trained on the five Austen novels that are not held out, and a short
-training length L. NoPE and RoPE runs
-of one recipe see the same batches in the same order from the same initial weights, so any
-difference between them is the position encoding.
-
 Determinism: the batch of step t is drawn by `numpy.random.default_rng([seed, t])`, so it does
 not depend on what ran before (a resumed run draws the same batches); weights are initialised
 from `torch.manual_seed(seed)`. On one machine with the same torch and thread count, two runs
@@ -38,23 +30,17 @@ training/checkpoint.py); `resume=True` continues from there. The finished folder
 written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
 or absent.
 
-The output is an ordinary Hugging Face folder (config.json, model.safetensors, tokenizer) with
-three extra config keys: `train_len` (L), `nope` (bool) and `entropy_lens_recipe` (this
-recipe). A NoPE model also carries `rope_parameters = {"rope_type": "linear", "factor": 1e30}`,
-which makes every rotary angle 0 in float32, so even a stock `AutoModelForCausalLM` load
-computes NoPE; `entropy_lens.load_model` zeroes the rotary frequencies outright.
+The output is an ordinary Hugging Face folder (training/model.py: its extra config keys) with a
+training.json beside the weights: the recipe, the loss log, wall time (runs/training_record.py reads it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -62,178 +48,12 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.runs.training_record import TRAINING_RECORD, read_training_record
-from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, setting
+from entropy_lens.training.batches import training_batch
 from entropy_lens.training.checkpoint import read_checkpoint, write_checkpoint
+from entropy_lens.training.model import build_model
+from entropy_lens.training.recipe import TinyRecipe, lr_at
 
-__all__ = ["TinyRecipe", "build_model", "train_tiny", "training_batch"]
-
-_KINDS = ("nope", "rope", "alibi")
-_NOPE_ROPE = {"rope_type": "linear", "factor": 1e30}  # angle = position * inv_freq / 1e30 -> 0
-
-
-@dataclass(frozen=True)
-class TinyRecipe(Checked):
-    """Everything that determines the trained weights (recorded in the model's config)."""
-
-    kind: str = setting(
-        "nope",
-        choices=_KINDS,
-        help="position encoding: nope or rope (Llama blocks), alibi (BLOOM blocks: ALiBi, LayerNorm, "
-        "GELU MLP of 4 x hidden, biases; --intermediate and --kv-heads do not apply)",
-    )
-    train_len: int = setting(128, at_least=2, at_most=MAX_TOKENS, help="L, tokens per training sequence")
-    hidden: int = setting(192, at_least=2, at_most=1 << 16, help="hidden size")
-    intermediate: int = setting(512, at_least=1, at_most=1 << 18, help="MLP intermediate size")
-    layers: int = setting(4, at_least=1, at_most=1024, help="decoder layers")
-    heads: int = setting(6, at_least=1, at_most=1024, help="query heads")
-    # multi-head; 2 (GQA) was tried: a uniform scale then barely helps NoPE
-    kv_heads: int = setting(6, at_least=1, at_most=1024, help="key/value heads (a divisor of --heads)")
-    vocab: int = setting(2048, at_least=1, at_most=1 << 20, help="byte-level BPE vocabulary size")
-    rope_theta: float = setting(10000.0, above=0, help="RoPE base (the rope kind)")
-    data: str = setting(
-        "austen-minus:persuasion", help="training text; the held-out novel is the evaluation text"
-    )
-    batch: int = setting(32, at_least=1, at_most=MAX_COUNT, help="sequences per optimiser step")
-    steps: int = setting(1500, at_least=1, at_most=MAX_COUNT, help="optimiser steps")
-    lr: float = setting(2e-3, above=0, help="peak AdamW learning rate")
-    warmup: int = setting(
-        100,
-        at_least=0,
-        at_most=MAX_COUNT,
-        help="linear warm-up steps, then cosine decay to min_lr_ratio x lr",
-    )
-    min_lr_ratio: float = setting(0.1, at_least=0, at_most=1, help="final learning rate / peak")
-    weight_decay: float = setting(0.1, at_least=0, help="AdamW weight decay")
-    grad_clip: float = setting(1.0, above=0, help="gradient-norm clip")
-    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="initialisation and batch order")
-    passkey_share: float = setting(
-        0.0,
-        at_least=0,
-        at_most=1,
-        help="share of each batch's windows that end in a passkey document of L/2 to L+1 tokens "
-        "(data/passkey.py: random key and depth), so the model can learn the task inside L: in the steps "
-        "of --passkey-steps when it is set, else in every step",
-    )
-    passkey_steps: int = setting(
-        0,
-        at_least=0,
-        at_most=MAX_COUNT,
-        help="steps of a passkey phase after --steps: a fresh AdamW at the constant --passkey-lr on batches "
-        "with --passkey-share passkey documents (0: no phase)",
-    )
-    passkey_lr: float = setting(2e-4, above=0, help="learning rate of the passkey phase (--passkey-steps)")
-
-    def check(self) -> None:
-        if self.kind not in _KINDS:
-            raise EntropyLensError(f"--kind {self.kind!r} is not known; use nope, rope or alibi")
-        if not 0 <= self.passkey_share <= 1:
-            raise EntropyLensError(f"--passkey-share must be in [0, 1] (got {self.passkey_share})")
-        for name in ("train_len", "hidden", "intermediate", "layers", "heads", "kv_heads", "batch", "steps"):
-            if getattr(self, name) < 1:
-                raise EntropyLensError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.hidden % self.heads or self.heads % self.kv_heads:
-            raise EntropyLensError(
-                f"hidden {self.hidden} must be a multiple of heads {self.heads}, and heads a multiple of "
-                f"kv_heads {self.kv_heads}; change one of them"
-            )
-        if (self.hidden // self.heads) % 2:
-            raise EntropyLensError(f"head_dim {self.hidden // self.heads} must be even for rotary embeddings")
-        if self.vocab < 258:
-            raise EntropyLensError(f"vocab {self.vocab} is too small: a byte-level BPE needs 256 bytes + 2")
-        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and 0 <= self.warmup < self.steps + 1):
-            raise EntropyLensError("need lr > 0, 0 <= min_lr_ratio <= 1 and 0 <= warmup <= steps")
-        if self.passkey_steps < 0 or self.passkey_lr <= 0:
-            raise EntropyLensError("need --passkey-steps >= 0 and --passkey-lr > 0")
-        if self.passkey_steps and not self.passkey_share:
-            raise EntropyLensError(
-                "--passkey-steps needs a --passkey-share above 0 (the phase's passkey documents)"
-            )
-
-    @property
-    def total_steps(self) -> int:
-        """Optimiser steps of the run: --steps, then the passkey phase."""
-        return self.steps + self.passkey_steps
-
-    def pretraining(self) -> TinyRecipe:
-        """The recipe of this run's first --steps steps as a run of its own (without the passkey phase):
-        what a folder given to --init-from must have been trained by."""
-        if not self.passkey_steps:
-            return self
-        plain = TinyRecipe()
-        return dataclasses.replace(
-            self, passkey_share=plain.passkey_share, passkey_steps=0, passkey_lr=plain.passkey_lr
-        )
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.batch * self.train_len
-
-
-def lr_at(recipe: TinyRecipe, step: int) -> float:
-    """Learning rate of step `step` (0-based): linear warm-up, then cosine to min_lr_ratio * lr; the
-    constant passkey_lr in the passkey phase."""
-    if step >= recipe.steps:
-        return recipe.passkey_lr
-    if step < recipe.warmup:
-        return recipe.lr * (step + 1) / recipe.warmup
-    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-    floor = recipe.min_lr_ratio
-    return recipe.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def build_model(recipe: TinyRecipe, vocab_size: int, separator: int) -> Any:
-    """A freshly initialised LlamaForCausalLM for `recipe` (seeded), NoPE already applied; for the alibi
-    kind a BloomForCausalLM of the same width, depth and heads."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from entropy_lens.models import apply_nope
-
-    if recipe.kind == "alibi":
-        return _build_bloom(recipe, vocab_size, separator)
-
-    rope = {"rope_type": "default"} if recipe.kind == "rope" else dict(_NOPE_ROPE)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=recipe.hidden,
-        intermediate_size=recipe.intermediate,
-        num_hidden_layers=recipe.layers,
-        num_attention_heads=recipe.heads,
-        num_key_value_heads=recipe.kv_heads,
-        max_position_embeddings=recipe.train_len,  # the trained length (dynamic NTK scales beyond it)
-        rope_parameters={**rope, "rope_theta": recipe.rope_theta},
-        tie_word_embeddings=False,
-        bos_token_id=separator,
-        eos_token_id=separator,
-        attn_implementation="sdpa",
-    )
-    config.train_len = recipe.train_len
-    config.nope = recipe.kind == "nope"
-    config.entropy_lens_recipe = dataclasses.asdict(recipe)
-    torch.manual_seed(recipe.seed)
-    model = LlamaForCausalLM(config)
-    if config.nope:
-        apply_nope(model)
-    return model
-
-
-def _build_bloom(recipe: TinyRecipe, vocab_size: int, separator: int) -> Any:
-    import torch
-    from transformers import BloomConfig, BloomForCausalLM
-
-    config = BloomConfig(
-        vocab_size=vocab_size,
-        hidden_size=recipe.hidden,
-        n_layer=recipe.layers,
-        n_head=recipe.heads,
-        tie_word_embeddings=False,
-        bos_token_id=separator,
-        eos_token_id=separator,
-    )
-    config.train_len = recipe.train_len
-    config.entropy_lens_recipe = dataclasses.asdict(recipe)
-    torch.manual_seed(recipe.seed)
-    return BloomForCausalLM(config)
+__all__ = ["train_tiny"]
 
 
 def train_tiny(
@@ -412,35 +232,6 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
     shutil.rmtree(old, ignore_errors=True)
     shutil.rmtree(work)
     return out
-
-
-def training_batch(recipe: TinyRecipe, stream: np.ndarray, tokenizer, step: int) -> np.ndarray:
-    """(batch, L + 1) token ids of step `step`: random windows of the stream, the last
-    round(passkey_share · batch) of them ending in a passkey document (in the passkey phase, or in every
-    step without one). A document has a random length n in [L/2, L + 1] (prompt then answer, a random
-    key at a random depth) and follows the window's first L + 1 − n tokens of text and a separator, so
-    the answer's position varies: with the answer always at the window's end, the RoPE model learned to
-    rely on where it sits, and answered the key rotated one place at any other length. Drawn by (seed,
-    step) alone, as the windows."""
-    from entropy_lens.data import random_windows
-    from entropy_lens.data.passkey import passkey_prompt, random_key, shortest_prompt
-
-    windows = random_windows(stream, recipe.train_len, recipe.batch, recipe.seed, step)
-    pretraining = recipe.passkey_steps and step < recipe.steps
-    n = 0 if pretraining else round(recipe.passkey_share * recipe.batch)
-    rng = np.random.default_rng([recipe.seed, step, 1])
-    width = recipe.train_len + 1
-    for row in range(recipe.batch - n, recipe.batch):
-        key = random_key(rng)
-        shortest = min(
-            max(width // 2, shortest_prompt(tokenizer, key)), width
-        )  # too long: passkey_prompt says
-        length = int(rng.integers(shortest, width + 1))
-        prompt = passkey_prompt(tokenizer, length=length, depth=rng.uniform(), key=key, rng=rng, width=0.0)
-        windows[row, width - length :] = np.concatenate([prompt.ids, prompt.answer])
-        if length < width:  # the separator that ends the text before a document
-            windows[row, width - length - 1] = tokenizer.eos_token_id
-    return windows
 
 
 def _facts(recipe: TinyRecipe, description: str, model, log: list, prior_s: float = 0.0) -> dict:
