@@ -6,6 +6,7 @@ import argparse
 
 from entropy_lens.cli.options import add_settings, settings_from_args
 from entropy_lens.runs.figures import CACHE, FiguresConfig
+from entropy_lens.runs.output import OutputSettings
 
 FIGURES_EXAMPLES = """examples:
   entropy-lens figures                                   # the embedded tiny pair (figures/README.md: how long)
@@ -29,8 +30,12 @@ def add_parsers(sub) -> None:
         help="YAML file of settings (field names of entropy_lens.figures.config.FiguresConfig), or `paper` for the "
         "packaged paper.yaml",
     )
-    f.add_argument(
-        "--out", default="figures", help="folder for figure-NN.png/.pdf and README.md (default figures)"
+    add_settings(
+        f,
+        OutputSettings,
+        ("out",),
+        defaults={"out": "figures"},
+        helps={"out": "folder for figure-NN.png/.pdf and README.md (default figures)"},
     )
     f.add_argument(
         "--cache",
@@ -44,7 +49,7 @@ def add_parsers(sub) -> None:
         help="run nothing: redraw from the cache, and name any run it lacks",
     )
     add_settings(f, FiguresConfig, as_overrides=True)  # each given flag overrides --config's value
-    f.add_argument("--quiet", action="store_true", help="no progress output")
+    add_settings(f, OutputSettings, ("quiet",), helps={"quiet": "no progress output"})
     f.set_defaults(func=cmd_figures)
 
 

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.runs.output import OutputSettings
 
 SEARCH_EXAMPLES = """examples:
   entropy-lens search-heads tiny-nope --len 512 --init 1.2 --data austen-minus:persuasion \\
@@ -37,11 +38,15 @@ def add_parsers(sub) -> None:
         help="start from a sweep's best uniform scale for --len: the lowest mean loss over the last L/2 "
         "positions [len - L/2, len)",
     )
-    s.add_argument(
-        "--out", required=True, help="output .safetensors (scale_param per layer) + .json beside it"
+    add_settings(
+        s,
+        OutputSettings,
+        ("out",),
+        required=("out",),
+        helps={"out": "output .safetensors (scale_param per layer) + .json beside it"},
     )
     s.add_argument("--partial", action="store_true", help="--init-from an unfinished sweep's finished scales")
-    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_settings(s, OutputSettings, ("quiet",))
     s.set_defaults(func=cmd_search_heads)
 
 

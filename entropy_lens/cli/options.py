@@ -3,12 +3,18 @@ from the parsed flags to a config.
 
     add_settings(parser, ScanConfig, exclusive=[("scale", "head_scales")])
     config = config_from_args(ScanConfig, args)          # every generated flag, by its field's name
+    add_settings(parser, OutputSettings, ("out", "quiet"), required=("out",), helps={"out": "a JSON file"})
 
 Each flag's dest is its field's name, its default the dataclass default (shown in the help), its type
 the field's; a bool field is a switch. `as_overrides=True` makes every default None ("not given"), for
-flags that override a settings file. The parser remembers which fields it generated
-(`args.settings_fields`), so `config_from_args` takes exactly those: a field with no flag keeps its
-default or comes from `given`, and a flag can never be dropped on the way.
+flags that override a settings file. A command whose flag means something of its own gives its own
+default (`defaults`, as the sweep's --entropy) and its own help line (`helps`, shown as given, so it
+words that default itself): the output flags (`runs.output.OutputSettings`: --out, --resume, --force,
+--quiet) are declared once, and each command says what its --out is.
+
+The parser remembers which fields it generated (`args.settings_fields`), so `config_from_args` takes
+exactly those: a field with no flag keeps its default or comes from `given`, and a flag can never be
+dropped on the way.
 
 A number's flag checks its value as it is parsed (`flag_type`): a finite number within its setting's
 declared range (`settings.setting(at_least=, above=, at_most=)`, shown in the help), the same check the
@@ -70,9 +76,13 @@ def add_settings(
     exclusive: typing.Iterable[tuple[str, ...]] = (),
     required: typing.Iterable[str] = (),
     as_overrides: bool = False,
+    defaults: typing.Mapping[str, typing.Any] | None = None,
+    helps: typing.Mapping[str, str] | None = None,
 ) -> list[str]:
     """Add a flag for each field of `cls` that has one (in `names`' order, or the class's with the
-    required ones first; less `exclude`); fields in one `exclusive` tuple share a mutually exclusive group. Returns their names."""
+    required ones first; less `exclude`); fields in one `exclusive` tuple share a mutually exclusive group.
+    `defaults` and `helps` ({field name: value}) replace a field's default and its whole help line on this
+    command. Returns their names."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     chosen = [
@@ -86,11 +96,13 @@ def add_settings(
     for members in exclusive:
         group = parser.add_mutually_exclusive_group()
         groups.update(dict.fromkeys(members, group))
+    defaults, helps = defaults or {}, helps or {}
     for name in chosen:
-        spec, default = fields[name].metadata[SETTING], field_default(fields[name])
+        spec = fields[name].metadata[SETTING]
+        default = defaults[name] if name in defaults else field_default(fields[name])
         target = groups.get(name, parser)
         flag = spec["flag"] or "--" + name.replace("_", "-")
-        kwargs = {"help": _help(spec["help"], default, spec)}
+        kwargs = {"help": helps[name] if name in helps else _help(spec["help"], default, spec)}
         if spec["metavar"]:
             kwargs["metavar"] = spec["metavar"]
         if not flag.startswith("-"):  # positional

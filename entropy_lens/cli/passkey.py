@@ -7,6 +7,7 @@ import argparse
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.cli.scan import BUNDLED
 from entropy_lens.runs.configs import PasskeyConfig
+from entropy_lens.runs.output import OutputSettings
 
 PASSKEY_DESCRIPTION = """\
 The Landmark-Attention task as the paper runs it: an instruction, a filler block repeated to the window
@@ -32,9 +33,17 @@ def add_parsers(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_settings(p, PasskeyConfig, exclusive=[("scale", "head_scales", "rope_scaling")])
-    p.add_argument("--out", required=True, help="the results JSON (continued when rerun with the same flags)")
-    p.add_argument("--force", action="store_true", help="overwrite an --out of other settings")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_settings(
+        p,
+        OutputSettings,
+        ("out", "force", "quiet"),
+        required=("out",),
+        helps={
+            "out": "the results JSON (continued when rerun with the same flags)",
+            "force": "overwrite an --out of other settings",
+            "quiet": "no progress lines",
+        },
+    )
     p.set_defaults(func=cmd_passkey)
 
 

@@ -7,6 +7,7 @@ import argparse
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.cli.scan import BUNDLED
 from entropy_lens.runs.configs import PerplexityConfig
+from entropy_lens.runs.output import OutputSettings
 
 PPL_DESCRIPTION = """\
 Windows of W tokens start every S tokens of --data, and only each window's last S tokens are scored
@@ -31,8 +32,15 @@ def add_parsers(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_settings(p, PerplexityConfig, exclusive=[("scale", "head_scales", "rope_scaling")])
-    p.add_argument("--out", help="write the table, its settings and provenance to this JSON file")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_settings(
+        p,
+        OutputSettings,
+        ("out", "quiet"),
+        helps={
+            "out": "write the table, its settings and provenance to this JSON file",
+            "quiet": "no progress lines",
+        },
+    )
     p.set_defaults(func=cmd_ppl)
 
 

@@ -6,6 +6,7 @@ import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.models.bundled import BUNDLED_MODELS
+from entropy_lens.runs.output import OutputSettings
 
 BUNDLED = f"bundled models (CKPT): {', '.join(BUNDLED_MODELS)}"
 
@@ -34,8 +35,7 @@ def add_parsers(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_settings(p, ScanConfig, exclusive=[("scale", "head_scales")])
-    p.add_argument("--out", help="results .npz (default results/<model>-len<N>.npz)")
-    _add_mode_args(p, "scan")
+    _add_output(p, "scan", "results .npz (default results/<model>-len<N>.npz)")
     p.set_defaults(func=cmd_scan)
 
     w = sub.add_parser(
@@ -47,24 +47,30 @@ def add_parsers(sub) -> None:
     )
     add_settings(w, ScanConfig, exclude=("scale", "head_scales", "entropy"))
     w.add_argument("--scales", required=True, help="start:stop:step (stop included) or a comma list of s")
-    w.add_argument(  # a sweep's own default: its scale files are ~1/heads the size
-        "--entropy",
-        choices=["heads", "mean", "none"],
-        default=SWEEP_ENTROPY,
-        help="per head, averaged over each layer's heads (default: ~1/heads the size), or not at all",
+    add_settings(  # a sweep's own default: its scale files are ~1/heads the size
+        w,
+        ScanConfig,
+        ("entropy",),
+        defaults={"entropy": SWEEP_ENTROPY},
+        helps={
+            "entropy": "per head, averaged over each layer's heads (default: ~1/heads the size), "
+            "or not at all"
+        },
     )
-    w.add_argument("--out", required=True, help="sweep folder (sweep.json + one results file per scale)")
-    _add_mode_args(w, "sweep")
+    _add_output(w, "sweep", "sweep folder (sweep.json + one results file per scale)", required=("out",))
     w.set_defaults(func=cmd_sweep)
 
 
-def _add_mode_args(p, what: str) -> None:
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--resume", action="store_true", help=f"finish an interrupted {what} (or reuse a finished one)"
+def _add_output(p, what: str, out: str, required: tuple[str, ...] = ()) -> None:
+    """--out (`out`: what it is), --resume | --force and --quiet of a scan or a sweep (`what`)."""
+    add_settings(
+        p,
+        OutputSettings,
+        ("out", "resume", "force", "quiet"),
+        exclusive=[("resume", "force")],
+        required=required,
+        helps={"out": out, "resume": f"finish an interrupted {what} (or reuse a finished one)"},
     )
-    mode.add_argument("--force", action="store_true", help="overwrite an existing --out")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def cmd_scan(args) -> int:
@@ -105,7 +111,7 @@ def cmd_sweep(args) -> int:
 
     scales = parse_scales(args.scales)
     out = sweep(
-        config_from_args(ScanConfig, args, entropy=args.entropy),
+        config_from_args(ScanConfig, args),
         scales,
         args.out,
         resume=args.resume,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.runs.output import OutputSettings
 from entropy_lens.training.recipe import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
@@ -24,7 +25,9 @@ def add_parsers(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_settings(t, TinyRecipe, required=("kind",))  # every recipe field is a flag, same name and default
-    t.add_argument("--out", help="output Hugging Face folder (default tiny-<kind>)")
+    add_settings(
+        t, OutputSettings, ("out",), helps={"out": "output Hugging Face folder (default tiny-<kind>)"}
+    )
     t.add_argument(
         "--snapshot",
         type=int,
@@ -39,10 +42,13 @@ def add_parsers(sub) -> None:
         help="a model trained by this recipe without the passkey phase (its flags minus the --passkey-* "
         "ones): start the passkey phase from its weights instead of retraining them",
     )
-    mode = t.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
-    mode.add_argument("--force", action="store_true", help="overwrite an existing --out")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_settings(
+        t,
+        OutputSettings,
+        ("resume", "force", "quiet"),
+        exclusive=[("resume", "force")],
+        helps={"resume": "continue an interrupted run from its checkpoint"},
+    )
     t.set_defaults(func=cmd_train_tiny)
 
 

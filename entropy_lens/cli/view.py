@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.runs.output import OutputSettings
 
 VIEW_EXAMPLES = """examples:
   entropy-lens view results/demo.npz --out report.html
@@ -28,7 +29,13 @@ def add_parsers(sub) -> None:
     )
     v.add_argument("results", nargs="+", metavar="RESULT", help="a results .npz or a sweep folder")
     add_settings(v, ViewConfig)
-    v.add_argument("--out", default="view.html", help="the HTML file to write, replaced if it exists")
+    add_settings(
+        v,
+        OutputSettings,
+        ("out",),
+        defaults={"out": "view.html"},
+        helps={"out": "the HTML file to write, replaced if it exists"},
+    )
     v.set_defaults(func=cmd_view)
 
 

@@ -1,7 +1,8 @@
 """Everything that loads a model and runs it: the one layer that spans the pipeline.
 
     scan.py         scan(config) -> ScanResult: config -> device/dtype -> model -> data -> loop -> file
-    output.py       the results file's policy: --out, --resume, --force, the `.partial.npz` checkpoint
+    output.py       the results file's policy: --out, --resume, --force (OutputSettings, with --quiet),
+                    the `.partial.npz` checkpoint
     sums.py         ScanSums: the scan's float64 running sums, checkpointed and all-reduced
     distributed.py  torchrun: ranks, process group, all-reduce of those sums
     sweep.py        one scan per uniform scale, into a folder with a sweep index

@@ -5,6 +5,8 @@
     OutputLock(path)                  one writer per output (runs/lock.py)
     save_or_rescue(path, save, what)  a write that fails at the end (disk full, the folder gone) saves
                                       the finished work elsewhere and says where
+    OutputSettings                    --out, --resume, --force, --quiet, declared once for every command
+                                      that writes (each words its own --out: cli/options.add_settings)
 
 A scan's `--out` (the `Output` below):
 
@@ -36,9 +38,11 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import ScanResult
+from entropy_lens.settings import Checked, setting
 
 __all__ = [
     "Output",
+    "OutputSettings",
     "check_file_target",
     "check_folder_target",
     "default_out",
@@ -48,6 +52,17 @@ __all__ = [
     "save_or_rescue",
     "say",
 ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSettings(Checked):
+    """Where a command writes and what it does with what is there: the flags every command that writes
+    generates from here (the ones it has), each with its own words where its output differs."""
+
+    out: str | None = setting(None, help="the file or folder to write")
+    resume: bool = setting(False, help="finish an interrupted run (or reuse a finished one)")
+    force: bool = setting(False, help="overwrite an existing --out")
+    quiet: bool = setting(False, help="no progress bar")
 
 
 def default_out(config) -> Path:
