@@ -6,7 +6,7 @@ import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.cli.scan import BUNDLED
-from entropy_lens.runs.configs import PasskeyConfig
+from entropy_lens.runs.configs import VARIANTS, PasskeyConfig
 from entropy_lens.runs.output import OutputSettings
 
 PASSKEY_DESCRIPTION = """\
@@ -32,7 +32,7 @@ def add_parsers(sub) -> None:
         epilog=PASSKEY_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_settings(p, PasskeyConfig, exclusive=[("scale", "head_scales", "rope_scaling")])
+    add_settings(p, PasskeyConfig, exclusive=[VARIANTS])
     add_settings(
         p,
         OutputSettings,

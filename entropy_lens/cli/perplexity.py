@@ -6,7 +6,7 @@ import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.cli.scan import BUNDLED
-from entropy_lens.runs.configs import PerplexityConfig
+from entropy_lens.runs.configs import VARIANTS, PerplexityConfig
 from entropy_lens.runs.output import OutputSettings
 
 PPL_DESCRIPTION = """\
@@ -31,7 +31,7 @@ def add_parsers(sub) -> None:
         epilog=PPL_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_settings(p, PerplexityConfig, exclusive=[("scale", "head_scales", "rope_scaling")])
+    add_settings(p, PerplexityConfig, exclusive=[VARIANTS])
     add_settings(
         p,
         OutputSettings,

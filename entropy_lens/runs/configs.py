@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, setting
 
 __all__ = [
     "STRIDE_FRACTION",
     "SWEEP_ENTROPY",
+    "VARIANTS",
     "HeadSearchConfig",
     "PasskeyConfig",
     "PerplexityConfig",
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 STRIDE_FRACTION = 8  # ppl's default stride S = L / 8: the paper's 256 of L = 2048
+VARIANTS = ("scale", "head_scales", "rope_scaling")  # ppl and passkey take one variant of the model at most
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +170,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     )
     entropy: str = setting(
         "heads",
-        choices=("heads", "mean", "none"),
+        choices=ENTROPY_REDUCTIONS,
         help="store entropy per head, averaged over each layer's heads, or not at all (the entropy "
         "reduction)",
     )
@@ -177,7 +180,6 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         from entropy_lens.data import check_length
         from entropy_lens.data.chunks import check_stride
         from entropy_lens.kernels import resolve_backend
-        from entropy_lens.results import ENTROPY_REDUCTIONS
 
         check_length(self.length)
         check_stride(self.stride)
@@ -258,9 +260,7 @@ class PerplexityConfig(Checked, Checkpoint, Loading, Text, Windows, Scaling):
                 f"--lens {' '.join(map(str, self.lengths))} are not ascending; pass each length once, "
                 f"shortest first: --lens {' '.join(map(str, sorted(set(self.lengths))))}"
             )
-        variants = [
-            f"--{k.replace('_', '-')}" for k in ("scale", "head_scales", "rope_scaling") if getattr(self, k)
-        ]
+        variants = [f"--{k.replace('_', '-')}" for k in VARIANTS if getattr(self, k)]
         if len(variants) > 1:
             raise EntropyLensError(f"{' and '.join(variants)} both given; pass one variant per table row")
         if self.stride is not None and self.lengths[0] <= self.stride:
