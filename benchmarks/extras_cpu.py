@@ -6,8 +6,8 @@ a capturing layer.
 
 sdpa computes none of them (ALiBi only as a materialised T × S bias), so a capturing layer with them
 takes a one-pass path that makes the output, the entropy and the sink mass from the same score tiles:
-the native C++ kernel where it builds (`kernels.attention_with_entropy_native`), else the exact
-streaming torch path (`kernels.attention_with_entropy_torch`).
+the native C++ kernel where it builds (`kernels.attention_with_entropy(..., backend="native")`), else the
+exact streaming torch path (`backend="torch_chunked"`).
 One layer of SmolLM2-135M's shape (9 query heads, 3 KV heads, head_dim 64), random fp32 q, k, v,
 batch 1, causal:
   sdpa              torch sdpa, output only: what the layer costs without any capture
@@ -55,11 +55,7 @@ def layer(mode: str, length: int):
     """A closure running one layer of `mode` at `length` tokens."""
     import torch
 
-    from entropy_lens.kernels import (
-        attention_entropy,
-        attention_with_entropy_native,
-        attention_with_entropy_torch,
-    )
+    from entropy_lens.kernels import attention_entropy, attention_with_entropy
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, HEADS, length, HEAD_DIM, generator=g)
@@ -80,17 +76,23 @@ def layer(mode: str, length: int):
         p = torch.softmax(s, dim=-1)
         return p @ vv, torch.special.entr(p).sum(-1)
 
+    def streamed(**mods):
+        return attention_with_entropy(q, k, v, softmax_scale=scale, backend="torch_chunked", **mods)
+
+    def native(**mods):
+        return attention_with_entropy(q, k, v, softmax_scale=scale, backend="native", **mods)
+
     runs = {
         "sdpa": sdpa,
         "separate": lambda: (sdpa(), attention_entropy(q, k, softmax_scale=scale)),
-        "streamed": lambda: attention_with_entropy_torch(q, k, v, scale),
-        "streamed_softcap": lambda: attention_with_entropy_torch(q, k, v, scale, softcap=SOFTCAP),
-        "streamed_sinks": lambda: attention_with_entropy_torch(q, k, v, scale, sinks=sinks),
-        "streamed_alibi": lambda: attention_with_entropy_torch(q, k, v, scale, alibi_slopes=slopes),
-        "native": lambda: attention_with_entropy_native(q, k, v, scale),
-        "native_softcap": lambda: attention_with_entropy_native(q, k, v, scale, softcap=SOFTCAP),
-        "native_sinks": lambda: attention_with_entropy_native(q, k, v, scale, sinks=sinks),
-        "native_alibi": lambda: attention_with_entropy_native(q, k, v, scale, alibi_slopes=slopes),
+        "streamed": lambda: streamed(),
+        "streamed_softcap": lambda: streamed(softcap=SOFTCAP),
+        "streamed_sinks": lambda: streamed(sinks=sinks),
+        "streamed_alibi": lambda: streamed(alibi_slopes=slopes),
+        "native": lambda: native(),
+        "native_softcap": lambda: native(softcap=SOFTCAP),
+        "native_sinks": lambda: native(sinks=sinks),
+        "native_alibi": lambda: native(alibi_slopes=slopes),
         "eager_softcap": eager_softcap,
     }
     return runs[mode]

@@ -39,8 +39,7 @@ def worker(
 
     from entropy_lens.kernels import (
         attention_entropy,
-        attention_with_entropy_native,
-        attention_with_entropy_torch,
+        attention_with_entropy,
         fold_status,
         native_available,
         native_status,
@@ -68,7 +67,11 @@ def worker(
     for bq, bk in blocks:
         size = {"block_q": bq, "block_k": bk}
         separate = best(lambda: (sdpa(), attention_entropy(q, k, softmax_scale=scale, **size)))  # noqa: B023
-        fused = best(lambda: attention_with_entropy_torch(q, k, v, scale, **size))  # noqa: B023
+        fused = best(
+            lambda size=size: attention_with_entropy(
+                q, k, v, softmax_scale=scale, backend="torch_chunked", **size
+            )
+        )
         for variant, s in (("separate", separate), ("fused", fused)):
             rows.append({"len": length, "variant": variant, "block": f"{bq}x{bk}", "s": s})
     for r in rows:
@@ -79,7 +82,12 @@ def worker(
             if not native_available():
                 rows.append({"len": length, "variant": "native", "block": None, "skipped": native_status()})
                 break
-            s = best(lambda: attention_with_entropy_native(q, k, v, scale, block_q=bq, block_k=bk))  # noqa: B023
+            tile = {"block_q": bq, "block_k": bk}
+            s = best(
+                lambda tile=tile: attention_with_entropy(
+                    q, k, v, softmax_scale=scale, backend="native", **tile
+                )
+            )
             rows.append({"len": length, "variant": "native", "block": f"{bq}x{bk}", "s": s, "fold": None})
     for r in rows:
         r["threads"] = torch.get_num_threads()
@@ -92,20 +100,24 @@ def profile(length: int, block: tuple[int, int]) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    from entropy_lens.kernels import attention_with_entropy_torch
+    from entropy_lens.kernels import attention_with_entropy
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 9, length, 64, generator=g)
     k, v = (torch.randn(1, 3, length, 64, generator=g) for _ in range(2))
     kr, vr = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
     size = {"block_q": block[0], "block_k": block[1]}
-    attention_with_entropy_torch(q, k, v, 0.125, **size)  # warm-ups, as the timed calls below
+
+    def fused():
+        return attention_with_entropy(q, k, v, softmax_scale=0.125, backend="torch_chunked", **size)
+
+    fused()  # warm-ups, as the timed calls below
     torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True)
     t0 = time.perf_counter()
     torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True)
     sdpa = time.perf_counter() - t0
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        attention_with_entropy_torch(q, k, v, 0.125, **size)
+        fused()
     ops = {}
     for e in prof.key_averages():
         name = "compiled fold" if "CompiledFxGraph" in e.key else e.key
@@ -114,12 +126,12 @@ def profile(length: int, block: tuple[int, int]) -> dict:
     top = dict(sorted(ops.items(), key=lambda kv: -kv[1])[:6])
     top["other"] = total - sum(top.values())
     out = {"len": length, "block": f"{block[0]}x{block[1]}", "sdpa_s": sdpa, "fused_s": total, "ops_s": top}
-    from entropy_lens.kernels.native import attention_with_entropy_native, native_available, profile_native
+    from entropy_lens.kernels.native import native_available, profile_native
 
     if native_available():  # the native kernel at its default tile: wall time, and thread-seconds by phase
-        attention_with_entropy_native(q, k, v, 0.125)
+        attention_with_entropy(q, k, v, softmax_scale=0.125, backend="native")
         t0 = time.perf_counter()
-        attention_with_entropy_native(q, k, v, 0.125)
+        attention_with_entropy(q, k, v, softmax_scale=0.125, backend="native")
         out["native"] = {
             "s": time.perf_counter() - t0,
             "threads": torch.get_num_threads(),

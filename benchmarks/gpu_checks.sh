@@ -22,8 +22,9 @@ for s in "${stages[@]}"; do
   case $s in
     tests)
       "$PY" -m pytest -q -m gpu tests/test_triton_gpu.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" || status=1
-      "$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py 2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" ||
-        status=1 ;;
+      "$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py tests/test_kernels.py \
+        tests/test_kernels_extras.py tests/test_kernels_alibi.py -k triton \
+        2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" || status=1 ;;
     static) "$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1 ;;
     short) "$PY" benchmarks/scan_gpu.py --lengths 4096 8192 16384 32768 --out "$OUT_DIR/scan_gpu.json" || status=1 ;;
     long) "$PY" benchmarks/scan_gpu.py --lengths 65536 131072 --out "$OUT_DIR/scan_gpu.json" --append || status=1 ;;

@@ -217,10 +217,13 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
             repeats,
             device,
         )
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
+    from entropy_lens.kernels import attention_with_entropy
 
-    lam = torch.full((hq,), d**-0.5, device=device)
-    fused_s, _, _ = _timed(lambda: attention_with_entropy_triton(q, k, v, lam), repeats, device)
+    fused_s, _, _ = _timed(
+        lambda: attention_with_entropy(q, k, v, softmax_scale=d**-0.5, stats=("entropy",), backend="triton"),
+        repeats,
+        device,
+    )
     tflops = entropy_flops(hq, length, d) / ent_s / 1e12
     return {
         "mode": "kernel",

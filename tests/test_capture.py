@@ -8,7 +8,8 @@ from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_fun
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
 from entropy_lens.capture.accumulate import HostSums
-from entropy_lens.capture.attention import Session, activate, entropy_lens_attention
+from entropy_lens.capture.attention import entropy_lens_attention
+from entropy_lens.capture.call import Session, activate
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_entropy, native_available
 
@@ -89,21 +90,19 @@ def test_positions_no_row_reaches_are_not_reported():
 
 
 def _spy_kernels(monkeypatch):
-    """Record the capture's mask checks and the (mask shape, window) each entropy kernel call gets."""
-    from entropy_lens.capture import attention, paths
+    """Record the capture's mask checks and the (mask shape, window) each kernel call gets."""
+    from entropy_lens.capture import call, paths
     from entropy_lens.kernels import masks
 
     calls, seen = [], []
-    monkeypatch.setattr(attention, "as_key_padding", lambda *a: calls.append(1) or masks.as_key_padding(*a))
-    # the separate path and the fused ones (torch, native)
-    for name in ("attention_entropy", "attention_with_entropy_torch", "attention_with_entropy_native"):
-        real = getattr(paths, name)
+    monkeypatch.setattr(call, "as_key_padding", lambda *a: calls.append(1) or masks.as_key_padding(*a))
+    real = paths.run  # every route's kernel call: the separate pass and the fused ones
 
-        def spy(*args, real=real, **kw):
-            seen.append((None if kw["mask"] is None else tuple(kw["mask"].shape), kw["window"]))
-            return real(*args, **kw)
+    def spy(kernel, q, k, v, softmax_scale, mods, **kw):
+        seen.append((None if mods.mask is None else tuple(mods.mask.shape), mods.window))
+        return real(kernel, q, k, v, softmax_scale, mods, **kw)
 
-        monkeypatch.setattr(paths, name, spy)
+    monkeypatch.setattr(paths, "run", spy)
     return calls, seen
 
 
@@ -207,11 +206,11 @@ def test_accumulates_over_forwards():
     a, b = torch.randint(0, 300, (1, 12)), torch.randint(0, 300, (1, 20))
     with torch.no_grad(), EntropyRecorder(model) as rec:
         model(a)
-        first = [x.copy() for x in rec.sums]
+        first = {k: x.copy() for k, x in rec.sums.items()}
         held = rec.sums
         model(a)  # same length: the device sums grow in place
         model(b)
-    assert all(np.array_equal(x, y) for x, y in zip(first, held, strict=True))  # read-outs are copies
+    assert first.keys() == held.keys() and all(np.array_equal(first[k], held[k]) for k in first)  # copies
     ea, eb = _eager_entropy(model, a)[0][0].numpy(), _eager_entropy(model, b)[0][0].numpy()
     expect = eb.copy()
     expect[:, :12] = (2 * ea + eb[:, :12]) / 3
@@ -251,15 +250,16 @@ def test_host_sums_sum_a_layer_only_once_its_copy_to_the_host_has_landed():
     sums = HostSums(2, 3, to_host=in_flight)
     sums.begin_forward(mask)  # copies: the mask, then layers 0 and 1
     for layer, entropy in enumerate(first):
-        sums.add(layer, entropy, 0)
+        sums.add(layer, {"entropy": entropy}, 0)
     assert sums.pending == 2
     copies[0].landed = copies[1].landed = True
     sums.begin_forward(None)  # sums layer 0 of the first forward; layer 1's copy holds back the rest
     assert sums.pending == 1 and not any(c.waited for c in copies)
     for layer, entropy in enumerate(second):
-        sums.add(layer, entropy, 0)
+        sums.add(layer, {"entropy": entropy}, 0)
     assert sums.pending == 3
-    total, sq, count = sums.read()  # waits for every copy
+    read = sums.read()  # waits for every copy
+    total, sq, count = read["entropy"], read["entropy_sq"], read["count"]
     assert sums.pending == 0 and all(c.landed for c in copies) and copies[2].waited
     assert count.tolist() == [4] * 11 + [3] * 5
     for layer in range(2):
@@ -289,16 +289,16 @@ def test_drain_into_moves_everything_recorded_into_the_callers_sums():
     with torch.no_grad(), EntropyRecorder(model) as rec:
         model(a, attention_mask=mask)
         model(b)  # its start sums the first forward into the recorder; b stays pending
-        rec.drain_into(total, sq, count)
-    want_total, want_sq, _ = ref.sums
+        rec.drain_into({"entropy": total, "entropy_sq": sq, "count": count})
+    want_total, want_sq = ref.sums["entropy"], ref.sums["entropy_sq"]
     np.testing.assert_allclose(total[..., :16].numpy(), 1 + want_total, rtol=1e-12)
     np.testing.assert_allclose(sq[..., :16].numpy(), 1 + want_sq, rtol=1e-12)
     assert count.tolist() == [4] * 12 + [2] * 4 + [1] * 4 and (total[..., 16:] == 1).all()
-    assert rec.count.size == 0 and rec.sums[0].shape == (2, 4, 0)
+    assert rec.count.size == 0 and rec.sums["entropy"].shape == (2, 4, 0)
     with torch.no_grad(), EntropyRecorder(model) as rec:
         model(a)
     with pytest.raises(EntropyLensError, match="pass sums at least that long"):
-        rec.drain_into(total[..., :8], sq[..., :8], count[:8])
+        rec.drain_into({"entropy": total[..., :8], "entropy_sq": sq[..., :8], "count": count[:8]})
 
 
 def test_kv_cache_steps_land_at_their_positions_and_reads_between_forwards_stay_current():
@@ -452,7 +452,7 @@ def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded, native, mo
         mask[0, :7] = 0
     runs = {}
     for fused in ("on", "off"):
-        with torch.no_grad(), EntropyRecorder(model, backend="torch_chunked", fused=fused) as rec:
+        with torch.no_grad(), EntropyRecorder(model, fused=fused) as rec:
             runs[fused] = (model(ids, attention_mask=mask).logits, rec)
     assert runs["on"][1].session.paths == {fused_path}
     assert runs["off"][1].session.paths == {"sdpa-then-entropy"}
@@ -460,6 +460,23 @@ def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded, native, mo
     real = mask.bool()
     torch.testing.assert_close(runs["on"][0][real], runs["off"][0][real], atol=1e-5, rtol=0)
     np.testing.assert_allclose(runs["on"][1].entropy, runs["off"][1].entropy, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["torch_chunked", "native"])
+def test_the_backend_named_is_the_kernel_of_every_route(backend):
+    """`--backend torch_chunked --fused on` runs torch_chunked's one pass, not the native kernel, and
+    `--backend native` runs the native kernel for the separate pass and the fused one alike: the plan
+    (kernels.plan) names one kernel per route, and the session records it."""
+    if backend == "native" and not native_available():
+        pytest.skip("the native kernel does not build here")
+    model, ids = make_tiny_model(n_heads=4, n_kv_heads=2), torch.randint(0, 300, (1, 24))
+    seen = {}
+    for fused in ("on", "off"):
+        with torch.no_grad(), EntropyRecorder(model, backend=backend, fused=fused) as rec:
+            model(ids)
+        seen[fused] = (rec.session.paths, rec.session.backends)
+    one_pass = "torch-streamed" if backend == "torch_chunked" else "native"
+    assert seen == {"on": ({one_pass}, {backend}), "off": ({"sdpa-then-entropy"}, {backend})}
 
 
 def test_the_recorded_path_names_what_ran():
@@ -499,7 +516,7 @@ def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
         torch.randn(1, 2, 9, 16),
     )
     got = []
-    with activate(Session(on_entropy=lambda layer, ent, offset: got.append((ent, offset)))):
+    with activate(Session(on_stats=lambda layer, stats, offset: got.append((stats["entropy"], offset)))):
         out, _ = entropy_lens_attention(attn, q, k, v, None)
     ent, offset = got[0]
     expect = attention_entropy(q, k[:, :, :5], softmax_scale=attn.scaling, backend="reference")
@@ -519,7 +536,7 @@ def test_a_general_mask_decides_alone_as_in_sdpa():
     mask = torch.rand(1, 1, 7, 7, generator=g) > 0.3
     mask[..., 0] = True  # every row sees a key
     got = []
-    with activate(Session(on_entropy=lambda layer, ent, offset: got.append(ent))):
+    with activate(Session(on_stats=lambda layer, stats, offset: got.append(stats["entropy"]))):
         out, _ = entropy_lens_attention(attn, q, k, v, mask)
     expect = attention_entropy(q, k, softmax_scale=attn.scaling, causal=False, mask=mask, backend="reference")
     assert torch.allclose(got[0], expect, atol=1e-5)
@@ -556,7 +573,9 @@ def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> 
     backends, got = {}, []
     for kind in MASK_KINDS:
         mask = masks[kind]
-        session = Session(on_entropy=lambda layer, ent, offset: got.append(ent), backend=backend, fused=fused)
+        session = Session(
+            on_stats=lambda layer, stats, offset: got.append(stats["entropy"]), backend=backend, fused=fused
+        )
         on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
         with torch.no_grad(), activate(session):
             entropy_lens_attention(attn, *on_device)

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from entropy_lens.kernels import attention_entropy, attention_with_entropy_torch, fold_status
+from entropy_lens.kernels import attention_entropy, attention_with_entropy, fold_status
 from entropy_lens.kernels import fold as fold_module
 from entropy_lens.kernels.fold import COMPILE_MIN, FoldState, compiled, fold, fold_for
 
@@ -86,7 +86,8 @@ def test_compiled_and_eager_agree_on_a_long_causal_case(monkeypatch):
     got = {}
     for env in ("1", "0"):
         monkeypatch.setenv(fold_module.ENV_VAR, env)
-        out, h, _ = attention_with_entropy_torch(q, k, v, 0.25, **blocks, **args)
+        rows = attention_with_entropy(q, k, v, softmax_scale=0.25, backend="torch_chunked", **blocks, **args)
+        out, h = rows.out, rows["entropy"]
         got[env] = (out, h, attention_entropy(q, k, softmax_scale=0.25, **blocks, **args))
         assert fold_status() == ("compiled" if env == "1" else "eager")
     want = attention_entropy(q, k, softmax_scale=0.25, backend="reference", **args)

@@ -1,89 +1,68 @@
-"""torch_chunked vs the float64 reference, plus properties every entropy must satisfy."""
+"""Every kernel that can run here (kernel_cases.RUNNABLE: torch_chunked, native, triton) against the float64
+reference on the shared grid (MHA/GQA/MQA, T < S and T > S, key padding and 4-D masks, causal or not,
+odd tiles), sliding windows and low precision; plus the mask decomposition, the entry points' contract
+and properties every entropy must satisfy."""
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_cases import (
+    ENTRY_POINTS,
+    RUNNABLE,
+    TILES,
+    cpu_tiles,
+    entropy_pass,
+    hf_mask,
+    make_inputs,
+    make_values,
+    mask_kinds,
+    one_pass,
+    output_reference,
+    plain_pytorch_entropy,
+    reference_output,
+    value_dim,
+)
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import (
-    attention_entropy,
-    attention_with_entropy_torch,
-    backend_for,
-    entropy_reference,
-    entropy_torch_chunked,
-    merge_states,
-    resolve_backend,
-    shard_state,
-    sink_state,
-)
+from entropy_lens.kernels import ScoreMods, attention_entropy, resolve_backend, statistics_kernel
 from entropy_lens.kernels.masks import decompose
 
-
-def make_inputs(B, Hq, Hkv, T, S, D=16, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = (torch.randn(B, Hq, T, D, generator=g) * 1.5).to(dtype)
-    k = (torch.randn(B, Hkv, S, D, generator=g) * 1.5).to(dtype)
-    return q, k
+TS_GRID = [(33, 33), (19, 45), (64, 64), (12, 5)]
+TS_IDS = ["square", "T<S", "T=2blocks", "T>S"]
 
 
-def mask_kinds(B, Hq, T, S, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    pad = torch.ones(B, S, dtype=torch.bool)
-    pad[0, : S // 3] = False  # left padding on the first sequence
-    return {
-        "none": None,
-        "key_padding": pad,
-        "4d_per_head": torch.rand(B, Hq, T, S, generator=g) > 0.4,
-    }
-
-
+@pytest.mark.parametrize("backend", RUNNABLE)
 @pytest.mark.parametrize("B", [1, 2])
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (64, 64)], ids=["square", "T<S", "T=2blocks"])
+@pytest.mark.parametrize("T,S", TS_GRID, ids=TS_IDS)
 @pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_chunked_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
+def test_matches_reference_fp32(backend, B, Hq, Hkv, T, S, mask_kind, causal):
+    """The entropy pass and the one pass (output beside the entropy) of each kernel, at each of its
+    tiles (T not a multiple of the block; several key blocks per row), against float64."""
     q, k = make_inputs(B, Hq, Hkv, T, S)
+    v = make_inputs(B, Hkv, Hkv, S, S, seed=2)[1]
     scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
     mask = mask_kinds(B, Hq, T, S)[mask_kind]
-    ref = attention_entropy(q, k, softmax_scale=scale, causal=causal, mask=mask, backend="reference")
-    for bq, bk in [(32, 32), (7, 5)]:  # T not a multiple of the block; several key blocks per row
-        got = attention_entropy(
-            q,
-            k,
-            softmax_scale=scale,
-            causal=causal,
-            mask=mask,
-            backend="torch_chunked",
-            block_q=bq,
-            block_k=bk,
-        )
+    kw = {"softmax_scale": scale, "causal": causal, "mask": mask}
+    ref = attention_entropy(q, k, backend="reference", **kw)
+    want = output_reference(q, k, v, scale, causal, mask)
+    for tile in {**TILES, "torch_chunked": [(32, 32), (7, 5)]}[backend]:
+        got, p = entropy_pass(backend, q, k, tile, **kw)
         assert got.dtype == torch.float32 and got.shape == (B, Hq, T)
         assert (got - ref).abs().max().item() <= 1e-5
-        # the fused CPU path: the same entropy, and the output of the float64 softmax
-        v = make_inputs(B, Hkv, Hkv, S, S, seed=2)[1]
-        out, h, _ = attention_with_entropy_torch(q, k, v, scale, causal, mask, block_q=bq, block_k=bk)
+        out, h, p1 = one_pass(backend, q, k, v, tile, **kw)
+        assert h.dtype == torch.float32 and h.shape == (B, Hq, T)
         assert (h - ref).abs().max().item() <= 1e-5
-        want = output_reference(q, k, v, scale, causal, mask)
-        assert out.shape == (B, T, Hq, v.shape[-1]) and (out.double() - want).abs().max().item() <= 1e-5
-
-
-def output_reference(q, k, v, scale, causal, mask):
-    """softmax(λ_h q·k + mask) v in float64, (B, T, Hq, Dv); 0 for a row that sees no key."""
-    G = q.shape[1] // k.shape[1]
-    k, v = (x.double().repeat_interleave(G, 1) for x in (k, v))
-    s = scale.double().view(1, -1, 1, 1) * (q.double() @ k.transpose(-1, -2))
-    T, S = s.shape[-2:]
-    keep = torch.ones(T, S, dtype=torch.bool)
-    if causal:
-        keep = keep.tril(S - T)
-    if mask is not None:
-        keep = keep & (mask[:, None, None, :] if mask.ndim == 2 else mask)
-    p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
-    return (p @ v).transpose(1, 2)
+        assert torch.equal(p, torch.zeros_like(h)) and torch.equal(p1, torch.zeros_like(h))
+        assert out.shape == (B, T, Hq, v.shape[-1]) and out.dtype == torch.float32
+        assert (out.double() - want).abs().max().item() <= 1e-5
+        if backend == "native":  # the entropy-only loop: the same numbers without the value GEMM
+            assert torch.equal(got, h)
 
 
 def test_block_size_one_and_float_scale():
@@ -107,27 +86,28 @@ def test_rows_without_keys_are_zero():
     assert torch.equal(got, torch.zeros(1, 2, 5))
 
 
-def plain_pytorch_entropy(q, k, scale, T, S):
-    """What an eager HF model does in a low-precision dtype: scores in that dtype, softmax in
-    fp32 cast back, entropy from those probabilities (the paper's own computation)."""
-    s = torch.matmul(q, k.transpose(-1, -2)) * scale
-    vis = torch.ones(T, S, dtype=torch.bool).tril(S - T)
-    s = s.masked_fill(~vis, float("-inf"))
-    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.special.entr(p).sum(-1).float()
-
-
+@pytest.mark.parametrize("backend", RUNNABLE)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_within_twice_plain_pytorch(dtype):
+def test_low_precision_within_twice_plain_pytorch(backend, dtype):
+    """The entropy within twice plain PyTorch's error (its own dtype's scores and probabilities), and the
+    one pass's output within twice sdpa's, both against the float64 of the same inputs."""
     q, k = make_inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
+    v = make_values(2, 4, 96, Dv=32, dtype=dtype)
     scale = 32**-0.5
+    (tile,) = cpu_tiles([(32, 16)])[backend]
     ref = attention_entropy(q, k, softmax_scale=scale, backend="reference")  # float64 of the same inputs
-    got = attention_entropy(q, k, softmax_scale=scale, backend="torch_chunked", block_q=32, block_k=16)
+    got, _ = entropy_pass(backend, q, k, tile, softmax_scale=scale)
     plain = plain_pytorch_entropy(q, k, scale, 96, 96)
     err_plain = (plain - ref).abs().max().item()
     err_got = (got - ref).abs().max().item()
     assert err_plain > 0
     assert err_got <= 2 * err_plain
+    out, h, _ = one_pass(backend, q, k, v, tile, softmax_scale=scale)
+    assert (h - ref).abs().max().item() <= 2 * err_plain
+    ref_out = reference_output(q, k, v, scale)
+    plain_out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale).transpose(1, 2)
+    err_plain_out = (plain_out.double() - ref_out).abs().max().item()
+    assert out.dtype == dtype and (out.double() - ref_out).abs().max().item() <= 2 * err_plain_out
 
 
 def test_no_repeated_keys_needed_and_gqa_head_mapping():
@@ -153,47 +133,21 @@ def test_contract_errors():
         attention_entropy(q, k, softmax_scale=1.0, backend="cuda-magic")
 
 
-def _triton(name):
-    """The Triton launcher `name` (imported without a GPU: its argument binding is all that runs)."""
-    pytest.importorskip("triton")
-    from entropy_lens.kernels import triton_entropy
-
-    return getattr(triton_entropy, name)
-
-
-# every kernel entry point, called with valid arguments plus the keywords given
-ENTRY_POINTS = {
-    **{
-        f"attention_entropy-{backend}": lambda q, k, backend=backend, **kw: attention_entropy(
-            q, k, softmax_scale=0.3, backend=backend, **kw
-        )
-        for backend in ("auto", "reference", "torch_chunked", "triton")
-    },
-    "backend_for": lambda q, k, **kw: backend_for("auto", q, k, **kw),
-    "entropy_reference": lambda q, k, **kw: entropy_reference(q, k, torch.full((4,), 0.3), **kw),
-    "entropy_torch_chunked": lambda q, k, **kw: entropy_torch_chunked(q, k, torch.full((4,), 0.3), **kw),
-    "attention_with_entropy_torch": lambda q, k, **kw: attention_with_entropy_torch(q, k, k, 0.3, **kw),
-    "entropy_triton": lambda q, k, **kw: _triton("entropy_triton")(q, k, torch.full((4,), 0.3), **kw),
-    "attention_with_entropy_triton": lambda q, k, **kw: _triton("attention_with_entropy_triton")(
-        q, k, k, torch.full((4,), 0.3), **kw
-    ),
-    "shard_state": lambda q, k, **kw: shard_state(q, k, 0.3, key_offset=0, total_keys=6, **kw),
-    "merge_states": lambda q, k, **kw: merge_states(
-        shard_state(q, k, 0.3, key_offset=0, total_keys=6), sink_state(torch.zeros(4), 1, 6), **kw
-    ),
-    "sink_state": lambda q, k, **kw: sink_state(torch.zeros(4), 1, 6, **kw),
-}
-
-
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_every_entry_point_refuses_an_unknown_keyword_on_every_backend(entry):
     """A misspelt keyword (`sofcap=` for `softcap=`) raises, naming it, instead of being dropped: a
     dropped softcap gives a plausible, wrong entropy."""
+    call, cannot_run = ENTRY_POINTS[entry]
     q, k = make_inputs(1, 4, 2, 6, 6)
     with pytest.raises(TypeError, match="sofcap"):
-        ENTRY_POINTS[entry](q, k, sofcap=30.0)
-    if not entry.endswith("triton"):  # the same call without the typo runs (the triton ones need CUDA)
-        ENTRY_POINTS[entry](q, k)
+        call(q, k, sofcap=30.0)
+    if cannot_run is not None:  # the same call without the typo runs where the backend does (CUDA)
+        return
+    if entry == "attention_with_entropy-reference":  # the reference makes statistics, not the output
+        with pytest.raises(ValueError, match="not the output"):
+            call(q, k)
+    else:
+        call(q, k)
 
 
 def test_backend_env_override(monkeypatch):
@@ -203,15 +157,17 @@ def test_backend_env_override(monkeypatch):
     assert resolve_backend("torch_chunked", "cpu") == "torch_chunked"  # explicit beats the environment
 
 
-def test_backend_for_names_what_attention_entropy_runs_on_cpu(monkeypatch):
+def test_statistics_kernel_names_what_attention_entropy_runs_on_cpu(monkeypatch):
     """Without triton in play every mask runs where `backend` says (the triton cases: triton_interp_cases.py)."""
     monkeypatch.delenv("ENTROPY_LENS_BACKEND", raising=False)
     q, k = make_inputs(2, 4, 2, 9, 9)
     for mask in mask_kinds(2, 4, 9, 9).values():
-        assert backend_for("auto", q, k, mask=mask) == "torch_chunked"
-        assert backend_for("reference", q, k, mask=mask, window=3) == "reference"
+        mods = ScoreMods.build(q, k, mask=mask)
+        assert statistics_kernel("auto", q, k, mods) == ("torch_chunked", mods)
+        windowed = ScoreMods.build(q, k, mask=mask, window=3)
+        assert statistics_kernel("reference", q, k, windowed) == ("reference", windowed)
     with pytest.raises(ValueError, match="mask shape"):
-        backend_for("torch_chunked", q, k, mask=torch.ones(2, 8, dtype=torch.bool))
+        ScoreMods.build(q, k, mask=torch.ones(2, 8, dtype=torch.bool))
 
 
 # ---- properties -------------------------------------------------------------------------------
@@ -273,28 +229,6 @@ def test_uniform_attention_reaches_the_bound():
     assert math.isclose(h[0, 1, -1].item(), math.log(50), rel_tol=1e-6)
 
 
-def hf_mask(keep, T, S, window=None):
-    """The (B, 1, T, S) bool mask transformers itself builds for T queries at the end of S keys:
-    causal, sliding window, key padding `keep` (B, S). Built by transformers, not by the kernels'
-    helpers, so the kernels' window convention is checked against the library's."""
-    from transformers.masking_utils import (
-        causal_mask_function,
-        sdpa_mask,
-        sliding_window_causal_mask_function,
-    )
-
-    shape = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
-    return sdpa_mask(
-        keep.shape[0],
-        T,
-        S,
-        q_offset=S - T,
-        mask_function=shape,
-        attention_mask=keep,
-        allow_is_causal_skip=False,
-    )
-
-
 @pytest.mark.parametrize("window", [None, 1, 3, 5])
 @pytest.mark.parametrize("T,S", [(6, 9), (9, 9), (9, 4)])
 def test_causal_window_and_padding_masks_are_decomposed(window, T, S):
@@ -338,36 +272,33 @@ def test_decompose_checks_long_masks_in_row_blocks(monkeypatch):
     assert decompose(mask, 1, 25, 30, True) is None
 
 
+@pytest.mark.parametrize("backend", RUNNABLE)
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
 @pytest.mark.parametrize("T,S", [(40, 40), (17, 50), (50, 20)], ids=["square", "T<S", "T>S"])
 @pytest.mark.parametrize("window", [1, 4, 11, 64])
 @pytest.mark.parametrize("padded", [False, True])
-def test_sliding_window_equals_its_mask(Hq, Hkv, T, S, window, padded):
-    """`window=W` attends where transformers' own sliding-window mask (with padding) attends."""
+def test_sliding_window_equals_its_mask(backend, Hq, Hkv, T, S, window, padded):
+    """`window=W` attends where transformers' own sliding-window mask (with padding) attends: in the
+    entropy pass and the one pass, given as the window or as that mask."""
     q, k = make_inputs(2, Hq, Hkv, T, S)
+    v = make_values(2, Hkv, S, Dv=value_dim(backend))
     keep = torch.ones(2, S, dtype=torch.bool)
     if padded:
         keep[1, : S // 3] = False
     scale = torch.linspace(0.2, 0.6, Hq)
-    as_mask = attention_entropy(
-        q, k, softmax_scale=scale, mask=hf_mask(keep, T, S, window), backend="reference"
-    )
-    direct = attention_entropy(
-        q, k, softmax_scale=scale, mask=keep if padded else None, window=window, backend="reference"
-    )
-    assert torch.equal(direct, as_mask)
-    for block_q, block_k in [(64, 1024), (7, 5), (16, 3)]:
-        got = attention_entropy(
-            q,
-            k,
-            softmax_scale=scale,
-            mask=keep if padded else None,
-            window=window,
-            backend="torch_chunked",
-            block_q=block_q,
-            block_k=block_k,
-        )
-        assert (got - as_mask).abs().max().item() <= 1e-5
+    as_mask = hf_mask(keep, T, S, window)
+    ref = attention_entropy(q, k, softmax_scale=scale, mask=as_mask, backend="reference")
+    direct = {"softmax_scale": scale, "mask": keep if padded else None, "window": window}
+    assert torch.equal(attention_entropy(q, k, backend="reference", **direct), ref)
+    want = output_reference(q, k, v, scale, False, as_mask)
+    for tile in cpu_tiles([(64, 1024), (7, 5), (16, 3)])[backend]:
+        got, _ = entropy_pass(backend, q, k, tile, **direct)
+        assert (got - ref).abs().max().item() <= 1e-5
+        from_mask, _ = entropy_pass(backend, q, k, tile, softmax_scale=scale, mask=as_mask)
+        assert (from_mask - ref).abs().max().item() <= 1e-5
+        out, h, _ = one_pass(backend, q, k, v, tile, **direct)
+        assert (h - ref).abs().max().item() <= 1e-5
+        assert (out.double() - want).abs().max().item() <= 1e-5
 
 
 def test_window_is_validated():

@@ -1,7 +1,7 @@
-"""Softcap (Gemma2) and attention sinks (gpt-oss) in every CPU backend: torch_chunked and the streaming
-output path against the float64 reference, the reference and the output against transformers' own eager
-attention functions, low precision within twice plain PyTorch, shard merging, the contract's errors.
-The Triton kernel's cases live in triton_interp_cases.py."""
+"""Softcap (Gemma2) and attention sinks (gpt-oss) in every kernel that can run here (kernel_cases.RUNNABLE):
+the entropy pass and the one pass against the float64 reference on the shared grid, the reference and the
+output against transformers' own eager attention functions, low precision within twice plain PyTorch,
+shard merging, the contract's errors. The Triton kernel's launcher cases live in triton_interp_cases.py."""
 
 import functools
 import itertools
@@ -12,63 +12,64 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_kernels import hf_mask, make_inputs, mask_kinds
+from kernel_cases import (
+    EXTRAS,
+    RUNNABLE,
+    TILES,
+    cpu_tiles,
+    entropy_pass,
+    hf_mask,
+    make_inputs,
+    make_sinks,
+    make_values,
+    mask_kinds,
+    one_pass,
+    plain_pytorch_extras,
+    reference_output,
+    value_dim,
+)
 
 from entropy_lens.kernels import (
     attention_entropy,
-    attention_with_entropy_torch,
+    attention_with_entropy,
     entropy_from_state,
     merge_states,
     shard_state,
     sink_mass_from_state,
     sink_state,
 )
-from entropy_lens.kernels.reference import causal_visible
 
-EXTRAS = {"softcap": (2.5, False), "sinks": (None, True), "both": (2.5, True)}
-
-
-def make_sinks(Hq, seed=2):
-    """Sink logits of the size scores have here, so the sink takes a visible share of each row."""
-    return torch.randn(Hq, generator=torch.Generator().manual_seed(seed)) * 2.0 + 1.0
-
-
-def make_values(B, Hkv, S, Dv=12, dtype=torch.float32, seed=3):
-    return torch.randn(B, Hkv, S, Dv, generator=torch.Generator().manual_seed(seed)).to(dtype)
-
-
-def reference_output(q, k, v, softmax_scale, causal=True, mask=None, window=None, softcap=None, sinks=None):
-    """float64 Σ_j p_j v_j (B, T, Hq, Dv), materialised from the definitions: key heads repeated for
-    GQA, the sink as one more column with no value, 0 for a row with no key and no sink."""
-    B, Hq, T, _ = q.shape
-    S = k.shape[2]
-    G = Hq // k.shape[1]
-    kk, vv = (x.double().repeat_interleave(G, dim=1) for x in (k, v))
-    lam = torch.as_tensor(softmax_scale, dtype=torch.float64).reshape(-1, 1, 1).expand(Hq, 1, 1)
-    s = torch.matmul(q.double(), kk.transpose(-1, -2)) * lam
-    if softcap is not None:
-        s = torch.tanh(s / softcap) * softcap
-    visible = causal_visible(T, S, window=window) if causal else torch.ones(T, S, dtype=torch.bool)
-    if mask is not None:
-        visible = visible & (mask[:, None, None, :] if mask.ndim == 2 else mask)
-    s = s.masked_fill(~visible, float("-inf"))
-    if sinks is not None:
-        s = torch.cat([s, sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)], dim=-1)
-        vv = torch.cat([vv, torch.zeros_like(vv[:, :, :1])], dim=2)  # the sink has no value
-    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return torch.matmul(p, vv).transpose(1, 2)
+WINDOWS = {"causal": (True, None), "full": (False, None), "win": (True, 4), "win5": (True, 5)}
+# (extras, (Hq, Hkv), (T, S), mask kind, causal/window): the grid, and the Triton kernel's own grid
+# before the cases were shared (GQA 4/2, no per-head mask, a window of 5), so none of its cases is lost
+CASES = [
+    *itertools.product(
+        EXTRAS,
+        [(4, 4), (6, 2)],
+        [(33, 33), (19, 45), (12, 5)],
+        ["none", "key_padding", "4d_per_head"],
+        ["causal", "full", "win"],
+    ),
+    *itertools.product(
+        EXTRAS, [(4, 2)], [(33, 33), (19, 45), (12, 5)], ["none", "key_padding"], ["causal", "full", "win5"]
+    ),
+]
+TS_IDS = {(33, 33): "square", (19, 45): "T<S", (12, 5): "T>S"}
 
 
-@pytest.mark.parametrize("extras", list(EXTRAS))
-@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
-@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"])
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
-@pytest.mark.parametrize(
-    "causal,window", [(True, None), (False, None), (True, 4)], ids=["causal", "full", "win"]
-)
-def test_chunked_matches_reference(extras, Hq, Hkv, T, S, mask_kind, causal, window):
+def case_id(case) -> str:
+    extras, (Hq, Hkv), ts, mask_kind, windows = case
+    return f"{extras}-{Hq}/{Hkv}-{TS_IDS[ts]}-{mask_kind}-{windows}"
+
+
+@pytest.mark.parametrize("backend", RUNNABLE)
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_softcap_and_sinks_match_reference(backend, case):
+    extras, (Hq, Hkv), (T, S), mask_kind, windows = case
     softcap, with_sinks = EXTRAS[extras]
+    causal, window = WINDOWS[windows]
     q, k = make_inputs(2, Hq, Hkv, T, S)
+    v = make_values(2, Hkv, S, Dv=value_dim(backend))
     kw = {
         "softmax_scale": torch.linspace(0.1, 0.6, Hq),  # per-head scales
         "causal": causal,
@@ -76,20 +77,20 @@ def test_chunked_matches_reference(extras, Hq, Hkv, T, S, mask_kind, causal, win
         "window": window,
         "softcap": softcap,
         "sinks": make_sinks(Hq) if with_sinks else None,
-        "return_sink_mass": True,
     }
-    ref_h, ref_p = attention_entropy(q, k, backend="reference", **kw)
+    ref_h, ref_p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
     assert (ref_p > 0).any() == with_sinks
-    for bq, bk in [(64, 1024), (7, 5)]:
-        h, p = attention_entropy(q, k, backend="torch_chunked", block_q=bq, block_k=bk, **kw)
+    ref_out = reference_output(q, k, v, **kw)
+    for tile in TILES[backend]:
+        h, p = entropy_pass(backend, q, k, tile, **kw)
         assert h.dtype == p.dtype == torch.float32 and h.shape == p.shape == (2, Hq, T)
         assert (h - ref_h).abs().max().item() <= 1e-5 and (p - ref_p).abs().max().item() <= 1e-6
-    kw.pop("return_sink_mass")
-    out, h, p = attention_with_entropy_torch(q, k, make_values(2, Hkv, S), block_q=7, block_k=5, **kw)
-    ref_out = reference_output(q, k, make_values(2, Hkv, S), **kw)
-    assert out.shape == (2, T, Hq, 12) and out.dtype == torch.float32
-    assert (out.double() - ref_out).abs().max().item() <= 1e-5
-    assert (h - ref_h).abs().max().item() <= 1e-5 and (p - ref_p).abs().max().item() <= 1e-6
+        out, h1, p1 = one_pass(backend, q, k, v, tile, **kw)
+        assert out.shape == (2, T, Hq, v.shape[-1]) and out.dtype == torch.float32
+        assert (out.double() - ref_out).abs().max().item() <= 1e-5
+        assert (h1 - ref_h).abs().max().item() <= 1e-5 and (p1 - ref_p).abs().max().item() <= 1e-6
+        if backend == "native":  # the entropy-only loop: the same numbers without the value GEMM
+            assert torch.equal(h, h1) and torch.equal(p, p1)
 
 
 def test_entropy_only_default_return_and_zero_sink_mass_without_sinks():
@@ -119,7 +120,7 @@ def test_rows_without_keys_put_all_mass_on_the_sink():
         assert torch.equal(h[1], torch.zeros(2, 12)) and torch.equal(p[1], torch.ones(2, 12))
         assert (h[0, :, 7:] > 0).all() and (p[0, :, 7:] < 1).all()
     for s in (sinks, None):
-        out, h, _ = attention_with_entropy_torch(q, k, v, 0.3, mask=keep, sinks=s, block_q=4, block_k=2)
+        out, h, _ = one_pass("torch_chunked", q, k, v, (4, 2), softmax_scale=0.3, mask=keep, sinks=s)
         assert torch.equal(out[0, :7], torch.zeros(7, 2, 12)) and torch.equal(out[1], torch.zeros(12, 2, 12))
         assert torch.isfinite(out).all() and torch.isfinite(h).all()
 
@@ -159,7 +160,7 @@ def test_sink_entropy_from_gpt_oss_eager_probabilities(T, S, window):
         h, ps = attention_entropy(q, k, backend=backend, **kw, **blocks)
         assert (h.double() - h_hf).abs().max().item() <= 1e-5
         assert (ps.double() - p_sink).abs().max().item() <= 1e-6
-    out, h, ps = attention_with_entropy_torch(q, k, v, 0.35, mask=mask4, sinks=sinks, block_q=5, block_k=7)
+    out, h, ps = one_pass("torch_chunked", q, k, v, (5, 7), softmax_scale=0.35, mask=mask4, sinks=sinks)
     assert (out.double() - out_hf).abs().max().item() <= 1e-5
     assert (h.double() - h_hf).abs().max().item() <= 1e-5
 
@@ -186,7 +187,7 @@ def test_softcap_output_and_entropy_against_gemma2_eager(T, S, window):
     )
     h_hf = -torch.special.xlogy(p, p).sum(-1)
     seen = mask4.any(-1).expand(2, Hq, T)  # eager spreads a row with no key over all keys; we give it 0
-    out, h, ps = attention_with_entropy_torch(q, k, v, 0.4, mask=mask4, softcap=softcap, block_q=5, block_k=7)
+    out, h, ps = one_pass("torch_chunked", q, k, v, (5, 7), softmax_scale=0.4, mask=mask4, softcap=softcap)
     assert (out.double() - out_hf).transpose(1, 2)[seen].abs().max().item() <= 1e-5
     assert (h.double() - h_hf)[seen].abs().max().item() <= 1e-5 and torch.equal(ps, torch.zeros_like(ps))
     ref = attention_entropy(q, k, softmax_scale=0.4, mask=mask4, softcap=softcap, backend="reference")
@@ -196,36 +197,22 @@ def test_softcap_output_and_entropy_against_gemma2_eager(T, S, window):
 # ---- low precision: at most twice plain PyTorch's error ---------------------------------------------
 
 
-def plain_pytorch_extras(q, k, v, scale, softcap, sinks):
-    """What an eager model does in q's dtype (Gemma2's / gpt-oss's eager): scores, cap and sink in that
-    dtype, softmax in fp32 cast back; the entropy of those probabilities and the output."""
-    G = q.shape[1] // k.shape[1]
-    T, S = q.shape[2], k.shape[2]
-    s = torch.matmul(q, k.repeat_interleave(G, 1).transpose(-1, -2)) * scale
-    if softcap is not None:
-        s = torch.tanh(s / softcap) * softcap
-    s = s.masked_fill(~causal_visible(T, S), float("-inf"))
-    if sinks is not None:
-        s = torch.cat([s, sinks.to(q.dtype).view(1, -1, 1, 1).expand(*s.shape[:3], 1)], -1)
-    p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
-    out = torch.matmul(p[..., :S], v.repeat_interleave(G, 1)).transpose(1, 2)
-    return torch.special.entr(p.float()).sum(-1), out
-
-
+@pytest.mark.parametrize("backend", RUNNABLE)
 @pytest.mark.parametrize("extras", list(EXTRAS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_within_twice_plain_pytorch(extras, dtype):
+def test_low_precision_within_twice_plain_pytorch(backend, extras, dtype):
     softcap, with_sinks = EXTRAS[extras]
     q, k = make_inputs(2, 4, 2, 96, 96, D=32, dtype=dtype)
     v = make_values(2, 2, 96, Dv=32, dtype=dtype)
     sinks = make_sinks(4).to(dtype) if with_sinks else None  # a model's sinks are in its dtype
     scale = 32**-0.5 * 3  # scores of a few units, so the cap bites
     kw = {"softmax_scale": scale, "softcap": softcap, "sinks": sinks}
+    (tile,) = cpu_tiles([(32, 16)])[backend]
     ref = attention_entropy(q, k, backend="reference", **kw)
     ref_out = reference_output(q, k, v, **kw)
     plain_h, plain_out = plain_pytorch_extras(q, k, v, scale, softcap, sinks)
-    got = attention_entropy(q, k, backend="torch_chunked", block_q=32, block_k=16, **kw)
-    out, h, _ = attention_with_entropy_torch(q, k, v, block_q=32, block_k=16, **kw)
+    got, _ = entropy_pass(backend, q, k, tile, **kw)
+    out, h, _ = one_pass(backend, q, k, v, tile, **kw)
     err_plain = (plain_h - ref).abs().max().item()
     assert 0 < err_plain and (got - ref).abs().max().item() <= 2 * err_plain
     assert (h - ref).abs().max().item() <= 2 * err_plain
@@ -257,7 +244,7 @@ def test_shards_with_softcap_and_one_sink_state_merge_to_the_reference(cuts, win
         for a, b in itertools.pairwise([0, *cuts, S])
     ]
     states.insert(len(states) // 2, sink_state(sinks, 2, 37))  # anywhere in the fold, exactly once
-    m, l, u = functools.reduce(merge_states, states)
+    state = functools.reduce(merge_states, states)
     ref_h, ref_p = attention_entropy(
         q,
         k,
@@ -268,8 +255,8 @@ def test_shards_with_softcap_and_one_sink_state_merge_to_the_reference(cuts, win
         return_sink_mass=True,
         backend="reference",
     )
-    torch.testing.assert_close(entropy_from_state(m, l, u), ref_h, atol=2e-5, rtol=0)
-    torch.testing.assert_close(sink_mass_from_state(m, l, sinks), ref_p, atol=1e-6, rtol=0)
+    torch.testing.assert_close(entropy_from_state(state), ref_h, atol=2e-5, rtol=0)
+    torch.testing.assert_close(sink_mass_from_state(state, sinks), ref_p, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match=r"\(Hq,\)"):
         sink_state(sinks.view(2, 3), 2, 37)
 
@@ -362,7 +349,7 @@ def test_contract_errors_for_softcap_and_sinks():
         with pytest.raises(ValueError, match=match):
             attention_entropy(q, k, softmax_scale=0.3, sinks=bad)
     with pytest.raises(ValueError, match="v must be"):
-        attention_with_entropy_torch(q, k, v[:, :, :7], 0.3)
+        attention_with_entropy(q, k, v[:, :, :7], softmax_scale=0.3, backend="torch_chunked")
     with pytest.raises(ValueError, match="softcap"):
         shard_state(q, k, 0.3, key_offset=0, total_keys=8, softcap=-2.0)
     # any float dtype and device-free: bf16 sinks are taken as they are (exactly, in fp32)

@@ -8,10 +8,11 @@ import pytest
 
 PACKAGE = Path(__file__).parent.parent / "entropy_lens"
 BASE = {
+    "choices",
     "errors",
     "settings",
     "version",
-}  # entropy_lens.errors, .settings, `from entropy_lens import __version__`
+}  # entropy_lens.choices, .errors, .settings, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results;
 # view -> analysis -> results, the interactive pages). `training` (train-tiny) sits above `runs`: it writes
@@ -30,6 +31,7 @@ ALLOWED = {
     "figures": {"plotting", "analysis", "results"},
     "view": {"analysis", "results"},
     "progress": set(),
+    "choices": set(),
     "errors": set(),
     "settings": set(),
     "__main__": {"cli"},
@@ -163,3 +165,79 @@ def test_the_check_sees_test_imports(tmp_path):
     assert {("test_kernels", "_x"), ("test_kernels", "y"), ("test_capture", "_z")} <= set(
         _sibling_imports(fake)
     )
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, every import statement counted (those under
+    `if TYPE_CHECKING:` and inside functions too): `from entropy_lens.a.b import c` names module a.b,
+    or a.b.c where that is a module."""
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("entropy_lens"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    targets.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name in modules}
+        graph[_module_name(path)] = targets & modules - {_module_name(path)}
+    return graph
+
+
+def test_no_module_import_cycle():
+    """No two modules import each other, directly or round a loop, type-checking imports included: a
+    reader can read each module after the ones it imports (issue 40: capture/attention.py <-> paths.py)."""
+    graph, state, cycles = _module_graph(), {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert len(graph) > 50 and "entropy_lens.capture.paths" in graph["entropy_lens.capture.attention"]
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+LONG_ALLOWED = {"kernels/triton_entropy.py"}  # one kernel, its launcher and its autotuning configs
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path):
+    """A module over 400 lines holds more than one job (README, Layout): split it by job."""
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= 400 or str(path.relative_to(PACKAGE)) in LONG_ALLOWED, f"{lines} lines"
+
+
+MODIFIERS = {"causal", "mask", "window", "softcap", "sinks", "alibi_slopes", "key_bias"}
+# the public entry points (they keep the keywords users call them with) and the record they build
+LIST_MODIFIERS = {"attention_entropy", "attention_with_entropy", "shard_state", "build"}
+
+
+def test_only_the_public_entry_points_list_the_score_modifiers():
+    """Below `attention_entropy`, `attention_with_entropy` and `shard_state` the score modifiers travel
+    as one `kernels.ScoreMods`: no other function of the package takes them one by one (issue 40). A
+    validator or a mask helper may take the two or three it works on; four or more is the old tail."""
+    listing = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                named = MODIFIERS & {a.arg for a in args}
+                if len(named) >= 4 and node.name not in LIST_MODIFIERS:
+                    listing.append(f"{path.relative_to(PACKAGE)}:{node.name} ({', '.join(sorted(named))})")
+    assert not listing, listing

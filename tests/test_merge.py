@@ -48,7 +48,7 @@ def test_merged_shards_equal_unsplit_and_float64_reference(cuts, causal):
     q, k, scale = _inputs()
     ref = attention_entropy(q, k, softmax_scale=scale, causal=causal, backend="reference")
     whole = attention_entropy(q, k, softmax_scale=scale, causal=causal, backend="torch_chunked")
-    merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, scale, cuts, causal=causal)))
+    merged = entropy_from_state(functools.reduce(merge_states, _shards(q, k, scale, cuts, causal=causal)))
     torch.testing.assert_close(merged, whole, atol=2e-5, rtol=0)
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
@@ -59,7 +59,7 @@ def test_sliding_window_shards_merge_to_the_unsplit_window(window):
     q, k, scale = _inputs(seed=5)
     ref = attention_entropy(q, k, softmax_scale=scale, window=window, backend="reference")
     merged = entropy_from_state(
-        *functools.reduce(merge_states, _shards(q, k, scale, [4, 19, 30], window=window))
+        functools.reduce(merge_states, _shards(q, k, scale, [4, 19, 30], window=window))
     )
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
@@ -72,9 +72,11 @@ def test_merge_is_associative_and_commutative():
     for a, b, c, d in itertools.permutations(shards):
         left_fold = functools.reduce(merge_states, (a, b, c, d))
         balanced = merge_states(merge_states(a, b), merge_states(c, d))
-        for x, y in zip((*left_fold, *balanced), first * 2):
-            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
-    h = entropy_from_state(*first)
+        for state in (left_fold, balanced):
+            assert state.keys() == first.keys()
+            for key in first:
+                torch.testing.assert_close(state[key], first[key], atol=1e-5, rtol=1e-5)
+    h = entropy_from_state(first)
     assert torch.isfinite(h).all() and (h >= 0).all()
     torch.testing.assert_close(
         h, attention_entropy(q, k, softmax_scale=scale, backend="reference"), atol=2e-5, rtol=0
@@ -101,7 +103,7 @@ def test_any_cuts_order_and_grouping_give_the_float64_entropy(heads, T, extra, d
     states = _shards(q, k, scale, cuts, causal=causal)
     order = data.draw(st.permutations(range(len(states))))
     splits = data.draw(st.lists(st.integers(0, 100), min_size=len(states), max_size=len(states)))
-    merged = entropy_from_state(*_merge_tree(states, order, splits))
+    merged = entropy_from_state(_merge_tree(states, order, splits))
     ref = attention_entropy(q, k, softmax_scale=scale, causal=causal, backend="reference")
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
 
@@ -111,18 +113,18 @@ def test_empty_and_fully_masked_shards_are_the_identity():
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[:, 4:8] = False  # the middle shard sees no key at all
     shards = _shards(q, k, scale, [4, 8], mask=mask)
-    m, l, u = shards[1]
-    assert torch.isinf(m).all() and (l == 0).all() and (u == 0).all()
-    merged = entropy_from_state(*merge_states(merge_states(shards[0], shards[1]), shards[2]))
+    empty = shards[1]
+    assert torch.isinf(empty["m"]).all() and (empty["l"] == 0).all() and (empty["u"] == 0).all()
+    merged = entropy_from_state(merge_states(merge_states(shards[0], shards[1]), shards[2]))
     ref = attention_entropy(q, k, softmax_scale=scale, mask=mask, backend="reference")
     torch.testing.assert_close(merged, ref, atol=2e-5, rtol=0)
     # the first query row sees only key 0: its later shards are causally empty
-    assert torch.isinf(shards[2][0][:, :, 0]).all()
+    assert torch.isinf(shards[2]["m"][:, :, 0]).all()
 
 
 def test_peaked_rows_merge_without_cancellation():
     q, k, _ = _inputs(T=20, S=20, seed=5)
     big = torch.full((6,), 40.0)  # near one-hot rows: H ~ 0, where log l − u/l must not cancel badly
-    merged = entropy_from_state(*functools.reduce(merge_states, _shards(q, k, big, [5, 13])))
+    merged = entropy_from_state(functools.reduce(merge_states, _shards(q, k, big, [5, 13])))
     ref = attention_entropy(q, k, softmax_scale=big, backend="reference")
     torch.testing.assert_close(merged, ref, atol=1e-4, rtol=0)

@@ -10,7 +10,8 @@ import torch
 from test_capture import CPU_FUSED
 from tiny import make_tiny_model
 
-from entropy_lens.capture.attention import Session, activate, entropy_lens_attention
+from entropy_lens.capture.attention import entropy_lens_attention
+from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.schedule import Schedule, parse_schedule
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.scan import ScanConfig, scan
@@ -74,7 +75,10 @@ def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
     schedule = parse_schedule(text, 12)
     got = []
     session = Session(
-        scales=1.3, schedule=schedule, fused=fused, on_entropy=lambda layer, ent, offset: got.append(ent)
+        scales=1.3,
+        schedule=schedule,
+        fused=fused,
+        on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
     )
     with torch.no_grad(), activate(session):
         out, _ = entropy_lens_attention(attn, q, k, v, None)

@@ -1,5 +1,6 @@
 """The Triton kernel on a real GPU at real sizes (opt in: `pytest -m gpu`; skipped without CUDA).
-The same grid as the interpreter cases runs with `pytest tests/triton_interp_cases.py` on a GPU."""
+On a GPU the shared grids (kernel_cases.RUNNABLE, in test_kernels*.py) run the kernel at small sizes in any
+pytest run, and `pytest tests/triton_interp_cases.py` runs its own cases."""
 
 import numpy as np
 import pytest
@@ -8,9 +9,9 @@ import torch
 pytest.importorskip("triton")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from test_kernels import make_inputs, plain_pytorch_entropy
+from kernel_cases import make_inputs, plain_pytorch_entropy
 
-from entropy_lens.kernels import attention_entropy
+from entropy_lens.kernels import attention_entropy, attention_with_entropy
 
 
 @pytest.mark.parametrize("Hq,Hkv", [(8, 8), (32, 4), (8, 1)], ids=["mha", "gqa", "mqa"])
@@ -65,16 +66,15 @@ def test_key_padding_and_gqa_on_gpu():
 @pytest.mark.parametrize("window", [100, 4096])
 @pytest.mark.parametrize("fused", [False, True])
 def test_sliding_window_at_real_sizes(window, fused):
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
     q, k = (x.cuda() for x in make_inputs(2, 32, 4, 8192, 8192, D=64))
     keep = torch.ones(2, 8192, dtype=torch.bool, device="cuda")
     keep[0, :1000] = False
     scale = torch.full((32,), 0.125, device="cuda")
     if fused:
-        _, got = attention_with_entropy_triton(
-            q, k, torch.randn_like(k), scale, True, keep[:, None, None, :], window
+        rows = attention_with_entropy(
+            q, k, torch.randn_like(k), softmax_scale=scale, mask=keep, window=window, backend="triton"
         )
+        got = rows["entropy"]
     else:
         got = attention_entropy(q, k, softmax_scale=scale, mask=keep, window=window, backend="triton")
     exact = attention_entropy(q, k, softmax_scale=scale, mask=keep, window=window, backend="torch_chunked")
@@ -133,5 +133,5 @@ def test_recorder_holds_no_sums_on_the_gpu_and_matches_the_cpu():
     first = ids[:1]
     with torch.no_grad(), EntropyRecorder(model.cpu(), backend="torch_chunked") as one:
         model(first)
-    np.testing.assert_allclose(rec.sums[0], cpu.sums[0] + one.sums[0], atol=1e-3)
+    np.testing.assert_allclose(rec.sums["entropy"], cpu.sums["entropy"] + one.sums["entropy"], atol=1e-3)
     assert rec.count.tolist() == [3] * 2048

@@ -1,5 +1,7 @@
-"""Runs tests/triton_interp_cases.py in its own process under TRITON_INTERPRET=1 (the Triton kernel
-on CPU), so the interpreter setting never leaks into the rest of the suite."""
+"""Runs the Triton kernel's cases in their own process under TRITON_INTERPRET=1 (the Triton kernel on CPU),
+so the interpreter setting never leaks into the rest of the suite: tests/triton_interp_cases.py (its own
+cases) and the triton cases of the grids every kernel shares (kernel_cases.RUNNABLE, in test_kernels.py,
+test_kernels_extras.py, test_kernels_alibi.py), which the main process lists as skipped."""
 
 import os
 import subprocess
@@ -13,6 +15,9 @@ from entropy_lens.kernels import resolve_backend
 
 pytest.importorskip("triton")
 HERE = Path(__file__).parent
+# the shared grids, of which `-k triton` keeps the triton cases (and every case of triton_interp_cases.py,
+# whose module name matches too)
+SHARED = ("test_kernels.py", "test_kernels_extras.py", "test_kernels_alibi.py")
 
 
 @pytest.mark.slow
@@ -26,7 +31,12 @@ def test_triton_kernel_under_the_interpreter():
         "-p",
         "no:cacheprovider",
         "-x",
+        "-W",
+        "ignore::RuntimeWarning",  # numpy evaluates both sides of tl.where
+        "-k",
+        "triton",
         str(HERE / "triton_interp_cases.py"),
+        *(str(HERE / name) for name in SHARED),
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
@@ -50,9 +60,10 @@ def test_backend_selection(monkeypatch):
 
 
 def test_missing_triton_is_a_clear_error(monkeypatch):
-    from entropy_lens import kernels
+    import importlib
 
-    monkeypatch.setattr(kernels, "triton_available", lambda: False)
+    plan = importlib.import_module("entropy_lens.kernels.plan")  # the module: kernels.plan is its function
+    monkeypatch.setattr(plan, "triton_available", lambda: False)
     with pytest.raises(EntropyLensError, match="pip install triton"):
         resolve_backend("triton", "cuda")
     assert resolve_backend("auto", "cuda") == "torch_chunked"

@@ -1,7 +1,13 @@
-"""The Triton kernel against the float64 reference under the interpreter (CPU), on the grid the
-torch path is tested on. Not collected by default (the name does not start with test_):
-tests/test_triton_interp.py runs this file in its own process with TRITON_INTERPRET=1, so the
-interpreter never leaks into other tests. On a GPU it runs as is: `pytest tests/triton_interp_cases.py`.
+"""The Triton kernel's own cases against the float64 reference under the interpreter (CPU): its 32-wide
+blocks (interior blocks without masks, windows around a block, a first block fully masked), strides, head
+sizes, the launcher's calls (the kernel called directly, its output layout, the masks it refuses) and the
+fused pass inside a model. The grids every kernel shares (kernel_cases.RUNNABLE) are in test_kernels.py,
+test_kernels_extras.py and test_kernels_alibi.py.
+
+Not collected by default (the name does not start with test_): tests/test_triton_interp.py runs this file
+and the shared grids' triton cases in their own process with TRITON_INTERPRET=1, so the interpreter never
+leaks into other tests. On a GPU it runs as is: `pytest tests/triton_interp_cases.py` (the shared grids
+run there in any pytest run, on CUDA).
 """
 
 import os
@@ -13,16 +19,34 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("needs TRITON_INTERPRET=1 (set before import) or a CUDA device", allow_module_level=True)
 
+from kernel_cases import (
+    EXTRAS,
+    definition,
+    device,
+    hf_mask,
+    make_inputs,
+    make_sinks,
+    make_slopes,
+    make_values,
+    mask_kinds,
+    on_device,
+    reference_output,
+)
 from test_capture import CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
-from test_kernels import hf_mask, make_inputs, mask_kinds, plain_pytorch_entropy
-from test_kernels_alibi import ALIBI_EXTRAS, definition, make_slopes
-from test_kernels_extras import EXTRAS, make_sinks, make_values, plain_pytorch_extras, reference_output
 
-from entropy_lens.kernels import attention_entropy
-from entropy_lens.kernels.reference import causal_visible
+from entropy_lens.kernels import ScoreMods, attention_entropy, run, statistics_kernel, validate_scale
 
-DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+DEVICE = device("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy evaluates both sides of tl.where
+
+
+def launch(q, k, v, softmax_scale, **mods):
+    """RowStats of the Triton launcher itself (no plan in between) on DEVICE: `mods` are the score
+    modifiers' keywords, v None for the entropy pass; the output is (B, T, Hq, D)."""
+    q, k = q.to(DEVICE), k.to(DEVICE)
+    mods = ScoreMods.build(q, k, **on_device(mods, DEVICE))
+    v = None if v is None else v.to(DEVICE)
+    return run("triton", q, k, v, validate_scale(q, k, softmax_scale), mods)
 
 
 def _run(q, k, **kw):
@@ -30,21 +54,6 @@ def _run(q, k, **kw):
     ref = attention_entropy(q, k, backend="reference", **kw)
     assert got.dtype == torch.float32 and got.shape == ref.shape
     return got, ref
-
-
-@pytest.mark.parametrize("B", [1, 2])
-@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize(
-    "T,S", [(33, 33), (19, 45), (64, 64), (12, 5)], ids=["square", "T<S", "2blocks", "T>S"]
-)
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
-@pytest.mark.parametrize("causal", [True, False])
-def test_matches_reference_fp32(B, Hq, Hkv, T, S, mask_kind, causal):
-    q, k = make_inputs(B, Hq, Hkv, T, S)
-    mask = mask_kinds(B, Hq, T, S)[mask_kind]
-    scale = torch.linspace(0.1, 0.6, Hq)  # per-head scales
-    got, ref = _run(q, k, softmax_scale=scale, causal=causal, mask=None if mask is None else mask.to(DEVICE))
-    assert (got - ref).abs().max().item() <= 1e-5
 
 
 @pytest.mark.parametrize("T,S", [(40, 150), (100, 100), (70, 200), (150, 40)])
@@ -96,15 +105,6 @@ def test_strided_inputs():
     assert (got - ref).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_low_precision_within_twice_plain_pytorch(dtype):
-    q, k = make_inputs(2, 4, 4, 96, 96, D=32, dtype=dtype)
-    scale = 32**-0.5
-    got, ref = _run(q, k, softmax_scale=scale)
-    err_plain = (plain_pytorch_entropy(q, k, scale, 96, 96) - ref).abs().max().item()
-    assert err_plain > 0 and (got - ref).abs().max().item() <= 2 * err_plain
-
-
 def test_near_1k_tokens_gqa_bf16():
     q, k = make_inputs(1, 4, 2, 1000, 1000, D=32, dtype=torch.bfloat16)
     got, ref = _run(q, k, softmax_scale=torch.tensor([0.1, 0.2, 0.3, 0.4]))
@@ -112,86 +112,26 @@ def test_near_1k_tokens_gqa_bf16():
 
 
 @pytest.mark.parametrize("extras", list(EXTRAS))
-@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"])
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding"])
-@pytest.mark.parametrize(
-    "causal,window", [(True, None), (False, None), (True, 5)], ids=["causal", "full", "win"]
-)
-def test_softcap_and_sinks_match_reference_fp32(extras, T, S, mask_kind, causal, window):
-    """Entropy and sink mass with Gemma2's softcap, gpt-oss's sinks or both (GQA, per-head scales)."""
-    softcap, with_sinks = EXTRAS[extras]
-    q, k = make_inputs(2, 4, 2, T, S)
-    mask = mask_kinds(2, 4, T, S)[mask_kind]
-    sinks = make_sinks(4) if with_sinks else None
-    kw = {
-        "softmax_scale": torch.linspace(0.1, 0.6, 4),
-        "causal": causal,
-        "window": window,
-        "softcap": softcap,
-    }
-    got_h, got_p = attention_entropy(
-        *(x.to(DEVICE) for x in (q, k)),
-        mask=None if mask is None else mask.to(DEVICE),
-        sinks=None if sinks is None else sinks.to(DEVICE),
-        return_sink_mass=True,
-        backend="triton",
-        **kw,
-    )
-    ref_h, ref_p = attention_entropy(
-        q, k, mask=mask, sinks=sinks, return_sink_mass=True, backend="reference", **kw
-    )
-    assert (got_h.cpu() - ref_h).abs().max().item() <= 1e-5
-    assert (got_p.cpu() - ref_p).abs().max().item() <= 1e-6
-
-
-@pytest.mark.parametrize("extras", list(EXTRAS))
-def test_softcap_and_sinks_bf16_within_twice_plain_pytorch(extras):
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
-    softcap, with_sinks = EXTRAS[extras]
-    q, k = make_inputs(2, 4, 2, 96, 96, D=32, dtype=torch.bfloat16)
-    v = make_values(2, 2, 96, Dv=32, dtype=torch.bfloat16)
-    sinks = make_sinks(4).to(torch.bfloat16) if with_sinks else None
-    scale = 32**-0.5 * 3
-    kw = {"softmax_scale": scale, "softcap": softcap, "sinks": sinks}
-    ref = attention_entropy(q, k, backend="reference", **kw)
-    ref_out = reference_output(q, k, v, **kw)
-    plain_h, plain_out = plain_pytorch_extras(q, k, v, scale, softcap, sinks)
-    got, _ = _run(q, k, **kw)
-    out, h = attention_with_entropy_triton(
-        *(x.to(DEVICE) for x in (q, k, v)),
-        torch.full((4,), scale, device=DEVICE),
-        softcap=softcap,
-        sinks=None if sinks is None else sinks.to(DEVICE),
-    )
-    err_plain = (plain_h - ref).abs().max().item()
-    assert 0 < err_plain and (got - ref).abs().max().item() <= 2 * err_plain
-    assert (h.cpu() - ref).abs().max().item() <= 2 * err_plain
-    err_out = (out.cpu().transpose(1, 2).double() - ref_out).abs().max().item()
-    assert out.dtype == torch.bfloat16 and err_out <= 2 * (plain_out.double() - ref_out).abs().max().item()
-
-
-@pytest.mark.parametrize("extras", list(EXTRAS))
 @pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7)])
 def test_fused_output_with_softcap_and_sinks_fp32(extras, causal, window):
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
     softcap, with_sinks = EXTRAS[extras]
     q, k = make_inputs(2, 6, 2, 45, 45, D=24)
     v = make_values(2, 2, 45, Dv=24)
     keep = torch.ones(2, 45, dtype=torch.bool)
     keep[1, :40] = False  # early rows of sequence 1 see no key: output 0, entropy 0 (p_sink = 1)
     scale, sinks = torch.linspace(0.2, 0.7, 6), make_sinks(6) if with_sinks else None
-    out, ent, p = attention_with_entropy_triton(
-        *(x.to(DEVICE) for x in (q, k, v)),
-        scale.to(DEVICE),
-        causal,
-        keep[:, None, None, :].to(DEVICE),
-        window,
-        softcap,
-        None if sinks is None else sinks.to(DEVICE),
-        return_sink_mass=True,
+    rows = launch(
+        q,
+        k,
+        v,
+        scale,
+        causal=causal,
+        mask=keep[:, None, None, :],
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
     )
+    out, ent, p = rows.out, rows["entropy"], rows["sink_mass"]
     kw = {
         "softmax_scale": scale,
         "causal": causal,
@@ -202,57 +142,11 @@ def test_fused_output_with_softcap_and_sinks_fp32(extras, causal, window):
     }
     ref_h, ref_p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
     ref_out = reference_output(q, k, v, **kw)
-    assert (out.cpu().transpose(1, 2).double() - ref_out).abs().max().item() <= 1e-5
+    assert (out.cpu().double() - ref_out).abs().max().item() <= 1e-5
     assert (ent.cpu() - ref_h).abs().max().item() <= 1e-5 and (p.cpu() - ref_p).abs().max().item() <= 1e-6
 
 
 # -- ALiBi (alibi_slopes), alone and with softcap and sinks: separate and fused against float64 -----------
-
-
-def _on_device(kw):
-    return {key: val.to(DEVICE) if isinstance(val, torch.Tensor) else val for key, val in kw.items()}
-
-
-@pytest.mark.parametrize("extras", list(ALIBI_EXTRAS))
-@pytest.mark.parametrize("Hq,Hkv", [(4, 2), (6, 1)], ids=["gqa", "mqa"])
-@pytest.mark.parametrize("T,S", [(33, 33), (19, 45), (12, 5)], ids=["square", "T<S", "T>S"])
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding"])
-@pytest.mark.parametrize(
-    "causal,window", [(True, None), (False, None), (True, 5)], ids=["causal", "full", "win"]
-)
-def test_alibi_matches_reference_fp32(extras, Hq, Hkv, T, S, mask_kind, causal, window):
-    """Entropy and sink mass with ALiBi (per query head under GQA/MQA, per-head scales), the softcap
-    and sinks, separate and fused; the fused output against the float64 definition."""
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
-    softcap, with_sinks = ALIBI_EXTRAS[extras]
-    q, k = make_inputs(2, Hq, Hkv, T, S)
-    v = make_values(2, Hkv, S, Dv=16)
-    kw = {
-        "softmax_scale": torch.linspace(0.1, 0.6, Hq),
-        "causal": causal,
-        "mask": mask_kinds(2, Hq, T, S)[mask_kind],
-        "window": window,
-        "softcap": softcap,
-        "sinks": make_sinks(Hq) if with_sinks else None,
-        "alibi_slopes": make_slopes(Hq, factor=4.0),
-    }
-    ref_h, ref_p = attention_entropy(q, k, backend="reference", return_sink_mass=True, **kw)
-    got_h, got_p = attention_entropy(
-        *(x.to(DEVICE) for x in (q, k)), backend="triton", return_sink_mass=True, **_on_device(kw)
-    )
-    assert (got_h.cpu() - ref_h).abs().max().item() <= 1e-5
-    assert (got_p.cpu() - ref_p).abs().max().item() <= 1e-6
-    mask = kw.pop("mask")
-    out, h, p = attention_with_entropy_triton(
-        *(x.to(DEVICE) for x in (q, k, v)),
-        mask=None if mask is None else mask[:, None, None, :].to(DEVICE),
-        return_sink_mass=True,
-        **_on_device(kw),
-    )
-    _, _, want_out = definition(q, k, v, mask=mask, **kw)
-    assert (out.cpu().transpose(1, 2).double() - want_out).abs().max().item() <= 1e-5
-    assert (h.cpu() - ref_h).abs().max().item() <= 1e-5 and (p.cpu() - ref_p).abs().max().item() <= 1e-6
 
 
 @pytest.mark.parametrize("T,S", [(40, 150), (100, 100), (150, 40)])
@@ -260,8 +154,6 @@ def test_alibi_matches_reference_fp32(extras, Hq, Hkv, T, S, mask_kind, causal, 
 def test_alibi_in_unmasked_interior_blocks(T, S, causal, window):
     """Key blocks every row sees whole run without masks, but not without the bias: several of them
     (32 wide here) lie before the masked diagonal, and behind a wide window's far edge."""
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
     q, k = make_inputs(1, 4, 2, T, S)
     v = make_values(1, 2, S, Dv=16)
     kw = {
@@ -271,51 +163,35 @@ def test_alibi_in_unmasked_interior_blocks(T, S, causal, window):
         "alibi_slopes": make_slopes(4, factor=0.25),  # gentle: distant keys keep some weight
     }
     ref = attention_entropy(q, k, backend="reference", **kw)
-    got = attention_entropy(*(x.to(DEVICE) for x in (q, k)), backend="triton", **_on_device(kw))
+    got = attention_entropy(q.to(DEVICE), k.to(DEVICE), backend="triton", **on_device(kw, DEVICE))
     assert (got.cpu() - ref).abs().max().item() <= 1e-5
-    out, h = attention_with_entropy_triton(*(x.to(DEVICE) for x in (q, k, v)), **_on_device(kw))
+    rows = launch(q, k, v, **kw)
     _, _, want_out = definition(q, k, v, **kw)
-    assert (out.cpu().transpose(1, 2).double() - want_out).abs().max().item() <= 1e-5
-    assert (h.cpu() - ref).abs().max().item() <= 1e-5
+    assert (rows.out.cpu().double() - want_out).abs().max().item() <= 1e-5
+    assert (rows["entropy"].cpu() - ref).abs().max().item() <= 1e-5
 
 
 @pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7)])
 def test_alibi_zero_slopes_change_nothing(causal, window):
     """alibi_slopes of zeros runs the HAS_ALIBI variant and gives the numbers of alibi_slopes=None."""
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton, entropy_triton
-
-    q, k = (x.to(DEVICE) for x in make_inputs(2, 6, 2, 45, 70))
-    v = make_values(2, 2, 70, Dv=16).to(DEVICE)
+    q, k = make_inputs(2, 6, 2, 45, 70)
+    v = make_values(2, 2, 70, Dv=16)
     keep = torch.ones(2, 1, 1, 70, dtype=torch.bool)
     keep[1, ..., :20] = False
-    args = (
-        torch.linspace(0.2, 0.7, 6).to(DEVICE),
-        causal,
-        keep.to(DEVICE),
-        window,
-        3.0,
-        make_sinks(6).to(DEVICE),
-    )
-    zeros = torch.zeros(6, device=DEVICE)
-    for plain, alibi in [
-        (
-            entropy_triton(q, k, *args, return_sink_mass=True),
-            entropy_triton(q, k, *args, zeros, return_sink_mass=True),
-        ),
-        (
-            attention_with_entropy_triton(q, k, v, *args, return_sink_mass=True),
-            attention_with_entropy_triton(q, k, v, *args, zeros, return_sink_mass=True),
-        ),
-    ]:
-        for x, y in zip(plain, alibi):
+    scale = torch.linspace(0.2, 0.7, 6)
+    kw = {"causal": causal, "mask": keep, "window": window, "softcap": 3.0, "sinks": make_sinks(6)}
+    for values in (None, v):  # the entropy pass, the fused pass
+        plain = launch(q, k, values, scale, **kw)
+        alibi = launch(q, k, values, scale, alibi_slopes=torch.zeros(6), **kw)
+        pairs = [(plain[name], alibi[name]) for name in ("entropy", "sink_mass")]
+        pairs += [] if values is None else [(plain.out, alibi.out)]
+        for x, y in pairs:
             assert (x.cpu() - y.cpu()).abs().max().item() <= 1e-6
 
 
 def test_alibi_transformers_masks_go_to_the_kernel():
     """transformers' causal + padding and sliding-window masks with ALiBi: the kernel takes them
-    (backend_for says triton), and the entropy is the float64 one."""
-    from entropy_lens.kernels import backend_for
-
+    (statistics_kernel says triton), and the entropy is the float64 one."""
     q, k = make_inputs(2, 4, 2, 40, 40)
     keep = torch.ones(2, 40, dtype=torch.bool)
     keep[1, :13] = False  # left padding
@@ -323,63 +199,44 @@ def test_alibi_transformers_masks_go_to_the_kernel():
     for window in (None, 6):
         mask = hf_mask(keep, 40, 40, window)
         kw = {"mask": mask, "alibi_slopes": slopes}
-        assert backend_for("triton", q.to(DEVICE), k.to(DEVICE), **_on_device(kw)) == "triton"
+        qd, kd = q.to(DEVICE), k.to(DEVICE)
+        assert (
+            statistics_kernel("triton", qd, kd, ScoreMods.build(qd, kd, **on_device(kw, DEVICE)))[0]
+            == "triton"
+        )
         kw["softmax_scale"] = 0.3
-        got = attention_entropy(q.to(DEVICE), k.to(DEVICE), backend="triton", **_on_device(kw)).cpu()
+        got = attention_entropy(qd, kd, backend="triton", **on_device(kw, DEVICE)).cpu()
         ref = attention_entropy(q, k, backend="reference", **kw)
         assert (got - ref).abs().max().item() <= 1e-5
-
-
-def _reference_output(q, k, v, scale, causal, keep=None, window=None):
-    """float64 softmax(λ q kᵀ) v with GQA by repeating key heads (reference only) and 0 for empty rows."""
-    G = q.shape[1] // k.shape[1]
-    kk, vv = (x.double().repeat_interleave(G, dim=1) for x in (k, v))
-    s = torch.matmul(q.double(), kk.transpose(-1, -2)) * scale
-    T, S = q.shape[2], k.shape[2]
-    visible = causal_visible(T, S, window=window) if causal else torch.ones(T, S, dtype=torch.bool)
-    visible = visible[None, None] & (keep[:, None, None, :] if keep is not None else True)
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
-    return torch.matmul(p, vv)
 
 
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
 @pytest.mark.parametrize("causal,window", [(True, None), (False, None), (True, 7), (True, 40)])
 def test_fused_output_and_entropy_fp32(Hq, Hkv, causal, window):
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
     q, k = make_inputs(2, Hq, Hkv, 45, 45, D=24)
     v = torch.randn(2, Hkv, 45, 24, generator=torch.Generator().manual_seed(3))
     keep = torch.ones(2, 45, dtype=torch.bool)
     keep[1, :40] = False  # early rows of sequence 1 see no key: output 0, entropy 0
     scale = torch.linspace(0.2, 0.7, Hq)
-    out, ent = attention_with_entropy_triton(
-        *(x.to(DEVICE) for x in (q, k, v)),
-        scale.to(DEVICE),
-        causal,
-        keep[:, None, None, :].to(DEVICE),
-        window,
-    )
+    rows = launch(q, k, v, scale, causal=causal, mask=keep[:, None, None, :], window=window)
+    out, ent = rows.out, rows["entropy"]
     ref_ent = attention_entropy(
         q, k, softmax_scale=scale, causal=causal, mask=keep, window=window, backend="reference"
     )
-    ref_out = _reference_output(q, k, v, scale.view(1, Hq, 1, 1).double(), causal, keep, window)
+    ref_out = reference_output(q, k, v, scale, causal, keep, window)  # (B, T, Hq, D), as the output
     assert out.dtype == torch.float32 and (out.cpu().double() - ref_out).abs().max().item() <= 1e-5
     assert (ent.cpu() - ref_ent).abs().max().item() <= 1e-5
 
 
 def test_fused_bf16_output_within_twice_plain_pytorch():
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
     q, k = make_inputs(1, 4, 2, 80, 80, D=32, dtype=torch.bfloat16)
     v = torch.randn(1, 2, 80, 32, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     scale = 32**-0.5
-    out, _ = attention_with_entropy_triton(
-        *(x.to(DEVICE) for x in (q, k, v)), torch.full((4,), scale).to(DEVICE)
-    )
-    ref = _reference_output(q, k, v, scale, True)
+    out = launch(q, k, v, scale).out
+    ref = reference_output(q, k, v, scale)  # (B, T, Hq, D), as the output
     plain = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=True, scale=scale, enable_gqa=True
-    )
+    ).transpose(1, 2)
     err_plain = (plain.double() - ref).abs().max().item()
     assert out.dtype == torch.bfloat16 and (out.cpu().double() - ref).abs().max().item() <= 2 * err_plain
 
@@ -395,21 +252,17 @@ def test_the_backend_recorded_is_the_one_that_ran(fused):
     assert recorded_backends("triton", fused, DEVICE) == want
 
 
-def test_backend_for_and_the_launcher_agree_on_which_masks_the_kernel_takes():
-    from entropy_lens.kernels import backend_for
-    from entropy_lens.kernels.triton_entropy import entropy_triton
-
+def test_statistics_kernel_and_the_launcher_agree_on_which_masks_the_kernel_takes():
     q, k = (x.to(DEVICE) for x in make_inputs(2, 4, 2, 9, 9))
-    scale = torch.full((4,), 0.3, device=DEVICE)
     for kind, mask in mask_kinds(2, 4, 9, 9).items():
-        mask4 = None if mask is None else (mask if mask.ndim == 4 else mask[:, None, None, :]).to(DEVICE)
-        backend = backend_for("triton", q, k, mask=mask4)
+        mods = ScoreMods.build(q, k, mask=None if mask is None else mask.to(DEVICE))
+        backend, _ = statistics_kernel("triton", q, k, mods)
         assert backend == ("torch_chunked" if kind == "4d_per_head" else "triton")
         if backend == "triton":
-            entropy_triton(q, k, scale, True, mask4)
+            launch(q, k, None, 0.3, mask=mods.mask)
         else:
             with pytest.raises(ValueError, match="key padding and sliding-window masks only"):
-                entropy_triton(q, k, scale, True, mask4)
+                launch(q, k, None, 0.3, mask=mods.mask)
 
 
 # -- the fused pass inside a model (capture/fused.py) -------------------------------------------------
@@ -480,13 +333,9 @@ def test_fused_capture_steps_aside_where_it_does_not_apply():
 
 
 def test_fused_output_is_laid_out_for_o_proj():
-    from entropy_lens.kernels.triton_entropy import attention_with_entropy_triton
-
     q, k = make_inputs(2, 4, 2, 20, 20)
-    out, _ = attention_with_entropy_triton(
-        q.to(DEVICE), k.to(DEVICE), k.to(DEVICE), torch.full((4,), 0.3).to(DEVICE)
-    )
-    assert out.shape == (2, 4, 20, 16) and out.transpose(1, 2).is_contiguous()  # no copy before o_proj
+    out = launch(q, k, k, 0.3).out
+    assert out.shape == (2, 20, 4, 16) and out.is_contiguous()  # (B, T, Hq, D): no copy before o_proj
 
 
 @pytest.mark.parametrize("fused", ["on", "off"])

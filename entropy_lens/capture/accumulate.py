@@ -1,16 +1,17 @@
-"""`HostSums`: per-layer entropies summed on the host in float64, without stalling the GPU.
+"""`HostSums`: per-layer row statistics summed on the host in float64, without stalling the GPU.
 
     sums = HostSums(n_layers, n_heads)
     sums.begin_forward(attention_mask)     # a forward starts: its 2-D mask (B, S), or None
-    sums.add(layer, entropy, key_offset)   # each layer: entropy (B, H, T) of queries at offset..
-    total, sq, count = sums.read()         # (layers, heads, n), (layers, heads, n) float64; (n,) int64
-    sums.read_sink_mass()                  # (layers, heads, n) float64 sum of sink mass, or None
+    sums.add(layer, stats, key_offset)     # each layer: {statistic: (B, H, T)} of queries at offset..
+    sums.read()                            # {"entropy", "entropy_sq", ...: (layers, heads, n) float64,
+                                           #  "count": (n,) int64}
 
-Models with attention sinks (gpt-oss) also report each row's sink mass (`add(..., sink_mass=)`),
-summed beside the entropy; models without report none, and `read_sink_mass()` is None.
+The sums are keyed by statistic (`kernels.stats.sum_names`: each statistic's sum and, for a `squared`
+one, its square's, `<name>_sq`): whatever a layer reports is summed, so a model with attention sinks
+(gpt-oss) adds `sink_mass` and one without has none.
 
-The sums live on the host, so the device holds nothing beyond each layer's own entropy (at 128K
-tokens a TinyLlama's float64 sums would take 1.5 GB of GPU memory). A CUDA entropy (and the
+The sums live on the host, so the device holds nothing beyond each layer's own statistics (at 128K
+tokens a TinyLlama's float64 entropy sums would take 1.5 GB of GPU memory). A CUDA tensor (and the
 forward's mask) is copied into pinned memory without blocking the host: the copy is queued on the
 tensor's stream behind the kernels that produce it, and a CUDA event after it says when it has
 landed. Layers are summed between forwards, never during one (the host keeps queueing the GPU's
@@ -26,12 +27,13 @@ shifts rows down; `read` and `drain_into` cut after the last position any row re
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.stats import ROW_STATS, sum_names
 
 
 def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -47,7 +49,8 @@ def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None
 
 
 class HostSums:
-    """Float64 sums of entropy and its square (layers, heads, n) and rows per position (n,).
+    """Float64 sums per row statistic (layers, heads, n) (and of its square, where the statistic is
+    `squared`: `<name>_sq`) and rows per position `count` (n,), keyed as `kernels.stats.sum_names` says.
 
     to_host: how a tensor reaches the host, `copy_to_host` by default; anything returning (host
     tensor, an object with query() -> bool and synchronize(), or None) will do (tests pass fakes).
@@ -56,10 +59,9 @@ class HostSums:
     def __init__(self, n_layers: int, n_heads: int, *, to_host: Callable = copy_to_host):
         self.n_layers, self.n_heads = n_layers, n_heads
         self._to_host = to_host
-        self._pending = deque()  # (layer, entropy, sink mass | None, key_offset, mask, counts rows?, events)
-        # (total, sq, sink (layers, heads, n) float64, count (n,) int64), grown by doubling
-        self._sums = None
-        self.has_sinks = False  # whether any layer reported a sink mass
+        self._pending = deque()  # (layer, {stat: host tensor}, key_offset, mask, counts rows?, events)
+        self._sums: dict[str, torch.Tensor] | None = None  # sum name -> float64; "count" int64; doubling
+        self.stats: list[str] = []  # the statistics reported so far, in the order first seen
         self._read = None  # numpy copies of _sums, made on the first read after an add
         self._mask = (None, None)  # the forward's 2-D mask on the host, the event of its copy
         self._count_layer = None  # the layer whose reports count rows in this forward
@@ -67,7 +69,7 @@ class HostSums:
 
     @property
     def pending(self) -> int:
-        """Layer entropies added but not yet summed (their copies in flight, or their forward running)."""
+        """Layer reports added but not yet summed (their copies in flight, or their forward running)."""
         return len(self._pending)
 
     @property
@@ -87,111 +89,97 @@ class HostSums:
         """Forget the forward's mask (the recorder's exit): nothing of the model is kept alive."""
         self._mask = (None, None)
 
-    def add(self, layer: int, entropy: torch.Tensor, key_offset: int, sink_mass: torch.Tensor | None = None):
-        """entropy (B, H, T) for queries at key positions key_offset .. key_offset + T − 1 (and, for a
-        model with sinks, the rows' sink mass, same shape): queued, its copy to the host started; summed
-        later (see the module docstring)."""
-        if entropy.shape[1] != self.n_heads or not 0 <= layer < self.n_layers:
+    def add(self, layer: int, stats: Mapping[str, torch.Tensor], key_offset: int) -> None:
+        """{statistic: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1: queued,
+        the copies to the host started; summed later (see the module docstring)."""
+        heads = {t.shape[1] for t in stats.values()}
+        if heads != {self.n_heads} or not 0 <= layer < self.n_layers:
             raise EntropyLensError(
-                f"layer {layer} reported {entropy.shape[1]} heads, but the model's config declares "
-                f"{self.n_layers} layers of {self.n_heads} heads: layer-dependent head counts or layer "
-                "indices are not supported; please report the architecture"
+                f"layer {layer} reported {', '.join(map(str, sorted(heads)))} heads, but the model's config "
+                f"declares {self.n_layers} layers of {self.n_heads} heads: layer-dependent head counts or "
+                "layer indices are not supported; please report the architecture"
             )
         if self._count_layer is None:
             self._count_layer = layer
         self._forward_layers.append(layer)
-        host, event = self._to_host(entropy)
-        sink, sink_event = (None, None) if sink_mass is None else self._to_host(sink_mass)
-        self.has_sinks |= sink_mass is not None
+        copies = {name: self._to_host(t) for name, t in stats.items()}
+        self.stats += [name for name in stats if name not in self.stats]
         mask, mask_event = self._mask
-        events = [e for e in (event, sink_event, mask_event) if e is not None]
-        self._pending.append((layer, host, sink, key_offset, mask, layer == self._count_layer, events))
+        events = [e for _, e in copies.values() if e is not None] + ([mask_event] if mask_event else [])
+        host = {name: t for name, (t, _) in copies.items()}
+        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events))
         self._read = None
 
-    def _fold(self, wait: bool, into=None) -> None:
-        """Sum the pending entropies whose copies have landed, oldest first (wait=True: all of them,
-        waiting), into the own sums or `into` = (total, sq (layers, heads, n), count (n,))."""
+    def _fold(self, wait: bool, into: dict[str, torch.Tensor] | None = None) -> None:
+        """Sum the pending reports whose copies have landed, oldest first (wait=True: all of them,
+        waiting), into the own sums or the caller's `into` (keyed as the own)."""
         while self._pending:
-            layer, entropy, sink, key_offset, mask, counts, events = self._pending[0]
+            layer, stats, key_offset, mask, counts, events = self._pending[0]
             if not all(e.query() for e in events):
                 if not wait:
                     return
                 for e in events:
                     e.synchronize()
             self._pending.popleft()
-            n = key_offset + entropy.shape[-1]
+            n = key_offset + next(iter(stats.values())).shape[-1]
             if into is None:
                 self._grow(n)
-                total, sq, sink_sum, count = self._sums
+                sums = self._sums
             else:
-                total, sq, sink_sum, count = into
-                _check_room(n, total)
-            e = entropy.to(torch.float64)
-            parts = [(total[layer], e), (sq[layer], e * e)]
-            if sink is not None:
-                if sink_sum is None:
-                    raise EntropyLensError("drain_into: this model reports sink mass; pass a sink_mass sum")
-                parts.append((sink_sum[layer], sink.to(torch.float64)))
-            _sum_rows(parts, count if counts else None, key_offset, mask)
+                sums = into
+                _check_room(n, sums["count"])
+            parts = []
+            for name, values in stats.items():
+                if name not in sums:
+                    raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
+                v = values.to(torch.float64)
+                parts.append((sums[name][layer], v))
+                if ROW_STATS[name].squared:
+                    parts.append((sums[name + "_sq"][layer], v * v))
+            _sum_rows(parts, sums["count"] if counts else None, key_offset, mask)
 
-    def read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(total, sq (layers, heads, n) float64, count (n,) int64) on the host, waiting for copies in
+    def read(self) -> dict[str, np.ndarray]:
+        """{sum name: (layers, heads, n) float64, "count": (n,) int64} on the host, waiting for copies in
         flight; n is 1 + the last position any row reached. Copies, never views of the live sums; the
-        same tuple until the next `add`."""
+        same dict until the next `add`."""
         self._fold(wait=True)
         if self._read is None:
             if self._sums is None:
-                z = np.zeros((self.n_layers, self.n_heads, 0))
-                self._read = (z, z.copy(), z.copy(), np.zeros(0, dtype=np.int64))
+                shape = (self.n_layers, self.n_heads, 0)
+                self._read = {name: np.zeros(shape) for name in sum_names(self.stats)}
+                self._read["count"] = np.zeros(0, dtype=np.int64)
             else:
-                n = _reached(self._sums[3])
-                self._read = tuple(t[..., :n].numpy().copy() for t in self._sums)
-        total, sq, _, count = self._read
-        return total, sq, count
+                n = _reached(self._sums["count"])
+                self._read = {k: t[..., :n].numpy().copy() for k, t in self._sums.items()}
+        return self._read
 
-    def read_sink_mass(self) -> np.ndarray | None:
-        """(layers, heads, n) float64 sum of the rows' sink mass (divide by the count for the mean), or
-        None for a model without sinks."""
-        self.read()
-        return self._read[2] if self.has_sinks else None
-
-    def drain_into(
-        self,
-        total: torch.Tensor,
-        sq: torch.Tensor,
-        count: torch.Tensor,
-        sink_mass: torch.Tensor | None = None,
-    ) -> None:
+    def drain_into(self, sums: dict[str, torch.Tensor]) -> None:
         """Add everything into the caller's float64 sums (layers, heads, n) and row count (n,) int64,
-        waiting for copies in flight, and leave these sums empty: a scan's batch goes straight into
-        its running sums, without a read-out copy. EntropyLensError when the caller's n is too short."""
+        keyed as `read`'s, waiting for copies in flight, and leave these sums empty: a scan's batch goes
+        straight into its running sums, without a read-out copy. EntropyLensError when the caller's n is
+        too short or a reported statistic has no sum there."""
         if self._sums is not None:  # forwards summed before the last one began
-            own_total, own_sq, own_sink, own_count = self._sums
-            n = _reached(own_count)
-            _check_room(n, total)
-            total[..., :n] += own_total[..., :n]
-            sq[..., :n] += own_sq[..., :n]
-            if self.has_sinks:
-                if sink_mass is None:
-                    raise EntropyLensError("drain_into: this model reports sink mass; pass a sink_mass sum")
-                sink_mass[..., :n] += own_sink[..., :n]
-            count[:n] += own_count[:n]
-        self._fold(wait=True, into=(total, sq, sink_mass, count))
+            n = _reached(self._sums["count"])
+            _check_room(n, sums["count"])
+            for name, own in self._sums.items():
+                if name not in sums:
+                    raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
+                sums[name][..., :n] += own[..., :n]
+        self._fold(wait=True, into=sums)
         self._sums = self._read = None
 
     def _grow(self, n: int) -> None:
+        shape = (self.n_layers, self.n_heads, 0)
         if self._sums is None:
-            shape = (self.n_layers, self.n_heads, 0)
-            self._sums = (
-                torch.zeros(shape, dtype=torch.float64),
-                torch.zeros(shape, dtype=torch.float64),
-                torch.zeros(shape, dtype=torch.float64),
-                torch.zeros(0, dtype=torch.int64),
-            )
-        have = self._sums[0].shape[-1]
+            self._sums = {"count": torch.zeros(0, dtype=torch.int64)}
+        for name in sum_names(self.stats):  # a statistic first reported now starts at zeros
+            if name not in self._sums:
+                have = self._sums["count"].shape[-1]
+                self._sums[name] = torch.zeros(shape[:2] + (have,), dtype=torch.float64)
+        have = self._sums["count"].shape[-1]
         if n > have:  # doubling: decoding token by token copies O(n) in all; read-outs cut the unused tail
             pad = max(n, 2 * have) - have
-            self._sums = tuple(torch.nn.functional.pad(t, (0, pad)) for t in self._sums)
+            self._sums = {k: torch.nn.functional.pad(t, (0, pad)) for k, t in self._sums.items()}
 
 
 def _reached(count: torch.Tensor) -> int:
@@ -200,10 +188,10 @@ def _reached(count: torch.Tensor) -> int:
     return int(seen[-1]) + 1 if len(seen) else 0
 
 
-def _check_room(n: int, total) -> None:
-    if n > total.shape[-1]:
+def _check_room(n: int, count) -> None:
+    if n > count.shape[-1]:
         raise EntropyLensError(
-            f"drain_into: the sums hold {total.shape[-1]} positions, the recorder saw {n}; "
+            f"drain_into: the sums hold {count.shape[-1]} positions, the recorder saw {n}; "
             "pass sums at least that long"
         )
 

@@ -5,9 +5,9 @@
                 or sinks, which sdpa cannot compute, runs "torch-streamed" this way).
     "fused"     output AND entropy from the same score tiles, one pass over K/V: on CUDA the Triton
                 kernel's WITH_OUTPUT variant ("triton-fused"), on CPU the native C++ kernel
-                (`kernels.attention_with_entropy_native`, "native", built on first use) or, where it
-                cannot build, `kernels.attention_with_entropy_torch` ("torch-streamed", its
-                elementwise step compiled on request, kernels/fold.py). `paths.fused_path` names which.
+                ("native", built on first use) or, where it cannot build or `--backend torch_chunked`
+                asks for it, torch_chunked's one pass ("torch-streamed", its elementwise step compiled
+                on request, kernels/fold.py). `kernels.plan` names which.
 These two ways are what "auto" chooses between and what `PathChoices` keeps; the path each way ran, as
 named in capture/paths.py, is what the session and the results meta record.
 
@@ -23,14 +23,9 @@ No work is run only to be timed. What was measured and kept lives in a `PathChoi
 scan owns one, stores it in its checkpoint and records its choices in the results meta
 (`fused_choices`), so a resumed scan continues with the paths the interrupted one chose.
 
-The fused pass applies only where it computes exactly what the layer's output path would: no
-gradient wanted, no dropout, and a backend that has it: triton for these inputs
-(`kernels.backend_for`) with a mask that is None or key padding and a sliding window
-(transformers' causal, padding and sliding-window masks qualify, see `kernels.masks.as_key_padding`)
-and equal q/v head sizes, or torch_chunked on CPU, which takes every mask. Softcapping and attention
-sinks both implement; any other extra argument is refused before this
-(capture.attention.check_kwargs). A `sliding_window` argument is ignored, as sdpa ignores it: the
-mask carries the window.
+Where the fused pass applies, and which kernel it is, is `kernels.plan`'s decision (capture/paths.py
+asks it per layer): only where it computes exactly what the layer's output path would (no gradient
+wanted, no dropout, and a kernel whose one pass takes the layer's mask and extras).
 """
 
 from __future__ import annotations
@@ -40,20 +35,11 @@ from collections.abc import Callable
 
 import torch
 
-FUSED_MODES = ("auto", "on", "off")
+from entropy_lens.kernels import FUSED_MODES
+
+__all__ = ["FUSED_MODES", "PATHS", "PROCESS_CHOICES", "PathChoices", "wall_seconds"]
+
 PATHS = ("separate", "fused")  # the order "auto" tries them in
-
-
-def fused_applies(backend: str, query, key, value, mask, dropout: float) -> bool:
-    """`backend`: what `kernels.backend_for` picks for the layer's entropy; `mask`: None or the
-    kernels' form of the layer's mask (key padding (B, 1, 1, S) where transformers' mask allows)."""
-    if dropout or (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))):
-        return False
-    if backend == "torch_chunked":
-        return query.device.type == "cpu"
-    if backend != "triton":
-        return False
-    return value.shape[-1] == query.shape[-1] and (mask is None or mask.shape[1] == mask.shape[2] == 1)
 
 
 class PathChoices:

@@ -16,8 +16,8 @@ padded query rows are left out and left-padded rows are placed by their true pos
 exceptions included, it undoes all of it, in reverse order.
 
 The recorder only wires the hooks: the float64 sums, the asynchronous copies to the host and when
-they are summed are `HostSums`'s (capture/accumulate.py). `rec.drain_into(total, sq, count)` moves
-everything into the caller's own sums instead of reading it out (what `scan` does with each batch).
+they are summed are `HostSums`'s (capture/accumulate.py). `rec.drain_into(sums)` moves everything
+into the caller's own sums instead of reading it out (what `scan` does with each batch).
 
 `ScaleSession` is the same without recording: attention scales only (for loss-only passes and the
 head-scale search, where the multipliers may be a trainable tensor).
@@ -31,10 +31,11 @@ import numpy as np
 import torch
 
 from entropy_lens.capture.accumulate import HostSums
-from entropy_lens.capture.attention import ATTN_NAME, Session, activate, register
-from entropy_lens.capture.fused import FUSED_MODES
+from entropy_lens.capture.attention import ATTN_NAME, register
+from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.own_attention import check_routable, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
+from entropy_lens.kernels import FUSED_MODES
 
 
 class ScaleSession:
@@ -102,7 +103,7 @@ class EntropyRecorder(ScaleSession):
                 "counts are not supported; please report the architecture"
             ) from None
         self._sums = HostSums(self.n_layers, self.n_heads)
-        self.session.on_entropy = self._sums.add
+        self.session.on_stats = self._sums.add
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
 
     def _install(self, stack: contextlib.ExitStack) -> None:
@@ -159,52 +160,58 @@ class EntropyRecorder(ScaleSession):
         self._sums.release_mask()
         self.session.mask_memo.clear()
 
-    def drain_into(self, total: torch.Tensor, sq: torch.Tensor, count: torch.Tensor, sink_mass=None) -> None:
-        """Add everything recorded into the caller's float64 sums (layers, heads, n) and row count (n,)
-        int64 (and the sink mass into `sink_mass`, for a model with sinks), waiting for copies in
-        flight, and leave the recorder empty: a scan's batch goes straight into the scan's running
-        sums, without the recorder's own arrays or a read-out copy."""
-        self._sums.drain_into(total, sq, count, sink_mass)
+    def drain_into(self, sums: dict[str, torch.Tensor]) -> None:
+        """Add everything recorded into the caller's float64 sums (layers, heads, n), keyed as `sums`'s
+        (`kernels.stats.sum_names`), and row count "count" (n,) int64, waiting for copies in flight,
+        and leave the recorder empty: a scan's batch goes straight into the scan's running sums, without
+        the recorder's own arrays or a read-out copy."""
+        self._sums.drain_into(sums)
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """The row statistics recorded: entropy, and sink_mass for a model with attention sinks."""
+        return tuple(self._sums.stats)
 
     @property
     def has_sinks(self) -> bool:
         """Whether the model's attention has sinks (gpt-oss): then `sink_mass` is recorded too."""
-        return self._sums.has_sinks
+        return "sink_mass" in self._sums.stats
 
     # -- results --------------------------------------------------------------------------------
     @property
     def count(self) -> np.ndarray:
         """(positions,) rows averaged per position (every layer sees the same rows)."""
-        return self._sums.read()[2].copy()
+        return self._sums.read()["count"].copy()
 
     @property
-    def sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Raw accumulators, exact to merge: sum and sum of squares of entropy (layers, heads,
-        positions) float64, and rows per position (positions,) int64."""
+    def sums(self) -> dict[str, np.ndarray]:
+        """Raw accumulators, exact to merge: {"entropy", "entropy_sq", ...: (layers, heads, positions)
+        float64 sums of each statistic (and its square), "count": rows per position (positions,) int64}."""
         return self._sums.read()
+
+    def mean(self, name: str) -> np.ndarray | None:
+        """(layers, heads, positions) mean of a sum of `sums` (a statistic or its square) over the rows
+        seen; NaN where nothing was seen; None for a statistic this model does not report."""
+        sums = self._sums.read()
+        if name not in sums:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sums[name] / sums["count"]
 
     @property
     def entropy(self) -> np.ndarray:
         """(layers, heads, positions) mean entropy in nats; NaN where nothing was seen."""
-        total, _, count = self._sums.read()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return total / count
-
-    @property
-    def sink_mass(self) -> np.ndarray | None:
-        """(layers, heads, positions) mean probability of the attention sink; None without sinks."""
-        total = self._sums.read_sink_mass()
-        if total is None:
-            return None
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return total / self._sums.read()[2]
+        return self.mean("entropy")
 
     @property
     def entropy_sq(self) -> np.ndarray:
         """(layers, heads, positions) mean squared entropy in nats²; NaN where nothing was seen."""
-        _, sq, count = self._sums.read()
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return sq / count
+        return self.mean("entropy_sq")
+
+    @property
+    def sink_mass(self) -> np.ndarray | None:
+        """(layers, heads, positions) mean probability of the attention sink; None without sinks."""
+        return self.mean("sink_mass")
 
 
 def _padding_mask(mask):

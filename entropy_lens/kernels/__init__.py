@@ -31,8 +31,8 @@
            indices, so merged shards equal the whole.
     key_bias  None, or (B|1, Hq, S) float: a bias per key and query head added where the ALiBi bias is
            (Falcon's ALiBi, which its builder rounds to bfloat16 per key, so not linear in the distance).
-           The reference and torch_chunked take it; `backend_for` names torch_chunked for it on CUDA (the
-           Triton kernel and `merge.shard_state` do not take it).
+           The reference, torch_chunked and native take it; the plan runs torch_chunked for it on CUDA
+           (the Triton kernel and `merge.shard_state` do not take it).
     -> H_i = −Σ_j p_ij ln p_ij over attendable keys and, with sinks, − p_sink ln p_sink (the sink is one
        outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
        (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
@@ -40,147 +40,80 @@
     block_q, block_k  torch_chunked's tile, query rows × keys. The reference has no tiles and the
            Triton kernel autotunes its own, so there they change nothing (the entropy is exact at any
            tile size).
-Every entry point (these functions, the backends' own, `merge.shard_state`) takes exactly the keywords
-it names: a misspelt one (`sofcap=`) is a TypeError on every backend, never a silently different number.
+Every public entry point (`attention_entropy`, `attention_with_entropy`, `merge.shard_state`) takes
+exactly the keywords it names and builds one `ScoreMods` record of them (mods.py), validated once; every
+kernel below takes the record whole, so a misspelt keyword (`sofcap=`) is a TypeError on every backend,
+never a silently different number.
 
-The attention output with its entropy, from the same score tiles (for models whose output sdpa cannot
-compute: softcap, sinks; ALiBi, which sdpa takes only as a materialised T × S bias):
-`attention_with_entropy_torch(q, k, v, softmax_scale, ...)` (torch_chunked.py, exact, any backend's masks),
-`attention_with_entropy_native` (the same loop in C++ for CPU, kernels/native: built on first use,
-`native_status()` says whether it is and why not) and `triton_entropy.attention_with_entropy_triton` (GPU).
+    attention_with_entropy(q, k, v, *, softmax_scale, <the modifiers above>, stats=("entropy", "sink_mass"),
+                           backend="auto", block_q=None, block_k=None) -> RowStats
+        the attention output with its statistics, from the same score tiles (for models whose output
+        sdpa cannot compute: softcap, sinks; ALiBi, which sdpa takes only as a materialised T × S bias):
+        rows["entropy"], rows["sink_mass"] (B, Hq, T) float32 (those of `stats`), rows.out (B, T, Hq, Dv)
+        in q's dtype, the layout transformers' attention functions return. A row that sees no key
+        outputs 0.
 
-Backends (`backend`): "reference" (float64, materialises scores; tests only), "torch_chunked" (exact
-streaming, the CPU path and fallback everywhere; on CPU its per-tile step is compiled, fold.py), "triton" (the GPU kernel, triton_entropy.py; on
-CPU only under TRITON_INTERPRET=1, for tests). The choice is made here, once, in two steps:
-`resolve_backend` turns "auto" into a name (triton for CUDA tensors when triton is installed,
-torch_chunked otherwise, overridable with the ENTROPY_LENS_BACKEND environment variable), and
-`backend_for` sends masks the Triton kernel does not take (per query or per head; it takes key
-padding, a sliding window and transformers' causal forms of both, see `masks.as_key_padding`) to
-torch_chunked. `backend_for` names the backend that will run, so callers record what ran; the
-Triton launcher refuses other masks rather than handing them on. The argument checks live in
-contract.py, shared with `merge.shard_state`.
+What a row returns is declared once, in stats.py (`ROW_STATS`, `RowStats`); which kernel runs is decided
+once, in plan.py (`BACKENDS`: "reference", float64, tests only; "torch_chunked", exact streaming, the
+fallback everywhere, its per-tile step compiled on request, fold.py; "native", the same loop in C++ on
+CPU, kernels/native, built on first use, `native_status()` says whether it is and why not; "triton", the
+GPU kernel, triton_entropy.py, on CPU only under TRITON_INTERPRET=1, for tests). The argument checks
+live in contract.py.
 """
 
 from __future__ import annotations
 
-import os
-
-import torch
-
-from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels.contract import (
-    validate,
-    validate_alibi,
-    validate_extras,
-    validate_key_bias,
-    validate_window,
-)
+from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.fold import compile_requested, fold_status
-from entropy_lens.kernels.masks import as_key_padding
-from entropy_lens.kernels.merge import (
+from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.native import native_available, native_status
+from entropy_lens.kernels.plan import (
+    BACKENDS,
+    FUSED_MODES,
+    Plan,
+    Route,
+    plan,
+    resolve_backend,
+    run,
+    statistics_kernel,
+)
+from entropy_lens.kernels.reference import attention_probabilities
+from entropy_lens.kernels.stats import (
+    DEFAULT_STATS,
+    ROW_STATS,
+    RowStats,
+    check_stats,
     entropy_from_state,
-    merge_states,
-    shard_state,
     sink_mass_from_state,
-    sink_state,
 )
-from entropy_lens.kernels.native import (
-    attention_with_entropy_native,
-    entropy_native,
-    native_available,
-    native_status,
-)
-from entropy_lens.kernels.reference import attention_probabilities, entropy_reference
-from entropy_lens.kernels.torch_chunked import (
-    BLOCK_K,
-    BLOCK_Q,
-    attention_with_entropy_torch,
-    entropy_torch_chunked,
-)
+from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q
 
 __all__ = [
     "BACKENDS",
+    "FUSED_MODES",
+    "ROW_STATS",
+    "Plan",
+    "Route",
+    "RowStats",
+    "ScoreMods",
     "attention_entropy",
     "attention_probabilities",
-    "attention_with_entropy_native",
-    "attention_with_entropy_torch",
-    "backend_for",
+    "attention_with_entropy",
     "compile_requested",
     "entropy_from_state",
-    "entropy_native",
-    "entropy_reference",
-    "entropy_torch_chunked",
     "fold_status",
     "merge_states",
     "native_available",
     "native_status",
+    "plan",
     "resolve_backend",
+    "run",
     "shard_state",
     "sink_mass_from_state",
     "sink_state",
+    "statistics_kernel",
 ]
-
-BACKENDS = ("reference", "torch_chunked", "triton")
-ENV_VAR = "ENTROPY_LENS_BACKEND"
-
-
-def resolve_backend(backend: str = "auto", device: torch.device | str | None = None) -> str:
-    """The backend `attention_entropy` will use for tensors on `device` (None: only check the name)."""
-    if backend == "auto":
-        backend = os.environ.get(ENV_VAR, "auto")
-    if backend == "auto":
-        if device is not None and torch.device(device).type == "cuda" and triton_available():
-            return "triton"
-        return "torch_chunked"
-    if backend not in BACKENDS:
-        raise EntropyLensError(
-            f"unknown entropy backend {backend!r}; choose one of auto, {', '.join(BACKENDS)} "
-            f"(via --backend or {ENV_VAR})"
-        )
-    if backend == "triton":
-        if not triton_available():
-            raise EntropyLensError(
-                "the triton backend needs the triton package: pip install triton "
-                "(or use --backend torch_chunked)"
-            )
-        interpret = os.environ.get("TRITON_INTERPRET") == "1"
-        if device is not None and torch.device(device).type != "cuda" and not interpret:
-            raise EntropyLensError(
-                f"the triton backend runs on CUDA tensors, not {torch.device(device).type}; use --device "
-                "cuda, --backend torch_chunked, or set TRITON_INTERPRET=1 (tests only) before importing "
-                "entropy_lens"
-            )
-    return backend
-
-
-def triton_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
-
-
-def backend_for(
-    backend: str,
-    q,
-    k,
-    *,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    key_bias=None,
-) -> str:
-    """The backend `attention_entropy(q, k, ..., backend=backend)` runs for these inputs (same arguments):
-    `resolve_backend`'s choice, except that triton becomes torch_chunked for a mask or a key bias the
-    Triton kernel does not take (every backend takes softcap, sinks and alibi_slopes). Errors as
-    `attention_entropy`'s."""
-    mask4 = validate(q, k, 1.0, mask)[1]
-    validate_extras(q, softcap, sinks)
-    validate_alibi(q, alibi_slopes)
-    key_bias = validate_key_bias(q, k, key_bias)
-    return _plan(backend, q, k, causal, mask4, validate_window(window, causal), key_bias)[0]
 
 
 def attention_entropy(
@@ -201,55 +134,62 @@ def attention_entropy(
     block_k: int = BLOCK_K,
 ):
     """See the module docstring for the contract."""
-    softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
-    softcap, sinks = validate_extras(q, softcap, sinks)
-    alibi_slopes = validate_alibi(q, alibi_slopes)
-    key_bias = validate_key_bias(q, k, key_bias)
-    backend, mask4, window = _plan(backend, q, k, causal, mask4, validate_window(window, causal), key_bias)
-    extras = (softcap, sinks, alibi_slopes)
-    if backend == "reference":
-        return entropy_reference(
-            q,
-            k,
-            softmax_scale,
-            causal,
-            mask4,
-            window,
-            *extras,
-            key_bias=key_bias,
-            return_sink_mass=return_sink_mass,
-        )
-    if backend == "triton":
-        from entropy_lens.kernels.triton_entropy import entropy_triton
-
-        return entropy_triton(
-            q, k, softmax_scale, causal, mask4, window, *extras, return_sink_mass=return_sink_mass
-        )
-    return entropy_torch_chunked(
+    softmax_scale = validate_scale(q, k, softmax_scale)
+    mods = ScoreMods.build(
         q,
         k,
-        softmax_scale,
-        causal,
-        mask4,
-        window,
-        *extras,
+        causal=causal,
+        mask=mask,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi_slopes=alibi_slopes,
         key_bias=key_bias,
-        return_sink_mass=return_sink_mass,
-        block_q=block_q,
-        block_k=block_k,
     )
+    kernel, mods = statistics_kernel(backend, q, k, mods)
+    stats = DEFAULT_STATS if return_sink_mass else ("entropy",)
+    rows = run(kernel, q, k, None, softmax_scale, mods, stats=stats, block_q=block_q, block_k=block_k)
+    return (rows["entropy"], rows["sink_mass"]) if return_sink_mass else rows["entropy"]
 
 
-def _plan(backend: str, q, k, causal: bool, mask4, window, key_bias=None):
-    """(backend, mask, window) for validated inputs: for triton the mask is reduced to key padding
-    (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check
-    a (T, S) mask again."""
-    backend = resolve_backend(backend, q.device)
-    if backend == "triton" and key_bias is not None:  # the Triton kernel takes no key bias
-        return "torch_chunked", mask4, window
-    if backend != "triton" or mask4 is None:
-        return backend, mask4, window
-    form = as_key_padding(mask4, q.shape[0], q.shape[2], k.shape[2], causal, window)
-    if form is None:  # per query or per head: the exact streaming path
-        return "torch_chunked", mask4, window
-    return ("triton", *form)
+def attention_with_entropy(
+    q,
+    k,
+    v,
+    *,
+    softmax_scale,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+    key_bias=None,
+    stats=DEFAULT_STATS,
+    backend="auto",
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> RowStats:
+    """See the module docstring: the one pass of `backend`'s kernel ("auto": triton on CUDA, native on
+    CPU where it builds, else torch_chunked; triton falls back to torch_chunked as for the entropy, and
+    for values whose head size is not the queries')."""
+    softmax_scale = validate_scale(q, k, softmax_scale)
+    if not hasattr(v, "ndim") or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
+        got = tuple(getattr(v, "shape", ()))
+        raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {got}")
+    mods = ScoreMods.build(
+        q,
+        k,
+        causal=causal,
+        mask=mask,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi_slopes=alibi_slopes,
+        key_bias=key_bias,
+    )
+    kernel, mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    if kernel == "triton" and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output has q's head size
+        kernel = "torch_chunked"
+    stats = check_stats(stats)
+    return run(kernel, q, k, v, softmax_scale, mods, stats=stats, block_q=block_q, block_k=block_k)

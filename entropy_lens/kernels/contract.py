@@ -1,8 +1,8 @@
-"""The kernels' input contract, checked once: `validate`, `validate_window` and `validate_extras` turn
-the public arguments of `attention_entropy` / `shard_state` / the fused output paths into the
-normalised form every backend takes (a (Hq,) float32 softmax_scale, a bool 4-D mask or None, an int window or
-None, a float softcap or None, (Hq,) float32 sinks or None, and from `validate_alibi` (Hq,) float32
-ALiBi slopes or None), with errors that say which argument to fix. See `entropy_lens.kernels` for the contract itself.
+"""The kernels' input contract, checked once where a public entry point builds its `ScoreMods`
+(mods.py): each function turns one public argument into the normalised form every backend takes (a
+(Hq,) float32 softmax_scale, a bool 4-D mask or None, an int window or None, a float softcap or None,
+(Hq,) float32 sinks, ALiBi slopes or None, a (B|1, Hq, S) key bias or None), with errors that say which
+argument to fix. See `entropy_lens.kernels` for the contract itself.
 """
 
 from __future__ import annotations
@@ -12,31 +12,41 @@ import numbers
 import torch
 
 
-def validate(q, k, softmax_scale, mask) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(softmax_scale (Hq,) float32 on q's device, mask as bool (B|1, Hq|1, T|1, S) on q's device or None)
-    for q (B, Hq, T, D), k (B, Hkv, S, D); ValueError naming the argument that breaks the contract."""
+def validate_shapes(q, k) -> None:
+    """ValueError unless q (B, Hq, T, D) and k (B, Hkv, S, D) agree, Hq a multiple of Hkv."""
     if q.ndim != 4 or k.ndim != 4:
         raise ValueError(f"q and k must be 4-D (B, H, T, D); got {tuple(q.shape)} and {tuple(k.shape)}")
-    B, Hq, T, D = q.shape
-    if k.shape[0] != B or k.shape[3] != D:
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim")
-    Hkv, S = k.shape[1], k.shape[2]
+    Hq, Hkv = q.shape[1], k.shape[1]
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key heads ({Hkv})")
-    if isinstance(softmax_scale, torch.Tensor):
-        softmax_scale = softmax_scale.detach().to(device=q.device, dtype=torch.float32).reshape(-1)
-        if softmax_scale.numel() == 1:
-            softmax_scale = softmax_scale.expand(Hq)
-        if softmax_scale.numel() != Hq:
-            raise ValueError(
-                f"softmax_scale must be a float or a ({Hq},) tensor; got shape {tuple(softmax_scale.shape)}"
-            )
-    else:
-        softmax_scale = torch.full((Hq,), float(softmax_scale), device=q.device)
+
+
+def validate_scale(q, k, softmax_scale) -> torch.Tensor:
+    """softmax_scale (a float or a (Hq,) tensor) as (Hq,) float32 on q's device, after `validate_shapes`."""
+    validate_shapes(q, k)
+    Hq = q.shape[1]
+    if not isinstance(softmax_scale, torch.Tensor):
+        return torch.full((Hq,), float(softmax_scale), device=q.device)
+    softmax_scale = softmax_scale.detach().to(device=q.device, dtype=torch.float32).reshape(-1)
+    if softmax_scale.numel() == 1:
+        softmax_scale = softmax_scale.expand(Hq)
+    if softmax_scale.numel() != Hq:
+        raise ValueError(
+            f"softmax_scale must be a float or a ({Hq},) tensor; got shape {tuple(softmax_scale.shape)}"
+        )
+    return softmax_scale
+
+
+def validate_mask(q, k, mask) -> torch.Tensor | None:
+    """The mask as bool (B|1, Hq|1, T|1, S) on q's device, or None; ValueError naming what to fix."""
     if mask is None:
-        return softmax_scale, None
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be bool (True = attend); got {mask.dtype}")
+        return None
+    validate_shapes(q, k)
+    B, Hq, T, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = attend); got {getattr(mask, 'dtype', mask)!r}")
     if mask.ndim == 2:
         mask = mask[:, None, None, :]
     ok = (
@@ -48,7 +58,7 @@ def validate(q, k, softmax_scale, mask) -> tuple[torch.Tensor, torch.Tensor | No
     )
     if not ok:
         raise ValueError(f"mask shape {tuple(mask.shape)} is not (B, S) or broadcastable to {(B, Hq, T, S)}")
-    return softmax_scale, mask.to(q.device)
+    return mask.to(q.device)
 
 
 def validate_window(window, causal: bool) -> int | None:

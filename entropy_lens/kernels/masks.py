@@ -2,7 +2,7 @@
 
 `decompose` reads a bool 4-D mask as causal & sliding window & key padding where it is one;
 `as_key_padding` is that form as the Triton kernel takes it (key padding (B, 1, 1, S) and a window).
-The dispatcher (`kernels.backend_for`) runs the Triton kernel only where `as_key_padding` finds the
+The plan (`kernels.plan.statistics_kernel`) runs the Triton kernel only where `as_key_padding` finds the
 form, the capture reduces transformers' masks to it once per forward, and the Triton launcher
 refuses any other mask.
 """

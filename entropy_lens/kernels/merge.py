@@ -8,30 +8,26 @@ Two disjoint key sets A, B merge exactly: with m = max(m_A, m_B), α_X = e^(m_X 
 commutative, and an empty shard (m = −inf, l = u = 0) is its identity, so key shards can be folded
 in any order or tree, e.g. as K/V blocks travel round a ring of devices (docs/scaling.md).
 
-    state = shard_state(q, k[:, :, a:b], softmax_scale, key_offset=a, total_keys=S)   # (m, l, u), (B, Hq, T)
-    H = entropy_from_state(*merge_states(state_1, state_2))                  # == attention_entropy
+    state = shard_state(q, k[:, :, a:b], softmax_scale, key_offset=a, total_keys=S)   # {"m", "l", "u"}
+    H = entropy_from_state(merge_states(state_1, state_2))                   # == attention_entropy
 
 Softcap is per score, so every shard takes `softcap` as `attention_entropy` does; so is the ALiBi bias,
 whose distance uses global key indices (key_offset + the shard's own), so every shard takes
 `alibi_slopes` too and the merged state is the unsharded one. Attention sinks
 (gpt-oss) are one more score per row that belongs to no key shard: shard_state takes none, and the
 sink enters exactly once as a state of its own, `sink_state(sinks, B, T)` = (σ_h, 1, 0), merged in
-anywhere in the fold (it is the state torch_chunked starts from); `sink_mass_from_state` then reads
-p_sink off the merged state.
+anywhere in the fold (it is the state torch_chunked starts from); `sink_mass_from_state(state, sinks)` then
+reads p_sink off the merged state.
 """
 
 from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate, validate_alibi, validate_extras, validate_window
-from entropy_lens.kernels.torch_chunked import (
-    BLOCK_K,
-    BLOCK_Q,
-    entropy_from_state,
-    sink_mass_from_state,
-    state_torch_chunked,
-)
+from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.stats import entropy_from_state, sink_mass_from_state
+from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q, stream_torch
 
 __all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_state", "sink_state"]
 
@@ -50,8 +46,8 @@ def shard_state(
     alibi_slopes=None,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
-):
-    """State (m, l, u), each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
+) -> dict[str, torch.Tensor]:
+    """State {"m", "l", "u"}, each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
     (B, Hkv, S_shard, D) holding global keys [key_offset, key_offset + S_shard) of `total_keys`.
 
     Causal alignment is global and bottom-right: query i sees global key j iff j <= i + total_keys − T
@@ -61,49 +57,35 @@ def shard_state(
     −slope_h·|i + total_keys − T − j| with j the global key index) and the tile `block_q` × `block_k` as
     in `attention_entropy`. Sinks: see `sink_state`.
     """
-    softmax_scale, mask4 = validate(q, k, softmax_scale, mask)
-    window = validate_window(window, causal)
-    softcap, _ = validate_extras(q, softcap, None)
-    alibi_slopes = validate_alibi(q, alibi_slopes)
-    T = q.shape[2]
-    offset = total_keys - T - key_offset  # local key j is global key_offset + j
-    return state_torch_chunked(
-        q,
-        k,
-        softmax_scale,
-        causal,
-        mask4,
-        window,
-        softcap,
-        None,
-        alibi_slopes,
-        offset=offset,
-        block_q=block_q,
-        block_k=block_k,
+    softmax_scale = validate_scale(q, k, softmax_scale)
+    mods = ScoreMods.build(
+        q, k, causal=causal, mask=mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes
     )
+    offset = total_keys - q.shape[2] - key_offset  # local key j is global key_offset + j
+    state, _ = stream_torch(q, k, None, softmax_scale, mods, offset=offset, block_q=block_q, block_k=block_k)
+    return state
 
 
-def sink_state(sinks, batch: int, queries: int):
-    """The state (m, l, u), each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone:
+def sink_state(sinks, batch: int, queries: int) -> dict[str, torch.Tensor]:
+    """The state {"m", "l", "u"}, each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone:
     m = σ_h, l = 1, u = 0. Merge it exactly once with the key shards' states to get the entropy with
     sinks (any position in the fold); sinks are not scaled or softcapped."""
     sinks = torch.as_tensor(sinks)
     if sinks.ndim != 1 or not sinks.is_floating_point():
         raise ValueError(f"sinks must be a (Hq,) float tensor; got {sinks!r}")
     m = sinks.detach().float().view(1, -1, 1).expand(batch, -1, queries).contiguous()
-    return m, torch.ones_like(m), torch.zeros_like(m)
+    return {"m": m, "l": torch.ones_like(m), "u": torch.zeros_like(m)}
 
 
-def merge_states(a, b):
-    """Merge two states (m, l, u) over disjoint key sets; see the module docstring. NaN-free when
+def merge_states(a, b) -> dict[str, torch.Tensor]:
+    """Merge two states {"m", "l", "u"} over disjoint key sets; see the module docstring. NaN-free when
     either side (or both) saw no key (m = −inf)."""
-    ma, la, ua = a
-    mb, lb, ub = b
-    m = torch.maximum(ma, mb)
+    m = torch.maximum(a["m"], b["m"])
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    terms = []
-    for mx, lx, ux in ((ma, la, ua), (mb, lb, ub)):
-        alpha = torch.exp(mx - m_safe)  # 0 for an empty side
-        shift = torch.where(lx > 0, (mx - m_safe) * lx, torch.zeros_like(lx))
-        terms.append((alpha * lx, alpha * (ux + shift)))
-    return m, terms[0][0] + terms[1][0], terms[0][1] + terms[1][1]
+    merged = {"m": m, "l": 0, "u": 0}
+    for side in (a, b):
+        alpha = torch.exp(side["m"] - m_safe)  # 0 for an empty side
+        shift = torch.where(side["l"] > 0, (side["m"] - m_safe) * side["l"], torch.zeros_like(side["l"]))
+        merged["l"] = merged["l"] + alpha * side["l"]
+        merged["u"] = merged["u"] + alpha * (side["u"] + shift)
+    return merged

@@ -1,14 +1,17 @@
 """Float64 reference: materialises every score. Small T only (tests); O(B·Hq·T·S) memory.
 
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
-validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor, `mask` is None or a
-bool tensor broadcastable to (B, Hq, T, S), `softcap` a float or None, `sinks` (Hq,) or None,
-`alibi_slopes` (Hq,) or None, `key_bias` (B|1, Hq, S) or None.
+validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor and the score
+modifiers a `ScoreMods`. Each statistic is written from its definition (`DEFINITIONS`), not from
+the streaming state the other kernels keep.
 """
 
 from __future__ import annotations
 
 import torch
+
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
 
 
 def key_distance(T: int, S: int, device=None) -> torch.Tensor:
@@ -28,19 +31,7 @@ def causal_visible(T: int, S: int, device=None, window: int | None = None) -> to
 
 
 @torch.no_grad()
-def attention_probabilities(
-    q,
-    k,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-):
+def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     """(p (B, Hq, T, S) float64, the keys' probabilities; p_sink (B, Hq, T) float64, zeros without sinks;
     any_visible (B, Hq, T) bool), written from the definitions, as transformers' eager attention
     computes them: scores λ_h q·k, capped to c·tanh(s/c) (Gemma2), then the ALiBi bias
@@ -53,51 +44,46 @@ def attention_probabilities(
     G = Hq // Hkv
     qd = q.double().view(B, Hkv, G, T, D) * softmax_scale.double().view(1, Hkv, G, 1, 1)
     s = torch.einsum("bkgtd,bksd->bkgts", qd, k.double()).reshape(B, Hq, T, S)
-    if softcap is not None:
-        s = torch.tanh(s / softcap) * softcap
-    if alibi_slopes is not None:  # after the cap, before the mask; the sink below gets no bias
-        s = s - alibi_slopes.double().view(1, Hq, 1, 1) * key_distance(T, S, q.device).abs().double()
-    if key_bias is not None:  # the same place: a bias per key (B|1, Hq, S)
-        s = s + key_bias.double().unsqueeze(2)
+    if mods.softcap is not None:
+        s = torch.tanh(s / mods.softcap) * mods.softcap
+    if mods.alibi_slopes is not None:  # after the cap, before the mask; the sink below gets no bias
+        s = s - mods.alibi_slopes.double().view(1, Hq, 1, 1) * key_distance(T, S, q.device).abs().double()
+    if mods.key_bias is not None:  # the same place: a bias per key (B|1, Hq, S)
+        s = s + mods.key_bias.double().unsqueeze(2)
     visible = torch.ones(1, 1, T, S, dtype=torch.bool, device=q.device)
-    if causal:
-        visible = visible & causal_visible(T, S, q.device, window)
-    if mask is not None:
-        visible = visible & mask
+    if mods.causal:
+        visible = visible & causal_visible(T, S, q.device, mods.window)
+    if mods.mask is not None:
+        visible = visible & mods.mask
     visible = visible.expand(B, Hq, T, S)
     s = s.masked_fill(~visible, float("-inf"))
-    if sinks is not None:  # one more outcome per row: the sink, which every row sees
-        sink = sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)
+    if mods.sinks is not None:  # one more outcome per row: the sink, which every row sees
+        sink = mods.sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)
         s = torch.cat([s, sink], dim=-1)
         visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
     any_visible = visible.any(-1)
     p = torch.softmax(s.masked_fill(~any_visible.unsqueeze(-1), 0.0), dim=-1)
     p = p.masked_fill(~visible, 0.0)
-    p_sink = p[..., S] if sinks is not None else torch.zeros_like(p[..., 0])
+    p_sink = p[..., S] if mods.sinks is not None else torch.zeros_like(p[..., 0])
     return p[..., :S], p_sink, any_visible
 
 
-@torch.no_grad()
-def entropy_reference(
-    q,
-    k,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-    return_sink_mass=False,
-):
-    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> (B, Hq, T) float32 entropy in nats, and with
-    `return_sink_mass` the sink's probability (B, Hq, T) float32 as well (zeros without sinks):
-    H = −Σ p ln p over `attention_probabilities`' keys and sink, the sink one outcome among them."""
-    p, p_sink, any_visible = attention_probabilities(
-        q, k, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes, key_bias=key_bias
-    )
+def _entropy(p, p_sink, any_visible):
+    """H = −Σ p ln p over the keys and the sink, the sink one outcome among them; 0 for a row that sees nothing."""
     h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
-    h = torch.where(any_visible, h, torch.zeros_like(h)).float()
-    return (h, p_sink.float()) if return_sink_mass else h
+    return torch.where(any_visible, h, torch.zeros_like(h))
+
+
+# Each row statistic (stats.ROW_STATS) from its definition: (p, p_sink, any_visible) -> (B, Hq, T) float64
+DEFINITIONS = {
+    "entropy": _entropy,
+    "sink_mass": lambda p, p_sink, any_visible: p_sink,
+}
+
+
+@torch.no_grad()
+def row_stats_reference(q, k, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS) -> RowStats:
+    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> RowStats of `stats`, each (B, Hq, T)
+    float32, computed in float64 from `attention_probabilities` by the definitions above."""
+    probabilities = attention_probabilities(q, k, softmax_scale, mods)
+    return RowStats({name: DEFINITIONS[name](*probabilities).float() for name in stats})

@@ -16,7 +16,7 @@ the row's and key's indices (a key shard's offset makes them global, so its tile
 the whole). Sinks (gpt-oss): the sink logit σ_h is one more score of every row, with no value, no
 bias and never masked; it is the state before any key, m = σ_h, l = 1, u = 0, so H and
 p_sink = e^(σ_h − m)/l include it and a row that sees no key ends with p_sink = 1, H = 0.
-Output (`attention_with_entropy_torch`): the flash-attention accumulator o = Σ e^(s − m) v_j rides
+Output (`row_stats_torch` with values v): the flash-attention accumulator o = Σ e^(s − m) v_j rides
 along, o ← α o + e·V per tile, and out = o/l (0 for a row with no key and no sink, as sdpa).
 
 Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state (and a
@@ -35,206 +35,66 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import (
-    validate,
-    validate_alibi,
-    validate_extras,
-    validate_key_bias,
-    validate_window,
-)
 from entropy_lens.kernels.fold import fold_for
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, read_stats
 
 NEG_INF = float("-inf")
 BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above
+OUTPUT_BLOCKS = (128, 512)  # the output path's default tile, see above
 
 
 @torch.no_grad()
-def entropy_torch_chunked(
-    q,
-    k,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-    return_sink_mass=False,
-    block_q=BLOCK_Q,
-    block_k=BLOCK_K,
-):
-    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) fp32 -> (B, Hq, T) float32 entropy, nats; with
-    `return_sink_mass` (entropy, sink mass (B, Hq, T) float32, zeros without sinks).
-
-    `mask`: None or bool broadcastable to (B, Hq, T, S), True = attend (validated upstream).
-    `window`: None or the sliding window (causal only, validated upstream).
-    `softcap`: None or c > 0; `sinks`: None or (Hq,) float32 logits; `alibi_slopes`: None or (Hq,)
-    float32; `key_bias`: None or (B|1, Hq, S) float32 (all validated upstream).
-    """
-    m, l, u = state_torch_chunked(
-        q,
-        k,
-        softmax_scale,
-        causal,
-        mask,
-        window,
-        softcap,
-        sinks,
-        alibi_slopes,
-        key_bias=key_bias,
-        block_q=block_q,
-        block_k=block_k,
-    )
-    h = entropy_from_state(m, l, u)
-    return (h, sink_mass_from_state(m, l, sinks)) if return_sink_mass else h
-
-
-@torch.no_grad()
-def attention_with_entropy_torch(
-    q,
-    k,
-    v,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-    block_q=128,
-    block_k=512,
-):
-    """The attention output and its entropy from the same score tiles (exact, streaming):
-    q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) ->
-    (out (B, T, Hq, Dv) in q's dtype, the layout transformers' attention functions return;
-     entropy (B, Hq, T) float32 nats; sink mass (B, Hq, T) float32, zeros without sinks).
-
-    Arguments as `attention_entropy`'s (softmax_scale a float or (Hq,) tensor, mask bool (B, S) or 4-D,
-    window, softcap, sinks (Hq,), alibi_slopes (Hq,), key_bias (B|1, Hq, S)), checked here. A row that sees no key outputs 0
-    (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no value).
-    """
-    softmax_scale, mask = validate(q, k, softmax_scale, mask)
-    window = validate_window(window, causal)
-    softcap, sinks = validate_extras(q, softcap, sinks)
-    alibi_slopes = validate_alibi(q, alibi_slopes)
-    key_bias = validate_key_bias(q, k, key_bias)
-    if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
-    (m, l, u), out = _stream(
+def row_stats_torch(
+    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, block_q=None, block_k=None
+) -> RowStats:
+    """q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or None, softmax_scale (Hq,) fp32 and `mods`
+    validated upstream -> RowStats: `stats` (B, Hq, T) float32 and, with v, the output (B, T, Hq, Dv)
+    in q's dtype, the layout transformers' attention functions return. A row that sees no key outputs
+    0 (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no
+    value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v."""
+    default_q, default_k = (BLOCK_Q, BLOCK_K) if v is None else OUTPUT_BLOCKS
+    state, out = stream_torch(
         q,
         k,
         v,
         softmax_scale,
-        causal,
-        mask,
-        window,
-        softcap,
-        sinks,
-        alibi_slopes,
-        key_bias,
-        None,
-        block_q,
-        block_k,
+        mods,
+        block_q=default_q if block_q is None else block_q,
+        block_k=default_k if block_k is None else block_k,
     )
-    return out, entropy_from_state(m, l, u), sink_mass_from_state(m, l, sinks)
-
-
-def entropy_from_state(m, l, u):
-    """H = log l − u/l (nats) from the streaming state; 0 for rows that saw no key (l = 0). `m` is
-    unused (H does not depend on the centre) but kept so a state tuple can be splatted."""
-    del m
-    return torch.where(l > 0, torch.log(l) - u / l, torch.zeros_like(l)).clamp_min_(0.0)
-
-
-def sink_mass_from_state(m, l, sinks):
-    """p_sink = e^(σ_h − m)/l, (B, Hq, T) float32, for a state that holds the sinks σ (Hq,) (zeros for
-    sinks None). l >= 1 there: the largest score, or the sink itself, adds e^0."""
-    if sinks is None:
-        return torch.zeros_like(l)
-    return torch.exp(sinks.to(l).view(1, -1, 1) - m) / l
+    return RowStats(read_stats(state, mods, stats), out)
 
 
 @torch.no_grad()
-def state_torch_chunked(
-    q,
-    k,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-    offset=None,
-    block_q=BLOCK_Q,
-    block_k=BLOCK_K,
-):
-    """The streaming state (m, l, u), each (B, Hq, T) float32, of queries q over keys k.
+def stream_torch(q, k, v, softmax_scale, mods: ScoreMods, *, offset=None, block_q=BLOCK_Q, block_k=BLOCK_K):
+    """The streaming state {"m", "l", "u"}, each (B, Hq, T) float32, of queries q over keys k, and the
+    output (B, T, Hq, Dv) for values v (None: no output).
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
     A key shard passes its own offset (see `entropy_lens.kernels.merge`); rows that see no key of
-    the shard get m = −inf, l = u = 0, the identity of `merge_states`. With `sinks` (Hq,) the
-    state starts from the sink (m = σ_h, l = 1, u = 0) instead. With `alibi_slopes` (Hq,) the
+    the shard get m = −inf, l = u = 0, the identity of `merge_states`. With sinks (Hq,) the
+    state starts from the sink (m = σ_h, l = 1, u = 0) instead. With ALiBi slopes (Hq,) the
     distance in the bias is i + offset − j as well, so a shard's scores are those of the whole.
     """
-    state, _ = _stream(
-        q,
-        k,
-        None,
-        softmax_scale,
-        causal,
-        mask,
-        window,
-        softcap,
-        sinks,
-        alibi_slopes,
-        key_bias,
-        offset,
-        block_q,
-        block_k,
-    )
-    return state
-
-
-def _stream(
-    q,
-    k,
-    v,
-    softmax_scale,
-    causal,
-    mask,
-    window,
-    softcap,
-    sinks,
-    alibi_slopes,
-    key_bias,
-    offset,
-    block_q,
-    block_k,
-):
-    """The loop both paths share: ((m, l, u) each (B, Hq, T) fp32, out (B, T, Hq, Dv) or None)."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     offset = S - T if offset is None else int(offset)
+    causal, mask, window, softcap = mods.causal, mods.mask, mods.window, mods.softcap
     kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
     vf = None if v is None else v.float().contiguous()  # (B, Hkv, S, Dv), tiles viewed as 3-D below
     Dv = 0 if v is None else v.shape[-1]
     softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
-    sink = None if sinks is None else sinks.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1)
+    sink = None if mods.sinks is None else mods.sinks.to(q.device, torch.float32).view(1, Hkv, G, 1)
     # −slope per query head, laid out as the score tiles' heads: the bias is −slope·|i + offset − j|
     neg_slope = None
-    if alibi_slopes is not None:
-        neg_slope = -alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
+    if mods.alibi_slopes is not None:
+        neg_slope = -mods.alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
+    key_bias = mods.key_bias
     kb = None if key_bias is None else key_bias.float().view(key_bias.shape[0], Hkv, G, 1, S)
-    state = torch.empty(3, B, Hq, T, dtype=torch.float32, device=q.device)
+    state = torch.empty(len(STATE), B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
     for q0 in range(0, T, block_q):
         q1 = min(q0 + block_q, T)
@@ -263,11 +123,11 @@ def _stream(
             valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, valid, o, vb)
-        state[:, :, :, q0:q1] = torch.stack([m, l, u]).view(3, B, Hq, bq)
+        state[:, :, :, q0:q1] = torch.stack([m, l, u]).view(len(STATE), B, Hq, bq)
         if o is not None:  # out = o / l, 0 where l = 0 (then o = 0 too)
             o.div_(torch.where(l > 0, l, torch.ones_like(l)).view(B * Hkv, G * bq, 1))
             out[:, q0:q1] = o.view(B, Hq, bq, Dv).transpose(1, 2)
-    return (state[0], state[1], state[2]), out
+    return dict(zip(STATE, state, strict=True)), out
 
 
 def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):

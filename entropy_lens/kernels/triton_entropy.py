@@ -1,6 +1,6 @@
 """Attention entropy as a Triton kernel: the GPU path of `attention_entropy(backend="triton")`.
 
-Contract (the same as `entropy_torch_chunked`):
+Contract (the same as `torch_chunked.row_stats_torch`):
     q      (B, Hq, T, D)  bf16 / fp16 / fp32, any strides
     k      (B, Hkv, S, D) same dtype; query head h reads key head h // (Hq / Hkv) (GQA/MQA by
            indexing, keys are never repeated)
@@ -9,7 +9,7 @@ Contract (the same as `entropy_torch_chunked`):
     window None or a sliding window W: query i sees keys j > i + S − T − W as well (causal only)
     mask   None, or a validated bool 4-D mask, True = attend. Key padding, a sliding window or both
            ((B|1, 1, 1, S), or (B|1, 1, T, S) as transformers builds them, see `masks.decompose`) run
-           in the kernel; other masks (per query or per head) raise ValueError: `kernels.backend_for`
+           in the kernel; other masks (per query or per head) raise ValueError: `kernels.plan`
            sends them to torch_chunked before any launch, so the backend recorded is the one that ran.
     softcap None or c > 0: scores become c·tanh(s/c) before masking (Gemma2)
     sinks  None or (Hq,) fp32 sink logits σ_h (gpt-oss): one more score per row with no value
@@ -42,7 +42,7 @@ Block sizes: `@triton.autotune` (keyed by the power-of-two buckets of T and S, s
 does not retune every step) over per-variant lists of configs that compile without register spills
 when a CUDA driver is present; fixed (32, 32) otherwise (the interpreter).
 
-Fused variant (`attention_with_entropy_triton`): the same kernel with WITH_OUTPUT also streams V
+Fused variant (`row_stats_triton` with v): the same kernel with WITH_OUTPUT also streams V
 and returns the attention output, the flash-attention forward plus the entropy accumulators. The
 capture picks between it and "sdpa output + entropy-only pass" by timing both on the GPU
 (capture/fused.py); benchmarks/scan_gpu.py (kernel mode) reports the same comparison.
@@ -57,6 +57,8 @@ import triton
 import triton.language as tl
 
 from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
@@ -381,52 +383,27 @@ def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: b
 
 
 @torch.no_grad()
-def entropy_triton(
-    q,
-    k,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    return_sink_mass=False,
-):
-    """See the module docstring. `mask` is a validated bool 4-D mask or None; ValueError for a mask
-    the kernel cannot serve. With `return_sink_mass`: (entropy, sink mass)."""
-    ent, _, sink_mass = _launch(q, k, None, softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes)
-    return (ent, sink_mass) if return_sink_mass else ent
+def row_stats_triton(q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS) -> RowStats:
+    """See the module docstring: RowStats of `stats` (B, Hq, T) fp32 and, with v (B, Hkv, S, D), the
+    attention output (B, T, Hq, D) in q's dtype (stored in that layout by the kernel), from the same pass
+    over K/V (the flash-attention forward with the entropy accumulators beside it). Rows with no
+    attendable key get output 0 and entropy 0. `mods.mask` must be None or key padding with a
+    sliding window (ValueError otherwise: the plan sends other masks to torch_chunked); no key bias."""
+    if mods.key_bias is not None:
+        raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
+    if v is not None and v.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"the Triton kernel's output needs values of the queries' head size {q.shape[-1]}, not "
+            f"{v.shape[-1]}; run it with backend='torch_chunked'"
+        )
+    entropy, out, sink_mass = _launch(q, k, None if v is None else v.to(q.dtype), softmax_scale, mods)
+    values = {"entropy": entropy, "sink_mass": sink_mass}  # what the kernel computes, by name
+    return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2))
 
 
-@torch.no_grad()
-def attention_with_entropy_triton(
-    q,
-    k,
-    v,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    return_sink_mass=False,
-):
-    """The fused variant: (attention output (B, Hq, T, D) in q's dtype, a view of (B, T, Hq, D) memory;
-    entropy (B, Hq, T) fp32) in one pass over K/V, i.e. the flash-attention forward with the entropy
-    accumulators beside it; with `return_sink_mass` the sink mass (B, Hq, T) fp32 third. `v` is
-    (B, Hkv, S, D). Rows with no attendable key get output 0 and entropy 0. Masks, softcap,
-    sinks and alibi_slopes as for `entropy_triton`."""
-    entropy, out, sink_mass = _launch(
-        q, k, v.to(q.dtype), softmax_scale, causal, mask, window, softcap, sinks, alibi_slopes
-    )
-    return (out, entropy, sink_mass) if return_sink_mass else (out, entropy)
-
-
-def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=None, alibi_slopes=None):
+def _launch(q, k, v, softmax_scale, mods: ScoreMods):
+    causal, mask, window, softcap = mods.causal, mods.mask, mods.window, mods.softcap
+    sinks, alibi_slopes = mods.sinks, mods.alibi_slopes
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     if k.dtype != q.dtype:
@@ -436,7 +413,7 @@ def _launch(q, k, v, softmax_scale, causal, mask, window, softcap=None, sinks=No
         raise ValueError(
             "the Triton kernel takes key padding and sliding-window masks only, not this "
             f"{tuple(mask.shape)} mask (it differs per query or per head); run it with "
-            "attention_entropy(backend='torch_chunked'), or let kernels.backend_for pick the backend"
+            "attention_entropy(backend='torch_chunked'), or let kernels.plan pick the backend"
         )
     keep, window = form
     keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from entropy_lens.choices import BACKENDS, FUSED_MODES
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, setting
@@ -159,11 +160,12 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     )
     backend: str = setting(
         "auto",
-        help="entropy backend: auto (triton on CUDA, else torch_chunked) | torch_chunked | triton | reference",
+        help="the kernel of the statistics: auto (triton on CUDA; on CPU torch_chunked, and the native C++ "
+        f"kernel for the fused pass where it builds) | {' | '.join(BACKENDS)}",
     )
     fused: str = setting(
         "auto",
-        choices=("auto", "on", "off"),
+        choices=FUSED_MODES,
         help="layer output + entropy in one fused pass (on; Triton on CUDA, on CPU the native C++ kernel, "
         "or the streamed torch path where it cannot build: the meta's native says why), sdpa + an "
         "entropy pass (off), or whichever is faster, timed on the first layers (auto)",
@@ -176,7 +178,6 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     )
 
     def check(self) -> None:
-        from entropy_lens.capture.fused import FUSED_MODES
         from entropy_lens.data import check_length
         from entropy_lens.data.chunks import check_stride
         from entropy_lens.kernels import resolve_backend

@@ -166,7 +166,7 @@ class Run:
     scales: float | np.ndarray | None  # the multipliers s the capture applies; None = the model as trained
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
-    backend: str  # the entropy backend asked for ("auto" resolved); sums.backends says what ran
+    backend: str  # --backend, checked for the device; sums.backends says which kernels ran
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
 
@@ -199,7 +199,8 @@ class Run:
                 f"{vocab}; tokenise with this model's tokenizer"
             )
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
-        backend = resolve_backend(config.backend, device)
+        resolve_backend(config.backend, device)  # refused here if this device cannot run it
+        backend = config.backend  # "auto" stays: kernels.plan picks per route
         schedule = variant_schedule(config, lm)
         return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, schedule)
 

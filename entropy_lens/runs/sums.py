@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
 from entropy_lens.runs.distributed import World, all_reduce_sum
 
@@ -36,7 +37,9 @@ __all__ = ["ScanSums", "interrupts_deferred"]
 class ScanSums:
     def __init__(self, n_layers: int, n_heads: int, length: int, *, entropy: bool = True):
         self.entropy = entropy  # whether batches carry entropies (a recorder) or only the loss
-        self.s = {
+        # the float64 sums of each row statistic (kernels.stats.sum_names; sink_mass added when a model
+        # reports it), of the loss and its square, rows per position and samples
+        self.arrays = {
             "entropy": np.zeros((n_layers, n_heads, length)),
             "entropy_sq": np.zeros((n_layers, n_heads, length)),
             "loss": np.zeros(length),
@@ -50,30 +53,30 @@ class ScanSums:
 
     @property
     def samples(self) -> int:
-        return int(self.s["samples"])
+        return int(self.arrays["samples"])
 
     def add(self, capture, nll: torch.Tensor) -> None:
         """One batch: `capture` the batch's ScaleSession (an EntropyRecorder when `entropy`), drained
         into the sums, and the (B, T) next-token loss."""
         loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
-        s = self.s
+        arrays = self.arrays
         with interrupts_deferred():
             if self.entropy:
-                if capture.has_sinks and "sink_mass" not in s:  # a model with attention sinks: one more sum
-                    s["sink_mass"] = np.zeros_like(s["entropy"])
-                keys = ("entropy", "entropy_sq", "count", "sink_mass")
-                capture.drain_into(*(torch.from_numpy(s[k]) if k in s else None for k in keys))
+                names = sum_names(capture.stats)
+                for name in names:  # a statistic the model reports beyond entropy (sink mass): one more sum
+                    arrays.setdefault(name, np.zeros_like(arrays["entropy"]))
+                capture.drain_into({k: torch.from_numpy(arrays[k]) for k in (*names, "count")})
             else:
-                s["count"] += loss.shape[0]
-            s["loss"] += loss.sum(0)
-            s["loss_sq"] += (loss**2).sum(0)
-            s["samples"] = np.array(int(s["samples"]) + loss.shape[0])
+                arrays["count"] += loss.shape[0]
+            arrays["loss"] += loss.sum(0)
+            arrays["loss_sq"] += (loss**2).sum(0)
+            arrays["samples"] = np.array(int(arrays["samples"]) + loss.shape[0])
             self.paths |= capture.session.paths
             self.backends |= capture.session.backends
 
     def all_reduce(self, world: World) -> None:
         """Every rank ends with the sums of all ranks (a no-op in one process)."""
-        self.s = all_reduce_sum(self.s, world)
+        self.arrays = all_reduce_sum(self.arrays, world)
 
     def save(self, path: Path, identity: dict, wall_s: float, decided: dict | None = None) -> None:
         """The checkpoint: the sums, the scan's `identity` and what it `decided` at run time (JSON: the
@@ -84,7 +87,7 @@ class ScanSums:
             wall_s=np.array(self.prior_wall_s + wall_s),
             ran=np.array(json.dumps({"paths": sorted(self.paths), "backends": sorted(self.backends)})),
             decided=np.array(json.dumps(decided or {}, sort_keys=True)),
-            **self.s,
+            **self.arrays,
         )
 
     def restore(self, path: Path, identity: dict) -> dict | None:
@@ -96,7 +99,7 @@ class ScanSums:
             theirs = json.loads(str(data["identity"]))
             ran = json.loads(str(data["ran"])) if "ran" in data else {}
             decided = json.loads(str(data["decided"])) if "decided" in data else {}
-            state = {k: data[k] for k in (*self.s, "sink_mass") if k in data}
+            state = {k: data[k] for k in (*self.arrays, *sum_names(ROW_STATS)) if k in data}
             wall_s = float(data["wall_s"])
         except Exception:  # noqa: BLE001 - truncated, not a zip, a missing key, not JSON: unreadable
             return None
@@ -105,9 +108,9 @@ class ScanSums:
                 f"{path} is the checkpoint of a different scan (other flags, model or data); rerun with "
                 "that scan's flags to finish it, or pass --force to discard it"
             )
-        if any(k not in state or state[k].shape != v.shape for k, v in self.s.items()):
+        if any(k not in state or state[k].shape != v.shape for k, v in self.arrays.items()):
             return None
-        self.s, self.prior_wall_s = state, wall_s
+        self.arrays, self.prior_wall_s = state, wall_s
         self.paths |= set(ran.get("paths", ()))
         self.backends |= set(ran.get("backends", ()))
         return decided
@@ -116,24 +119,22 @@ class ScanSums:
         """Means over samples; `mean` then averages entropy (and its mean square) over each
         layer's heads, `none` stores them with zero heads. A position no sample reached, or a
         NaN/inf mean, is an error: a results file never holds them where a number is expected."""
-        s, n = self.s, self.s["count"]
+        arrays, n = self.arrays, self.arrays["count"]
         if not n.all():
             raise EntropyLensError(
                 f"no sample reached {int((n == 0).sum())} of {n.size} positions (the first: "
                 f"{int(np.argmin(n > 0))}): the capture saw no rows there; nothing was written"
             )
+        stat_sums = [k for k in sum_names(ROW_STATS) if k in arrays]
         with np.errstate(invalid="ignore", divide="ignore"):
-            keys = ("entropy", "entropy_sq", "loss", "loss_sq", "sink_mass")
-            mean = {k: (s[k] / n).astype(np.float32) for k in keys if k in s}
+            mean = {k: (arrays[k] / n).astype(np.float32) for k in (*stat_sums, "loss", "loss_sq")}
         broken = [k for k, v in mean.items() if not np.isfinite(v).all()]
         if broken:
             raise EntropyLensError(
                 f"the scan's {' and '.join(broken)} hold NaN or inf (the model overflowed, e.g. in "
                 "float16/bfloat16); nothing was written: rerun with --dtype float32"
             )
-        for k in ("entropy", "entropy_sq", "sink_mass"):
-            if k not in mean:
-                continue
+        for k in stat_sums:
             if reduction == "mean":
                 mean[k] = mean[k].mean(axis=1, keepdims=True)
             elif reduction == "none":

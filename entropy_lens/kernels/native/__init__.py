@@ -1,14 +1,12 @@
 """The native CPU kernel: attention output, entropy and sink mass from the same score tiles in one C++
 loop (attention_entropy.cpp beside this file), built as a PyTorch extension on first use.
 
-    attention_with_entropy_native(q, k, v, softmax_scale, causal=True, mask=None, window=None, softcap=None,
-                                  sinks=None, alibi_slopes=None, *, key_bias=None, block_q=None,
-                                  block_k=BLOCK_K)  # block_q None: block_rows(T)
-        -> (out (B, T, Hq, Dv) in q's dtype, entropy (B, Hq, T) float32 nats, sink mass (B, Hq, T) float32)
-    entropy_native(q, k, softmax_scale, ...same...) -> entropy, or (entropy, sink mass) with
-        return_sink_mass: the same loop without the value GEMM.
-Arguments, semantics and errors are `attention_with_entropy_torch`'s (kernels/torch_chunked.py), checked
-by the same contract.py; the kernel is that path's loop written in C++ as PyTorch's CPU flash
+    row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, block_q=None, block_k=BLOCK_K)
+        -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM),
+           entropy (B, Hq, T) float32 nats, sink mass (B, Hq, T) float32; block_q None: block_rows(T)
+    (`kernels.attention_with_entropy(..., backend="native")` and `attention_entropy` are the public
+    entry points: they check the arguments.)
+Semantics are `torch_chunked.row_stats_torch`'s; the kernel is that path's loop written in C++ as PyTorch's CPU flash
 attention is: per (batch, query head, query block) a BLAS GEMM for the scores, one vectorised pass
 for the masks, max, exp and the sums l and u, a GEMM for e·V, `at::parallel_for` over the blocks
 (torch's intra-op pool, so `torch.set_num_threads` / `--threads` sets its threads). Everything is
@@ -34,14 +32,10 @@ import sys
 
 import torch
 
-from entropy_lens.kernels.contract import (
-    validate,
-    validate_alibi,
-    validate_extras,
-    validate_key_bias,
-    validate_window,
-)
+from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
+from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
@@ -90,52 +84,14 @@ def native_status(state: NativeState | None = None) -> str:
 
 
 @torch.no_grad()
-def attention_with_entropy_native(
-    q,
-    k,
-    v,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-    block_q=None,
-    block_k=BLOCK_K,
-):
-    """See the module docstring; as `attention_with_entropy_torch`, on CPU tensors. block_q None:
-    `block_rows(T)`."""
-    if v.ndim != 4 or v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {tuple(v.shape)}")
-    extras = (causal, mask, window, softcap, sinks, alibi_slopes, key_bias)
-    out, entropy, sink_mass, _ = _run(q, k, v, softmax_scale, extras, block_q, block_k)
-    return out.to(q.dtype), entropy, sink_mass
-
-
-@torch.no_grad()
-def entropy_native(
-    q,
-    k,
-    softmax_scale,
-    causal=True,
-    mask=None,
-    window=None,
-    softcap=None,
-    sinks=None,
-    alibi_slopes=None,
-    *,
-    key_bias=None,
-    return_sink_mass=False,
-    block_q=None,
-    block_k=BLOCK_K,
-):
-    """The entropy (and sink mass) alone: the same loop without the value GEMM."""
-    extras = (causal, mask, window, softcap, sinks, alibi_slopes, key_bias)
-    _, entropy, sink_mass, _ = _run(q, k, None, softmax_scale, extras, block_q, block_k)
-    return (entropy, sink_mass) if return_sink_mass else entropy
+def row_stats_native(
+    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, block_q=None, block_k=BLOCK_K
+) -> RowStats:
+    """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
+    loop without the value GEMM). block_q None: `block_rows(T)`."""
+    out, entropy, sink_mass, _ = _run(q, k, v, softmax_scale, mods, block_q, block_k)
+    values = {"entropy": entropy, "sink_mass": sink_mass}  # what the C++ loop computes, by name
+    return RowStats({name: values[name] for name in stats}, None if v is None else out.to(q.dtype))
 
 
 @torch.no_grad()
@@ -143,8 +99,8 @@ def profile_native(q, k, v, softmax_scale, *, block_q=None, block_k=BLOCK_K) -> 
     """Where one causal call's time goes: thread-seconds in the score GEMMs (QKᵀ), the row passes
     (masks, max, exp, the sums l and u) and the e·V GEMMs, each summed over threads (the benchmarks'
     profile of the native kernel; the timers cost a few clock reads per tile)."""
-    extras = (True, None, None, None, None, None, None)
-    *_, times = _run(q, k, v, softmax_scale, extras, block_q, block_k, profile=True)
+    softmax_scale = validate_scale(q, k, softmax_scale)
+    *_, times = _run(q, k, v, softmax_scale, ScoreMods(), block_q, block_k, profile=True)
     return dict(zip(("scores_gemm", "row_pass", "values_gemm"), times.tolist(), strict=True))
 
 
@@ -154,15 +110,8 @@ def block_rows(T: int) -> int:
     return 256 if T >= 768 else 64 if T >= 192 else 32
 
 
-def _run(q, k, v, softmax_scale, extras, block_q, block_k, profile=False):
-    """Validate as the torch path does, then the C++ forward: (out fp32 or empty, entropy, sink mass,
-    times or empty)."""
-    causal, mask, window, softcap, sinks, alibi_slopes, key_bias = extras
-    softmax_scale, mask = validate(q, k, softmax_scale, mask)
-    window = validate_window(window, causal)
-    softcap, sinks = validate_extras(q, softcap, sinks)
-    alibi_slopes = validate_alibi(q, alibi_slopes)
-    key_bias = validate_key_bias(q, k, key_bias)
+def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, profile=False):
+    """The C++ forward on validated inputs: (out fp32 or empty, entropy, sink mass, times or empty)."""
     if q.device.type != "cpu":
         raise ValueError(
             f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path"
@@ -181,13 +130,13 @@ def _run(q, k, v, softmax_scale, extras, block_q, block_k, profile=False):
         _rows(k),
         empty if v is None else _rows(v),
         softmax_scale.contiguous(),
-        bool(causal),
-        empty if mask is None else mask,
-        0 if window is None else int(window),
-        0.0 if softcap is None else float(softcap),
-        empty if sinks is None else sinks,
-        empty if alibi_slopes is None else alibi_slopes,
-        empty if key_bias is None else key_bias,
+        mods.causal,
+        empty if mods.mask is None else mods.mask,
+        0 if mods.window is None else mods.window,
+        0.0 if mods.softcap is None else mods.softcap,
+        empty if mods.sinks is None else mods.sinks,
+        empty if mods.alibi_slopes is None else mods.alibi_slopes,
+        empty if mods.key_bias is None else mods.key_bias,
         k.shape[2] - q.shape[2],
         int(block_q),
         int(block_k),

@@ -1,0 +1,239 @@
+"""What the attention function reads: the session a recorder or scale context sets, and one call of the
+function as a record (`LayerCall`), its scores' modifiers and mask in the kernels' form (`ScoreMods`).
+
+What to do is read from a context variable: `activate(session)` sets it for a block (as
+`ScaleSession`/`EntropyRecorder` do), `active_session()` reads it. A model left with the attention
+function outside any session behaves exactly like sdpa.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+
+from entropy_lens.capture.fused import PathChoices
+from entropy_lens.capture.schedule import Schedule
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import ScoreMods
+from entropy_lens.kernels.contract import validate_mask, validate_window
+from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.kernels.stats import DEFAULT_STATS
+
+# Keyword arguments models pass to their attention function that change nothing here: positions and
+# cache flags (RoPE is applied before the call, the mask carries causality, padding and a sliding
+# window: sdpa ignores `sliding_window` for the same reason) and unrelated MoE flags. Any other
+# argument with a value is refused (`check_kwargs`): an extra dropped on the floor would change the
+# output and the entropy without a word.
+IGNORED_KWARGS = frozenset(
+    (
+        "position_ids",
+        "use_cache",
+        "cache_position",
+        "sliding_window",
+        "output_attentions",
+        "is_causal",
+        "output_router_logits",
+    )
+)
+
+
+@dataclass
+class Session:
+    """What the attention function does while a recorder/scale context is active.
+
+    scales:     the multipliers s (λ = s · the model's own scale): None (model as trained), a float
+                (uniform), or a (layers, Hq) tensor.
+    schedule:   None, or a Schedule: query row i is scaled by m(i) as well (output and statistics).
+    on_stats:   None, or a callback (layer_idx, {statistic: (B, Hq, T) fp32}, key_offset S − T) with
+                the row statistics (kernels.stats.ROW_STATS) of `stats` that apply to the layer (sink
+                mass only for a model with attention sinks).
+    """
+
+    scales: float | torch.Tensor | None = None
+    schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
+    on_stats: Callable[[int, dict, int], None] | None = None
+    stats: tuple[str, ...] = DEFAULT_STATS  # the row statistics to capture (kernels.stats.ROW_STATS)
+    backend: str = "auto"
+    fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
+    paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
+    backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
+    mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
+    choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
+    # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last
+    # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
+    on_rows: Callable[[int, torch.Tensor], None] | None = None
+    probe_rows: int = 0
+
+
+_ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
+
+
+@contextlib.contextmanager
+def activate(session: Session) -> Iterator[Session]:
+    """Make `session` what the attention function follows inside the block (restored after it)."""
+    token = _ACTIVE.set(session)
+    try:
+        yield session
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_session() -> Session | None:
+    """The session set by the innermost `activate` block, or None (the model runs as sdpa)."""
+    return _ACTIVE.get()
+
+
+def check_kwargs(module, kwargs: dict) -> None:
+    """Refuse an attention argument this implementation would not apply (see IGNORED_KWARGS)."""
+    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in IGNORED_KWARGS)
+    if unknown:
+        raise EntropyLensError(
+            f"{type(module).__name__} passes {', '.join(unknown)} to its attention function, which "
+            "entropy_lens does not implement: its output and entropy would silently differ from the "
+            "model's, so the capture refuses. Please report the architecture (README: Supported "
+            "architectures)"
+        )
+
+
+@dataclass
+class LayerCall:
+    """One call of the attention function as read off its arguments and the session."""
+
+    module: object
+    session: Session | None
+    query: torch.Tensor  # (B, Hq, T, D) after RoPE and the schedule's m(i)
+    key: torch.Tensor  # (B, Hkv, S, D)
+    value: torch.Tensor  # (B, Hkv, S, Dv)
+    attention_mask: torch.Tensor | None  # transformers' mask
+    dropout: float
+    kwargs: dict  # the model's remaining arguments, for sdpa / its eager attention
+    model_scaling: float  # the model's own softmax scale, transformers' `scaling` (module.scaling by default)
+    scale: float | torch.Tensor | None  # the session's scale s_h for this layer: None, uniform or (Hq,)
+    output_query: torch.Tensor  # the output path's queries: per-head scales applied
+    output_scaling: float  # the `scaling` sdpa gets for the output: model_scaling × a uniform scale
+    extras: ScoreMods  # softcap, sinks, ALiBi slopes, key bias (causality and the mask: `layer_inputs`)
+    eager_extras: dict  # softcap and sinks as the model passed them, for its own eager attention
+
+    @property
+    def capturing(self) -> bool:
+        return self.session is not None and self.session.on_stats is not None
+
+    @property
+    def softmax_scale(self) -> float | torch.Tensor:
+        """λ_h for the statistics: model_scaling × s_h, detached (float or (Hq,))."""
+        s = self.scale
+        return self.model_scaling * (s.detach().float() if isinstance(s, torch.Tensor) else (s or 1.0))
+
+    @property
+    def wants_grad(self) -> bool:
+        tensors = (self.output_query, self.key, self.value)
+        return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs) -> LayerCall:
+    """The call's inputs: the extras taken out of `kwargs` (any other argument with a value refused),
+    the schedule's m(i) applied to the queries, and the session's scales split between the output
+    path (queries or sdpa's scale) and the statistics' λ_h."""
+    sinks = kwargs.pop("s_aux", None)
+    sinks = kwargs.pop("sinks", None) if sinks is None else sinks
+    softcap = kwargs.pop("softcap", None)
+    alibi_slopes, key_bias = kwargs.pop("alibi_slopes", None), kwargs.pop("key_bias", None)
+    extras = ScoreMods.build(
+        query, key, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, key_bias=key_bias
+    )
+    check_kwargs(module, kwargs)
+    if scaling is None:
+        scaling = module.scaling
+    if session is not None and session.schedule is not None:  # m(i) per query row, before anything
+        query = query * _row_multipliers(session.schedule, kwargs.get("position_ids"), query, key)
+    scale = None if session is None else session.scales
+    if isinstance(scale, torch.Tensor):
+        scale = scale[module.layer_idx]  # (Hq,)
+    output_query, output_scaling = query, scaling
+    if isinstance(scale, torch.Tensor):
+        output_query = query * scale.to(query.dtype).view(1, -1, 1, 1)
+    elif scale is not None:
+        output_scaling = scaling * float(scale)
+    return LayerCall(
+        module=module,
+        session=session,
+        query=query,
+        key=key,
+        value=value,
+        attention_mask=attention_mask,
+        dropout=dropout,
+        kwargs=kwargs,
+        model_scaling=scaling,
+        scale=scale,
+        output_query=output_query,
+        output_scaling=output_scaling,
+        extras=extras,
+        eager_extras={k: v for k, v in (("softcap", softcap), ("s_aux", sinks)) if v is not None},
+    )
+
+
+@dataclass
+class LayerInputs:
+    """The kernels' view of a call: the keys and values the statistics see, and every score modifier
+    (causality as sdpa applies it, the mask and window in the kernels' form, the call's extras)."""
+
+    key: torch.Tensor  # (B, Hkv, S', D): S' = T for a prefill into an empty static cache, else S
+    value: torch.Tensor
+    mods: ScoreMods
+
+
+def layer_inputs(call: LayerCall) -> LayerInputs:
+    """What the kernels take for `call` (see LayerInputs); errors as `kernels.attention_entropy`'s."""
+    causal = call.kwargs.get("is_causal")
+    causal = getattr(call.module, "is_causal", True) if causal is None else causal
+    memo = call.session.mask_memo if call.session is not None else {}
+    T, S = call.query.shape[2], call.key.shape[2]
+    mask, window = _kernel_mask(memo, call.attention_mask, T, S, causal)
+    if mask is not None and mask.shape[2] != 1:
+        causal = False  # as in sdpa, a mask that is not key padding (and a window) decides alone
+    key, value, extras = call.key, call.value, call.extras
+    if causal and call.attention_mask is None and 1 < T < S:
+        key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
+        if extras.key_bias is not None:
+            extras = extras.replace(key_bias=extras.key_bias[..., :T])
+    mods = extras.replace(
+        causal=bool(causal), mask=validate_mask(call.query, key, mask), window=validate_window(window, causal)
+    )
+    return LayerInputs(key, value, mods)
+
+
+def _row_multipliers(schedule: Schedule, position_ids, query, key):
+    """(B|1, 1, T, 1) multipliers m(i) in query's dtype: positions from `position_ids` when the model
+    passes them, else the last T of the S key positions (a prefill from 0, or decoding on a cache)."""
+    T, S = query.shape[2], key.shape[2]
+    if position_ids is None:
+        position_ids = torch.arange(S - T, S, device=query.device).unsqueeze(0)
+    m = schedule.multiplier(position_ids.to(query.device))
+    return m.view(m.shape[0], 1, T, 1).to(query.dtype)
+
+
+def _kernel_mask(memo: dict, attention_mask, T: int, S: int, causal: bool):
+    """(mask, window): the layer's mask as the kernels take it. The mask is bool (True = attend; a
+    user's additive float mask is converted); where transformers' mask is causal + key padding, with
+    or without a sliding window, it becomes (B, 1, 1, S) key padding (None when nothing is padded)
+    and the window, which the Triton kernel serves and by which both kernels skip key blocks. Layers
+    of a forward share a few mask objects (full and sliding-window layers): the check (one pass over
+    T x S) runs once per object per forward."""
+    if attention_mask is None:
+        return None, None
+    key = (id(attention_mask), T, S, causal)
+    if key in memo:
+        return memo[key][1]
+    mask, window = attention_mask, None
+    if mask.dtype != torch.bool:
+        mask = mask > torch.finfo(mask.dtype).min / 2
+    if mask.ndim == 4:
+        form = as_key_padding(mask, mask.shape[0], T, S, causal)
+        if form is not None:
+            mask, window = form
+    memo[key] = (attention_mask, (mask, window))  # holds the object: its id cannot be reused
+    return mask, window

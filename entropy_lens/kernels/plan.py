@@ -1,0 +1,201 @@
+"""Which kernel runs, decided in one place: `plan` turns `--backend`, `--fused`, the device, the mask and
+the score modifiers into the routes a layer can take, and `run` runs a route's kernel.
+
+    BACKENDS  the kernels: "reference" (float64, materialises scores; tests), "torch_chunked" (exact
+              streaming in torch, everywhere), "native" (the same loop in C++, CPU), "triton" (GPU)
+    resolve_backend(backend, device, one_pass=False) -> a kernel name: "auto" is triton for CUDA tensors
+              where triton is installed, else torch_chunked; for a one-pass route on CPU, native where
+              it builds (ENTROPY_LENS_BACKEND overrides "auto")
+    statistics_kernel(backend, q, k, mods) -> (kernel, mods in its form): what a statistics-only pass
+              runs (`attention_entropy`); triton falls back to torch_chunked for a mask it cannot take
+              (per query or per head; `masks.as_key_padding`) or a key bias, and takes the key-padding
+              form and window otherwise
+    plan(backend, fused, q, k, v, mods, fusable=True) -> Plan(separate, fused, mode): a layer's routes
+    run(kernel, q, k, v, softmax_scale, mods, ...) -> RowStats
+
+A route names its path (what the results meta records as `attention_path`) and the kernel that computes
+its statistics (`backend` in the meta), in one vocabulary:
+    sdpa-then-entropy  torch sdpa's output (its flash kernels on GPU and CPU), then a statistics-only
+                       pass of the kernel on the same q, k: two passes over K
+    torch-streamed     torch_chunked's one pass: output and statistics from the same score tiles (the
+                       separate route of a layer whose scores sdpa cannot compute: softcap, sinks, ALiBi)
+    native             the native kernel's one pass (CPU)
+    triton-fused       the Triton kernel's one pass (CUDA)
+The separate route is sdpa-then-entropy where sdpa computes the scores and otherwise the one pass of
+the statistics kernel's family (native for native, else torch-streamed); the fused route is the one
+pass of the backend's kernel (for "auto" on CPU: native where it builds) where it applies: `fusable`
+(no gradient wanted, no dropout), and for triton a mask it takes, no key bias and equal q/v head sizes.
+`--fused off` keeps the separate route, `on` the fused one where there is one, and `auto` leaves both
+for the capture to time (capture/fused.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from entropy_lens.choices import BACKENDS, FUSED_MODES
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.native import native_available, native_status, row_stats_native
+from entropy_lens.kernels.reference import row_stats_reference
+from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
+from entropy_lens.kernels.torch_chunked import row_stats_torch
+
+ENV_VAR = "ENTROPY_LENS_BACKEND"
+
+# What computed a layer's statistics, as `Session.paths` and the results meta (`attention_path`) name it
+SDPA_THEN_ENTROPY = "sdpa-then-entropy"
+TORCH_STREAMED = "torch-streamed"
+NATIVE = "native"
+TRITON_FUSED = "triton-fused"
+ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_FUSED}  # kernel -> path
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str  # one of the paths above
+    kernel: str  # the kernel of BACKENDS that computes the statistics (and, one pass, the output)
+    mods: ScoreMods  # the score modifiers in that kernel's form
+
+
+@dataclass(frozen=True)
+class Plan:
+    separate: Route  # sdpa's output and a statistics pass, or the streamed one pass where sdpa cannot
+    fused: Route | None  # the one pass where it applies and differs from `separate`
+    mode: str  # --fused: "auto" (the capture times both), "on", "off"
+
+    @property
+    def fixed(self) -> Route | None:
+        """The route that runs without timing anything, or None where "auto" must choose."""
+        if self.fused is None or self.mode == "off":
+            return self.separate
+        return self.fused if self.mode == "on" else None
+
+
+def resolve_backend(
+    backend: str = "auto", device: torch.device | str | None = None, *, one_pass: bool = False
+) -> str:
+    """The kernel `backend` names for tensors on `device` (None: only check the name); `one_pass`: for
+    a route that computes the output too, where "auto" on CPU is the native kernel where it builds."""
+    if backend not in ("auto", *BACKENDS):
+        raise EntropyLensError(
+            f"unknown entropy backend {backend!r}; choose one of auto, {', '.join(BACKENDS)} "
+            f"(via --backend or {ENV_VAR})"
+        )
+    if backend == "auto":
+        backend = os.environ.get(ENV_VAR, "auto")
+        if backend not in ("auto", *BACKENDS):
+            return resolve_backend(backend, device)  # the error names the variable
+    kind = None if device is None else torch.device(device).type
+    if backend == "auto":
+        if kind == "cuda" and triton_available():
+            return "triton"
+        return "native" if one_pass and kind == "cpu" and native_available() else "torch_chunked"
+    if backend == "triton":
+        if not triton_available():
+            raise EntropyLensError(
+                "the triton backend needs the triton package: pip install triton "
+                "(or use --backend torch_chunked)"
+            )
+        if kind not in (None, "cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+            raise EntropyLensError(
+                f"the triton backend runs on CUDA tensors, not {kind}; use --device "
+                "cuda, --backend torch_chunked, or set TRITON_INTERPRET=1 (tests only) before importing "
+                "entropy_lens"
+            )
+    if backend == "native" and kind is not None:
+        if kind != "cpu":
+            raise EntropyLensError(f"the native backend runs on CPU tensors, not {kind}; use --backend auto")
+        if not native_available():
+            raise EntropyLensError(
+                f"the native CPU kernel is {native_status()}; use --backend torch_chunked (or auto)"
+            )
+    return backend
+
+
+def triton_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) -> tuple[str, ScoreMods]:
+    """(kernel, mods in its form) for validated inputs: for triton the mask is reduced to key padding
+    (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check a
+    (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked."""
+    kernel = resolve_backend(backend, q.device, one_pass=one_pass)
+    if kernel != "triton" or mods.mask is None and mods.key_bias is None:
+        return kernel, mods
+    # the Triton kernel takes no key bias, nor a mask per query or per head: the exact streaming path
+    # (on CPU, under the interpreter, a one pass runs the native kernel where it builds, as "auto" would)
+    fallback = "native" if one_pass and q.device.type == "cpu" and native_available() else "torch_chunked"
+    if mods.key_bias is not None:
+        return fallback, mods
+    form = as_key_padding(mods.mask, q.shape[0], q.shape[2], k.shape[2], mods.causal, mods.window)
+    if form is None:
+        return fallback, mods
+    keep, window = form
+    return "triton", mods.replace(mask=keep, window=window)
+
+
+def plan(backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
+    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring)."""
+    if fused not in FUSED_MODES:
+        raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
+    if mods.sdpa_computes:
+        separate = Route(SDPA_THEN_ENTROPY, kernel, kernel_mods)
+    elif kernel == "native":
+        separate = Route(NATIVE, "native", mods)
+    else:
+        separate = Route(TORCH_STREAMED, "torch_chunked", mods)
+    one_pass = None
+    if fusable and fused != "off":
+        kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+        takes = {
+            "torch_chunked": q.device.type == "cpu",
+            "native": True,
+            "triton": v.shape[-1] == q.shape[-1],
+        }
+        if takes.get(kernel, False):
+            one_pass = Route(ONE_PASS[kernel], kernel, kernel_mods)
+    if one_pass is not None and one_pass.path == separate.path:
+        one_pass = None
+    return Plan(separate, one_pass, fused)
+
+
+def run(
+    kernel: str, q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, block_q=None, block_k=None
+) -> RowStats:
+    """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
+    `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
+    has none and the Triton kernel autotunes its own."""
+    blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
+    if kernel == "reference":
+        if v is not None:
+            raise ValueError("the reference computes statistics, not the output; use another backend")
+        return row_stats_reference(q, k, softmax_scale, mods, stats=stats)
+    if kernel == "triton":
+        from entropy_lens.kernels.triton_entropy import row_stats_triton
+
+        return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats)
+    if kernel == "native":
+        return row_stats_native(q, k, v, softmax_scale, mods, stats=stats, **blocks)
+    return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, **blocks)
+
+
+__all__ = [
+    "BACKENDS",
+    "FUSED_MODES",
+    "Plan",
+    "Route",
+    "RowStats",
+    "plan",
+    "resolve_backend",
+    "run",
+    "statistics_kernel",
+]
