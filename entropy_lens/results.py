@@ -10,6 +10,8 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     sink_mass   float32 (layers, heads, len)  only for models with attention sinks (gpt-oss): mean over
                                               samples of the probability the softmax gives the sink
                                               (the entropy counts the sink as one more outcome)
+    Every array beyond these and meta is a row statistic the scan recorded (`ScanResult.stats`, by name;
+    kernels.stats.ROW_STATS declares them), shaped as entropy.
     meta        0-d str                       JSON object, keys below
 
 meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
@@ -112,10 +114,17 @@ class ScanResult:
     loss_sq: np.ndarray  # (len,)
     count: np.ndarray  # (len,)
     meta: dict = field(default_factory=dict)
-    sink_mass: np.ndarray | None = None  # (layers, heads, len) mean sink probability; models with sinks
+    # the other row statistics the scan recorded (kernels.stats.ROW_STATS), (layers, heads, len) means by
+    # name, stored under their names: sink_mass for a model with attention sinks
+    stats: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
         self.meta = upgrade_meta(self.meta)
+
+    @property
+    def sink_mass(self) -> np.ndarray | None:
+        """(layers, heads, len) mean probability of the attention sink; None for a model without sinks."""
+        return self.stats.get("sink_mass")
 
     @property
     def entropy_reduction(self) -> str:
@@ -145,9 +154,7 @@ class ScanResult:
         return np.sqrt(np.clip(self.entropy_sq - self.entropy.astype(np.float64) ** 2, 0, None))
 
     def save(self, path: str | Path) -> Path:
-        arrays = {name: getattr(self, name) for name in ARRAYS}
-        if self.sink_mass is not None:
-            arrays["sink_mass"] = self.sink_mass
+        arrays = {name: getattr(self, name) for name in ARRAYS} | self.stats
         return atomic_savez(path, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
 
     @classmethod
@@ -178,7 +185,8 @@ class ScanResult:
                 f"{path} has schema_version {version}, this entropy-lens reads {SCHEMA_VERSION}; "
                 "rerun the scan with this version"
             )
-        result = cls(**{k: data[k] for k in ARRAYS}, meta=meta, sink_mass=data.get("sink_mass"))
+        stats = {k: v for k, v in data.items() if k not in ARRAYS}  # every further array is a statistic
+        result = cls(**{k: data[k] for k in ARRAYS}, meta=meta, stats=stats)
         result.validate(source=str(path))
         return result
 
@@ -194,6 +202,12 @@ class ScanResult:
         L, H, T = self.entropy.shape
         if self.entropy_sq.shape != (L, H, T) or any(getattr(self, a).shape != (T,) for a in ARRAYS[2:]):
             raise EntropyLensError(f"{source}: array shapes disagree; the file is corrupt, rerun the scan")
+        for name, values in self.stats.items():
+            if values.shape != (L, H, T):
+                raise EntropyLensError(
+                    f"{source}: {name} has shape {values.shape}, not entropy's {(L, H, T)}; the file is "
+                    "corrupt, rerun the scan"
+                )
         missing = [k for k in REQUIRED_META if k not in self.meta]
         if missing:
             raise EntropyLensError(f"{source}: meta lacks {', '.join(missing)}; rerun the scan")

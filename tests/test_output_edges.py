@@ -137,3 +137,24 @@ def test_a_results_file_of_the_wrong_rank_is_one_line(tmp_path):
         match=r"entropy has shape \(3, 256\), not \(layers, heads, positions\); .*rerun the scan",
     ):
         ScanResult.load(tmp_path / "r.npz")
+
+
+def test_every_row_statistic_in_a_results_file_round_trips_and_is_shape_checked(tmp_path):
+    """A results file holds each row statistic the scan recorded under its name (`ScanResult.stats`,
+    sink_mass for a model with sinks); one whose shape is not entropy's is refused in one line."""
+    import numpy as np
+    from view_inputs import planted
+
+    from entropy_lens.results import ScanResult
+
+    result = planted()
+    rng = np.random.default_rng(0)
+    result.stats = {"sink_mass": rng.random(result.entropy.shape).astype(np.float32)}
+    result.save(tmp_path / "s.npz")
+    back = ScanResult.load(tmp_path / "s.npz")
+    assert back.stats.keys() == {"sink_mass"} and np.array_equal(back.sink_mass, result.sink_mass)
+    result.stats = {"sink_mass": result.stats["sink_mass"][:, :1]}
+    result.save(tmp_path / "bad.npz")
+    with pytest.raises(EntropyLensError, match=r"sink_mass has shape \(\d+, 1, \d+\), not entropy's"):
+        ScanResult.load(tmp_path / "bad.npz")
+    assert planted().sink_mass is None

@@ -139,7 +139,8 @@ class ScanSums:
                 mean[k] = mean[k].mean(axis=1, keepdims=True)
             elif reduction == "none":
                 mean[k] = mean[k][:, :0]
-        return ScanResult(**mean, count=n.copy(), meta=meta)
+        columns = {k: mean.pop(k) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+        return ScanResult(**columns, count=n.copy(), meta=meta, stats=mean)
 
 
 @contextlib.contextmanager
