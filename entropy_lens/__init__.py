@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "EntropyLensError": "entropy_lens.errors",
     "attention_entropy": "entropy_lens.kernels",
+    "attention_stats": "entropy_lens.kernels",
     "EntropyRecorder": "entropy_lens.capture",
     "ScanConfig": "entropy_lens.runs.scan",
     "scan": "entropy_lens.runs.scan",
@@ -25,6 +26,7 @@ __all__ = [  # noqa: RUF022 (same order as _LAZY)
     "__version__",
     "EntropyLensError",
     "attention_entropy",
+    "attention_stats",
     "EntropyRecorder",
     "ScanConfig",
     "scan",

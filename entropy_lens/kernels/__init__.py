@@ -73,6 +73,7 @@ from entropy_lens.kernels.plan import (
     FUSED_MODES,
     Plan,
     Route,
+    computes,
     plan,
     resolve_backend,
     run,
@@ -99,6 +100,7 @@ __all__ = [
     "ScoreMods",
     "attention_entropy",
     "attention_probabilities",
+    "attention_stats",
     "attention_with_entropy",
     "compile_requested",
     "entropy_from_state",
@@ -152,6 +154,61 @@ def attention_entropy(
     return (rows["entropy"], rows["sink_mass"]) if return_sink_mass else rows["entropy"]
 
 
+def attention_stats(
+    q,
+    k,
+    *,
+    softmax_scale,
+    stats=("entropy",),
+    first_keys: int = 1,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+    key_bias=None,
+    backend="auto",
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
+) -> dict:
+    """{name: (B, Hq, T) float32} for each of `stats` (kernels.stats.ROW_STATS: entropy, sink_mass,
+    max_prob, collision_entropy, varentropy, distance, first_mass with K = `first_keys`), from one
+    streaming pass over the keys; the score modifiers and `backend` as `attention_entropy`'s ("auto"
+    picks a kernel that computes all of `stats`)."""
+    stats = check_stats(stats)
+    if isinstance(first_keys, bool) or int(first_keys) != first_keys or first_keys < 1:
+        raise ValueError(f"first_keys must be a positive number of keys; got {first_keys!r}")
+    softmax_scale = validate_scale(q, k, softmax_scale)
+    mods = ScoreMods.build(
+        q,
+        k,
+        causal=causal,
+        mask=mask,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi_slopes=alibi_slopes,
+        key_bias=key_bias,
+    )
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
+    if backend == "auto" and not computes(kernel, stats):
+        kernel, kernel_mods = "torch_chunked", mods
+    rows = run(
+        kernel,
+        q,
+        k,
+        None,
+        softmax_scale,
+        kernel_mods,
+        stats=stats,
+        first_keys=int(first_keys),
+        block_q=block_q,
+        block_k=block_k,
+    )
+    return dict(rows)
+
+
 def attention_with_entropy(
     q,
     k,
@@ -189,7 +246,9 @@ def attention_with_entropy(
         key_bias=key_bias,
     )
     kernel, mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    stats = check_stats(stats)
     if kernel == "triton" and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output has q's head size
         kernel = "torch_chunked"
-    stats = check_stats(stats)
+    if backend == "auto" and not computes(kernel, stats):
+        kernel = "torch_chunked"
     return run(kernel, q, k, v, softmax_scale, mods, stats=stats, block_q=block_q, block_k=block_k)

@@ -26,7 +26,7 @@ import torch
 
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import entropy_from_state, sink_mass_from_state
+from entropy_lens.kernels.stats import accumulators, check_stats, entropy_from_state, sink_mass_from_state
 from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q, stream_torch
 
 __all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_state", "sink_state"]
@@ -44,6 +44,8 @@ def shard_state(
     window: int | None = None,
     softcap: float | None = None,
     alibi_slopes=None,
+    stats=("entropy",),
+    first_keys: int = 1,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ) -> dict[str, torch.Tensor]:
@@ -55,37 +57,66 @@ def shard_state(
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `softmax_scale` a
     float or (Hq,) tensor, `softcap` None or c > 0, `alibi_slopes` None or (Hq,) (the bias
     −slope_h·|i + total_keys − T − j| with j the global key index) and the tile `block_q` × `block_k` as
-    in `attention_entropy`. Sinks: see `sink_state`.
+    in `attention_entropy`. `stats` (kernels.stats.ROW_STATS): the statistics the merged state will be
+    read for, so the state holds the accumulators they need (`first_keys`: first_mass's K, global
+    keys). Sinks: see `sink_state`.
     """
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
         q, k, causal=causal, mask=mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes
     )
     offset = total_keys - q.shape[2] - key_offset  # local key j is global key_offset + j
-    state, _ = stream_torch(q, k, None, softmax_scale, mods, offset=offset, block_q=block_q, block_k=block_k)
+    state, _ = stream_torch(
+        q,
+        k,
+        None,
+        softmax_scale,
+        mods,
+        offset=offset,
+        extra=accumulators(check_stats(stats)),
+        first_keys=first_keys,
+        key_start=key_offset,
+        block_q=block_q,
+        block_k=block_k,
+    )
     return state
 
 
-def sink_state(sinks, batch: int, queries: int) -> dict[str, torch.Tensor]:
-    """The state {"m", "l", "u"}, each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone:
-    m = σ_h, l = 1, u = 0. Merge it exactly once with the key shards' states to get the entropy with
-    sinks (any position in the fold); sinks are not scaled or softcapped."""
+def sink_state(sinks, batch: int, queries: int, *, stats=("entropy",)) -> dict[str, torch.Tensor]:
+    """The state, each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone: m = σ_h, l = 1,
+    u = 0 (and c = 1, the other accumulators of `stats` 0: the sink is no key). Merge it exactly once
+    with the key shards' states to get the statistics with sinks (any position in the fold); sinks are
+    not scaled or softcapped."""
     sinks = torch.as_tensor(sinks)
     if sinks.ndim != 1 or not sinks.is_floating_point():
         raise ValueError(f"sinks must be a (Hq,) float tensor; got {sinks!r}")
     m = sinks.detach().float().view(1, -1, 1).expand(batch, -1, queries).contiguous()
-    return {"m": m, "l": torch.ones_like(m), "u": torch.zeros_like(m)}
+    state = {"m": m, "l": torch.ones_like(m), "u": torch.zeros_like(m)}
+    for name in accumulators(check_stats(stats)):
+        state[name] = torch.ones_like(m) if name == "c" else torch.zeros_like(m)
+    return state
 
 
 def merge_states(a, b) -> dict[str, torch.Tensor]:
-    """Merge two states {"m", "l", "u"} over disjoint key sets; see the module docstring. NaN-free when
-    either side (or both) saw no key (m = −inf)."""
+    """Merge two states over disjoint key sets ({"m", "l", "u"} and the accumulators both hold); see the
+    module docstring and kernels/stats.py for the rules. NaN-free when either side (or both) saw no
+    key (m = −inf)."""
+    if a.keys() != b.keys():
+        raise ValueError(f"states of different statistics cannot merge: {sorted(a)} and {sorted(b)}")
     m = torch.maximum(a["m"], b["m"])
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    merged = {"m": m, "l": 0, "u": 0}
+    sums = [name for name in a if name != "m"]
+    merged = {"m": m, **dict.fromkeys(sums, 0)}
     for side in (a, b):
         alpha = torch.exp(side["m"] - m_safe)  # 0 for an empty side
-        shift = torch.where(side["l"] > 0, (side["m"] - m_safe) * side["l"], torch.zeros_like(side["l"]))
-        merged["l"] = merged["l"] + alpha * side["l"]
-        merged["u"] = merged["u"] + alpha * (side["u"] + shift)
+        seen = side["l"] > 0
+        delta = torch.where(seen, side["m"] - m_safe, torch.zeros_like(side["l"]))  # its centre moves
+        moved = {
+            "l": side["l"],
+            "u": side["u"] + delta * side["l"],
+            "w": side.get("w", 0) + 2 * delta * side["u"] + delta * delta * side["l"],
+            "c": alpha * side.get("c", 0),  # rescaled by α²
+        }
+        for name in sums:
+            merged[name] = merged[name] + alpha * moved.get(name, side[name])
     return merged

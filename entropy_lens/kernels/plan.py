@@ -53,6 +53,8 @@ TORCH_STREAMED = "torch-streamed"
 NATIVE = "native"
 TRITON_FUSED = "triton-fused"
 ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_FUSED}  # kernel -> path
+# the row statistics a kernel computes, where it does not yet compute every one of stats.ROW_STATS
+KERNEL_STATS = {"native": DEFAULT_STATS, "triton": DEFAULT_STATS}
 
 
 @dataclass(frozen=True)
@@ -168,24 +170,45 @@ def plan(backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = 
     return Plan(separate, one_pass, fused)
 
 
+def computes(kernel: str, stats) -> bool:
+    """Whether `kernel` computes every one of `stats`."""
+    return set(stats) <= set(KERNEL_STATS.get(kernel, stats))
+
+
 def run(
-    kernel: str, q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, block_q=None, block_k=None
+    kernel: str,
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    stats=DEFAULT_STATS,
+    first_keys: int = 1,
+    block_q=None,
+    block_k=None,
 ) -> RowStats:
     """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
-    has none and the Triton kernel autotunes its own."""
+    has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K."""
+    if not computes(kernel, stats):
+        missing = sorted(set(stats) - set(KERNEL_STATS[kernel]))
+        raise EntropyLensError(
+            f"the {kernel} kernel does not compute {', '.join(missing)} yet; use backend torch_chunked "
+            "(or auto, which picks it for these statistics)"
+        )
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
     if kernel == "reference":
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
-        return row_stats_reference(q, k, softmax_scale, mods, stats=stats)
+        return row_stats_reference(q, k, softmax_scale, mods, stats=stats, first_keys=first_keys)
     if kernel == "triton":
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
         return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats)
     if kernel == "native":
         return row_stats_native(q, k, v, softmax_scale, mods, stats=stats, **blocks)
-    return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, **blocks)
+    return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
 
 
 __all__ = [

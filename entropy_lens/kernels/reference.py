@@ -68,22 +68,57 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     return p[..., :S], p_sink, any_visible
 
 
-def _entropy(p, p_sink, any_visible):
-    """H = −Σ p ln p over the keys and the sink, the sink one outcome among them; 0 for a row that sees nothing."""
+def _entropy(p, p_sink, any_visible, behind, first_keys):
+    """H = −Σ p ln p over the keys and the sink, the sink one outcome among them."""
     h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
     return torch.where(any_visible, h, torch.zeros_like(h))
 
 
-# Each row statistic (stats.ROW_STATS) from its definition: (p, p_sink, any_visible) -> (B, Hq, T) float64
+def _max_prob(p, p_sink, any_visible, behind, first_keys):
+    return torch.maximum(p.amax(-1), p_sink)
+
+
+def _collision_entropy(p, p_sink, any_visible, behind, first_keys):
+    total = (p * p).sum(-1) + p_sink * p_sink
+    return torch.where(any_visible, -torch.log(torch.where(any_visible, total, 1.0)), torch.zeros_like(total))
+
+
+def _varentropy(p, p_sink, any_visible, behind, first_keys):
+    h = _entropy(p, p_sink, any_visible, behind, first_keys).unsqueeze(-1)
+    surprisal = torch.where(p > 0, -torch.log(torch.where(p > 0, p, 1.0)), 0.0)
+    var = (p * (surprisal - h) ** 2).sum(-1)
+    sink = torch.where(p_sink > 0, -torch.log(torch.where(p_sink > 0, p_sink, 1.0)), 0.0)
+    return var + p_sink * (sink - h.squeeze(-1)) ** 2
+
+
+def _distance(p, p_sink, any_visible, behind, first_keys):
+    keys = p.sum(-1)  # the keys' mass: the sink has no position
+    return torch.where(keys > 0, (p * behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
+
+
+def _first_mass(p, p_sink, any_visible, behind, first_keys):
+    return p[..., :first_keys].sum(-1)
+
+
+# Each row statistic (stats.ROW_STATS) from its definition: (p (B, Hq, T, S), p_sink, any_visible,
+# behind (T, S) = pos_i − j, first_keys K) -> (B, Hq, T) float64; a row with no outcome is 0 throughout
 DEFINITIONS = {
     "entropy": _entropy,
-    "sink_mass": lambda p, p_sink, any_visible: p_sink,
+    "sink_mass": lambda p, p_sink, any_visible, behind, first_keys: p_sink,
+    "max_prob": _max_prob,
+    "collision_entropy": _collision_entropy,
+    "varentropy": _varentropy,
+    "distance": _distance,
+    "first_mass": _first_mass,
 }
 
 
 @torch.no_grad()
-def row_stats_reference(q, k, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS) -> RowStats:
+def row_stats_reference(
+    q, k, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys=1
+) -> RowStats:
     """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> RowStats of `stats`, each (B, Hq, T)
     float32, computed in float64 from `attention_probabilities` by the definitions above."""
     probabilities = attention_probabilities(q, k, softmax_scale, mods)
-    return RowStats({name: DEFINITIONS[name](*probabilities).float() for name in stats})
+    behind = key_distance(q.shape[2], k.shape[2], q.device).double()
+    return RowStats({name: DEFINITIONS[name](*probabilities, behind, first_keys).float() for name in stats})

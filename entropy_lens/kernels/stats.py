@@ -21,7 +21,18 @@ import torch
 
 from entropy_lens.kernels.mods import ScoreMods
 
-STATE = ("m", "l", "u")  # the streaming accumulators of one row, in the order the kernels store them
+STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
+# Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
+# s the scores, m the running max, e = e^(s − m), b_j = pos_i − j how far key j lies behind the row:
+#   w = Σ e (s − m)²   c = Σ e²   lk = Σ_keys e   d = Σ_keys e b   f = Σ_{keys j < K} e
+# (the sink is an outcome of l, u, w and c, not of the key sums). A new max m' rescales them with
+# α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; merge.py merges
+# two states by the same rules.
+EXTRA_STATE = ("w", "c", "lk", "d", "f")
+
+
+def _positive(l: torch.Tensor) -> torch.Tensor:
+    return torch.where(l > 0, l, torch.ones_like(l))
 
 
 def entropy_from_state(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -39,9 +50,38 @@ def sink_mass_from_state(state: Mapping[str, torch.Tensor], sinks: torch.Tensor 
     return torch.exp(sinks.to(l).view(1, -1, 1) - m) / l
 
 
+def _max_prob(state, mods):
+    l = state["l"]  # the largest outcome contributes e^(m − m) = 1 to l
+    return torch.where(l > 0, 1.0 / _positive(l), torch.zeros_like(l))
+
+
+def _collision_entropy(state, mods):
+    l, c = state["l"], state["c"]  # Σ p² = c / l²
+    return torch.where(
+        l > 0, 2 * torch.log(_positive(l)) - torch.log(_positive(c)), torch.zeros_like(l)
+    ).clamp_min_(0.0)
+
+
+def _varentropy(state, mods):
+    l, u, w = state["l"], state["u"], state["w"]  # Var_p(−ln p) = Var_p(s) = w/l − (u/l)²
+    mean = u / _positive(l)
+    return torch.where(l > 0, w / _positive(l) - mean * mean, torch.zeros_like(l)).clamp_min_(0.0)
+
+
+def _distance(state, mods):
+    lk = state["lk"]  # over the keys only: the sink has no position
+    return torch.where(lk > 0, state["d"] / _positive(lk), torch.zeros_like(lk))
+
+
+def _first_mass(state, mods):
+    l = state["l"]
+    return torch.where(l > 0, state["f"] / _positive(l), torch.zeros_like(l))
+
+
 @dataclass(frozen=True)
 class RowStat:
-    """One per-row statistic: `read(state, mods)` -> (B, Hq, T) float32 from a row's final state."""
+    """One per-row statistic: `read(state, mods)` -> (B, Hq, T) float32 from a row's final state, which
+    holds STATE and the accumulators `needs` names."""
 
     name: str
     unit: str
@@ -49,6 +89,7 @@ class RowStat:
     read: Callable[[Mapping[str, torch.Tensor], ScoreMods], torch.Tensor]
     squared: bool = False  # whether the host sums its square too (the results' `<name>_sq`)
     applies: Callable[[ScoreMods], bool] = lambda mods: True  # recorded only where this holds
+    needs: tuple[str, ...] = ()  # accumulators of EXTRA_STATE the kernels keep for it
 
 
 ROW_STATS: dict[str, RowStat] = {
@@ -68,9 +109,38 @@ ROW_STATS: dict[str, RowStat] = {
             lambda state, mods: sink_mass_from_state(state, mods.sinks),
             applies=lambda mods: mods.sinks is not None,
         ),
+        RowStat("max_prob", "probability", "the largest probability of the row's outcomes", _max_prob),
+        RowStat("collision_entropy", "nats", "−ln Σ p² (Rényi order 2)", _collision_entropy, needs=("c",)),
+        RowStat(
+            "varentropy",
+            "nats²",
+            "Σ p (−ln p − H)², the variance of the surprisal",
+            _varentropy,
+            needs=("w",),
+        ),
+        RowStat(
+            "distance",
+            "tokens",
+            "Σ_j p_j (pos_i − j) / Σ_j p_j over the keys: how far back the row looks",
+            _distance,
+            needs=("lk", "d"),
+        ),
+        RowStat(
+            "first_mass",
+            "probability",
+            "Σ_{j < K} p_j: the mass on the first K keys",
+            _first_mass,
+            needs=("f",),
+        ),
     )
 }
 DEFAULT_STATS = ("entropy", "sink_mass")  # what the kernels return unless asked for less
+
+
+def accumulators(stats) -> tuple[str, ...]:
+    """The accumulators of EXTRA_STATE that `stats` need, in EXTRA_STATE's order."""
+    need = {a for name in stats for a in ROW_STATS[name].needs}
+    return tuple(a for a in EXTRA_STATE if a in need)
 
 
 def check_stats(stats) -> tuple[str, ...]:

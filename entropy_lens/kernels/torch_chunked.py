@@ -37,7 +37,7 @@ import torch
 
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, read_stats
+from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, accumulators, read_stats
 
 NEG_INF = float("-inf")
 BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above
@@ -46,13 +46,14 @@ OUTPUT_BLOCKS = (128, 512)  # the output path's default tile, see above
 
 @torch.no_grad()
 def row_stats_torch(
-    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, block_q=None, block_k=None
+    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys=1, block_q=None, block_k=None
 ) -> RowStats:
     """q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or None, softmax_scale (Hq,) fp32 and `mods`
     validated upstream -> RowStats: `stats` (B, Hq, T) float32 and, with v, the output (B, T, Hq, Dv)
     in q's dtype, the layout transformers' attention functions return. A row that sees no key outputs
     0 (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no
-    value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v."""
+    value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v.
+    `first_keys`: K of first_mass (the mass on keys j < K)."""
     default_q, default_k = (BLOCK_Q, BLOCK_K) if v is None else OUTPUT_BLOCKS
     state, out = stream_torch(
         q,
@@ -60,6 +61,8 @@ def row_stats_torch(
         v,
         softmax_scale,
         mods,
+        extra=accumulators(stats),
+        first_keys=first_keys,
         block_q=default_q if block_q is None else block_q,
         block_k=default_k if block_k is None else block_k,
     )
@@ -67,9 +70,23 @@ def row_stats_torch(
 
 
 @torch.no_grad()
-def stream_torch(q, k, v, softmax_scale, mods: ScoreMods, *, offset=None, block_q=BLOCK_Q, block_k=BLOCK_K):
-    """The streaming state {"m", "l", "u"}, each (B, Hq, T) float32, of queries q over keys k, and the
-    output (B, T, Hq, Dv) for values v (None: no output).
+def stream_torch(
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    offset=None,
+    extra=(),
+    first_keys=1,
+    key_start=0,
+    block_q=BLOCK_Q,
+    block_k=BLOCK_K,
+):
+    """The streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
+    (B, Hq, T) float32, of queries q over keys k, and the output (B, T, Hq, Dv) for values v (None: no
+    output). Local key j is global key key_start + j (first_mass counts global keys j < first_keys).
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
@@ -94,7 +111,8 @@ def stream_torch(q, k, v, softmax_scale, mods: ScoreMods, *, offset=None, block_
         neg_slope = -mods.alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
     key_bias = mods.key_bias
     kb = None if key_bias is None else key_bias.float().view(key_bias.shape[0], Hkv, G, 1, S)
-    state = torch.empty(len(STATE), B, Hq, T, dtype=torch.float32, device=q.device)
+    names = (*STATE, *extra)
+    state = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
     for q0 in range(0, T, block_q):
         q1 = min(q0 + block_q, T)
@@ -108,6 +126,9 @@ def stream_torch(q, k, v, softmax_scale, mods: ScoreMods, *, offset=None, block_
             m = sink.expand(B, Hkv, G, bq).clone()
             l = torch.ones_like(m)
         u = torch.zeros_like(m)
+        ext = {name: torch.zeros_like(m) for name in extra}
+        if "c" in ext and sink is not None:  # the sink's e^(σ − m)² = 1 at the start
+            ext["c"] += 1
         o = None if v is None else torch.zeros(B * Hkv, G * bq, Dv, device=q.device)
         k_end = min(S, q1 + offset) if causal else S
         k_start = max(0, q0 + offset - window + 1) if window is not None else 0
@@ -121,13 +142,18 @@ def stream_torch(q, k, v, softmax_scale, mods: ScoreMods, *, offset=None, block_
             if kb is not None:  # the same place: a bias per key
                 s.add_(kb[..., k0:k1])
             valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
+            if valid is not None:
+                s.masked_fill_(~valid, NEG_INF)
+            if ext:  # before the fold, which consumes s
+                ext = _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, key_start, first_keys)
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
-            m, l, u = _update(m, l, u, s, valid, o, vb)
-        state[:, :, :, q0:q1] = torch.stack([m, l, u]).view(len(STATE), B, Hq, bq)
+            m, l, u = _update(m, l, u, s, o, vb)
+        rows = torch.stack([m, l, u, *(ext[name] for name in extra)])
+        state[:, :, :, q0:q1] = rows.view(len(names), B, Hq, bq)
         if o is not None:  # out = o / l, 0 where l = 0 (then o = 0 too)
             o.div_(torch.where(l > 0, l, torch.ones_like(l)).view(B * Hkv, G * bq, 1))
             out[:, q0:q1] = o.view(B, Hq, bq, Dv).transpose(1, 2)
-    return dict(zip(STATE, state, strict=True)), out
+    return dict(zip(names, state, strict=True)), out
 
 
 def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):
@@ -153,11 +179,34 @@ def _behind(q0, q1, k0, k1, offset, device):
     return torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
 
 
-def _update(m, l, u, s, valid, o=None, vb=None):
-    """Fold one score tile s (B, Hkv, G, bq, bk) into the running (m, l, u); s is consumed. With the
-    output, o (B·Hkv, G·bq, Dv) ← α o + e·vb in place, vb the value tile (B·Hkv, bk, Dv)."""
-    if valid is not None:
-        s.masked_fill_(~valid, NEG_INF)
+def _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, key_start, first_keys):
+    """The accumulators of stats.EXTRA_STATE in `ext` with the masked score tile s (B, Hkv, G, bq, bk)
+    folded in (s is read, not consumed), from the state (m, l, u) before the tile; stats.py has the rules."""
+    m_new = torch.maximum(m, s.amax(-1))
+    m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+    alpha = torch.exp(m - m_safe)  # 0 while no score has been seen
+    delta = torch.where(l > 0, m - m_safe, torch.zeros_like(m))
+    d = s - m_safe.unsqueeze(-1)  # −inf where masked
+    e = torch.exp(d)
+    new = {}
+    if "w" in ext:
+        ed2 = torch.where(e > 0, e * d * d, torch.zeros_like(e))
+        new["w"] = alpha * (ext["w"] + 2 * delta * u + delta * delta * l) + ed2.sum(-1)
+    if "c" in ext:
+        new["c"] = alpha * alpha * ext["c"] + (e * e).sum(-1)
+    if "lk" in ext:
+        new["lk"] = alpha * ext["lk"] + e.sum(-1)
+    if "d" in ext:  # from the row, not the key's position: a local head keeps its precision far out
+        new["d"] = alpha * ext["d"] + (e * _behind(q0, q1, k0, k1, offset, s.device).float()).sum(-1)
+    if "f" in ext:
+        first = (torch.arange(k0, k1, device=s.device) + key_start < first_keys).float()
+        new["f"] = alpha * ext["f"] + (e * first).sum(-1)
+    return new
+
+
+def _update(m, l, u, s, o=None, vb=None):
+    """Fold one masked score tile s (B, Hkv, G, bq, bk) into the running (m, l, u); s is consumed. With
+    the output, o (B·Hkv, G·bq, Dv) ← α o + e·vb in place, vb the value tile (B·Hkv, bk, Dv)."""
     B, Hkv, G, bq, bk = s.shape
     tile = s.view(-1, bk)  # one graph for the compiled fold whatever the head layout
     m, l, u, e, alpha = fold_for(tile)(tile, m.reshape(-1), l.reshape(-1), u.reshape(-1))

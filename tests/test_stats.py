@@ -1,0 +1,169 @@
+"""Every per-row statistic of kernels.stats.ROW_STATS from the streaming pass (`attention_stats`) against
+its float64 definition (kernels/reference.py), within 1e-5 relative to max(1, |value|): the kernel
+grid (MHA/GQA/MQA, T < S and T > S with rows that see no key, masks, windows, softcap, sinks, ALiBi, a
+key bias, odd tiles), key shards merged, and the kernels that do not compute them yet refused in one
+line (issue 41: so far the reference and torch_chunked)."""
+
+import functools
+import itertools
+
+import pytest
+import torch
+from kernel_cases import make_inputs, make_sinks, make_slopes, mask_kinds
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import (
+    ROW_STATS,
+    attention_stats,
+    merge_states,
+    native_available,
+    shard_state,
+    sink_state,
+)
+from entropy_lens.kernels.stats import read_stats
+
+ALL = tuple(ROW_STATS)
+EXTRA_CASES = {
+    "plain": {},
+    "sinks": {"sinks": True},
+    "softcap+window": {"softcap": 2.5, "window": 5},
+    "alibi+sinks": {"alibi": True, "sinks": True},
+    "key_bias": {"key_bias": True},
+}
+
+
+def _kwargs(case, B, Hq, S, causal):
+    spec = EXTRA_CASES[case]
+    kw = {}
+    if spec.get("sinks"):
+        kw["sinks"] = make_sinks(Hq)
+    if "softcap" in spec:
+        kw["softcap"] = spec["softcap"]
+    if "window" in spec and causal:
+        kw["window"] = spec["window"]
+    if spec.get("alibi"):
+        kw["alibi_slopes"] = make_slopes(Hq, 0.5)
+    if spec.get("key_bias"):
+        kw["key_bias"] = torch.randn(B, Hq, S, generator=torch.Generator().manual_seed(5))
+    return kw
+
+
+def assert_close_relative(got: dict, want: dict, tol=1e-5):
+    for name, values in want.items():
+        err = ((got[name] - values).abs() / values.abs().clamp_min(1.0)).max().item()
+        assert err <= tol, (name, err)
+        assert torch.isfinite(got[name]).all(), name
+
+
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("T,S", [(21, 21), (9, 30), (14, 6)], ids=["square", "T<S", "T>S"])
+@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("case", EXTRA_CASES)
+def test_every_statistic_equals_its_definition(Hq, Hkv, T, S, mask_kind, causal, case):
+    B = 2
+    q, k = make_inputs(B, Hq, Hkv, T, S)
+    kw = _kwargs(case, B, Hq, S, causal) | {"mask": mask_kinds(B, Hq, T, S)[mask_kind], "causal": causal}
+    scale = torch.linspace(0.2, 0.7, Hq)
+    want = attention_stats(q, k, softmax_scale=scale, stats=ALL, first_keys=3, backend="reference", **kw)
+    for bq, bk in [(64, 1024), (5, 3)]:
+        got = attention_stats(
+            q,
+            k,
+            softmax_scale=scale,
+            stats=ALL,
+            first_keys=3,
+            backend="torch_chunked",
+            block_q=bq,
+            block_k=bk,
+            **kw,
+        )
+        assert set(got) == set(ALL) and all(
+            v.shape == (B, Hq, T) and v.dtype == torch.float32 for v in got.values()
+        )
+        assert_close_relative(got, want)
+
+
+def test_rows_without_keys_are_zero_and_a_sink_decides_them():
+    """T > S bottom-right: the first T − S rows see no key: 0 in every statistic; with a sink their one
+    outcome is the sink: max_prob = 1, sink_mass = 1, the rest 0."""
+    q, k = make_inputs(1, 2, 1, 9, 4)
+    plain = attention_stats(q, k, softmax_scale=0.5, stats=ALL)
+    assert all(torch.equal(v[..., :5], torch.zeros(1, 2, 5)) for v in plain.values())
+    sunk = attention_stats(q, k, softmax_scale=0.5, stats=ALL, sinks=torch.tensor([1.0, -2.0]))
+    ones = {"max_prob", "sink_mass"}
+    for name, values in sunk.items():
+        assert torch.allclose(values[..., :5], torch.full((1, 2, 5), float(name in ones)), atol=1e-6), name
+
+
+def test_peaked_far_rows_keep_their_distance_and_first_mass():
+    """A head that looks only at the first key from far away: distance = the row's position, first_mass
+    = 1, max_prob = 1, both entropies 0 (the distance is summed from the row, not key positions)."""
+    T = 3000
+    q = torch.ones(1, 1, T, 4)
+    k = torch.zeros(1, 1, T, 4)
+    k[..., 0, :] = 30.0  # key 0 scores 120 more than any other
+    got = attention_stats(q, k, softmax_scale=1.0, stats=ALL, block_q=256, block_k=512)
+    pos = torch.arange(T, dtype=torch.float32)
+    assert torch.allclose(got["distance"][0, 0], pos, rtol=1e-6)
+    assert torch.allclose(got["first_mass"], torch.ones(1, 1, T)) and torch.allclose(
+        got["max_prob"], torch.ones(1, 1, T)
+    )
+    assert got["entropy"].abs().max() < 1e-5 and got["collision_entropy"].abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("cuts", [[7], [3, 11, 19], [0, 5, 5, 30]], ids=["two", "four", "empty"])
+@pytest.mark.parametrize("sinks", [False, True])
+def test_key_shards_merge_to_every_statistic_of_the_whole(cuts, sinks):
+    """Each accumulator merges exactly (merge.merge_states): shards in any order, an empty one, the sink
+    as one more state merged once."""
+    B, Hq, Hkv, T, S = 2, 4, 2, 12, 30
+    q, k = make_inputs(B, Hq, Hkv, T, S)
+    kw = {"alibi_slopes": make_slopes(Hq, 0.3), "softcap": 3.0}
+    bounds = [0, *cuts, S]
+    states = [
+        shard_state(
+            q,
+            k[:, :, a:b],
+            0.4,
+            key_offset=a,
+            total_keys=S,
+            stats=ALL,
+            first_keys=4,
+            block_q=5,
+            block_k=4,
+            **kw,
+        )
+        for a, b in itertools.pairwise(bounds)
+    ]
+    sink = make_sinks(Hq) if sinks else None
+    if sinks:
+        states.insert(1, sink_state(sink, B, T, stats=ALL))
+    merged = functools.reduce(merge_states, reversed(states))
+    got = read_stats(merged, _mods(q, k, sink), ALL)
+    want = attention_stats(
+        q, k, softmax_scale=0.4, stats=ALL, first_keys=4, backend="reference", sinks=sink, **kw
+    )
+    assert_close_relative(got, want)
+    with pytest.raises(ValueError, match="different statistics"):
+        merge_states(states[0], shard_state(q, k, 0.4, key_offset=0, total_keys=S))
+
+
+def _mods(q, k, sinks):
+    from entropy_lens.kernels import ScoreMods
+
+    return ScoreMods.build(q, k, sinks=sinks)
+
+
+def test_kernels_that_do_not_compute_a_statistic_yet_say_so_and_auto_picks_one_that_does():
+    q, k = make_inputs(1, 4, 2, 8, 8)
+    if native_available():
+        with pytest.raises(EntropyLensError, match="native kernel does not compute max_prob yet"):
+            attention_stats(q, k, softmax_scale=0.3, stats=("entropy", "max_prob"), backend="native")
+    got = attention_stats(q, k, softmax_scale=0.3, stats=("max_prob",), backend="auto")
+    want = attention_stats(q, k, softmax_scale=0.3, stats=("max_prob",), backend="reference")
+    assert_close_relative(got, want)
+    with pytest.raises(ValueError, match="unknown row statistic"):
+        attention_stats(q, k, softmax_scale=0.3, stats=("fading",))
+    with pytest.raises(ValueError, match="first_keys must be a positive"):
+        attention_stats(q, k, softmax_scale=0.3, stats=("first_mass",), first_keys=0)
