@@ -7,6 +7,7 @@ line (issue 41: so far the reference and torch_chunked)."""
 import functools
 import itertools
 
+import numpy as np
 import pytest
 import torch
 from kernel_cases import make_inputs, make_sinks, make_slopes, mask_kinds
@@ -167,3 +168,68 @@ def test_kernels_that_do_not_compute_a_statistic_yet_say_so_and_auto_picks_one_t
         attention_stats(q, k, softmax_scale=0.3, stats=("fading",))
     with pytest.raises(ValueError, match="first_keys must be a positive"):
         attention_stats(q, k, softmax_scale=0.3, stats=("first_mass",), first_keys=0)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "bloom", "gemma2"])
+def test_the_recorder_records_every_statistic_the_models_own_attention_has(model_type):
+    """Through the capture (GQA, sinks, ALiBi routed through the model's own layers, softcap), each
+    statistic's mean by position equals its definition on the model's eager probabilities (the model in
+    float64, so the comparison holds the kernels' fp32 accumulation to 1e-5)."""
+    from architectures import SUPPORTED, build, eager_probabilities, mean_by_position
+
+    from entropy_lens.capture import EntropyRecorder
+    from entropy_lens.kernels.reference import DEFINITIONS, key_distance
+
+    # eager in float64: no rounding of its own (gpt-oss's experts run in float32 only: its eager
+    # probabilities carry fp32 rounding, about 5e-6, so it is held to 2e-5 as the entropy tests hold it)
+    model = build(model_type, SUPPORTED[model_type][0])
+    model, tol = (model, 2e-5) if model_type == "gpt_oss" else (model.double(), 1e-5)
+    ids = torch.randint(3, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    _, probs = eager_probabilities(model, ids, None)
+    with EntropyRecorder(model, stats=ALL, first_keys=2) as rec, torch.no_grad():
+        model(ids)
+    behind = key_distance(12, 12).double()
+    for name in ALL:
+        if name == "sink_mass" and not rec.has_sinks:
+            assert rec.mean(name) is None
+            continue
+        want = []
+        for (
+            p
+        ) in probs:  # a sink's share is what the probabilities leave of 1 (eager's softmax rounds in fp32)
+            sink = (
+                (1.0 - p.sum(-1)).clamp_min(0.0) if rec.has_sinks else torch.zeros(p.shape[:3], dtype=p.dtype)
+            )
+            want.append(DEFINITIONS[name](p, sink, torch.ones(p.shape[:3], dtype=torch.bool), behind, 2))
+        np.testing.assert_allclose(
+            rec.mean(name), mean_by_position(want, None), atol=tol, rtol=1e-5, err_msg=name
+        )
+
+
+def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
+    """--stats puts one array per statistic beside entropy, reduced as entropy is, with its unit and K in
+    the meta; the default scan records entropy alone; a name that is not a statistic is one line."""
+    from architectures import SUPPORTED, save_folder
+
+    from entropy_lens.results import ScanResult
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    folder = save_folder(tmp_path, "llama", SUPPORTED["llama"][0])
+    base = {"model": str(folder), "length": 16, "samples": 2, "data": "austen:persuasion", "dtype": "float32"}
+    scan(
+        ScanConfig(**base, stats="max_prob,first_mass", first_keys=2), out=tmp_path / "s.npz", progress=False
+    )
+    scan(ScanConfig(**base, stats="all", entropy="mean"), out=tmp_path / "m.npz", progress=False)
+    scan(ScanConfig(**base), out=tmp_path / "plain.npz", progress=False)
+    got, mean, plain = (ScanResult.load(tmp_path / f"{n}.npz") for n in ("s", "m", "plain"))
+    assert set(got.stats) == {"max_prob", "first_mass"} and got.stats["max_prob"].shape == got.entropy.shape
+    assert got.meta["stats"] == {"entropy": "nats", "max_prob": "probability", "first_mass": "probability"}
+    # entropy as without --stats (to the kernels' rounding: "auto" runs torch_chunked for these statistics)
+    assert got.meta["first_keys"] == 2 and np.allclose(got.entropy, plain.entropy, atol=1e-5, rtol=0)
+    assert set(mean.stats) == set(ALL) - {"entropy", "sink_mass"} and mean.stats["distance"].shape[1] == 1
+    assert plain.stats == {} and "stats" not in plain.meta and "stats" not in plain.meta["scan_config"]
+    assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()
+    with pytest.raises(EntropyLensError, match="--stats: unknown row statistic"):
+        ScanConfig(**base, stats="max_prob,fading").check()
+    with pytest.raises(EntropyLensError, match="records nothing with --entropy none"):
+        ScanConfig(**base, stats="all", entropy="none").check()

@@ -57,6 +57,7 @@ class Session:
     schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
     on_stats: Callable[[int, dict, int], None] | None = None
     stats: tuple[str, ...] = DEFAULT_STATS  # the row statistics to capture (kernels.stats.ROW_STATS)
+    first_keys: int = 1  # K of first_mass
     backend: str = "auto"
     fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names

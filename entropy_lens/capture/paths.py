@@ -38,7 +38,9 @@ def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
     session = call.session
     fusable = call.capturing and not call.dropout and not call.wants_grad
     backend, fused = ("auto", "off") if session is None else (session.backend, session.fused)
-    return plan(backend, fused if fusable else "off", call.query, inputs.key, inputs.value, inputs.mods)
+    stats = () if not call.capturing else session.stats
+    mode = fused if fusable else "off"
+    return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods, stats=stats)
 
 
 def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:
@@ -79,10 +81,17 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route):
     stats = tuple(name for name in wanted if ROW_STATS[name].applies(route.mods))
     query = call.query.detach()
     softmax_scale = validate_scale(query, inputs.key, call.softmax_scale)
+    first_keys = 1 if session is None else session.first_keys
     if route.path == SDPA_THEN_ENTROPY:
-        rows = run(route.kernel, query, inputs.key.detach(), None, softmax_scale, route.mods, stats=stats)
+        key = inputs.key.detach()
+        rows = run(
+            route.kernel, query, key, None, softmax_scale, route.mods, stats=stats, first_keys=first_keys
+        )
         return sdpa(call), rows
-    rows = run(route.kernel, query, inputs.key, inputs.value, softmax_scale, route.mods, stats=stats)
+    value = inputs.value
+    rows = run(
+        route.kernel, query, inputs.key, value, softmax_scale, route.mods, stats=stats, first_keys=first_keys
+    )
     return (rows.out.contiguous(), None), rows
 
 

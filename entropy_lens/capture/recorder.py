@@ -36,6 +36,7 @@ from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.own_attention import check_routable, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.kernels import FUSED_MODES
+from entropy_lens.kernels.stats import DEFAULT_STATS, check_stats
 
 
 class ScaleSession:
@@ -45,19 +46,36 @@ class ScaleSession:
     backend:   the entropy backend (kernels.resolve_backend); fused: "auto" | "on" | "off" (capture/fused.py).
     schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
+    stats:   the row statistics an EntropyRecorder records (kernels.stats.ROW_STATS; entropy and, for
+             a model with sinks, sink_mass by default); first_keys: first_mass's K.
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
     layers that capture nothing) and `session.backends` which entropy kernels ran.
     """
 
     def __init__(
-        self, model, *, scales=None, backend: str = "auto", fused: str = "auto", schedule=None, choices=None
+        self,
+        model,
+        *,
+        scales=None,
+        backend: str = "auto",
+        fused: str = "auto",
+        schedule=None,
+        choices=None,
+        stats=DEFAULT_STATS,
+        first_keys: int = 1,
     ):
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
-            scales=scales, schedule=schedule, backend=backend, fused=fused, choices=choices
+            scales=scales,
+            schedule=schedule,
+            backend=backend,
+            fused=fused,
+            choices=choices,
+            stats=check_stats(stats),
+            first_keys=int(first_keys),
         )
         self._undo = contextlib.ExitStack()
 
@@ -87,12 +105,8 @@ class ScaleSession:
 class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
 
-    def __init__(
-        self, model, *, scales=None, backend: str = "auto", fused: str = "auto", schedule=None, choices=None
-    ):
-        super().__init__(
-            model, scales=scales, backend=backend, fused=fused, schedule=schedule, choices=choices
-        )
+    def __init__(self, model, **options):
+        super().__init__(model, **options)
         cfg = model.config.get_text_config()
         try:
             self.n_layers = cfg.num_hidden_layers

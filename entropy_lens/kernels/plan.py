@@ -144,11 +144,17 @@ def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) ->
     return "triton", mods.replace(mask=keep, window=window)
 
 
-def plan(backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
-    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring)."""
+def plan(
+    backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = True, stats=DEFAULT_STATS
+) -> Plan:
+    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring);
+    `stats`: the row statistics to compute, which a kernel must compute to be a route's (else
+    torch_chunked is; an explicit --backend that does not compute them is refused when it runs)."""
     if fused not in FUSED_MODES:
         raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
+    if backend == "auto" and not computes(kernel, stats):
+        kernel, kernel_mods = "torch_chunked", mods
     if mods.sdpa_computes:
         separate = Route(SDPA_THEN_ENTROPY, kernel, kernel_mods)
     elif kernel == "native":
@@ -158,6 +164,8 @@ def plan(backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = 
     one_pass = None
     if fusable and fused != "off":
         kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+        if backend == "auto" and not computes(kernel, stats):
+            kernel, kernel_mods = "torch_chunked", mods
         takes = {
             "torch_chunked": q.device.type == "cpu",
             "native": True,

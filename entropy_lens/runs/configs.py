@@ -154,7 +154,7 @@ SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its file
 class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling):
     """Everything that determines a scan's numbers (saved in the results' meta)."""
 
-    ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride")  # newer than schema 1
+    ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride", "stats", "first_keys")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
     )
@@ -174,8 +174,27 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         "heads",
         choices=ENTROPY_REDUCTIONS,
         help="store entropy per head, averaged over each layer's heads, or not at all (the entropy "
-        "reduction)",
+        "reduction; it applies to every statistic of --stats)",
     )
+    stats: str = setting(
+        "entropy",
+        help="the row statistics to record beside entropy, comma-separated, or all: max_prob, "
+        "collision_entropy, varentropy, distance, first_mass (kernels/stats.py)",
+    )
+    first_keys: int = setting(
+        1, at_least=1, at_most=MAX_TOKENS, help="K of first_mass: the mass on keys j < K"
+    )
+
+    def row_stats(self) -> tuple[str, ...]:
+        """The statistics the capture records: entropy, sink mass (models with sinks) and --stats."""
+        from entropy_lens.kernels.stats import DEFAULT_STATS, ROW_STATS, check_stats
+
+        asked = tuple(ROW_STATS) if self.stats == "all" else tuple(filter(None, self.stats.split(",")))
+        try:
+            asked = check_stats(asked)
+        except ValueError as err:
+            raise EntropyLensError(f"--stats: {err}") from None
+        return (*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS))
 
     def check(self) -> None:
         from entropy_lens.data import check_length
@@ -192,6 +211,10 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         if self.entropy not in ENTROPY_REDUCTIONS:
             raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
         self.check_scaling()
+        if self.row_stats()[2:] and self.entropy == "none":
+            raise EntropyLensError(
+                f"--stats {self.stats} records nothing with --entropy none; pass heads or mean"
+            )
         resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
         if self.fused not in FUSED_MODES:
             raise EntropyLensError(

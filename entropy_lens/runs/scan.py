@@ -224,6 +224,8 @@ class Run:
             fused=c.fused,
             schedule=self.schedule,
             choices=self.choices,
+            stats=c.row_stats(),
+            first_keys=c.first_keys,
         )
 
     def decided(self) -> dict:
@@ -281,6 +283,7 @@ class Run:
             ),
             "world_size": self.world.size,
             "entropy_units": "nats",
+            **({"stats": sums.units(), "first_keys": c.first_keys} if c.stats != "entropy" else {}),
             "loss_units": "nats",
             "entropy_reduction": c.entropy,
             "scan_config": c.to_dict(),

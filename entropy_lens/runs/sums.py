@@ -74,6 +74,10 @@ class ScanSums:
             self.paths |= capture.session.paths
             self.backends |= capture.session.backends
 
+    def units(self) -> dict[str, str]:
+        """{statistic: its unit} of the row statistics summed (kernels.stats.ROW_STATS)."""
+        return {name: stat.unit for name, stat in ROW_STATS.items() if name in self.arrays}
+
     def all_reduce(self, world: World) -> None:
         """Every rank ends with the sums of all ranks (a no-op in one process)."""
         self.arrays = all_reduce_sum(self.arrays, world)
