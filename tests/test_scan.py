@@ -168,10 +168,11 @@ def test_a_cpu_scan_returns_the_free_heap_after_each_layer_and_before_the_loss(t
     assert calls == (["layer"] * 2 + ["release", "loss"]) * 2  # the tiny model's 2 layers, 2 batches
 
 
-def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stats", ["entropy", "max_prob,varentropy"])
+def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch, stats):
     from entropy_lens.capture.fused import PathChoices
 
-    config = _config(tiny_dir, samples=5)
+    config = _config(tiny_dir, samples=5, stats=stats)
 
     import entropy_lens.runs.scan as scan_mod
 
@@ -195,6 +196,11 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch):
     full = scan(config, progress=False, choices=PathChoices(replay=resumed.meta.get("fused_choices")))
     for name in ("entropy", "entropy_sq", "loss", "loss_sq", "count"):
         assert np.array_equal(getattr(resumed, name), getattr(full, name)), name
+    beyond = set() if stats == "entropy" else {"max_prob", "max_prob_sq", "varentropy", "varentropy_sq"}
+    assert resumed.stats.keys() == full.stats.keys() == beyond
+    assert all(
+        np.array_equal(resumed.stats[k], full.stats[k]) for k in full.stats
+    )  # the checkpoint kept them
     assert out.exists() and not partial_path(out).exists()
     # resuming a finished scan returns it; a different scan under the same name is refused
     assert np.array_equal(scan(config, out=out, resume=True, progress=False).entropy, full.entropy)

@@ -222,11 +222,16 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     scan(ScanConfig(**base, stats="all", entropy="mean"), out=tmp_path / "m.npz", progress=False)
     scan(ScanConfig(**base), out=tmp_path / "plain.npz", progress=False)
     got, mean, plain = (ScanResult.load(tmp_path / f"{n}.npz") for n in ("s", "m", "plain"))
-    assert set(got.stats) == {"max_prob", "first_mass"} and got.stats["max_prob"].shape == got.entropy.shape
+    assert set(got.stats) == {"max_prob", "max_prob_sq", "first_mass", "first_mass_sq"}
+    assert got.stats["max_prob"].shape == got.stats["max_prob_sq"].shape == got.entropy.shape
+    assert (got.stats["max_prob_sq"] >= got.stats["max_prob"] ** 2 - 1e-6).all()  # a mean square
     assert got.meta["stats"] == {"entropy": "nats", "max_prob": "probability", "first_mass": "probability"}
     # entropy as without --stats (to the kernels' rounding: "auto" runs torch_chunked for these statistics)
     assert got.meta["first_keys"] == 2 and np.allclose(got.entropy, plain.entropy, atol=1e-5, rtol=0)
-    assert set(mean.stats) == set(ALL) - {"entropy", "sink_mass"} and mean.stats["distance"].shape[1] == 1
+    extra = set(ALL) - {"entropy", "sink_mass"}
+    assert (
+        set(mean.stats) == extra | {f"{name}_sq" for name in extra} and mean.stats["distance"].shape[1] == 1
+    )
     assert plain.stats == {} and "stats" not in plain.meta and "stats" not in plain.meta["scan_config"]
     assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()
     with pytest.raises(EntropyLensError, match="--stats: unknown row statistic"):

@@ -135,11 +135,12 @@ def attention_entropy(
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ):
-    """See the module docstring for the contract."""
-    softmax_scale = validate_scale(q, k, softmax_scale)
-    mods = ScoreMods.build(
+    """See the module docstring for the contract: `attention_stats` of entropy (and sink mass)."""
+    rows = attention_stats(
         q,
         k,
+        softmax_scale=softmax_scale,
+        stats=DEFAULT_STATS if return_sink_mass else ("entropy",),
         causal=causal,
         mask=mask,
         window=window,
@@ -147,10 +148,10 @@ def attention_entropy(
         sinks=sinks,
         alibi_slopes=alibi_slopes,
         key_bias=key_bias,
+        backend=backend,
+        block_q=block_q,
+        block_k=block_k,
     )
-    kernel, mods = statistics_kernel(backend, q, k, mods)
-    stats = DEFAULT_STATS if return_sink_mass else ("entropy",)
-    rows = run(kernel, q, k, None, softmax_scale, mods, stats=stats, block_q=block_q, block_k=block_k)
     return (rows["entropy"], rows["sink_mass"]) if return_sink_mass else rows["entropy"]
 
 

@@ -87,7 +87,8 @@ class RowStat:
     unit: str
     description: str
     read: Callable[[Mapping[str, torch.Tensor], ScoreMods], torch.Tensor]
-    squared: bool = False  # whether the host sums its square too (the results' `<name>_sq`)
+    squared: bool = False  # whether the host sums its square too (the results' `<name>_sq`: every
+    # statistic but sink_mass, which stays as it was before the others)
     applies: Callable[[ScoreMods], bool] = lambda mods: True  # recorded only where this holds
     needs: tuple[str, ...] = ()  # accumulators of EXTRA_STATE the kernels keep for it
 
@@ -109,13 +110,27 @@ ROW_STATS: dict[str, RowStat] = {
             lambda state, mods: sink_mass_from_state(state, mods.sinks),
             applies=lambda mods: mods.sinks is not None,
         ),
-        RowStat("max_prob", "probability", "the largest probability of the row's outcomes", _max_prob),
-        RowStat("collision_entropy", "nats", "−ln Σ p² (Rényi order 2)", _collision_entropy, needs=("c",)),
+        RowStat(
+            "max_prob",
+            "probability",
+            "the largest probability of the row's outcomes",
+            _max_prob,
+            squared=True,
+        ),
+        RowStat(
+            "collision_entropy",
+            "nats",
+            "−ln Σ p² (Rényi order 2)",
+            _collision_entropy,
+            squared=True,
+            needs=("c",),
+        ),
         RowStat(
             "varentropy",
             "nats²",
             "Σ p (−ln p − H)², the variance of the surprisal",
             _varentropy,
+            squared=True,
             needs=("w",),
         ),
         RowStat(
@@ -123,6 +138,7 @@ ROW_STATS: dict[str, RowStat] = {
             "tokens",
             "Σ_j p_j (pos_i − j) / Σ_j p_j over the keys: how far back the row looks",
             _distance,
+            squared=True,
             needs=("lk", "d"),
         ),
         RowStat(
@@ -130,6 +146,7 @@ ROW_STATS: dict[str, RowStat] = {
             "probability",
             "Σ_{j < K} p_j: the mass on the first K keys",
             _first_mass,
+            squared=True,
             needs=("f",),
         ),
     )
