@@ -79,19 +79,14 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route):
     session = call.session
     wanted = () if not call.capturing else session.stats
     stats = tuple(name for name in wanted if ROW_STATS[name].applies(route.mods))
-    query = call.query.detach()
-    softmax_scale = validate_scale(query, inputs.key, call.softmax_scale)
+    query, key = call.query.detach(), inputs.key.detach()
+    softmax_scale = validate_scale(query, key, call.softmax_scale)
     first_keys = 1 if session is None else session.first_keys
-    if route.path == SDPA_THEN_ENTROPY:
-        key = inputs.key.detach()
-        rows = run(
-            route.kernel, query, key, None, softmax_scale, route.mods, stats=stats, first_keys=first_keys
-        )
+    separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
+    value = None if separate else inputs.value
+    rows = run(route.kernel, query, key, value, softmax_scale, route.mods, stats=stats, first_keys=first_keys)
+    if separate:
         return sdpa(call), rows
-    value = inputs.value
-    rows = run(
-        route.kernel, query, inputs.key, value, softmax_scale, route.mods, stats=stats, first_keys=first_keys
-    )
     return (rows.out.contiguous(), None), rows
 
 

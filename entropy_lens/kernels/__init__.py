@@ -73,7 +73,6 @@ from entropy_lens.kernels.plan import (
     FUSED_MODES,
     Plan,
     Route,
-    computes,
     plan,
     resolve_backend,
     run,
@@ -192,9 +191,7 @@ def attention_stats(
         alibi_slopes=alibi_slopes,
         key_bias=key_bias,
     )
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
-    if backend == "auto" and not computes(kernel, stats):
-        kernel, kernel_mods = "torch_chunked", mods
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, stats=stats)
     rows = run(
         kernel,
         q,
@@ -246,10 +243,8 @@ def attention_with_entropy(
         alibi_slopes=alibi_slopes,
         key_bias=key_bias,
     )
-    kernel, mods = statistics_kernel(backend, q, k, mods, one_pass=True)
     stats = check_stats(stats)
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True, stats=stats)
     if kernel == "triton" and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output has q's head size
-        kernel = "torch_chunked"
-    if backend == "auto" and not computes(kernel, stats):
-        kernel = "torch_chunked"
-    return run(kernel, q, k, v, softmax_scale, mods, stats=stats, block_q=block_q, block_k=block_k)
+        kernel, kernel_mods = "torch_chunked", mods
+    return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, block_q=block_q, block_k=block_k)

@@ -125,10 +125,21 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) -> tuple[str, ScoreMods]:
+def statistics_kernel(
+    backend: str, q, k, mods: ScoreMods, *, one_pass=False, stats=DEFAULT_STATS
+) -> tuple[str, ScoreMods]:
     """(kernel, mods in its form) for validated inputs: for triton the mask is reduced to key padding
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check a
-    (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked."""
+    (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked.
+    "auto" takes torch_chunked where its kernel does not compute all of `stats` (KERNEL_STATS); an
+    explicit backend is kept, and `run` refuses what it does not compute."""
+    kernel, form = _kernel_form(backend, q, k, mods, one_pass)
+    if backend == "auto" and not computes(kernel, stats):
+        return "torch_chunked", mods
+    return kernel, form
+
+
+def _kernel_form(backend: str, q, k, mods: ScoreMods, one_pass: bool) -> tuple[str, ScoreMods]:
     kernel = resolve_backend(backend, q.device, one_pass=one_pass)
     if kernel != "triton" or mods.mask is None and mods.key_bias is None:
         return kernel, mods
@@ -152,9 +163,7 @@ def plan(
     torch_chunked is; an explicit --backend that does not compute them is refused when it runs)."""
     if fused not in FUSED_MODES:
         raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
-    if backend == "auto" and not computes(kernel, stats):
-        kernel, kernel_mods = "torch_chunked", mods
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, stats=stats)
     if mods.sdpa_computes:
         separate = Route(SDPA_THEN_ENTROPY, kernel, kernel_mods)
     elif kernel == "native":
@@ -163,9 +172,7 @@ def plan(
         separate = Route(TORCH_STREAMED, "torch_chunked", mods)
     one_pass = None
     if fusable and fused != "off":
-        kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
-        if backend == "auto" and not computes(kernel, stats):
-            kernel, kernel_mods = "torch_chunked", mods
+        kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True, stats=stats)
         takes = {
             "torch_chunked": q.device.type == "cpu",
             "native": True,
