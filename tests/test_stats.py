@@ -1,21 +1,24 @@
 """Every per-row statistic of kernels.stats.ROW_STATS from the streaming pass (`attention_stats`) against
 its float64 definition (kernels/reference.py), within 1e-5 relative to max(1, |value|): the kernel
 grid (MHA/GQA/MQA, T < S and T > S with rows that see no key, masks, windows, softcap, sinks, ALiBi, a
-key bias, odd tiles), key shards merged, and the kernels that do not compute them yet refused in one
-line (issue 41: so far the reference and torch_chunked)."""
+key bias, odd tiles) on both CPU kernels, separate and with the output, key shards merged, and a kernel
+that does not compute a statistic refused in one line (the Triton kernel's cases run under the
+interpreter: tests/triton_interp_cases.py)."""
 
 import functools
+import importlib
 import itertools
 
 import numpy as np
 import pytest
 import torch
-from kernel_cases import make_inputs, make_sinks, make_slopes, mask_kinds
+from kernel_cases import RUNNABLE, TILES, make_inputs, make_sinks, make_slopes, make_values, mask_kinds
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import (
     ROW_STATS,
     attention_stats,
+    attention_with_entropy,
     merge_states,
     native_available,
     shard_state,
@@ -24,6 +27,7 @@ from entropy_lens.kernels import (
 from entropy_lens.kernels.stats import read_stats
 
 ALL = tuple(ROW_STATS)
+CPU_KERNELS = [param for param in RUNNABLE if param.values[0] != "triton"]
 EXTRA_CASES = {
     "plain": {},
     "sinks": {"sinks": True},
@@ -61,28 +65,27 @@ def assert_close_relative(got: dict, want: dict, tol=1e-5):
 @pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("case", EXTRA_CASES)
-def test_every_statistic_equals_its_definition(Hq, Hkv, T, S, mask_kind, causal, case):
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+def test_every_statistic_equals_its_definition(kernel, Hq, Hkv, T, S, mask_kind, causal, case):
     B = 2
     q, k = make_inputs(B, Hq, Hkv, T, S)
     kw = _kwargs(case, B, Hq, S, causal) | {"mask": mask_kinds(B, Hq, T, S)[mask_kind], "causal": causal}
     scale = torch.linspace(0.2, 0.7, Hq)
     want = attention_stats(q, k, softmax_scale=scale, stats=ALL, first_keys=3, backend="reference", **kw)
-    for bq, bk in [(64, 1024), (5, 3)]:
+    v = make_values(B, Hkv, S)
+    for bq, bk in TILES[kernel]:
+        blocks = {"block_q": bq, "block_k": bk}
         got = attention_stats(
-            q,
-            k,
-            softmax_scale=scale,
-            stats=ALL,
-            first_keys=3,
-            backend="torch_chunked",
-            block_q=bq,
-            block_k=bk,
-            **kw,
+            q, k, softmax_scale=scale, stats=ALL, first_keys=3, backend=kernel, **blocks, **kw
         )
         assert set(got) == set(ALL) and all(
             v.shape == (B, Hq, T) and v.dtype == torch.float32 for v in got.values()
         )
         assert_close_relative(got, want)
+        fused = attention_with_entropy(
+            q, k, v, softmax_scale=scale, stats=ALL, first_keys=3, backend=kernel, **blocks, **kw
+        )
+        assert_close_relative(fused, want)
 
 
 def test_rows_without_keys_are_zero_and_a_sink_decides_them():
@@ -97,14 +100,15 @@ def test_rows_without_keys_are_zero_and_a_sink_decides_them():
         assert torch.allclose(values[..., :5], torch.full((1, 2, 5), float(name in ones)), atol=1e-6), name
 
 
-def test_peaked_far_rows_keep_their_distance_and_first_mass():
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+def test_peaked_far_rows_keep_their_distance_and_first_mass(kernel):
     """A head that looks only at the first key from far away: distance = the row's position, first_mass
     = 1, max_prob = 1, both entropies 0 (the distance is summed from the row, not key positions)."""
     T = 3000
     q = torch.ones(1, 1, T, 4)
     k = torch.zeros(1, 1, T, 4)
     k[..., 0, :] = 30.0  # key 0 scores 120 more than any other
-    got = attention_stats(q, k, softmax_scale=1.0, stats=ALL, block_q=256, block_k=512)
+    got = attention_stats(q, k, softmax_scale=1.0, stats=ALL, backend=kernel, block_q=256, block_k=512)
     pos = torch.arange(T, dtype=torch.float32)
     assert torch.allclose(got["distance"][0, 0], pos, rtol=1e-6)
     assert torch.allclose(got["first_mass"], torch.ones(1, 1, T)) and torch.allclose(
@@ -156,11 +160,21 @@ def _mods(q, k, sinks):
     return ScoreMods.build(q, k, sinks=sinks)
 
 
-def test_kernels_that_do_not_compute_a_statistic_yet_say_so_and_auto_picks_one_that_does():
+def test_a_kernel_that_does_not_compute_a_statistic_says_so_and_auto_picks_one_that_does(monkeypatch):
+    """plan.KERNEL_STATS holds a kernel that computes only some statistics (a new one lands kernel by
+    kernel): naming it is refused in one line, "auto" routes around it."""
+    plan = importlib.import_module("entropy_lens.kernels.plan")  # the module (the package exports the function)
+    monkeypatch.setitem(plan.KERNEL_STATS, "native", ("entropy", "sink_mass"))
     q, k = make_inputs(1, 4, 2, 8, 8)
     if native_available():
         with pytest.raises(EntropyLensError, match="native kernel does not compute max_prob yet"):
             attention_stats(q, k, softmax_scale=0.3, stats=("entropy", "max_prob"), backend="native")
+        mods = _mods(q, k, None)
+        assert plan.statistics_kernel("auto", q, k, mods, one_pass=True, stats=("entropy",))[0] == "native"
+        assert (
+            plan.statistics_kernel("auto", q, k, mods, one_pass=True, stats=("max_prob",))[0]
+            == "torch_chunked"
+        )
     got = attention_stats(q, k, softmax_scale=0.3, stats=("max_prob",), backend="auto")
     want = attention_stats(q, k, softmax_scale=0.3, stats=("max_prob",), backend="reference")
     assert_close_relative(got, want)

@@ -83,6 +83,7 @@ from entropy_lens.kernels.stats import (
     DEFAULT_STATS,
     ROW_STATS,
     RowStats,
+    check_first_keys,
     check_stats,
     entropy_from_state,
     sink_mass_from_state,
@@ -176,9 +177,7 @@ def attention_stats(
     max_prob, collision_entropy, varentropy, distance, first_mass with K = `first_keys`), from one
     streaming pass over the keys; the score modifiers and `backend` as `attention_entropy`'s ("auto"
     picks a kernel that computes all of `stats`)."""
-    stats = check_stats(stats)
-    if isinstance(first_keys, bool) or int(first_keys) != first_keys or first_keys < 1:
-        raise ValueError(f"first_keys must be a positive number of keys; got {first_keys!r}")
+    stats, first_keys = check_stats(stats), check_first_keys(first_keys)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
         q,
@@ -200,7 +199,7 @@ def attention_stats(
         softmax_scale,
         kernel_mods,
         stats=stats,
-        first_keys=int(first_keys),
+        first_keys=first_keys,
         block_q=block_q,
         block_k=block_k,
     )
@@ -221,6 +220,7 @@ def attention_with_entropy(
     alibi_slopes=None,
     key_bias=None,
     stats=DEFAULT_STATS,
+    first_keys: int = 1,
     backend="auto",
     block_q: int | None = None,
     block_k: int | None = None,
@@ -243,8 +243,9 @@ def attention_with_entropy(
         alibi_slopes=alibi_slopes,
         key_bias=key_bias,
     )
-    stats = check_stats(stats)
+    stats, first_keys = check_stats(stats), check_first_keys(first_keys)
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True, stats=stats)
     if kernel == "triton" and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output has q's head size
         kernel, kernel_mods = "torch_chunked", mods
-    return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, block_q=block_q, block_k=block_k)
+    blocks = {"block_q": block_q, "block_k": block_k}
+    return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, first_keys=first_keys, **blocks)

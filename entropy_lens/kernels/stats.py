@@ -169,6 +169,13 @@ def check_stats(stats) -> tuple[str, ...]:
     return stats
 
 
+def check_first_keys(first_keys) -> int:
+    """first_mass's K as an int; ValueError unless a positive whole number."""
+    if isinstance(first_keys, bool) or int(first_keys) != first_keys or first_keys < 1:
+        raise ValueError(f"first_keys must be a positive number of keys; got {first_keys!r}")
+    return int(first_keys)
+
+
 def sum_names(stats) -> list[str]:
     """The host sums of `stats`: each statistic's own and, for a `squared` one, `<name>_sq`."""
     return [key for name in stats for key in (name, name + "_sq")[: 1 + ROW_STATS[name].squared]]

@@ -1,17 +1,21 @@
-"""The native CPU kernel: attention output, entropy and sink mass from the same score tiles in one C++
-loop (attention_entropy.cpp beside this file), built as a PyTorch extension on first use.
+"""The native CPU kernel: attention output and every row statistic of kernels/stats.py from the same
+score tiles in one C++ loop (attention_entropy.cpp beside this file), built as a PyTorch extension on
+first use.
 
-    row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, block_q=None, block_k=BLOCK_K)
-        -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM),
-           entropy (B, Hq, T) float32 nats, sink mass (B, Hq, T) float32; block_q None: block_rows(T)
+    row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, first_keys=1, block_q=None,
+                     block_k=BLOCK_K)
+        -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM) and
+           each of `stats` (B, Hq, T) float32; block_q None: block_rows(T)
     (`kernels.attention_with_entropy(..., backend="native")` and `attention_entropy` are the public
     entry points: they check the arguments.)
 Semantics are `torch_chunked.row_stats_torch`'s; the kernel is that path's loop written in C++ as PyTorch's CPU flash
 attention is: per (batch, query head, query block) a BLAS GEMM for the scores, one vectorised pass
-for the masks, max, exp and the sums l and u, a GEMM for e·V, `at::parallel_for` over the blocks
+for the masks, max, exp and the sums l and u (and the accumulators of stats.EXTRA_STATE the
+statistics asked for need, nothing more), a GEMM for e·V, `at::parallel_for` over the blocks
 (torch's intra-op pool, so `torch.set_num_threads` / `--threads` sets its threads). Everything is
 accumulated in fp32; bf16/fp16 inputs are converted to fp32 first (keys and values once, as
-torch_chunked does).
+torch_chunked does). The loop returns each row's final state; `stats.read_stats` reads the statistics
+off it, as for torch_chunked.
 
 Build (build.py): `torch.utils.cpp_extension.load` compiles the source once (ninja, -O3, AVX2+FMA where
 the CPU has them) into ~/.cache/entropy_lens/native/<hash of the source, flags, torch and Python>
@@ -35,7 +39,7 @@ import torch
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
-from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
+from entropy_lens.kernels.stats import DEFAULT_STATS, EXTRA_STATE, STATE, RowStats, accumulators, read_stats
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
@@ -85,13 +89,23 @@ def native_status(state: NativeState | None = None) -> str:
 
 @torch.no_grad()
 def row_stats_native(
-    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, block_q=None, block_k=BLOCK_K
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    stats=DEFAULT_STATS,
+    first_keys=1,
+    block_q=None,
+    block_k=BLOCK_K,
 ) -> RowStats:
     """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
     loop without the value GEMM). block_q None: `block_rows(T)`."""
-    out, entropy, sink_mass, _ = _run(q, k, v, softmax_scale, mods, block_q, block_k)
-    values = {"entropy": entropy, "sink_mass": sink_mass}  # what the C++ loop computes, by name
-    return RowStats({name: values[name] for name in stats}, None if v is None else out.to(q.dtype))
+    extra = accumulators(stats)
+    out, state, _ = _run(q, k, v, softmax_scale, mods, block_q, block_k, extra=extra, first_keys=first_keys)
+    state = dict(zip((*STATE, *extra), state, strict=True))
+    return RowStats(read_stats(state, mods, stats), None if v is None else out.to(q.dtype))
 
 
 @torch.no_grad()
@@ -110,8 +124,9 @@ def block_rows(T: int) -> int:
     return 256 if T >= 768 else 64 if T >= 192 else 32
 
 
-def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, profile=False):
-    """The C++ forward on validated inputs: (out fp32 or empty, entropy, sink mass, times or empty)."""
+def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, *, extra=(), first_keys=1, profile=False):
+    """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra), B, Hq, T):
+    m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty)."""
     if q.device.type != "cpu":
         raise ValueError(
             f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path"
@@ -138,6 +153,8 @@ def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, profile=Fals
         empty if mods.alibi_slopes is None else mods.alibi_slopes,
         empty if mods.key_bias is None else mods.key_bias,
         k.shape[2] - q.shape[2],
+        sum(1 << EXTRA_STATE.index(name) for name in extra),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16
+        int(first_keys),
         int(block_q),
         int(block_k),
         bool(profile),

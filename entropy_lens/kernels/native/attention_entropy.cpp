@@ -1,14 +1,19 @@
-// The attention output and its entropy from the same score tiles, on CPU: the loop of PyTorch's
-// CPU flash attention (per batch, query head and query block: a BLAS GEMM for the scores, one
-// vectorised pass for max / exp / row sums, a GEMM for e·V, at::parallel_for over the blocks) with
-// the entropy's centred sum u accumulated beside the running max m and the sum l.
+// The attention output and the streaming state of its row statistics from the same score tiles, on
+// CPU: the loop of PyTorch's CPU flash attention (per batch, query head and query block: a BLAS GEMM
+// for the scores, one vectorised pass for max / exp / row sums, a GEMM for e·V, at::parallel_for over
+// the blocks) with the entropy's centred sum u accumulated beside the running max m and the sum l, and
+// the further accumulators of kernels/stats.py's EXTRA_STATE (w, c, lk, d, f) only where asked for.
+// The kernel returns the final state; Python reads the statistics off it (stats.read_stats).
 //
 // Math (per query row, scores s_j over the attendable keys; see kernels/torch_chunked.py):
 //   m = max_j s_j,  l = Σ_j e^(s_j − m),  u = Σ_j e^(s_j − m)(s_j − m),  H = log l − u/l (nats)
 // When a key block raises the max from m to m', with α = e^(m − m'):
 //   l ← α l + Σ_blk e^(s − m'),  u ← α (u + (m − m') l) + Σ_blk e^(s − m')(s − m'),  o ← α o + e·V
 // Before any key m = −inf, l = u = 0 (the (m − m') l term is skipped then: −inf · 0). A sink σ_h is
-// the state before any key: m = σ_h, l = 1, u = 0. out = o / l (0 for a row with l = 0).
+// the state before any key: m = σ_h, l = 1, u = 0 (and c = 1). out = o / l (0 for a row with l = 0).
+// Extras, with e = e^(s − m'), b_j = pos_i − j how far key j lies behind the row, δ = m − m':
+//   w ← α (w + 2δu + δ² l) + Σ e (s − m')²,  c ← α² c + Σ e²,  lk ← α lk + Σ e,
+//   d ← α d + Σ e b_j (from the row: exact integers in fp32 up to 2^24 tokens),  f ← α f + Σ_{j < K} e
 // Scores: s = λ_h q·k, then c·tanh(s/c) (softcap), then − slope_h·|i + offset − j| (ALiBi) and
 // + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask).
 // Everything is fp32: inputs are converted by the Python wrapper (entropy_lens/kernels/native).
@@ -144,8 +149,9 @@ inline void row_softcap(float* s, int64_t n, float cap) {
   for (; j < n; ++j) s[j] = cap * std::tanh(s[j] / cap);
 }
 
-// s ← e = e^(s − m) in place (the tile e·V takes); sum_e = Σ e, sum_ed = Σ e (s − m), with
-// s − m clamped at ln(FLT_MIN) so a masked key adds 0 · finite = 0, never 0 · (−inf).
+// s ← e = e^(s − m) in place (the tile e·V takes); sum_e = Σ e, sum_ed = Σ e (s − m). A masked key
+// (s = −inf) has e = 0 exactly, and its s − m is clamped at ln(FLT_MIN) in the products so that it adds
+// 0 · finite = 0, never 0 · (−inf).
 inline void row_exp(float* s, int64_t n, float m, float& sum_e, float& sum_ed) {
   float se = 0.0f, sed = 0.0f;
   int64_t j = 0;
@@ -153,8 +159,8 @@ inline void row_exp(float* s, int64_t n, float m, float& sum_e, float& sum_ed) {
   const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(kLnFltMin);
   __m256 ae = _mm256_setzero_ps(), aed = ae;
   for (; j + 8 <= n; j += 8) {
-    const __m256 d = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm), lo);
-    const __m256 e = exp8(d);
+    const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), vm);
+    const __m256 e = exp8(x), d = _mm256_max_ps(x, lo);
     _mm256_storeu_ps(s + j, e);
     ae = _mm256_add_ps(ae, e);
     aed = _mm256_fmadd_ps(e, d, aed);
@@ -163,8 +169,8 @@ inline void row_exp(float* s, int64_t n, float m, float& sum_e, float& sum_ed) {
   sed = hsum8(aed);
 #endif
   for (; j < n; ++j) {
-    const float d = std::max(s[j] - m, kLnFltMin);
-    const float e = exp_scalar(d);
+    const float x = s[j] - m;
+    const float e = exp_scalar(x), d = std::max(x, kLnFltMin);
     s[j] = e;
     se += e;
     sed += e * d;
@@ -173,20 +179,86 @@ inline void row_exp(float* s, int64_t n, float m, float& sum_e, float& sum_ed) {
   sum_ed = sed;
 }
 
+
+// The tile sums the extra accumulators take beside row_exp's (only those of the template flags):
+// edd = Σ e (s − m)², ee = Σ e², eb = Σ e (base − j) with base = pos − k0, the key's distance behind
+// the row. s ← e in place as row_exp.
+struct TileSums {
+  float e = 0, ed = 0, edd = 0, ee = 0, eb = 0;
+};
+
+template <bool W, bool C, bool D>
+inline void row_exp_stats(float* s, int64_t n, float m, float base, TileSums& t) {
+  float se = 0, sed = 0, sedd = 0, see = 0, seb = 0;
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(kLnFltMin), eight = _mm256_set1_ps(8.0f);
+  __m256 ae = _mm256_setzero_ps(), aed = ae, aedd = ae, aee = ae, aeb = ae;
+  __m256 b = _mm256_setr_ps(base, base - 1, base - 2, base - 3, base - 4, base - 5, base - 6, base - 7);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), vm);
+    const __m256 e = exp8(x), d = _mm256_max_ps(x, lo);
+    _mm256_storeu_ps(s + j, e);
+    ae = _mm256_add_ps(ae, e);
+    aed = _mm256_fmadd_ps(e, d, aed);
+    if (W) aedd = _mm256_fmadd_ps(_mm256_mul_ps(e, d), d, aedd);
+    if (C) aee = _mm256_fmadd_ps(e, e, aee);
+    if (D) {
+      aeb = _mm256_fmadd_ps(e, b, aeb);
+      b = _mm256_sub_ps(b, eight);
+    }
+  }
+  se = hsum8(ae);
+  sed = hsum8(aed);
+  if (W) sedd = hsum8(aedd);
+  if (C) see = hsum8(aee);
+  if (D) seb = hsum8(aeb);
+#endif
+  for (; j < n; ++j) {
+    const float x = s[j] - m;
+    const float e = exp_scalar(x), d = std::max(x, kLnFltMin);
+    s[j] = e;
+    se += e;
+    sed += e * d;
+    if (W) sedd += e * d * d;
+    if (C) see += e * e;
+    if (D) seb += e * (base - static_cast<float>(j));
+  }
+  t.e = se;
+  t.ed = sed;
+  t.edd = sedd;
+  t.ee = see;
+  t.eb = seb;
+}
+
+using RowExpStats = void (*)(float*, int64_t, float, float, TileSums&);
+
+// the instantiation for the accumulators asked for (w: W, c: C, d: D)
+inline RowExpStats row_exp_for(bool w, bool c, bool d) {
+  static const RowExpStats table[8] = {
+      row_exp_stats<false, false, false>, row_exp_stats<false, false, true>,
+      row_exp_stats<false, true, false>,  row_exp_stats<false, true, true>,
+      row_exp_stats<true, false, false>,  row_exp_stats<true, false, true>,
+      row_exp_stats<true, true, false>,   row_exp_stats<true, true, true>};
+  return table[(w ? 4 : 0) + (c ? 2 : 0) + (d ? 1 : 0)];
+}
+
 }  // namespace
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or an empty tensor (entropy only), float32 with
 // unit stride in the last dimension; scale (Hq,); mask bool (Mb, Mh, Mt, S) with Mb ∈ {1, B},
 // Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
-// (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset.
-// -> {out (B, T, Hq, Dv) float32 (empty without v), entropy (B, Hq, T), sink mass (B, Hq, T), and with
-// `profile` a (3,) float64 tensor: thread-seconds in the score GEMMs, the row passes and the e·V GEMMs
-// (else empty)}.
+// (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset;
+// `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f (EXTRA_STATE's order); first_keys:
+// f's K (keys j < K).
+// -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras, B, Hq, T): m, l, u
+// and the extras asked for in that order, and with `profile` a (3,) float64 tensor: thread-seconds in
+// the score GEMMs, the row passes and the e·V GEMMs (else empty)}.
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
                                 double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
-                                const at::Tensor& key_bias, int64_t offset, int64_t block_q, int64_t block_k,
-                                bool profile) {
+                                const at::Tensor& key_bias, int64_t offset, int64_t extra, int64_t first_keys,
+                                int64_t block_q, int64_t block_k, bool profile) {
   const bool with_output = v.defined() && v.numel() > 0;
   for (const at::Tensor* t : {&q, &k}) {
     TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
@@ -213,8 +285,13 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
 
   auto opts = q.options().dtype(at::kFloat);
   at::Tensor out = with_output ? at::empty({B, T, Hq, Dv}, opts) : at::empty({0}, opts);
-  at::Tensor entropy = at::empty({B, Hq, T}, opts);
-  at::Tensor sink_mass = at::zeros({B, Hq, T}, opts);
+  const bool want_w = extra & 1, want_c = extra & 2, want_lk = extra & 4, want_d = extra & 8, want_f = extra & 16;
+  const bool any_extra = extra & 31;
+  // where each extra lives in the state: after m, l, u, in EXTRA_STATE's order, only those asked for
+  const int64_t iw = 3, ic = iw + want_w, ilk = ic + want_c, id = ilk + want_lk, iff = id + want_d;
+  const int64_t n_state = iff + want_f;
+  at::Tensor state = at::empty({n_state, B, Hq, T}, opts);
+  const RowExpStats row_exp_extra = row_exp_for(want_w, want_c, want_d);
 
   at::Tensor mask_c, scale_c = scale.contiguous(), sinks_c, alibi_c, kb_c;
   int64_t msB = 0, msH = 0, msT = 0;
@@ -243,8 +320,8 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   const float* alid = has_alibi ? alibi_c.data_ptr<float>() : nullptr;
   const float* kbd = has_kb ? kb_c.data_ptr<float>() : nullptr;
   float* outd = with_output ? out.data_ptr<float>() : nullptr;
-  float* hd = entropy.data_ptr<float>();
-  float* smd = sink_mass.data_ptr<float>();
+  float* std_ = state.data_ptr<float>();
+  const int64_t plane = B * Hq * T;  // one accumulator's (B, Hq, T)
   const int64_t qsB = q.stride(0), qsH = q.stride(1), qsT = q.stride(2);
   const int64_t ksB = k.stride(0), ksH = k.stride(1), ksT = k.stride(2);
   const int64_t vsB = with_output ? v.stride(0) : 0, vsH = with_output ? v.stride(1) : 0;
@@ -258,6 +335,11 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   at::parallel_for(0, B * Hq * nqb, 1, [&](int64_t begin, int64_t end) {
     const int mkl_before = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
     std::vector<float> sbuf(bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq), urow(bq);
+    // the extras, rows (bq,) each, in the state's order after m, l, u (w, c, lk, d, f where asked for)
+    std::vector<float> xrow(any_extra ? (n_state - 3) * bq : 0);
+    auto extra_row = [&](bool want, int64_t index) { return want ? xrow.data() + (index - 3) * bq : nullptr; };
+    float *wrow = extra_row(want_w, iw), *crow = extra_row(want_c, ic), *lkrow = extra_row(want_lk, ilk);
+    float *drow = extra_row(want_d, id), *frow = extra_row(want_f, iff);
     double t_scores = 0, t_rows = 0, t_values = 0;
     Clock::time_point t0, t1, t2;
     for (int64_t task = begin; task < end; ++task) {
@@ -275,6 +357,10 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
         mrow[i] = has_sinks ? sink : kNegInf;
         lrow[i] = has_sinks ? 1.0f : 0.0f;
         urow[i] = 0.0f;
+      }
+      std::fill(xrow.begin(), xrow.end(), 0.0f);
+      if (want_c && has_sinks) {  // the sink's e^(σ − m)² = 1
+        for (int64_t i = 0; i < rows; ++i) crow[i] = 1.0f;
       }
       if (with_output) std::fill(obuf.begin(), obuf.end(), 0.0f);
       // keys the block's rows may see: causal up to the last row's position; the window from the first's
@@ -316,10 +402,26 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
           }
           const float alpha = exp_scalar(m_old - m_new);  // 0 while m_old = −inf
           float se, sed;
-          row_exp(s, n, m_new, se, sed);
-          const float l_old = lrow[i];
-          const float shift = l_old > 0 ? (m_old - m_new) * l_old : 0.0f;
-          urow[i] = alpha * (urow[i] + shift) + sed;
+          const float l_old = lrow[i], u_old = urow[i];
+          const float delta = l_old > 0 ? m_old - m_new : 0.0f;
+          if (any_extra) {
+            TileSums t;
+            row_exp_extra(s, n, m_new, static_cast<float>(pos - k0), t);
+            se = t.e;
+            sed = t.ed;
+            if (want_w) wrow[i] = alpha * (wrow[i] + 2 * delta * u_old + delta * delta * l_old) + t.edd;
+            if (want_c) crow[i] = alpha * alpha * crow[i] + t.ee;
+            if (want_lk) lkrow[i] = alpha * lkrow[i] + se;
+            if (want_d) drow[i] = alpha * drow[i] + t.eb;
+            if (want_f) {  // keys j < first_keys of this tile (s holds e now)
+              float first = 0.0f;
+              for (int64_t j = 0, stop = std::min<int64_t>(n, first_keys - k0); j < stop; ++j) first += s[j];
+              frow[i] = alpha * frow[i] + first;
+            }
+          } else {
+            row_exp(s, n, m_new, se, sed);
+          }
+          urow[i] = alpha * (u_old + delta * l_old) + sed;
           lrow[i] = alpha * l_old + se;
           mrow[i] = m_new;
           if (with_output && alpha != 1.0f) {
@@ -340,9 +442,11 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       for (int64_t i = 0; i < rows; ++i) {
         const float l = lrow[i];
         const int64_t row = q0 + i;
-        float* hrow = hd + (b * Hq + h) * T + row;
-        *hrow = l > 0 ? std::max(std::log(l) - urow[i] / l, 0.0f) : 0.0f;
-        if (has_sinks) smd[(b * Hq + h) * T + row] = std::exp(sink - mrow[i]) / l;
+        float* at = std_ + (b * Hq + h) * T + row;  // this row's m; its other accumulators a plane apart
+        at[0] = mrow[i];
+        at[plane] = l;
+        at[2 * plane] = urow[i];
+        for (int64_t x = 3; x < n_state; ++x) at[x * plane] = xrow[(x - 3) * bq + i];
         if (with_output) {
           float* o = outd + ((b * T + row) * Hq + h) * Dv;
           const float* acc = obuf.data() + i * Dv;
@@ -363,9 +467,9 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     times = at::tensor({ns_scores.load() * 1e-9, ns_rows.load() * 1e-9, ns_values.load() * 1e-9},
                        q.options().dtype(at::kDouble));
   }
-  return {out, entropy, sink_mass, times};
+  return {out, state, times};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &forward, "attention output, entropy and sink mass from the same score tiles (CPU)");
+  m.def("forward", &forward, "attention output and its row statistics' state from the same score tiles (CPU)");
 }
