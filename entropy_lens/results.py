@@ -10,8 +10,10 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     sink_mass   float32 (layers, heads, len)  only for models with attention sinks (gpt-oss): mean over
                                               samples of the probability the softmax gives the sink
                                               (the entropy counts the sink as one more outcome)
-    Every array beyond these and meta is a row statistic the scan recorded (`ScanResult.stats`, by name;
-    kernels.stats.ROW_STATS declares them), shaped as entropy.
+    Every array beyond these and meta is a row statistic the scan recorded (`ScanResult.stats`, by name,
+    with its mean square `<name>_sq`; kernels.stats.ROW_STATS computes them, choices.ROW_STAT_INFO
+    declares their units without torch), shaped as entropy; `stat_names`, `stat(name)` and
+    `stat_unit(name)` read entropy and them alike.
     meta        0-d str                       JSON object, keys below
 
 meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
@@ -55,14 +57,13 @@ import io
 import itertools
 import json
 import os
-import subprocess
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 
 SCHEMA_VERSION = 1
@@ -125,6 +126,30 @@ class ScanResult:
     def sink_mass(self) -> np.ndarray | None:
         """(layers, heads, len) mean probability of the attention sink; None for a model without sinks."""
         return self.stats.get("sink_mass")
+
+    @property
+    def stat_names(self) -> tuple[str, ...]:
+        """The row statistics this result holds (`stat(name)` gives each): entropy where recorded, then
+        those of `stats` in choices.ROW_STAT_INFO's order (then any other, by name), not their `<name>_sq`."""
+        own = [k for k in self.stats if not (k.endswith("_sq") and k[:-3] in self.stats)]
+        known = [k for k in ROW_STAT_INFO if k in own and k != "entropy"]
+        return ("entropy",) * bool(self.n_heads) + (*known, *sorted(set(own) - set(known)))
+
+    def stat(self, name: str, *, squared: bool = False) -> np.ndarray | None:
+        """(layers, heads, len) mean of the row statistic `name` (entropy or one of `stats`), or with
+        `squared` its mean square (None where the file holds none: sink_mass)."""
+        if name not in self.stat_names:
+            held = ", ".join(self.stat_names) or "none (a loss-only scan)"
+            raise EntropyLensError(
+                f"the result holds no {name!r} (it holds {held}); scan with --stats {name} to record it"
+            )
+        key = name + "_sq" * squared
+        return getattr(self, key) if name == "entropy" else self.stats.get(key)
+
+    def stat_unit(self, name: str) -> str:
+        """The unit `name` is stored in: choices.ROW_STAT_INFO's, else the meta's `stats` ("" if neither)."""
+        info = ROW_STAT_INFO.get(name)
+        return info.unit if info else str((self.meta.get("stats") or {}).get(name, ""))
 
     @property
     def entropy_reduction(self) -> str:
@@ -312,7 +337,9 @@ def spans_by_l(length: int, L: int, *, start: int = 0) -> dict[str, tuple[int, i
 
 def summary(result: ScanResult) -> str:
     """Mean entropy over heads and mean loss by span of positions: `spans_by_l` with a training length
-    L in the meta (and len > L), otherwise the first, middle and last tenth."""
+    L in the meta (and len > L), otherwise the first, middle and last tenth; then, for a result with
+    further row statistics (`scan --stats`), the mean of each over heads and the same spans, one column
+    per statistic under its name and unit."""
     T, L = result.length, result.meta.get("train_len")
     if isinstance(L, int) and 2 <= L < T:
         spans, head = spans_by_l(T, L), f"L = {L}"
@@ -321,47 +348,24 @@ def summary(result: ScanResult) -> str:
         middle = (T - tenth) // 2
         spans = {"first": (0, tenth), "middle": (middle, middle + tenth), "last": (T - tenth, T)}
         head = "tenth"
-    h = result.mean_entropy if result.n_heads else np.full(T, np.nan)  # nan: entropy not captured
+    h = result.mean_entropy if result.n_heads else None
     lines = [f"{head:<12}{'positions':>16}{'entropy (nats)':>17}{'loss (nats)':>14}"]
     for name, (a, b) in spans.items():
-        row = f"{name:<12}{f'[{a}, {b})':>16}{h[a:b].mean():>17.3f}{np.nanmean(result.loss[a:b]):>14.3f}"
-        lines.append(row)
+        entropy = f"{h[a:b].mean():>17.3f}" if h is not None else f"{'not recorded':>17}"
+        lines.append(f"{name:<12}{f'[{a}, {b})':>16}{entropy}{np.nanmean(result.loss[a:b]):>14.3f}")
+    if h is None:
+        why = (
+            "entropy: not recorded, a loss-only scan (--entropy none); scan with --entropy heads to record it"
+        )
+        return "\n".join([*lines, why])
+    names = result.stat_names[1:]
+    if names:  # a second block: one column per further statistic, its name above its unit
+        widths = [max(len(n), len(result.stat_unit(n)), 8) + 2 for n in names]
+        cells = lambda values: "".join(f"{v:>{w}}" for v, w in zip(values, widths))
+        lines += ["", f"{head:<12}" + cells(names), " " * 12 + cells(map(result.stat_unit, names))]
+        means = {n: result.stat(n).mean(axis=(0, 1)) for n in names}  # (len,) each
+        for label, (a, b) in spans.items():
+            lines.append(f"{label:<12}" + cells(f"{means[n][a:b].mean():.3f}" for n in names))
+    if "first_mass" in names:
+        lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")
     return "\n".join(lines)
-
-
-def provenance() -> dict:
-    """The meta keys that say what software wrote a result and when: schema and package versions, the
-    git commit, torch and transformers versions, the UTC time (torch is imported only here, by writers)."""
-    import torch
-    import transformers
-
-    from entropy_lens import __version__
-
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "entropy_lens_version": __version__,
-        "git_hash": git_hash(),
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def git_hash() -> str | None:
-    """The package's git commit (with '+dirty' for local changes), or None outside a checkout."""
-    here = Path(__file__).resolve().parent
-    git = ["git", "-C", str(here)]
-    try:
-        head = subprocess.run(
-            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
-        )
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

@@ -726,6 +726,39 @@ def test_spans_of_positions_have_one_rule_and_one_label():
     assert float(rows[-1].split()[-1]) == pytest.approx(np.mean(np.arange(30, 40)))
 
 
+def test_summary_shows_every_statistic_the_result_holds():
+    """Beside entropy and loss (the table as it was), one column per further row statistic, named with its
+    unit, holding its mean over heads and each span; a loss-only result says why it has no entropy."""
+    from entropy_lens.results import spans_by_l, summary
+
+    T, L = 40, 10
+    rng = np.random.default_rng(0)
+    result = make_result(np.arange(T, dtype=np.float32), entropy=rng.random((2, 3, T)), train_len=L)
+    plain = summary(result)
+    stats = {name: rng.random((2, 3, T)).astype(np.float32) for name in ("distance", "max_prob", "sink_mass")}
+    result.stats = stats | {"distance_sq": stats["distance"] ** 2, "max_prob_sq": stats["max_prob"] ** 2}
+    result.meta["first_keys"] = 3
+    text = summary(result)
+    assert text.startswith(plain + "\n\n")  # the entropy table unchanged
+    block = text[len(plain) + 2 :].splitlines()
+    assert block[0].split() == ["L", "=", "10", "sink_mass", "max_prob", "distance"]  # ROW_STAT_INFO's order
+    assert block[1].split() == ["probability", "probability", "tokens"]
+    spans = spans_by_l(T, L)
+    assert [row.split()[0] for row in block[2:]] == [label.split()[0] for label in spans]
+    for row, (a, b) in zip(block[2:], spans.values()):
+        values = [float(v) for v in row.split()[-3:]]
+        want = [stats[n][:, :, a:b].mean() for n in ("sink_mass", "max_prob", "distance")]
+        np.testing.assert_allclose(values, want, atol=5e-4)
+    assert max(map(len, text.splitlines())) <= 100
+    result.stats["first_mass"] = stats["max_prob"]
+    assert summary(result).splitlines()[-1] == "first_mass: the mass on the first K = 3 keys"
+    loss_only = summary(make_result(np.arange(T, dtype=np.float32), entropy=np.zeros((2, 0, T)), train_len=L))
+    rows = loss_only.splitlines()
+    assert "nan" not in loss_only and all("not recorded" in row for row in rows[1:-1])
+    assert "--entropy none" in rows[-1] and "--entropy heads" in rows[-1]
+    assert float(rows[-2].split()[-1]) == pytest.approx(np.mean(np.arange(30, 40)))  # the loss as before
+
+
 def test_the_alibi_prior_entropy_is_the_geometric_distributions():
     """H_m(i) of p_d ∝ e^(−m d), d = 0..i: summed directly, ln(i + 1) at m = 0, the closed-form limit
     for long rows, and in [0, ln(i + 1)]."""

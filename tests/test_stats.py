@@ -8,6 +8,8 @@ interpreter: tests/triton_interp_cases.py)."""
 import functools
 import importlib
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -220,12 +222,24 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
         )
 
 
+def test_units_and_descriptions_are_declared_once_and_read_without_torch():
+    """The kernels compute exactly the statistics of the torch-free table (choices.ROW_STAT_INFO), in its
+    order, and take their units and descriptions from it; results.py reads it without importing torch."""
+    from entropy_lens.choices import ROW_STAT_INFO
+
+    assert tuple(ROW_STATS) == tuple(ROW_STAT_INFO)
+    for name, stat in ROW_STATS.items():
+        assert (stat.unit, stat.description) == (ROW_STAT_INFO[name].unit, ROW_STAT_INFO[name].description)
+    code = "import sys, entropy_lens.results, entropy_lens.choices; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     """--stats puts one array per statistic beside entropy, reduced as entropy is, with its unit and K in
     the meta; the default scan records entropy alone; a name that is not a statistic is one line."""
     from architectures import SUPPORTED, save_folder
 
-    from entropy_lens.results import ScanResult
+    from entropy_lens.results import ScanResult, summary
     from entropy_lens.runs.scan import ScanConfig, scan
 
     folder = save_folder(tmp_path, "llama", SUPPORTED["llama"][0])
@@ -242,6 +256,12 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     assert got.meta["stats"] == {"entropy": "nats", "max_prob": "probability", "first_mass": "probability"}
     # entropy as without --stats (to the kernels' rounding: "auto" runs torch_chunked for these statistics)
     assert got.meta["first_keys"] == 2 and np.allclose(got.entropy, plain.entropy, atol=1e-5, rtol=0)
+    table = summary(got).split("\n\n")[1].splitlines()  # the scan's summary: a column per statistic
+    assert table[0].split()[-2:] == ["max_prob", "first_mass"] and table[-1].endswith("K = 2 keys")
+    assert float(table[-2].split()[-2]) == pytest.approx(
+        got.stats["max_prob"][:, :, -(16 // 10) :].mean(), abs=1e-3
+    )
+    assert "\n\n" not in summary(plain)  # entropy alone: the table as before --stats
     extra = set(ALL) - {"entropy", "sink_mass"}
     assert (
         set(mean.stats) == extra | {f"{name}_sq" for name in extra} and mean.stats["distance"].shape[1] == 1

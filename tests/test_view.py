@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 from test_analysis import quadratic_sweep, save_sweep
-from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted
+from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted, with_stats
 
 from entropy_lens.analysis import head_statistics
 from entropy_lens.cli import main
@@ -63,6 +63,126 @@ def test_statistics_without_a_training_length_say_why():
     assert "growth" in short.undefined and "slope" in short.values
 
 
+def test_statistics_of_every_row_statistic_in_its_own_unit():
+    """head_statistics(stat=...) of the planted statistics (view_inputs.with_stats): means in the
+    statistic's unit (entropy alone in bits), the slope against the bound's variable where one grows with
+    i (ln(i + 1) for collision_entropy, i for distance), and `undefined` saying why elsewhere."""
+    L = 64
+    r = with_stats(planted(jump=True), L)
+    default, entropy = head_statistics(r), head_statistics(r, stat="entropy")
+    assert entropy.unit == default.unit == "bits" and entropy.stat == "entropy"
+    assert entropy.units["slope"] == "bits per e-fold" and entropy.units["departure"] == "position"
+    for name, values in default.values.items():  # entropy as before the argument existed
+        np.testing.assert_array_equal(entropy.values[name], values)
+    h = np.arange(6.0).reshape(2, 3)
+
+    mp = head_statistics(r, stat="max_prob")
+    assert mp.unit == "probability" and "probability" in mp.descriptions["converged"]
+    want = 0.15 + 0.02 * h
+    want[0, 0] += 0.3  # the jump at 1.5L is in the last span
+    np.testing.assert_allclose(mp.values["converged"], want, atol=1e-6)
+    growth = np.full((2, 3), 0.1)
+    growth[0, 0] += 0.3 * 0.5  # half of [L, 2L) is past the jump
+    np.testing.assert_allclose(mp.values["growth"], growth, atol=1e-6)
+    assert "slope" not in mp.values and "is a probability" in mp.undefined["slope"]
+    assert ((L - 5 <= mp.values["departure"]) & (mp.values["departure"] <= L)).all()  # the step at L
+
+    ce = head_statistics(r, stat="collision_entropy")
+    k = np.linspace(0.2, 0.7, 6).reshape(2, 3)
+    assert ce.unit == "nats" and "nats per e-fold" in ce.descriptions["slope"]
+    np.testing.assert_allclose(ce.values["slope"], k, atol=1e-5)  # against ln(i + 1), in nats: no ÷ ln 2
+    d = head_statistics(r, stat="distance")
+    a = np.linspace(0.1, 0.6, 6).reshape(2, 3)
+    assert d.unit == "tokens" and "against i" in d.descriptions["slope"]
+    np.testing.assert_allclose(d.values["slope"], a, rtol=1e-5)  # tokens per position
+    np.testing.assert_allclose(d.values["growth"], a * (1.5 * L - 0.75 * L), rtol=1e-5)
+    assert "departure" not in d.values and "grows like i" in d.undefined["departure"]
+    assert d.units == {name: "tokens per position" if name == "slope" else "tokens" for name in d.values}
+    v = head_statistics(r, stat="varentropy")
+    assert v.unit == "nats²" and "has no bound" in v.undefined["slope"]
+    sink = head_statistics(r, stat="sink_mass")  # no mean square in the file: departures without sd
+    assert np.isnan(sink.values["departure"]).all()  # constant: never departs
+    with pytest.raises(EntropyLensError, match="holds no 'distance'.*--stats distance"):
+        head_statistics(planted(), stat="distance")
+    r.meta["train_len"] = None
+    assert "is a probability" in head_statistics(r, stat="max_prob").undefined["slope"]
+    assert "train_len" in head_statistics(r, stat="collision_entropy").undefined["slope"]
+
+
+def test_page_carries_every_row_statistic():
+    """Each row statistic a result holds reaches the page in its unit, with its per-head statistics, its
+    curves, its bound (log₂(i + 1), ln(i + 1), i) or the range [0, 1]; entropy alone as before."""
+    L = 64
+    r = with_stats(planted(), L)
+    payload = build_payload(resolve([("A", r), ("B", planted())])[0], [], points=16)
+    a, b = payload["results"]
+    assert (
+        list(a["stats"])
+        == list(r.stat_names)
+        == [
+            "entropy",
+            "sink_mass",
+            "max_prob",
+            "collision_entropy",
+            "varentropy",
+            "distance",
+            "first_mass",
+        ]
+    )
+    assert list(b["stats"]) == ["entropy"]  # a result without --stats
+    assert payload["points"] == 16
+    units = {name: s["unit"] for name, s in a["stats"].items()}
+    assert units == {"entropy": "bits", **{n: u for n, u in r.meta["stats"].items() if n != "entropy"}}
+    bins = Bins.of(256, 16)
+    for name, s in a["stats"].items():
+        factor = 1 / LN2 if name == "entropy" else 1.0
+        mean = bins.reduce(r.stat(name).astype(np.float64) * factor)[0]
+        got = np.frombuffer(base64.b64decode(s["curves"]["mean"]), np.float32).reshape(mean.shape)
+        np.testing.assert_allclose(got, mean, rtol=1e-6, atol=1e-7)
+        heads = head_statistics(r, stat=name)
+        for statistic, values in heads.values.items():
+            np.testing.assert_allclose(
+                np.array(s["per_head"][statistic]["values"], dtype=float), values, equal_nan=True
+            )
+        assert s["undefined"] == heads.undefined
+        assert s["range"] == ([0, 1] if s["unit"] == "probability" else None)
+    bounds = {name: s["bound"] and s["bound"]["label"] for name, s in a["stats"].items()}
+    assert bounds == {
+        "entropy": "log₂(i + 1)",
+        "sink_mass": None,
+        "max_prob": None,
+        "collision_entropy": "ln(i + 1)",
+        "varentropy": None,
+        "distance": "i",
+        "first_mass": None,
+    }
+    x = np.array(a["stats"]["distance"]["bound"]["x"])
+    assert x[0] == 0 and x[-1] == 255 and a["stats"]["distance"]["bound"]["y"] == x.tolist()  # the diagonal
+    np.testing.assert_allclose(a["stats"]["entropy"]["bound"]["y"], np.log2(x + 1.0))
+    np.testing.assert_allclose(a["stats"]["collision_entropy"]["bound"]["y"], np.log(x + 1.0))
+    assert a["meta"]["first_keys"] == "2" and "distance (tokens)" in a["meta"]["stats"]
+    page = view([("A", r), ("B", planted())])
+    assert (
+        "distance (tokens, under its bound i)" in page.html
+        and "max_prob (probability, on [0, 1])" in page.html
+    )
+    assert "scan --stats" not in view([("B", planted())]).html  # entropy alone: the page as before
+
+
+def test_a_statistic_with_holes_or_of_text_is_a_gap_or_refused(tmp_path, capsys):
+    r = with_stats(planted(), 64)
+    r.stats["distance"][1, 0, 30] = np.nan
+    (result,) = page_data(view([("A", r)], points=16))["results"]
+    converged = np.array(result["stats"]["distance"]["per_head"]["converged"]["values"], dtype=float)
+    assert np.isnan(converged[1, 0]) and np.isfinite(np.delete(converged.ravel(), 3)).all()
+    assert any("1 of 6 heads hold NaN/inf distance" in n for n in result["notes"])
+    assert np.isfinite(result["stats"]["entropy"]["per_head"]["converged"]["values"]).all()
+    r.stats["distance"] = np.full(r.entropy.shape, "a")
+    r.save(tmp_path / "text.npz")
+    err = one_line_error(["view", str(tmp_path / "text.npz"), "--out", str(tmp_path / "p.html")], capsys)
+    assert "text.npz: distance is <U1, not real numbers" in err and "rerun the scan" in err
+
+
 def test_bins_reduce_to_mean_min_max():
     x = np.random.default_rng(0).normal(size=(2, 3, 1000))
     bins = Bins.of(1000, 64)
@@ -84,15 +204,17 @@ def test_page_carries_the_files_numbers():
     first = payload["results"][0]
     bins = Bins.of(2048, 128)
     mean, low, high = bins.reduce(a.entropy.astype(np.float64) / LN2)
-    decoded = np.frombuffer(base64.b64decode(first["entropy"]["mean"]), np.float32).reshape(mean.shape)
+    decoded = np.frombuffer(
+        base64.b64decode(first["stats"]["entropy"]["curves"]["mean"]), np.float32
+    ).reshape(mean.shape)
     np.testing.assert_allclose(decoded, mean, rtol=1e-6)
-    e = first["entropy"]
+    e = first["stats"]["entropy"]["curves"]
     up = lambda q: e["floor"] + np.frombuffer(base64.b64decode(q), np.uint16).reshape(mean.shape) * e["step"]
     np.testing.assert_allclose(up(e["low"]), low, atol=e["step"] / 2 + 1e-12)
     np.testing.assert_allclose(up(e["high"]), high, atol=e["step"] / 2 + 1e-12)
     np.testing.assert_allclose(first["loss"]["mean"], bins.reduce(a.loss)[0])
     converged = head_statistics(a).values["converged"]
-    np.testing.assert_allclose(first["stats"]["converged"]["values"], converged)
+    np.testing.assert_allclose(first["stats"]["entropy"]["per_head"]["converged"]["values"], converged)
     assert first["meta"]["model"] == "tiny-nope" and first["meta"]["scales"] == "1 (uniform)"
 
 
@@ -237,14 +359,16 @@ def test_nan_and_inf_are_drawn_as_gaps(tmp_path, capsys):
         per = 256 // points
         assert result["loss"]["mean"][3 // per] is None and result["loss"]["mean"][200 // per] is None
         assert result["loss"]["mean"][1] == pytest.approx(float(r.loss[per : 2 * per].mean()))  # no hole
-        mean = np.frombuffer(base64.b64decode(result["entropy"]["mean"]), np.float32).reshape(2, 3, points)
+        mean = np.frombuffer(
+            base64.b64decode(result["stats"]["entropy"]["curves"]["mean"]), np.float32
+        ).reshape(2, 3, points)
         assert np.isnan(mean[0, 0, 5 // per]) and np.isnan(mean[1, 2, 100 // per])
         assert np.isfinite(mean).sum() == mean.size - 2  # only the bins holding a hole
         if points == 16:
-            e = result["entropy"]
+            e = result["stats"]["entropy"]["curves"]
             low = np.frombuffer(base64.b64decode(e["low"]), np.uint16).reshape(2, 3, points)
             assert low[0, 0, 0] == e["gap"] and low[1, 2, 6] == e["gap"] and (low == e["gap"]).sum() == 2
-        converged = np.array(result["stats"]["converged"]["values"], dtype=float)
+        converged = np.array(result["stats"]["entropy"]["per_head"]["converged"]["values"], dtype=float)
         assert np.isnan(converged[0, 0]) and np.isnan(converged[1, 2])  # blank: null in the page
         keep = np.ones((2, 3), bool)
         keep[0, 0] = keep[1, 2] = False
@@ -307,8 +431,10 @@ def test_unusable_train_len_in_meta_is_named(tmp_path, train_len):
     r.meta["train_len"] = train_len
     (result,) = page_data(view([("A", r)]))["results"]
     why = f"meta train_len {train_len!r} is not a training length"
-    assert result["train_len"] is None and why in result["undefined"]["growth"]
-    assert "--train-len L" in result["undefined"]["growth"] and any(why in n for n in result["notes"])
+    assert result["train_len"] is None and why in result["stats"]["entropy"]["undefined"]["growth"]
+    assert "--train-len L" in result["stats"]["entropy"]["undefined"]["growth"] and any(
+        why in n for n in result["notes"]
+    )
     assert page_data(view([("A", r)], train_len=64))["results"][0]["train_len"] == 64  # the flag wins
 
 

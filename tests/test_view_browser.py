@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from browser import chromium, console_errors, missing, open_page, wait_ready
 from test_analysis import quadratic_sweep, save_sweep
-from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted
+from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted, with_stats
 
 from entropy_lens.analysis import best_scale_per_position, head_statistics, load_sweep
 from entropy_lens.results import ScanResult
@@ -75,6 +75,9 @@ def test_page_loads_without_console_errors(browser, files):
     assert console_errors(browser) == []
     assert "tiny-nope" in browser.find_element("id", "meta").text  # the meta table
     assert "0123abcd" in browser.find_element("id", "meta").text  # provenance: the git hash
+    assert (
+        js(browser, "return document.getElementById('stat-select').parentElement.hidden") is True
+    )  # no --stats
 
 
 def test_heatmap_has_one_cell_per_layer_and_head(loaded, files):
@@ -204,6 +207,55 @@ def test_jupyter_inline_view_draws_in_its_iframe(browser, files, tmp_path):
         browser.switch_to.default_content()
 
 
+def test_switching_the_row_statistic_redraws_heat_map_and_curves(browser, tmp_path):
+    """A result with --stats all beside one without: the menu offers each statistic the view's result
+    holds; each draws its per-head statistics and its curves in its own unit, with its bound (i for
+    distance, log₂(i + 1) for entropy) or [0, 1] for a probability; a difference offers what both hold.
+    (It opens its own page, so it runs after the tests of the `loaded` one.)"""
+    from selenium.webdriver.support.ui import Select
+
+    nope = with_stats(planted(T=2048, L=256), 256)
+    view([("NoPE", nope), ("RoPE", planted(T=2048, L=256, shift=0.5))], points=POINTS).save(
+        tmp_path / "p.html"
+    )
+    open_page(browser, tmp_path / "p.html")
+    assert js(browser, "return document.getElementById('stat-select').parentElement.hidden") is False
+    options = js(browser, "return [...document.querySelectorAll('#stat-select option')].map(o => o.value)")
+    assert options == list(nope.stat_names)
+    head = "const h = document.getElementById('head'); "
+    bins = Bins.of(2048, POINTS)
+    for stat, unit, bound in (
+        ("distance", "tokens", "i"),
+        ("max_prob", "probability", None),
+        ("collision_entropy", "nats", "ln(i + 1)"),
+        ("entropy", "bits", "log₂(i + 1)"),
+    ):
+        Select(browser.find_element("id", "stat-select")).select_by_value(stat)
+        z = js(browser, "return document.getElementById('heatmap').data[0].z")
+        np.testing.assert_allclose(z, head_statistics(nope, stat=stat).values["converged"], rtol=1e-12)
+        assert js(browser, "return document.body.dataset.stat") == stat
+        assert js(browser, head + "return h.layout.yaxis.title.text") == f"{stat} ({unit})"
+        traces = js(browser, head + "return h.data.filter(t => t.name).map(t => [t.name, t.x, t.y])")
+        named = {name: (x, y) for name, x, y in traces}
+        factor = 1 / LN2 if stat == "entropy" else 1.0
+        want = bins.reduce(nope.stat(stat)[0, 0].astype(np.float64) * factor)[0]
+        np.testing.assert_allclose(named["NoPE"][1], want, rtol=1e-6, atol=1e-7)
+        assert ("RoPE" in named) == (stat == "entropy") and "RoPE loss" in named  # RoPE has no --stats
+        if stat != "entropy":
+            assert "not recorded in RoPE" in js(browser, head + "return h.layout.title.text")
+        assert {n for n in named if n not in ("NoPE", "NoPE loss", "RoPE", "RoPE loss")} == ({bound} - {None})
+        if stat == "distance":
+            x, y = named["i"]
+            assert y == x and x[-1] == 2047  # the diagonal: the largest distance a causal row can have
+        range_ = js(browser, head + "return h.layout.yaxis.range")
+        assert (range_ == [-0.02, 1.02]) == (unit == "probability")
+    Select(browser.find_element("id", "view-select")).select_by_visible_text("NoPE − RoPE")
+    assert js(browser, "return [...document.querySelectorAll('#stat-select option')].map(o => o.value)") == [
+        "entropy"
+    ]
+    assert console_errors(browser) == []
+
+
 # ---- hostile strings and holes (issue 39): the page stays interactive and shows them literally -------
 
 
@@ -220,8 +272,11 @@ def hostile_page(tmp_path_factory):
     holes.entropy[0, 0, 40] = np.nan  # bin 2 of head (0, 0) at POINTS bins
     holes.entropy[0, 0, 100] = np.inf  # bin 6
     holes.loss[50] = np.nan  # bin 3
+    first = hostile(planted(T=2048, L=256))
+    first.stats[NAME] = first.entropy.copy()  # a row statistic named and measured in hostile strings
+    first.meta["stats"] = {NAME: HOSTILE}
     items = [
-        (HOSTILE, hostile(planted(T=2048, L=256))),
+        (HOSTILE, first),
         folder / f"{NAME}.npz",
         folder / NAME,
         ("holes", holes),
@@ -254,6 +309,16 @@ def test_hostile_strings_leave_the_page_interactive_and_literal(browser, hostile
     assert shown.startswith(HOSTILE) and "%{y}" in shown  # not a template
     assert any(f"{NAME}: loss by position" in t for t in text("#sweep-0-loss .gtitle"))
     assert any(f"{NAME}: best scale" in t for t in text("#sweep-0-best .gtitle"))
+    assert f"{NAME} ({HOSTILE})" in text("#stat-select option")
+    browser.execute_script(
+        "const s = document.getElementById('stat-select'); s.value = arguments[0];"
+        "s.dispatchEvent(new Event('change'));",
+        NAME,
+    )
+    assert js(browser, "return document.body.dataset.stat") == NAME
+    assert NAME in text("#head .gtitle")[0] and f"{NAME} ({HOSTILE})" in text("#head .ytitle")
+    assert NAME in text("#heatmap .gtitle")[0] and HOSTILE in text("#statistic-note")[0]
+    assert console_errors(browser) == [] and js(browser, "return window.pwned") is None
 
 
 def test_nan_and_inf_are_gaps_in_the_page(browser, hostile_page):

@@ -5,6 +5,11 @@ converged mean, growth ([L, 2L) minus [L/2, L)) and slope in ln i (= k over [L, 
 d = −0.2, −0.1, 0, 0.1, 0.2, 0.3 in (layer, head) order; with `jump=True` head (0, 0) has no step but
 jumps by 1.5 bits at 1.5L instead: departures `find_inflection` must place at L and at 1.5L.
 The per-position sd over samples is 0.01 nats (entropy_sq), one sample per position.
+
+`with_stats` adds the row statistics of `scan --stats all` (and sink_mass), each planted so that its
+per-head statistics are known: max_prob = c + 0.1·[i ≥ L] (head (0, 0) also jumps by 0.3 at 1.5L),
+collision_entropy = b + k·ln(i + 1) nats, distance = a·i tokens, first_mass and sink_mass constant,
+varentropy = 1 + 0.01·h nats².
 """
 
 from __future__ import annotations
@@ -36,6 +41,33 @@ def planted(layers=2, heads=3, T=256, L=64, *, shift=0.0, jump=False, model="tin
         count=np.ones(T, np.int64),
         meta=_meta(model, T, L, layers, heads),
     )
+
+
+def with_stats(r: ScanResult, L: int, *, first_keys: int = 2) -> ScanResult:
+    """`r` with every row statistic (see the module docstring) and its mean square (none for sink_mass),
+    the units in meta `stats` and K in `first_keys`, as `scan --stats all` writes them."""
+    layers, heads, T = r.entropy.shape
+    i = np.arange(T, dtype=np.float64)
+    h = np.arange(layers * heads, dtype=np.float64).reshape(layers, heads, 1)
+    max_prob = 0.05 + 0.02 * h + 0.1 * (i >= L) + 0 * i
+    max_prob[0, 0] += 0.3 * (i >= L + L // 2)
+    planted = {
+        "sink_mass": 0.01 * (h + 1) + 0 * i,
+        "max_prob": max_prob,
+        "collision_entropy": 0.1 * h
+        + np.linspace(0.2, 0.7, layers * heads).reshape(layers, heads, 1) * np.log(i + 1.0),
+        "varentropy": 1.0 + 0.01 * h + 0 * i,
+        "distance": np.linspace(0.1, 0.6, layers * heads).reshape(layers, heads, 1) * i,
+        "first_mass": 0.2 + 0.01 * h + 0 * i,
+    }
+    for name, values in planted.items():
+        r.stats[name] = values.astype(np.float32)
+        if name != "sink_mass":
+            r.stats[name + "_sq"] = (values**2 + 0.01**2).astype(np.float32)
+    units = {"entropy": "nats", "collision_entropy": "nats", "varentropy": "nats²", "distance": "tokens"}
+    r.meta["stats"] = {name: units.get(name, "probability") for name in ("entropy", *planted)}
+    r.meta["first_keys"] = first_keys
+    return r
 
 
 def _meta(model, T, L, layers, heads) -> dict:

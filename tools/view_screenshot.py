@@ -2,9 +2,10 @@
 
     python tools/view_screenshot.py nope.npz rope.npz s14.npz --labels NoPE RoPE "NoPE λ=1.4/√d" \
         --statistic growth --layer 3 --head 1 --out docs/view.png
+    python tools/view_screenshot.py stats.npz --stat distance --statistic slope   # a statistic of --stats
 
 Builds the page, opens it in the browser of the tests (tests/browser.py: the distribution's Chromium,
-network blocked), picks the statistic and the head, and saves the heads section, its colours reduced to
+network blocked), picks the row statistic, its per-head statistic and the head, and saves the heads section, its colours reduced to
 a 256-colour palette so the file stays small.
 """
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+")
     p.add_argument("--labels", nargs="+")
+    p.add_argument("--stat", default="entropy", help="the row statistic (entropy, or one of scan --stats)")
     p.add_argument("--statistic", default="growth")
     p.add_argument("--layer", type=int, default=0)
     p.add_argument("--head", type=int, default=0)
@@ -44,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         page = view(args.results, labels=args.labels).save(Path(tmp) / "page.html")
         browser.open_page(driver, page)
         driver.execute_script(
-            "const s = document.getElementById('statistic-select'); s.value = arguments[0];"
-            "s.dispatchEvent(new Event('change'));",
+            "[['stat-select', arguments[0]], ['statistic-select', arguments[1]]].forEach(([id, value]) => {"
+            "const s = document.getElementById(id); s.value = value; s.dispatchEvent(new Event('change')); });",
+            args.stat,
             args.statistic,
         )
         driver.execute_async_script(

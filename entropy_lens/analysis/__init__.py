@@ -14,6 +14,7 @@ runs on a laptop from the files alone.
     table = head_entropy_vs_scale(ScanResult.load("hs8k_8k.npz"))   # Figure 5
     table.correlations                              # per layer: pearson_r, spearman_r, slope, ...
     head_statistics(result).values["growth"]        # (layers, heads) bits: [L, 2L) minus [L/2, L)
+    head_statistics(result, stat="distance").values["slope"]   # tokens per position, for scan --stats
     pooled_within_layer(table.table)                # one r for all layers, bootstrap interval
 
     df = inflections(sweep)                         # entropy and loss inflection per scale
@@ -31,7 +32,7 @@ from entropy_lens.analysis.fit import (
     grid_edge_problem,
     yarn_scale,
 )
-from entropy_lens.analysis.head_stats import HeadStatistics, head_statistics, position_spans
+from entropy_lens.analysis.head_stats import HeadStatistics, head_statistics, position_spans, stat_display
 from entropy_lens.analysis.heads import HeadScaleTable, head_entropy_vs_scale
 from entropy_lens.analysis.inflection import (
     Inflection,
@@ -78,6 +79,7 @@ __all__ = [
     "ppl_table",
     "resume_command",
     "sliding_window_ppl",
+    "stat_display",
     "uniform_scale",
     "wilson_interval",
     "yarn_scale",

@@ -1,23 +1,30 @@
-"""One number per head, for a layers × heads heat map: where a head's entropy ends up and how it moves
-beyond the training length L.
+"""One number per head, for a layers × heads heat map: where a head's row statistic (entropy by default;
+any other a scan recorded with --stats) ends up and how it moves beyond the training length L.
 
-Every statistic is computed from `result.entropy` (nats) and returned in bits (÷ ln 2), except the
-departure, a position:
+Every value is computed from the statistic's (layers, heads, len) means (`ScanResult.stat`) in its own
+unit: entropy in bits (÷ ln 2, as the figures draw it), the others as stored (max_prob, first_mass and
+sink_mass a probability, collision_entropy nats, varentropy nats², distance tokens); the departure is a
+position:
 
 1. `converged`: the mean over the last span of positions (the last span of `results.spans_by_l`, or
-   the last tenth without an L below the length): where the head's entropy settles.
+   the last tenth without an L below the length): where the head's statistic settles.
 2. `span [a, b)`: the mean over each span of `spans_by_l` (or the first, middle and last tenth).
-3. `growth`: mean over [L, 2L) minus mean over [L/2, L): how much the head disperses in the first
+3. `growth`: mean over [L, 2L) minus mean over [L/2, L): how much the statistic moves in the first
    span beyond L (needs 2L ≤ length).
-4. `slope`: the least-squares slope of entropy against ln(i + 1) over [L, length), bits per e-fold
-   of position; a head at the bound log₂(i + 1) has slope 1/ln 2 ≈ 1.44 (needs L + 2 ≤ length).
+4. `slope`: the least-squares slope of the statistic against the variable of its bound over [L, length)
+   (needs L + 2 ≤ length), for the statistics whose largest value grows with position
+   (choices.ROW_STAT_INFO's `bound`): against ln(i + 1) for entropy (bits per e-fold; a head at the
+   bound log₂(i + 1) has slope 1/ln 2 ≈ 1.44) and collision_entropy (nats per e-fold; 1 at its bound
+   ln(i + 1)); against i for distance (tokens per position: 1 at the bound i, 1/2 for a head that spreads
+   evenly over its keys). A probability (at most 1 everywhere) and varentropy have none.
 5. `departure`: `analysis.find_inflection` of the head's curve (direction "both", its per-position
-   sd and sample count, smoothing ±min(50, L/16) so that the baseline [L/2, L) holds 8 or more
-   independent smoothed values: a window as wide as L bends a log curve enough to count): the first
-   position past L/2 where it leaves its in-distribution trend; NaN where it never does (needs
-   L < length and L ≥ 4).
+   sd where the file holds the statistic's mean square, and the sample count, smoothing
+   ±min(50, L/16) so that the baseline [L/2, L) holds 8 or more independent smoothed values: a window
+   as wide as L bends a log curve enough to count): the first position past L/2 where it leaves its
+   in-distribution trend c + b·ln(i + 1); NaN where it never does (needs L < length and L ≥ 4). Not
+   for distance, whose bound grows like i: a head that keeps spreading evenly would count as departing.
 
-A statistic that needs L but cannot have it is left out, and `undefined` says why.
+A statistic that needs L (or a bound) but cannot have it is left out, and `undefined` says why.
 """
 
 from __future__ import annotations
@@ -27,21 +34,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from entropy_lens.analysis.inflection import find_inflection
+from entropy_lens.choices import LOG_BOUND, POSITION_BOUND, PROBABILITY, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, spans_by_l
 
-__all__ = ["HeadStatistics", "head_statistics", "position_spans"]
+__all__ = ["HeadStatistics", "head_statistics", "position_spans", "stat_display"]
 
 LN2 = float(np.log(2.0))
 
 
 @dataclass
 class HeadStatistics:
-    values: dict[str, np.ndarray]  # name -> (layers, heads) float64: bits, or positions (departure)
+    values: dict[str, np.ndarray]  # name -> (layers, heads) float64, in `unit` (departure: a position)
     descriptions: dict[str, str]  # name -> what it is, with its units
     spans: dict[str, tuple[int, int]]  # span label -> [a, b) positions, as `position_spans`
     train_len: int | None
     undefined: dict[str, str] = field(default_factory=dict)  # statistic -> why it is left out
+    stat: str = "entropy"  # the row statistic they are of
+    unit: str = "bits"  # the unit of its values: bits for entropy, else the statistic's own
+    units: dict[str, str] = field(default_factory=dict)  # name -> the unit of its values (a slope's
+    # unit per e-fold or per position, departure's "position"), for axes and colour bars
 
 
 def position_spans(length: int, train_len: int | None) -> dict[str, tuple[int, int]]:
@@ -57,10 +69,16 @@ def position_spans(length: int, train_len: int | None) -> dict[str, tuple[int, i
     }
 
 
+def stat_display(result: ScanResult, stat: str) -> tuple[float, str]:
+    """(factor, unit): `stat` as stored times factor is in unit: entropy in bits (1/ln 2), others as stored."""
+    return (1 / LN2, "bits") if stat == "entropy" else (1.0, result.stat_unit(stat))
+
+
 def head_statistics(
-    result: ScanResult, *, train_len: int | None = None, departure: bool = True
+    result: ScanResult, *, stat: str = "entropy", train_len: int | None = None, departure: bool = True
 ) -> HeadStatistics:
-    """Per-head statistics of `result` (see the module docstring); `train_len` defaults to the meta's.
+    """Per-head statistics of `result`'s row statistic `stat` (see the module docstring; `stat_names`
+    lists those it holds); `train_len` defaults to the meta's.
 
     `departure=False` skips the one statistic that costs a pass of `find_inflection` per head
     (about 10 ms each at 16K positions)."""
@@ -71,55 +89,90 @@ def head_statistics(
     L = train_len if train_len is not None else result.meta.get("train_len")
     L = int(L) if isinstance(L, (int, np.integer)) and 2 <= L < result.length else None
     T = result.length
-    bits = result.entropy.astype(np.float64) / LN2  # (layers, heads, T)
+    factor, unit = stat_display(result, stat)
+    y = result.stat(stat).astype(np.float64) * factor  # (layers, heads, T); refuses a stat it lacks
     spans = position_spans(T, L)
     last_label, (a, b) = list(spans.items())[-1]
-    values = {"converged": bits[:, :, a:b].mean(axis=2)}
-    descriptions = {"converged": f"converged entropy: mean over the last span {last_label}, bits"}
+    values = {"converged": y[:, :, a:b].mean(axis=2)}
+    descriptions = {"converged": f"converged {stat}: mean over the last span {last_label}, {unit}"}
     for label, (a, b) in spans.items():
-        values[f"span {label}"] = bits[:, :, a:b].mean(axis=2)
-        descriptions[f"span {label}"] = f"mean entropy over {label} (positions [{a}, {b})), bits"
+        values[f"span {label}"] = y[:, :, a:b].mean(axis=2)
+        descriptions[f"span {label}"] = f"mean {stat} over {label} (positions [{a}, {b})), {unit}"
     undefined = {}
+    bound = ROW_STAT_INFO[stat].bound if stat in ROW_STAT_INFO else None
     if L is None:
         why = "the result records no training length below its length; pass train_len=L (--train-len)"
         undefined.update(growth=why, slope=why, departure=why)
-        return HeadStatistics(values, descriptions, spans, None, undefined)
+        if bound is None:  # the reason that holds whatever L is
+            undefined["slope"] = _no_slope(stat, unit)
+        if bound == POSITION_BOUND:
+            undefined["departure"] = _no_departure(stat)
+        return HeadStatistics(
+            values, descriptions, spans, None, undefined, stat, unit, dict.fromkeys(values, unit)
+        )
     if 2 * L <= T:
-        values["growth"] = bits[:, :, L : 2 * L].mean(axis=2) - bits[:, :, L // 2 : L].mean(axis=2)
-        descriptions["growth"] = "growth beyond L: mean over [L, 2L) minus mean over [L/2, L), bits"
+        values["growth"] = y[:, :, L : 2 * L].mean(axis=2) - y[:, :, L // 2 : L].mean(axis=2)
+        descriptions["growth"] = f"growth beyond L: mean over [L, 2L) minus mean over [L/2, L), {unit}"
     else:
         undefined["growth"] = f"[L, 2L) needs a length of at least 2L = {2 * L}; the result has {T}"
-    if L + 2 <= T:
-        x = np.log(np.arange(L, T, dtype=np.float64) + 1.0)
+    if bound is None:
+        undefined["slope"] = _no_slope(stat, unit)
+    elif L + 2 <= T:
+        i = np.arange(L, T, dtype=np.float64)
+        x = np.log(i + 1.0) if bound == LOG_BOUND else i
         x -= x.mean()
-        y = bits[:, :, L:]
-        values["slope"] = (y - y.mean(axis=2, keepdims=True)) @ x / float(x @ x)
-        descriptions["slope"] = "slope of entropy against ln(i + 1) over [L, len), bits per e-fold"
+        values["slope"] = (y[:, :, L:] - y[:, :, L:].mean(axis=2, keepdims=True)) @ x / float(x @ x)
+        descriptions["slope"] = (
+            f"slope of {stat} against ln(i + 1) over [L, len), {unit} per e-fold (at the bound: {factor:.3g})"
+            if bound == LOG_BOUND
+            else f"slope of {stat} against i over [L, len), {unit} per position (at the bound i: 1; a "
+            "head spread evenly over its keys: 1/2)"
+        )
     else:
         undefined["slope"] = f"a slope needs two positions past L = {L}; the result has {T}"
-    if departure and L - L // 2 < 2:
+    if departure and bound == POSITION_BOUND:
+        undefined["departure"] = _no_departure(stat)
+    elif departure and L - L // 2 < 2:
         undefined["departure"] = f"the baseline [L/2, L) of L = {L} holds fewer than 2 positions"
     elif departure:
-        values["departure"] = _departures(result, L)
+        values["departure"] = _departures(result, stat, L)
         descriptions["departure"] = (
-            "departure: first position where the head leaves its in-distribution trend "
+            f"departure: first position where the head's {stat} leaves its in-distribution trend "
             "(analysis.find_inflection, both directions); blank: never"
         )
-    return HeadStatistics(values, descriptions, spans, L, undefined)
+    units = dict.fromkeys(values, unit) | {"departure": "position"}
+    units["slope"] = f"{unit} per e-fold" if bound == LOG_BOUND else f"{unit} per position"
+    return HeadStatistics(
+        values, descriptions, spans, L, undefined, stat, unit, {n: units[n] for n in values}
+    )
 
 
-def _departures(result: ScanResult, L: int) -> np.ndarray:
+def _no_slope(stat: str, unit: str) -> str:
+    what = "is a probability, at most 1 at every position" if unit == PROBABILITY else "has no bound"
+    return f"{stat} {what}: no bound grows with i to measure a slope against (choices.ROW_STAT_INFO)"
+
+
+def _no_departure(stat: str) -> str:
+    return (
+        f"a departure is measured from a c + b·ln(i + 1) trend, and {stat}'s bound grows like i: a head "
+        "that keeps spreading evenly would count as departing; read its growth and slope instead"
+    )
+
+
+def _departures(result: ScanResult, stat: str, L: int) -> np.ndarray:
     """(layers, heads) first departure position of each head's curve, NaN where none."""
-    sd = result.entropy_std
-    out = np.full(result.entropy.shape[:2], np.nan)
+    curves = result.stat(stat)
+    squares = result.stat(stat, squared=True)  # None for sink_mass: the noise is read off the curve
+    sd = None if squares is None else np.sqrt(np.clip(squares - curves.astype(np.float64) ** 2, 0, None))
+    out = np.full(curves.shape[:2], np.nan)
     smooth = min(50, max(1, L // 16))
     for layer, head in np.ndindex(*out.shape):
         found = find_inflection(
-            result.entropy[layer, head],
+            curves[layer, head],
             train_len=L,
             smooth=smooth,
             direction="both",
-            sd=sd[layer, head],
+            sd=None if sd is None else sd[layer, head],
             count=result.count,
         )
         if found.position is not None:

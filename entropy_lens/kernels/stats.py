@@ -4,9 +4,10 @@ every kernel returns.
 Each kernel streams a row's keys into a state of named accumulators (`STATE`: the running max m, the
 sum l = Σ e^(s − m) and the centred sum u = Σ e^(s − m)(s − m); merge.py merges them across key shards)
 and reads each statistic off the final state with its `RowStat.read`. A new statistic is a
-`RowStat` here (its name, unit, what it reads off the state; `squared` when its mean square is
-summed too) plus its accumulator's update in each kernel's loop; the host sums (capture/accumulate.py,
-runs/sums.py) and the results arrays follow from this table.
+`RowStat` here (its name, what it reads off the state; `squared` when its mean square is summed too),
+its unit and description in `choices.ROW_STAT_INFO` (the torch-free table results readers use), plus its
+accumulator's update in each kernel's loop; the host sums (capture/accumulate.py, runs/sums.py) and the
+results arrays follow from this table.
 
     RowStats(values={"entropy": (B, Hq, T) fp32, "sink_mass": ...}, out=(B, T, Hq, Dv) or None)
     stats["entropy"], stats.out
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.kernels.mods import ScoreMods
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
@@ -84,13 +86,20 @@ class RowStat:
     holds STATE and the accumulators `needs` names."""
 
     name: str
-    unit: str
-    description: str
     read: Callable[[Mapping[str, torch.Tensor], ScoreMods], torch.Tensor]
     squared: bool = False  # whether the host sums its square too (the results' `<name>_sq`: every
     # statistic but sink_mass, which stays as it was before the others)
     applies: Callable[[ScoreMods], bool] = lambda mods: True  # recorded only where this holds
     needs: tuple[str, ...] = ()  # accumulators of EXTRA_STATE the kernels keep for it
+
+    @property
+    def unit(self) -> str:
+        """What the statistic is measured in (choices.ROW_STAT_INFO, the one table of units)."""
+        return ROW_STAT_INFO[self.name].unit
+
+    @property
+    def description(self) -> str:
+        return ROW_STAT_INFO[self.name].description
 
 
 ROW_STATS: dict[str, RowStat] = {
@@ -98,53 +107,39 @@ ROW_STATS: dict[str, RowStat] = {
     for stat in (
         RowStat(
             "entropy",
-            "nats",
-            "−Σ p ln p over the row's keys (and its sink)",
             lambda state, mods: entropy_from_state(state),
             squared=True,
         ),
         RowStat(
             "sink_mass",
-            "probability",
-            "the attention sink's probability (models with sinks: gpt-oss)",
             lambda state, mods: sink_mass_from_state(state, mods.sinks),
             applies=lambda mods: mods.sinks is not None,
         ),
         RowStat(
             "max_prob",
-            "probability",
-            "the largest probability of the row's outcomes",
             _max_prob,
             squared=True,
         ),
         RowStat(
             "collision_entropy",
-            "nats",
-            "−ln Σ p² (Rényi order 2)",
             _collision_entropy,
             squared=True,
             needs=("c",),
         ),
         RowStat(
             "varentropy",
-            "nats²",
-            "Σ p (−ln p − H)², the variance of the surprisal",
             _varentropy,
             squared=True,
             needs=("w",),
         ),
         RowStat(
             "distance",
-            "tokens",
-            "Σ_j p_j (pos_i − j) / Σ_j p_j over the keys: how far back the row looks",
             _distance,
             squared=True,
             needs=("lk", "d"),
         ),
         RowStat(
             "first_mass",
-            "probability",
-            "Σ_{j < K} p_j: the mass on the first K keys",
             _first_mass,
             squared=True,
             needs=("f",),

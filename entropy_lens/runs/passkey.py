@@ -37,10 +37,11 @@ from entropy_lens.capture import ScaleSession
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import resolve_device, resolve_dtype
-from entropy_lens.results import atomic_write_text, provenance
+from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.configs import PasskeyConfig
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
+from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.scan import attention_scales, load_variant, variant_schedule
 
 __all__ = ["PASSKEY_KIND", "PasskeyConfig", "passkey"]

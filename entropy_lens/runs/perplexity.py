@@ -22,8 +22,9 @@ import math
 from dataclasses import asdict
 
 from entropy_lens.analysis import WindowPPL, sliding_window_ppl
-from entropy_lens.results import ScanResult, provenance
+from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import PerplexityConfig
+from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.scan import scan as run_scan
 
 __all__ = ["PPL_KIND", "PerplexityConfig", "perplexity", "perplexity_record"]

@@ -50,12 +50,13 @@ from entropy_lens.models import (
     validate_head_scales,
 )
 from entropy_lens.progress import progress_bar
-from entropy_lens.results import ScanResult, provenance
+from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.distributed import World, process_group, world
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
+from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
 
 __all__ = [

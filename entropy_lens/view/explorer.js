@@ -1,5 +1,6 @@
 // entropy-lens view: draws the payload of entropy_lens/view/payload.py with plotly.js (inlined above).
-// State: which result (or difference of two) the heat map shows, which statistic, which head is open.
+// State: which result (or difference of two) the heat map shows, which row statistic (entropy, max_prob, ...:
+// the payload's `stats`) and which of its per-head statistics (converged, growth, ...), which head is open.
 // Strings from files reach plotly only through plain(): plotly reads titles, legend names and hover
 // templates as HTML and %{...} templates. NaN/inf from a file arrive as null (NaN in the float32 means,
 // the code `gap` in the uint16 envelope): plotly draws null as a break in the line and a blank cell.
@@ -8,7 +9,7 @@
   const data = JSON.parse(document.getElementById("entropy-lens-data").textContent);
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
   const CONFIG = { responsive: true, displaylogo: false };
-  const state = { view: null, statistic: "converged", layer: 0, head: 0 };
+  const state = { view: null, stat: "entropy", statistic: "converged", layer: 0, head: 0, dropped: null };
 
   // Text shown literally by plotly: its tags and entities escaped, and % (templates) as an entity.
   const plain = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
@@ -20,16 +21,18 @@
     for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
     return out.buffer;
   }
-  // Decode each result's curves once: mean (float32 bits) and the uint16 envelope.
-  for (const r of data.results) {
-    if (!r.entropy) continue;
-    r.curves = { mean: new Float32Array(bytes(r.entropy.mean)) };
-    if (r.entropy.low) {
-      r.curves.low = new Uint16Array(bytes(r.entropy.low));
-      r.curves.high = new Uint16Array(bytes(r.entropy.high));
+  // A statistic's curves, decoded on first use: mean (float32, in its unit) and the uint16 envelope.
+  function decoded(s) {
+    if (!s.decoded) {
+      s.decoded = { mean: new Float32Array(bytes(s.curves.mean)) };
+      if (s.curves.low) {
+        s.decoded.low = new Uint16Array(bytes(s.curves.low));
+        s.decoded.high = new Uint16Array(bytes(s.curves.high));
+      }
     }
+    return s.decoded;
   }
-  const withHeads = data.results.map((r, i) => i).filter((i) => data.results[i].curves);
+  const withHeads = data.results.map((r, i) => i).filter((i) => data.results[i].stats.entropy);
   const sameShape = (a, b) => a.layers === b.layers && a.heads === b.heads;
 
   // The heat map's choices: every result with heads, then A − B for each pair of the same shape.
@@ -50,22 +53,22 @@
     select.value = chosen;
   }
 
-  function headCurve(r, layer, head) {
-    const n = r.bins.starts.length, off = (layer * r.heads + head) * n;
-    const mean = Array.from(r.curves.mean.subarray(off, off + n), (v) => (Number.isNaN(v) ? null : v));
-    if (!r.curves.low) return { mean: mean, low: mean, high: mean };
-    const up = (q) => (q === r.entropy.gap ? null : r.entropy.floor + q * r.entropy.step);
+  function headCurve(r, stat, layer, head) {
+    const s = r.stats[stat], c = decoded(s), n = r.bins.starts.length, off = (layer * r.heads + head) * n;
+    const mean = Array.from(c.mean.subarray(off, off + n), (v) => (Number.isNaN(v) ? null : v));
+    if (!c.low) return { mean: mean, low: mean, high: mean };
+    const up = (q) => (q === s.curves.gap ? null : s.curves.floor + q * s.curves.step);
     return {
       mean: mean,
-      low: Array.from(r.curves.low.subarray(off, off + n), up),
-      high: Array.from(r.curves.high.subarray(off, off + n), up),
+      low: Array.from(c.low.subarray(off, off + n), up),
+      high: Array.from(c.high.subarray(off, off + n), up),
     };
   }
   const centers = (bins) => bins.starts.map((a, k) => (a + bins.stops[k] - 1) / 2);
   const ranges = (bins) => bins.starts.map((a, k) => [a, bins.stops[k] - 1]);
 
   // Mean line with its min–max envelope; hover shows the bin's positions and the exact numbers.
-  function band(bins, c, label, color, yaxis, units, legend) {
+  function band(bins, c, label, color, yaxis, units, legend, role) {
     const x = centers(bins), traces = [], name = plain(label);
     if (!bins.exact) {
       traces.push({ x: x, y: c.low, yaxis: yaxis, mode: "lines", line: { width: 0 }, hoverinfo: "skip",
@@ -75,39 +78,48 @@
     }
     const custom = ranges(bins).map((p, k) => [p[0], p[1], c.low[k], c.high[k]]);
     const hover = bins.exact
-      ? name + "<br>position %{customdata[0]}: %{y:.5f} " + units + "<extra></extra>"
-      : name + "<br>positions %{customdata[0]}–%{customdata[1]}: mean %{y:.5f} " + units +
+      ? name + "<br>position %{customdata[0]}: %{y:.5f} " + plain(units) + "<extra></extra>"
+      : name + "<br>positions %{customdata[0]}–%{customdata[1]}: mean %{y:.5f} " + plain(units) +
         "<br>min %{customdata[2]:.4f}, max %{customdata[3]:.4f}<extra></extra>";
     traces.push({ x: x, y: c.mean, yaxis: yaxis, mode: "lines", name: name, line: { color: color, width: 1.5 },
                   customdata: custom, hovertemplate: hover, showlegend: legend, legendgroup: name,
-                  meta: { role: yaxis === "y" ? "entropy" : "loss" } });
+                  meta: { role: role } });
     return traces;
   }
 
-  function statisticValues(view, statistic) {
-    const a = data.results[view.a].stats[statistic];
+  // The statistics a view offers: the row statistics its result holds (both, for a difference; own keys
+  // only, as a file may name an array "constructor"), and the per-head statistics of the chosen one.
+  const has = (o, key) => Object.prototype.hasOwnProperty.call(o, key);
+  const statsOf = (view) => Object.keys(data.results[view.a].stats).filter(
+    (s) => view.b === null || has(data.results[view.b].stats, s));
+  const perHead = (view, stat) => Object.keys(data.results[view.a].stats[stat].per_head);
+
+  function statisticValues(view, stat, statistic) {
+    const a = data.results[view.a].stats[stat].per_head[statistic];
     if (!a) return null;
     if (view.b === null) return a.values;
-    const b = data.results[view.b].stats[statistic];
+    const b = data.results[view.b].stats[stat].per_head[statistic];
     if (!b) return null;
     return a.values.map((row, l) =>
       row.map((v, h) => (v === null || b.values[l][h] === null ? null : v - b.values[l][h])));
   }
 
   function drawHeatmap() {
-    const view = views[state.view], r = data.results[view.a], stat = r.stats[state.statistic];
-    const z = statisticValues(view, state.statistic);
+    const view = views[state.view], r = data.results[view.a], s = r.stats[state.stat];
+    const stat = s.per_head[state.statistic], z = statisticValues(view, state.stat, state.statistic);
     const note = document.getElementById("statistic-note");
     const units = stat ? stat.units : "";
-    note.textContent = stat ? stat.description + (view.b === null ? "" : "; difference " + view.name) :
-      (r.undefined[state.statistic] || "not available for this result");
-    const hover = "layer %{y}, head %{x}<br>%{z:.4f} " + units + "<extra></extra>";
+    note.textContent = (stat ? stat.description + (view.b === null ? "" : "; difference " + view.name) :
+      (s.undefined[state.statistic] || "not available for this result")) +
+      (state.dropped ? " (" + state.dropped + ")" : "");
+    const hover = "layer %{y}, head %{x}<br>%{z:.4f} " + plain(units) + "<extra></extra>";
     const trace = { type: "heatmap", z: z || [[]], x: [...Array(r.heads).keys()], y: [...Array(r.layers).keys()],
-                    xgap: 1, ygap: 1, hovertemplate: hover, colorbar: { title: { text: units } },
+                    xgap: 1, ygap: 1, hovertemplate: hover, colorbar: { title: { text: plain(units) } },
                     colorscale: view.b === null ? "Viridis" : "RdBu", reversescale: view.b !== null };
     if (view.b !== null) trace.zmid = 0;
     const layout = {
-      title: { text: plain((view.b === null ? view.name : "difference " + view.name) + ": " + state.statistic) },
+      title: { text: plain((view.b === null ? view.name : "difference " + view.name) + ": " +
+                           (state.stat === "entropy" ? "" : state.stat + ", ") + state.statistic) },
       xaxis: { title: { text: r.reduction === "mean" ? "mean of heads" : "head" }, dtick: r.heads > 16 ? 2 : 1,
                zeroline: false, showgrid: false },
       yaxis: { title: { text: "layer" }, autorange: "reversed", dtick: r.layers > 16 ? 2 : 1,
@@ -123,36 +135,43 @@
   function showHead(layer, head) {
     state.layer = layer;
     state.head = head;
-    const main = data.results[views[state.view].a];
+    const main = data.results[views[state.view].a], stat = state.stat, s = main.stats[stat];
     const shown = withHeads.filter((i) => sameShape(data.results[i], main));
-    const traces = [];
-    let longest = 0, L = null;
+    const traces = [], lacking = [];
+    let longest = null, L = null;
     shown.forEach((i, k) => {
       const r = data.results[i], color = COLORS[k % COLORS.length];
-      longest = Math.max(longest, r.length);
       L = L || r.train_len;
-      traces.push(...band(r.bins, headCurve(r, layer, head), r.label, color, "y", "bits", true));
+      if (has(r.stats, stat)) {
+        if (!longest || r.length > longest.length) longest = r;
+        traces.push(...band(r.bins, headCurve(r, stat, layer, head), r.label, color, "y", s.unit, true, stat));
+      } else {
+        lacking.push(r.label);
+      }
       const loss = { mean: r.loss.mean, low: r.loss.low, high: r.loss.high };
-      traces.push(...band(r.bins, loss, r.label + " loss", color, "y2", "nats", false));
+      traces.push(...band(r.bins, loss, r.label + " loss", color, "y2", "nats", false, "loss"));
     });
-    const bx = [], step = Math.max(1, Math.floor(longest / 400));
-    for (let i = 0; i < longest; i += step) bx.push(i);
-    bx.push(longest - 1);
-    traces.push({ x: bx, y: bx.map((i) => Math.log2(i + 1)), mode: "lines", name: "log₂(i + 1)",
-                  line: { color: "#777", dash: "dash", width: 1 }, hovertemplate: "log₂(%{x} + 1) = %{y:.4f}<extra></extra>" });
+    const bound = longest.stats[stat].bound;  // the longest result's: it covers every other's positions
+    if (bound)
+      traces.push({ x: bound.x, y: bound.y, mode: "lines", name: bound.label,
+                    line: { color: "#777", dash: "dash", width: 1 }, hovertemplate: bound.hover + "<extra></extra>" });
     const shapes = L ? [{ type: "line", x0: L, x1: L, yref: "paper", y0: 0, y1: 1, line: { color: "#444", dash: "dot" } }] : [];
     const annotations = L ? [{ x: L, y: 1, yref: "paper", text: " L = " + L, showarrow: false, yanchor: "top",
                                xanchor: "left" }] : [];
+    const yaxis = { title: { text: plain(stat + " (" + s.unit + ")") }, domain: [0.36, 1] };
+    if (s.range) yaxis.range = [s.range[0] - 0.02, s.range[1] + 0.02];  // a probability: [0, 1] whatever it holds
+    const missing = lacking.length ? "<br><sub>not recorded in " + plain(lacking.join(", ")) + "</sub>" : "";
     const layout = {
-      title: { text: "layer " + layer + ", head " + head + ": entropy by position" },
+      title: { text: "layer " + layer + ", head " + head + ": " + plain(stat) + " by position" + missing },
       xaxis: { title: { text: "position i" }, anchor: "y2" },
-      yaxis: { title: { text: "entropy (bits)" }, domain: [0.36, 1] },
+      yaxis: yaxis,
       yaxis2: { title: { text: "loss (nats)" }, domain: [0, 0.26], anchor: "x" },
       shapes: shapes, annotations: annotations, hovermode: "closest", height: 560,
       margin: { t: 80, l: 60, r: 20, b: 50 }, legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
     };
     document.body.dataset.layer = layer;
     document.body.dataset.head = head;
+    document.body.dataset.stat = stat;
     return Promise.all([Plotly.react("head", traces, layout, CONFIG), drawHeatmap()]);
   }
 
@@ -192,19 +211,31 @@
 
   data.sweeps.forEach(drawSweep);
   const viewSelect = document.getElementById("view-select"), statSelect = document.getElementById("statistic-select");
+  const rowSelect = document.getElementById("stat-select");
   if (views.length) {
     state.view = 0;
     fill(viewSelect, views.map((v, i) => [i, v.name]), 0);
-    const stats = () => Object.keys(data.results[views[state.view].a].stats);
-    fill(statSelect, stats().map((s) => [s, s]), state.statistic);
-    viewSelect.addEventListener("change", () => {
-      state.view = Number(viewSelect.value);
-      if (!stats().includes(state.statistic)) state.statistic = "converged";
-      fill(statSelect, stats().map((s) => [s, s]), state.statistic);
-      showHead(Math.min(state.layer, data.results[views[state.view].a].layers - 1),
-               Math.min(state.head, data.results[views[state.view].a].heads - 1));
-    });
-    statSelect.addEventListener("change", () => { state.statistic = statSelect.value; drawHeatmap(); });
+    // Keep the chosen statistics where the view offers them, else fall back (and say what was dropped).
+    const choose = () => {
+      const view = views[state.view], stats = statsOf(view);
+      if (!stats.includes(state.stat)) state.stat = "entropy";
+      const names = perHead(view, state.stat), why = data.results[view.a].stats[state.stat].undefined;
+      state.dropped = null;
+      if (!names.includes(state.statistic)) {
+        if (why[state.statistic]) state.dropped = state.statistic + " is undefined for " + state.stat + ": " + why[state.statistic];
+        state.statistic = "converged";
+      }
+      fill(rowSelect, stats.map((s) => [s, s + " (" + data.results[view.a].stats[s].unit + ")"]), state.stat);
+      fill(statSelect, names.map((s) => [s, s]), state.statistic);
+    };
+    choose();
+    // a page whose results hold entropy alone shows no row-statistic menu, as before --stats existed
+    rowSelect.parentElement.hidden = !withHeads.some((i) => Object.keys(data.results[i].stats).length > 1);
+    const redraw = () => showHead(Math.min(state.layer, data.results[views[state.view].a].layers - 1),
+                                  Math.min(state.head, data.results[views[state.view].a].heads - 1));
+    viewSelect.addEventListener("change", () => { state.view = Number(viewSelect.value); choose(); redraw(); });
+    rowSelect.addEventListener("change", () => { state.stat = rowSelect.value; choose(); redraw(); });
+    statSelect.addEventListener("change", () => { state.statistic = statSelect.value; state.dropped = null; drawHeatmap(); });
     showHead(0, 0).then(() => {
       document.getElementById("heatmap").on("plotly_click", (ev) => {
         const p = ev.points[0];

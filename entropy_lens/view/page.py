@@ -105,12 +105,13 @@ def render(payload: dict, title: str) -> str:
 <section id="heads-section">
 <h2>Heads</h2>
 <div class="controls"><label>heat map of <select id="view-select"></select></label>
+<label>row statistic <select id="stat-select"></select></label>
 <label>statistic <select id="statistic-select"></select></label></div>
 <div class="note" id="statistic-note"></div>
 <div id="heatmap"></div>
 <div class="note">Click a cell: that head's entropy by position (bits) for every result of the same shape, the
-bound log₂(i + 1) and L; the loss (nats) below. Curves longer than {payload["points"]} positions are shown
-as the mean of each bin with its min–max envelope.</div>
+bound log₂(i + 1) and L; the loss (nats) below.{stats_note(payload)} Curves longer than {payload["points"]}
+positions are shown as the mean of each bin with its min–max envelope.</div>
 <div id="head"></div>
 </section>
 {sweeps}
@@ -118,6 +119,19 @@ as the mean of each bin with its min–max envelope.</div>
 <script>{script}</script>
 </body></html>
 """
+
+
+def stats_note(payload: dict) -> str:
+    """What the head plot draws of each row statistic beyond entropy (scan --stats), escaped; "" for none."""
+    stats = {name: s for r in payload["results"] for name, s in r["stats"].items() if name != "entropy"}
+    if not stats:
+        return ""
+    how = lambda s: (
+        (f", under its bound {s['bound']['label']}" if s["bound"] else "")
+        + (f", on [{s['range'][0]}, {s['range'][1]}]" if s["range"] else "")
+    )
+    each = "; ".join(f"{name} ({s['unit']}{how(s)})" for name, s in stats.items())
+    return html.escape(f" The row statistics of scan --stats, chosen above, in their own units: {each}.")
 
 
 _SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}

@@ -1,17 +1,20 @@
 """The page's data: everything the browser draws, computed here in numpy and written as one JSON object.
 
-Per result: its meta (the fields a reader needs to tell results apart), the per-head statistics of
-`analysis.head_statistics` ((layers, heads) each), and its curves reduced by `Bins`: entropy in bits
-as a float32 mean per bin (base64, row-major (layers, heads, bins)) with its min–max envelope as
-uint16 steps between the result's lowest and highest value (base64; step = (high − low) / 65535), and
-the loss in nats as plain numbers. Per sweep: loss by scale × bin, the best scale per position
-(binned), the fit s = 1 + a ln(i/L) and s*. Values are computed in float64 and rounded once, on the
-way out; the page shows them as they are.
+Per result: its meta (the fields a reader needs to tell results apart) and, under `stats`, one entry per
+row statistic it holds (`ScanResult.stat_names`: entropy, then those of `scan --stats`), each with its
+unit (entropy in bits, the others as stored: choices.ROW_STAT_INFO), its bound where one grows with
+position (sampled: log₂(i + 1) for entropy, ln(i + 1) for collision_entropy, i for distance), the range
+[0, 1] of a probability, the per-head statistics of `analysis.head_statistics` ((layers, heads) each,
+and why any is undefined), and its curves reduced by `Bins`: a float32 mean per bin (base64, row-major
+(layers, heads, bins)) with its min–max envelope as uint16 steps between the statistic's lowest and
+highest value (base64; step = (high − low) / 65535); then the loss in nats as plain numbers. Per
+sweep: loss by scale × bin, the best scale per position (binned), the fit s = 1 + a ln(i/L) and s*.
+Values are computed in float64 and rounded once, on the way out; the page shows them as they are.
 
 NaN/inf in a file are gaps, never an error: a bin holding one is NaN (`Bins.reduce`), written as JSON null
-(float32 NaN in the entropy mean, the code `GAP` in its envelope) and drawn as a break in the line; a head
-whose entropy holds one gets blank (null) statistics and a note saying so. Every string is made
-encodable (lone surrogates become U+FFFD, `text`); escaping for where it lands is page.py's job.
+(float32 NaN in a curve's mean, the code `GAP` in its envelope) and drawn as a break in the line; a head
+whose statistic holds one gets blank (null) per-head statistics and a note saying so. Every string is
+made encodable (lone surrogates become U+FFFD, `text`); escaping for where it lands is page.py's job.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from entropy_lens.analysis import (
     best_uniform_scale,
     fit_scale_curve,
     head_statistics,
+    stat_display,
 )
+from entropy_lens.choices import LOG_BOUND, POSITION_BOUND, PROBABILITY, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import ResultItem, SweepItem
 
 __all__ = ["GAP", "META_FIELDS", "build_payload", "meta_rows", "text"]
 
-LN2 = math.log(2.0)
 GAP = 65535  # the uint16 envelope code of a bin with NaN/inf (a gap); values use 0..65534
 META_FIELDS = (  # shown in the page's table, in this order, where a result's meta has them
     "model",
@@ -51,6 +56,8 @@ META_FIELDS = (  # shown in the page's table, in this order, where a result's me
     "backend",
     "attention_path",
     "entropy_reduction",
+    "stats",
+    "first_keys",
     "entropy_lens_version",
     "git_hash",
     "created_utc",
@@ -62,7 +69,7 @@ def build_payload(
     results: list[ResultItem], sweeps: list[SweepItem], *, points: int | None = None, train_len=None
 ) -> dict:
     """The JSON-ready dict the page reads (see the module docstring)."""
-    curves = sum(r.result.n_layers * r.result.n_heads for r in results)
+    curves = sum(r.result.n_layers * r.result.n_heads * len(r.result.stat_names) for r in results)
     longest = max([r.result.length for r in results] + [s.sweep.length for s in sweeps])
     points = points if points is not None else points_for(curves, longest)
     return {
@@ -88,6 +95,8 @@ def meta_rows(meta: dict) -> dict[str, str]:
             )
             schedule = (meta.get("scan_config") or {}).get("scale_schedule")
             value += f", schedule {schedule}" if schedule else ""
+        if key == "stats" and isinstance(value, dict):  # {statistic: unit}
+            value = ", ".join(f"{name} ({unit})" for name, unit in value.items())
         rows[key] = text(value)
     return rows
 
@@ -128,9 +137,8 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
         "bins": _bins(bins),
         "loss": {"mean": _numbers(loss[0]), "low": _numbers(loss[1]), "high": _numbers(loss[2])},
         "train_len": None,
-        "stats": {},
-        "undefined": {},
-        "entropy": None,
+        "stats": {},  # row statistic -> what the page draws of it (_stat)
+        "undefined": {},  # row statistic -> why the result has none to draw
         "notes": [],
     }
     if not np.all(np.isfinite(r.loss)):
@@ -139,39 +147,82 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
         out["undefined"]["entropy"] = "a loss-only scan (--entropy none): no per-head entropy to show"
         return out
     L, why = train_len_of(r.meta, train_len, item.source)
-    bad = ~(np.isfinite(r.entropy) & np.isfinite(r.entropy_sq)).all(axis=2)  # (layers, heads)
-    if bad.any():  # statistics of the finite heads; the others blank
-        keep = ~bad[:, :, None]
-        r = dataclasses.replace(
-            r, entropy=np.where(keep, r.entropy, 0), entropy_sq=np.where(keep, r.entropy_sq, 0)
-        )
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        out["notes"].append(
-            f"{_count(bad)} of {bad.size} heads hold NaN/inf entropy at some positions (first: layer "
-            f"{first[0]}, head {first[1]}): drawn as gaps, their statistics left blank"
-        )
-    stats = head_statistics(r, train_len=L)
-    out["train_len"] = stats.train_len
-    out["stats"] = {
-        name: {
-            "values": _numbers(np.where(bad, np.nan, v)),
-            "description": stats.descriptions[name],
-            "units": _units(name),
-        }
-        for name, v in stats.values.items()
-    }
-    out["undefined"] = {name: why or reason for name, reason in stats.undefined.items()}
+    for stat in r.stat_names:
+        out["stats"][text(stat)] = _stat(r, stat, bins, L, why, out["notes"])
+    out["train_len"] = L if L is not None and 2 <= L < r.length else None  # as head_statistics takes it
     if why:
         out["notes"].append(why)
-    mean, low, high = bins.reduce(item.result.entropy.astype(np.float64) / LN2)
-    out["entropy"] = {"mean": _b64(mean.astype(np.float32))}
+    return out
+
+
+def _stat(r: ScanResult, stat: str, bins: Bins, L, why, notes: list) -> dict:
+    """One row statistic of `r` as the page draws it (the module docstring); `notes` gets its gaps."""
+    values, squares = r.stat(stat), r.stat(stat, squared=True)
+    finite = np.isfinite(values) & (True if squares is None else np.isfinite(squares))
+    bad = ~finite.all(axis=2)  # (layers, heads)
+    if bad.any():  # per-head statistics of the finite heads; the others blank
+        keep = ~bad[:, :, None]
+        clean = {stat: np.where(keep, values, 0)}
+        if squares is not None:
+            clean[stat + "_sq"] = np.where(keep, squares, 0)
+        r = (
+            dataclasses.replace(r, entropy=clean["entropy"], entropy_sq=clean["entropy_sq"])
+            if stat == "entropy"
+            else dataclasses.replace(r, stats={**r.stats, **clean})
+        )
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        notes.append(
+            f"{_count(bad)} of {bad.size} heads hold NaN/inf {text(stat)} at some positions (first: layer "
+            f"{first[0]}, head {first[1]}): drawn as gaps, their statistics left blank"
+        )
+    heads = head_statistics(r, stat=stat, train_len=L)
+    factor, unit = stat_display(r, stat)
+    info = ROW_STAT_INFO.get(stat)
+    return {
+        "unit": text(unit),
+        "description": info.description if info else "",
+        "bound": _bound(info.bound if info else None, unit, r.length),
+        "range": [0, 1] if unit == PROBABILITY else None,
+        "per_head": {
+            name: {
+                "values": _numbers(np.where(bad, np.nan, v)),
+                "description": heads.descriptions[name],
+                "units": text(heads.units[name]),
+            }
+            for name, v in heads.values.items()
+        },
+        "undefined": {name: why or reason for name, reason in heads.undefined.items()},
+        "curves": _curves(bins, values.astype(np.float64) * factor),
+    }
+
+
+def _bound(kind: str | None, unit: str, length: int) -> dict | None:
+    """The largest value a causal row at position i can take, in `unit`, sampled at about 400 positions:
+    log₂(i + 1) bits or ln(i + 1) nats (LOG_BOUND), i tokens (POSITION_BOUND); None without such a bound."""
+    x = np.unique(np.append(np.arange(0, length, max(1, length // 400)), length - 1))
+    if kind == POSITION_BOUND:
+        label, hover, y = "i", "i = %{x}", x.astype(np.float64)
+    elif kind == LOG_BOUND:
+        log = "log₂" if unit == "bits" else "ln"
+        label, hover = f"{log}(i + 1)", f"{log}(%{{x}} + 1) = %{{y:.4f}}"
+        y = np.log2(x + 1.0) if unit == "bits" else np.log(x + 1.0)
+    else:
+        return None
+    return {"label": label, "hover": hover, "x": x.tolist(), "y": _numbers(y)}
+
+
+def _curves(bins: Bins, values: np.ndarray) -> dict:
+    """(layers, heads, len) -> the float32 mean per bin and, where bins hold several positions, the uint16
+    envelope between the lowest and the highest value (the module docstring)."""
+    mean, low, high = bins.reduce(values)
+    out = {"mean": _b64(mean.astype(np.float32))}
     if not bins.exact:
         finite = np.isfinite(low)
         floor = float(low[finite].min()) if finite.any() else 0.0
         top = float(high[finite].max()) if finite.any() else 0.0
         step = (top - floor) / (GAP - 1) if top > floor else 1.0
         code = lambda x: np.where(finite, np.round((np.where(finite, x, floor) - floor) / step), GAP)
-        out["entropy"].update(
+        out.update(
             low=_b64(code(low).astype(np.uint16)),
             high=_b64(code(high).astype(np.uint16)),
             floor=floor,
@@ -228,10 +279,6 @@ def _sweep(item: SweepItem, points: int, train_len) -> dict:
 
 def _bins(bins: Bins) -> dict:
     return {"starts": bins.starts.tolist(), "stops": bins.stops.tolist(), "exact": bins.exact}
-
-
-def _units(name: str) -> str:
-    return "position" if name == "departure" else "bits"
 
 
 def _numbers(x) -> list:

@@ -118,9 +118,10 @@ def _why(path, err: Exception) -> str:
 
 
 def check_result(result: ScanResult, source: str) -> None:
-    """Refuse, in one line naming `source`, a result the page cannot draw: arrays that are not real
-    numbers of shapes (layers, heads, T) and (T,), sample counts that are not finite, or meta `scales`
-    that is not a table of numbers. NaN/inf entropy or loss are allowed: the page draws them as gaps."""
+    """Refuse, in one line naming `source`, a result the page cannot draw: arrays (row statistics too)
+    that are not real numbers of shapes (layers, heads, T) and (T,), sample counts that are not finite,
+    or meta `scales` that is not a table of numbers. NaN/inf statistics or loss are allowed: the page
+    draws them as gaps."""
     for name, ndim in ARRAY_DIMS.items():
         a = np.asarray(getattr(result, name))
         if a.dtype.kind not in "iuf" or a.ndim != ndim:
@@ -128,6 +129,9 @@ def check_result(result: ScanResult, source: str) -> None:
                 f"{source}: {name} is {a.dtype} of shape {a.shape}, not real numbers of shape "
                 f"{_SHAPES[ndim]}; {RESCAN}"
             )
+    for name, a in result.stats.items():  # the row statistics of --stats, and sink_mass
+        if np.asarray(a).dtype.kind not in "iuf":
+            raise EntropyLensError(f"{source}: {name} is {np.asarray(a).dtype}, not real numbers; {RESCAN}")
     try:
         result.validate(source=source)
     except (ValueError, TypeError) as err:
