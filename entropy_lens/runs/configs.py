@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from entropy_lens.choices import BACKENDS, FUSED_MODES
+from entropy_lens.choices import BACKENDS, FUSED_MODES, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, setting
@@ -178,8 +178,9 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     )
     stats: str = setting(
         "entropy",
-        help="the row statistics to record beside entropy, comma-separated, or all: max_prob, "
-        "collision_entropy, varentropy, distance, first_mass (kernels/stats.py)",
+        help="the row statistics to record beside entropy, comma-separated, or all: "
+        + ", ".join(name for name in ROW_STAT_INFO if name not in ("entropy", "sink_mass"))
+        + " (kernels/stats.py; sink_mass is recorded wherever a model has sinks)",
     )
     first_keys: int = setting(
         1, at_least=1, at_most=MAX_TOKENS, help="K of first_mass: the mass on keys j < K"
