@@ -33,14 +33,17 @@ STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the
 EXTRA_STATE = ("w", "c", "lk", "d", "f")
 
 
-def _positive(l: torch.Tensor) -> torch.Tensor:
-    return torch.where(l > 0, l, torch.ones_like(l))
+def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a / b, and 0 where b = 0. Every accumulator is 0 in a row that saw no outcome (l = 0: no key and no
+    sink), so there a / b = 0/0 = NaN, which becomes 0; one op more than the division (the reads run for
+    every layer of a scan, so they stay few and whole-tensor)."""
+    return (a / b).nan_to_num_(nan=0.0)
 
 
 def entropy_from_state(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """H = log l − u/l (nats) from the streaming state; 0 for rows that saw no key (l = 0)."""
     l, u = state["l"], state["u"]
-    return torch.where(l > 0, torch.log(l) - u / l, torch.zeros_like(l)).clamp_min_(0.0)
+    return (torch.log(l) - u / l).nan_to_num_(nan=0.0).clamp_min_(0.0)  # l = 0: −inf − NaN = NaN -> 0
 
 
 def sink_mass_from_state(state: Mapping[str, torch.Tensor], sinks: torch.Tensor | None) -> torch.Tensor:
@@ -54,30 +57,26 @@ def sink_mass_from_state(state: Mapping[str, torch.Tensor], sinks: torch.Tensor 
 
 def _max_prob(state, mods):
     l = state["l"]  # the largest outcome contributes e^(m − m) = 1 to l
-    return torch.where(l > 0, 1.0 / _positive(l), torch.zeros_like(l))
+    return l.reciprocal().nan_to_num_(posinf=0.0)
 
 
 def _collision_entropy(state, mods):
-    l, c = state["l"], state["c"]  # Σ p² = c / l²
-    return torch.where(
-        l > 0, 2 * torch.log(_positive(l)) - torch.log(_positive(c)), torch.zeros_like(l)
-    ).clamp_min_(0.0)
+    l, c = state["l"], state["c"]  # Σ p² = c / l²; l = c = 0: −inf + inf = NaN -> 0
+    return (2 * torch.log(l) - torch.log(c)).nan_to_num_(nan=0.0).clamp_min_(0.0)
 
 
 def _varentropy(state, mods):
-    l, u, w = state["l"], state["u"], state["w"]  # Var_p(−ln p) = Var_p(s) = w/l − (u/l)²
-    mean = u / _positive(l)
-    return torch.where(l > 0, w / _positive(l) - mean * mean, torch.zeros_like(l)).clamp_min_(0.0)
+    l = state["l"]  # Var_p(−ln p) = Var_p(s) = w/l − (u/l)²
+    mean = _ratio(state["u"], l)
+    return (_ratio(state["w"], l) - mean * mean).clamp_min_(0.0)
 
 
 def _distance(state, mods):
-    lk = state["lk"]  # over the keys only: the sink has no position
-    return torch.where(lk > 0, state["d"] / _positive(lk), torch.zeros_like(lk))
+    return _ratio(state["d"], state["lk"])  # over the keys only: the sink has no position
 
 
 def _first_mass(state, mods):
-    l = state["l"]
-    return torch.where(l > 0, state["f"] / _positive(l), torch.zeros_like(l))
+    return _ratio(state["f"], state["l"])
 
 
 @dataclass(frozen=True)
