@@ -16,7 +16,8 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     `stat_unit(name)` read entropy and them alike.
     meta        0-d str                       JSON object, keys below
 
-meta (schema_version 1): schema_version, entropy_lens_version, git_hash, model, model_source,
+meta (schema_version 2; files of version 1, written before `--stats`, hold no statistics beyond
+entropy and sink mass and load unchanged): schema_version, entropy_lens_version, git_hash, model, model_source,
 model_class (the class that ran; absent in older files), remote_code_ignored (only where a config's
 auto_map named model code that did not run, without --trust-remote-code: that code's name), config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
@@ -66,7 +67,8 @@ import numpy as np
 from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: row statistics beyond entropy (scan --stats), meta stats and first_keys
+READABLE_VERSIONS = (1, 2)  # version 1 files (entropy and sink mass only) load unchanged
 ARRAYS = ("entropy", "entropy_sq", "loss", "loss_sq", "count")
 REQUIRED_META = (
     "schema_version",
@@ -205,10 +207,10 @@ class ScanResult:
         if not isinstance(meta, dict):
             raise EntropyLensError(f"{path} is not a readable results file (meta is not an object); {again}")
         version = meta.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise EntropyLensError(
-                f"{path} has schema_version {version}, this entropy-lens reads {SCHEMA_VERSION}; "
-                "rerun the scan with this version"
+                f"{path} has schema_version {version}, this entropy-lens reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}; rerun the scan with this version"
             )
         stats = {k: v for k, v in data.items() if k not in ARRAYS}  # every further array is a statistic
         result = cls(**{k: data[k] for k in ARRAYS}, meta=meta, stats=stats)
@@ -273,7 +275,7 @@ def read_sweep_index(folder: str | Path) -> dict:
             f"{path} is not readable JSON ({err}); rerun the sweep with --resume, which rebuilds it from "
             "the folder's scale files"
         ) from None
-    if index.get("kind") != SWEEP_KIND or index.get("schema_version") != SCHEMA_VERSION:
+    if index.get("kind") != SWEEP_KIND or index.get("schema_version") not in READABLE_VERSIONS:
         raise EntropyLensError(
             f"{path} is not an entropy-lens sweep index of schema {SCHEMA_VERSION}; rerun the sweep"
         )

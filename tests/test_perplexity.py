@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from entropy_lens.analysis import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results import ScanResult
+from entropy_lens.results import SCHEMA_VERSION, ScanResult
 from entropy_lens.runs.perplexity import PerplexityConfig, perplexity
 from entropy_lens.runs.scan import ScanConfig
 
@@ -218,7 +218,9 @@ def test_ppl_command_matches_the_models_own_logits(tmp_path, capsys):
     assert "NLL (nats)" in printed and f"wrote {out}" in printed
     record = json.loads(out.read_text())
     assert record["kind"] == "entropy_lens.ppl" and record["config"]["stride"] == 8
-    assert record["provenance"]["schema_version"] == 1 and [e["length"] for e in record["lengths"]] == [
+    assert record["provenance"]["schema_version"] == SCHEMA_VERSION and [
+        e["length"] for e in record["lengths"]
+    ] == [
         32,
         64,
     ]

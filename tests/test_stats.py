@@ -165,7 +165,9 @@ def _mods(q, k, sinks):
 def test_a_kernel_that_does_not_compute_a_statistic_says_so_and_auto_picks_one_that_does(monkeypatch):
     """plan.KERNEL_STATS holds a kernel that computes only some statistics (a new one lands kernel by
     kernel): naming it is refused in one line, "auto" routes around it."""
-    plan = importlib.import_module("entropy_lens.kernels.plan")  # the module (the package exports the function)
+    plan = importlib.import_module(
+        "entropy_lens.kernels.plan"
+    )  # the module (the package exports the function)
     monkeypatch.setitem(plan.KERNEL_STATS, "native", ("entropy", "sink_mass"))
     q, k = make_inputs(1, 4, 2, 8, 8)
     if native_available():
@@ -239,7 +241,7 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     the meta; the default scan records entropy alone; a name that is not a statistic is one line."""
     from architectures import SUPPORTED, save_folder
 
-    from entropy_lens.results import ScanResult, summary
+    from entropy_lens.results import ARRAYS, SCHEMA_VERSION, ScanResult, summary
     from entropy_lens.runs.scan import ScanConfig, scan
 
     folder = save_folder(tmp_path, "llama", SUPPORTED["llama"][0])
@@ -268,6 +270,16 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     )
     assert plain.stats == {} and "stats" not in plain.meta and "stats" not in plain.meta["scan_config"]
     assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()
+    # the schema went up with the statistics; a file of version 1 (entropy alone) loads unchanged
+    assert got.meta["schema_version"] == plain.meta["schema_version"] == SCHEMA_VERSION == 2
+    old = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 1})
+    again = ScanResult.load(old.save(tmp_path / "v1.npz"))
+    assert again.meta == old.meta and all(
+        np.array_equal(getattr(again, k), getattr(plain, k)) for k in ARRAYS
+    )
+    newer = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 3})
+    with pytest.raises(EntropyLensError, match="has schema_version 3, this entropy-lens reads 1, 2"):
+        ScanResult.load(newer.save(tmp_path / "v3.npz"))
     with pytest.raises(EntropyLensError, match="--stats: unknown row statistic"):
         ScanConfig(**base, stats="max_prob,fading").check()
     with pytest.raises(EntropyLensError, match="records nothing with --entropy none"):
