@@ -234,3 +234,32 @@ def test_falcons_per_key_alibi_is_refused_naming_the_family(monkeypatch, tmp_pat
     ) as err:
         scan(config, out=tmp_path / "x.npz", progress=False)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_sweep_and_ppl_shard_their_scans_under_torchrun(tmp_path):
+    """`sweep` and `ppl` take --context-parallel under torchrun: rank 0 keeps the folder / writes the
+    table, every rank scans every scale / length, and the numbers are the one-process command's."""
+    from entropy_lens.cli import main
+    from entropy_lens.results import read_sweep_index
+
+    sweep = ["sweep", "tiny-nope", "--len", "26", "--samples", "2", "--data", "austen:persuasion"]
+    sweep += ["--scales", "1.0,1.5", "--fused", "off", "--quiet"]
+    ppl = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
+    assert main([*sweep, "--out", str(tmp_path / "one")]) == 0
+    assert main([*ppl, "--out", str(tmp_path / "one.json")]) == 0
+    for args, out in ((sweep, "two"), (ppl, "two.json")):
+        run = _torchrun(2, ["-m", "entropy_lens", *args, "--context-parallel", "--out", str(tmp_path / out)])
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.count("wrote") == 1  # rank 0 alone writes and reports
+    assert read_sweep_index(tmp_path / "two")["complete"]
+    for name in ("s1.npz", "s1.5.npz"):
+        one, two = ScanResult.load(tmp_path / "one" / name), ScanResult.load(tmp_path / "two" / name)
+        assert two.meta["context_parallel"] == 2
+        np.testing.assert_allclose(two.entropy, one.entropy, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(two.loss, one.loss, rtol=1e-5, atol=1e-5)
+    one, two = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "two.json"))
+    assert two["config"]["context_parallel"] is True
+    for a, b in zip(one["lengths"], two["lengths"], strict=True):
+        assert a["n_tokens"] == b["n_tokens"]
+        assert b["nll"] == pytest.approx(a["nll"], rel=1e-5)

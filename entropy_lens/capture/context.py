@@ -46,8 +46,9 @@ from entropy_lens.errors import EntropyLensError
 
 __all__ = ["MASK_BUDGET", "bottom_right_sdpa", "refusal", "sharded_attention"]
 
-# most mask elements (query rows x keys) `bottom_right_sdpa` builds at once: 64 MB of bool
-MASK_BUDGET = 1 << 26
+# most mask elements (query rows x keys) `bottom_right_sdpa` builds at once: 16 MB of bool (64 MB
+# where CPU sdpa turns it into a float mask)
+MASK_BUDGET = 1 << 24
 
 
 def sharded_attention(session: Session, module, query, key, value, scaling, dropout, kwargs):
