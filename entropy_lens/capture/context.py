@@ -25,8 +25,8 @@ the alignment, key padding from the global 2-D mask (`ShardedSequence.attention_
 [0, b)), and a sliding window from the layer's own `sliding_window` argument. Softcap, sinks, ALiBi
 slopes, per-head scales and schedules enter as in one process (ALiBi's distance and a schedule's m(i)
 use the true positions). Falcon's ALiBi, a bias per key built for the local keys, cannot be gathered:
-such models are refused (`recorder.check_shardable`), as are models whose positions or masks the shards cannot
-reproduce.
+such models are refused (`recorder.check_shardable`), as are models whose positions or masks the
+shards cannot reproduce, and sessions that probe the last rows' whole attention (passkey's).
 
 Memory per rank: the model's activations for N/P positions, plus per layer the gathered K and V of
 the whole sequence (2·N·Hkv·D elements, freed when the layer returns) and the statistics; see
@@ -54,6 +54,11 @@ MASK_BUDGET = 1 << 24
 def sharded_attention(session: Session, module, query, key, value, scaling, dropout, kwargs):
     """entropy_lens_attention under a sharded session (module docstring): (output (B, T, Hq, Dv), None)."""
     sequence: ShardedSequence = session.context
+    if session.on_rows is not None:
+        raise EntropyLensError(
+            "--context-parallel does not probe the last rows' attention (a passkey run): their keys "
+            "live on every rank; run it in one process"
+        )
     window_passed = "sliding_window" in kwargs
     kwargs = {**kwargs, "position_ids": sequence.shards.positions(query.device)[None]}  # a schedule's i
     call = read_call(session, module, query, key, value, None, scaling, dropout, kwargs)

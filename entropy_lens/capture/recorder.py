@@ -50,7 +50,7 @@ class ScaleSession:
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
     stats:   the row statistics an EntropyRecorder records (kernels.stats.ROW_STATS; entropy and, for
              a model with sinks, sink_mass by default); first_keys: first_mass's K.
-    context: None or a capture.context.ShardedSequence: the model runs on this rank's shard of each
+    context: None or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
              sequence (--context-parallel; the caller passes the shard's ids and true position ids).
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
     layers that capture nothing) and `session.backends` which entropy kernels ran.
