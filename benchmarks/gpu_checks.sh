@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Everything the Triton work leaves to a GPU, in stages meant to fit a 10-minute command each (not yet timed):
-#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all four, in order)
+#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all five, in order)
 #     tests    pytest -m gpu (real sizes) and the interpreter's grid run natively on CUDA -> gpu_tests.txt
 #     static   registers / spills of every autotune config, as compiled there          -> kernel_static.json
 #     short    the issue-4 benchmark at 4K..32K (plain, scan, scan_fused, eager, kernel) -> scan_gpu.json
 #     long     the same at 64K and 128K, merged into scan_gpu.json (--append)
+#     context  --context-parallel on every GPU (2 or more; skipped with one): SmolLM2 at 128K (CONTEXT_LEN),
+#              1 GPU against all, time and each rank's peak GPU memory beside the model -> context_parallel_gpu.json
 # OUT_DIR (default benchmarks/results) receives the files; PYTHON chooses the interpreter (default python3),
 # which needs a CUDA build of torch, triton and transformers and this package on its path
 # (pip install -e . or PYTHONPATH=.).
@@ -16,7 +18,7 @@ mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 "$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" || exit 1
 stages=("$@")
-[ $# -gt 0 ] || stages=(tests static short long)
+[ $# -gt 0 ] || stages=(tests static short long context)
 status=0
 for s in "${stages[@]}"; do
   case $s in
@@ -28,7 +30,15 @@ for s in "${stages[@]}"; do
     static) "$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1 ;;
     short) "$PY" benchmarks/scan_gpu.py --lengths 4096 8192 16384 32768 --out "$OUT_DIR/scan_gpu.json" || status=1 ;;
     long) "$PY" benchmarks/scan_gpu.py --lengths 65536 131072 --out "$OUT_DIR/scan_gpu.json" --append || status=1 ;;
-    *) echo "unknown stage '$s': choose from tests static short long" >&2; exit 2 ;;
+    context)
+      gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+      if [ "$gpus" -lt 2 ]; then
+        echo "context: skipped, $gpus GPU (--context-parallel needs 2 or more)"
+      else
+        "$PY" benchmarks/context_parallel_cpu.py --device cuda --processes "$gpus" --len "${CONTEXT_LEN:-131072}" \
+          --baseline-len 4096 --out "$OUT_DIR/context_parallel_gpu.json" || status=1
+      fi ;;
+    *) echo "unknown stage '$s': choose from tests static short long context" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -37,7 +37,8 @@ sdpa-then-entropy (sdpa in a loss-only scan), "streamed" for torch-streamed, and
 triton-fused on a CUDA `device`, torch-streamed on CPU), fused_choices (only where `--fused auto`
 decided: the path it kept per shape of attention call, {shape key: "fused" (the fused pass) |
 "separate" (sdpa-then-entropy)}; a resumed scan reuses the interrupted one's, and
-`PathChoices(replay=...)` reproduces them), entropy_units ("nats"),
+`PathChoices(replay=...)` reproduces them), world_size (torchrun's processes), context_parallel (the
+sequence shards: P under --context-parallel, else 1; absent in files written before it), entropy_units ("nats"),
 loss_units ("nats"), entropy_reduction (the scan's --entropy: "heads"; "mean": the heads axis has
 length 1 and holds the mean over the layer's heads of entropy and of entropy_sq; "none": loss only, the
 heads axis has length 0; files written before 0.9 say "per_head", "mean_heads", "not_captured"), chunk_indices (which chunk of the packed text each sample is; with a

@@ -172,3 +172,26 @@ def test_readme_tables_are_the_benchmarks_json(benchmark_script):
     readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")
     for name, table in benchmark_script("readme_tables").tables().items():
         assert table in readme, f"regenerate the {name} table: python benchmarks/readme_tables.py"
+
+
+@pytest.mark.slow
+def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path, benchmark_script):
+    """benchmarks/context_parallel_cpu.py at a toy size: both configurations at both lengths, each rank's
+    peak, the same numbers from both scans, and the README table made from its JSON."""
+    bench = benchmark_script("context_parallel_cpu")
+    out = tmp_path / "context_parallel_cpu.json"
+    argv = ["--model", "tiny-nope", "--len", "40", "--baseline-len", "24", "--out", str(out)]
+    assert bench.main(argv) == 0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    rows = record["rows"]
+    assert [(r["len"], r["processes"], r["context_parallel"]) for r in rows] == [
+        (24, 1, 1),
+        (40, 1, 1),
+        (24, 2, 2),
+        (40, 2, 2),
+    ]
+    assert [len(r["peak_mb"]) for r in rows] == [1, 1, 2, 2] and min(min(r["peak_mb"]) for r in rows) > 50
+    assert record["summary"]["max_abs_entropy_difference"] < 1e-4
+    assert record["summary"]["max_abs_loss_difference"] < 1e-4
+    assert bench.modelled_mb("smollm2", 16384, 2) > bench.modelled_mb("smollm2", 512, 2) > 0
+    assert "| 40 | 2 × 1 |" in benchmark_script("readme_tables").context_parallel_table(record)

@@ -66,6 +66,7 @@ class HostSums:
         self._mask = (None, None)  # the forward's 2-D mask on the host, the event of its copy
         self._count_layer = None  # the layer whose reports count rows in this forward
         self._forward_layers: list[int] = []  # the layers that reported since begin_forward
+        self._whole_sequence = False  # the forward's mask covers more than its rows' keys (a shard)
 
     @property
     def pending(self) -> int:
@@ -77,9 +78,12 @@ class HostSums:
         """The layers that reported since the last `begin_forward`, in order."""
         return tuple(self._forward_layers)
 
-    def begin_forward(self, mask: torch.Tensor | None) -> None:
+    def begin_forward(self, mask: torch.Tensor | None, *, whole_sequence: bool = False) -> None:
         """A forward starts. `mask`: its 2-D attention mask (B, S), True/1 = real token, or None. Sums
-        the earlier forwards' layers as far as their copies have landed."""
+        the earlier forwards' layers as far as their copies have landed. `whole_sequence`: the mask
+        covers the whole sequence while the forward sees a shard of it (--context-parallel), so a
+        report of rows ending at n is placed by the mask's first n columns."""
+        self._whole_sequence = whole_sequence
         self._mask = (None, None) if mask is None else self._to_host(mask.detach().bool())
         self._count_layer = None
         self._forward_layers = []
@@ -105,6 +109,9 @@ class HostSums:
         copies = {name: self._to_host(t) for name, t in stats.items()}
         self.stats += [name for name in stats if name not in self.stats]
         mask, mask_event = self._mask
+        n = key_offset + next(iter(stats.values())).shape[-1]
+        if mask is not None and self._whole_sequence:
+            mask = mask[:, :n]  # the keys of these rows: their positions are cumsum(mask[:, :n]) − 1
         events = [e for _, e in copies.values() if e is not None] + ([mask_event] if mask_event else [])
         host = {name: t for name, (t, _) in copies.items()}
         self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events))

@@ -26,16 +26,18 @@ For every attention layer the function takes three steps:
 from __future__ import annotations
 
 from entropy_lens.capture.call import LayerCall, LayerInputs, active_session, layer_inputs, read_call
+from entropy_lens.capture.context import sharded_attention
 from entropy_lens.capture.paths import (
     EAGER,
     SDPA,
     SDPA_ALIBI,
     alibi_attention,
     eager_attention,
+    record,
     run_path,
     sdpa,
 )
-from entropy_lens.kernels import Route, attention_probabilities
+from entropy_lens.kernels import attention_probabilities
 from entropy_lens.kernels.contract import validate_mask, validate_scale
 
 ATTN_NAME = "entropy_lens"
@@ -44,16 +46,31 @@ ATTN_NAME = "entropy_lens"
 def register() -> None:
     """Register the implementation and its mask builder (idempotent)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTN_NAME, entropy_lens_attention)
-    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+    AttentionMaskInterface.register(ATTN_NAME, entropy_lens_mask)
+
+
+def entropy_lens_mask(*args, **kwargs):
+    """transformers' sdpa mask; None under a sharded session (--context-parallel), whose attention
+    builds causality, windows and padding from true positions and never reads a mask of the local
+    tokens (capture/context.py)."""
+    from transformers.masking_utils import sdpa_mask
+
+    session = active_session()
+    if session is not None and session.context is not None:
+        return None
+    return sdpa_mask(*args, **kwargs)
 
 
 def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D). Reads the call,
-    runs the route chosen for it, and records what ran."""
-    call = read_call(active_session(), module, query, key, value, attention_mask, scaling, dropout, kwargs)
+    runs the route chosen for it, and records what ran (a sharded session: capture/context.py)."""
+    session = active_session()
+    if session is not None and session.context is not None:
+        return sharded_attention(session, module, query, key, value, scaling, dropout, kwargs)
+    call = read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs)
     inputs = None  # the kernels' view of the call, where a route needs it
     if not call.capturing and call.extras.sdpa_computes:  # nothing to capture, nothing sdpa cannot do
         out = sdpa(call)
@@ -84,16 +101,3 @@ def last_rows_probabilities(call: LayerCall, rows: int, inputs: LayerInputs | No
     softmax_scale = validate_scale(q, inputs.key, call.softmax_scale)
     p, _, _ = attention_probabilities(q, inputs.key.detach(), softmax_scale, mods)
     return p
-
-
-def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None) -> None:
-    """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
-    statistics, and hand the statistics to the session's callback."""
-    session = call.session
-    if session is None:
-        return
-    session.paths.add(path)
-    if not call.capturing:
-        return
-    session.backends.add(route.kernel)
-    session.on_stats(call.module.layer_idx, dict(rows), inputs.key.shape[2] - call.query.shape[2])

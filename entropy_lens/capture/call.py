@@ -17,6 +17,7 @@ import torch
 
 from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.schedule import Schedule
+from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.contract import validate_mask, validate_window
@@ -68,6 +69,9 @@ class Session:
     # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
     on_rows: Callable[[int, torch.Tensor], None] | None = None
     probe_rows: int = 0
+    # None, or a ShardedSequence: the model runs on one shard of each sequence
+    # (--context-parallel); the attention function gathers K and V and aligns the queries by position
+    context: ShardedSequence | None = None
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)
@@ -118,6 +122,9 @@ class LayerCall:
     output_scaling: float  # the `scaling` sdpa gets for the output: model_scaling × a uniform scale
     extras: ScoreMods  # softcap, sinks, ALiBi slopes, key bias (causality and the mask: `layer_inputs`)
     eager_extras: dict  # softcap and sinks as the model passed them, for its own eager attention
+    # how the separate route makes the output: None is `paths.sdpa(call)`; a sharded layer passes
+    # `context.bottom_right_sdpa(call, inputs)`, its queries being the last of longer keys
+    sdpa_output: Callable[[LayerCall, LayerInputs], tuple] | None = None
 
     @property
     def capturing(self) -> bool:

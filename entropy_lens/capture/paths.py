@@ -86,8 +86,21 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route):
     value = None if separate else inputs.value
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, stats=stats, first_keys=first_keys)
     if separate:
-        return sdpa(call), rows
+        return (sdpa(call) if call.sdpa_output is None else call.sdpa_output(call, inputs)), rows
     return (rows.out.contiguous(), None), rows
+
+
+def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None) -> None:
+    """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
+    statistics, and hand the statistics to the session's callback (at key offset S − T)."""
+    session = call.session
+    if session is None:
+        return
+    session.paths.add(path)
+    if not call.capturing:
+        return
+    session.backends.add(route.kernel)
+    session.on_stats(call.module.layer_idx, dict(rows), inputs.key.shape[2] - call.query.shape[2])
 
 
 def sdpa(call: LayerCall, mask=None):

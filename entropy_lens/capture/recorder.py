@@ -26,6 +26,7 @@ head-scale search, where the multipliers may be a trainable tensor).
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import numpy as np
 import torch
@@ -33,7 +34,8 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
-from entropy_lens.capture.own_attention import check_routable, routed_attention, routes
+from entropy_lens.capture.context import refusal
+from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.kernels import FUSED_MODES
 from entropy_lens.kernels.stats import DEFAULT_STATS, check_stats
@@ -48,6 +50,8 @@ class ScaleSession:
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
     stats:   the row statistics an EntropyRecorder records (kernels.stats.ROW_STATS; entropy and, for
              a model with sinks, sink_mass by default); first_keys: first_mass's K.
+    context: None or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
+             sequence (--context-parallel; the caller passes the shard's ids and true position ids).
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
     layers that capture nothing) and `session.backends` which entropy kernels ran.
     """
@@ -63,6 +67,7 @@ class ScaleSession:
         choices=None,
         stats=DEFAULT_STATS,
         first_keys: int = 1,
+        context=None,
     ):
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
@@ -76,6 +81,7 @@ class ScaleSession:
             choices=choices,
             stats=check_stats(stats),
             first_keys=int(first_keys),
+            context=context,
         )
         self._undo = contextlib.ExitStack()
 
@@ -145,14 +151,22 @@ class EntropyRecorder(ScaleSession):
         self._outer_mask = None
 
     def _begin_forward(self, module, args, kwargs):
-        mask = _padding_mask(kwargs.get("attention_mask"))
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
+        sequence = self.session.context
+        if sequence is not None:  # a shard: the whole sequence's mask places the rows of [0, b)
+            self._sums.begin_forward(sequence.attention_mask, whole_sequence=True)
+            return
+        mask = _padding_mask(kwargs.get("attention_mask"))
         self._sums.begin_forward(mask if mask is not None else self._outer_mask)
 
     def _end_forward(self, module, args, output):
         """Every layer reported once: a layer that computes attention outside transformers' attention
         interface (or no softmax attention at all) would leave a hole in the sums, never a number."""
         got = sorted(self._sums.forward_layers)
+        sequence = self.session.context  # a shard's layers report once per local chunk
+        per_layer = 1 if sequence is None else sequence.reports_per_layer
+        if per_layer > 1 and got == sorted(list(range(self.n_layers)) * per_layer):
+            return
         if got != list(range(self.n_layers)):
             missing = sorted(set(range(self.n_layers)) - set(got))
             if not missing:  # every layer reported, some more than once (DiffLlama's two softmaxes)
@@ -284,3 +298,39 @@ def _as_scales(model, scales):
     param = next(model.parameters())
     t = scales if isinstance(scales, torch.Tensor) else torch.as_tensor(np.asarray(scales, dtype=np.float32))
     return t.to(param.device)
+
+
+# families routed by capture/own_attention.py whose ALiBi the kernels rebuild from true key indices:
+# they take no position ids and need none
+ALIBI_FAMILIES = ("BloomAttention", "MptAttention")
+
+
+def check_shardable(model) -> None:
+    """EntropyLensError, before any forward, for a model whose sharded forward would differ from its
+    one-process forward: Falcon's ALiBi (a bias per key), chunked attention (Llama 4's
+    `attention_chunk_size`), bidirectional attention, or a decoder that takes no position ids (other
+    than the ALiBi families the kernels handle by true key indices)."""
+    config = model.config.get_text_config()
+    name = type(model).__name__
+    if getattr(config, "model_type", None) == "falcon" and getattr(config, "alibi", False):
+        raise EntropyLensError(
+            refusal(
+                f"{name} (Falcon with alibi=True)",
+                "its ALiBi comes as a bias per key, built for the local keys only",
+            )
+        )
+    if getattr(config, "attention_chunk_size", None):
+        raise EntropyLensError(refusal(name, "its chunked attention lives in its mask alone"))
+    if getattr(config, "is_causal", True) is False:
+        raise EntropyLensError(refusal(name, "its attention is not causal"))
+    if takes_positions(model):
+        return
+    if not any(type(layer).__name__ in ALIBI_FAMILIES for layer in own_attention_layers(model)):
+        raise EntropyLensError(
+            refusal(name, "its decoder takes no position ids, so a shard cannot say where its tokens are")
+        )
+
+
+def takes_positions(model) -> bool:
+    """Whether the model's decoder takes `position_ids` (BLOOM and MPT do not: ALiBi only)."""
+    return "position_ids" in inspect.signature(model.get_decoder().forward).parameters

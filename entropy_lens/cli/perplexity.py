@@ -49,6 +49,7 @@ def cmd_ppl(args) -> int:
     import json
 
     from entropy_lens.results import atomic_write_text
+    from entropy_lens.runs.distributed import world
     from entropy_lens.runs.lock import OutputLock
     from entropy_lens.runs.output import check_file_target, save_or_rescue
     from entropy_lens.runs.perplexity import perplexity, perplexity_record
@@ -56,9 +57,12 @@ def cmd_ppl(args) -> int:
     config = config_from_args(PerplexityConfig, args)
     config.check()  # every flag before the model loads, and before --out is touched
     out = None if args.out is None else check_file_target(args.out, example="ppl.json")
-    with OutputLock(out) if out is not None else contextlib.nullcontext():
+    main = world().main  # under torchrun rank 0 alone writes and reports
+    with OutputLock(out) if out is not None and main else contextlib.nullcontext():
         config = config.resolved()
         rows = perplexity(config, progress=not args.quiet)
+        if not main:
+            return 0
         print(table(config, rows))
         if out is not None:
             text = json.dumps(perplexity_record(config, rows), indent=1, sort_keys=True) + "\n"

@@ -98,16 +98,9 @@ def cmd_scan(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.runs.configs import ScanConfig
     from entropy_lens.runs.distributed import world
     from entropy_lens.runs.sweep import parse_scales, sweep
-
-    if world().size > 1:
-        raise EntropyLensError(
-            "sweep runs in one process; run it without torchrun (or torchrun one scan per scale)"
-        )
-
-    from entropy_lens.runs.configs import ScanConfig
 
     scales = parse_scales(args.scales)
     out = sweep(
@@ -116,7 +109,9 @@ def cmd_sweep(args) -> int:
         args.out,
         resume=args.resume,
         force=args.force,
-        progress=not args.quiet,
+        progress=not args.quiet and world().main,
     )
+    if not world().main:
+        return 0  # under torchrun (--context-parallel) rank 0 alone wrote the folder and reports
     print(f"wrote {len(scales)} scans (s = {scales[0]:g} .. {scales[-1]:g}) and {out / 'sweep.json'}")
     return 0

@@ -4,7 +4,7 @@ help), in groups the configs share; the CLI generates the flags from them (`cli/
     Checkpoint   model, dtype, device                                 every command
     Loading      nope, rope_scaling, train_len, trust_remote_code, revision
     Text         data, seed
-    Windows      samples, batch_size, stride
+    Windows      samples, batch_size, stride, context_parallel (how each window is run)
     Scaling      scale, head_scales, scale_schedule                   the variants of the attention scale
 
     ScanConfig        Checkpoint + Loading + Text + Windows + Scaling + length, backend, fused, entropy
@@ -97,6 +97,9 @@ class Windows:
         help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
         "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
     )
+    context_parallel: bool = setting(
+        False, help="under torchrun: shard each window over the processes (not the samples; docs/scaling.md)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     """Everything that determines a scan's numbers (saved in the results' meta)."""
 
     ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride", "stats", "first_keys")
+    ADDED += ("context_parallel",)
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
     )

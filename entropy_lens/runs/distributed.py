@@ -18,7 +18,15 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["World", "all_reduce_sum", "process_group", "world"]
+__all__ = [
+    "World",
+    "all_reduce_sum",
+    "broadcast_object",
+    "command_group",
+    "process_group",
+    "rank_device",
+    "world",
+]
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,36 @@ def process_group(w: World, device: torch.device):
     finally:
         if created:
             dist.destroy_process_group()
+
+
+def rank_device(name: str, w: World) -> torch.device:
+    """The device `--device name` means for rank `w`: a CUDA rank uses cuda:LOCAL_RANK."""
+    from entropy_lens.models import resolve_device
+
+    device = resolve_device(name)
+    return torch.device("cuda", w.local_rank) if w.size > 1 and device.type == "cuda" else device
+
+
+@contextmanager
+def command_group(device_name: str, w: World):
+    """One process group for all of a command's scans under torchrun (sweep, ppl: each scan finds it
+    initialised and leaves it be); nothing in one process."""
+    if w.size == 1:
+        yield
+        return
+    with process_group(w, rank_device(device_name, w)):
+        yield
+
+
+def broadcast_object(obj):
+    """Rank 0's `obj` on every rank of the initialised process group (`obj` itself without one)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def all_reduce_sum(arrays: dict[str, np.ndarray], w: World) -> dict[str, np.ndarray]:

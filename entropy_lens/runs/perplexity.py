@@ -11,7 +11,9 @@ The default stride is L/8 for a model trained at L tokens (its config's `train_l
 here): the paper's S = 256 at L = 2048. The lengths are the caller's: the paper's 1L, 2L, 4L, 8L.
 
 `scan` may be any callable taking a ScanConfig and returning a ScanResult (the figures pass their
-cached scan); the default runs `runs.scan.scan` and writes nothing. The longest length runs first:
+cached scan); the default runs `runs.scan.scan` and writes nothing. Under torchrun every rank runs every
+length (one process group for all of them): the ranks split each length's windows, or with
+`context_parallel` (--context-parallel) shard each window (runs/context_parallel.py). The longest length runs first:
 it fills the fewest windows, so a text too short for `samples` is refused before any forward pass.
 """
 
@@ -24,6 +26,8 @@ from dataclasses import asdict
 from entropy_lens.analysis import WindowPPL, sliding_window_ppl
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import PerplexityConfig
+from entropy_lens.runs.context_parallel import check_context_parallel
+from entropy_lens.runs.distributed import command_group, world
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.scan import scan as run_scan
 
@@ -36,9 +40,17 @@ def perplexity(config: PerplexityConfig, *, scan=None, progress: bool = True) ->
     """{W: {"ppl": WindowPPL, "wall_time_s": the scan's own time, "result": its ScanResult}} for each
     W in `config.lengths`, in order. `scan(ScanConfig) -> ScanResult` defaults to `runs.scan.scan`."""
     config.check()  # lengths and flags first: resolving the stride may read the checkpoint
+    w = world()
+    check_context_parallel(config, w)  # every length, before the longest runs
     config = config.resolved()
     config.check()
+    progress = progress and w.main
     scan = scan or functools.partial(run_scan, progress=progress)
+    with command_group(config.device, w):
+        return _rows(config, scan, progress)
+
+
+def _rows(config: PerplexityConfig, scan, progress: bool) -> dict[int, dict]:
     rows: dict[int, dict] = {}
     # longest first: it has the fewest windows, so a text too short for `samples` fails before any work
     for i, length in enumerate(reversed(config.lengths)):

@@ -32,32 +32,32 @@ from entropy_lens.capture import (
     ScaleSession,
     Schedule,
     check_logits,
-    check_supported,
     forward_hidden,
     next_token_nll,
-    parse_schedule,
 )
 from entropy_lens.capture.fused import PathChoices
+from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
-from entropy_lens.models import (
-    LoadedModel,
-    load_head_scales_file,
-    load_model,
-    resolve_device,
-    resolve_dtype,
-    validate_head_scales,
-)
+from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import progress_bar
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import ScanConfig
-from entropy_lens.runs.distributed import World, process_group, world
+from entropy_lens.runs.context_parallel import (
+    all_gather_shards,
+    check_context_parallel,
+    check_shardable,
+    sharded_batch,
+    shards_of,
+)
+from entropy_lens.runs.distributed import World, process_group, rank_device, world
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
+from entropy_lens.runs.variants import attention_scales, load_variant, variant_schedule
 
 __all__ = [
     "Run",
@@ -170,6 +170,7 @@ class Run:
     backend: str  # --backend, checked for the device; sums.backends says which kernels ran
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
+    shards: SequenceShards | None = None  # --context-parallel: this rank's shard of every sequence
 
     @classmethod
     def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
@@ -179,11 +180,12 @@ class Run:
                 "--resume is not supported under torchrun; rerun the whole scan, or resume it "
                 "in one process without torchrun"
             )
-        device = resolve_device(config.device)
-        if w.size > 1 and device.type == "cuda":
-            device = torch.device("cuda", w.local_rank)
+        check_context_parallel(config, w)
+        device = rank_device(config.device, w)
         dtype = resolve_dtype(config.dtype, device)
         lm = load_variant(config, device, dtype)
+        if config.context_parallel:
+            check_shardable(lm.model)
         scales, scale_source = attention_scales(config, lm)
         chunks = token_chunks(
             lm.tokenizer,
@@ -203,7 +205,10 @@ class Run:
         resolve_backend(config.backend, device)  # refused here if this device cannot run it
         backend = config.backend  # "auto" stays: kernels.plan picks per route
         schedule = variant_schedule(config, lm)
-        return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, schedule)
+        shards = shards_of(w, config.length) if config.context_parallel else None
+        return cls(
+            config, w, device, dtype, lm, scales, scale_source, chunks, backend, schedule, shards=shards
+        )
 
     @property
     def identity(self) -> dict:
@@ -227,6 +232,7 @@ class Run:
             choices=self.choices,
             stats=c.row_stats(),
             first_keys=c.first_keys,
+            context=None if self.shards is None else ShardedSequence(self.shards, all_gather_shards),
         )
 
     def decided(self) -> dict:
@@ -283,6 +289,7 @@ class Run:
                 else {}
             ),
             "world_size": self.world.size,
+            "context_parallel": 1 if self.shards is None else self.shards.size,  # sequence shards
             "entropy_units": "nats",
             **({"stats": sums.units(), "first_keys": c.first_keys} if c.stats != "entropy" else {}),
             "loss_units": "nats",
@@ -296,7 +303,8 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
     """This rank's samples not yet in `sums`, in batches; `checkpoint` (None: never) every so often
     and on Ctrl-C."""
     c = run.config
-    todo = run.world.samples(sums.samples, c.samples)
+    # ranks split the samples, or with --context-parallel all scan each sample, one shard each
+    todo = list(range(sums.samples, c.samples)) if run.shards else run.world.samples(sums.samples, c.samples)
     bar = progress_bar(
         total=len(todo) * c.length,
         unit="tok",
@@ -308,8 +316,11 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
         for b in range(0, len(todo), c.batch_size):
             ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
             capture = run.capture()
-            nll = scan_batch(run.lm.model, ids, capture)
-            sums.add(capture, nll)
+            if run.shards is None:
+                sums.add(capture, scan_batch(run.lm.model, ids, capture))
+            else:  # this rank's positions; the batch's samples counted once, by rank 0
+                nll, positions = sharded_batch(run.lm.model, ids, capture)
+                sums.add(capture, nll, positions=positions, samples=run.world.main)
             bar.update(ids.shape[0] * c.length)
             if checkpoint is not None:
                 checkpoint.every_so_often()
@@ -352,47 +363,3 @@ class _Checkpoint:
     def every_so_often(self) -> None:
         if time.perf_counter() - self.last >= self.every_s:
             self.save()
-
-
-def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """The checkpoint of a config with the Checkpoint and Loading settings (a scan's, a passkey run's, a head search's)
-    as its flags load it (--nope, --rope-scaling, --revision, ...); refused when the capture cannot run it."""
-    lm = load_model(
-        config.model,
-        dtype=dtype,
-        device=device,
-        nope=config.nope,
-        rope_scaling=config.rope_scaling,
-        revision=config.revision,
-        trust_remote_code=config.trust_remote_code,
-    )
-    check_supported(lm.model)
-    return lm
-
-
-def variant_schedule(config, lm: LoadedModel) -> Schedule | None:
-    """--scale-schedule with the training length L (--train-len, else the model's; llama4's needs none),
-    or None."""
-    train_len = config.train_len if config.train_len is not None else lm.train_len
-    needs_train_len = (
-        config.scale_schedule is not None and parse_schedule(config.scale_schedule).needs_train_len
-    )
-    if needs_train_len and train_len is None:
-        raise EntropyLensError(
-            f"--scale-schedule needs the model's training length L, which {config.model} does not "
-            "declare; pass --train-len L"
-        )
-    return parse_schedule(config.scale_schedule, train_len)
-
-
-def attention_scales(config, lm: LoadedModel):
-    """(what the capture applies, where it came from) for a config with `scale` and `head_scales` (a
-    scan's, a passkey run's). None = the model as trained."""
-    if config.scale is not None:
-        return float(config.scale), "uniform"
-    if config.head_scales is not None:
-        arr = load_head_scales_file(config.head_scales, lm.n_layers, lm.n_heads)
-        return arr, str(Path(config.head_scales).resolve())
-    if lm.head_scales is not None:
-        return validate_head_scales(lm.head_scales, lm.n_layers, lm.n_heads, source=lm.source), "checkpoint"
-    return None, "none"

@@ -3,6 +3,8 @@
     sums = ScanSums(layers, heads, length)         # entropy=False: a loss-only scan
     sums.add(capture, nll)                         # one batch: the capture's entropies and the (B, T) loss
                                                    # (and sink mass, for a model with attention sinks)
+    sums.add(capture, nll, positions=p, samples=r0)  # a context-parallel shard: its positions p, the
+                                                   # samples counted where r0 (rank 0)
     sums.save(path, identity, wall_s, decided) / sums.restore(path, identity) -> decided   # the checkpoint
     sums.all_reduce(world)                         # under torchrun: the sums of all ranks
     sums.paths, sums.backends                      # what computed the layers: recorded in the meta
@@ -55,10 +57,15 @@ class ScanSums:
     def samples(self) -> int:
         return int(self.arrays["samples"])
 
-    def add(self, capture, nll: torch.Tensor) -> None:
+    def add(
+        self, capture, nll: torch.Tensor, *, positions: np.ndarray | None = None, samples: bool = True
+    ) -> None:
         """One batch: `capture` the batch's ScaleSession (an EntropyRecorder when `entropy`), drained
-        into the sums, and the (B, T) next-token loss."""
+        into the sums, and the (B, T) next-token loss. A context-parallel shard (runs/context_parallel.py)
+        passes the `positions` of the loss's columns (None: 0 .. T − 1) and counts the batch's `samples`
+        on one rank only."""
         loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
+        columns = slice(None) if positions is None else positions  # distinct positions: += is exact
         arrays = self.arrays
         with interrupts_deferred():
             if self.entropy:
@@ -67,10 +74,11 @@ class ScanSums:
                     arrays.setdefault(name, np.zeros_like(arrays["entropy"]))
                 capture.drain_into({k: torch.from_numpy(arrays[k]) for k in (*names, "count")})
             else:
-                arrays["count"] += loss.shape[0]
-            arrays["loss"] += loss.sum(0)
-            arrays["loss_sq"] += (loss**2).sum(0)
-            arrays["samples"] = np.array(int(arrays["samples"]) + loss.shape[0])
+                arrays["count"][columns] += loss.shape[0]
+            arrays["loss"][columns] += loss.sum(0)
+            arrays["loss_sq"][columns] += (loss**2).sum(0)
+            if samples:
+                arrays["samples"] = np.array(int(arrays["samples"]) + loss.shape[0])
             self.paths |= capture.session.paths
             self.backends |= capture.session.backends
 

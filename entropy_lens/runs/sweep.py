@@ -13,6 +13,10 @@ file is scanned again, each said in a line). Entropy is stored averaged over eac
 heads by default (`entropy="mean"`): [layers, heads, T] for 100 scales at 16K would be ~4.6 GB;
 `entropy="heads"` keeps everything and `entropy="none"` skips the entropy pass (loss only).
 
+Under torchrun with `context_parallel` (--context-parallel) every rank scans every scale, each
+sequence sharded over the ranks (runs/context_parallel.py): rank 0 alone keeps the folder (lock,
+index, files) and tells the others which scales to scan; one process group serves all the scans.
+
 Every scale reloads the model through `scan`, which costs ~1 s for a 1B model: small against a
 scan at 16K; the token chunks are cached in-process, so every scale sees the same samples.
 """
@@ -27,6 +31,8 @@ from pathlib import Path
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import SWEEP_INDEX, ScanResult, read_sweep_index, write_sweep_index
 from entropy_lens.runs.configs import SWEEP_ENTROPY
+from entropy_lens.runs.context_parallel import check_context_parallel
+from entropy_lens.runs.distributed import broadcast_object, command_group, world
 from entropy_lens.runs.lock import FOLDER_LOCK, OutputLock
 from entropy_lens.runs.output import check_folder_target, say
 from entropy_lens.runs.scan import ScanConfig, scan
@@ -78,7 +84,24 @@ def sweep(
     if config.scale is not None or config.head_scales is not None:
         raise EntropyLensError("a sweep sets the scale itself; drop --scale / --head-scales")
     config.check()
+    w = world()
+    if w.size > 1 and not config.context_parallel:
+        raise EntropyLensError(
+            "sweep runs in one process; run it without torchrun, or pass --context-parallel to shard "
+            "each sequence over torchrun's processes"
+        )
+    check_context_parallel(config, w)
     check_folder_target(out_dir)
+    with command_group(config.device, w):
+        if not w.main:  # the scales rank 0 scans, each sequence sharded over all ranks
+            for s in broadcast_object(None):
+                scan(dataclasses.replace(config, scale=s), progress=False)
+            return out_dir
+        return _sweep(config, scales, out_dir, resume=resume, force=force, progress=progress, ranks=w.size)
+
+
+def _sweep(config, scales, out_dir: Path, *, resume: bool, force: bool, progress: bool, ranks: int) -> Path:
+    """The sweep as rank 0 (or the one process) runs it: the folder, then the scales not done."""
     base = dataclasses.replace(config, scale=None).to_dict()
     with OutputLock(out_dir, folder=True):
         if force:
@@ -119,6 +142,9 @@ def sweep(
         _write_index(out_dir, record, found)  # what is on disk now: the union, never less
         if damaged:
             say(f"{out_dir / SWEEP_INDEX} was unreadable: rebuilt from the {len(found)} readable scale files")
+        if ranks > 1:  # the other ranks scan what is not done with us; resuming a scan is one process's
+            broadcast_object([s for s in scales if s not in found])
+            resume = False
         for i, s in enumerate(scales):
             path = out_dir / scale_file(s)
             if progress:

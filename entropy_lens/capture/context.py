@@ -1,0 +1,149 @@
+"""Context parallelism: one sequence sharded over P processes, each attention layer exact.
+
+The layout (`SequenceShards`), Llama 3's for causal load balance: the N positions are cut into 2P
+chunks, chunk c = [⌊cN/2P⌋, ⌊(c+1)N/2P⌋), and rank r holds chunks r and 2P − 1 − r, in that order,
+so every rank has one early and one late chunk and about the same causal work (N(N+1)/2P scores).
+Each rank runs the model on its own positions, with their true position ids (RoPE, schedules and
+ALiBi see where a token really is).
+
+Inside every attention layer (`sharded_attention`, what `entropy_lens_attention` does while the
+session holds a `ShardedSequence`):
+  1. the layer's K and V are all-gathered (`ShardedSequence.gather`: the exchange, a function the
+     caller gives, returns every rank's local tensor; they are laid out in position order, so the
+     gathered keys are the one-process keys of the whole sequence, (B, Hkv, N, D));
+  2. each local query chunk [a, b) runs against the keys [0, b) with the kernels' bottom-right causal
+     alignment (key offset S − T = a: query i is at position a + i, sees keys j <= a + i), through
+     the same routes as in one process (capture/paths.py's `run_path`; where sdpa makes the output,
+     `bottom_right_sdpa` gives it the bottom-right mask explicitly, since sdpa's own `is_causal`
+     aligns top-left), and its row statistics are reported at key offset a: `HostSums` places them
+     at positions [a, b), so every position is reported by exactly one rank;
+  3. the chunks' outputs are concatenated in local order.
+transformers builds the 4-D mask for the local length only (a causal mask of the local tokens, or a
+block mask where it reads the jump in position ids as packed sequences), so this path never reads it:
+the mask builder returns None under a sharded session (capture/attention.py), causality comes from
+the alignment, key padding from the global 2-D mask (`ShardedSequence.attention_mask`, sliced to
+[0, b)), and a sliding window from the layer's own `sliding_window` argument. Softcap, sinks, ALiBi
+slopes, per-head scales and schedules enter as in one process (ALiBi's distance and a schedule's m(i)
+use the true positions). Falcon's ALiBi, a bias per key built for the local keys, cannot be gathered:
+such models are refused (`recorder.check_shardable`), as are models whose positions or masks the
+shards cannot reproduce, and sessions that probe the last rows' whole attention (passkey's).
+
+Memory per rank: the model's activations for N/P positions, plus per layer the gathered K and V of
+the whole sequence (2·N·Hkv·D elements, freed when the layer returns) and the statistics; see
+docs/scaling.md for the model and measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from entropy_lens.capture.call import LayerCall, LayerInputs, Session, read_call
+from entropy_lens.capture.paths import SDPA, record, run_path, sdpa
+from entropy_lens.capture.shards import ShardedSequence
+from entropy_lens.errors import EntropyLensError
+
+__all__ = ["MASK_BUDGET", "bottom_right_sdpa", "refusal", "sharded_attention"]
+
+# most mask elements (query rows x keys) `bottom_right_sdpa` builds at once: 16 MB of bool (64 MB
+# where CPU sdpa turns it into a float mask)
+MASK_BUDGET = 1 << 24
+
+
+def sharded_attention(session: Session, module, query, key, value, scaling, dropout, kwargs):
+    """entropy_lens_attention under a sharded session (module docstring): (output (B, T, Hq, Dv), None)."""
+    sequence: ShardedSequence = session.context
+    if session.on_rows is not None:
+        raise EntropyLensError(
+            "--context-parallel does not probe the last rows' attention (a passkey run): their keys "
+            "live on every rank; run it in one process"
+        )
+    window_passed = "sliding_window" in kwargs
+    kwargs = {**kwargs, "position_ids": sequence.shards.positions(query.device)[None]}  # a schedule's i
+    call = read_call(session, module, query, key, value, None, scaling, dropout, kwargs)
+    window = _window(call, window_passed)
+    keys, values = sequence.gather(call.key), sequence.gather(call.value)  # (B, Hkv, N, D)
+    outs, start = [], 0
+    for a, b in sequence.shards.chunks:
+        rows = slice(start, start + b - a)
+        start += b - a
+        part = dataclasses.replace(
+            call,
+            query=call.query[:, :, rows],
+            output_query=call.output_query[:, :, rows],
+            key=keys[:, :, :b],
+            value=values[:, :, :b],
+            sdpa_output=bottom_right_sdpa,
+        )
+        mods = call.extras.replace(causal=True, mask=sequence.key_padding(b, query.device), window=window)
+        inputs = LayerInputs(part.key, part.value, mods)
+        if not part.capturing and mods.sdpa_computes:
+            out = bottom_right_sdpa(part, inputs)
+            record(part, SDPA)
+        else:
+            route, (out, rows_stats) = run_path(part, inputs)
+            record(part, route.path, route, inputs, rows_stats)
+        outs.append(out[0])
+    return torch.cat(outs, dim=1), None
+
+
+def bottom_right_sdpa(call: LayerCall, inputs: LayerInputs):
+    """The output of `call`'s queries (the last T of its S keys' positions) from torch sdpa, with the
+    bottom-right causal mask (and the window and key padding of `inputs.mods`) given explicitly, at most
+    MASK_BUDGET mask elements at a time: sdpa's own `is_causal` aligns top-left."""
+    mods = inputs.mods
+    T, S = call.query.shape[2], call.key.shape[2]
+    offset = S - T
+    if offset == 0 and mods.window is None and mods.mask is None:
+        return sdpa(call)  # a square causal block: sdpa's is_causal is the bottom-right mask
+    keys = torch.arange(S, device=call.query.device)
+    step = max(1, MASK_BUDGET // max(S, 1))
+    outs = []
+    for r0 in range(0, T, step):
+        r1 = min(T, r0 + step)
+        last = torch.arange(r0 + offset, r1 + offset, device=keys.device)[:, None]  # each row's position
+        allowed = keys <= last
+        if mods.window is not None:
+            allowed = allowed & (keys > last - mods.window)
+        allowed = allowed[None, None]  # (1, 1, rows, S)
+        if mods.mask is not None:
+            allowed = allowed & mods.mask
+            # a padded row that sees no key would be NaN in sdpa and spread to real rows through its K
+            # and V: as transformers' sdpa mask does, it attends every key instead (its output is unused)
+            allowed = allowed | ~allowed.any(-1, keepdim=True)
+        rows = dataclasses.replace(
+            call, query=call.query[:, :, r0:r1], output_query=call.output_query[:, :, r0:r1]
+        )
+        outs.append(sdpa(rows, allowed)[0])
+    return torch.cat(outs, dim=1), None
+
+
+def _window(call: LayerCall, passed: bool) -> int | None:
+    """The layer's sliding window from its `sliding_window` argument; refused where the model declares
+    a window but windows its layers through the mask alone (which the shards never read), and for
+    calls the sharded path does not compute (gradients, dropout, a key bias, non-causal attention)."""
+    name = type(call.module).__name__
+    causal = call.kwargs.get("is_causal")
+    causal = getattr(call.module, "is_causal", True) if causal is None else causal
+    if call.wants_grad or call.dropout or not causal:
+        raise EntropyLensError(
+            f"{name}: --context-parallel computes causal attention without gradients or dropout (a scan); "
+            "run this without --context-parallel"
+        )
+    if call.extras.key_bias is not None:
+        raise EntropyLensError(
+            refusal(name, "its ALiBi comes as a bias per key (Falcon's), built for the local keys only")
+        )
+    window = call.kwargs.get("sliding_window")
+    config = getattr(call.module, "config", None)
+    declared = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    if not passed and declared:
+        raise EntropyLensError(
+            refusal(name, "its sliding window lives in its mask alone, which the shards never read")
+        )
+    return int(window) if window else None
+
+
+def refusal(family: str, why: str) -> str:
+    return f"--context-parallel cannot shard {family}: {why}; run it without --context-parallel"
