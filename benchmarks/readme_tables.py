@@ -142,6 +142,47 @@ def context_parallel_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def stats_table(record: dict) -> str:
+    """The cost of the row statistics: one layer, a scan, the host's sums (benchmarks/stats_cpu.py)."""
+    layer = [r for r in record.get("layer", []) if "median_s" in r]
+    modes = list(layer[0]["median_s"]) if layer else []
+    rows = [
+        "| one layer, native, output + | " + " | ".join(f"{r['len']}: s (× entropy)" for r in layer) + " |",
+        "|---" * (len(layer) + 1) + "|",
+    ]
+    for m in modes:
+        cells = [
+            f"{r['median_s'][m]:.3f} ({r['median_s'][m] / r['median_s']['entropy']:.3f}×)" for r in layer
+        ]
+        rows.append(f"| `{m}` | " + " | ".join(cells) + " |")
+    rows += [
+        "",
+        "| scan (`--fused on`) | len | statistics | s | × entropy alone | peak RSS MB |",
+        "|---|---|---|---|---|---|",
+    ]
+    scans = {r["mode"]: r for r in record.get("scan", []) if "median_s" in r}
+    for r in record.get("scan", []):
+        if "skipped" in r:
+            rows.append(f"| {r['mode']} | {r['len']} | skipped: {r['skipped']} | | | |")
+            continue
+        base = scans["scan-native"]["median_s"]
+        rows.append(
+            f"| {r['mode']} | {r['len']} | {', '.join(r['stats'])} | {r['median_s']:.1f} | "
+            f"{r['median_s'] / base:.3f} | {r['peak_rss_mb']:,.0f} |"
+        )
+    rows += [
+        "",
+        "| host sums, TinyLlama shape | len | sums MB | peak RSS over start MB |",
+        "|---|---|---|---|",
+    ]
+    for r in record.get("memory", []):
+        if "skipped" in r:
+            rows.append(f"| `{r['set']}` | {r['len']:,} | skipped: {r['skipped']} | |")
+        else:
+            rows.append(f"| `{r['set']}` | {r['len']:,} | {r['sums_mb']:,.0f} | {r['rss_mb']:,.0f} |")
+    return "\n".join(rows)
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
@@ -149,9 +190,10 @@ TABLES = {
     "fold_cpu": fold_table,
     "view_size": view_table,
     "context_parallel_cpu": context_parallel_table,
+    "stats_cpu": stats_table,
 }
 # tables whose benchmark has not been run on the project's machine yet: left out until their JSON exists
-PENDING = {"context_parallel_cpu"}
+PENDING = {"context_parallel_cpu", "stats_cpu"}
 
 
 def tables() -> dict[str, str]:

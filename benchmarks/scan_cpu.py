@@ -14,6 +14,7 @@ Each (mode, length) runs in a fresh subprocess so its peak RSS (ru_maxrss) is it
                  run itself)
   scan-native    --fused on: output and entropy from the native C++ kernel, one pass per layer
                  (kernels/native; built before the timed runs)
+  scan-stats     scan-native with --stats all: every row statistic of kernels/stats.py that applies
   scan-fused     --fused on with ENTROPY_LENS_NATIVE=0: output and entropy from one streamed torch pass
   scan-separate  --fused off: sdpa's output, then the entropy pass
   scan-compiled  scan-fused with ENTROPY_LENS_COMPILE=1: the per-tile step compiled (kernels/fold.py)
@@ -49,6 +50,7 @@ MODES = (
     "body+loss",
     "scan",
     "scan-native",
+    "scan-stats",
     "scan-fused",
     "scan-separate",
     "scan-compiled",
@@ -57,6 +59,7 @@ MODES = (
 FUSED = {
     "scan": "auto",
     "scan-native": "on",
+    "scan-stats": "on",
     "scan-fused": "on",
     "scan-separate": "off",
     "scan-compiled": "on",
@@ -73,7 +76,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
 
     from entropy_lens.capture import EntropyRecorder, forward_hidden
     from entropy_lens.data import token_chunks
-    from entropy_lens.kernels import fold_status, native_status
+    from entropy_lens.kernels import ROW_STATS, fold_status, native_status
     from entropy_lens.models import load_model
     from entropy_lens.runs.scan import scan_batch
 
@@ -94,10 +97,13 @@ def worker(mode: str, length: int, repeats: int) -> dict:
             if mode == "body+loss":
                 return scan_batch(model, ids).shape
             if mode in FUSED:
-                rec = EntropyRecorder(model, fused=FUSED[mode])
+                stats = (
+                    {"stats": tuple(ROW_STATS)} if mode == "scan-stats" else {}
+                )  # --stats all; else the default
+                rec = EntropyRecorder(model, fused=FUSED[mode], **stats)
                 scan_batch(model, ids, rec)
                 paths.update(rec.session.paths)  # over all runs: auto's trial is in the first only
-                ran.update(fold=fold_status(), native=native_status())
+                ran.update(fold=fold_status(), native=native_status(), stats=list(rec.stats))
                 return rec.entropy.shape
             att = model(ids[:, :-1], output_attentions=True).attentions
             return torch.stack([torch.special.entr(a.float()).sum(-1) for a in att]).shape

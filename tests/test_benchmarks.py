@@ -121,6 +121,25 @@ def test_host_sums_benchmark_writes_its_table(tmp_path):
     assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)
 
 
+def test_stats_benchmark_times_a_layer_and_measures_the_sums_per_statistic(tmp_path, benchmark_script):
+    """At a toy size: every layer mode (where the native kernel builds), every memory set, each set's sums
+    the entropy's plus one sum and its square per statistic, and the README table made from the JSON."""
+    stats_cpu = benchmark_script("stats_cpu")
+    out = tmp_path / "stats_cpu.json"
+    argv = ["--parts", "layer", "memory", "--layer-lengths", "64", "--memory-lengths", "96", "--repeats", "1"]
+    assert stats_cpu.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    layer = record["layer"][0]
+    assert "skipped" in layer or list(layer["median_s"]) == list(stats_cpu.LAYER_MODES)
+    memory = {r["set"]: r for r in record["memory"]}
+    assert list(memory) == list(stats_cpu.MEMORY_SETS)
+    one = memory["entropy"]["sums_mb"]
+    for name, stats in stats_cpu.MEMORY_SETS.items():
+        assert memory[name]["sums_mb"] == pytest.approx(one * len(stats)) and memory[name]["rss_mb"] >= 0
+    table = benchmark_script("readme_tables").stats_table(record)
+    assert "`all`" in table and "host sums" in table
+
+
 @pytest.mark.slow
 def test_threads_benchmark_runs_a_scan_beside_a_busy_process(tmp_path, benchmark_script):
     """At a toy size: one busy process, --threads 1; the row and the JSON say what ran."""
