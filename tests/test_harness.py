@@ -35,7 +35,7 @@ def rope_unmodified():
     """(lm-eval's stock hf model, the entropy-lens model) of tiny-rope, and both runs on the three tasks."""
     stock = _stock(BUNDLED_MODELS["tiny-rope"].path(), batch_size=4)
     ours = EntropyLensLM(pretrained="tiny-rope", device="cpu", batch_size=4)
-    return run_tasks(stock, limit=6), run_tasks(ours, limit=6), ours
+    return run_tasks(stock, limit=4), run_tasks(ours, limit=4), ours
 
 
 def test_unmodified_rope_equals_stock_hf(rope_unmodified):
@@ -62,8 +62,9 @@ def _with_query_rows_scaled(name: str, scales: np.ndarray) -> HFLM:
 
 
 def test_uniform_scale_changes_the_loglikelihoods_as_scaled_queries_do(rope_unmodified):
-    ours = run_tasks(EntropyLensLM(pretrained="tiny-rope", device="cpu", scale=1.3, batch_size=4), limit=6)
-    reference = run_tasks(_with_query_rows_scaled("tiny-rope", np.full((4, 6), 1.3)), limit=6)
+    tasks = ("el_next_sentence", "el_rolling")
+    ours = run_tasks(EntropyLensLM(pretrained="tiny-rope", device="cpu", scale=1.3, batch_size=4), tasks, limit=4)
+    reference = run_tasks(_with_query_rows_scaled("tiny-rope", np.full((4, 6), 1.3)), tasks, limit=4)
     for task in ("el_next_sentence", "el_rolling"):
         got, unscaled = loglikelihoods(ours, task), loglikelihoods(rope_unmodified[1], task)
         assert not np.allclose(got, unscaled, rtol=1e-3), task
