@@ -9,7 +9,19 @@ import pytest
 from entropy_lens.cli import build_parser, main
 from entropy_lens.results import ScanResult
 
-COMMANDS = ("scan", "sweep", "ppl", "passkey", "fit", "train-tiny", "search-heads", "figures", "view")
+COMMANDS = (
+    "scan",
+    "sweep",
+    "ppl",
+    "passkey",
+    "eval",
+    "eval-table",
+    "fit",
+    "train-tiny",
+    "search-heads",
+    "figures",
+    "view",
+)
 
 _IMPORTS_AFTER = """
 import contextlib, io, sys
@@ -53,6 +65,8 @@ def _minimal(command: str) -> list[str]:
         "sweep": ["sweep", "tiny-nope", "--len", "8", "--scales", "1", "--out", "x"],
         "ppl": ["ppl", "tiny-nope", "--lens", "32"],
         "passkey": ["passkey", "tiny-nope", "--lens", "256", "--out", "x.json"],
+        "eval": ["eval", "tiny-nope", "--tasks", "arc_easy", "--out", "x.json"],
+        "eval-table": ["eval-table", "1", "x.json"],
         "fit": ["fit", "x"],
         "train-tiny": ["train-tiny", "--kind", "nope"],
         "search-heads": ["search-heads", "tiny-nope", "--len", "8", "--out", "x.safetensors"],

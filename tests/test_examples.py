@@ -57,6 +57,8 @@ def test_examples_were_found():
         "sweep",
         "ppl",
         "passkey",
+        "eval",
+        "eval-table",
         "fit",
         "train-tiny",
         "search-heads",
@@ -89,6 +91,13 @@ def test_example_parses_and_its_settings_check(example):
     elif args.command == "passkey":
         config = config_from_args(PasskeyConfig, args)
         dataclasses.replace(config, head_scales=None).check()  # a file an earlier example writes
+    elif args.command == "eval":
+        from entropy_lens.harness.config import EvalConfig
+
+        config = config_from_args(EvalConfig, args)  # files and folders of the user's: not here
+        dataclasses.replace(config, head_scales=None, include_path=None).check()
+    elif args.command == "eval-table":
+        assert args.table in ("1", "3") and args.results  # reads results files earlier examples write
     elif args.command == "train-tiny":
         config_from_args(TinyRecipe, args).check()
     elif args.command == "search-heads":

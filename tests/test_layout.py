@@ -16,9 +16,11 @@ BASE = {
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results;
 # view -> analysis -> results, the interactive pages). `training` (train-tiny) sits above `runs`: it writes
-# with the runs' one-writer lock and output checks, and its model cards are scans and passkey runs.
+# with the runs' one-writer lock and output checks, and its model cards are scans and passkey runs. `harness`
+# (lm-evaluation-harness: `eval`) sits above `runs` too: its model loads and scales as the runs do.
 ALLOWED = {
-    "cli": {"training", "runs", "models", "analysis", "results", "view"},
+    "cli": {"training", "harness", "runs", "models", "analysis", "results", "view"},
+    "harness": {"runs", "models", "data", "results"},
     "training": {"runs", "models", "data", "results", "analysis", "progress"},
     "runs": {"models", "data", "capture", "kernels", "results", "analysis", "figures", "progress"},
     "models": set(),

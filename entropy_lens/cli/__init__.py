@@ -12,7 +12,7 @@ import argparse
 import errno
 import sys
 
-from entropy_lens.cli import analysis, figures, heads, passkey, perplexity, scan, train, view
+from entropy_lens.cli import analysis, figures, harness, heads, passkey, perplexity, scan, train, view
 
 __all__ = ["build_parser", "main", "option_table"]
 
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="entropy-lens", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"entropy-lens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (scan, perplexity, passkey, analysis, train, heads, figures, view):
+    for module in (scan, perplexity, passkey, harness, analysis, train, heads, figures, view):
         module.add_parsers(sub)
     for command in sub.choices.values():  # one flag, applied once in main() before any work
         command.add_argument(

@@ -9,7 +9,13 @@ Importing this package is cheap (numpy only): torch and transformers load when a
 
 from entropy_lens.models.bundled import BUNDLED_MODELS, DEFAULT_MODEL, BundledModel
 from entropy_lens.models.devices import resolve_device, resolve_dtype
-from entropy_lens.models.loading import LoadedModel, declared_train_len, load_model, resolve_ckpt
+from entropy_lens.models.loading import (
+    LoadedModel,
+    checkpoint_tokenizer,
+    declared_train_len,
+    load_model,
+    resolve_ckpt,
+)
 from entropy_lens.models.nope import apply_nope
 from entropy_lens.models.scales import (
     load_head_scales_file,
@@ -23,6 +29,7 @@ __all__ = [
     "BundledModel",
     "LoadedModel",
     "apply_nope",
+    "checkpoint_tokenizer",
     "declared_train_len",
     "load_head_scales_file",
     "load_model",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models.bundled import BUNDLED_MODELS
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["LoadedModel", "declared_train_len", "load_model", "resolve_ckpt"]
+__all__ = ["LoadedModel", "checkpoint_tokenizer", "declared_train_len", "load_model", "resolve_ckpt"]
 
 
 @dataclass
@@ -111,6 +111,13 @@ def declared_train_len(
     folder = ensure_gguf_cache(source) if source.is_file() else source
     value = getattr(load_config(folder, trust_remote_code), "train_len", None)
     return None if value is None else int(value)
+
+
+def checkpoint_tokenizer(ckpt: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+    """The tokenizer of `ckpt` (as `load_model` names checkpoints), without loading weights."""
+    source = resolve_ckpt(str(ckpt), revision)
+    folder = ensure_gguf_cache(source) if source.is_file() else source
+    return load_tokenizer(folder, trust_remote_code)
 
 
 def load_model(

@@ -1,17 +1,38 @@
-"""A run's model variant, shared by scans, passkey runs and head searches: the checkpoint as its flags
-load it, the attention scales it is scanned at and its position schedule."""
+"""A run's model variant, shared by scans, passkey runs, head searches and `eval`: the checkpoint as its
+flags load it, the attention scales it is scanned at and its position schedule, and all of it in one
+record for the commands that evaluate a model.
+
+    variant = load_model_variant(config)     # a config with the Checkpoint, Loading and Scaling settings
+    with variant.session():                  # the variant's attention scale, in the toolkit's attention
+        variant.lm.model(ids)                # function (capture/attention.py)
+
+The steps are `scan`'s (runs/scan.py): --device and --dtype resolved, the checkpoint loaded as --nope,
+--rope-scaling and --revision say (`load_variant`, refused where the capture cannot run it), the scale
+the capture applies (`attention_scales`: --scale, --head-scales, or the checkpoint's own λ(h)) and the
+position schedule with the training length L (`variant_schedule`: --scale-schedule, --train-len).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from entropy_lens.capture import Schedule, check_supported, parse_schedule
+from entropy_lens.capture import ScaleSession, Schedule, check_supported, parse_schedule
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.models import LoadedModel, load_head_scales_file, load_model, validate_head_scales
+from entropy_lens.models import (
+    LoadedModel,
+    load_head_scales_file,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+    validate_head_scales,
+)
 
-__all__ = ["attention_scales", "load_variant", "variant_schedule"]
+__all__ = ["ModelVariant", "attention_scales", "load_model_variant", "load_variant", "variant_schedule"]
 
 
 def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedModel:
@@ -56,3 +77,57 @@ def attention_scales(config, lm: LoadedModel):
     if lm.head_scales is not None:
         return validate_head_scales(lm.head_scales, lm.n_layers, lm.n_heads, source=lm.source), "checkpoint"
     return None, "none"
+
+
+@dataclass
+class ModelVariant:
+    """A loaded checkpoint and the attention scale its variant applies."""
+
+    lm: LoadedModel
+    device: torch.device
+    dtype: torch.dtype
+    scales: float | np.ndarray | None  # the multipliers s of 1/√d; None = the model as trained
+    scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
+    schedule: Schedule | None  # --scale-schedule with the training length L
+    train_len: int | None  # --train-len, else what the checkpoint declares
+
+    def session(self, **capture) -> ScaleSession:
+        """The context manager a forward runs in for this variant (ScaleSession's `capture` options:
+        backend, fused, stats, ...): the toolkit's attention function at the variant's scales."""
+        return ScaleSession(self.lm.model, scales=self.scales, schedule=self.schedule, **capture)
+
+    def facts(self) -> dict:
+        """What a results file records about the model that ran (JSON types only)."""
+        lm, m = self.lm, self.scales
+        uniform = m is None or isinstance(m, float)
+        return {
+            "model": lm.name,
+            "model_source": lm.source,
+            "model_class": lm.model_class,
+            "remote_code_ignored": lm.remote_code_ignored,
+            "config_hash": lm.config_hash,
+            "nope": lm.nope,
+            "n_layers": lm.n_layers,
+            "n_heads": lm.n_heads,
+            "n_kv_heads": lm.n_kv_heads,
+            "head_dim": lm.head_dim,
+            "train_len": self.train_len,
+            "scale_source": self.scale_source,
+            "scales": (1.0 if m is None else float(m)) if uniform else np.asarray(m).tolist(),
+            "schedule": None if self.schedule is None else dataclasses.asdict(self.schedule),
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(),
+        }
+
+
+def load_model_variant(config) -> ModelVariant:
+    """The checkpoint of `config` (Checkpoint, Loading and Scaling settings) as its variant runs: see the
+    module docstring. EntropyLensError, naming the fix, for anything it cannot load or apply."""
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    lm = load_variant(config, device, dtype)
+    scales, scale_source = attention_scales(config, lm)
+    schedule = variant_schedule(config, lm)
+    train_len = config.train_len if config.train_len is not None else lm.train_len
+    return ModelVariant(lm, device, dtype, scales, scale_source, schedule, train_len)

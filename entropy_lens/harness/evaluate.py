@@ -1,0 +1,147 @@
+"""evaluate(config, out=F): lm-eval's evaluator over a checkpoint and its variant, lm-eval's results JSON
+with the toolkit's provenance.
+
+    config.check()              every flag, before anything is loaded (harness/config.py)
+    TaskManager                 lm-eval's tasks + the package's (harness/tasks/) + --include-path, the
+                                model's arguments and --metadata as the tasks' metadata (as lm-eval's CLI)
+    check_tasks                 unknown names refused, with the closest known ones
+    EntropyLensLM.from_config   the model (harness/model.py); passkey windows it would cut refused
+    lm_eval.simple_evaluate     lm-eval's own evaluation, unchanged
+    write                       `out` (atomically): lm-eval's results dict, whose "config" names the
+                                model as lm-eval's CLI would (model "entropy-lens", its model_args), plus
+                                "entropy_lens": provenance (versions, git hash, time), the eval config,
+                                the model's facts (runs/variants.py) and the attention paths that ran;
+                                with --log-samples, lm-eval's per-request records in <out stem>.samples.json
+
+`entropy-lens eval` and notebooks call this; `lm_eval --model entropy-lens` (python -m entropy_lens.harness)
+is the other way in, with lm-eval's own flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+import time
+from pathlib import Path
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.harness import TASKS_DIR
+from entropy_lens.harness.config import EvalConfig, require_lm_eval
+from entropy_lens.results import atomic_write_text
+from entropy_lens.runs.lock import OutputLock
+from entropy_lens.runs.output import check_file_target, save_or_rescue
+from entropy_lens.runs.provenance import provenance
+
+__all__ = ["EVAL_KIND", "evaluate", "samples_path"]
+
+EVAL_KIND = "entropy_lens.eval"  # results["entropy_lens"]["kind"]
+
+
+def samples_path(out: str | Path) -> Path:
+    """Where --log-samples writes lm-eval's per-request records beside `out`."""
+    return Path(out).with_suffix(".samples.json")
+
+
+def evaluate(
+    config: EvalConfig, *, out: str | Path | None = None, force: bool = False, progress: bool = True
+) -> dict:
+    """lm-eval's results dict for `config` (module docstring); written to `out` when given."""
+    config.check()
+    require_lm_eval()
+    path = None if out is None else check_file_target(out, example="results.json")
+    if path is not None and path.exists() and not force:
+        raise EntropyLensError(f"{path} already exists; pass --force to overwrite it, or another --out")
+    with OutputLock(path) if path is not None else contextlib.nullcontext(), _progress_bars(progress):
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+
+        from entropy_lens.harness.model import MODEL_NAME, EntropyLensLM
+
+        model_config = config.model_config()
+        model_args = model_config.model_args()
+        paths = [str(TASKS_DIR), *([str(Path(config.include_path).resolve())] if config.include_path else [])]
+        tasks = TaskManager(include_path=paths, metadata={**model_args, **config.task_metadata()})
+        check_tasks(config.task_names(), tasks.all_tasks)
+        lm = EntropyLensLM.from_config(model_config, batch_size=config.batch_size)
+        check_passkey_lengths(config.task_names(), lm.max_length)
+        started = time.perf_counter()
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=config.task_names(),
+            num_fewshot=config.num_fewshot,
+            limit=config.limit,
+            task_manager=tasks,
+            log_samples=config.log_samples,
+            bootstrap_iters=config.bootstrap_iters,
+            gen_kwargs=config.gen_kwargs,
+            random_seed=config.seed,
+        )
+        samples = results.pop("samples", None)
+        results["config"].update(model=MODEL_NAME, model_args=model_args, batch_size=config.batch_size)
+        results["entropy_lens"] = {
+            "kind": EVAL_KIND,
+            **provenance(),
+            "lm_eval_version": lm_eval.__version__,
+            "eval_config": config.to_dict(),
+            "model": lm.variant.facts(),
+            "attention_path": "+".join(sorted(lm.attention_paths)) or "none",  # capture/paths.py's names
+            "wall_time_s": round(time.perf_counter() - started, 3),
+        }
+        if path is not None:
+            _write(path, results, what="lm-eval results")
+            if samples is not None:
+                _write(samples_path(path), samples, what="lm-eval samples")
+    return results
+
+
+def check_tasks(names: list[str], known: list[str]) -> None:
+    """EntropyLensError naming each task lm-eval does not know, the closest known names and the fix."""
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    close = sorted({m for name in unknown for m in difflib.get_close_matches(name, known, n=3, cutoff=0.6)})
+    hint = f" (close: {', '.join(close)})" if close else ""
+    raise EntropyLensError(
+        f"lm-eval knows no task {', '.join(unknown)}{hint}; check `lm_eval ls tasks`, or pass --include-path "
+        "DIR with the folder of your task's YAML"
+    )
+
+
+def check_passkey_lengths(names: list[str], max_length: int) -> None:
+    """EntropyLensError for a passkey task whose windows the model would cut (lm-eval left-truncates
+    contexts to its max_length): the prompts would lose their start, needle and instruction first."""
+    from entropy_lens.harness.passkey import passkey_length
+
+    too_long = [(name, w) for name in names if (w := passkey_length(name)) is not None and w > max_length]
+    if too_long:
+        longest = max(w for _, w in too_long)
+        raise EntropyLensError(
+            f"{', '.join(name for name, _ in too_long)} needs {longest}-token inputs but the model takes "
+            f"{max_length} (its declared length), and lm-eval would cut the prompts; pass --max-length {longest}"
+        )
+
+
+def _write(path: Path, value, *, what: str) -> None:
+    from lm_eval.utils import handle_non_serializable
+
+    text = json.dumps(value, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n"
+    save_or_rescue(path, lambda p: atomic_write_text(p, text), what=what)
+
+
+@contextlib.contextmanager
+def _progress_bars(shown: bool):
+    """lm-eval's progress bars (tqdm) off while the run lasts where `shown` is False."""
+    if shown:
+        yield
+        return
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
