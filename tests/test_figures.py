@@ -453,9 +453,10 @@ def test_figure17_words_its_numbers_from_the_runs():
     from types import SimpleNamespace
 
     import matplotlib.pyplot as plt
+    import numpy as np
     from beyond_inputs import planted_curves
 
-    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, fading_exponent
+    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, fading_exponent, times
     from entropy_lens.figures.record import BeyondEntropy
     from entropy_lens.figures.registry import item
 
@@ -483,7 +484,7 @@ def test_figure17_words_its_numbers_from_the_runs():
     assert "smollm2, by head" in numbers[7] and "by layer (mean over its heads), 0 ×" in numbers[7]
     # the sink metric: 1 of the 6 heads holds 0.5 > ε on the first token everywhere
     assert "17% over rows [0, 64), 17% over rows [8, 16), 17% over rows [120, 128) (of 6)" in numbers[8]
-    assert "layer 0 head 1, 0.500 → 0.500" in numbers[8]
+    assert "layer 0 head 1, 0.5 → 0.5" in numbers[8]
     every = planted_curves(fast=(slice(None), slice(None)))  # every head fades as a uniform row would
     assert fading_exponent(every, L) == pytest.approx(-1.0, abs=1e-6)
     comparisons = beyond_comparisons(b, L)
@@ -494,6 +495,10 @@ def test_figure17_words_its_numbers_from_the_runs():
         "Rényi-2:",
     ]
     assert "the mean max probability falls for NoPE (×" in comparisons[0]
+    # Scalable-Softmax's own vector over the same spans: e⁵/(e⁵ + i) averaged over each, by hand
+    toy = [np.mean(np.e**5 / (np.e**5 + np.arange(a, b))) for a, b in [(8, 16), (120, 128)]]
+    assert f"falls {times(toy[1] / toy[0])} from [L/2, L) to [7.5L, 8L) at L = 16" in comparisons[0]
+    assert (times(0.7612), times(1.444), times(0.00531)) == ("×0.76", "×1.44", "×0.0053")
     assert "NoPE 17%" in comparisons[1] and "here it falls for" not in comparisons[1]  # planted: flat
     assert f"NoPE {0.2 * c.span('entropy', 8, 16).mean():.2f} →" in comparisons[3]  # H − H₂ = 0.2 H
     assert not re.search(r"\bnan\b", " ".join(numbers + comparisons))

@@ -10,6 +10,7 @@ curves."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,16 @@ from entropy_lens.figures.registry import Drawn, figure
 from entropy_lens.plotting import ALIBI, NOPE, NOPE_DARK, REAL, ROPE_DARK, stat_by_position
 from entropy_lens.results import span_label
 
-__all__ = ["STATS", "beyond_comparisons", "beyond_entropy", "beyond_numbers", "model_rows"]
+__all__ = [
+    "STATS",
+    "beyond_comparisons",
+    "beyond_entropy",
+    "beyond_numbers",
+    "fading_exponent",
+    "model_rows",
+    "ssmax_vector_fall",
+    "times",
+]
 
 STATS = ("max_prob", "distance", "first_mass", "varentropy", "collision_entropy")  # the panels, in order
 LOG_Y = {"max_prob", "first_mass"}  # probabilities that fall by decades: a log axis
@@ -40,9 +50,18 @@ def model_rows(b: BeyondEntropy, L: int) -> list[tuple[str, StatCurves, int]]:
     return rows
 
 
+def times(r: float) -> str:
+    """'×0.76', '×1.44'; two significant digits below 0.1 ('×0.0053'), never a bare '×0.00'."""
+    return f"×{r:.2f}" if r >= 0.1 else f"×{r:.2g}"
+
+
 def _spans(c: StatCurves, L: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """[L/2, L) and the last half-span [T − L/2, T)."""
-    return (L // 2, L), (c.length - L // 2, c.length)
+    return _spans_of(L, c.length)
+
+
+def _spans_of(L: int, T: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    return (L // 2, L), (T - L // 2, T)
 
 
 def _mean_position(span: tuple[int, int]) -> float:
@@ -66,6 +85,14 @@ def fading_exponent(c: StatCurves, L: int) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def ssmax_vector_fall(L: int, T: int) -> float:
+    """How Scalable-Softmax's Figure 1 vector (+3 at one element, −2 at the others) fades over the spans
+    here: its largest output over the i + 1 keys of row i is e⁵/(e⁵ + i); the mean over the last
+    half-span [T − L/2, T) over the mean over [L/2, L)."""
+    inside, far = (np.mean(math.e**5 / (math.e**5 + np.arange(a, b))) for a, b in _spans_of(L, T))
+    return float(far / inside)
+
+
 def _summary(name: str, c: StatCurves, L: int) -> str:
     inside, far = _spans(c, L)
     m = {s: (c.span(s, *inside).mean(), c.span(s, *far).mean()) for s in (*STATS, "entropy")}
@@ -74,10 +101,10 @@ def _summary(name: str, c: StatCurves, L: int) -> str:
     ratio = {s: m[s][1] / m[s][0] if m[s][0] > 0 else float("inf") for s in ("max_prob", "first_mass")}
     return (
         f"{name}, {span_label(inside, L)} → {span_label(far, L)} (L = {L}), means over layers and heads: max "
-        f"probability {m['max_prob'][0]:.3f} → {m['max_prob'][1]:.3f} (×{ratio['max_prob']:.2f}, "
+        f"probability {m['max_prob'][0]:.3f} → {m['max_prob'][1]:.3f} ({times(ratio['max_prob'])}, "
         f"α = {fading_exponent(c, L):+.2f}); mean distance {m['distance'][0]:.0f} → {m['distance'][1]:.0f} "
         f"{u['distance']}, {d0:.2f} → {d1:.2f} of the bound i (a uniform row: 0.50); {_first(c)} "
-        f"{m['first_mass'][0]:.4f} → {m['first_mass'][1]:.4f} (×{ratio['first_mass']:.2f}); varentropy "
+        f"{m['first_mass'][0]:.3g} → {m['first_mass'][1]:.3g} ({times(ratio['first_mass'])}); varentropy "
         f"{m['varentropy'][0]:.2f} → {m['varentropy'][1]:.2f} {u['varentropy']}; collision entropy "
         f"{m['collision_entropy'][0]:.2f} → {m['collision_entropy'][1]:.2f} {u['collision_entropy']} "
         f"(Shannon entropy {m['entropy'][0]:.2f} → {m['entropy'][1]:.2f} {u['entropy']})"
@@ -85,16 +112,22 @@ def _summary(name: str, c: StatCurves, L: int) -> str:
 
 
 def _by_layer(ratios: np.ndarray) -> str:
-    """'×0.41, ×0.52, ...' for every layer, or the three extremes each way of a deep model."""
+    """'0 ×0.41, 1 ×0.52, ...' for every layer, or the three extremes each way of a deep model."""
     order = np.argsort(ratios)
     if len(ratios) <= 6:
-        return ", ".join(f"{layer} ×{r:.2f}" for layer, r in enumerate(ratios))
-    fast, slow = (", ".join(f"{i} ×{ratios[i]:.2f}" for i in idx) for idx in (order[:3], order[::-1][:3]))
-    return f"most {fast}; least {slow}"
+        return ", ".join(f"{layer} {times(r)}" for layer, r in enumerate(ratios))
+    low, high = (", ".join(f"{i} ({times(ratios[i])})" for i in idx) for idx in (order[:3], order[::-1][:3]))
+    return f"the smallest ratios in layers {low}, the largest in {high}"
 
 
-def _verb(ratio: float) -> str:
-    return "falls" if ratio < 1 else "rises"
+def _most(ratio: float) -> str:
+    """How the head of the smallest ratio moves: 'falls most', or 'rises least' when every head rises."""
+    return "falls most" if ratio < 1 else "rises least"
+
+
+def _least(ratio: float) -> str:
+    """How the head of the largest ratio moves: 'falls least', or 'rises most' when it rises."""
+    return "falls least" if ratio < 1 else "rises most"
 
 
 def _heads(name: str, c: StatCurves, L: int) -> str:
@@ -105,13 +138,13 @@ def _heads(name: str, c: StatCurves, L: int) -> str:
     rise = c.span("varentropy", *far) - c.span("varentropy", *inside)
     reach = c.span("distance", *far) / _mean_position(far)
     return (
-        f"{name}, by head ({c.n_layers} layers × {c.n_heads} heads): max probability {_verb(ratio[fast])} most "
-        f"in layer {fast[0]} head {fast[1]} ({p0[fast]:.2f} → {p1[fast]:.2f}, ×{ratio[fast]:.2f}) and "
-        f"{_verb(ratio[slow])} least in layer {slow[0]} head {slow[1]} (×{ratio[slow]:.2f}); by layer "
+        f"{name}, by head ({c.n_layers} layers × {c.n_heads} heads): max probability {_most(ratio[fast])} "
+        f"in layer {fast[0]} head {fast[1]} ({p0[fast]:.3g} → {p1[fast]:.3g}, {times(ratio[fast])}) and "
+        f"{_least(ratio[slow])} in layer {slow[0]} head {slow[1]} ({times(ratio[slow])}); by layer "
         f"(mean over its heads), {_by_layer(p1.mean(axis=1) / p0.mean(axis=1))}; varentropy changes most in "
         f"{_head(np.abs(rise), np.argmax)} ({rise.flat[np.abs(rise).argmax()]:+.2f} {c.units['varentropy']}); "
         f"over {span_label(far, L)} the head looking farthest back is {_head(reach, np.argmax)} "
-        f"({reach.max():.2f} of i), the nearest {_head(reach, np.argmin)} ({reach.min():.2f})"
+        f"({reach.max():.2g} of i), the nearest {_head(reach, np.argmin)} ({reach.min():.2g})"
     )
 
 
@@ -125,7 +158,7 @@ def _sinks(name: str, c: StatCurves, L: int) -> str:
         f"{name}: heads whose mean {_first(c)} exceeds ε = {SINK_EPSILON:g} (Gu et al.'s sink metric): "
         + ", ".join(f"{s:.0%} over rows [{a}, {b})" for s, (a, b) in zip(shares, spans))
         + f" (of {f0.size}); its strongest first-token head, layer {top[0]} head {top[1]}, "
-        f"{f0[top]:.3f} → {f1[top]:.3f}"
+        f"{f0[top]:.3g} → {f1[top]:.3g}"
     )
 
 
@@ -139,7 +172,7 @@ def _direction(values: dict[str, tuple[float, float]], up: str, down: str) -> st
     """'falls for NoPE (×0.41), RoPE (×0.52); rises for ALiBi (×1.10)' from {name: (inside, far)}."""
     parts = []
     for word, keep in ((down, lambda r: r < 1), (up, lambda r: r >= 1)):
-        named = [f"{n} (×{f / i:.2f})" for n, (i, f) in values.items() if i > 0 and keep(f / i)]
+        named = [f"{n} ({times(f / i)})" for n, (i, f) in values.items() if i > 0 and keep(f / i)]
         if named:
             parts.append(f"{word} for {', '.join(named)}")
     return "; ".join(parts)
@@ -154,6 +187,11 @@ def beyond_comparisons(b: BeyondEntropy, L: int) -> list[str]:
         return {n: tuple(c.span(stat, *s).mean() for s in _spans(c, l)) for n, c, l in rows}
 
     alphas = ", ".join(f"{n} {fading_exponent(c, l):+.2f}" for n, c, l in rows)
+    toy = {(l, c.length): ssmax_vector_fall(l, c.length) for _, c, l in rows}
+    toy_words = ", ".join(
+        f"{times(r)} from {span_label(_spans_of(l, T)[0], l)} to {span_label(_spans_of(l, T)[1], l)} at L = {l}"
+        for (l, T), r in toy.items()
+    )
     early = ", ".join(
         f"{n} {(c.span('first_mass', 0, min(SINK_ROWS, c.length)) > SINK_EPSILON).mean():.0%}"
         for n, c, _ in rows
@@ -165,9 +203,10 @@ def beyond_comparisons(b: BeyondEntropy, L: int) -> list[str]:
     return [
         (
             "Scalable-Softmax (Nakanishi 2025): the largest output of a softmax falls toward 0 as its input grows "
-            "(attention fading), shown on a constructed vector (its Figure 1); it reports no maximum "
-            "probability by position of a trained softmax model's rows to set beside these. Here, from "
-            "inside L to the last half-span, the mean max probability "
+            "(attention fading), shown on a constructed vector (its Figure 1: +3 at one element, −2 at the "
+            f"others), whose maximum e⁵/(e⁵ + n − 1) over a row's n keys falls {toy_words}; it reports no "
+            "maximum probability by position of a trained softmax model's rows to set beside these. Here, "
+            "over the same spans, the mean max probability "
             + _direction(change("max_prob"), "rises", "falls")
             + f"; as a power of position beyond L, α = {alphas} (a uniform row: −1, no fading: 0). Its remedy "
             "multiplies the logits by s·log n, growing with the length n; s* is one constant factor"
