@@ -817,3 +817,38 @@ def test_passkey_accuracy_beside_the_retrieval_heads_mass():
     assert table.loc[128, "accuracy_low"] == pytest.approx(wilson_interval(1, 2)[0])
     with pytest.raises(EntropyLensError, match="retrieval head is undefined"):
         passkey_by_length(record, 32)
+
+
+def test_binned_statistics_keep_every_span_mean_of_whole_bins(tmp_path):
+    """StatCurves: a bin is the count-weighted mean of its positions, so a span of whole bins has the full
+    scan's mean; the squares are dropped; the file round-trips and a damaged one says how to recover."""
+    from entropy_lens.analysis import StatCurves
+
+    rng = np.random.default_rng(0)
+    r = make_result(rng.normal(3, 0.1, 100), entropy=rng.uniform(0, 3, (2, 3, 100)))
+    r.count[:] = 4
+    r.count[-3:] = 2  # fewer windows reach the last positions: weighted, not plainly averaged
+    r.stats = {"max_prob": rng.uniform(0, 1, (2, 3, 100)).astype(np.float32)}
+    r.stats["max_prob_sq"] = r.stats["max_prob"] ** 2
+    r.meta["stats"] = {"max_prob": "probability"}
+    c = StatCurves.of(r, width=8)
+    assert (c.bins, c.width, c.length) == (13, 8, 100) and set(c.values) == {"entropy", "max_prob"}
+    assert c.units == {"entropy": "nats", "max_prob": "probability"} and c.count[-1] == 4 + 3 * 2
+    np.testing.assert_allclose(
+        c.span("max_prob", 16, 48), r.stats["max_prob"][:, :, 16:48].mean(axis=2), rtol=1e-6
+    )
+    w = r.count[88:100].astype(np.float64)
+    full = (r.entropy[:, :, 88:100] * w).sum(axis=2) / w.sum()
+    np.testing.assert_allclose(c.span("entropy", 88, 100), full, rtol=1e-6)  # the partial last bin too
+    np.testing.assert_allclose(c.mean("entropy")[0], r.entropy[:, :, :8].mean(), rtol=1e-6)
+    assert c.positions[0] == 3.5 and c.positions[-1] == 97.5
+    c.save(tmp_path / "c.npz")
+    again = StatCurves.load(tmp_path / "c.npz")
+    assert again.meta == c.meta and np.array_equal(again.values["max_prob"], c.values["max_prob"])
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(EntropyLensError, match="delete it to compute it again"):
+        StatCurves.load(tmp_path / "bad.npz")
+    with pytest.raises(EntropyLensError, match="rescan with --stats all"):
+        c.get("distance")
+    with pytest.raises(EntropyLensError, match="not within"):
+        c.span("entropy", 0, 101)

@@ -31,6 +31,7 @@ MINIMAL = {
     "passkey_lengths": [13, 16],
     "passkey_depths": 2,
     "passkey_keys": 1,
+    "real": None,  # Figure 17's SmolLM2 row at 16K is minutes a window on 2 cores: drawn without it
 }
 
 
@@ -442,3 +443,85 @@ def test_a_figure_is_one_function_and_one_entry(made, tmp_path):
         "Differences from the paper:\n\n- not in the paper\n"
     )
     assert (tmp_path / "figure-99.png").is_file() and (tmp_path / "figure-99.pdf").is_file()
+
+
+def test_figure17_words_its_numbers_from_the_runs():
+    """Figure 17 on planted curves (tests/beyond_inputs.py): the README's statements are the curves'
+    numbers, the head that fades fastest, the sink metric and the exponent named as planted; the real
+    model's row says how many windows it took and why."""
+    import re
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from beyond_inputs import planted_curves
+
+    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, fading_exponent, times
+    from entropy_lens.figures.record import BeyondEntropy
+    from entropy_lens.figures.registry import item
+
+    L = 16
+    tiny = {
+        name: planted_curves(model=m)
+        for name, m in [("NoPE", "tiny-nope"), ("NoPE s*", "tiny-nope"), ("RoPE", "tiny-rope")]
+    }
+    real = planted_curves(L=64, T=128, width=4, model="smollm2", samples=2, wall_time_s=1800.0)
+    b = BeyondEntropy(scale=1.65, tiny=tiny, real=real, real_train_len=64)
+    numbers = beyond_numbers(b, L)
+    assert len(numbers) == 3 * 4 and numbers[1].startswith("NoPE λ=1.65/√d (s*), [L/2, L) → [7.5L, 8L)")
+    c = tiny["NoPE"]
+    p0, p1 = c.span("max_prob", 8, 16).mean(), c.span("max_prob", 120, 128).mean()
+    assert (
+        f"max probability {p0:.3f} → {p1:.3f} (×{p1 / p0:.2f}, α = {fading_exponent(c, L):+.2f})"
+        in numbers[0]
+    )
+    reach = [c.span("distance", a, b).mean() / ((a + b - 1) / 2) for a, b in [(8, 16), (120, 128)]]
+    assert reach == pytest.approx([(5 * 0.3 + 0.45) / 6] * 2)  # five heads look back 0.3 i, one 0.45 i
+    assert f"{reach[0]:.2f} → {reach[1]:.2f} of the bound i" in numbers[0]
+    assert "max probability falls most in layer 1 head 2" in numbers[4]  # the planted fast head
+    assert "the head looking farthest back is layer 1 head 0 (0.45 of i)" in numbers[4]
+    assert "varentropy changes most in layer 1 head 0 (+0.50 nats²)" in numbers[4]
+    assert "smollm2, by head" in numbers[7] and "by layer (mean over its heads), 0 ×" in numbers[7]
+    # the sink metric: 1 of the 6 heads holds 0.5 > ε on the first token everywhere
+    assert "17% over rows [0, 64), 17% over rows [8, 16), 17% over rows [120, 128) (of 6)" in numbers[8]
+    assert "layer 0 head 1, 0.5 → 0.5" in numbers[8]
+    every = planted_curves(fast=(slice(None), slice(None)))  # every head fades as a uniform row would
+    assert fading_exponent(every, L) == pytest.approx(-1.0, abs=1e-6)
+    comparisons = beyond_comparisons(b, L)
+    assert [line.split(" ")[0] for line in comparisons] == [
+        "Scalable-Softmax",
+        "Attention",
+        "entropix",
+        "Rényi-2:",
+    ]
+    assert "the mean max probability falls for NoPE (×" in comparisons[0]
+    # Scalable-Softmax's own vector over the same spans: e⁵/(e⁵ + i) averaged over each, by hand
+    toy = [np.mean(np.e**5 / (np.e**5 + np.arange(a, b))) for a, b in [(8, 16), (120, 128)]]
+    assert f"falls {times(toy[1] / toy[0])} from [L/2, L) to [7.5L, 8L) at L = 16" in comparisons[0]
+    assert (times(0.7612), times(1.444), times(0.00531)) == ("×0.76", "×1.44", "×0.0053")
+    assert "NoPE 17%" in comparisons[1] and "here it falls for" not in comparisons[1]  # planted: flat
+    assert f"NoPE {0.2 * c.span('entropy', 8, 16).mean():.2f} →" in comparisons[3]  # H − H₂ = 0.2 H
+    assert not re.search(r"\bnan\b", " ".join(numbers + comparisons))
+    data = SimpleNamespace(beyond=b, L=L)
+    config = FiguresConfig.build({"train_len": L})
+    drawn = item("figure-17").draw(data, config)
+    assert len(drawn.figure.axes) == 10 and drawn.numbers == numbers + comparisons
+    assert (
+        "s* = 1.65, Figure 4's" in drawn.caption
+        and "smollm2 at 2× its context 64 (2 window(s))" in drawn.caption
+    )
+    different = item("figure-17").differences(data, config)
+    assert (
+        "2 window(s) of austen:persuasion, as few as make a clean curve, since the scan took 30 min (15 min per window)"
+        in different[2]
+    )
+    plt.close(drawn.figure)
+    alone = item("figure-17").draw(SimpleNamespace(beyond=BeyondEntropy(1.65, tiny, None, None), L=L), config)
+    assert len(alone.figure.axes) == 5 and "bottom" not in alone.caption
+    assert (
+        "real: null"
+        in item("figure-17").differences(
+            SimpleNamespace(beyond=BeyondEntropy(1.65, tiny, None, None), L=L), config
+        )[2]
+    )
+    plt.close(alone.figure)

@@ -364,3 +364,38 @@ def test_the_passkey_heat_map_is_figure_6s():
         and to_hex(image.cmap(1.0)) == PASSKEY_COLORS[2].lower()
     )
     plt.close("all")
+
+
+def test_stat_by_position_draws_each_models_mean_in_its_unit():
+    """Figure 17's panels: per model the mean over layers and heads at each bin's mean position, the
+    statistic's unit on the axis, L dotted with ticks in multiples of L, the distance's bound i and a
+    uniform row's i/2, and a percentile band over the heads where asked."""
+    from beyond_inputs import planted_curves
+    from matplotlib.colors import to_hex
+
+    from entropy_lens.plotting import stat_by_position
+
+    a, b = planted_curves(), planted_curves(fast=(0, 0), model="b")
+    ax = stat_by_position(
+        [("A", a), ("B", b)], "max_prob", colors=["#111111", "#222222"], train_len=16, log=True
+    )
+    lines = ax.get_lines()
+    assert [ln.get_label() for ln in lines[:2]] == ["A", "B"] and to_hex(lines[0].get_color()) == "#111111"
+    np.testing.assert_allclose(lines[0].get_ydata(), a.mean("max_prob"))
+    np.testing.assert_allclose(lines[0].get_xdata(), a.positions)
+    assert ax.get_ylabel() == "max probability (probability)" and ax.get_yscale() == "log"
+    assert lines[2].get_xdata()[0] == 16 and [t.get_text() for t in ax.get_xticklabels()][:3] == [
+        "0",
+        "1L",
+        "2L",
+    ]
+    ax = stat_by_position([("A", a)], "distance", bound=True, band=(10, 90), legend=None)
+    bound, uniform = ax.get_lines()[1:3]
+    assert bound.get_label() == "bound $i$" and uniform.get_ydata()[100] == 50
+    assert ax.get_ylabel() == "mean distance back (tokens)" and len(ax.collections) == 1
+    assert stat_by_position([("A", a)], "first_mass").get_ylabel() == "first-token mass (probability)"
+    assert stat_by_position([("A", a)], "varentropy").get_ylabel() == "varentropy (nats²)"
+    with pytest.raises(EntropyLensError, match="one colour per curve"):
+        stat_by_position([("A", a)], "max_prob", colors=["r", "g"])
+    with pytest.raises(EntropyLensError, match="at least one"):
+        stat_by_position([], "max_prob")

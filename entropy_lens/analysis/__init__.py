@@ -20,6 +20,7 @@ runs on a laptop from the files alone.
     df = inflections(sweep)                         # entropy and loss inflection per scale
     inflection_agreement(df).pearson_r
 
+    StatCurves.of(ScanResult.load("stats.npz"), width=64).mean("max_prob")  # Figure 17: binned row stats
     sliding_window_ppl(ScanResult.load("w512.npz"), stride=16).ppl   # Table 2: a `scan --stride 16`
     ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
 """
@@ -45,6 +46,7 @@ from entropy_lens.analysis.inflection import (
 from entropy_lens.analysis.passkey import passkey_average, passkey_by_length, passkey_table, wilson_interval
 from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
+from entropy_lens.analysis.stat_curves import StatCurves
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
 from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
 
@@ -55,6 +57,7 @@ __all__ = [
     "InflectionAgreement",
     "PooledCorrelation",
     "ScaleFit",
+    "StatCurves",
     "Sweep",
     "UniformChoice",
     "WindowPPL",

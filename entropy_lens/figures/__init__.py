@@ -10,6 +10,7 @@ README of the headline numbers. The runs themselves (scans, sweep, head-scale se
     scales.py       the best uniform scale by position and its log fit: Figure 7
     losses.py       loss of scaled variants against their baselines: Figures 13, 14, 15
     passkey.py      passkey retrieval: Figures 6, 8, 9 and 16 (accuracy beside the needle's attention)
+    beyond.py       the row statistics beyond entropy past L, against the papers that use them: Figure 17
     tables.py       Table 2, sliding-window perplexity
     words.py        phrases several captions share (spans, s*'s rule, how λ(h) were made)
     differences.py  the differences every figure shares, and any one figure's (from the registry)

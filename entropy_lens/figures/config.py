@@ -121,6 +121,26 @@ class FiguresConfig(Checked):
     passkey_keys: int = setting(
         10, cli=False, at_least=1, at_most=PASSKEY_MOST, help="passkey keys per depth"
     )
+    # Figure 17: the row statistics beyond entropy by position (scans with --stats all), for the embedded
+    # models at fit·L and for a real pretrained model at real_multiple × its training length; each run is
+    # kept as its means over stat_bins bins of positions (analysis.StatCurves), per head
+    real: str | None = setting(
+        "smollm2", cli=False, help="a real pretrained model for Figure 17's second row (None: left out)"
+    )
+    real_train_len: int | None = setting(  # SmolLM2's config declares none; its card: 8192
+        8192,
+        cli=False,
+        at_least=2,
+        at_most=MAX_TOKENS,
+        help="the real model's training context (None: what its config declares)",
+    )
+    real_multiple: int = _multiple(2, "Figure 17's real-model length, a multiple of its training length")
+    # one window: SmolLM2's scan of every statistic at 16K took 30 min on 2 shared cores (torch kernels)
+    real_samples: int = _count(1, "windows of Figure 17's real-model scan")
+    first_keys: int = setting(
+        1, cli=False, at_least=1, at_most=MAX_TOKENS, help="K of Figure 17's first-key mass (keys j < K)"
+    )
+    stat_bins: int = _count(256, "bins of positions Figure 17's runs are kept in")
     search_steps: int = _count(200, "steps of the λ(h) search")
     search_lr: float = setting(0.1, cli=False, above=0, help="learning rate of the λ(h) search")
     search_batch: int = _count(8, "windows per step of the λ(h) search")

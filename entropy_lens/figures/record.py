@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # types only: the record is filled by the runs, which import these themselves
     import numpy as np
 
-    from entropy_lens.analysis import ScaleFit, Sweep, UniformChoice, WindowPPL
+    from entropy_lens.analysis import ScaleFit, StatCurves, Sweep, UniformChoice, WindowPPL
     from entropy_lens.results import ScanResult
 
 __all__ = [
     "Ablation",
     "Ablations",
+    "BeyondEntropy",
     "ComputeTime",
     "FigureData",
     "HeadScales",
@@ -138,6 +139,17 @@ class PerplexityCell:
 
 
 @dataclass(frozen=True)
+class BeyondEntropy:
+    """Figure 17: the row statistics beyond entropy (`--stats all`) by position, per head, each run kept
+    as its means over bins of positions (`analysis.StatCurves`)."""
+
+    scale: float  # s* (Figure 4's): the multiplier of the NoPE variant λ = s*/√d
+    tiny: dict[str, StatCurves]  # {"NoPE", "NoPE s*", "RoPE", "ALiBi" (with an alibi model)}: at fit_len
+    real: StatCurves | None  # the real pretrained model at real_multiple × its L; None: not configured
+    real_train_len: int | None  # tokens: the real model's training context (None without one)
+
+
+@dataclass(frozen=True)
 class ComputeTime:
     """How long the runs behind the figures took, as their cached results record it (so a redraw from
     the cache reports the original runs, not itself)."""
@@ -178,6 +190,7 @@ class FigureData:
     ablations: Ablations  # Figure 14
     passkeys: Passkeys | None  # Figures 6, 8, 9, 16; None when no passkey_lengths are set
     ppl: dict[str, dict[int, PerplexityCell]]  # Table 2: {row name: {window length W: cell}}, W = L..fit·L
+    beyond: BeyondEntropy  # Figure 17
     compute: ComputeTime | None  # None: not recorded
 
     @property

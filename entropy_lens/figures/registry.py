@@ -27,7 +27,7 @@ __all__ = ["KINDS", "MODULES", "Drawn", "Item", "figure", "item", "items"]
 
 KINDS = ("figure", "table")  # the README lists every figure, then every table
 # entropy_lens.figures.<module>: the builders
-MODULES = ("curves", "heads", "scales", "losses", "passkey", "tables")
+MODULES = ("curves", "heads", "scales", "losses", "passkey", "beyond", "tables")
 
 
 class Drawn(NamedTuple):

@@ -10,7 +10,9 @@ from entropy_lens.plotting.curves import entropy_loss, loss_curves, perplexity_b
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
 from entropy_lens.plotting.passkey import passkey_heatmap, passkey_retrieval
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
+from entropy_lens.plotting.stats import STAT_NAMES, stat_by_position, stat_label
 from entropy_lens.plotting.style import (
+    ALIBI,
     DASHED,
     HEADS,
     NOPE,
@@ -19,6 +21,7 @@ from entropy_lens.plotting.style import (
     NOPE_SCALES,
     PAIRED,
     PASSKEY_COLORS,
+    REAL,
     ROPE,
     ROPE_DARK,
     ROPE_SCALES,
@@ -33,6 +36,7 @@ from entropy_lens.plotting.style import (
 )
 
 __all__ = [
+    "ALIBI",
     "DASHED",
     "HEADS",
     "NOPE",
@@ -41,10 +45,12 @@ __all__ = [
     "NOPE_SCALES",
     "PAIRED",
     "PASSKEY_COLORS",
+    "REAL",
     "ROPE",
     "ROPE_DARK",
     "ROPE_SCALES",
     "SOLID",
+    "STAT_NAMES",
     "TAB10",
     "VARIANTS",
     "all_heads_grid",
@@ -61,5 +67,7 @@ __all__ = [
     "passkey_retrieval",
     "perplexity_by_length",
     "scale_vs_entropy",
+    "stat_by_position",
+    "stat_label",
     "upper_bound_bits",
 ]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 
 __all__ = [
+    "ALIBI",
     "DASHED",
     "HEADS",
     "NOPE",
@@ -22,6 +23,7 @@ __all__ = [
     "NOPE_SCALES",
     "PAIRED",
     "PASSKEY_COLORS",
+    "REAL",
     "ROPE",
     "ROPE_DARK",
     "ROPE_SCALES",
@@ -48,6 +50,7 @@ NOPE, NOPE_DARK, ROPE, ROPE_DARK = "#a6cee3", "#084488", "#fb9a99", "#8c0912"  #
 HEADS, NOPE_PLAIN = "#33a02c", "#1f78b4"
 VARIANTS = ("#e31a1c", "#ff7f00", "#6a3d9a")
 SOLID, DASHED = "-", "--"  # line styles: a baseline, a variant set against it
+ALIBI, REAL = "#6a3d9a", "#b15928"  # Figure 17, from Paired: the ALiBi model, a real pretrained model
 PASSKEY_COLORS = ("#F0496E", "#EBB839", "#0CD79F")  # Figures 6, 8, 9: accuracy 0 → 0.5 → 1, linear
 
 RC = {

@@ -47,8 +47,9 @@ class RunCache:
     def _scan_config(self, model: str, length: int, **kw):
         from entropy_lens.runs.scan import ScanConfig
 
+        # a run's own keywords over the shared settings (the real model of Figure 17 has its own L, batch)
         return ScanConfig(
-            model=model, length=length, samples=kw.pop("samples", self.config.samples), **self._shared(), **kw
+            **{**self._shared(), "model": model, "length": length, "samples": self.config.samples, **kw}
         )
 
     def _shared(self) -> dict:
@@ -78,6 +79,35 @@ class RunCache:
         if self.progress:
             print(f"scan {config.model} len {config.length} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
+
+    def curves(self, model: str, length: int, *, bins: int, **kw):
+        """The scan of `model` at `length` with the ScanConfig keywords `kw`, kept as its means over `bins`
+        bins of positions (`analysis.StatCurves`; width length // bins): from the cache, else scanned to a
+        full results file beside it, binned, and that file removed (an interrupted scan resumes from its
+        checkpoint there)."""
+        from entropy_lens.analysis import StatCurves
+        from entropy_lens.runs.scan import scan
+
+        config = self._scan_config(model, length, **kw)
+        config.check()
+        width = max(1, length // bins)
+        path = self._path("curves", {**config.to_dict(), "bin_width": width}, ".npz")
+        what = f"the statistics scan of {config.model} at {config.length}"
+        if path.is_file():
+            try:
+                return StatCurves.load(path)
+            except EntropyLensError as err:  # damaged: scanned again below (and said)
+                self._missing(what, path, problem(err))
+                say(f"{problem(err)}: scanning again")
+        else:
+            self._missing(what, path)
+        full = path.with_name(f"{path.stem}.full.npz")
+        if self.progress:
+            print(f"scan {config.model} len {config.length} --stats {config.stats} -> {full}", flush=True)
+        curves = StatCurves.of(scan(config, out=full, resume=True, progress=self.progress), width)
+        curves.save(path)
+        full.unlink()
+        return curves
 
     def passkey(self, model: str, lengths: list[int], **kw) -> dict:
         """The passkey record (runs/passkey.py) of `model` at `lengths` with the variant flags `kw`: from

@@ -33,6 +33,7 @@ from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.record import (
     Ablation,
     Ablations,
+    BeyondEntropy,
     ComputeTime,
     FigureData,
     HeadScales,
@@ -91,6 +92,7 @@ class Runs(RunCache):
         ablations = self.ablations(long, s_long)
         passkeys = self.passkeys(L, hs, hs_short, ablations) if c.passkey_lengths else None
         early = self.figure7(c.early, L, fit_len) if c.early else None
+        beyond = self.beyond(fit_len, s_long)
         ppl = self.perplexity(
             L,
             {
@@ -131,11 +133,35 @@ class Runs(RunCache):
             ablations=ablations,
             passkeys=passkeys,
             ppl={name: {W: PerplexityCell(**cell) for W, cell in row.items()} for name, row in ppl.items()},
+            beyond=beyond,
             compute=None,
         )
         searched = [h.file for h in (hs, hs_short) if not h.given]
         searched += [a.file for a in (ablations.no_constraint, ablations.init_one)]
         return dataclasses.replace(data, compute=_compute_time(data, searched))
+
+    def beyond(self, fit_len: int, scale: float) -> BeyondEntropy:
+        """Figure 17: scans with every row statistic (--stats all) of NoPE, NoPE with λ = s*/√d, RoPE and
+        ALiBi at `fit_len`, and of the real model at real_multiple × its training length (one window per
+        forward pass: 16K rows of a 135M model), each kept binned."""
+        from entropy_lens.models import declared_train_len
+
+        c = self.config
+        kw = {"stats": "all", "first_keys": c.first_keys, "bins": c.stat_bins}
+        models = {"NoPE": (c.nope, {}), "NoPE s*": (c.nope, {"scale": scale}), "RoPE": (c.rope, {})}
+        models |= {"ALiBi": (c.alibi, {})} if c.alibi else {}
+        tiny = {name: self.curves(model, fit_len, **kw, **more) for name, (model, more) in models.items()}
+        real, real_L = None, None
+        if c.real:
+            real_L = c.real_train_len or declared_train_len(c.real)
+            if not real_L:
+                raise EntropyLensError(
+                    f"{c.real} declares no training length; set real_train_len (its context, e.g. 8192)"
+                )
+            real = self.curves(
+                c.real, c.real_multiple * real_L, samples=c.real_samples, batch_size=1, train_len=real_L, **kw
+            )
+        return BeyondEntropy(scale=scale, tiny=tiny, real=real, real_train_len=real_L)
 
     def head_scales(self, given: str | None, length: int, uniform) -> HeadScales:
         """The λ(h) at `length`: the file or checkpoint `given`, else searched from s* (`uniform`)."""
@@ -344,6 +370,7 @@ def _compute_time(data: FigureData, search_files: list[str]) -> ComputeTime:
     results += list(data.published.runs.values())
     results += [ablations.no_constraint.result, ablations.init_one.result]
     results += [cell.result for row in d.ppl.values() for cell in row.values()]
+    results += [*d.beyond.tiny.values(), *([d.beyond.real] if d.beyond.real else [])]  # binned: meta kept
     metas = [r.meta for r in results]
     metas += [m for panel in (d.final, d.early) if panel is not None for m in panel.sweep.meta]
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
