@@ -116,7 +116,7 @@ def test_score_mods_are_validated_once_and_frozen():
 def test_every_statistic_has_a_float64_definition_and_every_kernel_returns_it():
     """The registry and the kernels agree: each declared statistic is written from its definition in
     the reference, and every kernel that runs here returns those it computes (KERNEL_STATS: the native
-    and Triton kernels compute entropy and sink mass so far), equal to the reference's."""
+    kernel computes entropy and sink mass so far), equal to the reference's."""
     assert set(DEFINITIONS) == set(ROW_STATS)
     q, k, v = _inputs()
     sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])

@@ -2,7 +2,8 @@
 its float64 definition (kernels/reference.py), within 1e-5 relative to max(1, |value|): the kernel
 grid (MHA/GQA/MQA, T < S and T > S with rows that see no key, masks, windows, softcap, sinks, ALiBi, a
 key bias, odd tiles), key shards merged, and the kernels that do not compute them yet refused in one
-line (issue 41: so far the reference and torch_chunked)."""
+line (issue 41: so far the reference, torch_chunked and the Triton kernel, whose cases run under the
+interpreter in tests/triton_interp_cases.py)."""
 
 import functools
 import itertools

@@ -54,7 +54,7 @@ NATIVE = "native"
 TRITON_FUSED = "triton-fused"
 ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_FUSED}  # kernel -> path
 # the row statistics a kernel computes, where it does not yet compute every one of stats.ROW_STATS
-KERNEL_STATS = {"native": DEFAULT_STATS, "triton": DEFAULT_STATS}
+KERNEL_STATS = {"native": DEFAULT_STATS}
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def run(
     if kernel == "triton":
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
-        return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats)
+        return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys)
     if kernel == "native":
         return row_stats_native(q, k, v, softmax_scale, mods, stats=stats, **blocks)
     return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
