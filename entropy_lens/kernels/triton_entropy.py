@@ -102,8 +102,15 @@ ALIBI_WINDOW_DROPS = {
     False: ((64, 64, 4, 2), (128, 64, 4, 2), (128, 128, 8, 2)),
     True: ((128, 64, 8, 2), (128, 64, 8, 3)),
 }
-# the extra accumulators (every statistic beyond entropy and sink_mass asked for): TBD
-STATS_DROPS = {False: (), True: ()}
+# the final state and the extra accumulators (any statistic beyond entropy and sink mass; their variants
+# compiled with all of them on): the configs of 64 scores per thread put 8-368 B on the stack in the
+# statistics-only variant (sm_80 and sm_90), the fused (64, 64, 4, *) 8-72 B (sm_80 and sm_90) and
+# (128, 64, 8, *) 8-72 B (sm_90). Left: (64, 64, 4, 2) and (128, 64, 8, 3) without the output (and only the
+# latter with ALiBi and a window), (64, 32, 4, 3) fused, and fp32's (32, 32, 4, 2)
+STATS_DROPS = {
+    False: ((128, 64, 4, 2), (128, 128, 8, 2), (64, 128, 4, 3)),
+    True: ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3)),
+}
 
 
 def autotune_configs(
@@ -321,9 +328,9 @@ def _entropy_kernel(
                     D,
                     BLOCK_N,
                 )
-    if (
-        STORE_STATE
-    ):  # the final state in nats (stats.py's units; m, u, w are in log2 units here), slot by slot
+    # the rows' results: the final state in nats, slot by slot (stats.py's units; m, u and w are in log2
+    # units here), or entropy and sink mass read off it here (stats.py's reads of them, in log2 units)
+    if STORE_STATE:
         live = rows < T
         at = OUT + pid_bh.to(tl.int64) * T + rows
         tl.store(at, m * 0.6931471805599453, mask=live)
@@ -345,7 +352,7 @@ def _entropy_kernel(
         if HAS_F:
             at += OUT_SLOT
             tl.store(at, f, mask=live)
-    else:  # entropy and sink mass, read off the state here (stats.py's reads of them, in log2 units)
+    else:
         ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
         ent = tl.maximum(ent, 0.0)
         tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
@@ -353,8 +360,13 @@ def _entropy_kernel(
             tl.store(SINK_MASS + pid_bh.to(tl.int64) * T + rows, tl.exp2(sink - m) / l, mask=rows < T)
     if WITH_OUTPUT:
         o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
+        if STORE_STATE:  # the block's first row in 64 bits, its rows' offsets in 32: no 64-bit row index
+            # shared with q's load lives across the loop (the state variants spill it otherwise)
+            o_rows = (pid_m * BLOCK_M).to(tl.int64) * sot + tl.arange(0, BLOCK_M)[:, None] * sot
+        else:
+            o_rows = rows[:, None].to(tl.int64) * sot
         tl.store(
-            O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod,
+            O + b * sob + h * soh + o_rows + dims[None, :] * sod,
             o.to(O.dtype.element_ty),
             mask=(rows[:, None] < T) & (dims[None, :] < D),
         )
