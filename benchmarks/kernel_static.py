@@ -3,7 +3,8 @@ for each variant, ahead of time for sm_80 (A100) and sm_90 (H100) and read the c
 
     python benchmarks/kernel_static.py [--arch 80 90] [--out benchmarks/results/kernel_static.json]
 
-For each (arch, dtype, entropy-only | fused, BLOCK_M, BLOCK_N, warps, stages): registers per thread,
+For each (arch, dtype, entropy-only | fused, with a window or not, the default statistics or every one
+(+stats: all the extra accumulators, with sinks), BLOCK_M, BLOCK_N, warps, stages): registers per thread,
 spills (local memory and stack frame, bytes; above 0 is slow), shared memory per block and whether it
 fits the architecture, and the blocks per SM that registers and shared memory allow. It proves the GPU
 compile path works and flags configs that cannot be fast; it measures no time (benchmarks/scan_gpu.py
@@ -30,6 +31,7 @@ LIMITS = {
     90: {"regs": 65536, "smem_block": 227 * 1024, "smem_sm": 228 * 1024},
 }
 DTYPES = ("bf16", "fp16", "fp32")  # fp16 compiles like bf16; fp32 uses IEEE FMA products (no tensor cores)
+ALL_EXTRAS = ("w", "c", "lk", "d", "f")  # stats.EXTRA_STATE: the accumulators of every row statistic
 
 
 def compile_kernel(
@@ -49,13 +51,18 @@ def compile_kernel(
     softcap: bool = False,
     sinks: bool = False,
     alibi: bool = False,
+    extras: tuple[str, ...] | None = None,
 ):
-    """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm."""
+    """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm;
+    `extras` None: entropy and sink mass read in the kernel (the default statistics), else the final state
+    stored with these accumulators of stats.EXTRA_STATE (ALL_EXTRAS: every statistic; "lk" is kept only
+    with sinks, as the launcher keeps it)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
+    from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS
 
     pointers = {
         "Q": dtype,
@@ -83,6 +90,8 @@ def compile_kernel(
         "HAS_SOFTCAP": softcap,
         "HAS_SINKS": sinks,
         "HAS_ALIBI": alibi,
+        "STORE_STATE": extras is not None,
+        **{flag: name in (extras or ()) and (name != "lk" or sinks) for name, flag in EXTRA_FLAGS.items()},
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
@@ -122,8 +131,15 @@ def resource_usage(compiled) -> dict:
 
 
 def row(
-    arch: int, dtype: str, with_output: bool, config: tuple[int, int, int, int], window: bool = False
+    arch: int,
+    dtype: str,
+    with_output: bool,
+    config: tuple[int, int, int, int],
+    window: bool = False,
+    all_stats: bool = False,
 ) -> dict:
+    """One config's resources; `all_stats`: the variant that computes every row statistic (all extra
+    accumulators on, and sinks, so the key sum lk is kept as well)."""
     bm, bn, warps, stages = config
     t0 = time.perf_counter()
     compiled = compile_kernel(
@@ -131,6 +147,8 @@ def row(
         dtype,
         with_output=with_output,
         window=window,
+        sinks=all_stats,
+        extras=ALL_EXTRAS if all_stats else None,
         block_m=bm,
         block_n=bn,
         num_warps=warps,
@@ -145,7 +163,9 @@ def row(
     return {
         "arch": f"sm_{arch}",
         "dtype": dtype,
-        "kernel": ("fused" if with_output else "entropy") + ("+window" if window else ""),
+        "kernel": ("fused" if with_output else "entropy")
+        + ("+window" if window else "")
+        + ("+stats" if all_stats else ""),
         "block_m": bm,
         "block_n": bn,
         "num_warps": warps,
@@ -172,20 +192,21 @@ def main() -> int:
     from entropy_lens.kernels.triton_entropy import autotune_configs
 
     rows = [
-        row(arch, dtype, wo, cfg, window)
+        row(arch, dtype, wo, cfg, window, all_stats)
         for arch in args.arch
         for dtype in args.dtypes
         for wo in (False, True)
         for window in (False, True)
-        for cfg in autotune_configs(wo, dtype == "fp32", window)
+        for all_stats in (False, True)
+        for cfg in autotune_configs(wo, dtype == "fp32", window, stats=all_stats)
     ]
     print(
-        f"{'arch':>6} {'dtype':>5} {'kernel':>14} {'BM':>4} {'BN':>4} {'warps':>5} {'stages':>6} {'regs':>5} "
+        f"{'arch':>6} {'dtype':>5} {'kernel':>20} {'BM':>4} {'BN':>4} {'warps':>5} {'stages':>6} {'regs':>5} "
         f"{'spill B':>7} {'stack B':>7} {'smem KiB':>8} {'fits':>5} {'blk/SM':>6}"
     )
     for r in rows:
         print(
-            f"{r['arch']:>6} {r['dtype']:>5} {r['kernel']:>14} {r['block_m']:>4} {r['block_n']:>4} "
+            f"{r['arch']:>6} {r['dtype']:>5} {r['kernel']:>20} {r['block_m']:>4} {r['block_n']:>4} "
             f"{r['num_warps']:>5} "
             f"{r['num_stages']:>6} {r['registers']:>5} {r['spill_bytes']:>7} {r['stack_bytes']:>7} "
             f"{r['shared_bytes'] / 1024:>8.1f} "

@@ -126,3 +126,83 @@ def test_alibi_compiles_without_spills(arch, dtype, fused, window, extras, confi
 def test_non_causal_alibi_compiles_without_spills(arch, config):
     """Non-causal ALiBi takes |i + S − T − j| (flash-attn's form): the fused bf16 variant, the fullest."""
     assert_no_spills(arch, "bf16", config, with_output=True, causal=False, alibi=True)
+
+
+# Every row statistic: the final state stored with all the extra accumulators of stats.EXTRA_STATE
+# (kernel_static.ALL_EXTRAS; lk is kept with sinks only, as the launcher keeps it), with the score modifiers
+# the models combine, on every config the autotuner may pick for that variant (triton_entropy.STATS_DROPS
+# names those dropped): (softcap, sinks, alibi)
+STATS_EXTRAS = {
+    "plain": (False, False, False),
+    "sinks": (False, True, False),
+    "softcap+sinks": (True, True, False),
+    "alibi": (False, False, True),
+    "alibi+sinks": (False, True, True),
+    "alibi+softcap+sinks": (True, True, True),
+}
+STATS_VARIANTS = [
+    (arch, dtype, fused, window, extras, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for extras, (softcap, _, alibi) in STATS_EXTRAS.items()
+    for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=alibi, stats=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,extras,config",
+    STATS_VARIANTS,
+    ids=[variant_id(*v[:5], *v[5]) for v in STATS_VARIANTS],
+)
+def test_every_statistic_compiles_without_spills(arch, dtype, fused, window, extras, config):
+    softcap, sinks, alibi = STATS_EXTRAS[extras]
+    assert_no_spills(
+        arch,
+        dtype,
+        config,
+        with_output=fused,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi=alibi,
+        extras=kernel_static.ALL_EXTRAS,
+    )
+
+
+# the same without the causal mask (every block masked by the sequence end only; ALiBi's |·|), in fp16,
+# and the state alone (max_prob: no extra accumulator), each on every config of its variant
+STATS_OTHERS = [
+    (arch, dtype, fused, name, config)
+    for arch in (80, 90)
+    for dtype, names in (
+        ("bf16", ("non-causal", "non-causal+alibi+sinks", "state", "state+sinks")),
+        ("fp16", ("all", "alibi+softcap+sinks")),
+        ("fp32", ("non-causal", "state")),
+    )
+    for fused in (False, True)
+    for name in names
+    for config in autotune_configs(
+        fused, dtype == "fp32", alibi="alibi" in name, softcap="softcap" in name, stats=True
+    )
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,name,config",
+    STATS_OTHERS,
+    ids=[variant_id(*v[:3], False, v[3], *v[4]) for v in STATS_OTHERS],
+)
+def test_every_statistic_other_variants_compile_without_spills(arch, dtype, fused, name, config):
+    assert_no_spills(
+        arch,
+        dtype,
+        config,
+        with_output=fused,
+        causal="non-causal" not in name,
+        softcap="softcap" in name,
+        sinks="sinks" in name,
+        alibi="alibi" in name,
+        extras=() if name.startswith("state") else kernel_static.ALL_EXTRAS,
+    )

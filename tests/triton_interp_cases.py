@@ -34,19 +34,29 @@ from kernel_cases import (
 )
 from test_capture import CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
 
-from entropy_lens.kernels import ScoreMods, attention_entropy, run, statistics_kernel, validate_scale
+from entropy_lens.kernels import (
+    ROW_STATS,
+    ScoreMods,
+    attention_entropy,
+    attention_stats,
+    run,
+    statistics_kernel,
+    validate_scale,
+)
 
 DEVICE = device("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy evaluates both sides of tl.where
 
 
-def launch(q, k, v, softmax_scale, **mods):
-    """RowStats of the Triton launcher itself (no plan in between) on DEVICE: `mods` are the score
-    modifiers' keywords, v None for the entropy pass; the output is (B, T, Hq, D)."""
+def launch(q, k, v, softmax_scale, stats=("entropy", "sink_mass"), first_keys=1, **mods):
+    """RowStats of `stats` from the Triton launcher itself (no plan in between) on DEVICE: `mods` are the
+    score modifiers' keywords, v None for the entropy pass; the output is (B, T, Hq, D)."""
     q, k = q.to(DEVICE), k.to(DEVICE)
     mods = ScoreMods.build(q, k, **on_device(mods, DEVICE))
     v = None if v is None else v.to(DEVICE)
-    return run("triton", q, k, v, validate_scale(q, k, softmax_scale), mods)
+    return run(
+        "triton", q, k, v, validate_scale(q, k, softmax_scale), mods, stats=stats, first_keys=first_keys
+    )
 
 
 def _run(q, k, **kw):
@@ -263,6 +273,129 @@ def test_statistics_kernel_and_the_launcher_agree_on_which_masks_the_kernel_take
         else:
             with pytest.raises(ValueError, match="key padding and sliding-window masks only"):
                 launch(q, k, None, 0.3, mask=mods.mask)
+
+
+# -- every row statistic (stats.ROW_STATS), separate and fused, against float64 ---------------------------
+
+ALL = tuple(ROW_STATS)
+# GQA/MQA/MHA, T < S and T > S (the first T − S rows see no key), key padding over a whole 32-wide block
+# (the first block of a row fully masked: m = −inf there) and a fully padded sequence, windows (one key
+# wide, narrower and wider than a block), softcap, sinks, ALiBi, causal and not, a head size that is not a
+# power of two, first_mass's K inside the first block, across two blocks and past S
+STATS_CASES = {  # name: ((B, Hq, Hkv, T, S, D), the score modifiers, padding, K)
+    "gqa-causal-padded": ((2, 4, 2, 45, 70, 16), {}, "left", 3),
+    "mqa-T>S": ((2, 3, 1, 70, 40, 16), {}, "none", 1),
+    "mha-noncausal-D24": ((1, 2, 2, 37, 53, 24), {"causal": False}, "left", 40),
+    "gqa-window-softcap-sinks": (
+        (2, 4, 2, 70, 70, 16),
+        {"window": 7, "softcap": 2.5, "sinks": True},
+        "left",
+        5,
+    ),
+    "mqa-sinks-T>S-padded": ((2, 3, 1, 50, 35, 16), {"sinks": True}, "all", 2),
+    "gqa-alibi-sinks-window": (
+        (1, 4, 2, 40, 100, 16),
+        {"alibi": True, "sinks": True, "window": 45},
+        "none",
+        1,
+    ),
+    "gqa-alibi-noncausal": (
+        (2, 4, 2, 33, 65, 16),
+        {"alibi": True, "softcap": 3.0, "causal": False},
+        "left",
+        999,
+    ),
+    "mha-window-one-key": ((1, 2, 2, 40, 72, 16), {"window": 1}, "none", 33),
+    "gqa-noncausal-sinks-T>S": ((2, 4, 2, 66, 34, 16), {"causal": False, "sinks": True}, "left", 33),
+    "mqa-wide-window-padded": ((2, 6, 1, 64, 96, 16), {"window": 45, "softcap": 2.0}, "left", 64),
+}
+
+
+def _stats_inputs(B, Hq, Hkv, T, S, D, mods, padding):
+    q, k = make_inputs(B, Hq, Hkv, T, S, D=D)
+    v = make_values(B, Hkv, S, Dv=D)
+    kw = {key: val for key, val in mods.items() if key not in ("sinks", "alibi")}
+    kw["softmax_scale"] = torch.linspace(0.2, 0.7, Hq)
+    if mods.get("sinks"):
+        kw["sinks"] = make_sinks(Hq)
+    if mods.get("alibi"):
+        kw["alibi_slopes"] = make_slopes(Hq, factor=0.25)
+    if padding != "none":
+        keep = torch.ones(B, S, dtype=torch.bool)
+        keep[-1, : min(S - 3, 40)] = False  # the first 32-wide key block of the last sequence fully masked
+        if padding == "all" and B > 1:
+            keep[0] = False  # a fully padded sequence: every row sees no key
+        kw["mask"] = keep
+    return q, k, v, kw
+
+
+def assert_stats_close(got, want, tol=1e-5):
+    """Each statistic within `tol` of the float64 one relative to max(1, |value|), and finite."""
+    for name, values in want.items():
+        err = ((got[name].cpu() - values).abs() / values.abs().clamp_min(1.0)).max().item()
+        assert err <= tol and torch.isfinite(got[name]).all(), (name, err)
+
+
+@pytest.mark.parametrize("case", list(STATS_CASES))
+def test_every_statistic_separate_and_fused(case):
+    """Every statistic from the kernel's final state (stats.read_stats) against its float64 definition,
+    the separate pass through `attention_stats` (plan.run hands first_keys to the kernel) and the fused
+    one through the launcher; the fused output is the float64 one, and the output, entropy and sink mass
+    those of the default pass (entropy and sink mass read in the kernel): the extra accumulators change
+    nothing else."""
+    (B, Hq, Hkv, T, S, D), mods, padding, K = STATS_CASES[case]
+    q, k, v, kw = _stats_inputs(B, Hq, Hkv, T, S, D, mods, padding)
+    want = attention_stats(q, k, stats=ALL, first_keys=K, backend="reference", **kw)
+    separate = attention_stats(
+        q.to(DEVICE), k.to(DEVICE), stats=ALL, first_keys=K, backend="triton", **on_device(kw, DEVICE)
+    )
+    assert list(separate) == list(ALL)
+    assert_stats_close(separate, want)
+    scale = kw.pop("softmax_scale")
+    fused = launch(q, k, v, scale, stats=ALL, first_keys=K, **kw)
+    assert list(fused) == list(ALL) and fused.out.shape == (B, T, Hq, D)
+    assert_stats_close(fused, want)
+    _, _, want_out = definition(q, k, v, scale, **kw)
+    assert (fused.out.cpu().double() - want_out).abs().max().item() <= 1e-5
+    default = launch(q, k, v, scale, **kw)  # entropy and sink mass in the kernel, no extra accumulator
+    assert (fused.out.cpu() - default.out.cpu()).abs().max().item() <= 1e-6
+    for name in ("entropy", "sink_mass"):
+        assert (fused[name].cpu() - default[name].cpu()).abs().max().item() <= 1e-6, name
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+@pytest.mark.parametrize(
+    "stats",
+    [
+        ("max_prob",),
+        ("distance",),
+        ("entropy", "first_mass"),
+        ("sink_mass", "collision_entropy", "varentropy"),
+    ],
+)
+def test_a_subset_keeps_only_its_accumulators(stats, sinks):
+    """Statistics asked for alone: the state without any extra (max_prob), distance's key sum (l itself
+    without a sink, its own accumulator with one), first_mass beside the entropy, and so on."""
+    q, k = make_inputs(2, 4, 2, 40, 50)
+    kw = {"softmax_scale": 0.4, "sinks": make_sinks(4) if sinks else None}
+    want = attention_stats(q, k, stats=stats, first_keys=2, backend="reference", **kw)
+    got = attention_stats(q, k, stats=stats, first_keys=2, backend="triton", **on_device(kw, DEVICE))
+    assert list(got) == list(stats)
+    assert_stats_close(got, want)
+
+
+def test_far_rows_keep_their_distance():
+    """Two rows 2000 keys out that look only at the first key: distance = their position exactly (summed
+    from the row, not from key positions), first_mass = max_prob = 1, both entropies 0."""
+    S = 2000
+    q = torch.ones(1, 1, 2, 4)
+    k = torch.zeros(1, 1, S, 4)
+    k[..., 0, :] = 30.0  # key 0 scores 120 more than any other
+    got = attention_stats(q.to(DEVICE), k.to(DEVICE), softmax_scale=1.0, stats=ALL, backend="triton")
+    assert torch.equal(got["distance"].cpu(), torch.tensor([[[S - 2.0, S - 1.0]]]))
+    for name in ("first_mass", "max_prob"):
+        assert torch.allclose(got[name].cpu(), torch.ones(1, 1, 2)), name
+    assert got["entropy"].abs().max() < 1e-5 and got["collision_entropy"].abs().max() < 1e-5
 
 
 # -- the fused pass inside a model (capture/fused.py) -------------------------------------------------

@@ -1,4 +1,5 @@
-"""Attention entropy as a Triton kernel: the GPU path of `attention_entropy(backend="triton")`.
+"""Attention entropy and every other row statistic as a Triton kernel: the GPU path of
+`attention_entropy` / `attention_stats` / `attention_with_entropy` with backend="triton".
 
 Contract (the same as `torch_chunked.row_stats_torch`):
     q      (B, Hq, T, D)  bf16 / fp16 / fp32, any strides
@@ -15,8 +16,10 @@ Contract (the same as `torch_chunked.row_stats_torch`):
     sinks  None or (Hq,) fp32 sink logits σ_h (gpt-oss): one more score per row with no value
     alibi_slopes None or (Hq,) fp32 ALiBi slopes (BLOOM, MPT, Falcon): scores become
            s − slope_h·|i + S − T − j| after the softcap and before masking (flash-attn's definition)
-    -> (B, Hq, T) float32 entropy in nats; 0 for a row with no attendable key (and no sink); with
-       return_sink_mass also p_sink (B, Hq, T) float32 (zeros without sinks).
+    stats  the row statistics asked for, of stats.ROW_STATS: entropy, sink_mass, max_prob,
+           collision_entropy, varentropy, distance, first_mass (K = first_keys: the keys j < K)
+    -> RowStats: each statistic (B, Hq, T) float32 (entropy in nats; sink_mass zeros without sinks;
+       every one 0 for a row with no attendable key and no sink) and, with v, the output.
 
 One program handles BLOCK_M query rows of one (batch, head) and streams over key blocks with the
 centred online-softmax state of torch_chunked.py (m, l, u; H = log l − u/l), accumulated in fp32,
@@ -35,15 +38,31 @@ ALiBi (HAS_ALIBI): the bias in log2 units, (slope_h·log2 e)·|row + OFFSET − 
 per program, as λ is), is subtracted from every key block's scores after the cap, in the blocks that
 run unmasked too: the bias is not a mask. Causal blocks need no |·| (every key a row sees lies behind it).
 
+Statistics: entropy and sink mass alone (the default) are read in the kernel, H = ln l − ln2·u/l and
+p_sink = 2^(m_σ − m)/l, stored per row. Any other statistic (STORE_STATE) makes the kernel store its
+final state instead, in nats, and `stats.read_stats` reads every statistic asked for off it on the
+host, as for torch_chunked: m, l, u, then only the extra accumulators of stats.EXTRA_STATE the
+statistics need (`stats.accumulators`), each a compile-time switch (HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F),
+so a pass computes nothing that was not asked for and the default compiles to the kernel without them.
+Each accumulator follows stats.py's update (torch_chunked._update_extra in torch) per key block, from
+e = 2^(s − m') and the same α: w = Σ e (s − m)² (log2² units in the loop, (ln 2)² at the store), c = Σ e²
+(1 at the start with a sink, as l), lk = Σ_keys e (accumulated only with a sink: without one it is l),
+d = Σ_keys e·(pos_i − j) summed from the row (pos_i − j as fp32 per score, exact below 2^24 tokens),
+never as pos_i·Σe − Σ e·j from absolute key positions, and f = Σ_{keys j < K} e (its tile sum only in the key
+blocks that start below K). The sink is an outcome of l, u, w and c, not of the key sums lk, d, f. A
+new statistic needs its accumulator's switch and update here, and its read in stats.py.
+
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
 fp32 first because the interpreter's `tl.dot` on bf16 is wrong.
 Block sizes: `@triton.autotune` (keyed by the power-of-two buckets of T and S, so a growing KV cache
 does not retune every step) over per-variant lists of configs that compile without register spills
-when a CUDA driver is present; fixed (32, 32) otherwise (the interpreter).
+when a CUDA driver is present (those with the extra accumulators are fewer: STATS_DROPS); fixed
+(32, 32) otherwise (the interpreter). One autotuner per set of accumulators.
 
 Fused variant (`row_stats_triton` with v): the same kernel with WITH_OUTPUT also streams V
-and returns the attention output, the flash-attention forward plus the entropy accumulators. The
+and returns the attention output, the flash-attention forward plus the statistics' accumulators
+(the output is the same whichever statistics ride along). The
 capture picks between it and "sdpa output + entropy-only pass" by timing both on the GPU
 (capture/fused.py); benchmarks/scan_gpu.py (kernel mode) reports the same comparison.
 """
@@ -58,9 +77,11 @@ import triton.language as tl
 
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
+from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, accumulators, read_stats
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# the kernel's compile-time switch of each accumulator of stats.EXTRA_STATE
+EXTRA_FLAGS = {"w": "HAS_W", "c": "HAS_C", "lk": "HAS_LK", "d": "HAS_D", "f": "HAS_F"}
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
 # those that compile for sm_80 and sm_90 at head_dim 64 without spilling registers (kernel_static.py reads
@@ -81,23 +102,42 @@ ALIBI_WINDOW_DROPS = {
     False: ((64, 64, 4, 2), (128, 64, 4, 2), (128, 128, 8, 2)),
     True: ((128, 64, 8, 2), (128, 64, 8, 3)),
 }
+# the final state and the extra accumulators (any statistic beyond entropy and sink mass; their variants
+# compiled with all of them on): the configs of 64 scores per thread put 8-368 B on the stack in the
+# statistics-only variant (sm_80 and sm_90), the fused (64, 64, 4, *) 8-72 B (sm_80 and sm_90) and
+# (128, 64, 8, *) 8-72 B (sm_90). Left: (64, 64, 4, 2) and (128, 64, 8, 3) without the output (and only the
+# latter with ALiBi and a window), (64, 32, 4, 3) fused, and fp32's (32, 32, 4, 2)
+STATS_DROPS = {
+    False: ((128, 64, 4, 2), (128, 128, 8, 2), (64, 128, 4, 3)),
+    True: ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3)),
+}
 
 
 def autotune_configs(
-    with_output: bool, fp32: bool, window: bool = False, softcap: bool = False, alibi: bool = False
+    with_output: bool,
+    fp32: bool,
+    window: bool = False,
+    softcap: bool = False,
+    alibi: bool = False,
+    stats: bool = False,
 ) -> tuple[tuple[int, int, int, int], ...]:
+    """The (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries for a variant; `stats`: with
+    extra accumulators (statistics beyond entropy and sink_mass)."""
     configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
     drops = (
         (WINDOW_DROPS[with_output] if window else ())
         + (SOFTCAP_DROPS[with_output] if softcap else ())
         + (ALIBI_WINDOW_DROPS[with_output] if alibi and window else ())
+        + (STATS_DROPS[with_output] if stats else ())
     )
     return tuple(c for c in configs if c not in drops)
 
 
 def _entropy_kernel(
-    # data: q, k, v, scales (Hq,), key padding (B, S) int8, entropy out, attention output, sink logits
-    # (Hq,) fp32, sink mass out (laid out as the entropy), ALiBi slopes (Hq,) fp32
+    # data: q, k, v, scales (Hq,), key padding (B, S) int8, the rows' results (n, B, Hq, T) fp32 (entropy;
+    # with STORE_STATE the final state instead: m, l, u, then the extras switched on, in stats.EXTRA_STATE's
+    # order), attention output, sink logits (Hq,) fp32, sink mass out (B, Hq, T) (not with STORE_STATE),
+    # ALiBi slopes (Hq,) fp32
     Q,
     K,
     V,
@@ -127,7 +167,8 @@ def _entropy_kernel(
     sod,
     skeep_b,
     skeep_s,
-    # sizes; OFFSET = S − T; the buckets of T and S key the autotuner
+    # sizes; OFFSET = S − T; the buckets of T and S key the autotuner; OUT_SLOT = B·Hq·T, the stride
+    # between two results in OUT; FIRST_KEYS = K of first_mass (keys j < K)
     H_Q,
     T,
     S,
@@ -135,6 +176,8 @@ def _entropy_kernel(
     WINDOW,
     T_BUCKET,
     S_BUCKET,
+    OUT_SLOT,
+    FIRST_KEYS,
     # the softcap c (fp32; unused without HAS_SOFTCAP)
     SOFTCAP,
     # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
@@ -150,6 +193,12 @@ def _entropy_kernel(
     HAS_SOFTCAP: tl.constexpr,
     HAS_SINKS: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
+    STORE_STATE: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_C: tl.constexpr,
+    HAS_LK: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_F: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -189,6 +238,15 @@ def _entropy_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # Σ e^(s−m) v: the attention output
     else:
         acc = 0.0
+    # the extra accumulators of stats.EXTRA_STATE asked for (a scalar 0 where off: nothing computed)
+    w = tl.zeros([BLOCK_M], tl.float32) if HAS_W else 0.0  # Σ e (s − m)², log2² units
+    if HAS_C:  # Σ e²: the sink's e^0 = 1 first, as l
+        c = tl.zeros([BLOCK_M], tl.float32) + (1.0 if HAS_SINKS else 0.0)
+    else:
+        c = 0.0
+    lk = tl.zeros([BLOCK_M], tl.float32) if HAS_LK else 0.0  # Σ_keys e (l without the sink)
+    dist = tl.zeros([BLOCK_M], tl.float32) if HAS_D else 0.0  # Σ_keys e (pos_i − j)
+    f = tl.zeros([BLOCK_M], tl.float32) if HAS_F else 0.0  # Σ_{keys j < K} e
     # this program's rows see key blocks [k_start, k_end): up to the causal end and, with a window,
     # from its far edge. Blocks [full_start, full_end) every row sees whole run unmasked; those
     # before (the window's far edge) and after (diagonal, sequence end) are masked, as all are
@@ -224,12 +282,17 @@ def _entropy_kernel(
             lo = k_start if part == 0 else full_start if part == 1 else full_end
             hi = full_start if part == 0 else full_end if part == 1 else k_end
             for start in range(lo, hi, BLOCK_N):
-                m, l, u, acc = _key_block(
+                m, l, u, acc, w, c, lk, dist, f = _key_block(
                     q,
                     m,
                     l,
                     u,
                     acc,
+                    w,
+                    c,
+                    lk,
+                    dist,
+                    f,
                     k_base,
                     v_base,
                     keep_base,
@@ -247,6 +310,7 @@ def _entropy_kernel(
                     qk_scale,
                     cap,
                     slope,
+                    FIRST_KEYS,
                     part != 1,
                     CAUSAL,
                     HAS_WINDOW,
@@ -256,18 +320,53 @@ def _entropy_kernel(
                     WITH_OUTPUT,
                     HAS_SOFTCAP,
                     HAS_ALIBI,
+                    HAS_W,
+                    HAS_C,
+                    HAS_LK,
+                    HAS_D,
+                    HAS_F,
                     D,
                     BLOCK_N,
                 )
-    ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
-    ent = tl.maximum(ent, 0.0)
-    tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
-    if HAS_SINKS:
-        tl.store(SINK_MASS + pid_bh.to(tl.int64) * T + rows, tl.exp2(sink - m) / l, mask=rows < T)
+    # the rows' results: the final state in nats, slot by slot (stats.py's units; m, u and w are in log2
+    # units here), or entropy and sink mass read off it here (stats.py's reads of them, in log2 units)
+    if STORE_STATE:
+        live = rows < T
+        at = OUT + pid_bh.to(tl.int64) * T + rows
+        tl.store(at, m * 0.6931471805599453, mask=live)
+        tl.store(at + OUT_SLOT, l, mask=live)
+        at += 2 * OUT_SLOT
+        tl.store(at, u * 0.6931471805599453, mask=live)
+        if HAS_W:
+            at += OUT_SLOT
+            tl.store(at, w * 0.4804530139182014, mask=live)  # (ln 2)²
+        if HAS_C:
+            at += OUT_SLOT
+            tl.store(at, c, mask=live)
+        if HAS_LK:
+            at += OUT_SLOT
+            tl.store(at, lk, mask=live)
+        if HAS_D:
+            at += OUT_SLOT
+            tl.store(at, dist, mask=live)
+        if HAS_F:
+            at += OUT_SLOT
+            tl.store(at, f, mask=live)
+    else:
+        ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
+        ent = tl.maximum(ent, 0.0)
+        tl.store(OUT + pid_bh.to(tl.int64) * T + rows, ent, mask=rows < T)
+        if HAS_SINKS:
+            tl.store(SINK_MASS + pid_bh.to(tl.int64) * T + rows, tl.exp2(sink - m) / l, mask=rows < T)
     if WITH_OUTPUT:
         o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
+        if STORE_STATE:  # the block's first row in 64 bits, its rows' offsets in 32: no 64-bit row index
+            # shared with q's load lives across the loop (the state variants spill it otherwise)
+            o_rows = (pid_m * BLOCK_M).to(tl.int64) * sot + tl.arange(0, BLOCK_M)[:, None] * sot
+        else:
+            o_rows = rows[:, None].to(tl.int64) * sot
         tl.store(
-            O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod,
+            O + b * sob + h * soh + o_rows + dims[None, :] * sod,
             o.to(O.dtype.element_ty),
             mask=(rows[:, None] < T) & (dims[None, :] < D),
         )
@@ -280,6 +379,11 @@ def _key_block(
     l,
     u,
     acc,
+    w,
+    c,
+    lk,
+    dist,
+    f,
     k_base,
     v_base,
     keep_base,
@@ -297,6 +401,7 @@ def _key_block(
     qk_scale,
     cap,
     slope,
+    FIRST_KEYS,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
@@ -306,10 +411,16 @@ def _key_block(
     WITH_OUTPUT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_C: tl.constexpr,
+    HAS_LK: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_F: tl.constexpr,
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    """One key block's update of the centred state (m, l, u) (log2 units) and, fused, the output."""
+    """One key block's update of the centred state (m, l, u) (log2 units), of the extra accumulators
+    switched on (stats.py's rules) and, fused, of the output."""
     cols = start + tl.arange(0, BLOCK_N)
     kv_mask = dims[None, :] < D  # interior blocks lie below S
     if MASKED:
@@ -350,6 +461,20 @@ def _key_block(
     e = tl.exp2(d)  # 0 where masked
     if MASKED:
         d = tl.where(valid, d, 0.0)  # e·d would be 0·(−inf)
+    if HAS_W:  # w ← α (w + 2δu + δ²l) + Σ e d², δ = m − m' (0 before any outcome); δl is the shift
+        delta = tl.where(l > 0, m - m_safe, 0.0)
+        w = alpha * (w + delta * (2.0 * u + shift)) + tl.sum(e * d * d, 1)
+    if HAS_C:
+        c = alpha * alpha * c + tl.sum(e * e, 1)
+    if HAS_LK:
+        lk = alpha * lk + tl.sum(e, 1)
+    if HAS_D:  # e·(pos_i − j) from the row, not Σ e·j: exact in fp32 below 2^24 tokens
+        pos = (rows + OFFSET).to(tl.float32)
+        dist = alpha * dist + tl.sum(e * (pos[:, None] - cols.to(tl.float32)[None, :]), 1)
+    if HAS_F:
+        f = alpha * f
+        if start < FIRST_KEYS:  # only the blocks that hold one of the first K keys
+            f += tl.sum(tl.where(cols[None, :] < FIRST_KEYS, e, 0.0), 1)
     l = alpha * l + tl.sum(e, 1)
     u = alpha * (u + shift) + tl.sum(e * d, 1)
     if WITH_OUTPUT:
@@ -359,22 +484,24 @@ def _key_block(
         else:
             pv = tl.dot(e.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
-    return m_new, l, u, acc
+    return m_new, l, u, acc, w, c, lk, dist, f
 
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
-_TUNED: dict[tuple[bool, bool, bool, bool, bool], object] = {}
+_TUNED: dict[tuple, object] = {}
 
 
-def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: bool):
-    """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise."""
+def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: bool, extras):
+    """(kernel, autotuned?): an autotuner over the variant's configs on a GPU, the plain kernel otherwise;
+    one autotuner per `extras` (None: entropy and sink mass read in the kernel; else the state with these
+    accumulators), which changes what is fastest."""
     if INTERPRET or not torch.cuda.is_available():
         return ENTROPY_KERNEL, False
-    variant = (with_output, fp32, window, softcap, alibi)
+    variant = (with_output, fp32, window, softcap, alibi, extras)
     if variant not in _TUNED:
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-            for bm, bn, w, st in autotune_configs(*variant)
+            for bm, bn, w, st in autotune_configs(*variant[:5], stats=extras is not None)
         ]
         _TUNED[variant] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(
             ENTROPY_KERNEL
@@ -383,12 +510,17 @@ def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: b
 
 
 @torch.no_grad()
-def row_stats_triton(q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS) -> RowStats:
+def row_stats_triton(
+    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys: int = 1
+) -> RowStats:
     """See the module docstring: RowStats of `stats` (B, Hq, T) fp32 and, with v (B, Hkv, S, D), the
     attention output (B, T, Hq, D) in q's dtype (stored in that layout by the kernel), from the same pass
-    over K/V (the flash-attention forward with the entropy accumulators beside it). Rows with no
-    attendable key get output 0 and entropy 0. `mods.mask` must be None or key padding with a
-    sliding window (ValueError otherwise: the plan sends other masks to torch_chunked); no key bias."""
+    over K/V (the flash-attention forward with the statistics' accumulators beside it). Entropy and sink
+    mass alone are read in the kernel; any other statistic is read off the kernel's final state by
+    stats.read_stats. Rows with no attendable key get output 0 and every statistic 0 (with a sink:
+    sink_mass = max_prob = 1). `first_keys`: K of first_mass (keys j < K). `mods.mask` must be None or
+    key padding with a sliding window (ValueError otherwise: the plan sends other masks to
+    torch_chunked); no key bias."""
     if mods.key_bias is not None:
         raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
     if v is not None and v.shape[-1] != q.shape[-1]:
@@ -396,12 +528,17 @@ def row_stats_triton(q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_S
             f"the Triton kernel's output needs values of the queries' head size {q.shape[-1]}, not "
             f"{v.shape[-1]}; run it with backend='torch_chunked'"
         )
-    entropy, out, sink_mass = _launch(q, k, None if v is None else v.to(q.dtype), softmax_scale, mods)
-    values = {"entropy": entropy, "sink_mass": sink_mass}  # what the kernel computes, by name
+    in_kernel = set(stats) <= set(DEFAULT_STATS)
+    extra = None if in_kernel else accumulators(stats)
+    rows, out = _launch(q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, extra, first_keys)
+    values = rows if in_kernel else read_stats(rows, mods, stats)
     return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2))
 
 
-def _launch(q, k, v, softmax_scale, mods: ScoreMods):
+def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
+    """(rows, out): rows {"entropy", "sink_mass"} read in the kernel for `extra` None, else the final state
+    {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE} in nats; each (B, Hq, T) fp32.
+    out: the output, a (B, Hq, T, D) view of (B, T, Hq, D) memory, or None without values v."""
     causal, mask, window, softcap = mods.causal, mods.mask, mods.window, mods.softcap
     sinks, alibi_slopes = mods.sinks, mods.alibi_slopes
     B, Hq, T, D = q.shape
@@ -417,8 +554,17 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods):
         )
     keep, window = form
     keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
-    ent = torch.empty(B, Hq, T, dtype=torch.float32, device=q.device)
-    sink_mass = (torch.empty_like if sinks is not None else torch.zeros_like)(ent)
+    if extra is None:
+        kept, names = None, ("entropy",)
+    else:  # without a sink every outcome is a key: the key sum lk is l itself, not accumulated twice
+        kept = tuple(name for name in extra if name != "lk" or sinks is not None)
+        names = (*STATE, *kept)
+    results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
+    rows = dict(zip(names, results, strict=True))
+    if extra is None:
+        rows["sink_mass"] = (torch.empty_like if sinks is not None else torch.zeros_like)(results[0])
+    if extra is not None and "lk" in extra and "lk" not in rows:
+        rows["lk"] = rows["l"]
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
     out_dtype = torch.float32 if INTERPRET else q.dtype
     # (B, T, Hq, D) memory, the layout a model's o_proj reads: the capture's transpose back is free
@@ -426,15 +572,16 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods):
         torch.empty(B, T, Hq, D, dtype=out_dtype, device=q.device).transpose(1, 2) if v is not None else None
     )
     if T == 0 or B * Hq == 0:
-        return ent, out, sink_mass
+        return rows, out
     softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
-    unused = ent  # pointer arguments of a disabled feature
+    unused = results  # pointer arguments of a disabled feature
     kernel, autotuned = _kernel(
         v is not None,
         q.dtype == torch.float32,
         window is not None,
         softcap is not None,
         alibi_slopes is not None,
+        kept,
     )
     blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
@@ -450,7 +597,8 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods):
     v_ptr, keep_ptr, out_ptr, sinks_ptr, alibi_ptr = (
         unused if t is None else t for t in (v, keep, out, sinks, alibi_slopes)
     )
-    pointers = (q, k, v_ptr, softmax_scale, keep_ptr, ent, out_ptr, sinks_ptr, sink_mass, alibi_ptr)
+    sink_mass = rows.get("sink_mass", unused)
+    pointers = (q, k, v_ptr, softmax_scale, keep_ptr, results, out_ptr, sinks_ptr, sink_mass, alibi_ptr)
     strides = (
         *q.stride(),
         *k.stride(),
@@ -458,12 +606,15 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods):
         *(no_strides if out is None else out.stride()),
         *((0, 0) if keep is None else keep.stride()),
     )
-    # the last two: the power-of-two buckets of T and S the autotuner is keyed by
+    # then the power-of-two buckets of T and S the autotuner is keyed by, the results' slot stride, and K
+    # of first_mass (at most S: every key lies below S)
     sizes = (Hq, T, S, S - T, window or 0, triton.next_power_of_2(T), triton.next_power_of_2(S))
     kernel[grid](
         *pointers,
         *strides,
         *sizes,
+        B * Hq * T,
+        min(int(first_keys), S),
         float(softcap or 1.0),
         GROUP=Hq // Hkv,
         BLOCK_D=max(16, triton.next_power_of_2(D)),
@@ -477,6 +628,8 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods):
         HAS_SOFTCAP=softcap is not None,
         HAS_SINKS=sinks is not None,
         HAS_ALIBI=alibi_slopes is not None,
+        STORE_STATE=kept is not None,
+        **{flag: kept is not None and name in kept for name, flag in EXTRA_FLAGS.items()},
         **blocks,
     )
-    return ent, (out.to(q.dtype) if out is not None else None), sink_mass
+    return rows, (out.to(q.dtype) if out is not None else None)
