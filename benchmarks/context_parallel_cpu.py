@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             full["modelled_growth_mb"] = full["modelled_mb"] - base["modelled_mb"]
     summary = {
         "rank_peak_over_one": max(rows[3]["peak_mb"]) / rows[1]["peak_mb"][0],
-        "growth_over_one": rows[3]["growth_mb"] / rows[1]["growth_mb"],
+        # None where the one process's peak did not grow above the short scan's (toy sizes): no ratio
+        "growth_over_one": rows[3]["growth_mb"] / rows[1]["growth_mb"] if rows[1]["growth_mb"] > 0 else None,
         "scan_s_over_one": rows[3]["scan_s"] / rows[1]["scan_s"],
         "launch_s_over_one": rows[3]["launch_s"] / rows[1]["launch_s"],
         "max_abs_entropy_difference": float(np.abs(cp.entropy - one.entropy).max()),
@@ -209,7 +210,7 @@ def table(args, rows: list[dict], summary: dict) -> str:
     s = summary
     lines.append(
         f"at {args.length}: each rank's peak / one process's {s['rank_peak_over_one']:.2f} (goal <= 0.6), "
-        f"growth above {args.baseline_len} tokens {s['growth_over_one']:.2f}; scan time "
+        f"growth above {args.baseline_len} tokens {growth_ratio(s)}; scan time "
         f"{s['scan_s_over_one']:.2f}x (goal <= 1.2), launch to exit {s['launch_s_over_one']:.2f}x; "
         f"largest difference: entropy {s['max_abs_entropy_difference']:.2g}, loss "
         f"{s['max_abs_loss_difference']:.2g} nats"
@@ -219,6 +220,16 @@ def table(args, rows: list[dict], summary: dict) -> str:
         "CUDA: bfloat16)"
     )
     return "\n".join(lines)
+
+
+def growth_ratio(summary: dict) -> str:
+    """The sharded growth over the one process's, or why there is none."""
+    ratio = summary["growth_over_one"]
+    return (
+        "undefined (the one process's peak did not grow above the short scan's)"
+        if ratio is None
+        else f"{ratio:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -131,11 +131,16 @@ def context_parallel_table(record: dict) -> str:
             f"| {r['len']:,} | {r['processes']} × {r['threads']} | {r['scan_s']:.1f} | {peaks} | {growth} |"
         )
     s = record["summary"]
+    ratio = (
+        "undefined (no growth above the short scan)"
+        if s["growth_over_one"] is None
+        else f"{s['growth_over_one']:.2f}"
+    )
     rows += [
         "",
         (
             f"Each rank's peak / the one process's: {s['rank_peak_over_one']:.2f} (goal ≤ 0.6); growth with T: "
-            f"{s['growth_over_one']:.2f}; scan time: {s['scan_s_over_one']:.2f}× (goal ≤ 1.2); largest difference "
+            f"{ratio}; scan time: {s['scan_s_over_one']:.2f}× (goal ≤ 1.2); largest difference "
             f"of the two scans: entropy {s['max_abs_entropy_difference']:.2g}, loss {s['max_abs_loss_difference']:.2g} nats."
         ),
     ]
