@@ -38,7 +38,9 @@ triton-fused on a CUDA `device`, torch-streamed on CPU), fused_choices (only whe
 decided: the path it kept per shape of attention call, {shape key: "fused" (the fused pass) |
 "separate" (sdpa-then-entropy)}; a resumed scan reuses the interrupted one's, and
 `PathChoices(replay=...)` reproduces them), world_size (torchrun's processes), context_parallel (the
-sequence shards: P under --context-parallel, else 1; absent in files written before it), entropy_units ("nats"),
+sequence shards C: P under --context-parallel alone, C under --context-parallel C (the world_size / C
+groups split the samples), else 1; absent in files written before it; scan_config's context_parallel is
+true for the flag alone, C for C, absent without it), entropy_units ("nats"),
 loss_units ("nats"), entropy_reduction (the scan's --entropy: "heads"; "mean": the heads axis has
 length 1 and holds the mean over the layer's heads of entropy and of entropy_sq; "none": loss only, the
 heads axis has length 0; files written before 0.9 say "per_head", "mean_heads", "not_captured"), chunk_indices (which chunk of the packed text each sample is; with a

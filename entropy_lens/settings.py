@@ -9,7 +9,9 @@ default, so a setting is added or changed in one place.
 
 `flag` defaults to `--field-name`; a name without a leading dash is a positional argument. `metavar`,
 `choices` and `type` (for a list or tuple field: the element type, with `nargs`) go to argparse as
-they are. A field with `setting(..., cli=False)` has no flag. Names and meanings follow the glossary
+they are. A field with `setting(..., cli=False)` has no flag. A `bool` field is a switch; a `bool | int`
+field a switch that may take a number (`--context-parallel` alone is True, `--context-parallel 2` is 2),
+whose range applies to the number only. Names and meanings follow the glossary
 (README: Glossary).
 
 Ranges: `at_least=a` (value >= a), `above=a` (value > a) and `at_most=b` (value <= b), on a number or on
@@ -20,6 +22,9 @@ or `check_fields` for values read from a file (the figures' `--config`), so a fl
 Python caller meet the same check, in one line that names the setting, the value, the range and a fix,
 before anything is loaded. Lengths and counts have ceilings (MAX_TOKENS, MAX_COUNT), so that a typo
 (an extra digit, 1e20) is refused instead of growing a prompt or an index array without bound.
+
+`Recorded` gives a config its `to_dict()` as results and caches record it: the fields added after a
+release (its ADDED) only where they differ from their default, so files written before them still match.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "PASSKEY_MOST",
     "SETTING",
     "Checked",
+    "Recorded",
     "check_fields",
     "check_range",
     "check_value",
@@ -141,6 +147,21 @@ class Checked:
         check_fields(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
+class Recorded:
+    """`to_dict()`: the fields as results and caches record them. Fields added after a release (ADDED)
+    appear only when they differ from their default, so what was written before them still matches."""
+
+    ADDED: typing.ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in self.ADDED:
+            if d[name] == defaults[name]:
+                del d[name]
+        return d
+
+
 def check_fields(cls, values: typing.Mapping[str, Any], *, where: str | None = None) -> None:
     """EntropyLensError, in one line, for the first of `values` ({field name: value}; names that are not
     fields of `cls` are skipped) that is not of its field's type or lies outside its declared range.
@@ -166,13 +187,15 @@ def check_value(value, hint, spec: dict, *, label: str, fix: typing.Callable, ex
     checks each element) and the range of a setting's `spec` (its metadata); EntropyLensError in one
     line; for a value of the wrong type the suggestion is `fix(example)` (the setting's default), or
     to leave it out where the default is None."""
-    optional, container, kind = _shape(hint)
-    if value is None and optional:
-        return
+    optional, switch, container, kind = _shape(hint)
+    if (value is None and optional) or (switch and isinstance(value, bool)):
+        return  # None where allowed; a switch's own True/False (`bool | int`) has no range
     words = f"a list of {_PLURAL.get(kind, 'values')}" if container is not None else _WORDS.get(kind)
+    if switch:
+        words = f"true, false or {words}"
     if example is None:
         shown = "leave it out for the default"
-    elif example is MISSING or kind is bool:
+    elif example is MISSING or kind is bool or isinstance(example, bool):
         shown = f"give {words}"
     else:
         shown = fix(example)
@@ -205,18 +228,21 @@ def _is(value, kind) -> bool:
     return True  # a type no check is written for
 
 
-def _shape(hint) -> tuple[bool, type | None, Any]:
-    """(None allowed, list/tuple or None, the value's or each element's type) of a field's type hint."""
-    optional = False
+def _shape(hint) -> tuple[bool, bool, type | None, Any]:
+    """(None allowed, True/False allowed beside another type (`bool | int`: a switch that may take a
+    value), list/tuple or None, the value's or each element's type) of a field's type hint."""
+    optional = switch = False
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         args = typing.get_args(hint)
         rest = [a for a in args if a is not type(None)]
         optional = len(rest) < len(args)
+        switch = bool in rest and len(rest) == 2
+        rest = [a for a in rest if a is not bool] if switch else rest
         hint = rest[0] if len(rest) == 1 else None
     origin = typing.get_origin(hint)
     if origin in (list, tuple):
-        return optional, origin, typing.get_args(hint)[0]
-    return optional, None, hint
+        return optional, switch, origin, typing.get_args(hint)[0]
+    return optional, switch, None, hint
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 """Run under torchrun by tests/test_context_parallel.py: `python -m torch.distributed.run --nproc-per-node P
 tests/context_parallel_scans.py CASES.json` scans every case of the JSON list ({"config": ScanConfig
-fields, "out": path}) with --context-parallel, in one launch (one process group for all of them: the
-scans find it initialised and leave it be)."""
+fields, "out": path}) with --context-parallel (all P processes per sequence, or the C of the case's own
+`context_parallel`), in one launch (one process group for all of them: the scans find it initialised and
+leave it be)."""
 
 import json
 import sys
@@ -17,7 +18,8 @@ def main(path: str) -> None:
     dist.init_process_group("gloo")
     try:
         for case in cases:
-            scan(ScanConfig(**case["config"], context_parallel=True), out=case["out"], progress=False)
+            config = ScanConfig(**{"context_parallel": True, **case["config"]})
+            scan(config, out=case["out"], progress=False)
     finally:
         dist.destroy_process_group()
 

@@ -2,12 +2,14 @@
 runs/context_parallel.py) equals the one-process scan to float rounding, over the model kinds the scan
 takes: NoPE, RoPE with GQA, ALiBi (BLOOM), a sliding-window layer, sinks (gpt-oss), per-head scales and a
 schedule, both attention paths, loss-only scans; with 2 and 3 gloo processes (3: uneven chunks) at
-lengths that 2P does not divide. Plus the layout and the one-line refusals."""
+lengths that 2P does not divide, and 4 processes as 2 groups of 2 (--context-parallel 2: the groups split
+the samples). Plus the layout, the flag and the one-line refusals."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -89,39 +91,66 @@ def _torchrun(processes: int, script_args: list[str], *, timeout: int = 600) -> 
 
 
 @pytest.fixture(scope="module")
-def scans(tmp_path_factory):
-    """{(case, P): (one-process result, P-process --context-parallel result)} for P = 2 and 3: the
-    one-process scans here, the sharded ones in one torchrun launch per P."""
+def made(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("context_parallel")
+    return folder, _models(folder)
+
+
+def _launch(folder: Path, models: dict, names, processes: int, tag: str, **fields) -> dict[str, ScanResult]:
+    """{case: its result} of one torchrun launch of `processes` scanning `names` (ScanConfig `fields`
+    added to each case)."""
+    cases = [
+        {"config": {**_config(name, folder, models), **fields}, "out": str(folder / f"{name}-{tag}.npz")}
+        for name in names
+    ]
+    listing = folder / f"cases-{tag}.json"
+    listing.write_text(json.dumps(cases), encoding="utf-8")
+    run = _torchrun(processes, [str(Path(__file__).parent / "context_parallel_scans.py"), str(listing)])
+    assert run.returncode == 0, run.stderr[-4000:]
+    return {name: ScanResult.load(folder / f"{name}-{tag}.npz") for name in names}
+
+
+@pytest.fixture(scope="module")
+def one_process(made):
+    """{case: the one-process scan}, made once for every launch that is compared with it."""
     from entropy_lens.runs.scan import ScanConfig, scan
 
-    folder = tmp_path_factory.mktemp("context_parallel")
-    models = _models(folder)
-    one = {}
-    for name in CASES:
-        config = ScanConfig(**_config(name, folder, models))
-        one[name] = scan(config, out=folder / f"{name}-1.npz", progress=False)
+    folder, models = made
+    cache = {}
+
+    def get(name: str) -> ScanResult:
+        if name not in cache:
+            config = ScanConfig(**_config(name, folder, models))
+            cache[name] = scan(config, out=folder / f"{name}-1.npz", progress=False)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def scans(made, one_process):
+    """{(case, P): (one-process result, P-process --context-parallel result)} for P = 2 and 3: the
+    one-process scans here, the sharded ones in one torchrun launch per P."""
     found = {}
     for processes in (2, 3):
-        cases = [
-            {"config": _config(name, folder, models), "out": str(folder / f"{name}-{processes}.npz")}
-            for name in CASES
-        ]
-        listing = folder / f"cases-{processes}.json"
-        listing.write_text(json.dumps(cases), encoding="utf-8")
-        run = _torchrun(processes, [str(Path(__file__).parent / "context_parallel_scans.py"), str(listing)])
-        assert run.returncode == 0, run.stderr[-4000:]
-        for name in CASES:
-            found[name, processes] = (one[name], ScanResult.load(folder / f"{name}-{processes}.npz"))
+        for name, result in _launch(*made, CASES, processes, str(processes)).items():
+            found[name, processes] = (one_process(name), result)
     return found
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("processes", [2, 3])
-@pytest.mark.parametrize("name", list(CASES))
-def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
-    one, sharded = scans[name, processes]
-    assert sharded.meta["context_parallel"] == sharded.meta["world_size"] == processes
-    assert one.meta["context_parallel"] == one.meta["world_size"] == 1
+GROUP_CASES = ("nope", "rope-gqa-head-scales")
+
+
+@pytest.fixture(scope="module")
+def group_scans(made, one_process):
+    """{case: (one-process result, 4-process --context-parallel 2 result)}: 2 groups of 2 shards, the
+    groups splitting the 3 samples (group 0 a batch of 2, group 1 one sample), in one launch."""
+    found = _launch(*made, GROUP_CASES, 4, "4x2", context_parallel=2)
+    return {name: (one_process(name), result) for name, result in found.items()}
+
+
+def _assert_equal_scans(sharded: ScanResult, one: ScanResult) -> None:
+    """The same numbers to float rounding, the same samples and positions, the same routes."""
     assert sharded.meta["samples"] == one.meta["samples"] == COMMON["samples"]
     assert sharded.meta["attention_path"] == one.meta["attention_path"]  # the same routes ran
     np.testing.assert_array_equal(sharded.count, one.count)
@@ -132,10 +161,30 @@ def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
     assert set(sharded.stats) == set(one.stats)
     for key, values in one.stats.items():
         np.testing.assert_allclose(sharded.stats[key], values, rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize("name", list(CASES))
+def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
+    one, sharded = scans[name, processes]
+    assert sharded.meta["context_parallel"] == sharded.meta["world_size"] == processes
+    assert one.meta["context_parallel"] == one.meta["world_size"] == 1
+    _assert_equal_scans(sharded, one)
     if CASES[name][1].get("stats") == "all":
         assert {"max_prob", "varentropy", "distance", "first_mass"} <= set(one.stats)
     if name == "sinks":
         assert "sink_mass" in one.stats
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GROUP_CASES)
+def test_groups_of_shards_equal_the_one_process_scan(group_scans, name):
+    """torchrun --nproc-per-node 4 ... --context-parallel 2: each sequence over 2 ranks, 2 groups."""
+    one, sharded = group_scans[name]
+    assert (sharded.meta["context_parallel"], sharded.meta["world_size"]) == (2, 4)
+    assert sharded.meta["scan_config"]["context_parallel"] == 2
+    _assert_equal_scans(sharded, one)
 
 
 @pytest.mark.slow
@@ -261,5 +310,134 @@ def test_sweep_and_ppl_shard_their_scans_under_torchrun(tmp_path):
     one, two = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "two.json"))
     assert two["config"]["context_parallel"] is True
     for a, b in zip(one["lengths"], two["lengths"], strict=True):
+        assert a["n_tokens"] == b["n_tokens"]
+        assert b["nll"] == pytest.approx(a["nll"], rel=1e-5)
+
+
+@pytest.mark.parametrize(("size", "degree"), [(1, 1), (4, 1), (4, 2), (4, 4), (6, 2), (6, 3)])
+def test_groups_scan_every_sample_once_over_consecutive_ranks(size, degree):
+    """Sample k goes to group k mod W/C, all C of its consecutive ranks, one shard each, one counting it."""
+    from entropy_lens.runs.distributed import RankGroups, World
+
+    ranks = [RankGroups(World(r, size), degree) for r in range(size)]
+    for k in range(11):
+        holders = [g for g in ranks if k in g.samples(0, 11)]
+        group = k % (size // degree)
+        assert (
+            [g.world.rank for g in holders]
+            == ranks[0].ranks(group)
+            == list(range(group * degree, (group + 1) * degree))
+        )
+        assert [g.shard for g in holders] == list(range(degree))
+        assert [g.first for g in holders] == [True] + [False] * (degree - 1)
+
+
+SUBCOMMANDS = {
+    "scan": ["scan", "tiny-nope", "--len", "16"],
+    "sweep": ["sweep", "tiny-nope", "--len", "16", "--scales", "1.0", "--out", "x"],
+    "ppl": ["ppl", "tiny-nope", "--lens", "16", "32"],
+}
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_the_flag_alone_shards_over_every_rank_and_with_c_over_groups_of_c(command):
+    from entropy_lens.cli import build_parser
+
+    args = SUBCOMMANDS[command]
+    parse = build_parser().parse_args
+    assert parse(args).context_parallel is False
+    assert parse([*args, "--context-parallel"]).context_parallel is True
+    assert parse([*args, "--context-parallel", "2"]).context_parallel == 2
+    assert parse([*args, "--context-parallel", "4", "--samples", "2"]).context_parallel == 4
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_fewer_than_two_shards_is_refused_in_one_line(value, capsys):
+    from entropy_lens.cli import main
+    from entropy_lens.runs.scan import ScanConfig
+
+    assert main([*SUBCOMMANDS["scan"], "--context-parallel", value, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert re.search(
+        rf"--context-parallel must be at least 2 .*\(got {value}\); pass --context-parallel 2 ", err
+    )
+    with pytest.raises(EntropyLensError, match="--context-parallel must be at least 2"):
+        ScanConfig(model="tiny-nope", length=16, context_parallel=int(value))
+
+
+def test_true_in_files_written_before_c_means_every_rank():
+    """Old results hold `context_parallel: true` in their scan_config: the same config as the flag alone,
+    sharding over all the ranks; C is recorded as C, and the default (off) not at all."""
+    from entropy_lens.runs.context_parallel import shard_groups
+    from entropy_lens.runs.distributed import World
+    from entropy_lens.runs.scan import ScanConfig
+
+    old = {"model": "tiny-nope", "length": 16, "samples": 1, "context_parallel": True}
+    config = ScanConfig(**old)
+    assert config.to_dict()["context_parallel"] is True
+    assert shard_groups(config, World(1, 4)).size == 4 and shard_groups(config, World(1, 4)).count == 1
+    assert ScanConfig(**{**old, "context_parallel": 2}).to_dict()["context_parallel"] == 2
+    assert "context_parallel" not in ScanConfig(**{**old, "context_parallel": False}).to_dict()
+    assert shard_groups(ScanConfig(**{**old, "context_parallel": False}), World(1, 4)).size == 1
+
+
+DIVIDE = "pass --context-parallel 2 or 4 (processes per sequence), or launch torchrun --nproc-per-node 3 or"
+REFUSED = {  # (processes, C): what the one line says
+    (4, 3): f"--context-parallel 3 does not cut torchrun's 4 processes into groups of 3; {DIVIDE}",
+    (
+        2,
+        4,
+    ): "--context-parallel 4 does not cut torchrun's 2 processes into groups of 4; pass --context-parallel 2",
+    (1, 2): "torchrun --nproc-per-node P -m entropy_lens ... (P a multiple of 2), or drop --context-parallel",
+}
+
+
+@pytest.mark.parametrize(("processes", "degree"), list(REFUSED))
+def test_a_c_that_does_not_divide_the_processes_is_refused(monkeypatch, tmp_path, processes, degree):
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    _as_rank_0_of(monkeypatch, processes)
+    config = ScanConfig(model="tiny-nope", length=16, samples=1, context_parallel=degree)
+    with pytest.raises(EntropyLensError) as err:
+        scan(config, out=tmp_path / "x.npz", progress=False)
+    assert REFUSED[processes, degree] in str(err.value) and "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_length_shorter_than_two_chunks_per_process_of_a_group_is_refused():
+    """The shortest length is 2C, not 2W: every length of a ppl is checked before any runs."""
+    from entropy_lens.runs.configs import PerplexityConfig
+    from entropy_lens.runs.context_parallel import check_context_parallel
+    from entropy_lens.runs.distributed import World
+    from entropy_lens.runs.scan import ScanConfig
+
+    check_context_parallel(ScanConfig(model="tiny-nope", length=4, context_parallel=2), World(0, 4))
+    for config in (
+        ScanConfig(model="tiny-nope", length=3, context_parallel=2),
+        PerplexityConfig(model="tiny-nope", lengths=(3, 8), stride=1, context_parallel=2),
+    ):
+        with pytest.raises(
+            EntropyLensError, match=r"--len 3 is shorter than the 4 chunks .* pass --len 4 or more"
+        ):
+            check_context_parallel(config, World(0, 4))
+
+
+@pytest.mark.slow
+def test_ppl_in_groups_of_shards_under_torchrun(tmp_path):
+    """`ppl --context-parallel 2` on 4 processes: each length's windows split between 2 groups of 2
+    shards (the groups made and let go once per length, in the one process group), the one-process table."""
+    from entropy_lens.cli import main
+
+    ppl = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
+    assert main([*ppl, "--out", str(tmp_path / "one.json")]) == 0
+    run = _torchrun(
+        4, ["-m", "entropy_lens", *ppl, "--context-parallel", "2", "--out", str(tmp_path / "four.json")]
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("wrote") == 1
+    one, four = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "four.json"))
+    assert four["config"]["context_parallel"] == 2
+    for a, b in zip(one["lengths"], four["lengths"], strict=True):
         assert a["n_tokens"] == b["n_tokens"]
         assert b["nll"] == pytest.approx(a["nll"], rel=1e-5)

@@ -36,7 +36,7 @@ class SequenceShards:
             raise EntropyLensError(
                 f"--len {self.length} is shorter than the {2 * self.size} chunks that --context-parallel "
                 f"cuts a sequence into over {self.size} processes (two per process); pass --len "
-                f"{2 * self.size} or more, or fewer processes"
+                f"{2 * self.size} or more, or fewer processes per sequence"
             )
 
     def bounds(self, chunk: int) -> tuple[int, int]:

@@ -6,7 +6,9 @@ from the parsed flags to a config.
     add_settings(parser, OutputSettings, ("out", "quiet"), required=("out",), helps={"out": "a JSON file"})
 
 Each flag's dest is its field's name, its default the dataclass default (shown in the help), its type
-the field's; a bool field is a switch. `as_overrides=True` makes every default None ("not given"), for
+the field's; a bool field is a switch, a `bool | int` field a switch that may take a number
+(`--context-parallel` alone gives True, `--context-parallel 2` gives 2: nargs="?", the number's range
+checked as it is parsed). `as_overrides=True` makes every default None ("not given"), for
 flags that override a settings file. A command whose flag means something of its own gives its own
 default (`defaults`, as the sweep's --entropy) and its own help line (`helps`, shown as given, so it
 words that default itself): the output flags (`runs.output.OutputSettings`: --out, --resume, --force,
@@ -110,6 +112,8 @@ def add_settings(
             continue
         kwargs["dest"] = name
         kind = _base_type(hints[name])
+        if kind is not bool and bool in typing.get_args(hints[name]):  # bool | int: a switch or a number
+            kwargs.update(nargs="?", const=True)
         if kind is bool and default is None:  # three states (--nope / --no-nope / neither): the checkpoint's
             kwargs.update(action=argparse.BooleanOptionalAction, default=None)
         elif kind is bool:
@@ -163,8 +167,11 @@ def _help(text: str, default, spec: dict) -> str:
 
 
 def _base_type(hint):
-    """int for `int | None`, bool for `bool | None`, the element type's container for lists."""
+    """int for `int | None` and for `bool | int`, bool for `bool | None`, the element type's container for
+    lists."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        if len(args) == 2 and bool in args:
+            args.remove(bool)
         return _base_type(args[0])
     return typing.get_origin(hint) or hint

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.runs.configs import Checkpoint, Loading, Recorded, Scaling
-from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, setting
+from entropy_lens.runs.configs import Checkpoint, Loading, Scaling
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, Recorded, setting
 
 __all__ = ["INSTALL", "EvalConfig", "HarnessModelConfig", "require_lm_eval"]
 

@@ -28,7 +28,7 @@ from typing import ClassVar
 from entropy_lens.choices import BACKENDS, FUSED_MODES, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ENTROPY_REDUCTIONS
-from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, setting
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
 
 __all__ = [
     "STRIDE_FRACTION",
@@ -97,8 +97,13 @@ class Windows:
         help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
         "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
     )
-    context_parallel: bool = setting(
-        False, help="under torchrun: shard each window over the processes (not the samples; docs/scaling.md)"
+    context_parallel: bool | int = setting(  # False: off; True (the flag alone, old files): C = all ranks
+        False,
+        metavar="C",
+        at_least=2,
+        at_most=MAX_COUNT,
+        help="under torchrun: shard each window over all the processes (the flag alone), or over groups of "
+        "C consecutive processes that split the windows (C divides the process count; docs/scaling.md)",
     )
 
 
@@ -135,21 +140,6 @@ class Scaling(PositionScaling):
         parse_schedule(self.scale_schedule)
 
 
-class Recorded:
-    """`to_dict()`: the fields as results and caches record them. Fields added after a release (ADDED)
-    appear only when they differ from their default, so what was written before them still matches."""
-
-    ADDED: ClassVar[tuple[str, ...]] = ()
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name in self.ADDED:
-            if d[name] == defaults[name]:
-                del d[name]
-        return d
-
-
 SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its files are ~1/heads the size
 
 
@@ -158,7 +148,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     """Everything that determines a scan's numbers (saved in the results' meta)."""
 
     ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride", "stats", "first_keys")
-    ADDED += ("context_parallel",)
+    ADDED += ("context_parallel",)  # true (all ranks) in files written before C, as the flag alone still
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
     )

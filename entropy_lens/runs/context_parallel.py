@@ -1,66 +1,113 @@
 """`--context-parallel`: a scan whose every sequence is sharded over torchrun's processes.
 
-    torchrun --nproc-per-node P -m entropy_lens scan CKPT --len T --context-parallel
+    torchrun --nproc-per-node W -m entropy_lens scan CKPT --len T --context-parallel      # C = W
+    torchrun --nproc-per-node W -m entropy_lens scan CKPT --len T --context-parallel C    # C divides W
 
-All P ranks scan every sample together: rank r runs the model on its two chunks of the sequence
-(capture/context.py: the layout, and the attention layers that all-gather K and V), computes the
-loss of its own positions (the next-token label of a chunk's last position is the token after it,
-which every rank holds: each reads the whole sample), and its sums hold only the positions it owns;
-the sums are then all-reduced as for a data-parallel scan, so each position is counted once and the
-sample count once (by rank 0). The results equal the one-process scan's to float rounding
-(tests/test_context_parallel.py).
+The W ranks form W/C groups of C consecutive ranks (runs/distributed.py `RankGroups`; the flag alone:
+one group of all W). Group g scans the samples k with k mod W/C = g (the same global list of windows
+for any W), all its C ranks every one of them together: shard rank s = rank mod C runs the model on
+its two chunks of the sequence (capture/context.py: the layout, and the attention layers that
+all-gather K and V, here over the group's own process group), computes the loss of its own positions
+(the next-token label of a chunk's last position is the token after it, which every rank holds: each
+reads the whole sample), and its sums hold only the positions it owns; the sums are then all-reduced
+over the whole world as for a data-parallel scan, so each position of each sample is counted once and
+each sample once (by its group's first rank). The results equal the one-process scan's to float
+rounding (tests/test_context_parallel.py).
 
-    exchange = all_gather_shards                 # torch.distributed's all_gather, any dtype, uneven T
-    check_context_parallel(config, world)        # the one-line refusals, before the model loads
-    capture = EntropyRecorder(model, ..., context=ShardedSequence(shards_of(world, T), exchange))
-    nll, positions = sharded_batch(model, ids, capture)   # this rank's loss and its positions
+    groups = shard_groups(config, world)          # this rank's group of C (C = 1 without the flag)
+    check_context_parallel(config, world)         # the one-line refusals, before the model loads
+    with group_exchange(groups) as exchange:      # all_gather_shards over the group: any dtype, uneven T
+        capture = EntropyRecorder(model, ..., context=ShardedSequence(shards_of(groups, T), exchange))
+        nll, positions = sharded_batch(model, ids, capture)   # this rank's loss and its positions
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from entropy_lens.capture import forward_hidden, next_token_nll
 from entropy_lens.capture.recorder import check_shardable, takes_positions
-from entropy_lens.capture.shards import SequenceShards
+from entropy_lens.capture.shards import Exchange, SequenceShards
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.runs.distributed import World
+from entropy_lens.runs.distributed import RankGroups, World
 from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 
 __all__ = [
     "all_gather_shards",
     "check_context_parallel",
     "check_shardable",
+    "group_exchange",
+    "shard_groups",
     "sharded_batch",
     "shards_of",
 ]
 
 
+def shard_groups(config, w: World) -> RankGroups:
+    """The ranks' groups: `config.context_parallel` True (the flag alone, and the files written before C
+    existed) is one group of all W ranks, C groups of C, False groups of one (the ranks split the
+    samples). `config` is a ScanConfig or a PerplexityConfig."""
+    cp = getattr(config, "context_parallel", False)
+    return RankGroups(w, w.size if cp is True else cp or 1)
+
+
 def check_context_parallel(config, w: World) -> None:
-    """The refusals that need no model: --context-parallel outside torchrun, a length shorter than two
-    chunks per process."""
-    if not getattr(config, "context_parallel", False):
+    """The refusals that need no model: --context-parallel outside torchrun, a C that does not divide
+    the processes into groups, a length shorter than two chunks per process of a group. (C < 2 is
+    refused where the config is made: its setting's range.)"""
+    cp = getattr(config, "context_parallel", False)
+    if cp is False:
         return
     if w.size < 2:
+        many = "P >= 2" if cp is True else f"P a multiple of {cp}"
         raise EntropyLensError(
             "--context-parallel shards each sequence over torchrun's processes; launch with "
-            "torchrun --nproc-per-node P -m entropy_lens ... (P >= 2), or drop --context-parallel"
+            f"torchrun --nproc-per-node P -m entropy_lens ... ({many}), or drop --context-parallel"
+        )
+    if w.size % shard_groups(config, w).size:
+        divisors = " or ".join(str(c) for c in range(2, w.size + 1) if w.size % c == 0)
+        raise EntropyLensError(
+            f"--context-parallel {cp} does not cut torchrun's {w.size} processes into groups of {cp}; "
+            f"pass --context-parallel {divisors} (processes per sequence), or launch torchrun "
+            f"--nproc-per-node {cp} or a multiple of it"
         )
     for length in getattr(config, "lengths", None) or (config.length,):
-        SequenceShards(w.rank, w.size, length)  # refuses a length shorter than 2P
+        shards_of(shard_groups(config, w), length)  # refuses a length shorter than 2C
 
 
-def shards_of(w: World, length: int) -> SequenceShards:
-    """This rank's shard of a `length`-position sequence: all ranks shard every sequence."""
-    return SequenceShards(w.rank, w.size, length)
+def shards_of(groups: RankGroups, length: int) -> SequenceShards:
+    """This rank's shard of a `length`-position sequence, of its group's `groups.size` shards."""
+    return SequenceShards(groups.shard, groups.size, length)
 
 
-def all_gather_shards(local: torch.Tensor, lengths: Sequence[int]) -> list[torch.Tensor]:
-    """Every rank's `local` (B, H, T_r, D), T_r = lengths[r], in rank order, by one all_gather of the
-    bytes (gloo and NCCL alike, any dtype), padded to the longest T_r and cut back."""
+@contextmanager
+def group_exchange(groups: RankGroups) -> Iterator[Exchange | None]:
+    """`all_gather_shards` over this rank's group while the block runs: None where groups are of one rank
+    (nothing sharded); over the default process group where one group holds every rank; else over one
+    `new_group` per group (torch.distributed wants every rank to create every group, in the same order),
+    this rank's own destroyed on exit (a sweep or ppl scans many times in one process group)."""
+    if groups.size == 1 or groups.count == 1:
+        yield None if groups.size == 1 else all_gather_shards
+        return
+    import torch.distributed as dist
+
+    made = [dist.new_group(groups.ranks(g)) for g in range(groups.count)]
+    mine = made[groups.index]
+    try:
+        yield functools.partial(all_gather_shards, group=mine)
+    finally:
+        dist.destroy_process_group(mine)
+
+
+def all_gather_shards(local: torch.Tensor, lengths: Sequence[int], *, group=None) -> list[torch.Tensor]:
+    """Every rank's `local` (B, H, T_r, D), T_r = lengths[r], in the order of the ranks of `group`
+    (None: the default group), by one all_gather of the bytes (gloo and NCCL alike, any dtype), padded
+    to the longest T_r and cut back."""
     import torch.distributed as dist
 
     longest = max(lengths)
@@ -69,7 +116,7 @@ def all_gather_shards(local: torch.Tensor, lengths: Sequence[int]) -> list[torch
         local = torch.cat([local, local.new_zeros(*local.shape[:2], pad, *local.shape[3:])], dim=2)
     raw = local.contiguous().view(torch.uint8)
     pieces = [torch.empty_like(raw) for _ in lengths]
-    dist.all_gather(pieces, raw)
+    dist.all_gather(pieces, raw, group=group)
     return [p.view(local.dtype)[:, :, :n] for p, n in zip(pieces, lengths, strict=True)]
 
 
@@ -77,7 +124,8 @@ def sharded_batch(model, ids: torch.Tensor, capture) -> tuple[torch.Tensor, np.n
     """One batch of a context-parallel scan: the decoder on this rank's positions of ids (B, T)[:, :-1]
     (with their true position ids) inside `capture` (a ScaleSession or EntropyRecorder whose session
     holds this rank's `ShardedSequence`) -> (the loss (B, T_local) of those positions, the positions
-    (T_local,) int64). Every rank calls it for the same batch: each attention layer all-gathers K and V."""
+    (T_local,) int64). Every rank of the group calls it for the same batch: each attention layer
+    all-gathers K and V."""
     positions = capture.session.context.shards.positions(ids.device)
     local, targets = ids[:, :-1][:, positions], ids[:, 1:][:, positions]
     kwargs = {"position_ids": positions[None]} if takes_positions(model) else {}

@@ -2,7 +2,9 @@
 
 torchrun sets WORLD_SIZE, RANK and LOCAL_RANK. A scan then gives sample k to rank k mod N (the
 same global list of windows for any N), each rank sums its samples in float64, the sums and counts
-are all-reduced, and rank 0 alone writes the results file and prints. The backend is gloo on CPU
+are all-reduced, and rank 0 alone writes the results file and prints. With --context-parallel C the
+ranks form N/C groups of C consecutive ranks (`RankGroups`): sample k goes to group k mod N/C, whose
+ranks each scan one shard of it (runs/context_parallel.py). The backend is gloo on CPU
 and nccl on CUDA (rank r uses cuda:LOCAL_RANK). A scan of N processes equals the 1-process scan up
 to float64 rounding of the order of the sums.
 """
@@ -19,6 +21,7 @@ import torch
 from entropy_lens.errors import EntropyLensError
 
 __all__ = [
+    "RankGroups",
     "World",
     "all_reduce_sum",
     "broadcast_object",
@@ -42,6 +45,42 @@ class World:
     def samples(self, start: int, stop: int) -> list[int]:
         """This rank's sample indices in [start, stop)."""
         return [k for k in range(start, stop) if k % self.size == self.rank]
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """The world's W ranks as W/C groups of `size` = C consecutive ranks: group g holds ranks gC … gC + C − 1
+    and scans the samples k with k mod W/C = g, each of its ranks one shard of every sample (shard =
+    rank mod C). C = 1: every rank alone, the ranks splitting the samples; C = W: one group."""
+
+    world: World
+    size: int = 1
+
+    @property
+    def index(self) -> int:
+        """This rank's group."""
+        return self.world.rank // self.size
+
+    @property
+    def count(self) -> int:
+        return self.world.size // self.size
+
+    @property
+    def shard(self) -> int:
+        """This rank's place in its group."""
+        return self.world.rank % self.size
+
+    @property
+    def first(self) -> bool:
+        """Whether this rank is its group's first (it counts the group's samples)."""
+        return self.shard == 0
+
+    def ranks(self, group: int) -> list[int]:
+        return list(range(group * self.size, (group + 1) * self.size))
+
+    def samples(self, start: int, stop: int) -> list[int]:
+        """This rank's group's sample indices in [start, stop)."""
+        return World(self.index, self.count).samples(start, stop)
 
 
 def world() -> World:

@@ -13,8 +13,10 @@ here): the paper's S = 256 at L = 2048. The lengths are the caller's: the paper'
 `scan` may be any callable taking a ScanConfig and returning a ScanResult (the figures pass their
 cached scan); the default runs `runs.scan.scan` and writes nothing. Under torchrun every rank runs every
 length (one process group for all of them): the ranks split each length's windows, or with
-`context_parallel` (--context-parallel) shard each window (runs/context_parallel.py). The longest length runs first:
-it fills the fewest windows, so a text too short for `samples` is refused before any forward pass.
+`context_parallel` (--context-parallel) shard each window, or with --context-parallel C shard each
+window over a group of C ranks, the groups splitting the windows (runs/context_parallel.py). The longest
+length runs first: it fills the fewest windows, so a text too short for `samples` is refused before any
+forward pass.
 """
 
 from __future__ import annotations

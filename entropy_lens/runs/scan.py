@@ -36,7 +36,7 @@ from entropy_lens.capture import (
     next_token_nll,
 )
 from entropy_lens.capture.fused import PathChoices
-from entropy_lens.capture.shards import SequenceShards, ShardedSequence
+from entropy_lens.capture.shards import Exchange, SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
@@ -45,13 +45,14 @@ from entropy_lens.progress import progress_bar
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.context_parallel import (
-    all_gather_shards,
     check_context_parallel,
     check_shardable,
+    group_exchange,
+    shard_groups,
     sharded_batch,
     shards_of,
 )
-from entropy_lens.runs.distributed import World, process_group, rank_device, world
+from entropy_lens.runs.distributed import RankGroups, World, process_group, rank_device, world
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
@@ -100,8 +101,9 @@ def scan(
         if output.path is not None and run.world.size == 1:
             checkpoint = _Checkpoint(output.partial, sums, run, started, checkpoint_every_s)
         with process_group(run.world, run.device):
-            _loop(run, sums, checkpoint, progress)
-            sums.all_reduce(run.world)
+            with group_exchange(run.groups) as exchange:  # None unless --context-parallel
+                _loop(run, sums, checkpoint, progress, exchange)
+            sums.all_reduce(run.world)  # the whole world's: each group's ranks hold disjoint positions
         result = sums.result(run.meta(sums, started), config.entropy)
         if main and output.path is not None:
             _write(result, output.path, checkpoint)
@@ -168,9 +170,9 @@ class Run:
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
     backend: str  # --backend, checked for the device; sums.backends says which kernels ran
+    groups: RankGroups  # torchrun's ranks in groups that split the samples (one rank each without sharding)
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
-    shards: SequenceShards | None = None  # --context-parallel: this rank's shard of every sequence
 
     @classmethod
     def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
@@ -205,10 +207,13 @@ class Run:
         resolve_backend(config.backend, device)  # refused here if this device cannot run it
         backend = config.backend  # "auto" stays: kernels.plan picks per route
         schedule = variant_schedule(config, lm)
-        shards = shards_of(w, config.length) if config.context_parallel else None
-        return cls(
-            config, w, device, dtype, lm, scales, scale_source, chunks, backend, schedule, shards=shards
-        )
+        groups = shard_groups(config, w)
+        return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, groups, schedule)
+
+    @property
+    def shards(self) -> SequenceShards | None:
+        """--context-parallel: this rank's shard of its group's sequences (None without it)."""
+        return shards_of(self.groups, self.config.length) if self.config.context_parallel else None
 
     @property
     def identity(self) -> dict:
@@ -219,8 +224,10 @@ class Run:
             "chunks": self.chunks.indices,
         }
 
-    def capture(self) -> ScaleSession:
-        """The context manager a batch runs in: scales only (--entropy none) or scales + recording."""
+    def capture(self, exchange: Exchange | None = None) -> ScaleSession:
+        """The context manager a batch runs in: scales only (--entropy none) or scales + recording; a
+        sharded run's `exchange` all-gathers over this rank's group (`group_exchange`)."""
+        shards = self.shards
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
         c = self.config
         return kind(
@@ -232,7 +239,7 @@ class Run:
             choices=self.choices,
             stats=c.row_stats(),
             first_keys=c.first_keys,
-            context=None if self.shards is None else ShardedSequence(self.shards, all_gather_shards),
+            context=None if shards is None else ShardedSequence(shards, exchange),
         )
 
     def decided(self) -> dict:
@@ -299,12 +306,15 @@ class Run:
         }
 
 
-def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bool) -> None:
+def _loop(
+    run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bool, exchange: Exchange | None
+) -> None:
     """This rank's samples not yet in `sums`, in batches; `checkpoint` (None: never) every so often
-    and on Ctrl-C."""
+    and on Ctrl-C; `exchange`: a sharded run's all-gather over the group."""
     c = run.config
-    # ranks split the samples, or with --context-parallel all scan each sample, one shard each
-    todo = list(range(sums.samples, c.samples)) if run.shards else run.world.samples(sums.samples, c.samples)
+    # the groups split the samples (without --context-parallel each rank is a group), and a group's
+    # ranks all scan each of its samples, one shard each
+    todo = run.groups.samples(sums.samples, c.samples)
     bar = progress_bar(
         total=len(todo) * c.length,
         unit="tok",
@@ -315,12 +325,12 @@ def _loop(run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bo
     try:
         for b in range(0, len(todo), c.batch_size):
             ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
-            capture = run.capture()
+            capture = run.capture(exchange)
             if run.shards is None:
                 sums.add(capture, scan_batch(run.lm.model, ids, capture))
-            else:  # this rank's positions; the batch's samples counted once, by rank 0
+            else:  # this rank's positions; the batch's samples counted once, by the group's first rank
                 nll, positions = sharded_batch(run.lm.model, ids, capture)
-                sums.add(capture, nll, positions=positions, samples=run.world.main)
+                sums.add(capture, nll, positions=positions, samples=run.groups.first)
             bar.update(ids.shape[0] * c.length)
             if checkpoint is not None:
                 checkpoint.every_so_often()

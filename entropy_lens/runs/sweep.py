@@ -13,9 +13,10 @@ file is scanned again, each said in a line). Entropy is stored averaged over eac
 heads by default (`entropy="mean"`): [layers, heads, T] for 100 scales at 16K would be ~4.6 GB;
 `entropy="heads"` keeps everything and `entropy="none"` skips the entropy pass (loss only).
 
-Under torchrun with `context_parallel` (--context-parallel) every rank scans every scale, each
-sequence sharded over the ranks (runs/context_parallel.py): rank 0 alone keeps the folder (lock,
-index, files) and tells the others which scales to scan; one process group serves all the scans.
+Under torchrun with `context_parallel` (--context-parallel [C]) every rank scans every scale, each
+sequence sharded over all the ranks, or over a group of C of them, the groups splitting the samples
+(runs/context_parallel.py): rank 0 alone keeps the folder (lock, index, files) and tells the others
+which scales to scan; one process group serves all the scans.
 
 Every scale reloads the model through `scan`, which costs ~1 s for a 1B model: small against a
 scan at 16K; the token chunks are cached in-process, so every scale sees the same samples.
@@ -88,12 +89,12 @@ def sweep(
     if w.size > 1 and not config.context_parallel:
         raise EntropyLensError(
             "sweep runs in one process; run it without torchrun, or pass --context-parallel to shard "
-            "each sequence over torchrun's processes"
+            "each sequence over torchrun's processes (--context-parallel C: over groups of C of them)"
         )
     check_context_parallel(config, w)
     check_folder_target(out_dir)
     with command_group(config.device, w):
-        if not w.main:  # the scales rank 0 scans, each sequence sharded over all ranks
+        if not w.main:  # the scales rank 0 scans, each sequence sharded over a group of ranks
             for s in broadcast_object(None):
                 scan(dataclasses.replace(config, scale=s), progress=False)
             return out_dir
