@@ -1,21 +1,24 @@
 """One sequence on one process against the same sequence sharded over P (--context-parallel), on CPU.
 
     python benchmarks/context_parallel_cpu.py [--model smollm2] [--len 16384] [--samples 1] [--processes 2]
-                                              [--baseline-len 512] [--out benchmarks/results/context_parallel_cpu.json]
+                                              [--out benchmarks/results/context_parallel_cpu.json]
     python benchmarks/context_parallel_cpu.py --device cuda --processes 4 --len 131072   # GPUs (gpu_checks.sh)
 
 Runs `entropy-lens scan MODEL --len T` twice in fresh processes, with the same cores: 1 process x P threads
 (`--threads P`), then P processes x 1 thread under torchrun (`--threads 1 --context-parallel`, gloo). Each
-process reports its own wall time and peak resident memory (ru_maxrss); the scan's own wall time
-(model loading included, imports not) comes from its results file. Each configuration also scans
-`--baseline-len` tokens, so the table separates what grows with T from what every process holds anyway
-(Python, torch, transformers, the weights, a loss chunk), and sets both beside the memory model of
-runs/memory_model.py (docs/scaling.md): modelled peak(T) − peak(baseline) against the measured one. The
-two scans' entropy and loss are compared too (their largest difference). The issue's goals: each rank's
-peak at most 0.6x the one process's, wall time at most 1.2x. Prints a table and writes JSON.
+process reports its wall time and three memory figures: what it holds when the scan's batches begin
+(`fixed`: Python, torch, transformers, the weights, the float64 sums; every rank holds all of it), the
+peak during the batches (the peak is reset there, Linux's /proc/self/clear_refs, so nothing before the
+batches counts), and the whole process's peak (ru_maxrss, loading included). `growth` = batches' peak −
+fixed is what the forward and the loss add: the part sharding can shrink, set beside the memory model of
+runs/memory_model.py (docs/scaling.md, its `activations`). The scan's own wall time (model loading
+included, imports not) comes from its results file; the two scans' entropy and loss are compared (their
+largest difference). The issue's goals: each rank's peak at most 0.6x the one process's, wall time at most
+1.2x. Prints a table and writes JSON.
 
-`--device cuda` runs the same on GPUs: one process on one GPU against P processes on P GPUs (nccl), each
-rank's peak then its device's `max_memory_allocated` (modelled in bfloat16, without the host's sums).
+`--device cuda` runs the same on GPUs: one process on one GPU against P processes on P GPUs (nccl), the
+memory figures then the device's allocated bytes (`memory_allocated`, `max_memory_allocated` after
+`reset_peak_memory_stats`), modelled in bfloat16.
 """
 
 from __future__ import annotations
@@ -39,20 +42,72 @@ MODEL_SHAPES = {"smollm2": "SmolLM2-135M"}  # bundled name -> runs.memory_model.
 
 
 def worker(report: str, scan_args: list[str]) -> int:
-    """Inside each measured process: the scan as the CLI runs it, then this process's report."""
+    """Inside each measured process: the scan as the CLI runs it, then this process's report: its memory
+    when the scan's batches begin (`fixed`: Python, torch, the weights, the sums), the peak during the
+    batches (`batches_peak`, after resetting the peak there: Linux's clear_refs) and the whole process's
+    peak (`peak`)."""
+    import entropy_lens.runs.scan as scan_module
     from entropy_lens.cli import main as cli
 
+    memory = {}
+    loop = scan_module._loop
+
+    def measured_loop(*args, **kwargs):
+        memory["fixed"], memory["before_peak"] = _reset_peak()
+        try:
+            return loop(*args, **kwargs)
+        finally:
+            memory["batches_peak"] = _peak()
+
+    scan_module._loop = measured_loop
     started = time.perf_counter()
     code = cli(scan_args)
     rank = int(os.environ.get("RANK", "0"))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        peak = torch.cuda.max_memory_allocated()  # this rank's GPU (the scan set it current)
-    record = {"rank": rank, "code": code, "process_s": time.perf_counter() - started, "peak_bytes": peak}
+    record = {
+        "rank": rank,
+        "code": code,
+        "process_s": time.perf_counter() - started,
+        "peak_bytes": max(memory["before_peak"], _peak()),
+        "fixed_bytes": memory["fixed"],
+        "batches_peak_bytes": memory["batches_peak"],
+    }
     Path(report, f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
     return code
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _peak() -> int:
+    """The peak since the last reset: this rank's GPU's allocated bytes, or the process's resident bytes."""
+    import torch
+
+    if _cuda():
+        return torch.cuda.max_memory_allocated()  # this rank's GPU (the scan set it current)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _reset_peak() -> tuple[int, int]:
+    """(the memory in use now, the peak so far), the peak then reset to the memory in use."""
+    import torch
+
+    if _cuda():
+        now, before = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        return now, before
+    before = _peak()
+    with open("/proc/self/status", encoding="ascii") as f:
+        now = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+    try:
+        Path("/proc/self/clear_refs").write_text("5", encoding="ascii")  # VmHWM (and ru_maxrss) := VmRSS
+    except OSError as err:
+        raise SystemExit(
+            f"cannot reset the peak RSS ({err}): this benchmark needs Linux's /proc/self/clear_refs"
+        )
+    return now, before
 
 
 def _free_port() -> int:
@@ -96,6 +151,7 @@ def run(
     from entropy_lens.results import ScanResult
 
     result = ScanResult.load(out)
+    mb = 2**20
     return {
         "len": length,
         "processes": processes if sharded else 1,
@@ -103,24 +159,28 @@ def run(
         "context_parallel": result.meta["context_parallel"],
         "scan_s": result.meta["wall_time_s"],
         "launch_s": wall,
-        "peak_mb": [r["peak_bytes"] / 2**20 for r in ranks],
+        "peak_mb": [r["peak_bytes"] / mb for r in ranks],
+        "fixed_mb": [r["fixed_bytes"] / mb for r in ranks],
+        "growth_mb": [(r["batches_peak_bytes"] - r["fixed_bytes"]) / mb for r in ranks],
         "attention_path": result.meta["attention_path"],
         "result": result,
     }
 
 
-def modelled_mb(model: str, length: int, processes: int, device: str = "cpu") -> float | None:
-    """runs.memory_model's peak for one rank, the sharded sdpa term included (`--fused auto` tries the
-    sdpa route on the first layers): on CPU float32 and with the host's sums (resident memory), on CUDA
-    bfloat16 and without them."""
+def modelled_growth_mb(model: str, length: int, processes: int, device: str = "cpu") -> float | None:
+    """runs.memory_model's `activations` of one rank (what its batches add to its fixed memory), the
+    sharded sdpa term included (`--fused auto` tries the sdpa route on the first layers): float32 on CPU,
+    bfloat16 on CUDA; None for a model whose shape the memory model does not list."""
     from entropy_lens.runs.memory_model import SHAPES, rank_bytes
 
     shape = SHAPES.get(MODEL_SHAPES.get(model, model))
     if shape is None:
         return None
     cpu = device == "cpu"
-    terms = rank_bytes(shape, length, processes, dtype_bytes=4 if cpu else 2, sdpa_output=processes > 1)
-    return (terms["peak"] + (terms["host_sums"] if cpu else 0)) / 2**20
+    terms = rank_bytes(
+        shape, length, processes, dtype_bytes=4 if cpu else 2, sdpa_output=processes > 1, device=device
+    )
+    return terms["activations"] / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,37 +192,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--len", dest="length", type=int, default=16384)
     p.add_argument("--samples", type=int, default=1)
     p.add_argument("--processes", type=int, default=2)
-    p.add_argument("--baseline-len", type=int, default=512)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--out", default="benchmarks/results/context_parallel_cpu.json")
     args = p.parse_args(argv)
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for sharded in (False, True):
-            for length in (args.baseline_len, args.length):
-                rows.append(
-                    run(args.model, length, args.samples, args.processes, sharded, Path(tmp), args.device)
-                )
+        rows = [
+            run(args.model, args.length, args.samples, args.processes, sharded, Path(tmp), args.device)
+            for sharded in (False, True)
+        ]
     import numpy as np
 
-    one, cp = rows[1].pop("result"), rows[3].pop("result")
+    one, cp = (r.pop("result") for r in rows)
     for r in rows:
-        r.pop("result", None)
-        r["modelled_mb"] = modelled_mb(args.model, r["len"], r["processes"], args.device)
-    for base, full in ((rows[0], rows[1]), (rows[2], rows[3])):
-        full["growth_mb"] = max(full["peak_mb"]) - max(base["peak_mb"])
-        if full["modelled_mb"] is not None:
-            full["modelled_growth_mb"] = full["modelled_mb"] - base["modelled_mb"]
+        r["modelled_growth_mb"] = modelled_growth_mb(args.model, r["len"], r["processes"], args.device)
     summary = {
-        "rank_peak_over_one": max(rows[3]["peak_mb"]) / rows[1]["peak_mb"][0],
-        # None where the one process's peak did not grow above the short scan's (toy sizes): no ratio
-        "growth_over_one": rows[3]["growth_mb"] / rows[1]["growth_mb"] if rows[1]["growth_mb"] > 0 else None,
-        "scan_s_over_one": rows[3]["scan_s"] / rows[1]["scan_s"],
-        "launch_s_over_one": rows[3]["launch_s"] / rows[1]["launch_s"],
+        "rank_peak_over_one": max(rows[1]["peak_mb"]) / rows[0]["peak_mb"][0],
+        # what a rank holds before its first batch, against the one process's peak: no P goes below it
+        "rank_fixed_over_one_peak": max(rows[1]["fixed_mb"]) / rows[0]["peak_mb"][0],
+        # None where the one process's batches added nothing measurable (toy sizes): no ratio
+        "growth_over_one": max(rows[1]["growth_mb"]) / rows[0]["growth_mb"][0]
+        if rows[0]["growth_mb"][0] > 0
+        else None,
+        "scan_s_over_one": rows[1]["scan_s"] / rows[0]["scan_s"],
+        "launch_s_over_one": rows[1]["launch_s"] / rows[0]["launch_s"],
         "max_abs_entropy_difference": float(np.abs(cp.entropy - one.entropy).max()),
         "max_abs_loss_difference": float(np.abs(cp.loss - one.loss).max()),
         "goals": {"rank_peak_over_one": 0.6, "scan_s_over_one": 1.2},
     }
+    summary["text"] = summary_line(summary)  # the README's sentence (benchmarks/readme_tables.py)
     print(table(args, rows, summary))
     import torch
 
@@ -170,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "context_parallel_cpu",
         "model": args.model,
         "device": args.device,
-        "peak": "ru_maxrss (resident memory)" if args.device == "cpu" else "torch.cuda.max_memory_allocated",
+        "memory": "resident (VmRSS, ru_maxrss)" if args.device == "cpu" else "torch.cuda allocated bytes",
         "samples": args.samples,
         "cpu_count": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
@@ -184,51 +241,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def mbs(values: list[float]) -> str:
+    return ", ".join(f"{mb:,.0f}" for mb in values)
+
+
 def table(args, rows: list[dict], summary: dict) -> str:
-    what = "peak RSS MB per rank" if args.device == "cpu" else "peak GPU MB per rank"
     against = (
         f"{os.cpu_count()} cores: 1 process x {args.processes} threads against {args.processes} processes x 1 thread"
         if args.device == "cpu"
         else f"1 GPU against {args.processes} GPUs"
     )
     lines = [
-        f"{args.model}, {args.samples} sample(s), {against} (--context-parallel)",
         (
-            f"{'len':>7}{'processes':>10}{'threads':>8}{'scan s':>9}{'launch s':>10}  {what:<24}"
-            f"{'modelled MB':>12}{'growth MB':>11}{'modelled':>10}"
+            f"{args.model}, {args.length:,} tokens, {args.samples} sample(s), "
+            f"{against} (--context-parallel); MB per rank"
+        ),
+        (
+            f"{'processes':>10}{'threads':>8}{'scan s':>9}{'launch s':>10}  {'fixed':<14}{'growth':<14}"
+            f"{'modelled':>9}  {'peak':<14}"
         ),
     ]
     for r in rows:
-        peaks = ", ".join(f"{mb:,.0f}" for mb in r["peak_mb"])
-        modelled = "" if r["modelled_mb"] is None else f"{r['modelled_mb']:,.0f}"
-        growth = f"{r['growth_mb']:,.0f}" if "growth_mb" in r else ""
-        m_growth = f"{r['modelled_growth_mb']:,.0f}" if "modelled_growth_mb" in r else ""
+        modelled = "" if r["modelled_growth_mb"] is None else f"{r['modelled_growth_mb']:,.0f}"
         lines.append(
-            f"{r['len']:>7}{r['processes']:>10}{r['threads'] or '':>8}{r['scan_s']:>9.1f}{r['launch_s']:>10.1f}  "
-            f"{peaks:<24}{modelled:>12}{growth:>11}{m_growth:>10}"
+            f"{r['processes']:>10}{r['threads'] or '':>8}{r['scan_s']:>9.1f}{r['launch_s']:>10.1f}  "
+            f"{mbs(r['fixed_mb']):<14}{mbs(r['growth_mb']):<14}{modelled:>9}  {mbs(r['peak_mb']):<14}"
         )
-    s = summary
+    lines.append(summary["text"])
     lines.append(
-        f"at {args.length}: each rank's peak / one process's {s['rank_peak_over_one']:.2f} (goal <= 0.6), "
-        f"growth above {args.baseline_len} tokens {growth_ratio(s)}; scan time "
-        f"{s['scan_s_over_one']:.2f}x (goal <= 1.2), launch to exit {s['launch_s_over_one']:.2f}x; "
-        f"largest difference: entropy {s['max_abs_entropy_difference']:.2g}, loss "
-        f"{s['max_abs_loss_difference']:.2g} nats"
-    )
-    lines.append(
-        "modelled: runs/memory_model.py's peak (CPU: float32, + the host sums, without the process's fixed part; "
-        "CUDA: bfloat16)"
+        "fixed: held when the batches begin; growth: the batches' peak above it (modelled: runs/memory_model.py's "
+        "activations); peak: the whole process's"
     )
     return "\n".join(lines)
 
 
-def growth_ratio(summary: dict) -> str:
-    """The sharded growth over the one process's, or why there is none."""
-    ratio = summary["growth_over_one"]
+def summary_line(s: dict) -> str:
+    """The goals against the measurement, in one sentence."""
+    growth = (
+        "undefined (the one process's batches added nothing measurable)"
+        if s["growth_over_one"] is None
+        else f"{s['growth_over_one']:.2f}"
+    )
     return (
-        "undefined (the one process's peak did not grow above the short scan's)"
-        if ratio is None
-        else f"{ratio:.2f}"
+        f"Each rank's peak / the one process's: {s['rank_peak_over_one']:.2f} (goal ≤ 0.6; what a rank holds "
+        f"before its first batch is already {s['rank_fixed_over_one_peak']:.2f} of it); growth: {growth}; "
+        f"scan time: {s['scan_s_over_one']:.2f}× (goal ≤ 1.2); largest difference of the two scans: entropy "
+        f"{s['max_abs_entropy_difference']:.2g}, loss {s['max_abs_loss_difference']:.2g} nats."
     )
 
 

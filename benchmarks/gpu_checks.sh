@@ -36,7 +36,7 @@ for s in "${stages[@]}"; do
         echo "context: skipped, $gpus GPU (--context-parallel needs 2 or more)"
       else
         "$PY" benchmarks/context_parallel_cpu.py --device cuda --processes "$gpus" --len "${CONTEXT_LEN:-131072}" \
-          --baseline-len 4096 --out "$OUT_DIR/context_parallel_gpu.json" || status=1
+          --out "$OUT_DIR/context_parallel_gpu.json" || status=1
       fi ;;
     *) echo "unknown stage '$s': choose from tests static short long context" >&2; exit 2 ;;
   esac

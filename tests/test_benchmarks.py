@@ -189,28 +189,32 @@ def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
 def test_readme_tables_are_the_benchmarks_json(benchmark_script):
     """Every performance table in the README is made from a results JSON, never typed."""
     readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")
-    for name, table in benchmark_script("readme_tables").tables().items():
+    tables = benchmark_script("readme_tables").tables()
+    for name, table in tables.items():
         assert table in readme, f"regenerate the {name} table: python benchmarks/readme_tables.py"
+    scaling = (BENCH.parent / "docs" / "scaling.md").read_text(encoding="utf-8")  # its memory model's check
+    assert tables["context_parallel_cpu"] in scaling, (
+        "copy the context_parallel_cpu table into docs/scaling.md"
+    )
 
 
 @pytest.mark.slow
 def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path, benchmark_script):
-    """benchmarks/context_parallel_cpu.py at a toy size: both configurations at both lengths, each rank's
-    peak, the same numbers from both scans, and the README table made from its JSON."""
+    """benchmarks/context_parallel_cpu.py at a toy size: both configurations, each rank's fixed memory,
+    growth and peak, the same numbers from both scans, and the README table made from its JSON."""
     bench = benchmark_script("context_parallel_cpu")
     out = tmp_path / "context_parallel_cpu.json"
-    argv = ["--model", "tiny-nope", "--len", "40", "--baseline-len", "24", "--out", str(out)]
-    assert bench.main(argv) == 0
+    assert bench.main(["--model", "tiny-nope", "--len", "40", "--out", str(out)]) == 0
     record = json.loads(out.read_text(encoding="utf-8"))
     rows = record["rows"]
-    assert [(r["len"], r["processes"], r["context_parallel"]) for r in rows] == [
-        (24, 1, 1),
-        (40, 1, 1),
-        (24, 2, 2),
-        (40, 2, 2),
-    ]
-    assert [len(r["peak_mb"]) for r in rows] == [1, 1, 2, 2] and min(min(r["peak_mb"]) for r in rows) > 50
+    assert [(r["len"], r["processes"], r["context_parallel"]) for r in rows] == [(40, 1, 1), (40, 2, 2)]
+    for r in rows:
+        assert len(r["peak_mb"]) == len(r["fixed_mb"]) == len(r["growth_mb"]) == r["processes"]
+        assert min(r["fixed_mb"]) > 50 and min(r["growth_mb"]) >= 0
+        assert all(p >= f for p, f in zip(r["peak_mb"], r["fixed_mb"], strict=True))
+        assert r["modelled_growth_mb"] is None  # tiny-nope is not a shape the memory model lists
     assert record["summary"]["max_abs_entropy_difference"] < 1e-4
     assert record["summary"]["max_abs_loss_difference"] < 1e-4
-    assert bench.modelled_mb("smollm2", 16384, 2) > bench.modelled_mb("smollm2", 512, 2) > 0
-    assert "| 40 | 2 × 1 |" in benchmark_script("readme_tables").context_parallel_table(record)
+    big, sharded = (bench.modelled_growth_mb("smollm2", 16384, p) for p in (1, 2))
+    assert big > sharded > 0
+    assert "| 2 × 1 |" in benchmark_script("readme_tables").context_parallel_table(record)

@@ -326,6 +326,31 @@ def test_next_token_nll_matches_full_logits():
     assert torch.allclose(got, want, atol=1e-5)
 
 
+def test_the_loss_chunk_holds_its_logits_budget_and_the_loss_does_not_depend_on_it(monkeypatch):
+    from entropy_lens.capture import loss
+
+    for batch, vocab in ((1, 32000), (1, 49152), (4, 128256), (64, 10**7)):
+        chunk = loss.loss_chunk(batch, vocab)
+        assert chunk >= 1
+        assert chunk == 1 or 4 * batch * chunk * vocab <= loss.LOGITS_BUDGET < 4 * batch * (chunk + 1) * vocab
+    model = make_tiny_model()
+    ids = torch.randint(0, 300, (2, 33), generator=torch.Generator().manual_seed(0))
+    hidden = forward_hidden(model, ids[:, :-1])
+    whole = next_token_nll(model, hidden, ids[:, 1:], chunk=32)
+    vocab = model.get_output_embeddings().out_features
+    monkeypatch.setattr(loss, "LOGITS_BUDGET", 4 * 2 * 3 * vocab)  # three positions of logits per chunk
+    assert loss.loss_chunk(2, vocab) == 3
+    seen = []
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda m, a, out: seen.append(out.shape[1]))
+    try:
+        chunked = next_token_nll(model, hidden, ids[:, 1:])  # the default: loss_chunk's positions
+    finally:
+        handle.remove()
+    assert seen == [3] * 10 + [2]
+    torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-6)
+
+
 class _LogitsAreHidden(torch.nn.Module):
     """A head that hands the hidden states through as logits, so a test can choose them."""
 

@@ -146,3 +146,19 @@ def test_a_window_kept_in_the_mask_alone_is_refused():
         EntropyLensError, match="cannot shard MistralAttention: its sliding window lives in its mask"
     ):
         sharded_attention(session, layer, q, k, k, None, 0.0, {})
+
+
+@pytest.mark.parametrize("padding", ["none", "left"])
+def test_sdpa_rows_in_blocks_with_grouped_keys_equal_one_process(monkeypatch, padding):
+    """The sharded sdpa output (`bottom_right_sdpa`) in blocks of a few rows (MASK_BUDGET), a GQA layer's
+    grouped K and V given to sdpa as they are (CPU), with and without key padding."""
+    from entropy_lens.capture import context
+
+    model = build("llama", SUPPORTED["llama"][0])  # GQA
+    attention = model.model.layers[0].self_attn
+    assert attention.config.num_key_value_heads < attention.config.num_attention_heads
+    ids, mask = ids_and_mask(padding, T=21, pad=4)
+    mask = None if padding == "none" else mask
+    monkeypatch.setattr(context, "MASK_BUDGET", 40)  # 1 to 3 rows of up to 21 keys per block
+    sharded = sharded_forward(model, ids, 2, mask, fused="off")
+    assert_same(sharded, one_process(model, ids, mask, fused="off"), mask)

@@ -78,3 +78,41 @@ def test_a_model_off_the_cpu_or_without_layers_is_not_hooked():
         assert hooked == 0
     with free_heap_returned_per_layer(torch.nn.Linear(2, 2)) as hooked:
         assert hooked == 0
+
+
+CHILD = """
+import torch
+from entropy_lens.runs.memory import LARGE_BLOCK, large_blocks_returned
+
+def anon():
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+
+if {fixed}:
+    assert large_blocks_returned() is True and large_blocks_returned() is True  # once per process
+size = 4 * LARGE_BLOCK
+for _ in range(3):  # blocks of this size freed before: glibc's own threshold rises above them
+    block = torch.ones(size // 4)
+    del block
+block = torch.ones(size // 4)  # float32: `size` bytes, touched
+before = anon()
+del block
+print((before - anon()) / size)
+"""
+
+
+@GLIBC
+def test_large_blocks_are_unmapped_when_freed_after_large_blocks_returned():
+    """With the threshold fixed (runs/memory.py), a freed block of a few MB leaves the resident memory at
+    once; with glibc's own threshold it stays in the heap. In a fresh process each: what the heap holds
+    already decides where a block comes from."""
+    import subprocess
+    import sys
+
+    def returned(fixed: bool) -> float:
+        code = CHILD.format(fixed=fixed)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        return float(done.stdout.strip())
+
+    assert returned(True) >= 0.9
+    assert returned(False) < 0.1

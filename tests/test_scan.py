@@ -164,8 +164,11 @@ def test_a_cpu_scan_returns_the_free_heap_after_each_layer_and_before_the_loss(t
     monkeypatch.setattr(memory, "release_free_heap", lambda: calls.append("layer"))
     monkeypatch.setattr(scan_module, "release_free_heap", lambda: calls.append("release"))
     monkeypatch.setattr(scan_module, "next_token_nll", lambda *a, **k: calls.append("loss") or nll(*a, **k))
+    monkeypatch.setattr(scan_module, "large_blocks_returned", lambda: calls.append("threshold"))
     scan(_config(tiny_dir, samples=4, batch_size=3), progress=False)
-    assert calls == (["layer"] * 2 + ["release", "loss"]) * 2  # the tiny model's 2 layers, 2 batches
+    # once after loading and tokenising (and the mmap threshold fixed), then the tiny model's 2 layers
+    # and the loss of each of 2 batches
+    assert calls == ["release", "threshold"] + (["layer"] * 2 + ["release", "loss"]) * 2
 
 
 @pytest.mark.parametrize("stats", ["entropy", "max_prob,varentropy"])

@@ -1,7 +1,11 @@
 """Per-position next-token loss without holding T × vocab logits.
 
-NLL in nats of token t+1 given tokens <= t, from the final hidden states, `chunk` positions at a
-time: at 16K tokens a 32K vocabulary is 2 GB of fp32 logits at once, a 1024-position chunk 128 MB.
+NLL in nats of token t+1 given tokens <= t, from the final hidden states, a chunk of positions at a
+time: at 16K tokens a 32K vocabulary is 2 GB of fp32 logits at once. A chunk holds at most
+LOGITS_BUDGET bytes of logits (`loss_chunk`: 512 positions of a 32K vocabulary, 341 of SmolLM2's 49K,
+130 of Llama 3's 128K), one chunk at a time: the loss then adds that much to a scan's memory at any
+length, instead of a constant that outweighed a sharded rank's activations (runs/memory_model.py). Above
+glibc's largest mmap threshold (32 MB), so the C heap hands each chunk back when it is freed.
 The logits are the model's own: its output embedding, then the transforms causal LMs apply after it
 (Cohere's `logit_scale`, Granite's `logits_scaling`, Gemma's `final_logit_softcapping`).
 `check_logits` holds that to the model's forward on a short prefix, so a model with a transform not
@@ -13,6 +17,14 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.errors import EntropyLensError
+
+LOGITS_BUDGET = 64 << 20  # bytes of float32 logits per chunk of the loss
+
+
+def loss_chunk(batch: int, vocab: int) -> int:
+    """Positions per chunk of `next_token_nll`'s logits: at most LOGITS_BUDGET bytes of (batch, chunk,
+    vocab) float32, at least one position."""
+    return max(1, LOGITS_BUDGET // (4 * max(1, batch) * max(1, vocab)))
 
 
 def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -32,10 +44,18 @@ def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def next_token_nll(model, hidden: torch.Tensor, targets: torch.Tensor, *, chunk: int = 1024) -> torch.Tensor:
+def next_token_nll(
+    model, hidden: torch.Tensor, targets: torch.Tensor, *, chunk: int | None = None
+) -> torch.Tensor:
     """hidden (B, T, hidden) final (normed) states, targets (B, T) ids of the NEXT token
-    -> (B, T) float32 NLL in nats. Targets < 0 (ignored) give NaN."""
+    -> (B, T) float32 NLL in nats. Targets < 0 (ignored) give NaN. `chunk`: positions of logits at a
+    time (None: `loss_chunk`)."""
     B, T = targets.shape
+    if chunk is None:
+        head = model.get_output_embeddings()
+        chunk = loss_chunk(
+            B, getattr(head, "out_features", None) or model.config.get_text_config().vocab_size
+        )
     out = torch.empty(B, T, dtype=torch.float32, device=hidden.device)
     for t0 in range(0, T, chunk):
         logits = head_logits(model, hidden[:, t0 : t0 + chunk])  # (B, c, V), a fresh tensor
@@ -46,6 +66,7 @@ def next_token_nll(model, hidden: torch.Tensor, targets: torch.Tensor, *, chunk:
         top.masked_fill_(top.isinf(), 0)  # as torch does: a row at ±inf keeps its inf, not NaN
         lse = logits.sub_(top).exp_().sum(-1).log_().add_(top.squeeze(-1))
         out[:, t0 : t0 + chunk] = torch.where(tgt >= 0, lse - picked, torch.full_like(lse, float("nan")))
+        del logits  # before the next chunk's: else two chunks of logits are alive at once
     return out
 
 

@@ -11,6 +11,14 @@ a trim); returned after every layer, what the heap keeps is at most one layer's 
 `malloc_trim(0)` returns every free page of the heap: between layers ~10 ms a call, ~1% of an 8K
 forward and ~0.2% of a 16K one (30 calls, 0.2 s of ~100 s); tens of ms after a whole forward. Where the C library has no `malloc_trim`
 (not glibc), it does nothing.
+
+Inside a layer the heap still kept the blocks of its tensors: glibc raises its mmap threshold to the size
+of each large block freed (up to 32 MB), after which tensors of a few to 32 MB (a sharded rank's hidden
+states and queries at 16K) come from the heap and their freed holes stay resident until the next trim:
+~150 MB of a SmolLM2 rank's 300 MB growth at 16K. `large_blocks_returned` fixes the threshold at
+LARGE_BLOCK instead (`mallopt(M_MMAP_THRESHOLD)`, for the rest of the process: glibc cannot give the
+dynamic threshold back), so every block that large is mapped for itself and unmapped when freed
+(benchmarks/context_parallel_cpu.py measures what it saves and costs).
 """
 
 from __future__ import annotations
@@ -20,6 +28,20 @@ import ctypes
 import functools
 
 import torch
+
+LARGE_BLOCK = 1 << 20  # bytes: blocks from this size up are mapped for themselves during a CPU scan
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+@functools.cache
+def large_blocks_returned() -> bool:
+    """Fix glibc's mmap threshold at LARGE_BLOCK for the rest of the process (module docstring), once;
+    False where the C library has no `mallopt` (not glibc)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, LARGE_BLOCK))
 
 
 @functools.cache

@@ -9,16 +9,20 @@ more), b bytes per element of the model's dtype, L layers, Hq query and Hkv key/
 hidden size h, intermediate size I, vocabulary V:
 
     weights    params · b                                  every rank holds the whole model
-    residual   2 · t · h · b                               the residual stream and a layer's output
+    residual   4 · t · h · b                               the residual stream, the normed states and two more
+                                                           of a layer's (B, t, h) temporaries (measured:
+                                                           benchmarks/context_parallel_cpu.py)
     attention  t · D · (3·Hq + 3·Hkv) · b                  q, k, v, q and k after RoPE, the output
     gathered   3 · T · Hkv · D · b   (P > 1)               K of the whole sequence, V's pieces and V
-    sdpa_gqa   2 · T · Hq · D · b + 4 · MASK_BUDGET       only where sdpa makes a sharded layer's output
-               (P > 1, --fused off, GQA)                   (`bottom_right_sdpa`: transformers repeats K, V
-                                                           per query head for a masked sdpa; the mask)
+    sdpa       5 · MASK_BUDGET [+ 2 · T · Hq · D · b]      only where sdpa makes a sharded layer's output
+               (P > 1: --fused off, or auto's trial)        (`bottom_right_sdpa`: a block of the mask, bool
+                                                           and float; off CPU, a GQA layer's K and V
+                                                           repeated per query head as transformers does)
     mlp        3 · t · I · b                               gate, up and their product
-    loss       1024 · V · 4                                one chunk of float32 logits (capture/loss.py)
+    loss       LOGITS_BUDGET                               one chunk of float32 logits (capture/loss.py)
 
-    peak = weights + residual + max(attention + gathered [+ sdpa_gqa], mlp, loss)
+    activations = residual + max(attention + gathered [+ sdpa], mlp, loss)
+    peak        = weights + activations
 
 The statistics of a layer ((B, Hq, t) float32 each) and the kernels' tiles are small beside these and
 left out. The host holds the float64 sums, on every rank for the whole length (the all-reduce adds
@@ -35,10 +39,9 @@ import math
 from dataclasses import dataclass
 
 from entropy_lens.capture.context import MASK_BUDGET
+from entropy_lens.capture.loss import LOGITS_BUDGET
 
 __all__ = ["SHAPES", "ModelShape", "rank_bytes", "ranks_table", "smallest_ranks"]
-
-LOSS_CHUNK = 1024  # positions of logits at a time (capture/loss.py's default chunk)
 
 
 @dataclass(frozen=True)
@@ -61,27 +64,36 @@ SHAPES = {
 
 
 def rank_bytes(
-    shape: ModelShape, tokens: int, ranks: int, *, dtype_bytes: int = 2, sdpa_output: bool = False
+    shape: ModelShape,
+    tokens: int,
+    ranks: int,
+    *,
+    dtype_bytes: int = 2,
+    sdpa_output: bool = False,
+    device: str = "cuda",
 ) -> dict[str, int]:
-    """The module docstring's terms and `peak` (device, or CPU beside the process's fixed memory) and
-    `host_sums` (the host's float64 sums of entropy and its square), in bytes, for one rank of `ranks`
-    scanning `tokens` positions (batch 1); `sdpa_output`: sdpa makes the sharded layers' outputs."""
+    """The module docstring's terms, `activations` (what a scan's batches add to what the process holds
+    before them), `peak` (device, or CPU beside the process's fixed memory) and `host_sums` (the host's
+    float64 sums of entropy and its square), in bytes, for one rank of `ranks` scanning `tokens` positions
+    (batch 1); `sdpa_output`: sdpa makes the sharded layers' outputs, on `device` ("cpu" or "cuda")."""
     s, b = shape, dtype_bytes
     t = math.ceil(tokens / ranks) + (1 if ranks > 1 else 0)
     sharded = ranks > 1
+    repeated = device != "cpu" and s.heads > s.kv_heads  # off CPU, sdpa with a mask gets K, V per query head
     terms = {
         "weights": s.params * b,
-        "residual": 2 * t * s.hidden * b,
+        "residual": 4 * t * s.hidden * b,
         "attention": t * s.head_dim * (3 * s.heads + 3 * s.kv_heads) * b,
         "gathered": 3 * tokens * s.kv_heads * s.head_dim * b if sharded else 0,
-        "sdpa_gqa": 2 * tokens * s.heads * s.head_dim * b + 4 * MASK_BUDGET
-        if sharded and sdpa_output and s.heads > s.kv_heads
+        "sdpa": 5 * MASK_BUDGET + (2 * tokens * s.heads * s.head_dim * b if repeated else 0)
+        if sharded and sdpa_output
         else 0,
         "mlp": 3 * t * s.intermediate * b,
-        "loss": LOSS_CHUNK * s.vocab * 4,
+        "loss": LOGITS_BUDGET,
     }
-    attention = terms["attention"] + terms["gathered"] + terms["sdpa_gqa"]
-    terms["peak"] = terms["weights"] + terms["residual"] + max(attention, terms["mlp"], terms["loss"])
+    attention = terms["attention"] + terms["gathered"] + terms["sdpa"]
+    terms["activations"] = terms["residual"] + max(attention, terms["mlp"], terms["loss"])
+    terms["peak"] = terms["weights"] + terms["activations"]
     terms["host_sums"] = 2 * s.layers * s.heads * tokens * 8
     return terms
 

@@ -54,7 +54,11 @@ from entropy_lens.runs.context_parallel import (
 )
 from entropy_lens.runs.distributed import RankGroups, World, process_group, rank_device, world
 from entropy_lens.runs.lock import OutputLock
-from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
+from entropy_lens.runs.memory import (
+    free_heap_returned_per_layer,
+    large_blocks_returned,
+    release_free_heap,
+)
 from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
@@ -208,6 +212,9 @@ class Run:
         backend = config.backend  # "auto" stays: kernels.plan picks per route
         schedule = variant_schedule(config, lm)
         groups = shard_groups(config, w)
+        if device.type == "cpu":
+            release_free_heap()  # what loading and tokenising freed (~100 MB for SmolLM2 on austen)
+            large_blocks_returned()  # the batches' tensors: mapped and unmapped, not kept in the heap
         return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, groups, schedule)
 
     @property
