@@ -366,6 +366,19 @@ def test_fewer_than_two_shards_is_refused_in_one_line(value, capsys):
         ScanConfig(model="tiny-nope", length=16, context_parallel=int(value))
 
 
+def test_the_flag_before_the_checkpoint_says_where_it_goes(capsys):
+    """`scan --context-parallel CKPT`: argparse reads CKPT as the optional number; the one line says so."""
+    from entropy_lens.cli import main
+
+    assert main(["scan", "--context-parallel", "tiny-nope", "--len", "16", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert (
+        "--context-parallel takes an optional number, and 'tiny-nope' is none: put --context-parallel after"
+        in err
+    )
+
+
 def test_true_in_files_written_before_c_means_every_rank():
     """Old results hold `context_parallel: true` in their scan_config: the same config as the flag alone,
     sharding over all the ranks; C is recorded as C, and the default (off) not at all."""

@@ -46,14 +46,25 @@ class FlagRejected(Exception):
     line and exits with status 2."""
 
 
-def flag_type(kind: type, *, flag: str, check: typing.Callable | None = None, **bounds):
+def flag_type(
+    kind: type, *, flag: str, check: typing.Callable | None = None, optional: bool = False, **bounds
+):
     """The argparse type of a number's flag: `kind(text)` (argparse words a text that is no number),
     then the value checked as its setting's (`settings.check_value`: finite, within `bounds`, i.e.
     at_least/above/at_most) or by `check` (which raises EntropyLensError); FlagRejected with the
-    one-line message otherwise."""
+    one-line message otherwise. `optional`: the number may be left out (a `bool | int` switch), so a
+    text that is no number was most likely the next argument: the message says so."""
 
     def parse(text: str):
-        value = kind(text)
+        try:
+            value = kind(text)
+        except ValueError:
+            if not optional:
+                raise
+            raise FlagRejected(
+                f"{flag} takes an optional number, and {text!r} is none: put {flag} after the positional "
+                f"arguments (it then stands alone), or give the number ({flag} 2)"
+            ) from None
         try:
             check_value(value, kind, bounds, label=flag, fix=lambda v: f"pass {flag} {v}")
             if check is not None:
@@ -121,7 +132,10 @@ def add_settings(
         else:
             element = spec["type"] or kind  # a list's element type
             if element in (int, float):
-                kwargs["type"] = flag_type(element, flag=flag, **{k: spec.get(k) for k in BOUNDS})
+                optional = kwargs.get("nargs") == "?"
+                kwargs["type"] = flag_type(
+                    element, flag=flag, optional=optional, **{k: spec.get(k) for k in BOUNDS}
+                )
             elif element is not str:  # argparse's own default
                 kwargs["type"] = element
             if spec["choices"]:
