@@ -449,6 +449,7 @@ def test_figure17_words_its_numbers_from_the_runs():
     """Figure 17 on planted curves (tests/beyond_inputs.py): the README's statements are the curves'
     numbers, the head that fades fastest, the sink metric and the exponent named as planted; the real
     model's row says how many windows it took and why."""
+    import dataclasses
     import re
     from types import SimpleNamespace
 
@@ -512,8 +513,23 @@ def test_figure17_words_its_numbers_from_the_runs():
     )
     different = item("figure-17").differences(data, config)
     assert (
-        "2 window(s) of austen:persuasion, as few as make a clean curve, since the scan took 30 min (15 min per window)"
+        "2 window(s) of austen:persuasion (the embedded models: 128); the scan took 30 min (15 min per window)"
         in different[2]
+    )
+    # with the text's token count recorded: how many windows it holds; a short wall time in s
+    whole = dataclasses.replace(
+        real,
+        meta={
+            **real.meta,
+            "data_description": "austen:persuasion (1 document, 400 tokens)",
+            "wall_time_s": 190.0,
+        },
+    )
+    whole_data = SimpleNamespace(beyond=dataclasses.replace(b, real=whole), L=L)
+    assert (
+        "at 2× its context: 2 of the 3 non-overlapping windows of 129 tokens (--len + 1) that austen:persuasion "
+        "holds (the embedded models: 128); the scan took 3 min (95 s per window)"
+        in item("figure-17").differences(whole_data, config)[2]
     )
     plt.close(drawn.figure)
     alone = item("figure-17").draw(SimpleNamespace(beyond=BeyondEntropy(1.65, tiny, None, None), L=L), config)

@@ -11,6 +11,7 @@ curves."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -234,6 +235,19 @@ def beyond_comparisons(b: BeyondEntropy, L: int) -> list[str]:
     ]
 
 
+def _duration(seconds: float) -> str:
+    """'95 s' below 10 min, else '17 min'."""
+    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 60:.0f} min"
+
+
+def _windows_held(meta: dict, length: int) -> int | None:
+    """How many non-overlapping windows of `length` + 1 tokens the scan's text holds, from the token
+    count its data_description records ('austen:persuasion (1 document, 115,863 tokens)'); None where
+    it records none (a .npy of rows)."""
+    found = re.search(r"([\d,]+) tokens\)$", str(meta.get("data_description", "")))
+    return int(found.group(1).replace(",", "")) // (length + 1) if found else None
+
+
 def _beyond_differences(data: FigureData, c: FiguresConfig) -> list[str]:
     b, L = data.beyond, data.L
     tiny = next(iter(b.tiny.values()))
@@ -252,12 +266,19 @@ def _beyond_differences(data: FigureData, c: FiguresConfig) -> list[str]:
         minutes = m["wall_time_s"] / 60
         source = Path(str(m.get("model_source", ""))).name
         source = f"{source}, dequantised to {m['dtype']}" if source.endswith(".gguf") else m["dtype"]
+        held = _windows_held(m, b.real.length)
+        windows = (
+            f"{m['samples']} of the {held} non-overlapping windows of {b.real.length + 1:,} tokens (--len + 1) "
+            f"that {m['data']} holds"
+            if held
+            else f"{m['samples']} window(s) of {m['data']}"
+        )
         lines.append(
             f"{m['model']} ({source}; context {b.real_train_len}) at "
-            f"{b.real.length // b.real_train_len}× its context: {m['samples']} "
-            f"window(s) of {m['data']}, as few as make a clean curve, since the scan took {minutes:.0f} min "
-            f"({minutes / m['samples']:.0f} min per window) on {m.get('threads', '?')} CPU thread(s), "
-            f"backend {m['backend']}"
+            f"{b.real.length // b.real_train_len}× its context: {windows} (the embedded models: "
+            f"{c.samples}); the scan took {minutes:.0f} min "
+            f"({_duration(m['wall_time_s'] / m['samples'])} per window) on {m.get('threads', '?')} CPU "
+            f"thread(s), backend {m['backend']}"
         )
     else:
         lines.append("no real pretrained model (real: null): the figure's second row is left out")
