@@ -2,7 +2,7 @@
 
 NLL in nats of token t+1 given tokens <= t, from the final hidden states, a chunk of positions at a
 time: at 16K tokens a 32K vocabulary is 2 GB of fp32 logits at once. A chunk holds at most
-LOGITS_BUDGET bytes of logits (`loss_chunk`: 512 positions of a 32K vocabulary, 341 of SmolLM2's 49K,
+LOGITS_BUDGET bytes of logits (`loss_chunk`: 524 positions of a 32K vocabulary, 341 of SmolLM2's 49K,
 130 of Llama 3's 128K), one chunk at a time: the loss then adds that much to a scan's memory at any
 length, instead of a constant that outweighed a sharded rank's activations (runs/memory_model.py). Above
 glibc's largest mmap threshold (32 MB), so the C heap hands each chunk back when it is freed.

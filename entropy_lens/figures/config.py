@@ -135,11 +135,10 @@ class FiguresConfig(Checked):
         help="the real model's training context (None: what its config declares)",
     )
     real_multiple: int = _multiple(2, "Figure 17's real-model length, a multiple of its training length")
-    # 4 windows (1 before the native kernel computed every statistic: 30 min). austen:persuasion holds 7
-    # windows of 16K + 1 tokens, but `entropy-lens figures` scanned SmolLM2 (--stats all, the native fused
-    # pass) in 1020 s for 4 on 2 cores shared with another pytest run: 426 s for the first window, then
-    # 191-199 s each (a quiet machine: about 100 s); the 7-window run, 450 s for its first, was cut to 4
-    real_samples: int = _count(4, "windows of Figure 17's real-model scan")
+    # every window austen:persuasion holds at 16K + 1 tokens (7); 1 before the native kernel computed every
+    # statistic (30 min). `entropy-lens figures` scanned all 7 (--stats all, the native fused pass) in
+    # 680 s on 2 quiet cores: 97 s a window
+    real_samples: int = _count(7, "windows of Figure 17's real-model scan")
     first_keys: int = setting(
         1, cli=False, at_least=1, at_most=MAX_TOKENS, help="K of Figure 17's first-key mass (keys j < K)"
     )
