@@ -4,8 +4,7 @@ NLL in nats of token t+1 given tokens <= t, from the final hidden states, a chun
 time: at 16K tokens a 32K vocabulary is 2 GB of fp32 logits at once. A chunk holds at most
 LOGITS_BUDGET bytes of logits (`loss_chunk`: 524 positions of a 32K vocabulary, 341 of SmolLM2's 49K,
 130 of Llama 3's 128K), one chunk at a time: the loss then adds that much to a scan's memory at any
-length, instead of a constant that outweighed a sharded rank's activations (runs/memory_model.py). Above
-glibc's largest mmap threshold (32 MB), so the C heap hands each chunk back when it is freed.
+length, instead of a constant that outweighed a sharded rank's activations (runs/memory_model.py).
 The logits are the model's own: its output embedding, then the transforms causal LMs apply after it
 (Cohere's `logit_scale`, Granite's `logits_scaling`, Gemma's `final_logit_softcapping`).
 `check_logits` holds that to the model's forward on a short prefix, so a model with a transform not

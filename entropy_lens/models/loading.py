@@ -71,6 +71,22 @@ class LoadedModel:
         None  # the config's auto_map class that did not run (no trust_remote_code)
     )
 
+    def facts(self) -> dict:
+        """What every results file records about the checkpoint that ran (JSON types), the same keys in
+        a scan's meta, a passkey record and an eval record; `remote_code_ignored` only where a config's
+        class did not run."""
+        return {
+            "model_source": self.source,
+            "model_class": self.model_class,
+            **({"remote_code_ignored": self.remote_code_ignored} if self.remote_code_ignored else {}),
+            "config_hash": self.config_hash,
+            "nope": self.nope,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+        }
+
 
 def resolve_ckpt(ckpt: str, revision: str | None = None) -> Path:
     """The file or folder `ckpt` names, as `load_model` reads it: a bundled name -> its .gguf; a Hub id

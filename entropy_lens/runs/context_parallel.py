@@ -69,7 +69,8 @@ def check_context_parallel(config, w: World) -> None:
             "--context-parallel shards each sequence over torchrun's processes; launch with "
             f"torchrun --nproc-per-node P -m entropy_lens ... ({many}), or drop --context-parallel"
         )
-    if w.size % shard_groups(config, w).size:
+    groups = shard_groups(config, w)
+    if w.size % groups.size:
         divisors = " or ".join(str(c) for c in range(2, w.size + 1) if w.size % c == 0)
         raise EntropyLensError(
             f"--context-parallel {cp} does not cut torchrun's {w.size} processes into groups of {cp}; "
@@ -77,7 +78,7 @@ def check_context_parallel(config, w: World) -> None:
             f"--nproc-per-node {cp} or a multiple of it"
         )
     for length in getattr(config, "lengths", None) or (config.length,):
-        shards_of(shard_groups(config, w), length)  # refuses a length shorter than 2C
+        shards_of(groups, length)  # refuses a length shorter than 2C
 
 
 def shards_of(groups: RankGroups, length: int) -> SequenceShards:

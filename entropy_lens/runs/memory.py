@@ -17,9 +17,10 @@ of each large block freed (up to 32 MB), after which tensors of a few to 32 MB (
 states and queries at 16K) come from the heap and their freed holes stay resident until the next trim:
 ~150 MB of a SmolLM2 rank's 300 MB growth at 16K. `large_blocks_returned` fixes the threshold at
 LARGE_BLOCK instead (`mallopt(M_MMAP_THRESHOLD)`, for the rest of the process: glibc cannot give the
-dynamic threshold back), so every block that large is mapped for itself and unmapped when freed:
-a sharded rank's growth then halves with 2 ranks (benchmarks/context_parallel_cpu.py); mapping costs
-time, 3-5% of a one-thread 8K SmolLM2 scan in an A/B of alternating runs.
+dynamic threshold back), so a block that large, where the heap holds no free one to reuse, is mapped
+for itself and unmapped when freed. With it and the loss's byte budget (capture/loss.py), a sharded
+rank's growth halves with 2 ranks (benchmarks/context_parallel_cpu.py); mapping costs time, 3-5% of a
+one-thread 8K SmolLM2 scan in an A/B of alternating runs.
 """
 
 from __future__ import annotations

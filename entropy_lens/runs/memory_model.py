@@ -9,9 +9,9 @@ more), b bytes per element of the model's dtype, L layers, Hq query and Hkv key/
 hidden size h, intermediate size I, vocabulary V:
 
     weights    params · b                                  every rank holds the whole model
-    residual   4 · t · h · b                               the residual stream, the normed states and two more
-                                                           of a layer's (B, t, h) temporaries (measured:
-                                                           benchmarks/context_parallel_cpu.py)
+    residual   4 · t · h · b                               the residual stream and the normed states (2), and
+                                                           2 more fitted to the measured growth, not traced
+                                                           to tensors (benchmarks/context_parallel_cpu.py)
     attention  t · D · (3·Hq + 3·Hkv) · b                  q, k, v, q and k after RoPE, the output
     gathered   3 · T · Hkv · D · b   (P > 1)               K of the whole sequence, V's pieces and V
     sdpa       5 · MASK_BUDGET [+ 2 · T · Hq · D · b]      only where sdpa makes a sharded layer's output

@@ -70,11 +70,7 @@ def passkey(
             "config": config.to_dict(),
             "provenance": provenance(),
             "model": {
-                "config_hash": lm.config_hash,
-                "model_class": lm.model_class,
-                "remote_code_ignored": lm.remote_code_ignored,
-                "n_layers": lm.n_layers,
-                "n_heads": lm.n_heads,
+                **lm.facts(),
                 "train_len": config.train_len if config.train_len is not None else lm.train_len,
                 "scales": scale_source,
                 "device": str(device),

@@ -265,15 +265,7 @@ class Run:
         return {
             **provenance(),
             "model": c.model,
-            "model_source": lm.source,
-            "model_class": lm.model_class,  # the class that ran
-            **({"remote_code_ignored": lm.remote_code_ignored} if lm.remote_code_ignored else {}),
-            "config_hash": lm.config_hash,
-            "nope": lm.nope,
-            "n_layers": lm.n_layers,
-            "n_heads": lm.n_heads,
-            "n_kv_heads": lm.n_kv_heads,
-            "head_dim": lm.head_dim,
+            **lm.facts(),
             "scales": np.asarray(scales, dtype=np.float64).tolist(),
             "scale_source": self.scale_source,
             "train_len": c.train_len if c.train_len is not None else lm.train_len,

@@ -102,15 +102,7 @@ class ModelVariant:
         uniform = m is None or isinstance(m, float)
         return {
             "model": lm.name,
-            "model_source": lm.source,
-            "model_class": lm.model_class,
-            "remote_code_ignored": lm.remote_code_ignored,
-            "config_hash": lm.config_hash,
-            "nope": lm.nope,
-            "n_layers": lm.n_layers,
-            "n_heads": lm.n_heads,
-            "n_kv_heads": lm.n_kv_heads,
-            "head_dim": lm.head_dim,
+            **lm.facts(),
             "train_len": self.train_len,
             "scale_source": self.scale_source,
             "scales": (1.0 if m is None else float(m)) if uniform else np.asarray(m).tolist(),
