@@ -184,7 +184,9 @@ def test_eval_command_writes_lm_eval_results_and_provenance(tmp_path, capsys):
     assert ours["attention_path"] == "sdpa"
     samples = json.loads((tmp_path / "r.samples.json").read_text())
     assert len(samples["el_next_sentence"]) == 2
-    assert "el_next_sentence: acc" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "el_next_sentence: acc" in captured.out
+    assert "it/s" not in captured.err and "Custom kwargs" not in captured.err  # --quiet: no bars, no lm-eval log
 
 
 def test_eval_command_refusals_before_anything_loads(tmp_path, capsys, monkeypatch):
