@@ -111,6 +111,10 @@ def test_log_samples_refuses_an_existing_samples_file_before_the_run(tmp_path, c
     code, err = _eval(tmp_path, capsys, "--tasks", "el_next_sentence", "--limit", "1", "--log-samples")
     assert code == 2 and f"{samples} already exists; pass --force" in err
     assert samples.read_text() == "keep" and not (tmp_path / "r.json").exists()
+    samples.unlink()
+    samples.mkdir()
+    code, err = _eval(tmp_path, capsys, "--tasks", "el_next_sentence", "--log-samples", "--force")
+    assert code == 2 and f"{samples} is a folder, where --log-samples would write" in err
 
 
 # item 14: one line naming the fix, before anything loads

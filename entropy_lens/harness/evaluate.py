@@ -58,7 +58,12 @@ def evaluate(
     path = None if out is None else check_file_target(out, example="results.json")
     targets = [path] if path is not None else []
     if path is not None and config.log_samples:
-        targets.append(check_file_target(samples_path(path), flag="--log-samples", example="r.samples.json"))
+        targets.append(samples_path(path))
+        if targets[-1].is_dir():
+            raise EntropyLensError(
+                f"{targets[-1]} is a folder, where --log-samples would write lm-eval's samples beside --out; "
+                "pass another --out"
+            )
     for target in targets:
         if target.exists() and not force:
             raise EntropyLensError(f"{target} already exists; pass --force to overwrite it, or another --out")
