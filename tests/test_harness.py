@@ -141,7 +141,7 @@ def test_model_arguments_are_the_scan_settings():
     assert config.model_args() == {"pretrained": "tiny-nope", "scale": 1.0, "revision": "12"}
     with pytest.raises(EntropyLensError, match="takes no argument scael; its arguments: pretrained, .*scale"):
         EntropyLensLM(pretrained="tiny-nope", scael=1.2)
-    with pytest.raises(EntropyLensError, match="--scale must be above 0"):
+    with pytest.raises(EntropyLensError, match="--model_args scale must be above 0"):
         EntropyLensLM(pretrained="tiny-nope", scale=-1.0)
     with pytest.raises(EntropyLensError, match="--scale and --head-scales both given"):
         EntropyLensLM(pretrained="tiny-nope", scale=1.2, head_scales="x.npy")
@@ -184,7 +184,11 @@ def test_eval_command_writes_lm_eval_results_and_provenance(tmp_path, capsys):
     assert ours["attention_path"] == "sdpa"
     samples = json.loads((tmp_path / "r.samples.json").read_text())
     assert len(samples["el_next_sentence"]) == 2
-    assert "el_next_sentence: acc" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "el_next_sentence: acc" in captured.out
+    assert (
+        "it/s" not in captured.err and "Custom kwargs" not in captured.err
+    )  # --quiet: no bars, no lm-eval log
 
 
 def test_eval_command_refusals_before_anything_loads(tmp_path, capsys, monkeypatch):

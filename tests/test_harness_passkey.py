@@ -54,7 +54,7 @@ def test_documents_refuse_what_they_cannot_build():
         passkey_dataset(passkey_length=128)
     with pytest.raises(EntropyLensError, match="needs its window length"):
         passkey_dataset(pretrained="tiny-nope")
-    with pytest.raises(EntropyLensError, match="--keys must be at least 1"):
+    with pytest.raises(EntropyLensError, match="^metadata passkey_keys must be at least 1"):
         passkey_dataset(pretrained="tiny-nope", passkey_length=128, passkey_keys=0)
 
 

@@ -4,6 +4,7 @@ label of a run, a missing task said in words."""
 
 import json
 import math
+import re
 
 import pytest
 
@@ -11,6 +12,7 @@ from entropy_lens.analysis.downstream import (
     COMMONSENSE_METRIC,
     LONGBENCH_GROUPS,
     commonsense_table,
+    csv_text,
     harness_scores,
     load_harness_run,
     longbench_table,
@@ -126,3 +128,67 @@ def test_eval_table_command(tmp_path, capsys):
     assert "one name per file" in capsys.readouterr().err
     assert main(["eval-table", "3", str(a), "--out", str(tmp_path / "t.txt")]) == 2
     assert "write .md (Markdown) or .csv" in capsys.readouterr().err
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_labels_from_files_are_escaped_and_cleaned(tmp_path, capsys):
+    """A label with HTML and `|` cannot add HTML or shift the columns (arc_easy's 50.0 stays under
+    arc_easy); control characters are dropped; a CSV label cannot be a spreadsheet formula."""
+    scores = {task: {metric: 0.5} for task, metric in COMMONSENSE_METRIC.items()}
+    bad = "<img src=x onerror=alert(1)>|\x1b[2J\u202e"
+    path = _results_file(tmp_path / "x.json", scores, eval_config={"model": bad, "max_length": None})
+    assert main(["eval-table", "1", str(path), "--out", str(tmp_path / "t.md")]) == 0
+    text = (tmp_path / "t.md").read_text()
+    assert not re.search(r"(?<!\\)[<>]", text) and "\x1b" not in text and "\u202e" not in text
+    header, _, row = text.splitlines()[:3]
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+    names = [c.strip() for c in header.split("|")[1:-1]]
+    assert len(cells) == len(names) and cells[names.index("arc_easy")] == "50.0"
+    assert cells[0] == r"\<img src=x onerror=alert(1)\>\|\[2J"
+    runs = [
+        load_harness_run(path, label=label) for label in ("=HYPERLINK(1)", "@SUM(1)", " -2+3", "+1", "ok")
+    ]
+    assert main(["eval-table", "1", str(path), "--labels", "=cmd", "--out", str(tmp_path / "t.csv")]) == 0
+    assert (tmp_path / "t.csv").read_text().splitlines()[1].startswith("'=cmd,")
+    assert [csv_text(r.label) for r in runs] == ["'=HYPERLINK(1)", "'@SUM(1)", "' -2+3", "'+1", "ok"]
+
+
+@pytest.mark.parametrize("value", [5.0, -2, 1.0000001])
+def test_a_score_outside_0_1_is_refused(tmp_path, capsys, value):
+    scores = {task: {metric: 0.5} for task, metric in COMMONSENSE_METRIC.items()}
+    scores["arc_easy"]["acc_norm"] = value
+    path = _results_file(tmp_path / "x.json", scores)
+    assert main(["eval-table", "1", str(path)]) == 2
+    err = _one_line_error(capsys)
+    assert f"results.arc_easy.acc_norm,none is {value!r}, not in [0, 1]" in err and "500.0" not in err
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ({"entropy_lens": "str"}, "entropy_lens is 'str', not an object"),
+        ({"entropy_lens": {"eval_config": [1]}}, "entropy_lens.eval_config is [1], not an object"),
+        ({"entropy_lens": {"eval_config": {"model": 3}}}, "entropy_lens.eval_config.model is 3, not text"),
+        ({"entropy_lens": {"eval_config": {"model": "m", "scale": "x"}}}, "scale is 'x', not a number"),
+        ({"entropy_lens": {"eval_config": {"model": "m", "nope": "false"}}}, "nope is 'false', not true or"),
+        ({"entropy_lens": {"eval_config": {"max_length": "4k"}}}, "max_length is '4k', not a whole number"),
+        ({"entropy_lens": {"model": {"train_len": -1}}}, "train_len is -1, not a whole number at least 0"),
+        ({"config": {"model_args": {"pretrained": 1}}}, "config.model_args.pretrained is 1, not text"),
+        ({"results": {"arc_easy": "x"}}, "results.arc_easy is 'x', not an object of metrics"),
+        ({"results": {"arc_easy": {"acc_norm,none": "abc"}}}, "acc_norm,none is 'abc', not a number"),
+        ({"results": {"arc_easy": {"acc_norm,none": True}}}, "acc_norm,none is True, not a number"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_one_line(tmp_path, capsys, record, said):
+    """Wrong types anywhere the table reads are refused, naming the key, never a traceback; a score that
+    is no number is said to be one (not "lacks arc_easy")."""
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"results": {}, **record}))
+    assert main(["eval-table", "1", str(path)]) == 2
+    err = _one_line_error(capsys)
+    assert said in err and str(path) in err and "lacks" not in err

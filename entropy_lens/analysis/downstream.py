@@ -6,16 +6,28 @@
     commonsense_table(runs)    # Table 1: Avg. and the seven tasks, acc_norm (acc where lm-eval has none)
     longbench_table(runs)      # Table 3: Ctx., Avg. and the 16 English sub-tasks under the paper's groups
     table_markdown(table)      # the table as Markdown, with a line per cell that is undefined and why
+    table_csv(table)           # the table as CSV, no label a spreadsheet would read as a formula
 
 Scores are percentages (lm-eval's fractions × 100), as the paper prints them. An average is defined only
 where a run holds every task of the table; otherwise it is NaN and the table's `attrs["notes"]` say which
 tasks are missing (Markdown prints "—" and the note). Imports json and pandas only.
+
+A results file is input, not trusted: every value a table reads is checked for its type when the file
+is loaded (a score: a number in [0, 1], lm-eval's fractions; a label's parts: text, a number, true or
+false), each refused in one line naming the file, the key and what it should be. Strings from files
+lose their control characters (`clean_text`); labels are escaped where they are written: Markdown's
+table and HTML characters (`|` would shift every column), and a CSV cell that a spreadsheet would run
+as a formula (a leading =, +, -, @) is quoted with a leading apostrophe.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
+import re
+import typing
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +41,14 @@ __all__ = [
     "LONGBENCH_GROUPS",
     "LONGBENCH_METRIC",
     "HarnessRun",
+    "clean_text",
     "commonsense_table",
+    "csv_text",
     "harness_scores",
     "load_harness_run",
     "longbench_table",
+    "markdown_text",
+    "table_csv",
     "table_markdown",
 ]
 
@@ -82,7 +98,8 @@ class HarnessRun:
 
 
 def load_harness_run(path: str | Path, *, label: str | None = None) -> HarnessRun:
-    """The run in an lm-eval results JSON; EntropyLensError, in one line, for anything else."""
+    """The run in an lm-eval results JSON; EntropyLensError, in one line, for anything else (a value of
+    the wrong type, a score that is no number or outside [0, 1])."""
     path = Path(path)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -96,41 +113,126 @@ def load_harness_run(path: str | Path, *, label: str | None = None) -> HarnessRu
             f'{path} has no "results" object, so it is not an lm-eval results file; pass one written by '
             "`entropy-lens eval --out` or lm_eval --output_path"
         )
-    ours = record.get("entropy_lens") or {}
-    config = ours.get("eval_config") or {}
-    context = config.get("max_length") or (ours.get("model") or {}).get("train_len")
+    file = _File(path)
+    ours = file.object(record, "entropy_lens")
+    config = file.object(ours, "eval_config", "entropy_lens.")
+    model = file.object(ours, "model", "entropy_lens.")
+    context = file.value(config, "max_length", int, "entropy_lens.eval_config.") or file.value(
+        model, "train_len", int, "entropy_lens.model."
+    )
+    for task, metric in _tasks():
+        file.score(record["results"], task, metric)
     return HarnessRun(
-        label=label or _label(record, path),
+        label=clean_text(label) if label is not None else _label(record, file),
         results=record["results"],
-        context=int(context) if context else None,
+        context=context,
         source=str(path),
     )
 
 
-def _label(record: dict, path: Path) -> str:
+class _File:
+    """The checks of one results file's values, each refused in one line naming the file and the key."""
+
+    WORDS: typing.ClassVar[dict] = {
+        dict: "an object",
+        str: "text",
+        int: "a whole number",
+        float: "a number",
+        bool: "true or false",
+    }
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def refuse(self, key: str, value, words: str):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise EntropyLensError(
+            f"{self.path}: {key} is {shown}, not {words}; pass a results file as `entropy-lens eval --out` or "
+            "lm_eval --output_path writes it (or correct that value)"
+        )
+
+    def value(self, mapping: dict, key: str, kind: type, within: str = ""):
+        """mapping[key] where it is of `kind` (a bool is no number); None where it is absent or null."""
+        value = mapping.get(key)
+        if value is None:
+            return None
+        if kind is float:
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            self.refuse(within + key, value, self.WORDS[kind] + (" at least 0" if kind is int else ""))
+        return value
+
+    def object(self, mapping: dict, key: str, within: str = "") -> dict:
+        return self.value(mapping, key, dict, within) or {}
+
+    def score(self, results: dict, task: str, metric: str) -> float | None:
+        """`metric` of `task` as the run reports it (its first filter), a fraction; None where absent."""
+        values = results.get(task)
+        if values is None:
+            return None
+        if not isinstance(values, dict):
+            self.refuse(f"results.{task}", values, "an object of metrics")
+        for key, value in values.items():
+            if key.split(",")[0] != metric:
+                continue
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value):
+                self.refuse(f"results.{task}.{key}", value, f"a number ({metric} as a fraction, 0 to 1)")
+            if not 0 <= value <= 1:
+                self.refuse(
+                    f"results.{task}.{key}", value, f"in [0, 1] (lm-eval writes {metric} as a fraction)"
+                )
+            return float(value)
+        return None
+
+
+def _label(record: dict, file: _File) -> str:
     """The model and its variant, as `entropy-lens eval` recorded them; lm-eval's pretrained; the file."""
-    config = (record.get("entropy_lens") or {}).get("eval_config")
-    if config:
-        name = Path(str(config["model"]).rstrip("/")).name
-        parts = [name]
-        if config.get("nope"):
+    ours = file.object(record, "entropy_lens")
+    config = file.object(ours, "eval_config", "entropy_lens.")
+    where = "entropy_lens.eval_config."
+    name = file.value(config, "model", str, where)
+    if name:
+        parts = [_name(name)]
+        if file.value(config, "nope", bool, where):
             parts.append("NoPE")
-        if config.get("scale") is not None:
-            parts.append(f"λ = {config['scale']:g}/√d")
-        if config.get("head_scales"):
-            parts.append(f"λ(h) {Path(config['head_scales']).stem}")
-        parts += [config[k] for k in ("scale_schedule", "rope_scaling") if config.get(k)]
+        if (scale := file.value(config, "scale", float, where)) is not None:
+            parts.append(f"λ = {scale:g}/√d")
+        if head_scales := file.value(config, "head_scales", str, where):
+            parts.append(f"λ(h) {Path(clean_text(head_scales)).stem}")
+        parts += [
+            clean_text(v)
+            for k in ("scale_schedule", "rope_scaling")
+            if (v := file.value(config, k, str, where))
+        ]
         return " ".join(parts)
-    args = (record.get("config") or {}).get("model_args")
-    if isinstance(args, dict) and args.get("pretrained"):
-        return Path(str(args["pretrained"]).rstrip("/")).name
+    lm_eval_config = file.object(record, "config")
+    args = lm_eval_config.get("model_args")
+    if isinstance(args, dict) and (pretrained := file.value(args, "pretrained", str, "config.model_args.")):
+        return _name(pretrained)
     if isinstance(args, str) and "pretrained=" in args:
-        return Path(args.split("pretrained=")[1].split(",")[0].rstrip("/")).name
-    return path.stem
+        return _name(args.split("pretrained=")[1].split(",")[0])
+    return clean_text(file.path.stem)
+
+
+def _name(checkpoint: str) -> str:
+    """A checkpoint's last path part (a folder's, a Hub id's name), its control characters removed."""
+    return Path(clean_text(checkpoint).rstrip("/")).name or clean_text(checkpoint)
+
+
+def clean_text(text: str) -> str:
+    """`text` without control characters (C0/C1 controls, format characters such as bidi overrides,
+    line and paragraph separators): a string read from a file cannot move the cursor, reorder what is
+    shown or start a new table row."""
+    return "".join(c for c in str(text) if unicodedata.category(c) not in ("Cc", "Cf", "Zl", "Zp"))
 
 
 def _score(run: HarnessRun, task: str, metric: str) -> float | None:
-    """`metric` of `task` in percent as the run reports it (its first filter), else None."""
+    """`metric` of `task` in percent as the run reports it (its first filter; load_harness_run checked
+    it is a fraction), else None."""
     values = run.results.get(task)
     if not isinstance(values, dict):
         return None
@@ -206,7 +308,8 @@ def _wide(runs: list[HarnessRun], columns: list[tuple], *, context: bool) -> pd.
 
 
 def table_markdown(table: pd.DataFrame, *, digits: int = 1) -> str:
-    """The table as Markdown (grouped columns as "group: name"), "—" where a score is missing, then its notes."""
+    """The table as Markdown (grouped columns as "group: name"), "—" where a score is missing, then its
+    notes; the labels and notes escaped (`markdown_text`)."""
     names = [" ".join(p for p in c if p) if isinstance(c, tuple) else str(c) for c in table.columns]
     lines = ["| Model | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for label, row in table.iterrows():
@@ -218,6 +321,32 @@ def table_markdown(table: pd.DataFrame, *, digits: int = 1) -> str:
                 cells.append(f"{int(value):,}")
             else:
                 cells.append(f"{value:.{digits}f}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(label)} | " + " | ".join(cells) + " |")
     notes = table.attrs.get("notes") or []
-    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
+    return "\n".join(lines + ([""] + [f"- {markdown_text(n)}" for n in notes] if notes else []))
+
+
+# what turns text in a Markdown table cell into structure: a cell boundary (|), HTML (<, >, &), code,
+# emphasis or a link; an underscore only at a word's edge (GitHub's Markdown emphasises nothing inside a
+# word, so task names keep theirs)
+MARKDOWN_SPECIAL = re.compile(r"[\\|<>&`*\[\]~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def markdown_text(text) -> str:
+    """`text` for a Markdown table cell: its control characters removed (`clean_text`) and each
+    character that Markdown or HTML would read escaped with a backslash."""
+    return MARKDOWN_SPECIAL.sub(lambda m: "\\" + m.group(0), clean_text(text))
+
+
+def table_csv(table: pd.DataFrame) -> str:
+    """The table as CSV; a label that a spreadsheet would read as a formula (its first character, after
+    spaces, one of = + - @) starts with an apostrophe, as OWASP's CSV-injection advice says."""
+    out = table.copy()
+    out.index = pd.Index([csv_text(label) for label in table.index], name=table.index.name)
+    return out.to_csv()
+
+
+def csv_text(text) -> str:
+    """`text` for a CSV cell: control characters removed, a formula's first character made text."""
+    text = clean_text(text)
+    return "'" + text if text.lstrip()[:1] in ("=", "+", "-", "@") else text

@@ -48,8 +48,8 @@ def add_parsers(sub) -> None:
         required=("out",),
         helps={
             "out": "the results JSON (lm-eval's, with the toolkit's provenance)",
-            "force": "overwrite an existing --out",
-            "quiet": "no progress bars",
+            "force": "overwrite an existing --out (and its .samples.json with --log-samples)",
+            "quiet": "no progress bars and no lm-eval log below errors",
         },
     )
     e.set_defaults(func=cmd_eval)
@@ -93,6 +93,7 @@ def cmd_eval_table(args) -> int:
         commonsense_table,
         load_harness_run,
         longbench_table,
+        table_csv,
         table_markdown,
     )
     from entropy_lens.errors import EntropyLensError
@@ -115,6 +116,6 @@ def cmd_eval_table(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".md", ".csv"):
         raise EntropyLensError(f"--out {out}: write .md (Markdown) or .csv; e.g. --out table{args.table}.md")
-    atomic_write_text(out, text + "\n" if out.suffix.lower() == ".md" else table.to_csv())
+    atomic_write_text(out, text + "\n" if out.suffix.lower() == ".md" else table_csv(table))
     print(f"wrote {out}")
     return 0

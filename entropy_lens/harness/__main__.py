@@ -8,6 +8,9 @@ lm-eval 0.4 finds models only in its own registry and reads no plugin entry poin
 command cannot see a model another package defines (lm-evaluation-harness issues #1457, #3282): this is
 that command, after importing the module that registers this one. A Python caller registers it the same
 way: `import entropy_lens.harness.model`, then lm_eval.simple_evaluate(model="entropy-lens", ...).
+
+An input the toolkit refuses (a --model_args value, a passkey task's metadata) is one line on stderr and
+exit status 2, as in `entropy-lens`, never a traceback.
 """
 
 import sys
@@ -28,7 +31,11 @@ def main() -> int:
     import entropy_lens.harness.model  # noqa: F401  registers "entropy-lens"
 
     sys.argv[0] = "lm_eval"
-    cli_evaluate()
+    try:
+        cli_evaluate()
+    except EntropyLensError as err:
+        print(f"entropy-lens: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -7,6 +7,11 @@
                         (`pretrained` for the checkpoint, as lm-eval's own models)
     EvalConfig          + what lm-eval runs: tasks, include_path, limit, num_fewshot, batch_size, ...
 
+Every value the harness reads from outside a flag is typed here, in one place, before a model loads:
+`parse_bool` for each boolean (true/false/1/0/yes/no, never Python's truthiness: bool("false") is True),
+`task_metadata_values` for the task metadata this package's tasks read (--metadata, or lm-eval's
+metadata: its model_args and --metadata), `generation_settings` for --gen-kwargs.
+
 No torch and no lm_eval at import: `entropy-lens --help` builds the flags from here.
 """
 
@@ -14,17 +19,61 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.runs.configs import Checkpoint, Loading, Scaling
-from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, Recorded, setting
+from entropy_lens.runs.configs import Checkpoint, Loading, PasskeyConfig, Scaling
+from entropy_lens.settings import (
+    MAX_COUNT,
+    MAX_SEED,
+    MAX_TOKENS,
+    SETTING,
+    Checked,
+    Recorded,
+    check_range,
+    check_value,
+    field_default,
+    setting,
+)
 
-__all__ = ["INSTALL", "EvalConfig", "HarnessModelConfig", "require_lm_eval"]
+__all__ = [
+    "INSTALL",
+    "EvalConfig",
+    "HarnessModelConfig",
+    "generation_settings",
+    "parse_bool",
+    "require_lm_eval",
+    "task_metadata_values",
+]
 
 # the one line that says how to get lm-eval, wherever it is missing
 INSTALL = "pip install 'entropy-lens[eval]' (lm-evaluation-harness; in a checkout: pip install -e '.[eval]')"
+
+
+BOOLEAN_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def parse_bool(value, *, name: str) -> bool:
+    """A boolean read from JSON, lm-eval's --model_args or the command line: True or False, 1 or 0, or the
+    text true/false/1/0/yes/no in any case; EntropyLensError, in one line naming `name`, for anything
+    else. Never Python's truthiness, by which "false" and "no" are True."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in BOOLEAN_WORDS:
+        return BOOLEAN_WORDS[value.strip().lower()]
+    raise EntropyLensError(
+        f"{name} must be true or false (or 1/0, yes/no, in any case), not {_short(value)}; give true or false"
+    )
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def require_lm_eval() -> None:
@@ -64,12 +113,14 @@ class HarnessModelConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
     @classmethod
     def from_model_args(cls, args: dict, *, also: tuple[str, ...] = ()) -> HarnessModelConfig:
         """The config of lm-eval's model arguments ({name: value}, values as lm-eval parsed them: "1" is
-        the number 1); EntropyLensError for a name that is not a setting, naming the settings and `also`
-        (the other arguments the caller takes)."""
+        the number 1, "-5" is -5.0); EntropyLensError for a name that is not a setting, naming the
+        settings and `also` (the other arguments the caller takes), and for a value of the wrong type
+        or out of range, named as the argument it is (`max_length`, not --max-length)."""
         args = dict(args)
-        if "pretrained" not in args:
+        if args.get("pretrained") is None:
             raise EntropyLensError(
-                "the entropy-lens model needs a checkpoint: pass --model_args pretrained=CKPT"
+                "the entropy-lens model needs a checkpoint: pass --model_args pretrained=CKPT "
+                "(a bundled name such as tiny-nope, a folder, a .gguf file or a Hub id)"
             )
         args["model"] = str(args.pop("pretrained"))
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -79,18 +130,150 @@ class HarnessModelConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
                 f"the entropy-lens model takes no argument {', '.join(unknown)}; its arguments: "
                 + ", ".join(["pretrained", *sorted(set(fields) - {"model"}), *also])
             )
-        return cls(**{name: _as_field_type(fields[name], value) for name, value in args.items()})
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for name, value in args.items():
+            field, shown = fields[name], "pretrained" if name == "model" else name
+            value = as_setting_type(hints[name], value, name=f"--model_args {shown}")
+            check_value(
+                value,
+                hints[name],
+                field.metadata.get(SETTING) or {},
+                label=f"--model_args {shown}",
+                fix=lambda v, shown=shown: f"pass {shown}={v}",
+                example=field_default(field),
+            )
+            values[name] = value
+        return cls(**values)
 
 
-def _as_field_type(field: dataclasses.Field, value):
-    """lm-eval parses "1.0" as 1.0 and "1" as 1: a whole number for a float setting becomes a float; a
-    number for a text setting (a --revision like 1234) becomes text. Anything else is checked as given."""
-    kind = str(field.type)
-    if isinstance(value, int) and not isinstance(value, bool) and kind.startswith("float"):
+def as_setting_type(hint, value, *, name: str):
+    """A value lm-eval or JSON parsed, as the setting of type `hint` takes it: a boolean by `parse_bool`
+    (named `name`); a whole number for an int (lm-eval parses "-5" as -5.0); a number for a float; text
+    for a text setting (a revision like 1234). None stays None; anything else is left to the setting's
+    check, which refuses it in one line."""
+    kinds = set(typing.get_args(hint)) or {hint}
+    if value is None:
+        return value
+    if bool in kinds and len(kinds - {type(None)}) == 1:
+        return parse_bool(value, name=name)
+    if isinstance(value, bool):
+        return value
+    if int in kinds and isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if float in kinds and isinstance(value, int):
         return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and kind.startswith("str"):
+    if str in kinds and isinstance(value, (int, float)):
         return str(value)
     return value
+
+
+# the task metadata this package's tasks read (harness/passkey.py), each typed and checked before any load
+PASSKEY_METADATA = {"passkey_depths": "depths", "passkey_keys": "keys", "passkey_seed": "seed"}
+
+
+def task_metadata_values(metadata: dict, *, where: str = "--metadata") -> dict:
+    """`metadata` with the values this package's tasks read typed and checked, each named as a key of
+    `where`: trust_remote_code by `parse_bool`; passkey_depths, passkey_keys and passkey_seed as
+    `entropy-lens passkey`'s --depths, --keys and --seed (types and ranges). Other keys pass unchanged."""
+    out = dict(metadata)
+    if out.get("trust_remote_code") is not None:
+        out["trust_remote_code"] = parse_bool(out["trust_remote_code"], name=f"{where} trust_remote_code")
+    fields = {f.name: f for f in dataclasses.fields(PasskeyConfig)}
+    hints = typing.get_type_hints(PasskeyConfig)
+    for key, name in PASSKEY_METADATA.items():
+        if out.get(key) is None:
+            continue
+        value = as_setting_type(hints[name], out[key], name=f"{where} {key}")
+        check_value(
+            value,
+            hints[name],
+            fields[name].metadata.get(SETTING) or {},
+            label=f"{where} {key}",
+            fix=lambda v, key=key: f'write "{key}": {v}',
+            example=field_default(fields[name]),
+        )
+        out[key] = value
+    return out
+
+
+# --gen-kwargs keys whose type lm-eval does not check (transformers' generate fails on them, after the
+# model has loaded): (type, at least, at most)
+GENERATION_TYPES = {
+    "num_beams": (int, 1, MAX_COUNT),
+    "max_gen_toks": (int, 1, MAX_TOKENS),
+    "max_new_tokens": (int, 1, MAX_TOKENS),
+    "min_new_tokens": (int, 0, MAX_TOKENS),
+    "top_k": (int, 0, None),
+    "no_repeat_ngram_size": (int, 0, None),
+    "num_beam_groups": (int, 1, MAX_COUNT),
+    "temperature": (float, 0, None),
+    "top_p": (float, 0, 1),
+    "typical_p": (float, 0, 1),
+    "min_p": (float, 0, 1),
+    "repetition_penalty": (float, 0, None),
+    "length_penalty": (float, None, None),
+    "do_sample": (bool, None, None),
+}
+
+
+def generation_settings(text: str | None) -> dict | None:
+    """--gen-kwargs K=V,... as the dict lm-eval passes to generation: the keys of GENERATION_TYPES typed
+    and range-checked (a boolean by `parse_bool`), others as lm-eval reads them (true/false, a number,
+    else text); EntropyLensError, in one line, for a part without "=" or a value of the wrong type."""
+    if text is None or not text.strip():
+        return None
+    out = {}
+    for part in (p for p in text.split(",") if p.strip()):
+        key, eq, raw = part.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not eq or not key:
+            raise EntropyLensError(
+                f"--gen-kwargs {part.strip()!r} is not KEY=VALUE; write e.g. --gen-kwargs num_beams=5,temperature=0"
+            )
+        label = f"--gen-kwargs {key}"
+        kind, low, high = GENERATION_TYPES.get(key, (None, None, None))
+        if kind is bool:
+            out[key] = parse_bool(raw, name=label)
+            continue
+        if kind is None:
+            out[key] = _lm_eval_value(raw)
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
+            words = "a whole number" if kind is int else "a finite number"
+            raise EntropyLensError(
+                f"{label} must be {words} (got {raw!r}); e.g. --gen-kwargs {key}={max(low or 0, 1)}"
+            )
+        check_range(
+            value,
+            label=label,
+            at_least=low,
+            at_most=high,
+            fix=lambda v, key=key: f"pass --gen-kwargs {key}={v}",
+        )
+        out[key] = value
+    return out
+
+
+def _lm_eval_value(raw: str):
+    """A --gen-kwargs value as lm-eval's `handle_arg_string` reads it: true/false, none, a number, text."""
+    lower = raw.lower()
+    if lower in ("true", "false"):
+        return lower == "true"
+    if lower == "none":
+        return None
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +286,11 @@ class EvalConfig(HarnessModelConfig):
         "the passkey tasks shipped with this package (entropy_lens_passkey_<len>), or those of --include-path",
     )
     include_path: str | None = setting(
-        None, metavar="DIR", help="a folder of lm-eval task YAML files to add to lm-eval's own tasks"
+        None,
+        metavar="DIR",
+        help="a folder of lm-eval task YAML files to add to lm-eval's own tasks. It runs code: lm-eval "
+        "imports the Python its YAML names (`!function file.name`, lm-eval's design) when the tasks load, "
+        "so pass only a folder you trust, as with --trust-remote-code for a model folder",
     )
     limit: int | None = setting(
         None, at_least=1, at_most=MAX_COUNT, metavar="N", help="evaluate the first N documents of each task"
@@ -151,12 +338,14 @@ class EvalConfig(HarnessModelConfig):
                 f"--include-path {self.include_path} is not a folder; pass a folder of lm-eval task YAML files"
             )
         self.task_metadata()
+        self.generation()
 
     def task_names(self) -> list[str]:
         return [name.strip() for name in self.tasks.split(",") if name.strip()]
 
     def task_metadata(self) -> dict:
-        """--metadata as a dict (EntropyLensError for anything but a JSON object)."""
+        """--metadata as a dict, the keys this package's tasks read typed and checked
+        (`task_metadata_values`); EntropyLensError for anything but a JSON object."""
         if self.metadata is None:
             return {}
         try:
@@ -169,7 +358,11 @@ class EvalConfig(HarnessModelConfig):
             raise EntropyLensError(
                 f"--metadata must be a JSON object (got {type(value).__name__}); e.g. --metadata '{{\"passkey_keys\": 5}}'"
             )
-        return value
+        return task_metadata_values(value)
+
+    def generation(self) -> dict | None:
+        """--gen-kwargs as lm-eval's generation settings, typed and checked (`generation_settings`)."""
+        return generation_settings(self.gen_kwargs)
 
     def model_config(self) -> HarnessModelConfig:
         names = {f.name for f in dataclasses.fields(HarnessModelConfig)}

@@ -1,7 +1,12 @@
 """evaluate(config, out=F): lm-eval's evaluator over a checkpoint and its variant, lm-eval's results JSON
 with the toolkit's provenance.
 
-    config.check()              every flag, before anything is loaded (harness/config.py)
+    config.check()              every flag, before anything is loaded (harness/config.py): --metadata's
+                                and --gen-kwargs' values typed and range-checked
+    outputs                     `out`, and <out stem>.samples.json with --log-samples: each refused where
+                                it exists, without --force
+    check_task_folder           every YAML of --include-path parses (lm-eval skips one that does not in
+                                silence, and its task is then "unknown")
     TaskManager                 lm-eval's tasks + the package's (harness/tasks/) + --include-path, the
                                 model's arguments and --metadata as the tasks' metadata (as lm-eval's CLI)
     check_tasks                 unknown names refused, with the closest known ones
@@ -22,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
-import os
+import logging
 import time
 from pathlib import Path
 
@@ -34,7 +39,7 @@ from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
 from entropy_lens.runs.provenance import provenance
 
-__all__ = ["EVAL_KIND", "evaluate", "samples_path"]
+__all__ = ["EVAL_KIND", "check_task_folder", "evaluate", "quiet_output", "samples_path"]
 
 EVAL_KIND = "entropy_lens.eval"  # results["entropy_lens"]["kind"]
 
@@ -51,9 +56,20 @@ def evaluate(
     config.check()
     require_lm_eval()
     path = None if out is None else check_file_target(out, example="results.json")
-    if path is not None and path.exists() and not force:
-        raise EntropyLensError(f"{path} already exists; pass --force to overwrite it, or another --out")
-    with OutputLock(path) if path is not None else contextlib.nullcontext(), _progress_bars(progress):
+    targets = [path] if path is not None else []
+    if path is not None and config.log_samples:
+        targets.append(samples_path(path))
+        if targets[-1].is_dir():
+            raise EntropyLensError(
+                f"{targets[-1]} is a folder, where --log-samples would write lm-eval's samples beside --out; "
+                "pass another --out"
+            )
+    for target in targets:
+        if target.exists() and not force:
+            raise EntropyLensError(f"{target} already exists; pass --force to overwrite it, or another --out")
+    if config.include_path is not None:
+        check_task_folder(Path(config.include_path))
+    with OutputLock(path) if path is not None else contextlib.nullcontext(), quiet_output(not progress):
         import lm_eval
         from lm_eval.tasks import TaskManager
 
@@ -75,7 +91,7 @@ def evaluate(
             task_manager=tasks,
             log_samples=config.log_samples,
             bootstrap_iters=config.bootstrap_iters,
-            gen_kwargs=config.gen_kwargs,
+            gen_kwargs=config.generation(),
             random_seed=config.seed,
         )
         samples = results.pop("samples", None)
@@ -109,6 +125,36 @@ def check_tasks(names: list[str], known: list[str]) -> None:
     )
 
 
+def check_task_folder(folder: Path) -> None:
+    """EntropyLensError, in one line naming the file and the YAML error, for a task YAML under `folder`
+    that does not parse: lm-eval's index skips such a file without a word, and its task is then
+    "unknown". Syntax only: lm-eval's tags (`!function`) are read as text, nothing is imported."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    for file in sorted(folder.rglob("*.yaml")):
+        if "__pycache__" in file.parts or ".ipynb_checkpoints" in file.parts:
+            continue  # as lm-eval's index
+        try:
+            yaml.load(file.read_text(encoding="utf-8"), Loader=Loader)  # a SafeLoader: plain data only
+        except (yaml.YAMLError, OSError, UnicodeDecodeError) as err:
+            raise EntropyLensError(
+                f"--include-path: {file} is not valid YAML ({_one_line(err)}); fix the file, or move it out "
+                "of the folder"
+            ) from None
+
+
+def _one_line(err: BaseException) -> str:
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return " ".join(str(err).split())
+
+
 def check_passkey_lengths(names: list[str], max_length: int) -> None:
     """EntropyLensError for a passkey task whose windows the model would cut (lm-eval left-truncates
     contexts to its max_length): the prompts would lose their start, needle and instruction first."""
@@ -131,17 +177,29 @@ def _write(path: Path, value, *, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _progress_bars(shown: bool):
-    """lm-eval's progress bars (tqdm) off while the run lasts where `shown` is False."""
-    if shown:
+def quiet_output(quiet: bool = True):
+    """While it lasts (where `quiet`): every progress bar made disabled, and lm-eval's log below errors.
+
+    lm-eval passes `disable=` to each tqdm bar itself, and tqdm reads TQDM_DISABLE only when it is
+    imported, so neither an environment variable nor a default can turn them off: the bars' constructor
+    is wrapped to pass disable=True (transformers' and datasets' bars are tqdm's too), and put back."""
+    if not quiet:
         yield
         return
-    before = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
+    from tqdm import std
+
+    own = vars(std.tqdm)["__init__"]
+    made = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        made(self, *args, **{**kwargs, "disable": True})
+
+    log = logging.getLogger("lm_eval")
+    level = log.level
+    std.tqdm.__init__ = disabled
+    log.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = before
+        std.tqdm.__init__ = own
+        log.setLevel(level)

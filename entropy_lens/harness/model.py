@@ -18,7 +18,9 @@ loglikelihood_rolling and generate_until. What differs is the model and where it
 
 The settings are HarnessModelConfig's (harness/config.py; `pretrained` names the checkpoint), `threads`
 (as every command's --threads), and those of HFLM's arguments that mean something for a model that is
-already built (HF_ARGS, passed on unchanged). Any other argument is refused: HFLM would drop it silently.
+already built (HF_ARGS, passed on unchanged; its booleans, HF_BOOLEANS, parsed as harness/config.py's
+`parse_bool` parses every boolean, never by truthiness). Any other argument is refused: HFLM would drop
+it silently.
 `entropy-lens eval` builds it from its flags (`from_config`).
 """
 
@@ -30,11 +32,11 @@ import logging
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
-from entropy_lens.harness.config import HarnessModelConfig
+from entropy_lens.harness.config import HarnessModelConfig, parse_bool
 from entropy_lens.runs.threads import set_threads
 from entropy_lens.runs.variants import ModelVariant, load_model_variant
 
-__all__ = ["HF_ARGS", "MODEL_NAME", "EntropyLensLM"]
+__all__ = ["HF_ARGS", "HF_BOOLEANS", "MODEL_NAME", "EntropyLensLM"]
 
 MODEL_NAME = "entropy-lens"  # lm-eval's --model
 # HFLM's arguments that apply to a model passed in built (the rest choose how HFLM would load one)
@@ -51,6 +53,7 @@ HF_ARGS = (
     "enable_thinking",
     "chat_template_args",
 )
+HF_BOOLEANS = ("truncation", "logits_cache", "add_bos_token", "enable_thinking")  # None: HFLM's default
 # HFLM's warnings about a model passed in built, which is what this class does on purpose
 BUILT_MODEL_WARNINGS = (
     "`pretrained` model kwarg is not of type `str`",
@@ -63,8 +66,11 @@ class EntropyLensLM(HFLM):
     """lm-eval's HF model over a checkpoint as the toolkit loads it, every forward inside its variant's
     ScaleSession (module docstring)."""
 
-    def __init__(self, pretrained: str, threads: int | None = None, **args) -> None:
+    def __init__(self, pretrained: str | None = None, threads: int | None = None, **args) -> None:
         hf_args = {name: args.pop(name) for name in list(args) if name in HF_ARGS}
+        for name in HF_BOOLEANS:
+            if hf_args.get(name) is not None:
+                hf_args[name] = parse_bool(hf_args[name], name=f"--model_args {name}")
         config = HarnessModelConfig.from_model_args(
             {"pretrained": pretrained, **args}, also=("threads", *HF_ARGS)
         )

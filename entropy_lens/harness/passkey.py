@@ -13,7 +13,9 @@ The tokenizer comes from the tasks' metadata, which lm-eval fills with the model
 `--metadata`): `tokenizer`, else `pretrained`, as the toolkit names checkpoints (bundled names, folders,
 .gguf files, Hub ids; `revision`, `trust_remote_code`), so the tasks run on any lm-eval model whose
 tokenizer that is. `passkey_depths`, `passkey_keys` and `passkey_seed` default to `entropy-lens
-passkey`'s (PasskeyConfig). The model must accept W tokens (lm-eval cuts longer contexts: pass
+passkey`'s (PasskeyConfig). Each value is typed and checked as harness/config.py's
+`task_metadata_values` does (trust_remote_code as a boolean, never by truthiness), in one line that
+names the metadata key. The model must accept W tokens (lm-eval cuts longer contexts: pass
 max_length=W to the entropy-lens model, --max-length to `entropy-lens eval`).
 """
 
@@ -26,6 +28,7 @@ from lm_eval.api.task import ConfigurableTask
 
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.harness.config import task_metadata_values
 from entropy_lens.models import checkpoint_tokenizer
 from entropy_lens.runs.configs import PasskeyConfig
 
@@ -88,6 +91,7 @@ def passkey_dataset(**metadata) -> dict:
     """lm-eval's `custom_dataset` of a passkey task: {"test": the trials} (module docstring)."""
     import datasets
 
+    metadata = task_metadata_values(metadata, where="metadata")
     name = metadata.get("tokenizer") or metadata.get("pretrained")
     if not name:
         raise EntropyLensError(
@@ -105,7 +109,7 @@ def passkey_dataset(**metadata) -> dict:
     tokenizer = checkpoint_tokenizer(
         str(name),
         revision=metadata.get("revision"),
-        trust_remote_code=bool(metadata.get("trust_remote_code", False)),
+        trust_remote_code=metadata.get("trust_remote_code") is True,  # parsed: True, False or None
     )
     docs = passkey_documents(
         tokenizer, length=config.lengths[0], depths=config.depths, keys=config.keys, seed=config.seed
