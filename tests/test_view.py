@@ -378,7 +378,9 @@ def test_nan_and_inf_are_drawn_as_gaps(tmp_path, capsys):
         assert any("2 of 6 heads hold NaN/inf" in n for n in result["notes"])
         assert any("2 loss values are NaN/inf" in n for n in result["notes"])
     err = one_line_error(["view", str(tmp_path / "holes.npz"), "--out", str(tmp_path / "p.html")], capsys)
-    assert "holes.npz: entropy holds 2 NaN/inf value(s) where numbers are expected (first at [0, 0, 5])" in err
+    assert (
+        "holes.npz: entropy holds 2 NaN/inf value(s) where numbers are expected (first at [0, 0, 5])" in err
+    )
     assert "--resume" in err and not (tmp_path / "p.html").exists()
 
 
