@@ -73,8 +73,8 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.choices import ROW_STAT_INFO
-from entropy_lens.errors import EntropyLensError
-from entropy_lens.results.files import atomic_savez, atomic_write_text, printable, shown
+from entropy_lens.errors import EntropyLensError, first_line
+from entropy_lens.results.files import atomic_savez, atomic_write_text, is_integer, printable, shown
 from entropy_lens.results.schema import (
     ARRAYS,
     ENTROPY_REDUCTIONS,
@@ -198,30 +198,37 @@ class ScanResult:
 
     @classmethod
     def load(cls, path: str | Path) -> ScanResult:
+        """The results file at `path`, checked (the module docstring: files are untrusted); any damage is
+        one EntropyLensError naming the file and the fix."""
         path = Path(path)
+        name = printable(path)
         if not path.is_file():
-            raise EntropyLensError(f"{path} does not exist; run `entropy-lens scan` to make it")
+            raise EntropyLensError(f"{name} does not exist; run `entropy-lens scan` to make it")
         again = "rerun the scan that made it with --resume, which scans an unreadable file again"
         try:
             with np.load(path, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
-            raise EntropyLensError(f"{path} is not a readable results file ({err}); {again}") from None
+            raise EntropyLensError(
+                f"{name} is not a readable results file ({printable(first_line(err))}); {again}"
+            ) from None
         missing = [k for k in (*ARRAYS, "meta") if k not in data]
         if missing:
             raise EntropyLensError(
-                f"{path} lacks {', '.join(missing)}; it is not an entropy-lens results file"
+                f"{name} lacks {', '.join(missing)}; it is not an entropy-lens results file"
             )
         try:
             meta = json.loads(str(data.pop("meta")))
         except ValueError as err:
-            raise EntropyLensError(f"{path} is not a readable results file (meta: {err}); {again}") from None
-        if not isinstance(meta, dict):
-            raise EntropyLensError(f"{path} is not a readable results file (meta is not an object); {again}")
-        version = meta.get("schema_version")
-        if version not in READABLE_VERSIONS:
             raise EntropyLensError(
-                f"{path} has schema_version {version}, this entropy-lens reads "
+                f"{name} is not a readable results file (meta: {printable(err)}); {again}"
+            ) from None
+        if not isinstance(meta, dict):
+            raise EntropyLensError(f"{name} is not a readable results file (meta is not an object); {again}")
+        version = meta.get("schema_version")
+        if not is_integer(version) or version not in READABLE_VERSIONS:
+            raise EntropyLensError(
+                f"{name} has schema_version {shown(version)}, this entropy-lens reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}; rerun the scan with this version"
             )
         stats = {k: v for k, v in data.items() if k not in ARRAYS}  # every further array is a statistic
@@ -232,7 +239,7 @@ class ScanResult:
             if bad.any():  # a mean of NaN is no number: refused, never read as 0 or drawn as if measured
                 where = ", ".join(map(str, np.argwhere(bad)[0]))
                 raise EntropyLensError(
-                    f"{printable(path)}: {name} holds {int(bad.sum())} NaN/inf value(s) where numbers are "
+                    f"{printable(path)}: {printable(name)} holds {int(bad.sum())} NaN/inf value(s) where numbers are "
                     f"expected (first at [{where}]); {again} (in --dtype float32 if the scan diverged)"
                 )
         return result
@@ -245,7 +252,9 @@ class ScanResult:
         for name, values in {**{k: getattr(self, k) for k in ARRAYS}, **self.stats}.items():
             values = np.asarray(values)
             if values.dtype.kind not in "iuf":
-                raise EntropyLensError(f"{source}: {name} is {values.dtype}, not real numbers; {corrupt}")
+                raise EntropyLensError(
+                    f"{source}: {printable(name)} is {values.dtype}, not real numbers; {corrupt}"
+                )
         for name in ARRAYS:
             ndim = 3 if name.startswith("entropy") else 1
             if getattr(self, name).ndim != ndim:
@@ -259,7 +268,7 @@ class ScanResult:
         for name, values in self.stats.items():
             if values.shape != (L, H, T):
                 raise EntropyLensError(
-                    f"{source}: {name} has shape {values.shape}, not entropy's {(L, H, T)}; {corrupt}"
+                    f"{source}: {printable(name)} has shape {values.shape}, not entropy's {(L, H, T)}; {corrupt}"
                 )
         if T == 0:
             raise EntropyLensError(

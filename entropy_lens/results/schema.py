@@ -65,7 +65,11 @@ def upgrade_meta(meta: dict) -> dict:
 
 def schema_version_of(meta: dict, stats: dict) -> int:
     """The lowest schema version that describes a file of `meta` and `stats`: 2 for row statistics beyond
-    sink mass (scan --stats, with meta `stats` and `first_keys`), else 1, which every reader opens."""
+    sink mass (scan --stats, with meta `stats` and `first_keys`), else 1, which every reader opens. A
+    version this code does not know (a newer writer's) is kept: what it adds cannot be judged here."""
+    claimed = meta.get("schema_version")
+    if claimed is not None and claimed not in READABLE_VERSIONS:
+        return claimed
     new_stats = set(stats) - set(VERSION_1_STATS)
     return 2 if new_stats or "stats" in meta or "first_keys" in meta else 1
 
