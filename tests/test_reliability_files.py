@@ -223,6 +223,10 @@ def test_a_file_is_written_as_the_lowest_schema_version_that_describes_it(tmp_pa
     assert written(with_stats(planted(), 64), "stats.npz") == 2
     for name in ("plain.npz", "sinks.npz", "stats.npz"):
         ScanResult.load(tmp_path / name)  # both versions load
+    folder = sweep_folder(tmp_path / "sw")  # a sweep index: as in version 1, written as version 1
+    assert json.loads((folder / "sweep.json").read_text())["schema_version"] == 1
+    edit_index(folder, schema_version=2)  # as this package wrote it before: still read
+    assert read_sweep_index(folder)["schema_version"] == 2
 
 
 # ---- item 14: an unreadable cached run of the figures -----------------------------------------------

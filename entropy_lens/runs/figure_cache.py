@@ -56,12 +56,11 @@ class RunCache:
         try:
             return load(path)
         except UNREADABLE as err:  # whatever a damaged file makes a reader raise: computed again
-            why = (
+            damage = printable(  # the reader's own words name the file; a library's error is named here
                 problem(err)
                 if isinstance(err, EntropyLensError)
-                else f"{type(err).__name__}: {first_line(err)}"
+                else f"{path} is unreadable ({type(err).__name__}: {first_line(err)})"
             )
-            damage = f"{path} is unreadable ({printable(why)})"
             self._missing(what, path, damage)
             if say_damage:
                 say(f"{damage}: computing it again")

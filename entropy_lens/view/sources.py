@@ -114,8 +114,10 @@ def check_result(result: ScanResult, source: str) -> None:
                 f"{_SHAPES[ndim]}; {RESCAN}"
             )
     try:
-        result.validate(source=source)
-    except (ValueError, TypeError) as err:
+        result.validate(source=source)  # its errors name `source` already
+    except EntropyLensError:
+        raise
+    except (ValueError, TypeError) as err:  # an in-memory result's arrays that numpy cannot compare
         raise EntropyLensError(f"{printable(source)}: {first_line(err)}") from None
     if not np.all(np.isfinite(result.count)):
         raise EntropyLensError(f"{printable(source)}: count (samples per position) holds NaN/inf; {RESCAN}")
