@@ -14,6 +14,9 @@ Choices:
   entropy (heads axis of length 0), `Sweep.entropy` is None.
 - An unfinished sweep (index `complete` false: interrupted, or still running) is refused with the
   scales it lacks and the command that finishes it; `partial=True` reads the scales that are done.
+  The index is untrusted (`results.read_sweep_index` keeps its files inside the folder): that command
+  is built from the index's settings, shell-quoted (`resume_command`), never the one the index stores,
+  and file text reaches a message only through `results.printable`.
 - Everything that makes curves comparable (model, config hash, data, length, training length) must
   match; a mismatch names the file, because the fix is to rerun that sweep into a fresh folder.
 """
