@@ -191,10 +191,11 @@ class ScanResult:
 
     def save(self, path: str | Path) -> Path:
         """Write the file atomically, as the lowest schema version that describes it (`schema_version_of`):
-        a file without the statistics of version 2 opens in readers of version 1 too."""
+        a file without the statistics of version 2 opens in readers of version 1 too. The meta says the
+        version written, so this result and the file it loads back as agree."""
         arrays = {name: getattr(self, name) for name in ARRAYS} | self.stats
-        meta = {**self.meta, "schema_version": schema_version_of(self.meta, self.stats)}
-        return atomic_savez(path, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+        self.meta["schema_version"] = schema_version_of(self.meta, self.stats)
+        return atomic_savez(path, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> ScanResult:
