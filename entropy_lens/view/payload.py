@@ -38,7 +38,7 @@ from entropy_lens.results import ScanResult
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import ResultItem, SweepItem
 
-__all__ = ["GAP", "META_FIELDS", "build_payload", "meta_rows", "text"]
+__all__ = ["GAP", "META_FIELDS", "build_payload", "first_keys", "meta_rows", "text"]
 
 GAP = 65535  # the uint16 envelope code of a bin with NaN/inf (a gap); values use 0..65534
 META_FIELDS = (  # shown in the page's table, in this order, where a result's meta has them
@@ -72,11 +72,35 @@ def build_payload(
     curves = sum(r.result.n_layers * r.result.n_heads * len(r.result.stat_names) for r in results)
     longest = max([r.result.length for r in results] + [s.sweep.length for s in sweeps])
     points = points if points is not None else points_for(curves, longest)
-    return {
+    out = {
         "points": points,
         "results": [_result(item, points, train_len) for item in results],
         "sweeps": [_sweep(item, points, train_len) for item in sweeps],
     }
+    _note_keys(out["results"])
+    return out
+
+
+def first_keys(meta: dict) -> int:
+    """K of a result's first_mass (the mass on keys j < K): meta `first_keys`, else its scan_config's, else 1."""
+    config = meta.get("scan_config")
+    K = meta.get("first_keys", config.get("first_keys", 1) if isinstance(config, dict) else 1)
+    return K if isinstance(K, int) and not isinstance(K, bool) else 1
+
+
+def _note_keys(results: list[dict]) -> None:
+    """first_mass of different K is not one statistic: the page offers no difference of two such results
+    (explorer.js compares each statistic's `keys`), and says so in a note on each."""
+    keys = {r["label"]: r["stats"]["first_mass"]["keys"] for r in results if "first_mass" in r["stats"]}
+    if len(set(keys.values())) < 2:
+        return
+    for r in results:
+        if r["label"] in keys:
+            others = ", ".join(f"K = {K} in {label}" for label, K in keys.items() if label != r["label"])
+            r["notes"].append(
+                f"first_mass is the mass on the first K = {keys[r['label']]} keys here ({others}): the page "
+                "shows no difference of first_mass between results of different K"
+            )
 
 
 def meta_rows(meta: dict) -> dict[str, str]:
@@ -149,6 +173,8 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
     L, why = train_len_of(r.meta, train_len, item.source)
     for stat in r.stat_names:
         out["stats"][text(stat)] = _stat(r, stat, bins, L, why, out["notes"])
+    if "first_mass" in out["stats"]:
+        out["stats"]["first_mass"]["keys"] = first_keys(r.meta)  # K: first_mass of another K differs
     out["train_len"] = L if L is not None and 2 <= L < r.length else None  # as head_statistics takes it
     if why:
         out["notes"].append(why)
@@ -160,7 +186,7 @@ def _stat(r: ScanResult, stat: str, bins: Bins, L, why, notes: list) -> dict:
     values, squares = r.stat(stat), r.stat(stat, squared=True)
     finite = np.isfinite(values) & (True if squares is None else np.isfinite(squares))
     bad = ~finite.all(axis=2)  # (layers, heads)
-    if bad.any():  # per-head statistics of the finite heads; the others blank
+    if bad.any():  # per-head statistics of the finite heads; the others blank (their 0 fill never shown)
         keep = ~bad[:, :, None]
         clean = {stat: np.where(keep, values, 0)}
         if squares is not None:

@@ -16,8 +16,9 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     `stat_unit(name)` read entropy and them alike.
     meta        0-d str                       JSON object, keys below
 
-meta (schema_version 2; files of version 1, written before `--stats`, hold no statistics beyond
-entropy and sink mass and load unchanged): schema_version, entropy_lens_version, git_hash, model, model_source,
+meta (schema_version 1 or 2: a file is written as the lowest version that describes it, 2 only where it
+holds row statistics beyond entropy and sink mass (`scan --stats`, with meta `stats` and `first_keys`), so
+a reader of version 1 opens every file without them; both load): schema_version, entropy_lens_version, git_hash, model, model_source,
 model_class (the class that ran; absent in older files), remote_code_ignored (only where a config's
 auto_map named model code that did not run, without --trust-remote-code: that code's name), config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
@@ -52,15 +53,19 @@ today's, for every ScanResult however it is made (and `read_sweep_index` does th
 Their bytes are not changed, so figure-cache entries keep their names (those hash the ScanConfig).
 
 Files are written atomically (temporary file in the same folder, then os.replace): a reader sees
-the old file or the new one, never half of one.
+the old file or the new one, never half of one (`results.files`).
+
+Files are untrusted: `ScanResult.load` refuses, in one line naming the file and the fix, any damage:
+an unreadable archive, arrays that are not real numbers of the shapes above, NaN/inf where a mean is
+expected (never read as 0), no positions, meta fields of the wrong type (`results.schema.check_meta`:
+a string `length` "256" is not 256). `scan --resume` scans such a file again. Sweep indexes are read
+by `read_sweep_index` alone (`results.sweep_index`), which refuses files listed outside the folder.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
-import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,48 +73,49 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.choices import ROW_STAT_INFO
-from entropy_lens.errors import EntropyLensError
-
-SCHEMA_VERSION = 2  # 2: row statistics beyond entropy (scan --stats), meta stats and first_keys
-READABLE_VERSIONS = (1, 2)  # version 1 files (entropy and sink mass only) load unchanged
-ARRAYS = ("entropy", "entropy_sq", "loss", "loss_sq", "count")
-REQUIRED_META = (
-    "schema_version",
-    "entropy_lens_version",
-    "git_hash",
-    "model",
-    "config_hash",
-    "nope",
-    "head_dim",
-    "scales",
-    "data",
-    "seed",
-    "samples",
-    "length",
-    "dtype",
-    "device",
-    "backend",
-    "wall_time_s",
+from entropy_lens.errors import EntropyLensError, first_line
+from entropy_lens.results.files import atomic_savez, atomic_write_text, is_integer, printable, shown
+from entropy_lens.results.schema import (
+    ARRAYS,
+    ENTROPY_REDUCTIONS,
+    LEGACY_META_KEYS,
+    LEGACY_REDUCTIONS,
+    READABLE_VERSIONS,
+    REQUIRED_META,
+    SCHEMA_VERSION,
+    VERSION_1_STATS,
+    check_meta,
+    schema_version_of,
+    upgrade_meta,
 )
+from entropy_lens.results.sweep_index import SWEEP_INDEX, SWEEP_KIND, read_sweep_index, write_sweep_index
 
-
-ENTROPY_REDUCTIONS = ("heads", "mean", "none")  # the --entropy values, also meta `entropy_reduction`
-# What files written before the glossary's names (README: Glossary) say, and today's name for it.
-LEGACY_META_KEYS = {"len": "length"}
-LEGACY_REDUCTIONS = {"per_head": "heads", "mean_heads": "mean", "not_captured": "none"}
-
-
-def upgrade_meta(meta: dict) -> dict:
-    """`meta` with the keys and values of files written before the glossary's names replaced by today's
-    (a copy; `meta` itself is not changed)."""
-    meta = dict(meta)
-    for old, new in LEGACY_META_KEYS.items():
-        if old in meta and new not in meta:
-            meta[new] = meta.pop(old)
-    reduction = meta.get("entropy_reduction")
-    if reduction in LEGACY_REDUCTIONS:
-        meta["entropy_reduction"] = LEGACY_REDUCTIONS[reduction]
-    return meta
+__all__ = [  # the file's contract (this module), and what its submodules give every reader
+    "ARRAYS",
+    "ENTROPY_REDUCTIONS",
+    "LEGACY_META_KEYS",
+    "LEGACY_REDUCTIONS",
+    "READABLE_VERSIONS",
+    "REQUIRED_META",
+    "SCHEMA_VERSION",
+    "SWEEP_INDEX",
+    "SWEEP_KIND",
+    "VERSION_1_STATS",
+    "ScanResult",
+    "atomic_savez",
+    "atomic_write_text",
+    "check_meta",
+    "in_l",
+    "printable",
+    "read_sweep_index",
+    "schema_version_of",
+    "shown",
+    "span_label",
+    "spans_by_l",
+    "summary",
+    "upgrade_meta",
+    "write_sweep_index",
+]
 
 
 @dataclass
@@ -184,136 +190,100 @@ class ScanResult:
         return np.sqrt(np.clip(self.entropy_sq - self.entropy.astype(np.float64) ** 2, 0, None))
 
     def save(self, path: str | Path) -> Path:
+        """Write the file atomically, as the lowest schema version that describes it (`schema_version_of`):
+        a file without the statistics of version 2 opens in readers of version 1 too. The meta says the
+        version written, so this result and the file it loads back as agree."""
         arrays = {name: getattr(self, name) for name in ARRAYS} | self.stats
+        self.meta["schema_version"] = schema_version_of(self.meta, self.stats)
         return atomic_savez(path, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> ScanResult:
+        """The results file at `path`, checked (the module docstring: files are untrusted); any damage is
+        one EntropyLensError naming the file and the fix."""
         path = Path(path)
+        name = printable(path)
         if not path.is_file():
-            raise EntropyLensError(f"{path} does not exist; run `entropy-lens scan` to make it")
+            raise EntropyLensError(f"{name} does not exist; run `entropy-lens scan` to make it")
         again = "rerun the scan that made it with --resume, which scans an unreadable file again"
         try:
             with np.load(path, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
-            raise EntropyLensError(f"{path} is not a readable results file ({err}); {again}") from None
+            raise EntropyLensError(
+                f"{name} is not a readable results file ({printable(first_line(err))}); {again}"
+            ) from None
         missing = [k for k in (*ARRAYS, "meta") if k not in data]
         if missing:
             raise EntropyLensError(
-                f"{path} lacks {', '.join(missing)}; it is not an entropy-lens results file"
+                f"{name} lacks {', '.join(missing)}; it is not an entropy-lens results file"
             )
         try:
             meta = json.loads(str(data.pop("meta")))
         except ValueError as err:
-            raise EntropyLensError(f"{path} is not a readable results file (meta: {err}); {again}") from None
-        if not isinstance(meta, dict):
-            raise EntropyLensError(f"{path} is not a readable results file (meta is not an object); {again}")
-        version = meta.get("schema_version")
-        if version not in READABLE_VERSIONS:
             raise EntropyLensError(
-                f"{path} has schema_version {version}, this entropy-lens reads "
+                f"{name} is not a readable results file (meta: {printable(err)}); {again}"
+            ) from None
+        if not isinstance(meta, dict):
+            raise EntropyLensError(f"{name} is not a readable results file (meta is not an object); {again}")
+        version = meta.get("schema_version")
+        if not is_integer(version) or version not in READABLE_VERSIONS:
+            raise EntropyLensError(
+                f"{name} has schema_version {shown(version)}, this entropy-lens reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}; rerun the scan with this version"
             )
         stats = {k: v for k, v in data.items() if k not in ARRAYS}  # every further array is a statistic
         result = cls(**{k: data[k] for k in ARRAYS}, meta=meta, stats=stats)
         result.validate(source=str(path))
+        for name, values in {**{k: data[k] for k in ARRAYS}, **stats}.items():
+            bad = ~np.isfinite(values)
+            if bad.any():  # a mean of NaN is no number: refused, never read as 0 or drawn as if measured
+                where = ", ".join(map(str, np.argwhere(bad)[0]))
+                raise EntropyLensError(
+                    f"{printable(path)}: {printable(name)} holds {int(bad.sum())} NaN/inf value(s) where numbers are "
+                    f"expected (first at [{where}]); {again} (in --dtype float32 if the scan diverged)"
+                )
         return result
 
     def validate(self, source: str = "result") -> None:
+        """Refuse, in one line naming `source`, arrays that are not real numbers of the shapes the
+        module docstring gives, no positions, or meta fields of the wrong type."""
+        source = printable(source)
+        corrupt = "the file is corrupt, rerun the scan"
+        for name, values in {**{k: getattr(self, k) for k in ARRAYS}, **self.stats}.items():
+            values = np.asarray(values)
+            if values.dtype.kind not in "iuf":
+                raise EntropyLensError(
+                    f"{source}: {printable(name)} is {values.dtype}, not real numbers; {corrupt}"
+                )
         for name in ARRAYS:
             ndim = 3 if name.startswith("entropy") else 1
             if getattr(self, name).ndim != ndim:
                 want = "(layers, heads, positions)" if ndim == 3 else "(positions,)"
                 raise EntropyLensError(
-                    f"{source}: {name} has shape {getattr(self, name).shape}, not {want}; the file is "
-                    "corrupt, rerun the scan"
+                    f"{source}: {name} has shape {getattr(self, name).shape}, not {want}; {corrupt}"
                 )
         L, H, T = self.entropy.shape
         if self.entropy_sq.shape != (L, H, T) or any(getattr(self, a).shape != (T,) for a in ARRAYS[2:]):
-            raise EntropyLensError(f"{source}: array shapes disagree; the file is corrupt, rerun the scan")
+            raise EntropyLensError(f"{source}: array shapes disagree; {corrupt}")
         for name, values in self.stats.items():
             if values.shape != (L, H, T):
                 raise EntropyLensError(
-                    f"{source}: {name} has shape {values.shape}, not entropy's {(L, H, T)}; the file is "
-                    "corrupt, rerun the scan"
+                    f"{source}: {printable(name)} has shape {values.shape}, not entropy's {(L, H, T)}; {corrupt}"
                 )
+        if T == 0:
+            raise EntropyLensError(
+                f"{source}: the file holds no positions (arrays of length 0); rerun the scan with --len 2 "
+                "or more"
+            )
         missing = [k for k in REQUIRED_META if k not in self.meta]
         if missing:
             raise EntropyLensError(f"{source}: meta lacks {', '.join(missing)}; rerun the scan")
+        check_meta(self.meta, source)
         if self.meta["length"] != T:
-            raise EntropyLensError(f"{source}: meta length {self.meta['length']} != array length {T}")
-
-
-# ---- sweep folders: one ordinary results file per uniform scale, plus an index -----------------------
-
-SWEEP_INDEX = "sweep.json"
-SWEEP_KIND = "entropy_lens.sweep"
-
-
-def write_sweep_index(folder: str | Path, index: dict) -> Path:
-    """Write `folder/sweep.json` atomically. `index` holds at least `scales` (ascending multipliers s)
-    and `files` (results file names inside `folder`, same order; a scale whose scan has not finished
-    is absent from both), plus `model`, `length`, `data`, `samples`, `seed`, `entropy` (the sweep's
-    --entropy: "heads", "mean" or "none"), `requested_scales` and `complete` (every requested scale
-    done)."""
-    path = Path(folder) / SWEEP_INDEX
-    record = {"kind": SWEEP_KIND, "schema_version": SCHEMA_VERSION, **index}
-    return atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
-
-
-def read_sweep_index(folder: str | Path) -> dict:
-    """`folder/sweep.json` as a dict, checked; file names are made absolute paths under `files`."""
-    folder = Path(folder)
-    path = folder / SWEEP_INDEX
-    if not path.is_file():
-        what = "does not exist" if not folder.exists() else f"has no {SWEEP_INDEX}"
-        raise EntropyLensError(
-            f"sweep folder {folder} {what}; make it with `entropy-lens sweep CKPT --out {folder}`"
-        )
-    try:
-        index = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise EntropyLensError(
-            f"{path} is not readable JSON ({err}); rerun the sweep with --resume, which rebuilds it from "
-            "the folder's scale files"
-        ) from None
-    if index.get("kind") != SWEEP_KIND or index.get("schema_version") not in READABLE_VERSIONS:
-        raise EntropyLensError(
-            f"{path} is not an entropy-lens sweep index of schema {SCHEMA_VERSION}; rerun the sweep"
-        )
-    if len(index.get("scales", [])) != len(index.get("files", [])):
-        raise EntropyLensError(f"{path}: scales and files differ in length; rerun the sweep with --resume")
-    index["files"] = [str(folder / name) for name in index["files"]]
-    return upgrade_meta(index)
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` to `path` atomically (see atomic_savez)."""
-    return _atomic_write(Path(path), text.encode())
-
-
-def atomic_savez(path: str | Path, **arrays) -> Path:
-    """np.savez to `path` atomically (write a sibling temporary file, fsync, os.replace)."""
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return _atomic_write(Path(path), buf.getbuffer())
-
-
-def _atomic_write(path: Path, data) -> Path:
-    if path.is_symlink():  # write through the link to its file, as the output lock does; never replace it
-        path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+            raise EntropyLensError(
+                f"{source}: meta length {self.meta['length']} != array length {T}; {corrupt}"
+            )
 
 
 def in_l(position: int, L: int) -> str:
