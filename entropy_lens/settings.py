@@ -25,6 +25,8 @@ before anything is loaded. Lengths and counts have ceilings (MAX_TOKENS, MAX_COU
 
 `Recorded` gives a config its `to_dict()` as results and caches record it: the fields added after a
 release (its ADDED) only where they differ from their default, so files written before them still match.
+`first_difference` names the first setting in which two such records differ (a checkpoint and this run,
+two ranks of one launch): every refusal of "other flags" says which.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     "check_value",
     "command_words",
     "field_default",
+    "first_difference",
     "range_words",
     "setting",
 ]
@@ -301,3 +304,43 @@ def command_words(config: Any, *, defaults: dict | None = None, exclude: tuple[s
                 values = value if isinstance(value, (list, tuple)) else [value]
                 flags += [flag, *(shlex.quote(str(v)) for v in values)]
     return positional + flags
+
+
+def first_difference(
+    ours: typing.Mapping,
+    theirs: typing.Mapping,
+    *,
+    cls=None,
+    labels: typing.Mapping[str, str] | None = None,
+    names: tuple[str, str] = ("here", "there"),
+) -> str | None:
+    """The first key (in `ours`' order, then `theirs`') whose value differs between two records (a config's
+    `to_dict()`, or a run's identity that holds one), as "--seed (1 here, 0 there)" (`names`: how to call
+    the two records); None when they are equal. Nested records are compared key by key; a field of the
+    settings dataclass `cls` is named by its flag (a missing field, one `Recorded` left out, reads as its
+    default), any other key by `labels` or itself."""
+    fields = {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
+    for key in [*ours, *(k for k in theirs if k not in ours)]:
+        default = field_default(fields[key]) if key in fields else MISSING
+        mine, other = ours.get(key, default), theirs.get(key, default)
+        if isinstance(mine, typing.Mapping) and isinstance(other, typing.Mapping):
+            found = first_difference(mine, other, cls=cls, labels=labels, names=names)
+            if found is not None:
+                return found
+        elif _plain(mine) != _plain(other):
+            name = (labels or {}).get(key, key)
+            if key in fields:
+                spec = fields[key].metadata.get(SETTING) or {}
+                flag = spec.get("flag") or "--" + key.replace("_", "-")
+                name = flag if flag.startswith("-") else spec.get("metavar") or flag
+            return f"{name} ({_worded(mine)} {names[0]}, {_worded(other)} {names[1]})"
+    return None
+
+
+def _plain(value):
+    """A value as JSON gives it back (tuples as lists), so a record read from a file equals its source."""
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _worded(value) -> str:
+    return "absent" if value is MISSING else _quoted(value)

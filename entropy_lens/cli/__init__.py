@@ -3,23 +3,41 @@
 Each module here adds its subcommands (`add_parsers(sub)`) and runs them; heavy imports (torch,
 transformers) happen inside each command, so `--help` is instant. Bad input exits with status 2
 and one line saying what is wrong and how to fix it. Every command takes `--threads N`, applied once
-before the command runs (runs/threads.py).
+before the command runs (runs/threads.py); the commands that run under torchrun (scan, sweep, ppl) take
+`--dist-timeout SECONDS` (runs/launch.py), applied the same way.
+
+SIGTERM (a batch scheduler stopping the job, torchrun stopping the other ranks) is Ctrl-C while a
+command runs: every run's interrupt path applies (a scan checkpoints, locks are released), and the exit
+status is 143 (128 + 15) where Ctrl-C's is 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import signal
 import sys
+import threading
 
 from entropy_lens.cli import analysis, figures, harness, heads, passkey, perplexity, scan, train, view
 
-__all__ = ["build_parser", "main", "option_table"]
+__all__ = [
+    "DISTRIBUTED_COMMANDS",
+    "Terminated",
+    "build_parser",
+    "main",
+    "option_table",
+    "sigterm_as_interrupt",
+]
+
+DISTRIBUTED_COMMANDS = ("scan", "sweep", "ppl")  # the commands torchrun may launch: --dist-timeout
 
 
 def build_parser() -> argparse.ArgumentParser:
     from entropy_lens import __version__
-    from entropy_lens.cli.options import flag_type
+    from entropy_lens.cli.options import add_settings, flag_type
+    from entropy_lens.runs.launch import LaunchSettings
     from entropy_lens.runs.threads import check_threads
 
     parser = argparse.ArgumentParser(prog="entropy-lens", description=__doc__.splitlines()[0])
@@ -27,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (scan, perplexity, passkey, harness, analysis, train, heads, figures, view):
         module.add_parsers(sub)
+    for name in DISTRIBUTED_COMMANDS:  # applied once in main() before any work
+        add_settings(sub.choices[name], LaunchSettings)
     for command in sub.choices.values():  # one flag, applied once in main() before any work
         command.add_argument(
             "--threads",
@@ -74,22 +94,57 @@ def option_table() -> dict[str, list[dict]]:
 FULL_OR_READ_ONLY = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while a command runs, raised where Ctrl-C raises KeyboardInterrupt, so that the same
+    interrupt paths apply (a scan checkpoints; locks are released); main exits with 143."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises `Terminated` inside the block (main thread only: elsewhere no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     from entropy_lens.cli.options import FlagRejected
-    from entropy_lens.errors import EntropyLensError
-    from entropy_lens.runs.threads import set_threads
 
     try:
         args = build_parser().parse_args(argv)  # a number out of its range: FlagRejected, one line
     except FlagRejected as err:
         print(f"entropy-lens: error: {err}", file=sys.stderr)
         return 2
+    with sigterm_as_interrupt():
+        return _run(args)
+
+
+def _run(args) -> int:
+    from entropy_lens.cli.options import config_from_args
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.runs.launch import LaunchSettings, use_launch_settings
+    from entropy_lens.runs.threads import set_threads
+
     try:
         set_threads(args.threads)
+        if args.command in DISTRIBUTED_COMMANDS:
+            use_launch_settings(config_from_args(LaunchSettings, args))
         return args.func(args)
     except EntropyLensError as err:
         print(f"entropy-lens: error: {err}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("entropy-lens: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("entropy-lens: interrupted", file=sys.stderr)
         return 130

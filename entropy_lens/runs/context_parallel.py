@@ -34,7 +34,7 @@ from entropy_lens.capture import forward_hidden, next_token_nll
 from entropy_lens.capture.recorder import check_shardable, takes_positions
 from entropy_lens.capture.shards import Exchange, SequenceShards
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.runs.distributed import RankGroups, World
+from entropy_lens.runs.distributed import RankGroups, World, collective, group_timeout
 from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 
 __all__ = [
@@ -97,7 +97,8 @@ def group_exchange(groups: RankGroups) -> Iterator[Exchange | None]:
         return
     import torch.distributed as dist
 
-    made = [dist.new_group(groups.ranks(g)) for g in range(groups.count)]
+    with collective("creation of the groups (new_group)"):
+        made = [dist.new_group(groups.ranks(g), timeout=group_timeout()) for g in range(groups.count)]
     mine = made[groups.index]
     try:
         yield functools.partial(all_gather_shards, group=mine)
@@ -117,7 +118,8 @@ def all_gather_shards(local: torch.Tensor, lengths: Sequence[int], *, group=None
         local = torch.cat([local, local.new_zeros(*local.shape[:2], pad, *local.shape[3:])], dim=2)
     raw = local.contiguous().view(torch.uint8)
     pieces = [torch.empty_like(raw) for _ in lengths]
-    dist.all_gather(pieces, raw, group=group)
+    with collective("all_gather of the attention's keys and values (--context-parallel)"):
+        dist.all_gather(pieces, raw, group=group)
     return [p.view(local.dtype)[:, :, :n] for p, n in zip(pieces, lengths, strict=True)]
 
 

@@ -21,6 +21,10 @@ A scan's `--out` (the `Output` below):
 A long scan checkpoints into `<out>.partial.npz` (its running sums, the samples done, the scan's
 identity, and what it decided at run time: fused paths, threads); a rerun continues from it. Every
 check runs before any model is loaded, so bad input never leaves a file behind.
+
+Whether a file holds "this scan" is `scan_difference` (None: the same scan), which names the first
+setting that differs in every refusal (a checkpoint, a results file, a sweep, the ranks of one launch);
+--stats counts as a set there (`comparable_scan`), while files keep what was given.
 """
 
 from __future__ import annotations
@@ -36,21 +40,27 @@ from pathlib import Path
 
 import numpy as np
 
+from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import ScanResult
-from entropy_lens.settings import Checked, setting
+from entropy_lens.runs.configs import ScanConfig
+from entropy_lens.settings import Checked, first_difference, setting
 
 __all__ = [
+    "CHECKPOINT",
     "Output",
     "OutputSettings",
+    "canonical_stats",
     "check_file_target",
     "check_folder_target",
+    "comparable_scan",
     "default_out",
     "partial_path",
     "rescue",
     "rescue_path",
     "save_or_rescue",
     "say",
+    "scan_difference",
 ]
 
 
@@ -63,6 +73,9 @@ class OutputSettings(Checked):
     resume: bool = setting(False, help="finish an interrupted run (or reuse a finished one)")
     force: bool = setting(False, help="overwrite an existing --out")
     quiet: bool = setting(False, help="no progress bar")
+
+
+CHECKPOINT = ("here", "in the checkpoint")  # how `scan_difference` words a checkpoint's other flags
 
 
 def default_out(config) -> Path:
@@ -188,11 +201,15 @@ class Output:
             except EntropyLensError as err:
                 say(f"{problem(err)}: scanning it again (--resume repairs it)")
                 done = None
-            if done is not None and done.meta.get("scan_config") == scan_config:
+            theirs = None if done is None else done.meta.get("scan_config")
+            differs = "the scan's flags (none recorded in the file)" if theirs is None else None
+            differs = differs or scan_difference(scan_config, theirs, names=("here", "in the file"))
+            if done is not None and differs is None:
                 return done
             if done is not None:
                 raise EntropyLensError(
-                    f"{self.path} holds a different scan; pass --force to overwrite it or another --out"
+                    f"{self.path} holds a different scan ({differs}); pass --force to overwrite it or "
+                    "another --out"
                 )
         partial = self.partial
         if partial.exists():
@@ -200,11 +217,12 @@ class Output:
                 partial.unlink()
                 say(f"discarded the checkpoint {partial} of an unfinished scan (--force starts over)")
                 return None
-            ours = checkpoint_scan_config(partial)
-            if ours is not None and ours != scan_config:
+            theirs = checkpoint_scan_config(partial)
+            differs = None if theirs is None else scan_difference(scan_config, theirs, names=CHECKPOINT)
+            if differs is not None:
                 raise EntropyLensError(
-                    f"{partial} is the checkpoint of an unfinished scan with other flags; rerun with "
-                    "those flags to finish it, or pass --force to discard it (or another --out)"
+                    f"{partial} is the checkpoint of an unfinished scan with other flags ({differs}); rerun "
+                    "with those flags to finish it, or pass --force to discard it (or another --out)"
                 )
         return None
 
@@ -231,3 +249,35 @@ def checkpoint_scan_config(partial: Path) -> dict | None:
 def say(message: str) -> None:
     """One line to stderr about what a run did to its files (resumed, repaired, discarded)."""
     print(f"entropy-lens: {message}", file=sys.stderr, flush=True)
+
+
+def canonical_stats(stats: str) -> str:
+    """--stats as the set it asks for: the statistics beyond entropy once each, in ROW_STAT_INFO's order,
+    "all" when that is every one and "entropy" when none ("max_prob,distance" and "distance,max_prob" are
+    one scan). A name that is no statistic leaves it as given (`ScanConfig.check` refuses it)."""
+    if stats == "all":
+        return stats
+    asked = set(filter(None, stats.split(",")))
+    if asked - set(ROW_STAT_INFO):
+        return stats
+    beyond = [name for name in ROW_STAT_INFO if name not in ("entropy", "sink_mass")]
+    extras = [name for name in beyond if name in asked]
+    return "all" if extras == beyond else ",".join(extras) or "entropy"
+
+
+def comparable_scan(record: dict) -> dict:
+    """A scan's record (a `ScanConfig.to_dict()`, or an identity holding one under "scan_config") as two
+    records of one scan are equal: --stats as a set (`canonical_stats`). Records are compared this way,
+    never stored so: results files and cache keys keep what was given."""
+    if "scan_config" in record:
+        return {**record, "scan_config": comparable_scan(record["scan_config"])}
+    return {**record, "stats": canonical_stats(record["stats"])} if "stats" in record else dict(record)
+
+
+def scan_difference(ours: dict, theirs: dict, *, names: tuple[str, str] = ("here", "there")) -> str | None:
+    """The first setting in which two scans' records (`comparable_scan`'s inputs, as made or as read back
+    from JSON) differ, as "--seed (1 here, 0 there)"; None when they are the same scan."""
+    labels = {"config_hash": "the checkpoint's config.json", "chunks": "the chunks drawn from --data"}
+    return first_difference(
+        comparable_scan(ours), comparable_scan(theirs), cls=ScanConfig, labels=labels, names=names
+    )

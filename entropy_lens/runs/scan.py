@@ -52,14 +52,22 @@ from entropy_lens.runs.context_parallel import (
     sharded_batch,
     shards_of,
 )
-from entropy_lens.runs.distributed import RankGroups, World, process_group, rank_device, world
+from entropy_lens.runs.distributed import RankGroups, World, agree, process_group, rank_device, world
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.memory import (
     free_heap_returned_per_layer,
     large_blocks_returned,
     release_free_heap,
 )
-from entropy_lens.runs.output import Output, default_out, partial_path, rescue, say
+from entropy_lens.runs.output import (
+    Output,
+    comparable_scan,
+    default_out,
+    partial_path,
+    rescue,
+    say,
+    scan_difference,
+)
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
 from entropy_lens.runs.variants import attention_scales, load_variant, variant_schedule
@@ -97,7 +105,9 @@ def scan(
         if done is not None:
             return done
         run = Run.start(config, resume=resume)
-        sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=config.entropy != "none")
+        recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
+        stats = tuple(name for name in config.row_stats() if name != "sink_mass") if recording else ()
+        sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats)
         run.choices = choices or PathChoices()
         if output.resumable() is not None:
             _resume(run, sums, output)
@@ -105,6 +115,8 @@ def scan(
         if output.path is not None and run.world.size == 1:
             checkpoint = _Checkpoint(output.partial, sums, run, started, checkpoint_every_s)
         with process_group(run.world, run.device):
+            # under torchrun every rank was started with the same settings, else none scans
+            agree(comparable_scan(run.identity), run.world, difference=scan_difference)
             with group_exchange(run.groups) as exchange:  # None unless --context-parallel
                 _loop(run, sums, checkpoint, progress, exchange)
             sums.all_reduce(run.world)  # the whole world's: each group's ranks hold disjoint positions

@@ -1,6 +1,6 @@
 """ScanSums: a scan's float64 running sums over samples, and everything that updates them.
 
-    sums = ScanSums(layers, heads, length)         # entropy=False: a loss-only scan
+    sums = ScanSums(layers, heads, length, stats=s)  # entropy=False: a loss-only scan; s: --stats
     sums.add(capture, nll)                         # one batch: the capture's entropies and the (B, T) loss
                                                    # (and sink mass, for a model with attention sinks)
     sums.add(capture, nll, positions=p, samples=r0)  # a context-parallel shard: its positions p, the
@@ -12,8 +12,8 @@
 
 Sums are updated in place: at 16K tokens a TinyLlama's entropy sums are 2 × 92 MB, and fresh arrays
 per batch took the host 0.7 s of a 2-core machine per batch, against a GPU forward of the order of
-0.1 s (benchmarks/host_sums.py). `add` defers Ctrl-C until it is done, so a checkpoint never sees
-sums and counts out of step; because the sums are stored exactly and added in the same order, a
+0.1 s (benchmarks/host_sums.py). `add` defers Ctrl-C and SIGTERM until it is done, so a checkpoint never
+sees sums and counts out of step; because the sums are stored exactly and added in the same order, a
 resumed scan ends with the same arrays as an uninterrupted one.
 """
 
@@ -31,19 +31,23 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
-from entropy_lens.runs.distributed import World, all_reduce_sum
+from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
+from entropy_lens.runs.output import CHECKPOINT, scan_difference
 
-__all__ = ["ScanSums", "interrupts_deferred"]
+__all__ = ["INTERRUPTS", "ScanSums", "interrupts_deferred"]
 
 
 class ScanSums:
-    def __init__(self, n_layers: int, n_heads: int, length: int, *, entropy: bool = True):
+    def __init__(
+        self, n_layers: int, n_heads: int, length: int, *, entropy: bool = True, stats: tuple[str, ...] = ()
+    ):
         self.entropy = entropy  # whether batches carry entropies (a recorder) or only the loss
-        # the float64 sums of each row statistic (kernels.stats.sum_names; sink_mass added when a model
-        # reports it), of the loss and its square, rows per position and samples
+        # the float64 sums of each row statistic (kernels.stats.sum_names: entropy and `stats` from the
+        # start, so that a rank without samples holds them too; sink_mass added when a model reports it),
+        # of the loss and its square, rows per position and samples
+        statistics = sum_names(dict.fromkeys(("entropy", *stats)))  # each once, entropy first
         self.arrays = {
-            "entropy": np.zeros((n_layers, n_heads, length)),
-            "entropy_sq": np.zeros((n_layers, n_heads, length)),
+            **{name: np.zeros((n_layers, n_heads, length)) for name in statistics},
             "loss": np.zeros(length),
             "loss_sq": np.zeros(length),
             "count": np.zeros(length, dtype=np.int64),
@@ -87,7 +91,12 @@ class ScanSums:
         return {name: stat.unit for name, stat in ROW_STATS.items() if name in self.arrays}
 
     def all_reduce(self, world: World) -> None:
-        """Every rank ends with the sums of all ranks (a no-op in one process)."""
+        """Every rank ends with the sums of all ranks (a no-op in one process). A sum that only some ranks
+        made (sink_mass appears with the first batch; a rank may have none) is zeros on the others."""
+        if world.size > 1:
+            for names in gathered(sorted(self.arrays), world, what="the names of the sums"):
+                for name in names:
+                    self.arrays.setdefault(name, np.zeros_like(self.arrays["entropy"]))
         self.arrays = all_reduce_sum(self.arrays, world)
 
     def save(self, path: Path, identity: dict, wall_s: float, decided: dict | None = None) -> None:
@@ -115,10 +124,11 @@ class ScanSums:
             wall_s = float(data["wall_s"])
         except Exception:  # noqa: BLE001 - truncated, not a zip, a missing key, not JSON: unreadable
             return None
-        if theirs != json.loads(json.dumps(identity)):
+        differs = scan_difference(json.loads(json.dumps(identity)), theirs, names=CHECKPOINT)
+        if differs is not None:
             raise EntropyLensError(
-                f"{path} is the checkpoint of a different scan (other flags, model or data); rerun with "
-                "that scan's flags to finish it, or pass --force to discard it"
+                f"{path} is the checkpoint of a different scan ({differs}); rerun with that scan's flags "
+                "to finish it, or pass --force to discard it"
             )
         if any(k not in state or state[k].shape != v.shape for k, v in self.arrays.items()):
             return None
@@ -155,20 +165,34 @@ class ScanSums:
         return ScanResult(**columns, count=n.copy(), meta=meta, stats=mean)
 
 
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a batch scheduler's stop (cli.main: the same)
+
+
 @contextlib.contextmanager
 def interrupts_deferred():
-    """Ctrl-C (SIGINT) inside the block is raised when the block ends (main thread only: elsewhere
-    signals cannot be handled, and none arrive)."""
+    """Ctrl-C (SIGINT) or SIGTERM inside the block is handled when the block ends, as it would have been
+    (main thread only: elsewhere signals cannot be handled, and none arrive)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: caught.append((signum, frame))) for sig in INTERRUPTS
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(*caught[0])  # Python's own handler raises KeyboardInterrupt here
-    elif caught and previous == signal.SIG_DFL:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not caught:
+        return
+    signum, frame = caught[0]
+    handler = previous[signum]
+    if callable(handler):
+        handler(signum, frame)  # Python's own SIGINT handler raises KeyboardInterrupt here
+    elif handler == signal.SIG_DFL and signum == signal.SIGINT:
         raise KeyboardInterrupt
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(
+            signum
+        )  # the default action, now that the sums are whole: SIGTERM ends the process

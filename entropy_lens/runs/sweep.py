@@ -35,11 +35,14 @@ from entropy_lens.runs.configs import SWEEP_ENTROPY
 from entropy_lens.runs.context_parallel import check_context_parallel
 from entropy_lens.runs.distributed import broadcast_object, command_group, world
 from entropy_lens.runs.lock import FOLDER_LOCK, OutputLock
-from entropy_lens.runs.output import check_folder_target, say
+from entropy_lens.runs.output import check_folder_target, say, scan_difference
 from entropy_lens.runs.scan import ScanConfig, scan
 from entropy_lens.settings import command_words
 
 __all__ = ["parse_scales", "scale_file", "sweep", "sweep_command"]
+
+
+THERE = ("here", "in the folder")  # how `scan_difference` words the folder's sweep
 
 
 def parse_scales(spec: str) -> list[float]:
@@ -109,10 +112,13 @@ def _sweep(config, scales, out_dir: Path, *, resume: bool, force: bool, progress
             _clear(out_dir)
         index, damaged = _index_or_damage(out_dir)
         found, foreign = _scale_files(out_dir, config, progress)
-        if index is not None and index["scan_config"] != base or (damaged and foreign and not found):
+        differs = None if index is None else scan_difference(base, index["scan_config"], names=THERE)
+        if differs is None and damaged and foreign and not found:
+            differs = f"its scale files {', '.join(foreign[:2])} are of other flags"
+        if differs is not None:
             raise EntropyLensError(
-                f"{out_dir} holds a sweep with other flags (model, length, data, ...); rerun with the same "
-                "flags, pass --force to overwrite it, or another --out"
+                f"{out_dir} holds a sweep with other flags ({differs}); rerun with the same flags, pass "
+                "--force to overwrite it, or another --out"
             )
         requested = scales
         if any(p.name != FOLDER_LOCK for p in out_dir.iterdir()):
@@ -201,7 +207,7 @@ def _scale_files(folder: Path, config: ScanConfig, progress: bool) -> tuple[dict
         if (
             s is not None
             and path.name == scale_file(s)
-            and meta["scan_config"] == dataclasses.replace(config, scale=s).to_dict()
+            and scan_difference(dataclasses.replace(config, scale=s).to_dict(), meta["scan_config"]) is None
         ):
             found[s] = path.name
         else:
