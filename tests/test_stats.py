@@ -226,7 +226,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
 
 def test_units_and_descriptions_are_declared_once_and_read_without_torch():
     """The kernels compute exactly the statistics of the torch-free table (choices.ROW_STAT_INFO), in its
-    order, and take their units and descriptions from it; results.py reads it without importing torch."""
+    order, and take their units and descriptions from it; entropy_lens.results reads it without importing torch."""
     from entropy_lens.choices import ROW_STAT_INFO
 
     assert tuple(ROW_STATS) == tuple(ROW_STAT_INFO)

@@ -1,5 +1,5 @@
 """What software wrote a result and when (the results meta's provenance keys): imported by the writers
-only, as it imports torch and transformers for their versions (results.py stays numpy-only)."""
+only, as it imports torch and transformers for their versions (entropy_lens.results stays numpy-only)."""
 
 from __future__ import annotations
 

@@ -269,7 +269,7 @@ class Run:
         }
 
     def meta(self, sums: ScanSums, started: float) -> dict:
-        """The results' meta (results.py documents every key)."""
+        """The results' meta (entropy_lens.results documents every key)."""
         c, lm = self.config, self.lm
         m = self.scales
         uniform = m is None or isinstance(m, float)
