@@ -20,7 +20,7 @@ from entropy_lens.capture.schedule import Schedule
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import ScoreMods
-from entropy_lens.kernels.contract import validate_mask, validate_window
+from entropy_lens.kernels.contract import check_finite, validate_mask, validate_window
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.stats import DEFAULT_STATS
 
@@ -182,6 +182,23 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
         extras=extras,
         eager_extras={k: v for k, v in (("softcap", softcap), ("s_aux", sinks)) if v is not None},
     )
+
+
+def check_finite_inputs(call: LayerCall) -> None:
+    """EntropyLensError, in one line naming the layer, where the model hands a capturing layer a query,
+    key or value that is not finite (overflow in bf16/fp16, NaN weights): its statistics would be
+    undefined, and the kernels would otherwise turn them into finite numbers nobody flags. One pass over
+    q, k and v (O(T·D)), beside the layer's O(T²·D) scores."""
+    layer = getattr(call.module, "layer_idx", "?")
+    fix = (
+        "the model produced NaN or inf before attention: check its weights, and run in float32 "
+        "(--dtype float32) if bfloat16/float16 overflowed"
+    )
+    for name, x in (("query", call.query), ("key", call.key), ("value", call.value)):
+        try:
+            check_finite(x, f"layer {layer}'s {name}", fix=fix)
+        except ValueError as err:
+            raise EntropyLensError(str(err)) from None
 
 
 @dataclass

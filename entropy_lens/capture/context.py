@@ -39,7 +39,7 @@ import dataclasses
 
 import torch
 
-from entropy_lens.capture.call import LayerCall, LayerInputs, Session, read_call
+from entropy_lens.capture.call import LayerCall, LayerInputs, Session, check_finite_inputs, read_call
 from entropy_lens.capture.paths import SDPA, record, run_path, sdpa
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
@@ -62,6 +62,8 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
     window_passed = "sliding_window" in kwargs
     kwargs = {**kwargs, "position_ids": sequence.shards.positions(query.device)[None]}  # a schedule's i
     call = read_call(session, module, query, key, value, None, scaling, dropout, kwargs)
+    if call.capturing:  # this rank's shard: every position is checked by the rank that holds it
+        check_finite_inputs(call)
     window = _window(call, window_passed)
     keys, values = sequence.gather(call.key), sequence.gather(call.value)  # (B, Hkv, N, D)
     outs, start = [], 0

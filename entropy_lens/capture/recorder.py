@@ -37,8 +37,9 @@ from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.context import refusal
 from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.kernels import FUSED_MODES
-from entropy_lens.kernels.stats import DEFAULT_STATS, check_stats
+from entropy_lens.kernels import FUSED_MODES, resolve_backend
+from entropy_lens.kernels.stats import DEFAULT_STATS, check_first_keys, check_stats
+from entropy_lens.settings import SCALE, check_argument
 
 
 class ScaleSession:
@@ -69,8 +70,10 @@ class ScaleSession:
         first_keys: int = 1,
         context=None,
     ):
+        # every setting checked as its flag is (--backend, --fused, --stats, --first-keys, --scale)
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
+        resolve_backend(backend)  # the name only: the device is the layer's
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
@@ -80,7 +83,7 @@ class ScaleSession:
             fused=fused,
             choices=choices,
             stats=check_stats(stats),
-            first_keys=int(first_keys),
+            first_keys=check_first_keys(first_keys),
             context=context,
         )
         self._undo = contextlib.ExitStack()
@@ -292,11 +295,25 @@ def _ranges(layers: list[int]) -> str:
 
 
 def _as_scales(model, scales):
-    """None | float | (layers, heads) -> what `Session.scales` holds."""
-    if scales is None or isinstance(scales, (int, float)):
-        return None if scales is None else float(scales)
+    """None | float | (layers, heads) -> what `Session.scales` holds; each multiplier a finite number
+    above 0, as --scale and --head-scales take (settings.SCALE): EntropyLensError in one line otherwise."""
+    if scales is None:
+        return None
+    if not isinstance(scales, (torch.Tensor, np.ndarray, list, tuple)):
+        check_argument("scales", scales, float, SCALE, example=1.0)
+        return float(scales)
     param = next(model.parameters())
     t = scales if isinstance(scales, torch.Tensor) else torch.as_tensor(np.asarray(scales, dtype=np.float32))
+    values = t.detach()
+    bad = ~(torch.isfinite(values) & (values > 0))
+    if bool(bad.any()):
+        place = [int(i) for i in bad.nonzero()[0]]
+        where = ", ".join(f"{dim} {i}" for dim, i in zip(("layer", "head"), place, strict=False))
+        value = float(values[tuple(place)])
+        raise EntropyLensError(
+            f"scales at {where} is {value:g} ({int(bad.sum())} values not finite and above 0 in all); "
+            "every multiplier must be a finite number above 0, as --scale and --head-scales take"
+        )
     return t.to(param.device)
 
 

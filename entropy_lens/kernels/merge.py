@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.contract import validate_inputs, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import accumulators, check_stats, entropy_from_state, sink_mass_from_state
 from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q, stream_torch
@@ -61,6 +61,7 @@ def shard_state(
     read for, so the state holds the accumulators they need (`first_keys`: first_mass's K, global
     keys). Sinks: see `sink_state`.
     """
+    validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
         q, k, causal=causal, mask=mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes

@@ -22,6 +22,7 @@ import torch
 
 from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.settings import FIRST_KEYS, check_argument
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
@@ -164,9 +165,9 @@ def check_stats(stats) -> tuple[str, ...]:
 
 
 def check_first_keys(first_keys) -> int:
-    """first_mass's K as an int; ValueError unless a positive whole number."""
-    if isinstance(first_keys, bool) or int(first_keys) != first_keys or first_keys < 1:
-        raise ValueError(f"first_keys must be a positive number of keys; got {first_keys!r}")
+    """first_mass's K as an int; EntropyLensError (a ValueError) unless a whole number in the range
+    --first-keys declares (settings.FIRST_KEYS), checked by the flag's own check."""
+    check_argument("first_keys", first_keys, int, FIRST_KEYS, example=1)
     return int(first_keys)
 
 
