@@ -166,3 +166,109 @@ def test_a_zero_softmax_scale_is_uniform_attention_exactly_on_every_kernel(backe
     n = torch.arange(1, 10, dtype=torch.float32)
     assert torch.allclose(rows["entropy"], n.log().expand(2, 4, 9), atol=1e-6)
     assert torch.allclose(rows["first_mass"], (1 / n).expand(2, 4, 9), atol=1e-6)
+
+
+# -- first_mass: a row's first K real keys, padding skipped ---------------------------------------------
+
+
+def _padded(starts, S):
+    """The (B, S) key-padding mask of a batch whose row b has starts[b] pad keys before its real keys
+    (left padding): real keys j >= starts[b]."""
+    return torch.arange(S)[None, :] >= torch.tensor(starts)[:, None]
+
+
+@pytest.mark.parametrize("backend", RUNS)
+@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("one_pass", [False, True], ids=["stats", "with-output"])
+def test_first_mass_counts_each_rows_first_real_keys_on_every_kernel(backend, window, one_pass):
+    """Left-padded rows (0, 4 and 9 pad keys) give the first_mass of the same row unpadded, on every
+    kernel, from a (B, S) padding mask and from the 4-D causal + padding mask transformers builds; and
+    equal the float64 reference, which counts the keys r_b <= j < r_b + K."""
+    if one_pass and backend == "reference":
+        pytest.skip("the reference computes no output")
+    B, Hq, Hkv, S, K = 3, 4, 2, 20, 3
+    starts = [0, 4, 9]
+    q, k = make_inputs(B, Hq, Hkv, S, S)
+    v = make_values(B, Hkv, S, 16)
+    keep = _padded(starts, S)
+    causal4d = keep[:, None, None, :] & torch.ones(S, S, dtype=torch.bool).tril()[None, None]
+
+    def first_mass(q, k, v, **kw):
+        kw = {"softmax_scale": 0.3, "stats": ("first_mass",), "first_keys": K, "window": window, **kw}
+        if one_pass:
+            return attention_with_entropy(q, k, v, backend=backend, **kw)["first_mass"]
+        return attention_stats(q, k, backend=backend, **kw)["first_mass"]
+
+    want = attention_stats(
+        q,
+        k,
+        softmax_scale=0.3,
+        stats=("first_mass",),
+        first_keys=K,
+        window=window,
+        mask=keep,
+        backend="reference",
+    )["first_mass"]
+    for mask in (keep, causal4d):
+        got = first_mass(q, k, v, mask=mask)
+        assert (got - want).abs().max().item() <= 1e-5
+    for b, r in enumerate(starts):  # the same row without its padding
+        alone = first_mass(q[b : b + 1, :, r:], k[b : b + 1, :, r:], v[b : b + 1, :, r:])
+        assert (want[b, :, r:] - alone[0]).abs().max().item() <= 1e-5
+    assert want[1:, :, :4].abs().max() == 0  # pad rows see no key
+    assert (want[2, :, 9 : 9 + K] - 1).abs().max() <= 1e-6  # a row among its first K real keys: all there
+
+
+def test_key_shards_take_the_global_first_real_key():
+    """shard_state: first_mass of merged shards equals the whole's under left padding, given each row's
+    first real key; without it, a masked first_mass is refused (a shard's slice cannot tell)."""
+    from entropy_lens.kernels import merge_states
+    from entropy_lens.kernels.stats import read_stats
+
+    B, S, K = 2, 24, 3
+    q, k = make_inputs(B, 4, 2, S, S)
+    keep = _padded([0, 7], S)
+    whole = attention_stats(q, k, softmax_scale=0.3, stats=("first_mass",), first_keys=K, mask=keep)
+    state = None
+    for a, b in ((0, 5), (5, 9), (9, 24)):
+        part = shard_state(
+            q,
+            k[:, :, a:b],
+            0.3,
+            key_offset=a,
+            total_keys=S,
+            mask=keep[:, a:b],
+            stats=("first_mass",),
+            first_keys=K,
+            first_key=torch.tensor([0, 7]),
+        )
+        state = part if state is None else merge_states(state, part)
+    merged = read_stats(state, None, ("first_mass",))["first_mass"]
+    assert (merged - whole["first_mass"]).abs().max().item() <= 1e-5
+    with pytest.raises(ValueError, match="needs first_key"):
+        shard_state(
+            q, k[:, :, 5:9], 0.3, key_offset=5, total_keys=S, mask=keep[:, 5:9], stats=("first_mass",)
+        )
+
+
+@pytest.mark.parametrize("name", ["tiny-nope", "tiny-rope", "tiny-alibi"])
+@pytest.mark.parametrize("fused", ["off", "on"])
+def test_the_recorder_reads_first_mass_of_padded_rows_as_unpadded(name, fused):
+    """The same 54 tokens alone, after 10 left pad tokens and before 10 right pad tokens (with the
+    attention mask): first_mass (K = 3) equal at every real position; 1 at positions 0-2."""
+    model = load_model(name).model
+    ids = torch.arange(3, 57).unsqueeze(0)
+    pad = torch.zeros(1, 10, dtype=torch.long)
+    runs = {
+        "alone": (ids, None),
+        "left": (torch.cat([pad, ids], 1), torch.cat([pad, torch.ones_like(ids)], 1)),
+        "right": (torch.cat([ids, pad], 1), torch.cat([torch.ones_like(ids), pad], 1)),
+    }
+    got = {}
+    for how, (tokens, mask) in runs.items():
+        with torch.no_grad(), EntropyRecorder(model, stats=("first_mass",), first_keys=3, fused=fused) as rec:
+            model(tokens, attention_mask=mask)
+        got[how] = rec.mean("first_mass")[..., :54]
+    assert np.allclose(got["alone"][..., :3], 1.0, atol=1e-6)
+    for how in ("left", "right"):
+        assert np.abs(got[how] - got["alone"]).max() <= 1e-5, how

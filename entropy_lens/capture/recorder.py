@@ -159,8 +159,11 @@ class EntropyRecorder(ScaleSession):
         if sequence is not None:  # a shard: the whole sequence's mask places the rows of [0, b)
             self._sums.begin_forward(sequence.attention_mask, whole_sequence=True)
             return
-        mask = _padding_mask(kwargs.get("attention_mask"))
-        self._sums.begin_forward(mask if mask is not None else self._outer_mask)
+        given = kwargs.get("attention_mask")
+        mask = _padding_mask(given)
+        mask = mask if mask is not None else self._outer_mask
+        self._sums.begin_forward(mask)
+        self.session.padding_start = _padding_start(mask, unpadded=given is None and mask is None)
 
     def _end_forward(self, module, args, output):
         """Every layer reported once: a layer that computes attention outside transformers' attention
@@ -188,6 +191,7 @@ class EntropyRecorder(ScaleSession):
 
     def _release(self) -> None:
         self._outer_mask = None
+        self.session.padding_start = None
         self._sums.release_mask()
         self.session.mask_memo.clear()
 
@@ -243,6 +247,15 @@ class EntropyRecorder(ScaleSession):
     def sink_mass(self) -> np.ndarray | None:
         """(layers, heads, positions) mean probability of the attention sink; None without sinks."""
         return self.mean("sink_mass")
+
+
+def _padding_start(mask, *, unpadded: bool):
+    """Session.padding_start of a forward: each batch row's first real key (the first the 2-D padding
+    mask (B, S) lets through) and S; key 0 for any S where the forward has no mask (`unpadded`); None
+    where its padding is not known."""
+    if mask is not None:
+        return (mask != 0).to(torch.uint8).argmax(dim=-1), mask.shape[1]
+    return (torch.zeros(1, dtype=torch.int64), None) if unpadded else None
 
 
 def _padding_mask(mask):

@@ -96,6 +96,35 @@ def validate_mask(q, k, mask) -> torch.Tensor | None:
     return mask.to(q.device)
 
 
+def first_real_key(mask) -> torch.Tensor | None:
+    """(B|1,) int64: for each batch row of a validated bool mask (B|1, Hq|1, T|1, S), the index of the
+    first key the mask lets through for any head and query row, where first_mass's K keys begin (a
+    left-padded row's first real key, 0 for right padding); 0 where it lets none through (those rows see
+    no key). None for no mask: every row's first key is key 0."""
+    if mask is None:
+        return None
+    seen = mask.any(dim=2).any(dim=1)  # (B|1, S): the keys some row of the batch row may see
+    return seen.to(torch.uint8).argmax(dim=-1)
+
+
+def validate_first_key(q, mask, first_key) -> torch.Tensor | None:
+    """first_mass's per-batch start as (B|1,) int64 on q's device: `first_key` given (a key shard's: the
+    global index of each row's first real key, an int or (B,) integers >= 0), else `first_real_key` of
+    the validated mask."""
+    if first_key is None:
+        return first_real_key(mask)
+    B = q.shape[0]
+    first_key = torch.as_tensor(first_key, device=q.device)
+    if first_key.is_floating_point() or first_key.dtype == torch.bool or first_key.ndim > 1:
+        raise ValueError(f"first_key must be an int or ({B},) integers; got {first_key!r}")
+    first_key = first_key.reshape(-1).to(torch.int64)
+    if first_key.numel() not in (1, B) or bool((first_key < 0).any()):
+        raise ValueError(
+            f"first_key must be one index >= 0 per batch row ({B},): each row's first real key; got {first_key}"
+        )
+    return first_key
+
+
 def validate_window(window, causal: bool) -> int | None:
     """The sliding window as an int >= 1, or None; ValueError for anything else or a non-causal window."""
     if window is None:
