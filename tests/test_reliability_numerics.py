@@ -3,6 +3,8 @@ point and by the capture (naming the layer), never turned into a finite statisti
 settings as the flags do; first_mass counts a row's first K real keys, padding skipped, on every backend
 and through the recorder."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -272,3 +274,23 @@ def test_the_recorder_reads_first_mass_of_padded_rows_as_unpadded(name, fused):
     assert np.allclose(got["alone"][..., :3], 1.0, atol=1e-6)
     for how in ("left", "right"):
         assert np.abs(got[how] - got["alone"]).max() <= 1e-5, how
+
+
+def test_a_scan_whose_model_produces_nan_stops_in_one_line_naming_the_layer(tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+    from tiny import make_tiny_dir
+
+    from entropy_lens.cli import main
+
+    folder = make_tiny_dir(tmp_path / "nan-model")
+    weights = load_file(folder / "model.safetensors")
+    weights["model.layers.1.self_attn.k_proj.weight"][3, 2] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()  # the folder's writing progress
+    args = ["scan", str(folder), "--len", "24", "--samples", "1", "--data", "austen:northanger", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "scan.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    # the first layer whose output is not finite, named before the scan (its loss check) or by the capture
+    assert re.search(r"layer 1's (output|key) holds \d+ non-finite values \(first at batch 0, ", err), err
+    assert not (tmp_path / "scan.npz").exists()
