@@ -36,5 +36,7 @@ ROW_STAT_INFO: dict[str, StatInfo] = {  # in kernels.stats.ROW_STATS's order (te
     "distance": StatInfo(
         "tokens", "Σ_j p_j (pos_i − j) / Σ_j p_j over the keys: how far back the row looks", POSITION_BOUND
     ),
-    "first_mass": StatInfo(PROBABILITY, "Σ_{j < K} p_j: the mass on the first K keys"),
+    "first_mass": StatInfo(
+        PROBABILITY, "Σ_{r <= j < r + K} p_j: the mass on the first K real keys (r: the first unpadded one)"
+    ),
 }

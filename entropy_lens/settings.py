@@ -45,13 +45,16 @@ from typing import Any
 from entropy_lens.errors import EntropyLensError
 
 __all__ = [
+    "FIRST_KEYS",
     "MAX_COUNT",
     "MAX_SEED",
     "MAX_TOKENS",
     "PASSKEY_MOST",
+    "SCALE",
     "SETTING",
     "Checked",
     "Recorded",
+    "check_argument",
     "check_fields",
     "check_range",
     "check_value",
@@ -74,6 +77,11 @@ MAX_TOKENS = 1 << 22
 MAX_COUNT = 1 << 24
 MAX_SEED = 2**32 - 1  # the seeds numpy, torch and random all take
 PASSKEY_MOST = 1000  # the most depths, and the most keys, of a passkey run: a hundred times the paper's 10
+
+# Ranges of settings that a flag and a Python entry point both take (`setting(..., **SCALE)` declares the
+# flag; `check_argument` checks the keyword: EntropyRecorder's scales and first_keys, the kernels' first_keys)
+SCALE = {"above": 0}  # an attention scale multiplier s (λ = s/√d): 0 would be no scale at all
+FIRST_KEYS = {"at_least": 1, "at_most": MAX_TOKENS}  # K of first_mass: the mass on a row's first K keys
 
 
 def setting(
@@ -183,6 +191,13 @@ def check_fields(cls, values: typing.Mapping[str, Any], *, where: str | None = N
             label = f"{where}: {name}" if where else name
             fix = lambda v, name=name: f"write {name}: {_shown(v, ', ')}"
         check_value(value, hints.get(name), spec, label=label, fix=fix, example=field_default(fields[name]))
+
+
+def check_argument(name: str, value, kind, spec: dict, *, example=MISSING) -> None:
+    """A Python keyword argument against the type `kind` (int, float, ...) and the range `spec` its flag
+    declares (SCALE, FIRST_KEYS), by `check_value`: EntropyLensError in one line named as the caller
+    writes it, 'first_keys must be a whole number (got 2.9); pass first_keys=1'."""
+    check_value(value, kind, spec, label=name, fix=lambda v: f"pass {name}={v}", example=example)
 
 
 def check_value(value, hint, spec: dict, *, label: str, fix: typing.Callable, example=MISSING) -> None:

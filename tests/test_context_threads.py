@@ -114,9 +114,10 @@ def test_every_architecture_sharded_equals_one_process(model_type):
 def test_padding_is_rebuilt_from_the_whole_sequences_mask(model_type, padding):
     model = build(model_type, SUPPORTED[model_type][0])
     ids, mask = ids_and_mask(padding, T=17, pad=5)
-    for fused in ("off", "on"):
-        sharded = sharded_forward(model, ids, 3, mask, fused=fused)
-        assert_same(sharded, one_process(model, ids, mask, fused=fused), mask)
+    for fused in ("off", "on"):  # first_mass: each row's first K real keys, global positions on every rank
+        options = {"fused": fused, "stats": ("entropy", "first_mass"), "first_keys": 3}
+        sharded = sharded_forward(model, ids, 3, mask, **options)
+        assert_same(sharded, one_process(model, ids, mask, **options), mask)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "mpt"])

@@ -184,7 +184,7 @@ def test_a_kernel_that_does_not_compute_a_statistic_says_so_and_auto_picks_one_t
     assert_close_relative(got, want)
     with pytest.raises(ValueError, match="unknown row statistic"):
         attention_stats(q, k, softmax_scale=0.3, stats=("fading",))
-    with pytest.raises(ValueError, match="first_keys must be a positive"):
+    with pytest.raises(ValueError, match=r"first_keys must be at least 1 and at most 4194304 \(got 0\)"):
         attention_stats(q, k, softmax_scale=0.3, stats=("first_mass",), first_keys=0)
 
 
@@ -196,7 +196,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
     from architectures import SUPPORTED, build, eager_probabilities, mean_by_position
 
     from entropy_lens.capture import EntropyRecorder
-    from entropy_lens.kernels.reference import DEFINITIONS, key_distance
+    from entropy_lens.kernels.reference import DEFINITIONS, first_window, key_distance
 
     # eager in float64: no rounding of its own (gpt-oss's experts run in float32 only: its eager
     # probabilities carry fp32 rounding, about 5e-6, so it is held to 2e-5 as the entropy tests hold it)
@@ -206,7 +206,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
     _, probs = eager_probabilities(model, ids, None)
     with EntropyRecorder(model, stats=ALL, first_keys=2) as rec, torch.no_grad():
         model(ids)
-    behind = key_distance(12, 12).double()
+    behind, first = key_distance(12, 12).double(), first_window(12, 2)  # no padding: keys 0 and 1
     for name in ALL:
         if name == "sink_mass" and not rec.has_sinks:
             assert rec.mean(name) is None
@@ -218,7 +218,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
             sink = (
                 (1.0 - p.sum(-1)).clamp_min(0.0) if rec.has_sinks else torch.zeros(p.shape[:3], dtype=p.dtype)
             )
-            want.append(DEFINITIONS[name](p, sink, torch.ones(p.shape[:3], dtype=torch.bool), behind, 2))
+            want.append(DEFINITIONS[name](p, sink, torch.ones(p.shape[:3], dtype=torch.bool), behind, first))
         np.testing.assert_allclose(
             rec.mean(name), mean_by_position(want, None), atol=tol, rtol=1e-5, err_msg=name
         )

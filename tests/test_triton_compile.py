@@ -206,3 +206,23 @@ def test_every_statistic_other_variants_compile_without_spills(arch, dtype, fuse
         alibi="alibi" in name,
         extras=() if name.startswith("state") else kernel_static.ALL_EXTRAS,
     )
+
+
+# every statistic under key padding: first_mass sums the keys the padding marks as a row's first K real ones
+PADDED_STATS = [
+    (arch, fused, config)
+    for arch in (80, 90)
+    for fused in (False, True)
+    for config in autotune_configs(fused, False, stats=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,fused,config",
+    PADDED_STATS,
+    ids=[variant_id(a, "bf16", f, False, "padding", *c) for a, f, c in PADDED_STATS],
+)
+def test_every_statistic_under_key_padding_compiles_without_spills(arch, fused, config):
+    assert_no_spills(
+        arch, "bf16", config, with_output=fused, key_padding=True, extras=kernel_static.ALL_EXTRAS
+    )

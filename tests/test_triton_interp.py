@@ -1,7 +1,7 @@
 """Runs the Triton kernel's cases in their own process under TRITON_INTERPRET=1 (the Triton kernel on CPU),
 so the interpreter setting never leaks into the rest of the suite: tests/triton_interp_cases.py (its own
 cases) and the triton cases of the grids every kernel shares (kernel_cases.RUNNABLE, in test_kernels.py,
-test_kernels_extras.py, test_kernels_alibi.py), which the main process lists as skipped."""
+test_kernels_extras.py, test_kernels_alibi.py, test_reliability_numerics.py), which the main process lists as skipped."""
 
 import os
 import subprocess
@@ -17,7 +17,12 @@ pytest.importorskip("triton")
 HERE = Path(__file__).parent
 # the shared grids, of which `-k triton` keeps the triton cases (and every case of triton_interp_cases.py,
 # whose module name matches too)
-SHARED = ("test_kernels.py", "test_kernels_extras.py", "test_kernels_alibi.py")
+SHARED = (
+    "test_kernels.py",
+    "test_kernels_extras.py",
+    "test_kernels_alibi.py",
+    "test_reliability_numerics.py",
+)
 
 
 @pytest.mark.slow

@@ -25,7 +25,14 @@ For every attention layer the function takes three steps:
 
 from __future__ import annotations
 
-from entropy_lens.capture.call import LayerCall, LayerInputs, active_session, layer_inputs, read_call
+from entropy_lens.capture.call import (
+    LayerCall,
+    LayerInputs,
+    active_session,
+    check_finite_inputs,
+    layer_inputs,
+    read_call,
+)
 from entropy_lens.capture.context import sharded_attention
 from entropy_lens.capture.paths import (
     EAGER,
@@ -71,6 +78,8 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     if session is not None and session.context is not None:
         return sharded_attention(session, module, query, key, value, scaling, dropout, kwargs)
     call = read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs)
+    if call.capturing:  # statistics of non-finite scores are undefined: stop, naming the layer
+        check_finite_inputs(call)
     inputs = None  # the kernels' view of the call, where a route needs it
     if not call.capturing and call.extras.sdpa_computes:  # nothing to capture, nothing sdpa cannot do
         out = sdpa(call)

@@ -20,7 +20,7 @@ from entropy_lens.capture.schedule import Schedule
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import ScoreMods
-from entropy_lens.kernels.contract import validate_mask, validate_window
+from entropy_lens.kernels.contract import check_finite, first_real_key, validate_mask, validate_window
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.stats import DEFAULT_STATS
 
@@ -64,6 +64,10 @@ class Session:
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
+    # each batch row's first real key in this forward, from its 2-D padding mask (the recorder sets it):
+    # (B|1,) int64 and the keys that mask covers (None: any number, the forward had no mask at all);
+    # None where the forward's padding is not known (a 4-D mask given): read off each layer's mask
+    padding_start: tuple[torch.Tensor, int | None] | None = None
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
     # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last
     # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
@@ -184,6 +188,23 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     )
 
 
+def check_finite_inputs(call: LayerCall) -> None:
+    """EntropyLensError, in one line naming the layer, where the model hands a capturing layer a query,
+    key or value that is not finite (overflow in bf16/fp16, NaN weights): its statistics would be
+    undefined, and the kernels would otherwise turn them into finite numbers nobody flags. One pass over
+    q, k and v (O(T·D)), beside the layer's O(T²·D) scores."""
+    layer = getattr(call.module, "layer_idx", "?")
+    fix = (
+        "the model produced NaN or inf before attention: check its weights, and run in float32 "
+        "(--dtype float32) if bfloat16/float16 overflowed"
+    )
+    for name, x in (("query", call.query), ("key", call.key), ("value", call.value)):
+        try:
+            check_finite(x, f"layer {layer}'s {name}", fix=fix)
+        except ValueError as err:
+            raise EntropyLensError(str(err)) from None
+
+
 @dataclass
 class LayerInputs:
     """The kernels' view of a call: the keys and values the statistics see, and every score modifier
@@ -208,10 +229,29 @@ def layer_inputs(call: LayerCall) -> LayerInputs:
         key, value = key[:, :, :T], value[:, :, :T]  # as sdpa: a prefill into an empty static cache
         if extras.key_bias is not None:
             extras = extras.replace(key_bias=extras.key_bias[..., :T])
+    mask = validate_mask(call.query, key, mask)
     mods = extras.replace(
-        causal=bool(causal), mask=validate_mask(call.query, key, mask), window=validate_window(window, causal)
+        causal=bool(causal),
+        mask=mask,
+        window=validate_window(window, causal),
+        first_key=_first_key(call, memo, key.shape[2], mask),
     )
     return LayerInputs(key, value, mods)
+
+
+def _first_key(call: LayerCall, memo: dict, S: int, mask) -> torch.Tensor | None:
+    """(B|1,) int64: each batch row's first real key, where first_mass's K keys begin: from the forward's
+    2-D padding mask where the session holds one covering the S keys (a sliding window's mask hides the
+    keys behind it, padded or not), else the first key the layer's mask (the kernels' form: causal and
+    window taken out) lets through (`kernels.contract.first_real_key`)."""
+    known = None if call.session is None else call.session.padding_start
+    if known is not None and known[1] in (None, S):
+        start = known[0]
+        return start if start.device == call.query.device else start.to(call.query.device)
+    key = ("first_key", id(mask), S)
+    if key not in memo:
+        memo[key] = (mask, first_real_key(mask))  # holds the mask: its id cannot be reused
+    return memo[key][1]
 
 
 def _row_multipliers(schedule: Schedule, position_ids, query, key):

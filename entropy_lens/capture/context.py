@@ -39,10 +39,11 @@ import dataclasses
 
 import torch
 
-from entropy_lens.capture.call import LayerCall, LayerInputs, Session, read_call
+from entropy_lens.capture.call import LayerCall, LayerInputs, Session, check_finite_inputs, read_call
 from entropy_lens.capture.paths import SDPA, record, run_path, sdpa
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.contract import first_real_key
 
 __all__ = ["MASK_BUDGET", "bottom_right_sdpa", "refusal", "sharded_attention"]
 
@@ -62,6 +63,8 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
     window_passed = "sliding_window" in kwargs
     kwargs = {**kwargs, "position_ids": sequence.shards.positions(query.device)[None]}  # a schedule's i
     call = read_call(session, module, query, key, value, None, scaling, dropout, kwargs)
+    if call.capturing:  # this rank's shard: every position is checked by the rank that holds it
+        check_finite_inputs(call)
     window = _window(call, window_passed)
     keys, values = sequence.gather(call.key), sequence.gather(call.value)  # (B, Hkv, N, D)
     outs, start = [], 0
@@ -76,7 +79,10 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
             value=values[:, :, :b],
             sdpa_output=bottom_right_sdpa,
         )
-        mods = call.extras.replace(causal=True, mask=sequence.key_padding(b, query.device), window=window)
+        padding = sequence.key_padding(b, query.device)  # the whole sequence's, keys [0, b): global
+        mods = call.extras.replace(
+            causal=True, mask=padding, window=window, first_key=first_real_key(padding)
+        )
         inputs = LayerInputs(part.key, part.value, mods)
         if not part.capturing and mods.sdpa_computes:
             out = bottom_right_sdpa(part, inputs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.contract import check_finite
 
 LOGITS_BUDGET = 64 << 20  # bytes of float32 logits per chunk of the loss
 
@@ -81,6 +82,8 @@ def check_logits(model, input_ids: torch.Tensor) -> None:
     """The chunked loss's logits equal the model's forward on `input_ids` (B, t), a short prefix;
     else EntropyLensError (the model transforms its logits in a way `head_logits` does not)."""
     theirs = model(input_ids=input_ids, use_cache=False).logits.float()
+    if not bool(torch.isfinite(theirs).all()):
+        raise EntropyLensError(non_finite_layer(model, input_ids))
     ours = head_logits(model, forward_hidden(model, input_ids))
     tol = 1e-3 * max(1.0, float(theirs.abs().max()))
     if not torch.allclose(ours, theirs, atol=tol, rtol=0):
@@ -90,3 +93,24 @@ def check_logits(model, input_ids: torch.Tensor) -> None:
             "per-position loss would be wrong; please report the architecture (README: Supported "
             "architectures)"
         )
+
+
+@torch.no_grad()
+def non_finite_layer(model, input_ids: torch.Tensor) -> str:
+    """The one-line reason a model's logits on `input_ids` are not finite: the first layer whose output
+    holds NaN or inf (from its hidden states), where it is, and the fix."""
+    hidden = model(input_ids=input_ids, use_cache=False, output_hidden_states=True).hidden_states or ()
+    fix = (
+        "the model produced NaN or inf: check its weights, and run in float32 (--dtype float32) if "
+        "bfloat16/float16 overflowed"
+    )
+    for i, h in enumerate(hidden):
+        try:
+            check_finite(
+                h, "the embeddings" if i == 0 else f"layer {i - 1}'s output", ("batch", "position"), fix=fix
+            )
+        except ValueError as err:
+            return f"{type(model).__name__}: {err}"
+    return (
+        f"{type(model).__name__}'s logits are not finite on a short prefix (its layers' outputs are); {fix}"
+    )

@@ -37,8 +37,9 @@ from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.context import refusal
 from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.kernels import FUSED_MODES
-from entropy_lens.kernels.stats import DEFAULT_STATS, check_stats
+from entropy_lens.kernels import FUSED_MODES, resolve_backend
+from entropy_lens.kernels.stats import DEFAULT_STATS, check_first_keys, check_stats
+from entropy_lens.settings import SCALE, check_argument
 
 
 class ScaleSession:
@@ -69,8 +70,10 @@ class ScaleSession:
         first_keys: int = 1,
         context=None,
     ):
+        # every setting checked as its flag is (--backend, --fused, --stats, --first-keys, --scale)
         if fused not in FUSED_MODES:
             raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
+        resolve_backend(backend)  # the name only: the device is the layer's
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
@@ -80,7 +83,7 @@ class ScaleSession:
             fused=fused,
             choices=choices,
             stats=check_stats(stats),
-            first_keys=int(first_keys),
+            first_keys=check_first_keys(first_keys),
             context=context,
         )
         self._undo = contextlib.ExitStack()
@@ -156,8 +159,11 @@ class EntropyRecorder(ScaleSession):
         if sequence is not None:  # a shard: the whole sequence's mask places the rows of [0, b)
             self._sums.begin_forward(sequence.attention_mask, whole_sequence=True)
             return
-        mask = _padding_mask(kwargs.get("attention_mask"))
-        self._sums.begin_forward(mask if mask is not None else self._outer_mask)
+        given = kwargs.get("attention_mask")
+        mask = _padding_mask(given)
+        mask = mask if mask is not None else self._outer_mask
+        self._sums.begin_forward(mask)
+        self.session.padding_start = _padding_start(mask, unpadded=given is None and mask is None)
 
     def _end_forward(self, module, args, output):
         """Every layer reported once: a layer that computes attention outside transformers' attention
@@ -185,6 +191,7 @@ class EntropyRecorder(ScaleSession):
 
     def _release(self) -> None:
         self._outer_mask = None
+        self.session.padding_start = None
         self._sums.release_mask()
         self.session.mask_memo.clear()
 
@@ -242,6 +249,15 @@ class EntropyRecorder(ScaleSession):
         return self.mean("sink_mass")
 
 
+def _padding_start(mask, *, unpadded: bool):
+    """Session.padding_start of a forward: each batch row's first real key (the first the 2-D padding
+    mask (B, S) lets through) and S; key 0 for any S where the forward has no mask (`unpadded`); None
+    where its padding is not known."""
+    if mask is not None:
+        return (mask != 0).to(torch.uint8).argmax(dim=-1), mask.shape[1]
+    return (torch.zeros(1, dtype=torch.int64), None) if unpadded else None
+
+
 def _padding_mask(mask):
     """`mask` if it is a 2-D padding mask (B, S), else None."""
     return mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
@@ -292,11 +308,25 @@ def _ranges(layers: list[int]) -> str:
 
 
 def _as_scales(model, scales):
-    """None | float | (layers, heads) -> what `Session.scales` holds."""
-    if scales is None or isinstance(scales, (int, float)):
-        return None if scales is None else float(scales)
+    """None | float | (layers, heads) -> what `Session.scales` holds; each multiplier a finite number
+    above 0, as --scale and --head-scales take (settings.SCALE): EntropyLensError in one line otherwise."""
+    if scales is None:
+        return None
+    if not isinstance(scales, (torch.Tensor, np.ndarray, list, tuple)):
+        check_argument("scales", scales, float, SCALE, example=1.0)
+        return float(scales)
     param = next(model.parameters())
     t = scales if isinstance(scales, torch.Tensor) else torch.as_tensor(np.asarray(scales, dtype=np.float32))
+    values = t.detach()
+    bad = ~(torch.isfinite(values) & (values > 0))
+    if bool(bad.any()):
+        place = [int(i) for i in bad.nonzero()[0]]
+        where = ", ".join(f"{dim} {i}" for dim, i in zip(("layer", "head"), place, strict=False))
+        value = float(values[tuple(place)])
+        raise EntropyLensError(
+            f"scales at {where} is {value:g} ({int(bad.sum())} values not finite and above 0 in all); "
+            "every multiplier must be a finite number above 0, as --scale and --head-scales take"
+        )
     return t.to(param.device)
 
 

@@ -63,7 +63,7 @@ live in contract.py.
 
 from __future__ import annotations
 
-from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.contract import check_finite, validate_inputs, validate_scale
 from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
 from entropy_lens.kernels.mods import ScoreMods
@@ -102,6 +102,7 @@ __all__ = [
     "attention_probabilities",
     "attention_stats",
     "attention_with_entropy",
+    "check_finite",
     "compile_requested",
     "entropy_from_state",
     "fold_status",
@@ -178,6 +179,7 @@ def attention_stats(
     streaming pass over the keys; the score modifiers and `backend` as `attention_entropy`'s ("auto"
     picks a kernel that computes all of `stats`)."""
     stats, first_keys = check_stats(stats), check_first_keys(first_keys)
+    validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
         q,
@@ -228,6 +230,7 @@ def attention_with_entropy(
     """See the module docstring: the one pass of `backend`'s kernel ("auto": triton on CUDA, native on
     CPU where it builds, else torch_chunked; triton falls back to torch_chunked as for the entropy, and
     for values whose head size is not the queries')."""
+    validate_inputs(q, k, v)
     softmax_scale = validate_scale(q, k, softmax_scale)
     if not hasattr(v, "ndim") or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
         got = tuple(getattr(v, "shape", ()))

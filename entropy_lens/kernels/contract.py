@@ -7,6 +7,7 @@ argument to fix. See `entropy_lens.kernels` for the contract itself.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -23,13 +24,47 @@ def validate_shapes(q, k) -> None:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key heads ({Hkv})")
 
 
+POSITIONS = ("batch", "head", "position")  # what the dimensions of q, k, v (B, H, T|S, D) count
+
+
+def check_finite(x, name: str, dims=POSITIONS, *, fix: str | None = None) -> None:
+    """ValueError, in one line, unless every value of the tensor `x` is finite: how many are not and the
+    first one's place ('q holds 1 non-finite value (first at batch 0, head 2, position 17); ...'), `dims`
+    naming x's leading dimensions. One pass over x, O(T·D) for q or k: small beside the O(T²·D) scores.
+    A non-finite input has no attention statistics: a NaN score has no probability, and an inf one
+    makes every other key's e^(s − m) 0, so no backend may turn it into a finite number."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        return
+    bad = ~torch.isfinite(x.detach())
+    if not bool(bad.any()):
+        return
+    count = int(bad.sum())
+    first = [int(i) for i in bad.nonzero()[0]]
+    where = ", ".join(f"{dim} {i}" for dim, i in zip(dims, first, strict=False))
+    fix = fix or f"pass a finite {name} (attention statistics of NaN or inf scores are undefined)"
+    plural = "" if count == 1 else "s"
+    raise ValueError(f"{name} holds {count} non-finite value{plural} (first at {where}); {fix}")
+
+
+def validate_inputs(q, k, v=None) -> None:
+    """`validate_shapes`, and ValueError naming the tensor and the place of its first non-finite value
+    (`check_finite`) for q, k and the values v (None: none)."""
+    validate_shapes(q, k)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x is not None:
+            check_finite(x, name)
+
+
 def validate_scale(q, k, softmax_scale) -> torch.Tensor:
     """softmax_scale (a float or a (Hq,) tensor) as (Hq,) float32 on q's device, after `validate_shapes`."""
     validate_shapes(q, k)
     Hq = q.shape[1]
     if not isinstance(softmax_scale, torch.Tensor):
+        if not math.isfinite(float(softmax_scale)):
+            raise ValueError(f"softmax_scale must be a finite number; got {softmax_scale!r}")
         return torch.full((Hq,), float(softmax_scale), device=q.device)
     softmax_scale = softmax_scale.detach().to(device=q.device, dtype=torch.float32).reshape(-1)
+    check_finite(softmax_scale, "softmax_scale", ("head",))
     if softmax_scale.numel() == 1:
         softmax_scale = softmax_scale.expand(Hq)
     if softmax_scale.numel() != Hq:
@@ -59,6 +94,35 @@ def validate_mask(q, k, mask) -> torch.Tensor | None:
     if not ok:
         raise ValueError(f"mask shape {tuple(mask.shape)} is not (B, S) or broadcastable to {(B, Hq, T, S)}")
     return mask.to(q.device)
+
+
+def first_real_key(mask) -> torch.Tensor | None:
+    """(B|1,) int64: for each batch row of a validated bool mask (B|1, Hq|1, T|1, S), the index of the
+    first key the mask lets through for any head and query row, where first_mass's K keys begin (a
+    left-padded row's first real key, 0 for right padding); 0 where it lets none through (those rows see
+    no key). None for no mask: every row's first key is key 0."""
+    if mask is None:
+        return None
+    seen = mask.any(dim=2).any(dim=1)  # (B|1, S): the keys some row of the batch row may see
+    return seen.to(torch.uint8).argmax(dim=-1)
+
+
+def validate_first_key(q, mask, first_key) -> torch.Tensor | None:
+    """first_mass's per-batch start as (B|1,) int64 on q's device: `first_key` given (a key shard's: the
+    global index of each row's first real key, an int or (B,) integers >= 0), else `first_real_key` of
+    the validated mask."""
+    if first_key is None:
+        return first_real_key(mask)
+    B = q.shape[0]
+    first_key = torch.as_tensor(first_key, device=q.device)
+    if first_key.is_floating_point() or first_key.dtype == torch.bool or first_key.ndim > 1:
+        raise ValueError(f"first_key must be an int or ({B},) integers; got {first_key!r}")
+    first_key = first_key.reshape(-1).to(torch.int64)
+    if first_key.numel() not in (1, B) or bool((first_key < 0).any()):
+        raise ValueError(
+            f"first_key must be one index >= 0 per batch row ({B},): each row's first real key; got {first_key}"
+        )
+    return first_key
 
 
 def validate_window(window, causal: bool) -> int | None:
@@ -96,8 +160,9 @@ def _per_query_head(q, x, name: str, what: str, example: str, none_means: str) -
             f"{name} must have shape ({Hq},), one {what} per query head ({example}); got {tuple(x.shape)}"
         )
     x = x.detach().to(device=q.device, dtype=torch.float32)
-    if not torch.isfinite(x).all():
-        raise ValueError(f"{name} must be finite; pass {name}=None for attention without {none_means}")
+    check_finite(
+        x, name, ("head",), fix=f"pass finite {name}, or {name}=None for attention without {none_means}"
+    )
     return x
 
 
@@ -122,6 +187,7 @@ def validate_key_bias(q, k, key_bias) -> torch.Tensor | None:
     if key_bias.shape[1:] != (Hq, S) or key_bias.shape[0] not in (1, B):
         raise ValueError(f"key_bias must have shape ({B}|1, {Hq}, {S}); got {tuple(key_bias.shape)}")
     key_bias = key_bias.detach().to(device=q.device, dtype=torch.float32)
-    if not torch.isfinite(key_bias).all():
-        raise ValueError("key_bias must be finite: masked keys belong in `mask`, not in the bias")
+    check_finite(
+        key_bias, "key_bias", ("batch", "head", "key"), fix="masked keys belong in `mask`, not in the bias"
+    )
     return key_bias

@@ -24,9 +24,15 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.contract import validate_inputs, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import accumulators, check_stats, entropy_from_state, sink_mass_from_state
+from entropy_lens.kernels.stats import (
+    accumulators,
+    check_first_keys,
+    check_stats,
+    entropy_from_state,
+    sink_mass_from_state,
+)
 from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q, stream_torch
 
 __all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_state", "sink_state"]
@@ -46,6 +52,7 @@ def shard_state(
     alibi_slopes=None,
     stats=("entropy",),
     first_keys: int = 1,
+    first_key=None,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ) -> dict[str, torch.Tensor]:
@@ -58,12 +65,28 @@ def shard_state(
     float or (Hq,) tensor, `softcap` None or c > 0, `alibi_slopes` None or (Hq,) (the bias
     −slope_h·|i + total_keys − T − j| with j the global key index) and the tile `block_q` × `block_k` as
     in `attention_entropy`. `stats` (kernels.stats.ROW_STATS): the statistics the merged state will be
-    read for, so the state holds the accumulators they need (`first_keys`: first_mass's K, global
-    keys). Sinks: see `sink_state`.
+    read for, so the state holds the accumulators they need (`first_keys`: first_mass's K). first_mass
+    counts the global keys r <= j < r + K of each batch row, r = `first_key` (an int or (B,): the global
+    index of the row's first real key, the first the whole sequence's mask lets through; None: 0, refused
+    with a `mask`, of which a shard sees only a slice). Sinks: see `sink_state`.
     """
+    validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
+    stats = check_stats(stats)
+    if "first_mass" in stats and mask is not None and first_key is None:
+        raise ValueError(
+            "shard_state with a mask and first_mass needs first_key: each batch row's first real key "
+            "(global), which the shard's slice of the mask cannot tell; pass first_key=<(B,) indices>"
+        )
     mods = ScoreMods.build(
-        q, k, causal=causal, mask=mask, window=window, softcap=softcap, alibi_slopes=alibi_slopes
+        q,
+        k,
+        causal=causal,
+        mask=mask,
+        window=window,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        first_key=0 if first_key is None else first_key,
     )
     offset = total_keys - q.shape[2] - key_offset  # local key j is global key_offset + j
     state, _ = stream_torch(
@@ -73,8 +96,8 @@ def shard_state(
         softmax_scale,
         mods,
         offset=offset,
-        extra=accumulators(check_stats(stats)),
-        first_keys=first_keys,
+        extra=accumulators(stats),
+        first_keys=check_first_keys(first_keys),
         key_start=key_offset,
         block_q=block_q,
         block_k=block_k,

@@ -21,6 +21,7 @@ import torch
 from entropy_lens.kernels.contract import (
     validate_alibi,
     validate_extras,
+    validate_first_key,
     validate_key_bias,
     validate_mask,
     validate_window,
@@ -36,6 +37,9 @@ class ScoreMods:
     sinks: torch.Tensor | None = None  # (Hq,) float32: one sink logit per query head (gpt-oss)
     alibi_slopes: torch.Tensor | None = None  # (Hq,) float32: −slope_h·|i + S − T − j| (BLOOM, MPT)
     key_bias: torch.Tensor | None = None  # (B|1, Hq, S) float32: a bias per key (Falcon's rounded ALiBi)
+    # (B|1,) int64: the global index of each batch row's first real key (contract.first_real_key: the
+    # first key the mask lets through), where first_mass's K keys begin; None: key 0 for every row
+    first_key: torch.Tensor | None = None
 
     @classmethod
     def build(
@@ -50,18 +54,23 @@ class ScoreMods:
         sinks=None,
         alibi_slopes=None,
         key_bias=None,
+        first_key=None,
     ) -> ScoreMods:
-        """The validated record for queries q and keys k (see the module docstring)."""
+        """The validated record for queries q and keys k (see the module docstring); `first_key` None:
+        each batch row's first real key read off the mask (a key shard, whose mask is a slice, passes
+        the whole sequence's)."""
         causal = bool(causal)
         softcap, sinks = validate_extras(q, softcap, sinks)
+        mask = validate_mask(q, k, mask)
         return cls(
             causal=causal,
-            mask=validate_mask(q, k, mask),
+            mask=mask,
             window=validate_window(window, causal),
             softcap=softcap,
             sinks=sinks,
             alibi_slopes=validate_alibi(q, alibi_slopes),
             key_bias=validate_key_bias(q, k, key_bias),
+            first_key=validate_first_key(q, mask, first_key),
         )
 
     def replace(self, **changes) -> ScoreMods:

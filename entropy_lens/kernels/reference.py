@@ -68,43 +68,45 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     return p[..., :S], p_sink, any_visible
 
 
-def _entropy(p, p_sink, any_visible, behind, first_keys):
+def _entropy(p, p_sink, any_visible, behind, first):
     """H = −Σ p ln p over the keys and the sink, the sink one outcome among them."""
     h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
     return torch.where(any_visible, h, torch.zeros_like(h))
 
 
-def _max_prob(p, p_sink, any_visible, behind, first_keys):
+def _max_prob(p, p_sink, any_visible, behind, first):
     return torch.maximum(p.amax(-1), p_sink)
 
 
-def _collision_entropy(p, p_sink, any_visible, behind, first_keys):
+def _collision_entropy(p, p_sink, any_visible, behind, first):
     total = (p * p).sum(-1) + p_sink * p_sink
     return torch.where(any_visible, -torch.log(torch.where(any_visible, total, 1.0)), torch.zeros_like(total))
 
 
-def _varentropy(p, p_sink, any_visible, behind, first_keys):
-    h = _entropy(p, p_sink, any_visible, behind, first_keys).unsqueeze(-1)
+def _varentropy(p, p_sink, any_visible, behind, first):
+    h = _entropy(p, p_sink, any_visible, behind, first).unsqueeze(-1)
     surprisal = torch.where(p > 0, -torch.log(torch.where(p > 0, p, 1.0)), 0.0)
     var = (p * (surprisal - h) ** 2).sum(-1)
     sink = torch.where(p_sink > 0, -torch.log(torch.where(p_sink > 0, p_sink, 1.0)), 0.0)
     return var + p_sink * (sink - h.squeeze(-1)) ** 2
 
 
-def _distance(p, p_sink, any_visible, behind, first_keys):
+def _distance(p, p_sink, any_visible, behind, first):
     keys = p.sum(-1)  # the keys' mass: the sink has no position
     return torch.where(keys > 0, (p * behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
 
 
-def _first_mass(p, p_sink, any_visible, behind, first_keys):
-    return p[..., :first_keys].sum(-1)
+def _first_mass(p, p_sink, any_visible, behind, first):
+    return (p * first).sum(-1)  # the mass on the row's first K real keys
 
 
 # Each row statistic (stats.ROW_STATS) from its definition: (p (B, Hq, T, S), p_sink, any_visible,
-# behind (T, S) = pos_i − j, first_keys K) -> (B, Hq, T) float64; a row with no outcome is 0 throughout
+# behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's first K real keys,
+# first_b <= j < first_b + K, first_b the first key the mask lets through) -> (B, Hq, T) float64; a row
+# with no outcome is 0 throughout
 DEFINITIONS = {
     "entropy": _entropy,
-    "sink_mass": lambda p, p_sink, any_visible, behind, first_keys: p_sink,
+    "sink_mass": lambda p, p_sink, any_visible, behind, first: p_sink,
     "max_prob": _max_prob,
     "collision_entropy": _collision_entropy,
     "varentropy": _varentropy,
@@ -120,5 +122,17 @@ def row_stats_reference(
     """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> RowStats of `stats`, each (B, Hq, T)
     float32, computed in float64 from `attention_probabilities` by the definitions above."""
     probabilities = attention_probabilities(q, k, softmax_scale, mods)
-    behind = key_distance(q.shape[2], k.shape[2], q.device).double()
-    return RowStats({name: DEFINITIONS[name](*probabilities, behind, first_keys).float() for name in stats})
+    S = k.shape[2]
+    behind = key_distance(q.shape[2], S, q.device).double()
+    first = first_window(S, first_keys, mods.first_key, q.device)
+    return RowStats({name: DEFINITIONS[name](*probabilities, behind, first).float() for name in stats})
+
+
+def first_window(S: int, first_keys: int, first_key=None, device=None) -> torch.Tensor:
+    """(B|1, 1, 1, S) float64: 1 on each batch row's first K = `first_keys` real keys, r_b <= j < r_b + K
+    with r = `first_key` ((B|1,) int64, ScoreMods.first_key: the first key the mask lets through; None: 0),
+    else 0: the keys whose mass first_mass sums."""
+    start = torch.zeros(1, dtype=torch.int64, device=device) if first_key is None else first_key.to(device)
+    keys = torch.arange(S, device=device)
+    inside = (keys >= start.view(-1, 1)) & (keys < start.view(-1, 1) + first_keys)
+    return inside.double()[:, None, None, :]

@@ -22,11 +22,13 @@ import torch
 
 from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.settings import FIRST_KEYS, check_argument
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
 # s the scores, m the running max, e = e^(s − m), b_j = pos_i − j how far key j lies behind the row:
-#   w = Σ e (s − m)²   c = Σ e²   lk = Σ_keys e   d = Σ_keys e b   f = Σ_{keys j < K} e
+#   w = Σ e (s − m)²   c = Σ e²   lk = Σ_keys e   d = Σ_keys e b   f = Σ_{keys r <= j < r + K} e
+# (r = ScoreMods.first_key: the row's first real key, the first the mask lets through; 0 unpadded)
 # (the sink is an outcome of l, u, w and c, not of the key sums). A new max m' rescales them with
 # α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; merge.py merges
 # two states by the same rules.
@@ -164,9 +166,9 @@ def check_stats(stats) -> tuple[str, ...]:
 
 
 def check_first_keys(first_keys) -> int:
-    """first_mass's K as an int; ValueError unless a positive whole number."""
-    if isinstance(first_keys, bool) or int(first_keys) != first_keys or first_keys < 1:
-        raise ValueError(f"first_keys must be a positive number of keys; got {first_keys!r}")
+    """first_mass's K as an int; EntropyLensError (a ValueError) unless a whole number in the range
+    --first-keys declares (settings.FIRST_KEYS), checked by the flag's own check."""
+    check_argument("first_keys", first_keys, int, FIRST_KEYS, example=1)
     return int(first_keys)
 
 

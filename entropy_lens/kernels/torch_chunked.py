@@ -86,7 +86,8 @@ def stream_torch(
 ):
     """The streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
     (B, Hq, T) float32, of queries q over keys k, and the output (B, T, Hq, Dv) for values v (None: no
-    output). Local key j is global key key_start + j (first_mass counts global keys j < first_keys).
+    output). Local key j is global key key_start + j (first_mass counts, in batch row b, the global keys
+    first_b <= j < first_b + first_keys, first_b = mods.first_key[b], 0 without it).
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
@@ -110,6 +111,11 @@ def stream_torch(
     if mods.alibi_slopes is not None:
         neg_slope = -mods.alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
     key_bias = mods.key_bias
+    # first_mass's window per batch row, [first_b, first_b + K) in global keys, as (B|1, 1, 1, 1, 1)
+    first_start = (
+        torch.zeros(1, dtype=torch.int64, device=q.device) if mods.first_key is None else mods.first_key
+    )
+    first_start = first_start.view(-1, 1, 1, 1, 1) - key_start  # in this call's local key indices
     kb = None if key_bias is None else key_bias.float().view(key_bias.shape[0], Hkv, G, 1, S)
     names = (*STATE, *extra)
     state = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
@@ -145,7 +151,7 @@ def stream_torch(
             if valid is not None:
                 s.masked_fill_(~valid, NEG_INF)
             if ext:  # before the fold, which consumes s
-                ext = _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, key_start, first_keys)
+                ext = _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, first_start, first_keys)
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, o, vb)
         rows = torch.stack([m, l, u, *(ext[name] for name in extra)])
@@ -179,9 +185,11 @@ def _behind(q0, q1, k0, k1, offset, device):
     return torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
 
 
-def _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, key_start, first_keys):
+def _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, first_start, first_keys):
     """The accumulators of stats.EXTRA_STATE in `ext` with the masked score tile s (B, Hkv, G, bq, bk)
-    folded in (s is read, not consumed), from the state (m, l, u) before the tile; stats.py has the rules."""
+    folded in (s is read, not consumed), from the state (m, l, u) before the tile; stats.py has the rules.
+    first_start (B|1, 1, 1, 1, 1): each batch row's first real key in local indices (first_mass's
+    keys: first_start <= j < first_start + first_keys)."""
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)  # 0 while no score has been seen
@@ -199,7 +207,8 @@ def _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, key_start, first_keys
     if "d" in ext:  # from the row, not the key's position: a local head keeps its precision far out
         new["d"] = alpha * ext["d"] + (e * _behind(q0, q1, k0, k1, offset, s.device).float()).sum(-1)
     if "f" in ext:
-        first = (torch.arange(k0, k1, device=s.device) + key_start < first_keys).float()
+        j = torch.arange(k0, k1, device=s.device)
+        first = ((j >= first_start) & (j < first_start + first_keys)).float()  # (B|1, 1, 1, 1, bk)
         new["f"] = alpha * ext["f"] + (e * first).sum(-1)
     return new
 

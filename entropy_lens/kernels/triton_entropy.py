@@ -17,7 +17,8 @@ Contract (the same as `torch_chunked.row_stats_torch`):
     alibi_slopes None or (Hq,) fp32 ALiBi slopes (BLOOM, MPT, Falcon): scores become
            s − slope_h·|i + S − T − j| after the softcap and before masking (flash-attn's definition)
     stats  the row statistics asked for, of stats.ROW_STATS: entropy, sink_mass, max_prob,
-           collision_entropy, varentropy, distance, first_mass (K = first_keys: the keys j < K)
+           collision_entropy, varentropy, distance, first_mass (K = first_keys: the keys r <= j < r + K, r each
+           batch row's first real key, mods.first_key)
     -> RowStats: each statistic (B, Hq, T) float32 (entropy in nats; sink_mass zeros without sinks;
        every one 0 for a row with no attendable key and no sink) and, with v, the output.
 
@@ -134,7 +135,8 @@ def autotune_configs(
 
 
 def _entropy_kernel(
-    # data: q, k, v, scales (Hq,), key padding (B, S) int8, the rows' results (n, B, Hq, T) fp32 (entropy;
+    # data: q, k, v, scales (Hq,), key padding (B, S) int8 (0 masked, 1 kept, 2 kept and one of first_mass's
+    # first K real keys of the row, with HAS_F under padding), the rows' results (n, B, Hq, T) fp32 (entropy;
     # with STORE_STATE the final state instead: m, l, u, then the extras switched on, in stats.EXTRA_STATE's
     # order), attention output, sink logits (Hq,) fp32, sink mass out (B, Hq, T) (not with STORE_STATE),
     # ALiBi slopes (Hq,) fp32
@@ -473,7 +475,10 @@ def _key_block(
         dist = alpha * dist + tl.sum(e * (pos[:, None] - cols.to(tl.float32)[None, :]), 1)
     if HAS_F:
         f = alpha * f
-        if start < FIRST_KEYS:  # only the blocks that hold one of the first K keys
+        if HAS_KEEP and MASKED:  # key padding marks each row's first K real keys 2 (under key padding
+            # every block is masked: see full_start); e is 0 on the keys a row does not see
+            f += tl.sum(tl.where(keep[None, :] == 2, e, 0.0), 1)
+        elif start < FIRST_KEYS:  # only the blocks that hold one of the first K keys
             f += tl.sum(tl.where(cols[None, :] < FIRST_KEYS, e, 0.0), 1)
     l = alpha * l + tl.sum(e, 1)
     u = alpha * (u + shift) + tl.sum(e * d, 1)
@@ -535,6 +540,16 @@ def row_stats_triton(
     return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2))
 
 
+def _mark_first_keys(keep, first_key, first_keys: int, B: int, S: int, device) -> torch.Tensor:
+    """The key padding (B, S) int8 (all ones for None) with each batch row's first K real keys,
+    first_key[b] <= j < first_key[b] + K, marked 2: where the kernel sums first_mass's keys."""
+    keys = torch.arange(S, device=device)
+    start = first_key.to(device).view(-1, 1)
+    first = ((keys >= start) & (keys < start + first_keys)).expand(B, S)
+    keep = torch.ones(B, S, dtype=torch.int8, device=device) if keep is None else keep.expand(B, S).clone()
+    return torch.where(first & (keep != 0), torch.full_like(keep, 2), keep)
+
+
 def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     """(rows, out): rows {"entropy", "sink_mass"} read in the kernel for `extra` None, else the final state
     {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE} in nats; each (B, Hq, T) fp32.
@@ -559,6 +574,8 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     else:  # without a sink every outcome is a key: the key sum lk is l itself, not accumulated twice
         kept = tuple(name for name in extra if name != "lk" or sinks is not None)
         names = (*STATE, *kept)
+    if kept is not None and "f" in kept and mods.first_key is not None:
+        keep = _mark_first_keys(keep, mods.first_key, first_keys, B, S, q.device)
     results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     rows = dict(zip(names, results, strict=True))
     if extra is None:

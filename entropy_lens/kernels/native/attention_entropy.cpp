@@ -250,7 +250,8 @@ inline RowExpStats row_exp_for(bool w, bool c, bool d) {
 // Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
 // (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset;
 // `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f (EXTRA_STATE's order); first_keys:
-// f's K (keys j < K).
+// f's K; first_key (Fb,) int64 with Fb ∈ {1, B}, or empty (0): each batch row's first real key r, so f
+// sums the keys r <= j < r + K.
 // -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras, B, Hq, T): m, l, u
 // and the extras asked for in that order, and with `profile` a (3,) float64 tensor: thread-seconds in
 // the score GEMMs, the row passes and the e·V GEMMs (else empty)}.
@@ -258,7 +259,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
                                 const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
                                 double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
                                 const at::Tensor& key_bias, int64_t offset, int64_t extra, int64_t first_keys,
-                                int64_t block_q, int64_t block_k, bool profile) {
+                                const at::Tensor& first_key, int64_t block_q, int64_t block_k, bool profile) {
   const bool with_output = v.defined() && v.numel() > 0;
   for (const at::Tensor* t : {&q, &k}) {
     TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
@@ -305,6 +306,16 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   }
   if (has_sinks) sinks_c = sinks.contiguous();
   if (has_alibi) alibi_c = alibi.contiguous();
+  at::Tensor first_c;
+  const bool has_first = first_key.defined() && first_key.numel() > 0;
+  if (has_first) {
+    TORCH_CHECK(first_key.dim() == 1 && first_key.scalar_type() == at::kLong &&
+                    (first_key.size(0) == 1 || first_key.size(0) == B),
+                "native attention: first_key must be int64 (B|1,)");
+    first_c = first_key.contiguous();
+  }
+  const int64_t* firstd = has_first ? first_c.data_ptr<int64_t>() : nullptr;
+  const int64_t firstB = has_first && first_c.size(0) > 1 ? 1 : 0;
   int64_t kbB = 0;
   if (has_kb) {
     kb_c = key_bias.contiguous();
@@ -353,6 +364,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       const float sink = has_sinks ? sinkd[h] : 0.0f;
       const float slope = has_alibi ? alid[h] : 0.0f;
       const float* kbrow = has_kb ? kbd + b * kbB + h * S : nullptr;
+      const int64_t first_start = has_first ? firstd[b * firstB] : 0;  // f's keys: [first_start, + K)
       for (int64_t i = 0; i < rows; ++i) {
         mrow[i] = has_sinks ? sink : kNegInf;
         lrow[i] = has_sinks ? 1.0f : 0.0f;
@@ -413,9 +425,10 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
             if (want_c) crow[i] = alpha * alpha * crow[i] + t.ee;
             if (want_lk) lkrow[i] = alpha * lkrow[i] + se;
             if (want_d) drow[i] = alpha * drow[i] + t.eb;
-            if (want_f) {  // keys j < first_keys of this tile (s holds e now)
+            if (want_f) {  // keys first_start <= j < first_start + first_keys of this tile (s holds e now)
               float first = 0.0f;
-              for (int64_t j = 0, stop = std::min<int64_t>(n, first_keys - k0); j < stop; ++j) first += s[j];
+              const int64_t stop = std::min<int64_t>(n, first_start + first_keys - k0);
+              for (int64_t j = std::max<int64_t>(0, first_start - k0); j < stop; ++j) first += s[j];
               frow[i] = alpha * frow[i] + first;
             }
           } else {
