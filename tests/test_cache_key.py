@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import HeadSearchConfig, PasskeyConfig, ScanConfig
 from entropy_lens.runs.figure_cache import RunCache
@@ -119,3 +120,25 @@ def test_the_committed_runs_are_named_by_the_keys_of_the_configs_they_record():
     for path in sorted(RUNS.glob("heads-*.safetensors")):
         config = HeadSearchConfig(**json.loads(Path(f"{path}.json").read_text())["config"])
         assert cache._path("heads", config, ".safetensors") == path
+
+
+def test_a_file_written_before_every_field_was_recorded_resumes_as_the_same_scan(tmp_path):
+    """The committed scans were written when fields added after a release were left out at their default
+    (the old ADDED): --resume still finds such a file the same scan (a missing field reads as its default),
+    and a setting that differs is still named."""
+    import shutil
+
+    from entropy_lens.runs.output import Output
+
+    path = next(
+        p for p in sorted(RUNS.glob("scan-*.npz")) if "stride" not in ScanResult.load(p).meta["scan_config"]
+    )
+    recorded = ScanResult.load(path).meta["scan_config"]
+    config = ScanConfig(**recorded)
+    assert set(config.to_dict()) > set(recorded)  # what is recorded now holds more fields
+    out = tmp_path / path.name
+    shutil.copy(path, out)
+    assert Output.of(out, resume=True).finished(config.to_dict()) is not None
+    other = dataclasses.replace(config, first_keys=config.first_keys + 1).to_dict()
+    with pytest.raises(EntropyLensError, match="different scan .--first-keys"):
+        Output.of(out, resume=True).finished(other)
