@@ -329,8 +329,8 @@ def first_difference(
     """The first key (in `ours`' order, then `theirs`') whose value differs between two records (a config's
     `to_dict()`, or a run's identity that holds one), as "--seed (1 here, 0 there)" (`names`: how to call
     the two records); None when they are equal. Nested records are compared key by key; a field of the
-    settings dataclass `cls` is named by its flag (a missing field, one `Recorded` left out, reads as its
-    default), any other key by `labels` or itself."""
+    settings dataclass `cls` is named by its flag (a missing field, as in a file written before it, reads as
+    its default), any other key by `labels` or itself."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
     for key in [*ours, *(k for k in theirs if k not in ours)]:
         default = field_default(fields[key]) if key in fields else MISSING

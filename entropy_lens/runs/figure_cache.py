@@ -1,7 +1,8 @@
 """The figures' cache: every scan, sweep and head-scale search `entropy-lens figures` runs, stored in
-`cache` under a name that hashes its `cache_key()` (what changes its numbers; a head-scale file by its
-contents), so a rerun reuses
-what is done and a changed setting never reads a stale file. A damaged entry is run again (and said);
+`cache` under a name that hashes its `cache_key()` (the settings that change its numbers, versioned:
+settings.Recorded; a head-scale file by its contents), so a rerun reuses what is done and a changed
+setting never reads a stale file, while one that changes only how the numbers are computed (--batch-size,
+--backend, ...) reuses them. A damaged entry is run again (and said);
 with `cached_only` a missing or damaged entry is refused instead. `Runs` (runs/figures.py) composes
 these into the figures' record.
 """
@@ -25,7 +26,7 @@ UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZip
 
 
 class RunCache:
-    """The runs of one `FiguresConfig`, each cached under a hash of its settings."""
+    """The runs of one `FiguresConfig`, each cached under a hash of its cache key."""
 
     def __init__(self, config, cache: Path, progress: bool, cached_only: bool = False):
         self.config, self.cache, self.progress, self.cached_only = config, cache, progress, cached_only
@@ -101,7 +102,7 @@ class RunCache:
 
         config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
         path = self._path("scan", config, ".npz")
-        # the name hashes every setting (head scales by content): a readable file there is that scan; a
+        # the name hashes the cache key (head scales by content): a readable file there is that scan; a
         # damaged one is scanned again below (scan(resume=True) says so)
         done = self._cached(
             f"the scan of {config.model} at {config.length}", path, ScanResult.load, say_damage=False
@@ -182,7 +183,7 @@ class RunCache:
         scales = parse_scales(c.sweep_scales)
         damage = None
         if (folder / SWEEP_INDEX).is_file():
-            try:  # the folder name hashes every setting: a complete, readable sweep is this one
+            try:  # the folder name hashes the cache key: a complete, readable sweep is this one
                 return load_sweep(folder)
             except UNREADABLE as err:
                 damage = printable(problem(err) if isinstance(err, EntropyLensError) else first_line(err))
