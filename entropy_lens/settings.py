@@ -23,10 +23,11 @@ Python caller meet the same check, in one line that names the setting, the value
 before anything is loaded. Lengths and counts have ceilings (MAX_TOKENS, MAX_COUNT), so that a typo
 (an extra digit, 1e20) is refused instead of growing a prompt or an index array without bound.
 
-`Recorded` gives a config its `to_dict()` as results and caches record it: the fields added after a
-release (its ADDED) only where they differ from their default, so files written before them still match.
-`first_difference` names the first setting in which two such records differ (a checkpoint and this run,
-two ranks of one launch): every refusal of "other flags" says which.
+`Recorded` gives a config its `to_dict()`, every field as results files and checkpoints record it, and
+its `cache_key()`, the versioned record of what changes its numbers, that names a cached run (the figures'
+cache). `first_difference` names the first setting in which two records differ (a checkpoint and this
+run, two ranks of one launch): every refusal of "other flags" says which, and a setting a file written
+before it lacks reads as its default there.
 """
 
 from __future__ import annotations
@@ -159,18 +160,29 @@ class Checked:
 
 
 class Recorded:
-    """`to_dict()`: the fields as results and caches record them. Fields added after a release (ADDED)
-    appear only when they differ from their default, so what was written before them still matches."""
+    """`to_dict()`: every field, as results files and checkpoints record them (a file written before a
+    field existed lacks it; `first_difference` reads it as its default).
 
-    ADDED: typing.ClassVar[tuple[str, ...]] = ()
+    `cache_key()`: what a cached run is found by (runs/figure_cache.py), {"v": KEY_VERSION, **the KEY
+    fields}. The rule: KEY holds every field that changes the numbers a run writes (the model and how it
+    is loaded, the text, the lengths, the scales, what is recorded); NOT_KEY the fields that change only
+    how they are computed (kernel, batching, sharding, memory), equal up to float rounding, so a cached
+    run serves them all. Settings that are no field (--out, --progress, --quiet, --threads,
+    --dist-timeout) are in neither. Every field is in exactly one (a test checks). A new field that
+    changes numbers joins KEY and bumps KEY_VERSION: every cached run of that config is computed again
+    (or, where the field's default gives the old numbers, renamed once to its new key); a new field in
+    NOT_KEY leaves the key as it is."""
+
+    KEY_VERSION: typing.ClassVar[int] = 1
+    KEY: typing.ClassVar[tuple[str, ...]] = ()
+    NOT_KEY: typing.ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for name in self.ADDED:
-            if d[name] == defaults[name]:
-                del d[name]
-        return d
+        return dataclasses.asdict(self)
+
+    def cache_key(self) -> dict:
+        d = self.to_dict()
+        return {"v": self.KEY_VERSION, **{name: d[name] for name in self.KEY}}
 
 
 def check_fields(cls, values: typing.Mapping[str, Any], *, where: str | None = None) -> None:
@@ -332,8 +344,8 @@ def first_difference(
     """The first key (in `ours`' order, then `theirs`') whose value differs between two records (a config's
     `to_dict()`, or a run's identity that holds one), as "--seed (1 here, 0 there)" (`names`: how to call
     the two records); None when they are equal. Nested records are compared key by key; a field of the
-    settings dataclass `cls` is named by its flag (a missing field, one `Recorded` left out, reads as its
-    default), any other key by `labels` or itself."""
+    settings dataclass `cls` is named by its flag (a missing field, as in a file written before it, reads as
+    its default), any other key by `labels` or itself."""
     fields = {f.name: f for f in dataclasses.fields(cls)} if cls is not None else {}
     for key in [*ours, *(k for k in theirs if k not in ours)]:
         default = field_default(fields[key]) if key in fields else MISSING

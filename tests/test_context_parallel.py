@@ -381,9 +381,11 @@ def test_the_flag_before_the_checkpoint_says_where_it_goes(capsys):
 
 def test_true_in_files_written_before_c_means_every_rank():
     """Old results hold `context_parallel: true` in their scan_config: the same config as the flag alone,
-    sharding over all the ranks; C is recorded as C, and the default (off) not at all."""
+    sharding over all the ranks; C is recorded as C, and the default (off) as False: a file without it
+    reads as off."""
     from entropy_lens.runs.context_parallel import shard_groups
     from entropy_lens.runs.distributed import World
+    from entropy_lens.runs.output import scan_difference
     from entropy_lens.runs.scan import ScanConfig
 
     old = {"model": "tiny-nope", "length": 16, "samples": 1, "context_parallel": True}
@@ -391,7 +393,11 @@ def test_true_in_files_written_before_c_means_every_rank():
     assert config.to_dict()["context_parallel"] is True
     assert shard_groups(config, World(1, 4)).size == 4 and shard_groups(config, World(1, 4)).count == 1
     assert ScanConfig(**{**old, "context_parallel": 2}).to_dict()["context_parallel"] == 2
-    assert "context_parallel" not in ScanConfig(**{**old, "context_parallel": False}).to_dict()
+    off = ScanConfig(**{**old, "context_parallel": False})
+    assert off.to_dict()["context_parallel"] is False
+    without = {k: v for k, v in off.to_dict().items() if k != "context_parallel"}  # a file written before it
+    assert scan_difference(off.to_dict(), without) is None
+    assert scan_difference(config.to_dict(), without) == "--context-parallel (True here, False there)"
     assert shard_groups(ScanConfig(**{**old, "context_parallel": False}), World(1, 4)).size == 1
 
 

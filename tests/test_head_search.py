@@ -119,7 +119,7 @@ def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
 def test_the_search_takes_the_loading_flags_and_a_schedule(tiny_dir, tmp_path):
     """--nope and the other loading flags reach the search (a NoPE-named RoPE-config folder needs one,
     as everywhere), and under --scale-schedule the λ(h) are learnt on top of its m(i): another search.
-    A search with none of them keeps its settings' record (and the figures' cache names) as before."""
+    Each of them is in the search's cache key (what changes its numbers)."""
     import dataclasses
     import shutil
 
@@ -131,6 +131,7 @@ def test_the_search_takes_the_loading_flags_and_a_schedule(tiny_dir, tmp_path):
     plain = search_head_scales(dataclasses.replace(base, nope=True), progress=False).scales
     scheduled = dataclasses.replace(base, nope=True, scale_schedule="log:0.8", train_len=8)
     assert not np.allclose(search_head_scales(scheduled, progress=False).scales, plain)
-    assert set(base.to_dict()) == {f.name for f in dataclasses.fields(base)} - set(HeadSearchConfig.ADDED)
+    for changed in ({"nope": True}, {"scale_schedule": "log:0.8"}, {"train_len": 8}, {"revision": "v1"}):
+        assert dataclasses.replace(base, **changed).cache_key() != base.cache_key(), changed
     with pytest.raises(EntropyLensError, match="scale-schedule"):
         dataclasses.replace(base, scale_schedule="cosine:1").check()

@@ -142,10 +142,17 @@ def test_ppl_table_rows_in_insertion_order_and_lengths_ascending():
 # --- the run: settings, order, the stand-in scan ---------------------------------------------------
 
 
-def test_default_scan_config_hashes_as_before():
-    """`stride` is newer than results schema 1: left out when unset, so caches keep their names."""
-    assert "stride" not in ScanConfig(model="m", length=8).to_dict()
-    assert ScanConfig(model="m", length=8, stride=2).to_dict()["stride"] == 2
+def test_stride_is_recorded_and_keys_the_cache():
+    """`stride` is newer than results schema 1: recorded always (a file without it reads as unset), and
+    part of the cache key, as it changes the windows."""
+    from entropy_lens.runs.output import scan_difference
+
+    plain, strided = ScanConfig(model="m", length=8), ScanConfig(model="m", length=8, stride=2)
+    assert plain.to_dict()["stride"] is None and strided.to_dict()["stride"] == 2
+    old = {k: v for k, v in plain.to_dict().items() if k != "stride"}
+    assert scan_difference(plain.to_dict(), old) is None
+    assert scan_difference(strided.to_dict(), old) == "--stride (2 here, None there)"
+    assert strided.cache_key() != plain.cache_key()
 
 
 @pytest.mark.parametrize(

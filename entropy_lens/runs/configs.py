@@ -150,6 +150,11 @@ class Scaling(PositionScaling):
         parse_schedule(self.scale_schedule)
 
 
+# fields of the groups that change a run's numbers (every config's cache key holds them; the device too,
+# as --dtype auto is bfloat16 on CUDA)
+_LOADED = ("model", "dtype", "device", "nope", "rope_scaling", "train_len", "trust_remote_code", "revision")
+_SCALED = ("scale", "head_scales", "scale_schedule")
+
 SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its files are ~1/heads the size
 
 
@@ -157,8 +162,11 @@ SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its file
 class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling):
     """Everything that determines a scan's numbers (saved in the results' meta)."""
 
-    ADDED: ClassVar[tuple[str, ...]] = ("revision", "scale_schedule", "stride", "stats", "first_keys")
-    ADDED += ("context_parallel",)  # true (all ranks) in files written before C, as the flag alone still
+    # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
+    KEY_VERSION: ClassVar[int] = 1
+    KEY: ClassVar[tuple[str, ...]] = (*_LOADED, "data", "seed", "samples", "stride", *_SCALED, "length")
+    KEY += ("entropy", "stats", "first_keys")
+    NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
     )
@@ -307,14 +315,11 @@ class HeadSearchConfig(Checked, Recorded, Checkpoint, Loading, Text, PositionSca
     """The settings of the per-head scale search (runs/head_search.py): λ(h) learnt on the checkpoint as
     its loading flags give it, under a position schedule when one is given."""
 
-    ADDED: ClassVar[tuple[str, ...]] = (  # newer than the searches of the committed figures
-        "nope",
-        "rope_scaling",
-        "train_len",
-        "trust_remote_code",
-        "revision",
-        "scale_schedule",
-    )
+    # the cache key (settings.Recorded): the gradient's accumulation and memory stay out
+    KEY_VERSION: ClassVar[int] = 1
+    KEY: ClassVar[tuple[str, ...]] = (*_LOADED, "data", "seed", "scale_schedule", "length", "init", "steps")
+    KEY += ("lr", "batch", "lower_bound")
+    NOT_KEY: ClassVar[tuple[str, ...]] = ("micro_batch", "checkpointing", "chunk")
 
     length: int = setting(flag="--len", at_least=2, at_most=MAX_TOKENS, help="L', tokens per training window")
     init: float = setting(
@@ -383,6 +388,10 @@ class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
         at_most=MAX_SEED,
         help="seeds each trial's key and needle position (with its length, depth, index)",
     )
+
+    # the cache key (settings.Recorded): every field changes the table
+    KEY_VERSION: ClassVar[int] = 1
+    KEY: ClassVar[tuple[str, ...]] = (*_LOADED, *_SCALED, "lengths", "depths", "keys", "seed")
 
     def __post_init__(self):
         super().__post_init__()  # types and ranges first: then every length is a whole number

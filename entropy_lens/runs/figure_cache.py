@@ -1,6 +1,8 @@
 """The figures' cache: every scan, sweep and head-scale search `entropy-lens figures` runs, stored in
-`cache` under a name that hashes its settings (a head-scale file by its contents), so a rerun reuses
-what is done and a changed setting never reads a stale file. A damaged entry is run again (and said);
+`cache` under a name that hashes its `cache_key()` (the settings that change its numbers, versioned:
+settings.Recorded; a head-scale file by its contents), so a rerun reuses what is done and a changed
+setting never reads a stale file, while one that changes only how the numbers are computed (--batch-size,
+--backend, ...) reuses them. A damaged entry is run again (and said);
 with `cached_only` a missing or damaged entry is refused instead. `Runs` (runs/figures.py) composes
 these into the figures' record.
 """
@@ -24,7 +26,7 @@ UNREADABLE = (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZip
 
 
 class RunCache:
-    """The runs of one `FiguresConfig`, each cached under a hash of its settings."""
+    """The runs of one `FiguresConfig`, each cached under a hash of its cache key."""
 
     def __init__(self, config, cache: Path, progress: bool, cached_only: bool = False):
         self.config, self.cache, self.progress, self.cached_only = config, cache, progress, cached_only
@@ -66,7 +68,10 @@ class RunCache:
                 say(f"{damage}: computing it again")
             return None
 
-    def _path(self, kind: str, settings: dict, suffix: str) -> Path:
+    def _path(self, kind: str, config, suffix: str, **extra) -> Path:
+        """The cache's name of `config`'s run: a hash of its `cache_key()` (settings.Recorded: the versioned
+        record of what changes its numbers) and the `extra` settings of the run (bins, scales, lengths)."""
+        settings = {**config.cache_key(), **extra}
         if settings.get("head_scales"):  # the file's contents, not where it lies, name the result
             digest = hashlib.sha256(Path(settings["head_scales"]).read_bytes()).hexdigest()
             settings = {**settings, "head_scales": digest}
@@ -96,8 +101,8 @@ class RunCache:
         from entropy_lens.runs.scan import scan
 
         config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
-        path = self._path("scan", config.to_dict(), ".npz")
-        # the name hashes every setting (head scales by content): a readable file there is that scan; a
+        path = self._path("scan", config, ".npz")
+        # the name hashes the cache key (head scales by content): a readable file there is that scan; a
         # damaged one is scanned again below (scan(resume=True) says so)
         done = self._cached(
             f"the scan of {config.model} at {config.length}", path, ScanResult.load, say_damage=False
@@ -119,7 +124,7 @@ class RunCache:
         config = self._scan_config(model, length, **kw)
         config.check()
         width = max(1, length // bins)
-        path = self._path("curves", {**config.to_dict(), "bin_width": width}, ".npz")
+        path = self._path("curves", config, ".npz", bin_width=width)
         done = self._cached(
             f"the statistics scan of {config.model} at {config.length}", path, StatCurves.load
         )
@@ -147,7 +152,7 @@ class RunCache:
             model=model, lengths=tuple(lengths), depths=c.passkey_depths, keys=c.passkey_keys, **shared, **kw
         )
         config.check()
-        path = self._path("passkey", {**config.to_dict(), "length": max(lengths)}, ".json")
+        path = self._path("passkey", config, ".json", length=max(lengths))
         what = f"the passkey run of {model} up to {max(lengths)}"
         damage = unfinished = None
         if path.is_file():
@@ -174,11 +179,11 @@ class RunCache:
 
         c = self.config
         config = self._scan_config(model, length, samples=c.sweep_samples, entropy="none")
-        folder = self._path("sweep", {**config.to_dict(), "scales": c.sweep_scales}, "")
+        folder = self._path("sweep", config, "", scales=c.sweep_scales)
         scales = parse_scales(c.sweep_scales)
         damage = None
         if (folder / SWEEP_INDEX).is_file():
-            try:  # the folder name hashes every setting: a complete, readable sweep is this one
+            try:  # the folder name hashes the cache key: a complete, readable sweep is this one
                 return load_sweep(folder)
             except UNREADABLE as err:
                 damage = printable(problem(err) if isinstance(err, EntropyLensError) else first_line(err))
@@ -216,7 +221,7 @@ class RunCache:
             config = dataclasses.replace(config, init=config.lower_bound)
         if record:  # the init the figures' own search at this length started from
             self.inits[length] = config.init
-        path = self._path("heads", config.to_dict(), ".safetensors")
+        path = self._path("heads", config, ".safetensors")
         what = f"the head-scale search of {model} at {length} from {init:g}"
         if path.is_file():
             try:
