@@ -25,20 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from entropy_lens import settings
 from entropy_lens.choices import BACKENDS, FUSED_MODES, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ENTROPY_REDUCTIONS
-from entropy_lens.settings import (
-    FIRST_KEYS,
-    MAX_COUNT,
-    MAX_SEED,
-    MAX_TOKENS,
-    PASSKEY_MOST,
-    SCALE,
-    Checked,
-    Recorded,
-    setting,
-)
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
 
 __all__ = [
     "STRIDE_FRACTION",
@@ -131,7 +122,7 @@ class PositionScaling:
 @dataclass(frozen=True, kw_only=True)
 class Scaling(PositionScaling):
     scale: float | None = setting(
-        None, **SCALE, help="uniform attention scale multiplier s: λ = s/√d for every head"
+        None, **settings.SCALE, help="uniform attention scale multiplier s: λ = s/√d for every head"
     )
     head_scales: str | None = setting(
         None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
@@ -195,7 +186,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         + " (kernels/stats.py; sink_mass is recorded wherever a model has sinks)",
     )
     first_keys: int = setting(
-        1, **FIRST_KEYS, help="K of first_mass: the mass on a row's first K real keys (padding skipped)"
+        1, **settings.FIRST_KEYS, help="K of first_mass: the mass on a row's first K real (unpadded) keys"
     )
 
     def row_stats(self) -> tuple[str, ...]:
