@@ -41,3 +41,17 @@ def test_a_deeply_nested_harness_or_scales_file_is_refused_in_one_line(tmp_path)
         load_harness_run(path)
     with pytest.raises(EntropyLensError, match=r"is not valid JSON \(maximum recursion"):
         load_head_scales_file(path, 2, 4)
+
+
+def test_ranks_or_a_checkpoint_that_differ_in_seed_or_len_name_the_flag_not_the_chunks():
+    """Two hand-started ranks on --seed 0 and 1 (or --len 256 and 512) drew other chunks too: the refusal
+    names the flag that differs, not the chunks it drew."""
+    from entropy_lens.runs.configs import ScanConfig
+    from entropy_lens.runs.output import scan_difference
+
+    def identity(**flags):
+        config = ScanConfig(model="tiny-rope", length=256, **flags).to_dict()
+        return {"config_hash": "abc", "chunks": [flags.get("seed", 0), 7], "scan_config": config}
+
+    said = scan_difference(identity(seed=0), identity(seed=1), names=("on rank 0", "on rank 1"))
+    assert said is not None and said.startswith("--seed (0 on rank 0, 1 on rank 1)")
