@@ -275,3 +275,7 @@ def test_only_the_ranks_of_one_run_pickle():
             if isinstance(node, ast.Attribute) and node.attr in objects:
                 calls.add(str(path.relative_to(package)))
     assert calls == {"runs/distributed.py"}
+    readme = " ".join((package.parent / "README.md").read_text(encoding="utf-8").split())
+    source = (package / "runs" / "distributed.py").read_text(encoding="utf-8")
+    for name in sorted(objects):  # every pickling collective the package calls is named in the README
+        assert (f"dist.{name}(" not in source) or f"`{name}`" in readme or f"distributed.{name}`" in readme

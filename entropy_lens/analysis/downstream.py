@@ -103,7 +103,7 @@ def load_harness_run(path: str | Path, *, label: str | None = None) -> HarnessRu
     path = Path(path)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting too deep
         raise EntropyLensError(
             f"cannot read {path} as an lm-eval results JSON ({err}); pass a file written by "
             "`entropy-lens eval --out` or lm_eval --output_path"

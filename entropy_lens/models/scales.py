@@ -167,7 +167,7 @@ def _read_safetensors_file(path: Path, n_layers: int, n_heads: int) -> Any:
 def _read_json_file(path: Path) -> Any:
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # nesting too deep
         raise EntropyLensError(
             f'{path} is not valid JSON ({e}); write a nested list [[...], ...] or {{"scales": [[...]]}}'
         ) from None

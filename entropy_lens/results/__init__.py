@@ -220,7 +220,7 @@ class ScanResult:
             )
         try:
             meta = json.loads(str(data.pop("meta")))
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # RecursionError: nesting too deep
             raise EntropyLensError(
                 f"{name} is not a readable results file (meta: {printable(err)}); {again}"
             ) from None

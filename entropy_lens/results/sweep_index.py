@@ -48,7 +48,7 @@ def read_sweep_index(folder: str | Path) -> dict:
     _inside(folder, SWEEP_INDEX)
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: nesting too deep
         raise EntropyLensError(
             f"{printable(path)} is not readable JSON ({printable(err)}); {rebuild}"
         ) from None

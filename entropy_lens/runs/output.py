@@ -278,6 +278,7 @@ def scan_difference(ours: dict, theirs: dict, *, names: tuple[str, str] = ("here
     """The first setting in which two scans' records (`comparable_scan`'s inputs, as made or as read back
     from JSON) differ, as "--seed (1 here, 0 there)"; None when they are the same scan."""
     labels = {"config_hash": "the checkpoint's config.json", "chunks": "the chunks drawn from --data"}
-    return first_difference(
-        comparable_scan(ours), comparable_scan(theirs), cls=ScanConfig, labels=labels, names=names
-    )
+    ours, theirs = comparable_scan(ours), comparable_scan(theirs)
+    if "scan_config" in ours:  # the flags first: --seed or --len, not the chunks they drew, is named
+        ours = {"scan_config": ours["scan_config"], **ours}
+    return first_difference(ours, theirs, cls=ScanConfig, labels=labels, names=names)
