@@ -279,3 +279,20 @@ def test_only_the_ranks_of_one_run_pickle():
     source = (package / "runs" / "distributed.py").read_text(encoding="utf-8")
     for name in sorted(objects):  # every pickling collective the package calls is named in the README
         assert (f"dist.{name}(" not in source) or f"`{name}`" in readme or f"distributed.{name}`" in readme
+
+
+@pytest.mark.slow  # lm-eval retries the Hub for about 40 s
+def test_a_task_whose_dataset_cannot_be_downloaded_is_one_line(tmp_path, capsys, monkeypatch):
+    """A task that reads its data from the Hub, with the Hub out of reach: `datasets` raises the built-in
+    ConnectionError after lm-eval's retries, which was a traceback."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "far.yaml").write_text(
+        "task: far\ndataset_path: entropy-lens-tests/nowhere\noutput_type: loglikelihood\ntest_split: test\n"
+        'doc_to_text: "{{text}}"\ndoc_to_target: " x"\nmetric_list:\n  - metric: acc\n'
+    )
+    code, err = _eval(tmp_path, capsys, "--tasks", "far", include=tasks)
+    assert code == 2 and "a task's dataset is not on this machine and cannot be downloaded" in err

@@ -31,7 +31,7 @@ import logging
 import time
 from pathlib import Path
 
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.harness import TASKS_DIR
 from entropy_lens.harness.config import EvalConfig, require_lm_eval
 from entropy_lens.results import atomic_write_text
@@ -83,17 +83,24 @@ def evaluate(
         lm = EntropyLensLM.from_config(model_config, batch_size=config.batch_size)
         check_passkey_lengths(config.task_names(), lm.max_length)
         started = time.perf_counter()
-        results = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=config.task_names(),
-            num_fewshot=config.num_fewshot,
-            limit=config.limit,
-            task_manager=tasks,
-            log_samples=config.log_samples,
-            bootstrap_iters=config.bootstrap_iters,
-            gen_kwargs=config.generation(),
-            random_seed=config.seed,
-        )
+        try:
+            results = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=config.task_names(),
+                num_fewshot=config.num_fewshot,
+                limit=config.limit,
+                task_manager=tasks,
+                log_samples=config.log_samples,
+                bootstrap_iters=config.bootstrap_iters,
+                gen_kwargs=config.generation(),
+                random_seed=config.seed,
+            )
+        except ConnectionError as err:  # `datasets` raises the built-in one for a dataset it cannot reach
+            raise EntropyLensError(
+                f"a task's dataset is not on this machine and cannot be downloaded ({first_line(err)}); "
+                "fetch it once where the Hub is reachable (HF_DATASETS_CACHE), or run the package's passkey "
+                "tasks (entropy_lens_passkey_<W>), which need no download"
+            ) from None
         samples = results.pop("samples", None)
         results["config"].update(model=MODEL_NAME, model_args=model_args, batch_size=config.batch_size)
         results["entropy_lens"] = {
