@@ -81,6 +81,13 @@ def test_a_malformed_sweep_index_is_one_line_in_fit_and_view(tmp_path, capsys, c
         assert words in err and "sweep.json" in err and "rerun the sweep with --resume" in err
 
 
+def test_a_sweep_index_whose_version_is_true_is_refused(tmp_path, capsys):
+    folder = sweep_folder(tmp_path / "sw")  # true == 1 in Python: it read as version 1
+    edit_index(folder, schema_version=True)
+    for argv in (["fit", str(folder)], ["view", str(folder), "--out", str(tmp_path / "p.html")]):
+        assert "is not an entropy-lens sweep index (kind" in one_line_error(argv, capsys)
+
+
 def test_a_sweep_index_that_is_a_list_is_one_line(tmp_path, capsys):
     folder = sweep_folder(tmp_path / "sw")
     (folder / "sweep.json").write_text(json.dumps([{"scales": [1.0]}]))

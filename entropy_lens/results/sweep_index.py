@@ -57,7 +57,8 @@ def read_sweep_index(folder: str | Path) -> dict:
             f"{printable(path)} holds {kind_of(index)}, not a sweep index (a JSON object); {rebuild}"
         )
     index = upgrade_meta(index)  # an index written before the glossary's names says `len`
-    if index.get("kind") != SWEEP_KIND or index.get("schema_version") not in READABLE_VERSIONS:
+    version = index.get("schema_version")
+    if index.get("kind") != SWEEP_KIND or not is_integer(version) or version not in READABLE_VERSIONS:
         raise EntropyLensError(
             f"{printable(path)} is not an entropy-lens sweep index (kind {SWEEP_KIND}, schema {' or '.join(map(str, READABLE_VERSIONS))}); rerun the sweep"
         )
