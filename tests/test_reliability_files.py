@@ -174,6 +174,16 @@ def test_every_damage_of_a_results_file_is_one_line(tmp_path, capsys, replace, w
     assert words in one_line_error(["view", str(path), "--out", str(tmp_path / "p.html")], capsys)
 
 
+def test_a_file_that_is_not_npz_never_suggests_unpickling_it(tmp_path):
+    path = tmp_path / "text.npz"  # numpy takes any file that is not .npy/.npz for a pickle
+    path.write_text('{"kind": "entropy_lens.sweep"}')
+    with pytest.raises(
+        EntropyLensError, match=r"text.npz is not a readable results file \(not an .npz"
+    ) as err:
+        ScanResult.load(path)
+    assert "pickle" not in str(err.value)
+
+
 def test_meta_fields_are_type_checked_and_no_positions_is_said(tmp_path, capsys):
     r = planted()
     r.meta["length"] = "256"

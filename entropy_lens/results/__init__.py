@@ -210,9 +210,10 @@ class ScanResult:
             with np.load(path, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
-            raise EntropyLensError(
-                f"{name} is not a readable results file ({printable(first_line(err))}); {again}"
-            ) from None
+            # numpy reads a file that is neither .npy nor .npz as a pickle, and says allow_pickle would
+            # load it: never the fix here (a pickle runs code)
+            why = "not an .npz file" if "pickle" in str(err) else printable(first_line(err))
+            raise EntropyLensError(f"{name} is not a readable results file ({why}); {again}") from None
         missing = [k for k in (*ARRAYS, "meta") if k not in data]
         if missing:
             raise EntropyLensError(
