@@ -379,7 +379,9 @@ def test_a_damaged_figures_cache_entry_is_computed_again(tiny_dir, tmp_path):
     first = Runs(figures, cache, progress=False).cached_scan(config)
     (entry,) = cache.glob("scan-*.npz")
     _truncate(entry)
-    with pytest.raises(EntropyLensError, match="not in the cache .*not a readable.*without --cached-only"):
+    with pytest.raises(
+        EntropyLensError, match="unreadable in the cache: .*not a readable.*without --cached-only"
+    ):
         Runs(figures, cache, progress=False, cached_only=True).cached_scan(config)
     again = Runs(figures, cache, progress=False).cached_scan(config)  # what `entropy-lens figures` runs
     assert np.array_equal(again.loss, first.loss) and np.array_equal(ScanResult.load(entry).loss, first.loss)
@@ -438,7 +440,7 @@ def test_a_damaged_passkey_cache_entry_is_named_and_run_again(tiny_dir, tmp_path
     record = json.loads(entry.read_text())
     record["results"][0]["accuracy"] = "high"
     entry.write_text(json.dumps(record))
-    with pytest.raises(EntropyLensError, match="not in the cache .*not a passkey record .*accuracy"):
+    with pytest.raises(EntropyLensError, match="unreadable in the cache: .*not a passkey record .*accuracy"):
         Runs(figures, cache, progress=False, cached_only=True).passkey(str(tiny_dir), [256])
     again = Runs(figures, cache, progress=False).passkey(str(tiny_dir), [256])
     timeless = [
