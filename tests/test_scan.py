@@ -61,25 +61,9 @@ def test_scan_matches_eager_and_writes_a_plain_npz(tiny_dir, tmp_path):
         assert z["entropy"].dtype == np.float32 and z["entropy"].shape == (2, 4, 48)
         assert z["loss"].shape == (48,) and z["count"].tolist() == [3] * 48
         meta = json.loads(str(z["meta"]))
-    for key in (
-        "schema_version",
-        "entropy_lens_version",
-        "git_hash",
-        "model",
-        "config_hash",
-        "nope",
-        "head_dim",
-        "scales",
-        "data",
-        "seed",
-        "samples",
-        "length",
-        "dtype",
-        "device",
-        "backend",
-        "wall_time_s",
-    ):
-        assert key in meta
+    from entropy_lens.results.schema import REQUIRED_META
+
+    assert set(REQUIRED_META) <= set(meta), set(REQUIRED_META) - set(meta)
     # "auto" on CPU tried both ways on the first layers (capture/fused.py) and names what ran
     cpu_fused = "native" if native_available() else "torch-streamed"  # the CPU fused pass
     backends = {"torch_chunked", "native" if cpu_fused == "native" else "torch_chunked"}
