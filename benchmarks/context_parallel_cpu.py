@@ -23,11 +23,8 @@ memory figures then the device's allocated bytes (`memory_allocated`, `max_memor
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import resource
 import socket
 import subprocess
 import sys
@@ -35,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import parser, peak_rss_mb, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_SHAPES = {"smollm2": "SmolLM2-135M"}  # bundled name -> runs.memory_model.SHAPES
@@ -87,7 +85,7 @@ def _peak() -> int:
 
     if _cuda():
         return torch.cuda.max_memory_allocated()  # this rank's GPU (the scan set it current)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return int(peak_rss_mb() * 2**20)
 
 
 def _reset_peak() -> tuple[int, int]:
@@ -187,13 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         return worker(argv[1], argv[3:])
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, "context_parallel_cpu")
     p.add_argument("--model", default="smollm2")
     p.add_argument("--len", dest="length", type=int, default=16384)
     p.add_argument("--samples", type=int, default=1)
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--out", default="benchmarks/results/context_parallel_cpu.json")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         rows = [
@@ -221,23 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary["text"] = summary_line(summary)  # the README's sentence (benchmarks/readme_tables.py)
     print(table(args, rows, summary))
-    import torch
-
-    record = {
-        "benchmark": "context_parallel_cpu",
-        "model": args.model,
-        "device": args.device,
-        "memory": "resident (VmRSS, ru_maxrss)" if args.device == "cpu" else "torch.cuda allocated bytes",
-        "samples": args.samples,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch_version": torch.__version__,
-        "rows": rows,
-        "summary": summary,
-    }
-    out = atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
+    memory = "resident (VmRSS, ru_maxrss)" if args.device == "cpu" else "torch.cuda allocated bytes"
+    fields = {"model": args.model, "device": args.device, "memory": memory, "samples": args.samples}
+    write_record(args.out, "context_parallel_cpu", **fields, rows=rows, summary=summary)
     return 0
 
 

@@ -26,14 +26,11 @@ Prints a table and writes JSON.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
-import time
+import sys
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, layer_qkv, parser, table, timed, write_record
 
 MODES = (
     "sdpa",
@@ -57,10 +54,8 @@ def layer(mode: str, length: int):
 
     from entropy_lens.kernels import attention_entropy, attention_with_entropy
 
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, HEADS, length, HEAD_DIM, generator=g)
-    k, v = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=g) for _ in range(2))
-    sinks = torch.randn(HEADS, generator=g)
+    q, k, v = layer_qkv(length, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
+    sinks = torch.randn(HEADS, generator=torch.Generator().manual_seed(1))
     slopes = 2.0 ** (-8.0 * torch.arange(1, HEADS + 1) / HEADS)  # ALiBi's geometric slopes
     scale = HEAD_DIM**-0.5
 
@@ -98,50 +93,24 @@ def layer(mode: str, length: int):
     return runs[mode]
 
 
-def seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "extras_cpu", repeats=3)
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "extras_cpu.json"))
     args = ap.parse_args()
-    import torch
-
     from entropy_lens.kernels import native_available, native_status
 
     modes = [m for m in MODES if native_available() or not m.startswith("native")]
     rows = []
     for length in args.lengths:
-        t = {mode: seconds(layer(mode, length), args.repeats) for mode in modes}
+        t = {mode: timed(layer(mode, length), repeats=args.repeats).median for mode in modes}
         rows.append({"len": length, **{f"{m}_s": t[m] for m in modes}})
         print(
             f"len {length}: " + ", ".join(f"{m} {t[m]:.3f} s ({t[m] / t['sdpa']:.1f}×)" for m in modes),
             flush=True,
         )
-    record = {
-        "benchmark": "extras_cpu",
-        "shape": f"1 causal layer, {HEADS} query heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, fp32, batch 1",
-        "machine": {
-            "cpu": platform.machine(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        },
-        "native": native_status(),
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(table(rows, [Column("len", "len"), *(Column(f"{m} s", f"{m}_s", ".3f") for m in modes)]))
+    shape = f"1 causal layer, {HEADS} query heads, {KV_HEADS} KV heads, head_dim {HEAD_DIM}, fp32, batch 1"
+    write_record(args.out, "extras_cpu", shape=shape, native=native_status(), rows=rows)
     return 0
 
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, layer_qkv, parser, run_json, table, timed, write_record
 
 
 def worker(
@@ -45,19 +43,11 @@ def worker(
         native_status,
     )
 
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 9, length, 64, generator=g)
-    k, v = (torch.randn(1, 3, length, 64, generator=g) for _ in range(2))
+    q, k, v = layer_qkv(length)
     scale = 64**-0.5
 
     def best(fn):
-        fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+        return timed(fn, repeats=repeats).best
 
     def sdpa():
         kr, vr = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
@@ -102,20 +92,17 @@ def profile(length: int, block: tuple[int, int]) -> dict:
 
     from entropy_lens.kernels import attention_with_entropy
 
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 9, length, 64, generator=g)
-    k, v = (torch.randn(1, 3, length, 64, generator=g) for _ in range(2))
+    q, k, v = layer_qkv(length)
     kr, vr = k.repeat_interleave(3, 1), v.repeat_interleave(3, 1)
     size = {"block_q": block[0], "block_k": block[1]}
 
     def fused():
         return attention_with_entropy(q, k, v, softmax_scale=0.125, backend="torch_chunked", **size)
 
-    fused()  # warm-ups, as the timed calls below
-    torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True)
-    t0 = time.perf_counter()
-    torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True)
-    sdpa = time.perf_counter() - t0
+    fused()  # warm-up, as sdpa's in `timed`
+    sdpa = timed(
+        lambda: torch.nn.functional.scaled_dot_product_attention(q, kr, vr, is_causal=True), repeats=1
+    ).best
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         fused()
     ops = {}
@@ -129,11 +116,11 @@ def profile(length: int, block: tuple[int, int]) -> dict:
     from entropy_lens.kernels.native import native_available, profile_native
 
     if native_available():  # the native kernel at its default tile: wall time, and thread-seconds by phase
-        attention_with_entropy(q, k, v, softmax_scale=0.125, backend="native")
-        t0 = time.perf_counter()
-        attention_with_entropy(q, k, v, softmax_scale=0.125, backend="native")
+        native = timed(
+            lambda: attention_with_entropy(q, k, v, softmax_scale=0.125, backend="native"), repeats=1
+        )
         out["native"] = {
-            "s": time.perf_counter() - t0,
+            "s": native.best,
             "threads": torch.get_num_threads(),
             "thread_s": profile_native(q, k, v, 0.125),
         }
@@ -141,12 +128,10 @@ def profile(length: int, block: tuple[int, int]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "fold_cpu", repeats=3)
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192])
     ap.add_argument("--blocks", nargs="+", default=["64x1024", "128x512", "256x512"])
     ap.add_argument("--native-blocks", nargs="+", default=["64x512", "128x512", "256x512"])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "fold_cpu.json"))
     ap.add_argument("--profile", type=int, metavar="T", help="also profile one fused pass at length T")
     ap.add_argument("--profile-worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -165,8 +150,7 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--worker", str(length), "--repeats", str(args.repeats)]
             cmd += ["--blocks", *args.blocks, "--native-blocks", *args.native_blocks]
             env = {**os.environ, "ENTROPY_LENS_COMPILE": compiled}
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            got = run_json(cmd, env=env)
             rows += [r for r in got if r["variant"] != "sdpa" or compiled == "1"]
             for r in got:
                 if "skipped" in r:
@@ -175,21 +159,15 @@ def main() -> None:
                 print(
                     f"  len {length} {r['variant']:>8} {r['block'] or '':>8} {r['fold'] or '':>10} {r['s']:.3f} s"
                 )
-    print(f"\n{'len':>6} {'variant':>9} {'block':>8} {'fold':>32} {'s':>7} {'x sdpa':>7}")
     sdpa = {r["len"]: r["s"] for r in rows if r["variant"] == "sdpa"}
-    for r in rows:
-        if "skipped" in r:
-            continue
-        print(
-            f"{r['len']:>6} {r['variant']:>9} {r['block'] or '':>8} {r['fold'] or '':>32} {r['s']:>7.3f} "
-            f"{r['s'] / sdpa[r['len']]:>7.2f}"
-        )
+    columns = [Column("len", "len"), Column("variant", "variant"), Column("block", "block")]
+    columns += [Column("fold", "fold"), Column("s", "s", ".3f")]
+    columns += [Column("x sdpa", lambda r: r["s"] / sdpa[r["len"]], ".2f")]
+    print("\n" + table(rows, columns))
     prof = None
     if args.profile:
         cmd = [sys.executable, __file__, "--profile-worker", str(args.profile), "--blocks", args.blocks[0]]
-        prof = json.loads(
-            subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1]
-        )
+        prof = run_json(cmd)
         print(
             f"\nfused pass at {prof['len']} ({prof['block']}): {prof['fused_s']:.3f} s, sdpa {prof['sdpa_s']:.3f} s"
         )
@@ -204,20 +182,8 @@ def main() -> None:
                 print(
                     f"  {name:>24} {sec:>7.3f} s  {sec / nat['threads'] / prof['sdpa_s']:>5.2f} x sdpa per thread"
                 )
-    import torch
-
-    record = {
-        "benchmark": "fold_cpu",
-        "shape": "one layer: 9 query heads, 3 KV heads, d 64, float32, causal (SmolLM2-135M)",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-        "torch": torch.__version__,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-        **({"profile": prof} if prof else {}),
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+    shape = "one layer: 9 query heads, 3 KV heads, d 64, float32, causal (SmolLM2-135M)"
+    write_record(args.out, "fold_cpu", shape=shape, rows=rows, **({"profile": prof} if prof else {}))
 
 
 if __name__ == "__main__":

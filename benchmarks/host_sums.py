@@ -14,14 +14,13 @@ are part of what it measures.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
 import statistics
-import time
+import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, parser, table, timed, write_record
 
 LAYERS, HEADS = 22, 32
 
@@ -38,62 +37,36 @@ def batch_seconds(length: int, batch: int, repeats: int) -> list[float]:
     sums = ScanSums(LAYERS, HEADS, length)
     entropy = [torch.rand(batch, HEADS, length) for _ in range(LAYERS)]
     nll = torch.rand(batch, length)
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
+
+    def one_batch():
         rec = EntropyRecorder(model)
         for layer in range(LAYERS):
             rec.session.on_stats(layer, {"entropy": entropy[layer].clone()}, 0)  # fresh, as each layer gives
         sums.add(rec, nll)
-        times.append(time.perf_counter() - t0)
-    return times[1:]
+
+    return timed(one_batch, repeats=repeats).times
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "host_sums", repeats=5)
     ap.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384, 65536, 131072])
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "host_sums.json"))
     args = ap.parse_args()
-
-    import torch
-
-    from entropy_lens.results import atomic_write_text
-
     rows = []
-    print(f"{'len':>7} {'batch':>5} {'median ms':>10} {'min ms':>8} {'MB summed':>10}")
     for length in args.lengths:
         times = batch_seconds(length, args.batch, args.repeats)
         mb = 2 * LAYERS * HEADS * length * 8 / 2**20  # the float64 sum and sum of squares
-        rows.append(
-            {
-                "len": length,
-                "batch": args.batch,
-                "median_s": statistics.median(times),
-                "times_s": times,
-                "sums_mb": mb,
-            }
-        )
-        print(
-            f"{length:>7} {args.batch:>5} {1e3 * statistics.median(times):>10.1f} {1e3 * min(times):>8.1f} "
-            f"{mb:>10.0f}",
-            flush=True,
-        )
-    record = {
-        "benchmark": "host_sums",
-        "shape": f"{LAYERS} layers x {HEADS} heads (TinyLlama)",
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        },
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-    }
-    atomic_write_text(args.out, json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+        rows.append({"len": length, "batch": args.batch, "median_s": statistics.median(times)})
+        rows[-1].update(times_s=times, sums_mb=mb)
+        print(f"len {length}: {1e3 * rows[-1]['median_s']:.1f} ms", flush=True)
+    columns = [Column("len", "len"), Column("batch", "batch")]
+    columns += [Column("median ms", lambda r: 1e3 * r["median_s"], ".1f")]
+    columns += [
+        Column("min ms", lambda r: 1e3 * min(r["times_s"]), ".1f"),
+        Column("MB summed", "sums_mb", ".0f"),
+    ]
+    print(table(rows, columns))
+    write_record(args.out, "host_sums", shape=f"{LAYERS} layers x {HEADS} heads (TinyLlama)", rows=rows)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ does, on a GPU). Compilation uses the ptxas and cuobjdump bundled with triton.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import subprocess
@@ -23,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, parser, table, write_record
 
 # per-SM limits: registers, shared memory per block (opt-in maximum), shared memory per SM
 LIMITS = {
@@ -178,10 +177,9 @@ def row(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "kernel_static")
     ap.add_argument("--arch", type=int, nargs="+", default=[80, 90])
     ap.add_argument("--dtypes", nargs="+", default=["bf16", "fp32"], choices=DTYPES)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "kernel_static.json"))
     args = ap.parse_args()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -200,30 +198,16 @@ def main() -> int:
         for all_stats in (False, True)
         for cfg in autotune_configs(wo, dtype == "fp32", window, stats=all_stats)
     ]
-    print(
-        f"{'arch':>6} {'dtype':>5} {'kernel':>20} {'BM':>4} {'BN':>4} {'warps':>5} {'stages':>6} {'regs':>5} "
-        f"{'spill B':>7} {'stack B':>7} {'smem KiB':>8} {'fits':>5} {'blk/SM':>6}"
-    )
-    for r in rows:
-        print(
-            f"{r['arch']:>6} {r['dtype']:>5} {r['kernel']:>20} {r['block_m']:>4} {r['block_n']:>4} "
-            f"{r['num_warps']:>5} "
-            f"{r['num_stages']:>6} {r['registers']:>5} {r['spill_bytes']:>7} {r['stack_bytes']:>7} "
-            f"{r['shared_bytes'] / 1024:>8.1f} "
-            f"{'yes' if r['shared_fits'] else 'NO':>5} {r['blocks_per_sm']:>6}"
-        )
-    record = {
-        "benchmark": "kernel_static",
-        "triton": triton.__version__,
-        "head_dim": 64,
-        "gqa_group": 8,
-        "causal": True,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+    columns = [Column(h, k) for h, k in (("arch", "arch"), ("dtype", "dtype"), ("kernel", "kernel"))]
+    columns += [Column(h, k) for h, k in (("BM", "block_m"), ("BN", "block_n"), ("warps", "num_warps"))]
+    columns += [Column(h, k) for h, k in (("stages", "num_stages"), ("regs", "registers"))]
+    columns += [Column("spill B", "spill_bytes"), Column("stack B", "stack_bytes")]
+    columns += [Column("smem KiB", lambda r: r["shared_bytes"] / 1024, ".1f")]
+    columns += [Column("fits", lambda r: "yes" if r["shared_fits"] else "NO")]
+    columns += [Column("blk/SM", "blocks_per_sm")]
+    print(table(rows, columns))
+    fixed = {"head_dim": 64, "gqa_group": 8, "causal": True}
+    write_record(args.out, "kernel_static", triton=triton.__version__, **fixed, rows=rows)
     return 0
 
 

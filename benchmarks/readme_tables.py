@@ -7,10 +7,11 @@ Each table comes from one file in benchmarks/results/, written by the script of 
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import RESULTS, read_record
 
 
 def threads_table(record: dict) -> str:
@@ -192,9 +193,9 @@ PENDING: set[str] = set()
 
 
 def tables() -> dict[str, str]:
-    """name -> the Markdown table of benchmarks/results/<name>.json."""
+    """name -> the Markdown table of benchmarks/results/<name>.json (any schema_version: read_record)."""
     return {
-        name: make(json.loads((RESULTS / f"{name}.json").read_text()))
+        name: make(read_record(RESULTS / f"{name}.json"))
         for name, make in TABLES.items()
         if name not in PENDING or (RESULTS / f"{name}.json").is_file()
     }

@@ -34,15 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, parser, peak_rss_mb, physical_memory_bytes, run_json, table, timed, write_record
 
 MODES = (
     "plain",
@@ -85,7 +81,7 @@ def worker(mode: str, length: int, repeats: int) -> dict:
     ids = torch.from_numpy(token_chunks(lm.tokenizer, "austen", length=length, samples=1, seed=0).ids)
     if mode == "eager":
         model.set_attn_implementation("eager")
-    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_loaded = peak_rss_mb()
     ran, paths = {}, set()
 
     def run(ids):
@@ -108,19 +104,15 @@ def worker(mode: str, length: int, repeats: int) -> dict:
             att = model(ids[:, :-1], output_attentions=True).attentions
             return torch.stack([torch.special.entr(a.float()).sum(-1) for a in att]).shape
 
-    run(ids[:, : WARMUP_LEN + 1])  # warm-up: allocator, compilation
+    run(ids[:, : WARMUP_LEN + 1])  # warm-up on a short input: allocator, compilation
     paths.clear()  # the timed runs' paths only
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run(ids)
-        times.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    timing = timed(lambda: run(ids), repeats=repeats, warmup=0)
+    peak = peak_rss_mb()
     return {
         "mode": mode,
         "len": length,
-        "median_s": statistics.median(times),
-        "times_s": times,
+        "median_s": timing.median,
+        "times_s": timing.times,
         "peak_rss_mb": peak,
         "rss_after_load_mb": rss_loaded,
         "activation_rss_mb": peak - rss_loaded,
@@ -132,25 +124,21 @@ def worker(mode: str, length: int, repeats: int) -> dict:
 
 def eager_too_big(length: int) -> str | None:
     need = 30 * 9 * length * length * 4  # fp32 attention maps of all layers, kept by output_attentions
-    avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    avail = physical_memory_bytes()
     if need > avail / 2:
         return f"attention maps alone need {need / 2**30:.1f} GiB of {avail / 2**30:.0f} GiB"
     return None
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "scan_cpu", repeats=1)
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
-    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_cpu.json"))
     ap.add_argument("--worker", nargs=2, metavar=("MODE", "LEN"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats)))
         return
-
-    import torch
 
     rows = []
     for length in args.lengths:
@@ -160,45 +148,41 @@ def main() -> None:
                 rows.append({"mode": mode, "len": length, "skipped": reason})
                 continue
             cmd = [sys.executable, __file__, "--worker", mode, str(length), "--repeats", str(args.repeats)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode:
-                rows.append({"mode": mode, "len": length, "skipped": f"failed: {proc.stderr.strip()[-300:]}"})
-            else:
-                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            try:
+                rows.append(run_json(cmd))
+            except RuntimeError as err:
+                rows.append({"mode": mode, "len": length, "skipped": str(err)})
             print(_row(rows[-1]), flush=True)
+    print("\n" + table(rows, _columns(rows)))
+    model = "smollm2 (SmolLM2-135M, 30 layers, 9 heads, 3 KV, d 64)"
+    write_record(args.out, "scan_cpu", model=model, rows=rows)
+
+
+def _columns(rows: list[dict]) -> list[Column]:
+    """The printed table's: times and peaks, and their ratios to plain's and body's at the same length."""
     by = {(r["mode"], r["len"]): r for r in rows if "median_s" in r}
-    print(
-        f"\n{'len':>6} {'mode':>13} {'median s':>9} {'x plain':>8} {'x body':>7} {'peak RSS MB':>12} "
-        f"{'x plain':>8} {'act. MB':>8}  path"
-    )
-    for r in rows:
-        if "skipped" in r:
-            print(f"{r['len']:>6} {r['mode']:>13}  skipped: {r['skipped']}")
-            continue
-        p, b = by.get(("plain", r["len"])), by.get(("body", r["len"]))
-        tx = f"{r['median_s'] / p['median_s']:.2f}" if p else "-"
-        bx = f"{r['median_s'] / b['median_s']:.2f}" if b else "-"
-        mx = f"{r['peak_rss_mb'] / p['peak_rss_mb']:.2f}" if p else "-"
-        path = "+".join(r.get("paths", [])) + (f" ({r['fold']})" if "fold" in r else "")
-        print(
-            f"{r['len']:>6} {r['mode']:>13} {r['median_s']:>9.2f} {tx:>8} {bx:>7} {r['peak_rss_mb']:>12.0f} "
-            f"{mx:>8} {r['activation_rss_mb']:>8.0f}  {path}"
-        )
-    record = {
-        "benchmark": "scan_cpu",
-        "model": "smollm2 (SmolLM2-135M, 30 layers, 9 heads, 3 KV, d 64)",
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        },
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+
+    def over(mode: str, key: str):
+        def ratio(r: dict) -> float | None:
+            base = by.get((mode, r["len"]))
+            return r[key] / base[key] if base else None
+
+        return ratio
+
+    def path(r: dict) -> str:
+        return "+".join(r.get("paths", [])) + (f" ({r['fold']})" if "fold" in r else "")
+
+    return [
+        Column("len", "len"),
+        Column("mode", "mode"),
+        Column("median s", "median_s", ".2f"),
+        Column("x plain", over("plain", "median_s"), ".2f"),
+        Column("x body", over("body", "median_s"), ".2f"),
+        Column("peak RSS MB", "peak_rss_mb", ".0f"),
+        Column("x plain", over("plain", "peak_rss_mb"), ".2f"),
+        Column("act. MB", "activation_rss_mb", ".0f"),
+        Column("path", path, align="<"),
+    ]
 
 
 def _row(r: dict) -> str:

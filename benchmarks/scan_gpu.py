@@ -27,12 +27,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, make_record, parser, read_record, table, timed, write_json
 
 MODES = ("plain", "scan", "scan_fused", "eager", "kernel")
 
@@ -98,17 +97,12 @@ def _timed(fn, repeats: int, device) -> tuple[float, list[float], float | None]:
 
     cuda = torch.device(device).type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    fn()  # warm-up (and autotune)
+    fn()  # warm-up (and autotune), before the peak is reset
     sync()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), times, torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    timing = timed(fn, repeats=repeats, warmup=0, sync=sync)
+    return timing.median, timing.times, torch.cuda.max_memory_allocated() / 2**30 if cuda else None
 
 
 def run_mode(model, mode: str, length: int, repeats: int) -> dict:
@@ -239,11 +233,9 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "scan_gpu", repeats=3)
     ap.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192, 16384, 32768, 65536, 131072])
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "scan_gpu.json"))
     ap.add_argument(
         "--append", action="store_true", help="merge into --out's rows (same GPU) instead of replacing"
     )
@@ -268,21 +260,15 @@ def main() -> int:
     if rows is None:
         return 1
     model = build_model(tinyllama_config(**(TINY if args.tiny else {})), args.device, torch.bfloat16)
-    record = {
-        "benchmark": "scan_gpu",
-        "gpu": gpu,
-        "torch": torch.__version__,
-        "model": "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1"
-        + (" (--tiny)" if args.tiny else ""),
-    }
+    about = "TinyLlama-1.1B shape, random weights, NoPE, bf16, batch 1" + (" (--tiny)" if args.tiny else "")
     for length in args.lengths:
         for mode in args.modes:
             row = run_mode(model, mode, length, args.repeats)
             rows = [r for r in rows if (r["mode"], r["len"]) != (mode, length)] + [row]
             print(json.dumps(row), flush=True)
-            record["created_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            atomic_write_text(out, json.dumps({**record, "rows": rows}, indent=2))
-    _table(sorted(rows, key=lambda r: (r["len"], MODES.index(r["mode"]))))
+            write_json(out, make_record("scan_gpu", gpu=gpu, model=about, rows=rows))  # a cut run keeps these
+    rows = sorted(rows, key=lambda r: (r["len"], MODES.index(r["mode"])))
+    print("\n" + table(rows, _columns(rows)))
     print(f"wrote {out}")
     return 0
 
@@ -291,7 +277,7 @@ def _previous_rows(out: Path, gpu: str) -> list[dict] | None:
     """The rows of an earlier run to merge with (--append); None (after a message) if they cannot be."""
     if not out.exists():
         return []
-    old = json.loads(out.read_text())
+    old = read_record(out)
     if old.get("gpu") != gpu:
         print(
             f"{out} holds rows measured on {old.get('gpu')!r}, not {gpu!r}: drop --append or choose another "
@@ -302,33 +288,38 @@ def _previous_rows(out: Path, gpu: str) -> list[dict] | None:
     return old["rows"]
 
 
-def _table(rows: list[dict]) -> None:
+def _columns(rows: list[dict]) -> list[Column]:
+    """The printed table's: each mode's time and peak against plain's at the same length; the kernel rows'
+    entropy pass, with the attention forward and the fused pass in the notes."""
     plain = {r["len"]: r for r in rows if r["mode"] == "plain" and "median_s" in r}
-    print(f"\n{'len':>7} {'mode':>10} {'median s':>9} {'x plain':>8} {'peak GiB':>9} {'x plain':>8}  notes")
-    for r in rows:
-        p = plain.get(r["len"])
-        if "skipped" in r:
-            print(f"{r['len']:>7} {r['mode']:>10}  skipped: {r['skipped']}")
-        elif r["mode"] == "kernel":
-            print(
-                f"{r['len']:>7} {'kernel':>10} {r['entropy_s']:>9.3f} {'':>8} "
-                f"{_gib(r['entropy_peak_gib']):>9.2f} "
-                f"{'':>8}  "
-                f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
-                f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)"
-            )
-        else:
-            tx = r["median_s"] / p["median_s"] if p else float("nan")
-            mx = _gib(r["peak_gib"]) / _gib(p and p["peak_gib"])
-            print(
-                f"{r['len']:>7} {r['mode']:>10} {r['median_s']:>9.3f} {tx:>8.2f} "
-                f"{_gib(r['peak_gib']):>9.2f} {mx:>8.2f}"
-            )
 
+    def kernel(r: dict) -> bool:
+        return r["mode"] == "kernel"
 
-def _gib(peak: float | None) -> float:
-    """A peak in GiB, NaN where none was measured (the CPU smoke run, or no plain row)."""
-    return float("nan") if not peak else peak
+    def over(key: str):
+        def ratio(r: dict) -> float | None:
+            p = plain.get(r["len"])
+            return None if kernel(r) or not p or not p[key] or r[key] is None else r[key] / p[key]
+
+        return ratio
+
+    def notes(r: dict) -> str:
+        if not kernel(r):
+            return ""
+        return (
+            f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
+            f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)"
+        )
+
+    return [
+        Column("len", "len"),
+        Column("mode", "mode"),
+        Column("median s", lambda r: r["entropy_s"] if kernel(r) else r["median_s"], ".3f"),
+        Column("x plain", over("median_s"), ".2f"),
+        Column("peak GiB", lambda r: r["entropy_peak_gib"] if kernel(r) else r["peak_gib"], ".2f"),
+        Column("x plain", over("peak_gib"), ".2f"),
+        Column("notes", notes, align="<"),
+    ]
 
 
 if __name__ == "__main__":

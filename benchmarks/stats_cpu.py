@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import layer_qkv, parser, peak_rss_mb, physical_memory_bytes, run_json, timed, write_record
 
 HERE = Path(__file__).parent
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
@@ -43,17 +41,13 @@ MEMORY_SETS = LAYER_MODES
 
 
 def layer_rows(lengths, repeats) -> list[dict]:
-    import torch
-
     from entropy_lens.kernels import attention_with_entropy, native_available, native_status
 
     if not native_available():
         return [{"len": n, "skipped": f"native kernel {native_status()}"} for n in lengths]
     rows = []
     for length in lengths:
-        g = torch.Generator().manual_seed(0)
-        q = torch.randn(1, HEADS, length, HEAD_DIM, generator=g)
-        k, v = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=g) for _ in range(2))
+        q, k, v = layer_qkv(length, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM)
 
         def run(stats, q=q, k=k, v=v):
             attention_with_entropy(q, k, v, softmax_scale=HEAD_DIM**-0.5, stats=stats, backend="native")
@@ -63,9 +57,7 @@ def layer_rows(lengths, repeats) -> list[dict]:
             run(stats)  # warm-up
         for _ in range(repeats):
             for mode, stats in LAYER_MODES.items():
-                t0 = time.perf_counter()
-                run(stats)
-                times[mode].append(time.perf_counter() - t0)
+                times[mode] += timed(lambda stats=stats: run(stats), repeats=1, warmup=0).times
         row = {
             "len": length,
             "median_s": {m: statistics.median(t) for m, t in times.items()},
@@ -94,10 +86,10 @@ def scan_rows(length, repeats) -> list[dict]:
                 "--repeats",
                 str(repeats),
             ]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode:
-                return [{"len": length, "mode": mode, "skipped": f"failed: {proc.stderr.strip()[-300:]}"}]
-            workers.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            try:
+                workers.append(run_json(cmd))
+            except RuntimeError as err:
+                return [{"len": length, "mode": mode, "skipped": str(err)}]
             print(f"scan {mode} {length}: {workers[-1]['times_s']}", flush=True)
     rows = []
     for mode, workers in runs.items():
@@ -125,14 +117,14 @@ def memory_worker(length: int, set_name: str) -> dict:
     from entropy_lens.runs.sums import ScanSums
 
     stats = MEMORY_SETS[set_name]
-    start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    start = peak_rss_mb()
     config = PretrainedConfig(num_hidden_layers=LAYERS, num_attention_heads=TINY_HEADS)
     rec = EntropyRecorder(SimpleNamespace(config=config), stats=stats)  # only the config is read: no weights
     sums = ScanSums(LAYERS, TINY_HEADS, length)
     for layer in range(LAYERS):
         rec.session.on_stats(layer, {s: torch.rand(1, TINY_HEADS, length) for s in stats}, 0)
     sums.add(rec, torch.rand(1, length))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     sum_bytes = sum(
         a.nbytes for name, a in sums.arrays.items() if name not in ("loss", "loss_sq", "count", "samples")
     )
@@ -146,7 +138,7 @@ def memory_worker(length: int, set_name: str) -> dict:
 
 
 def memory_rows(lengths) -> list[dict]:
-    avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    avail = physical_memory_bytes()
     rows = []
     for length in lengths:
         for set_name, stats in MEMORY_SETS.items():
@@ -161,13 +153,10 @@ def memory_rows(lengths) -> list[dict]:
                 )
                 continue
             cmd = [sys.executable, __file__, "--memory-worker", str(length), set_name]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode:
-                rows.append(
-                    {"len": length, "set": set_name, "skipped": f"failed: {proc.stderr.strip()[-300:]}"}
-                )
-            else:
-                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            try:
+                rows.append(run_json(cmd))
+            except RuntimeError as err:
+                rows.append({"len": length, "set": set_name, "skipped": str(err)})
             r = rows[-1]
             print(
                 f"memory {length} {set_name}: "
@@ -178,44 +167,26 @@ def memory_rows(lengths) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "stats_cpu", repeats=3)
     ap.add_argument(
         "--parts", nargs="+", default=["layer", "scan", "memory"], choices=["layer", "scan", "memory"]
     )
     ap.add_argument("--layer-lengths", type=int, nargs="+", default=[8192, 16384])
     ap.add_argument("--scan-len", type=int, default=8192)
     ap.add_argument("--memory-lengths", type=int, nargs="+", default=[16384, 131072])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(HERE / "results" / "stats_cpu.json"))
     ap.add_argument("--memory-worker", nargs=2, metavar=("LEN", "SET"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.memory_worker:
         print(json.dumps(memory_worker(int(args.memory_worker[0]), args.memory_worker[1])))
         return 0
-    import torch
-
-    from entropy_lens.results import atomic_write_text
-
-    record = {
-        "benchmark": "stats_cpu",
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        },
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "repeats": args.repeats,
-    }
+    parts = {}
     if "layer" in args.parts:
-        record["layer"] = layer_rows(args.layer_lengths, args.repeats)
+        parts["layer"] = layer_rows(args.layer_lengths, args.repeats)
     if "scan" in args.parts:
-        record["scan"] = scan_rows(args.scan_len, args.repeats)
+        parts["scan"] = scan_rows(args.scan_len, args.repeats)
     if "memory" in args.parts:
-        record["memory"] = memory_rows(args.memory_lengths)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(record, indent=2))
-    print(f"wrote {args.out}")
+        parts["memory"] = memory_rows(args.memory_lengths)
+    write_record(args.out, "stats_cpu", repeats=args.repeats, **parts)
     return 0
 
 

@@ -14,17 +14,15 @@ Prints a table and writes JSON.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, parser, table, write_record
 
 BUSY_LOOP = "while True:\n    pass\n"
 
@@ -66,12 +64,11 @@ def measure(length: int, samples: int, busy: int, threads: str, folder: Path) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, "threads_cpu")
     p.add_argument("--len", dest="length", type=int, default=512)
     p.add_argument("--samples", type=int, default=32)
     p.add_argument("--busy", type=int, nargs="+", default=[0, 1], help="busy processes beside the scan")
     p.add_argument("--threads", nargs="+", default=["default", "1"], help="'default' or a thread count")
-    p.add_argument("--out", default="benchmarks/results/threads_cpu.json")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,24 +76,14 @@ def main(argv: list[str] | None = None) -> int:
             for threads in args.threads:
                 rows.append(measure(args.length, args.samples, busy, threads, Path(tmp)))
     print(f"tiny-nope scan, len {args.length} x {args.samples} samples, {os.cpu_count()} cores")
-    print(f"{'busy processes':>15}{'--threads':>11}{'threads':>9}{'scan s':>9}{'tok/s':>9}")
-    for r in rows:
-        print(
-            f"{r['busy_processes']:>15}{r['threads_flag']:>11}{r['threads']:>9}{r['scan_s']:>9.2f}"
-            f"{r['tok_per_s']:>9.0f}"
-        )
-    import torch
-
-    record = {
-        "benchmark": "threads_cpu",
-        "cpu_count": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch_version": torch.__version__,
-        "rows": rows,
-    }
-    out = atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
+    columns = [Column("busy processes", "busy_processes"), Column("--threads", "threads_flag")]
+    columns += [
+        Column("threads", "threads"),
+        Column("scan s", "scan_s", ".2f"),
+        Column("tok/s", "tok_per_s", ".0f"),
+    ]
+    print(table(rows, columns))
+    write_record(args.out, "threads_cpu", rows=rows)
     return 0
 
 

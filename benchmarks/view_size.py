@@ -18,11 +18,9 @@ Prints a table and writes JSON (README's table: benchmarks/readme_tables.py).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -31,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, parser, table, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_LEN = 2048
@@ -118,11 +117,9 @@ def measure(length: int, n_results: int, repeats: int, driver, folder: Path) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, "view_size", repeats=3)
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 16384])
     p.add_argument("--results", type=int, nargs="+", default=[1, 2], help="results per page")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "view_size.json"))
     args = p.parse_args(argv)
     browser = browser_module()
     why = browser.missing()
@@ -138,37 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"view pages, 22 layers x 32 heads, {os.cpu_count()} cores" + (f" (no browser: {why})" if why else "")
     )
-    columns = {
-        "len": ("len", 7, "d"),
-        "results": ("results", 9, "d"),
-        "points": ("points", 8, "d"),
-        "size_mb": ("MB", 7, ".2f"),
-        "build_cpu_s": ("build CPU s", 13, ".2f"),
-        "main_thread_cpu_ms": ("main CPU ms", 13, ".0f"),
-        "renderer_cpu_ms": ("renderer CPU ms", 17, ".0f"),
-        "first_interactive_ms": ("first ms", 10, ".0f"),
-        "interactive_ms": ("median ms", 11, ".0f"),
-        "click_ms": ("click ms", 10, ".0f"),
-    }
-    print("".join(f"{name:>{w}}" for name, w, _ in columns.values()))
-    for r in rows:
-        print(
-            "".join(f"{'-':>{w}}" if r[k] is None else f"{r[k]:>{w}{f}}" for k, (_, w, f) in columns.items())
-        )
+    columns = [Column("len", "len"), Column("results", "results"), Column("points", "points")]
+    columns += [Column("MB", "size_mb", ".2f"), Column("build CPU s", "build_cpu_s", ".2f")]
+    columns += [Column("main CPU ms", "main_thread_cpu_ms", ".0f")]
+    columns += [Column("renderer CPU ms", "renderer_cpu_ms", ".0f")]
+    columns += [
+        Column("first ms", "first_interactive_ms", ".0f"),
+        Column("median ms", "interactive_ms", ".0f"),
+    ]
+    columns += [Column("click ms", "click_ms", ".0f")]
+    print(table(rows, columns))
     import plotly
 
-    record = {
-        "benchmark": "view_size",
-        "cpu_count": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "plotly_version": plotly.__version__,
-        "browser": None if why else "headless Chromium (distribution package), network blocked",
-        "no_browser": why,
-        "rows": rows,
-    }
-    out = atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
+    browser = None if why else "headless Chromium (distribution package), network blocked"
+    fields = {"plotly_version": plotly.__version__, "browser": browser, "no_browser": why}
+    write_record(args.out, "view_size", **fields, rows=rows)
     return 0
 
 

@@ -15,28 +15,22 @@ Reported: median wall time of `repeats` runs after one warm-up. Prints a table a
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
-from entropy_lens.results import atomic_write_text
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, layer_qkv, parser, table, timed, write_record
 
 MODES = ("causal", "as_mask", "window", "from_hf")
 
 
 def run(mode: str, length: int, window: int, repeats: int) -> float:
-    import torch
 
     from entropy_lens.kernels import attention_entropy
     from entropy_lens.kernels.masks import decompose
     from entropy_lens.kernels.reference import causal_visible
 
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(1, 9, length, 64, generator=g), torch.randn(1, 3, length, 64, generator=g)
+    q, k, _ = layer_qkv(length)
     hf_mask = causal_visible(length, length, window=window)[None, None]
 
     def fn():
@@ -49,49 +43,29 @@ def run(mode: str, length: int, window: int, repeats: int) -> float:
         keep, w = decompose(hf_mask, 1, length, length, True)
         return attention_entropy(q, k, softmax_scale=0.125, mask=keep, window=w)
 
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return timed(fn, repeats=repeats).median
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, "window_cpu", repeats=3)
     ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     ap.add_argument("--windows", type=int, nargs="+", default=[256, 1024])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "window_cpu.json"))
     args = ap.parse_args()
-    import torch
-
     rows = []
-    print(f"{'len':>6} {'window':>6} " + " ".join(f"{m + ' s':>10}" for m in MODES) + f" {'speed-up':>9}")
     for length in args.lengths:
         for window in args.windows:
-            t = {mode: run(mode, length, window, args.repeats) for mode in MODES}
-            rows.append({"len": length, "window": window, **{f"{m}_s": t[m] for m in MODES}})
+            rows.append({"len": length, "window": window})
+            rows[-1].update({f"{m}_s": run(m, length, window, args.repeats) for m in MODES})
             print(
-                f"{length:>6} {window:>6} "
-                + " ".join(f"{t[m]:>10.3f}" for m in MODES)
-                + f" {t['as_mask'] / t['from_hf']:>8.1f}×"
+                f"len {length}, window {window}: "
+                + ", ".join(f"{m} {rows[-1][m + '_s']:.3f} s" for m in MODES)
             )
-    record = {
-        "benchmark": "window_cpu",
-        "shape": "1 layer, 9 query heads, 3 KV heads, head_dim 64, fp32, batch 1",
-        "machine": {
-            "cpu": platform.machine(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        },
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(record, indent=1))
-    print(f"wrote {args.out}")
+    columns = [Column("len", "len"), Column("window", "window")]
+    columns += [Column(f"{m} s", f"{m}_s", ".3f") for m in MODES]
+    columns += [Column("speed-up", lambda r: r["as_mask_s"] / r["from_hf_s"], ".1f")]
+    print(table(rows, columns))
+    shape = "1 layer, 9 query heads, 3 KV heads, head_dim 64, fp32, batch 1"
+    write_record(args.out, "window_cpu", shape=shape, rows=rows)
     return 0
 
 

@@ -218,3 +218,65 @@ def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path
     big, sharded = (bench.modelled_growth_mb("smollm2", 16384, p) for p in (1, 2))
     assert big > sharded > 0
     assert "| 2 × 1 |" in benchmark_script("readme_tables").context_parallel_table(record)
+
+
+@pytest.fixture(scope="module")
+def bench(benchmark_script):
+    return benchmark_script("_bench")
+
+
+def test_timer_warms_up_then_times_each_repeat(bench):
+    """warm-up calls untimed, `repeats` timed ones each with its sync, times read from the injected clock."""
+    ticks = iter([0.0, 1.0, 10.0, 13.0, 20.0, 22.0])  # three timed runs: 1, 3 and 2 s
+    calls, syncs = [], []
+    timing = bench.timed(
+        lambda: calls.append(1), repeats=3, warmup=2, sync=lambda: syncs.append(1), clock=lambda: next(ticks)
+    )
+    assert len(calls) == len(syncs) == 5
+    assert timing.times == [1.0, 3.0, 2.0] and timing.median == 2.0 and timing.best == 1.0
+    with pytest.raises(ValueError, match="--repeats 1 or more"):
+        bench.timed(lambda: None, repeats=0)
+
+
+def test_record_round_trip_with_machine_and_schema_version(tmp_path, bench):
+    rows = [{"len": 64, "median_s": 0.5}]
+    path = bench.write_record(tmp_path / "sub" / "x.json", "x", shape="toy", rows=rows)
+    record = bench.read_record(path)
+    assert record["benchmark"] == "x" and record["schema_version"] == bench.SCHEMA_VERSION >= 1
+    assert record["shape"] == "toy" and record["rows"] == rows and record["created_utc"].endswith("Z")
+    machine = record["machine"]
+    assert set(machine) == {"cpu", "cores", "memory_gib", "python", "torch", "torch_threads", "gpu"}
+    assert machine["cores"] == os.cpu_count() and machine["torch"] == torch.__version__
+    assert machine["torch_threads"] == torch.get_num_threads() and machine["memory_gib"] > 0
+    assert not list(path.parent.glob("*.tmp*"))  # the atomic write left no temporary file
+
+
+def test_read_record_takes_files_from_before_the_schema_and_refuses_newer(tmp_path, bench):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"benchmark": "threads_cpu", "cpu_count": 2, "rows": []}))
+    assert bench.read_record(old)["schema_version"] == 0
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"schema_version": bench.SCHEMA_VERSION + 1, "rows": []}))
+    with pytest.raises(ValueError, match="newer than this checkout"):
+        bench.read_record(new)
+
+
+def test_table_sizes_columns_and_shows_why_a_row_was_skipped(bench):
+    rows = [{"len": 1024, "s": 0.25, "base": None}, {"len": 8, "skipped": "out of memory"}]
+    columns = [bench.Column("len", "len"), bench.Column("seconds", "s", ".3f"), bench.Column("x", "base")]
+    assert bench.table(rows, columns).splitlines() == [
+        " len seconds x",
+        "1024   0.250 -",
+        "   8  skipped: out of memory",
+    ]
+
+
+def test_every_benchmark_script_writes_through_the_shared_helper():
+    """No script times, describes the machine or writes its JSON by hand: _bench.py does it once."""
+    for script in sorted(BENCH.glob("*.py")):
+        if script.name in ("_bench.py", "readme_tables.py"):
+            continue
+        text = script.read_text(encoding="utf-8")
+        assert "from _bench import" in text, script.name
+        for hand_made in ("atomic_write_text", "platform.", "time.strftime", "ArgumentParser(", "getrusage("):
+            assert hand_made not in text, f"{script.name}: {hand_made} (use benchmarks/_bench.py)"
