@@ -7,7 +7,8 @@ default, so a setting is added or changed in one place.
         samples: int = setting(8, at_least=1, at_most=MAX_COUNT, help="packed chunks to average over")
         model: str = setting(help="...", flag="model", metavar="CKPT")   # positional, no default: required
 
-`flag` defaults to `--field-name`; a name without a leading dash is a positional argument. `metavar`,
+`flag` defaults to `--field-name`; a name without a leading dash is a positional argument. `aliases`
+are a renamed flag's old names: they still work, and the help says which name is the old one. `metavar`,
 `choices` and `type` (for a list or tuple field: the element type, with `nargs`) go to argparse as
 they are. A field with `setting(..., cli=False)` has no flag. A `bool` field is a switch; a `bool | int`
 field a switch that may take a number (`--context-parallel` alone is True, `--context-parallel 2` is 2),
@@ -90,6 +91,7 @@ def setting(
     *,
     help: str,
     flag: str | None = None,
+    aliases: tuple[str, ...] = (),
     metavar: str | None = None,
     choices: tuple | None = None,
     type: Any = None,
@@ -105,6 +107,7 @@ def setting(
         SETTING: {
             "help": help,
             "flag": flag,
+            "aliases": tuple(aliases),
             "metavar": metavar,
             "choices": choices,
             "type": type,

@@ -113,6 +113,35 @@ def test_every_command_keeps_its_options_and_defaults():
     assert sum(len(rows) for rows in committed.values()) > 60
 
 
+def test_record_is_the_entropy_reduction_flag_and_the_old_entropy_flag_still_works(capsys):
+    """--record heads|mean|none (what a scan records of every statistic) was --entropy: both give the
+    config's `entropy` field (the meta's and the cache key's name is unchanged), the help names the old
+    flag, and a command rebuilt from a config uses the new one."""
+    from entropy_lens.cli.options import config_from_args
+    from entropy_lens.runs import ScanConfig
+    from entropy_lens.settings import command_words
+
+    parser = build_parser()
+    for command in ("scan", "sweep"):
+        extra = ["--scales", "1", "--out", "o"] if command == "sweep" else []
+        new, old = (
+            parser.parse_args([command, "m", "--len", "8", *extra, flag, "none"])
+            for flag in ("--record", "--entropy")
+        )
+        assert new.entropy == old.entropy == "none"
+        assert config_from_args(ScanConfig, new, entropy=new.entropy) == config_from_args(
+            ScanConfig, old, entropy=old.entropy
+        )
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "--record {heads,mean,none}, --entropy {heads,mean,none}" in text
+        assert "[--entropy: the old name, still accepted]" in text
+    words = command_words(ScanConfig(model="m", length=8, entropy="mean"))
+    assert words == ["m", "--len", "8", "--record", "mean"]
+    assert ScanConfig(model="m", length=8, entropy="none").cache_key()["entropy"] == "none"
+
+
 def test_flags_are_generated_from_the_settings_with_their_defaults():
     """Every generated flag's default is its dataclass field's default, and parsing the flags gives the
     config the same values: the one way from flags to a config (cli/options.py)."""

@@ -283,5 +283,5 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
         ScanResult.load(newer.save(tmp_path / "v3.npz"))
     with pytest.raises(EntropyLensError, match="--stats: unknown row statistic"):
         ScanConfig(**base, stats="max_prob,fading").check()
-    with pytest.raises(EntropyLensError, match="records nothing with --entropy none"):
+    with pytest.raises(EntropyLensError, match="needs --record heads or mean, not none"):
         ScanConfig(**base, stats="all", entropy="none").check()

@@ -108,7 +108,7 @@ def test_sweep_resume_after_interruption(config, tmp_path, monkeypatch):
 def test_sweep_bad_input(config, tmp_path):
     with pytest.raises(EntropyLensError, match="drop --scale"):
         sweep(dataclasses.replace(config, scale=1.2), [1.0, 1.1], tmp_path / "a", progress=False)
-    with pytest.raises(EntropyLensError, match="--entropy"):
+    with pytest.raises(EntropyLensError, match="--record .some. is not known"):
         sweep(dataclasses.replace(config, entropy="some"), [1.0, 1.1], tmp_path / "b", progress=False)
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "notes.txt").write_text("mine")

@@ -10,7 +10,7 @@ the field's; a bool field is a switch, a `bool | int` field a switch that may ta
 (`--context-parallel` alone gives True, `--context-parallel 2` gives 2: nargs="?", the number's range
 checked as it is parsed). `as_overrides=True` makes every default None ("not given"), for
 flags that override a settings file. A command whose flag means something of its own gives its own
-default (`defaults`, as the sweep's --entropy) and its own help line (`helps`, shown as given, so it
+default (`defaults`, as the sweep's --record) and its own help line (`helps`, shown as given, so it
 words that default itself): the output flags (`runs.output.OutputSettings`: --out, --resume, --force,
 --quiet) are declared once, and each command says what its --out is.
 
@@ -116,6 +116,9 @@ def add_settings(
         target = groups.get(name, parser)
         flag = spec["flag"] or "--" + name.replace("_", "-")
         kwargs = {"help": helps[name] if name in helps else _help(spec["help"], default, spec)}
+        old = spec.get("aliases", ())
+        if old:  # a renamed flag: its old names still work, and say so
+            kwargs["help"] += f" [{', '.join(old)}: the old name, still accepted]"
         if spec["metavar"]:
             kwargs["metavar"] = spec["metavar"]
         if not flag.startswith("-"):  # positional
@@ -146,7 +149,7 @@ def add_settings(
                 kwargs["required"] = True
             else:
                 kwargs["default"] = None if as_overrides else default
-        target.add_argument(flag, **kwargs)
+        target.add_argument(flag, *old, **kwargs)
     known = dict(parser.get_default(FIELDS) or {})
     known[cls.__name__] = [*known.get(cls.__name__, []), *chosen]
     parser.set_defaults(**{FIELDS: known})

@@ -20,7 +20,7 @@ SCAN_EXAMPLES = """examples:
 SWEEP_EXAMPLES = """examples:
   entropy-lens sweep tiny-nope --len 512 --data austen:persuasion --samples 64 --scales 0.9:1.8:0.05 --out sw/
   entropy-lens sweep path/to/TinyLlama-NoPE-1.1B --nope --len 16384 --scales 1.0:2.0:0.01 --device cuda \\
-      --entropy none --out sweeps/nope50k --resume
+      --record none --out sweeps/nope50k --resume
 """
 
 
@@ -53,8 +53,8 @@ def add_parsers(sub) -> None:
         ("entropy",),
         defaults={"entropy": SWEEP_ENTROPY},
         helps={
-            "entropy": "per head, averaged over each layer's heads (default: ~1/heads the size), "
-            "or not at all"
+            "entropy": "what each scale's scan records of every statistic: each head's (heads), the mean "
+            "over each layer's heads (mean, the default: ~1/heads the size), or nothing (none)"
         },
     )
     _add_output(w, "sweep", "sweep folder (sweep.json + one results file per scale)", required=("out",))

@@ -146,7 +146,7 @@ class Scaling(PositionScaling):
 _LOADED = ("model", "dtype", "device", "nope", "rope_scaling", "train_len", "trust_remote_code", "revision")
 _SCALED = ("scale", "head_scales", "scale_schedule")
 
-SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --entropy: its files are ~1/heads the size
+SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --record: its files are ~1/heads the size
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,11 +173,13 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         "or the streamed torch path where it cannot build: the meta's native says why), sdpa + an "
         "entropy pass (off), or whichever is faster, timed on the first layers (auto)",
     )
-    entropy: str = setting(
+    entropy: str = setting(  # named for the meta's entropy_reduction; its flag for what it does
         "heads",
+        flag="--record",
+        aliases=("--entropy",),
         choices=ENTROPY_REDUCTIONS,
-        help="store entropy per head, averaged over each layer's heads, or not at all (the entropy "
-        "reduction; it applies to every statistic of --stats)",
+        help="what the scan records of entropy and every statistic of --stats: each head's (heads), the "
+        "mean over each layer's heads (mean), or nothing: a loss-only scan (none)",
     )
     stats: str = setting(
         "entropy",
@@ -213,12 +215,10 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
                 f"between them; pass --stride {self.length} or less"
             )
         if self.entropy not in ENTROPY_REDUCTIONS:
-            raise EntropyLensError(f"--entropy {self.entropy!r} is not known; use heads, mean or none")
+            raise EntropyLensError(f"--record {self.entropy!r} is not known; use heads, mean or none")
         self.check_scaling()
         if self.row_stats()[2:] and self.entropy == "none":
-            raise EntropyLensError(
-                f"--stats {self.stats} records nothing with --entropy none; pass heads or mean"
-            )
+            raise EntropyLensError(f"--stats {self.stats} needs --record heads or mean, not none")
         resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
         if self.fused not in FUSED_MODES:
             raise EntropyLensError(
