@@ -28,6 +28,7 @@ OWN_ATTENTION = {"gemma2": "eager-then-entropy", "gpt_oss": "eager-then-entropy"
 ALIBI = {name: "sdpa-alibi-mask-then-entropy" for name in ("bloom", "mpt", "falcon (alibi=True)")}
 # where transformers' sdpa is not the model's own attention (it drops the softcap), the reference is eager
 EAGER_REFERENCE = {"gemma2"}
+FLOAT32_ONLY = {"gpt_oss"}  # its experts' grouped matmul takes no float64
 
 
 def _kernel(kernel):
@@ -144,19 +145,22 @@ def test_monitored_step_gradients_and_statistics(model_type):
     step's error against float64, the route recorded, and the entropy recorded during the step equal to
     the float64 entropy of the model's own attention."""
     model = build(model_type, SUPPORTED[model_type][0])
-    ids, mask = ids_and_mask("left")
+    kept = OWN_ATTENTION.get(model_type) or ALIBI.get(model_type)
+    # the models' own eager/ALiBi attention gives NaN rows for left padding in float64: right padding there
+    ids, mask = ids_and_mask("right" if kept else "left")
     reference = copy.deepcopy(model)
     if model_type in EAGER_REFERENCE:
         reference.set_attn_implementation("eager")
-    wide = copy.deepcopy(reference).double()
-    truth = _step_grads(wide, ids, mask)
     plain = _step_grads(reference, ids, mask)
     recorder = EntropyRecorder(model)
     monitored = _step_grads(model, ids, mask, recorder)
-    expected_route = OWN_ATTENTION.get(model_type) or ALIBI.get(model_type) or "fused-train"
-    assert recorder.session.paths == {expected_route}
-    err, err_plain = _error(monitored, truth), _error(plain, truth)
-    assert err <= 2 * err_plain + 1e-7, (err, err_plain)
+    assert recorder.session.paths == {kept or "fused-train"}
+    if model_type in FLOAT32_ONLY:  # the model's own attention computed the output: the plain step's
+        assert _error(monitored, plain) <= 1e-6
+    else:
+        truth = _step_grads(copy.deepcopy(reference).double(), ids, mask)
+        err, err_plain = _error(monitored, truth), _error(plain, truth)
+        assert err <= 2 * err_plain + 1e-7, (err, err_plain)
     _, entropies = eager(model, ids, mask)
     np.testing.assert_allclose(recorder.entropy, mean_by_position(entropies, mask), atol=1e-5, rtol=0)
 

@@ -196,7 +196,9 @@ def sdpa(call: LayerCall, mask=None):
 
 def eager_attention(call: LayerCall):
     """The layer's output from the model's own eager attention function (each modeling file defines
-    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks."""
+    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks. The
+    mask registered for the capture is sdpa's bool mask; eager functions add theirs, so it becomes the
+    dtype's lowest value where a key is hidden."""
     import sys
 
     module = call.module
@@ -206,12 +208,18 @@ def eager_attention(call: LayerCall):
             f"{type(module).__name__} has no eager attention function to train scales through its "
             "softcap or sinks; run without gradients (the exact streaming path), or report the architecture"
         )
+    mask = call.attention_mask
+    if mask is not None and mask.dtype == torch.bool:  # the registered sdpa mask; eager adds its mask
+        low = torch.finfo(call.output_query.dtype).min
+        mask = torch.zeros(mask.shape, dtype=call.output_query.dtype, device=mask.device).masked_fill_(
+            ~mask, low
+        )
     return fn(
         module,
         call.output_query,
         call.key,
         call.value,
-        call.attention_mask,
+        mask,
         scaling=call.output_scaling,
         dropout=call.dropout,
         **call.kwargs,
