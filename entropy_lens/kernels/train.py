@@ -24,8 +24,8 @@ own `is_causal`, which then skips the blocks above the diagonal), a mask and a s
 additive float mask: key padding stays (B, 1, 1, S); causality with T != S or a window is materialised
 T × S, as sdpa's own CPU path would); a row that sees no key (left padding) outputs 0 and gets lse = +∞,
 so its P = e^(−∞) = 0 and it passes no gradient, as sdpa gives none. Per-head scales: the op takes one
-scalar, so λ_h/λ_0 multiplies the query rows first (λ_0 = λ of head 0), in autograd, which chain-rules
-the gradient to q and to a trainable scale. What it refuses (`train_refusal`): a score modifier (softcap,
+scalar, so λ_h multiplies the query rows first (then λ = 1), in autograd, which chain-rules the
+gradient to q and to a trainable scale. What it refuses (`train_refusal`): a score modifier (softcap,
 sinks, ALiBi, a key bias: the op has none), values with another head size than the queries' (the op
 needs one D), float64 (the kernels accumulate in float32, sdpa stays exact), tensors off the CPU (the
 CUDA flash backward is not wired yet). The caller then runs the
@@ -68,15 +68,13 @@ def attention_train(
     if kernel not in TRAIN_KERNELS:
         raise ValueError(f"attention_train runs kernel {' or '.join(TRAIN_KERNELS)}; got {kernel!r}")
     scale = validate_scale(q, k, softmax_scale)
-    lam = float(scale[0])
-    if not bool((scale == lam).all()) or (
-        isinstance(softmax_scale, torch.Tensor) and softmax_scale.requires_grad
-    ):
-        ratio = (
-            softmax_scale.reshape(-1).expand(q.shape[1]) / lam
-        )  # in autograd: a trainable scale's gradient
-        q = q * ratio.to(q.dtype).view(1, -1, 1, 1)
-    out, *values = _FlashTrain.apply(q, k, v, lam, mods, kernel, tuple(stats), int(first_keys))
+    uniform = float(scale[0])
+    trainable = isinstance(softmax_scale, torch.Tensor) and softmax_scale.requires_grad
+    if trainable or not bool((scale == uniform).all()):
+        # the op takes one scalar: λ_h multiplies the query rows, in autograd (a trainable scale's gradient)
+        per_head = softmax_scale.reshape(-1).expand(q.shape[1]).to(q.device, q.dtype)
+        q, uniform = q * per_head.view(1, -1, 1, 1), 1.0
+    out, *values = _FlashTrain.apply(q, k, v, uniform, mods, kernel, tuple(stats), int(first_keys))
     return RowStats(dict(zip(stats, values, strict=True)), out)
 
 
@@ -85,8 +83,8 @@ class _FlashTrain(torch.autograd.Function):
     q, k, v from the flash backward of that output and its log-sum-exp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, lam: float, mods: ScoreMods, kernel: str, stats: tuple, first_keys: int):
-        scale = torch.full((q.shape[1],), lam, device=q.device)
+    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, kernel: str, stats: tuple, first_keys: int):
+        scale = torch.full((q.shape[1],), uniform, device=q.device)
         extra = accumulators(stats)
         if kernel == "native":
             state, out = stream_native(q, k, v, scale, mods, extra=extra, first_keys=first_keys)
@@ -97,7 +95,7 @@ class _FlashTrain(torch.autograd.Function):
         # lse = m + ln l; a row that saw no key (l = 0) gets +∞, so the backward's P = e^(s − lse) is 0 there
         lse = torch.where(state["l"] > 0, state["m"] + torch.log(state["l"]), torch.inf)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.lam, ctx.mods = lam, mods
+        ctx.softmax_scale, ctx.mods = uniform, mods
         ctx.mark_non_differentiable(*values)
         return (out, *values)
 
@@ -115,7 +113,7 @@ class _FlashTrain(torch.autograd.Function):
             0.0,
             is_causal,
             attn_mask=mask,
-            scale=ctx.lam,
+            scale=ctx.softmax_scale,
         )
         return dq, dk, dv, None, None, None, None, None
 
