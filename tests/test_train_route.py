@@ -73,11 +73,12 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_kernel_gradients_within_twice_plain_float32(kernel, shape):
-    """The output and every gradient (q, k, v and a trainable per-head scale) within twice float32 sdpa's
-    error against float64 (materialised)."""
+def test_kernel_gradients_within_twice_plain_sdpa(kernel, shape, dtype):
+    """The output and every gradient (q, k, v and a trainable per-head scale) within twice sdpa's error
+    in the same dtype, against float64 (materialised)."""
     kernel = _kernel(kernel)
     B, H, Hkv, T, S, D, causal, pad, window, per_head = shape
     g = torch.Generator().manual_seed(sum(shape[:6]))
@@ -107,10 +108,10 @@ def test_kernel_gradients_within_twice_plain_float32(kernel, shape):
     allowed = _allowed(T, S, causal, keep, window)
     truth = grads(torch.float64, lambda *a: _reference(*a, allowed))
     names = ("out", "dq", "dk", "dv", "dscale")[: 5 if per_head else 4]
-    got, reference = grads(torch.float32, ours), grads(torch.float32, lambda *a: _sdpa(*a, allowed))
+    got, reference = grads(dtype, ours), grads(dtype, lambda *a: _sdpa(*a, allowed))
     for name, a, b, t in zip(names, got, reference, truth, strict=False):
         err, err_plain = (a.double() - t).abs().max().item(), (b.double() - t).abs().max().item()
-        assert a.dtype == torch.float32 and err <= 2 * err_plain + 1e-7, (name, err, err_plain)
+        assert a.dtype == dtype and err <= 2 * err_plain + 1e-7, (name, err, err_plain)
 
 
 def test_kernel_refuses_what_flash_backward_cannot_take():
