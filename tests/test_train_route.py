@@ -142,9 +142,10 @@ def _error(grads, truth) -> float:
 
 @pytest.mark.parametrize("model_type", sorted(SUPPORTED))
 def test_monitored_step_gradients_and_statistics(model_type):
-    """A left-padded batch's training step under EntropyRecorder: gradients within twice the plain float32
-    step's error against float64, the route recorded, and the entropy recorded during the step equal to
-    the float64 entropy of the model's own attention."""
+    """A padded batch's training step under EntropyRecorder (left padding, so rows that see no key, on
+    the fused-train route): gradients within twice the plain float32 step's error against float64, the
+    route recorded, and the entropy recorded during the step equal to the float64 entropy of the model's
+    own attention."""
     model = build(model_type, SUPPORTED[model_type][0])
     kept = OWN_ATTENTION.get(model_type) or ALIBI.get(model_type)
     # the models' own eager/ALiBi attention gives NaN rows for left padding in float64: right padding there
