@@ -17,7 +17,11 @@ For every attention layer the function takes three steps:
      session's --backend and --fused, each a path and the kernel that computes its statistics, and
      capture/fused.py times the two under `--fused auto`. A layer that captures nothing runs sdpa, its
      streamed route where sdpa cannot compute its scores, or, for a trainable scale there, the model's
-     own eager attention (autograd, T × T memory) or sdpa with the ALiBi bias as a float mask;
+     own eager attention (autograd, T × T memory) or sdpa with the ALiBi bias as a float mask. A layer
+     that captures and wants gradients (a training step) runs "fused-train": the kernel's one pass for
+     the output and the statistics, PyTorch's flash backward from that output and its log-sum-exp
+     (kernels/train.py), or, where that backward cannot take the scores (softcap, sinks, ALiBi), the
+     model's output with autograd beside a statistics pass;
   3. record what ran (`record`): the route's path in `session.paths` and, when capturing, its kernel in
      `session.backends`, both in `kernels.plan`'s vocabulary, so metadata names what ran; the row
      statistics go to the session's `on_stats`.

@@ -6,6 +6,16 @@ layers that capture nothing.
 A layer that captures nothing runs "sdpa" (`sdpa`, at the session's scale), its streamed route where it
 has softcap, sinks or ALiBi, or, for a trainable scale there, "eager" (`eager_attention`: the model's
 own, with autograd) or, for ALiBi, "sdpa-alibi-mask" (`alibi_attention`: the bias as sdpa's float mask).
+
+A capturing layer that wants gradients (a training step, a trainable scale) runs "fused-train"
+(kernels/train.py: the native kernel's one pass, torch_chunked where it does not build, gives the
+output and the statistics; PyTorch's flash backward takes the output and the kernel's log-sum-exp),
+unless `--fused off`, a --backend other than auto/native/torch_chunked, dropout, or what
+`kernels.train.train_refusal` names keeps today's route: the model's output with autograd and a
+separate no-grad statistics pass: "sdpa-then-entropy" where sdpa computes the scores, else
+"eager-then-entropy" (softcap, sinks: the model's own eager attention) or "sdpa-alibi-mask-then-entropy"
+(ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
+statistics of the attention without it.
 """
 
 from __future__ import annotations
@@ -19,8 +29,17 @@ from entropy_lens.capture.fused import PROCESS_CHOICES
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
 from entropy_lens.kernels.contract import validate_scale
-from entropy_lens.kernels.plan import NATIVE, SDPA_THEN_ENTROPY, TORCH_STREAMED, TRITON_FUSED
+from entropy_lens.kernels.native import native_available
+from entropy_lens.kernels.plan import (
+    NATIVE,
+    SDPA_THEN_ENTROPY,
+    TORCH_STREAMED,
+    TRITON_FUSED,
+    computes,
+    statistics_kernel,
+)
 from entropy_lens.kernels.stats import ROW_STATS
+from entropy_lens.kernels.train import attention_train, train_refusal
 
 # "auto" times one run of each way on CPU from this many scores per head (query rows x keys) on: a 1K
 # window; below, a single run's time is mostly noise, and each way runs twice as on GPU (capture/fused.py)
@@ -29,7 +48,24 @@ ONE_RUN_MIN_SCORES = 1 << 20
 SDPA = "sdpa"  # the model as sdpa runs it, at the session's scale
 EAGER = "eager"  # the model's own eager attention: a trainable scale on a layer with softcap or sinks
 SDPA_ALIBI = "sdpa-alibi-mask"  # torch sdpa, the ALiBi bias as its float mask: a trainable scale on ALiBi
-PATH_NAMES = (SDPA_THEN_ENTROPY, TRITON_FUSED, TORCH_STREAMED, NATIVE, SDPA, EAGER, SDPA_ALIBI)
+# and, for a capturing layer that wants gradients:
+FUSED_TRAIN = "fused-train"  # kernels/train.py: the one pass forward, flash's backward from its lse
+EAGER_THEN_ENTROPY = "eager-then-entropy"  # softcap, sinks: the model's eager attention + a statistics pass
+ALIBI_THEN_ENTROPY = (
+    "sdpa-alibi-mask-then-entropy"  # ALiBi, a key bias: sdpa's float mask + a statistics pass
+)
+PATH_NAMES = (
+    SDPA_THEN_ENTROPY,
+    TRITON_FUSED,
+    TORCH_STREAMED,
+    NATIVE,
+    SDPA,
+    EAGER,
+    SDPA_ALIBI,
+    FUSED_TRAIN,
+    EAGER_THEN_ENTROPY,
+    ALIBI_THEN_ENTROPY,
+)
 
 
 def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
@@ -45,7 +81,11 @@ def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
 
 def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:
     """(the route that ran, (the layer's output, RowStats)): the plan's fixed route, or under
-    `--fused auto` the one the session's PathChoices keeps for this shape (capture/fused.py)."""
+    `--fused auto` the one the session's PathChoices keeps for this shape (capture/fused.py); a layer
+    that captures and wants gradients: `train_route`'s."""
+    train = train_route(call, inputs)
+    if train is not None:
+        return train, run_train(call, inputs, train)
     layer = layer_plan(call, inputs)
     route = layer.fixed
     if route is not None:
@@ -70,6 +110,41 @@ def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:
     choices = call.session.choices or PROCESS_CHOICES
     way, result = choices.choose("auto", shape_key, run_way, runs=runs)
     return routes[way], result
+
+
+def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
+    """The route of a capturing layer that wants gradients (module docstring): "fused-train" where it
+    applies, else today's output with autograd beside a statistics pass; None for any other layer."""
+    if not (call.capturing and call.wants_grad):
+        return None
+    session, mods = call.session, inputs.mods
+    stats = session.stats
+    backend = session.backend
+    fusable = not call.dropout and session.fused != "off" and backend in ("auto", "native", "torch_chunked")
+    if fusable and train_refusal(call.output_query, inputs.key, inputs.value, mods) is None:
+        native = backend != "torch_chunked" and native_available() and computes("native", stats)
+        return Route(FUSED_TRAIN, "native" if backend == "native" or native else "torch_chunked", mods)
+    if mods.sdpa_computes:
+        return None  # layer_plan's separate route: sdpa's output with autograd, then the statistics
+    kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods, stats=stats)
+    return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
+
+
+def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> tuple:
+    """(the layer's output with autograd, RowStats) of a `train_route` route."""
+    session = call.session
+    stats = tuple(name for name in session.stats if ROW_STATS[name].applies(route.mods))
+    if route.path == FUSED_TRAIN:
+        # the output path's queries (per-head scales applied in autograd) at its uniform scale: λ_h q·k
+        q, k, v = call.output_query, inputs.key, inputs.value
+        kw = {"kernel": route.kernel, "stats": stats, "first_keys": session.first_keys}
+        rows = attention_train(q, k, v, call.output_scaling, route.mods, **kw)
+        return (rows.out, None), rows
+    out = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
+    query, key = call.query.detach(), inputs.key.detach()
+    softmax_scale = validate_scale(query, key, call.softmax_scale)
+    kw = {"stats": stats, "first_keys": session.first_keys}
+    return out, run(route.kernel, query, key, None, softmax_scale, route.mods, **kw)
 
 
 def run_route(call: LayerCall, inputs: LayerInputs, route: Route):
@@ -121,7 +196,9 @@ def sdpa(call: LayerCall, mask=None):
 
 def eager_attention(call: LayerCall):
     """The layer's output from the model's own eager attention function (each modeling file defines
-    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks."""
+    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks. The
+    mask registered for the capture is sdpa's bool mask; eager functions add theirs, so it becomes the
+    dtype's lowest value where a key is hidden."""
     import sys
 
     module = call.module
@@ -131,12 +208,18 @@ def eager_attention(call: LayerCall):
             f"{type(module).__name__} has no eager attention function to train scales through its "
             "softcap or sinks; run without gradients (the exact streaming path), or report the architecture"
         )
+    mask = call.attention_mask
+    if mask is not None and mask.dtype == torch.bool:  # the registered sdpa mask; eager adds its mask
+        low = torch.finfo(call.output_query.dtype).min
+        mask = torch.zeros(mask.shape, dtype=call.output_query.dtype, device=mask.device).masked_fill_(
+            ~mask, low
+        )
     return fn(
         module,
         call.output_query,
         call.key,
         call.value,
-        call.attention_mask,
+        mask,
         scaling=call.output_scaling,
         dropout=call.dropout,
         **call.kwargs,

@@ -6,6 +6,9 @@ first use.
                      block_k=BLOCK_K)
         -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM) and
            each of `stats` (B, Hq, T) float32; block_q None: block_rows(T)
+    stream_native(q, k, v, softmax_scale, mods, *, extra=(), first_keys=1, block_q=None, block_k=BLOCK_K)
+        -> (the final state {m, l, u, extra}, out): the streaming state itself (its m + ln l is the rows'
+           log-sum-exp, which kernels/train.py hands to a flash backward)
     (`kernels.attention_with_entropy(..., backend="native")` and `attention_entropy` are the public
     entry points: they check the arguments.)
 Semantics are `torch_chunked.row_stats_torch`'s; the kernel is that path's loop written in C++ as PyTorch's CPU flash
@@ -103,9 +106,22 @@ def row_stats_native(
     """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
     loop without the value GEMM). block_q None: `block_rows(T)`."""
     extra = accumulators(stats)
+    state, out = stream_native(
+        q, k, v, softmax_scale, mods, extra=extra, first_keys=first_keys, block_q=block_q, block_k=block_k
+    )
+    return RowStats(read_stats(state, mods, stats), out)
+
+
+@torch.no_grad()
+def stream_native(
+    q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_keys=1, block_q=None, block_k=BLOCK_K
+):
+    """The final streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE},
+    each (B, Hq, T) float32, and the output (B, T, Hq, Dv) in q's dtype (v None: None), as
+    `torch_chunked.stream_torch` returns them: the log-sum-exp a flash backward needs is m + ln l
+    (kernels/train.py)."""
     out, state, _ = _run(q, k, v, softmax_scale, mods, block_q, block_k, extra=extra, first_keys=first_keys)
-    state = dict(zip((*STATE, *extra), state, strict=True))
-    return RowStats(read_stats(state, mods, stats), None if v is None else out.to(q.dtype))
+    return dict(zip((*STATE, *extra), state, strict=True)), None if v is None else out.to(q.dtype)
 
 
 @torch.no_grad()
