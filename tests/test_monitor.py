@@ -135,6 +135,41 @@ def test_the_trainers_loss_normaliser_passes_through_the_capture():
     assert mon.recorded == 1
 
 
+def test_a_forward_that_raises_leaves_the_models_own_attention():
+    """The recorded forward's installation is undone when the forward raises; the monitor goes on, and
+    with gradient checkpointing (attention recomputed in the backward) the gradients are the plain ones."""
+    model = make_tiny_model().train()
+    model.activation_checkpointing_enable()
+    ids, mask = padded_batch()
+    with AttentionMonitor(model, stats=("entropy",)) as mon:
+        with pytest.raises(IndexError):
+            model(torch.full((1, 4), 10_000))  # past the vocabulary: the embedding raises
+        assert model.config._attn_implementation == "sdpa" and mon.recorded == 0
+        model(ids, attention_mask=mask, labels=ids).loss.backward()
+    monitored = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model(ids, attention_mask=mask, labels=ids).loss.backward()
+    assert mon.recorded == 1 and mon.history.steps.tolist() == [2]
+    for name, p in model.named_parameters():
+        assert torch.allclose(monitored[name], p.grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_the_callback_replaces_a_monitor_an_interrupted_train_left():
+    from entropy_lens import EntropyLensCallback
+
+    model = make_tiny_model()
+    callback = EntropyLensCallback(stats=("entropy",))
+    callback.on_train_begin(None, None, None, model=model)
+    first = callback.monitor
+    callback.on_train_begin(None, None, None, model=model)  # train() again after an exception
+    assert not first.active and callback.monitor.active and len(model._forward_pre_hooks) == 1
+    with torch.no_grad():
+        model(*padded_batch())  # outside a training step: not recorded
+    assert callback.monitor.recorded == 0
+    callback.close()
+    assert not model._forward_pre_hooks and not model._forward_hooks
+
+
 def test_a_set_step_merges_its_micro_batches():
     """Two micro-batches of step 4 make one record: means over all their real rows (weighted by rows)."""
     model = make_tiny_model()
