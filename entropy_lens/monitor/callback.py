@@ -14,9 +14,10 @@ into `logs`, which the callbacks after this one see, and into the entry `Trainer
 `report_to` before the callbacks a user passes; `callback.add_to(trainer)` puts this callback ahead of
 them, so TensorBoard, W&B and the rest report the scalars too.
 
-The monitor is installed at `on_train_begin` and removed at `on_train_end`; a train() that raised leaves
-only hooks that record nothing outside a training step (its recorded forward is closed by the monitor's
-own hook), and the next `on_train_begin`, or `callback.close()`, removes them.
+The monitor is installed at `on_train_begin` and removed at `on_train_end`. transformers calls no
+callback when train() raises: the forward under way is closed by the monitor's own hook (the model's
+attention is its own again), but the monitor's hooks stay on the model, recording should train() have
+stopped inside a step, until the next `on_train_begin` or `callback.close()` removes them.
 """
 
 from __future__ import annotations
