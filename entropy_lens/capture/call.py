@@ -38,6 +38,7 @@ IGNORED_KWARGS = frozenset(
         "output_attentions",
         "is_causal",
         "output_router_logits",
+        "num_items_in_batch",  # transformers.Trainer's loss normaliser, passed down to every layer
     )
 )
 

@@ -1,0 +1,107 @@
+"""`EntropyLensCallback`: the AttentionMonitor inside `transformers.Trainer`.
+
+    trainer = Trainer(model, args, train_dataset=..., callbacks=[EntropyLensCallback(every=10)])
+    trainer.train()        # trainer.state.log_history holds "attention/entropy/layer_0/mean", ...
+
+Steps are optimizer steps (`state.global_step`): every micro-batch of a gradient-accumulation step
+belongs to the step it makes, so `every` counts optimizer steps and each record merges its step's
+micro-batches. Only the training steps' forwards record (from `on_step_begin` to `on_step_end`);
+evaluation's forwards run the model's own attention.
+
+The scalars of each new record go into the logs of the first logging step at or after it (`on_log`):
+into `logs`, which the callbacks after this one see, and into the entry `Trainer.log` has just put in
+`state.log_history` (it copies `logs` before the callbacks run). transformers calls the reporters of
+`report_to` before the callbacks a user passes; `callback.add_to(trainer)` puts this callback ahead of
+them, so TensorBoard, W&B and the rest report the scalars too.
+
+The monitor is installed at `on_train_begin` and removed at `on_train_end`. transformers calls no
+callback when train() raises: the forward under way is closed by the monitor's own hook (the model's
+attention is its own again), but the monitor's hooks stay on the model, recording should train() have
+stopped inside a step, until the next `on_train_begin` or `callback.close()` removes them.
+"""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+from entropy_lens.monitor.monitor import AttentionMonitor
+from entropy_lens.monitor.summary import MONITOR_STATS, check_monitor_stats
+from entropy_lens.monitor.thresholds import Thresholds
+from entropy_lens.settings import check_argument
+
+
+class EntropyLensCallback(TrainerCallback):
+    """Monitor attention during `Trainer.train()`; log the summaries; warn when a head crosses a threshold.
+
+    stats, every (in optimizer steps), first_keys: as AttentionMonitor's.
+    thresholds: None or {stat: ("below" | "above", limit)} (thresholds.Thresholds): a warning, once per
+                head, naming the layer, head and step.
+    prefix, per_head: the logged names, as `AttentionMonitor.scalars`.
+    """
+
+    def __init__(
+        self,
+        *,
+        stats=MONITOR_STATS,
+        every: int = 1,
+        first_keys: int = 1,
+        thresholds: dict | None = None,
+        prefix: str = "attention",
+        per_head: bool = False,
+    ):
+        self.stats = check_monitor_stats(stats)
+        check_argument("every", every, int, {"at_least": 1}, example=1)
+        if not isinstance(prefix, str) or not isinstance(per_head, bool):
+            raise TypeError("EntropyLensCallback(prefix: str, per_head: bool)")
+        self.every, self.first_keys, self.prefix, self.per_head = int(every), first_keys, prefix, per_head
+        self.thresholds = Thresholds(thresholds, stats=self.stats)
+        self.monitor: AttentionMonitor | None = None
+        self._logged_step = None  # the step of the last record put into the logs
+
+    def add_to(self, trainer) -> EntropyLensCallback:
+        """Add this callback to `trainer` ahead of its reporters (so they report its scalars too)."""
+        callbacks = trainer.callback_handler.callbacks
+        if self in callbacks:
+            callbacks.remove(self)
+        callbacks.insert(0, self)
+        return self
+
+    def close(self) -> None:
+        """Remove the monitor from the model (the records stay in `self.monitor`)."""
+        if self.monitor is not None:
+            self.monitor.close()
+
+    # -- Trainer events -----------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.close()  # a monitor an interrupted train() left
+        self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, first_keys=self.first_keys)
+        self.monitor.__enter__()
+        self.monitor.enabled = False
+        self._logged_step = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.monitor is not None and self.monitor.active:
+            self.monitor.step = state.global_step + 1  # the optimizer step these forwards make
+            self.monitor.enabled = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        mon = self.monitor
+        if mon is None:
+            return
+        mon.enabled = False
+        if mon.latest_step == state.global_step and self.thresholds.limits:
+            self.thresholds.check(mon.latest(), state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        mon = self.monitor
+        if mon is None or logs is None or not mon.recorded or mon.latest_step == self._logged_step:
+            return
+        scalars = mon.scalars(self.prefix, per_head=self.per_head)
+        logs.update(scalars)
+        last = state.log_history[-1] if state.log_history else None
+        if last is not None and last.get("step") == state.global_step and last is not logs:
+            last.update(scalars)  # Trainer.log appended a copy of `logs` before calling the callbacks
+        self._logged_step = mon.latest_step
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()

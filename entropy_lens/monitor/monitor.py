@@ -1,0 +1,228 @@
+"""`AttentionMonitor`: per-head attention statistics of a model's forwards, inside any training loop.
+
+    with AttentionMonitor(model, stats=("entropy",), every=10) as mon:
+        for step, batch in enumerate(batches, 1):
+            mon.step = step                   # optional: else each forward is a step of its own
+            model(**batch).loss.backward(); opt.step(); opt.zero_grad()
+            logger.log(mon.scalars(), step)   # once a step has been recorded
+    mon.latest()["entropy"]                   # (layers, heads) float32, the last recorded step
+    mon.save("attention.npz")                 # history.py
+
+Which forwards record: forward n (1, 2, ... counted while the monitor is active and `enabled`) belongs
+to step n, or to the step the loop set (`mon.step = s`); it records when its step is a multiple of
+`every`. The forwards of one step (gradient accumulation's micro-batches) are merged into one record:
+means over all their real rows, maxima over all.
+
+How: a forward pre-hook on `model` decides. A recorded forward enters a `capture.ScaleSession` for its
+duration (the entropy_lens attention installed, its session's `on_stats` feeding summary.ForwardSums)
+and leaves it in a forward hook that runs even when the forward raises; every other forward runs the
+model's own attention implementation, untouched. The statistics come from whatever route capture takes
+(its gradients are the model's: capture/paths.py); the 2-D `attention_mask` the model is given says
+which query rows are real (a 4-D mask, or none: all rows count, as the recorder counts them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+
+import numpy as np
+
+from entropy_lens import __version__
+from entropy_lens.capture import ScaleSession, check_supported
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.monitor.history import History
+from entropy_lens.monitor.summary import (
+    MONITOR_STATS,
+    ForwardSums,
+    StepSummary,
+    check_monitor_stats,
+    reduction,
+)
+from entropy_lens.settings import check_argument
+
+_MONITORED = weakref.WeakSet()  # models with an active monitor: one at a time
+
+
+class AttentionMonitor:
+    """Record per-head attention statistics of every `every`-th step's forwards of `model` (see the
+    module docstring).
+
+    stats: row statistics (kernels.stats.ROW_STATS); each summarised per head by its reduction
+           (summary.REDUCTIONS: the mean over real query rows, the maximum for maxima).
+    every: record the forwards of steps that are multiples of `every` (>= 1).
+    first_keys: first_mass's K.
+    """
+
+    def __init__(self, model, *, stats=MONITOR_STATS, every: int = 1, first_keys: int = 1):
+        self.stats = check_monitor_stats(stats)
+        check_argument("every", every, int, {"at_least": 1}, example=1)
+        self.every, self.model = int(every), model
+        self._scaling = ScaleSession(model, stats=self.stats, first_keys=first_keys)
+        self.first_keys = self._scaling.session.first_keys
+        cfg = model.config.get_text_config()
+        self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        params = list(inspect.signature(model.forward).parameters)
+        self._mask_index = params.index("attention_mask") if "attention_mask" in params else None
+        self.enabled = True  # while False, forwards neither record nor count
+        self.forwards = 0  # forwards seen while active and enabled
+        self._step: int | None = None  # the step the loop set; None: each forward is its own step
+        self._records: list[StepSummary] = []
+        self._current: ForwardSums | None = None  # the recorded forward under way
+        self._depth = 0  # nested calls of the model (the outermost one is the forward)
+        self._hooks = []
+
+    # -- installing ---------------------------------------------------------------------------------
+    def __enter__(self):
+        if self._hooks:
+            raise EntropyLensError("this AttentionMonitor is already active; enter it once")
+        if self.model in _MONITORED:
+            raise EntropyLensError(
+                f"{type(self.model).__name__} already has an active AttentionMonitor; close it first "
+                "(one monitor per model)"
+            )
+        check_supported(self.model)  # a model capture cannot measure is refused before training starts
+        _MONITORED.add(self.model)
+        self._hooks = [
+            self.model.register_forward_pre_hook(self._begin, with_kwargs=True, prepend=True),
+            self.model.register_forward_hook(self._end, always_call=True),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Remove the hooks (and a recorded forward's installation, should one be open); the records stay."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        if self._current is not None:
+            self._current = None
+            self._scaling.__exit__(None, None, None)
+        self._depth = 0
+        _MONITORED.discard(self.model)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._hooks)
+
+    # -- steps --------------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        """The step of the current (or last) forward: the one the loop set, else the forward count."""
+        return self.forwards if self._step is None else self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        check_argument("step", value, int, {"at_least": 0}, example=1)
+        self._step = int(value)
+
+    def _begin(self, module, args, kwargs):
+        self._depth += 1
+        if self._depth > 1 or not self.enabled:
+            return
+        self.forwards += 1
+        if self.step % self.every:
+            return
+        mask = kwargs.get("attention_mask")
+        if mask is None and self._mask_index is not None and len(args) > self._mask_index:
+            mask = args[self._mask_index]
+        mask = mask if getattr(mask, "ndim", None) == 2 else None
+        current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
+        self._scaling.session.on_stats = current.add
+        self._scaling.__enter__()
+        self._current = current  # entered: the forward hook leaves it
+
+    def _end(self, module, args, output):
+        self._depth = max(self._depth - 1, 0)
+        if self._depth or self._current is None:
+            return
+        current, self._current = self._current, None
+        self._scaling.__exit__(None, None, None)  # the model's own attention again, before any check
+        self._scaling.session.on_stats = None
+        self._scaling.session.mask_memo.clear()  # no mask of this forward is kept alive
+        if output is None:  # the forward raised: its partial reports are dropped
+            return
+        summary = current.finish(self.step)
+        if self._records and self._records[-1].step == summary.step:
+            self._records[-1] = self._records[-1].merge(summary)
+        else:
+            self._records.append(summary)
+
+    # -- results ------------------------------------------------------------------------------------
+    @property
+    def recorded(self) -> int:
+        """How many steps have been recorded."""
+        return len(self._records)
+
+    @property
+    def latest_step(self) -> int | None:
+        """The step of the last record, None before the first."""
+        return self._records[-1].step if self._records else None
+
+    def latest(self) -> dict[str, np.ndarray]:
+        """{stat: (layers, heads) float32} of the last recorded step: the mean over its real query rows,
+        the maximum for maxima (summary.REDUCTIONS)."""
+        if not self._records:
+            raise EntropyLensError(
+                f"AttentionMonitor has recorded nothing yet (every={self.every}: the first record is "
+                f"step {self.every}); call latest() after a recorded forward"
+            )
+        return self._records[-1].values()
+
+    def scalars(self, prefix: str = "attention", *, per_head: bool = False) -> dict[str, float]:
+        """The last record as flat {name: float} for any logger: `{prefix}/{stat}/layer_{l}/mean`, `/min`
+        and `/max` over the layer's heads, and with per_head=True each `{prefix}/{stat}/layer_{l}/head_{h}`."""
+        if not isinstance(prefix, str) or not isinstance(per_head, bool):
+            raise TypeError("scalars(prefix: str, *, per_head: bool)")
+        out = {}
+        for stat, values in self.latest().items():
+            for layer, heads in enumerate(values):
+                key = f"{prefix}/{stat}/layer_{layer}" if prefix else f"{stat}/layer_{layer}"
+                out |= {f"{key}/mean": float(heads.mean()), f"{key}/min": float(heads.min())}
+                out[f"{key}/max"] = float(heads.max())
+                if per_head:
+                    out |= {f"{key}/head_{h}": float(v) for h, v in enumerate(heads)}
+        return out
+
+    @property
+    def history(self) -> History:
+        """Every recorded step, oldest first (history.History)."""
+        shape = (0, self.n_layers, self.n_heads)
+        values = {
+            s: np.stack([r.values()[s] for r in self._records])
+            if self._records
+            else np.zeros(shape, np.float32)
+            for s in self.stats
+        }
+        return History(
+            steps=np.array([r.step for r in self._records], dtype=np.int64),
+            forwards=np.array([r.forwards for r in self._records], dtype=np.int64),
+            rows=np.array([r.rows for r in self._records], dtype=np.int64),
+            values=values,
+            meta=self.meta(),
+        )
+
+    def save(self, path) -> None:
+        """Write `history` to `path` (.npz, atomically; history.py's schema)."""
+        self.history.save(path)
+
+    def meta(self) -> dict:
+        config = self.model.config
+        return {
+            "entropy_lens_version": __version__,
+            "model": str(getattr(config, "_name_or_path", "") or type(self.model).__name__),
+            "model_class": type(self.model).__name__,
+            "model_type": getattr(config, "model_type", None),
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "stats": list(self.stats),
+            "reductions": {s: reduction(s) for s in self.stats},
+            "every": self.every,
+            "first_keys": self.first_keys,
+            "step_unit": "forward" if self._step is None else "step",
+        }

@@ -1,0 +1,159 @@
+"""A recorded forward reduced to one number per statistic, layer and head, and steps made of forwards.
+
+Each capturing layer hands its row statistics, (B, H, T) float32 per statistic, to `ForwardSums.add`
+(the capture session's `on_stats`). They are reduced on the tensors' own device, over the forward's
+real query rows only (the forward's 2-D attention mask: a padded row adds nothing), by the statistic's
+`reduction`:
+
+    "mean": Σ_rows value (float64) and the row count n; the summary is Σ / n
+    "max":  max_rows value; the summary is that maximum (QK-clip's max logit is a maximum, not a mean)
+
+`finish` brings the (layers, heads) results to the host once per forward, checks that every layer
+reported once and that every number is finite, and returns a `StepSummary`. Two summaries of one step
+(gradient accumulation's micro-batches) `merge` exactly: sums and counts add, maxima take the larger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.stats import ROW_STATS
+
+# How a statistic's per-head summary reduces the rows: a maximum for maxima, the mean for the rest.
+REDUCTIONS = {"max_logit": "max"}
+# What AttentionMonitor records by default: entropy and the max logit (QK-clip's quantity), as far as
+# the kernels compute them
+MONITOR_STATS = tuple(s for s in ("entropy", "max_logit") if s in ROW_STATS)
+
+
+def reduction(stat: str) -> str:
+    """ "max" or "mean": how `stat`'s per-head summary reduces the rows (REDUCTIONS; "mean" by default)."""
+    return REDUCTIONS.get(stat, "mean")
+
+
+def check_monitor_stats(stats) -> tuple[str, ...]:
+    """`stats` as a tuple of distinct known row statistics; EntropyLensError in one line naming the
+    known ones otherwise."""
+    stats = (stats,) if isinstance(stats, str) else stats
+    if not isinstance(stats, (tuple, list)) or not all(isinstance(s, str) for s in stats):
+        raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
+    unknown = [s for s in stats if s not in ROW_STATS]
+    if unknown or not stats or len(set(stats)) != len(stats):
+        what = f"unknown statistic {', '.join(map(repr, unknown))}" if unknown else f"stats={tuple(stats)!r}"
+        raise EntropyLensError(
+            f"AttentionMonitor cannot record {what}; pass distinct names from {', '.join(ROW_STATS)}"
+        )
+    return tuple(stats)
+
+
+@dataclass
+class StepSummary:
+    """One step's statistics: `sums[stat]` (layers, heads) float64, the sum over the real query rows for
+    a "mean" statistic and their maximum for a "max" one; `rows` the real query rows (per layer and head:
+    every layer sees the same rows); `forwards` how many recorded forwards made it."""
+
+    step: int
+    forwards: int
+    rows: int
+    sums: dict[str, np.ndarray]
+
+    def values(self) -> dict[str, np.ndarray]:
+        """{stat: (layers, heads) float32}: the mean over the real rows, or their maximum."""
+        return {
+            stat: (s if reduction(stat) == "max" else s / self.rows).astype(np.float32)
+            for stat, s in self.sums.items()
+        }
+
+    def merge(self, other: StepSummary) -> StepSummary:
+        """This step's summary with `other`'s forwards added (the same step, the same statistics)."""
+        sums = {
+            stat: np.maximum(s, other.sums[stat]) if reduction(stat) == "max" else s + other.sums[stat]
+            for stat, s in self.sums.items()
+        }
+        return StepSummary(self.step, self.forwards + other.forwards, self.rows + other.rows, sums)
+
+
+class ForwardSums:
+    """The device-side reductions of one recorded forward (see the module docstring).
+
+    mask: the forward's 2-D attention mask (B, S), 1/True = real token, or None (every row is real).
+    """
+
+    def __init__(self, n_layers: int, stats: tuple[str, ...], mask: torch.Tensor | None, *, model: str):
+        self.n_layers, self.stats, self.model = n_layers, stats, model
+        self.mask = None if mask is None else mask.detach().bool()
+        self.layers: list[int] = []  # the layers that reported, in order
+        self.reduced: dict[int, dict[str, torch.Tensor]] = {}  # layer -> {stat: (H,)}
+        self.rows: torch.Tensor | int | None = None  # real query rows, from the first report
+
+    def add(self, layer: int, stats: dict[str, torch.Tensor], key_offset: int) -> None:
+        """One layer's {stat: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1."""
+        self.layers.append(layer)
+        self.reduced[layer] = {}
+        if not stats:  # nothing of `stats` applies to this layer: refused in finish
+            return
+        B, _, T = next(iter(stats.values())).shape
+        keep = self._keep(T, key_offset)  # (B, 1, T) bool or None
+        reduced = {}
+        for name in self.stats:
+            if name not in stats:
+                continue  # a statistic that does not apply to this layer: refused in finish
+            v = stats[name].detach()
+            if reduction(name) == "max":
+                v = v if keep is None else v.masked_fill(~keep, float("-inf"))
+                reduced[name] = v.amax(dim=(0, 2)).double()
+            else:
+                v = v.double()
+                reduced[name] = (v if keep is None else v * keep).sum(dim=(0, 2))
+        self.reduced[layer] = reduced
+        if self.rows is None:
+            self.rows = B * T if keep is None else keep.sum()
+
+    def _keep(self, T: int, key_offset: int) -> torch.Tensor | None:
+        """(B, 1, T): which of the layer's query rows are real, from the forward's 2-D mask where it covers
+        the layer's keys (as the recorder's host sums place rows); None: all of them."""
+        if self.mask is None or self.mask.shape[1] != key_offset + T:
+            return None
+        return self.mask[:, None, key_offset:]
+
+    def finish(self, step: int) -> StepSummary:
+        """The forward's StepSummary on the host; EntropyLensError in one line for a layer that did not
+        report once, a statistic that no layer reported, no real row, or a value that is not finite."""
+        model = self.model
+        if sorted(self.layers) != list(range(self.n_layers)):
+            raise EntropyLensError(
+                f"{model}: the layers that reported attention statistics in this forward were "
+                f"{sorted(self.layers) or 'none'}, not each of its {self.n_layers} layers once; its attention "
+                "does not run (once per layer) through transformers' attention interface, so AttentionMonitor "
+                "cannot measure it. See README, Supported architectures"
+            )
+        missing = [s for s in self.stats if any(s not in self.reduced[i] for i in range(self.n_layers))]
+        if missing:
+            raise EntropyLensError(
+                f"{model} does not report {', '.join(missing)} in every layer (sink_mass needs attention "
+                "sinks); drop it from AttentionMonitor's stats"
+            )
+        stacked = {
+            s: torch.stack([self.reduced[i][s] for i in range(self.n_layers)]).cpu().numpy()
+            for s in self.stats
+        }
+        rows = int(self.rows)
+        if rows == 0:
+            raise EntropyLensError(
+                "this forward's attention_mask holds no real token (all 0), so it has no rows to summarise; "
+                "leave all-padding batches out"
+            )
+        for s, values in stacked.items():
+            bad = ~np.isfinite(values)
+            if bad.any():
+                layer, head = map(int, np.argwhere(bad)[0])
+                raise EntropyLensError(
+                    f"{model}: {s} of layer {layer}, head {head} is {values[layer, head]} at step {step} "
+                    f"({int(bad.sum())} values not finite); the model's attention diverged: check its "
+                    "weights, and train in float32 if bfloat16/float16 overflowed"
+                )
+        return StepSummary(step=step, forwards=1, rows=rows, sums=stacked)
