@@ -35,6 +35,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_mock_imports: list[str] = []
 
+smartquotes = False  # "--len" stays two hyphens in help texts
 html_theme = "alabaster"
 html_title = f"entropy_lens {__version__}"
 html_static_path: list[str] = []
