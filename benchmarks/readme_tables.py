@@ -1,6 +1,6 @@
-"""The README's performance tables, made from the benchmarks' JSON (never typed by hand).
+"""The benchmark tables of docs/internals/benchmarks.md, made from the benchmarks' JSON (never typed by hand).
 
-    python benchmarks/readme_tables.py      # prints the Markdown; tests/test_benchmarks.py holds the README to it
+    python benchmarks/readme_tables.py      # prints the Markdown; tests/test_benchmarks.py holds the page to it
 
 Each table comes from one file in benchmarks/results/, written by the script of the same name.
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
 from _bench import RESULTS, read_record
+TARGET = Path(__file__).parent.parent / "docs" / "internals" / "benchmarks.md"  # the page holding the tables
 
 
 def threads_table(record: dict) -> str:

@@ -123,7 +123,7 @@ def test_host_sums_benchmark_writes_its_table(tmp_path):
 
 def test_stats_benchmark_times_a_layer_and_measures_the_sums_per_statistic(tmp_path, benchmark_script):
     """At a toy size: every layer mode (where the native kernel builds), every memory set, each set's sums
-    the entropy's plus one sum and its square per statistic, and the README table made from the JSON."""
+    the entropy's plus one sum and its square per statistic, and the benchmarks page's table made from the JSON."""
     stats_cpu = benchmark_script("stats_cpu")
     out = tmp_path / "stats_cpu.json"
     argv = ["--parts", "layer", "memory", "--layer-lengths", "64", "--memory-lengths", "96", "--repeats", "1"]
@@ -187,11 +187,16 @@ def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
 
 
 def test_readme_tables_are_the_benchmarks_json(benchmark_script):
-    """Every performance table in the README is made from a results JSON, never typed."""
+    """Every performance table of the benchmarks page is made from a results JSON, never typed; the README
+    holds none."""
+    script = benchmark_script("readme_tables")
+    page = script.TARGET.read_text(encoding="utf-8")
+    assert script.TARGET == BENCH.parent / "docs" / "internals" / "benchmarks.md"
+    tables = script.tables()
     readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")
-    tables = benchmark_script("readme_tables").tables()
     for name, table in tables.items():
-        assert table in readme, f"regenerate the {name} table: python benchmarks/readme_tables.py"
+        assert table in page, f"regenerate the {name} table: python benchmarks/readme_tables.py"
+        assert table.splitlines()[0] not in readme, f"the {name} table belongs on the benchmarks page"
     scaling = (BENCH.parent / "docs" / "scaling.md").read_text(encoding="utf-8")  # its memory model's check
     assert tables["context_parallel_cpu"] in scaling, (
         "copy the context_parallel_cpu table into docs/scaling.md"
@@ -201,7 +206,7 @@ def test_readme_tables_are_the_benchmarks_json(benchmark_script):
 @pytest.mark.slow
 def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path, benchmark_script):
     """benchmarks/context_parallel_cpu.py at a toy size: both configurations, each rank's fixed memory,
-    growth and peak, the same numbers from both scans, and the README table made from its JSON."""
+    growth and peak, the same numbers from both scans, and the benchmarks page's table made from its JSON."""
     bench = benchmark_script("context_parallel_cpu")
     out = tmp_path / "context_parallel_cpu.json"
     assert bench.main(["--model", "tiny-nope", "--len", "40", "--out", str(out)]) == 0

@@ -1,6 +1,6 @@
-"""Every example command in `--help` and in the README parses, and its settings pass the same checks a
-run makes first (a dry run: no model is loaded). Examples that name checkpoints or files this machine
-does not have are checked up to those paths."""
+"""Every example command in `--help`, in the README and in the documentation's pages (docs/**/*.md)
+parses, and its settings pass the same checks a run makes first (a dry run: no model is loaded).
+Examples that name checkpoints or files this machine does not have are checked up to those paths."""
 
 import dataclasses
 import re
@@ -12,7 +12,10 @@ from test_cli import COMMANDS
 
 from entropy_lens.cli import build_parser
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+# every page with examples: the README and the site's Markdown (the build's output and copies left out)
+PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
 
 
 def _joined(lines):
@@ -43,18 +46,52 @@ def _help_examples() -> list[str]:
     return [cmd for p in sub.choices.values() for cmd in _commands(p.epilog or "")]
 
 
-def _readme_examples() -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def _page_examples(page: Path) -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.DOTALL)
     return [cmd for block in blocks for cmd in _commands(block)]
 
 
-EXAMPLES = sorted(set(_help_examples()) | set(_readme_examples()))
+def _readme_examples() -> list[str]:
+    return _page_examples(README)
+
+
+def _docs_examples() -> list[str]:
+    return [cmd for page in PAGES[1:] for cmd in _page_examples(page)]
+
+
+EXAMPLES = sorted(set(_help_examples()) | set(_readme_examples()) | set(_docs_examples()))
 
 
 def test_examples_were_found():
     commands = {cmd.split()[1] for cmd in EXAMPLES}
     assert commands == set(COMMANDS)  # every command has an example
-    assert len(_help_examples()) >= 12 and len(_readme_examples()) >= 10
+    assert len(_help_examples()) >= 12 and len(_readme_examples()) >= 3 and len(_docs_examples()) >= 10
+
+
+def test_every_guide_with_a_command_block_is_read():
+    """The guides are where the examples moved: each page's bash blocks are among the examples."""
+    pages = [p.relative_to(ROOT).as_posix() for p in PAGES if _page_examples(p)]
+    for page in ("README.md", "docs/guides/scanning.md", "docs/guides/passkey.md", "docs/guides/sweeps.md"):
+        assert page in pages, page
+    assert set(_page_examples(ROOT / "docs" / "guides" / "passkey.md")) <= set(EXAMPLES)
+
+
+def test_a_passkey_example_with_head_scales_follows_the_command_that_writes_them():
+    """A pasted guide runs top to bottom: a `--head-scales F` file is written by an earlier
+    `search-heads --out F` on the same page (or the README)."""
+    for page in PAGES:
+        written = set()
+        for cmd in _page_examples(page):
+            words = shlex.split(cmd)
+            if words[1] == "search-heads" and "--out" in words:
+                written.add(words[words.index("--out") + 1])
+            if words[1] in ("passkey", "scan") and "--head-scales" in words and page.name != "lm-eval.md":
+                used = words[words.index("--head-scales") + 1]
+                assert used in written, f"{page.name}: {cmd} reads {used} before search-heads writes it"
+
+
+def test_the_readme_scans_the_bundled_real_model():
+    assert any(cmd.startswith("entropy-lens scan smollm2 ") for cmd in _readme_examples())
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -1,4 +1,4 @@
-"""The package's layering, read off its import statements (README, Layout): each package imports only
+"""The package's layering, read off its import statements (docs/internals/layout.md): each package imports only
 the packages below it, and no module imports another module's private names."""
 
 import ast
@@ -72,7 +72,9 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if _package(p) != "__init__")
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_run_one_way(path):
     own = _package(path)
-    assert own in ALLOWED, f"{own} is a new top-level package: add it to README's layout and to ALLOWED"
+    assert own in ALLOWED, (
+        f"{own} is a new top-level package: add it to docs/internals/layout.md and to ALLOWED"
+    )
     for target, _ in _imports(path):
         assert target == own or target in BASE | ALLOWED[own], f"{own} imports {target}"
 
@@ -100,7 +102,7 @@ def test_the_check_sees_imports():
     assert TOOLS and "capture" in dict(_imports(PACKAGE.parent / "tools" / "survey_architectures.py"))
 
 
-# Retired names (README: Glossary): each concept has one name across CLI, config, code and meta.
+# Retired names (docs/reference/glossary.md): each concept has one name across CLI, config, code and meta.
 RETIRED = {
     "impl": "backend",
     "resolve_impl": "resolve_backend",
@@ -223,7 +225,7 @@ LONG_ALLOWED = {"kernels/triton_entropy.py"}  # one kernel, its launcher and its
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_modules_stay_small(path):
-    """A module over 400 lines holds more than one job (README, Layout): split it by job."""
+    """A module over 400 lines holds more than one job (docs/internals/layout.md): split it by job."""
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= 400 or str(path.relative_to(PACKAGE)) in LONG_ALLOWED, f"{lines} lines"
 

@@ -1,6 +1,6 @@
 """Issue 48's harness items: each input the harness reads from outside a flag (lm-eval's --model_args,
 --metadata, --gen-kwargs, a task folder) is typed and checked before a model loads, in one line; booleans
-are parsed, never taken by truthiness; --log-samples never overwrites; --quiet is quiet; the README says
+are parsed, never taken by truthiness; --log-samples never overwrites; --quiet is quiet; the files guide says
 which files run code. Fast: every refusal here comes before lm-eval's task index or a model."""
 
 import ast
@@ -247,7 +247,9 @@ def test_help_and_readme_say_which_files_run_code(capsys):
         main(["eval", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "It runs code: lm-eval imports the Python its YAML names (`!function" in help_text
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "guides" / "files.md").read_text(
+        encoding="utf-8"
+    )  # the guide, linked from the README
     start = readme.index("**Files you receive cannot run code.**")
     section = " ".join(readme[start : readme.index("\n- **", start)].split())
     assert "Nothing in the package unpickles" not in section
@@ -262,8 +264,8 @@ def test_help_and_readme_say_which_files_run_code(capsys):
 
 
 def test_only_the_ranks_of_one_run_pickle():
-    """torch.distributed's *_object collectives pickle: only runs/distributed.py calls one (the README's
-    "rank to rank")."""
+    """torch.distributed's *_object collectives pickle: only runs/distributed.py calls one (the files
+    guide's "rank to rank")."""
     import entropy_lens
 
     objects = {"broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list"}
@@ -275,9 +277,9 @@ def test_only_the_ranks_of_one_run_pickle():
             if isinstance(node, ast.Attribute) and node.attr in objects:
                 calls.add(str(path.relative_to(package)))
     assert calls == {"runs/distributed.py"}
-    readme = " ".join((package.parent / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((package.parent / "docs" / "guides" / "files.md").read_text(encoding="utf-8").split())
     source = (package / "runs" / "distributed.py").read_text(encoding="utf-8")
-    for name in sorted(objects):  # every pickling collective the package calls is named in the README
+    for name in sorted(objects):  # every pickling collective the package calls is named in the guide
         assert (f"dist.{name}(" not in source) or f"`{name}`" in readme or f"distributed.{name}`" in readme
 
 
