@@ -11,8 +11,8 @@ import pytest
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures import FIGURES, TABLES
+from entropy_lens.figures.pipeline import FiguresConfig, figure_data, make_figures
 from entropy_lens.figures.registry import Drawn, Item, figure, items
-from entropy_lens.runs.figures import FiguresConfig, figure_data, make_figures
 
 MINIMAL = {
     "train_len": 16,
