@@ -5,7 +5,6 @@ pipeline."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
