@@ -457,7 +457,8 @@ def test_figure17_words_its_numbers_from_the_runs():
     import numpy as np
     from beyond_inputs import planted_curves
 
-    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, fading_exponent, times
+    from entropy_lens.analysis.beyond import fading_exponent
+    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, times
     from entropy_lens.figures.record import BeyondEntropy
     from entropy_lens.figures.registry import item
 
