@@ -260,9 +260,9 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
     assert f"tiny-nope's last {data.final.passkey_steps} steps were a passkey phase" in by_title["Figure 7"]
     assert f"uniform scale s* = {data.uniform.scale:g}" in by_title["Figure 4"]
     given = dataclasses.replace(data.head_scales, given="hs8k.safetensors", init=None)
-    given = dataclasses.replace(data, head_scales=given)
+    given = data.replace(head_scales=given)
     assert any("given (hs8k.safetensors)" in line for line in differences("figure-04", given, config))
-    without = dataclasses.replace(data, early=None)
+    without = data.replace(early=None)
     assert "is left out: no early checkpoint given" in differences("figure-07", without, config)[0]
 
 

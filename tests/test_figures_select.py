@@ -59,12 +59,17 @@ class _Runs:
         return run
 
 
-def test_the_record_resolves_a_field_on_first_read_and_only_what_it_is_made_of(monkeypatch):
+@pytest.fixture
+def planted_scale(monkeypatch):
+    """s* = 1.5 from any sweep: the record's own analysis step, on the stand-in's sweep."""
     import entropy_lens.analysis
 
     monkeypatch.setattr(
         entropy_lens.analysis, "best_uniform_scale", lambda sweep, **kw: SimpleNamespace(scale=1.5, **kw)
     )
+
+
+def test_the_record_resolves_a_field_on_first_read_and_only_what_it_is_made_of(planted_scale):
     runs = _Runs()
     data = FigureData(runs)
     assert runs.asked == []  # nothing runs until a field is read
@@ -137,3 +142,13 @@ def test_the_run_code_imports_nothing_of_the_papers_pipeline():
         if re.search(r"entropy_lens\.figures|\"figures\"", p.read_text(encoding="utf-8"))
     ]
     assert named == []
+
+
+def test_a_record_with_one_field_replaced_keeps_the_others_lazy(planted_scale):
+    runs = _Runs()
+    data = FigureData(runs)
+    other = data.replace(early="given")
+    assert other.early == "given" and data.early is None and runs.asked == []
+    assert other.beyond == "beyond" and runs.asked == ["train_len", "figure7", "beyond"]
+    with pytest.raises(TypeError, match="FigureData has no field erly"):
+        data.replace(erly=None)

@@ -12,6 +12,7 @@ scales are multipliers s of 1/√d (λ = s/√d).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -174,6 +175,16 @@ class FigureData:
 
     def __init__(self, runs):
         self.runs, self.config = runs, runs.config
+
+    def replace(self, **fields) -> FigureData:
+        """A copy with `fields` set to these values (as `dataclasses.replace`; every other field as
+        resolved here, or resolved on first read)."""
+        unknown = sorted(set(fields) - {*FIELDS, "compute"})
+        if unknown:
+            raise TypeError(f"FigureData has no field {', '.join(unknown)}; its fields: {', '.join(FIELDS)}")
+        new = copy.copy(self)
+        new.__dict__.update(fields)  # where cached_property keeps a resolved field
+        return new
 
     def resolve_all(self) -> None:
         """Resolve every field (the NoPE model's sweep first: a grid too narrow for Figure 7's argmin is
