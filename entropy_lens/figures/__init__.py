@@ -20,7 +20,9 @@ when the lazy record `FigureData` first reads it, so one figure drawn alone reso
     readme.py       the README writer (whole, or one item's section spliced into it)
     render.py       render(data, config, out): every item's PNG and PDF (or the named ones'), then the README
 
-Adding a figure is one decorated function in the module of its kind. Colours and line styles come from
+Adding a figure is one decorated function in the module of its kind, reading from `data` what it draws
+(a run the record lacks: one field in record.py, and a Runs method in pipeline.py for a new kind of run;
+the numbers behind it: pure functions in `entropy_lens.analysis`). Colours and line styles come from
 `entropy_lens.plotting` (its `style.py`). Names are imported lazily, so `entropy_lens.figures.config`
 loads neither matplotlib nor pandas; `render` is `entropy_lens.figures.render.render`.
 """
