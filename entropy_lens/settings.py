@@ -166,7 +166,7 @@ class Recorded:
     """`to_dict()`: every field, as results files and checkpoints record them (a file written before a
     field existed lacks it; `first_difference` reads it as its default).
 
-    `cache_key()`: what a cached run is found by (runs/figure_cache.py), {"v": KEY_VERSION, **the KEY
+    `cache_key()`: what a cached run is found by (figures/cache.py), {"v": KEY_VERSION, **the KEY
     fields}. The rule: KEY holds every field that changes the numbers a run writes (the model and how it
     is loaded, the text, the lengths, the scales, what is recorded); NOT_KEY the fields that change only
     how they are computed (kernel, batching, sharding, memory), equal up to float rounding, so a cached

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.figures.cache import RunCache
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import HeadSearchConfig, PasskeyConfig, ScanConfig
-from entropy_lens.runs.figure_cache import RunCache
 
 RUNS = Path(__file__).parent.parent / "figures" / "runs"
 CONFIGS = (ScanConfig, HeadSearchConfig, PasskeyConfig)

@@ -194,7 +194,7 @@ def test_flags_are_generated_from_the_settings_with_their_defaults():
 
 def test_figure_flags_override_the_settings_file_only_when_given():
     from entropy_lens.cli.options import settings_from_args
-    from entropy_lens.runs import FiguresConfig
+    from entropy_lens.figures import FiguresConfig
 
     args = build_parser().parse_args(["figures", "--len", "2048", "--nope-ckpt", "a"])
     overrides = settings_from_args(FiguresConfig, args)

@@ -11,8 +11,8 @@ import pytest
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures import FIGURES, TABLES
+from entropy_lens.figures.pipeline import FiguresConfig, figure_data, make_figures
 from entropy_lens.figures.registry import Drawn, Item, figure, items
-from entropy_lens.runs.figures import FiguresConfig, figure_data, make_figures
 
 MINIMAL = {
     "train_len": 16,
@@ -260,9 +260,9 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
     assert f"tiny-nope's last {data.final.passkey_steps} steps were a passkey phase" in by_title["Figure 7"]
     assert f"uniform scale s* = {data.uniform.scale:g}" in by_title["Figure 4"]
     given = dataclasses.replace(data.head_scales, given="hs8k.safetensors", init=None)
-    given = dataclasses.replace(data, head_scales=given)
+    given = data.replace(head_scales=given)
     assert any("given (hs8k.safetensors)" in line for line in differences("figure-04", given, config))
-    without = dataclasses.replace(data, early=None)
+    without = data.replace(early=None)
     assert "is left out: no early checkpoint given" in differences("figure-07", without, config)[0]
 
 
@@ -457,7 +457,8 @@ def test_figure17_words_its_numbers_from_the_runs():
     import numpy as np
     from beyond_inputs import planted_curves
 
-    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, fading_exponent, times
+    from entropy_lens.analysis.beyond import fading_exponent
+    from entropy_lens.figures.beyond import beyond_comparisons, beyond_numbers, times
     from entropy_lens.figures.record import BeyondEntropy
     from entropy_lens.figures.registry import item
 

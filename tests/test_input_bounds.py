@@ -187,7 +187,7 @@ def test_threads_above_the_ceiling_are_one_line_before_torch_threads_change(caps
     ],
 )
 def test_a_figures_config_of_the_wrong_types_is_one_line(text, words, tmp_path, capsys, monkeypatch):
-    import entropy_lens.runs.figures as figures_run
+    import entropy_lens.figures.pipeline as figures_run
 
     monkeypatch.setattr(figures_run, "make_figures", lambda *a, **k: pytest.fail("ran with a bad config"))
     config = tmp_path / "figures.yaml"

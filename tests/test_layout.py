@@ -14,17 +14,18 @@ BASE = {
     "version",
 }  # entropy_lens.choices, .errors, .settings, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
-# side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results;
-# view -> analysis -> results, the interactive pages). `training` (train-tiny) sits above `runs`: it writes
+# side (models, data, capture -> kernels) and the results side (plotting -> analysis -> results; view ->
+# analysis -> results, the interactive pages). `figures` (the paper's pipeline: its runs, their cache and
+# the drawing) sits above `runs` and `plotting`; `runs` imports nothing from it. `training` (train-tiny) sits above `runs`: it writes
 # with the runs' one-writer lock and output checks, and its model cards are scans and passkey runs. `harness`
 # (lm-evaluation-harness: `eval`) sits above `runs` too: its model loads and scales as the runs do.
 # `monitor` (AttentionMonitor, the Trainer callback) sits above `capture`, beside `runs`: it measures a
 # user's training loop with the capture machinery and writes its history with the results' file helpers.
 ALLOWED = {
-    "cli": {"training", "harness", "runs", "models", "analysis", "results", "view"},
+    "cli": {"training", "harness", "figures", "runs", "models", "analysis", "results", "view"},
     "harness": {"runs", "models", "data", "results"},
     "training": {"runs", "models", "data", "results", "analysis", "progress"},
-    "runs": {"models", "data", "capture", "kernels", "results", "analysis", "figures", "progress"},
+    "runs": {"models", "data", "capture", "kernels", "results", "analysis", "progress"},
     "monitor": {"capture", "kernels", "results"},
     "models": set(),
     "data": set(),
@@ -33,7 +34,7 @@ ALLOWED = {
     "results": set(),
     "analysis": {"results"},
     "plotting": {"analysis", "results"},
-    "figures": {"plotting", "analysis", "results"},
+    "figures": {"runs", "models", "plotting", "analysis", "results"},
     "view": {"analysis", "results"},
     "progress": set(),
     "choices": set(),

@@ -135,7 +135,7 @@ def test_paper_figures_run(kernel, tmp_path):
     assert "pearson_r" in outputs(cell_with(nb, "head_entropy_vs_scale("))
 
     # The fit the notebook printed is the one the library computes from the same cache.
-    from entropy_lens.runs import FiguresConfig, figure_data
+    from entropy_lens.figures import FiguresConfig, figure_data
 
     fit = figure_data(FiguresConfig.build(MINIMAL), cache=cache, progress=False).final.fit
     printed = outputs(cell_with(nb, "fit_scale_curve(sweep"))

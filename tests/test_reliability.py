@@ -370,7 +370,7 @@ def test_a_damaged_results_file_is_a_clear_error_and_scan_resume_makes_it_again(
 
 
 def test_a_damaged_figures_cache_entry_is_computed_again(tiny_dir, tmp_path):
-    from entropy_lens.runs.figures import FiguresConfig, Runs
+    from entropy_lens.figures.pipeline import FiguresConfig, Runs
     from entropy_lens.runs.scan import ScanConfig
 
     config = ScanConfig(model=str(tiny_dir), length=48, samples=2, data=DATA)
@@ -431,7 +431,7 @@ def test_save_or_rescue_saves_elsewhere_and_says_where(tmp_path):
 def test_a_damaged_passkey_cache_entry_is_named_and_run_again(tiny_dir, tmp_path):
     """A cached passkey record whose cells are damaged (here an accuracy that is no number) is not
     used: with --cached-only it is named in one line, otherwise the run is made again."""
-    from entropy_lens.runs.figures import FiguresConfig, Runs
+    from entropy_lens.figures.pipeline import FiguresConfig, Runs
 
     figures = FiguresConfig.build({"passkey_depths": 1, "passkey_keys": 1}, source="test")
     cache = tmp_path / "runs"

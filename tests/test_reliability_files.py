@@ -250,8 +250,8 @@ def test_a_file_is_written_as_the_lowest_schema_version_that_describes_it(tmp_pa
 
 
 def test_figures_refuse_or_recompute_a_truncated_cached_run(tmp_path, capsys):
-    from entropy_lens.runs.figure_cache import RunCache
-    from entropy_lens.runs.figures import FiguresConfig
+    from entropy_lens.figures.cache import RunCache
+    from entropy_lens.figures.config import FiguresConfig
 
     cache = tmp_path / "cache"
     config = FiguresConfig.build({"samples": 1, "train_len": 16})

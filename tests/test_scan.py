@@ -417,7 +417,7 @@ def test_top_level_scan_is_the_function_whatever_was_imported_first():
     import sys
 
     code = (
-        "import entropy_lens.runs.figures, entropy_lens.runs.sweep\n"
+        "import entropy_lens.figures.pipeline, entropy_lens.runs.sweep\n"
         "from entropy_lens import ScanConfig, scan\n"
         "assert callable(scan) and scan.__module__ == 'entropy_lens.runs.scan', scan\n"
     )

@@ -1,9 +1,12 @@
-"""Rendering the paper's figures and tables from the runs' results (the registry lists them), with a
-README of the headline numbers. The runs themselves (scans, sweep, head-scale search and their cache) live in
-`entropy_lens.runs.figures`, which fills a `FigureData`; this package only draws and writes.
+"""The paper's pipeline: the runs behind its figures and tables (the registry lists them), their cache,
+and the drawing, with a README of the headline numbers. It sits above the run code (`entropy_lens.runs`,
+which imports nothing from here): `pipeline.py` asks the runs for each scan, sweep and head-scale search
+when the lazy record `FigureData` first reads it, so one figure drawn alone resolves only its own runs.
 
     config.py       FiguresConfig: the figures' settings (`--config` YAML keys); paper.yaml the paper's
-    record.py       FigureData: the runs' results, typed, which every figure reads
+    pipeline.py     figure_data, make_figures: the runs behind the figures (Runs), drawn all or by name
+    cache.py        RunCache: every run cached under a hash of its cache key, noted as it is resolved
+    record.py       FigureData: the runs' results, typed, each field resolved on first read
     registry.py     @figure("figure-NN", differences=...): every figure and table, in the README's order
     curves.py       entropy and loss by position: Figures 1, 2, 4
     heads.py        per-head entropy: Figures 3, 5, 10–12
@@ -14,19 +17,37 @@ README of the headline numbers. The runs themselves (scans, sweep, head-scale se
     tables.py       Table 2, sliding-window perplexity
     words.py        phrases several captions share (spans, s*'s rule, how λ(h) were made)
     differences.py  the differences every figure shares, and any one figure's (from the registry)
-    readme.py       the README writer
-    render.py       render(data, config, out): every item's PNG and PDF, then the README
+    readme.py       the README writer (whole, or one item's section spliced into it)
+    render.py       render(data, config, out): every item's PNG and PDF (or the named ones'), then the README
 
-Adding a figure is one decorated function in the module of its kind. Colours and line styles come from
+Adding a figure is one decorated function in the module of its kind, reading from `data` what it draws
+(a run the record lacks: one field in record.py, and a Runs method in pipeline.py for a new kind of run;
+the numbers behind it: pure functions in `entropy_lens.analysis`). Colours and line styles come from
 `entropy_lens.plotting` (its `style.py`). Names are imported lazily, so `entropy_lens.figures.config`
 loads neither matplotlib nor pandas; `render` is `entropy_lens.figures.render.render`.
 """
 
 from importlib import import_module
 
-_LAZY = {"FiguresConfig": "config", "FigureData": "record", "figure": "registry", "items": "registry"}
+_LAZY = {
+    "FiguresConfig": "config",
+    "FigureData": "record",
+    "figure": "registry",
+    "items": "registry",
+    "figure_data": "pipeline",
+    "make_figures": "pipeline",
+}
 
-__all__ = ["FIGURES", "TABLES", "FigureData", "FiguresConfig", "figure", "items"]
+__all__ = [
+    "FIGURES",
+    "TABLES",
+    "FigureData",
+    "FiguresConfig",
+    "figure",
+    "figure_data",
+    "items",
+    "make_figures",
+]
 
 
 def __getattr__(name):

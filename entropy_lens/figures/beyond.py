@@ -3,20 +3,28 @@ past the training length L — max probability, mean distance back, first-token 
 collision entropy — for the embedded models at fit·L and a real pretrained model at twice its context,
 set against what Scalable-Softmax, the attention-sink papers, entropix and Rényi-2 say.
 
-Every statement is generated from the binned runs (`analysis.StatCurves`): span means over [L/2, L)
+Every statement is generated from the binned runs (`analysis.StatCurves`; the numbers behind it are the
+pure functions of `analysis.beyond`): span means over [L/2, L)
 (inside L) and over the last half-span [T − L/2, T), per head and averaged over layers and heads.
 `beyond_numbers` and `beyond_comparisons` take the record alone, so a test words them from synthetic
 curves."""
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
 import numpy as np
 
 from entropy_lens.analysis import StatCurves
+from entropy_lens.analysis.beyond import (
+    SINK_EPSILON,
+    edge_spans,
+    fading_exponent,
+    mean_position,
+    sink_share,
+    ssmax_vector_fall,
+)
 from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.record import BeyondEntropy, FigureData
 from entropy_lens.figures.registry import Drawn, figure
@@ -28,17 +36,14 @@ __all__ = [
     "beyond_comparisons",
     "beyond_entropy",
     "beyond_numbers",
-    "fading_exponent",
     "model_rows",
-    "ssmax_vector_fall",
     "times",
 ]
 
 STATS = ("max_prob", "distance", "first_mass", "varentropy", "collision_entropy")  # the panels, in order
 LOG_Y = {"max_prob", "first_mass"}  # probabilities that fall by decades: a log axis
-# Gu et al. (2024)'s sink metric (sail-sg/Attention-Sink, eval_sink_open_source.py): the share of heads
-# whose mean attention on the first token, over the rows of the first 64 tokens, exceeds ε = 0.3
-SINK_EPSILON, SINK_ROWS = 0.3, 64
+# Gu et al. (2024)'s sink metric (analysis.beyond.sink_share) over the rows of the first 64 tokens
+SINK_ROWS = 64
 COLORS = {"NoPE": NOPE, "NoPE s*": NOPE_DARK, "RoPE": ROPE_DARK, "ALiBi": ALIBI}
 
 
@@ -58,15 +63,7 @@ def times(r: float) -> str:
 
 def _spans(c: StatCurves, L: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """[L/2, L) and the last half-span [T − L/2, T)."""
-    return _spans_of(L, c.length)
-
-
-def _spans_of(L: int, T: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    return (L // 2, L), (T - L // 2, T)
-
-
-def _mean_position(span: tuple[int, int]) -> float:
-    return (span[0] + span[1] - 1) / 2
+    return edge_spans(L, c.length)
 
 
 def _head(values: np.ndarray, pick) -> str:
@@ -79,26 +76,11 @@ def _first(c: StatCurves) -> str:
     return "first-token mass" if K == 1 else f"mass on the first {K} keys"
 
 
-def fading_exponent(c: StatCurves, L: int) -> float:
-    """α of mean max probability ∝ (i + 1)^α, least squares on the bins past L (a uniform row: −1)."""
-    keep = c.starts >= L
-    x, y = np.log(c.positions[keep] + 1), np.log(c.mean("max_prob")[keep])
-    return float(np.polyfit(x, y, 1)[0])
-
-
-def ssmax_vector_fall(L: int, T: int) -> float:
-    """How Scalable-Softmax's Figure 1 vector (+3 at one element, −2 at the others) fades over the spans
-    here: its largest output over the i + 1 keys of row i is e⁵/(e⁵ + i); the mean over the last
-    half-span [T − L/2, T) over the mean over [L/2, L)."""
-    inside, far = (np.mean(math.e**5 / (math.e**5 + np.arange(a, b))) for a, b in _spans_of(L, T))
-    return float(far / inside)
-
-
 def _summary(name: str, c: StatCurves, L: int) -> str:
     inside, far = _spans(c, L)
     m = {s: (c.span(s, *inside).mean(), c.span(s, *far).mean()) for s in (*STATS, "entropy")}
     u = c.units
-    d0, d1 = (m["distance"][k] / _mean_position(span) for k, span in enumerate((inside, far)))
+    d0, d1 = (m["distance"][k] / mean_position(span) for k, span in enumerate((inside, far)))
     ratio = {s: m[s][1] / m[s][0] if m[s][0] > 0 else float("inf") for s in ("max_prob", "first_mass")}
     return (
         f"{name}, {span_label(inside, L)} → {span_label(far, L)} (L = {L}), means over layers and heads: max "
@@ -137,7 +119,7 @@ def _heads(name: str, c: StatCurves, L: int) -> str:
     ratio = p1 / p0
     fast, slow = np.unravel_index(ratio.argmin(), ratio.shape), np.unravel_index(ratio.argmax(), ratio.shape)
     rise = c.span("varentropy", *far) - c.span("varentropy", *inside)
-    reach = c.span("distance", *far) / _mean_position(far)
+    reach = c.span("distance", *far) / mean_position(far)
     return (
         f"{name}, by head ({c.n_layers} layers × {c.n_heads} heads): max probability {_most(ratio[fast])} "
         f"in layer {fast[0]} head {fast[1]} ({p0[fast]:.3g} → {p1[fast]:.3g}, {times(ratio[fast])}) and "
@@ -152,7 +134,7 @@ def _heads(name: str, c: StatCurves, L: int) -> str:
 def _sinks(name: str, c: StatCurves, L: int) -> str:
     inside, far = _spans(c, L)
     spans = [(0, min(SINK_ROWS, c.length)), inside, far]
-    shares = [(c.span("first_mass", a, b) > SINK_EPSILON).mean() for a, b in spans]
+    shares = [sink_share(c, a, b) for a, b in spans]
     f0, f1 = c.span("first_mass", *inside), c.span("first_mass", *far)
     top = np.unravel_index(f0.argmax(), f0.shape)
     return (
@@ -190,13 +172,10 @@ def beyond_comparisons(b: BeyondEntropy, L: int) -> list[str]:
     alphas = ", ".join(f"{n} {fading_exponent(c, l):+.2f}" for n, c, l in rows)
     toy = {(l, c.length): ssmax_vector_fall(l, c.length) for _, c, l in rows}
     toy_words = ", ".join(
-        f"{times(r)} from {span_label(_spans_of(l, T)[0], l)} to {span_label(_spans_of(l, T)[1], l)} at L = {l}"
+        f"{times(r)} from {span_label(edge_spans(l, T)[0], l)} to {span_label(edge_spans(l, T)[1], l)} at L = {l}"
         for (l, T), r in toy.items()
     )
-    early = ", ".join(
-        f"{n} {(c.span('first_mass', 0, min(SINK_ROWS, c.length)) > SINK_EPSILON).mean():.0%}"
-        for n, c, _ in rows
-    )
+    early = ", ".join(f"{n} {sink_share(c, 0, min(SINK_ROWS, c.length)):.0%}" for n, c, _ in rows)
     H, H2 = change("entropy"), change("collision_entropy")
     gap = ", ".join(f"{n} {H[n][0] - H2[n][0]:.2f} → {H[n][1] - H2[n][1]:.2f}" for n in H)
     varentropy = ", ".join(f"{n} {i:.2f} → {f:.2f}" for n, (i, f) in change("varentropy").items())

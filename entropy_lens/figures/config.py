@@ -1,8 +1,7 @@
-"""`FiguresConfig`: the settings of `entropy-lens figures`, which the runs (`entropy_lens.runs.figures`)
+"""`FiguresConfig`: the settings of `entropy-lens figures`, which the runs (`entropy_lens.figures.pipeline`)
 read to choose what to run and the figures read to word their captions.
 
-It lives here, below `runs/`, so the figure builders may import it; `entropy_lens.runs` re-exports it
-(`from entropy_lens.runs import FiguresConfig`). A YAML/JSON `--config` file holds a mapping of these
+It imports neither torch nor the runs (`from entropy_lens.figures import FiguresConfig`). A YAML/JSON `--config` file holds a mapping of these
 field names; `paper.yaml` beside this module has the paper's lengths (`--config paper`). Every value, from
 the file, a flag or Python, is checked against its field's type and declared range
 (`settings.check_fields`) before anything runs; multiples of L (short, long, fit, passkey_lengths) are at

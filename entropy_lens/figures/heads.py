@@ -173,6 +173,7 @@ def _every_head_heads_differences(data: FigureData, c: FiguresConfig) -> list[st
 
 @figure("figure-10", differences=_every_head_heads_differences)
 def every_head_heads(data: FigureData, c: FiguresConfig) -> Drawn:
+    """Every head's entropy by position at long·L: NoPE with λ(h)."""
     return _grid(data, data.long_heads, "NoPE $\\lambda^{(h)}$", "NoPE λ(h)")
 
 
@@ -184,10 +185,12 @@ def _every_head_uniform_differences(data: FigureData, c: FiguresConfig) -> list[
 
 @figure("figure-11", differences=_every_head_uniform_differences)
 def every_head_uniform(data: FigureData, c: FiguresConfig) -> Drawn:
+    """Every head's entropy by position at long·L: NoPE with the uniform scale s*."""
     s = data.uniform_scale
     return _grid(data, data.long_uniform, f"NoPE $\\lambda$={s:g}/$\\sqrt{{d}}$", f"NoPE λ={s:g}/√d")
 
 
 @figure("figure-12", differences=lambda data, c: _grid_differences(data.long_nope))
 def every_head_nope(data: FigureData, c: FiguresConfig) -> Drawn:
+    """Every head's entropy by position at long·L: NoPE unscaled."""
     return _grid(data, data.long_nope, "NoPE", "NoPE")

@@ -22,13 +22,13 @@ __all__ = ["passkey_ablations", "passkey_alibi", "passkey_families", "passkey_ne
 
 def _no_passkeys(data: FigureData, c: FiguresConfig) -> str | None:
     """Why the passkey figures cannot be drawn: no passkey lengths are set."""
-    if data.passkeys is None:
+    if not c.passkey_lengths:  # the settings, not the runs: asking resolves nothing
         return "no passkey_lengths are set; set passkey_lengths, e.g. [1, 2, 4], to draw it"
     return None
 
 
 def _no_alibi(data: FigureData, c: FiguresConfig) -> str | None:
-    if data.passkeys is not None and data.passkeys.alibi is None:
+    if c.passkey_lengths and not c.alibi:
         return "no ALiBi model is set; name one with alibi (--alibi-ckpt), trained as the pair, to draw it"
     return _no_passkeys(data, c)
 

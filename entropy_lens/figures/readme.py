@@ -11,14 +11,18 @@ from entropy_lens.figures.differences import common_differences
 from entropy_lens.figures.record import ComputeTime, FigureData
 from entropy_lens.figures.registry import Drawn, Item
 
-__all__ = ["readme"]
+__all__ = ["readme", "section_lines", "splice"]
 
 
 def readme(
-    sections: list[tuple[Item, Drawn | str, list[str]]], data: FigureData, config: FiguresConfig
+    sections: list[tuple[Item, Drawn | str, list[str]]],
+    data: FigureData,
+    config: FiguresConfig,
+    *,
+    compute: ComputeTime | None = None,
 ) -> str:
     """The README's text for `sections` of (item, what it drew or why it could not, its differences), in
-    order."""
+    order; the time stated is `compute`'s (default: every run of `data`, `FigureData.compute`)."""
     settings = json.dumps(dataclasses.asdict(config), indent=1)
     lines = [
         "# Figures",
@@ -40,18 +44,43 @@ def readme(
         settings,
         "```",
         "",
-        _timing(data.compute),
+        _timing(compute or data.compute),
         "",
     ]
     lines += ["Deliberate differences from the paper in every figure:", ""]
     lines += [f"- {n}" for n in common_differences(data, config)] + [""]
+    for section in sections:
+        lines += section_lines(*section)
+    return "\n".join(lines)
+
+
+def section_lines(item: Item, drawn: Drawn | str, different: list[str]) -> list[str]:
+    """The README's lines of one item: what it drew (or why it could not) and its differences."""
+    if isinstance(drawn, str):  # not drawn: why
+        return [f"## {item.title}", "", f"Not drawn: {drawn}.", ""]
+    lines = [f"## {item.title}", "", f"![{item.title}]({item.stem}.png)", "", drawn.caption, ""]
+    lines += [f"- {n}" for n in drawn.numbers] + [""]
+    return lines + ["Differences from the paper:", ""] + [f"- {n}" for n in different] + [""]
+
+
+def splice(text: str, sections: list[tuple[Item, Drawn | str, list[str]]], order: list[Item]) -> str:
+    """`text`, a README this module wrote, with the sections of `sections` replaced (or, absent, put in
+    their place in `order`, the registry's); every other line as it was."""
+    lines = text.split("\n")
+    order = [*order, *(i for i, _, _ in sections if i not in order)]
+    titles = {f"## {i.title}": i.stem for i in order}
+    rank = {i.stem: n for n, i in enumerate(order)}
     for item, drawn, different in sections:
-        if isinstance(drawn, str):  # not drawn: why
-            lines += [f"## {item.title}", "", f"Not drawn: {drawn}.", ""]
-            continue
-        lines += [f"## {item.title}", "", f"![{item.title}]({item.stem}.png)", "", drawn.caption, ""]
-        lines += [f"- {n}" for n in drawn.numbers] + [""]
-        lines += ["Differences from the paper:", ""] + [f"- {n}" for n in different] + [""]
+        starts = [n for n, line in enumerate(lines) if line in titles]
+        own = [n for n in starts if titles[lines[n]] == item.stem]
+        if own:  # its old section: from its title to the next item's title (or the end)
+            start = own[0]
+            end = next((n for n in starts if n > start), len(lines))
+        else:  # a new section: before the first item that comes after it
+            after = [n for n in starts if rank[titles[lines[n]]] > rank[item.stem]]
+            start = end = after[0] if after else len(lines)
+        # each section ends with its blank line: the lines split back exactly as `readme` joined them
+        lines[start:end] = section_lines(item, drawn, different)
     return "\n".join(lines)
 
 

@@ -1,5 +1,7 @@
-"""`FigureData`: everything the paper's figures are drawn from, one typed record that the runs
-(`entropy_lens.runs.figures.figure_data`) fill and every figure builder and the README read.
+"""`FigureData`: everything the paper's figures are drawn from, one typed record that every figure
+builder and the README read, each field resolved on first use by the runs behind it
+(`entropy_lens.figures.pipeline.Runs`, through `figure_data`): drawing one figure runs, or reads from the
+cache, only what that figure reads.
 
 It holds results, never settings: the settings stay in `FiguresConfig`, and what the runs decided from
 them (the lengths in tokens, s* at each length, which λ(h) were given and where each search started)
@@ -10,8 +12,12 @@ scales are multipliers s of 1/√d (λ = s/√d).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
+
+from entropy_lens.errors import EntropyLensError
 
 if TYPE_CHECKING:  # types only: the record is filled by the runs, which import these themselves
     import numpy as np
@@ -20,6 +26,7 @@ if TYPE_CHECKING:  # types only: the record is filled by the runs, which import 
     from entropy_lens.results import ScanResult
 
 __all__ = [
+    "FIELDS",
     "Ablation",
     "Ablations",
     "BeyondEntropy",
@@ -160,40 +167,201 @@ class ComputeTime:
     threads: list[int]  # the CPU thread counts the scans record, ascending
 
 
-@dataclass(frozen=True)
 class FigureData:
-    """What `figure_data` ran or read from its cache: the input of every figure and of the README."""
+    """What the figures are drawn from, each field resolved on first use: reading one runs (or reads from
+    the cache) only the runs behind it, once, so a builder that reads `data.beyond` resolves Figure 17's
+    scans and the sweep that gives s*, nothing else. `runs` (figures.pipeline.Runs) does the runs; this
+    class only says which each field is and what it is made from."""
 
-    L: int  # tokens: the NoPE model's training length
-    short: int  # tokens, short·L: Figures 1–3 (the paper's 4K = 2L)
-    long: int  # tokens, long·L: Figures 4, 5, 10–12 and 14 (8K = 4L)
-    fit_len: int  # tokens: Figures 7 and 13 (16K = 8L)
-    final: SweepFit  # Figure 7's right panel: the NoPE model
-    early: SweepFit | None  # its left panel: an early checkpoint of the same run; None without one
-    uniform: UniformChoice  # s* for `long` sequences: the lowest mean loss over [long − L/2, long)
-    short_uniform: UniformChoice  # s* for `short` sequences
-    head_scales: HeadScales  # λ(h) at `long` (searched from uniform.scale unless given)
-    short_head_scales: HeadScales  # λ(h) at `short` (Figure 3; searched from short_uniform.scale)
-    clamp: float  # the searches' lower bound on λ(h)·√d: the focus constraint, 1
-    nope_family: dict[float, ScanResult]  # {s: NoPE at `short` with λ = s/√d} (Figure 2, left)
-    rope_family: dict[float, ScanResult]  # {s: RoPE at `short` with λ = s/√d} (Figure 2, right)
-    nope: ScanResult  # NoPE at `short` (Figures 1, 3)
-    nope_scaled: ScanResult  # NoPE at `short` with λ = fig1_scale/√d (Figures 1, 3)
-    rope: ScanResult  # RoPE at `short` (Figure 1)
-    rope_ntk: ScanResult  # RoPE at `short` with HF NTK scaling `ntk` (Figure 1)
-    long_nope: ScanResult  # NoPE at `long` (Figures 5, 12)
-    long_uniform: ScanResult  # NoPE at `long` with λ = s*/√d (Figures 4, 11, 14)
-    long_heads: ScanResult  # NoPE at `long` with head_scales (Figures 4, 5, 10, 14)
-    short_heads: ScanResult  # NoPE at `short` with short_head_scales (Figure 3)
-    schedules: Schedules  # Figure 13
-    published: Published  # Figure 15
-    ablations: Ablations  # Figure 14
-    passkeys: Passkeys | None  # Figures 6, 8, 9, 16; None when no passkey_lengths are set
-    ppl: dict[str, dict[int, PerplexityCell]]  # Table 2: {row name: {window length W: cell}}, W = L..fit·L
-    beyond: BeyondEntropy  # Figure 17
-    compute: ComputeTime | None  # None: not recorded
+    def __init__(self, runs):
+        self.runs, self.config = runs, runs.config
+
+    def replace(self, **fields) -> FigureData:
+        """A copy with `fields` set to these values (as `dataclasses.replace`; every other field as
+        resolved here, or resolved on first read)."""
+        unknown = sorted(set(fields) - {*FIELDS, "compute"})
+        if unknown:
+            raise TypeError(f"FigureData has no field {', '.join(unknown)}; its fields: {', '.join(FIELDS)}")
+        new = copy.copy(self)
+        new.__dict__.update(fields)  # where cached_property keeps a resolved field
+        return new
+
+    def resolve_all(self) -> None:
+        """Resolve every field (the NoPE model's sweep first: a grid too narrow for Figure 7's argmin is
+        refused before any other run)."""
+        for name in ("final", *FIELDS):
+            getattr(self, name)
+
+    @cached_property
+    def compute(self) -> ComputeTime:
+        """How long every run of the record took, as their results record it (every field resolved)."""
+        self.resolve_all()
+        return self.runs.compute_time()
+
+    @cached_property
+    def L(self) -> int:
+        """Tokens: the NoPE model's training length."""
+        return self.runs.train_len()
+
+    @cached_property
+    def short(self) -> int:
+        """Tokens, short·L: Figures 1–3 (the paper's 4K = 2L)."""
+        return self.config.short * self.L
+
+    @cached_property
+    def long(self) -> int:
+        """Tokens, long·L: Figures 4, 5, 10–12 and 14 (8K = 4L)."""
+        return self.config.long * self.L
+
+    @cached_property
+    def fit_len(self) -> int:
+        """Tokens: Figures 7, 13, 15 and 17 (16K = 8L); at least `long`."""
+        c = self.config
+        fit_len = c.length or c.fit * self.L
+        if fit_len < self.long:
+            raise EntropyLensError(
+                f"--len {fit_len} is shorter than Figure 4's {self.long} = {c.long}L; pass at least {self.long}"
+            )
+        return fit_len
+
+    @cached_property
+    def final(self) -> SweepFit:
+        """Figure 7's right panel: the NoPE model's sweep at fit_len and its fits."""
+        return self.runs.figure7(self.config.nope, self.L, self.fit_len)
+
+    @cached_property
+    def early(self) -> SweepFit | None:
+        """Figure 7's left panel: an early checkpoint of the same run; None without one."""
+        return self.runs.figure7(self.config.early, self.L, self.fit_len) if self.config.early else None
+
+    @cached_property
+    def uniform(self) -> UniformChoice:
+        """s* for `long` sequences: the lowest mean loss over [long − L/2, long) (analysis.best_uniform_scale)."""
+        from entropy_lens.analysis import best_uniform_scale
+
+        return best_uniform_scale(self.final.sweep, length=self.long, train_len=self.L)
+
+    @cached_property
+    def short_uniform(self) -> UniformChoice:
+        """s* for `short` sequences."""
+        from entropy_lens.analysis import best_uniform_scale
+
+        return best_uniform_scale(self.final.sweep, length=self.short, train_len=self.L)
 
     @property
     def uniform_scale(self) -> float:
         """s* for `long` sequences (Figures 4, 11, 14)."""
         return self.uniform.scale
+
+    @cached_property
+    def head_scales(self) -> HeadScales:
+        """λ(h) at `long` (searched from uniform.scale unless given)."""
+        return self.runs.head_scales(self.config.head_scales, self.long, self.uniform)
+
+    @cached_property
+    def short_head_scales(self) -> HeadScales:
+        """λ(h) at `short` (Figure 3; searched from short_uniform.scale unless given)."""
+        return self.runs.head_scales(self.config.short_head_scales, self.short, self.short_uniform)
+
+    @cached_property
+    def clamp(self) -> float:
+        """The searches' lower bound on λ(h)·√d: the focus constraint, 1."""
+        return self.runs.clamp(self.long)
+
+    @cached_property
+    def nope_family(self) -> dict[float, ScanResult]:
+        """{s: NoPE at `short` with λ = s/√d} (Figure 2, left)."""
+        return {s: self.runs.scan(self.config.nope, self.short, scale=s) for s in self.config.nope_scales}
+
+    @cached_property
+    def rope_family(self) -> dict[float, ScanResult]:
+        """{s: RoPE at `short` with λ = s/√d} (Figure 2, right)."""
+        return {s: self.runs.scan(self.config.rope, self.short, scale=s) for s in self.config.rope_scales}
+
+    @cached_property
+    def nope(self) -> ScanResult:
+        """NoPE at `short` (Figures 1, 3)."""
+        return self.runs.scan(self.config.nope, self.short)
+
+    @cached_property
+    def nope_scaled(self) -> ScanResult:
+        """NoPE at `short` with λ = fig1_scale/√d (Figures 1, 3)."""
+        return self.runs.scan(self.config.nope, self.short, scale=self.config.fig1_scale)
+
+    @cached_property
+    def rope(self) -> ScanResult:
+        """RoPE at `short` (Figure 1)."""
+        return self.runs.scan(self.config.rope, self.short)
+
+    @cached_property
+    def rope_ntk(self) -> ScanResult:
+        """RoPE at `short` with HF NTK scaling `ntk` (Figure 1)."""
+        return self.runs.scan(self.config.rope, self.short, rope_scaling=self.config.ntk)
+
+    @cached_property
+    def long_nope(self) -> ScanResult:
+        """NoPE at `long` (Figures 5, 12)."""
+        return self.runs.scan(self.config.nope, self.long)
+
+    @cached_property
+    def long_uniform(self) -> ScanResult:
+        """NoPE at `long` with λ = s*/√d (Figures 4, 11, 14)."""
+        return self.runs.scan(self.config.nope, self.long, scale=self.uniform.scale)
+
+    @cached_property
+    def long_heads(self) -> ScanResult:
+        """NoPE at `long` with head_scales (Figures 4, 5, 10, 14)."""
+        return self.runs.scan(self.config.nope, self.long, head_scales=self.head_scales.file)
+
+    @cached_property
+    def short_heads(self) -> ScanResult:
+        """NoPE at `short` with short_head_scales (Figure 3)."""
+        return self.runs.scan(self.config.nope, self.short, head_scales=self.short_head_scales.file)
+
+    @cached_property
+    def schedules(self) -> Schedules:
+        """Figure 13."""
+        return self.runs.schedules(self.final, self.head_scales.file, self.L, self.fit_len)
+
+    @cached_property
+    def published(self) -> Published:
+        """Figure 15."""
+        return self.runs.published(self.schedules, self.head_scales.file, self.L, self.fit_len)
+
+    @cached_property
+    def ablations(self) -> Ablations:
+        """Figure 14: the λ(h) search at `long` without the focus constraint, and from 1.0."""
+        return self.runs.ablations(self.long, self.uniform.scale)
+
+    @cached_property
+    def passkeys(self) -> Passkeys | None:
+        """Figures 6, 8, 9, 16; None when no passkey_lengths are set."""
+        if not self.config.passkey_lengths:
+            return None
+        return self.runs.passkeys(self.L, self.head_scales, self.short_head_scales, self.ablations)
+
+    @cached_property
+    def ppl(self) -> dict[str, dict[int, PerplexityCell]]:
+        """Table 2: {row name: {window length W: cell}}, W = L..fit·L."""
+        c, L, s_long = self.config, self.L, self.uniform.scale
+        variants = {
+            "NoPE": (c.nope, {}),
+            "RoPE": (c.rope, {}),
+            **({"ALiBi": (c.alibi, {})} if c.alibi else {}),
+            f"RoPE NTK ({c.ntk})": (c.rope, {"rope_scaling": c.ntk}),
+            **{f"NoPE λ={s:g}/√d": (c.nope, {"scale": s}) for s in c.ppl_scales},
+            f"NoPE s*={s_long:g}": (c.nope, {"scale": s_long}),
+            f"NoPE λ(h) {self.short // L}L": (c.nope, {"head_scales": self.short_head_scales.file}),
+            f"NoPE λ(h) {self.long // L}L": (c.nope, {"head_scales": self.head_scales.file}),
+        }
+        table = self.runs.perplexity(L, variants)
+        return {name: {W: PerplexityCell(**cell) for W, cell in row.items()} for name, row in table.items()}
+
+    @cached_property
+    def beyond(self) -> BeyondEntropy:
+        """Figure 17."""
+        return self.runs.beyond(self.fit_len, self.uniform.scale)
+
+
+# the record's fields, in the order they are declared (`compute` summarises them all)
+FIELDS = tuple(n for n, v in vars(FigureData).items() if isinstance(v, cached_property) and n != "compute")

@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, NamedTuple
 
+from entropy_lens.errors import EntropyLensError
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from entropy_lens.figures.config import FiguresConfig
     from entropy_lens.figures.record import FigureData
 
-__all__ = ["KINDS", "MODULES", "Drawn", "Item", "figure", "item", "items"]
+__all__ = ["KINDS", "MODULES", "Drawn", "Item", "figure", "item", "items", "select", "summary"]
 
 KINDS = ("figure", "table")  # the README lists every figure, then every table
 # entropy_lens.figures.<module>: the builders
@@ -100,3 +102,26 @@ def item(stem: str) -> Item:
     if stem not in found:
         raise KeyError(f"no figure {stem!r}; registered: {', '.join(found)}")
     return found[stem]
+
+
+def select(names: list[str]) -> list[Item]:
+    """The items `names` name, in the README's order, each once: a figure's number ("17", "7"), its stem
+    ("figure-17", "figure-7") or a table's ("table-02", "table-2")."""
+    registered = items()
+    stems = {i.stem: i for i in registered}
+    chosen = set()
+    for name in names:
+        kind, _, number = str(name).lower().rpartition("-")
+        stem = f"{kind or 'figure'}-{int(number):02d}" if number.isdigit() else None
+        if stem not in stems:
+            raise EntropyLensError(
+                f"no figure or table {name!r}; name one by number (17) or stem (figure-17, table-02): "
+                f"{', '.join(stems)} (`entropy-lens figures --list` says what each is)"
+            )
+        chosen.add(stem)
+    return [i for i in registered if i.stem in chosen]
+
+
+def summary(i: Item) -> str:
+    """One line on `i`: the first line of its builder's docstring."""
+    return (i.draw.__doc__ or "").strip().split("\n")[0]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.readme import readme
+from entropy_lens.figures.readme import splice as splice_readme
 from entropy_lens.figures.record import FigureData
 from entropy_lens.figures.registry import Item, items
 from entropy_lens.plotting import paper_style
@@ -16,11 +17,20 @@ __all__ = ["render"]
 
 
 def render(
-    data: FigureData, config: FiguresConfig, out: Path, *, only: list[Item] | None = None
+    data: FigureData,
+    config: FiguresConfig,
+    out: Path,
+    *,
+    only: list[Item] | None = None,
+    splice: bool = False,
 ) -> list[Path]:
     """Save every figure as figure-NN.png and .pdf (tables as table-NN) in `out` and write out/README.md;
     returns the files written. `only`: these items instead of every registered one, in this order. An
-    item that cannot be drawn from these runs (`Item.missing`) gets a README section saying why."""
+    item that cannot be drawn from these runs (`Item.missing`) gets a README section saying why.
+
+    `splice`: rewrite only the sections of `only` in an out/README.md already there, every other line as
+    it was (where there is none, a README of just these, its time that of the runs they read). Each item
+    reads only the fields of `data` it draws, so only their runs are resolved."""
     import matplotlib.pyplot as plt
 
     sections, written = [], []
@@ -39,5 +49,11 @@ def render(
                 written.append(path)
             plt.close(drawn.figure)
         sections.append((item, drawn, different))
-    written.append(atomic_write_text(out / "README.md", readme(sections, data, config)))
+    old = out / "README.md"
+    if splice and old.is_file():
+        text = splice_readme(old.read_text(encoding="utf-8"), sections, items())
+    else:
+        # drawn alone, the time is that of the runs these items read; every item: of every run
+        text = readme(sections, data, config, compute=data.runs.compute_time() if splice else None)
+    written.append(atomic_write_text(old, text))
     return written

@@ -13,13 +13,12 @@
     training_record.py  a train-tiny model's training.json read (its steps); training/ writes it
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
     passkey.py      passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
-    figures.py      the scans, sweep and search behind the paper's figures (cached: figure_cache.py); then rendering
-                    (their settings, FiguresConfig, live in figures/config.py, re-exported here)
 
-It may import every package below it (models, capture, kernels, data, results, analysis and, for the
-figures, figures.config, .record and .render); nothing below imports it. Above it sit `training/`
-(train-tiny, whose model cards are made of these runs) and `cli/`, a thin layer over these functions.
-Names are imported lazily, so `from entropy_lens.runs import FiguresConfig` does not load torch. The
+It may import every package below it (models, capture, kernels, data, results, analysis); nothing below
+imports it. Above it sit `figures/` (the paper's pipeline: the runs behind its figures, their cache and
+the drawing), `training/` (train-tiny, whose model cards are made of these runs) and `cli/`, a thin
+layer over these functions. Names are imported lazily, so `from entropy_lens.runs import ScanConfig`
+does not load torch. The
 functions `scan`, `sweep` and `passkey` share their modules' names: import them from `entropy_lens` (or
 `entropy_lens.runs.scan` / `.sweep` / `.passkey`).
 """
@@ -35,20 +34,14 @@ _LAZY = {
     "save_head_scales": "head_search",
     "PerplexityConfig": "configs",
     "PasskeyConfig": "configs",
-    "FiguresConfig": "figures",
-    "figure_data": "figures",
-    "make_figures": "figures",
 }
 
 __all__ = [
-    "FiguresConfig",
     "HeadSearchConfig",
     "PasskeyConfig",
     "PerplexityConfig",
     "ScanConfig",
     "ScanSums",
-    "figure_data",
-    "make_figures",
     "parse_scales",
     "save_head_scales",
     "search_head_scales",

@@ -1,6 +1,8 @@
 """The runs behind `entropy-lens figures`: every scan, sweep and head-scale search the paper's figures
-need, run or reused from a cache, then handed to `entropy_lens.figures.render` as one typed record
-(`entropy_lens.figures.record.FigureData`).
+need, run or reused from a cache (figures/cache.py) when the typed record
+(`entropy_lens.figures.record.FigureData`) first reads it, so a figure drawn alone resolves only its own
+runs; `make_figures` draws every figure, or the ones named, through `entropy_lens.figures.render`.
+This is the paper's pipeline: it sits above the run code (`entropy_lens.runs`), which knows nothing of it.
 
 Lengths are multiples of the NoPE model's training length L, as in the paper: Figures 1–3 at
 `short`·L (the paper's 4K = 2L), Figures 4, 5 and 10–12 at `long`·L (8K = 4L), Figure 7's sweeps (the
@@ -22,13 +24,13 @@ writes (`entropy_lens.figures.differences`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.figures.cache import RunCache
 from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.record import (
     Ablation,
@@ -39,106 +41,36 @@ from entropy_lens.figures.record import (
     HeadScales,
     PasskeyPanel,
     Passkeys,
-    PerplexityCell,
     Published,
     Schedules,
     SweepFit,
 )
-from entropy_lens.runs.figure_cache import RunCache
 
-__all__ = ["FiguresConfig", "figure_data", "make_figures"]
+__all__ = ["CACHE", "FiguresConfig", "Runs", "compute_time", "figure_data", "make_figures"]
 
 
 class Runs(RunCache):
-    """The scans, sweep and search behind the figures (each cached: runs/figure_cache.py), composed
-    into the figures' record."""
+    """The scans, sweep and search behind the figures (each cached: figures/cache.py), composed into the
+    parts of the figures' record, each part when the record first reads it."""
 
-    def compute(self) -> FigureData:
-        from entropy_lens.analysis import best_uniform_scale
+    def compute_time(self) -> ComputeTime:
+        """How long every run resolved so far took, as their results record it."""
+        return compute_time(self.metas, self.passkey_records, self.search_files)
+
+    def train_len(self) -> int:
+        """L: the NoPE model's training length, set or declared by its checkpoint."""
         from entropy_lens.models import declared_train_len
+
+        L = self.config.train_len or declared_train_len(self.config.nope)
+        if not L:
+            raise EntropyLensError(f"{self.config.nope} declares no training length; pass --train-len L")
+        return L
+
+    def clamp(self, length: int) -> float:
+        """The searches' lower bound on λ(h)·√d at `length`: the focus bound λ(h) ≥ 1/√d."""
         from entropy_lens.runs.configs import HeadSearchConfig
 
-        c = self.config
-        L = c.train_len or declared_train_len(c.nope)
-        if not L:
-            raise EntropyLensError(f"{c.nope} declares no training length; pass --train-len L")
-        short, long, fit_len = c.short * L, c.long * L, c.length or c.fit * L
-        if fit_len < long:
-            raise EntropyLensError(
-                f"--len {fit_len} is shorter than Figure 4's {long} = {c.long}L; pass at least {long}"
-            )
-        # the NoPE model's sweep first: the uniform scales below and every run that uses them come from
-        # it, and a grid too narrow for Figure 7's argmin is refused before any other run; the early
-        # checkpoint's sweep, which nothing else uses, last
-        final = self.figure7(c.nope, L, fit_len)
-        # s*: the best single scale for the last half-span [len - L/2, len) of each evaluation length
-        uniform = best_uniform_scale(final.sweep, length=long, train_len=L)
-        short_uniform = best_uniform_scale(final.sweep, length=short, train_len=L)
-        s_long = uniform.scale
-        hs = self.head_scales(c.head_scales, long, uniform)
-        hs_short = self.head_scales(c.short_head_scales, short, short_uniform)
-        nope_family = {s: self.scan(c.nope, short, scale=s) for s in c.nope_scales}
-        rope_family = {s: self.scan(c.rope, short, scale=s) for s in c.rope_scales}
-        nope = self.scan(c.nope, short)
-        nope_scaled = self.scan(c.nope, short, scale=c.fig1_scale)
-        rope = self.scan(c.rope, short)
-        rope_ntk = self.scan(c.rope, short, rope_scaling=c.ntk)
-        long_nope = self.scan(c.nope, long)
-        long_uniform = self.scan(c.nope, long, scale=s_long)
-        long_heads = self.scan(c.nope, long, head_scales=hs.file)
-        short_heads = self.scan(c.nope, short, head_scales=hs_short.file)
-        schedules = self.schedules(final, hs.file, L, fit_len)
-        published = self.published(schedules, hs.file, L, fit_len)
-        ablations = self.ablations(long, s_long)
-        passkeys = self.passkeys(L, hs, hs_short, ablations) if c.passkey_lengths else None
-        early = self.figure7(c.early, L, fit_len) if c.early else None
-        beyond = self.beyond(fit_len, s_long)
-        ppl = self.perplexity(
-            L,
-            {
-                "NoPE": (c.nope, {}),
-                "RoPE": (c.rope, {}),
-                **({"ALiBi": (c.alibi, {})} if c.alibi else {}),
-                f"RoPE NTK ({c.ntk})": (c.rope, {"rope_scaling": c.ntk}),
-                **{f"NoPE λ={s:g}/√d": (c.nope, {"scale": s}) for s in c.ppl_scales},
-                f"NoPE s*={s_long:g}": (c.nope, {"scale": s_long}),
-                f"NoPE λ(h) {short // L}L": (c.nope, {"head_scales": hs_short.file}),
-                f"NoPE λ(h) {long // L}L": (c.nope, {"head_scales": hs.file}),
-            },
-        )
-        data = FigureData(
-            L=L,
-            short=short,
-            long=long,
-            fit_len=fit_len,
-            final=final,
-            early=early,
-            uniform=uniform,
-            short_uniform=short_uniform,
-            head_scales=hs,
-            short_head_scales=hs_short,
-            clamp=HeadSearchConfig(model=c.nope, length=long).lower_bound,  # the focus bound λ(h) ≥ 1/√d
-            nope_family=nope_family,
-            rope_family=rope_family,
-            nope=nope,
-            nope_scaled=nope_scaled,
-            rope=rope,
-            rope_ntk=rope_ntk,
-            long_nope=long_nope,
-            long_uniform=long_uniform,
-            long_heads=long_heads,
-            short_heads=short_heads,
-            schedules=schedules,
-            published=published,
-            ablations=ablations,
-            passkeys=passkeys,
-            ppl={name: {W: PerplexityCell(**cell) for W, cell in row.items()} for name, row in ppl.items()},
-            beyond=beyond,
-            compute=None,
-        )
-        searched = [h.file for h in (hs, hs_short) if not h.given]
-        searched += [a.file for a in (ablations.no_constraint, ablations.init_one)]
-        return dataclasses.replace(data, compute=_compute_time(data, searched))
+        return HeadSearchConfig(model=self.config.nope, length=length).lower_bound
 
     def beyond(self, fit_len: int, scale: float) -> BeyondEntropy:
         """Figure 17: scans with every row statistic (--stats all) of NoPE, NoPE with λ = s*/√d, RoPE and
@@ -328,9 +260,12 @@ CACHE = "figures/runs"  # the committed runs behind the committed figures: a fre
 def figure_data(
     config: FiguresConfig, *, cache: str | Path = CACHE, progress: bool = True, cached_only: bool = False
 ) -> FigureData:
-    """Run or reuse everything the figures need (`cached_only`: refuse to run what `cache` lacks); the
-    results, typed and documented field by field, in `entropy_lens.figures.record.FigureData`."""
-    return Runs(config, Path(cache), progress, cached_only).compute()
+    """The figures' record (`entropy_lens.figures.record.FigureData`, typed and documented field by
+    field), each field run or reused from `cache` on first use (`cached_only`: refuse to run what
+    `cache` lacks). The lengths are checked here, before any run."""
+    data = FigureData(Runs(config, Path(cache), progress, cached_only))
+    data.fit_len  # noqa: B018 (a --len shorter than Figure 4's is refused before any run)
+    return data
 
 
 def make_figures(
@@ -340,45 +275,40 @@ def make_figures(
     cache: str | Path = CACHE,
     progress: bool = True,
     cached_only: bool = False,
+    only: list[str] | None = None,
 ) -> list[Path]:
     """Compute what is missing in `cache` (`cached_only`: refuse to), render every figure into `out`;
-    returns the files written."""
+    returns the files written. `only`: just these items (numbers or stems, `registry.select`), from just
+    the runs they read, and only their sections of out/README.md rewritten."""
+    from entropy_lens.figures.registry import select
     from entropy_lens.figures.render import render
     from entropy_lens.runs.lock import OutputLock
     from entropy_lens.runs.output import check_folder_target
 
     started = time.perf_counter()
+    chosen = select(only) if only else None  # a misspelt name is refused before any work
     out = check_folder_target(out)
     if not cached_only:
         check_folder_target(cache, flag="--cache")
     with OutputLock(out, folder=True):
         data = figure_data(config, cache=cache, progress=progress, cached_only=cached_only)
-        written = render(data, config, out)
+        if chosen is None:
+            data.final  # noqa: B018 (the sweep first: a grid too narrow for Figure 7 is refused before any other run)
+        written = render(data, config, out, only=chosen, splice=chosen is not None)
     if progress:
         print(f"wrote {len(written)} files to {out}/ in {time.perf_counter() - started:.0f} s", flush=True)
     return written
 
 
-def _compute_time(data: FigureData, search_files: list[str]) -> ComputeTime:
-    """How long the runs behind the figures took, from what their results record (so a rerun from the
-    cache reports the original runs, not the redraw): every scan and sweep of `data` and the head-scale
-    searches' files."""
-    d, schedules, ablations = data, data.schedules, data.ablations
-    results = [d.nope, d.nope_scaled, d.rope, d.rope_ntk, d.long_nope, d.long_uniform, d.long_heads]
-    results += [d.short_heads, *d.nope_family.values(), *d.rope_family.values()]
-    results += [schedules.piecewise, schedules.log, schedules.heads, schedules.heads_log]
-    results += list(data.published.runs.values())
-    results += [ablations.no_constraint.result, ablations.init_one.result]
-    results += [cell.result for row in d.ppl.values() for cell in row.values()]
-    results += [*d.beyond.tiny.values(), *([d.beyond.real] if d.beyond.real else [])]  # binned: meta kept
-    metas = [r.meta for r in results]
-    metas += [m for panel in (d.final, d.early) if panel is not None for m in panel.sweep.meta]
+def compute_time(metas: list[dict], passkey_records: list[dict], search_files: list[str]) -> ComputeTime:
+    """How long the runs took, from what their results record (so a rerun from the cache reports the
+    original runs, not the redraw): the `metas` of scans and sweep scales, the passkey records and the
+    head-scale searches' files, each distinct run once."""
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
     metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
     # the passkey runs: each cell's time, once per distinct run
-    panels = data.passkeys.panels if data.passkeys else []
-    records = {json.dumps(p.record["config"], sort_keys=True): p.record for p in panels}
+    records = {json.dumps(r["config"], sort_keys=True): r for r in passkey_records}
     seconds += sum(cell.get("wall_s", 0.0) for r in records.values() for cell in r["results"])
     metas += [r["model"] for r in records.values()]
     unrecorded = []

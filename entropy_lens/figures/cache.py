@@ -3,8 +3,12 @@
 settings.Recorded; a head-scale file by its contents), so a rerun reuses what is done and a changed
 setting never reads a stale file, while one that changes only how the numbers are computed (--batch-size,
 --backend, ...) reuses them. A damaged entry is run again (and said);
-with `cached_only` a missing or damaged entry is refused instead. `Runs` (runs/figures.py) composes
-these into the figures' record.
+with `cached_only` a missing or damaged entry is refused instead. `Runs` (figures/pipeline.py) composes
+these into the figures' record, which resolves each on first use.
+
+Every run resolved (read or computed) is noted in `used` (its cache path) and its record of how long
+it took in `metas`, `passkey_records` and `search_files`: the README's time is summed from them, and a
+test reads `used` to see that one figure resolves only its own runs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ class RunCache:
     def __init__(self, config, cache: Path, progress: bool, cached_only: bool = False):
         self.config, self.cache, self.progress, self.cached_only = config, cache, progress, cached_only
         self.inits: dict[int, float] = {}  # length -> the initial multiplier of each head-scale search
+        self.used: list[Path] = []  # the cache path of every run resolved, in order (again when reused)
+        self.metas: list[dict] = []  # the meta of every scan, binned scan and sweep scale resolved
+        self.passkey_records: list[dict] = []  # every passkey record resolved
+        self.search_files: list[str] = []  # every head-scale search resolved (absolute paths)
         self.cache.mkdir(parents=True, exist_ok=True)
 
     def _missing(self, what: str, path: Path, damage: str | None = None) -> None:
@@ -107,11 +115,13 @@ class RunCache:
         done = self._cached(
             f"the scan of {config.model} at {config.length}", path, ScanResult.load, say_damage=False
         )
-        if done is not None:
-            return done
-        if self.progress:
-            print(f"scan {config.model} len {config.length} -> {path}", flush=True)
-        return scan(config, out=path, resume=True, progress=self.progress)
+        if done is None:
+            if self.progress:
+                print(f"scan {config.model} len {config.length} -> {path}", flush=True)
+            done = scan(config, out=path, resume=True, progress=self.progress)
+        self.used.append(path)
+        self.metas.append(done.meta)
+        return done
 
     def curves(self, model: str, length: int, *, bins: int, **kw):
         """The scan of `model` at `length` with the ScanConfig keywords `kw`, kept as its means over `bins`
@@ -128,15 +138,16 @@ class RunCache:
         done = self._cached(
             f"the statistics scan of {config.model} at {config.length}", path, StatCurves.load
         )
-        if done is not None:
-            return done
-        full = path.with_name(f"{path.stem}.full.npz")
-        if self.progress:
-            print(f"scan {config.model} len {config.length} --stats {config.stats} -> {full}", flush=True)
-        curves = StatCurves.of(scan(config, out=full, resume=True, progress=self.progress), width)
-        curves.save(path)
-        full.unlink()
-        return curves
+        if done is None:
+            full = path.with_name(f"{path.stem}.full.npz")
+            if self.progress:
+                print(f"scan {config.model} len {config.length} --stats {config.stats} -> {full}", flush=True)
+            done = StatCurves.of(scan(config, out=full, resume=True, progress=self.progress), width)
+            done.save(path)
+            full.unlink()
+        self.used.append(path)
+        self.metas.append(done.meta)  # binned: the scan's meta kept
+        return done
 
     def passkey(self, model: str, lengths: list[int], **kw) -> dict:
         """The passkey record (runs/passkey.py) of `model` at `lengths` with the variant flags `kw`: from
@@ -159,7 +170,7 @@ class RunCache:
             try:
                 record = check_passkey_record(json.loads(path.read_text()), source=path.name)
                 if len(record["results"]) == len(lengths) * c.passkey_depths:
-                    return record
+                    return self._note_passkey(path, record)
                 unfinished = f"{path.name} is unfinished"  # continued below
             except (OSError, ValueError) as err:  # EntropyLensError is a ValueError
                 damage = f"{path.name} is not a passkey record ({type(err).__name__}: {problem(err)})"
@@ -168,7 +179,14 @@ class RunCache:
             say(f"{damage}: running it again")
         if self.progress:
             print(f"passkey {model} lens {' '.join(map(str, lengths))} -> {path}", flush=True)
-        return passkey(config, out=path, force=damage is not None, progress=self.progress)
+        return self._note_passkey(
+            path, passkey(config, out=path, force=damage is not None, progress=self.progress)
+        )
+
+    def _note_passkey(self, path: Path, record: dict) -> dict:
+        self.used.append(path)
+        self.passkey_records.append(record)
+        return record
 
     def sweep(self, model: str, length: int):
         """The loaded Sweep of `model` at `length`: from the cache, else run (a damaged or unfinished
@@ -184,13 +202,20 @@ class RunCache:
         damage = None
         if (folder / SWEEP_INDEX).is_file():
             try:  # the folder name hashes the cache key: a complete, readable sweep is this one
-                return load_sweep(folder)
+                return self._note_sweep(folder, load_sweep(folder))
             except UNREADABLE as err:
                 damage = printable(problem(err) if isinstance(err, EntropyLensError) else first_line(err))
         self._missing(f"the sweep of {model} at {length}", folder, damage)
         if self.progress:
             print(f"sweep {model} len {length} scales {c.sweep_scales} -> {folder}", flush=True)
-        return load_sweep(sweep(config, scales, folder, resume=True, progress=self.progress))
+        return self._note_sweep(
+            folder, load_sweep(sweep(config, scales, folder, resume=True, progress=self.progress))
+        )
+
+    def _note_sweep(self, folder: Path, done):
+        self.used.append(folder)
+        self.metas.extend(done.meta)
+        return done
 
     def search(
         self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
@@ -235,4 +260,6 @@ class RunCache:
             if self.progress:
                 print(f"search-heads {model} len {length} init {init:g} -> {path}", flush=True)
             save_head_scales(search_head_scales(config, progress=self.progress), path)
+        self.used.append(path)
+        self.search_files.append(str(path.resolve()))
         return str(path)
