@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
 from _bench import RESULTS, read_record
+
 TARGET = Path(__file__).parent.parent / "docs" / "internals" / "benchmarks.md"  # the page holding the tables
 
 
