@@ -27,6 +27,11 @@ the steps the monitor recorded and `paths`, the attention routes that computed t
 sdpa with autograd plus a no-grad statistics pass). Goals (issue 50): every_step <= 1.05x, every_n <=
 1.01x, peak memory <= 1.05x. Prints a table and writes JSON; benchmarks/readme_tables.py's train_table
 makes the docs' table from it.
+
+Cost of the defaults: 38 training steps per size (2 rounds x (1 + 3, 1 + 3, 1 + 10)) in 18 processes in
+all. Estimated (2026-11, from one SmolLM2 2K step of 439 s on the project's 2 cores under a load of ~10,
+about 5x contended) at 60-90 s per SmolLM2 2K step on the quiet machine, about twice that at 4K: some
+2.5 hours (2 to 3.5), the 4K rows most of it; peak RSS about 5.4 GB at 2K. `--rounds 1` halves it.
 """
 
 from __future__ import annotations
