@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Everything the Triton work leaves to a GPU, in stages meant to fit a 10-minute command each (not yet timed):
-#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all five, in order)
+#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all six, in order)
 #     tests    pytest -m gpu (real sizes) and the interpreter's grid run natively on CUDA -> gpu_tests.txt
 #     static   registers / spills of every autotune config, as compiled there          -> kernel_static.json
 #     short    the issue-4 benchmark at 4K..32K (plain, scan, scan_fused, eager, kernel) -> scan_gpu.json
 #     long     the same at 64K and 128K, merged into scan_gpu.json (--append)
 #     context  --context-parallel on every GPU (2 or more; skipped with one): SmolLM2 at 128K (CONTEXT_LEN),
 #              1 GPU against all, time and each rank's peak GPU memory beside the model -> context_parallel_gpu.json
+#     train    the monitor's gradient and route tests on CUDA (-m "gpu or not gpu")     -> train_tests.txt
+#              and a training step unmonitored / monitored (every step, every 10th), SmolLM2 2K and 4K and a
+#              4-layer Llama at 1K, the routes that ran in each row's `paths` (TRAIN_SIZES) -> train_gpu.json
 # OUT_DIR (default benchmarks/results) receives the files; PYTHON chooses the interpreter (default python3),
 # which needs a CUDA build of torch, triton and transformers and this package on its path
 # (pip install -e . or PYTHONPATH=.).
@@ -18,7 +21,7 @@ mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 "$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" || exit 1
 stages=("$@")
-[ $# -gt 0 ] || stages=(tests static short long context)
+[ $# -gt 0 ] || stages=(tests static short long context train)
 status=0
 for s in "${stages[@]}"; do
   case $s in
@@ -38,7 +41,13 @@ for s in "${stages[@]}"; do
         "$PY" benchmarks/context_parallel_cpu.py --device cuda --processes "$gpus" --len "${CONTEXT_LEN:-131072}" \
           --out "$OUT_DIR/context_parallel_gpu.json" || status=1
       fi ;;
-    *) echo "unknown stage '$s': choose from tests static short long context" >&2; exit 2 ;;
+    train)
+      "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_train_route.py tests/test_monitor.py \
+        2>&1 | tee "$OUT_DIR/train_tests.txt" || status=1
+      # shellcheck disable=SC2086  # TRAIN_SIZES is a list of MODEL:LEN words
+      "$PY" benchmarks/train_cpu.py --device cuda --sizes ${TRAIN_SIZES:-smollm2:2048 smollm2:4096 llama4:1024} \
+        --out "$OUT_DIR/train_gpu.json" || status=1 ;;
+    *) echo "unknown stage '$s': choose from tests static short long context train" >&2; exit 2 ;;
   esac
 done
 exit $status

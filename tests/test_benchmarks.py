@@ -1,6 +1,7 @@
 """The GPU benchmark without a GPU: its model shape, FLOP count, CPU refusal, and a toy-sized run of every
 mode under the Triton interpreter."""
 
+import argparse
 import importlib.util
 import json
 import os
@@ -223,6 +224,57 @@ def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path
     big, sharded = (bench.modelled_growth_mb("smollm2", 16384, p) for p in (1, 2))
     assert big > sharded > 0
     assert "| 2 × 1 |" in benchmark_script("readme_tables").context_parallel_table(record)
+
+
+@pytest.mark.slow
+def test_train_benchmark_times_each_mode_in_its_process(tmp_path, benchmark_script):
+    """benchmarks/train_cpu.py at a toy size (tiny-rope, 32 tokens, every=2): the three modes in that
+    order, the timed runs (--steps single steps, one block of `every` steps), the steps the monitor recorded (the
+    warm-up, then every step or one in `every`), the routes that ran
+    named in capture/paths.py's words, the ratios to unmonitored, and the docs' table made from the JSON."""
+    from entropy_lens.capture.paths import PATH_NAMES
+
+    train_cpu = benchmark_script("train_cpu")
+    out = tmp_path / "train_cpu.json"
+    argv = ["--sizes", "tiny-rope:32", "--every", "2", "--steps", "2", "--rounds", "1", "--out", str(out)]
+    assert train_cpu.main(argv) == 0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["benchmark"] == "train_cpu" and record["every"] == 2 and record["device"] == "cpu"
+    assert record["goals"] == {"every_step": 1.05, "every_n": 1.01, "peak": 1.05}
+    rows = {r["mode"]: r for r in record["rows"]}
+    assert [(r["model"], r["len"], r["mode"]) for r in record["rows"]] == [
+        ("tiny-rope", 32, m) for m in train_cpu.MODES
+    ]
+    plain, every, every_n = (rows[m] for m in train_cpu.MODES)
+    assert (plain["every"], every["every"], every_n["every"]) == (None, 1, 2)
+    assert (plain["recorded"], every["recorded"], every_n["recorded"]) == ([None], [3], [2])
+    assert [len(r["step_times_s"]) for r in (plain, every, every_n)] == [2, 2, 1]  # steps, steps, blocks
+    assert plain["paths"] == [] and plain["time_over_unmonitored"] == 1.0
+    for r in (every, every_n):
+        assert r["paths"] and set(r["paths"]) <= set(PATH_NAMES) and r["stats"]
+        assert r["time_over_unmonitored"] == pytest.approx(r["step_s"] / plain["step_s"])
+        assert r["peak_rss_over_unmonitored"] == pytest.approx(r["peak_rss_mb"] / plain["peak_rss_mb"])
+    for r in record["rows"]:
+        assert r["step_s"] > 0 and r["peak_rss_mb"] >= r["rss_after_load_mb"] > 0 and r["peak_gpu_mb"] is None
+    tables = benchmark_script("readme_tables")
+    assert tables.TABLES["train_cpu"] is tables.train_table
+    table = tables.train_table(record).splitlines()
+    assert len(table) == 2 + 3 and "(≤ 1.05)" in table[3] and "(≤ 1.01)" in table[4]
+    assert f"{every_n['time_over_unmonitored']:.3f} (≤ 1.01)" in table[4]
+    assert f"| {'+'.join(every['paths'])} |" in table[3] and table[2].endswith(
+        f"| {plain['attn_implementation']} |"
+    )
+
+
+def test_train_benchmark_builds_its_4_layer_model_and_refuses_a_bad_size(benchmark_script):
+    train_cpu = benchmark_script("train_cpu")
+    model, ids = train_cpu.build("llama4", 16)
+    assert model.config.num_hidden_layers == 4 and ids.shape == (1, 16) and int(ids.max()) < 8192
+    again, same = train_cpu.build("llama4", 16)
+    assert torch.equal(ids, same) and torch.equal(model.lm_head.weight, again.lm_head.weight)  # seeded
+    assert train_cpu.parse_size("smollm2:2048") == ("smollm2", 2048)
+    with pytest.raises(argparse.ArgumentTypeError, match="write MODEL:LEN"):
+        train_cpu.parse_size("smollm2")
 
 
 @pytest.fixture(scope="module")
