@@ -94,9 +94,8 @@ def build(name: str, length: int):
 
 
 def monitor_paths(mon) -> list[str]:
-    """The attention routes that computed `mon`'s recorded forwards (capture/paths.py's names). The
-    monitor keeps its capture session private; this accessor reads it so the JSON names what ran."""
-    return sorted(mon._scaling.session.paths)
+    """The attention routes that computed `mon`'s recorded forwards (capture/paths.py's names)."""
+    return sorted(mon.paths)
 
 
 def worker(name: str, length: int, mode: str, every: int, runs: int, device: str) -> dict:

@@ -10,6 +10,7 @@ from architectures import eager_probabilities
 from tiny import make_tiny_model
 
 import entropy_lens
+from entropy_lens.capture.paths import PATH_NAMES
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import (
     MONITOR_STATS,
@@ -117,6 +118,8 @@ def test_monitored_gradients_equal_unmonitored():
             with AttentionMonitor(model, stats=STATS) as mon:
                 model(ids, attention_mask=mask, labels=ids).loss.backward()
             assert mon.recorded == 1
+            # what computed the step is named (capture/paths.py): the one pass with flash's backward
+            assert mon.paths <= set(PATH_NAMES) and mon.paths & {"fused-train", "sdpa-then-entropy"}
         else:
             model(ids, attention_mask=mask, labels=ids).loss.backward()
         return {n: p.grad.clone() for n, p in model.named_parameters()}

@@ -109,6 +109,12 @@ class AttentionMonitor:
     def active(self) -> bool:
         return bool(self._hooks)
 
+    @property
+    def paths(self) -> set[str]:
+        """The attention routes that computed the recorded forwards (capture/paths.py's names, e.g.
+        {"fused-train"}), as a scan's meta records them."""
+        return set(self._scaling.session.paths)
+
     # -- steps --------------------------------------------------------------------------------------
     @property
     def step(self) -> int:
