@@ -8,11 +8,11 @@ import pytest
 
 PACKAGE = Path(__file__).parent.parent / "entropy_lens"
 BASE = {
-    "choices",
     "errors",
     "settings",
+    "statistics",
     "version",
-}  # entropy_lens.choices, .errors, .settings, `from entropy_lens import __version__`
+}  # entropy_lens.errors, .settings, .statistics, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (figures -> plotting -> analysis -> results;
 # view -> analysis -> results, the interactive pages). `training` (train-tiny) sits above `runs`: it writes
@@ -33,9 +33,9 @@ ALLOWED = {
     "figures": {"plotting", "analysis", "results"},
     "view": {"analysis", "results"},
     "progress": set(),
-    "choices": set(),
     "errors": set(),
     "settings": set(),
+    "statistics": set(),
     "__main__": {"cli"},
 }
 

@@ -38,9 +38,8 @@ def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
     session = call.session
     fusable = call.capturing and not call.dropout and not call.wants_grad
     backend, fused = ("auto", "off") if session is None else (session.backend, session.fused)
-    stats = () if not call.capturing else session.stats
     mode = fused if fusable else "off"
-    return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods, stats=stats)
+    return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods)
 
 
 def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:

@@ -2,8 +2,9 @@
 
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
 validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor and the score
-modifiers a `ScoreMods`. Each statistic is written from its definition (`DEFINITIONS`), not from
-the streaming state the other kernels keep.
+modifiers a `ScoreMods`. Each statistic is written from its definition (`DEFINITIONS`, registered
+with `@definition` under the name entropy_lens.statistics declares), not from the streaming state the
+other kernels keep.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
+from entropy_lens.kernels.stats import RowStats
+from entropy_lens.statistics import DEFAULT_STATS, STATISTICS, check_registered
 
 
 def key_distance(T: int, S: int, device=None) -> torch.Tensor:
@@ -68,21 +70,51 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     return p[..., :S], p_sink, any_visible
 
 
+# Each row statistic from its definition, registered under its name (`@definition`): (p (B, Hq, T, S),
+# p_sink, any_visible, behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's
+# first K real keys, first_b <= j < first_b + K, first_b the first key the mask lets through) ->
+# (B, Hq, T) float64; a row with no outcome is 0 throughout
+_DEFINED: dict = {}
+
+
+def definition(name: str):
+    """Registers the decorated function as the float64 definition of the declared statistic `name`."""
+
+    def register(f):
+        if name in _DEFINED or name not in STATISTICS:
+            raise ValueError(
+                f"definition({name!r}): registered twice or not declared in entropy_lens.statistics"
+            )
+        _DEFINED[name] = f
+        return f
+
+    return register
+
+
+@definition("entropy")
 def _entropy(p, p_sink, any_visible, behind, first):
     """H = −Σ p ln p over the keys and the sink, the sink one outcome among them."""
     h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
     return torch.where(any_visible, h, torch.zeros_like(h))
 
 
+@definition("sink_mass")
+def _sink_mass(p, p_sink, any_visible, behind, first):
+    return p_sink
+
+
+@definition("max_prob")
 def _max_prob(p, p_sink, any_visible, behind, first):
     return torch.maximum(p.amax(-1), p_sink)
 
 
+@definition("collision_entropy")
 def _collision_entropy(p, p_sink, any_visible, behind, first):
     total = (p * p).sum(-1) + p_sink * p_sink
     return torch.where(any_visible, -torch.log(torch.where(any_visible, total, 1.0)), torch.zeros_like(total))
 
 
+@definition("varentropy")
 def _varentropy(p, p_sink, any_visible, behind, first):
     h = _entropy(p, p_sink, any_visible, behind, first).unsqueeze(-1)
     surprisal = torch.where(p > 0, -torch.log(torch.where(p > 0, p, 1.0)), 0.0)
@@ -91,28 +123,19 @@ def _varentropy(p, p_sink, any_visible, behind, first):
     return var + p_sink * (sink - h.squeeze(-1)) ** 2
 
 
+@definition("distance")
 def _distance(p, p_sink, any_visible, behind, first):
     keys = p.sum(-1)  # the keys' mass: the sink has no position
     return torch.where(keys > 0, (p * behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
 
 
+@definition("first_mass")
 def _first_mass(p, p_sink, any_visible, behind, first):
     return (p * first).sum(-1)  # the mass on the row's first K real keys
 
 
-# Each row statistic (stats.ROW_STATS) from its definition: (p (B, Hq, T, S), p_sink, any_visible,
-# behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's first K real keys,
-# first_b <= j < first_b + K, first_b the first key the mask lets through) -> (B, Hq, T) float64; a row
-# with no outcome is 0 throughout
-DEFINITIONS = {
-    "entropy": _entropy,
-    "sink_mass": lambda p, p_sink, any_visible, behind, first: p_sink,
-    "max_prob": _max_prob,
-    "collision_entropy": _collision_entropy,
-    "varentropy": _varentropy,
-    "distance": _distance,
-    "first_mass": _first_mass,
-}
+# every declared statistic's definition, in STATISTICS's order; the import fails where one lacks it
+DEFINITIONS = check_registered(_DEFINED, "kernels/reference.py definitions")
 
 
 @torch.no_grad()

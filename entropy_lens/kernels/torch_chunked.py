@@ -37,7 +37,8 @@ import torch
 
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, read_stats
+from entropy_lens.statistics import DEFAULT_STATS
 
 NEG_INF = float("-inf")
 BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above

@@ -78,7 +78,8 @@ import triton.language as tl
 
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, read_stats
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # the kernel's compile-time switch of each accumulator of stats.EXTRA_STATE
@@ -570,7 +571,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     keep, window = form
     keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
     if extra is None:
-        kept, names = None, ("entropy",)
+        kept, names = None, (ENTROPY.name,)
     else:  # without a sink every outcome is a key: the key sum lk is l itself, not accumulated twice
         kept = tuple(name for name in extra if name != "lk" or sinks is not None)
         names = (*STATE, *kept)
@@ -579,7 +580,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     rows = dict(zip(names, results, strict=True))
     if extra is None:
-        rows["sink_mass"] = (torch.empty_like if sinks is not None else torch.zeros_like)(results[0])
+        rows[SINK_MASS.name] = (torch.empty_like if sinks is not None else torch.zeros_like)(results[0])
     if extra is not None and "lk" in extra and "lk" not in rows:
         rows["lk"] = rows["l"]
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
@@ -614,7 +615,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     v_ptr, keep_ptr, out_ptr, sinks_ptr, alibi_ptr = (
         unused if t is None else t for t in (v, keep, out, sinks, alibi_slopes)
     )
-    sink_mass = rows.get("sink_mass", unused)
+    sink_mass = rows.get(SINK_MASS.name, unused)
     pointers = (q, k, v_ptr, softmax_scale, keep_ptr, results, out_ptr, sinks_ptr, sink_mass, alibi_ptr)
     strides = (
         *q.stride(),

@@ -33,6 +33,7 @@ from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
 from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
 from entropy_lens.runs.output import CHECKPOINT, scan_difference
+from entropy_lens.statistics import ENTROPY
 
 __all__ = ["INTERRUPTS", "ScanSums", "interrupts_deferred"]
 
@@ -45,7 +46,7 @@ class ScanSums:
         # the float64 sums of each row statistic (kernels.stats.sum_names: entropy and `stats` from the
         # start, so that a rank without samples holds them too; sink_mass added when a model reports it),
         # of the loss and its square, rows per position and samples
-        statistics = sum_names(dict.fromkeys(("entropy", *stats)))  # each once, entropy first
+        statistics = sum_names(dict.fromkeys((ENTROPY.name, *stats)))  # each once, entropy first
         self.arrays = {
             **{name: np.zeros((n_layers, n_heads, length)) for name in statistics},
             "loss": np.zeros(length),
@@ -75,7 +76,7 @@ class ScanSums:
             if self.entropy:
                 names = sum_names(capture.stats)
                 for name in names:  # a statistic the model reports beyond entropy (sink mass): one more sum
-                    arrays.setdefault(name, np.zeros_like(arrays["entropy"]))
+                    arrays.setdefault(name, np.zeros_like(arrays[ENTROPY.name]))
                 capture.drain_into({k: torch.from_numpy(arrays[k]) for k in (*names, "count")})
             else:
                 arrays["count"][columns] += loss.shape[0]
@@ -96,7 +97,7 @@ class ScanSums:
         if world.size > 1:
             for names in gathered(sorted(self.arrays), world, what="the names of the sums"):
                 for name in names:
-                    self.arrays.setdefault(name, np.zeros_like(self.arrays["entropy"]))
+                    self.arrays.setdefault(name, np.zeros_like(self.arrays[ENTROPY.name]))
         self.arrays = all_reduce_sum(self.arrays, world)
 
     def save(self, path: Path, identity: dict, wall_s: float, decided: dict | None = None) -> None:
@@ -161,7 +162,7 @@ class ScanSums:
                 mean[k] = mean[k].mean(axis=1, keepdims=True)
             elif reduction == "none":
                 mean[k] = mean[k][:, :0]
-        columns = {k: mean.pop(k) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+        columns = {k: mean.pop(k) for k in (*ENTROPY.sums, "loss", "loss_sq")}
         return ScanResult(**columns, count=n.copy(), meta=meta, stats=mean)
 
 

@@ -39,7 +39,8 @@ import torch
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
-from entropy_lens.kernels.stats import DEFAULT_STATS, EXTRA_STATE, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, read_stats
+from entropy_lens.statistics import DEFAULT_STATS
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
