@@ -88,10 +88,22 @@ FIRST_MASS = Statistic(
     "first-token mass",  # K = 1; plotting.stat_label names K otherwise
 )
 
+MAX_LOGIT = Statistic(
+    "max_logit",
+    "score",
+    "max_j s_j over the row's attendable keys: λ q·k after the softcap and the position bias (ALiBi, key "
+    "bias), the sink excluded; 0 for a row with no key (QK-clip's quantity)",
+    "max attention logit",
+    squared=False,
+    summary="max",
+)
+
 # every row statistic, by name, in the order results, summaries and --stats list them
 STATISTICS: dict[str, Statistic] = {
-    s.name: s for s in (ENTROPY, SINK_MASS, MAX_PROB, COLLISION_ENTROPY, VARENTROPY, DISTANCE, FIRST_MASS)
+    s.name: s
+    for s in (ENTROPY, SINK_MASS, MAX_PROB, COLLISION_ENTROPY, VARENTROPY, DISTANCE, FIRST_MASS, MAX_LOGIT)
 }
+MAXIMA = frozenset(s.name for s in STATISTICS.values() if s.summary == "max")  # summed as maxima
 DEFAULT_STATS = (ENTROPY.name, SINK_MASS.name)  # what the kernels return unless asked for less
 # the statistics --stats may add (entropy is always recorded, sink_mass wherever a model has sinks)
 EXTRA_STATS = tuple(name for name in STATISTICS if name not in DEFAULT_STATS)

@@ -28,7 +28,7 @@ from entropy_lens.kernels import (
     sink_state,
 )
 from entropy_lens.kernels.stats import read, read_stats
-from entropy_lens.statistics import ENTROPY, FIRST_MASS, STATISTICS, SUMMARIES, check_registered
+from entropy_lens.statistics import ENTROPY, FIRST_MASS, MAX_LOGIT, STATISTICS, SUMMARIES, check_registered
 
 ALL = tuple(ROW_STATS)
 CPU_KERNELS = [param for param in RUNNABLE if param.values[0] != "triton"]
@@ -107,7 +107,8 @@ def test_rows_without_keys_are_zero_and_a_sink_decides_them():
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_peaked_far_rows_keep_their_distance_and_first_mass(kernel):
     """A head that looks only at the first key from far away: distance = the row's position, first_mass
-    = 1, max_prob = 1, both entropies 0 (the distance is summed from the row, not key positions)."""
+    = 1, max_prob = 1, both entropies 0 (the distance is summed from the row, not key positions), the
+    max logit key 0's score."""
     T = 3000
     q = torch.ones(1, 1, T, 4)
     k = torch.zeros(1, 1, T, 4)
@@ -119,6 +120,7 @@ def test_peaked_far_rows_keep_their_distance_and_first_mass(kernel):
         got["max_prob"], torch.ones(1, 1, T)
     )
     assert got["entropy"].abs().max() < 1e-5 and got["collision_entropy"].abs().max() < 1e-5
+    assert torch.equal(got[MAX_LOGIT.name], torch.full((1, 1, T), 120.0))  # q·k_0, the sink excluded
 
 
 @pytest.mark.parametrize("cuts", [[7], [3, 11, 19], [0, 5, 5, 30]], ids=["two", "four", "empty"])
@@ -195,6 +197,10 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
         if name == "sink_mass" and not rec.has_sinks:
             assert rec.mean(name) is None
             continue
+        if name == MAX_LOGIT.name:  # of the scores, which eager's probabilities do not give back (its
+            # definition is held to every kernel at every shape above): recorded, finite
+            assert np.isfinite(rec.mean(name)).all()
+            continue
         want = []
         for (
             p
@@ -202,7 +208,8 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
             sink = (
                 (1.0 - p.sum(-1)).clamp_min(0.0) if rec.has_sinks else torch.zeros(p.shape[:3], dtype=p.dtype)
             )
-            want.append(DEFINITIONS[name](p, sink, torch.ones(p.shape[:3], dtype=torch.bool), behind, first))
+            visible = torch.ones(p.shape[:3], dtype=torch.bool)
+            want.append(DEFINITIONS[name](p, sink, visible, behind, first, None))
         np.testing.assert_allclose(
             rec.mean(name), mean_by_position(want, None), atol=tol, rtol=1e-5, err_msg=name
         )
@@ -284,7 +291,8 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     assert "\n\n" not in summary(plain)  # entropy alone: the table as before --stats
     extra = set(ALL) - {"entropy", "sink_mass"}
     assert (
-        set(mean.stats) == extra | {f"{name}_sq" for name in extra} and mean.stats["distance"].shape[1] == 1
+        set(mean.stats) == {key for name in extra for key in STATISTICS[name].sums}
+        and mean.stats["distance"].shape[1] == 1
     )
     assert plain.stats == {} and "stats" not in plain.meta and plain.meta["scan_config"]["stats"] == "entropy"
     assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()

@@ -30,10 +30,11 @@ STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the
 # s the scores, m the running max, e = e^(s − m), b_j = pos_i − j how far key j lies behind the row:
 #   w = Σ e (s − m)²   c = Σ e²   lk = Σ_keys e   d = Σ_keys e b   f = Σ_{keys r <= j < r + K} e
 # (r = ScoreMods.first_key: the row's first real key, the first the mask lets through; 0 unpadded)
-# (the sink is an outcome of l, u, w and c, not of the key sums). A new max m' rescales them with
-# α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; merge.py merges
-# two states by the same rules.
-EXTRA_STATE = ("w", "c", "lk", "d", "f")
+#   mk = max_keys s: the largest score over the row's keys, −inf before any (m without the sink)
+# (the sink is an outcome of l, u, w and c, not of the key sums nor of mk). A new max m' rescales them
+# with α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; mk is no
+# sum and is not rescaled: mk ← max(mk, max_blk s). merge.py merges two states by the same rules.
+EXTRA_STATE = ("w", "c", "lk", "d", "f", "mk")
 
 
 def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -142,6 +143,12 @@ def _distance(state, mods):
 @read("first_mass", needs=("f",))
 def _first_mass(state, mods):
     return _ratio(state["f"], state["l"])
+
+
+@read("max_logit", needs=("mk",))
+def _max_logit(state, mods):
+    mk = state["mk"]  # −inf in a row that saw no key: 0 there
+    return torch.where(mk == float("-inf"), torch.zeros_like(mk), mk)
 
 
 # every declared statistic's read, in STATISTICS's order; the import fails where one lacks its read

@@ -154,7 +154,9 @@ def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, *, extra=(),
         empty if mods.alibi_slopes is None else mods.alibi_slopes,
         empty if mods.key_bias is None else mods.key_bias,
         k.shape[2] - q.shape[2],
-        sum(1 << EXTRA_STATE.index(name) for name in extra),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16
+        sum(
+            1 << EXTRA_STATE.index(name) for name in extra
+        ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32
         int(first_keys),
         empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
         int(block_q),
