@@ -379,3 +379,68 @@ def test_the_name_check_sees_what_it_must():
         (ENTROPY.name, True),
     ]
     assert statistic_names_written("runs/scan.py", "read('entropy')") == [(ENTROPY.name, 1, False)]
+
+
+def test_a_maximum_is_kept_as_the_largest_row_not_summed():
+    """max_logit's summary is a maximum (statistics.MAXIMA): the host keeps, per position, the largest
+    value of any row (padded rows left out, each row at its true position) across batches and forwards,
+    drains it into a caller's maxima, and a scan's result stores it undivided by the row count, its head
+    reduction the largest head; the sums beside it (entropy) stay sums and means."""
+    from entropy_lens.capture.accumulate import HostSums
+    from entropy_lens.runs.sums import ScanSums
+    from entropy_lens.statistics import MAXIMA
+
+    assert MAXIMA == {MAX_LOGIT.name}
+    host = HostSums(1, 2)
+    host.begin_forward(torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]).bool())  # row 0 of batch 0 is padding
+    v = torch.tensor([[[50.0, 1, 2, 3], [1, 1, 1, 1]], [[0.5, 7, -1, 2], [2, 2, 2, 2]]])  # (B, H, T)
+    host.add(0, {ENTROPY.name: v, MAX_LOGIT.name: v}, 0)
+    host.begin_forward(None)
+    host.add(0, {ENTROPY.name: v[:1] - 10, MAX_LOGIT.name: v[:1] - 10}, 0)  # lower: changes no maximum
+    got = host.read()
+    assert np.array_equal(got[MAX_LOGIT.name][0], [[40.0, 7, 3, 2], [2, 2, 2, 2]])  # 50 − 10 at position 0
+    assert np.array_equal(got["count"], [3, 3, 3, 2]) and got[ENTROPY.name][0, 0, 0] == 1 + 0.5 + 40
+    sums = ScanSums(1, 2, 4, stats=(MAX_LOGIT.name,))
+    assert (sums.arrays[MAX_LOGIT.name] == float("-inf")).all() and MAX_LOGIT.name + "_sq" not in sums.arrays
+    sums.arrays |= {k: v.copy() for k, v in got.items() if k in sums.arrays}
+    sums.arrays["loss"] = np.ones(4)
+    heads, mean = sums.result({}, "heads"), sums.result({}, "mean")
+    assert np.array_equal(heads.stats[MAX_LOGIT.name], got[MAX_LOGIT.name])  # not divided by the count
+    assert np.array_equal(mean.stats[MAX_LOGIT.name], got[MAX_LOGIT.name].max(axis=1, keepdims=True))
+    assert np.allclose(heads.entropy, got[ENTROPY.name] / got["count"])
+    into = {k: torch.full((1, 2, 4), float("-inf") if k in MAXIMA else 0.0, dtype=torch.float64) for k in got}
+    into["count"] = torch.zeros(4, dtype=torch.int64)
+    host.begin_forward(None)
+    host.add(0, {ENTROPY.name: v[1:], MAX_LOGIT.name: v[1:] + 100}, 0)
+    host.drain_into(into)
+    assert np.array_equal(into[MAX_LOGIT.name][0].numpy(), [[100.5, 107, 99, 102], [102, 102, 102, 102]])
+
+
+def test_a_padded_batch_records_the_largest_max_logit_of_its_rows():
+    """Through the capture: the max logit a left-padded batch records at each position is the larger of
+    the two sequences' own, each recorded alone (padded rows left out, rows at their true positions),
+    and a statistic of means beside it is their mean."""
+    from tiny import make_tiny_model
+
+    from entropy_lens.capture import EntropyRecorder
+
+    model = make_tiny_model().eval()
+    long = torch.randint(3, 300, (1, 10), generator=torch.Generator().manual_seed(1))
+    short = torch.randint(3, 300, (1, 7), generator=torch.Generator().manual_seed(2))
+    stats = (ENTROPY.name, MAX_LOGIT.name)
+    alone = []
+    for ids in (long, short):
+        with EntropyRecorder(model, stats=stats) as rec, torch.no_grad():
+            model(ids)
+        alone.append({name: rec.mean(name) for name in stats})
+    ids = torch.cat([long, torch.cat([torch.ones(1, 3, dtype=torch.long), short], 1)])
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, :3] = 0
+    with EntropyRecorder(model, stats=stats) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    top = alone[0][MAX_LOGIT.name].copy()
+    top[..., :7] = np.maximum(top[..., :7], alone[1][MAX_LOGIT.name])
+    np.testing.assert_allclose(rec.mean(MAX_LOGIT.name), top, rtol=1e-5, atol=1e-5)
+    mean = alone[0][ENTROPY.name].copy()
+    mean[..., :7] = (mean[..., :7] + alone[1][ENTROPY.name]) / 2
+    np.testing.assert_allclose(rec.mean(ENTROPY.name), mean, rtol=1e-5, atol=1e-5)

@@ -40,7 +40,7 @@ from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.kernels import FUSED_MODES, resolve_backend
 from entropy_lens.kernels.stats import check_first_keys, check_stats
 from entropy_lens.settings import SCALE, check_argument
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, MAXIMA, SINK_MASS
 
 
 class ScaleSession:
@@ -227,10 +227,13 @@ class EntropyRecorder(ScaleSession):
 
     def mean(self, name: str) -> np.ndarray | None:
         """(layers, heads, positions) mean of a sum of `sums` (a statistic or its square) over the rows
-        seen; NaN where nothing was seen; None for a statistic this model does not report."""
+        seen, or for a maximum (max_logit) the largest value of any row; NaN where nothing was seen;
+        None for a statistic this model does not report."""
         sums = self._sums.read()
         if name not in sums:
             return None
+        if name in MAXIMA:  # a maximum over the rows, not a sum: NaN where nothing was seen
+            return np.where(sums["count"] > 0, sums[name], np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             return sums[name] / sums["count"]
 
