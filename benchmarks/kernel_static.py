@@ -30,7 +30,7 @@ LIMITS = {
     90: {"regs": 65536, "smem_block": 227 * 1024, "smem_sm": 228 * 1024},
 }
 DTYPES = ("bf16", "fp16", "fp32")  # fp16 compiles like bf16; fp32 uses IEEE FMA products (no tensor cores)
-ALL_EXTRAS = ("w", "c", "lk", "d", "f")  # stats.EXTRA_STATE: the accumulators of every row statistic
+ALL_EXTRAS = ("w", "c", "lk", "d", "f", "mk")  # stats.EXTRA_STATE: the accumulators of every row statistic
 
 
 def compile_kernel(
@@ -54,8 +54,8 @@ def compile_kernel(
 ):
     """The kernel compiled for `arch` (80, 90, ...) without a GPU: a triton CompiledKernel with .asm;
     `extras` None: entropy and sink mass read in the kernel (the default statistics), else the final state
-    stored with these accumulators of stats.EXTRA_STATE (ALL_EXTRAS: every statistic; "lk" is kept only
-    with sinks, as the launcher keeps it)."""
+    stored with these accumulators of stats.EXTRA_STATE (ALL_EXTRAS: every statistic; "lk" and "mk" are
+    kept only with sinks, as the launcher keeps them)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -90,7 +90,10 @@ def compile_kernel(
         "HAS_SINKS": sinks,
         "HAS_ALIBI": alibi,
         "STORE_STATE": extras is not None,
-        **{flag: name in (extras or ()) and (name != "lk" or sinks) for name, flag in EXTRA_FLAGS.items()},
+        **{
+            flag: name in (extras or ()) and (name not in ("lk", "mk") or sinks)
+            for name, flag in EXTRA_FLAGS.items()
+        },
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }

@@ -755,7 +755,7 @@ def test_summary_shows_every_statistic_the_result_holds():
     text = summary(result)
     assert text.startswith(plain + "\n\n")  # the entropy table unchanged
     block = text[len(plain) + 2 :].splitlines()
-    assert block[0].split() == ["L", "=", "10", "sink_mass", "max_prob", "distance"]  # ROW_STAT_INFO's order
+    assert block[0].split() == ["L", "=", "10", "sink_mass", "max_prob", "distance"]  # STATISTICS's order
     assert block[1].split() == ["probability", "probability", "tokens"]
     spans = spans_by_l(T, L)
     assert [row.split()[0] for row in block[2:]] == [label.split()[0] for label in spans]

@@ -27,8 +27,8 @@ ARGS = [
     "austen:persuasion",
     "--fused",  # one attention path in every process ("auto" may choose differently per rank)
     "off",
-    "--stats",  # the row statistics beyond entropy are summed across ranks as entropy is
-    "max_prob,distance",
+    "--stats",  # the row statistics beyond entropy are summed across ranks as entropy is (a maximum:
+    "max_prob,distance,max_logit",  # the largest rank's)
     "--quiet",
 ]
 
@@ -69,7 +69,8 @@ def test_two_processes_equal_one(tmp_path):
     np.testing.assert_array_equal(one.count, two.count)
     for key in ("entropy", "entropy_sq", "loss", "loss_sq"):
         np.testing.assert_allclose(getattr(two, key), getattr(one, key), rtol=1e-6, atol=1e-6)
-    assert set(one.stats) == set(two.stats) == {"max_prob", "max_prob_sq", "distance", "distance_sq"}
+    want = {"max_prob", "max_prob_sq", "distance", "distance_sq", "max_logit"}
+    assert set(one.stats) == set(two.stats) == want
     for key, values in one.stats.items():
         np.testing.assert_allclose(two.stats[key], values, rtol=1e-6, atol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.npz", "two.npz"]  # no partial files

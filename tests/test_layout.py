@@ -8,11 +8,11 @@ import pytest
 
 PACKAGE = Path(__file__).parent.parent / "entropy_lens"
 BASE = {
-    "choices",
     "errors",
     "settings",
+    "statistics",
     "version",
-}  # entropy_lens.choices, .errors, .settings, `from entropy_lens import __version__`
+}  # entropy_lens.errors, .settings, .statistics, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (plotting -> analysis -> results; view ->
 # analysis -> results, the interactive pages). `figures` (the paper's pipeline: its runs, their cache and
@@ -37,9 +37,9 @@ ALLOWED = {
     "figures": {"runs", "models", "plotting", "analysis", "results"},
     "view": {"analysis", "results"},
     "progress": set(),
-    "choices": set(),
     "errors": set(),
     "settings": set(),
+    "statistics": set(),
     "__main__": {"cli"},
 }
 

@@ -306,7 +306,7 @@ def test_thresholds_warn_once_per_head():
 def test_public_names():
     assert entropy_lens.AttentionMonitor is AttentionMonitor
     assert {"AttentionMonitor", "EntropyLensCallback"} <= set(entropy_lens.__all__)
-    assert MONITOR_STATS[0] == "entropy"  # and max_logit, once the kernels compute it
+    assert MONITOR_STATS == ("entropy", "max_logit")
 
 
 def token_dataset(n=8, T=16):
@@ -443,14 +443,17 @@ def test_qk_clip_in_ten_lines_keeps_growing_logits_bounded():
         model = make_tiny_model(n_layers=1, n_heads=4, n_kv_heads=2).train()
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         peaks = []
-        for _ in range(steps):  # the user's loop; max_logit is the monitor's mon.latest()["max_logit"]
-            max_logit = float64_max_logits(model, ids, mask)  # of the weights this step's forward uses
-            model(ids, attention_mask=mask, labels=ids).loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if clip:
-                qk_clip(model, max_logit, tau=tau)
-            peaks.append(float(max_logit.max()))
+        with AttentionMonitor(model, stats=("max_logit",)) as mon:
+            for _ in range(steps):  # the user's loop
+                expected = float64_max_logits(model, ids, mask)  # of the weights this step's forward uses
+                model(ids, attention_mask=mask, labels=ids).loss.backward()
+                opt.step()
+                opt.zero_grad()
+                max_logit = mon.latest()["max_logit"]  # (layers, heads): the largest score of each head
+                np.testing.assert_allclose(max_logit, expected, rtol=1e-5, atol=1e-5)
+                if clip:
+                    qk_clip(model, max_logit, tau=tau)
+                peaks.append(float(max_logit.max()))
         return peaks
 
     free = train(clip=False)

@@ -2,27 +2,30 @@
 --fused; the records it passes (ScoreMods) and returns (RowStats); the statistics' registry."""
 
 import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+from every_statistic import every_statistic
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import (
     BACKENDS,
-    ROW_STATS,
-    RowStats,
     ScoreMods,
     attention_entropy,
+    attention_stats,
     attention_with_entropy,
     native_available,
     plan,
     resolve_backend,
-    run,
 )
-from entropy_lens.kernels.contract import validate_scale
-from entropy_lens.kernels.plan import KERNEL_STATS
-from entropy_lens.kernels.reference import DEFINITIONS
+from entropy_lens.statistics import MAX_PROB, SINK_MASS, STATISTICS
 
+ALL = tuple(STATISTICS)
 NATIVE_ONE_PASS = "native" if native_available() else "torch-streamed"
 NATIVE_KERNEL = "native" if native_available() else "torch_chunked"
 
@@ -113,29 +116,34 @@ def test_score_mods_are_validated_once_and_frozen():
         ScoreMods.build(q, k, alibi_slopes=torch.ones(3))
 
 
-def test_every_statistic_has_a_float64_definition_and_every_kernel_returns_it():
-    """The registry and the kernels agree: each declared statistic is written from its definition in
-    the reference, and every kernel that runs here returns those it computes (all of them, unless
-    KERNEL_STATS lists a kernel), equal to the reference's."""
-    assert set(DEFINITIONS) == set(ROW_STATS)
+def test_every_kernel_computes_every_declared_statistic_as_the_reference_does():
+    """Each statistic entropy_lens.statistics declares comes out of every kernel (torch_chunked, native
+    where it builds, and Triton under the interpreter in its own process), separate and with the
+    output, equal to the reference's float64 definition: no kernel computes only some (a new statistic
+    lands in every kernel at once)."""
+    every_statistic(["torch_chunked"] + (["native"] if native_available() else []))
+    if importlib.util.find_spec("triton") is None:
+        return
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    script = Path(__file__).parent / "every_statistic.py"
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore::RuntimeWarning", str(script), "triton"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0 and "['triton']" in done.stdout, done.stderr[-3000:]
+
+
+def test_the_entry_points_return_what_is_asked_for():
     q, k, v = _inputs()
     sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
-    mods = ScoreMods.build(q, k, sinks=sinks)
-    scale = validate_scale(q, k, 0.4)
-    want = run("reference", q, k, None, scale, mods, stats=tuple(ROW_STATS))
-    kernels = ["torch_chunked"] + (["native"] if native_available() else [])
-    for kernel in kernels:
-        stats = tuple(KERNEL_STATS.get(kernel, ROW_STATS))
-        for values in (None, v):
-            got = run(kernel, q, k, values, scale, mods, stats=stats)
-            assert isinstance(got, RowStats) and list(got) == list(stats)
-            assert (got.out is None) == (values is None)
-            for name in stats:
-                assert (got[name] - want[name]).abs().max().item() <= 1e-5, (kernel, name)
-    rows = attention_with_entropy(q, k, v, softmax_scale=0.4, sinks=sinks, stats=("sink_mass",))
-    assert list(rows) == ["sink_mass"] and rows.out.shape == (1, 6, 4, 8)
+    want = attention_stats(q, k, softmax_scale=0.4, sinks=sinks, stats=ALL, backend="reference")
+    rows = attention_with_entropy(q, k, v, softmax_scale=0.4, sinks=sinks, stats=(SINK_MASS.name,))
+    assert list(rows) == [SINK_MASS.name] and rows.out.shape == (1, 6, 4, 8)
     with pytest.raises(ValueError, match="unknown row statistic"):
         attention_with_entropy(q, k, v, softmax_scale=0.4, stats=("fading",))
-    # "auto" picks a kernel that computes what is asked for
-    rows = attention_with_entropy(q, k, v, softmax_scale=0.4, sinks=sinks, stats=("max_prob",))
-    assert (rows["max_prob"] - want["max_prob"]).abs().max().item() <= 1e-5
+    rows = attention_with_entropy(q, k, v, softmax_scale=0.4, sinks=sinks, stats=(MAX_PROB.name,))
+    assert (rows[MAX_PROB.name] - want[MAX_PROB.name]).abs().max().item() <= 1e-5

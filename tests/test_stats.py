@@ -1,15 +1,17 @@
 """Every per-row statistic of kernels.stats.ROW_STATS from the streaming pass (`attention_stats`) against
 its float64 definition (kernels/reference.py), within 1e-5 relative to max(1, |value|): the kernel
 grid (MHA/GQA/MQA, T < S and T > S with rows that see no key, masks, windows, softcap, sinks, ALiBi, a
-key bias, odd tiles) on both CPU kernels, separate and with the output, key shards merged, and a kernel
-that does not compute a statistic refused in one line (the Triton kernel's cases run under the
-interpreter: tests/triton_interp_cases.py)."""
+key bias, odd tiles) on both CPU kernels, separate and with the output, key shards merged (the Triton
+kernel's cases run under the interpreter: tests/triton_interp_cases.py); and each statistic declared
+once (entropy_lens.statistics), its name written nowhere but in its declaration, read, definition and
+the figures that draw it."""
 
+import ast
 import functools
-import importlib
 import itertools
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +24,11 @@ from entropy_lens.kernels import (
     attention_stats,
     attention_with_entropy,
     merge_states,
-    native_available,
     shard_state,
     sink_state,
 )
-from entropy_lens.kernels.stats import read_stats
+from entropy_lens.kernels.stats import read, read_stats
+from entropy_lens.statistics import ENTROPY, FIRST_MASS, MAX_LOGIT, STATISTICS, SUMMARIES, check_registered
 
 ALL = tuple(ROW_STATS)
 CPU_KERNELS = [param for param in RUNNABLE if param.values[0] != "triton"]
@@ -105,7 +107,8 @@ def test_rows_without_keys_are_zero_and_a_sink_decides_them():
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_peaked_far_rows_keep_their_distance_and_first_mass(kernel):
     """A head that looks only at the first key from far away: distance = the row's position, first_mass
-    = 1, max_prob = 1, both entropies 0 (the distance is summed from the row, not key positions)."""
+    = 1, max_prob = 1, both entropies 0 (the distance is summed from the row, not key positions), the
+    max logit key 0's score."""
     T = 3000
     q = torch.ones(1, 1, T, 4)
     k = torch.zeros(1, 1, T, 4)
@@ -117,6 +120,7 @@ def test_peaked_far_rows_keep_their_distance_and_first_mass(kernel):
         got["max_prob"], torch.ones(1, 1, T)
     )
     assert got["entropy"].abs().max() < 1e-5 and got["collision_entropy"].abs().max() < 1e-5
+    assert torch.equal(got[MAX_LOGIT.name], torch.full((1, 1, T), 120.0))  # q·k_0, the sink excluded
 
 
 @pytest.mark.parametrize("cuts", [[7], [3, 11, 19], [0, 5, 5, 30]], ids=["two", "four", "empty"])
@@ -162,30 +166,12 @@ def _mods(q, k, sinks):
     return ScoreMods.build(q, k, sinks=sinks)
 
 
-def test_a_kernel_that_does_not_compute_a_statistic_says_so_and_auto_picks_one_that_does(monkeypatch):
-    """plan.KERNEL_STATS holds a kernel that computes only some statistics (a new one lands kernel by
-    kernel): naming it is refused in one line, "auto" routes around it."""
-    plan = importlib.import_module(
-        "entropy_lens.kernels.plan"
-    )  # the module (the package exports the function)
-    monkeypatch.setitem(plan.KERNEL_STATS, "native", ("entropy", "sink_mass"))
+def test_an_unknown_statistic_or_k_is_refused_in_one_line():
     q, k = make_inputs(1, 4, 2, 8, 8)
-    if native_available():
-        with pytest.raises(EntropyLensError, match="native kernel does not compute max_prob yet"):
-            attention_stats(q, k, softmax_scale=0.3, stats=("entropy", "max_prob"), backend="native")
-        mods = _mods(q, k, None)
-        assert plan.statistics_kernel("auto", q, k, mods, one_pass=True, stats=("entropy",))[0] == "native"
-        assert (
-            plan.statistics_kernel("auto", q, k, mods, one_pass=True, stats=("max_prob",))[0]
-            == "torch_chunked"
-        )
-    got = attention_stats(q, k, softmax_scale=0.3, stats=("max_prob",), backend="auto")
-    want = attention_stats(q, k, softmax_scale=0.3, stats=("max_prob",), backend="reference")
-    assert_close_relative(got, want)
     with pytest.raises(ValueError, match="unknown row statistic"):
         attention_stats(q, k, softmax_scale=0.3, stats=("fading",))
     with pytest.raises(ValueError, match=r"first_keys must be at least 1 and at most 4194304 \(got 0\)"):
-        attention_stats(q, k, softmax_scale=0.3, stats=("first_mass",), first_keys=0)
+        attention_stats(q, k, softmax_scale=0.3, stats=(FIRST_MASS.name,), first_keys=0)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "bloom", "gemma2"])
@@ -211,6 +197,10 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
         if name == "sink_mass" and not rec.has_sinks:
             assert rec.mean(name) is None
             continue
+        if name == MAX_LOGIT.name:  # of the scores, which eager's probabilities do not give back (its
+            # definition is held to every kernel at every shape above): recorded, finite
+            assert np.isfinite(rec.mean(name)).all()
+            continue
         want = []
         for (
             p
@@ -218,22 +208,57 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
             sink = (
                 (1.0 - p.sum(-1)).clamp_min(0.0) if rec.has_sinks else torch.zeros(p.shape[:3], dtype=p.dtype)
             )
-            want.append(DEFINITIONS[name](p, sink, torch.ones(p.shape[:3], dtype=torch.bool), behind, first))
+            visible = torch.ones(p.shape[:3], dtype=torch.bool)
+            want.append(DEFINITIONS[name](p, sink, visible, behind, first, None))
         np.testing.assert_allclose(
             rec.mean(name), mean_by_position(want, None), atol=tol, rtol=1e-5, err_msg=name
         )
 
 
-def test_units_and_descriptions_are_declared_once_and_read_without_torch():
-    """The kernels compute exactly the statistics of the torch-free table (choices.ROW_STAT_INFO), in its
-    order, and take their units and descriptions from it; entropy_lens.results reads it without importing torch."""
-    from entropy_lens.choices import ROW_STAT_INFO
+def test_each_statistic_is_declared_once_and_every_table_derives_from_it():
+    """The kernels' reads and the float64 definitions are registered under the declared names, in the
+    declaration's order, and take unit, description and `squared` from it; the plot labels and the results'
+    arrays derive from it; entropy_lens.results and the declarations read without importing torch."""
+    from entropy_lens.kernels.reference import DEFINITIONS
+    from entropy_lens.plotting import STAT_NAMES
+    from entropy_lens.results import ARRAYS
 
-    assert tuple(ROW_STATS) == tuple(ROW_STAT_INFO)
+    assert tuple(ROW_STATS) == tuple(DEFINITIONS) == tuple(STATISTICS)
     for name, stat in ROW_STATS.items():
-        assert (stat.unit, stat.description) == (ROW_STAT_INFO[name].unit, ROW_STAT_INFO[name].description)
-    code = "import sys, entropy_lens.results, entropy_lens.choices; assert 'torch' not in sys.modules"
+        assert stat.spec is STATISTICS[name]
+        assert (stat.unit, stat.description, stat.squared) == (
+            STATISTICS[name].unit,
+            STATISTICS[name].description,
+            STATISTICS[name].squared,
+        )
+        assert STAT_NAMES[name] == STATISTICS[name].label and STATISTICS[name].summary in SUMMARIES
+    assert ARRAYS[:2] == ENTROPY.sums == (ENTROPY.name, ENTROPY.name + "_sq")
+    code = "import sys, entropy_lens.results, entropy_lens.statistics; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("lacks", ["kernels.stats", "kernels.reference"])
+def test_a_declared_statistic_without_its_read_or_definition_fails_the_import(lacks):
+    """A statistic declared in entropy_lens.statistics with no `@read` (kernels/stats.py) or no
+    `@definition` (kernels/reference.py) fails the import of the kernels, naming it; registering a name
+    that is not declared fails too."""
+    which = {
+        "kernels.stats": "kernels/stats.py reads",
+        "kernels.reference": "kernels/reference.py definitions",
+    }
+    code = (
+        "import importlib, entropy_lens.kernels, entropy_lens.statistics as s; "
+        "s.STATISTICS['fading'] = s.Statistic('fading', 'nats', 'a test statistic', 'fading'); "
+        f"importlib.reload(importlib.import_module('entropy_lens.{lacks}'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and f"{which[lacks]}: no entry for fading" in done.stderr, done.stderr[-2000:]
+    with pytest.raises(ValueError, match="undeclared fading"):
+        check_registered({**dict.fromkeys(STATISTICS), "fading": None}, "reads")
+    with pytest.raises(ValueError, match="not declared"):
+        read("fading")(lambda state, mods: state["l"])
 
 
 def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
@@ -266,7 +291,8 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     assert "\n\n" not in summary(plain)  # entropy alone: the table as before --stats
     extra = set(ALL) - {"entropy", "sink_mass"}
     assert (
-        set(mean.stats) == extra | {f"{name}_sq" for name in extra} and mean.stats["distance"].shape[1] == 1
+        set(mean.stats) == {key for name in extra for key in STATISTICS[name].sums}
+        and mean.stats["distance"].shape[1] == 1
     )
     assert plain.stats == {} and "stats" not in plain.meta and plain.meta["scan_config"]["stats"] == "entropy"
     assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()
@@ -285,3 +311,136 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
         ScanConfig(**base, stats="max_prob,fading").check()
     with pytest.raises(EntropyLensError, match="needs --record heads or mean, not none"):
         ScanConfig(**base, stats="all", entropy="none").check()
+
+
+PACKAGE = Path(__file__).parent.parent / "entropy_lens"
+# Where a statistic's name may be written as a string: its declaration (the first argument of
+# `Statistic(...)`), its read (`@read(...)`) and its float64 definition (`@definition(...)`), each the
+# call's first argument in that one module, and the figures that draw it (anywhere under figures/ and
+# plotting/). Everything else takes the name from the declaration (`ENTROPY.name`).
+REGISTERED = {"statistics.py": "Statistic", "kernels/stats.py": "read", "kernels/reference.py": "definition"}
+FIGURES = ("figures/", "plotting/")
+# The same word with another meaning: ScanConfig's field `entropy` (--entropy heads|mean|none, how the
+# statistics are reduced over heads), named as a field, not as the statistic; (module, word): how often
+OTHER_MEANING = {
+    ("cli/scan.py", "entropy"): 4,
+    ("runs/configs.py", "entropy"): 1,
+    ("runs/sweep.py", "entropy"): 2,
+    ("analysis/sweep.py", "entropy"): 1,
+}
+
+
+def statistic_names_written(rel: str, source: str) -> list[tuple[str, int, bool]]:
+    """(name, line, registered) for each string constant in the module `rel` (its `source`) equal to a
+    declared statistic's name; registered: the first argument of a call to the function REGISTERED names
+    for the module."""
+    tree = ast.parse(source)
+    allowed, inside = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if func is not None and func == REGISTERED.get(rel):
+                allowed.add(id(node.args[0]))
+                if func == "Statistic":  # the declaration's other words (varentropy's label is its name)
+                    inside |= {id(a) for a in node.args[1:]}
+    return [
+        (node.value, node.lineno, id(node) in allowed)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in STATISTICS
+        if id(node) not in inside
+    ]
+
+
+def test_a_statistic_is_named_only_where_it_is_declared_read_defined_or_drawn():
+    """The name of each statistic, as a string in the package's code, appears only in its declaration,
+    its read, its definition and a figure that draws it; and each is written in all of the first three,
+    once each."""
+    strays, other, registered = [], {}, {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for name, line, ok in statistic_names_written(rel, path.read_text(encoding="utf-8")):
+            if ok:
+                registered[rel, name] = registered.get((rel, name), 0) + 1
+            elif (rel, name) in OTHER_MEANING:
+                other[rel, name] = other.get((rel, name), 0) + 1
+            elif not rel.startswith(FIGURES):
+                strays.append(f"{rel}:{line} {name!r}")
+    assert not strays, "take these from entropy_lens.statistics (e.g. ENTROPY.name): " + ", ".join(strays)
+    assert other == OTHER_MEANING
+    assert registered == {(rel, name): 1 for rel in REGISTERED for name in STATISTICS}
+
+
+def test_the_name_check_sees_what_it_must():
+    """The parser tells a registration from any other use (else the test above would pass on anything)."""
+    code = (PACKAGE / "kernels" / "stats.py").read_text(encoding="utf-8") + "\nstray = {'entropy': 1}\n"
+    found = [(n, ok) for n, _, ok in statistic_names_written("kernels/stats.py", code) if n == ENTROPY.name]
+    assert found == [(ENTROPY.name, True), (ENTROPY.name, False)] or sorted(found) == [
+        (ENTROPY.name, False),
+        (ENTROPY.name, True),
+    ]
+    assert statistic_names_written("runs/scan.py", "read('entropy')") == [(ENTROPY.name, 1, False)]
+
+
+def test_a_maximum_is_kept_as_the_largest_row_not_summed():
+    """max_logit's summary is a maximum (statistics.MAXIMA): the host keeps, per position, the largest
+    value of any row (padded rows left out, each row at its true position) across batches and forwards,
+    drains it into a caller's maxima, and a scan's result stores it undivided by the row count, its head
+    reduction the largest head; the sums beside it (entropy) stay sums and means."""
+    from entropy_lens.capture.accumulate import HostSums
+    from entropy_lens.runs.sums import ScanSums
+    from entropy_lens.statistics import MAXIMA
+
+    assert MAXIMA == {MAX_LOGIT.name}
+    host = HostSums(1, 2)
+    host.begin_forward(torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]).bool())  # row 0 of batch 0 is padding
+    v = torch.tensor([[[50.0, 1, 2, 3], [1, 1, 1, 1]], [[0.5, 7, -1, 2], [2, 2, 2, 2]]])  # (B, H, T)
+    host.add(0, {ENTROPY.name: v, MAX_LOGIT.name: v}, 0)
+    host.begin_forward(None)
+    host.add(0, {ENTROPY.name: v[:1] - 10, MAX_LOGIT.name: v[:1] - 10}, 0)  # lower: changes no maximum
+    got = host.read()
+    assert np.array_equal(got[MAX_LOGIT.name][0], [[40.0, 7, 3, 2], [2, 2, 2, 2]])  # 50 − 10 at position 0
+    assert np.array_equal(got["count"], [3, 3, 3, 2]) and got[ENTROPY.name][0, 0, 0] == 1 + 0.5 + 40
+    sums = ScanSums(1, 2, 4, stats=(MAX_LOGIT.name,))
+    assert (sums.arrays[MAX_LOGIT.name] == float("-inf")).all() and MAX_LOGIT.name + "_sq" not in sums.arrays
+    sums.arrays |= {k: v.copy() for k, v in got.items() if k in sums.arrays}
+    sums.arrays["loss"] = np.ones(4)
+    heads, mean = sums.result({}, "heads"), sums.result({}, "mean")
+    assert np.array_equal(heads.stats[MAX_LOGIT.name], got[MAX_LOGIT.name])  # not divided by the count
+    assert np.array_equal(mean.stats[MAX_LOGIT.name], got[MAX_LOGIT.name].max(axis=1, keepdims=True))
+    assert np.allclose(heads.entropy, got[ENTROPY.name] / got["count"])
+    into = {k: torch.full((1, 2, 4), float("-inf") if k in MAXIMA else 0.0, dtype=torch.float64) for k in got}
+    into["count"] = torch.zeros(4, dtype=torch.int64)
+    host.begin_forward(None)
+    host.add(0, {ENTROPY.name: v[1:], MAX_LOGIT.name: v[1:] + 100}, 0)
+    host.drain_into(into)
+    assert np.array_equal(into[MAX_LOGIT.name][0].numpy(), [[100.5, 107, 99, 102], [102, 102, 102, 102]])
+
+
+def test_a_padded_batch_records_the_largest_max_logit_of_its_rows():
+    """Through the capture: the max logit a left-padded batch records at each position is the larger of
+    the two sequences' own, each recorded alone (padded rows left out, rows at their true positions),
+    and a statistic of means beside it is their mean."""
+    from tiny import make_tiny_model
+
+    from entropy_lens.capture import EntropyRecorder
+
+    model = make_tiny_model().eval()
+    long = torch.randint(3, 300, (1, 10), generator=torch.Generator().manual_seed(1))
+    short = torch.randint(3, 300, (1, 7), generator=torch.Generator().manual_seed(2))
+    stats = (ENTROPY.name, MAX_LOGIT.name)
+    alone = []
+    for ids in (long, short):
+        with EntropyRecorder(model, stats=stats) as rec, torch.no_grad():
+            model(ids)
+        alone.append({name: rec.mean(name) for name in stats})
+    ids = torch.cat([long, torch.cat([torch.ones(1, 3, dtype=torch.long), short], 1)])
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, :3] = 0
+    with EntropyRecorder(model, stats=stats) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    top = alone[0][MAX_LOGIT.name].copy()
+    top[..., :7] = np.maximum(top[..., :7], alone[1][MAX_LOGIT.name])
+    np.testing.assert_allclose(rec.mean(MAX_LOGIT.name), top, rtol=1e-5, atol=1e-5)
+    mean = alone[0][ENTROPY.name].copy()
+    mean[..., :7] = (mean[..., :7] + alone[1][ENTROPY.name]) / 2
+    np.testing.assert_allclose(rec.mean(ENTROPY.name), mean, rtol=1e-5, atol=1e-5)

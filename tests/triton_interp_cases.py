@@ -371,11 +371,13 @@ def test_every_statistic_separate_and_fused(case):
         ("distance",),
         ("entropy", "first_mass"),
         ("sink_mass", "collision_entropy", "varentropy"),
+        ("max_logit",),
     ],
 )
 def test_a_subset_keeps_only_its_accumulators(stats, sinks):
     """Statistics asked for alone: the state without any extra (max_prob), distance's key sum (l itself
-    without a sink, its own accumulator with one), first_mass beside the entropy, and so on."""
+    without a sink, its own accumulator with one), first_mass beside the entropy, the max logit (m itself
+    without a sink, its own accumulator with one), and so on."""
     q, k = make_inputs(2, 4, 2, 40, 50)
     kw = {"softmax_scale": 0.4, "sinks": make_sinks(4) if sinks else None}
     want = attention_stats(q, k, stats=stats, first_keys=2, backend="reference", **kw)

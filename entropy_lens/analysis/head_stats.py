@@ -13,7 +13,7 @@ position:
    span beyond L (needs 2L ≤ length).
 4. `slope`: the least-squares slope of the statistic against the variable of its bound over [L, length)
    (needs L + 2 ≤ length), for the statistics whose largest value grows with position
-   (choices.ROW_STAT_INFO's `bound`): against ln(i + 1) for entropy (bits per e-fold; a head at the
+   (the `bound` of its entropy_lens.statistics declaration): against ln(i + 1) for entropy (bits per e-fold; a head at the
    bound log₂(i + 1) has slope 1/ln 2 ≈ 1.44) and collision_entropy (nats per e-fold; 1 at its bound
    ln(i + 1)); against i for distance (tokens per position: 1 at the bound i, 1/2 for a head that spreads
    evenly over its keys). A probability (at most 1 everywhere) and varentropy have none.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from entropy_lens.analysis.inflection import find_inflection
-from entropy_lens.choices import LOG_BOUND, POSITION_BOUND, PROBABILITY, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, spans_by_l
+from entropy_lens.statistics import ENTROPY, LOG_BOUND, POSITION_BOUND, PROBABILITY, STATISTICS
 
 __all__ = ["HeadStatistics", "head_statistics", "position_spans", "stat_display"]
 
@@ -50,7 +50,7 @@ class HeadStatistics:
     spans: dict[str, tuple[int, int]]  # span label -> [a, b) positions, as `position_spans`
     train_len: int | None
     undefined: dict[str, str] = field(default_factory=dict)  # statistic -> why it is left out
-    stat: str = "entropy"  # the row statistic they are of
+    stat: str = ENTROPY.name  # the row statistic they are of
     unit: str = "bits"  # the unit of its values: bits for entropy, else the statistic's own
     units: dict[str, str] = field(default_factory=dict)  # name -> the unit of its values (a slope's
     # unit per e-fold or per position, departure's "position"), for axes and colour bars
@@ -71,11 +71,11 @@ def position_spans(length: int, train_len: int | None) -> dict[str, tuple[int, i
 
 def stat_display(result: ScanResult, stat: str) -> tuple[float, str]:
     """(factor, unit): `stat` as stored times factor is in unit: entropy in bits (1/ln 2), others as stored."""
-    return (1 / LN2, "bits") if stat == "entropy" else (1.0, result.stat_unit(stat))
+    return (1 / LN2, "bits") if stat == ENTROPY.name else (1.0, result.stat_unit(stat))
 
 
 def head_statistics(
-    result: ScanResult, *, stat: str = "entropy", train_len: int | None = None, departure: bool = True
+    result: ScanResult, *, stat: str = ENTROPY.name, train_len: int | None = None, departure: bool = True
 ) -> HeadStatistics:
     """Per-head statistics of `result`'s row statistic `stat` (see the module docstring; `stat_names`
     lists those it holds); `train_len` defaults to the meta's.
@@ -99,7 +99,7 @@ def head_statistics(
         values[f"span {label}"] = y[:, :, a:b].mean(axis=2)
         descriptions[f"span {label}"] = f"mean {stat} over {label} (positions [{a}, {b})), {unit}"
     undefined = {}
-    bound = ROW_STAT_INFO[stat].bound if stat in ROW_STAT_INFO else None
+    bound = STATISTICS[stat].bound if stat in STATISTICS else None
     if L is None:
         why = "the result records no training length below its length; pass train_len=L (--train-len)"
         undefined.update(growth=why, slope=why, departure=why)
@@ -149,7 +149,7 @@ def head_statistics(
 
 def _no_slope(stat: str, unit: str) -> str:
     what = "is a probability, at most 1 at every position" if unit == PROBABILITY else "has no bound"
-    return f"{stat} {what}: no bound grows with i to measure a slope against (choices.ROW_STAT_INFO)"
+    return f"{stat} {what}: no bound grows with i to measure a slope against (entropy_lens.statistics)"
 
 
 def _no_departure(stat: str) -> str:

@@ -47,6 +47,7 @@ from scipy import stats
 from entropy_lens.analysis.correlation import undefined_because
 from entropy_lens.analysis.sweep import Sweep, uniform_scale
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.statistics import ENTROPY
 
 __all__ = [
     "Inflection",
@@ -238,7 +239,7 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
         if L is None:
             raise EntropyLensError(f"scan {i} records no training length; pass --train-len (train_len=L)")
         row = {"scan": i, "scale": float(scale)}
-        for name, given in (("entropy", entropy), ("loss", loss)):
+        for name, given in ((ENTROPY.name, entropy), ("loss", loss)):
             found = None
             if given is not None:  # (curve, sd over samples or None, samples per position or None)
                 curve, sd, count = given
@@ -253,10 +254,10 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
         rows.append(row)
     columns = ["scan", "scale"] + [
         f"{name}_{key}"
-        for name in ("entropy", "loss")
+        for name in (ENTROPY.name, "loss")
         for key in ("inflection", "low", "high", "level", "threshold", "k")
     ]
-    ints = {f"{n}_{k}": "Int64" for n in ("entropy", "loss") for k in ("inflection", "low", "high")}
+    ints = {f"{n}_{k}": "Int64" for n in (ENTROPY.name, "loss") for k in ("inflection", "low", "high")}
     return pd.DataFrame(rows, columns=columns).astype(ints)
 
 

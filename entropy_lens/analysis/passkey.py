@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.statistics import ENTROPY
 
 __all__ = [
     "check_passkey_record",
@@ -27,7 +28,7 @@ _TABLE = {"length": "a whole number", "depth": "a number", "accuracy": "a number
 _TRIALS = {"length": "a whole number", "per_trial": "a list"}
 _TRIAL = {
     "correct": "true or false",
-    "entropy": "a [layers][heads] table",
+    ENTROPY.name: "a [layers][heads] table",
     "needle_mass": "a [layers][heads] table",
 }
 
@@ -88,7 +89,7 @@ def check_passkey_record(
                     raise fault(at, f'has no "{key}"')
                 if not _is(trial[key], kind):
                     raise fault(f'{at}["{key}"]', f"is not {kind}")
-            shapes = {np.shape(trial["entropy"]), np.shape(trial["needle_mass"])}
+            shapes = {np.shape(trial[ENTROPY.name]), np.shape(trial["needle_mass"])}
             if len(shapes | ({shape} if shape else set())) != 1:
                 raise fault(at, "has entropy or needle_mass tables of another [layers][heads] shape")
             shape = shapes.pop()
@@ -177,7 +178,7 @@ def passkey_by_length(record: dict, context_length: int) -> pd.DataFrame:
                 "needle_mass": float(mass.mean()),
                 "needle_mass_low": float(mass.mean() - spread),
                 "needle_mass_high": float(mass.mean() + spread),
-                "entropy": float(np.mean([np.mean(t["entropy"]) for t in at])),
+                ENTROPY.name: float(np.mean([np.mean(t[ENTROPY.name]) for t in at])),
                 "trials": len(at),
             }
         )

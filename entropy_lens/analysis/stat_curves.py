@@ -29,6 +29,7 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, atomic_savez
+from entropy_lens.statistics import ENTROPY
 
 __all__ = ["STAT_CURVES_KIND", "StatCurves"]
 
@@ -56,7 +57,7 @@ class StatCurves:
         starts = np.arange(0, T, width)
         count = result.count.astype(np.float64)
         weight = np.add.reduceat(count, starts)  # (bins,)
-        arrays = {"entropy": result.entropy}
+        arrays = {ENTROPY.name: result.entropy}
         arrays |= {k: v for k, v in result.stats.items() if not k.endswith("_sq")}
         values = {}
         for name, array in arrays.items():
@@ -82,7 +83,7 @@ class StatCurves:
     @property
     def units(self) -> dict[str, str]:
         """statistic -> its unit, as the scan's meta records them (entropy: nats)."""
-        return {"entropy": "nats", **self.meta.get("stats", {})}
+        return {ENTROPY.name: ENTROPY.unit, **self.meta.get("stats", {})}
 
     @property
     def n_layers(self) -> int:

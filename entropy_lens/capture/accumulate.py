@@ -8,7 +8,9 @@
 
 The sums are keyed by statistic (`kernels.stats.sum_names`: each statistic's sum and, for a `squared`
 one, its square's, `<name>_sq`): whatever a layer reports is summed, so a model with attention sinks
-(gpt-oss) adds `sink_mass` and one without has none.
+(gpt-oss) adds `sink_mass` and one without has none. A statistic whose summary is a maximum
+(statistics.Statistic.summary "max": max_logit) keeps, instead of a sum, the largest value of any row
+at each position (−inf where no row reached it; padded rows left out): statistics.MAXIMA names them.
 
 The sums live on the host, so the device holds nothing beyond each layer's own statistics (at 128K
 tokens a TinyLlama's float64 entropy sums would take 1.5 GB of GPU memory). A CUDA tensor (and the
@@ -34,6 +36,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS, sum_names
+from entropy_lens.statistics import MAXIMA
 
 
 def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -135,15 +138,16 @@ class HostSums:
             else:
                 sums = into
                 _check_room(n, sums["count"])
-            parts = []
+            parts, maxima = [], []
             for name, values in stats.items():
                 if name not in sums:
                     raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
                 v = values.to(torch.float64)
-                parts.append((sums[name][layer], v))
+                (maxima if name in MAXIMA else parts).append((sums[name][layer], v))
                 if ROW_STATS[name].squared:
                     parts.append((sums[name + "_sq"][layer], v * v))
             _sum_rows(parts, sums["count"] if counts else None, key_offset, mask)
+            _max_rows(maxima, key_offset, mask)
 
     def read(self) -> dict[str, np.ndarray]:
         """{sum name: (layers, heads, n) float64, "count": (n,) int64} on the host, waiting for copies in
@@ -171,7 +175,10 @@ class HostSums:
             for name, own in self._sums.items():
                 if name not in sums:
                     raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
-                sums[name][..., :n] += own[..., :n]
+                if name in MAXIMA:
+                    sums[name][..., :n] = torch.maximum(sums[name][..., :n], own[..., :n])
+                else:
+                    sums[name][..., :n] += own[..., :n]
         self._fold(wait=True, into=sums)
         self._sums = self._read = None
 
@@ -182,11 +189,38 @@ class HostSums:
         for name in sum_names(self.stats):  # a statistic first reported now starts at zeros
             if name not in self._sums:
                 have = self._sums["count"].shape[-1]
-                self._sums[name] = torch.zeros(shape[:2] + (have,), dtype=torch.float64)
+                self._sums[name] = torch.full(shape[:2] + (have,), _empty(name), dtype=torch.float64)
         have = self._sums["count"].shape[-1]
         if n > have:  # doubling: decoding token by token copies O(n) in all; read-outs cut the unused tail
             pad = max(n, 2 * have) - have
-            self._sums = {k: torch.nn.functional.pad(t, (0, pad)) for k, t in self._sums.items()}
+            self._sums = {
+                k: torch.nn.functional.pad(t, (0, pad), value=_empty(k)) for k, t in self._sums.items()
+            }
+
+
+def _empty(name: str) -> float:
+    """What a sum holds before any row: 0, or −inf for a maximum (MAXIMA)."""
+    return float("-inf") if name in MAXIMA else 0.0
+
+
+def _max_rows(parts, key_offset: int, mask) -> None:
+    """Raise each (maxima (H, n) float64, values (B, H, T) float64) of `parts` to the values at key
+    positions key_offset.. (max over the batch); with the forward's 2-D mask, padded rows are left out
+    and rows land at their true positions (cumsum(mask) − 1), as `_sum_rows` places them."""
+    if not parts:
+        return
+    B, H, T = parts[0][1].shape
+    n = key_offset + T
+    if mask is not None and mask.shape[1] == n:
+        keep = mask[:, -T:]
+        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # padded rows: −inf at position 0
+        for total, values in parts:
+            rows = torch.where(keep.unsqueeze(1), values, float("-inf"))  # (B, H, T)
+            for b in range(B):
+                total.scatter_reduce_(1, pos[b].expand(H, T), rows[b], "amax")
+    else:
+        for total, values in parts:
+            total[:, key_offset:n] = torch.maximum(total[:, key_offset:n], values.amax(0))
 
 
 def _reached(count: torch.Tensor) -> int:

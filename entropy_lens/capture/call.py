@@ -22,7 +22,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.contract import check_finite, first_real_key, validate_mask, validate_window
 from entropy_lens.kernels.masks import as_key_padding
-from entropy_lens.kernels.stats import DEFAULT_STATS
+from entropy_lens.statistics import DEFAULT_STATS
 
 # Keyword arguments models pass to their attention function that change nothing here: positions and
 # cache flags (RoPE is applied before the call, the mask carries causality, padding and a sliding

@@ -35,7 +35,6 @@ from entropy_lens.kernels.plan import (
     SDPA_THEN_ENTROPY,
     TORCH_STREAMED,
     TRITON_FUSED,
-    computes,
     statistics_kernel,
 )
 from entropy_lens.kernels.stats import ROW_STATS
@@ -74,9 +73,8 @@ def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
     session = call.session
     fusable = call.capturing and not call.dropout and not call.wants_grad
     backend, fused = ("auto", "off") if session is None else (session.backend, session.fused)
-    stats = () if not call.capturing else session.stats
     mode = fused if fusable else "off"
-    return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods, stats=stats)
+    return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods)
 
 
 def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:
@@ -118,15 +116,14 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     if not (call.capturing and call.wants_grad):
         return None
     session, mods = call.session, inputs.mods
-    stats = session.stats
     backend = session.backend
     fusable = not call.dropout and session.fused != "off" and backend in ("auto", "native", "torch_chunked")
     if fusable and train_refusal(call.output_query, inputs.key, inputs.value, mods) is None:
-        native = backend != "torch_chunked" and native_available() and computes("native", stats)
+        native = backend != "torch_chunked" and native_available()
         return Route(FUSED_TRAIN, "native" if backend == "native" or native else "torch_chunked", mods)
     if mods.sdpa_computes:
         return None  # layer_plan's separate route: sdpa's output with autograd, then the statistics
-    kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods, stats=stats)
+    kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods)
     return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
 
 

@@ -38,8 +38,9 @@ from entropy_lens.capture.context import refusal
 from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.kernels import FUSED_MODES, resolve_backend
-from entropy_lens.kernels.stats import DEFAULT_STATS, check_first_keys, check_stats
+from entropy_lens.kernels.stats import check_first_keys, check_stats
 from entropy_lens.settings import SCALE, check_argument
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, MAXIMA, SINK_MASS
 
 
 class ScaleSession:
@@ -210,7 +211,7 @@ class EntropyRecorder(ScaleSession):
     @property
     def has_sinks(self) -> bool:
         """Whether the model's attention has sinks (gpt-oss): then `sink_mass` is recorded too."""
-        return "sink_mass" in self._sums.stats
+        return SINK_MASS.name in self._sums.stats
 
     # -- results --------------------------------------------------------------------------------
     @property
@@ -226,27 +227,30 @@ class EntropyRecorder(ScaleSession):
 
     def mean(self, name: str) -> np.ndarray | None:
         """(layers, heads, positions) mean of a sum of `sums` (a statistic or its square) over the rows
-        seen; NaN where nothing was seen; None for a statistic this model does not report."""
+        seen, or for a maximum (max_logit) the largest value of any row; NaN where nothing was seen;
+        None for a statistic this model does not report."""
         sums = self._sums.read()
         if name not in sums:
             return None
+        if name in MAXIMA:  # a maximum over the rows, not a sum: NaN where nothing was seen
+            return np.where(sums["count"] > 0, sums[name], np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             return sums[name] / sums["count"]
 
     @property
     def entropy(self) -> np.ndarray:
         """(layers, heads, positions) mean entropy in nats; NaN where nothing was seen."""
-        return self.mean("entropy")
+        return self.mean(ENTROPY.name)
 
     @property
     def entropy_sq(self) -> np.ndarray:
         """(layers, heads, positions) mean squared entropy in nats²; NaN where nothing was seen."""
-        return self.mean("entropy_sq")
+        return self.mean(ENTROPY.name + "_sq")
 
     @property
     def sink_mass(self) -> np.ndarray | None:
         """(layers, heads, positions) mean probability of the attention sink; None without sinks."""
-        return self.mean("sink_mass")
+        return self.mean(SINK_MASS.name)
 
 
 def _padding_start(mask, *, unpadded: bool):

@@ -80,7 +80,6 @@ from entropy_lens.kernels.plan import (
 )
 from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.stats import (
-    DEFAULT_STATS,
     ROW_STATS,
     RowStats,
     check_first_keys,
@@ -89,6 +88,7 @@ from entropy_lens.kernels.stats import (
     sink_mass_from_state,
 )
 from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
 __all__ = [
     "BACKENDS",
@@ -141,7 +141,7 @@ def attention_entropy(
         q,
         k,
         softmax_scale=softmax_scale,
-        stats=DEFAULT_STATS if return_sink_mass else ("entropy",),
+        stats=DEFAULT_STATS if return_sink_mass else (ENTROPY.name,),
         causal=causal,
         mask=mask,
         window=window,
@@ -153,7 +153,7 @@ def attention_entropy(
         block_q=block_q,
         block_k=block_k,
     )
-    return (rows["entropy"], rows["sink_mass"]) if return_sink_mass else rows["entropy"]
+    return (rows[ENTROPY.name], rows[SINK_MASS.name]) if return_sink_mass else rows[ENTROPY.name]
 
 
 def attention_stats(
@@ -161,7 +161,7 @@ def attention_stats(
     k,
     *,
     softmax_scale,
-    stats=("entropy",),
+    stats=(ENTROPY.name,),
     first_keys: int = 1,
     causal=True,
     mask=None,
@@ -192,7 +192,7 @@ def attention_stats(
         alibi_slopes=alibi_slopes,
         key_bias=key_bias,
     )
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, stats=stats)
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
     rows = run(
         kernel,
         q,
@@ -247,7 +247,7 @@ def attention_with_entropy(
         key_bias=key_bias,
     )
     stats, first_keys = check_stats(stats), check_first_keys(first_keys)
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True, stats=stats)
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
     if kernel == "triton" and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output has q's head size
         kernel, kernel_mods = "torch_chunked", mods
     blocks = {"block_q": block_q, "block_k": block_k}

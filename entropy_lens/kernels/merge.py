@@ -34,6 +34,7 @@ from entropy_lens.kernels.stats import (
     sink_mass_from_state,
 )
 from entropy_lens.kernels.torch_chunked import BLOCK_K, BLOCK_Q, stream_torch
+from entropy_lens.statistics import ENTROPY, FIRST_MASS
 
 __all__ = ["entropy_from_state", "merge_states", "shard_state", "sink_mass_from_state", "sink_state"]
 
@@ -50,7 +51,7 @@ def shard_state(
     window: int | None = None,
     softcap: float | None = None,
     alibi_slopes=None,
-    stats=("entropy",),
+    stats=(ENTROPY.name,),
     first_keys: int = 1,
     first_key=None,
     block_q: int = BLOCK_Q,
@@ -73,7 +74,7 @@ def shard_state(
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     stats = check_stats(stats)
-    if "first_mass" in stats and mask is not None and first_key is None:
+    if FIRST_MASS.name in stats and mask is not None and first_key is None:
         raise ValueError(
             "shard_state with a mask and first_mass needs first_key: each batch row's first real key "
             "(global), which the shard's slice of the mask cannot tell; pass first_key=<(B,) indices>"
@@ -105,9 +106,9 @@ def shard_state(
     return state
 
 
-def sink_state(sinks, batch: int, queries: int, *, stats=("entropy",)) -> dict[str, torch.Tensor]:
+def sink_state(sinks, batch: int, queries: int, *, stats=(ENTROPY.name,)) -> dict[str, torch.Tensor]:
     """The state, each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone: m = σ_h, l = 1,
-    u = 0 (and c = 1, the other accumulators of `stats` 0: the sink is no key). Merge it exactly once
+    u = 0 (and c = 1, mk = −inf, the other accumulators of `stats` 0: the sink is no key). Merge it exactly once
     with the key shards' states to get the statistics with sinks (any position in the fold); sinks are
     not scaled or softcapped."""
     sinks = torch.as_tensor(sinks)
@@ -116,7 +117,8 @@ def sink_state(sinks, batch: int, queries: int, *, stats=("entropy",)) -> dict[s
     m = sinks.detach().float().view(1, -1, 1).expand(batch, -1, queries).contiguous()
     state = {"m": m, "l": torch.ones_like(m), "u": torch.zeros_like(m)}
     for name in accumulators(check_stats(stats)):
-        state[name] = torch.ones_like(m) if name == "c" else torch.zeros_like(m)
+        start = {"c": 1.0, "mk": float("-inf")}.get(name, 0.0)  # the sink's e^0 = 1 in c; no key for mk
+        state[name] = torch.full_like(m, start)
     return state
 
 
@@ -128,8 +130,10 @@ def merge_states(a, b) -> dict[str, torch.Tensor]:
         raise ValueError(f"states of different statistics cannot merge: {sorted(a)} and {sorted(b)}")
     m = torch.maximum(a["m"], b["m"])
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    sums = [name for name in a if name != "m"]
+    sums = [name for name in a if name not in ("m", "mk")]
     merged = {"m": m, **dict.fromkeys(sums, 0)}
+    if "mk" in a:  # a max over keys, not a sum: the larger side's
+        merged["mk"] = torch.maximum(a["mk"], b["mk"])
     for side in (a, b):
         alpha = torch.exp(side["m"] - m_safe)  # 0 for an empty side
         seen = side["l"] > 0

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 
 import torch
 
-from entropy_lens.choices import BACKENDS, FUSED_MODES
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import native_available, native_status, row_stats_native
 from entropy_lens.kernels.reference import row_stats_reference
-from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
+from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.torch_chunked import row_stats_torch
+from entropy_lens.statistics import BACKENDS, DEFAULT_STATS, FUSED_MODES
 
 ENV_VAR = "ENTROPY_LENS_BACKEND"
 
@@ -53,9 +53,6 @@ TORCH_STREAMED = "torch-streamed"
 NATIVE = "native"
 TRITON_FUSED = "triton-fused"
 ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_FUSED}  # kernel -> path
-# the row statistics a kernel computes, where it does not compute every one of stats.ROW_STATS: none today
-# (every kernel computes them all); a new statistic may land kernel by kernel, listed here meanwhile
-KERNEL_STATS: dict[str, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -126,21 +123,12 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def statistics_kernel(
-    backend: str, q, k, mods: ScoreMods, *, one_pass=False, stats=DEFAULT_STATS
-) -> tuple[str, ScoreMods]:
+def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) -> tuple[str, ScoreMods]:
     """(kernel, mods in its form) for validated inputs: for triton the mask is reduced to key padding
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check a
     (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked.
-    "auto" takes torch_chunked where its kernel does not compute all of `stats` (KERNEL_STATS); an
-    explicit backend is kept, and `run` refuses what it does not compute."""
-    kernel, form = _kernel_form(backend, q, k, mods, one_pass)
-    if backend == "auto" and not computes(kernel, stats):
-        return "torch_chunked", mods
-    return kernel, form
-
-
-def _kernel_form(backend: str, q, k, mods: ScoreMods, one_pass: bool) -> tuple[str, ScoreMods]:
+    Every kernel computes every declared statistic (tests/test_stats.py), so the statistics asked for
+    never change the kernel."""
     kernel = resolve_backend(backend, q.device, one_pass=one_pass)
     if kernel != "triton" or mods.mask is None and mods.key_bias is None:
         return kernel, mods
@@ -156,15 +144,11 @@ def _kernel_form(backend: str, q, k, mods: ScoreMods, one_pass: bool) -> tuple[s
     return "triton", mods.replace(mask=keep, window=window)
 
 
-def plan(
-    backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = True, stats=DEFAULT_STATS
-) -> Plan:
-    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring);
-    `stats`: the row statistics to compute, which a kernel must compute to be a route's (else
-    torch_chunked is; an explicit --backend that does not compute them is refused when it runs)."""
+def plan(backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
+    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring)."""
     if fused not in FUSED_MODES:
         raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, stats=stats)
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
     if mods.sdpa_computes:
         separate = Route(SDPA_THEN_ENTROPY, kernel, kernel_mods)
     elif kernel == "native":
@@ -173,7 +157,7 @@ def plan(
         separate = Route(TORCH_STREAMED, "torch_chunked", mods)
     one_pass = None
     if fusable and fused != "off":
-        kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True, stats=stats)
+        kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
         takes = {
             "torch_chunked": q.device.type == "cpu",
             "native": True,
@@ -184,11 +168,6 @@ def plan(
     if one_pass is not None and one_pass.path == separate.path:
         one_pass = None
     return Plan(separate, one_pass, fused)
-
-
-def computes(kernel: str, stats) -> bool:
-    """Whether `kernel` computes every one of `stats`."""
-    return set(stats) <= set(KERNEL_STATS.get(kernel, stats))
 
 
 def run(
@@ -207,12 +186,6 @@ def run(
     """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
     has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K."""
-    if not computes(kernel, stats):
-        missing = sorted(set(stats) - set(KERNEL_STATS[kernel]))
-        raise EntropyLensError(
-            f"the {kernel} kernel does not compute {', '.join(missing)} yet; use backend torch_chunked "
-            "(or auto, which picks it for these statistics)"
-        )
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
     if kernel == "reference":
         if v is not None:

@@ -2,8 +2,9 @@
 
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
 validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor and the score
-modifiers a `ScoreMods`. Each statistic is written from its definition (`DEFINITIONS`), not from
-the streaming state the other kernels keep.
+modifiers a `ScoreMods`. Each statistic is written from its definition (`DEFINITIONS`, registered
+with `@definition` under the name entropy_lens.statistics declares), not from the streaming state the
+other kernels keep.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats
+from entropy_lens.kernels.stats import RowStats
+from entropy_lens.statistics import DEFAULT_STATS, MAX_LOGIT, STATISTICS, check_registered
 
 
 def key_distance(T: int, S: int, device=None) -> torch.Tensor:
@@ -31,14 +33,9 @@ def causal_visible(T: int, S: int, device=None, window: int | None = None) -> to
 
 
 @torch.no_grad()
-def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
-    """(p (B, Hq, T, S) float64, the keys' probabilities; p_sink (B, Hq, T) float64, zeros without sinks;
-    any_visible (B, Hq, T) bool), written from the definitions, as transformers' eager attention
-    computes them: scores λ_h q·k, capped to c·tanh(s/c) (Gemma2), then the ALiBi bias
-    −slope_h·|i + S − T − j| (flash-attn's definition; BLOOM, MPT) or a bias per key (Falcon) added,
-    masked keys −inf, the sink logit (not scaled, not capped) as one more outcome (gpt-oss), softmax
-    over keys and sink together. A row that sees nothing has p = 0. T query rows sit at the last T of
-    the S key positions (bottom-right), so the last rows of a sequence may be passed alone."""
+def attention_scores(q, k, softmax_scale, mods: ScoreMods):
+    """(s (B, Hq, T, S) float64, the scores entering the softmax, −inf on the keys a row does not see;
+    visible (B, Hq, T, S) bool): `attention_probabilities`'s scores before the sink joins them."""
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
@@ -56,7 +53,20 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     if mods.mask is not None:
         visible = visible & mods.mask
     visible = visible.expand(B, Hq, T, S)
-    s = s.masked_fill(~visible, float("-inf"))
+    return s.masked_fill(~visible, float("-inf")), visible
+
+
+@torch.no_grad()
+def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
+    """(p (B, Hq, T, S) float64, the keys' probabilities; p_sink (B, Hq, T) float64, zeros without sinks;
+    any_visible (B, Hq, T) bool), written from the definitions, as transformers' eager attention
+    computes them: scores λ_h q·k, capped to c·tanh(s/c) (Gemma2), then the ALiBi bias
+    −slope_h·|i + S − T − j| (flash-attn's definition; BLOOM, MPT) or a bias per key (Falcon) added,
+    masked keys −inf, the sink logit (not scaled, not capped) as one more outcome (gpt-oss), softmax
+    over keys and sink together. A row that sees nothing has p = 0. T query rows sit at the last T of
+    the S key positions (bottom-right), so the last rows of a sequence may be passed alone."""
+    B, Hq, T, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    s, visible = attention_scores(q, k, softmax_scale, mods)
     if mods.sinks is not None:  # one more outcome per row: the sink, which every row sees
         sink = mods.sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)
         s = torch.cat([s, sink], dim=-1)
@@ -68,51 +78,81 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     return p[..., :S], p_sink, any_visible
 
 
-def _entropy(p, p_sink, any_visible, behind, first):
+# Each row statistic from its definition, registered under its name (`@definition`): (p (B, Hq, T, S),
+# p_sink, any_visible, behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's
+# first K real keys, first_b <= j < first_b + K, first_b the first key the mask lets through, scores
+# (B, Hq, T, S) float64: `attention_scores`, −inf on the keys a row does not see; None where only the
+# probabilities are known, which the definitions of probabilities do not read) -> (B, Hq, T) float64;
+# a row with no outcome is 0 throughout
+_DEFINED: dict = {}
+
+
+def definition(name: str):
+    """Registers the decorated function as the float64 definition of the declared statistic `name`."""
+
+    def register(f):
+        if name in _DEFINED or name not in STATISTICS:
+            raise ValueError(
+                f"definition({name!r}): registered twice or not declared in entropy_lens.statistics"
+            )
+        _DEFINED[name] = f
+        return f
+
+    return register
+
+
+@definition("entropy")
+def _entropy(p, p_sink, any_visible, behind, first, scores):
     """H = −Σ p ln p over the keys and the sink, the sink one outcome among them."""
     h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
     return torch.where(any_visible, h, torch.zeros_like(h))
 
 
-def _max_prob(p, p_sink, any_visible, behind, first):
+@definition("sink_mass")
+def _sink_mass(p, p_sink, any_visible, behind, first, scores):
+    return p_sink
+
+
+@definition("max_prob")
+def _max_prob(p, p_sink, any_visible, behind, first, scores):
     return torch.maximum(p.amax(-1), p_sink)
 
 
-def _collision_entropy(p, p_sink, any_visible, behind, first):
+@definition("collision_entropy")
+def _collision_entropy(p, p_sink, any_visible, behind, first, scores):
     total = (p * p).sum(-1) + p_sink * p_sink
     return torch.where(any_visible, -torch.log(torch.where(any_visible, total, 1.0)), torch.zeros_like(total))
 
 
-def _varentropy(p, p_sink, any_visible, behind, first):
-    h = _entropy(p, p_sink, any_visible, behind, first).unsqueeze(-1)
+@definition("varentropy")
+def _varentropy(p, p_sink, any_visible, behind, first, scores):
+    h = _entropy(p, p_sink, any_visible, behind, first, scores).unsqueeze(-1)
     surprisal = torch.where(p > 0, -torch.log(torch.where(p > 0, p, 1.0)), 0.0)
     var = (p * (surprisal - h) ** 2).sum(-1)
     sink = torch.where(p_sink > 0, -torch.log(torch.where(p_sink > 0, p_sink, 1.0)), 0.0)
     return var + p_sink * (sink - h.squeeze(-1)) ** 2
 
 
-def _distance(p, p_sink, any_visible, behind, first):
+@definition("distance")
+def _distance(p, p_sink, any_visible, behind, first, scores):
     keys = p.sum(-1)  # the keys' mass: the sink has no position
     return torch.where(keys > 0, (p * behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
 
 
-def _first_mass(p, p_sink, any_visible, behind, first):
+@definition("first_mass")
+def _first_mass(p, p_sink, any_visible, behind, first, scores):
     return (p * first).sum(-1)  # the mass on the row's first K real keys
 
 
-# Each row statistic (stats.ROW_STATS) from its definition: (p (B, Hq, T, S), p_sink, any_visible,
-# behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's first K real keys,
-# first_b <= j < first_b + K, first_b the first key the mask lets through) -> (B, Hq, T) float64; a row
-# with no outcome is 0 throughout
-DEFINITIONS = {
-    "entropy": _entropy,
-    "sink_mass": lambda p, p_sink, any_visible, behind, first: p_sink,
-    "max_prob": _max_prob,
-    "collision_entropy": _collision_entropy,
-    "varentropy": _varentropy,
-    "distance": _distance,
-    "first_mass": _first_mass,
-}
+@definition("max_logit")
+def _max_logit(p, p_sink, any_visible, behind, first, scores):
+    """max_j s_j over the keys the row sees (the sink is no key); 0 for a row that sees none."""
+    top = scores.amax(-1)
+    return torch.where(top == float("-inf"), torch.zeros_like(top), top)
+
+
+# every declared statistic's definition, in STATISTICS's order; the import fails where one lacks it
+DEFINITIONS = check_registered(_DEFINED, "kernels/reference.py definitions")
 
 
 @torch.no_grad()
@@ -125,7 +165,10 @@ def row_stats_reference(
     S = k.shape[2]
     behind = key_distance(q.shape[2], S, q.device).double()
     first = first_window(S, first_keys, mods.first_key, q.device)
-    return RowStats({name: DEFINITIONS[name](*probabilities, behind, first).float() for name in stats})
+    scores = attention_scores(q, k, softmax_scale, mods)[0] if MAX_LOGIT.name in stats else None
+    return RowStats(
+        {name: DEFINITIONS[name](*probabilities, behind, first, scores).float() for name in stats}
+    )
 
 
 def first_window(S: int, first_keys: int, first_key=None, device=None) -> torch.Tensor:

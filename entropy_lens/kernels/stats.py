@@ -1,13 +1,14 @@
-"""What a row returns: the per-row statistics, declared once (`ROW_STATS`), and `RowStats`, the record
-every kernel returns.
+"""What a row returns: how the kernels read each row statistic (`ROW_STATS`, registered with `@read`
+under the name entropy_lens.statistics declares), and `RowStats`, the record every kernel returns.
 
 Each kernel streams a row's keys into a state of named accumulators (`STATE`: the running max m, the
 sum l = Σ e^(s − m) and the centred sum u = Σ e^(s − m)(s − m); merge.py merges them across key shards)
-and reads each statistic off the final state with its `RowStat.read`. A new statistic is a
-`RowStat` here (its name, what it reads off the state; `squared` when its mean square is summed too),
-its unit and description in `choices.ROW_STAT_INFO` (the torch-free table results readers use), plus its
-accumulator's update in each kernel's loop; the host sums (capture/accumulate.py, runs/sums.py) and the
-results arrays follow from this table.
+and reads each statistic off the final state with its `RowStat.read`. A new statistic is a `Statistic`
+in entropy_lens.statistics (its name, unit, description, bound, label, `squared`, `summary`), a `@read`
+here (what it reads off the state, the accumulators it `needs`), its float64 `@definition` in
+reference.py, plus its accumulator's update in each kernel's loop; the import fails where a declared
+statistic lacks a read or a definition, and the host sums (capture/accumulate.py, runs/sums.py) and the
+results arrays follow from the declaration.
 
     RowStats(values={"entropy": (B, Hq, T) fp32, "sink_mass": ...}, out=(B, T, Hq, Dv) or None)
     stats["entropy"], stats.out
@@ -20,19 +21,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.settings import FIRST_KEYS, check_argument
+from entropy_lens.statistics import STATISTICS, Statistic, check_registered
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
 # s the scores, m the running max, e = e^(s − m), b_j = pos_i − j how far key j lies behind the row:
 #   w = Σ e (s − m)²   c = Σ e²   lk = Σ_keys e   d = Σ_keys e b   f = Σ_{keys r <= j < r + K} e
 # (r = ScoreMods.first_key: the row's first real key, the first the mask lets through; 0 unpadded)
-# (the sink is an outcome of l, u, w and c, not of the key sums). A new max m' rescales them with
-# α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; merge.py merges
-# two states by the same rules.
-EXTRA_STATE = ("w", "c", "lk", "d", "f")
+#   mk = max_keys s: the largest score over the row's keys, −inf before any (m without the sink)
+# (the sink is an outcome of l, u, w and c, not of the key sums nor of mk). A new max m' rescales them
+# with α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; mk is no
+# sum and is not rescaled: mk ← max(mk, max_blk s). merge.py merges two states by the same rules.
+EXTRA_STATE = ("w", "c", "lk", "d", "f", "mk")
 
 
 def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -57,97 +59,100 @@ def sink_mass_from_state(state: Mapping[str, torch.Tensor], sinks: torch.Tensor 
     return torch.exp(sinks.to(l).view(1, -1, 1) - m) / l
 
 
+@dataclass(frozen=True)
+class RowStat:
+    """One per-row statistic as the kernels compute it: its declaration (`spec`,
+    entropy_lens.statistics), `read(state, mods)` -> (B, Hq, T) float32 from a row's final state, which
+    holds STATE and the accumulators `needs` names, and where it `applies` (recorded only there)."""
+
+    spec: Statistic
+    read: Callable[[Mapping[str, torch.Tensor], ScoreMods], torch.Tensor]
+    applies: Callable[[ScoreMods], bool] = lambda mods: True
+    needs: tuple[str, ...] = ()  # accumulators of EXTRA_STATE the kernels keep for it
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def squared(self) -> bool:
+        """Whether the host sums its square too (the results' `<name>_sq`)."""
+        return self.spec.squared
+
+    @property
+    def unit(self) -> str:
+        return self.spec.unit
+
+    @property
+    def description(self) -> str:
+        return self.spec.description
+
+
+_READS: dict[str, RowStat] = {}
+
+
+def read(name: str, *, needs: tuple[str, ...] = (), applies=None):
+    """Registers the decorated `f(state, mods)` as the kernels' read of the declared statistic `name`."""
+
+    def register(f):
+        if name in _READS or name not in STATISTICS:
+            raise ValueError(f"read({name!r}): registered twice or not declared in entropy_lens.statistics")
+        unknown = set(needs) - set(EXTRA_STATE)
+        if unknown:
+            raise ValueError(f"read({name!r}) needs {sorted(unknown)}; choose from {', '.join(EXTRA_STATE)}")
+        _READS[name] = RowStat(STATISTICS[name], f, applies or (lambda mods: True), tuple(needs))
+        return f
+
+    return register
+
+
+@read("entropy")
+def _entropy(state, mods):
+    return entropy_from_state(state)
+
+
+@read("sink_mass", applies=lambda mods: mods.sinks is not None)
+def _sink_mass(state, mods):
+    return sink_mass_from_state(state, mods.sinks)
+
+
+@read("max_prob")
 def _max_prob(state, mods):
     l = state["l"]  # the largest outcome contributes e^(m − m) = 1 to l
     return l.reciprocal().nan_to_num_(posinf=0.0)
 
 
+@read("collision_entropy", needs=("c",))
 def _collision_entropy(state, mods):
     l, c = state["l"], state["c"]  # Σ p² = c / l²; l = c = 0: −inf + inf = NaN -> 0
     return (2 * torch.log(l) - torch.log(c)).nan_to_num_(nan=0.0).clamp_min_(0.0)
 
 
+@read("varentropy", needs=("w",))
 def _varentropy(state, mods):
     l = state["l"]  # Var_p(−ln p) = Var_p(s) = w/l − (u/l)²
     mean = _ratio(state["u"], l)
     return (_ratio(state["w"], l) - mean * mean).clamp_min_(0.0)
 
 
+@read("distance", needs=("lk", "d"))
 def _distance(state, mods):
     return _ratio(state["d"], state["lk"])  # over the keys only: the sink has no position
 
 
+@read("first_mass", needs=("f",))
 def _first_mass(state, mods):
     return _ratio(state["f"], state["l"])
 
 
-@dataclass(frozen=True)
-class RowStat:
-    """One per-row statistic: `read(state, mods)` -> (B, Hq, T) float32 from a row's final state, which
-    holds STATE and the accumulators `needs` names."""
-
-    name: str
-    read: Callable[[Mapping[str, torch.Tensor], ScoreMods], torch.Tensor]
-    squared: bool = False  # whether the host sums its square too (the results' `<name>_sq`: every
-    # statistic but sink_mass, which stays as it was before the others)
-    applies: Callable[[ScoreMods], bool] = lambda mods: True  # recorded only where this holds
-    needs: tuple[str, ...] = ()  # accumulators of EXTRA_STATE the kernels keep for it
-
-    @property
-    def unit(self) -> str:
-        """What the statistic is measured in (choices.ROW_STAT_INFO, the one table of units)."""
-        return ROW_STAT_INFO[self.name].unit
-
-    @property
-    def description(self) -> str:
-        return ROW_STAT_INFO[self.name].description
+@read("max_logit", needs=("mk",))
+def _max_logit(state, mods):
+    mk = state["mk"]  # −inf in a row that saw no key: 0 there
+    return torch.where(mk == float("-inf"), torch.zeros_like(mk), mk)
 
 
-ROW_STATS: dict[str, RowStat] = {
-    stat.name: stat
-    for stat in (
-        RowStat(
-            "entropy",
-            lambda state, mods: entropy_from_state(state),
-            squared=True,
-        ),
-        RowStat(
-            "sink_mass",
-            lambda state, mods: sink_mass_from_state(state, mods.sinks),
-            applies=lambda mods: mods.sinks is not None,
-        ),
-        RowStat(
-            "max_prob",
-            _max_prob,
-            squared=True,
-        ),
-        RowStat(
-            "collision_entropy",
-            _collision_entropy,
-            squared=True,
-            needs=("c",),
-        ),
-        RowStat(
-            "varentropy",
-            _varentropy,
-            squared=True,
-            needs=("w",),
-        ),
-        RowStat(
-            "distance",
-            _distance,
-            squared=True,
-            needs=("lk", "d"),
-        ),
-        RowStat(
-            "first_mass",
-            _first_mass,
-            squared=True,
-            needs=("f",),
-        ),
-    )
-}
-DEFAULT_STATS = ("entropy", "sink_mass")  # what the kernels return unless asked for less
+# every declared statistic's read, in STATISTICS's order; the import fails where one lacks its read
+ROW_STATS: dict[str, RowStat] = check_registered(_READS, "kernels/stats.py reads")
 
 
 def accumulators(stats) -> tuple[str, ...]:
@@ -174,7 +179,7 @@ def check_first_keys(first_keys) -> int:
 
 def sum_names(stats) -> list[str]:
     """The host sums of `stats`: each statistic's own and, for a `squared` one, `<name>_sq`."""
-    return [key for name in stats for key in (name, name + "_sq")[: 1 + ROW_STATS[name].squared]]
+    return [key for name in stats for key in STATISTICS[name].sums]
 
 
 def read_stats(state: Mapping[str, torch.Tensor], mods: ScoreMods, stats) -> dict[str, torch.Tensor]:

@@ -37,7 +37,8 @@ import torch
 
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, read_stats
+from entropy_lens.statistics import DEFAULT_STATS
 
 NEG_INF = float("-inf")
 BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above
@@ -133,6 +134,8 @@ def stream_torch(
             l = torch.ones_like(m)
         u = torch.zeros_like(m)
         ext = {name: torch.zeros_like(m) for name in extra}
+        if "mk" in ext:  # a max over the keys: −inf before any (the sink is no key)
+            ext["mk"].fill_(NEG_INF)
         if "c" in ext and sink is not None:  # the sink's e^(σ − m)² = 1 at the start
             ext["c"] += 1
         o = None if v is None else torch.zeros(B * Hkv, G * bq, Dv, device=q.device)
@@ -210,6 +213,8 @@ def _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, first_start, first_ke
         j = torch.arange(k0, k1, device=s.device)
         first = ((j >= first_start) & (j < first_start + first_keys)).float()  # (B|1, 1, 1, 1, bk)
         new["f"] = alpha * ext["f"] + (e * first).sum(-1)
+    if "mk" in ext:  # the scores themselves, −inf where masked: no rescaling
+        new["mk"] = torch.maximum(ext["mk"], s.amax(-1))
     return new
 
 

@@ -39,7 +39,6 @@ import torch
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
-from entropy_lens.kernels.plan import computes
 from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats, accumulators, read_stats
 from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
 
@@ -68,9 +67,6 @@ def attention_train(
         raise ValueError(f"attention_train does not take {why}; run sdpa with autograd and a statistics pass")
     if kernel not in TRAIN_KERNELS:
         raise ValueError(f"attention_train runs kernel {' or '.join(TRAIN_KERNELS)}; got {kernel!r}")
-    missing = [name for name in stats if not computes(kernel, (name,))]
-    if missing:
-        raise ValueError(f"the {kernel} kernel does not compute {', '.join(missing)} yet; use torch_chunked")
     scale = validate_scale(q, k, softmax_scale)
     uniform = float(scale[0])
     trainable = isinstance(softmax_scale, torch.Tensor) and softmax_scale.requires_grad

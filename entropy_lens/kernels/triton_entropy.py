@@ -43,14 +43,16 @@ Statistics: entropy and sink mass alone (the default) are read in the kernel, H 
 p_sink = 2^(m_σ − m)/l, stored per row. Any other statistic (STORE_STATE) makes the kernel store its
 final state instead, in nats, and `stats.read_stats` reads every statistic asked for off it on the
 host, as for torch_chunked: m, l, u, then only the extra accumulators of stats.EXTRA_STATE the
-statistics need (`stats.accumulators`), each a compile-time switch (HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F),
+statistics need (`stats.accumulators`), each a compile-time switch (HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F,
+HAS_MK),
 so a pass computes nothing that was not asked for and the default compiles to the kernel without them.
 Each accumulator follows stats.py's update (torch_chunked._update_extra in torch) per key block, from
 e = 2^(s − m') and the same α: w = Σ e (s − m)² (log2² units in the loop, (ln 2)² at the store), c = Σ e²
 (1 at the start with a sink, as l), lk = Σ_keys e (accumulated only with a sink: without one it is l),
 d = Σ_keys e·(pos_i − j) summed from the row (pos_i − j as fp32 per score, exact below 2^24 tokens),
 never as pos_i·Σe − Σ e·j from absolute key positions, and f = Σ_{keys j < K} e (its tile sum only in the key
-blocks that start below K). The sink is an outcome of l, u, w and c, not of the key sums lk, d, f. A
+blocks that start below K), and mk = max_keys s (log2 units in the loop, ln 2 at the store; accumulated
+only with a sink: without one it is m). The sink is an outcome of l, u, w and c, not of lk, d, f, mk. A
 new statistic needs its accumulator's switch and update here, and its read in stats.py.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
@@ -78,11 +80,12 @@ import triton.language as tl
 
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import DEFAULT_STATS, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, read_stats
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # the kernel's compile-time switch of each accumulator of stats.EXTRA_STATE
-EXTRA_FLAGS = {"w": "HAS_W", "c": "HAS_C", "lk": "HAS_LK", "d": "HAS_D", "f": "HAS_F"}
+EXTRA_FLAGS = {"w": "HAS_W", "c": "HAS_C", "lk": "HAS_LK", "d": "HAS_D", "f": "HAS_F", "mk": "HAS_MK"}
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
 # those that compile for sm_80 and sm_90 at head_dim 64 without spilling registers (kernel_static.py reads
@@ -201,6 +204,7 @@ def _entropy_kernel(
     HAS_LK: tl.constexpr,
     HAS_D: tl.constexpr,
     HAS_F: tl.constexpr,
+    HAS_MK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -249,6 +253,10 @@ def _entropy_kernel(
     lk = tl.zeros([BLOCK_M], tl.float32) if HAS_LK else 0.0  # Σ_keys e (l without the sink)
     dist = tl.zeros([BLOCK_M], tl.float32) if HAS_D else 0.0  # Σ_keys e (pos_i − j)
     f = tl.zeros([BLOCK_M], tl.float32) if HAS_F else 0.0  # Σ_{keys j < K} e
+    if HAS_MK:  # max_keys s, log2 units: no key seen yet
+        mk = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    else:
+        mk = 0.0
     # this program's rows see key blocks [k_start, k_end): up to the causal end and, with a window,
     # from its far edge. Blocks [full_start, full_end) every row sees whole run unmasked; those
     # before (the window's far edge) and after (diagonal, sequence end) are masked, as all are
@@ -284,7 +292,7 @@ def _entropy_kernel(
             lo = k_start if part == 0 else full_start if part == 1 else full_end
             hi = full_start if part == 0 else full_end if part == 1 else k_end
             for start in range(lo, hi, BLOCK_N):
-                m, l, u, acc, w, c, lk, dist, f = _key_block(
+                m, l, u, acc, w, c, lk, dist, f, mk = _key_block(
                     q,
                     m,
                     l,
@@ -295,6 +303,7 @@ def _entropy_kernel(
                     lk,
                     dist,
                     f,
+                    mk,
                     k_base,
                     v_base,
                     keep_base,
@@ -327,6 +336,7 @@ def _entropy_kernel(
                     HAS_LK,
                     HAS_D,
                     HAS_F,
+                    HAS_MK,
                     D,
                     BLOCK_N,
                 )
@@ -354,6 +364,9 @@ def _entropy_kernel(
         if HAS_F:
             at += OUT_SLOT
             tl.store(at, f, mask=live)
+        if HAS_MK:
+            at += OUT_SLOT
+            tl.store(at, mk * 0.6931471805599453, mask=live)
     else:
         ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
         ent = tl.maximum(ent, 0.0)
@@ -386,6 +399,7 @@ def _key_block(
     lk,
     dist,
     f,
+    mk,
     k_base,
     v_base,
     keep_base,
@@ -418,6 +432,7 @@ def _key_block(
     HAS_LK: tl.constexpr,
     HAS_D: tl.constexpr,
     HAS_F: tl.constexpr,
+    HAS_MK: tl.constexpr,
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -455,7 +470,10 @@ def _key_block(
             keep = tl.load(keep_base + cols * skeep_s, mask=cols < S, other=0)
             valid = valid & (keep[None, :] != 0)
         s = tl.where(valid, s, float("-inf"))
-    m_new = tl.maximum(m, tl.max(s, 1))
+    s_max = tl.max(s, 1)
+    if HAS_MK:  # −inf where masked: the largest score over the keys, no rescaling
+        mk = tl.maximum(mk, s_max)
+    m_new = tl.maximum(m, s_max)
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key seen yet
     alpha = tl.exp2(m - m_safe)  # 0 while m = -inf
     shift = tl.where(l > 0, (m - m_safe) * l, 0.0)
@@ -489,7 +507,7 @@ def _key_block(
         else:
             pv = tl.dot(e.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
-    return m_new, l, u, acc, w, c, lk, dist, f
+    return m_new, l, u, acc, w, c, lk, dist, f, mk
 
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
@@ -570,18 +588,20 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     keep, window = form
     keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
     if extra is None:
-        kept, names = None, ("entropy",)
-    else:  # without a sink every outcome is a key: the key sum lk is l itself, not accumulated twice
-        kept = tuple(name for name in extra if name != "lk" or sinks is not None)
+        kept, names = None, (ENTROPY.name,)
+    else:  # without a sink every outcome is a key: lk is l itself and mk is m, not accumulated twice
+        kept = tuple(name for name in extra if name not in ("lk", "mk") or sinks is not None)
         names = (*STATE, *kept)
     if kept is not None and "f" in kept and mods.first_key is not None:
         keep = _mark_first_keys(keep, mods.first_key, first_keys, B, S, q.device)
     results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     rows = dict(zip(names, results, strict=True))
     if extra is None:
-        rows["sink_mass"] = (torch.empty_like if sinks is not None else torch.zeros_like)(results[0])
+        rows[SINK_MASS.name] = (torch.empty_like if sinks is not None else torch.zeros_like)(results[0])
     if extra is not None and "lk" in extra and "lk" not in rows:
         rows["lk"] = rows["l"]
+    if extra is not None and "mk" in extra and "mk" not in rows:  # without a sink, m is the keys' max
+        rows["mk"] = rows["m"]
     # the interpreter's fp32 -> bf16 store truncates; there the output is stored in fp32 and rounded by torch
     out_dtype = torch.float32 if INTERPRET else q.dtype
     # (B, T, Hq, D) memory, the layout a model's o_proj reads: the capture's transpose back is free
@@ -614,7 +634,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
     v_ptr, keep_ptr, out_ptr, sinks_ptr, alibi_ptr = (
         unused if t is None else t for t in (v, keep, out, sinks, alibi_slopes)
     )
-    sink_mass = rows.get("sink_mass", unused)
+    sink_mass = rows.get(SINK_MASS.name, unused)
     pointers = (q, k, v_ptr, softmax_scale, keep_ptr, results, out_ptr, sinks_ptr, sink_mass, alibi_ptr)
     strides = (
         *q.stride(),

@@ -22,17 +22,18 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS
+from entropy_lens.statistics import ENTROPY, MAX_LOGIT, STATISTICS
 
-# How a statistic's per-head summary reduces the rows: a maximum for maxima, the mean for the rest.
-REDUCTIONS = {"max_logit": "max"}
-# What AttentionMonitor records by default: entropy and the max logit (QK-clip's quantity), as far as
-# the kernels compute them
-MONITOR_STATS = tuple(s for s in ("entropy", "max_logit") if s in ROW_STATS)
+# How each statistic's per-head summary reduces the rows (its declaration's `summary`): a maximum for
+# maxima, the mean for the rest
+REDUCTIONS = {name: stat.summary for name, stat in STATISTICS.items()}
+# What AttentionMonitor records by default: entropy and the max logit (QK-clip's quantity)
+MONITOR_STATS = (ENTROPY.name, MAX_LOGIT.name)
 
 
 def reduction(stat: str) -> str:
-    """ "max" or "mean": how `stat`'s per-head summary reduces the rows (REDUCTIONS; "mean" by default)."""
-    return REDUCTIONS.get(stat, "mean")
+    """ "max" or "mean": how `stat`'s per-head summary reduces the rows (REDUCTIONS)."""
+    return REDUCTIONS[stat]
 
 
 def check_monitor_stats(stats) -> tuple[str, ...]:

@@ -13,26 +13,20 @@ import numpy as np
 
 from entropy_lens.analysis import StatCurves
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.statistics import FIRST_MASS, STATISTICS
 
 __all__ = ["STAT_NAMES", "stat_by_position", "stat_label"]
 
-# the axis names of the statistics (kernels/stats.py declares them; the units come from the scan's meta)
-STAT_NAMES = {
-    "entropy": "entropy $H$",
-    "max_prob": "max probability",
-    "collision_entropy": "collision entropy $H_2$",
-    "varentropy": "varentropy",
-    "distance": "mean distance back",
-    "first_mass": "first-key mass",
-}
+# the axis names of the statistics (their `label`, entropy_lens.statistics; the units come from the scan's meta)
+STAT_NAMES = {name: stat.label for name, stat in STATISTICS.items()}
 
 
 def stat_label(curves: StatCurves, name: str) -> str:
     """'max probability (probability)', 'first-token mass (probability)', 'mean distance back (tokens)'."""
     label = STAT_NAMES.get(name, name)
-    if name == "first_mass":
+    if name == FIRST_MASS.name:
         K = curves.meta.get("scan_config", {}).get("first_keys", 1)
-        label = "first-token mass" if K == 1 else f"mass on the first {K} keys"
+        label = label if K == 1 else f"mass on the first {K} keys"
     return f"{label} ({curves.units.get(name, '?')})"
 
 

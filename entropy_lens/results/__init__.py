@@ -11,8 +11,8 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
                                               samples of the probability the softmax gives the sink
                                               (the entropy counts the sink as one more outcome)
     Every array beyond these and meta is a row statistic the scan recorded (`ScanResult.stats`, by name,
-    with its mean square `<name>_sq`; kernels.stats.ROW_STATS computes them, choices.ROW_STAT_INFO
-    declares their units without torch), shaped as entropy; `stat_names`, `stat(name)` and
+    with its mean square `<name>_sq`; kernels.stats.ROW_STATS computes them, entropy_lens.statistics
+    declares them without torch), shaped as entropy; `stat_names`, `stat(name)` and
     `stat_unit(name)` read entropy and them alike.
     meta        0-d str                       JSON object, keys below
 
@@ -72,7 +72,6 @@ from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.results.files import atomic_savez, atomic_write_text, is_integer, printable, shown
 from entropy_lens.results.schema import (
@@ -89,6 +88,7 @@ from entropy_lens.results.schema import (
     upgrade_meta,
 )
 from entropy_lens.results.sweep_index import SWEEP_INDEX, SWEEP_KIND, read_sweep_index, write_sweep_index
+from entropy_lens.statistics import ENTROPY, FIRST_MASS, SINK_MASS, STATISTICS
 
 __all__ = [  # the file's contract (this module), and what its submodules give every reader
     "ARRAYS",
@@ -136,15 +136,15 @@ class ScanResult:
     @property
     def sink_mass(self) -> np.ndarray | None:
         """(layers, heads, len) mean probability of the attention sink; None for a model without sinks."""
-        return self.stats.get("sink_mass")
+        return self.stats.get(SINK_MASS.name)
 
     @property
     def stat_names(self) -> tuple[str, ...]:
         """The row statistics this result holds (`stat(name)` gives each): entropy where recorded, then
-        those of `stats` in choices.ROW_STAT_INFO's order (then any other, by name), not their `<name>_sq`."""
+        those of `stats` in statistics.STATISTICS's order (then any other, by name), not their `<name>_sq`."""
         own = [k for k in self.stats if not (k.endswith("_sq") and k[:-3] in self.stats)]
-        known = [k for k in ROW_STAT_INFO if k in own and k != "entropy"]
-        return ("entropy",) * bool(self.n_heads) + (*known, *sorted(set(own) - set(known)))
+        known = [k for k in STATISTICS if k in own and k != ENTROPY.name]
+        return (ENTROPY.name,) * bool(self.n_heads) + (*known, *sorted(set(own) - set(known)))
 
     def stat(self, name: str, *, squared: bool = False) -> np.ndarray | None:
         """(layers, heads, len) mean of the row statistic `name` (entropy or one of `stats`), or with
@@ -155,11 +155,11 @@ class ScanResult:
                 f"the result holds no {name!r} (it holds {held}); scan with --stats {name} to record it"
             )
         key = name + "_sq" * squared
-        return getattr(self, key) if name == "entropy" else self.stats.get(key)
+        return getattr(self, key) if name == ENTROPY.name else self.stats.get(key)
 
     def stat_unit(self, name: str) -> str:
-        """The unit `name` is stored in: choices.ROW_STAT_INFO's, else the meta's `stats` ("" if neither)."""
-        info = ROW_STAT_INFO.get(name)
+        """The unit `name` is stored in: statistics.STATISTICS's, else the meta's `stats` ("" if neither)."""
+        info = STATISTICS.get(name)
         return info.unit if info else str((self.meta.get("stats") or {}).get(name, ""))
 
     @property
@@ -258,7 +258,7 @@ class ScanResult:
                     f"{source}: {printable(name)} is {values.dtype}, not real numbers; {corrupt}"
                 )
         for name in ARRAYS:
-            ndim = 3 if name.startswith("entropy") else 1
+            ndim = 3 if name in ENTROPY.sums else 1
             if getattr(self, name).ndim != ndim:
                 want = "(layers, heads, positions)" if ndim == 3 else "(positions,)"
                 raise EntropyLensError(
@@ -342,6 +342,6 @@ def summary(result: ScanResult) -> str:
         means = {n: result.stat(n).mean(axis=(0, 1)) for n in names}  # (len,) each
         for label, (a, b) in spans.items():
             lines.append(f"{label:<12}" + cells(f"{means[n][a:b].mean():.3f}" for n in names))
-    if "first_mass" in names:
+    if FIRST_MASS.name in names:
         lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import is_integer, kind_of, shown
+from entropy_lens.statistics import ENTROPY, SINK_MASS
 
 __all__ = [
     "ARRAYS",
@@ -22,8 +23,8 @@ __all__ = [
 
 SCHEMA_VERSION = 2  # 2: row statistics beyond entropy (scan --stats), meta stats and first_keys
 READABLE_VERSIONS = (1, 2)  # version 1 files (entropy and sink mass only) load unchanged
-VERSION_1_STATS = ("sink_mass", "sink_mass_sq")  # the arrays beyond ARRAYS that version 1 knew
-ARRAYS = ("entropy", "entropy_sq", "loss", "loss_sq", "count")
+VERSION_1_STATS = (SINK_MASS.name, SINK_MASS.name + "_sq")  # the arrays beyond ARRAYS that version 1 knew
+ARRAYS = (*ENTROPY.sums, "loss", "loss_sq", "count")
 REQUIRED_META = (
     "schema_version",
     "entropy_lens_version",

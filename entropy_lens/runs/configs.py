@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from entropy_lens import settings
-from entropy_lens.choices import BACKENDS, FUSED_MODES, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
+from entropy_lens.statistics import BACKENDS, DEFAULT_STATS, ENTROPY, EXTRA_STATS, FUSED_MODES, SINK_MASS
 
 __all__ = [
     "STRIDE_FRACTION",
@@ -182,10 +182,10 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         "mean over each layer's heads (mean), or nothing: a loss-only scan (none)",
     )
     stats: str = setting(
-        "entropy",
+        ENTROPY.name,
         help="the row statistics to record beside entropy, comma-separated, or all: "
-        + ", ".join(name for name in ROW_STAT_INFO if name not in ("entropy", "sink_mass"))
-        + " (kernels/stats.py; sink_mass is recorded wherever a model has sinks)",
+        + ", ".join(EXTRA_STATS)
+        + f" (entropy_lens/statistics.py; {SINK_MASS.name} is recorded wherever a model has sinks)",
     )
     first_keys: int = setting(
         1, **settings.FIRST_KEYS, help="K of first_mass: the mass on a row's first K real (unpadded) keys"
@@ -193,7 +193,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
 
     def row_stats(self) -> tuple[str, ...]:
         """The statistics the capture records: entropy, sink mass (models with sinks) and --stats."""
-        from entropy_lens.kernels.stats import DEFAULT_STATS, ROW_STATS, check_stats
+        from entropy_lens.kernels.stats import ROW_STATS, check_stats
 
         asked = tuple(ROW_STATS) if self.stats == "all" else tuple(filter(None, self.stats.split(",")))
         try:

@@ -40,6 +40,7 @@ __all__ = [
     "RankGroups",
     "World",
     "agree",
+    "all_reduce_max",
     "all_reduce_sum",
     "broadcast_object",
     "collective",
@@ -197,21 +198,27 @@ def broadcast_object(obj):
     return box[0]
 
 
-def all_reduce_sum(arrays: dict[str, np.ndarray], w: World) -> dict[str, np.ndarray]:
+def all_reduce_sum(arrays: dict[str, np.ndarray], w: World, *, op: str = "SUM") -> dict[str, np.ndarray]:
     """Element-wise sums over all ranks (float64 / int64 kept), as new arrays; identity when size is 1.
-    Every rank must pass the same keys, shapes and dtypes, in any order (they are reduced sorted)."""
+    Every rank must pass the same keys, shapes and dtypes, in any order (they are reduced sorted).
+    `op`: the torch.distributed.ReduceOp by name (all_reduce_max: "MAX")."""
     if w.size == 1:
         return arrays
     import torch.distributed as dist
 
     device = _device(w)
     out = {}
-    with collective("all_reduce of the sums"):
+    with collective("all_reduce of the sums" if op == "SUM" else "all_reduce of the maxima"):
         for key in sorted(arrays):
             t = torch.from_numpy(np.ascontiguousarray(arrays[key])).to(device)
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
             out[key] = t.cpu().numpy()
     return out
+
+
+def all_reduce_max(arrays: dict[str, np.ndarray], w: World) -> dict[str, np.ndarray]:
+    """Element-wise maxima over all ranks, as `all_reduce_sum` sums (a statistic kept as a maximum)."""
+    return all_reduce_sum(arrays, w, op="MAX")
 
 
 def _device(w: World) -> torch.device:

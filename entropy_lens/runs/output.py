@@ -40,11 +40,11 @@ from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.choices import ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError, problem
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.settings import Checked, first_difference, setting
+from entropy_lens.statistics import ENTROPY, EXTRA_STATS, STATISTICS
 
 __all__ = [
     "CHECKPOINT",
@@ -252,17 +252,16 @@ def say(message: str) -> None:
 
 
 def canonical_stats(stats: str) -> str:
-    """--stats as the set it asks for: the statistics beyond entropy once each, in ROW_STAT_INFO's order,
+    """--stats as the set it asks for: the statistics beyond entropy once each, in STATISTICS's order,
     "all" when that is every one and "entropy" when none ("max_prob,distance" and "distance,max_prob" are
     one scan). A name that is no statistic leaves it as given (`ScanConfig.check` refuses it)."""
     if stats == "all":
         return stats
     asked = set(filter(None, stats.split(",")))
-    if asked - set(ROW_STAT_INFO):
+    if asked - set(STATISTICS):
         return stats
-    beyond = [name for name in ROW_STAT_INFO if name not in ("entropy", "sink_mass")]
-    extras = [name for name in beyond if name in asked]
-    return "all" if extras == beyond else ",".join(extras) or "entropy"
+    extras = [name for name in EXTRA_STATS if name in asked]
+    return "all" if extras == list(EXTRA_STATS) else ",".join(extras) or ENTROPY.name
 
 
 def comparable_scan(record: dict) -> dict:

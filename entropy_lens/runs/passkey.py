@@ -43,6 +43,7 @@ from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.scan import attention_scales, load_variant, variant_schedule
+from entropy_lens.statistics import ENTROPY, PROBABILITY
 
 __all__ = ["PASSKEY_KIND", "PasskeyConfig", "passkey"]
 
@@ -77,7 +78,7 @@ def passkey(
                 "dtype": str(dtype).removeprefix("torch."),
                 "threads": torch.get_num_threads(),
             },
-            "units": {"entropy": "nats", "needle_mass": "probability"},
+            "units": {ENTROPY.name: ENTROPY.unit, "needle_mass": PROBABILITY},
             "results": [],
         }
         if kept and kept["model"]["config_hash"] != lm.config_hash:
@@ -183,6 +184,6 @@ def _trial(lm, session: dict, prompt, device) -> dict:
         "answer": lm.tokenizer.decode(tokens),
         "answer_ids": tokens,
         "correct": tokens == prompt.answer.tolist(),
-        "entropy": np.round(entropy, 6).tolist(),
+        ENTROPY.name: np.round(entropy, 6).tolist(),
         "needle_mass": np.round(mass, 6).tolist(),
     }

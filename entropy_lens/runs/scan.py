@@ -71,6 +71,7 @@ from entropy_lens.runs.output import (
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
 from entropy_lens.runs.variants import attention_scales, load_variant, variant_schedule
+from entropy_lens.statistics import ENTROPY, SINK_MASS
 
 __all__ = [
     "Run",
@@ -106,7 +107,7 @@ def scan(
             return done
         run = Run.start(config, resume=resume)
         recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
-        stats = tuple(name for name in config.row_stats() if name != "sink_mass") if recording else ()
+        stats = tuple(name for name in config.row_stats() if name != SINK_MASS.name) if recording else ()
         sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats)
         run.choices = choices or PathChoices()
         if output.resumable() is not None:
@@ -309,7 +310,7 @@ class Run:
             "world_size": self.world.size,
             "context_parallel": 1 if self.shards is None else self.shards.size,  # sequence shards
             "entropy_units": "nats",
-            **({"stats": sums.units(), "first_keys": c.first_keys} if c.stats != "entropy" else {}),
+            **({"stats": sums.units(), "first_keys": c.first_keys} if c.stats != ENTROPY.name else {}),
             "loss_units": "nats",
             "entropy_reduction": c.entropy,
             "scan_config": c.to_dict(),

@@ -31,8 +31,9 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
-from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
+from entropy_lens.runs.distributed import World, all_reduce_max, all_reduce_sum, gathered
 from entropy_lens.runs.output import CHECKPOINT, scan_difference
+from entropy_lens.statistics import ENTROPY, MAXIMA
 
 __all__ = ["INTERRUPTS", "ScanSums", "interrupts_deferred"]
 
@@ -45,9 +46,10 @@ class ScanSums:
         # the float64 sums of each row statistic (kernels.stats.sum_names: entropy and `stats` from the
         # start, so that a rank without samples holds them too; sink_mass added when a model reports it),
         # of the loss and its square, rows per position and samples
-        statistics = sum_names(dict.fromkeys(("entropy", *stats)))  # each once, entropy first
+        # (a maximum, statistics.MAXIMA, holds the largest row at each position: −inf before any)
+        statistics = sum_names(dict.fromkeys((ENTROPY.name, *stats)))  # each once, entropy first
         self.arrays = {
-            **{name: np.zeros((n_layers, n_heads, length)) for name in statistics},
+            **{name: np.full((n_layers, n_heads, length), _empty(name)) for name in statistics},
             "loss": np.zeros(length),
             "loss_sq": np.zeros(length),
             "count": np.zeros(length, dtype=np.int64),
@@ -75,7 +77,7 @@ class ScanSums:
             if self.entropy:
                 names = sum_names(capture.stats)
                 for name in names:  # a statistic the model reports beyond entropy (sink mass): one more sum
-                    arrays.setdefault(name, np.zeros_like(arrays["entropy"]))
+                    arrays.setdefault(name, np.full_like(arrays[ENTROPY.name], _empty(name)))
                 capture.drain_into({k: torch.from_numpy(arrays[k]) for k in (*names, "count")})
             else:
                 arrays["count"][columns] += loss.shape[0]
@@ -96,8 +98,10 @@ class ScanSums:
         if world.size > 1:
             for names in gathered(sorted(self.arrays), world, what="the names of the sums"):
                 for name in names:
-                    self.arrays.setdefault(name, np.zeros_like(self.arrays["entropy"]))
-        self.arrays = all_reduce_sum(self.arrays, world)
+                    self.arrays.setdefault(name, np.full_like(self.arrays[ENTROPY.name], _empty(name)))
+        maxima = {k: v for k, v in self.arrays.items() if k in MAXIMA}
+        self.arrays = all_reduce_sum({k: v for k, v in self.arrays.items() if k not in MAXIMA}, world)
+        self.arrays |= all_reduce_max(maxima, world)
 
     def save(self, path: Path, identity: dict, wall_s: float, decided: dict | None = None) -> None:
         """The checkpoint: the sums, the scan's `identity` and what it `decided` at run time (JSON: the
@@ -138,8 +142,9 @@ class ScanSums:
         return decided
 
     def result(self, meta: dict, reduction: str) -> ScanResult:
-        """Means over samples; `mean` then averages entropy (and its mean square) over each
-        layer's heads, `none` stores them with zero heads. A position no sample reached, or a
+        """Means over samples (a maximum, max_logit: the largest row at each position); `mean` then
+        averages entropy (and its mean square) over each layer's heads (a maximum: its largest head),
+        `none` stores them with zero heads. A position no sample reached, or a
         NaN/inf mean, is an error: a results file never holds them where a number is expected."""
         arrays, n = self.arrays, self.arrays["count"]
         if not n.all():
@@ -149,7 +154,10 @@ class ScanSums:
             )
         stat_sums = [k for k in sum_names(ROW_STATS) if k in arrays]
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = {k: (arrays[k] / n).astype(np.float32) for k in (*stat_sums, "loss", "loss_sq")}
+            mean = {
+                k: (arrays[k] if k in MAXIMA else arrays[k] / n).astype(np.float32)
+                for k in (*stat_sums, "loss", "loss_sq")
+            }
         broken = [k for k, v in mean.items() if not np.isfinite(v).all()]
         if broken:
             raise EntropyLensError(
@@ -158,11 +166,16 @@ class ScanSums:
             )
         for k in stat_sums:
             if reduction == "mean":
-                mean[k] = mean[k].mean(axis=1, keepdims=True)
+                mean[k] = (mean[k].max if k in MAXIMA else mean[k].mean)(axis=1, keepdims=True)
             elif reduction == "none":
                 mean[k] = mean[k][:, :0]
-        columns = {k: mean.pop(k) for k in ("entropy", "entropy_sq", "loss", "loss_sq")}
+        columns = {k: mean.pop(k) for k in (*ENTROPY.sums, "loss", "loss_sq")}
         return ScanResult(**columns, count=n.copy(), meta=meta, stats=mean)
+
+
+def _empty(name: str) -> float:
+    """A sum before any sample: 0, or −inf for a maximum (statistics.MAXIMA)."""
+    return float("-inf") if name in MAXIMA else 0.0
 
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a batch scheduler's stop (cli.main: the same)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from entropy_lens.results import atomic_write_text
 from entropy_lens.settings import check_fields
+from entropy_lens.statistics import ENTROPY
 from entropy_lens.view.config import ViewConfig
 from entropy_lens.view.payload import build_payload
 from entropy_lens.view.sources import resolve
@@ -123,7 +124,7 @@ positions are shown as the mean of each bin with its min–max envelope.</div>
 
 def stats_note(payload: dict) -> str:
     """What the head plot draws of each row statistic beyond entropy (scan --stats), escaped; "" for none."""
-    stats = {name: s for r in payload["results"] for name, s in r["stats"].items() if name != "entropy"}
+    stats = {name: s for r in payload["results"] for name, s in r["stats"].items() if name != ENTROPY.name}
     if not stats:
         return ""
     how = lambda s: (

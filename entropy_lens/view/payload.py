@@ -2,7 +2,7 @@
 
 Per result: its meta (the fields a reader needs to tell results apart) and, under `stats`, one entry per
 row statistic it holds (`ScanResult.stat_names`: entropy, then those of `scan --stats`), each with its
-unit (entropy in bits, the others as stored: choices.ROW_STAT_INFO), its bound where one grows with
+unit (entropy in bits, the others as stored: entropy_lens.statistics), its bound where one grows with
 position (sampled: log₂(i + 1) for entropy, ln(i + 1) for collision_entropy, i for distance), the range
 [0, 1] of a probability, the per-head statistics of `analysis.head_statistics` ((layers, heads) each,
 and why any is undefined), and its curves reduced by `Bins`: a float32 mean per bin (base64, row-major
@@ -32,9 +32,9 @@ from entropy_lens.analysis import (
     head_statistics,
     stat_display,
 )
-from entropy_lens.choices import LOG_BOUND, POSITION_BOUND, PROBABILITY, ROW_STAT_INFO
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
+from entropy_lens.statistics import ENTROPY, FIRST_MASS, LOG_BOUND, POSITION_BOUND, PROBABILITY, STATISTICS
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import ResultItem, SweepItem
 
@@ -91,7 +91,8 @@ def first_keys(meta: dict) -> int:
 def _note_keys(results: list[dict]) -> None:
     """first_mass of different K is not one statistic: the page offers no difference of two such results
     (explorer.js compares each statistic's `keys`), and says so in a note on each."""
-    keys = {r["label"]: r["stats"]["first_mass"]["keys"] for r in results if "first_mass" in r["stats"]}
+    name = FIRST_MASS.name
+    keys = {r["label"]: r["stats"][name]["keys"] for r in results if name in r["stats"]}
     if len(set(keys.values())) < 2:
         return
     for r in results:
@@ -168,13 +169,13 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
     if not np.all(np.isfinite(r.loss)):
         out["notes"].append(f"{_count(~np.isfinite(r.loss))} loss values are NaN/inf: drawn as gaps")
     if not r.n_heads:
-        out["undefined"]["entropy"] = "a loss-only scan (--entropy none): no per-head entropy to show"
+        out["undefined"][ENTROPY.name] = "a loss-only scan (--entropy none): no per-head entropy to show"
         return out
     L, why = train_len_of(r.meta, train_len, item.source)
     for stat in r.stat_names:
         out["stats"][text(stat)] = _stat(r, stat, bins, L, why, out["notes"])
-    if "first_mass" in out["stats"]:
-        out["stats"]["first_mass"]["keys"] = first_keys(r.meta)  # K: first_mass of another K differs
+    if FIRST_MASS.name in out["stats"]:
+        out["stats"][FIRST_MASS.name]["keys"] = first_keys(r.meta)  # K: first_mass of another K differs
     out["train_len"] = L if L is not None and 2 <= L < r.length else None  # as head_statistics takes it
     if why:
         out["notes"].append(why)
@@ -192,8 +193,8 @@ def _stat(r: ScanResult, stat: str, bins: Bins, L, why, notes: list) -> dict:
         if squares is not None:
             clean[stat + "_sq"] = np.where(keep, squares, 0)
         r = (
-            dataclasses.replace(r, entropy=clean["entropy"], entropy_sq=clean["entropy_sq"])
-            if stat == "entropy"
+            dataclasses.replace(r, entropy=clean[stat], entropy_sq=clean[stat + "_sq"])
+            if stat == ENTROPY.name
             else dataclasses.replace(r, stats={**r.stats, **clean})
         )
         first = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -203,7 +204,7 @@ def _stat(r: ScanResult, stat: str, bins: Bins, L, why, notes: list) -> dict:
         )
     heads = head_statistics(r, stat=stat, train_len=L)
     factor, unit = stat_display(r, stat)
-    info = ROW_STAT_INFO.get(stat)
+    info = STATISTICS.get(stat)
     return {
         "unit": text(unit),
         "description": info.description if info else "",

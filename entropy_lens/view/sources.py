@@ -24,10 +24,16 @@ import numpy as np
 from entropy_lens.analysis import Sweep, best_uniform_scale, load_sweep
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.results import SWEEP_INDEX, ScanResult, printable, read_sweep_index
+from entropy_lens.statistics import ENTROPY
 
 __all__ = ["ResultItem", "SweepItem", "check_result", "load_result", "resolve", "sweep_files"]
 
-ARRAY_DIMS = {"entropy": 3, "entropy_sq": 3, "loss": 1, "loss_sq": 1, "count": 1}  # a results file's arrays
+ARRAY_DIMS = {
+    **dict.fromkeys(ENTROPY.sums, 3),
+    "loss": 1,
+    "loss_sq": 1,
+    "count": 1,
+}  # a results file's arrays
 _SHAPES = {3: "(layers, heads, positions)", 1: "(positions,)"}
 RESCAN = "rerun the scan that made it (entropy-lens scan), or leave the file out"
 

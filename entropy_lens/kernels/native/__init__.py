@@ -42,7 +42,8 @@ import torch
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
-from entropy_lens.kernels.stats import DEFAULT_STATS, EXTRA_STATE, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, read_stats
+from entropy_lens.statistics import DEFAULT_STATS
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
@@ -169,7 +170,9 @@ def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, *, extra=(),
         empty if mods.alibi_slopes is None else mods.alibi_slopes,
         empty if mods.key_bias is None else mods.key_bias,
         k.shape[2] - q.shape[2],
-        sum(1 << EXTRA_STATE.index(name) for name in extra),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16
+        sum(
+            1 << EXTRA_STATE.index(name) for name in extra
+        ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32
         int(first_keys),
         empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
         int(block_q),

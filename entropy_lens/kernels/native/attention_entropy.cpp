@@ -2,7 +2,7 @@
 // CPU: the loop of PyTorch's CPU flash attention (per batch, query head and query block: a BLAS GEMM
 // for the scores, one vectorised pass for max / exp / row sums, a GEMM for e·V, at::parallel_for over
 // the blocks) with the entropy's centred sum u accumulated beside the running max m and the sum l, and
-// the further accumulators of kernels/stats.py's EXTRA_STATE (w, c, lk, d, f) only where asked for.
+// the further accumulators of kernels/stats.py's EXTRA_STATE (w, c, lk, d, f, mk) only where asked for.
 // The kernel returns the final state; Python reads the statistics off it (stats.read_stats).
 //
 // Math (per query row, scores s_j over the attendable keys; see kernels/torch_chunked.py):
@@ -13,7 +13,8 @@
 // the state before any key: m = σ_h, l = 1, u = 0 (and c = 1). out = o / l (0 for a row with l = 0).
 // Extras, with e = e^(s − m'), b_j = pos_i − j how far key j lies behind the row, δ = m − m':
 //   w ← α (w + 2δu + δ² l) + Σ e (s − m')²,  c ← α² c + Σ e²,  lk ← α lk + Σ e,
-//   d ← α d + Σ e b_j (from the row: exact integers in fp32 up to 2^24 tokens),  f ← α f + Σ_{j < K} e
+//   d ← α d + Σ e b_j (from the row: exact integers in fp32 up to 2^24 tokens),  f ← α f + Σ_{j < K} e,
+//   mk ← max(mk, max_blk s): the largest score over the keys (−inf before any; the sink is no key)
 // Scores: s = λ_h q·k, then c·tanh(s/c) (softcap), then − slope_h·|i + offset − j| (ALiBi) and
 // + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask).
 // Everything is fp32: inputs are converted by the Python wrapper (entropy_lens/kernels/native).
@@ -249,7 +250,7 @@ inline RowExpStats row_exp_for(bool w, bool c, bool d) {
 // unit stride in the last dimension; scale (Hq,); mask bool (Mb, Mh, Mt, S) with Mb ∈ {1, B},
 // Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
 // (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset;
-// `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f (EXTRA_STATE's order); first_keys:
+// `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f, 32 mk (EXTRA_STATE's order); first_keys:
 // f's K; first_key (Fb,) int64 with Fb ∈ {1, B}, or empty (0): each batch row's first real key r, so f
 // sums the keys r <= j < r + K.
 // -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras, B, Hq, T): m, l, u
@@ -287,10 +288,12 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   auto opts = q.options().dtype(at::kFloat);
   at::Tensor out = with_output ? at::empty({B, T, Hq, Dv}, opts) : at::empty({0}, opts);
   const bool want_w = extra & 1, want_c = extra & 2, want_lk = extra & 4, want_d = extra & 8, want_f = extra & 16;
-  const bool any_extra = extra & 31;
+  const bool want_mk = extra & 32;
+  const bool any_extra = extra & 31;  // the extras the exponentials feed (mk reads the scores alone)
   // where each extra lives in the state: after m, l, u, in EXTRA_STATE's order, only those asked for
   const int64_t iw = 3, ic = iw + want_w, ilk = ic + want_c, id = ilk + want_lk, iff = id + want_d;
-  const int64_t n_state = iff + want_f;
+  const int64_t imk = iff + want_f;
+  const int64_t n_state = imk + want_mk;
   at::Tensor state = at::empty({n_state, B, Hq, T}, opts);
   const RowExpStats row_exp_extra = row_exp_for(want_w, want_c, want_d);
 
@@ -347,10 +350,10 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     const int mkl_before = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
     std::vector<float> sbuf(bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq), urow(bq);
     // the extras, rows (bq,) each, in the state's order after m, l, u (w, c, lk, d, f where asked for)
-    std::vector<float> xrow(any_extra ? (n_state - 3) * bq : 0);
+    std::vector<float> xrow((n_state - 3) * bq);
     auto extra_row = [&](bool want, int64_t index) { return want ? xrow.data() + (index - 3) * bq : nullptr; };
     float *wrow = extra_row(want_w, iw), *crow = extra_row(want_c, ic), *lkrow = extra_row(want_lk, ilk);
-    float *drow = extra_row(want_d, id), *frow = extra_row(want_f, iff);
+    float *drow = extra_row(want_d, id), *frow = extra_row(want_f, iff), *mkrow = extra_row(want_mk, imk);
     double t_scores = 0, t_rows = 0, t_values = 0;
     Clock::time_point t0, t1, t2;
     for (int64_t task = begin; task < end; ++task) {
@@ -374,6 +377,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       if (want_c && has_sinks) {  // the sink's e^(σ − m)² = 1
         for (int64_t i = 0; i < rows; ++i) crow[i] = 1.0f;
       }
+      if (want_mk) std::fill(mkrow, mkrow + rows, kNegInf);  // no key seen yet
       if (with_output) std::fill(obuf.begin(), obuf.end(), 0.0f);
       // keys the block's rows may see: causal up to the last row's position; the window from the first's
       const int64_t k_end = causal ? std::min(S, q1 + offset) : S;
@@ -406,8 +410,9 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
             const bool* mr = md + b * msB + h * msH + (q0 + i) * msT + k0;
             for (int64_t j = 0; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
           }
-          const float m_old = mrow[i];
-          const float m_new = std::max(m_old, row_max(s, n));
+          const float m_old = mrow[i], s_max = row_max(s, n);
+          if (want_mk) mkrow[i] = std::max(mkrow[i], s_max);
+          const float m_new = std::max(m_old, s_max);
           if (m_new == kNegInf) {  // nothing seen yet: e = 0, the state stays the identity
             std::fill(s, s + n, 0.0f);
             continue;
