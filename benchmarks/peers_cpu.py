@@ -21,6 +21,10 @@ peak RSS and its RSS after loading the model, the threads torch used, and the la
 difference of the row's entropy (layer, head, position) from the scan's. `summary` compares hooks with
 the scan at the longest length both ran. Prints a table and writes JSON; the benchmarks page's table
 and the README's line are made from it (benchmarks/readme_tables.py).
+
+Duration at the defaults (estimated from scan_cpu's timings, not measured): about 5 to 10 minutes on 2
+quiet cores, with `--repeats 1`. output_attentions at 8K holds 67.5 GiB of maps: skipped on machines
+with less than twice that; at 4K it needs 36 GiB of memory.
 """
 
 from __future__ import annotations
