@@ -24,7 +24,7 @@ and the README's line are made from it (benchmarks/readme_tables.py).
 
 Duration at the defaults (estimated from scan_cpu's timings, not measured): about 5 to 10 minutes on 2
 quiet cores, with `--repeats 1`. output_attentions at 8K holds 67.5 GiB of maps: skipped on machines
-with less than twice that; at 4K it needs 36 GiB of memory.
+with less than twice that; at 4K (16.9 GiB of maps) it needs 34 GiB.
 """
 
 from __future__ import annotations
