@@ -2,7 +2,9 @@
 
     python benchmarks/readme_tables.py      # prints the Markdown; tests/test_benchmarks.py holds the page to it
 
-Each table comes from one file in benchmarks/results/, written by the script of the same name.
+Each table comes from one file in benchmarks/results/, written by the script of the same name. The
+README's one number, the line marked `<!-- peers_cpu -->`, is `peers_line` of peers_cpu.json
+(tests/test_peers_bench.py holds README.md to it).
 """
 
 from __future__ import annotations
@@ -206,6 +208,60 @@ def train_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+PEERS_COMMAND = "python benchmarks/peers_cpu.py"  # SmolLM2 at 2K, 4K and 8K: minutes (its docstring)
+PEERS_MARK = "<!-- peers_cpu -->"
+
+
+def peers_table(record: dict | None) -> str:
+    """Eager attention with hooks / output_attentions against a scan (benchmarks/peers_cpu.py); None: the
+    benchmark has not been run, and the page says how to run it."""
+    if record is None:
+        return f"Peers' eager attention against a scan: not measured yet: run `{PEERS_COMMAND}`."
+    rows = [
+        "| len | mode | s | × scan | peak RSS MB | × scan | max \\|ΔH\\| nats |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by = {(r["mode"], r["len"]): r for r in record["rows"] if "median_s" in r}
+    for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']:,} | {r['mode']} | skipped: {r['skipped']} | | | | |")
+            continue
+        scan = by.get(("scan", r["len"]))
+        x_s, x_mb = (
+            (f"{r['median_s'] / scan['median_s']:.2f}", f"{r['peak_rss_mb'] / scan['peak_rss_mb']:.2f}")
+            if scan
+            else ("", "")
+        )
+        diff = r.get("max_abs_entropy_diff")
+        rows.append(
+            f"| {r['len']:,} | {r['mode']} | {r['median_s']:.2f} | {x_s} | {r['peak_rss_mb']:,.0f} | {x_mb} | "
+            + ("" if diff is None else f"{diff:.1e}")
+            + " |"
+        )
+    return "\n".join(rows)
+
+
+def peers_line(record: dict | None) -> str:
+    """The README's line: the scan against eager attention with hooks, from peers_cpu.json's summary."""
+    what = "a scan against eager attention read through hooks (what TransformerLens and nnsight run)"
+    if record is None:
+        return f"{PEERS_MARK} Speed and memory of {what}: not measured yet, run `{PEERS_COMMAND}`."
+    s = record["summary"]
+    if s is None:
+        return f"{PEERS_MARK} Speed and memory of {what}: undefined, no length where both ran."
+    return (
+        f"{PEERS_MARK} On CPU at {s['len']:,} tokens ({record['model']}), a scan is {s['speedup']:.1f}× "
+        f"as fast as eager attention read through hooks (what TransformerLens and nnsight run), with "
+        f"{s['memory_ratio']:.1f}× less peak memory ([benchmarks](docs/internals/benchmarks.md))."
+    )
+
+
+def peers_record() -> dict | None:
+    """benchmarks/results/peers_cpu.json, or None until the benchmark has been run."""
+    path = RESULTS / "peers_cpu.json"
+    return read_record(path) if path.is_file() else None
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
@@ -216,19 +272,26 @@ TABLES = {
     "stats_cpu": stats_table,
     "train_cpu": train_table,
 }
-# tables whose benchmark has not been run on the project's machine yet: left out until their JSON exists
-PENDING: set[str] = {"train_cpu"}
+
+
+def not_measured(name: str) -> str:
+    """What the page says of a benchmark whose JSON does not exist yet: how to make it."""
+    return f"{name}: not measured yet: run `python benchmarks/{name}.py`."
 
 
 def tables() -> dict[str, str]:
-    """name -> the Markdown table of benchmarks/results/<name>.json (any schema_version: read_record)."""
-    return {
+    """name -> the Markdown table of benchmarks/results/<name>.json (any schema_version: read_record), or
+    how to run the benchmark where its JSON does not exist yet."""
+    made = {
         name: make(read_record(RESULTS / f"{name}.json"))
+        if (RESULTS / f"{name}.json").is_file()
+        else not_measured(name)
         for name, make in TABLES.items()
-        if name not in PENDING or (RESULTS / f"{name}.json").is_file()
     }
+    return {**made, "peers_cpu": peers_table(peers_record())}  # says how to run it until measured
 
 
 if __name__ == "__main__":
     for name, table in tables().items():
         print(f"<!-- {name} -->\n{table}\n")
+    print(f"README.md:\n{peers_line(peers_record())}")

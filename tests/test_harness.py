@@ -240,6 +240,28 @@ def test_lm_eval_command_line_runs_the_registered_model(tmp_path):
     assert record["config"]["entropy_lens_model"]["scale_source"] == "uniform"
 
 
+def test_pyproject_declares_the_lm_eval_plugin_entry_point(tmp_path):
+    """pyproject's entry point in lm-eval's group `lm_eval.models` (its PR #4013), read back by
+    importlib.metadata from a dist-info written as an install writes it, loads the registered class."""
+    import importlib.metadata as md
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    from lm_eval.api.registry import get_model
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["entry-points"]["lm_eval.models"]
+    assert declared == {"entropy-lens": "entropy_lens.harness.model:EntropyLensLM"}
+    dist_info = tmp_path / "entropy_lens-0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: entropy-lens\nVersion: 0\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in declared.items())
+    (dist_info / "entry_points.txt").write_text(f"[lm_eval.models]\n{lines}")
+    (entry,) = md.PathDistribution(dist_info).entry_points.select(group="lm_eval.models")
+    assert entry.name == "entropy-lens" and entry.load() is EntropyLensLM
+    assert get_model(entry.name) is EntropyLensLM
+
+
 @pytest.mark.slow
 def test_unmodified_smollm2_equals_stock_hf():
     """A real pretrained RoPE model (SmolLM2-135M, GQA): loglikelihoods, rolling loglikelihoods and
