@@ -39,8 +39,9 @@ import torch
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
-from entropy_lens.kernels.stats import DEFAULT_STATS, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import RowStats, accumulators, read_stats
 from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
+from entropy_lens.statistics import DEFAULT_STATS
 
 TRAIN_KERNELS = ("native", "torch_chunked")
 
