@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from entropy_lens.statistics import FIRST_MASS, MAX_PROB
+
 if TYPE_CHECKING:
     from entropy_lens.analysis.stat_curves import StatCurves
 
@@ -45,13 +47,13 @@ def mean_position(span: tuple[int, int]) -> float:
 def fading_exponent(c: StatCurves, L: int) -> float:
     """α of mean max probability ∝ (i + 1)^α, least squares on the bins past L (a uniform row: −1)."""
     keep = c.starts >= L
-    x, y = np.log(c.positions[keep] + 1), np.log(c.mean("max_prob")[keep])
+    x, y = np.log(c.positions[keep] + 1), np.log(c.mean(MAX_PROB.name)[keep])
     return float(np.polyfit(x, y, 1)[0])
 
 
 def sink_share(c: StatCurves, a: int, b: int, *, epsilon: float = SINK_EPSILON) -> float:
     """The share of heads whose mean first-token mass over the rows [a, b) exceeds `epsilon`."""
-    return (c.span("first_mass", a, b) > epsilon).mean()
+    return (c.span(FIRST_MASS.name, a, b) > epsilon).mean()
 
 
 def ssmax_vector_fall(L: int, T: int) -> float:
