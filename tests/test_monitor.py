@@ -153,6 +153,7 @@ def test_a_forward_that_raises_leaves_the_models_own_attention():
     model.zero_grad()
     model(ids, attention_mask=mask, labels=ids).loss.backward()
     assert mon.recorded == 1 and mon.history.steps.tolist() == [2]
+    assert mon.paths == {"sdpa-then-entropy"}  # the route whose saved tensors the recomputation matches
     for name, p in model.named_parameters():
         assert torch.allclose(monitored[name], p.grad, rtol=1e-4, atol=1e-6), name
 

@@ -138,6 +138,11 @@ class AttentionMonitor:
             mask = args[self._mask_index]
         mask = mask if getattr(mask, "ndim", None) == 2 else None
         current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
+        # activation checkpointing recomputes each layer in the backward, outside this forward, with the
+        # model's own attention, whose saved tensors must be the forward's: the statistics then come from
+        # a pass beside the model's own sdpa output ("sdpa-then-entropy"), not the one fused pass
+        checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
+        self._scaling.session.fused = "off" if checkpointing else "auto"
         self._scaling.session.on_stats = current.add
         self._scaling.__enter__()
         self._current = current  # entered: the forward hook leaves it
