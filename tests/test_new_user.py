@@ -7,11 +7,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from tiny import make_tiny_model
 
 from entropy_lens.capture.recorder import EntropyRecorder
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models.gguf import context_length, gguf_train_len, read_gguf_metadata
-from tiny import make_tiny_model
 
 
 def _gguf_string(text: str) -> bytes:
