@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tiny import make_tiny_model
 
@@ -86,3 +87,87 @@ def test_recorder_names_a_misspelt_keyword_in_one_line(wrong, right):
 def test_recorder_lists_its_keywords_when_nothing_is_close():
     with pytest.raises(TypeError, match=r"unexpected keyword 'colour'; use scales, backend"):
         EntropyRecorder(make_tiny_model(), colour=1)
+
+
+# --- figures that read without their captions ---------------------------------------------------------
+
+
+@pytest.fixture
+def _close_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+def _legend_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_figure1_legend_says_solid_is_entropy_and_dashed_is_log_perplexity(_close_figures):
+    from test_plotting import result
+
+    from entropy_lens.plotting import entropy_loss
+
+    ax = entropy_loss([("NoPE", result()), ("RoPE", result(seed=1))], style_key=True)
+    texts = _legend_texts(ax)
+    assert texts[:2] == ["NoPE", "RoPE"]
+    assert "solid: entropy (left axis)" in texts and "dashed: log-perplexity (right axis)" in texts
+    styles = {h.get_label(): h.get_linestyle() for h in ax.get_legend().legend_handles}
+    assert (
+        styles["solid: entropy (left axis)"] == "-" and styles["dashed: log-perplexity (right axis)"] == "--"
+    )
+
+
+def test_figure7_legend_names_the_red_best_loss_and_labels_l(_close_figures):
+    from entropy_lens.analysis import Sweep, fit_scale_curve
+    from entropy_lens.plotting import best_scale_by_position
+
+    T, L = 400, 50
+    s_star = 1 + 0.3 * np.log(np.maximum(np.arange(T), 1) / L)
+    scales = np.round(np.arange(0.9, 2.0001, 0.05), 2)
+    loss = np.stack([(s - s_star) ** 2 + 2 for s in scales])
+    sweep = Sweep(scales=scales, loss=loss, entropy=None, train_len=L, model="m", length=T)
+    ax = best_scale_by_position(sweep, fit_scale_curve(sweep))
+    legend = ax.get_legend()
+    colours = {h.get_label(): h.get_color() for h in legend.legend_handles}
+    assert colours["its loss (right axis)"] == "tab:red"
+    assert f"$L$ = {L} (training length)" in _legend_texts(ax)
+    assert ax.right_ax.get_ylabel() == "log Perplexity (nats)"
+
+
+def test_figure17_legend_names_the_percentile_band_and_l(_close_figures):
+    from beyond_inputs import planted_curves
+
+    from entropy_lens.plotting import stat_by_position
+
+    ax = stat_by_position([("SmolLM2", planted_curves())], "max_prob", band=(10, 90), train_len=16)
+    assert _legend_texts(ax) == ["SmolLM2", "10th–90th percentile of layers × heads", "$L$ = 16"]
+    two = [("A", planted_curves()), ("B", planted_curves(model="b"))]
+    texts = _legend_texts(stat_by_position(two, "max_prob", band=(25, 75)))
+    assert (
+        "A: 25th–75th percentile of layers × heads" in texts
+        and "B: 25th–75th percentile of layers × heads" in texts
+    )
+
+
+def test_figure7_names_its_steps_from_the_training_record():
+    from entropy_lens.figures.record import SweepFit
+    from entropy_lens.figures.scales import trained_words
+    from entropy_lens.runs.training_record import passkey_phase_steps, training_record, training_steps
+
+    recipe = training_record("tiny-nope")["recipe"]
+    steps, passkey = training_steps("tiny-nope"), passkey_phase_steps("tiny-nope")
+    assert (steps, passkey) == (recipe["steps"] + recipe["passkey_steps"], recipe["passkey_steps"])
+    panel = SweepFit(
+        model="tiny-nope", steps=steps, passkey_steps=passkey, sweep=None, fit=None, fit_smoothed=None
+    )
+    words = f"{steps} steps ({recipe['steps']} pretraining + {recipe['passkey_steps']} passkey)"
+    assert trained_words(panel) == words
+    early = SweepFit(
+        model="tiny-nope-step300", steps=300, passkey_steps=0, sweep=None, fit=None, fit_smoothed=None
+    )
+    assert trained_words(early) == "300 steps"
+    # the committed figure's words are the record's: 1,500 pretraining steps, as the model cards say
+    readme = (Path(__file__).parents[1] / "figures" / "README.md").read_text()
+    assert f"right: {words};" in readme and f"{steps} steps," not in readme
