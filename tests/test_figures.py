@@ -327,7 +327,8 @@ def test_figure7_has_the_early_checkpoint_panel(made):
     assert (data.early.model, data.early.steps, data.early.passkey_steps) == ("tiny-nope-step300", 300, 0)
     readme = (root / "out" / "README.md").read_text()
     assert f"300 steps, raw argmin (the paper's fit): a = {data.early.fit.a:.4f}" in readme
-    assert f"{data.final.steps} steps, raw argmin (the paper's fit): a = {data.final.fit.a:.4f}" in readme
+    right = f"{data.final.steps} steps ({recipe['steps']} pretraining + {phase} passkey)"
+    assert f"{right}, raw argmin (the paper's fit): a = {data.final.fit.a:.4f}" in readme
 
 
 @pytest.mark.slow

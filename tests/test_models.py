@@ -6,6 +6,7 @@ Everything runs on CPU with tiny random models; the bundled SmolLM2 tests are `s
 from __future__ import annotations
 
 import json
+import struct
 import time
 from pathlib import Path
 
@@ -382,7 +383,10 @@ def fake_gguf(tmp_path, tiny_dir, monkeypatch):
 
     monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path / "cache"))
     gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 10)
+    # a GGUF v3 header (no tensors) declaring a context of 64 tokens, then filler bytes
+    key = b"llama.context_length"
+    header = b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, len(key)) + key + struct.pack("<II", 4, 64)
+    gguf.write_bytes(header + bytes(range(256)) * 10)
     return gguf, convert, calls
 
 
@@ -395,6 +399,7 @@ def test_gguf_converted_once_then_cached(fake_gguf):
     first, second = load_model(str(gguf)), load_model(str(gguf))
     assert len(calls) == 1
     assert first.source == second.source == str(gguf.resolve())
+    assert first.train_len == 64  # the GGUF's declared context (the converted config declares none)
     assert (first.n_layers, first.n_heads) == (2, 4) and first.config_hash == second.config_hash
     cached = list((gguf.parent / "cache" / "gguf").iterdir())  # no leftover .partial folders
     assert cached == [gguf_cache_dir(gguf)]

@@ -26,6 +26,7 @@ head-scale search, where the multipliers may be a trainable tensor).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import inspect
 
 import numpy as np
@@ -112,10 +113,22 @@ class ScaleSession:
         stack.enter_context(activate(self.session))
 
 
+def check_keywords(name: str, options: dict) -> None:
+    """TypeError in one line for a keyword `ScaleSession` does not take, with the close matches
+    (`scale=` -> "did you mean scales=?"), naming `name` rather than the internal class."""
+    known = [p for p in inspect.signature(ScaleSession.__init__).parameters if p not in ("self", "model")]
+    for key in options:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}=?" if close else f"use {', '.join(known)}"
+            raise TypeError(f"{name}() got an unexpected keyword {key!r}; {hint}")
+
+
 class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
 
     def __init__(self, model, **options):
+        check_keywords("EntropyRecorder", options)
         super().__init__(model, **options)
         cfg = model.config.get_text_config()
         try:

@@ -126,7 +126,7 @@ class FiguresConfig(Checked):
     real: str | None = setting(
         "smollm2", cli=False, help="a real pretrained model for Figure 17's second row (None: left out)"
     )
-    real_train_len: int | None = setting(  # SmolLM2's config declares none; its card: 8192
+    real_train_len: int | None = setting(  # SmolLM2's GGUF declares 8192 too
         8192,
         cli=False,
         at_least=2,

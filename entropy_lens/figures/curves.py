@@ -72,7 +72,9 @@ def entropy_and_loss(data: FigureData, c: FiguresConfig) -> Drawn:
         "RoPE": data.rope,
         "RoPE NTK": data.rope_ntk,
     }
-    ax = entropy_loss(list(curves.items()), colors=[NOPE, NOPE_DARK, ROPE, ROPE_DARK], smooth=c.smooth)
+    ax = entropy_loss(
+        list(curves.items()), colors=[NOPE, NOPE_DARK, ROPE, ROPE_DARK], smooth=c.smooth, style_key=True
+    )
     plain = {k.replace("$\\lambda$", "λ").replace("/$\\sqrt{d}$", "/√d"): v for k, v in curves.items()}
     numbers = inflection_lines(plain, L, c.smooth) + [
         f"{k}: mean loss {span_mean(r.loss, L // 2, L):.3f} in {span_label((L // 2, L), L)} → "

@@ -16,9 +16,14 @@ from entropy_lens.results import span_label
 __all__ = ["best_scale"]
 
 
-def _trained(panel: SweepFit) -> str:
-    """'300 steps' where the checkpoint records its training, else its name."""
-    return f"{panel.steps} steps" if panel.steps else panel.model
+def trained_words(panel: SweepFit) -> str:
+    """'300 steps' where the checkpoint records its training (with its passkey phase, train-tiny
+    --passkey-steps, named: '3900 steps (1500 pretraining + 2400 passkey)'), else its name."""
+    if not panel.steps:
+        return panel.model
+    if panel.passkey_steps:
+        return f"{panel.steps} steps ({panel.steps - panel.passkey_steps} pretraining + {panel.passkey_steps} passkey)"
+    return f"{panel.steps} steps"
 
 
 def _fit_words(name: str, fit) -> str:
@@ -95,7 +100,7 @@ def best_scale(data: FigureData, c: FiguresConfig) -> Drawn:
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
     numbers = []
     for ax, panel in zip(axes[0], panels):
-        name, fit, smoothed = _trained(panel), panel.fit, panel.fit_smoothed
+        name, fit, smoothed = trained_words(panel), panel.fit, panel.fit_smoothed
         best_scale_by_position(panel.sweep, fit, smoothed_fit=smoothed, ax=ax, title=f"NoPE, {name}")
         numbers.append(_fit_words(f"{name}, raw argmin (the paper's fit)", fit))
         if smoothed is not None:
@@ -126,7 +131,7 @@ def best_scale(data: FigureData, c: FiguresConfig) -> Drawn:
         if c.fit_smooth
         else ""
     )
-    left = f"left: {_trained(data.early)}, right: {_trained(data.final)}; " if data.early else ""
+    left = f"left: {trained_words(data.early)}, right: {trained_words(data.final)}; " if data.early else ""
     caption = (
         f"Best uniform multiplier per position ({left}blue: the raw argmin over {len(sweep.scales)} scales "
         f"{c.sweep_scales} (start:stop:step), {c.sweep_samples} windows at {sweep.length}), its best loss (red) "

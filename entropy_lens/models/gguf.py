@@ -10,6 +10,9 @@ or concurrent writer never leaves a half cache that a later load trusts. The con
 that it is running and how long it takes (it is the one silent wait of a first run).
 `ensure_gguf_cache(gguf, convert=...)` takes another converter (tests pass a fast fake that copies a
 tiny folder): the caching, its atomic rename and its clean-up are the same whatever converts.
+The training length a GGUF declares (`<arch>.context_length`, e.g. 8192 for SmolLM2) is read from the
+file's header by `gguf_train_len` (a few kB of key-value pairs, no tensors), since the converted
+config.json carries no `train_len`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,25 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError, first_line
 
-__all__ = ["CACHE_MARKER", "cache_root", "convert_gguf", "ensure_gguf_cache", "gguf_cache_dir"]
+__all__ = [
+    "CACHE_MARKER",
+    "cache_root",
+    "context_length",
+    "convert_gguf",
+    "ensure_gguf_cache",
+    "gguf_cache_dir",
+    "gguf_train_len",
+    "read_gguf_metadata",
+]
 
 CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
 _STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
@@ -50,6 +64,79 @@ def _gguf_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
 def gguf_cache_dir(gguf: Path) -> Path:
     """Where the float32 copy of `gguf` lives (whether or not it exists yet)."""
     return cache_root() / "gguf" / f"{gguf.stem}-{_gguf_fingerprint(gguf)}"
+
+
+# GGUF value types (the format's spec): code -> struct format of a scalar; 8 is a string, 9 an array
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+def read_gguf_metadata(gguf: Path, *, stop_at: tuple[str, ...] = ()) -> dict:
+    """The key-value metadata in `gguf`'s header (little-endian GGUF v2/v3), stopping early once every
+    key of `stop_at` has been read; arrays (the tokenizer's vocabulary) are skipped, kept as None."""
+    with open(gguf, "rb") as f:
+
+        def take(fmt: str):
+            size = struct.calcsize("<" + fmt)
+            data = f.read(size)
+            if len(data) < size:
+                raise EntropyLensError(
+                    f"{gguf} ends inside its header; the file is truncated, download it again"
+                )
+            return struct.unpack("<" + fmt, data)[0]
+
+        def string() -> str:
+            return f.read(take("Q")).decode("utf-8", errors="replace")
+
+        def value(kind: int):
+            if kind in _SCALARS:
+                return take(_SCALARS[kind])
+            if kind == _STRING:
+                return string()
+            if kind == _ARRAY:
+                item, n = take("I"), take("Q")
+                for _ in range(n):
+                    value(item)
+                return None
+            raise EntropyLensError(f"{gguf}: unknown GGUF value type {kind}; is this a GGUF file?")
+
+        if f.read(4) != b"GGUF":
+            raise EntropyLensError(
+                f"{gguf} is not a GGUF file (no GGUF magic); pass a .gguf file or an HF folder"
+            )
+        version = take("I")
+        if version < 2:
+            raise EntropyLensError(f"{gguf} is GGUF version {version}; convert it to version 2 or later")
+        take("Q")  # tensor count
+        metadata: dict = {}
+        for _ in range(take("Q")):
+            key = string()
+            metadata[key] = value(take("I"))
+            if stop_at and all(k in metadata for k in stop_at):
+                break
+        return metadata
+
+
+def context_length(metadata: Mapping) -> int | None:
+    """The context length GGUF metadata declares: `<general.architecture>.context_length`, else any
+    `*.context_length` key (None if none, or not a positive whole number)."""
+    arch = metadata.get("general.architecture")
+    value = metadata.get(f"{arch}.context_length") if arch else None
+    if value is None:
+        value = next((v for k, v in metadata.items() if k.endswith(".context_length")), None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return int(value)
+
+
+def gguf_train_len(gguf: Path) -> int | None:
+    """The training length `gguf` declares (its header's context length; SmolLM2-135M: 8192), or None."""
+    head = read_gguf_metadata(gguf, stop_at=("general.architecture",))
+    arch = head.get("general.architecture")
+    found = context_length(head)
+    if found is None and arch:
+        found = context_length(read_gguf_metadata(gguf, stop_at=(f"{arch}.context_length",)))
+    return found
 
 
 def convert_gguf(gguf: Path, out: Path) -> None:

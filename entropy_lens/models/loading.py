@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models.bundled import BUNDLED_MODELS
 from entropy_lens.models.devices import resolve_device, resolve_dtype
-from entropy_lens.models.gguf import ensure_gguf_cache
+from entropy_lens.models.gguf import ensure_gguf_cache, gguf_train_len
 from entropy_lens.models.hf_folder import (
     check_causal_lm,
     check_weights,
@@ -61,7 +61,7 @@ class LoadedModel:
     config_hash: str  # sha256[:16] of the config JSON (sorted keys), before NoPE
     nope: bool  # rotary removed
     head_scales: np.ndarray | None  # float64 (layer, head) multipliers of 1/sqrt(d), or None
-    train_len: int | None  # config `train_len`, if declared
+    train_len: int | None  # config `train_len`, or a GGUF's context length, if declared
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -122,10 +122,12 @@ def resolve_ckpt(ckpt: str, revision: str | None = None) -> Path:
 def declared_train_len(
     ckpt: str, *, revision: str | None = None, trust_remote_code: bool = False
 ) -> int | None:
-    """The training length `ckpt`'s config.json declares (`train_len`), without loading weights."""
+    """The training length `ckpt` declares, without loading weights: config.json's `train_len`, or a
+    GGUF file's context length (`<arch>.context_length`, read from its header)."""
     source = resolve_ckpt(str(ckpt), revision)
-    folder = ensure_gguf_cache(source) if source.is_file() else source
-    value = getattr(load_config(folder, trust_remote_code), "train_len", None)
+    if source.is_file():
+        return gguf_train_len(source)
+    value = getattr(load_config(source, trust_remote_code), "train_len", None)
     return None if value is None else int(value)
 
 
@@ -183,6 +185,8 @@ def load_model(
     if use_nope and (nope is True or rotary_modules(model)):
         apply_nope(model)
     train_len = getattr(config, "train_len", None)
+    if train_len is None and source.is_file():
+        train_len = gguf_train_len(source)  # the GGUF's declared context (the converted config has none)
     if train_len is not None and not str(train_len).isdigit():
         raise EntropyLensError(
             f"config.json of {folder} sets train_len to {train_len!r}; make it a whole number of tokens"

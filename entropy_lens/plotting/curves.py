@@ -31,6 +31,7 @@ def entropy_loss(
     loss_label: str | None = "log Perplexity (nats)",
     legend: str | None = "above",
     linewidth: float = 2.0,
+    style_key: bool = False,
 ):
     """One solid entropy line and one dashed loss line per (label, result); returns the left Axes.
 
@@ -39,6 +40,8 @@ def entropy_loss(
     train_len: draw a dotted vertical line there (None: none, as in the paper's final figures).
     legend: "above" (a row above the axes, clear of the curves; the paper: "upper left"), any
         matplotlib location, or None.
+    style_key: add two grey legend entries saying what the line styles are (solid: entropy, left axis;
+        dashed: log-perplexity, right axis), so the figure reads without its caption.
     """
     import matplotlib.pyplot as plt
 
@@ -64,14 +67,22 @@ def entropy_loss(
         loss = moving_average(result.loss[:T], smooth) if smooth else result.loss[:T]
         right.plot(x, loss, color=line.get_color(), lw=linewidth, ls="--", label=f"{label} (loss)")
     if train_len:
-        ax.axvline(train_len, color="0.3", ls=":", lw=1)
+        ax.axvline(train_len, color="0.3", ls=":", lw=1, label=f"$L$ = {train_len}")
     ax.set_xlim(0, T - 1)
     ax.set_xlabel("Position $i$")
+    extra = []
+    if style_key:
+        from matplotlib.lines import Line2D
+
+        extra = [
+            Line2D([], [], color="0.35", lw=linewidth, label="solid: entropy (left axis)"),
+            Line2D([], [], color="0.35", lw=linewidth, ls="--", label="dashed: log-perplexity (right axis)"),
+        ]
     if entropy_label:
         ax.set_ylabel(entropy_label)
     if loss_label:
         right.set_ylabel(loss_label)
-    _legend(ax, legend, len(curves))
+    _legend(ax, legend, len(curves), extra)
     return ax
 
 
@@ -114,11 +125,15 @@ def loss_curves(
     return ax
 
 
-def _legend(ax, legend: str | None, n: int) -> None:
+def _legend(ax, legend: str | None, n: int, extra: Sequence = ()) -> None:
     """ "above": a row of up to two columns above the axes, clear of the curves; a matplotlib location;
-    or None."""
+    or None. `extra`: handles added after the Axes' own (a key to the line styles)."""
+    handles, labels = ax.get_legend_handles_labels()
+    handles, labels = handles + list(extra), labels + [h.get_label() for h in extra]
     if legend == "above":
         ax.legend(
+            handles,
+            labels,
             loc="lower left",
             bbox_to_anchor=(0, 1.0),
             ncol=min(n, 2),
@@ -128,7 +143,7 @@ def _legend(ax, legend: str | None, n: int) -> None:
             columnspacing=1.0,
         )
     elif legend:
-        ax.legend(loc=legend, frameon=False)
+        ax.legend(handles, labels, loc=legend, frameon=False)
 
 
 def perplexity_by_length(

@@ -114,7 +114,7 @@ def best_scale_by_position(
 ):
     """Figure 7: best multiplier per position (tab:blue; raw argmin unless `smooth`), the fitted
     1 + a ln(i/L) (black), optionally a second fit made on smoothed loss curves (dash-dot, grey), the best
-    loss on a twin axis (tab:red) and a dashed line at L; returns the left Axes (twin: `ax.right_ax`).
+    loss on a twin axis (tab:red) and a dashed line at L, each named in one legend below the axes; returns the left Axes (twin: `ax.right_ax`).
     `ylim` is widened to the sweep's grid, so no best scale is drawn off the axes; None: autoscale."""
     import matplotlib.pyplot as plt
 
@@ -138,7 +138,7 @@ def best_scale_by_position(
         )
     L = fit.train_len if fit is not None else sweep.train_len
     if L:
-        ax.axvline(L, color="black", ls="--", lw=1)
+        ax.axvline(L, color="black", ls="--", lw=1, label=f"$L$ = {L} (training length)")
     if ylim is not None:
         lo, hi = float(sweep.scales[0]), float(sweep.scales[-1])
         ax.set_ylim(min(ylim[0], lo), max(ylim[1], hi))
@@ -148,10 +148,13 @@ def best_scale_by_position(
     ax.set_xlim(0, len(x) - 1)
     right = ax.twinx()
     ax.right_ax = right
-    right.plot(x, best["best_loss"], color="tab:red", lw=1)
-    right.set_ylabel("log Perplexity (nats)")
-    # below the axes: the argmin spans the whole grid, so no corner inside is free of it
-    ax.legend(loc="upper left", bbox_to_anchor=(0, -0.16), frameon=False, fontsize="small")
+    right.plot(x, best["best_loss"], color="tab:red", lw=1, label="its loss (right axis)")
+    right.set_ylabel("log Perplexity (nats)", color="tab:red")
+    # below the axes: the argmin spans the whole grid, so no corner inside is free of it; one legend for
+    # both axes, so the red trace is named beside the blue
+    (left_h, left_l), (right_h, right_l) = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
+    handles, labels = left_h + right_h, left_l + right_l
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0, -0.16), frameon=False, fontsize="small")
     if title:
         ax.set_title(title)
     return ax

@@ -45,8 +45,9 @@ def stat_by_position(
     """One line per (label, StatCurves) of statistic `name` averaged over layers and heads, against the
     mean position of each bin; returns the Axes.
 
-    train_len: a dotted vertical line at L and tick labels in multiples of L.
-    band: (low, high) percentiles over the layers × heads drawn as a band around each line (None: none).
+    train_len: a dotted vertical line at L (named in the legend) and tick labels in multiples of L.
+    band: (low, high) percentiles over the layers × heads drawn as a band around each line, named in the
+        legend (None: none).
     bound: for `distance`, the bound i (dashed) and i/2, a uniform row's mean distance (dotted).
     log: a logarithmic y axis (probabilities spanning decades)."""
     import matplotlib.pyplot as plt
@@ -65,7 +66,9 @@ def stat_by_position(
         if band is not None:
             values = c.get(name).reshape(-1, c.bins)
             low, high = np.percentile(values, band, axis=0)
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, lw=0)
+            what = f"{band[0]:g}th–{band[1]:g}th percentile of layers × heads"
+            what = f"{label}: {what}" if len(curves) > 1 else what
+            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, lw=0, label=what)
     T = max(c.length for _, c in curves)
     if bound:
         i = np.arange(T, dtype=np.float64)
@@ -74,7 +77,7 @@ def stat_by_position(
     if log and band is not None and lowest > 0:  # a band reaching 0 would stretch a log axis by decades
         ax.set_ylim(bottom=max(ax.get_ylim()[0], lowest / 100))
     if train_len:
-        ax.axvline(train_len, color="0.3", ls=":", lw=1)
+        ax.axvline(train_len, color="0.3", ls=":", lw=1, label=f"$L$ = {train_len}")
         step = train_len * max(1, T // train_len // 8)  # at most about 8 ticks
         ticks = np.arange(0, T + 1, step)
         ax.set_xticks(ticks, [f"{t // train_len}L" if t else "0" for t in ticks])
@@ -84,7 +87,9 @@ def stat_by_position(
     ax.set_xlabel("Position $i$")
     ax.set_ylabel(stat_label(curves[0][1], name))
     if legend == "above":
-        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False, fontsize="small")
+        # one column where a band's long entry would make the row wider than the axes
+        ncol = 1 if band is not None else 2
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=ncol, frameon=False, fontsize="small")
     elif legend:
         ax.legend(loc=legend, frameon=False, fontsize="small")
     return ax
