@@ -103,11 +103,12 @@ def test_interrupt_under_torchrun_leaves_no_file(monkeypatch, tmp_path):
     import contextlib
 
     import entropy_lens.runs.scan as scan_mod
+    from entropy_lens.runs import batches
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(scan_mod, "process_group", lambda w, device: contextlib.nullcontext())
-    real, calls = scan_mod.next_token_nll, {"n": 0}
+    real, calls = batches.next_token_nll, {"n": 0}
 
     def interrupted_second_batch(*args, **kw):
         calls["n"] += 1
@@ -115,7 +116,7 @@ def test_interrupt_under_torchrun_leaves_no_file(monkeypatch, tmp_path):
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(scan_mod, "next_token_nll", interrupted_second_batch)
+    monkeypatch.setattr(batches, "next_token_nll", interrupted_second_batch)
     config = scan_mod.ScanConfig(model="tiny-nope", length=16, samples=4, data="austen:persuasion")
     with pytest.raises(KeyboardInterrupt):
         scan_mod.scan(config, out=tmp_path / "x.npz", progress=False, checkpoint_every_s=0.0)

@@ -113,9 +113,10 @@ def test_a_reordered_stats_is_the_same_scan_and_another_set_is_named():
 
 def _interrupted(tiny_dir: Path, out: Path, monkeypatch, config: ScanConfig) -> None:
     """Scan `config` into `out`, interrupted (Ctrl-C) in its third batch: only the checkpoint is left."""
-    import entropy_lens.runs.scan as scan_mod
+    from entropy_lens.runs import batches
+    from entropy_lens.runs.scan import scan
 
-    real, calls = scan_mod.next_token_nll, {"n": 0}
+    real, calls = batches.next_token_nll, {"n": 0}
 
     def third_interrupted(*args, **kw):
         calls["n"] += 1
@@ -123,10 +124,10 @@ def _interrupted(tiny_dir: Path, out: Path, monkeypatch, config: ScanConfig) -> 
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(scan_mod, "next_token_nll", third_interrupted)
+    monkeypatch.setattr(batches, "next_token_nll", third_interrupted)
     with pytest.raises(KeyboardInterrupt):
-        scan_mod.scan(config, out=out, progress=False, checkpoint_every_s=1e9)
-    monkeypatch.setattr(scan_mod, "next_token_nll", real)
+        scan(config, out=out, progress=False, checkpoint_every_s=1e9)
+    monkeypatch.setattr(batches, "next_token_nll", real)
     assert partial_path(out).exists() and not out.exists()
 
 
@@ -210,10 +211,9 @@ def test_sigterm_inside_the_sums_update_waits_for_it_and_then_is_handled():
 SLOWED_CLI = """
 import sys, time
 from pathlib import Path
-import entropy_lens.runs.context_parallel as sharded_mod
-import entropy_lens.runs.scan as scan_mod
+import entropy_lens.runs.batches as batches
 from entropy_lens.cli import main
-real, calls = scan_mod.next_token_nll, []
+real, calls = batches.next_token_nll, []
 def marked(*args, **kw):
     calls.append(1)
     if len(calls) == 5:
@@ -221,7 +221,7 @@ def marked(*args, **kw):
     if len(calls) >= 5:
         time.sleep(0.1)
     return real(*args, **kw)
-scan_mod.next_token_nll = sharded_mod.next_token_nll = marked
+batches.next_token_nll = marked
 sys.exit(main(sys.argv[2:]))
 """
 

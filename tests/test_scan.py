@@ -142,12 +142,13 @@ def test_batch_size_does_not_change_the_result(tiny_dir):
 
 def test_a_cpu_scan_returns_the_free_heap_after_each_layer_and_before_the_loss(tiny_dir, monkeypatch):
     import entropy_lens.runs.scan as scan_module
-    from entropy_lens.runs import memory
+    from entropy_lens.runs import batches, memory
 
-    calls, nll = [], scan_module.next_token_nll
+    calls, nll = [], batches.next_token_nll
     monkeypatch.setattr(memory, "release_free_heap", lambda: calls.append("layer"))
     monkeypatch.setattr(scan_module, "release_free_heap", lambda: calls.append("release"))
-    monkeypatch.setattr(scan_module, "next_token_nll", lambda *a, **k: calls.append("loss") or nll(*a, **k))
+    monkeypatch.setattr(batches, "release_free_heap", lambda: calls.append("release"))
+    monkeypatch.setattr(batches, "next_token_nll", lambda *a, **k: calls.append("loss") or nll(*a, **k))
     monkeypatch.setattr(scan_module, "large_blocks_returned", lambda: calls.append("threshold"))
     scan(_config(tiny_dir, samples=4, batch_size=3), progress=False)
     # once after loading and tokenising (and the mmap threshold fixed), then the tiny model's 2 layers
@@ -161,9 +162,9 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch, st
 
     config = _config(tiny_dir, samples=5, stats=stats)
 
-    import entropy_lens.runs.scan as scan_mod
+    from entropy_lens.runs import batches
 
-    real, calls = scan_mod.next_token_nll, {"n": 0}
+    real, calls = batches.next_token_nll, {"n": 0}
 
     def flaky(*args, **kw):
         calls["n"] += 1
@@ -172,11 +173,11 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch, st
         return real(*args, **kw)
 
     out = tmp_path / "r.npz"
-    monkeypatch.setattr(scan_mod, "next_token_nll", flaky)
+    monkeypatch.setattr(batches, "next_token_nll", flaky)
     with pytest.raises(KeyboardInterrupt):
         scan(config, out=out, progress=False, checkpoint_every_s=1e9)
     assert not out.exists() and partial_path(out).exists()  # only the checkpoint, never a half result
-    monkeypatch.setattr(scan_mod, "next_token_nll", real)
+    monkeypatch.setattr(batches, "next_token_nll", real)
     resumed = scan(config, out=out, resume=True, progress=False)
     assert calls["n"] == 4  # the 3 finished samples were not recomputed
     # uninterrupted, with the paths "auto" chose (the trials of the first layers use both)
@@ -213,10 +214,10 @@ def test_resume_after_interrupt_is_identical(tiny_dir, tmp_path, monkeypatch, st
 
 
 def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
-    import entropy_lens.runs.scan as scan_mod
+    from entropy_lens.runs import batches
 
     out = tmp_path / "r.npz"
-    real = scan_mod.next_token_nll
+    real = batches.next_token_nll
     calls = {"n": 0}
 
     def second_fails(*a, **k):
@@ -225,10 +226,10 @@ def test_partial_of_another_scan_is_refused(tiny_dir, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(scan_mod, "next_token_nll", second_fails)
+    monkeypatch.setattr(batches, "next_token_nll", second_fails)
     with pytest.raises(KeyboardInterrupt):
         scan(_config(tiny_dir), out=out, progress=False)
-    monkeypatch.setattr(scan_mod, "next_token_nll", real)
+    monkeypatch.setattr(batches, "next_token_nll", real)
     with pytest.raises(EntropyLensError, match="checkpoint of an unfinished scan with other flags"):
         scan(_config(tiny_dir, seed=1), out=out, resume=True, progress=False)
 

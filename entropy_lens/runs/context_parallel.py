@@ -18,7 +18,7 @@ rounding (tests/test_context_parallel.py).
     check_context_parallel(config, world)         # the one-line refusals, before the model loads
     with group_exchange(groups) as exchange:      # all_gather_shards over the group: any dtype, uneven T
         capture = EntropyRecorder(model, ..., context=ShardedSequence(shards_of(groups, T), exchange))
-        nll, positions = sharded_batch(model, ids, capture)   # this rank's loss and its positions
+        nll = scan_batch(model, ids, capture, positions=shards.positions(ids.device))   # runs/batches.py
 """
 
 from __future__ import annotations
@@ -27,15 +27,12 @@ import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import numpy as np
 import torch
 
-from entropy_lens.capture import forward_hidden, next_token_nll
-from entropy_lens.capture.recorder import check_shardable, takes_positions
+from entropy_lens.capture.recorder import check_shardable
 from entropy_lens.capture.shards import Exchange, SequenceShards
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.distributed import RankGroups, World, collective, group_timeout
-from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap
 
 __all__ = [
     "all_gather_shards",
@@ -43,7 +40,6 @@ __all__ = [
     "check_shardable",
     "group_exchange",
     "shard_groups",
-    "sharded_batch",
     "shards_of",
 ]
 
@@ -121,19 +117,3 @@ def all_gather_shards(local: torch.Tensor, lengths: Sequence[int], *, group=None
     with collective("all_gather of the attention's keys and values (--context-parallel)"):
         dist.all_gather(pieces, raw, group=group)
     return [p.view(local.dtype)[:, :, :n] for p, n in zip(pieces, lengths, strict=True)]
-
-
-def sharded_batch(model, ids: torch.Tensor, capture) -> tuple[torch.Tensor, np.ndarray]:
-    """One batch of a context-parallel scan: the decoder on this rank's positions of ids (B, T)[:, :-1]
-    (with their true position ids) inside `capture` (a ScaleSession or EntropyRecorder whose session
-    holds this rank's `ShardedSequence`) -> (the loss (B, T_local) of those positions, the positions
-    (T_local,) int64). Every rank of the group calls it for the same batch: each attention layer
-    all-gathers K and V."""
-    positions = capture.session.context.shards.positions(ids.device)
-    local, targets = ids[:, :-1][:, positions], ids[:, 1:][:, positions]
-    kwargs = {"position_ids": positions[None]} if takes_positions(model) else {}
-    with capture, free_heap_returned_per_layer(model):
-        hidden = forward_hidden(model, local, **kwargs)
-    if hidden.device.type == "cpu":
-        release_free_heap()
-    return next_token_nll(model, hidden, targets), positions.cpu().numpy()

@@ -3,9 +3,11 @@
     config.check()                    every flag, before anything is loaded
     Output.finished()                 --out/--resume/--force (runs/output.py): maybe nothing to do
     Run.start(config)                 world -> device/dtype -> model -> scales -> data -> backend
-    _loop(run, sums, checkpoint)      batches -> capture (EntropyRecorder) -> loss -> ScanSums
-    sums.all_reduce(world)            torchrun: every rank's samples
-    sums.result(run.meta(...))        means + provenance -> Output.write (atomic)
+    Checkpointer(...).restore()       a rerun continues an interrupted scan (runs/checkpoint.py)
+    _loop(batches, sums, checkpoint)  batches -> capture (EntropyRecorder) -> loss -> ScanSums, by a
+                                      local or a sharded runner (runs/batches.py)
+    batches.reduce(sums)              torchrun: every rank's samples
+    sums.result(run.meta(...))        means + provenance -> checkpoint.write (atomic)
 
 The CLI and notebooks both call `scan`. Everything the user can get wrong (paths, flags, scales,
 lengths, an existing --out) is checked before any file is written, so bad input never leaves a
@@ -27,47 +29,28 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.capture import (
-    EntropyRecorder,
-    ScaleSession,
-    Schedule,
-    check_logits,
-    forward_hidden,
-    next_token_nll,
-)
+from entropy_lens.capture import EntropyRecorder, ScaleSession, Schedule, check_logits
 from entropy_lens.capture.fused import PathChoices
-from entropy_lens.capture.shards import Exchange, SequenceShards, ShardedSequence
+from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
 from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import progress_bar
 from entropy_lens.results import ScanResult
+from entropy_lens.runs.batches import LocalBatches, ShardedBatches, scan_batch
+from entropy_lens.runs.checkpoint import Checkpointer
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.context_parallel import (
     check_context_parallel,
     check_shardable,
-    group_exchange,
     shard_groups,
-    sharded_batch,
     shards_of,
 )
 from entropy_lens.runs.distributed import RankGroups, World, agree, process_group, rank_device, world
 from entropy_lens.runs.lock import OutputLock
-from entropy_lens.runs.memory import (
-    free_heap_returned_per_layer,
-    large_blocks_returned,
-    release_free_heap,
-)
-from entropy_lens.runs.output import (
-    Output,
-    comparable_scan,
-    default_out,
-    partial_path,
-    rescue,
-    say,
-    scan_difference,
-)
+from entropy_lens.runs.memory import large_blocks_returned, release_free_heap
+from entropy_lens.runs.output import Output, comparable_scan, default_out, partial_path, scan_difference
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
 from entropy_lens.runs.variants import attention_scales, load_variant, variant_schedule
@@ -81,6 +64,7 @@ __all__ = [
     "load_variant",
     "partial_path",
     "scan",
+    "scan_batch",
     "variant_schedule",
 ]
 
@@ -105,76 +89,26 @@ def scan(
         done = output.finished(config.to_dict())
         if done is not None:
             return done
-        run = Run.start(config, resume=resume)
+        run = Run.start(config, resume=resume, choices=choices or PathChoices())
         recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
         stats = tuple(name for name in config.row_stats() if name != SINK_MASS.name) if recording else ()
         sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats)
-        run.choices = choices or PathChoices()
-        if output.resumable() is not None:
-            _resume(run, sums, output)
-        checkpoint = None  # ranks write no checkpoints: resuming is single-process
-        if output.path is not None and run.world.size == 1:
-            checkpoint = _Checkpoint(output.partial, sums, run, started, checkpoint_every_s)
+        checkpoint = Checkpointer(run, sums, output, started=started, every_s=checkpoint_every_s)
+        checkpoint.restore()
+        batches = ShardedBatches(run) if config.context_parallel else LocalBatches(run)
         with process_group(run.world, run.device):
             # under torchrun every rank was started with the same settings, else none scans
-            agree(comparable_scan(run.identity), run.world, difference=scan_difference)
-            with group_exchange(run.groups) as exchange:  # None unless --context-parallel
-                _loop(run, sums, checkpoint, progress, exchange)
-            sums.all_reduce(run.world)  # the whole world's: each group's ranks hold disjoint positions
+            agree(comparable_scan(checkpoint.identity), run.world, difference=scan_difference)
+            with batches.opened():
+                _loop(batches, sums, checkpoint, progress)
+            batches.reduce(sums)
         result = sums.result(run.meta(sums, started), config.entropy)
         if main and output.path is not None:
-            _write(result, output.path, checkpoint)
+            checkpoint.write(result)
     return result
 
 
-def _resume(run: Run, sums: ScanSums, output: Output) -> None:
-    """Continue from the checkpoint, with what the interrupted process decided at run time."""
-    if run.world.size > 1:
-        raise EntropyLensError(
-            f"{output.partial} is the checkpoint of an unfinished single-process scan; finish it without "
-            "torchrun, or pass --force to discard it"
-        )
-    decided = sums.restore(output.partial, run.identity)
-    if decided is None:
-        say(f"the checkpoint {output.partial} is unreadable: starting the scan over")
-        return
-    run.choices = PathChoices.from_record(decided.get("fused_choices"), timer=run.choices.timer)
-    threads = decided.get("threads")
-    if threads is not None and threads != torch.get_num_threads():
-        say(
-            f"the interrupted scan ran with {threads} CPU threads, this process has "
-            f"{torch.get_num_threads()}: numbers may differ from an uninterrupted scan in the last bits; "
-            f"pass --threads {threads} to resume it exactly"
-        )
-    say(
-        f"resuming {output.path} from its checkpoint: {sums.samples} of {run.config.samples} samples done "
-        "(--force starts over)"
-    )
-
-
-def _write(result: ScanResult, out: Path, checkpoint: _Checkpoint | None) -> None:
-    """Save the finished result and drop the checkpoint. If `out` cannot be written, the finished
-    sums go to the checkpoint (rerunning the command then writes the result without scanning again),
-    or else the result is rescued elsewhere; the error says where."""
-    try:
-        result.save(out)
-    except OSError as err:
-        if checkpoint is not None:
-            try:
-                checkpoint.save()
-            except OSError:
-                pass
-            else:
-                raise EntropyLensError(
-                    f"could not write {out} ({err.strerror or err}); the finished scan is kept in its "
-                    f"checkpoint {checkpoint.path}: rerun the same command once {out.parent} is writable "
-                    "and it writes the result without scanning again"
-                ) from None
-        rescue(out, result.save, what="scan", error=err)
-    partial_path(out).unlink(missing_ok=True)
-
-
-@dataclass
+@dataclass(kw_only=True)
 class Run:
     """A scan's resolved inputs: what `config` became on this machine."""
 
@@ -192,7 +126,7 @@ class Run:
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
 
     @classmethod
-    def start(cls, config: ScanConfig, *, resume: bool = False) -> Run:
+    def start(cls, config: ScanConfig, *, resume: bool = False, choices: PathChoices | None = None) -> Run:
         w = world()
         if w.size > 1 and resume:
             raise EntropyLensError(
@@ -228,26 +162,29 @@ class Run:
         if device.type == "cpu":
             release_free_heap()  # what loading and tokenising freed (~100 MB for SmolLM2 on austen)
             large_blocks_returned()  # the batches' tensors: mapped and unmapped, not kept in the heap
-        return cls(config, w, device, dtype, lm, scales, scale_source, chunks, backend, groups, schedule)
+        return cls(
+            config=config,
+            world=w,
+            device=device,
+            dtype=dtype,
+            lm=lm,
+            scales=scales,
+            scale_source=scale_source,
+            chunks=chunks,
+            backend=backend,
+            groups=groups,
+            schedule=schedule,
+            choices=choices,
+        )
 
     @property
     def shards(self) -> SequenceShards | None:
         """--context-parallel: this rank's shard of its group's sequences (None without it)."""
         return shards_of(self.groups, self.config.length) if self.config.context_parallel else None
 
-    @property
-    def identity(self) -> dict:
-        """What a checkpoint must match to be resumed by this run."""
-        return {
-            "scan_config": self.config.to_dict(),
-            "config_hash": self.lm.config_hash,
-            "chunks": self.chunks.indices,
-        }
-
-    def capture(self, exchange: Exchange | None = None) -> ScaleSession:
+    def capture(self, context: ShardedSequence | None = None) -> ScaleSession:
         """The context manager a batch runs in: scales only (--entropy none) or scales + recording; a
-        sharded run's `exchange` all-gathers over this rank's group (`group_exchange`)."""
-        shards = self.shards
+        sharded run's `context`: this rank's shard of the sequence and its group's exchange."""
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
         c = self.config
         return kind(
@@ -259,15 +196,8 @@ class Run:
             choices=self.choices,
             stats=c.row_stats(),
             first_keys=c.first_keys,
-            context=None if shards is None else ShardedSequence(shards, exchange),
+            context=context,
         )
-
-    def decided(self) -> dict:
-        """What this run decided at run time that changes its numbers (stored in checkpoints)."""
-        return {
-            "fused_choices": self.choices.to_record() if self.choices is not None else {},
-            "threads": torch.get_num_threads(),
-        }
 
     def meta(self, sums: ScanSums, started: float) -> dict:
         """The results' meta (entropy_lens.results documents every key)."""
@@ -318,15 +248,11 @@ class Run:
         }
 
 
-def _loop(
-    run: Run, sums: ScanSums, checkpoint: _Checkpoint | None, progress: bool, exchange: Exchange | None
-) -> None:
-    """This rank's samples not yet in `sums`, in batches; `checkpoint` (None: never) every so often
-    and on Ctrl-C; `exchange`: a sharded run's all-gather over the group."""
-    c = run.config
-    # the groups split the samples (without --context-parallel each rank is a group), and a group's
-    # ranks all scan each of its samples, one shard each
-    todo = run.groups.samples(sums.samples, c.samples)
+def _loop(batches: LocalBatches, sums: ScanSums, checkpoint: Checkpointer, progress: bool) -> None:
+    """This rank's samples not yet in `sums`, in batches; the checkpoint saved every so often and on
+    Ctrl-C (where the run has one: runs/checkpoint.py)."""
+    run, c = batches.run, batches.run.config
+    todo = batches.work(sums.samples)
     bar = progress_bar(
         total=len(todo) * c.length,
         unit="tok",
@@ -337,51 +263,13 @@ def _loop(
     try:
         for b in range(0, len(todo), c.batch_size):
             ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
-            capture = run.capture(exchange)
-            if run.shards is None:
-                sums.add(capture, scan_batch(run.lm.model, ids, capture))
-            else:  # this rank's positions; the batch's samples counted once, by the group's first rank
-                nll, positions = sharded_batch(run.lm.model, ids, capture)
-                sums.add(capture, nll, positions=positions, samples=run.groups.first)
+            batches.forward(ids, sums)
             bar.update(ids.shape[0] * c.length)
-            if checkpoint is not None:
-                checkpoint.every_so_often()
+            checkpoint.every_so_often()
     except KeyboardInterrupt:
-        if checkpoint is not None and sums.samples:
-            checkpoint.save()
-            bar.write(
-                f"interrupted after {sums.samples} samples, saved in {checkpoint.path}; rerun the same "
-                "command to finish the scan from there"
-            )
+        said = checkpoint.interrupted()
+        if said is not None:
+            bar.write(said)
         raise
     finally:
         bar.close()
-
-
-def scan_batch(model, ids: torch.Tensor, capture=None) -> torch.Tensor:
-    """One batch as a scan runs it: the decoder on ids (B, T)[:, :-1] inside `capture` (a
-    ScaleSession or EntropyRecorder; None: no capture), on CPU the free heap returned after each
-    layer's attention and again before the loss (runs/memory.py), then the per-position loss (B, T − 1)."""
-    with contextlib.nullcontext() if capture is None else capture, free_heap_returned_per_layer(model):
-        hidden = forward_hidden(model, ids[:, :-1])
-    if hidden.device.type == "cpu":
-        release_free_heap()  # what the forward freed, before the loss's logits
-    return next_token_nll(model, hidden, ids[:, 1:])
-
-
-class _Checkpoint:
-    """Saves `sums` and what `run` decided to the scan's `.partial.npz`: on demand and every
-    `every_s` seconds."""
-
-    def __init__(self, path: Path, sums: ScanSums, run: Run, started: float, every_s: float):
-        self.path, self.sums, self.run, self.started, self.every_s = path, sums, run, started, every_s
-        self.last = time.perf_counter()
-
-    def save(self) -> None:
-        wall_s = time.perf_counter() - self.started
-        self.sums.save(self.path, self.run.identity, wall_s, self.run.decided())
-        self.last = time.perf_counter()
-
-    def every_so_often(self) -> None:
-        if time.perf_counter() - self.last >= self.every_s:
-            self.save()
