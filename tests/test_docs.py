@@ -126,3 +126,18 @@ def test_the_site_is_offline_and_renders_the_notebooks_and_figures(site):
     figures = _text(site / "figures.html")
     assert "Figure 17" in figures and (site / "_images").is_dir()
     assert "bundled models" in _text(site / "reference" / "cli.html")  # an epilog, from the parser
+
+
+def test_the_monitor_guide_runs_as_written():
+    """The training-time monitoring guide's Python blocks, run in order in one namespace, on the embedded
+    tiny NoPE model: the loop records, the Trainer callback builds, QK-clip runs."""
+    page = (DOCS / "guides" / "monitor.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/guides/monitor.md", "exec"), namespace)  # noqa: S102 - the page's own code
+    mon, latest = namespace["mon"], namespace["latest"]
+    assert set(latest) == {"entropy", "max_logit"} and latest["entropy"].ndim == 2
+    assert "attention/entropy/layer_0/mean" in namespace["scalars"]
+    assert namespace["history"].steps.tolist() == [1, 2, 3] and mon.recorded == 3
