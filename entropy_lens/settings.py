@@ -41,7 +41,7 @@ import os
 import shlex
 import types
 import typing
-from dataclasses import MISSING
+from dataclasses import MISSING, dataclass
 from typing import Any
 
 from entropy_lens.errors import EntropyLensError
@@ -55,6 +55,7 @@ __all__ = [
     "SCALE",
     "SETTING",
     "Checked",
+    "MonitorSettings",
     "Recorded",
     "check_argument",
     "check_fields",
@@ -374,3 +375,26 @@ def _plain(value):
 
 def _worded(value) -> str:
     return "absent" if value is MISSING else _quoted(value)
+
+
+@dataclass(frozen=True)
+class MonitorSettings(Checked):
+    """A training command's attention monitor (monitor.AttentionMonitor): which row statistics its
+    optimiser steps record, and how often. Not a config field: watching changes no number of the run,
+    so it stays out of every recipe, record and cache key."""
+
+    monitor: str | None = setting(
+        None,
+        metavar="STATS",
+        help="record these attention row statistics of the training forwards, comma-separated "
+        "(entropy, max_prob, ...: kernels/stats.py), per head, once every --monitor-every optimiser "
+        "steps, and save their history beside the output (monitor/history.py)",
+    )
+    monitor_every: int = setting(
+        1, at_least=1, at_most=MAX_COUNT, help="record the --monitor statistics of every Nth optimiser step"
+    )
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """--monitor's names (empty: no monitor)."""
+        return tuple(filter(None, (self.monitor or "").split(",")))
