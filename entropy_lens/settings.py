@@ -391,7 +391,11 @@ class MonitorSettings(Checked):
         "steps, and save their history beside the output (monitor/history.py)",
     )
     monitor_every: int = setting(
-        1, at_least=1, at_most=MAX_COUNT, help="record the --monitor statistics of every Nth optimiser step"
+        1,
+        metavar="N",
+        at_least=1,
+        at_most=MAX_COUNT,
+        help="record the --monitor statistics of every Nth optimiser step",
     )
 
     @property
