@@ -176,3 +176,12 @@ def test_recording_needs_a_session_that_records_the_monitors_stats():
     refused = pytest.raises(EntropyLensError, match=r"does not record max_prob; make it with ScaleSession")
     with refused, mon.recording(scaling):
         pass
+
+
+@pytest.mark.slow  # two runs at L = 192: ~10 s
+def test_train_tiny_init_from_history_starts_at_the_passkey_phase(text_file, tmp_path, capsys):
+    recipe = micro(text_file, train_len=192, steps=2, passkey_share=0.5, passkey_steps=2)  # passkeys need 180
+    first = train_tiny(recipe.pretraining(), tmp_path / "pre", progress=False)
+    out = train_tiny(recipe, tmp_path / "pk", init_from=first, progress=True, monitor=ENTROPY)
+    assert "--monitor's history starts at step 3 (--init-from)" in capsys.readouterr().out
+    assert load_history(out / HISTORY).steps.tolist() == [3, 4]

@@ -189,7 +189,7 @@ def _train(
         )
 
     model.train()
-    watch = Watch(monitor, model, work=work, start=start, progress=progress)
+    watch = Watch(monitor, model, work=work, start=start, resumed=resume, progress=progress)
     bar = progress_bar(
         total=recipe.total_steps,
         initial=start,

@@ -10,7 +10,7 @@ Resuming: every checkpoint also writes the history so far to `<out>.partial/atte
 resumed run continues it, so the finished history has every step of the whole run. A run resumed with
 --monitor from a checkpoint that kept no history (the interrupted run had no --monitor) says so, and its
 history starts at the resumed step; one that monitored other statistics or another --monitor-every is
-refused.
+refused. Under --init-from (only the passkey phase runs) the history starts at the phase's first step.
 """
 
 from __future__ import annotations
@@ -61,12 +61,23 @@ class Watch:
     """The monitor of one train-tiny run (a no-op without --monitor): `with watch:` around the loop,
     `watch.step = n` before step n's forward, `watch.save(path)` at each checkpoint and at the end."""
 
-    def __init__(self, settings: MonitorSettings | None, model, *, work: Path, start: int, progress: bool):
+    def __init__(
+        self,
+        settings: MonitorSettings | None,
+        model,
+        *,
+        work: Path,
+        start: int,
+        resumed: bool,
+        progress: bool,
+    ):
         stats = check_monitor(settings)
         self.monitor = (
             AttentionMonitor(model, stats=stats, every=settings.monitor_every, fused="off") if stats else None
         )
-        self.prior = self._prior(work / HISTORY, start, progress) if stats else None
+        self.prior = self._prior(work / HISTORY, start, progress) if stats and resumed else None
+        if stats and start and not resumed and progress:  # --init-from: the passkey phase only
+            print(f"entropy-lens: --monitor's history starts at step {start + 1} (--init-from)", flush=True)
 
     def _prior(self, path: Path, start: int, progress: bool) -> History | None:
         """The interrupted run's history (steps up to `start`), or None when there is none to continue."""
