@@ -379,23 +379,17 @@ def _worded(value) -> str:
 
 @dataclass(frozen=True)
 class MonitorSettings(Checked):
-    """A training command's attention monitor (monitor.AttentionMonitor): which row statistics its
-    optimiser steps record, and how often. Not a config field: watching changes no number of the run,
-    so it stays out of every recipe, record and cache key."""
+    """A training command's attention monitor (monitor.AttentionMonitor). Not a config field: watching
+    changes no number of the run, so it stays out of every recipe, record and cache key."""
 
     monitor: str | None = setting(
         None,
         metavar="STATS",
-        help="record these attention row statistics of the training forwards, comma-separated "
-        "(entropy, max_prob, ...: kernels/stats.py), per head, once every --monitor-every optimiser "
-        "steps, and save their history beside the output (monitor/history.py)",
+        help="record these attention row statistics (comma-separated) of every --monitor-every-th "
+        "optimiser step, per head, and save their history beside the output (monitor/history.py)",
     )
     monitor_every: int = setting(
-        1,
-        metavar="N",
-        at_least=1,
-        at_most=MAX_COUNT,
-        help="record the --monitor statistics of every Nth optimiser step",
+        1, metavar="N", at_least=1, at_most=MAX_COUNT, help="record every Nth optimiser step (--monitor)"
     )
 
     @property
