@@ -20,12 +20,13 @@ BASE = {
 # with the runs' one-writer lock and output checks, and its model cards are scans and passkey runs. `harness`
 # (lm-evaluation-harness: `eval`) sits above `runs` too: its model loads and scales as the runs do.
 # `monitor` (AttentionMonitor, the Trainer callback) sits above `capture`, beside `runs`: it measures a
-# user's training loop with the capture machinery and writes its history with the results' file helpers.
+# user's training loop with the capture machinery and writes its history with the results' file helpers;
+# train-tiny and search-heads (--monitor) watch their own training with it.
 ALLOWED = {
     "cli": {"training", "harness", "figures", "runs", "models", "analysis", "results", "view"},
     "harness": {"runs", "models", "data", "results"},
-    "training": {"runs", "models", "data", "results", "analysis", "progress"},
-    "runs": {"models", "data", "capture", "kernels", "results", "analysis", "progress"},
+    "training": {"runs", "monitor", "models", "data", "results", "analysis", "progress"},
+    "runs": {"models", "data", "capture", "kernels", "monitor", "results", "analysis", "progress"},
     "monitor": {"capture", "kernels", "results"},
     "models": set(),
     "data": set(),

@@ -8,12 +8,15 @@ import numpy as np
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.runs.output import OutputSettings
+from entropy_lens.settings import MonitorSettings
 
 SEARCH_EXAMPLES = """examples:
   entropy-lens search-heads tiny-nope --len 512 --init 1.2 --data austen-minus:persuasion \\
       --out hs/tiny-nope-512.safetensors
   entropy-lens search-heads path/to/TinyLlama-NoPE-1.1B --len 8192 --init-from sweeps/nope-8k --device cuda \\
       --checkpointing --micro-batch 1 --out hs/hs8k.safetensors
+  entropy-lens search-heads tiny-nope --len 256 --monitor entropy --out hs/tiny-nope-256.safetensors
+      # + hs/tiny-nope-256.history.npz: each head's entropy at every step of the search
   entropy-lens scan path/to/TinyLlama-NoPE-1.1B --len 8192 --head-scales hs/hs8k.safetensors
 """
 
@@ -46,16 +49,34 @@ def add_parsers(sub) -> None:
         helps={"out": "output .safetensors (scale_param per layer) + .json beside it"},
     )
     s.add_argument("--partial", action="store_true", help="--init-from an unfinished sweep's finished scales")
+    add_settings(
+        s,
+        MonitorSettings,
+        helps={
+            "monitor": "record these attention row statistics (comma-separated: entropy, max_prob, ...) of "
+            "every --monitor-every-th step's forwards, per head, into <out stem>.history.npz beside --out "
+            "(replaced as --out is); the scales are bit-identical without it"
+        },
+    )
     add_settings(s, OutputSettings, ("quiet",))
     s.set_defaults(func=cmd_search_heads)
 
 
 def cmd_search_heads(args) -> int:
-    from entropy_lens.runs.head_search import check_out, save_head_scales, search_head_scales
+    from entropy_lens.runs.head_search import (
+        check_monitor,
+        check_out,
+        history_path,
+        save_head_scales,
+        search_head_scales,
+    )
     from entropy_lens.runs.lock import OutputLock
-    from entropy_lens.runs.output import save_or_rescue
+    from entropy_lens.runs.output import check_file_target, save_or_rescue
 
     out = check_out(args.out)  # before any work
+    monitor = config_from_args(MonitorSettings, args)
+    if check_monitor(monitor):
+        check_file_target(history_path(out), flag="--out", example="scales.safetensors")
     init = args.init if args.init is not None else 1.0
     if args.init_from:
         from entropy_lens.analysis import best_uniform_scale, load_sweep
@@ -73,7 +94,7 @@ def cmd_search_heads(args) -> int:
     config = config_from_args(HeadSearchConfig, args, init=init)
     config.check()
     with OutputLock(out):
-        result = search_head_scales(config, progress=not args.quiet)
+        result = search_head_scales(config, progress=not args.quiet, monitor=monitor)
         save_or_rescue(out, lambda path: save_head_scales(result, path), what="head-scale search")
     sc = result.scales
     print(
@@ -81,5 +102,6 @@ def cmd_search_heads(args) -> int:
         f"(lower bound {config.lower_bound:g}); loss {result.log[0]['loss']:.3f} -> "
         f"{result.log[-1]['loss']:.3f}"
     )
-    print(f"wrote {out} and {out}.json")
+    also = f", {history_path(out)}" if result.history is not None else ""
+    print(f"wrote {out}{also} and {out}.json")
     return 0

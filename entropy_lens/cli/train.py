@@ -6,12 +6,14 @@ import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.runs.output import OutputSettings
+from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.recipe import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
   entropy-lens train-tiny --kind nope --out tiny-nope        # ~16 min on 2 CPU cores
   entropy-lens train-tiny --kind rope --out tiny-rope --resume
   entropy-lens train-tiny --kind nope --train-len 256 --steps 3000 --out tiny-nope-256
+  entropy-lens train-tiny --kind nope --monitor entropy,max_prob --out tiny-nope   # + attention-history.npz
   entropy-lens train-tiny --kind nope --snapshot 300 --out tiny-nope   # also tiny-nope/step-300/
   entropy-lens train-tiny --kind nope --passkey-share 0.5 --passkey-steps 200 --init-from tiny-nope --out tiny-nope-pk
 """
@@ -44,6 +46,15 @@ def add_parsers(sub) -> None:
     )
     add_settings(
         t,
+        MonitorSettings,
+        helps={
+            "monitor": "record these attention row statistics (comma-separated: entropy, max_prob, ...) of "
+            "every --monitor-every-th step's forward, per head, into <out>/attention-history.npz; the "
+            "weights are bit-identical without it"
+        },
+    )
+    add_settings(
+        t,
         OutputSettings,
         ("resume", "force", "quiet"),
         exclusive=[("resume", "force")],
@@ -65,6 +76,7 @@ def cmd_train_tiny(args) -> int:
         progress=not args.quiet,
         snapshots=tuple(args.snapshot),
         init_from=args.init_from,
+        monitor=config_from_args(MonitorSettings, args),
     )
     facts = read_training_record(out)
     print(
@@ -73,4 +85,6 @@ def cmd_train_tiny(args) -> int:
         f"{facts['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps)"
     )
     print(f"wrote {out}" + "".join(f", {out}/step-{n}" for n in args.snapshot))
+    if args.monitor:
+        print(f"wrote {out}/attention-history.npz (--monitor {args.monitor})")
     return 0

@@ -23,6 +23,7 @@ which query rows are real (a 4-D mask, or none: all rows count, as the recorder 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
 
@@ -52,13 +53,19 @@ class AttentionMonitor:
            (summary.REDUCTIONS: the mean over real query rows, the maximum for maxima).
     every: record the forwards of steps that are multiples of `every` (>= 1).
     first_keys: first_mass's K.
+    fused: the recorded forwards' route (capture.ScaleSession's `fused`): "off" keeps the model's own sdpa
+           output and gradients bit for bit (the statistics in a pass of their own); "auto" may train
+           through the one-pass kernel (kernels/train.py), equal to sdpa only to rounding.
     """
 
-    def __init__(self, model, *, stats=MONITOR_STATS, every: int = 1, first_keys: int = 1):
+    def __init__(
+        self, model, *, stats=MONITOR_STATS, every: int = 1, first_keys: int = 1, fused: str = "auto"
+    ):
         self.stats = check_monitor_stats(stats)
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
-        self._scaling = ScaleSession(model, stats=self.stats, first_keys=first_keys)
+        self._scaling = ScaleSession(model, stats=self.stats, first_keys=first_keys, fused=fused)
+        self.fused = fused
         self.first_keys = self._scaling.session.first_keys
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
@@ -141,8 +148,7 @@ class AttentionMonitor:
         # activation checkpointing recomputes each layer in the backward, outside this forward, with the
         # model's own attention, whose saved tensors must be the forward's: the statistics then come from
         # a pass beside the model's own sdpa output ("sdpa-then-entropy"), not the one fused pass
-        checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
-        self._scaling.session.fused = "off" if checkpointing else "auto"
+        self._scaling.session.fused = "off" if activation_checkpointing(self.model) else self.fused
         self._scaling.session.on_stats = current.add
         self._scaling.__enter__()
         self._current = current  # entered: the forward hook leaves it
@@ -157,7 +163,40 @@ class AttentionMonitor:
         self._scaling.session.mask_memo.clear()  # no mask of this forward is kept alive
         if output is None:  # the forward raised: its partial reports are dropped
             return
-        summary = current.finish(self.step)
+        self._add(current.finish(self.step))
+
+    @contextlib.contextmanager
+    def recording(self, scaling: ScaleSession, attention_mask=None):
+        """Count (and record, on a step of `every`) the forward run inside the block through `scaling`, the
+        caller's own entered ScaleSession of this model (trainable scales, a schedule), instead of the
+        monitor's installation, which would replace it (the innermost session is the one the attention
+        follows). For a loop that holds such a session or calls the model's decoder; the monitor need not
+        be entered. `scaling` must record the monitor's stats (ScaleSession(stats=mon.stats))."""
+        lacking = [s for s in self.stats if s not in scaling.session.stats]
+        if lacking:
+            raise EntropyLensError(
+                f"the ScaleSession given to recording() does not record {', '.join(lacking)}; make it with "
+                f"ScaleSession(model, stats={self.stats!r}, ...)"
+            )
+        if not self.enabled:
+            yield
+            return
+        self.forwards += 1
+        if self.step % self.every:
+            yield
+            return
+        mask = attention_mask if getattr(attention_mask, "ndim", None) == 2 else None
+        current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
+        scaling.session.on_stats = current.add
+        try:
+            yield
+        finally:  # a raising forward's partial reports are dropped with it
+            scaling.session.on_stats = None
+            scaling.session.mask_memo.clear()
+        self._add(current.finish(self.step))
+
+    def _add(self, summary: StepSummary) -> None:
+        """A finished forward's summary: merged into its step's record, or a record of its own."""
         if self._records and self._records[-1].step == summary.step:
             self._records[-1] = self._records[-1].merge(summary)
         else:
@@ -237,3 +276,12 @@ class AttentionMonitor:
             "first_keys": self.first_keys,
             "step_unit": "forward" if self._step is None else "step",
         }
+
+
+def activation_checkpointing(model) -> bool:
+    """Whether `model` recomputes its layers in the backward (transformers' activation checkpointing, named
+    `is_activation_checkpointing` from v5 and `is_gradient_checkpointing` before)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False

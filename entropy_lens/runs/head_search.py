@@ -15,11 +15,16 @@ so neither the activations of all layers nor the T × vocab logits are held at o
 Output (`save_head_scales`): a `.safetensors` with one `model.layers.{l}.self_attn.scale_param`
 tensor per layer (the layout of the released TinyLlama-NoPE-HeadScale8k, readable by
 `entropy-lens scan --head-scales F`) and, beside it, `F.json` with the [layers, heads] table, the
-search settings and the loss curve.
+search settings and the loss curve. With `monitor` (--monitor STATS): the per-head attention statistics of
+every `monitor_every`-th step's forwards (step = the search's optimiser step) in `<out stem>.history.npz`
+(monitor/history.py's file). The search's own ScaleSession records them (monitor.AttentionMonitor's
+`recording`): the monitor's installation would replace the session that applies the trainable λ(h). It
+records through sdpa's own output (`fused="off"`), so the scales are bit-identical with and without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -35,15 +40,19 @@ from entropy_lens.data import packed_stream, random_windows
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
+from entropy_lens.monitor import AttentionMonitor, History
+from entropy_lens.monitor.summary import check_monitor_stats
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.configs import HeadSearchConfig
 from entropy_lens.runs.output import check_file_target
 from entropy_lens.runs.scan import load_variant, variant_schedule
+from entropy_lens.settings import MonitorSettings
 
 __all__ = [
     "HeadSearchConfig",
     "HeadSearchResult",
     "check_out",
+    "history_path",
     "read_head_scales",
     "save_head_scales",
     "search_head_scales",
@@ -56,6 +65,7 @@ class HeadSearchResult:
     log: list[dict]  # per step: step, loss (nats, mean over the batch's tokens), lr
     config: HeadSearchConfig
     wall_s: float | None = None  # how long the search took (None: not recorded)
+    history: History | None = None  # --monitor's attention history (None: not monitored)
 
 
 def lr_at(config: HeadSearchConfig, step: int) -> float:
@@ -82,11 +92,24 @@ def mean_nll(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int) -> 
     return total / targets.numel()
 
 
-def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> HeadSearchResult:
+def check_monitor(monitor: MonitorSettings | None) -> tuple[str, ...]:
+    """--monitor's statistics, checked before any work (empty: no monitor); EntropyLensError in one line."""
+    if monitor is None or not monitor.stats:
+        return ()
+    try:
+        return check_monitor_stats(monitor.stats)
+    except EntropyLensError as err:
+        raise EntropyLensError(f"--monitor {monitor.monitor}: {err}") from None
+
+
+def search_head_scales(
+    config: HeadSearchConfig, *, progress: bool = True, monitor: MonitorSettings | None = None
+) -> HeadSearchResult:
     """Run the search; see the module docstring."""
     from entropy_lens.progress import progress_bar
 
     config.check()
+    stats = check_monitor(monitor)
     device = resolve_device(config.device)
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     schedule = variant_schedule(config, lm)
@@ -106,6 +129,8 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         model.train()  # HF checkpoints only in training mode; Llama has no dropout at inference settings
     scales = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
     opt = torch.optim.AdamW([scales], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    mon = AttentionMonitor(model, stats=stats, every=monitor.monitor_every) if stats else None
+    recording = {"stats": mon.stats, "fused": "off"} if mon else {}  # sdpa's own output, bit for bit
     log: list[dict] = []
     desc = f"search-heads {config.model}, threads {torch.get_num_threads()}"
     bar = progress_bar(range(config.steps), enabled=progress, desc=desc)
@@ -118,10 +143,13 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         )
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        with ScaleSession(model, scales=scales, schedule=schedule):
+        if mon is not None:
+            mon.step = step + 1
+        with ScaleSession(model, scales=scales, schedule=schedule, **recording) as scaling:
             for i in range(0, config.batch, config.micro_batch):
                 part = ids[i : i + config.micro_batch]
-                hidden = model.get_decoder()(input_ids=part[:, :-1], use_cache=False).last_hidden_state
+                with mon.recording(scaling) if mon else contextlib.nullcontext():
+                    hidden = model.get_decoder()(input_ids=part[:, :-1], use_cache=False).last_hidden_state
                 loss = mean_nll(model, hidden, part[:, 1:], config.chunk) * (part.shape[0] / config.batch)
                 loss.backward()
                 total += loss.item()
@@ -132,7 +160,9 @@ def search_head_scales(config: HeadSearchConfig, *, progress: bool = True) -> He
         rate = (step + 1) * config.batch * config.length / (time.perf_counter() - t0)
         bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
     model.eval()
-    return HeadSearchResult(scales.detach().double().cpu().numpy(), log, config, time.perf_counter() - t0)
+    found = scales.detach().double().cpu().numpy()
+    history = mon.history if mon else None
+    return HeadSearchResult(found, log, config, time.perf_counter() - t0, history)
 
 
 def check_out(out: str | Path) -> Path:
@@ -141,6 +171,12 @@ def check_out(out: str | Path) -> Path:
     if out.suffix != ".safetensors":
         raise EntropyLensError(f"--out {out} must end in .safetensors (the table goes beside it as .json)")
     return check_file_target(out, example="scales.safetensors")
+
+
+def history_path(out: str | Path) -> Path:
+    """Where --monitor's history goes: `<out stem>.history.npz` beside `out`."""
+    out = Path(out)
+    return out.with_name(out.stem + ".history.npz")
 
 
 def read_head_scales(path: str | Path) -> tuple[dict, dict]:
@@ -181,4 +217,8 @@ def save_head_scales(result: HeadSearchResult, out: str | Path) -> Path:
         "wall_s": result.wall_s,
     }
     atomic_write_text(out.with_name(out.name + ".json"), json.dumps(record, indent=1) + "\n")
+    if result.history is not None:
+        result.history.save(history_path(out))  # atomically (results.files)
+    else:  # an earlier search's history would describe the scales just replaced
+        history_path(out).unlink(missing_ok=True)
     return out

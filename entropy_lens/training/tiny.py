@@ -30,6 +30,10 @@ training/checkpoint.py); `resume=True` continues from there. The finished folder
 written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
 or absent.
 
+Monitor: `monitor=MonitorSettings(monitor="entropy")` (--monitor) records per-head attention statistics of
+every `monitor_every`-th step's forward into `<out>/attention-history.npz`, without changing a number of
+the run; a resumed run continues its history (training/watch.py).
+
 The output is an ordinary Hugging Face folder (training/model.py: its extra config keys) with a
 training.json beside the weights: the recipe, the loss log, wall time (runs/training_record.py reads it).
 """
@@ -48,6 +52,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.runs.training_record import TRAINING_RECORD, read_training_record
+from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.batches import training_batch
 from entropy_lens.training.checkpoint import read_checkpoint, write_checkpoint
 from entropy_lens.training.model import build_model
@@ -66,6 +71,7 @@ def train_tiny(
     checkpoint_every: int = 100,
     snapshots: tuple[int, ...] = (),
     init_from: str | Path | None = None,
+    monitor: MonitorSettings | None = None,
 ) -> Path:
     """Train `recipe` and write a Hugging Face folder to `out` (and one per step of `snapshots` in
     `out/step-N/`); see the module docstring. An interrupted run (its `<out>.partial` folder) is
@@ -73,7 +79,10 @@ def train_tiny(
     only once the new model is in place. `init_from`, a folder trained by `recipe.pretraining()`, skips
     those steps: only the passkey phase runs (it starts from a fresh optimiser either way, so the
     result is the whole run's), and the folder's snapshots are copied."""
+    from entropy_lens.training.watch import check_monitor
+
     recipe.check()
+    check_monitor(monitor, kind=recipe.kind)  # before any work
     bad = [n for n in snapshots if not 0 < n < recipe.total_steps]
     if bad:
         raise EntropyLensError(
@@ -86,7 +95,7 @@ def train_tiny(
     if out.exists() and not force:
         raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
     with OutputLock(out):
-        return _train(recipe, out, work, force, progress, checkpoint_every, snapshots, parent)
+        return _train(recipe, out, work, force, progress, checkpoint_every, snapshots, parent, monitor)
 
 
 def _check_init_from(recipe: TinyRecipe, folder: Path, snapshots: tuple[int, ...]) -> dict:
@@ -116,12 +125,15 @@ def _check_init_from(recipe: TinyRecipe, folder: Path, snapshots: tuple[int, ...
     return {**facts, "path": str(folder.resolve())}
 
 
-def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, snapshots, parent) -> Path:
+def _train(
+    recipe, out: Path, work: Path, force, progress, checkpoint_every, snapshots, parent, monitor
+) -> Path:
     import torch
 
     from entropy_lens.data import load_documents, packed_stream
     from entropy_lens.progress import progress_bar
     from entropy_lens.training.tokenizer import train_bpe
+    from entropy_lens.training.watch import HISTORY, Watch
 
     documents, _ = load_documents(recipe.data)
     tokenizer = train_bpe(documents, recipe.vocab)
@@ -177,6 +189,7 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
         )
 
     model.train()
+    watch = Watch(monitor, model, work=work, start=start, resumed=resume, progress=progress)
     bar = progress_bar(
         total=recipe.total_steps,
         initial=start,
@@ -184,30 +197,44 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
         desc=f"train tiny-{recipe.kind}, threads {torch.get_num_threads()}",
     )
     t0 = time.perf_counter()
-    for step in range(start, recipe.total_steps):
-        if step == recipe.steps:  # the passkey phase starts from a fresh optimiser
-            optimizer = new_optimizer()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(recipe, step)
-        ids = torch.from_numpy(training_batch(recipe, stream, tokenizer, step))
-        logits = model(input_ids=ids[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-        optimizer.step()
-        elapsed, value = prior_s + time.perf_counter() - t0, loss.detach().item()
-        log.append({"step": step + 1, "loss": value, "lr": lr_at(recipe, step), "wall_s": round(elapsed, 2)})
-        rate = (step + 1 - start) * recipe.tokens_per_step / max(elapsed - prior_s, 1e-9)
-        bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
-        bar.update()
-        if step + 1 in snapshots:
-            _save_folder(model, tokenizer, work / f"step-{step + 1}", _facts(recipe, description, model, log))
-        if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.total_steps:
-            state = {"recipe": dataclasses.asdict(recipe), "step": step + 1, "log": log, "wall_s": elapsed}
-            write_checkpoint(
-                {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path
+    with watch:
+        for step in range(start, recipe.total_steps):
+            if step == recipe.steps:  # the passkey phase starts from a fresh optimiser
+                optimizer = new_optimizer()
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(recipe, step)
+            ids = torch.from_numpy(training_batch(recipe, stream, tokenizer, step))
+            watch.step = step + 1  # the history's steps are the optimiser steps
+            logits = model(input_ids=ids[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            optimizer.step()
+            elapsed, value = prior_s + time.perf_counter() - t0, loss.detach().item()
+            log.append(
+                {"step": step + 1, "loss": value, "lr": lr_at(recipe, step), "wall_s": round(elapsed, 2)}
             )
+            rate = (step + 1 - start) * recipe.tokens_per_step / max(elapsed - prior_s, 1e-9)
+            bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
+            bar.update()
+            if step + 1 in snapshots:
+                _save_folder(
+                    model, tokenizer, work / f"step-{step + 1}", _facts(recipe, description, model, log)
+                )
+            if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.total_steps:
+                state = {
+                    "recipe": dataclasses.asdict(recipe),
+                    "step": step + 1,
+                    "log": log,
+                    "wall_s": elapsed,
+                }
+                # the history first: a kill between the two leaves records past the checkpoint (dropped
+                # on resume), never a gap
+                watch.save(work / HISTORY)
+                write_checkpoint(
+                    {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path
+                )
     bar.close()
 
     model.eval()
@@ -217,6 +244,7 @@ def _train(recipe, out: Path, work: Path, force, progress, checkpoint_every, sna
         facts["init_from"] = {k: parent[k] for k in ("path", "wall_s", "threads", "torch")}
         facts["pretraining_train_loss_mean_last_50"] = parent["final_train_loss_mean_last_50"]
     _save_folder(model, tokenizer, final, facts)
+    watch.save(final / HISTORY)
     for n in snapshots:  # written during the run (a resumed run kept those of its first part)
         (work / f"step-{n}").rename(final / f"step-{n}")
     old = out.with_name(out.name + ".replaced")

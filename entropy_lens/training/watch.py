@@ -1,0 +1,132 @@
+"""train-tiny's --monitor: the attention statistics of its optimiser steps (monitor.AttentionMonitor),
+saved as `<out>/attention-history.npz` (monitor/history.py's file; its steps are the optimiser steps).
+
+Watching changes no number of the run: the monitor records through the model's own sdpa output and
+gradients (`fused="off"`: the statistics in a no-grad pass of their own), so the weights are bit-identical
+with and without it (tests/test_monitor_runs.py). ALiBi (BLOOM blocks) is refused: capture recomputes its
+attention through sdpa's float mask, which rounds differently from BLOOM's own.
+
+Resuming: every checkpoint also writes the history so far to `<out>.partial/attention-history.npz`; a
+resumed run continues it, so the finished history has every step of the whole run. A run resumed with
+--monitor from a checkpoint that kept no history (the interrupted run had no --monitor) says so, and its
+history starts at the resumed step; one that monitored other statistics or another --monitor-every is
+refused. Under --init-from (only the passkey phase runs) the history starts at the phase's first step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.monitor import AttentionMonitor, History, load_history
+from entropy_lens.monitor.summary import check_monitor_stats
+from entropy_lens.settings import MonitorSettings
+
+__all__ = ["HISTORY", "Watch", "check_monitor", "joined"]
+
+HISTORY = "attention-history.npz"
+
+
+def check_monitor(settings: MonitorSettings | None, *, kind: str | None = None) -> tuple[str, ...]:
+    """--monitor's statistics, checked before any work (empty: no monitor); EntropyLensError in one line."""
+    if settings is None or not settings.stats:
+        return ()
+    if kind == "alibi":
+        raise EntropyLensError(
+            "--monitor cannot watch --kind alibi: capture recomputes BLOOM's ALiBi attention through sdpa's "
+            "float mask, which would change the trained weights in their last bits; leave --monitor out"
+        )
+    try:
+        return check_monitor_stats(settings.stats)
+    except EntropyLensError as err:
+        raise EntropyLensError(f"--monitor {settings.monitor}: {err}") from None
+
+
+def joined(prior: History | None, later: History) -> History:
+    """`prior`'s records (an interrupted run's) followed by `later`'s, under `later`'s meta."""
+    if prior is None or not len(prior):
+        return later
+    return History(
+        steps=np.concatenate([prior.steps, later.steps]),
+        forwards=np.concatenate([prior.forwards, later.forwards]),
+        rows=np.concatenate([prior.rows, later.rows]),
+        values={s: np.concatenate([prior.values[s], later.values[s]]) for s in later.stats},
+        meta=later.meta,
+    )
+
+
+class Watch:
+    """The monitor of one train-tiny run (a no-op without --monitor): `with watch:` around the loop,
+    `watch.step = n` before step n's forward, `watch.save(path)` at each checkpoint and at the end."""
+
+    def __init__(
+        self,
+        settings: MonitorSettings | None,
+        model,
+        *,
+        work: Path,
+        start: int,
+        resumed: bool,
+        progress: bool,
+    ):
+        stats = check_monitor(settings)
+        self.monitor = (
+            AttentionMonitor(model, stats=stats, every=settings.monitor_every, fused="off") if stats else None
+        )
+        self.prior = self._prior(work / HISTORY, start, progress) if stats and resumed else None
+        if stats and start and not resumed and progress:  # --init-from: the passkey phase only
+            print(f"entropy-lens: --monitor's history starts at step {start + 1} (--init-from)", flush=True)
+
+    def _prior(self, path: Path, start: int, progress: bool) -> History | None:
+        """The interrupted run's history (steps up to `start`), or None when there is none to continue."""
+        if not start:
+            return None
+        if not path.is_file():
+            if progress:
+                print(
+                    f"entropy-lens: the interrupted run kept no attention history; --monitor's history starts "
+                    f"at step {start + 1}",
+                    flush=True,
+                )
+            return None
+        prior = load_history(path)
+        mon = self.monitor
+        if list(prior.stats) != list(mon.stats) or prior.meta.get("every") != mon.every:
+            raise EntropyLensError(
+                f"the interrupted run monitored {','.join(prior.stats)} every {prior.meta.get('every')} steps; "
+                "pass its --monitor and --monitor-every to finish it, or --force to start over"
+            )
+        keep = prior.steps <= start
+        return History(
+            prior.steps[keep],
+            prior.forwards[keep],
+            prior.rows[keep],
+            {s: v[keep] for s, v in prior.values.items()},
+            prior.meta,
+        )
+
+    def __enter__(self):
+        if self.monitor is not None:
+            self.monitor.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.monitor is not None:
+            self.monitor.close()
+        return False
+
+    @property
+    def step(self) -> int | None:
+        return None if self.monitor is None else self.monitor.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        if self.monitor is not None:
+            self.monitor.step = value
+
+    def save(self, path: Path) -> None:
+        """The history of the whole run so far to `path` (atomically); nothing without --monitor."""
+        if self.monitor is not None:
+            joined(self.prior, self.monitor.history).save(path)
