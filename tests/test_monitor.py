@@ -446,7 +446,9 @@ def test_qk_clip_in_ten_lines_keeps_growing_logits_bounded():
         peaks = []
         with AttentionMonitor(model, stats=("max_logit",)) as mon:
             for _ in range(steps):  # the user's loop
+                mon.enabled = False  # the float64 reference's own forward is not a step
                 expected = float64_max_logits(model, ids, mask)  # of the weights this step's forward uses
+                mon.enabled = True
                 model(ids, attention_mask=mask, labels=ids).loss.backward()
                 opt.step()
                 opt.zero_grad()
