@@ -278,23 +278,35 @@ def test_sigterm_checkpoints_the_scan_releases_the_lock_and_a_rerun_finishes_it_
 
 
 def _ranks(
-    tmp_path: Path, commands: list[list[str]], *, timeout: float = 300.0
+    tmp_path: Path, commands: list[list[str]], *, timeout: float = 300.0, ready: Path | None = None
 ) -> list[subprocess.CompletedProcess]:
-    """Start one process per command as the ranks of one world (as torchrun would, by hand) and wait."""
+    """Start one process per command as the ranks of one world (as torchrun would, by hand) and wait.
+    `ready`: the last rank starts first and the others once it has made this file (a rank that must
+    already be waiting when rank 0's --dist-timeout starts counting, however slowly the machine imports)."""
     port = str(_free_port())
-    runs = []
-    for rank, command in enumerate(commands):
+
+    def start(rank: int) -> subprocess.Popen:
         env = _env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(len(commands)))
         env |= {"RANK": str(rank), "LOCAL_RANK": str(rank)}
-        runs.append(
-            subprocess.Popen(
-                [sys.executable, *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
+        return subprocess.Popen(
+            [sys.executable, *commands[rank]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+
+    runs: dict[int, subprocess.Popen] = {}
+    if ready is not None:
+        last = runs[len(commands) - 1] = start(len(commands) - 1)
+        _wait_for(lambda: ready.exists() or last.poll() is not None, "the last rank's start")
+    for rank in range(len(commands)):
+        if rank not in runs:
+            runs[rank] = start(rank)
     done = []
-    for run in runs:
-        out, err = run.communicate(timeout=timeout)
-        done.append(subprocess.CompletedProcess(run.args, run.returncode, out, err))
+    for rank in range(len(commands)):
+        out, err = runs[rank].communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(runs[rank].args, runs[rank].returncode, out, err))
     return done
 
 
@@ -321,12 +333,14 @@ def test_a_stalled_rank_is_one_line_on_every_rank_after_the_dist_timeout(tiny_di
     out = tmp_path / "s.npz"
     argv = ["scan", str(tiny_dir), "--len", "32", "--samples", "2", "--data", DATA, "--context-parallel"]
     argv += ["--quiet", "--out", str(out), "--dist-timeout", "3"]
+    ready = tmp_path / "rank-1-imported"
     stalled = (  # joins the world, then takes 15 s before it scans: rank 0 has given up by then
-        "import datetime, sys, time, torch.distributed as dist; from entropy_lens.cli import main; "
+        "import datetime, pathlib, sys, time, torch.distributed as dist; from entropy_lens.cli import main; "
+        f"pathlib.Path({str(ready)!r}).touch(); "
         "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60)); time.sleep(15); "
         f"sys.exit(main({argv!r}))"
     )
-    waiting, late = _ranks(tmp_path, [["-m", "entropy_lens", *argv], ["-c", stalled]])
+    waiting, late = _ranks(tmp_path, [["-m", "entropy_lens", *argv], ["-c", stalled]], ready=ready)
     assert waiting.returncode == late.returncode == 2, (waiting.stderr, late.stderr)
     (line,) = _error_lines(waiting.stderr)
     assert line.startswith(
@@ -338,6 +352,7 @@ def test_a_stalled_rank_is_one_line_on_every_rank_after_the_dist_timeout(tiny_di
         "entropy-lens: error: the comparison of the ranks' settings between the ranks failed"
     )
     assert "Traceback" not in waiting.stderr + late.stderr
+    ready.unlink()  # the test's own marker
     assert _written(tmp_path) == []
 
 
