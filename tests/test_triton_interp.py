@@ -26,7 +26,9 @@ SHARED = (
 
 
 @pytest.mark.slow
-def test_triton_kernel_under_the_interpreter():
+@pytest.mark.parametrize("cases", ["triton_interp_cases.py", *SHARED])
+def test_triton_kernel_under_the_interpreter(cases):
+    """One child process per file of cases, so the test workers share them out (they took 850 s as one)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
@@ -40,8 +42,7 @@ def test_triton_kernel_under_the_interpreter():
         "ignore::RuntimeWarning",  # numpy evaluates both sides of tl.where
         "-k",
         "triton",
-        str(HERE / "triton_interp_cases.py"),
-        *(str(HERE / name) for name in SHARED),
+        str(HERE / cases),
     ]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
