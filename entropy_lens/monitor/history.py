@@ -20,14 +20,13 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
 from __future__ import annotations
 
 import json
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.results.files import atomic_savez, is_integer, printable, shown
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
 
 SCHEMA = "entropy_lens.monitor"
 SCHEMA_VERSION = 1
@@ -77,12 +76,7 @@ def load_history(path: str | Path) -> History:
     again = "save the monitor's history again (mon.save(path))"
     if not path.is_file():
         raise EntropyLensError(f"{name} does not exist; {again}")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
-        why = "not an .npz file" if "pickle" in str(err) else printable(first_line(err))
-        raise EntropyLensError(f"{name} is not a readable monitor history ({why}); {again}") from None
+    data = read_npz(path, what="monitor history", again=again)
     if "meta" not in data:
         raise EntropyLensError(f"{name} has no meta; it is not an entropy-lens monitor history")
     try:

@@ -66,14 +66,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.results.files import atomic_savez, atomic_write_text, is_integer, printable, shown
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results.files import atomic_savez, atomic_write_text, is_integer, printable, read_npz, shown
 from entropy_lens.results.schema import (
     ARRAYS,
     ENTROPY_REDUCTIONS,
@@ -206,14 +205,7 @@ class ScanResult:
         if not path.is_file():
             raise EntropyLensError(f"{name} does not exist; run `entropy-lens scan` to make it")
         again = "rerun the scan that made it with --resume, which scans an unreadable file again"
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                data = {k: z[k] for k in z.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
-            # numpy reads a file that is neither .npy nor .npz as a pickle, and says allow_pickle would
-            # load it: never the fix here (a pickle runs code)
-            why = "not an .npz file" if "pickle" in str(err) else printable(first_line(err))
-            raise EntropyLensError(f"{name} is not a readable results file ({why}); {again}") from None
+        data = read_npz(path, what="results file", again=again)
         missing = [k for k in (*ARRAYS, "meta") if k not in data]
         if missing:
             raise EntropyLensError(

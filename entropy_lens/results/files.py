@@ -12,11 +12,21 @@ import io
 import math
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_savez", "atomic_write_text", "is_integer", "is_number", "kind_of", "printable", "shown"]
+__all__ = [
+    "atomic_savez",
+    "atomic_write_text",
+    "is_integer",
+    "is_number",
+    "kind_of",
+    "printable",
+    "read_npz",
+    "shown",
+]
 
 
 # C0 and C1 controls (escape sequences, carriage return, newlines) and the invisible marks that reorder
@@ -78,3 +88,18 @@ def _atomic_write(path: Path, data) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def read_npz(path: Path, *, what: str, again: str) -> dict[str, np.ndarray]:
+    """Every array of the .npz at `path`, never unpickled; EntropyLensError in one line naming it `what`
+    (e.g. "results file") and `again` (how to make it again) when it is not a readable .npz."""
+    from entropy_lens.errors import EntropyLensError, first_line
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
+        # numpy reads a file that is neither .npy nor .npz as a pickle, and says allow_pickle would load
+        # it: never the fix here (a pickle runs code)
+        why = "not an .npz file" if "pickle" in str(err) else printable(first_line(err))
+        raise EntropyLensError(f"{printable(path)} is not a readable {what} ({why}); {again}") from None
