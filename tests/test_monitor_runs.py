@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
+from training_runs import crash_at, weights
 
 import entropy_lens.data as data_module
 from entropy_lens.capture import ScaleSession
@@ -37,10 +37,6 @@ def micro(text_file, **overrides) -> TinyRecipe:
     return TinyRecipe(**{**fields, **overrides})
 
 
-def weights(folder) -> dict[str, np.ndarray]:
-    return load_file(folder / "model.safetensors")
-
-
 def same_weights(a, b) -> bool:
     a, b = weights(a), weights(b)
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
@@ -50,18 +46,6 @@ def same_weights(a, b) -> bool:
 def plain(text_file, tmp_path_factory):
     """The micro run without --monitor."""
     return train_tiny(micro(text_file), tmp_path_factory.mktemp("plain") / "m", progress=False)
-
-
-def crash_at(step: int):
-    """data.random_windows, interrupted (as by Ctrl-C) when training asks for the batch of `step`."""
-    real = data_module.random_windows
-
-    def windows(stream, length, n, seed, at):
-        if at == step:
-            raise KeyboardInterrupt
-        return real(stream, length, n, seed, at)
-
-    return windows
 
 
 def test_train_tiny_monitor_records_each_step_and_changes_no_weight(text_file, plain, tmp_path):

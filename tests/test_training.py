@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.numpy import load_file
+from training_runs import crash_at, weights
 
 import entropy_lens.data as data_module
 from entropy_lens.cli import main
@@ -44,22 +44,6 @@ def micro(text_file, **overrides) -> TinyRecipe:
         "data": str(text_file),
     }
     return TinyRecipe(**{**fields, **overrides})
-
-
-def weights(folder) -> dict[str, np.ndarray]:
-    return load_file(folder / "model.safetensors")
-
-
-def crash_at(step: int):
-    """data.random_windows, interrupted (as by Ctrl-C) when training asks for the batch of `step`."""
-    real = data_module.random_windows
-
-    def windows(stream, length, n, seed, at):
-        if at == step:
-            raise KeyboardInterrupt
-        return real(stream, length, n, seed, at)
-
-    return windows
 
 
 def test_bpe_is_deterministic_and_round_trips(text_file):
