@@ -24,7 +24,7 @@ demo: $(STAMP)
 # The tests build the documentation site too, with every warning an error (tests/test_docs.py): a broken
 # reference fails `make test` without a second build here.
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -q -n 2 --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 # The view's browser tests drive the distribution's Chromium. Installed here where it is missing and the
 # machine allows (root with apt-get); never fails the build: without it those tests skip and say why.

@@ -41,3 +41,12 @@ def benchmark_script():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def figures_made(tmp_path_factory):
+    """The figures pipeline at test_figures.MINIMAL, run once per session (test_figures.py's tests and
+    notebook 02's read its out/ and cache/): (root, exit code)."""
+    from test_figures import run_minimal
+
+    return run_minimal(tmp_path_factory.mktemp("figures"))

@@ -35,13 +35,21 @@ MINIMAL = {
 }
 
 
-# Runs every experiment of the figures at the minimal settings (a minute or two on 2 cores): the tests
-# that use it are marked slow, out of the inner loop (`pytest -m "not slow"`).
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
+# Runs every experiment of the figures at the minimal settings (a minute or two on 2 cores) once per
+# session (conftest's `figures_made`, which notebook 02's test reads too): the tests that use it are marked
+# slow, out of the inner loop (`pytest -m "not slow"`), and kept on one worker (xdist_group "figures").
+pytestmark = pytest.mark.xdist_group("figures")
+
+
+@pytest.fixture
+def made(figures_made):
+    return figures_made
+
+
+def run_minimal(root: Path) -> tuple[Path, int]:
+    """`entropy-lens figures` at MINIMAL into root/out with its cache in root/cache: (root, exit code)."""
     from architectures import SUPPORTED, save_folder
 
-    root = tmp_path_factory.mktemp("figures")
     MINIMAL["alibi"] = str(save_folder(root, "bloom", SUPPORTED["bloom"][0]))
     config = root / "minimal.yaml"
     config.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in MINIMAL.items()))

@@ -107,15 +107,22 @@ def test_quickstart_runs(kernel):
 
 
 @pytest.mark.slow
-def test_paper_figures_run(kernel, tmp_path):
+@pytest.mark.xdist_group("figures")  # on the worker that runs the figures once (conftest's figures_made)
+def test_paper_figures_run(kernel, figures_made):
+    """With the cache of test_figures.py's run of the same settings: the notebook computes nothing anew,
+    it reads the runs and draws them (what a reader with a filled cache does)."""
     from test_figures import MINIMAL
 
+    root, code_ = figures_made
+    assert code_ == 0
     nb = nbformat.read(NOTEBOOKS / "02_paper_figures.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
-    cache = tmp_path / "cache"
+    cache = root / "cache"
     code[0].source = f"SETTINGS = {MINIMAL!r}\nCACHE = {str(cache)!r}"
+    before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
     execute(nb, kernel)
+    assert {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()} == before  # all read
 
     # One image per figure: 1, 2, 3, 4, 5, 7 (both checkpoints in one), the three grids 10-12, Table 2.
     assert sum(n_images(c) for c in code) == 10
