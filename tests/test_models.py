@@ -537,7 +537,7 @@ def test_a_nope_named_checkpoint_with_rotary_config_needs_a_choice(tiny_dir, tmp
     with pytest.raises(EntropyLensError, match="says NoPE in its name .* pass --nope .* or --no-nope"):
         load_model(str(folder))
     assert load_model(str(folder), nope=True).nope and not load_model(str(folder), nope=False).nope
-    args = ["scan", str(folder), "--len", "16", "--samples", "1", "--data", "austen", "--quiet"]
+    args = ["scan", str(folder), "--len", "16", "--samples", "1", "--data", "austen:persuasion", "--quiet"]
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "a.npz")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
