@@ -41,7 +41,7 @@ def _cli(args, cache: Path, cwd: Path):
 def test_scan_of_a_hub_id_reads_the_cached_snapshot_at_a_revision(hub_cache, tmp_path):
     from entropy_lens.results import ScanResult
 
-    args = ["scan", "org/tiny", "--len", "16", "--samples", "2", "--data", "austen", "--quiet"]
+    args = ["scan", "org/tiny", "--len", "16", "--samples", "2", "--data", "austen:persuasion", "--quiet"]
     run = _cli([*args, "--out", "main.npz"], hub_cache, tmp_path)
     assert run.returncode == 0, run.stderr
     meta = ScanResult.load(tmp_path / "main.npz").meta
@@ -82,7 +82,7 @@ def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_pat
     shutil.copytree(tiny_dir, repo / "snapshots" / COMMIT)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(COMMIT)
-    args = ["scan", "org/Tiny-NoPE", "--len", "16", "--samples", "1", "--data", "austen", "--quiet"]
+    args = ["scan", "org/Tiny-NoPE", "--len", "16", "--samples", "1", "--data", "austen:persuasion", "--quiet"]
     run = _cli([*args, "--out", "x.npz"], tmp_path / "hub", tmp_path)
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(err) == 1 and "says NoPE in its name" in err[0], run.stderr
