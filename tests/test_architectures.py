@@ -220,7 +220,15 @@ def test_trainable_scales_on_softcapped_attention_get_gradients():
     assert mult.grad is not None and mult.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("model_type", sorted(SUPPORTED))
+# A scan per architecture (seconds each): llama (the common path) and gpt_oss (the sink mass in the file,
+# fused auto's measurement) stay in the inner loop; the others' capture is test_entropy_and_logits_equal_eager's
+SCAN_FAST = ("llama", "gpt_oss")
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    [m if m in SCAN_FAST else pytest.param(m, marks=pytest.mark.slow) for m in sorted(SUPPORTED)],
+)
 def test_scan_files_equal_eager(model_type, tmp_path):
     from entropy_lens.data import token_chunks
     from entropy_lens.models import load_model
@@ -478,7 +486,11 @@ REAL = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(REAL))
+# MPT-7B's and Falcon-7B's widths (4096, 4544) take seconds to initialise: slow; their layouts at small
+# widths (SUPPORTED's "mpt" and "falcon") and the BLOOMs and Falcon-RW here keep the inner loop's
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n.endswith("-7b") else n for n in sorted(REAL)]
+)
 def test_real_configurations_scaled_down(name):
     """BLOOM-560m, the paper's BLOOM-1b1, MPT-7B, Falcon-7B and Falcon-RW-1B head layouts with the
     weights' usual initialisation: exact with left padding (the case that moves positions most)."""

@@ -125,7 +125,9 @@ def test_the_search_takes_the_loading_flags_and_a_schedule(tiny_dir, tmp_path):
 
     folder = tmp_path / "Tiny-NoPE"
     shutil.copytree(tiny_dir, folder)
-    base = HeadSearchConfig(model=str(folder), length=24, steps=3, batch=2, data="austen:persuasion", init=1.2)
+    base = HeadSearchConfig(
+        model=str(folder), length=24, steps=3, batch=2, data="austen:persuasion", init=1.2
+    )
     with pytest.raises(EntropyLensError, match="pass --nope .* or --no-nope"):
         search_head_scales(base, progress=False)
     plain = search_head_scales(dataclasses.replace(base, nope=True), progress=False).scales

@@ -82,7 +82,17 @@ def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_pat
     shutil.copytree(tiny_dir, repo / "snapshots" / COMMIT)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(COMMIT)
-    args = ["scan", "org/Tiny-NoPE", "--len", "16", "--samples", "1", "--data", "austen:persuasion", "--quiet"]
+    args = [
+        "scan",
+        "org/Tiny-NoPE",
+        "--len",
+        "16",
+        "--samples",
+        "1",
+        "--data",
+        "austen:persuasion",
+        "--quiet",
+    ]
     run = _cli([*args, "--out", "x.npz"], tmp_path / "hub", tmp_path)
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(err) == 1 and "says NoPE in its name" in err[0], run.stderr

@@ -413,6 +413,7 @@ def test_smollm2_entropy_matches_its_eager_probabilities(monkeypatch):
         np.testing.assert_allclose(fused.entropy[layer], eager, atol=2e-5)
 
 
+@pytest.mark.slow  # a fresh interpreter: the import order is the point
 def test_top_level_scan_is_the_function_whatever_was_imported_first():
     import subprocess
     import sys

@@ -130,6 +130,7 @@ def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
     assert searched < uniform[init] - 0.02
 
 
+@pytest.mark.slow  # 30 trials of each embedded model (the passkey path: test_passkey.py, random models)
 @pytest.mark.parametrize("name", ["tiny-nope", "tiny-rope", "tiny-alibi"])
 def test_retrieves_the_passkey_inside_the_training_length(name):
     """Each embedded model was taught the passkey task inside L (train-tiny's passkey phase): at L it
