@@ -518,7 +518,7 @@ def test_history_payload_equals_the_historys_arrays(history_file):
 
 
 def test_a_history_is_known_by_its_schema_not_its_name(history_file, tmp_path):
-    path, _ = history_file
+    path, history = history_file
     (tmp_path / "scan.npz").write_bytes(path.read_bytes())  # a history under a results file's name
     planted().save(tmp_path / HISTORY_FILE)  # a results file under the history's name
     found = gather([tmp_path / "scan.npz", tmp_path / HISTORY_FILE])
@@ -535,6 +535,8 @@ def test_a_history_is_known_by_its_schema_not_its_name(history_file, tmp_path):
     assert "history-section" not in view([planted()]).html  # a page without histories is as before
     with pytest.raises(EntropyLensError, match="is a monitor history; view it"):
         resolve([path])  # results and sweeps only
+    memory = page_data(view([("run", history)]))  # mon.history, from Python: the same numbers
+    assert memory["histories"][0]["stats"] == data["histories"][0]["stats"]
 
 
 def test_a_damaged_or_foreign_history_is_refused_in_one_line(history_file, tmp_path, capsys):

@@ -65,14 +65,16 @@ class View:
 
 def view(results, *, labels=None, points: int | None = None, train_len: int | None = None) -> View:
     # the keywords are view.config.ViewConfig's fields: `entropy-lens view` passes them as they are
-    """An interactive page of `results`: results `.npz` paths, sweep folders, `ScanResult`s, `Sweep`s, or
-    (label, any of these) pairs.
+    """An interactive page of `results`: results `.npz` paths, sweep folders, monitor histories (their
+    `.npz`, a folder holding attention-history.npz, or a `History`: `mon.history`), `ScanResult`s,
+    `Sweep`s, or (label, any of these) pairs.
 
     Parameters
     ----------
     labels : one name per item (default: file names, or "result 1", ...).
     points : bins per curve (default: 512, fewer when many heads of several results would make the
-        page large: `reduce.points_for`); curves no longer than this are shown position by position.
+        page large: `reduce.points_for`); curves no longer than this are shown position by position (a
+        history's, step by step).
     train_len : L for the statistics and the fit (default: each result's meta).
     """
     check_fields(ViewConfig, {"points": points, "train_len": train_len})  # as the flags are checked
