@@ -193,11 +193,10 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
 
     def row_stats(self) -> tuple[str, ...]:
         """The statistics the capture records: entropy, sink mass (models with sinks) and --stats."""
-        from entropy_lens.kernels.stats import ROW_STATS, check_stats
+        from entropy_lens.kernels.stats import check_stats
 
-        asked = tuple(ROW_STATS) if self.stats == "all" else tuple(filter(None, self.stats.split(",")))
         try:
-            asked = check_stats(asked)
+            asked = check_stats(self.stats)
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
         return (*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS))
