@@ -38,7 +38,7 @@ class Statistic:
     `description`, `label` (a figure's axis), `bound`: how the largest value a causal row at position i
     can take grows with i (LOG_BOUND: ln(i + 1); POSITION_BOUND: i), None where none grows with i (a
     probability is at most 1 everywhere); `squared`: whether the host sums its square too (the results'
-    `<name>_sq`; every statistic but sink_mass, which stays as it was before the others); `summary`: how
+    `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `summary`: how
     a per-head summary reduces it over rows, "mean", or "max" for a maximum."""
 
     name: str

@@ -14,7 +14,7 @@ help), in groups the configs share; the CLI generates the flags from them (`cli/
 No torch at import (`entropy-lens --help` builds every flag from here); `check()` imports what it needs.
 Each number's range is declared with it (`setting(at_least=, above=, at_most=)`) and checked when a config
 is made (`settings.Checked`) and when its flag is parsed; `check()` adds what spans several settings and
-what needs an import. Names follow the glossary (README: Glossary).
+what needs an import. Names follow the glossary (docs/reference/glossary.md).
 """
 
 from __future__ import annotations
