@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from entropy_lens.figures.scales import _best_scale_differences
+from entropy_lens.figures.registry import item
 from entropy_lens.runs.training_record import passkey_phase_steps, training_steps
 
 
@@ -27,12 +27,13 @@ def test_figure7_says_where_its_early_checkpoint_sits_in_training():
         f"{final} steps ({early / final:.0%}; {early / pretraining:.0%} of its {pretraining} pretraining "
         "steps) (the paper: 10K of 50K steps, 20%)"
     )
-    assert _best_scale_differences(data, c)[0] == want
+    differences = item("figure-07").differences
+    assert differences(data, c)[0] == want
     # the committed section was regenerated from these words (entropy-lens figures 7 --cached-only)
     readme = (Path(__file__).parents[1] / "figures" / "README.md").read_text(encoding="utf-8")
     assert f"- {want}\n" in readme
     # no early steps recorded: the checkpoint is named without a share
     data.early.steps = None
-    assert _best_scale_differences(data, c)[0].startswith(
+    assert differences(data, c)[0].startswith(
         "the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run (the paper"
     )
