@@ -91,8 +91,7 @@ def head_statistics(
     """Per-head statistics of `result`'s row statistic `stat` (see the module docstring; `stat_names`
     lists those it holds); `train_len` defaults to the meta's.
 
-    `departure=False` skips the one statistic that costs a pass of `find_inflection` per head
-    (about 10 ms each at 16K positions)."""
+    `departure=False` skips the one statistic that costs a pass of `find_inflection` per head."""
     if not result.n_heads:
         raise EntropyLensError(
             "the result holds no entropy (a loss-only scan, --entropy none); scan with --entropy heads"
