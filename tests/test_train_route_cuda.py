@@ -33,7 +33,7 @@ from train_cases import (
 
 from entropy_lens.capture import EntropyRecorder
 from entropy_lens.kernels import ScoreMods
-from entropy_lens.kernels.train import attention_train, cuda_refusal, train_refusal
+from entropy_lens.kernels.train import attention_train, train_form, train_refusal
 
 HERE = Path(__file__).parent
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -61,8 +61,9 @@ def test_route_for_cuda_decided_without_a_gpu():
     assert train_refusal(q, k, v, causal, device="cuda") is None
     assert train_refusal(*_qkv(torch.float16), ScoreMods.build(q, k, window=3), device="cuda") is None
     # transformers' sliding-window mask without padding: no mask left, its window kept
-    mods, why = cuda_refusal(q, k, ScoreMods.build(q, k, mask=_sliding_mask(2, 12, 12, 4)))
+    mods, why = train_form(q, k, v, ScoreMods.build(q, k, mask=_sliding_mask(2, 12, 12, 4)), device="cuda")
     assert why is None and mods.mask is None and mods.window == 4
+    assert train_form(q, k, v, causal, device="cpu") == (causal, None)  # the CPU route keeps the mask
     padded = ScoreMods.build(q, k, mask=_sliding_mask(2, 12, 12, 4, pad=3))
     assert train_refusal(q, k, v, padded, device="cuda").startswith("key padding")
     per_head = torch.rand(1, 4, 12, 12, generator=torch.Generator().manual_seed(1)) > 0.3

@@ -6,6 +6,7 @@ flash-attention backward from that output and the kernel's own log-sum-exp.
            tensor that requires grad), and each of `stats` (B, Hq, T) float32, detached
     train_refusal(q, k, v, mods, *, device=None) -> None where the route takes these inputs on device
         ("cpu" or "cuda", q's own by default: the CUDA route is decided without a GPU too), else why not
+    train_form(q, k, v, mods, *, device=None) -> (mods in the route's form, None) or (None, why not)
 
     q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, D): GQA/MQA keys and values as they are (fewer heads)
     softmax_scale  float or (Hq,) tensor λ_h; mods: a validated ScoreMods (causal bottom-right, mask, window)
@@ -46,8 +47,8 @@ bottom-right (flash-attn ≥ 2.1's alignment, as the kernels'); a sliding window
 = W − 1, window_size_right = 0; float16 and bfloat16 only; a head size that is a multiple of 8 up to 256
 (another is zero-padded to the next multiple here: zero query/key columns add nothing to a score, zero
 value columns give zero output columns, and the padding's gradients are dropped); Ampere or newer. No mask:
-`cuda_refusal` sends key padding, a mask per query or per head, float32 and a head size above 256 to
-the separate route, the reason its return value.
+`train_form` sends key padding, a mask per query or per head, float32 and a head size above 256 to
+the separate route, with the reason.
 """
 
 from __future__ import annotations
@@ -73,24 +74,30 @@ def train_refusal(q, k, v, mods: ScoreMods, *, device: str | None = None) -> str
     """None where `attention_train` takes these inputs on `device` ("cpu" or "cuda"; q's own by
     default), else why not (see the module docstring). Asking for "cuda" with CPU tensors is the CUDA
     route's choice without a GPU."""
+    return train_form(q, k, v, mods, device=device)[1]
+
+
+def train_form(q, k, v, mods: ScoreMods, *, device: str | None = None) -> tuple[ScoreMods | None, str | None]:
+    """(mods in the route's form, None) where `attention_train` takes these inputs on `device`, else
+    (None, why not). The CPU route takes `mods` as they are; the CUDA route's form has no mask: a mask is
+    read (`masks.as_key_padding`, once) as causal & window & key padding, and only one that pads no key
+    goes through, its window merged. A caller that passes the form on does not read the mask again."""
     if not mods.sdpa_computes:
-        return "softcap, sinks or a score bias, which flash's backward does not take"
+        return None, "softcap, sinks or a score bias, which flash's backward does not take"
     if v.shape[-1] != q.shape[-1]:
-        return "values whose head size differs from the queries'"
+        return None, "values whose head size differs from the queries'"
     device = q.device.type if device is None else device
     if device == "cuda":
-        return cuda_refusal(q, k, mods)[1]
+        return _cuda_form(q, k, mods)
     if device != "cpu":
-        return f"{device} tensors (the flash backward is wired on CPU and CUDA)"
+        return None, f"{device} tensors (the flash backward is wired on CPU and CUDA)"
     if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"{q.dtype} tensors (the kernels accumulate in float32; sdpa keeps float64 exact)"
-    return None
+        return None, f"{q.dtype} tensors (the kernels accumulate in float32; sdpa keeps float64 exact)"
+    return mods, None
 
 
-def cuda_refusal(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
-    """(mods in the CUDA route's form: no mask, the mask's window merged, None; the reason flash's CUDA
-    backward cannot take these inputs, or None). A mask is read (`masks.as_key_padding`) as causal &
-    window & key padding: only one that pads no key goes through."""
+def _cuda_form(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
+    """`train_form` on CUDA: flash's CUDA backward takes no mask, float16 and bfloat16, heads up to 256."""
     if q.dtype not in CUDA_DTYPES:
         return None, f"{q.dtype} tensors on CUDA (flash's CUDA backward takes float16 and bfloat16)"
     if q.shape[-1] > CUDA_MAX_HEAD:
@@ -99,16 +106,16 @@ def cuda_refusal(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
         return None, "a GPU older than Ampere (flash's CUDA backward needs sm_80 or newer)"
     if q.is_cuda and not triton_available():
         return None, "CUDA tensors without triton installed (the route's forward is the Triton kernel)"
+    if mods.mask is None:
+        return mods, None
     B, T, S = q.shape[0], q.shape[2], k.shape[2]
     form = as_key_padding(mods.mask, B, T, S, mods.causal, mods.window)
     if form is None:
         return None, "a mask per query or per head (flash's CUDA backward takes none)"
     keep, window = form
     if keep is not None:
-        return (
-            None,
-            "key padding (flash's CUDA backward takes no mask; an unpadded or packed batch runs fused)",
-        )
+        why = "key padding (flash's CUDA backward takes no mask; an unpadded or packed batch runs fused)"
+        return None, why
     return mods.replace(mask=None, window=window), None
 
 
@@ -127,12 +134,10 @@ def attention_train(
     """See the module docstring."""
     if kernel not in TRAIN_KERNELS:
         raise ValueError(f"attention_train runs kernel {' or '.join(TRAIN_KERNELS)}; got {kernel!r}")
-    why = train_refusal(q, k, v, mods, device="cuda" if kernel == "triton" else "cpu")
+    mods, why = train_form(q, k, v, mods, device="cuda" if kernel == "triton" else "cpu")
     if why is not None:
         raise ValueError(f"attention_train does not take {why}; run sdpa with autograd and a statistics pass")
-    if kernel == "triton":
-        mods = cuda_refusal(q, k, mods)[0]
-    elif backward is not None:
+    if kernel != "triton" and backward is not None:
         raise ValueError("attention_train takes a backward op on the 'triton' (CUDA) route only")
     scale = validate_scale(q, k, softmax_scale)
     uniform = float(scale[0])
