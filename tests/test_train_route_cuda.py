@@ -33,7 +33,7 @@ from train_cases import (
 
 from entropy_lens.capture import EntropyRecorder
 from entropy_lens.kernels import ScoreMods
-from entropy_lens.kernels.train import attention_train, train_form, train_refusal
+from entropy_lens.kernels.train import attention_train, capability_refusal, train_form, train_refusal
 
 HERE = Path(__file__).parent
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -76,6 +76,15 @@ def test_route_for_cuda_decided_without_a_gpu():
     big = _qkv(D=264)
     assert "above 256" in train_refusal(*big, ScoreMods(), device="cuda")
     assert train_refusal(q, k, v, ScoreMods.build(q, k, softcap=30.0), device="cuda").startswith("softcap")
+
+
+def test_the_gpus_flash_backward_runs_on():
+    """flash_api.cpp's checks: sm_8x and sm_90; head sizes 193-224 only on sm_80 and sm_90."""
+    assert capability_refusal((8, 0), 224) is None and capability_refusal((9, 0), 200) is None
+    assert capability_refusal((8, 9), 128) is None and capability_refusal((8, 6), 256) is None
+    assert "sm_75" in capability_refusal((7, 5), 64)
+    assert "sm_100" in capability_refusal((10, 0), 64)
+    assert "193-224" in capability_refusal((8, 6), 220) and "193-224" in capability_refusal((8, 9), 193)
 
 
 def test_cuda_route_refuses_in_one_line():

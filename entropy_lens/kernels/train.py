@@ -46,7 +46,8 @@ scaled scores, +∞ for a row that sees no key (flash's own convention, so P = 0
 bottom-right (flash-attn ≥ 2.1's alignment, as the kernels'); a sliding window W as window_size_left
 = W − 1, window_size_right = 0; float16 and bfloat16 only; a head size that is a multiple of 8 up to 256
 (another is zero-padded to the next multiple here: zero query/key columns add nothing to a score, zero
-value columns give zero output columns, and the padding's gradients are dropped); Ampere or newer. No mask:
+value columns give zero output columns, and the padding's gradients are dropped); sm_8x or sm_90, and
+head sizes 193-224 on sm_80 and sm_90 only (`capability_refusal`). No mask:
 `train_form` sends key padding, a mask per query or per head, float32 and a head size above 256 to
 the separate route, with the reason.
 """
@@ -102,8 +103,10 @@ def _cuda_form(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
         return None, f"{q.dtype} tensors on CUDA (flash's CUDA backward takes float16 and bfloat16)"
     if q.shape[-1] > CUDA_MAX_HEAD:
         return None, f"a head size above {CUDA_MAX_HEAD} (flash's CUDA backward takes up to {CUDA_MAX_HEAD})"
-    if q.is_cuda and torch.cuda.get_device_capability(q.device) < (8, 0):
-        return None, "a GPU older than Ampere (flash's CUDA backward needs sm_80 or newer)"
+    if q.is_cuda:
+        why = capability_refusal(torch.cuda.get_device_capability(q.device), q.shape[-1])
+        if why is not None:
+            return None, why
     if q.is_cuda and not triton_available():
         return None, "CUDA tensors without triton installed (the route's forward is the Triton kernel)"
     if mods.mask is None:
@@ -117,6 +120,19 @@ def _cuda_form(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
         why = "key padding (flash's CUDA backward takes no mask; an unpadded or packed batch runs fused)"
         return None, why
     return mods.replace(mask=None, window=window), None
+
+
+def capability_refusal(capability: tuple[int, int], head: int) -> str | None:
+    """None where flash's CUDA backward runs head size `head` on a GPU of compute `capability`, else why
+    not: its checks in flash_api.cpp (`mha_bwd`): sm_8x or sm_90, and head sizes 193-224 (padded to a
+    multiple of 8) on sm_80 and sm_90 only."""
+    major, minor = capability
+    arch = f"sm_{major}{minor}"
+    if major != 8 and (major, minor) != (9, 0):
+        return f"a GPU of {arch} (flash's CUDA backward runs on sm_8x and sm_90)"
+    if 192 < head + (-head % 8) <= 224 and (major, minor) not in ((8, 0), (9, 0)):
+        return f"head size {head} on {arch} (flash's CUDA backward runs 193-224 on sm_80 and sm_90 only)"
+    return None
 
 
 def attention_train(
