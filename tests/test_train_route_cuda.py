@@ -180,7 +180,8 @@ def test_cuda_monitored_step_gradients(model_type):
         assert recorder.session.backends == {"triton"}
     plain, monitored = [[g.cpu() for g in gs] for gs in (plain, monitored)]
     if model_type in FLOAT32_ONLY:  # the model's own attention computed the output: the plain step's
-        assert max_error(monitored, plain) <= 1e-2
+        scale = max(g.abs().max().item() for g in plain)
+        assert max_error(monitored, [g.double() for g in plain]) <= 1e-2 * scale
     else:
         truth = step_grads(copy.deepcopy(reference).double(), ids, mask)
         err, err_plain = max_error(monitored, truth), max_error(plain, truth)
