@@ -7,7 +7,8 @@
 #     long     the same at 64K and 128K, merged into scan_gpu.json (--append)
 #     context  --context-parallel on every GPU (2 or more; skipped with one): SmolLM2 at 128K (CONTEXT_LEN),
 #              1 GPU against all, time and each rank's peak GPU memory beside the model -> context_parallel_gpu.json
-#     train    the monitor's gradient and route tests on CUDA (-m "gpu or not gpu")     -> train_tests.txt
+#     train    the monitor's gradient and route tests on CUDA (-m "gpu or not gpu"), the CUDA training
+#              route's against sdpa's gradients on every family (test_train_route_cuda.py) -> train_tests.txt
 #              and a training step unmonitored / monitored (every step, every 10th), SmolLM2 2K and 4K and a
 #              4-layer Llama at 1K, the routes that ran in each row's `paths` (TRAIN_SIZES) -> train_gpu.json
 # OUT_DIR (default benchmarks/results) receives the files; PYTHON chooses the interpreter (default python3),
@@ -42,7 +43,8 @@ for s in "${stages[@]}"; do
           --out "$OUT_DIR/context_parallel_gpu.json" || status=1
       fi ;;
     train)
-      "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_train_route.py tests/test_monitor.py \
+      "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_train_route.py \
+        tests/test_train_route_cuda.py tests/triton_train_interp_cases.py tests/test_monitor.py \
         2>&1 | tee "$OUT_DIR/train_tests.txt" || status=1
       # shellcheck disable=SC2086  # TRAIN_SIZES is a list of MODEL:LEN words
       "$PY" benchmarks/train_cpu.py --device cuda --sizes ${TRAIN_SIZES:-smollm2:2048 smollm2:4096 llama4:1024} \

@@ -1,14 +1,16 @@
 """The benchmark tables of docs/internals/benchmarks.md, made from the benchmarks' JSON (never typed by hand).
 
-    python benchmarks/readme_tables.py      # prints the Markdown; tests/test_benchmarks.py holds the page to it
+    python benchmarks/readme_tables.py      # rewrites the tables in place (--check: only says what is stale)
 
-Each table comes from one file in benchmarks/results/, written by the script of the same name. The
-README's one number, the line marked `<!-- peers_cpu -->`, is `peers_line` of peers_cpu.json
+Each table comes from one file in benchmarks/results/, written by the script of the same name, and sits in
+the page between `<!-- table name -->` and `<!-- /table name -->` (docs/scaling.md holds a copy of context_parallel_cpu).
+The README's one number, the line marked `<!-- peers_cpu -->`, is `peers_line` of peers_cpu.json
 (tests/test_peers_bench.py holds README.md to it).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -238,6 +240,12 @@ def peers_table(record: dict | None) -> str:
             + ("" if diff is None else f"{diff:.1e}")
             + " |"
         )
+    m = record.get("machine") or {}
+    rows.append(
+        f"\nMeasured {record.get('created_utc', '?')[:10]} with {m.get('torch_threads', '?')} torch thread(s) "
+        f"on a {m.get('cores', '?')}-core {m.get('cpu', '?')} CPU ({m.get('memory_gib', '?')} GiB), "
+        f"torch {m.get('torch', '?')}."
+    )
     return "\n".join(rows)
 
 
@@ -291,7 +299,38 @@ def tables() -> dict[str, str]:
     return {**made, "peers_cpu": peers_table(peers_record())}  # says how to run it until measured
 
 
+README = TARGET.parent.parent.parent / "README.md"
+SCALING = TARGET.parent.parent / "scaling.md"
+
+
+def regenerate(text: str, made: dict[str, str]) -> str:
+    """`text` with each `<!-- table name -->...<!-- /table name -->` block of `made` holding its table and a line
+    starting with PEERS_MARK replaced by the README's line; a name of `made` missing from `text` is left."""
+    for name, table in made.items():
+        text = re.sub(
+            rf"(?s)<!-- table {name} -->\n.*?\n<!-- /table {name} -->",
+            lambda _, name=name, table=table: f"<!-- table {name} -->\n{table}\n<!-- /table {name} -->",
+            text,
+        )
+    line = peers_line(peers_record())
+    return "\n".join(line if row.startswith(PEERS_MARK) else row for row in text.split("\n"))
+
+
+def main(argv: list[str]) -> int:
+    made, stale = tables(), []
+    for path in (TARGET, SCALING, README):
+        old = path.read_text(encoding="utf-8")
+        new = regenerate(old, made)
+        if new != old:
+            stale.append(path.name)
+            if "--check" not in argv:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(new, encoding="utf-8")
+                tmp.replace(path)
+    verb = "stale" if "--check" in argv else "rewritten"
+    print(f"{verb}: {', '.join(stale)}" if stale else "the tables are up to date")
+    return 1 if stale and "--check" in argv else 0
+
+
 if __name__ == "__main__":
-    for name, table in tables().items():
-        print(f"<!-- {name} -->\n{table}\n")
-    print(f"README.md:\n{peers_line(peers_record())}")
+    sys.exit(main(sys.argv[1:]))

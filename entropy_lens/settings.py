@@ -13,7 +13,7 @@ are a renamed flag's old names: they still work, and the help says which name is
 they are. A field with `setting(..., cli=False)` has no flag. A `bool` field is a switch; a `bool | int`
 field a switch that may take a number (`--context-parallel` alone is True, `--context-parallel 2` is 2),
 whose range applies to the number only. Names and meanings follow the glossary
-(README: Glossary).
+(docs/reference/glossary.md).
 
 Ranges: `at_least=a` (value >= a), `above=a` (value > a) and `at_most=b` (value <= b), on a number or on
 each element of a list of numbers. Every value is checked against its field's type (int: a whole number,

@@ -10,12 +10,17 @@ Both registries are checked against STATISTICS when their module is imported (`c
 statistic declared here without a read or a definition fails the import. Code that needs a statistic by
 name takes it from here (`ENTROPY.name`), so the name is written once (tests/test_stats.py holds it).
 
+`parse_stats` reads a --stats value (or a `stats=` argument) into names, once for every caller: scan's
+--stats, train-tiny's --monitor, `AttentionMonitor(stats=...)`, `EntropyRecorder(stats=...)` and the
+kernels' `stats=`.
+
 Also here, torch-free for the flags that name them (`runs.configs`): the kernels that compute the
 statistics (BACKENDS) and the --fused modes (FUSED_MODES), which `kernels.plan` reads.
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 BACKENDS = ("reference", "torch_chunked", "native", "triton")  # the kernels of the row statistics
@@ -33,7 +38,7 @@ class Statistic:
     `description`, `label` (a figure's axis), `bound`: how the largest value a causal row at position i
     can take grows with i (LOG_BOUND: ln(i + 1); POSITION_BOUND: i), None where none grows with i (a
     probability is at most 1 everywhere); `squared`: whether the host sums its square too (the results'
-    `<name>_sq`; every statistic but sink_mass, which stays as it was before the others); `summary`: how
+    `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `summary`: how
     a per-head summary reduces it over rows, "mean", or "max" for a maximum."""
 
     name: str
@@ -121,3 +126,37 @@ def check_registered(table: dict, what: str) -> dict:
             "every statistic of entropy_lens.statistics.STATISTICS needs exactly one"
         )
     return {name: table[name] for name in STATISTICS}
+
+
+ALL = "all"  # --stats all: every declared statistic
+
+
+def did_you_mean(names) -> str:
+    """ " (did you mean max_prob?)": for each of `names`, the declared statistics it begins (at least three
+    letters, any case) or else the closest one (difflib), or "" where none is close: the hint a refusal
+    of an unknown name carries."""
+    close: dict[str, None] = {}
+    for name in (str(n).lower() for n in names):
+        begun = [known for known in STATISTICS if len(name) >= 3 and known.startswith(name)]
+        close |= dict.fromkeys(begun or difflib.get_close_matches(name, list(STATISTICS), n=1, cutoff=0.6))
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def parse_stats(stats) -> tuple[str, ...]:
+    """`stats` (a name, names comma-separated, or a sequence of names; "all" alone: every statistic) as a
+    tuple of declared names in the order given. ValueError in one line where it names no statistic, names
+    an unknown one (with the closest declared names: "did you mean max_prob?"), or puts "all" beside
+    others."""
+    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
+    if names == (ALL,):
+        return tuple(STATISTICS)
+    if ALL in names:
+        raise ValueError(
+            f"`{ALL}` cannot be combined with other statistics (got {','.join(map(str, names))}); write "
+            f"{ALL} alone for every one, or a list of names without it"
+        )
+    unknown = [name for name in names if name not in STATISTICS]
+    if unknown or not names:
+        what = f"unknown row statistic {unknown!r}{did_you_mean(unknown)}" if unknown else "no row statistic"
+        raise ValueError(f"{what}; choose from {ALL} or {', '.join(STATISTICS)}")
+    return names

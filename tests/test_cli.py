@@ -242,3 +242,13 @@ def test_command_words_rebuild_the_config_through_the_parser():
     assert "--no-nope" in sweep_command(kept)
     args = build_parser().parse_args(shlex.split(sweep_command(kept))[1:] + ["--scales", "1", "--out", "x"])
     assert config_from_args(ScanConfig, args, entropy=args.entropy) == kept
+
+
+def test_a_misspelt_stats_name_is_one_line_with_the_closest_name(capsys, tmp_path):
+    out = str(tmp_path / "s.npz")
+    assert main(["scan", "tiny-rope", "--len", "16", "--stats", "max_probability", "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(did you mean max_prob?)" in err, err
+    assert main(["scan", "tiny-rope", "--len", "16", "--stats", "all,max_prob", "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "`all` cannot be combined with other statistics" in err and "unknown" not in err, err

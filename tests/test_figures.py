@@ -260,10 +260,10 @@ def test_every_figure_lists_its_differences_from_the_paper(made):
         listed = section.split("Differences from the paper:\n\n")[1].strip().splitlines()
         assert listed and listed == [f"- {line}" for line in differences(item, data, config)]
     by_title = {section.split("\n")[0]: section for section in sections}
-    share = f"{data.early.steps / data.final.steps:.0%}"
+    early, final = data.early.steps, data.final.steps
     assert (
-        f"the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run, {share} of"
-        in by_title["Figure 7"]
+        f"the left panel is tiny-nope-step300, a checkpoint of tiny-nope's own training run at {early} of its "
+        f"{final} steps ({early / final:.0%};" in by_title["Figure 7"]
     )
     assert f"tiny-nope's last {data.final.passkey_steps} steps were a passkey phase" in by_title["Figure 7"]
     assert f"uniform scale s* = {data.uniform.scale:g}" in by_title["Figure 4"]

@@ -66,3 +66,22 @@ def test_quick_run_writes_every_mode_with_the_scans_entropy(tmp_path, benchmark_
     assert summary["len"] == 64 and summary["speedup"] > 0 and summary["memory_ratio"] > 0
     assert "| 64 | hooks |" in tables.peers_table(record)
     assert "at 64 tokens (tiny-nope)" in tables.peers_line(record)
+
+
+def test_the_script_rewrites_stale_tables_in_place(tables):
+    """`python benchmarks/readme_tables.py` (the fix the tests suggest) rewrites each marked table and the
+    README's line; text outside the markers is kept, and a second pass changes nothing."""
+    made = {"scan_cpu": "| new |\n|---|"}
+    page = "intro\n<!-- table scan_cpu -->\n| old |\n|---|\n| 1 |\n<!-- /table scan_cpu -->\noutro\n"
+    page += f"{tables.PEERS_MARK} a stale line\n"
+    new = tables.regenerate(page, made)
+    assert new.startswith("intro\n<!-- table scan_cpu -->\n| new |\n|---|\n<!-- /table scan_cpu -->\noutro\n")
+    assert new.splitlines()[-1] == tables.peers_line(tables.peers_record())
+    assert tables.regenerate(new, made) == new
+
+
+def test_every_table_has_its_markers(tables):
+    page = tables.TARGET.read_text(encoding="utf-8")
+    for name in tables.tables():
+        assert page.count(f"<!-- table {name} -->") == 1 and page.count(f"<!-- /table {name} -->") == 1, name
+    assert tables.main(["--check"]) == 0, "regenerate: python benchmarks/readme_tables.py"

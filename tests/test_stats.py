@@ -444,3 +444,40 @@ def test_a_padded_batch_records_the_largest_max_logit_of_its_rows():
     mean = alone[0][ENTROPY.name].copy()
     mean[..., :7] = (mean[..., :7] + alone[1][ENTROPY.name]) / 2
     np.testing.assert_allclose(rec.mean(ENTROPY.name), mean, rtol=1e-5, atol=1e-5)
+
+
+def test_a_misspelt_statistic_is_answered_with_the_closest_name_wherever_stats_is_given():
+    """--stats, EntropyRecorder(stats=), attention_stats(stats=) and AttentionMonitor(stats=) read names
+    through one parser: a misspelt name is refused with the declared one closest to it, and `all` beside
+    other names is refused as that, not as an unknown statistic."""
+    from tiny import make_tiny_model
+
+    from entropy_lens import AttentionMonitor, EntropyRecorder
+    from entropy_lens.runs.configs import ScanConfig
+    from entropy_lens.statistics import MAX_PROB, parse_stats
+
+    hint = (
+        r"unknown row statistic \['max_probability'\] \(did you mean max_prob\?\); choose from all or entropy"
+    )
+    base = {"model": "tiny-rope", "length": 16, "samples": 1}
+    with pytest.raises(EntropyLensError, match="--stats: " + hint) as refused:
+        ScanConfig(**base, stats="entropy,max_probability").check()
+    assert "\n" not in str(refused.value)
+    with pytest.raises(EntropyLensError, match=r"--stats: `all` cannot be combined with other statistics"):
+        ScanConfig(**base, stats="all,foo").check()
+    model = make_tiny_model()
+    with pytest.raises(ValueError, match=hint):
+        EntropyRecorder(model, stats=("entropy", "max_probability"))
+    q, k = make_inputs(1, 4, 2, 8, 8)
+    with pytest.raises(ValueError, match=r"\['Max'\] \(did you mean max_prob or max_logit\?\)"):
+        attention_stats(q, k, softmax_scale=0.3, stats=("Max",))
+    with pytest.raises(
+        EntropyLensError, match=r"unknown statistic 'max_probabilty' \(did you mean max_prob\?\)"
+    ):
+        AttentionMonitor(model, stats=("entropy", "max_probabilty"))
+    with pytest.raises(ValueError, match=r"unknown row statistic \['fading'\]; choose"):  # nothing close
+        parse_stats("fading")
+    assert parse_stats("all") == ALL and parse_stats(f"{ENTROPY.name},{MAX_PROB.name}") == (
+        ENTROPY.name,
+        MAX_PROB.name,
+    )

@@ -10,58 +10,35 @@ padding, per-head and trainable scales).
 """
 
 import copy
-import math
 
 import numpy as np
 import pytest
 import torch
 from architectures import SUPPORTED, build, eager, mean_by_position
 from test_architectures import ids_and_mask
+from train_cases import (
+    ALIBI,
+    EAGER_REFERENCE,
+    FLOAT32_ONLY,
+    OWN_ATTENTION,
+    allowed_keys,
+    max_error,
+    reference_attention,
+    sdpa_attention,
+    step_grads,
+)
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession
 from entropy_lens.kernels import ScoreMods, native_available
 from entropy_lens.kernels.train import attention_train, train_refusal
 
 KERNELS = ("native", "torch_chunked")
-# the families whose scores flash's backward cannot take, and the route they keep
-OWN_ATTENTION = {"gemma2": "eager-then-entropy", "gpt_oss": "eager-then-entropy"}
-ALIBI = {name: "sdpa-alibi-mask-then-entropy" for name in ("bloom", "mpt", "falcon (alibi=True)")}
-# where transformers' sdpa is not the model's own attention (it drops the softcap), the reference is eager
-EAGER_REFERENCE = {"gemma2"}
-FLOAT32_ONLY = {"gpt_oss"}  # its experts' grouped matmul takes no float64
 
 
 def _kernel(kernel):
     if kernel == "native" and not native_available():
         pytest.skip("the native kernel does not build here")
     return kernel
-
-
-def _allowed(T, S, causal, keep, window):
-    """(B|1, 1, T, S) bool: bottom-right causal, the window, key padding."""
-    rows, keys = torch.arange(T).view(-1, 1) + S - T, torch.arange(S).view(1, -1)
-    allowed = torch.ones(T, S, dtype=torch.bool)
-    if causal:
-        allowed = allowed & (keys <= rows)
-    if window is not None:
-        allowed = allowed & (keys > rows - window)
-    return allowed.view(1, 1, T, S) if keep is None else allowed & keep
-
-
-def _reference(q, k, v, scale, allowed):
-    """(B, T, Hq, Dv) attention materialised in q's dtype (the float64 truth)."""
-    G = q.shape[1] // k.shape[1]
-    s = (q * scale.view(1, -1, 1, 1)) @ k.repeat_interleave(G, 1).transpose(-1, -2)
-    p = torch.softmax(s.masked_fill(~allowed, -math.inf), -1).nan_to_num(0.0)
-    return (p @ v.repeat_interleave(G, 1)).transpose(1, 2)
-
-
-def _sdpa(q, k, v, scale, allowed):
-    """(B, T, Hq, Dv) from torch sdpa: what a plain step runs (its rows that see no key are 0 here)."""
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q * scale.view(1, -1, 1, 1).to(q.dtype), k, v, attn_mask=allowed, scale=1.0, enable_gqa=True
-    )
-    return out.transpose(1, 2).nan_to_num(0.0)
 
 
 # (B, Hq, Hkv, T, S, D, causal, left padding, window, per-head scales)
@@ -105,10 +82,10 @@ def test_kernel_gradients_within_twice_plain_sdpa(kernel, shape, dtype):
     def ours(q_, k_, v_, s_):
         return attention_train(q_, k_, v_, s_ if per_head else 0.4, mods, kernel=kernel, stats=()).out
 
-    allowed = _allowed(T, S, causal, keep, window)
-    truth = grads(torch.float64, lambda *a: _reference(*a, allowed))
+    allowed = allowed_keys(T, S, causal, keep, window)
+    truth = grads(torch.float64, lambda *a: reference_attention(*a, allowed))
     names = ("out", "dq", "dk", "dv", "dscale")[: 5 if per_head else 4]
-    got, reference = grads(dtype, ours), grads(dtype, lambda *a: _sdpa(*a, allowed))
+    got, reference = grads(dtype, ours), grads(dtype, lambda *a: sdpa_attention(*a, allowed))
     for name, a, b, t in zip(names, got, reference, truth, strict=False):
         err, err_plain = (a.double() - t).abs().max().item(), (b.double() - t).abs().max().item()
         assert a.dtype == dtype and err <= 2 * err_plain + 1e-7, (name, err, err_plain)
@@ -121,23 +98,6 @@ def test_kernel_refuses_what_flash_backward_cannot_take():
     assert "float64" in train_refusal(q.double(), k.double(), k.double(), ScoreMods())
     with pytest.raises(ValueError, match="run sdpa with autograd"):
         attention_train(q, k, k, 0.3, ScoreMods.build(q, k, alibi_slopes=torch.ones(2)))
-
-
-def _step_grads(model, ids, mask, context=None, scales=None):
-    """Every parameter's gradient (and the scales') of one step, zeros where none reached it."""
-    model.zero_grad(set_to_none=True)
-    labels = ids.masked_fill(mask == 0, -100)
-    if context is None:
-        model(ids, attention_mask=mask, labels=labels).loss.backward()
-    else:
-        with context:
-            model(ids, attention_mask=mask, labels=labels).loss.backward()
-    params = [p for p in model.parameters() if p.requires_grad] + ([] if scales is None else [scales])
-    return [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params]
-
-
-def _error(grads, truth) -> float:
-    return max((a.double() - b).abs().max().item() for a, b in zip(grads, truth, strict=True))
 
 
 @pytest.mark.parametrize("model_type", sorted(SUPPORTED))
@@ -153,15 +113,15 @@ def test_monitored_step_gradients_and_statistics(model_type):
     reference = copy.deepcopy(model)
     if model_type in EAGER_REFERENCE:
         reference.set_attn_implementation("eager")
-    plain = _step_grads(reference, ids, mask)
+    plain = step_grads(reference, ids, mask)
     recorder = EntropyRecorder(model)
-    monitored = _step_grads(model, ids, mask, recorder)
+    monitored = step_grads(model, ids, mask, recorder)
     assert recorder.session.paths == {kept or "fused-train"}
     if model_type in FLOAT32_ONLY:  # the model's own attention computed the output: the plain step's
-        assert _error(monitored, plain) <= 1e-6
+        assert max_error(monitored, plain) <= 1e-6
     else:
-        truth = _step_grads(copy.deepcopy(reference).double(), ids, mask)
-        err, err_plain = _error(monitored, truth), _error(plain, truth)
+        truth = step_grads(copy.deepcopy(reference).double(), ids, mask)
+        err, err_plain = max_error(monitored, truth), max_error(plain, truth)
         assert err <= 2 * err_plain + 1e-7, (err, err_plain)
     _, entropies = eager(model, ids, mask)
     np.testing.assert_allclose(recorder.entropy, mean_by_position(entropies, mask), atol=1e-5, rtol=0)
@@ -188,7 +148,7 @@ def test_trainable_per_head_scales_get_flash_gradients(kernel, monkeypatch):
     def step(m, dtype, monitor):
         scales = torch.nn.Parameter(values.to(dtype))
         context = (EntropyRecorder if monitor else ScaleSession)(m, scales=scales)
-        return _step_grads(m, ids, mask, context, scales), context
+        return step_grads(m, ids, mask, context, scales), context
 
     truth, _ = step(copy.deepcopy(model).double(), torch.float64, False)
     plain, _ = step(copy.deepcopy(model), torch.float32, False)
@@ -196,7 +156,7 @@ def test_trainable_per_head_scales_get_flash_gradients(kernel, monkeypatch):
     assert recorder.session.paths == {"fused-train"}
     assert recorder.session.backends == {kernel}
     assert monitored[-1].abs().sum() > 0
-    err, err_plain = _error(monitored, truth), _error(plain, truth)
+    err, err_plain = max_error(monitored, truth), max_error(plain, truth)
     assert err <= 2 * err_plain + 1e-7, (err, err_plain)
 
 

@@ -11,16 +11,27 @@ import re
 import numpy as np
 import pytest
 from test_analysis import quadratic_sweep, save_sweep
-from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted, with_stats
+from view_inputs import (
+    HISTORY_STATS,
+    HOSTILE,
+    LN2,
+    META_FIELDS,
+    NAME,
+    hostile,
+    monitored_history,
+    planted,
+    with_stats,
+)
 
 from entropy_lens.analysis import head_statistics
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
+from entropy_lens.results.history import HISTORY_FILE, load_history
 from entropy_lens.view import view
 from entropy_lens.view.payload import build_payload
 from entropy_lens.view.reduce import Bins, points_for
-from entropy_lens.view.sources import resolve
+from entropy_lens.view.sources import gather, resolve
 
 
 def page_data(page) -> dict:
@@ -453,3 +464,123 @@ def test_sweep_with_unusable_train_len_says_so(tmp_path):
     (sweep,) = page_data(view([folder]))["sweeps"]
     assert sweep["fit"] is None and sweep["s_star"] is None
     assert "meta train_len -5 is not a training length" in sweep["fit_undefined"]
+
+
+# ---- monitor histories (issue 50): each statistic by training step × head, per layer -------------------
+
+
+@pytest.fixture(scope="module")
+def history_file(tmp_path_factory):
+    """A tiny Llama's AttentionMonitor history of 6 training steps, saved as train-tiny --monitor names it."""
+    folder = tmp_path_factory.mktemp("history")
+    history = monitored_history(folder / HISTORY_FILE)
+    return folder / HISTORY_FILE, history
+
+
+def decoded_mean(stat: dict, layers: int, heads: int) -> np.ndarray:
+    """A statistic's curves as the page decodes them: float32 (layers, heads, bins)."""
+    return np.frombuffer(base64.b64decode(stat["curves"]["mean"]), np.float32).reshape(layers, heads, -1)
+
+
+def test_history_payload_equals_the_historys_arrays(history_file):
+    path, history = history_file
+    saved = load_history(path)
+    found = gather([path])
+    assert (
+        not found.results and not found.sweeps and [h.label for h in found.histories] == ["attention-history"]
+    )
+    payload = build_payload([], [], histories=found.histories)
+    (h,) = payload["histories"]
+    assert (h["layers"], h["heads"], h["records"]) == (2, 4, 6) and h["bins"]["exact"]
+    assert h["steps"]["first"] == h["steps"]["last"] == saved.steps.tolist() == list(range(1, 7))
+    assert list(h["stats"]) == list(HISTORY_STATS)
+    for stat in HISTORY_STATS:
+        mean = decoded_mean(h["stats"][stat], 2, 4)
+        np.testing.assert_array_equal(mean, np.moveaxis(saved.values[stat], 0, -1))  # (layers, heads, steps)
+        np.testing.assert_array_equal(saved.values[stat], history.values[stat])
+    assert h["stats"]["max_logit"]["reduction"] == "max" and h["stats"]["entropy"]["reduction"] == "mean"
+    assert "max over the step's real query rows" in h["stats"]["max_logit"]["description"]
+    assert h["stats"]["entropy"]["unit"] == "nats" and h["meta"]["stats"] == ", ".join(HISTORY_STATS)
+    # more records than points: each bin of steps is its mean with the min–max envelope, as a scan's positions
+    binned = build_payload([], [], histories=found.histories, points=4)["histories"][0]
+    bins = Bins.of(6, 4)
+    mean, low, high = bins.reduce(np.moveaxis(saved.values["max_logit"], 0, -1))
+    encoded = binned["stats"]["max_logit"]
+    np.testing.assert_allclose(decoded_mean(encoded, 2, 4), mean, rtol=1e-6)
+    for edge, want in (("low", low), ("high", high)):  # the uint16 envelope, to its step
+        code = np.frombuffer(base64.b64decode(encoded["curves"][edge]), np.uint16).reshape(want.shape)
+        got = encoded["curves"]["floor"] + code * encoded["curves"]["step"]
+        np.testing.assert_allclose(got, want, atol=encoded["curves"]["step"])
+    assert (
+        binned["steps"]["first"] == (bins.starts + 1).tolist()
+        and binned["steps"]["last"] == bins.stops.tolist()
+    )
+
+
+def test_a_history_is_known_by_its_schema_not_its_name(history_file, tmp_path):
+    path, history = history_file
+    (tmp_path / "scan.npz").write_bytes(path.read_bytes())  # a history under a results file's name
+    planted().save(tmp_path / HISTORY_FILE)  # a results file under the history's name
+    found = gather([tmp_path / "scan.npz", tmp_path / HISTORY_FILE])
+    assert [h.label for h in found.histories] == ["scan"] and [r.label for r in found.results] == [
+        "attention-history"
+    ]
+    folder = path.parent  # train-tiny --monitor's output folder: its history, named by the folder
+    found = gather([folder], labels=["run"])
+    assert [(h.label, h.source) for h in found.histories] == [("run", str(path))]
+    page = view([folder, tmp_path / HISTORY_FILE])
+    data = page_data(page)
+    assert [h["label"] for h in data["histories"]] == [folder.name] and len(data["results"]) == 1
+    assert 'id="history-section"' in page.html and 'id="history-meta"' in page.html
+    assert "history-section" not in view([planted()]).html  # a page without histories is as before
+    with pytest.raises(EntropyLensError, match="is a monitor history; view it"):
+        resolve([path])  # results and sweeps only
+    memory = page_data(view([("run", history)]))  # mon.history, from Python: the same numbers
+    assert memory["histories"][0]["stats"] == data["histories"][0]["stats"]
+
+
+def test_a_damaged_or_foreign_history_is_refused_in_one_line(history_file, tmp_path, capsys):
+    path, _ = history_file
+    out = ["--out", str(tmp_path / "p.html")]
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(path.read_bytes()[:300])
+    err = one_line_error(["view", str(cut), *out], capsys)
+    assert (
+        "cut.npz is not a readable results file or monitor history" in err and "AttentionMonitor.save" in err
+    )
+    text = tmp_path / "text.npz"
+    text.write_text("steps,entropy\n1,2.0\n")
+    err = one_line_error(["view", str(text), *out], capsys)
+    assert "not an .npz file" in err and "pickle" not in err
+    arrays = dict(np.load(path, allow_pickle=False))
+    np.savez(tmp_path / "nan.npz", **{**arrays, "max_logit": np.full_like(arrays["max_logit"], np.nan)})
+    err = one_line_error(["view", str(tmp_path / "nan.npz"), *out], capsys)
+    assert "nan.npz: max_logit holds NaN/inf values" in err and "mon.save" in err
+    np.savez(tmp_path / "short.npz", **{**arrays, "entropy": arrays["entropy"][:, 0]})
+    err = one_line_error(["view", str(tmp_path / "short.npz"), *out], capsys)
+    assert "short.npz: entropy is float32 (6, 4)" in err
+    meta = json.loads(str(arrays["meta"]))
+    np.savez(tmp_path / "v9.npz", **{**arrays, "meta": np.array(json.dumps({**meta, "schema_version": 9}))})
+    assert "has schema_version 9" in one_line_error(["view", str(tmp_path / "v9.npz"), *out], capsys)
+    empty = {k: v[:0] for k, v in arrays.items() if k != "meta"}
+    np.savez(tmp_path / "empty.npz", **empty, meta=arrays["meta"])
+    assert "holds no recorded step" in one_line_error(["view", str(tmp_path / "empty.npz"), *out], capsys)
+    np.savez(tmp_path / "foreign.npz", steps=np.arange(3), meta=np.array('{"schema": "other"}'))
+    err = one_line_error(["view", str(tmp_path / "foreign.npz"), *out], capsys)  # read as a results file
+    assert "foreign.npz lacks entropy" in err
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_cli_views_a_history(history_file, tmp_path, capsys):
+    path, _ = history_file
+    out = tmp_path / "h.html"
+    assert main(["view", str(path), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    data = page_data(type("P", (), {"html": out.read_text()})())
+    assert [h["records"] for h in data["histories"]] == [6] and data["results"] == [] == data["sweeps"]
+
+
+def test_the_history_files_name_is_train_tinys():
+    from entropy_lens.training.watch import HISTORY
+
+    assert HISTORY == HISTORY_FILE

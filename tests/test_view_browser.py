@@ -13,10 +13,21 @@ import numpy as np
 import pytest
 from browser import chromium, console_errors, missing, open_page, wait_ready
 from test_analysis import quadratic_sweep, save_sweep
-from view_inputs import HOSTILE, LN2, META_FIELDS, NAME, hostile, planted, with_stats
+from view_inputs import (
+    HISTORY_STATS,
+    HOSTILE,
+    LN2,
+    META_FIELDS,
+    NAME,
+    hostile,
+    monitored_history,
+    planted,
+    with_stats,
+)
 
 from entropy_lens.analysis import best_scale_per_position, head_statistics, load_sweep
 from entropy_lens.results import ScanResult
+from entropy_lens.results.history import HISTORY_FILE, load_history
 from entropy_lens.view import view
 from entropy_lens.view.reduce import Bins
 
@@ -344,4 +355,82 @@ def test_nan_and_inf_are_gaps_in_the_page(browser, hostile_page):
     z = js(browser, "return document.getElementById('heatmap').data[0].z")
     assert z[0][0] is None and all(v is not None for row in z for v in row[1:])  # a blank cell
     assert "1 of 6 heads hold NaN/inf" in browser.find_element("id", "meta").find_element("xpath", "..").text
+    assert console_errors(browser) == []
+
+
+# ---- monitor histories (issue 50): a statistic by step × head per layer, curves per head ----------------
+
+
+@pytest.fixture(scope="module")
+def history_page(tmp_path_factory):
+    """A page of a scan and a tiny Llama's monitor history (6 training steps, 2 layers, 4 heads)."""
+    folder = tmp_path_factory.mktemp("history")
+    monitored_history(folder / "run" / HISTORY_FILE)
+    view([("NoPE", planted()), folder / "run"]).save(folder / "page.html")
+    return folder
+
+
+def test_history_switches_statistic_and_layer(browser, history_page):
+    from selenium.webdriver.support.ui import Select
+
+    history = load_history(history_page / "run" / HISTORY_FILE)
+    open_page(browser, history_page / "page.html")
+    assert console_errors(browser) == []
+    assert js(browser, "return document.getElementById('heads-section').hidden") is False  # the scan's too
+    assert "LlamaForCausalLM" in browser.find_element("id", "history-meta").text
+    options = js(browser, "return [...document.querySelectorAll('#history-stat option')].map(o => o.value)")
+    assert options == list(HISTORY_STATS)
+    heat = "const g = document.getElementById('history-heatmap'); "
+    curves = "const c = document.getElementById('history-curves'); "
+    for stat, layer in (("entropy", 0), ("max_logit", 0), ("max_logit", 1), ("max_prob", 1)):
+        Select(browser.find_element("id", "history-stat")).select_by_value(stat)
+        Select(browser.find_element("id", "history-layer")).select_by_value(str(layer))
+        assert js(
+            browser, "return [document.body.dataset.historyStat, document.body.dataset.historyLayer]"
+        ) == [
+            stat,
+            str(layer),
+        ]
+        z = js(browser, heat + "return g.data[0].z")  # (heads, steps)
+        np.testing.assert_allclose(z, history.values[stat][:, layer].T, rtol=1e-6)
+        assert js(browser, heat + "return g.data[0].x") == history.steps.tolist()
+        assert f"{stat} (" in js(browser, heat + "return g.layout.title.text") and f"layer {layer}" in js(
+            browser, heat + "return g.layout.title.text"
+        )
+        traces = js(
+            browser, curves + "return c.data.filter(t => t.name).map(t => [t.name, t.y, t.line.width])"
+        )
+        assert sorted(name for name, _, _ in traces) == [f"head {h}" for h in range(4)]
+        for name, y, _ in traces:
+            np.testing.assert_allclose(y, history.values[stat][:, layer, int(name.split()[1])], rtol=1e-6)
+        assert [name for name, _, width in traces if width == 3] == ["head 0"]  # the chosen head
+    title = js(browser, heat + "return g.layout.title.text")
+    assert "max over a step" not in title and "mean over a step" in title  # max_prob: a mean
+    Select(browser.find_element("id", "history-stat")).select_by_value("max_logit")
+    assert "max over a step" in js(browser, heat + "return g.layout.title.text")
+    assert console_errors(browser) == []
+
+
+def test_clicking_a_history_cell_highlights_that_head(browser, history_page):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    open_page(browser, history_page / "page.html")
+    x, y, w, h = js(
+        browser,
+        """const gd = document.getElementById('history-heatmap'), f = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [f.xaxis._offset + f.xaxis.l2p(3), f.yaxis._offset + f.yaxis.l2p(2), r.width, r.height];""",
+    )
+    heatmap = browser.find_element("id", "history-heatmap")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", heatmap)
+    ActionChains(browser).move_to_element_with_offset(
+        heatmap, int(x - w / 2), int(y - h / 2)
+    ).click().perform()
+    for _ in range(2000):
+        if js(browser, "return document.body.dataset.historyHead") == "2":
+            break
+        time.sleep(0.05)
+    curves = "const c = document.getElementById('history-curves'); "
+    widths = js(browser, curves + "return c.data.filter(t => t.name).map(t => [t.name, t.line.width])")
+    assert [name for name, width in widths if width == 3] == ["head 2"]
+    assert "head 2 highlighted" in js(browser, curves + "return c.layout.title.text")
     assert console_errors(browser) == []

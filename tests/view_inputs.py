@@ -117,3 +117,30 @@ def hostile(result: ScanResult, text: str = HOSTILE) -> ScanResult:
     """`result` with `text` in every string meta field the page shows."""
     result.meta.update(dict.fromkeys(META_FIELDS, text))
     return result
+
+
+HISTORY_STATS = ("entropy", "max_logit", "max_prob")
+
+
+def monitored_history(path, *, steps: int = 6, every: int = 1, stats=HISTORY_STATS, seed: int = 0):
+    """Train a tiny Llama (tests/tiny.py: 2 layers, 4 heads) for `steps` AdamW steps under
+    `AttentionMonitor(stats=stats, every=every)` and save its history to `path`; returns the monitor's
+    `History` (what the file holds)."""
+    import torch
+    from tiny import make_tiny_model
+
+    from entropy_lens import AttentionMonitor
+
+    model = make_tiny_model(seed=seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-2)
+    g = torch.Generator().manual_seed(seed)
+    with AttentionMonitor(model, stats=stats, every=every) as mon:
+        for step in range(1, steps + 1):
+            mon.step = step
+            ids = torch.randint(2, 300, (2, 24), generator=g)
+            model(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    mon.save(path)
+    return mon.history

@@ -24,6 +24,10 @@ position:
    in-distribution trend c + b·ln(i + 1); NaN where it never does (needs L < length and L ≥ 4). Not
    for distance, whose bound grows like i: a head that keeps spreading evenly would count as departing.
 
+A statistic whose declaration summarises it by a maximum (`Statistic.summary` "max": max_logit, whose
+per-head summary is QK-clip's quantity) reduces each span by the maximum over its positions instead of
+the mean, in 1–3 alike (`span_reduction`); the descriptions say which.
+
 A statistic that needs L (or a bound) but cannot have it is left out, and `undefined` says why.
 """
 
@@ -38,7 +42,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, spans_by_l
 from entropy_lens.statistics import ENTROPY, LOG_BOUND, POSITION_BOUND, PROBABILITY, STATISTICS
 
-__all__ = ["HeadStatistics", "head_statistics", "position_spans", "stat_display"]
+__all__ = ["HeadStatistics", "head_statistics", "position_spans", "span_reduction", "stat_display"]
 
 LN2 = float(np.log(2.0))
 
@@ -74,14 +78,20 @@ def stat_display(result: ScanResult, stat: str) -> tuple[float, str]:
     return (1 / LN2, "bits") if stat == ENTROPY.name else (1.0, result.stat_unit(stat))
 
 
+def span_reduction(stat: str) -> str:
+    """How `stat` is reduced over a span of positions, by its declaration's `summary`: "max" for a
+    maximum (max_logit), else "mean" (a statistic entropy_lens.statistics does not declare too)."""
+    info = STATISTICS.get(stat)
+    return info.summary if info is not None else "mean"
+
+
 def head_statistics(
     result: ScanResult, *, stat: str = ENTROPY.name, train_len: int | None = None, departure: bool = True
 ) -> HeadStatistics:
     """Per-head statistics of `result`'s row statistic `stat` (see the module docstring; `stat_names`
     lists those it holds); `train_len` defaults to the meta's.
 
-    `departure=False` skips the one statistic that costs a pass of `find_inflection` per head
-    (about 10 ms each at 16K positions)."""
+    `departure=False` skips the one statistic that costs a pass of `find_inflection` per head."""
     if not result.n_heads:
         raise EntropyLensError(
             "the result holds no entropy (a loss-only scan, --entropy none); scan with --entropy heads"
@@ -92,12 +102,19 @@ def head_statistics(
     factor, unit = stat_display(result, stat)
     y = result.stat(stat).astype(np.float64) * factor  # (layers, heads, T); refuses a stat it lacks
     spans = position_spans(T, L)
+    how = span_reduction(stat)
+    over = lambda a, b: getattr(y[:, :, a:b], how)(axis=2)  # (layers, heads): the span's mean or max
+    word = "mean" if how == "mean" else "max over positions"
     last_label, (a, b) = list(spans.items())[-1]
-    values = {"converged": y[:, :, a:b].mean(axis=2)}
-    descriptions = {"converged": f"converged {stat}: mean over the last span {last_label}, {unit}"}
+    values = {"converged": over(a, b)}
+    descriptions = {"converged": f"converged {stat}: {word} over the last span {last_label}, {unit}"}
     for label, (a, b) in spans.items():
-        values[f"span {label}"] = y[:, :, a:b].mean(axis=2)
-        descriptions[f"span {label}"] = f"mean {stat} over {label} (positions [{a}, {b})), {unit}"
+        values[f"span {label}"] = over(a, b)
+        descriptions[f"span {label}"] = (
+            f"mean {stat} over {label} (positions [{a}, {b})), {unit}"
+            if how == "mean"
+            else f"{stat}, max over positions {label} ([{a}, {b})), {unit}"
+        )
     undefined = {}
     bound = STATISTICS[stat].bound if stat in STATISTICS else None
     if L is None:
@@ -111,8 +128,8 @@ def head_statistics(
             values, descriptions, spans, None, undefined, stat, unit, dict.fromkeys(values, unit)
         )
     if 2 * L <= T:
-        values["growth"] = y[:, :, L : 2 * L].mean(axis=2) - y[:, :, L // 2 : L].mean(axis=2)
-        descriptions["growth"] = f"growth beyond L: mean over [L, 2L) minus mean over [L/2, L), {unit}"
+        values["growth"] = over(L, 2 * L) - over(L // 2, L)
+        descriptions["growth"] = f"growth beyond L: {word} over [L, 2L) minus {word} over [L/2, L), {unit}"
     else:
         undefined["growth"] = f"[L, 2L) needs a length of at least 2L = {2 * L}; the result has {T}"
     if bound is None:

@@ -48,7 +48,7 @@ from entropy_lens.kernels.contract import first_real_key
 __all__ = ["MASK_BUDGET", "bottom_right_sdpa", "refusal", "sharded_attention"]
 
 # most mask elements (query rows x keys) `bottom_right_sdpa` builds at once: 4 MB of bool (16 MB where
-# CPU sdpa turns it into a float mask); 4x as many rows per block saved ~5% of the sdpa time at 16K
+# CPU sdpa turns it into a float mask); why this size: docs/internals/layout.md
 MASK_BUDGET = 1 << 22
 
 

@@ -8,10 +8,11 @@ has softcap, sinks or ALiBi, or, for a trainable scale there, "eager" (`eager_at
 own, with autograd) or, for ALiBi, "sdpa-alibi-mask" (`alibi_attention`: the bias as sdpa's float mask).
 
 A capturing layer that wants gradients (a training step, a trainable scale) runs "fused-train"
-(kernels/train.py: the native kernel's one pass, torch_chunked where it does not build, gives the
-output and the statistics; PyTorch's flash backward takes the output and the kernel's log-sum-exp),
-unless `--fused off`, a --backend other than auto/native/torch_chunked, dropout, or what
-`kernels.train.train_refusal` names keeps today's route: the model's output with autograd and a
+(kernels/train.py: the native kernel's one pass, torch_chunked where it does not build, on CUDA the
+Triton kernel's, gives the output and the statistics; PyTorch's flash backward takes the output and the
+kernel's log-sum-exp), unless `--fused off`, a --backend other than auto/native/torch_chunked (on CUDA
+auto/triton), dropout, or what
+`kernels.train.train_form` names keeps today's route: the model's output with autograd and a
 separate no-grad statistics pass: "sdpa-then-entropy" where sdpa computes the scores, else
 "eager-then-entropy" (softcap, sinks: the model's own eager attention) or "sdpa-alibi-mask-then-entropy"
 (ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
@@ -38,7 +39,7 @@ from entropy_lens.kernels.plan import (
     statistics_kernel,
 )
 from entropy_lens.kernels.stats import ROW_STATS
-from entropy_lens.kernels.train import attention_train, train_refusal
+from entropy_lens.kernels.train import attention_train, train_form
 
 # "auto" times one run of each way on CPU from this many scores per head (query rows x keys) on: a 1K
 # window; below, a single run's time is mostly noise, and each way runs twice as on GPU (capture/fused.py)
@@ -116,9 +117,13 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     if not (call.capturing and call.wants_grad):
         return None
     session, mods = call.session, inputs.mods
-    backend = session.backend
-    fusable = not call.dropout and session.fused != "off" and backend in ("auto", "native", "torch_chunked")
-    if fusable and train_refusal(call.output_query, inputs.key, inputs.value, mods) is None:
+    backend, cuda = session.backend, call.query.device.type == "cuda"
+    kernels = ("auto", "triton") if cuda else ("auto", "native", "torch_chunked")
+    fusable = not call.dropout and session.fused != "off" and backend in kernels
+    form, why = train_form(call.output_query, inputs.key, inputs.value, mods) if fusable else (None, "")
+    if why is None:
+        if cuda:  # the Triton kernel's pass, flash's CUDA backward (kernels/train.py); no mask left
+            return Route(FUSED_TRAIN, "triton", form)
         native = backend != "torch_chunked" and native_available()
         return Route(FUSED_TRAIN, "native" if backend == "native" or native else "torch_chunked", mods)
     if mods.sdpa_computes:

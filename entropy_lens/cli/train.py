@@ -10,7 +10,7 @@ from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.recipe import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
-  entropy-lens train-tiny --kind nope --out tiny-nope        # ~16 min on 2 CPU cores
+  entropy-lens train-tiny --kind nope --out tiny-nope
   entropy-lens train-tiny --kind rope --out tiny-rope --resume
   entropy-lens train-tiny --kind nope --train-len 256 --steps 3000 --out tiny-nope-256
   entropy-lens train-tiny --kind nope --monitor entropy,max_prob --out tiny-nope   # + attention-history.npz

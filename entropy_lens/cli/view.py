@@ -1,4 +1,5 @@
-"""`entropy-lens view`: results files and sweeps as one self-contained, interactive HTML page."""
+"""`entropy-lens view`: results files, sweeps and monitor histories as one self-contained, interactive
+HTML page."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ VIEW_EXAMPLES = """examples:
   entropy-lens view results/demo.npz --out report.html
   entropy-lens view nope.npz rope.npz --labels NoPE RoPE --out compare.html
   entropy-lens view sw/nope --out sweep.html                # a sweep folder: loss by scale, the fit
+  entropy-lens view attention.npz --out history.html        # a monitor history: statistics by step × head
 """
 
 
@@ -20,14 +22,21 @@ def add_parsers(sub) -> None:
 
     v = sub.add_parser(
         "view",
-        help="an interactive page of results and sweeps (one HTML file, offline)",
+        help="an interactive page of results, sweeps and monitor histories (one HTML file, offline)",
         description="Heat map of a per-head statistic, each head's entropy by position on click, "
-        "differences of two results, a sweep's loss by scale and its fit: one HTML file with plotly.js "
+        "differences of two results, a sweep's loss by scale and its fit, a monitor history's statistics by "
+        "training step × head: one HTML file with plotly.js "
         "inlined, no network needed.",
         epilog=VIEW_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    v.add_argument("results", nargs="+", metavar="RESULT", help="a results .npz or a sweep folder")
+    v.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULT",
+        help="a results .npz, a sweep folder, or a monitor history (AttentionMonitor.save; a "
+        "train-tiny --monitor output folder)",
+    )
     add_settings(v, ViewConfig)
     add_settings(
         v,

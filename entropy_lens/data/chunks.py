@@ -21,8 +21,7 @@ Design choices:
   source is already cut into rows and takes no stride.
 - Selection is reproducible: `default_rng(seed).choice(n_available, samples, replace=False)`,
   sorted, so the same (tokenizer, data, length, samples, seed, stride) always gives the same rows.
-- Tokenising is the slow part (about 1.3 s for the 4 MB of Austen on 2 cores), and a sweep calls
-  this once per scale or length. The stream is cached in memory, keyed by the tokenizer's
+- Tokenising is the slow part, and a sweep calls this once per scale or length. The stream is cached in memory, keyed by the tokenizer's
   identity (class, name, size, separator and a digest of its serialized vocabulary and
   merges) and a digest of the documents' text, not of the `data` string: editing a file
   between calls cannot return stale tokens, and two names for the same text share an entry.
@@ -214,7 +213,7 @@ def plain_backend(tokenizer):
     """The Rust tokenizer behind `tokenizer`, when calling it directly gives exactly the ids of
     `tokenizer(text, add_special_tokens=False)`: a stock `TokenizersBackend` (no subclass
     override of the encoding path) with no truncation or padding left set on the backend.
-    `encode_batch_fast` skips the character offsets, which makes it about 3x faster. Else None."""
+    `encode_batch_fast` skips the character offsets, which makes it faster. Else None."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "encode_batch_fast"):
         return None

@@ -1,4 +1,4 @@
-"""Beyond entropy: Figure 17, the row statistics the scans record beside entropy (issue 41) by position
+"""Beyond entropy: Figure 17, the row statistics the scans record beside entropy, by position
 past the training length L — max probability, mean distance back, first-token mass, varentropy and
 collision entropy — for the embedded models at fit·L and a real pretrained model at twice its context,
 set against what Scalable-Softmax, the attention-sink papers, entropix and Rényi-2 say.
@@ -277,7 +277,7 @@ def _beyond_differences(data: FigureData, c: FiguresConfig) -> list[str]:
 
 @figure("figure-17", differences=_beyond_differences)
 def beyond_entropy(data: FigureData, c: FiguresConfig) -> Drawn:
-    """Not in the paper: the row statistics beyond entropy by position (issue 41)."""
+    """Not in the paper: the row statistics beyond entropy by position."""
     import matplotlib.pyplot as plt
 
     b, L = data.beyond, data.L

@@ -134,9 +134,7 @@ class FiguresConfig(Checked):
         help="the real model's training context (None: what its config declares)",
     )
     real_multiple: int = _multiple(2, "Figure 17's real-model length, a multiple of its training length")
-    # every window austen:persuasion holds at 16K + 1 tokens (7); 1 before the native kernel computed every
-    # statistic (30 min). `entropy-lens figures` scanned all 7 (--stats all, the native fused pass) in
-    # 680 s on 2 quiet cores: 97 s a window
+    # every window austen:persuasion holds at 16K + 1 tokens (7); its time: docs/internals/layout.md
     real_samples: int = _count(7, "windows of Figure 17's real-model scan")
     first_keys: int = setting(
         1, cli=False, at_least=1, at_most=MAX_TOKENS, help="K of Figure 17's first-key mass (keys j < K)"

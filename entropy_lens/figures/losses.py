@@ -52,7 +52,7 @@ def _schedules_differences(data: FigureData, c: FiguresConfig) -> list[str]:
 
 @figure("figure-13", differences=_schedules_differences)
 def schedules(data: FigureData, c: FiguresConfig) -> Drawn:
-    """Not in the paper: §2.4's negative claim, measured (issue 15)."""
+    """Not in the paper: §2.4's negative claim, measured."""
     L, T, sweep = data.L, data.fit_len, data.final.sweep
     runs = data.schedules
     beyond, a = runs.uniform, runs.a
@@ -182,7 +182,7 @@ def _published_differences(data: FigureData, c: FiguresConfig) -> list[str]:
 
 @figure("figure-15", differences=_published_differences)
 def published_schedules(data: FigureData, c: FiguresConfig) -> Drawn:
-    """Not in the paper: the published temperature schedules against §2.4's claim (issue 29)."""
+    """Not in the paper: the published temperature schedules against §2.4's claim."""
     import matplotlib.pyplot as plt
 
     from entropy_lens.plotting import bits

@@ -45,6 +45,20 @@ def _edge_words(fit, name: str) -> str:
     )
 
 
+def _share_words(early: int | None, final: int | None, passkey: int | None) -> str:
+    """' at 300 of its 3900 steps (8%; 20% of its 1500 pretraining steps)': where the early checkpoint
+    sits in the final model's training (training.json's steps), "" where either records none."""
+    if not early or not final:
+        return ""
+    pretraining = final - (passkey or 0)
+    of_pretraining = (
+        f"; {early / pretraining:.0%} of its {pretraining} pretraining steps"
+        if passkey and pretraining > 0
+        else ""
+    )
+    return f" at {early} of its {final} steps ({early / final:.0%}{of_pretraining})"
+
+
 def _best_scale_differences(data: FigureData, c: FiguresConfig) -> list[str]:
     sweep = data.final.sweep
     if data.early is None:
@@ -52,8 +66,7 @@ def _best_scale_differences(data: FigureData, c: FiguresConfig) -> list[str]:
             "the left panel (NoPE after 10K of 50K training steps) is left out: no early checkpoint given"
         ]
     else:
-        trained = [data.early.steps, data.final.steps]
-        share = f", {trained[0] / trained[1]:.0%} of its steps" if all(trained) else ""
+        share = _share_words(data.early.steps, data.final.steps, data.final.passkey_steps)
         lines = [
             (
                 f"the left panel is {data.early.model}, a checkpoint of {data.final.model}'s own training "

@@ -11,9 +11,8 @@ compiled form for CPU.
     l' = α l + Σ e,   u' = α (u + (m − m'') l) + Σ e (s − m'')   (0 · (−inf) read as 0)
 See torch_chunked.py for the math. The eager function is the definition and the default.
 ENTROPY_LENS_COMPILE=1 makes `fold_for` return `torch.compile(fold, dynamic=True)` for CPU tiles of
-at least COMPILE_MIN scores: one C++ loop instead of five passes. On 2 cores it made the fused pass
-no faster (benchmarks/fold_cpu.py) and a scan slower (scan_cpu.py, mode scan-compiled); why is not
-established. If compiling fails (no C++ compiler) it falls back to eager, with a
+at least COMPILE_MIN scores: one C++ loop instead of five passes; opt-in, as it has not been found
+faster on CPU (docs/internals/kernels.md). If compiling fails (no C++ compiler) it falls back to eager, with a
 warning; `fold_status()` says which ran and why, and scans record it in their metadata. Tests hold
 both to the float64 reference and to each other.
 The compiled fold and that status live in a `FoldState`: one per process (`PROCESS_FOLD`) unless a

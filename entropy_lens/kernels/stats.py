@@ -23,7 +23,7 @@ import torch
 
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.settings import FIRST_KEYS, check_argument
-from entropy_lens.statistics import STATISTICS, Statistic, check_registered
+from entropy_lens.statistics import STATISTICS, Statistic, check_registered, parse_stats
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
@@ -162,12 +162,9 @@ def accumulators(stats) -> tuple[str, ...]:
 
 
 def check_stats(stats) -> tuple[str, ...]:
-    """`stats` as a tuple of known names; ValueError naming the known ones otherwise."""
-    stats = (stats,) if isinstance(stats, str) else tuple(stats)
-    unknown = [s for s in stats if s not in ROW_STATS]
-    if unknown or not stats:
-        raise ValueError(f"unknown row statistic {unknown or stats!r}; choose from {', '.join(ROW_STATS)}")
-    return stats
+    """`stats` as a tuple of known names (`statistics.parse_stats`: "all", comma-separated names or a
+    sequence); ValueError naming the closest and the known ones otherwise."""
+    return parse_stats(stats)
 
 
 def check_first_keys(first_keys) -> int:

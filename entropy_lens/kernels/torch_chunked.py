@@ -21,9 +21,8 @@ along, o ← α o + e·V per tile, and out = o/l (0 for a row with no key and no
 
 Memory: one (B, Hq, block_q, block_k) fp32 score tile plus (B, Hq, block_q) state (and a
 (B, Hq, block_q, Dv) accumulator); never T × S.
-Defaults: (128, 512) for the output path, the fastest of benchmarks/fold_cpu.py's grid on 2 CPU
-cores at SmolLM2 shapes (T = 4K, 8K); (64, 1024) for the entropy pass, tuned before the per-tile step
-was rewritten (that grid now finds 128 × 512 faster for it too; the scan table was measured with 64 × 1024).
+Defaults: (128, 512) for the output path, (64, 1024) for the entropy pass (block_q × block_k; how
+each was chosen: docs/internals/kernels.md).
 GQA: queries of the G = Hq/Hkv heads sharing a key head are stacked as rows of one matmul
 against that key head, so keys are never repeated. Causal blocks wholly above the diagonal are
 skipped (about half the work); only blocks the diagonal crosses build a mask. A sliding window

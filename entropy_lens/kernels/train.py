@@ -1,14 +1,18 @@
 """Attention inside a training step: the one-pass kernel's output and row statistics forward, PyTorch's
 flash-attention backward from that output and the kernel's own log-sum-exp.
 
-    attention_train(q, k, v, softmax_scale, mods, *, kernel="native", stats=DEFAULT_STATS, first_keys=1)
-        -> RowStats: out (B, T, Hq, Dv) in q's dtype, differentiable w.r.t. q, k, v (and a softmax_scale
+    attention_train(q, k, v, softmax_scale, mods, *, kernel="native", stats=DEFAULT_STATS, first_keys=1,
+                    backward=None) -> RowStats: out (B, T, Hq, Dv) in q's dtype, differentiable w.r.t. q, k, v (and a softmax_scale
            tensor that requires grad), and each of `stats` (B, Hq, T) float32, detached
-    train_refusal(q, k, v, mods) -> None where the route takes these inputs, else why not (a phrase)
+    train_refusal(q, k, v, mods, *, device=None) -> None where the route takes these inputs on device
+        ("cpu" or "cuda", q's own by default: the CUDA route is decided without a GPU too), else why not
+    train_form(q, k, v, mods, *, device=None) -> (mods in the route's form, None) or (None, why not)
 
     q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, D): GQA/MQA keys and values as they are (fewer heads)
     softmax_scale  float or (Hq,) tensor λ_h; mods: a validated ScoreMods (causal bottom-right, mask, window)
-    kernel  "native" (C++, CPU) or "torch_chunked" (anywhere): the forward's one pass
+    kernel  "native" (C++, CPU) or "torch_chunked" (anywhere): the forward's one pass, the CPU backward;
+            "triton" (CUDA; CPU under TRITON_INTERPRET=1): the Triton kernel's pass, the CUDA backward
+    backward  the op of `aten._flash_attention_backward`'s signature the "triton" route calls (a test seam)
 
 Why it is exact: a flash backward needs, per row, only the output O and the log-sum-exp of the row's
 scores, lse = log Σ_j e^(s_j) = m + ln l in the kernels' streaming state (m the running max, l = Σ
@@ -27,47 +31,130 @@ so its P = e^(−∞) = 0 and it passes no gradient, as sdpa gives none. Per-hea
 scalar, so λ_h multiplies the query rows first (then λ = 1), in autograd, which chain-rules the
 gradient to q and to a trainable scale. What it refuses (`train_refusal`): a score modifier (softcap,
 sinks, ALiBi, a key bias: the op has none), values with another head size than the queries' (the op
-needs one D), float64 (the kernels accumulate in float32, sdpa stays exact), tensors off the CPU (the
-CUDA flash backward is not wired yet). The caller then runs the
+needs one D), float64 (the kernels accumulate in float32, sdpa stays exact). The caller then runs the
 model's attention with autograd and a separate no-grad statistics pass (capture/paths.py).
+
+On CUDA ("triton"): the Triton kernel's fused variant storing its state (`triton_entropy.stream_triton`)
+gives the output, the statistics and lse = m + ln l, and the backward is the flash-attention kernel
+PyTorch ships, `aten._flash_attention_backward` (what `_scaled_dot_product_flash_attention_backward`
+calls after seeing (B, H, T, D) as (B, T, H, D); this op takes the windows the other does not expose).
+Its contract (aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp, `mha_bwd`): q, dO, O
+(B, T, Hq, D) and k, v (B, S, Hkv, D) with a contiguous last dimension (the kernels' output is (B, T, Hq,
+D) memory already, and q, k, v pass as transposed views: their last dimension stays contiguous); GQA/MQA keys and values as they
+are (Hkv divides Hq; the op sums dK, dV over each group itself); lse (B, Hq, T) float32 in nats of the
+scaled scores, +∞ for a row that sees no key (flash's own convention, so P = 0 there); is_causal
+bottom-right (flash-attn ≥ 2.1's alignment, as the kernels'); a sliding window W as window_size_left
+= W − 1, window_size_right = 0; float16 and bfloat16 only; a head size that is a multiple of 8 up to 256
+(another is zero-padded to the next multiple here: zero query/key columns add nothing to a score, zero
+value columns give zero output columns, and the padding's gradients are dropped); sm_8x or sm_90, and
+head sizes 193-224 on sm_80 and sm_90 only (`capability_refusal`). No mask:
+`train_form` sends key padding, a mask per query or per head, float32 and a head size above 256 to
+the separate route, with the reason.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
+from entropy_lens.kernels.plan import triton_available
 from entropy_lens.kernels.stats import RowStats, accumulators, read_stats
 from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
 from entropy_lens.statistics import DEFAULT_STATS
 
-TRAIN_KERNELS = ("native", "torch_chunked")
+TRAIN_KERNELS = ("native", "torch_chunked", "triton")
+CUDA_DTYPES = (torch.float16, torch.bfloat16)  # what flash's CUDA backward takes
+CUDA_MAX_HEAD = 256  # the largest head size of flash's CUDA backward
 
 
-def train_refusal(q, k, v, mods: ScoreMods) -> str | None:
-    """None where `attention_train` takes these inputs, else why not (see the module docstring)."""
+def train_refusal(q, k, v, mods: ScoreMods, *, device: str | None = None) -> str | None:
+    """None where `attention_train` takes these inputs on `device` ("cpu" or "cuda"; q's own by
+    default), else why not (see the module docstring). Asking for "cuda" with CPU tensors is the CUDA
+    route's choice without a GPU."""
+    return train_form(q, k, v, mods, device=device)[1]
+
+
+def train_form(q, k, v, mods: ScoreMods, *, device: str | None = None) -> tuple[ScoreMods | None, str | None]:
+    """(mods in the route's form, None) where `attention_train` takes these inputs on `device`, else
+    (None, why not). The CPU route takes `mods` as they are; the CUDA route's form has no mask: a mask is
+    read (`masks.as_key_padding`, once) as causal & window & key padding, and only one that pads no key
+    goes through, its window merged. A caller that passes the form on does not read the mask again."""
     if not mods.sdpa_computes:
-        return "softcap, sinks or a score bias, which flash's backward does not take"
+        return None, "softcap, sinks or a score bias, which flash's backward does not take"
     if v.shape[-1] != q.shape[-1]:
-        return "values whose head size differs from the queries'"
-    if q.device.type != "cpu":
-        return f"{q.device.type} tensors (the CUDA flash backward is not wired yet)"
+        return None, "values whose head size differs from the queries'"
+    device = q.device.type if device is None else device
+    if device == "cuda":
+        return _cuda_form(q, k, mods)
+    if device != "cpu":
+        return None, f"{device} tensors (the flash backward is wired on CPU and CUDA)"
     if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"{q.dtype} tensors (the kernels accumulate in float32; sdpa keeps float64 exact)"
+        return None, f"{q.dtype} tensors (the kernels accumulate in float32; sdpa keeps float64 exact)"
+    return mods, None
+
+
+def _cuda_form(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
+    """`train_form` on CUDA: flash's CUDA backward takes no mask, float16 and bfloat16, heads up to 256."""
+    if q.dtype not in CUDA_DTYPES:
+        return None, f"{q.dtype} tensors on CUDA (flash's CUDA backward takes float16 and bfloat16)"
+    if q.shape[-1] > CUDA_MAX_HEAD:
+        return None, f"a head size above {CUDA_MAX_HEAD} (flash's CUDA backward takes up to {CUDA_MAX_HEAD})"
+    if q.is_cuda:
+        why = capability_refusal(torch.cuda.get_device_capability(q.device), q.shape[-1])
+        if why is not None:
+            return None, why
+    if q.is_cuda and not triton_available():
+        return None, "CUDA tensors without triton installed (the route's forward is the Triton kernel)"
+    if mods.mask is None:
+        return mods, None
+    B, T, S = q.shape[0], q.shape[2], k.shape[2]
+    form = as_key_padding(mods.mask, B, T, S, mods.causal, mods.window)
+    if form is None:
+        return None, "a mask per query or per head (flash's CUDA backward takes none)"
+    keep, window = form
+    if keep is not None:
+        why = "key padding (flash's CUDA backward takes no mask; an unpadded or packed batch runs fused)"
+        return None, why
+    return mods.replace(mask=None, window=window), None
+
+
+def capability_refusal(capability: tuple[int, int], head: int) -> str | None:
+    """None where flash's CUDA backward runs head size `head` on a GPU of compute `capability`, else why
+    not: its checks in flash_api.cpp (`mha_bwd`): sm_8x or sm_90, and head sizes 193-224 (padded to a
+    multiple of 8) on sm_80 and sm_90 only."""
+    major, minor = capability
+    arch = f"sm_{major}{minor}"
+    if major != 8 and (major, minor) != (9, 0):
+        return f"a GPU of {arch} (flash's CUDA backward runs on sm_8x and sm_90)"
+    if 192 < head + (-head % 8) <= 224 and (major, minor) not in ((8, 0), (9, 0)):
+        return f"head size {head} on {arch} (flash's CUDA backward runs 193-224 on sm_80 and sm_90 only)"
     return None
 
 
 def attention_train(
-    q, k, v, softmax_scale, mods: ScoreMods, *, kernel="native", stats=DEFAULT_STATS, first_keys=1
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    kernel="native",
+    stats=DEFAULT_STATS,
+    first_keys=1,
+    backward=None,
 ) -> RowStats:
     """See the module docstring."""
-    why = train_refusal(q, k, v, mods)
-    if why is not None:
-        raise ValueError(f"attention_train does not take {why}; run sdpa with autograd and a statistics pass")
     if kernel not in TRAIN_KERNELS:
         raise ValueError(f"attention_train runs kernel {' or '.join(TRAIN_KERNELS)}; got {kernel!r}")
+    mods, why = train_form(q, k, v, mods, device="cuda" if kernel == "triton" else "cpu")
+    if why is not None:
+        raise ValueError(f"attention_train does not take {why}; run sdpa with autograd and a statistics pass")
+    if kernel != "triton" and backward is not None:
+        raise ValueError("attention_train takes a backward op on the 'triton' (CUDA) route only")
     scale = validate_scale(q, k, softmax_scale)
     uniform = float(scale[0])
     trainable = isinstance(softmax_scale, torch.Tensor) and softmax_scale.requires_grad
@@ -75,8 +162,15 @@ def attention_train(
         # the op takes one scalar: λ_h multiplies the query rows, in autograd (a trainable scale's gradient)
         per_head = softmax_scale.reshape(-1).expand(q.shape[1]).to(q.device, q.dtype)
         q, uniform = q * per_head.view(1, -1, 1, 1), 1.0
-    out, *values = _FlashTrain.apply(q, k, v, uniform, mods, kernel, tuple(stats), int(first_keys))
+    route = (kernel, backward)
+    out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
     return RowStats(dict(zip(stats, values, strict=True)), out)
+
+
+def log_sum_exp(state) -> torch.Tensor:
+    """(B, H, T) float32 lse = m + ln l of a kernel's final state (nats); +∞ for a row that saw no key
+    (l = 0), so a flash backward's P = e^(s − lse) is 0 there."""
+    return torch.where(state["l"] > 0, state["m"] + torch.log(state["l"]), torch.inf)
 
 
 class _FlashTrain(torch.autograd.Function):
@@ -84,25 +178,32 @@ class _FlashTrain(torch.autograd.Function):
     q, k, v from the flash backward of that output and its log-sum-exp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, kernel: str, stats: tuple, first_keys: int):
+    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, route: tuple, stats: tuple, first_keys: int):
+        kernel, _ = route
         scale = torch.full((q.shape[1],), uniform, device=q.device)
         extra = accumulators(stats)
         if kernel == "native":
             state, out = stream_native(q, k, v, scale, mods, extra=extra, first_keys=first_keys)
+        elif kernel == "triton":
+            from entropy_lens.kernels.triton_entropy import stream_triton
+
+            state, out = stream_triton(q, k, v, scale, mods, extra=extra, first_keys=first_keys)
         else:
             blocks = dict(zip(("block_q", "block_k"), OUTPUT_BLOCKS, strict=True))
             state, out = stream_torch(q, k, v, scale, mods, extra=extra, first_keys=first_keys, **blocks)
         values = tuple(read_stats(state, mods, stats).values())
-        # lse = m + ln l; a row that saw no key (l = 0) gets +∞, so the backward's P = e^(s − lse) is 0 there
-        lse = torch.where(state["l"] > 0, state["m"] + torch.log(state["l"]), torch.inf)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.softmax_scale, ctx.mods = uniform, mods
+        ctx.save_for_backward(q, k, v, out, log_sum_exp(state))
+        ctx.softmax_scale, ctx.mods, ctx.route = uniform, mods, route
         ctx.mark_non_differentiable(*values)
         return (out, *values)
 
     @staticmethod
     def backward(ctx, grad_out, *_):
         q, k, v, out, lse = ctx.saved_tensors
+        kernel, op = ctx.route
+        if kernel == "triton":
+            dq, dk, dv = cuda_flash_backward(grad_out, q, k, v, out, lse, ctx.softmax_scale, ctx.mods, op=op)
+            return dq, dk, dv, None, None, None, None, None
         is_causal, mask = flash_mask(ctx.mods, q.shape[0], q.shape[2], k.shape[2], q.dtype)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad_out.transpose(1, 2),  # (B, Hq, T, Dv): the kernels' (B, T, Hq, Dv) seen as the op's layout
@@ -137,3 +238,41 @@ def flash_mask(mods: ScoreMods, B: int, T: int, S: int, dtype) -> tuple[bool, to
         return own_causal, None
     additive = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(~keep, -torch.inf)
     return own_causal, additive
+
+
+def cuda_flash_backward(grad_out, q, k, v, out, lse, scale: float, mods: ScoreMods, *, op=None):
+    """(dq (B, Hq, T, D), dk, dv (B, Hkv, S, D)) from flash's CUDA backward (`op`: one with
+    `aten._flash_attention_backward`'s signature, that op by default) of grad_out and out (B, T, Hq, D),
+    q (B, Hq, T, D), k, v (B, Hkv, S, D) and lse (B, Hq, T) float32 nats, for `mods` in the CUDA route's
+    form (no mask; causal bottom-right and a window): the op's (B, T, H, D) layouts are views of the
+    kernels' (module docstring), the head size zero-padded to a multiple of 8."""
+    op = torch.ops.aten._flash_attention_backward if op is None else op
+    D, T, S = q.shape[-1], q.shape[2], k.shape[2]
+    pad = -D % 8
+
+    def flash_layout(x, heads_second=True):  # (B, T|S, H, D), the head size padded, last dim contiguous
+        x = x.transpose(1, 2) if heads_second else x
+        x = F.pad(x, (0, pad)) if pad else x
+        return x if x.stride(-1) == 1 else x.contiguous()
+
+    window = mods.window
+    dq, dk, dv = op(
+        flash_layout(grad_out, False),
+        flash_layout(q),
+        flash_layout(k),
+        flash_layout(v),
+        flash_layout(out, False),
+        lse.contiguous(),
+        None,  # no cumulative sequence lengths: the dense (padded-batch) kernel
+        None,
+        T,
+        S,
+        0.0,
+        mods.causal,
+        torch.empty(0, dtype=torch.int64, device=q.device),  # the dropout's rng state: no dropout
+        torch.empty(0, dtype=torch.int64, device=q.device),
+        scale=scale,
+        window_size_left=None if window is None else window - 1,
+        window_size_right=None if window is None else 0,
+    )
+    return tuple(g[..., :D].transpose(1, 2) for g in (dq, dk, dv))

@@ -65,7 +65,9 @@ when a CUDA driver is present (those with the extra accumulators are fewer: STAT
 
 Fused variant (`row_stats_triton` with v): the same kernel with WITH_OUTPUT also streams V
 and returns the attention output, the flash-attention forward plus the statistics' accumulators
-(the output is the same whichever statistics ride along). The
+(the output is the same whichever statistics ride along). `stream_triton` returns that variant's final
+state instead (m, l, u in nats): the log-sum-exp m + ln l of a training step's flash backward
+(kernels/train.py). The
 capture picks between it and "sdpa output + entropy-only pass" by timing both on the GPU
 (capture/fused.py); benchmarks/scan_gpu.py (kernel mode) reports the same comparison.
 """
@@ -556,6 +558,27 @@ def row_stats_triton(
     rows, out = _launch(q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, extra, first_keys)
     values = rows if in_kernel else read_stats(rows, mods, stats)
     return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2))
+
+
+@torch.no_grad()
+def stream_triton(q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_keys: int = 1):
+    """The final streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
+    (B, Hq, T) float32 in nats, and the output (B, T, Hq, D) in q's dtype (v None: None), as
+    `native.stream_native` returns them: the fused variant storing its state (STORE_STATE), whose
+    log-sum-exp m + ln l a flash backward takes (kernels/train.py). Masks and refusals as
+    `row_stats_triton`."""
+    if v is not None and v.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"the Triton kernel's output needs values of the queries' head size {q.shape[-1]}, not "
+            f"{v.shape[-1]}; run it with backend='torch_chunked'"
+        )
+    if mods.key_bias is not None:
+        raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
+    rows, out = _launch(
+        q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, tuple(extra), first_keys
+    )
+    state = {name: rows[name] for name in (*STATE, *extra)}
+    return state, None if out is None else out.transpose(1, 2)
 
 
 def _mark_first_keys(keep, first_key, first_keys: int, B: int, S: int, device) -> torch.Tensor:

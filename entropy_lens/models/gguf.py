@@ -1,6 +1,6 @@
 """GGUF files -> a cached float32 Hugging Face folder.
 
-GGUF files are dequantised by transformers (float32, ~20 s for SmolLM2-135M on 2 cores), then saved
+GGUF files are dequantised by transformers (float32; its time: docs/internals/layout.md), then saved
 once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LENS_CACHE or
 ~/.cache/entropy_lens). Every load, the first included, then reads that folder, so the first and
 later loads give the same model. The cache key is the file name, its size and a hash of its first
@@ -42,7 +42,9 @@ __all__ = [
 ]
 
 CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
-_STALE_PARTIAL_S = 3600  # a half-written cache older than this has no live writer (a conversion takes ~20 s)
+_STALE_PARTIAL_S = (
+    3600  # a half-written cache older than this has no live writer (a conversion takes far less)
+)
 
 
 def cache_root() -> Path:
@@ -195,7 +197,7 @@ def ensure_gguf_cache(gguf: Path, *, convert=convert_gguf) -> Path:
         ) from None
     try:
         _remove_stale_partials(final)
-        # ~25 s for SmolLM2-135M on 2 cores, and nothing else shows: say so, on stderr (stdout is results)
+        # the one silent wait of a first run: say so, on stderr (stdout is results)
         print(
             f"converting {gguf.name} to a float32 cache in {final}, once (SmolLM2-135M: ~25 s on 2 cores)",
             file=sys.stderr,

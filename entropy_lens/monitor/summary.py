@@ -22,7 +22,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS
-from entropy_lens.statistics import ENTROPY, MAX_LOGIT, STATISTICS
+from entropy_lens.statistics import ENTROPY, MAX_LOGIT, STATISTICS, did_you_mean
 
 # How each statistic's per-head summary reduces the rows (its declaration's `summary`): a maximum for
 # maxima, the mean for the rest
@@ -44,7 +44,11 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
         raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
     unknown = [s for s in stats if s not in ROW_STATS]
     if unknown or not stats or len(set(stats)) != len(stats):
-        what = f"unknown statistic {', '.join(map(repr, unknown))}" if unknown else f"stats={tuple(stats)!r}"
+        what = (
+            f"unknown statistic {', '.join(map(repr, unknown))}{did_you_mean(unknown)}"
+            if unknown
+            else f"stats={tuple(stats)!r}"
+        )
         raise EntropyLensError(
             f"AttentionMonitor cannot record {what}; pass distinct names from {', '.join(ROW_STATS)}"
         )

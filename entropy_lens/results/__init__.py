@@ -307,7 +307,9 @@ def summary(result: ScanResult) -> str:
     """Mean entropy over heads and mean loss by span of positions: `spans_by_l` with a training length
     L in the meta (and len > L), otherwise the first, middle and last tenth; then, for a result with
     further row statistics (`scan --stats`), the mean of each over heads and the same spans, one column
-    per statistic under its name and unit."""
+    per statistic under its name and unit; a statistic whose declaration summarises it by a maximum
+    (`Statistic.summary` "max": max_logit, QK-clip's quantity) shows the max over heads and positions
+    instead, and a line under the table says so."""
     T, L = result.length, result.meta.get("train_len")
     if isinstance(L, int) and 2 <= L < T:
         spans, head = spans_by_l(T, L), f"L = {L}"
@@ -331,9 +333,15 @@ def summary(result: ScanResult) -> str:
         widths = [max(len(n), len(result.stat_unit(n)), 8) + 2 for n in names]
         cells = lambda values: "".join(f"{v:>{w}}" for v, w in zip(values, widths))
         lines += ["", f"{head:<12}" + cells(names), " " * 12 + cells(map(result.stat_unit, names))]
-        means = {n: result.stat(n).mean(axis=(0, 1)) for n in names}  # (len,) each
+        how = {n: STATISTICS[n].summary if n in STATISTICS else "mean" for n in names}  # "mean" | "max"
+        curves = {n: getattr(result.stat(n), how[n])(axis=(0, 1)) for n in names}  # (len,) each
         for label, (a, b) in spans.items():
-            lines.append(f"{label:<12}" + cells(f"{means[n][a:b].mean():.3f}" for n in names))
+            lines.append(f"{label:<12}" + cells(f"{getattr(curves[n][a:b], how[n])():.3f}" for n in names))
+        lines += [
+            f"{n}: max over positions and heads of each span (QK-clip's quantity), not the mean"
+            for n in names
+            if how[n] == "max"
+        ]
     if FIRST_MASS.name in names:
         lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")
     return "\n".join(lines)

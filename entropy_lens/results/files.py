@@ -90,14 +90,15 @@ def _atomic_write(path: Path, data) -> Path:
     return path
 
 
-def read_npz(path: Path, *, what: str, again: str) -> dict[str, np.ndarray]:
-    """Every array of the .npz at `path`, never unpickled; EntropyLensError in one line naming it `what`
-    (e.g. "results file") and `again` (how to make it again) when it is not a readable .npz."""
+def read_npz(path: Path, *, what: str, again: str, keys=None) -> dict[str, np.ndarray]:
+    """Every array of the .npz at `path` (or those of `keys` it holds, the others left unread), never
+    unpickled; EntropyLensError in one line naming it `what` (e.g. "results file") and `again` (how to
+    make it again) when it is not a readable .npz."""
     from entropy_lens.errors import EntropyLensError, first_line
 
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            return {k: z[k] for k in z.files if keys is None or k in keys}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # truncated or foreign file
         # numpy reads a file that is neither .npy nor .npz as a pickle, and says allow_pickle would load
         # it: never the fix here (a pickle runs code)

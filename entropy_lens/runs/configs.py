@@ -14,7 +14,7 @@ help), in groups the configs share; the CLI generates the flags from them (`cli/
 No torch at import (`entropy-lens --help` builds every flag from here); `check()` imports what it needs.
 Each number's range is declared with it (`setting(at_least=, above=, at_most=)`) and checked when a config
 is made (`settings.Checked`) and when its flag is parsed; `check()` adds what spans several settings and
-what needs an import. Names follow the glossary (README: Glossary).
+what needs an import. Names follow the glossary (docs/reference/glossary.md).
 """
 
 from __future__ import annotations
@@ -193,11 +193,10 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
 
     def row_stats(self) -> tuple[str, ...]:
         """The statistics the capture records: entropy, sink mass (models with sinks) and --stats."""
-        from entropy_lens.kernels.stats import ROW_STATS, check_stats
+        from entropy_lens.kernels.stats import check_stats
 
-        asked = tuple(ROW_STATS) if self.stats == "all" else tuple(filter(None, self.stats.split(",")))
         try:
-            asked = check_stats(asked)
+            asked = check_stats(self.stats)
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
         return (*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS))

@@ -8,7 +8,7 @@ ranks each scan one shard of it (runs/context_parallel.py). The backend is gloo 
 and nccl on CUDA (rank r uses cuda:LOCAL_RANK). A scan of N processes equals the 1-process scan up
 to float64 rounding of the order of the sums.
 
-What the ranks guard against (issue 48):
+What the ranks guard against:
     agree(record, w, difference=...)   at start-up every rank's settings that change a number (a scan's
                                        identity) must equal rank 0's: one all_gather of a digest; on a
                                        difference every rank stops in one line naming the first one

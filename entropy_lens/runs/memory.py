@@ -2,25 +2,18 @@
 (`free_heap_returned_per_layer`) and between a scan's forward and its loss (`release_free_heap`).
 
 glibc keeps the memory a CPU forward frees (blocks under its mmap threshold, which grows to 32 MB as
-large blocks are freed) in its heap, where fragmentation can keep hundreds of MB resident; the
-chunked loss's logits then come on top. Repeated scans of SmolLM2 in one process peaked up to
-~400 MB above their first sample that way (benchmarks/scan_cpu.py, README "Speed on CPU").
-The same retention inside a forward made some processes' forwards peak ~330 MB higher (8K tokens,
-`--fused on`: glibc's main arena held ~540 MB free against ~95 MB in the others, all of it returned by
-a trim); returned after every layer, what the heap keeps is at most one layer's churn.
-`malloc_trim(0)` returns every free page of the heap: between layers ~10 ms a call, ~1% of an 8K
-forward and ~0.2% of a 16K one (30 calls, 0.2 s of ~100 s); tens of ms after a whole forward. Where the C library has no `malloc_trim`
-(not glibc), it does nothing.
+large blocks are freed) in its heap, where fragmentation can keep it resident; the chunked loss's
+logits then come on top. Returned after every layer, what the heap keeps is at most one layer's churn.
+`malloc_trim(0)` returns every free page of the heap. Where the C library has no `malloc_trim` (not
+glibc), it does nothing.
 
-Inside a layer the heap still kept the blocks of its tensors: glibc raises its mmap threshold to the size
-of each large block freed (up to 32 MB), after which tensors of a few to 32 MB (a sharded rank's hidden
-states and queries at 16K) come from the heap and their freed holes stay resident until the next trim:
-~150 MB of a SmolLM2 rank's 300 MB growth at 16K. `large_blocks_returned` fixes the threshold at
-LARGE_BLOCK instead (`mallopt(M_MMAP_THRESHOLD)`, for the rest of the process: glibc cannot give the
-dynamic threshold back), so a block that large, where the heap holds no free one to reuse, is mapped
-for itself and unmapped when freed. With it and the loss's byte budget (capture/loss.py), a sharded
-rank's growth halves with 2 ranks (benchmarks/context_parallel_cpu.py); mapping costs time, 3-5% of a
-one-thread 8K SmolLM2 scan in an A/B of alternating runs.
+Inside a layer the heap still keeps the blocks of its tensors: glibc raises its mmap threshold to the
+size of each large block freed (up to 32 MB), after which tensors of a few to 32 MB (a sharded rank's
+hidden states and queries at 16K) come from the heap and their freed holes stay resident until the next
+trim. `large_blocks_returned` fixes the threshold at LARGE_BLOCK instead (`mallopt(M_MMAP_THRESHOLD)`,
+for the rest of the process: glibc cannot give the dynamic threshold back), so a block that large,
+where the heap holds no free one to reuse, is mapped for itself and unmapped when freed, at some cost
+in time. What each saves and costs, measured: docs/internals/layout.md.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ class Run:
         schedule = variant_schedule(config, lm)
         groups = shard_groups(config, w)
         if device.type == "cpu":
-            release_free_heap()  # what loading and tokenising freed (~100 MB for SmolLM2 on austen)
+            release_free_heap()  # what loading and tokenising freed
             large_blocks_returned()  # the batches' tensors: mapped and unmapped, not kept in the heap
         return cls(
             config=config,

@@ -10,9 +10,8 @@
     sums.paths, sums.backends                      # what computed the layers: recorded in the meta
     sums.result(meta, reduction) -> ScanResult     # means over samples
 
-Sums are updated in place: at 16K tokens a TinyLlama's entropy sums are 2 × 92 MB, and fresh arrays
-per batch took the host 0.7 s of a 2-core machine per batch, against a GPU forward of the order of
-0.1 s (benchmarks/host_sums.py). `add` defers Ctrl-C and SIGTERM until it is done, so a checkpoint never
+Sums are updated in place: fresh arrays per batch can cost the host more than the forward that filled
+them (docs/internals/layout.md). `add` defers Ctrl-C and SIGTERM until it is done, so a checkpoint never
 sees sums and counts out of step; because the sums are stored exactly and added in the same order, a
 resumed scan ends with the same arrays as an uninterrupted one.
 """

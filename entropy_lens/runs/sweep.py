@@ -18,8 +18,7 @@ sequence sharded over all the ranks, or over a group of C of them, the groups sp
 (runs/context_parallel.py): rank 0 alone keeps the folder (lock, index, files) and tells the others
 which scales to scan; one process group serves all the scans.
 
-Every scale reloads the model through `scan`, which costs ~1 s for a 1B model: small against a
-scan at 16K; the token chunks are cached in-process, so every scale sees the same samples.
+Every scale reloads the model through `scan`, which costs little against a scan at 16K; the token chunks are cached in-process, so every scale sees the same samples.
 """
 
 from __future__ import annotations

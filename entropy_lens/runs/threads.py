@@ -3,7 +3,7 @@
 torch's default is one OpenMP thread per core. On a machine where another process keeps a core busy,
 that default is several times slower than fewer threads: at the end of every parallel region OpenMP
 threads spin-wait for the slowest of them, and a thread that shares its core with the other process
-holds all of them up (benchmarks/threads_cpu.py measures it; README, "Shared machines"). Setting the
+holds all of them up (benchmarks/threads_cpu.py measures it: docs/internals/benchmarks.md, "Threads"). Setting the
 count is the fix: `--threads N` (or `OMP_NUM_THREADS=N`) with N at most the cores that are free.
 
 `set_threads` writes the OpenMP/MKL environment variables (read by libraries that start their thread
@@ -14,8 +14,8 @@ torch's own default keep working. The count that ran is recorded in each results
 N has a hard ceiling, `max_threads()`: THREADS_PER_CORE (4) threads per core of the machine
 (os.cpu_count()), checked before anything starts (`check_threads`; the flag's argparse type and
 `set_threads` both call it). More threads than cores is already slower (the warning below); four times
-as many is never useful, and the ceiling keeps a typo (--threads 100000: torch's pools then ran out of
-memory, a MemoryError and a segfault) from reaching OpenMP. It follows the machine rather than a fixed
+as many is never useful, and the ceiling keeps a typo (--threads 100000, which runs torch's pools out
+of memory: a MemoryError or a segfault) from reaching OpenMP. It follows the machine rather than a fixed
 number because the count that breaks a pool does: thread stacks and the system's per-user limit.
 """
 

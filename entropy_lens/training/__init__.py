@@ -8,7 +8,7 @@
     tiny.py        train_tiny: the run (resume, snapshots, the passkey phase, --init-from), its folder
     report.py      the model cards: scans and passkey runs of the trained models
 
-It sits above `runs` (README: Layout): it writes with the runs' one-writer lock and output checks, and
+It sits above `runs` (docs/internals/layout.md): it writes with the runs' one-writer lock and output checks, and
 its model cards are scans and passkey runs.
 """
 

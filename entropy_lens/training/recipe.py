@@ -40,7 +40,7 @@ class TinyRecipe(Checked):
     intermediate: int = setting(512, at_least=1, at_most=1 << 18, help="MLP intermediate size")
     layers: int = setting(4, at_least=1, at_most=1024, help="decoder layers")
     heads: int = setting(6, at_least=1, at_most=1024, help="query heads")
-    # multi-head; 2 (GQA) was tried: a uniform scale then barely helps NoPE
+    # multi-head: with 2 (GQA) a uniform scale barely helps NoPE (docs/internals/layout.md)
     kv_heads: int = setting(6, at_least=1, at_most=1024, help="key/value heads (a divisor of --heads)")
     vocab: int = setting(2048, at_least=1, at_most=1 << 20, help="byte-level BPE vocabulary size")
     rope_theta: float = setting(10000.0, above=0, help="RoPE base (the rope kind)")

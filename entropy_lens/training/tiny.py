@@ -2,7 +2,7 @@
 project's embedded default models.
 
     from entropy_lens.training import TinyRecipe, train_tiny
-    train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")   # ~15 min on 2 CPU cores
+    train_tiny(TinyRecipe(kind="nope"), "out/tiny-nope")
 
 Determinism: the batch of step t is drawn by `numpy.random.default_rng([seed, t])`, so it does
 not depend on what ran before (a resumed run draws the same batches); weights are initialised
@@ -17,10 +17,10 @@ the same recipe at step 300 gives the same weights.
 
 Passkey phase: `passkey_steps=N` adds N steps after `steps` (numbered on, so their batches are new)
 with a fresh AdamW at the constant `passkey_lr`, in which a `passkey_share` of each batch's windows
-end in passkey documents that fit inside L: a short fine-tune that teaches the task (mixing them into
-pretraining from the start, `passkey_steps=0`, also made the tiny NoPE model generalise beyond L on its
-own: measured at shares 0.25 and 0.1, the best uniform scale beyond L stayed near 1, erasing the effect
-the figures reproduce). Because the phase starts from a
+end in passkey documents that fit inside L: a short fine-tune that teaches the task (documents mixed
+into pretraining from the start, `passkey_steps=0`, can make the tiny NoPE model generalise beyond L
+on its own and erase the effect the figures reproduce: docs/internals/layout.md). Because the phase
+starts from a
 fresh optimiser, `init_from=FOLDER` (a finished run of `recipe.pretraining()`) runs only the phase and
 gives the whole run's model (bit-identical with the same torch and thread count).
 

@@ -1,12 +1,14 @@
-"""The interactive explorer: results files and sweeps as one self-contained HTML page (plotly.js inlined),
-for a browser (`entropy-lens view RESULT ... --out report.html`) or inline in Jupyter (`view(...)`).
+"""The interactive explorer: results files, sweeps and monitor histories as one self-contained HTML page
+(plotly.js inlined), for a browser (`entropy-lens view RESULT ... --out report.html`) or inline in Jupyter
+(`view(...)`).
 
     from entropy_lens.view import view
     view([("NoPE", nope), ("RoPE", rope)])       # a notebook cell shows it; .save("report.html") writes it
 
-Modules: `sources.py` (what the user names -> results and sweeps), `reduce.py` (long curves to binned
-mean with a min–max envelope), `payload.py` (the numbers the page draws), `page.py` (the HTML),
-`explorer.js` (the page's script: heat map, click a head, difference, sweep).
+Modules: `sources.py` (what the user names -> results, sweeps and histories), `reduce.py` (long curves
+to binned mean with a min–max envelope), `payload.py` (the numbers the page draws; a history's:
+`histories.py`; both written by `encode.py`), `page.py` (the HTML), `explorer.js` (the page's script:
+heat map, click a head, difference, sweep, history).
 """
 
 from importlib import import_module

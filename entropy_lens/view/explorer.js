@@ -67,19 +67,21 @@
   const centers = (bins) => bins.starts.map((a, k) => (a + bins.stops[k] - 1) / 2);
   const ranges = (bins) => bins.starts.map((a, k) => [a, bins.stops[k] - 1]);
 
-  // Mean line with its min–max envelope; hover shows the bin's positions and the exact numbers.
-  function band(bins, c, label, color, yaxis, units, legend, role) {
-    const x = centers(bins), traces = [], name = plain(label);
+  // Mean line with its min–max envelope; hover shows the bin's positions (or, `along` a history, its
+  // steps: {x, ranges, name}) and the exact numbers.
+  function band(bins, c, label, color, yaxis, units, legend, role, along) {
+    along = along || { x: centers(bins), ranges: ranges(bins), name: "position" };
+    const x = along.x, traces = [], name = plain(label);
     if (!bins.exact) {
       traces.push({ x: x, y: c.low, yaxis: yaxis, mode: "lines", line: { width: 0 }, hoverinfo: "skip",
                     showlegend: false, legendgroup: name });
       traces.push({ x: x, y: c.high, yaxis: yaxis, mode: "lines", line: { width: 0 }, fill: "tonexty",
                     fillcolor: color + "33", hoverinfo: "skip", showlegend: false, legendgroup: name });
     }
-    const custom = ranges(bins).map((p, k) => [p[0], p[1], c.low[k], c.high[k]]);
+    const custom = along.ranges.map((p, k) => [p[0], p[1], c.low[k], c.high[k]]);
     const hover = bins.exact
-      ? name + "<br>position %{customdata[0]}: %{y:.5f} " + plain(units) + "<extra></extra>"
-      : name + "<br>positions %{customdata[0]}–%{customdata[1]}: mean %{y:.5f} " + plain(units) +
+      ? name + "<br>" + along.name + " %{customdata[0]}: %{y:.5f} " + plain(units) + "<extra></extra>"
+      : name + "<br>" + along.name + "s %{customdata[0]}–%{customdata[1]}: mean %{y:.5f} " + plain(units) +
         "<br>min %{customdata[2]:.4f}, max %{customdata[3]:.4f}<extra></extra>";
     traces.push({ x: x, y: c.mean, yaxis: yaxis, mode: "lines", name: name, line: { color: color, width: 1.5 },
                   customdata: custom, hovertemplate: hover, showlegend: legend, legendgroup: name,
@@ -214,7 +216,77 @@
     }, CONFIG);
   }
 
+  // Monitor histories: a statistic by step × head for one layer, and every head's curve over the steps
+  // (the chosen head drawn over the others, with its envelope). A history's stats[stat].curves are laid
+  // out as a scan's, (layers, heads, bins), so headCurve reads them.
+  const hstate = { history: 0, stat: null, layer: 0, head: 0 };
+  function drawHistory() {
+    const h = data.histories[hstate.history], s = h.stats[hstate.stat], unit = plain(s.unit);
+    const along = { x: h.steps.x, ranges: h.steps.first.map((a, k) => [a, h.steps.last[k]]), name: plain(h.step_unit) };
+    const curves = [...Array(h.heads).keys()].map((head) => headCurve(h, hstate.stat, hstate.layer, head));
+    document.getElementById("history-note").textContent = s.description;
+    const custom = curves.map(() => along.ranges);
+    const hover = along.name + (h.bins.exact ? " %{customdata[0]}" : "s %{customdata[0]}–%{customdata[1]}") +
+      ", head %{y}<br>%{z:.4f} " + unit + (h.bins.exact ? "" : " (mean)") + "<extra></extra>";
+    const heat = { type: "heatmap", x: along.x, y: [...Array(h.heads).keys()], z: curves.map((c) => c.mean),
+                   customdata: custom, hovertemplate: hover, colorscale: "Viridis", colorbar: { title: { text: unit } } };
+    const title = plain(h.label + ": " + hstate.stat + " (" + s.reduction + " over a step's rows), layer " + hstate.layer);
+    const heatLayout = {
+      title: { text: title }, xaxis: { title: { text: plain(h.step_unit) } },
+      yaxis: { title: { text: "head" }, autorange: "reversed", dtick: h.heads > 16 ? 2 : 1, zeroline: false },
+      height: Math.max(320, 22 * h.heads + 140), margin: { t: 50, l: 60, r: 20, b: 50 },
+      shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: hstate.head, y1: hstate.head,
+                 line: { color: "#ff0000", width: 1, dash: "dot" } }],
+    };
+    const traces = [];
+    curves.forEach((c, head) => {
+      if (head === hstate.head) return;
+      traces.push({ x: along.x, y: c.mean, mode: "lines", name: "head " + head, line: { color: "#9aa5b1", width: 1 },
+                    opacity: 0.6, hovertemplate: "head " + head + ", " + plain(h.step_unit) + " %{x}: %{y:.4f} " + unit +
+                    "<extra></extra>", meta: { head: head } });
+    });
+    const chosen = band(h.bins, curves[hstate.head], "head " + hstate.head, COLORS[1], "y", s.unit, true, hstate.stat, along);
+    chosen[chosen.length - 1].line.width = 3;
+    chosen[chosen.length - 1].meta.head = hstate.head;
+    traces.push(...chosen);
+    const layout = {
+      title: { text: plain(h.label + ": " + hstate.stat + " by " + h.step_unit + ", layer " + hstate.layer +
+                           ", head " + hstate.head + " highlighted") },
+      xaxis: { title: { text: plain(h.step_unit) } }, yaxis: { title: { text: plain(hstate.stat + " (" + s.unit + ")") } },
+      hovermode: "closest", height: 480, margin: { t: 60, l: 60, r: 20, b: 50 }, showlegend: false,
+    };
+    Object.assign(document.body.dataset, { historyStat: hstate.stat, historyLayer: hstate.layer, historyHead: hstate.head });
+    return Promise.all([Plotly.react("history-heatmap", [heat], heatLayout, CONFIG),
+                        Plotly.react("history-curves", traces, layout, CONFIG)]);
+  }
+  function setupHistories() {
+    if (!data.histories.length) return Promise.resolve();
+    const pick = document.getElementById("history-select"), statPick = document.getElementById("history-stat");
+    const layerPick = document.getElementById("history-layer");
+    const choose = () => {  // keep the statistic and layer where the history has them
+      const h = data.histories[hstate.history], stats = Object.keys(h.stats);
+      if (!stats.includes(hstate.stat)) hstate.stat = stats[0];
+      hstate.layer = Math.min(hstate.layer, h.layers - 1);
+      hstate.head = Math.min(hstate.head, h.heads - 1);
+      fill(statPick, stats.map((s) => [s, s + " (" + h.stats[s].unit + ")"]), hstate.stat);
+      fill(layerPick, [...Array(h.layers).keys()].map((l) => [l, "layer " + l]), hstate.layer);
+    };
+    fill(pick, data.histories.map((h, i) => [i, h.label]), 0);
+    pick.parentElement.hidden = data.histories.length < 2;
+    choose();
+    pick.addEventListener("change", () => { hstate.history = Number(pick.value); choose(); drawHistory(); });
+    statPick.addEventListener("change", () => { hstate.stat = statPick.value; drawHistory(); });
+    layerPick.addEventListener("change", () => { hstate.layer = Number(layerPick.value); drawHistory(); });
+    return drawHistory().then(() => {
+      document.getElementById("history-heatmap").on("plotly_click", (ev) => {
+        hstate.head = Number(ev.points[0].y);
+        drawHistory();
+      });
+    });
+  }
+
   data.sweeps.forEach(drawSweep);
+  const historiesDrawn = setupHistories();
   const viewSelect = document.getElementById("view-select"), statSelect = document.getElementById("statistic-select");
   const rowSelect = document.getElementById("stat-select");
   if (views.length) {
@@ -249,7 +321,7 @@
     viewSelect.addEventListener("change", () => { state.view = Number(viewSelect.value); choose(); redraw(); });
     rowSelect.addEventListener("change", () => { state.stat = rowSelect.value; choose(); redraw(); });
     statSelect.addEventListener("change", () => { state.statistic = statSelect.value; state.dropped = null; drawHeatmap(); });
-    showHead(0, 0).then(() => {
+    Promise.all([showHead(0, 0), historiesDrawn]).then(() => {
       document.getElementById("heatmap").on("plotly_click", (ev) => {
         const p = ev.points[0];
         showHead(Number(p.y), Number(p.x));
@@ -259,8 +331,10 @@
     });
   } else {
     document.getElementById("heads-section").hidden = true;
-    document.body.dataset.readyMs = performance.now().toFixed(0);
-    document.body.dataset.ready = "1";
+    historiesDrawn.then(() => {
+      document.body.dataset.readyMs = performance.now().toFixed(0);
+      document.body.dataset.ready = "1";
+    });
   }
-  window.entropyLens = { data: data, state: state, showHead: showHead };
+  window.entropyLens = { data: data, state: state, showHead: showHead, history: hstate, drawHistory: drawHistory };
 })();

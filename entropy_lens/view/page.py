@@ -28,7 +28,7 @@ from entropy_lens.settings import check_fields
 from entropy_lens.statistics import ENTROPY
 from entropy_lens.view.config import ViewConfig
 from entropy_lens.view.payload import build_payload
-from entropy_lens.view.sources import resolve
+from entropy_lens.view.sources import gather
 
 __all__ = ["View", "view"]
 
@@ -65,25 +65,31 @@ class View:
 
 def view(results, *, labels=None, points: int | None = None, train_len: int | None = None) -> View:
     # the keywords are view.config.ViewConfig's fields: `entropy-lens view` passes them as they are
-    """An interactive page of `results`: results `.npz` paths, sweep folders, `ScanResult`s, `Sweep`s, or
-    (label, any of these) pairs.
+    """An interactive page of `results`: results `.npz` paths, sweep folders, monitor histories (their
+    `.npz`, a folder holding attention-history.npz, or a `History`: `mon.history`), `ScanResult`s,
+    `Sweep`s, or (label, any of these) pairs.
 
     Parameters
     ----------
     labels : one name per item (default: file names, or "result 1", ...).
     points : bins per curve (default: 512, fewer when many heads of several results would make the
-        page large: `reduce.points_for`); curves no longer than this are shown position by position.
+        page large: `reduce.points_for`); curves no longer than this are shown position by position (a
+        history's, step by step).
     train_len : L for the statistics and the fit (default: each result's meta).
     """
     check_fields(ViewConfig, {"points": points, "train_len": train_len})  # as the flags are checked
-    found, sweeps = resolve(results, labels)
-    payload = build_payload(found, sweeps, points=points, train_len=train_len)
-    title = "entropy-lens view: " + ", ".join(r["label"] for r in payload["results"])
-    if sweeps:
-        title += ("; " if found else "") + ", ".join(f"sweep {s['label']}" for s in payload["sweeps"])
+    sources = gather(results, labels)
+    found, sweeps, histories = sources.results, sources.sweeps, sources.histories
+    payload = build_payload(found, sweeps, points=points, train_len=train_len, histories=histories)
+    parts = [", ".join(r["label"] for r in payload["results"])]
+    parts += [", ".join(f"sweep {s['label']}" for s in payload["sweeps"])]
+    parts += [", ".join(f"history {h['label']}" for h in payload["histories"])]
+    title = "entropy-lens view: " + "; ".join(p for p in parts if p)
     layers = max([r.result.n_layers for r in found if r.result.n_heads] + [0])
     heads = (120 + 22 * layers + 140 + 560) if layers else 0  # menus, heat map (explorer.js), head plot
-    return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps))
+    most = max([h["heads"] for h in payload["histories"]] + [0])  # the history's heat map: a row per head
+    watched = (120 + max(320, 22 * most + 140) + 500) if histories else 0
+    return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps) + watched)
 
 
 def render(payload: dict, title: str) -> str:
@@ -116,10 +122,32 @@ positions are shown as the mean of each bin with its min–max envelope.</div>
 <div id="head"></div>
 </section>
 {sweeps}
+{history_section(payload)}
 <script type="application/json" id="entropy-lens-data">{data}</script>
 <script>{script}</script>
 </body></html>
 """
+
+
+def history_section(payload: dict) -> str:
+    """The monitor histories' section (explorer.js draws it): menus, the step × head heat map of one
+    layer, every head's curve over the steps; "" for a page without histories."""
+    if not payload["histories"]:
+        return ""
+    return f"""<section id="history-section">
+<h2>Training history</h2>
+<details open><summary>Histories: model, statistics, steps</summary>{columns(payload["histories"], "history-meta")}</details>
+<div class="controls"><label>history <select id="history-select"></select></label>
+<label>statistic <select id="history-stat"></select></label>
+<label>layer <select id="history-layer"></select></label></div>
+<div class="note" id="history-note"></div>
+<div id="history-heatmap"></div>
+<div class="note">A statistic of each recorded training step (AttentionMonitor, train-tiny --monitor) by step
+and head, for the layer chosen; click a cell: that head's curve stands out among every head's of the layer.
+Histories of more than {payload["points"]} records are shown as the mean of each bin of steps with its min–max
+envelope.</div>
+<div id="history-curves"></div>
+</section>"""
 
 
 def stats_note(payload: dict) -> str:
@@ -153,14 +181,7 @@ def meta_table(payload: dict) -> str:
     sweeps = payload["sweeps"]
     if not results and not sweeps:
         return ""
-    keys = list(dict.fromkeys(k for r in results for k in r["meta"]))
-    cells = lambda values: "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
-    head = "<tr><th></th>" + "".join(f"<th>{html.escape(r['label'])}</th>" for r in results) + "</tr>"
-    rows = [f"<tr><th>file</th>{cells(r['source'] for r in results)}</tr>"]
-    rows += [
-        f"<tr><th>{html.escape(k)}</th>{cells(r['meta'].get(k, '') for r in results)}</tr>" for k in keys
-    ]
-    text = f'<table class="meta" id="meta">{head}{"".join(rows)}</table>' if results else ""
+    text = columns(results, "meta") if results else ""
     text = f"<details open><summary>Results: model, length, scales, backend, provenance</summary>{text}"
     for r in results:  # what the page could not show as the file has it: gaps, an unusable L
         text += "".join(
@@ -174,3 +195,13 @@ def meta_table(payload: dict) -> str:
             f"L = {html.escape(str(s['train_len']))}, scales {scales}</p>"
         )
     return text + "</details>"
+
+
+def columns(items: list[dict], table_id: str) -> str:
+    """A table of one column per item (a result's or a history's payload): its label, file and meta rows."""
+    keys = list(dict.fromkeys(k for r in items for k in r["meta"]))
+    cells = lambda values: "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+    head = "<tr><th></th>" + "".join(f"<th>{html.escape(r['label'])}</th>" for r in items) + "</tr>"
+    rows = [f"<tr><th>file</th>{cells(r['source'] for r in items)}</tr>"]
+    rows += [f"<tr><th>{html.escape(k)}</th>{cells(r['meta'].get(k, '') for r in items)}</tr>" for k in keys]
+    return f'<table class="meta" id="{table_id}">{head}{"".join(rows)}</table>'

@@ -7,8 +7,9 @@ position (sampled: log₂(i + 1) for entropy, ln(i + 1) for collision_entropy, i
 [0, 1] of a probability, the per-head statistics of `analysis.head_statistics` ((layers, heads) each,
 and why any is undefined), and its curves reduced by `Bins`: a float32 mean per bin (base64, row-major
 (layers, heads, bins)) with its min–max envelope as uint16 steps between the statistic's lowest and
-highest value (base64; step = (high − low) / 65535); then the loss in nats as plain numbers. Per
-sweep: loss by scale × bin, the best scale per position (binned), the fit s = 1 + a ln(i/L) and s*.
+highest value (base64; step = (high − low) / 65534; `encode.py`); then the loss in nats as plain
+numbers. Per sweep: loss by scale × bin, the best scale per position (binned), the fit s = 1 + a ln(i/L)
+and s*. Per monitor history: each statistic by step × layer × head, binned alike (histories.py).
 Values are computed in float64 and rounded once, on the way out; the page shows them as they are.
 
 NaN/inf in a file are gaps, never an error: a bin holding one is NaN (`Bins.reduce`), written as JSON null
@@ -19,9 +20,7 @@ made encodable (lone surrogates become U+FFFD, `text`); escaping for where it la
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import math
 
 import numpy as np
 
@@ -35,12 +34,13 @@ from entropy_lens.analysis import (
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
 from entropy_lens.statistics import ENTROPY, FIRST_MASS, LOG_BOUND, POSITION_BOUND, PROBABILITY, STATISTICS
+from entropy_lens.view.encode import GAP, bins_json, encode_curves, number, numbers, text
+from entropy_lens.view.histories import history_curves, history_payload
 from entropy_lens.view.reduce import Bins, points_for
-from entropy_lens.view.sources import ResultItem, SweepItem
+from entropy_lens.view.sources import HistoryItem, ResultItem, SweepItem
 
 __all__ = ["GAP", "META_FIELDS", "build_payload", "first_keys", "meta_rows", "text"]
 
-GAP = 65535  # the uint16 envelope code of a bin with NaN/inf (a gap); values use 0..65534
 META_FIELDS = (  # shown in the page's table, in this order, where a result's meta has them
     "model",
     "length",
@@ -66,16 +66,27 @@ META_FIELDS = (  # shown in the page's table, in this order, where a result's me
 
 
 def build_payload(
-    results: list[ResultItem], sweeps: list[SweepItem], *, points: int | None = None, train_len=None
+    results: list[ResultItem],
+    sweeps: list[SweepItem],
+    *,
+    points: int | None = None,
+    train_len=None,
+    histories: list[HistoryItem] = (),
 ) -> dict:
-    """The JSON-ready dict the page reads (see the module docstring)."""
+    """The JSON-ready dict the page reads (see the module docstring; a history's: histories.py)."""
     curves = sum(r.result.n_layers * r.result.n_heads * len(r.result.stat_names) for r in results)
-    longest = max([r.result.length for r in results] + [s.sweep.length for s in sweeps])
+    curves += sum(history_curves(h.history) for h in histories)
+    longest = max(
+        [r.result.length for r in results]
+        + [s.sweep.length for s in sweeps]
+        + [len(h.history) for h in histories]
+    )
     points = points if points is not None else points_for(curves, longest)
     out = {
         "points": points,
         "results": [_result(item, points, train_len) for item in results],
         "sweeps": [_sweep(item, points, train_len) for item in sweeps],
+        "histories": [history_payload(item, points) for item in histories],
     }
     _note_keys(out["results"])
     return out
@@ -126,13 +137,6 @@ def meta_rows(meta: dict) -> dict[str, str]:
     return rows
 
 
-def text(value) -> str:
-    """`value` as a string that can be written as UTF-8: a lone surrogate (from a file's JSON `\\ud800`)
-    becomes U+FFFD; a valid surrogate pair becomes its character."""
-    s = value if isinstance(value, str) else str(value)
-    return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
 def train_len_of(meta: dict, flag, source: str) -> tuple[int | None, str | None]:
     """(L, why): `flag` (--train-len) if given, else the meta's `train_len` where it is a whole number of
     positions, 2 or more; `why` says what is wrong with a meta value that is not (then L is None)."""
@@ -159,8 +163,8 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
         "heads": r.n_heads,
         "length": r.length,
         "reduction": text(r.entropy_reduction),
-        "bins": _bins(bins),
-        "loss": {"mean": _numbers(loss[0]), "low": _numbers(loss[1]), "high": _numbers(loss[2])},
+        "bins": bins_json(bins),
+        "loss": {"mean": numbers(loss[0]), "low": numbers(loss[1]), "high": numbers(loss[2])},
         "train_len": None,
         "stats": {},  # row statistic -> what the page draws of it (_stat)
         "undefined": {},  # row statistic -> why the result has none to draw
@@ -212,14 +216,14 @@ def _stat(r: ScanResult, stat: str, bins: Bins, L, why, notes: list) -> dict:
         "range": [0, 1] if unit == PROBABILITY else None,
         "per_head": {
             name: {
-                "values": _numbers(np.where(bad, np.nan, v)),
+                "values": numbers(np.where(bad, np.nan, v)),
                 "description": heads.descriptions[name],
                 "units": text(heads.units[name]),
             }
             for name, v in heads.values.items()
         },
         "undefined": {name: why or reason for name, reason in heads.undefined.items()},
-        "curves": _curves(bins, values.astype(np.float64) * factor),
+        "curves": encode_curves(bins, values.astype(np.float64) * factor),
     }
 
 
@@ -235,28 +239,7 @@ def _bound(kind: str | None, unit: str, length: int) -> dict | None:
         y = np.log2(x + 1.0) if unit == "bits" else np.log(x + 1.0)
     else:
         return None
-    return {"label": label, "hover": hover, "x": x.tolist(), "y": _numbers(y)}
-
-
-def _curves(bins: Bins, values: np.ndarray) -> dict:
-    """(layers, heads, len) -> the float32 mean per bin and, where bins hold several positions, the uint16
-    envelope between the lowest and the highest value (the module docstring)."""
-    mean, low, high = bins.reduce(values)
-    out = {"mean": _b64(mean.astype(np.float32))}
-    if not bins.exact:
-        finite = np.isfinite(low)
-        floor = float(low[finite].min()) if finite.any() else 0.0
-        top = float(high[finite].max()) if finite.any() else 0.0
-        step = (top - floor) / (GAP - 1) if top > floor else 1.0
-        code = lambda x: np.where(finite, np.round((np.where(finite, x, floor) - floor) / step), GAP)
-        out.update(
-            low=_b64(code(low).astype(np.uint16)),
-            high=_b64(code(high).astype(np.uint16)),
-            floor=floor,
-            step=step,
-            gap=GAP,
-        )
-    return out
+    return {"label": label, "hover": hover, "x": x.tolist(), "y": numbers(y)}
 
 
 def _sweep(item: SweepItem, points: int, train_len) -> dict:
@@ -272,9 +255,9 @@ def _sweep(item: SweepItem, points: int, train_len) -> dict:
         "length": sweep.length,
         "train_len": L,
         "scales": [float(s) for s in sweep.scales],
-        "bins": _bins(bins),
-        "loss": _numbers(bins.reduce(sweep.loss)[0]),
-        "best": {"mean": _numbers(best_mean), "low": _numbers(best_low), "high": _numbers(best_high)},
+        "bins": bins_json(bins),
+        "loss": numbers(bins.reduce(sweep.loss)[0]),
+        "best": {"mean": numbers(best_mean), "low": numbers(best_low), "high": numbers(best_high)},
         "fit": None,
         "fit_undefined": None,
         "s_star": None,
@@ -284,44 +267,25 @@ def _sweep(item: SweepItem, points: int, train_len) -> dict:
         start, stop = fit.fit_range
         x = np.unique(np.geomspace(start, stop - 1, 200).round().astype(np.int64))
         out["fit"] = {
-            "a": _number(fit.a),
-            "a_stderr": _number(fit.a_stderr),
-            "r2": _number(fit.r2),
+            "a": number(fit.a),
+            "a_stderr": number(fit.a_stderr),
+            "r2": number(fit.r2),
             "train_len": fit.train_len,
             "range": [start, stop],
             "x": x.tolist(),
-            "y": _numbers(fit.predict(x)),
+            "y": numbers(fit.predict(x)),
         }
     except EntropyLensError as err:
         out["fit_undefined"] = why or text(err)
     if L and L < sweep.length:
         choice = best_uniform_scale(sweep, train_len=L)
         out["s_star"] = {
-            "scale": _number(choice.scale),
+            "scale": number(choice.scale),
             "span": list(choice.span),
-            "loss": _number(choice.loss),
+            "loss": number(choice.loss),
         }
     return out
 
 
-def _bins(bins: Bins) -> dict:
-    return {"starts": bins.starts.tolist(), "stops": bins.stops.tolist(), "exact": bins.exact}
-
-
-def _numbers(x) -> list:
-    """Nested lists of floats (float32 precision is what the file holds), NaN and ±inf as null (a gap)."""
-    a = np.asarray(x, dtype=np.float64)
-    return [_number(v) for v in a.tolist()] if a.ndim == 1 else [_numbers(row) for row in a]
-
-
-def _number(v: float) -> float | None:
-    v = float(v)
-    return v if math.isfinite(v) else None
-
-
 def _count(mask: np.ndarray) -> int:
     return int(np.count_nonzero(mask))
-
-
-def _b64(a: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode("ascii")

@@ -12,6 +12,11 @@ Files are untrusted (a page made of them is shared): every results file is check
 `sweep.json` may name only files inside the folder, symlinks resolved (`results.read_sweep_index`, the one
 reader of every sweep index), so a page never embeds a file from elsewhere.
 A file that fails a check is refused in one line that names it, what is wrong and the fix.
+
+A monitor history (`AttentionMonitor.save`, train-tiny --monitor's `attention-history.npz`, also named by
+its folder) gives a `HistoryItem`: each statistic by training step × head, per layer. It is told from a
+results file by its meta's schema (`results.history.is_history`), never by its name; `gather` returns
+the three kinds, `resolve` the results and sweeps of a page without histories.
 """
 
 from __future__ import annotations
@@ -24,9 +29,21 @@ import numpy as np
 from entropy_lens.analysis import Sweep, best_uniform_scale, load_sweep
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.results import SWEEP_INDEX, ScanResult, printable, read_sweep_index
+from entropy_lens.results.history import HISTORY_FILE, History, is_history, load_history
 from entropy_lens.statistics import ENTROPY
 
-__all__ = ["ResultItem", "SweepItem", "check_result", "load_result", "resolve", "sweep_files"]
+__all__ = [
+    "HistoryItem",
+    "ResultItem",
+    "Sources",
+    "SweepItem",
+    "check_result",
+    "gather",
+    "load_file",
+    "load_result",
+    "resolve",
+    "sweep_files",
+]
 
 ARRAY_DIMS = {
     **dict.fromkeys(ENTROPY.sums, 3),
@@ -52,19 +69,50 @@ class SweepItem:
     source: str
 
 
+@dataclass
+class HistoryItem:
+    label: str
+    history: History
+    source: str
+
+
+@dataclass
+class Sources:
+    results: list[ResultItem]
+    sweeps: list[SweepItem]
+    histories: list[HistoryItem]
+
+
+WHAT = "results file or monitor history"
+AGAIN = "pass a file written by entropy-lens scan or by AttentionMonitor.save (train-tiny --monitor)"
+
+
 def resolve(items, labels=None) -> tuple[list[ResultItem], list[SweepItem]]:
-    """Results and sweeps from paths (`.npz` or sweep folder), `ScanResult`s, `Sweep`s or (label, any of
-    those) pairs; `labels` names them in order (default: file names, "result 1", ...)."""
-    if isinstance(items, (str, Path, ScanResult, Sweep, tuple)):
+    """The results and sweeps of `gather(items, labels)`; EntropyLensError where a history is among
+    them (a page of histories: `gather`, or `view`)."""
+    found = gather(items, labels)
+    if found.histories:
+        raise EntropyLensError(
+            f"{found.histories[0].source} is a monitor history; view it with entropy_lens.view.view "
+            "(or sources.gather, which returns histories too)"
+        )
+    return found.results, found.sweeps
+
+
+def gather(items, labels=None) -> Sources:
+    """Results, sweeps and monitor histories from paths (`.npz`, a sweep folder, a folder holding
+    attention-history.npz), `ScanResult`s, `Sweep`s, `History`s or (label, any of those) pairs; `labels`
+    names them in order (default: file names, "result 1", ...)."""
+    if isinstance(items, (str, Path, ScanResult, Sweep, History, tuple)):
         items = [items]
     items = list(items)
     if not items:
-        raise EntropyLensError("nothing to view; pass a results .npz or a sweep folder")
+        raise EntropyLensError("nothing to view; pass a results .npz, a sweep folder or a monitor history")
     if labels is not None and len(labels) != len(items):
         raise EntropyLensError(
             f"{len(labels)} labels for {len(items)} results; pass one label per result (or none)"
         )
-    results, sweeps = [], []
+    results, sweeps, histories = [], [], []
     for i, item in enumerate(items):
         label = labels[i] if labels is not None else None
         if isinstance(item, tuple):
@@ -76,26 +124,57 @@ def resolve(items, labels=None) -> tuple[list[ResultItem], list[SweepItem]]:
             results.append(ResultItem(label or f"result {i + 1}", item, "(in memory)"))
         elif isinstance(item, Sweep):
             sweeps.append(SweepItem(label or f"sweep {i + 1}", item, "(in memory)"))
+        elif isinstance(item, History):
+            histories.append(HistoryItem(label or f"history {i + 1}", _checked(item), "(in memory)"))
         elif isinstance(item, (str, Path)):
             path = Path(item)
+            if path.is_dir() and not (path / SWEEP_INDEX).is_file() and (path / HISTORY_FILE).is_file():
+                path = path / HISTORY_FILE  # train-tiny --monitor's output folder: its history
+                label = label or path.parent.name
             if path.is_dir():
                 found, sweep = _sweep_folder(path, label or path.name)
                 results += found
                 sweeps.append(sweep)
             elif path.suffix == ".npz" or path.is_file():
-                results.append(ResultItem(label or path.stem, load_result(path), str(path)))
+                loaded = load_file(path)
+                kind = HistoryItem if isinstance(loaded, History) else ResultItem
+                (histories if kind is HistoryItem else results).append(
+                    kind(label or path.stem, loaded, str(path))
+                )
             else:
                 raise EntropyLensError(
-                    f"{path} does not exist; pass a results .npz (entropy-lens scan) or a sweep folder "
-                    "(entropy-lens sweep)"
+                    f"{path} does not exist; pass a results .npz (entropy-lens scan), a sweep folder "
+                    "(entropy-lens sweep) or a monitor history (AttentionMonitor.save)"
                 )
         else:
             raise EntropyLensError(
-                f"cannot view a {type(item).__name__}; pass ScanResult, Sweep, a path, or (label, one of these)"
+                f"cannot view a {type(item).__name__}; pass ScanResult, Sweep, History, a path, or (label, "
+                "one of these)"
             )
-    _unique_labels(results)
-    _unique_labels(sweeps)
-    return results, sweeps
+    for found in (results, sweeps, histories):
+        _unique_labels(found)
+    return Sources(results, sweeps, histories)
+
+
+def load_file(path: str | Path) -> ScanResult | History:
+    """The results file or monitor history at `path`, told apart by the meta's schema
+    (`results.history.is_history`) and checked by its own reader (`load_result`, `load_history`): a file
+    that is neither, or a damaged one, is one EntropyLensError naming it."""
+    if not Path(path).is_file():
+        return load_result(path)  # its one line: the file does not exist
+    if is_history(path, what=WHAT, again=AGAIN):
+        return _checked(load_history(path), str(path))
+    return load_result(path)
+
+
+def _checked(history: History, source: str = "(in memory)") -> History:
+    """`history`, refused in one line where it holds no recorded step (a page would draw nothing)."""
+    if not len(history):
+        raise EntropyLensError(
+            f"{printable(source)}: the monitor history holds no recorded step; train with the monitor active "
+            "(every <= the steps run) and save it again"
+        )
+    return history
 
 
 def load_result(path: str | Path) -> ScanResult:

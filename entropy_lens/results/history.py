@@ -1,0 +1,142 @@
+"""The monitor's history: every recorded step's per-head summaries, and its versioned file.
+
+One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomically (results.files):
+
+    steps     int64   (n,)                   the step of each record (the forward count, or the step
+                                             the training loop set: meta `step_unit`)
+    forwards  int64   (n,)                   recorded forwards merged into each step (gradient
+                                             accumulation's micro-batches)
+    rows      int64   (n,)                   real query rows (padding excluded) behind each step
+    <stat>    float32 (n, layers, heads)     per statistic of meta `stats`: the mean over the step's real
+                                             query rows, or their maximum (meta `reductions`)
+    meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
+                                             entropy_lens_version, model, model_class, model_type, n_layers,
+                                             n_heads, n_kv_heads, stats, reductions, every, first_keys,
+                                             step_unit ("forward" | "step")
+
+`load_history(path)` refuses a damaged or foreign file in one EntropyLensError naming the file;
+`is_history(path)` tells a history from a results file by its meta's `schema` (never by its name), reading
+the meta alone. The module sits with the results file, torch-free, so that `entropy-lens view` opens a
+history; `monitor/history.py` gives the monitor the same names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
+
+SCHEMA = "entropy_lens.monitor"
+SCHEMA_VERSION = 1
+READABLE_VERSIONS = (1,)
+ARRAYS = ("steps", "forwards", "rows")
+HISTORY_FILE = "attention-history.npz"  # its name in the output folder of train-tiny --monitor
+
+
+@dataclass
+class History:
+    """Recorded steps, oldest first: `steps`, `forwards`, `rows` (n,) int64 and `values[stat]`
+    (n, layers, heads) float32 (see the module docstring); `meta` as the file's."""
+
+    steps: np.ndarray
+    forwards: np.ndarray
+    rows: np.ndarray
+    values: dict[str, np.ndarray]
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        return tuple(self.values)
+
+    def at(self, step: int) -> dict[str, np.ndarray]:
+        """{stat: (layers, heads) float32} of the record of `step`; KeyError naming the steps held."""
+        hits = np.flatnonzero(self.steps == step)
+        if not len(hits):
+            raise KeyError(f"no record of step {step}; recorded steps: {self.steps.tolist()}")
+        return {stat: v[hits[-1]] for stat, v in self.values.items()}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the history to `path` (.npz) atomically: a reader sees the old file or the new one."""
+        return atomic_savez(
+            path,
+            **{name: getattr(self, name).astype(np.int64) for name in ARRAYS},
+            **{stat: v.astype(np.float32) for stat, v in self.values.items()},
+            meta=np.array(json.dumps({**self.meta, "schema": SCHEMA, "schema_version": SCHEMA_VERSION})),
+        )
+
+
+def load_history(path: str | Path) -> History:
+    """The monitor history at `path`, checked: any damage is one EntropyLensError naming the file."""
+    path = Path(path)
+    name = printable(path)
+    again = "save the monitor's history again (mon.save(path))"
+    if not path.is_file():
+        raise EntropyLensError(f"{name} does not exist; {again}")
+    data = read_npz(path, what="monitor history", again=again)
+    if "meta" not in data:
+        raise EntropyLensError(f"{name} has no meta; it is not an entropy-lens monitor history")
+    try:
+        meta = json.loads(str(data.pop("meta")))
+    except (ValueError, RecursionError) as err:
+        raise EntropyLensError(f"{name}: its meta is not JSON ({printable(err)}); {again}") from None
+    if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
+        raise EntropyLensError(
+            f"{name} is not an entropy-lens monitor history (no schema {SCHEMA!r} in meta)"
+        )
+    version = meta.get("schema_version")
+    if not is_integer(version) or version not in READABLE_VERSIONS:
+        raise EntropyLensError(
+            f"{name} has schema_version {shown(version)}; this entropy-lens reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}: save it again with this version"
+        )
+    _check(name, data, meta, again)
+    stats = meta["stats"]
+    return History(*(data[k] for k in ARRAYS), values={s: data[s] for s in stats}, meta=meta)
+
+
+def is_history(path: str | Path, *, what: str, again: str) -> bool:
+    """Whether the .npz at `path` says it is a monitor history: its meta's `schema` is SCHEMA (the file's
+    name says nothing). Only the meta is read; a file that is not a readable .npz is refused by
+    `read_npz` in one EntropyLensError naming it `what`, with `again` (how to make it again)."""
+    data = read_npz(Path(path), what=what, again=again, keys=("meta",))
+    try:
+        meta = json.loads(str(data["meta"])) if "meta" in data else None
+    except (ValueError, RecursionError):  # not JSON: not a history (a results reader says what it is)
+        return False
+    return isinstance(meta, dict) and meta.get("schema") == SCHEMA
+
+
+def _check(name: str, data: dict, meta: dict, again: str) -> None:
+    """Every array the meta promises, of the shapes and kinds the module docstring gives, finite."""
+    stats = meta.get("stats")
+    if not isinstance(stats, list) or not all(isinstance(s, str) for s in stats):
+        raise EntropyLensError(f"{name}: meta stats is {shown(stats)}, not a list of names; {again}")
+    layers, heads = meta.get("n_layers"), meta.get("n_heads")
+    if not (is_integer(layers) and is_integer(heads)):
+        raise EntropyLensError(f"{name}: meta n_layers/n_heads are not whole numbers; {again}")
+    missing = [k for k in (*ARRAYS, *stats) if k not in data]
+    if missing:
+        raise EntropyLensError(f"{name} lacks {', '.join(map(printable, missing))}; {again}")
+    n = data["steps"].shape[0] if data["steps"].ndim == 1 else -1
+    for key in ARRAYS:
+        if data[key].ndim != 1 or data[key].shape[0] != n or data[key].dtype.kind not in "iu":
+            raise EntropyLensError(
+                f"{name}: {key} is {data[key].dtype} {data[key].shape}, not whole numbers of one per step; {again}"
+            )
+    for stat in stats:
+        values = data[stat]
+        if values.shape != (n, layers, heads) or values.dtype.kind != "f":
+            raise EntropyLensError(
+                f"{name}: {printable(stat)} is {values.dtype} {values.shape}, expected float "
+                f"({n}, {layers}, {heads}) (steps, layers, heads); {again}"
+            )
+        if not np.isfinite(values).all():
+            raise EntropyLensError(f"{name}: {printable(stat)} holds NaN/inf values; {again}")
