@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/entropy-lens scan tiny-nope --len 512 --data austen:persuasion --samples 64 --out results/demo.npz --force
 
-# The tests build the documentation site too, with every warning an error (tests/test_docs.py): a broken
+# The tests build the documentation site too, with every warning an error (tests/docs/test_docs.py): a broken
 # reference fails `make test` without a second build here.
 test: $(STAMP) lint browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30

@@ -27,9 +27,9 @@ status=0
 for s in "${stages[@]}"; do
   case $s in
     tests)
-      "$PY" -m pytest -q -m gpu tests/test_triton_gpu.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" || status=1
-      "$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py tests/test_kernels.py \
-        tests/test_kernels_extras.py tests/test_kernels_alibi.py -k triton \
+      "$PY" -m pytest -q -m gpu tests/kernels/test_triton_gpu.py 2>&1 | tee "$OUT_DIR/gpu_tests.txt" || status=1
+      "$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py tests/kernels/test_kernels.py \
+        tests/kernels/test_kernels_extras.py tests/kernels/test_kernels_alibi.py -k triton \
         2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" || status=1 ;;
     static) "$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1 ;;
     short) "$PY" benchmarks/scan_gpu.py --lengths 4096 8192 16384 32768 --out "$OUT_DIR/scan_gpu.json" || status=1 ;;
@@ -43,8 +43,8 @@ for s in "${stages[@]}"; do
           --out "$OUT_DIR/context_parallel_gpu.json" || status=1
       fi ;;
     train)
-      "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_train_route.py \
-        tests/test_train_route_cuda.py tests/triton_train_interp_cases.py tests/test_monitor.py \
+      "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/kernels/test_train_route.py \
+        tests/kernels/test_train_route_cuda.py tests/triton_train_interp_cases.py tests/monitor/test_monitor.py \
         2>&1 | tee "$OUT_DIR/train_tests.txt" || status=1
       # shellcheck disable=SC2086  # TRAIN_SIZES is a list of MODEL:LEN words
       "$PY" benchmarks/train_cpu.py --device cuda --sizes ${TRAIN_SIZES:-smollm2:2048 smollm2:4096 llama4:1024} \

@@ -5,7 +5,7 @@
 Each table comes from one file in benchmarks/results/, written by the script of the same name, and sits in
 the page between `<!-- table name -->` and `<!-- /table name -->` (docs/scaling.md holds a copy of context_parallel_cpu).
 The README's one number, the line marked `<!-- peers_cpu -->`, is `peers_line` of peers_cpu.json
-(tests/test_peers_bench.py holds README.md to it).
+(tests/benchmarks/test_peers_bench.py holds README.md to it).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtex
 exclude_patterns = ["_build", "README.md", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
-nb_execution_mode = "off"  # tests/test_notebooks.py executes them; the site shows them as committed
+nb_execution_mode = "off"  # tests/figures/test_notebooks.py executes them; the site shows them as committed
 
 autodoc_default_options = {"members": False}
 autodoc_member_order = "bysource"

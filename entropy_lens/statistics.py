@@ -8,7 +8,7 @@ its square is summed, how a per-head summary reduces it), and every table derive
 
 Both registries are checked against STATISTICS when their module is imported (`check_registered`): a
 statistic declared here without a read or a definition fails the import. Code that needs a statistic by
-name takes it from here (`ENTROPY.name`), so the name is written once (tests/test_stats.py holds it).
+name takes it from here (`ENTROPY.name`), so the name is written once (tests/kernels/test_stats.py holds it).
 
 `parse_stats` reads a --stats value (or a `stats=` argument) into names, once for every caller: scan's
 --stats, train-tiny's --monitor, `AttentionMonitor(stats=...)`, `EntropyRecorder(stats=...)` and the

@@ -6,7 +6,7 @@ Each architecture is built from its config with random weights (initializer_rang
 from uniform), in float32. `eager_probabilities` is the model's own eager `output_attentions` (the
 reference the capture is held to), `eager` the float64 entropy from it (a sink, where the model has one,
 counted as one more outcome) and `mean_by_position` that entropy placed as the recorder places it.
-`python tests/test_architectures.py` prints the table of supported architectures (docs/guides/architectures.md) from the lists
+`python tests/capture/test_architectures.py` prints the table of supported architectures (docs/guides/architectures.md) from the lists
 below.
 """
 

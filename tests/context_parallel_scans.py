@@ -1,4 +1,4 @@
-"""Run under torchrun by tests/test_context_parallel.py: `python -m torch.distributed.run --nproc-per-node P
+"""Run under torchrun by tests/runs/test_context_parallel.py: `python -m torch.distributed.run --nproc-per-node P
 tests/context_parallel_scans.py CASES.json` scans every case of the JSON list ({"config": ScanConfig
 fields, "out": path}) with --context-parallel (all P processes per sequence, or the C of the case's own
 `context_parallel`), in one launch (one process group for all of them: the scans find it initialised and

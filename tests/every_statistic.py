@@ -1,4 +1,4 @@
-"""The check every kernel meets (tests/test_plan.py): each statistic entropy_lens.statistics declares,
+"""The check every kernel meets (tests/kernels/test_plan.py): each statistic entropy_lens.statistics declares,
 from `kernels`, equal to the reference's float64 definition. A module of its own so that a process
 started under TRITON_INTERPRET=1 (the interpreter must be set before triton is imported) runs it too:
 `python tests/every_statistic.py triton`."""

@@ -4,7 +4,7 @@ and the backends that can run them here (pytest puts tests/ on sys.path, so test
 
     RUNNABLE   the kernels the shared grids are parametrised over, as pytest params: "torch_chunked"
                everywhere; "native" where its build loads (else a skip naming `native_status()`);
-               "triton" on CUDA or under TRITON_INTERPRET=1 (else a skip: tests/test_triton_interp.py
+               "triton" on CUDA or under TRITON_INTERPRET=1 (else a skip: tests/kernels/test_triton_interp.py
                runs the grids' triton cases under the interpreter in a child process, `-k triton`)
     TILES      the tiles (block_q, block_k) each kernel runs the small grids with, unless a test names its
                own (`cpu_tiles`): one holding every key, and odd ones (T not a multiple of block_q,
@@ -53,7 +53,7 @@ def triton_skip_reason() -> str | None:
     if INTERPRET or torch.cuda.is_available():
         return None
     return (
-        "the Triton kernel runs on CUDA, or under TRITON_INTERPRET=1: tests/test_triton_interp.py runs "
+        "the Triton kernel runs on CUDA, or under TRITON_INTERPRET=1: tests/kernels/test_triton_interp.py runs "
         "these cases so, in a child process"
     )
 

@@ -81,7 +81,7 @@ def test_imports_run_one_way(path):
         assert target == own or target in BASE | ALLOWED[own], f"{own} imports {target}"
 
 
-TESTS = sorted(Path(__file__).parent.glob("*.py"))
+TESTS = sorted(p for p in Path(__file__).parent.rglob("*.py") if "harness_tasks" not in p.parts)
 TOOLS = sorted((PACKAGE.parent / "tools").glob("*.py"))  # scripts beside the package, as the tests
 
 
@@ -167,7 +167,7 @@ def test_no_test_module_takes_another_ones_private_names(path):
 def test_the_check_sees_test_imports(tmp_path):
     """The sibling-import parser finds both spellings (else the test above would pass on anything)."""
     assert ("architectures", "save_folder") in set(
-        _sibling_imports(Path(__file__).parent / "test_passkey.py")
+        _sibling_imports(Path(__file__).parent / "runs" / "test_passkey.py")
     )
     fake = tmp_path / "test_fake.py"
     fake.write_text("from test_kernels import _x, y\nimport test_capture as tc\ntc._z\n", encoding="utf-8")

@@ -4,7 +4,7 @@ sizes, the launcher's calls (the kernel called directly, its output layout, the 
 fused pass inside a model. The grids every kernel shares (kernel_cases.RUNNABLE) are in test_kernels.py,
 test_kernels_extras.py and test_kernels_alibi.py.
 
-Not collected by default (the name does not start with test_): tests/test_triton_interp.py runs this file
+Not collected by default (the name does not start with test_): tests/kernels/test_triton_interp.py runs this file
 and the shared grids' triton cases in their own process with TRITON_INTERPRET=1, so the interpreter never
 leaks into other tests. On a GPU it runs as is: `pytest tests/triton_interp_cases.py` (the shared grids
 run there in any pytest run, on CUDA).

@@ -4,7 +4,7 @@ the scale, the lse's units, the window) driven through an op that behaves as fla
 (`aten._flash_attention_backward`) and computes with PyTorch's CPU flash backward, held to
 flash-attention's rule against float64 autograd.
 
-Not collected by default (the name does not start with test_): tests/test_train_route_cuda.py runs it in
+Not collected by default (the name does not start with test_): tests/kernels/test_train_route_cuda.py runs it in
 its own process with TRITON_INTERPRET=1. On a GPU it runs as is (`pytest tests/triton_train_interp_cases.py`),
 the CPU op standing in for the CUDA one there too.
 """

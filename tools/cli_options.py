@@ -1,4 +1,4 @@
-"""Write every command's options and defaults to tests/cli_options.json (tests/test_cli.py holds the CLI
+"""Write every command's options and defaults to tests/cli_options.json (tests/cli/test_cli.py holds the CLI
 to it, so a changed flag or default is a deliberate, reviewed change of that file).
 
     python tools/cli_options.py           # rewrite the file

@@ -1,5 +1,5 @@
 """Write the passkey tasks' YAML files, entropy_lens/harness/tasks/entropy_lens_passkey_<W>.yaml, one per
-window length W in LENGTHS (tests/test_harness_passkey.py holds the folder to this script).
+window length W in LENGTHS (tests/harness/test_harness_passkey.py holds the folder to this script).
 
     python tools/passkey_tasks.py           # rewrite the files
     python tools/passkey_tasks.py --check   # exit 1 if the folder differs

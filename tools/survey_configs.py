@@ -1,8 +1,8 @@
 """Tiny configs for the architecture survey (tools/survey_architectures.py): for any causal-LM model
 type of the installed transformers, the config arguments to try, in order (`attempts`: the tested
-overrides of tests/test_architectures.py where it has them, a few per-architecture extras, and generic
+overrides of tests/capture/test_architectures.py where it has them, a few per-architecture extras, and generic
 shrinks of the type's default config), and the first tiny model among them that builds and runs its own
-forward (`build_tiny`). Needs tests/ on sys.path (test_architectures: COMMON, SUPPORTED).
+forward (`build_tiny`). Needs tests/ and tests/capture/ on sys.path (test_architectures: COMMON, SUPPORTED).
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) ->
     """(kernel, mods in its form) for validated inputs: for triton the mask is reduced to key padding
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check a
     (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked.
-    Every kernel computes every declared statistic (tests/test_stats.py), so the statistics asked for
+    Every kernel computes every declared statistic (tests/kernels/test_stats.py), so the statistics asked for
     never change the kernel."""
     kernel = resolve_backend(backend, q.device, one_pass=one_pass)
     if kernel != "triton" or mods.mask is None and mods.key_bias is None:

@@ -91,7 +91,7 @@ EXTRA_FLAGS = {"w": "HAS_W", "c": "HAS_C", "lk": "HAS_LK", "d": "HAS_D", "f": "H
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
 # those that compile for sm_80 and sm_90 at head_dim 64 without spilling registers (kernel_static.py reads
-# the cubins without a GPU; tests/test_triton_compile.py holds the lists to it). fp32 tiles use IEEE
+# the cubins without a GPU; tests/kernels/test_triton_compile.py holds the lists to it). fp32 tiles use IEEE
 # FMA products, no tensor cores, and only small tiles stay in registers. At head_dim 128 (sm_90) the
 # (128, 64, 8, *) fused configs spill 136 B; the autotuner times them against the others.
 ENTROPY_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))

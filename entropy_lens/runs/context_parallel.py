@@ -12,7 +12,7 @@ all-gather K and V, here over the group's own process group), computes the loss 
 reads the whole sample), and its sums hold only the positions it owns; the sums are then all-reduced
 over the whole world as for a data-parallel scan, so each position of each sample is counted once and
 each sample once (by its group's first rank). The results equal the one-process scan's to float
-rounding (tests/test_context_parallel.py).
+rounding (tests/runs/test_context_parallel.py).
 
     groups = shard_groups(config, world)          # this rank's group of C (C = 1 without the flag)
     check_context_parallel(config, world)         # the one-line refusals, before the model loads

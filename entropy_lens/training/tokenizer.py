@@ -3,7 +3,7 @@
 Byte-level means every string encodes (no unknown token); the one special token,
 `<|endoftext|>`, is the document separator the packer puts between documents, and is declared
 as bos and eos so `data.separator_id` finds it. Training gives the same vocabulary for the
-same text (`tests/test_training.py` checks it), so the NoPE and RoPE runs of a recipe share one.
+same text (`tests/training/test_training.py` checks it), so the NoPE and RoPE runs of a recipe share one.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ saved as `<out>/attention-history.npz` (monitor/history.py's file; its steps are
 
 Watching changes no number of the run: the monitor records through the model's own sdpa output and
 gradients (`fused="off"`: the statistics in a no-grad pass of their own), so the weights are bit-identical
-with and without it (tests/test_monitor_runs.py). ALiBi (BLOOM blocks) is refused: capture recomputes its
+with and without it (tests/monitor/test_monitor_runs.py). ALiBi (BLOOM blocks) is refused: capture recomputes its
 attention through sdpa's float mask, which rounds differently from BLOOM's own.
 
 Resuming: every checkpoint also writes the history so far to `<out>.partial/attention-history.npz`; a

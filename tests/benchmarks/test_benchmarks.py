@@ -1,0 +1,339 @@
+"""The GPU benchmark without a GPU: its model shape, FLOP count, CPU refusal, and a toy-sized run of every
+mode under the Triton interpreter."""
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def scan_gpu(benchmark_script):
+    return benchmark_script("scan_gpu")
+
+
+def test_tinyllama_shape_and_a_small_forward(scan_gpu):
+    full = scan_gpu.tinyllama_config()
+    assert (full.num_hidden_layers, full.num_attention_heads, full.num_key_value_heads, full.head_dim) == (
+        22,
+        32,
+        4,
+        64,
+    )
+    small = scan_gpu.tinyllama_config(
+        num_hidden_layers=1,
+        hidden_size=64,
+        intermediate_size=96,
+        vocab_size=50,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = scan_gpu.build_model(small, "cpu", torch.float32)
+    logits = model(torch.randint(0, 50, (1, 12))).logits
+    assert logits.shape == (1, 12, 50) and torch.isfinite(logits).all()
+
+
+def test_flop_count(scan_gpu):
+    assert scan_gpu.entropy_flops(2, 4, 8, causal=False) == 2 * 2 * 16 * 8
+    assert scan_gpu.entropy_flops(2, 4, 8) == 2 * 2 * 10 * 8  # 4·5/2 visible (query, key) pairs
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without CUDA")
+def test_refuses_without_cuda():
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "scan_gpu.py"), "--lengths", "16"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1 and "needs a CUDA GPU" in run.stderr
+
+
+def _smoke(tmp_path, *args):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "ENTROPY_LENS_BACKEND": "triton", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        str(BENCH / "scan_gpu.py"),
+        "--device",
+        "cpu",
+        "--tiny",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path / "scan_gpu.json"),
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton (its interpreter)")
+def test_every_mode_runs_end_to_end_on_a_toy_shape_and_appends(tmp_path, scan_gpu):
+    """The whole benchmark on the CPU under the Triton interpreter, so a GPU session spends no time on
+    a broken script: every mode, the capture paths it claims, rows merged across calls by --append."""
+    run = _smoke(tmp_path, "--lengths", "40")
+    assert run.returncode == 0, run.stderr[-3000:]
+    run = _smoke(tmp_path, "--lengths", "40", "72", "--modes", "plain", "scan", "--append")
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads((tmp_path / "scan_gpu.json").read_text())
+    rows = {(r["mode"], r["len"]): r for r in record["rows"]}
+    assert sorted(rows) == sorted([(m, 40) for m in scan_gpu.MODES] + [("plain", 72), ("scan", 72)])
+    assert rows["scan", 72]["paths"] == ["sdpa-then-entropy"]
+    assert rows["scan_fused", 40]["paths"] == ["triton-fused"]
+    assert all(r["median_s"] > 0 for r in record["rows"] if r["mode"] != "kernel")
+    assert rows["kernel", 40]["entropy_s"] > 0 and rows["kernel", 40]["attention"] in ("sdpa", "flash-attn")
+    assert "CPU smoke run" in record["gpu"] and "72 " in run.stdout
+
+
+def test_append_refuses_rows_from_another_gpu(tmp_path):
+    (tmp_path / "scan_gpu.json").write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "rows": []}))
+    run = _smoke(tmp_path, "--lengths", "16", "--modes", "plain", "--append")
+    assert run.returncode == 1 and "drop --append or choose another --out" in run.stderr
+
+
+def test_host_sums_benchmark_writes_its_table(tmp_path):
+    out = tmp_path / "host_sums.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "host_sums.py"),
+            "--lengths",
+            "64",
+            "128",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)
+
+
+def test_stats_benchmark_times_a_layer_and_measures_the_sums_per_statistic(tmp_path, benchmark_script):
+    """At a toy size: every layer mode (where the native kernel builds), every memory set, each set's sums
+    the entropy's plus one sum and its square per statistic, and the benchmarks page's table made from the JSON."""
+    stats_cpu = benchmark_script("stats_cpu")
+    out = tmp_path / "stats_cpu.json"
+    argv = ["--parts", "layer", "memory", "--layer-lengths", "64", "--memory-lengths", "96", "--repeats", "1"]
+    assert stats_cpu.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    layer = record["layer"][0]
+    assert "skipped" in layer or list(layer["median_s"]) == list(stats_cpu.LAYER_MODES)
+    memory = {r["set"]: r for r in record["memory"]}
+    assert list(memory) == list(stats_cpu.MEMORY_SETS)
+    one = memory["entropy"]["sums_mb"]
+    for name, stats in stats_cpu.MEMORY_SETS.items():
+        assert memory[name]["sums_mb"] == pytest.approx(one * len(stats)) and memory[name]["rss_mb"] >= 0
+    table = benchmark_script("readme_tables").stats_table(record)
+    assert "`all`" in table and "host sums" in table
+
+
+@pytest.mark.slow
+def test_threads_benchmark_runs_a_scan_beside_a_busy_process(tmp_path, benchmark_script):
+    """At a toy size: one busy process, --threads 1; the row and the JSON say what ran."""
+    threads_cpu = benchmark_script("threads_cpu")
+    out = tmp_path / "threads_cpu.json"
+    argv = ["--len", "16", "--samples", "1", "--busy", "1", "--threads", "1", "--out", str(out)]
+    assert threads_cpu.main(argv) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["busy_processes"] == 1 and row["threads"] == 1 and row["tok_per_s"] > 0
+
+
+def test_extras_benchmark_times_every_mode(tmp_path):
+    out = tmp_path / "extras_cpu.json"
+    argv = [
+        sys.executable,
+        str(BENCH / "extras_cpu.py"),
+        "--lengths",
+        "32",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
+    run = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    record = json.loads(out.read_text())
+    (row,) = record["rows"]
+    modes = ("sdpa", "streamed_softcap", "streamed_sinks", "streamed_alibi")
+    if record["native"] == "built":  # else native_status() says why, and the native rows are left out
+        modes += ("native", "native_softcap", "native_sinks", "native_alibi")
+    assert row["len"] == 32 and all(row[f"{m}_s"] > 0 for m in modes)
+    assert record["native"] == "built" or not any(k.startswith("native") for k in row)
+
+
+@pytest.mark.slow
+def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
+    """At a toy length: the page's size, and its timings where a browser runs (else null, and why)."""
+    view_size = benchmark_script("view_size")
+    out = tmp_path / "view_size.json"
+    assert view_size.main(["--lengths", "256", "--results", "1", "--repeats", "1", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    (row,) = record["rows"]
+    assert row["len"] == 256 and row["points"] == 256 and 4 < row["size_mb"] < 10
+    assert (row["interactive_ms"] is None) == (record["no_browser"] is not None)
+
+
+def test_readme_tables_are_the_benchmarks_json(benchmark_script):
+    """Every performance table of the benchmarks page is made from a results JSON, never typed; the README
+    holds none."""
+    script = benchmark_script("readme_tables")
+    page = script.TARGET.read_text(encoding="utf-8")
+    assert script.TARGET == BENCH.parent / "docs" / "internals" / "benchmarks.md"
+    tables = script.tables()
+    readme = (BENCH.parent / "README.md").read_text(encoding="utf-8")
+    for name, table in tables.items():
+        assert table in page, f"regenerate the {name} table: python benchmarks/readme_tables.py"
+        assert table.splitlines()[0] not in readme, f"the {name} table belongs on the benchmarks page"
+    scaling = (BENCH.parent / "docs" / "scaling.md").read_text(encoding="utf-8")  # its memory model's check
+    assert tables["context_parallel_cpu"] in scaling, (
+        "copy the context_parallel_cpu table into docs/scaling.md"
+    )
+
+
+@pytest.mark.slow
+def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path, benchmark_script):
+    """benchmarks/context_parallel_cpu.py at a toy size: both configurations, each rank's fixed memory,
+    growth and peak, the same numbers from both scans, and the benchmarks page's table made from its JSON."""
+    bench = benchmark_script("context_parallel_cpu")
+    out = tmp_path / "context_parallel_cpu.json"
+    assert bench.main(["--model", "tiny-nope", "--len", "40", "--out", str(out)]) == 0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    rows = record["rows"]
+    assert [(r["len"], r["processes"], r["context_parallel"]) for r in rows] == [(40, 1, 1), (40, 2, 2)]
+    for r in rows:
+        assert len(r["peak_mb"]) == len(r["fixed_mb"]) == len(r["growth_mb"]) == r["processes"]
+        assert min(r["fixed_mb"]) > 50 and min(r["growth_mb"]) >= 0
+        assert all(p >= f for p, f in zip(r["peak_mb"], r["fixed_mb"], strict=True))
+        assert r["modelled_growth_mb"] is None  # tiny-nope is not a shape the memory model lists
+    assert record["summary"]["max_abs_entropy_difference"] < 1e-4
+    assert record["summary"]["max_abs_loss_difference"] < 1e-4
+    big, sharded = (bench.modelled_growth_mb("smollm2", 16384, p) for p in (1, 2))
+    assert big > sharded > 0
+    assert "| 2 × 1 |" in benchmark_script("readme_tables").context_parallel_table(record)
+
+
+@pytest.mark.slow
+def test_train_benchmark_times_each_mode_in_its_process(tmp_path, benchmark_script):
+    """benchmarks/train_cpu.py at a toy size (tiny-rope, 32 tokens, every=2): the three modes in that
+    order, the timed runs (--steps single steps, one block of `every` steps), the steps the monitor recorded (the
+    warm-up, then every step or one in `every`), the routes that ran
+    named in capture/paths.py's words, the ratios to unmonitored, and the docs' table made from the JSON."""
+    from entropy_lens.capture.paths import PATH_NAMES
+
+    train_cpu = benchmark_script("train_cpu")
+    out = tmp_path / "train_cpu.json"
+    argv = ["--sizes", "tiny-rope:32", "--every", "2", "--steps", "2", "--rounds", "1", "--out", str(out)]
+    assert train_cpu.main(argv) == 0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["benchmark"] == "train_cpu" and record["every"] == 2 and record["device"] == "cpu"
+    assert record["goals"] == {"every_step": 1.05, "every_n": 1.01, "peak": 1.05}
+    rows = {r["mode"]: r for r in record["rows"]}
+    assert [(r["model"], r["len"], r["mode"]) for r in record["rows"]] == [
+        ("tiny-rope", 32, m) for m in train_cpu.MODES
+    ]
+    plain, every, every_n = (rows[m] for m in train_cpu.MODES)
+    assert (plain["every"], every["every"], every_n["every"]) == (None, 1, 2)
+    assert (plain["recorded"], every["recorded"], every_n["recorded"]) == ([None], [3], [2])
+    assert [len(r["step_times_s"]) for r in (plain, every, every_n)] == [2, 2, 1]  # steps, steps, blocks
+    assert plain["paths"] == [] and plain["time_over_unmonitored"] == 1.0
+    for r in (every, every_n):
+        assert r["paths"] and set(r["paths"]) <= set(PATH_NAMES) and r["stats"]
+        assert r["time_over_unmonitored"] == pytest.approx(r["step_s"] / plain["step_s"])
+        assert r["peak_rss_over_unmonitored"] == pytest.approx(r["peak_rss_mb"] / plain["peak_rss_mb"])
+    for r in record["rows"]:
+        assert r["step_s"] > 0 and r["peak_rss_mb"] >= r["rss_after_load_mb"] > 0 and r["peak_gpu_mb"] is None
+    tables = benchmark_script("readme_tables")
+    assert tables.TABLES["train_cpu"] is tables.train_table
+    table = tables.train_table(record).splitlines()
+    assert len(table) == 2 + 3 and "(≤ 1.05)" in table[3] and "(≤ 1.01)" in table[4]
+    assert f"{every_n['time_over_unmonitored']:.3f} (≤ 1.01)" in table[4]
+    assert f"| {'+'.join(every['paths'])} |" in table[3] and table[2].endswith(
+        f"| {plain['attn_implementation']} |"
+    )
+
+
+def test_train_benchmark_builds_its_4_layer_model_and_refuses_a_bad_size(benchmark_script):
+    train_cpu = benchmark_script("train_cpu")
+    model, ids = train_cpu.build("llama4", 16)
+    assert model.config.num_hidden_layers == 4 and ids.shape == (1, 16) and int(ids.max()) < 8192
+    again, same = train_cpu.build("llama4", 16)
+    assert torch.equal(ids, same) and torch.equal(model.lm_head.weight, again.lm_head.weight)  # seeded
+    assert train_cpu.parse_size("smollm2:2048") == ("smollm2", 2048)
+    with pytest.raises(argparse.ArgumentTypeError, match="write MODEL:LEN"):
+        train_cpu.parse_size("smollm2")
+
+
+@pytest.fixture(scope="module")
+def bench(benchmark_script):
+    return benchmark_script("_bench")
+
+
+def test_timer_warms_up_then_times_each_repeat(bench):
+    """warm-up calls untimed, `repeats` timed ones each with its sync, times read from the injected clock."""
+    ticks = iter([0.0, 1.0, 10.0, 13.0, 20.0, 22.0])  # three timed runs: 1, 3 and 2 s
+    calls, syncs = [], []
+    timing = bench.timed(
+        lambda: calls.append(1), repeats=3, warmup=2, sync=lambda: syncs.append(1), clock=lambda: next(ticks)
+    )
+    assert len(calls) == len(syncs) == 5
+    assert timing.times == [1.0, 3.0, 2.0] and timing.median == 2.0 and timing.best == 1.0
+    with pytest.raises(ValueError, match="--repeats 1 or more"):
+        bench.timed(lambda: None, repeats=0)
+
+
+def test_record_round_trip_with_machine_and_schema_version(tmp_path, bench):
+    rows = [{"len": 64, "median_s": 0.5}]
+    path = bench.write_record(tmp_path / "sub" / "x.json", "x", shape="toy", rows=rows)
+    record = bench.read_record(path)
+    assert record["benchmark"] == "x" and record["schema_version"] == bench.SCHEMA_VERSION >= 1
+    assert record["shape"] == "toy" and record["rows"] == rows and record["created_utc"].endswith("Z")
+    machine = record["machine"]
+    assert set(machine) == {"cpu", "cores", "memory_gib", "python", "torch", "torch_threads", "gpu"}
+    assert machine["cores"] == os.cpu_count() and machine["torch"] == torch.__version__
+    assert machine["torch_threads"] == torch.get_num_threads() and machine["memory_gib"] > 0
+    assert not list(path.parent.glob("*.tmp*"))  # the atomic write left no temporary file
+
+
+def test_read_record_takes_files_from_before_the_schema_and_refuses_newer(tmp_path, bench):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"benchmark": "threads_cpu", "cpu_count": 2, "rows": []}))
+    assert bench.read_record(old)["schema_version"] == 0
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"schema_version": bench.SCHEMA_VERSION + 1, "rows": []}))
+    with pytest.raises(ValueError, match="newer than this checkout"):
+        bench.read_record(new)
+
+
+def test_table_sizes_columns_and_shows_why_a_row_was_skipped(bench):
+    rows = [{"len": 1024, "s": 0.25, "base": None}, {"len": 8, "skipped": "out of memory"}]
+    columns = [bench.Column("len", "len"), bench.Column("seconds", "s", ".3f"), bench.Column("x", "base")]
+    assert bench.table(rows, columns).splitlines() == [
+        " len seconds x",
+        "1024   0.250 -",
+        "   8  skipped: out of memory",
+    ]
+
+
+def test_every_benchmark_script_writes_through_the_shared_helper():
+    """No script times, describes the machine or writes its JSON by hand: _bench.py does it once."""
+    for script in sorted(BENCH.glob("*.py")):
+        if script.name in ("_bench.py", "readme_tables.py"):
+            continue
+        text = script.read_text(encoding="utf-8")
+        assert "from _bench import" in text, script.name
+        for hand_made in ("atomic_write_text", "platform.", "time.strftime", "ArgumentParser(", "getrusage("):
+            assert hand_made not in text, f"{script.name}: {hand_made} (use benchmarks/_bench.py)"

@@ -1,0 +1,143 @@
+"""The documentation site (docs/, Sphinx + MyST): the reference pages name every public name and every
+flag of every command, and the site builds offline with warnings as errors, as `make docs` runs it.
+The build takes about a minute on 2 cores: those tests are slow; the source checks are not."""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import entropy_lens
+import entropy_lens.kernels
+from entropy_lens.cli import build_parser
+
+ROOT = Path(__file__).parents[2]
+DOCS = ROOT / "docs"
+PUBLIC = [("entropy_lens", entropy_lens.__all__), ("entropy_lens.kernels", entropy_lens.kernels.__all__)]
+
+
+def _commands():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return dict(sub.choices)
+
+
+def _flags(command) -> list[str]:
+    return [
+        s for a in command._actions if a.option_strings for s in a.option_strings if s not in ("-h", "--help")
+    ]
+
+
+def test_the_api_page_documents_every_public_name():
+    page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
+    for module, names in PUBLIC:
+        for name in names:
+            assert re.search(
+                rf"(auto\w+|py:data)::\s+{re.escape(module)}\.{re.escape(name)}\s*$", page, re.MULTILINE
+            ), f"{module}.{name} is public: add it to docs/reference/api.md"
+
+
+def test_the_cli_extension_lists_every_flag_with_its_help():
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from cli_reference import flag_rows
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    for name, command in _commands().items():
+        rows = flag_rows(command)
+        listed = " ".join(flags for flags, _ in rows)
+        for flag in _flags(command):
+            assert re.search(rf"(^|[ ,]){re.escape(flag)}([ ,]|$)", listed), f"{name} {flag}"
+        helps = {
+            a.help
+            for a in command._actions
+            if a.help and set(a.option_strings) - {"-h", "--help"} and "%" not in a.help
+        }
+        for text in helps:
+            assert any(text.strip() in row for _, row in rows), f"{name}: {text[:40]}"
+
+
+def test_every_guide_is_in_the_table_of_contents():
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    for page in sorted((DOCS / "guides").glob("*.md")) + sorted((DOCS / "internals").glob("*.md")):
+        assert f"{page.parent.name}/{page.stem}\n" in index, page
+
+
+def test_the_readme_is_short_and_about_the_toolkit():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    for words in ("on our machines", "2 cores", "measured here", "this machine", "| len |"):
+        assert words not in readme, words
+    for link in re.findall(r"\]\(((?:docs|notebooks|figures)/[^)#]+)", readme):
+        assert (ROOT / link).is_file(), link
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return out
+
+
+def _text(path: Path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.slow
+def test_the_built_reference_holds_every_public_name(site):
+    api = site / "reference" / "api.html"
+    ids = set(re.findall(r'id="([^"]+)"', api.read_text(encoding="utf-8")))
+    for module, names in PUBLIC:
+        for name in names:
+            assert f"{module}.{name}" in ids or f"{module}.{name}" in _text(api), f"{module}.{name}"
+    assert "(B, Hq, T, D)" in _text(api)  # the kernels' shape contract, from their docstring
+
+
+@pytest.mark.slow
+def test_the_built_cli_reference_holds_every_command_and_flag(site):
+    page = (site / "reference" / "cli.html").read_text(encoding="utf-8")
+    for name, command in _commands().items():
+        start = page.index(f'id="cli-{name}"')
+        end = page.find('<section id="cli-', start + 1)
+        section = html.unescape(re.sub(r"<[^>]+>", "", page[start : end if end > 0 else None]))
+        for flag in _flags(command):
+            assert re.search(rf"(^|[\s,\[]){re.escape(flag)}([\s,\]=]|$)", section), f"{name} {flag}"
+
+
+@pytest.mark.slow
+def test_the_site_is_offline_and_renders_the_notebooks_and_figures(site):
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r'<(script|link)[^>]+(src|href)="(https?:)?//', text), page
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert (site / "tutorials" / f"{notebook.stem}.html").is_file(), notebook.name
+    figures = _text(site / "figures.html")
+    assert "Figure 17" in figures and (site / "_images").is_dir()
+    assert "bundled models" in _text(site / "reference" / "cli.html")  # an epilog, from the parser
+
+
+def test_the_monitor_guide_runs_as_written():
+    """The training-time monitoring guide's Python blocks, run in order in one namespace, on the embedded
+    tiny NoPE model: the loop records, the Trainer callback builds, QK-clip runs."""
+    page = (DOCS / "guides" / "monitor.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/guides/monitor.md", "exec"), namespace)  # noqa: S102 - the page's own code
+    mon, latest = namespace["mon"], namespace["latest"]
+    assert set(latest) == {"entropy", "max_logit"} and latest["entropy"].ndim == 2
+    assert "attention/entropy/layer_0/mean" in namespace["scalars"]
+    assert namespace["history"].steps.tolist() == [1, 2, 3] and mon.recorded == 3

@@ -1,0 +1,271 @@
+"""The real (not interpreted) Triton kernel compiled ahead of time for A100 and H100 without a GPU: the
+GPU code path builds, and no config the autotuner may pick spills registers. benchmarks/kernel_static.py
+prints the same table with registers and shared memory."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("compiles the real kernel: run without TRITON_INTERPRET", allow_module_level=True)
+pytest.importorskip("triton.backends.nvidia", reason="triton without its CUDA backend")
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+kernel_static = pytest.importorskip("kernel_static")
+
+from entropy_lens.kernels.triton_entropy import autotune_configs
+
+
+@pytest.fixture(autouse=True)
+def _fp_fusion(monkeypatch):
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # triton's default, stated (silences its warning)
+
+
+def assert_no_spills(arch: int, dtype: str, config: tuple, **variant) -> None:
+    """Compile the kernel `variant` (compile_kernel's keywords) with autotune `config` (block_m, block_n,
+    warps, stages) for sm_`arch`: no spills, no stack, registers within the 255 limit."""
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_kernel(
+        arch, dtype, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, **variant
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+
+
+def variant_id(arch, dtype, fused, window, *rest) -> str:
+    return "-".join(
+        map(str, (arch, dtype, ("fused" if fused else "entropy") + ("+window" if window else ""), *rest))
+    )
+
+
+VARIANTS = [
+    (arch, dtype, fused, window, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for config in autotune_configs(fused, dtype == "fp32", window)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,config", VARIANTS, ids=[variant_id(*v[:4], *v[4]) for v in VARIANTS]
+)
+def test_every_autotune_config_compiles_without_spills(arch, dtype, fused, window, config):
+    r = kernel_static.row(arch, dtype, fused, config, window)
+    assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert r["shared_fits"] and 0 < r["registers"] <= 255 and r["blocks_per_sm"] >= 1, r
+
+
+@pytest.mark.parametrize(
+    "dtype,fused,causal,padding,head_dim",
+    [
+        ("fp16", True, True, True, 64),
+        ("bf16", False, False, True, 128),
+        ("bf16", True, False, False, 80),
+    ],
+)
+def test_other_variants_compile_for_a100(dtype, fused, causal, padding, head_dim):
+    compiled = kernel_static.compile_kernel(
+        80, dtype, with_output=fused, causal=causal, key_padding=padding, head_dim=head_dim
+    )
+    assert compiled.asm["cubin"] and kernel_static.resource_usage(compiled)["registers"] > 0
+
+
+EXTRAS_VARIANTS = [
+    (arch, dtype, fused, window, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for config in autotune_configs(fused, dtype == "fp32", window, softcap=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,config",
+    EXTRAS_VARIANTS,
+    ids=[variant_id(*v[:4], *v[4]) for v in EXTRAS_VARIANTS],
+)
+def test_softcap_and_sinks_compile_without_spills(arch, dtype, fused, window, config):
+    """Gemma2's softcap (the exp2 tanh) and gpt-oss's sinks together, on every config the autotuner may
+    pick for that variant."""
+    assert_no_spills(arch, dtype, config, with_output=fused, window=window, softcap=True, sinks=True)
+
+
+# ALiBi alone (BLOOM, MPT, Falcon), with sinks, and with the softcap and sinks: every config the
+# autotuner may pick for the variant (triton_entropy.ALIBI_WINDOW_DROPS names those dropped)
+ALIBI_EXTRAS = {"alibi": (False, False), "alibi+sinks": (False, True), "alibi+softcap+sinks": (True, True)}
+ALIBI_VARIANTS = [
+    (arch, dtype, fused, window, extras, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for extras, (softcap, _) in ALIBI_EXTRAS.items()
+    for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,extras,config",
+    ALIBI_VARIANTS,
+    ids=[variant_id(*v[:5], *v[5]) for v in ALIBI_VARIANTS],
+)
+def test_alibi_compiles_without_spills(arch, dtype, fused, window, extras, config):
+    softcap, sinks = ALIBI_EXTRAS[extras]
+    assert_no_spills(
+        arch, dtype, config, with_output=fused, window=window, softcap=softcap, sinks=sinks, alibi=True
+    )
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("config", autotune_configs(True, False, alibi=True))
+def test_non_causal_alibi_compiles_without_spills(arch, config):
+    """Non-causal ALiBi takes |i + S − T − j| (flash-attn's form): the fused bf16 variant, the fullest."""
+    assert_no_spills(arch, "bf16", config, with_output=True, causal=False, alibi=True)
+
+
+# Every row statistic: the final state stored with all the extra accumulators of stats.EXTRA_STATE
+# (kernel_static.ALL_EXTRAS; lk is kept with sinks only, as the launcher keeps it), with the score modifiers
+# the models combine, on every config the autotuner may pick for that variant (triton_entropy.STATS_DROPS
+# names those dropped): (softcap, sinks, alibi)
+STATS_EXTRAS = {
+    "plain": (False, False, False),
+    "sinks": (False, True, False),
+    "softcap+sinks": (True, True, False),
+    "alibi": (False, False, True),
+    "alibi+sinks": (False, True, True),
+    "alibi+softcap+sinks": (True, True, True),
+}
+STATS_VARIANTS = [
+    (arch, dtype, fused, window, extras, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for fused in (False, True)
+    for window in (False, True)
+    for extras, (softcap, _, alibi) in STATS_EXTRAS.items()
+    for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=alibi, stats=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,window,extras,config",
+    STATS_VARIANTS,
+    ids=[variant_id(*v[:5], *v[5]) for v in STATS_VARIANTS],
+)
+def test_every_statistic_compiles_without_spills(arch, dtype, fused, window, extras, config):
+    softcap, sinks, alibi = STATS_EXTRAS[extras]
+    assert_no_spills(
+        arch,
+        dtype,
+        config,
+        with_output=fused,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi=alibi,
+        extras=kernel_static.ALL_EXTRAS,
+    )
+
+
+# the same without the causal mask (every block masked by the sequence end only; ALiBi's |·|), in fp16,
+# and the state alone (max_prob: no extra accumulator), each on every config of its variant
+STATS_OTHERS = [
+    (arch, dtype, fused, name, config)
+    for arch in (80, 90)
+    for dtype, names in (
+        ("bf16", ("non-causal", "non-causal+alibi+sinks", "state", "state+sinks")),
+        ("fp16", ("all", "alibi+softcap+sinks")),
+        ("fp32", ("non-causal", "state")),
+    )
+    for fused in (False, True)
+    for name in names
+    for config in autotune_configs(
+        fused, dtype == "fp32", alibi="alibi" in name, softcap="softcap" in name, stats=True
+    )
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,fused,name,config",
+    STATS_OTHERS,
+    ids=[variant_id(*v[:3], False, v[3], *v[4]) for v in STATS_OTHERS],
+)
+def test_every_statistic_other_variants_compile_without_spills(arch, dtype, fused, name, config):
+    assert_no_spills(
+        arch,
+        dtype,
+        config,
+        with_output=fused,
+        causal="non-causal" not in name,
+        softcap="softcap" in name,
+        sinks="sinks" in name,
+        alibi="alibi" in name,
+        extras=() if name.startswith("state") else kernel_static.ALL_EXTRAS,
+    )
+
+
+# every statistic under key padding: first_mass sums the keys the padding marks as a row's first K real ones
+PADDED_STATS = [
+    (arch, fused, config)
+    for arch in (80, 90)
+    for fused in (False, True)
+    for config in autotune_configs(fused, False, stats=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,fused,config",
+    PADDED_STATS,
+    ids=[variant_id(a, "bf16", f, False, "padding", *c) for a, f, c in PADDED_STATS],
+)
+def test_every_statistic_under_key_padding_compiles_without_spills(arch, fused, config):
+    assert_no_spills(
+        arch, "bf16", config, with_output=fused, key_padding=True, extras=kernel_static.ALL_EXTRAS
+    )
+
+
+# the CUDA training route's forward (kernels/train.py, `stream_triton`): the fused variant storing its state
+# (m, l, u: the log-sum-exp of flash's backward) without extra accumulators (entropy, max_logit: no sink),
+# in the dtypes flash's CUDA backward takes, causal with and without a window, no key padding, at the head
+# sizes of most models, on every config the autotuner may pick for it. At head size 128 its one config,
+# (64, 32, 4, 3), sits at 255 registers with 8 B of stack and no spill (sm_80 and sm_90; (64, 32, 8, 3)
+# would take none): held to that, so a change that spills fails here
+TRAIN_STACK_BYTES = {64: 0, 128: 8}
+TRAIN_VARIANTS = [
+    (arch, dtype, window, head_dim, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp16")
+    for window in (False, True)
+    for head_dim in (64, 128)
+    for config in autotune_configs(True, False, window, stats=True)
+]
+
+
+@pytest.mark.parametrize(
+    "arch,dtype,window,head_dim,config",
+    TRAIN_VARIANTS,
+    ids=[
+        f"{variant_id(a, d, True, w, 'state', h)}-{'-'.join(map(str, c))}" for a, d, w, h, c in TRAIN_VARIANTS
+    ],
+)
+def test_the_training_forward_compiles_without_spills(arch, dtype, window, head_dim, config):
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_kernel(
+        arch,
+        dtype,
+        with_output=True,
+        window=window,
+        head_dim=head_dim,
+        extras=(),
+        block_m=bm,
+        block_n=bn,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] <= TRAIN_STACK_BYTES[head_dim], use
+    assert 0 < use["registers"] <= 255, use

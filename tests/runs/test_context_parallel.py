@@ -1,0 +1,462 @@
+"""`--context-parallel`: each sequence sharded over torchrun's processes (capture/context.py,
+runs/context_parallel.py) equals the one-process scan to float rounding, over the model kinds the scan
+takes: NoPE, RoPE with GQA, ALiBi (BLOOM), a sliding-window layer, sinks (gpt-oss), per-head scales and a
+schedule, both attention paths, loss-only scans; with 2 and 3 gloo processes (3: uneven chunks) at
+lengths that 2P does not divide, and 4 processes as 2 groups of 2 (--context-parallel 2: the groups split
+the samples). Plus the layout, the flag and the one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from entropy_lens.capture.shards import SequenceShards
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import ScanResult
+
+COMMON = {"samples": 3, "batch_size": 2, "data": "austen:persuasion", "length": 50}
+# name -> (model: a bundled name or a folder the fixture makes, ScanConfig fields)
+CASES = {
+    "nope": ("tiny-nope", {"stats": "all", "fused": "off"}),
+    "nope-one-pass": ("tiny-nope", {"fused": "on", "length": 61}),
+    "nope-loss-only": ("tiny-nope", {"entropy": "none"}),
+    "rope-gqa-head-scales": ("gqa", {"fused": "off", "head_scales": "head_scales.npy"}),
+    "rope-gqa-schedule": ("gqa", {"fused": "on", "scale": 1.3, "scale_schedule": "log:0.5", "train_len": 16}),
+    "alibi": ("tiny-alibi", {"stats": "all", "fused": "off"}),
+    "alibi-one-pass": ("tiny-alibi", {"fused": "on", "entropy": "mean"}),
+    "sliding-window": ("qwen2-window", {"fused": "off", "stats": "distance,first_mass", "first_keys": 3}),
+    "sinks": ("gpt_oss", {"stats": "all", "fused": "off"}),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _models(folder: Path) -> dict[str, str]:
+    """The folders the cases name, made here (tiny random models: tests/tiny.py, tests/architectures.py)."""
+    import torch
+    from architectures import COMMON as ARCH
+    from architectures import save_folder
+    from tiny import make_tiny_dir, make_tiny_sliding_window_model, make_tokenizer
+
+    gqa = make_tiny_dir(folder / "gqa")  # Llama, RoPE, 4 query heads over 2 KV heads
+    window = folder / "qwen2-window"  # a full layer and a sliding layer of 8 keys
+    make_tiny_sliding_window_model(window=8).save_pretrained(window)
+    make_tokenizer().save_pretrained(window)
+    sinks = save_folder(
+        folder,
+        "gpt_oss",
+        {"head_dim": 8, "num_local_experts": 2, "num_experts_per_tok": 1, "sliding_window": 4},
+    )
+    torch.manual_seed(1)
+    np.save(folder / "head_scales.npy", (0.6 + torch.rand(2, 4)).numpy())  # gqa: 2 layers x 4 heads
+    assert ARCH["num_attention_heads"] == 4
+    return {"gqa": str(gqa), "qwen2-window": str(window), "gpt_oss": str(sinks)}
+
+
+def _config(name: str, folder: Path, models: dict[str, str]) -> dict:
+    model, fields = CASES[name]
+    fields = dict(fields)
+    if "head_scales" in fields:
+        fields["head_scales"] = str(folder / fields["head_scales"])
+    return {**COMMON, "model": models.get(model, model), **fields}
+
+
+def _torchrun(processes: int, script_args: list[str], *, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(processes),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        *script_args,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("context_parallel")
+    return folder, _models(folder)
+
+
+def _launch(folder: Path, models: dict, names, processes: int, tag: str, **fields) -> dict[str, ScanResult]:
+    """{case: its result} of one torchrun launch of `processes` scanning `names` (ScanConfig `fields`
+    added to each case)."""
+    cases = [
+        {"config": {**_config(name, folder, models), **fields}, "out": str(folder / f"{name}-{tag}.npz")}
+        for name in names
+    ]
+    listing = folder / f"cases-{tag}.json"
+    listing.write_text(json.dumps(cases), encoding="utf-8")
+    run = _torchrun(processes, [str(Path(__file__).parents[1] / "context_parallel_scans.py"), str(listing)])
+    assert run.returncode == 0, run.stderr[-4000:]
+    return {name: ScanResult.load(folder / f"{name}-{tag}.npz") for name in names}
+
+
+@pytest.fixture(scope="module")
+def one_process(made):
+    """{case: the one-process scan}, made once for every launch that is compared with it."""
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    folder, models = made
+    cache = {}
+
+    def get(name: str) -> ScanResult:
+        if name not in cache:
+            config = ScanConfig(**_config(name, folder, models))
+            cache[name] = scan(config, out=folder / f"{name}-1.npz", progress=False)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def scans(made, one_process):
+    """{(case, P): (one-process result, P-process --context-parallel result)} for P = 2 and 3: the
+    one-process scans here, the sharded ones in one torchrun launch per P."""
+    found = {}
+    for processes in (2, 3):
+        for name, result in _launch(*made, CASES, processes, str(processes)).items():
+            found[name, processes] = (one_process(name), result)
+    return found
+
+
+GROUP_CASES = ("nope", "rope-gqa-head-scales")
+
+
+@pytest.fixture(scope="module")
+def group_scans(made, one_process):
+    """{case: (one-process result, 4-process --context-parallel 2 result)}: 2 groups of 2 shards, the
+    groups splitting the 3 samples (group 0 a batch of 2, group 1 one sample), in one launch."""
+    found = _launch(*made, GROUP_CASES, 4, "4x2", context_parallel=2)
+    return {name: (one_process(name), result) for name, result in found.items()}
+
+
+def _assert_equal_scans(sharded: ScanResult, one: ScanResult) -> None:
+    """The same numbers to float rounding, the same samples and positions, the same routes."""
+    assert sharded.meta["samples"] == one.meta["samples"] == COMMON["samples"]
+    assert sharded.meta["attention_path"] == one.meta["attention_path"]  # the same routes ran
+    np.testing.assert_array_equal(sharded.count, one.count)
+    for key in ("entropy", "entropy_sq", "loss", "loss_sq"):
+        np.testing.assert_allclose(
+            getattr(sharded, key), getattr(one, key), rtol=1e-5, atol=1e-5, err_msg=key
+        )
+    assert set(sharded.stats) == set(one.stats)
+    for key, values in one.stats.items():
+        np.testing.assert_allclose(sharded.stats[key], values, rtol=1e-5, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize("name", list(CASES))
+def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
+    one, sharded = scans[name, processes]
+    assert sharded.meta["context_parallel"] == sharded.meta["world_size"] == processes
+    assert one.meta["context_parallel"] == one.meta["world_size"] == 1
+    _assert_equal_scans(sharded, one)
+    if CASES[name][1].get("stats") == "all":
+        assert {"max_prob", "varentropy", "distance", "first_mass"} <= set(one.stats)
+    if name == "sinks":
+        assert "sink_mass" in one.stats
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GROUP_CASES)
+def test_groups_of_shards_equal_the_one_process_scan(group_scans, name):
+    """torchrun --nproc-per-node 4 ... --context-parallel 2: each sequence over 2 ranks, 2 groups."""
+    one, sharded = group_scans[name]
+    assert (sharded.meta["context_parallel"], sharded.meta["world_size"]) == (2, 4)
+    assert sharded.meta["scan_config"]["context_parallel"] == 2
+    _assert_equal_scans(sharded, one)
+
+
+@pytest.mark.slow
+def test_the_cli_under_torchrun(tmp_path):
+    """`torchrun -m entropy_lens scan ... --context-parallel` as a user types it: rank 0 alone writes and
+    reports, the meta says how many shards."""
+    from entropy_lens.cli import main
+
+    args = [
+        "scan",
+        "tiny-nope",
+        "--len",
+        "37",
+        "--samples",
+        "2",
+        "--data",
+        "austen:persuasion",
+        "--fused",
+        "off",
+        "--quiet",
+    ]
+    assert main([*args, "--out", str(tmp_path / "one.npz")]) == 0
+    run = _torchrun(
+        2, ["-m", "entropy_lens", *args, "--context-parallel", "--out", str(tmp_path / "two.npz")]
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("wrote") == 1
+    one, two = ScanResult.load(tmp_path / "one.npz"), ScanResult.load(tmp_path / "two.npz")
+    assert two.meta["context_parallel"] == 2 and two.meta["scan_config"]["context_parallel"] is True
+    assert one.meta["scan_config"]["context_parallel"] is False  # every field recorded (cache_key: not a key)
+    np.testing.assert_allclose(two.entropy, one.entropy, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(two.loss, one.loss, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("processes", "length"), [(2, 4), (2, 9), (3, 6), (3, 50), (4, 61), (8, 1000)])
+def test_the_layout_covers_every_position_once_and_balances_the_work(processes, length):
+    shards = [SequenceShards(r, processes, length) for r in range(processes)]
+    positions = np.concatenate([s.positions().numpy() for s in shards])
+    np.testing.assert_array_equal(np.sort(positions), np.arange(length))
+    for s in shards:
+        (a0, b0), (a1, b1) = s.chunks
+        assert a0 < b0 <= a1 < b1  # one early chunk, one late one, in position order
+        assert s.lengths == [t.local_length() for t in shards]
+    work = [sum(b * (b + 1) // 2 - a * (a + 1) // 2 for a, b in s.chunks) for s in shards]  # scores per rank
+    assert max(work) / min(work) < 1 + 4 * processes / length + 1e-9
+
+
+def test_refused_outside_torchrun(monkeypatch, capsys):
+    from entropy_lens.cli import main
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["scan", "tiny-nope", "--len", "16", "--samples", "1", "--context-parallel", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "torchrun --nproc-per-node P" in err
+
+
+def _as_rank_0_of(monkeypatch, processes: int) -> None:
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+
+
+def test_a_length_shorter_than_two_chunks_per_process_is_refused(monkeypatch, tmp_path):
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    _as_rank_0_of(monkeypatch, 4)
+    config = ScanConfig(model="tiny-nope", length=7, samples=1, context_parallel=True)
+    with pytest.raises(
+        EntropyLensError, match=r"--len 7 is shorter than the 8 chunks .* pass --len 8 or more"
+    ):
+        scan(config, out=tmp_path / "x.npz", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_is_refused_under_torchrun(monkeypatch, tmp_path):
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    _as_rank_0_of(monkeypatch, 2)
+    config = ScanConfig(model="tiny-nope", length=16, samples=1, context_parallel=True)
+    with pytest.raises(EntropyLensError, match="--resume is not supported under torchrun"):
+        scan(config, out=tmp_path / "x.npz", resume=True, progress=False)
+
+
+def test_falcons_per_key_alibi_is_refused_naming_the_family(monkeypatch, tmp_path):
+    from architectures import SUPPORTED, save_folder
+
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    folder = save_folder(tmp_path, "falcon (alibi=True)", SUPPORTED["falcon (alibi=True)"][0])
+    _as_rank_0_of(monkeypatch, 2)
+    config = ScanConfig(
+        model=str(folder), length=16, samples=1, data="austen:persuasion", context_parallel=True
+    )
+    with pytest.raises(
+        EntropyLensError, match=r"cannot shard FalconForCausalLM \(Falcon with alibi=True\)"
+    ) as err:
+        scan(config, out=tmp_path / "x.npz", progress=False)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_sweep_and_ppl_shard_their_scans_under_torchrun(tmp_path):
+    """`sweep` and `ppl` take --context-parallel under torchrun: rank 0 keeps the folder / writes the
+    table, every rank scans every scale / length, and the numbers are the one-process command's."""
+    from entropy_lens.cli import main
+    from entropy_lens.results import read_sweep_index
+
+    sweep = ["sweep", "tiny-nope", "--len", "26", "--samples", "2", "--data", "austen:persuasion"]
+    sweep += ["--scales", "1.0,1.5", "--fused", "off", "--quiet"]
+    ppl = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
+    assert main([*sweep, "--out", str(tmp_path / "one")]) == 0
+    assert main([*ppl, "--out", str(tmp_path / "one.json")]) == 0
+    for args, out in ((sweep, "two"), (ppl, "two.json")):
+        run = _torchrun(2, ["-m", "entropy_lens", *args, "--context-parallel", "--out", str(tmp_path / out)])
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.count("wrote") == 1  # rank 0 alone writes and reports
+    assert read_sweep_index(tmp_path / "two")["complete"]
+    for name in ("s1.npz", "s1.5.npz"):
+        one, two = ScanResult.load(tmp_path / "one" / name), ScanResult.load(tmp_path / "two" / name)
+        assert two.meta["context_parallel"] == 2
+        np.testing.assert_allclose(two.entropy, one.entropy, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(two.loss, one.loss, rtol=1e-5, atol=1e-5)
+    one, two = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "two.json"))
+    assert two["config"]["context_parallel"] is True
+    for a, b in zip(one["lengths"], two["lengths"], strict=True):
+        assert a["n_tokens"] == b["n_tokens"]
+        assert b["nll"] == pytest.approx(a["nll"], rel=1e-5)
+
+
+@pytest.mark.parametrize(("size", "degree"), [(1, 1), (4, 1), (4, 2), (4, 4), (6, 2), (6, 3)])
+def test_groups_scan_every_sample_once_over_consecutive_ranks(size, degree):
+    """Sample k goes to group k mod W/C, all C of its consecutive ranks, one shard each, one counting it."""
+    from entropy_lens.runs.distributed import RankGroups, World
+
+    ranks = [RankGroups(World(r, size), degree) for r in range(size)]
+    for k in range(11):
+        holders = [g for g in ranks if k in g.samples(0, 11)]
+        group = k % (size // degree)
+        assert (
+            [g.world.rank for g in holders]
+            == ranks[0].ranks(group)
+            == list(range(group * degree, (group + 1) * degree))
+        )
+        assert [g.shard for g in holders] == list(range(degree))
+        assert [g.first for g in holders] == [True] + [False] * (degree - 1)
+
+
+SUBCOMMANDS = {
+    "scan": ["scan", "tiny-nope", "--len", "16"],
+    "sweep": ["sweep", "tiny-nope", "--len", "16", "--scales", "1.0", "--out", "x"],
+    "ppl": ["ppl", "tiny-nope", "--lens", "16", "32"],
+}
+
+
+@pytest.mark.parametrize("command", list(SUBCOMMANDS))
+def test_the_flag_alone_shards_over_every_rank_and_with_c_over_groups_of_c(command):
+    from entropy_lens.cli import build_parser
+
+    args = SUBCOMMANDS[command]
+    parse = build_parser().parse_args
+    assert parse(args).context_parallel is False
+    assert parse([*args, "--context-parallel"]).context_parallel is True
+    assert parse([*args, "--context-parallel", "2"]).context_parallel == 2
+    assert parse([*args, "--context-parallel", "4", "--samples", "2"]).context_parallel == 4
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_fewer_than_two_shards_is_refused_in_one_line(value, capsys):
+    from entropy_lens.cli import main
+    from entropy_lens.runs.scan import ScanConfig
+
+    assert main([*SUBCOMMANDS["scan"], "--context-parallel", value, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert re.search(
+        rf"--context-parallel must be at least 2 .*\(got {value}\); pass --context-parallel 2 ", err
+    )
+    with pytest.raises(EntropyLensError, match="--context-parallel must be at least 2"):
+        ScanConfig(model="tiny-nope", length=16, context_parallel=int(value))
+
+
+def test_the_flag_before_the_checkpoint_says_where_it_goes(capsys):
+    """`scan --context-parallel CKPT`: argparse reads CKPT as the optional number; the one line says so."""
+    from entropy_lens.cli import main
+
+    assert main(["scan", "--context-parallel", "tiny-nope", "--len", "16", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert (
+        "--context-parallel takes an optional number, and 'tiny-nope' is none: put --context-parallel after"
+        in err
+    )
+
+
+def test_true_in_files_written_before_c_means_every_rank():
+    """Old results hold `context_parallel: true` in their scan_config: the same config as the flag alone,
+    sharding over all the ranks; C is recorded as C, and the default (off) as False: a file without it
+    reads as off."""
+    from entropy_lens.runs.context_parallel import shard_groups
+    from entropy_lens.runs.distributed import World
+    from entropy_lens.runs.output import scan_difference
+    from entropy_lens.runs.scan import ScanConfig
+
+    old = {"model": "tiny-nope", "length": 16, "samples": 1, "context_parallel": True}
+    config = ScanConfig(**old)
+    assert config.to_dict()["context_parallel"] is True
+    assert shard_groups(config, World(1, 4)).size == 4 and shard_groups(config, World(1, 4)).count == 1
+    assert ScanConfig(**{**old, "context_parallel": 2}).to_dict()["context_parallel"] == 2
+    off = ScanConfig(**{**old, "context_parallel": False})
+    assert off.to_dict()["context_parallel"] is False
+    without = {k: v for k, v in off.to_dict().items() if k != "context_parallel"}  # a file written before it
+    assert scan_difference(off.to_dict(), without) is None
+    assert scan_difference(config.to_dict(), without) == "--context-parallel (True here, False there)"
+    assert shard_groups(ScanConfig(**{**old, "context_parallel": False}), World(1, 4)).size == 1
+
+
+DIVIDE = "pass --context-parallel 2 or 4 (processes per sequence), or launch torchrun --nproc-per-node 3 or"
+REFUSED = {  # (processes, C): what the one line says
+    (4, 3): f"--context-parallel 3 does not cut torchrun's 4 processes into groups of 3; {DIVIDE}",
+    (
+        2,
+        4,
+    ): "--context-parallel 4 does not cut torchrun's 2 processes into groups of 4; pass --context-parallel 2",
+    (1, 2): "torchrun --nproc-per-node P -m entropy_lens ... (P a multiple of 2), or drop --context-parallel",
+}
+
+
+@pytest.mark.parametrize(("processes", "degree"), list(REFUSED))
+def test_a_c_that_does_not_divide_the_processes_is_refused(monkeypatch, tmp_path, processes, degree):
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    _as_rank_0_of(monkeypatch, processes)
+    config = ScanConfig(model="tiny-nope", length=16, samples=1, context_parallel=degree)
+    with pytest.raises(EntropyLensError) as err:
+        scan(config, out=tmp_path / "x.npz", progress=False)
+    assert REFUSED[processes, degree] in str(err.value) and "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_length_shorter_than_two_chunks_per_process_of_a_group_is_refused():
+    """The shortest length is 2C, not 2W: every length of a ppl is checked before any runs."""
+    from entropy_lens.runs.configs import PerplexityConfig
+    from entropy_lens.runs.context_parallel import check_context_parallel
+    from entropy_lens.runs.distributed import World
+    from entropy_lens.runs.scan import ScanConfig
+
+    check_context_parallel(ScanConfig(model="tiny-nope", length=4, context_parallel=2), World(0, 4))
+    for config in (
+        ScanConfig(model="tiny-nope", length=3, context_parallel=2),
+        PerplexityConfig(model="tiny-nope", lengths=(3, 8), stride=1, context_parallel=2),
+    ):
+        with pytest.raises(
+            EntropyLensError, match=r"--len 3 is shorter than the 4 chunks .* pass --len 4 or more"
+        ):
+            check_context_parallel(config, World(0, 4))
+
+
+@pytest.mark.slow
+def test_ppl_in_groups_of_shards_under_torchrun(tmp_path):
+    """`ppl --context-parallel 2` on 4 processes: each length's windows split between 2 groups of 2
+    shards (the groups made and let go once per length, in the one process group), the one-process table."""
+    from entropy_lens.cli import main
+
+    ppl = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
+    assert main([*ppl, "--out", str(tmp_path / "one.json")]) == 0
+    run = _torchrun(
+        4, ["-m", "entropy_lens", *ppl, "--context-parallel", "2", "--out", str(tmp_path / "four.json")]
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("wrote") == 1
+    one, four = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "four.json"))
+    assert four["config"]["context_parallel"] == 2
+    for a, b in zip(one["lengths"], four["lengths"], strict=True):
+        assert a["n_tokens"] == b["n_tokens"]
+        assert b["nll"] == pytest.approx(a["nll"], rel=1e-5)
