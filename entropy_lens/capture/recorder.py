@@ -35,7 +35,7 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
-from entropy_lens.capture.context import refusal
+from entropy_lens.capture.context_parallel import refusal
 from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.kernels import FUSED_MODES, resolve_backend
