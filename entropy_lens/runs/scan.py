@@ -183,7 +183,7 @@ class Run:
         return shards_of(self.groups, self.config.length) if self.config.context_parallel else None
 
     def capture(self, context: ShardedSequence | None = None) -> ScaleSession:
-        """The context manager a batch runs in: scales only (--entropy none) or scales + recording; a
+        """The context manager a batch runs in: scales only (--record none) or scales + recording; a
         sharded run's `context`: this rank's shard of the sequence and its group's exchange."""
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
         c = self.config
