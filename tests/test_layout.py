@@ -9,10 +9,11 @@ import pytest
 PACKAGE = Path(__file__).parent.parent / "entropy_lens"
 BASE = {
     "errors",
+    "flags",
     "settings",
     "statistics",
     "version",
-}  # entropy_lens.errors, .settings, .statistics, `from entropy_lens import __version__`
+}  # entropy_lens.errors, .flags, .settings, .statistics, `from entropy_lens import __version__`
 # What each top-level package may import (besides itself and BASE): two stacks under `runs`, the compute
 # side (models, data, capture -> kernels) and the results side (plotting -> analysis -> results; view ->
 # analysis -> results, the interactive pages). `figures` (the paper's pipeline: its runs, their cache and
@@ -41,6 +42,7 @@ ALLOWED = {
     "errors": set(),
     "settings": set(),
     "statistics": set(),
+    "flags": set(),
     "__main__": {"cli"},
 }
 

@@ -94,8 +94,9 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         record(call, SDPA_ALIBI if alibi else EAGER)
     else:
         inputs = layer_inputs(call)
-        route, (out, rows) = run_path(call, inputs)
-        record(call, route.path, route, inputs, rows)
+        ran = run_path(call, inputs)
+        record(call, ran.route.path, ran.route, inputs, ran.rows)
+        out = ran.returned
     session = call.session
     if session is not None and session.on_rows is not None:
         session.on_rows(module.layer_idx, last_rows_probabilities(call, session.probe_rows, inputs))
