@@ -182,15 +182,15 @@ def run(
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
     has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K."""
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
-    if kernel == "reference":
+    if kernel == Backend.REFERENCE:
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
         return row_stats_reference(q, k, softmax_scale, mods, stats=stats, first_keys=first_keys)
-    if kernel == "triton":
+    if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
         return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys)
-    if kernel == "native":
+    if kernel == Backend.NATIVE:
         return row_stats_native(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
     return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
 
