@@ -1,5 +1,5 @@
 """The run-wide flags, parsed once: `--backend`, `--fused`, `--stats` and `--first-keys` become typed values
-where a run starts (`ScanConfig.flags()`, the entrance of `EntropyRecorder`/`ScaleSession`, the kernels'
+where a run starts (`ScanConfig.flags`, the entrance of `EntropyRecorder`/`ScaleSession`, the kernels'
 public functions), and every layer below takes those values and never parses a string again
 (`capture.call.Session` and `kernels.plan` refuse a raw string with a TypeError).
 
@@ -105,7 +105,7 @@ def parse_first_keys(value) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class Flags:
-    """The four flags of a capture, parsed: what `Session` holds and `ScanConfig.flags()` gives."""
+    """The four flags of a capture, parsed: what `Session` holds and `ScanConfig.flags` gives."""
 
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO
