@@ -19,9 +19,9 @@ import os
 from dataclasses import dataclass
 from enum import StrEnum
 
+from entropy_lens import statistics
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.settings import FIRST_KEYS, check_argument
-from entropy_lens import statistics
 
 ENV_VAR = "ENTROPY_LENS_BACKEND"  # overrides --backend auto, read when the flag is parsed
 

@@ -31,7 +31,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import BACKENDS, FUSED_MODES, Flags, Stats, parse_stats
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, EXTRA_STATS, SINK_MASS, STATISTICS
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, EXTRA_STATS, SINK_MASS
 
 __all__ = [
     "STRIDE_FRACTION",
