@@ -14,17 +14,14 @@ name takes it from here (`ENTROPY.name`), so the name is written once (tests/ker
 --stats, train-tiny's --monitor, `AttentionMonitor(stats=...)`, `EntropyRecorder(stats=...)` and the
 kernels' `stats=`.
 
-Also here, torch-free for the flags that name them (`runs.configs`): the kernels that compute the
-statistics (BACKENDS) and the --fused modes (FUSED_MODES), which `kernels.plan` reads.
+
+The kernels that compute the statistics (BACKENDS) and the --fused modes are flags.py's.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-
-BACKENDS = ("reference", "torch_chunked", "native", "triton")  # the kernels of the row statistics
-FUSED_MODES = ("auto", "on", "off")  # --fused: time both routes, the one pass, sdpa + a statistics pass
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)

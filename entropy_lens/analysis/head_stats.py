@@ -94,7 +94,7 @@ def head_statistics(
     `departure=False` skips the one statistic that costs a pass of `find_inflection` per head."""
     if not result.n_heads:
         raise EntropyLensError(
-            "the result holds no entropy (a loss-only scan, --entropy none); scan with --entropy heads"
+            "the result holds no entropy (a loss-only scan, --record none); scan with --record heads"
         )
     L = train_len if train_len is not None else result.meta.get("train_len")
     L = int(L) if isinstance(L, (int, np.integer)) and 2 <= L < result.length else None

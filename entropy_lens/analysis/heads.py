@@ -62,7 +62,7 @@ def head_entropy_vs_scale(
     if n_heads <= 1 and result.entropy_reduction in ("mean", "none"):
         raise EntropyLensError(
             f"this scan stored entropy as {result.entropy_reduction!r}, not per head; "
-            "rerun the scan with --entropy heads"
+            "rerun the scan with --record heads"
         )
     scales = np.asarray(result.meta.get("scales") if scales is None else scales, dtype=np.float64)
     if scales.shape != (n_layers, n_heads):

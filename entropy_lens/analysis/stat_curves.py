@@ -51,7 +51,7 @@ class StatCurves:
             raise EntropyLensError(f"a bin holds at least one position, not {width}")
         if not result.n_heads:
             raise EntropyLensError(
-                "the scan recorded no row statistics (--entropy none); scan with --entropy heads or mean"
+                "the scan recorded no row statistics (--record none); scan with --record heads or mean"
             )
         T = result.length
         starts = np.arange(0, T, width)

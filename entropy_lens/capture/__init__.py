@@ -1,5 +1,5 @@
 """Capture: the `entropy_lens` attention function, the recorder and its host sums, per-position loss, and
-a sequence sharded over processes (--context-parallel: shards.py, context.py)."""
+a sequence sharded over processes (--context-parallel: shards.py, context_parallel.py)."""
 
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.loss import check_logits, forward_hidden, next_token_nll

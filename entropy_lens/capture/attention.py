@@ -37,7 +37,7 @@ from entropy_lens.capture.call import (
     layer_inputs,
     read_call,
 )
-from entropy_lens.capture.context import sharded_attention
+from entropy_lens.capture.context_parallel import sharded_attention
 from entropy_lens.capture.paths import (
     EAGER,
     SDPA,
@@ -66,7 +66,7 @@ def register() -> None:
 def entropy_lens_mask(*args, **kwargs):
     """transformers' sdpa mask; None under a sharded session (--context-parallel), whose attention
     builds causality, windows and padding from true positions and never reads a mask of the local
-    tokens (capture/context.py)."""
+    tokens (capture/context_parallel.py)."""
     from transformers.masking_utils import sdpa_mask
 
     session = active_session()
@@ -77,7 +77,7 @@ def entropy_lens_mask(*args, **kwargs):
 
 def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D). Reads the call,
-    runs the route chosen for it, and records what ran (a sharded session: capture/context.py)."""
+    runs the route chosen for it, and records what ran (a sharded session: capture/context_parallel.py)."""
     session = active_session()
     if session is not None and session.context is not None:
         return sharded_attention(session, module, query, key, value, scaling, dropout, kwargs)
@@ -94,8 +94,9 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
         record(call, SDPA_ALIBI if alibi else EAGER)
     else:
         inputs = layer_inputs(call)
-        route, (out, rows) = run_path(call, inputs)
-        record(call, route.path, route, inputs, rows)
+        ran = run_path(call, inputs)
+        record(call, ran.route.path, ran.route, inputs, ran.rows)
+        out = ran.returned
     session = call.session
     if session is not None and session.on_rows is not None:
         session.on_rows(module.layer_idx, last_rows_probabilities(call, session.probe_rows, inputs))

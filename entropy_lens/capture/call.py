@@ -19,6 +19,7 @@ from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Backend, Flags, Fused, Stats, require
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.contract import check_finite, first_real_key, validate_mask, validate_window
 from entropy_lens.kernels.masks import as_key_padding
@@ -43,6 +44,9 @@ IGNORED_KWARGS = frozenset(
 )
 
 
+DEFAULT_FLAGS = Flags.parse(stats=DEFAULT_STATS)
+
+
 @dataclass
 class Session:
     """What the attention function does while a recorder/scale context is active.
@@ -58,10 +62,11 @@ class Session:
     scales: float | torch.Tensor | None = None
     schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
     on_stats: Callable[[int, dict, int], None] | None = None
-    stats: tuple[str, ...] = DEFAULT_STATS  # the row statistics to capture (kernels.stats.ROW_STATS)
+    # the flags, parsed where the session's owner was made (entropy_lens/flags.py); a raw string is refused
+    stats: Stats = DEFAULT_FLAGS.stats  # the row statistics to capture (kernels.stats.ROW_STATS)
     first_keys: int = 1  # K of first_mass
-    backend: str = "auto"
-    fused: str = "auto"  # capture/fused.py: "auto" | "on" | "off"
+    backend: Backend = Backend.AUTO
+    fused: Fused = Fused.AUTO  # capture/fused.py
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
@@ -77,6 +82,9 @@ class Session:
     # None, or a ShardedSequence: the model runs on one shard of each sequence
     # (--context-parallel); the attention function gathers K and V and aligns the queries by position
     context: ShardedSequence | None = None
+
+    def __post_init__(self):
+        require(stats=self.stats, first_keys=self.first_keys, backend=self.backend, fused=self.fused)
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)

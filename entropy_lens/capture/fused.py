@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 import torch
 
+from entropy_lens.flags import Fused
 from entropy_lens.kernels import FUSED_MODES
 
 __all__ = ["FUSED_MODES", "PATHS", "PROCESS_CHOICES", "PathChoices", "wall_seconds"]
@@ -65,8 +66,8 @@ class PathChoices:
         the path kept for `shape_key` or, until one is kept, the next trial: each path `runs` times in
         turn (2: a warm-up, then the timed run; 1 where neither compiles on its first call), every run a
         layer's real work, and the path whose last run was faster is kept."""
-        if mode != "auto":
-            path = "fused" if mode == "on" else "separate"
+        if mode != Fused.AUTO:  # a Fused (or its name: the members are str-valued)
+            path = "fused" if mode == Fused.ON else "separate"
             return path, run[path]()
         key = shape_key if isinstance(shape_key, str) else "|".join(map(str, shape_key))
         if key in self.chosen:

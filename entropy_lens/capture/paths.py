@@ -21,13 +21,15 @@ statistics of the attention without it.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import torch
 
-from entropy_lens.capture.call import LayerCall, LayerInputs
+from entropy_lens.capture.call import DEFAULT_FLAGS, LayerCall, LayerInputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Backend, Fused
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.native import native_available
@@ -38,7 +40,7 @@ from entropy_lens.kernels.plan import (
     TRITON_FUSED,
     statistics_kernel,
 )
-from entropy_lens.kernels.stats import ROW_STATS
+from entropy_lens.kernels.stats import ROW_STATS, RowStats
 from entropy_lens.kernels.train import attention_train, train_form
 
 # "auto" times one run of each way on CPU from this many scores per head (query rows x keys) on: a 1K
@@ -68,27 +70,44 @@ PATH_NAMES = (
 )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LayerRun:
+    """What a layer's route gave: `route` (what ran), `out` (B, T, Hq, D) the layer's output and
+    `weights` (None but from the model's eager attention) as the model's attention function returns
+    them (`returned`), and `rows` the RowStats of the statistics the session captures that apply to the
+    layer (none where it captures nothing)."""
+
+    route: Route
+    out: torch.Tensor
+    weights: torch.Tensor | None
+    rows: RowStats
+
+    @property
+    def returned(self) -> tuple:
+        """(out, weights): what the model's attention function returns."""
+        return self.out, self.weights
+
+
 def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
     """The routes `kernels.plan` gives the layer under the session's --backend and --fused: a layer that
     captures nothing has only its separate route, and one that wants gradients or dropout no one pass."""
     session = call.session
     fusable = call.capturing and not call.dropout and not call.wants_grad
-    backend, fused = ("auto", "off") if session is None else (session.backend, session.fused)
-    mode = fused if fusable else "off"
+    backend, fused = (Backend.AUTO, Fused.OFF) if session is None else (session.backend, session.fused)
+    mode = fused if fusable else Fused.OFF
     return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods)
 
 
-def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:
-    """(the route that ran, (the layer's output, RowStats)): the plan's fixed route, or under
+def run_path(call: LayerCall, inputs: LayerInputs) -> LayerRun:
+    """The layer run by the plan's fixed route, or under
     `--fused auto` the one the session's PathChoices keeps for this shape (capture/fused.py); a layer
     that captures and wants gradients: `train_route`'s."""
     train = train_route(call, inputs)
     if train is not None:
-        return train, run_train(call, inputs, train)
+        return run_train(call, inputs, train)
     layer = layer_plan(call, inputs)
-    route = layer.fixed
-    if route is not None:
-        return route, run_route(call, inputs, route)
+    if layer.fixed is not None:
+        return run_route(call, inputs, layer.fixed)
     shape_key = (
         str(call.query.device),
         call.query.dtype,
@@ -107,8 +126,8 @@ def run_path(call: LayerCall, inputs: LayerInputs) -> tuple[Route, tuple]:
     big = call.query.shape[-2] * call.key.shape[-2] >= ONE_RUN_MIN_SCORES
     runs = 1 if call.query.device.type == "cpu" and not compile_requested() and big else 2
     choices = call.session.choices or PROCESS_CHOICES
-    way, result = choices.choose("auto", shape_key, run_way, runs=runs)
-    return routes[way], result
+    _, ran = choices.choose(Fused.AUTO, shape_key, run_way, runs=runs)
+    return ran
 
 
 def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
@@ -118,22 +137,24 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
         return None
     session, mods = call.session, inputs.mods
     backend, cuda = session.backend, call.query.device.type == "cuda"
-    kernels = ("auto", "triton") if cuda else ("auto", "native", "torch_chunked")
-    fusable = not call.dropout and session.fused != "off" and backend in kernels
+    kernels = (
+        (Backend.AUTO, Backend.TRITON) if cuda else (Backend.AUTO, Backend.NATIVE, Backend.TORCH_CHUNKED)
+    )
+    fusable = not call.dropout and session.fused is not Fused.OFF and backend in kernels
     form, why = train_form(call.output_query, inputs.key, inputs.value, mods) if fusable else (None, "")
     if why is None:
         if cuda:  # the Triton kernel's pass, flash's CUDA backward (kernels/train.py); no mask left
-            return Route(FUSED_TRAIN, "triton", form)
-        native = backend != "torch_chunked" and native_available()
-        return Route(FUSED_TRAIN, "native" if backend == "native" or native else "torch_chunked", mods)
+            return Route(FUSED_TRAIN, Backend.TRITON, form)
+        native = backend is Backend.NATIVE or backend is Backend.AUTO and native_available()
+        return Route(FUSED_TRAIN, Backend.NATIVE if native else Backend.TORCH_CHUNKED, mods)
     if mods.sdpa_computes:
         return None  # layer_plan's separate route: sdpa's output with autograd, then the statistics
     kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods)
     return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
 
 
-def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> tuple:
-    """(the layer's output with autograd, RowStats) of a `train_route` route."""
+def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
+    """The layer run by a `train_route` route: its output with autograd and its RowStats."""
     session = call.session
     stats = tuple(name for name in session.stats if ROW_STATS[name].applies(route.mods))
     if route.path == FUSED_TRAIN:
@@ -141,30 +162,31 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> tuple:
         q, k, v = call.output_query, inputs.key, inputs.value
         kw = {"kernel": route.kernel, "stats": stats, "first_keys": session.first_keys}
         rows = attention_train(q, k, v, call.output_scaling, route.mods, **kw)
-        return (rows.out, None), rows
-    out = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
+        return LayerRun(route=route, out=rows.out, weights=None, rows=rows)
+    out, weights = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     kw = {"stats": stats, "first_keys": session.first_keys}
-    return out, run(route.kernel, query, key, None, softmax_scale, route.mods, **kw)
+    rows = run(route.kernel, query, key, None, softmax_scale, route.mods, **kw)
+    return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
 
-def run_route(call: LayerCall, inputs: LayerInputs, route: Route):
-    """(the layer's output as the model's attention function returns it, RowStats of the statistics
-    the session captures that apply to the layer): sdpa's output and the kernel's statistics-only pass
-    for sdpa-then-entropy, else the kernel's one pass."""
+def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
+    """The layer run by `route`: sdpa's output and the kernel's statistics-only pass for
+    sdpa-then-entropy, else the kernel's one pass."""
     session = call.session
     wanted = () if not call.capturing else session.stats
     stats = tuple(name for name in wanted if ROW_STATS[name].applies(route.mods))
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    first_keys = 1 if session is None else session.first_keys
+    first_keys = DEFAULT_FLAGS.first_keys if session is None else session.first_keys
     separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
     value = None if separate else inputs.value
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, stats=stats, first_keys=first_keys)
-    if separate:
-        return (sdpa(call) if call.sdpa_output is None else call.sdpa_output(call, inputs)), rows
-    return (rows.out.contiguous(), None), rows
+    if not separate:
+        return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)
+    out, weights = sdpa(call) if call.sdpa_output is None else call.sdpa_output(call, inputs)
+    return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
 
 def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None) -> None:

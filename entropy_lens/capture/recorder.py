@@ -35,11 +35,10 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
-from entropy_lens.capture.context import refusal
+from entropy_lens.capture.context_parallel import refusal
 from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.kernels import FUSED_MODES, resolve_backend
-from entropy_lens.kernels.stats import check_first_keys, check_stats
+from entropy_lens.flags import Backend, Flags, Fused
 from entropy_lens.settings import SCALE, check_argument
 from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, MAXIMA, SINK_MASS
 
@@ -48,7 +47,7 @@ class ScaleSession:
     """Apply attention-scale multipliers m_h (λ_h = m_h/√d) inside the model's attention.
 
     scales: None | float | array-like or tensor (layers, heads); a tensor keeps its autograd graph.
-    backend:   the entropy backend (kernels.resolve_backend); fused: "auto" | "on" | "off" (capture/fused.py).
+    backend:   the entropy backend (flags.Backend or its name); fused: "auto" | "on" | "off" (capture/fused.py).
     schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
     stats:   the row statistics an EntropyRecorder records (kernels.stats.ROW_STATS; entropy and, for
@@ -64,28 +63,27 @@ class ScaleSession:
         model,
         *,
         scales=None,
-        backend: str = "auto",
-        fused: str = "auto",
+        backend: Backend | str = "auto",
+        fused: Fused | str = "auto",
         schedule=None,
         choices=None,
         stats=DEFAULT_STATS,
         first_keys: int = 1,
         context=None,
     ):
-        # every setting checked as its flag is (--backend, --fused, --stats, --first-keys, --scale)
-        if fused not in FUSED_MODES:
-            raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
-        resolve_backend(backend)  # the name only: the device is the layer's
+        # the public entrance: each flag parsed here, once, as its CLI flag is (--backend, --fused, --stats,
+        # --first-keys; a scan passes them parsed already), and --scale checked; the layers take the values
+        flags = Flags.parse(backend=backend, fused=fused, stats=stats, first_keys=first_keys)
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
             scales=scales,
             schedule=schedule,
-            backend=backend,
-            fused=fused,
+            backend=flags.backend,
+            fused=flags.fused,
             choices=choices,
-            stats=check_stats(stats),
-            first_keys=check_first_keys(first_keys),
+            stats=flags.stats,
+            first_keys=flags.first_keys,
             context=context,
         )
         self._undo = contextlib.ExitStack()

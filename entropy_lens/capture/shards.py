@@ -1,6 +1,6 @@
 """The layout of a sequence sharded over P processes (--context-parallel), and what a session holds
 while its model runs on one shard: pure layout and gathering, read by the sharded attention
-(capture/context.py, whose docstring tells the whole design) and by the runs that launch it
+(capture/context_parallel.py, whose docstring tells the whole design) and by the runs that launch it
 (runs/context_parallel.py).
 
     shards = SequenceShards(rank, P, N)     # chunks r and 2P − 1 − r of 2P: [⌊cN/2P⌋, ⌊(c+1)N/2P⌋)

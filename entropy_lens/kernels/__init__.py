@@ -63,6 +63,7 @@ live in contract.py.
 
 from __future__ import annotations
 
+from entropy_lens.flags import Backend, Fused, Stats, parse_backend, parse_first_keys, parse_stats
 from entropy_lens.kernels.contract import check_finite, validate_inputs, validate_scale
 from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
@@ -82,8 +83,6 @@ from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.stats import (
     ROW_STATS,
     RowStats,
-    check_first_keys,
-    check_stats,
     entropy_from_state,
     sink_mass_from_state,
 )
@@ -94,10 +93,13 @@ __all__ = [
     "BACKENDS",
     "FUSED_MODES",
     "ROW_STATS",
+    "Backend",
+    "Fused",
     "Plan",
     "Route",
     "RowStats",
     "ScoreMods",
+    "Stats",
     "attention_entropy",
     "attention_probabilities",
     "attention_stats",
@@ -178,7 +180,8 @@ def attention_stats(
     max_prob, collision_entropy, varentropy, distance, first_mass with K = `first_keys`), from one
     streaming pass over the keys; the score modifiers and `backend` as `attention_entropy`'s ("auto"
     picks a kernel that computes all of `stats`)."""
-    stats, first_keys = check_stats(stats), check_first_keys(first_keys)
+    # the flags parsed at this public entrance; everything below takes the parsed values
+    stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
@@ -246,9 +249,9 @@ def attention_with_entropy(
         alibi_slopes=alibi_slopes,
         key_bias=key_bias,
     )
-    stats, first_keys = check_stats(stats), check_first_keys(first_keys)
+    stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
-    if kernel == "triton" and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output has q's head size
-        kernel, kernel_mods = "torch_chunked", mods
+    if kernel is Backend.TRITON and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output: q's head size
+        kernel, kernel_mods = Backend.TORCH_CHUNKED, mods
     blocks = {"block_q": block_q, "block_k": block_k}
     return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, first_keys=first_keys, **blocks)

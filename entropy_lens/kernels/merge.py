@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import torch
 
+from entropy_lens.flags import parse_first_keys, parse_stats
 from entropy_lens.kernels.contract import validate_inputs, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import (
     accumulators,
-    check_first_keys,
-    check_stats,
     entropy_from_state,
     sink_mass_from_state,
 )
@@ -73,7 +72,7 @@ def shard_state(
     """
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
-    stats = check_stats(stats)
+    stats = parse_stats(stats)  # a public entrance: the flags parsed here
     if FIRST_MASS.name in stats and mask is not None and first_key is None:
         raise ValueError(
             "shard_state with a mask and first_mass needs first_key: each batch row's first real key "
@@ -98,7 +97,7 @@ def shard_state(
         mods,
         offset=offset,
         extra=accumulators(stats),
-        first_keys=check_first_keys(first_keys),
+        first_keys=parse_first_keys(first_keys),
         key_start=key_offset,
         block_q=block_q,
         block_k=block_k,
@@ -116,7 +115,7 @@ def sink_state(sinks, batch: int, queries: int, *, stats=(ENTROPY.name,)) -> dic
         raise ValueError(f"sinks must be a (Hq,) float tensor; got {sinks!r}")
     m = sinks.detach().float().view(1, -1, 1).expand(batch, -1, queries).contiguous()
     state = {"m": m, "l": torch.ones_like(m), "u": torch.zeros_like(m)}
-    for name in accumulators(check_stats(stats)):
+    for name in accumulators(parse_stats(stats)):
         start = {"c": 1.0, "mk": float("-inf")}.get(name, 0.0)  # the sink's e^0 = 1 in c; no key for mk
         state[name] = torch.full_like(m, start)
     return state

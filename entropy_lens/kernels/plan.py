@@ -37,15 +37,14 @@ from dataclasses import dataclass
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import BACKENDS, FUSED_MODES, Backend, Fused, parse_backend, require
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import native_available, native_status, row_stats_native
 from entropy_lens.kernels.reference import row_stats_reference
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.torch_chunked import row_stats_torch
-from entropy_lens.statistics import BACKENDS, DEFAULT_STATS, FUSED_MODES
-
-ENV_VAR = "ENTROPY_LENS_BACKEND"
+from entropy_lens.statistics import DEFAULT_STATS
 
 # What computed a layer's statistics, as `Session.paths` and the results meta (`attention_path`) name it
 SDPA_THEN_ENTROPY = "sdpa-then-entropy"
@@ -58,7 +57,7 @@ ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_
 @dataclass(frozen=True)
 class Route:
     path: str  # one of the paths above
-    kernel: str  # the kernel of BACKENDS that computes the statistics (and, one pass, the output)
+    kernel: Backend  # the kernel that computes the statistics (and, one pass, the output): never AUTO
     mods: ScoreMods  # the score modifiers in that kernel's form
 
 
@@ -66,36 +65,30 @@ class Route:
 class Plan:
     separate: Route  # sdpa's output and a statistics pass, or the streamed one pass where sdpa cannot
     fused: Route | None  # the one pass where it applies and differs from `separate`
-    mode: str  # --fused: "auto" (the capture times both), "on", "off"
+    mode: Fused  # --fused: AUTO (the capture times both), ON, OFF
 
     @property
     def fixed(self) -> Route | None:
         """The route that runs without timing anything, or None where "auto" must choose."""
-        if self.fused is None or self.mode == "off":
+        if self.fused is None or self.mode is Fused.OFF:
             return self.separate
-        return self.fused if self.mode == "on" else None
+        return self.fused if self.mode is Fused.ON else None
 
 
 def resolve_backend(
-    backend: str = "auto", device: torch.device | str | None = None, *, one_pass: bool = False
-) -> str:
+    backend: Backend | str = Backend.AUTO, device: torch.device | str | None = None, *, one_pass: bool = False
+) -> Backend:
     """The kernel `backend` names for tensors on `device` (None: only check the name); `one_pass`: for
-    a route that computes the output too, where "auto" on CPU is the native kernel where it builds."""
-    if backend not in ("auto", *BACKENDS):
-        raise EntropyLensError(
-            f"unknown entropy backend {backend!r}; choose one of auto, {', '.join(BACKENDS)} "
-            f"(via --backend or {ENV_VAR})"
-        )
-    if backend == "auto":
-        backend = os.environ.get(ENV_VAR, "auto")
-        if backend not in ("auto", *BACKENDS):
-            return resolve_backend(backend, device)  # the error names the variable
+    a route that computes the output too, where "auto" on CPU is the native kernel where it builds. A
+    name is parsed here, at the public entrance (flags.parse_backend); a parsed Backend passes through."""
+    backend = parse_backend(backend)  # ENTROPY_LENS_BACKEND overrides a parsed "auto"
     kind = None if device is None else torch.device(device).type
-    if backend == "auto":
+    if backend is Backend.AUTO:
         if kind == "cuda" and triton_available():
-            return "triton"
-        return "native" if one_pass and kind == "cpu" and native_available() else "torch_chunked"
-    if backend == "triton":
+            return Backend.TRITON
+        native = one_pass and kind == "cpu" and native_available()
+        return Backend.NATIVE if native else Backend.TORCH_CHUNKED
+    if backend is Backend.TRITON:
         if not triton_available():
             raise EntropyLensError(
                 "the triton backend needs the triton package: pip install triton "
@@ -107,7 +100,7 @@ def resolve_backend(
                 "cuda, --backend torch_chunked, or set TRITON_INTERPRET=1 (tests only) before importing "
                 "entropy_lens"
             )
-    if backend == "native" and kind is not None:
+    if backend is Backend.NATIVE and kind is not None:
         if kind != "cpu":
             raise EntropyLensError(f"the native backend runs on CPU tensors, not {kind}; use --backend auto")
         if not native_available():
@@ -123,7 +116,9 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) -> tuple[str, ScoreMods]:
+def statistics_kernel(
+    backend: Backend | str, q, k, mods: ScoreMods, *, one_pass=False
+) -> tuple[Backend, ScoreMods]:
     """(kernel, mods in its form) for validated inputs: for triton the mask is reduced to key padding
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check a
     (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked.
@@ -134,29 +129,29 @@ def statistics_kernel(backend: str, q, k, mods: ScoreMods, *, one_pass=False) ->
         return kernel, mods
     # the Triton kernel takes no key bias, nor a mask per query or per head: the exact streaming path
     # (on CPU, under the interpreter, a one pass runs the native kernel where it builds, as "auto" would)
-    fallback = "native" if one_pass and q.device.type == "cpu" and native_available() else "torch_chunked"
+    native = one_pass and q.device.type == "cpu" and native_available()
+    fallback = Backend.NATIVE if native else Backend.TORCH_CHUNKED
     if mods.key_bias is not None:
         return fallback, mods
     form = as_key_padding(mods.mask, q.shape[0], q.shape[2], k.shape[2], mods.causal, mods.window)
     if form is None:
         return fallback, mods
     keep, window = form
-    return "triton", mods.replace(mask=keep, window=window)
+    return Backend.TRITON, mods.replace(mask=keep, window=window)
 
 
-def plan(backend: str, fused: str, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
+def plan(backend: Backend, fused: Fused, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
     """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring)."""
-    if fused not in FUSED_MODES:
-        raise EntropyLensError(f"fused={fused!r} is not known; use one of {', '.join(FUSED_MODES)}")
+    require(backend=backend, fused=fused)  # parsed where the run started (entropy_lens/flags.py)
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
     if mods.sdpa_computes:
         separate = Route(SDPA_THEN_ENTROPY, kernel, kernel_mods)
-    elif kernel == "native":
-        separate = Route(NATIVE, "native", mods)
+    elif kernel is Backend.NATIVE:
+        separate = Route(NATIVE, Backend.NATIVE, mods)
     else:
-        separate = Route(TORCH_STREAMED, "torch_chunked", mods)
+        separate = Route(TORCH_STREAMED, Backend.TORCH_CHUNKED, mods)
     one_pass = None
-    if fusable and fused != "off":
+    if fusable and fused is not Fused.OFF:
         kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
         takes = {
             "torch_chunked": q.device.type == "cpu",
@@ -187,15 +182,15 @@ def run(
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
     has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K."""
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
-    if kernel == "reference":
+    if kernel == Backend.REFERENCE:
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
         return row_stats_reference(q, k, softmax_scale, mods, stats=stats, first_keys=first_keys)
-    if kernel == "triton":
+    if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
         return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys)
-    if kernel == "native":
+    if kernel == Backend.NATIVE:
         return row_stats_native(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
     return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
 
@@ -203,6 +198,8 @@ def run(
 __all__ = [
     "BACKENDS",
     "FUSED_MODES",
+    "Backend",
+    "Fused",
     "Plan",
     "Route",
     "RowStats",

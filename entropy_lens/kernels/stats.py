@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.settings import FIRST_KEYS, check_argument
-from entropy_lens.statistics import STATISTICS, Statistic, check_registered, parse_stats
+from entropy_lens.statistics import STATISTICS, Statistic, check_registered
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
@@ -159,19 +158,6 @@ def accumulators(stats) -> tuple[str, ...]:
     """The accumulators of EXTRA_STATE that `stats` need, in EXTRA_STATE's order."""
     need = {a for name in stats for a in ROW_STATS[name].needs}
     return tuple(a for a in EXTRA_STATE if a in need)
-
-
-def check_stats(stats) -> tuple[str, ...]:
-    """`stats` as a tuple of known names (`statistics.parse_stats`: "all", comma-separated names or a
-    sequence); ValueError naming the closest and the known ones otherwise."""
-    return parse_stats(stats)
-
-
-def check_first_keys(first_keys) -> int:
-    """first_mass's K as an int; EntropyLensError (a ValueError) unless a whole number in the range
-    --first-keys declares (settings.FIRST_KEYS), checked by the flag's own check."""
-    check_argument("first_keys", first_keys, int, FIRST_KEYS, example=1)
-    return int(first_keys)
 
 
 def sum_names(stats) -> list[str]:

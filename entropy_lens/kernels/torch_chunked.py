@@ -153,7 +153,10 @@ def stream_torch(
             if valid is not None:
                 s.masked_fill_(~valid, NEG_INF)
             if ext:  # before the fold, which consumes s
-                ext = _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, first_start, first_keys)
+                tile = (q0, q1, k0, k1)
+                ext = _update_extra(
+                    ext, s, state=(m, l, u), tile=tile, offset=offset, first=(first_start, first_keys)
+                )
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, o, vb)
         rows = torch.stack([m, l, u, *(ext[name] for name in extra)])
@@ -187,11 +190,15 @@ def _behind(q0, q1, k0, k1, offset, device):
     return torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
 
 
-def _update_extra(ext, s, m, l, u, q0, q1, k0, k1, offset, first_start, first_keys):
+def _update_extra(ext, s, *, state, tile, offset, first):
     """The accumulators of stats.EXTRA_STATE in `ext` with the masked score tile s (B, Hkv, G, bq, bk)
     folded in (s is read, not consumed), from the state (m, l, u) before the tile; stats.py has the rules.
-    first_start (B|1, 1, 1, 1, 1): each batch row's first real key in local indices (first_mass's
-    keys: first_start <= j < first_start + first_keys)."""
+    tile (q0, q1, k0, k1): the tile's rows and keys, at key offset `offset`; first (first_start,
+    first_keys): first_start (B|1, 1, 1, 1, 1) each batch row's first real key in local indices
+    (first_mass's keys: first_start <= j < first_start + first_keys)."""
+    m, l, u = state
+    q0, q1, k0, k1 = tile
+    first_start, first_keys = first
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)  # 0 while no score has been seen

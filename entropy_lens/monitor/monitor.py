@@ -32,6 +32,7 @@ import numpy as np
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession, check_supported
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Fused
 from entropy_lens.monitor.history import History
 from entropy_lens.monitor.summary import (
     MONITOR_STATS,
@@ -65,7 +66,7 @@ class AttentionMonitor:
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
         self._scaling = ScaleSession(model, stats=self.stats, first_keys=first_keys, fused=fused)
-        self.fused = fused
+        self.fused = self._scaling.session.fused  # parsed once, by the ScaleSession
         self.first_keys = self._scaling.session.first_keys
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
@@ -148,7 +149,7 @@ class AttentionMonitor:
         # activation checkpointing recomputes each layer in the backward, outside this forward, with the
         # model's own attention, whose saved tensors must be the forward's: the statistics then come from
         # a pass beside the model's own sdpa output ("sdpa-then-entropy"), not the one fused pass
-        self._scaling.session.fused = "off" if activation_checkpointing(self.model) else self.fused
+        self._scaling.session.fused = Fused.OFF if activation_checkpointing(self.model) else self.fused
         self._scaling.session.on_stats = current.add
         self._scaling.__enter__()
         self._current = current  # entered: the forward hook leaves it

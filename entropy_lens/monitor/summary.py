@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import parse_stats
 from entropy_lens.kernels.stats import ROW_STATS
 from entropy_lens.statistics import ENTROPY, MAX_LOGIT, STATISTICS, did_you_mean
 
@@ -52,7 +53,7 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
         raise EntropyLensError(
             f"AttentionMonitor cannot record {what}; pass distinct names from {', '.join(ROW_STATS)}"
         )
-    return tuple(stats)
+    return parse_stats(stats)  # checked above: parsed once, passed to the ScaleSession as it is
 
 
 @dataclass

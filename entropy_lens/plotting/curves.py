@@ -50,7 +50,7 @@ def entropy_loss(
     for label, result in curves:
         if result.n_heads == 0:
             raise EntropyLensError(
-                f"{label}: the scan captured no entropy (--entropy none); rescan with --entropy mean or heads"
+                f"{label}: the scan captured no entropy (--record none); rescan with --record mean or heads"
             )
     colors = list(colors) if colors is not None else [None] * len(curves)
     if len(colors) != len(curves):

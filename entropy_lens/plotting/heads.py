@@ -37,7 +37,7 @@ def head_lines(
     if result.entropy_reduction != "heads":
         raise EntropyLensError(
             f"this scan stored entropy as {result.entropy_reduction!r}; per-head "
-            "plots need a scan with --entropy heads"
+            "plots need a scan with --record heads"
         )
     if not 0 <= layer < result.n_layers:
         raise EntropyLensError(f"layer {layer} is outside the scan's 0..{result.n_layers - 1}")

@@ -42,7 +42,7 @@ decided: the path it kept per shape of attention call, {shape key: "fused" (the 
 sequence shards C: P under --context-parallel alone, C under --context-parallel C (the world_size / C
 groups split the samples), else 1; absent in files written before it; scan_config's context_parallel is
 true for the flag alone, C for C, absent without it), entropy_units ("nats"),
-loss_units ("nats"), entropy_reduction (the scan's --entropy: "heads"; "mean": the heads axis has
+loss_units ("nats"), entropy_reduction (the scan's --record: "heads"; "mean": the heads axis has
 length 1 and holds the mean over the layer's heads of entropy and of entropy_sq; "none": loss only, the
 heads axis has length 0; files written before 0.9 say "per_head", "mean_heads", "not_captured"), chunk_indices (which chunk of the packed text each sample is; with a
 `stride` in scan_config, which window: window k starts at token k·stride), scan_config (the ScanConfig's
@@ -324,9 +324,7 @@ def summary(result: ScanResult) -> str:
         entropy = f"{h[a:b].mean():>17.3f}" if h is not None else f"{'not recorded':>17}"
         lines.append(f"{name:<12}{f'[{a}, {b})':>16}{entropy}{np.nanmean(result.loss[a:b]):>14.3f}")
     if h is None:
-        why = (
-            "entropy: not recorded, a loss-only scan (--entropy none); scan with --entropy heads to record it"
-        )
+        why = "entropy: not recorded, a loss-only scan (--record none); scan with --record heads to record it"
         return "\n".join([*lines, why])
     names = result.stat_names[1:]
     if names:  # a second block: one column per further statistic, its name above its unit

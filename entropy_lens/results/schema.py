@@ -45,7 +45,7 @@ REQUIRED_META = (
 )
 
 
-ENTROPY_REDUCTIONS = ("heads", "mean", "none")  # the --entropy values, also meta `entropy_reduction`
+ENTROPY_REDUCTIONS = ("heads", "mean", "none")  # the --record values, also meta `entropy_reduction`
 # What files written before the glossary's names (docs/reference/glossary.md) say, and today's name for it.
 LEGACY_META_KEYS = {"len": "length"}
 LEGACY_REDUCTIONS = {"per_head": "heads", "mean_heads": "mean", "not_captured": "none"}

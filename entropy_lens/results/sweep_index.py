@@ -21,7 +21,7 @@ def write_sweep_index(folder: str | Path, index: dict) -> Path:
     """Write `folder/sweep.json` atomically. `index` holds at least `scales` (ascending multipliers s)
     and `files` (results file names inside `folder`, same order; a scale whose scan has not finished
     is absent from both), plus `model`, `length`, `data`, `samples`, `seed`, `entropy` (the sweep's
-    --entropy: "heads", "mean" or "none"), `requested_scales` and `complete` (every requested scale
+    --record: "heads", "mean" or "none"), `requested_scales` and `complete` (every requested scale
     done)."""
     path = Path(folder) / SWEEP_INDEX
     record = {"kind": SWEEP_KIND, "schema_version": INDEX_VERSION, **index}

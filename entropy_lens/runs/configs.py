@@ -20,6 +20,7 @@ what needs an import. Names follow the glossary (docs/reference/glossary.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,9 +28,10 @@ from typing import ClassVar
 
 from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import BACKENDS, FUSED_MODES, Flags, Stats, parse_stats
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
-from entropy_lens.statistics import BACKENDS, DEFAULT_STATS, ENTROPY, EXTRA_STATS, FUSED_MODES, SINK_MASS
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, EXTRA_STATS, SINK_MASS
 
 __all__ = [
     "STRIDE_FRACTION",
@@ -191,20 +193,20 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         1, **settings.FIRST_KEYS, help="K of first_mass: the mass on a row's first K real (unpadded) keys"
     )
 
-    def row_stats(self) -> tuple[str, ...]:
-        """The statistics the capture records: entropy, sink mass (models with sinks) and --stats."""
-        from entropy_lens.kernels.stats import check_stats
-
+    @functools.cached_property
+    def flags(self) -> Flags:
+        """--backend, --fused, --stats and --first-keys parsed, once per config (entropy_lens/flags.py):
+        what the capture takes. Its `stats`: entropy, sink mass (models with sinks) and --stats."""
         try:
-            asked = check_stats(self.stats)
+            asked = parse_stats(self.stats)
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
-        return (*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS))
+        stats = Stats((*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS)))
+        return Flags.parse(backend=self.backend, fused=self.fused, stats=stats, first_keys=self.first_keys)
 
     def check(self) -> None:
         from entropy_lens.data import check_length
         from entropy_lens.data.chunks import check_stride
-        from entropy_lens.kernels import resolve_backend
 
         check_length(self.length)
         check_stride(self.stride)
@@ -216,13 +218,9 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         if self.entropy not in ENTROPY_REDUCTIONS:
             raise EntropyLensError(f"--record {self.entropy!r} is not known; use heads, mean or none")
         self.check_scaling()
-        if self.row_stats()[2:] and self.entropy == "none":
+        flags = self.flags  # unknown names fail here, before loading anything
+        if flags.stats[len(DEFAULT_STATS) :] and self.entropy == "none":
             raise EntropyLensError(f"--stats {self.stats} needs --record heads or mean, not none")
-        resolve_backend(self.backend)  # unknown backend names fail here, before loading anything
-        if self.fused not in FUSED_MODES:
-            raise EntropyLensError(
-                f"--fused {self.fused!r} is not known; use one of {', '.join(FUSED_MODES)}"
-            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@
 The W ranks form W/C groups of C consecutive ranks (runs/distributed.py `RankGroups`; the flag alone:
 one group of all W). Group g scans the samples k with k mod W/C = g (the same global list of windows
 for any W), all its C ranks every one of them together: shard rank s = rank mod C runs the model on
-its two chunks of the sequence (capture/context.py: the layout, and the attention layers that
+its two chunks of the sequence (capture/context_parallel.py: the layout, and the attention layers that
 all-gather K and V, here over the group's own process group), computes the loss of its own positions
 (the next-token label of a chunk's last position is the token after it, which every rank holds: each
 reads the whole sample), and its sums hold only the positions it owns; the sums are then all-reduced

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from entropy_lens.capture.context import MASK_BUDGET
+from entropy_lens.capture.context_parallel import MASK_BUDGET
 from entropy_lens.capture.loss import LOGITS_BUDGET
 
 __all__ = ["SHAPES", "ModelShape", "rank_bytes", "ranks_table", "smallest_ranks"]

@@ -34,6 +34,7 @@ from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, token_chunks
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Flags, Fused
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
 from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import progress_bar
@@ -91,7 +92,7 @@ def scan(
             return done
         run = Run.start(config, resume=resume, choices=choices or PathChoices())
         recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
-        stats = tuple(name for name in config.row_stats() if name != SINK_MASS.name) if recording else ()
+        stats = tuple(name for name in run.flags.stats if name != SINK_MASS.name) if recording else ()
         sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats)
         checkpoint = Checkpointer(run, sums, output, started=started, every_s=checkpoint_every_s)
         checkpoint.restore()
@@ -120,7 +121,7 @@ class Run:
     scales: float | np.ndarray | None  # the multipliers s the capture applies; None = the model as trained
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
-    backend: str  # --backend, checked for the device; sums.backends says which kernels ran
+    flags: Flags  # --backend (checked for the device), --fused, --stats, --first-keys, parsed once
     groups: RankGroups  # torchrun's ranks in groups that split the samples (one rank each without sharding)
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
@@ -155,8 +156,8 @@ class Run:
                 f"{vocab}; tokenise with this model's tokenizer"
             )
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
-        resolve_backend(config.backend, device)  # refused here if this device cannot run it
-        backend = config.backend  # "auto" stays: kernels.plan picks per route
+        flags = config.flags
+        resolve_backend(flags.backend, device)  # refused here if this device cannot run it; "auto" stays
         schedule = variant_schedule(config, lm)
         groups = shard_groups(config, w)
         if device.type == "cpu":
@@ -171,7 +172,7 @@ class Run:
             scales=scales,
             scale_source=scale_source,
             chunks=chunks,
-            backend=backend,
+            flags=flags,
             groups=groups,
             schedule=schedule,
             choices=choices,
@@ -183,19 +184,19 @@ class Run:
         return shards_of(self.groups, self.config.length) if self.config.context_parallel else None
 
     def capture(self, context: ShardedSequence | None = None) -> ScaleSession:
-        """The context manager a batch runs in: scales only (--entropy none) or scales + recording; a
+        """The context manager a batch runs in: scales only (--record none) or scales + recording; a
         sharded run's `context`: this rank's shard of the sequence and its group's exchange."""
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
-        c = self.config
+        flags = self.flags
         return kind(
             self.lm.model,
             scales=self.scales,
-            backend=self.backend,
-            fused=c.fused,
+            backend=flags.backend,
+            fused=flags.fused,
             schedule=self.schedule,
             choices=self.choices,
-            stats=c.row_stats(),
-            first_keys=c.first_keys,
+            stats=flags.stats,
+            first_keys=flags.first_keys,
             context=context,
         )
 
@@ -230,11 +231,15 @@ class Run:
                 else {}
             ),
             # whether the CPU fused pass could use the native kernel, and why not
-            **({"native": native_status()} if self.device.type == "cpu" and c.fused != "off" else {}),
+            **(
+                {"native": native_status()}
+                if self.device.type == "cpu" and self.flags.fused is not Fused.OFF
+                else {}
+            ),
             "attention_path": "+".join(sorted(sums.paths)) or "none",  # capture/paths.py's names
             **(
                 {"fused_choices": dict(self.choices.chosen)}
-                if c.fused == "auto" and self.choices is not None and self.choices.chosen
+                if self.flags.fused is Fused.AUTO and self.choices is not None and self.choices.chosen
                 else {}
             ),
             "world_size": self.world.size,

@@ -173,7 +173,7 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
     if not np.all(np.isfinite(r.loss)):
         out["notes"].append(f"{_count(~np.isfinite(r.loss))} loss values are NaN/inf: drawn as gaps")
     if not r.n_heads:
-        out["undefined"][ENTROPY.name] = "a loss-only scan (--entropy none): no per-head entropy to show"
+        out["undefined"][ENTROPY.name] = "a loss-only scan (--record none): no per-head entropy to show"
         return out
     L, why = train_len_of(r.meta, train_len, item.source)
     for stat in r.stat_names:

@@ -486,7 +486,7 @@ def test_head_errors():
     with pytest.raises(EntropyLensError, match="layers \\[5\\] do not exist"):
         head_entropy_vs_scale(result, layers=[0, 5])
     pooled = make_result(np.ones(8), entropy=np.ones((2, 1, 8)), scales=scales.tolist(), reduction="mean")
-    with pytest.raises(EntropyLensError, match="--entropy heads"):
+    with pytest.raises(EntropyLensError, match="--record heads"):
         head_entropy_vs_scale(pooled)
 
 
@@ -769,7 +769,7 @@ def test_summary_shows_every_statistic_the_result_holds():
     loss_only = summary(make_result(np.arange(T, dtype=np.float32), entropy=np.zeros((2, 0, T)), train_len=L))
     rows = loss_only.splitlines()
     assert "nan" not in loss_only and all("not recorded" in row for row in rows[1:-1])
-    assert "--entropy none" in rows[-1] and "--entropy heads" in rows[-1]
+    assert "--record none" in rows[-1] and "--record heads" in rows[-1]
     assert float(rows[-2].split()[-1]) == pytest.approx(np.mean(np.arange(30, 40)))  # the loss as before
 
 

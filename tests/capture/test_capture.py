@@ -11,6 +11,7 @@ from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import parse_backend, parse_fused
 from entropy_lens.kernels import attention_entropy, native_available
 
 
@@ -530,6 +531,29 @@ def test_the_recorded_path_names_what_ran():
     assert set().union(*(paths for paths, _ in seen.values())) <= set(PATH_NAMES)
 
 
+def test_a_layer_run_is_a_record_of_named_fields(monkeypatch):
+    """A layer's route gives a `LayerRun` read by name (route, out (B, T, Hq, D), weights, rows), not
+    `((out, None), rows)`, and builds it from keywords only (issue 49)."""
+    from entropy_lens.capture import attention, paths
+
+    ran = []
+    monkeypatch.setattr(
+        attention, "run_path", lambda call, inputs: ran.append(paths.run_path(call, inputs)) or ran[-1]
+    )
+    model = make_tiny_model(n_heads=4, n_kv_heads=2)
+    ids = torch.randint(0, 300, (1, 12))
+    for fused in ("off", "on"):
+        with torch.no_grad(), EntropyRecorder(model, fused=fused):
+            model(ids)
+    assert {run.route.path for run in ran} == {"sdpa-then-entropy", CPU_FUSED}
+    for run in ran:
+        assert isinstance(run, paths.LayerRun) and run.weights is None
+        assert run.out.shape[:3] == (1, 12, 4) and run.rows["entropy"].shape == (1, 4, 12)
+        assert run.returned[0] is run.out and run.returned[1] is None
+    with pytest.raises(TypeError):
+        paths.LayerRun(ran[0].route, ran[0].out, None, ran[0].rows)
+
+
 def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
     """No mask, T > 1 and S > T (prefill into an empty static cache): sdpa keeps the first T keys,
     top-left causal; the recorded entropy must describe that same attention."""
@@ -599,7 +623,9 @@ def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> 
     for kind in MASK_KINDS:
         mask = masks[kind]
         session = Session(
-            on_stats=lambda layer, stats, offset: got.append(stats["entropy"]), backend=backend, fused=fused
+            on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
+            backend=parse_backend(backend),
+            fused=parse_fused(fused),
         )
         on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
         with torch.no_grad(), activate(session):

@@ -1,4 +1,4 @@
-"""The sharded attention (capture/context.py) in one process: P threads play the ranks, exchanging K and
+"""The sharded attention (capture/context_parallel.py) in one process: P threads play the ranks, exchanging K and
 V through `ThreadExchange`, the exchange's public seam (torchrun runs the same code with
 torch.distributed's all_gather: tests/runs/test_context_parallel.py). Every supported architecture's sharded
 forward equals its one-process forward: hidden states, and every row statistic where the recorder puts
@@ -134,7 +134,7 @@ def test_a_window_kept_in_the_mask_alone_is_refused():
     """A layer of a model that declares a sliding window but does not pass it to its attention function
     (its mask alone carries it, and the shards never read that mask) is refused, naming the family."""
     from entropy_lens.capture.call import Session
-    from entropy_lens.capture.context import sharded_attention
+    from entropy_lens.capture.context_parallel import sharded_attention
 
     model = build("mistral", SUPPORTED["mistral"][0])
     layer = model.model.layers[0].self_attn
@@ -153,13 +153,13 @@ def test_a_window_kept_in_the_mask_alone_is_refused():
 def test_sdpa_rows_in_blocks_with_grouped_keys_equal_one_process(monkeypatch, padding):
     """The sharded sdpa output (`bottom_right_sdpa`) in blocks of a few rows (MASK_BUDGET), a GQA layer's
     grouped K and V given to sdpa as they are (CPU), with and without key padding."""
-    from entropy_lens.capture import context
+    from entropy_lens.capture import context_parallel
 
     model = build("llama", SUPPORTED["llama"][0])  # GQA
     attention = model.model.layers[0].self_attn
     assert attention.config.num_key_value_heads < attention.config.num_attention_heads
     ids, mask = ids_and_mask(padding, T=21, pad=4)
     mask = None if padding == "none" else mask
-    monkeypatch.setattr(context, "MASK_BUDGET", 40)  # 1 to 3 rows of up to 21 keys per block
+    monkeypatch.setattr(context_parallel, "MASK_BUDGET", 40)  # 1 to 3 rows of up to 21 keys per block
     sharded = sharded_forward(model, ids, 2, mask, fused="off")
     assert_same(sharded, one_process(model, ids, mask, fused="off"), mask)

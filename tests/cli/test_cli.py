@@ -3,6 +3,7 @@
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -140,6 +141,22 @@ def test_record_is_the_entropy_reduction_flag_and_the_old_entropy_flag_still_wor
     words = command_words(ScanConfig(model="m", length=8, entropy="mean"))
     assert words == ["m", "--len", "8", "--record", "mean"]
     assert ScanConfig(model="m", length=8, entropy="none").cache_key()["entropy"] == "none"
+
+
+def test_messages_and_docs_name_record_not_the_old_entropy_flag():
+    """Errors and docs say --record heads|mean|none; --entropy appears only where the alias is declared and
+    where the docs note the old name (issue 49)."""
+    root = Path(__file__).parent.parent
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in [*(root / "entropy_lens").rglob("*.py"), *(root / "docs").rglob("*.md")]
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "--entropy" in line
+        and 'aliases=("--entropy",)' not in line
+        and "old name" not in line
+        and "was `--entropy`" not in line
+    ]
+    assert not found, found
 
 
 def test_flags_are_generated_from_the_settings_with_their_defaults():

@@ -308,3 +308,15 @@ def test_window_is_validated():
             attention_entropy(q, k, softmax_scale=0.3, window=bad)
     with pytest.raises(ValueError, match="causal=True"):
         attention_entropy(q, k, softmax_scale=0.3, causal=False, window=4)
+
+
+def test_the_extra_statistics_fold_takes_its_state_by_name():
+    """torch_chunked's fold of the extra accumulators takes the tile and the state by keyword, not as
+    twelve positional values (issue 49)."""
+    import inspect
+
+    from entropy_lens.kernels import torch_chunked
+
+    params = inspect.signature(torch_chunked._update_extra).parameters.values()
+    assert [p.name for p in params if p.kind is not p.KEYWORD_ONLY] == ["ext", "s"]
+    assert len(params) <= 6

@@ -13,6 +13,7 @@ import torch
 from every_statistic import every_statistic
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import parse_backend, parse_fused
 from entropy_lens.kernels import (
     BACKENDS,
     ScoreMods,
@@ -42,7 +43,7 @@ def _inputs(D=8, Dv=8):
 def _routes(backend, fused, extras=False, fusable=True):
     q, k, v = _inputs()
     mods = ScoreMods.build(q, k, softcap=30.0 if extras else None)
-    layer = plan(backend, fused, q, k, v, mods, fusable=fusable)
+    layer = plan(parse_backend(backend), parse_fused(fused), q, k, v, mods, fusable=fusable)
     as_pair = lambda r: None if r is None else (r.path, r.kernel)
     return as_pair(layer.separate), as_pair(layer.fused), as_pair(layer.fixed)
 

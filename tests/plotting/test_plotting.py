@@ -91,7 +91,7 @@ def test_entropy_loss_raw_loss_and_errors():
         entropy_loss([("A", a)], colors=["r", "g"])
     with pytest.raises(EntropyLensError, match="exceeds"):
         entropy_loss([("A", a)], length=500)
-    with pytest.raises(EntropyLensError, match="--entropy none"):
+    with pytest.raises(EntropyLensError, match="--record none"):
         entropy_loss([("A", result(H=0))])
     with pytest.raises(EntropyLensError, match="at least one"):
         entropy_loss([])
@@ -119,7 +119,7 @@ def test_head_lines_errors(kw, match):
 
 
 def test_head_lines_need_per_head_entropy():
-    with pytest.raises(EntropyLensError, match="--entropy heads"):
+    with pytest.raises(EntropyLensError, match="--record heads"):
         head_lines(result(H=1, reduction="mean"), 0)
 
 

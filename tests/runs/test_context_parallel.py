@@ -1,4 +1,4 @@
-"""`--context-parallel`: each sequence sharded over torchrun's processes (capture/context.py,
+"""`--context-parallel`: each sequence sharded over torchrun's processes (capture/context_parallel.py,
 runs/context_parallel.py) equals the one-process scan to float rounding, over the model kinds the scan
 takes: NoPE, RoPE with GQA, ALiBi (BLOOM), a sliding-window layer, sinks (gpt-oss), per-head scales and a
 schedule, both attention paths, loss-only scans; with 2 and 3 gloo processes (3: uneven chunks) at

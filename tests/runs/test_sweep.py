@@ -1,4 +1,4 @@
-"""`sweep` and `--entropy` reductions on a tiny random model: files, index, resume, bad input."""
+"""`sweep` and `--record` reductions on a tiny random model: files, index, resume, bad input."""
 
 from __future__ import annotations
 

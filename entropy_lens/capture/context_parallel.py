@@ -88,8 +88,9 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
             out = bottom_right_sdpa(part, inputs)
             record(part, SDPA)
         else:
-            route, (out, rows_stats) = run_path(part, inputs)
-            record(part, route.path, route, inputs, rows_stats)
+            ran = run_path(part, inputs)
+            record(part, ran.route.path, ran.route, inputs, ran.rows)
+            out = ran.returned
         outs.append(out[0])
     return torch.cat(outs, dim=1), None
 
