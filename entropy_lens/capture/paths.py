@@ -13,8 +13,9 @@ output and the statistics; PyTorch's flash backward takes the output and the ker
 unless `--fused off`, a --backend other than auto/native/torch_chunked, dropout, or what
 `kernels.train.train_refusal` names keeps today's route: the model's output with autograd and a
 separate no-grad statistics pass: "sdpa-then-entropy" where sdpa computes the scores, else
-"eager-then-entropy" (softcap, sinks: the model's own eager attention) or "sdpa-alibi-mask-then-entropy"
-(ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
+"eager-then-entropy" (softcap, sinks: the model's own eager attention), "own-then-entropy" (BLOOM at the
+model's own scale: its layer's own attention code, so the step's numbers are the unwatched step's bit for
+bit) or "sdpa-alibi-mask-then-entropy" (ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
 statistics of the attention without it.
 """
 
@@ -53,6 +54,7 @@ EAGER_THEN_ENTROPY = "eager-then-entropy"  # softcap, sinks: the model's eager a
 ALIBI_THEN_ENTROPY = (
     "sdpa-alibi-mask-then-entropy"  # ALiBi, a key bias: sdpa's float mask + a statistics pass
 )
+OWN_THEN_ENTROPY = "own-then-entropy"  # BLOOM, unscaled: its layer's own attention code + a statistics pass
 PATH_NAMES = (
     SDPA_THEN_ENTROPY,
     TRITON_FUSED,
@@ -64,6 +66,7 @@ PATH_NAMES = (
     FUSED_TRAIN,
     EAGER_THEN_ENTROPY,
     ALIBI_THEN_ENTROPY,
+    OWN_THEN_ENTROPY,
 )
 
 
@@ -124,7 +127,17 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     if mods.sdpa_computes:
         return None  # layer_plan's separate route: sdpa's output with autograd, then the statistics
     kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods)
+    if own_output_applies(call):
+        return Route(OWN_THEN_ENTROPY, kernel, kernel_mods)
     return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
+
+
+def own_output_applies(call: LayerCall) -> bool:
+    """Whether the layer's own attention code (`call.own_output`: BLOOM's) makes a training step's output:
+    where the session changes no score (no scale, no schedule) and the layer holds its whole sequence."""
+    session = call.session
+    plain = call.scale is None and session.schedule is None and session.context is None
+    return call.own_output is not None and plain
 
 
 def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> tuple:
@@ -137,7 +150,10 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> tuple:
         kw = {"kernel": route.kernel, "stats": stats, "first_keys": session.first_keys}
         rows = attention_train(q, k, v, call.output_scaling, route.mods, **kw)
         return (rows.out, None), rows
-    out = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
+    if route.path == OWN_THEN_ENTROPY:
+        out = call.own_output()
+    else:
+        out = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     kw = {"stats": stats, "first_keys": session.first_keys}
