@@ -4,6 +4,7 @@ the committed cache."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -198,6 +199,8 @@ def test_the_watched_training_reruns_the_recipe_and_is_cached(text_file, tmp_pat
     assert again.used == [cache / name]
     other = train_tiny(TinyRecipe(**{**recipe.__dict__, "seed": 1}), tmp_path / "o", progress=False)
     assert again._watched_training("RoPE", str(other))[0] is None
+    unwatched = Runs(dataclasses.replace(config, watch_training=False), tmp_path / "none", progress=False)
+    assert unwatched._watched_training("NoPE", str(model)) == (None, None)  # not rerun, not missing
     foreign = tmp_path / "foreign"  # a model folder without train-tiny's training.json
     foreign.mkdir()
     (foreign / "config.json").write_text("{}")

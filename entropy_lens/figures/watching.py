@@ -14,6 +14,7 @@
 Each is found by a versioned cache key: the run's own key (the recipe; the search's `cache_key()`), the
 statistics, how often, and WATCH_VERSION. Under `cached_only` a missing history is left out of the
 figure (its README words say which file is missing) rather than refused: a training rerun takes ~30 min.
+With the setting `watch_training: false` no training is rerun (the cache's histories are still drawn).
 """
 
 from __future__ import annotations
@@ -156,6 +157,8 @@ class WatchedRuns:
         recipe = TinyRecipe(**record["recipe"]).pretraining()
         path = watch_path(self.cache, "watch", training_key(recipe))
         if not path.is_file():
+            if not self.config.watch_training:
+                return None, None
             if self.cached_only:
                 return None, path.name
             self._train_watched(recipe, path)
