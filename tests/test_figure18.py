@@ -142,10 +142,14 @@ def test_the_words_are_the_histories_numbers():
     )
 
 
-def test_the_builder_draws_a_row_per_watched_run_and_the_search():
+def test_the_builder_draws_a_row_per_watched_run_and_the_search(tmp_path):
     config = SimpleNamespace(seed=0)
     today = SimpleNamespace(entropy=np.repeat(planted_entropy()[-1][..., None], 3, 2), length=64, meta={})
-    data = SimpleNamespace(watched=_watched(), long=64, L=16, long_heads=today)
+    searched = tmp_path / "heads.safetensors"
+    searched.with_name("heads.safetensors.json").write_text('{"scales": [[1.0, 1.4], [1.2, 1.8]]}')
+    data = SimpleNamespace(
+        watched=_watched(), long=64, L=16, long_heads=today, head_scales=SimpleNamespace(file=str(searched))
+    )
     drawn = item("figure-18").draw(data, config)
     assert drawn.figure.axes[0].get_ylabel() == "entropy (bits)" and len(drawn.figure.axes) == 6
     assert len(drawn.figure.axes[0].get_lines()) == 4  # a line per head
@@ -153,7 +157,8 @@ def test_the_builder_draws_a_row_per_watched_run_and_the_search():
         "layer 0 (2 heads)",
         "layer 1 (2 heads)",
     ]
-    assert "filled, the search's last step" in drawn.caption and len(drawn.numbers) == 3 + 3 + 2 + 2
+    assert "filled, the search's last step" in drawn.caption and len(drawn.numbers) == 3 + 3 + 2 + 1 + 2
+    assert "found the λ(h) of the figures' own search (heads.safetensors) bit for bit" in drawn.numbers[8]
     alone = SimpleNamespace(watched=_watched(search=False, missing_rope=True), long=64, L=16)
     drawn = item("figure-18").draw(alone, config)
     assert len(drawn.figure.axes) == 2 and "bottom right" not in drawn.caption

@@ -27,7 +27,14 @@ from entropy_lens.figures.registry import Drawn, figure
 from entropy_lens.figures.watching import SEARCH_EVERY, TRAIN_EVERY, Watched, WatchedRun
 from entropy_lens.plotting import TAB10, palette_colors, stat_by_step
 
-__all__ = ["correlation_numbers", "head_words", "loss_words", "watched_numbers", "watched_training"]
+__all__ = [
+    "correlation_numbers",
+    "head_words",
+    "loss_words",
+    "same_scales_words",
+    "watched_numbers",
+    "watched_training",
+]
 
 LN2 = float(np.log(2))
 
@@ -131,6 +138,21 @@ def correlation_numbers(w: Watched, today, *, seed: int = 0) -> list[str]:
     ]
 
 
+def same_scales_words(w: Watched, searched_file: str) -> str:
+    """Whether the watched search found the figures' own λ(h) (the monitor changes no number)."""
+    import json
+    from pathlib import Path
+
+    theirs = np.asarray(json.loads(Path(searched_file + ".json").read_text())["scales"], dtype=np.float64)
+    name = Path(searched_file).name
+    if np.array_equal(w.search_scales, theirs):
+        return f"the watched search found the λ(h) of the figures' own search ({name}) bit for bit"
+    return (
+        f"the watched search's λ(h) differ from the figures' own search's ({name}) by at most "
+        f"{np.abs(w.search_scales - theirs).max():.3g}"
+    )
+
+
 def watched_numbers(w: Watched) -> list[str]:
     """The README's bullets of Figure 18 from the histories alone (not the correlation)."""
     lines = []
@@ -214,7 +236,7 @@ def watched_training(data: FigureData, c: FiguresConfig) -> Drawn:
         ax.set_title(f"λ(h) search at {data.long} ({data.long // data.L}L)", fontsize="medium")
         today = data.long_heads
         _converged(w, today, axes[-1, 1])
-        numbers += correlation_numbers(w, today, seed=c.seed)
+        numbers += [same_scales_words(w, data.head_scales.file), *correlation_numbers(w, today, seed=c.seed)]
     fig.tight_layout()
     caption = (
         "Attention watched while it trains: one line per head, coloured by its layer. Rows: the embedded "
@@ -249,7 +271,7 @@ def _converged(w: Watched, today, ax) -> None:
     ax.set_ylabel("converged entropy (bits)")
     ax.set_title("entropy vs λ(h)", fontsize="medium")
     handles = [
-        Line2D([], [], marker="o", ls="", color="0.3", label="search's last step"),
+        Line2D([], [], marker="o", ls="", color="0.3", label="search's last step (colour: layer)"),
         Line2D([], [], marker="o", ls="", mfc="none", color="0.3", label="Figure 5 (scan, last position)"),
         Line2D([], [], color="0.6", lw=0.8, ls=":", label="clamp (focus bound)"),
     ]
