@@ -149,7 +149,8 @@ def same_scales_words(w: Watched, searched_file: str) -> str:
         return f"the watched search found the λ(h) of the figures' own search ({name}) bit for bit"
     return (
         f"the watched search's λ(h) differ from the figures' own search's ({name}) by at most "
-        f"{np.abs(w.search_scales - theirs).max():.3g}"
+        f"{np.abs(w.search_scales - theirs).max():.3g} (the monitor changes no number: a rerun's own rounding, as "
+        "on another thread count); the scatter uses the watched search's"
     )
 
 
