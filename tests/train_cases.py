@@ -8,7 +8,8 @@ import torch
 
 # the families whose scores flash's backward cannot take, and the route they keep
 OWN_ATTENTION = {"gemma2": "eager-then-entropy", "gpt_oss": "eager-then-entropy"}
-ALIBI = {name: "sdpa-alibi-mask-then-entropy" for name in ("bloom", "mpt", "falcon (alibi=True)")}
+ALIBI = {name: "sdpa-alibi-mask-then-entropy" for name in ("mpt", "falcon (alibi=True)")}
+ALIBI["bloom"] = "own-then-entropy"  # its layers hand over their own attention code's output
 # where transformers' sdpa is not the model's own attention (it drops the softcap), the reference is eager
 EAGER_REFERENCE = {"gemma2"}
 FLOAT32_ONLY = {"gpt_oss"}  # its experts' grouped matmul takes no float64

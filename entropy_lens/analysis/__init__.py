@@ -34,7 +34,7 @@ from entropy_lens.analysis.fit import (
     yarn_scale,
 )
 from entropy_lens.analysis.head_stats import HeadStatistics, head_statistics, position_spans, stat_display
-from entropy_lens.analysis.heads import HeadScaleTable, head_entropy_vs_scale
+from entropy_lens.analysis.heads import HeadScaleTable, converged_entropy_vs_scale, head_entropy_vs_scale
 from entropy_lens.analysis.inflection import (
     Inflection,
     InflectionAgreement,
@@ -64,6 +64,7 @@ __all__ = [
     "alibi_prior_entropy",
     "best_scale_per_position",
     "best_uniform_scale",
+    "converged_entropy_vs_scale",
     "find_inflection",
     "fit_scale_curve",
     "grid_edge_problem",

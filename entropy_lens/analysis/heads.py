@@ -25,7 +25,7 @@ from entropy_lens.analysis.correlation import undefined_because
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
 
-__all__ = ["HeadScaleTable", "head_entropy_vs_scale"]
+__all__ = ["HeadScaleTable", "converged_entropy_vs_scale", "head_entropy_vs_scale"]
 
 
 @dataclass
@@ -83,6 +83,28 @@ def head_entropy_vs_scale(
         if not -T <= at < T:
             raise EntropyLensError(f"at={at} is outside the scan's {T} positions; pass -{T} <= at < {T}")
         converged = result.entropy[:, :, at].astype(np.float64)
+    table = converged_entropy_vs_scale(converged, scales, layers=layers, lower_bound=lower_bound)
+    return HeadScaleTable(
+        table=table.table,
+        correlations=table.correlations,
+        at=None if tail is not None else at,
+        tail=tail,
+    )
+
+
+def converged_entropy_vs_scale(
+    converged, scales, *, layers=None, lower_bound: float | None = None
+) -> HeadScaleTable:
+    """`head_entropy_vs_scale` from a converged entropy already taken: `converged` (layers, heads) nats
+    (one position of a scan, or a search's last step: Figure 18) against `scales` (layers, heads)."""
+    converged = np.asarray(converged, dtype=np.float64)
+    scales = np.asarray(scales, dtype=np.float64)
+    if converged.ndim != 2 or scales.shape != converged.shape:
+        raise EntropyLensError(
+            f"scales have shape {scales.shape} but the entropy {converged.shape}; pass the head scales "
+            "of the model whose entropy this is, (layers, heads) each"
+        )
+    n_layers, n_heads = converged.shape
     chosen = list(range(n_layers)) if layers is None else [int(layer) for layer in layers]
     bad = [layer for layer in chosen if not 0 <= layer < n_layers]
     if bad:
@@ -119,8 +141,8 @@ def head_entropy_vs_scale(
     return HeadScaleTable(
         table=table,
         correlations=pd.DataFrame(rows, columns=columns),
-        at=None if tail is not None else at,
-        tail=tail,
+        at=None,
+        tail=None,
     )
 
 

@@ -138,6 +138,9 @@ class LayerCall:
     # how the separate route makes the output: None is `paths.sdpa(call)`; a sharded layer passes
     # `context.bottom_right_sdpa(call, inputs)`, its queries being the last of longer keys
     sdpa_output: Callable[[LayerCall, LayerInputs], tuple] | None = None
+    # the layer's output as its own code computes it, (out (B, T, Hq, Dv), None): BLOOM's routed layers
+    # pass it (capture/own_attention.py) so that a training step can keep it bit for bit
+    own_output: Callable[[], tuple] | None = None
 
     @property
     def capturing(self) -> bool:
@@ -163,6 +166,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     sinks = kwargs.pop("sinks", None) if sinks is None else sinks
     softcap = kwargs.pop("softcap", None)
     alibi_slopes, key_bias = kwargs.pop("alibi_slopes", None), kwargs.pop("key_bias", None)
+    own_output = kwargs.pop("own_output", None)
     extras = ScoreMods.build(
         query, key, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, key_bias=key_bias
     )
@@ -194,6 +198,7 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
         output_scaling=output_scaling,
         extras=extras,
         eager_extras={k: v for k, v in (("softcap", softcap), ("s_aux", sinks)) if v is not None},
+        own_output=own_output,
     )
 
 

@@ -18,6 +18,10 @@ projection, BLOOM's tensor-parallel slices and residual), with the attention its
   linear in the distance) times 1/√d, as Falcon's sdpa path adds it; the torch paths take it. Falcon
   loaded with eager attention and alibi=True is refused (transformers adds its bias twice there).
 The session's scales multiply q·k, never the bias.
+BLOOM's layers also hand over their own attention code's output (`own_output`, `_bloom_context`: the
+model's ALiBi tensor by baddbmm, its additive mask, a float32 softmax, its dropout), which a training
+step at the model's own scale keeps (capture/paths.py's "own-then-entropy"): a monitored step's weights
+are then the unwatched step's bit for bit, where sdpa's float mask would round differently.
 
 `routed_attention` sets the replacement forward on each layer instance (never the class, never a
 transformers global) and deletes it on exit, errors included: the model is as it was.
@@ -69,6 +73,24 @@ def _bloom_slopes(layer, device) -> torch.Tensor:
     return alibi[:, 0, 1]  # slope · position 1
 
 
+def _bloom_context(layer, q, k, v, alibi, mask) -> tuple[torch.Tensor, None]:
+    """(out (B, T, Hq, D), None): BloomAttention.forward's own attention, op for op, for q, k, v
+    (B, Hq, T|S, D) and the model's alibi (B·Hq, 1, S) and mask (additive, or None)."""
+    B, H, T, D = q.shape
+    scores = alibi.baddbmm(
+        batch1=q.reshape(B * H, -1, D),
+        batch2=k.reshape(B * H, -1, D).transpose(-1, -2),
+        beta=layer.beta,
+        alpha=layer.inv_norm_factor,
+    )
+    weights = scores.view(B, H, T, -1)
+    if mask is not None:
+        weights = weights + mask
+    probs = layer.attention_dropout(F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype))
+    context = torch.bmm(probs.view(B * H, T, -1), v.reshape(B * H, -1, D))
+    return context.view(B, H, T, D).transpose(1, 2), None
+
+
 def _bloom_forward(
     self,
     hidden_states,
@@ -93,6 +115,7 @@ def _bloom_forward(
         scaling=self.inv_norm_factor,
         dropout=self.attention_dropout.p,
         alibi_slopes=slopes,
+        own_output=lambda: _bloom_context(self, q, k, v, alibi, attention_mask),
     )
     if self.pretraining_tp > 1 and self.slow_but_exact:
         slices = self.hidden_size / self.pretraining_tp

@@ -14,8 +14,9 @@ kernel's log-sum-exp), unless `--fused off`, a --backend other than auto/native/
 auto/triton), dropout, or what
 `kernels.train.train_form` names keeps today's route: the model's output with autograd and a
 separate no-grad statistics pass: "sdpa-then-entropy" where sdpa computes the scores, else
-"eager-then-entropy" (softcap, sinks: the model's own eager attention) or "sdpa-alibi-mask-then-entropy"
-(ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
+"eager-then-entropy" (softcap, sinks: the model's own eager attention), "own-then-entropy" (BLOOM at the
+model's own scale: its layer's own attention code, so the step's numbers are the unwatched step's bit for
+bit) or "sdpa-alibi-mask-then-entropy" (ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
 statistics of the attention without it.
 """
 
@@ -56,6 +57,7 @@ EAGER_THEN_ENTROPY = "eager-then-entropy"  # softcap, sinks: the model's eager a
 ALIBI_THEN_ENTROPY = (
     "sdpa-alibi-mask-then-entropy"  # ALiBi, a key bias: sdpa's float mask + a statistics pass
 )
+OWN_THEN_ENTROPY = "own-then-entropy"  # BLOOM, unscaled: its layer's own attention code + a statistics pass
 PATH_NAMES = (
     SDPA_THEN_ENTROPY,
     TRITON_FUSED,
@@ -67,6 +69,7 @@ PATH_NAMES = (
     FUSED_TRAIN,
     EAGER_THEN_ENTROPY,
     ALIBI_THEN_ENTROPY,
+    OWN_THEN_ENTROPY,
 )
 
 
@@ -150,7 +153,17 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     if mods.sdpa_computes:
         return None  # layer_plan's separate route: sdpa's output with autograd, then the statistics
     kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods)
+    if own_output_applies(call):
+        return Route(OWN_THEN_ENTROPY, kernel, kernel_mods)
     return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
+
+
+def own_output_applies(call: LayerCall) -> bool:
+    """Whether the layer's own attention code (`call.own_output`: BLOOM's) makes a training step's output:
+    where the session changes no score (no scale, no schedule) and the layer holds its whole sequence."""
+    session = call.session
+    plain = call.scale is None and session.schedule is None and session.context is None
+    return call.own_output is not None and plain
 
 
 def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
@@ -163,7 +176,10 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
         kw = {"kernel": route.kernel, "stats": stats, "first_keys": session.first_keys}
         rows = attention_train(q, k, v, call.output_scaling, route.mods, **kw)
         return LayerRun(route=route, out=rows.out, weights=None, rows=rows)
-    out, weights = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
+    if route.path == OWN_THEN_ENTROPY:
+        out, weights = call.own_output()
+    else:
+        out, weights = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     kw = {"stats": stats, "first_keys": session.first_keys}

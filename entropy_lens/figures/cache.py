@@ -217,15 +217,9 @@ class RunCache:
         self.metas.extend(done.meta)
         return done
 
-    def search(
-        self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
-    ) -> str:
-        from entropy_lens.runs.head_search import (
-            HeadSearchConfig,
-            read_head_scales,
-            save_head_scales,
-            search_head_scales,
-        )
+    def search_config(self, model: str, length: int, init: float, lower_bound: float = 1.0):
+        """The HeadSearchConfig of the figures' λ(h) search of `model` at `length` from `init`."""
+        from entropy_lens.runs.head_search import HeadSearchConfig
 
         c = self.config
         config = HeadSearchConfig(
@@ -244,6 +238,14 @@ class RunCache:
         )
         if config.init < config.lower_bound:  # s* below the focus bound: start where the clamp would put it
             config = dataclasses.replace(config, init=config.lower_bound)
+        return config
+
+    def search(
+        self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
+    ) -> str:
+        from entropy_lens.runs.head_search import read_head_scales, save_head_scales, search_head_scales
+
+        config = self.search_config(model, length, init, lower_bound)
         if record:  # the init the figures' own search at this length started from
             self.inits[length] = config.init
         path = self._path("heads", config, ".safetensors")

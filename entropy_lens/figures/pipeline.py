@@ -45,11 +45,12 @@ from entropy_lens.figures.record import (
     Schedules,
     SweepFit,
 )
+from entropy_lens.figures.watching import WatchedRuns
 
 __all__ = ["CACHE", "FiguresConfig", "Runs", "compute_time", "figure_data", "make_figures"]
 
 
-class Runs(RunCache):
+class Runs(WatchedRuns, RunCache):
     """The scans, sweep and search behind the figures (each cached: figures/cache.py), composed into the
     parts of the figures' record, each part when the record first reads it."""
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # types only: the record is filled by the runs, which import 
     import numpy as np
 
     from entropy_lens.analysis import ScaleFit, StatCurves, Sweep, UniformChoice, WindowPPL
+    from entropy_lens.figures.watching import Watched
     from entropy_lens.results import ScanResult
 
 __all__ = [
@@ -361,6 +362,12 @@ class FigureData:
     def beyond(self) -> BeyondEntropy:
         """Figure 17."""
         return self.runs.beyond(self.fit_len, self.uniform.scale)
+
+    @cached_property
+    def watched(self) -> Watched:
+        """Figure 18: the embedded models' pretraining and the λ(h) search at `long`, watched
+        (figures/watching.py)."""
+        return self.runs.watched(self.long, self.uniform.scale, searched=self.config.head_scales is None)
 
 
 # the record's fields, in the order they are declared (`compute` summarises them all)

@@ -34,6 +34,7 @@ from entropy_lens.plotting.style import (
     paper_style,
     upper_bound_bits,
 )
+from entropy_lens.plotting.trajectories import stat_by_step
 
 __all__ = [
     "ALIBI",
@@ -68,6 +69,7 @@ __all__ = [
     "perplexity_by_length",
     "scale_vs_entropy",
     "stat_by_position",
+    "stat_by_step",
     "stat_label",
     "upper_bound_bits",
 ]

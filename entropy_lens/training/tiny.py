@@ -82,7 +82,7 @@ def train_tiny(
     from entropy_lens.training.watch import check_monitor
 
     recipe.check()
-    check_monitor(monitor, kind=recipe.kind)  # before any work
+    check_monitor(monitor)  # before any work
     bad = [n for n in snapshots if not 0 < n < recipe.total_steps]
     if bad:
         raise EntropyLensError(

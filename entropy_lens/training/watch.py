@@ -3,8 +3,9 @@ saved as `<out>/attention-history.npz` (monitor/history.py's file; its steps are
 
 Watching changes no number of the run: the monitor records through the model's own sdpa output and
 gradients (`fused="off"`: the statistics in a no-grad pass of their own), so the weights are bit-identical
-with and without it (tests/monitor/test_monitor_runs.py). ALiBi (BLOOM blocks) is refused: capture recomputes its
-attention through sdpa's float mask, which rounds differently from BLOOM's own.
+with and without it (tests/monitor/test_monitor_runs.py). ALiBi (BLOOM blocks) keeps its layers' own attention
+code for the output too (capture/paths.py's "own-then-entropy"), not sdpa's float mask, which rounds
+differently from BLOOM's own.
 
 Resuming: every checkpoint also writes the history so far to `<out>.partial/attention-history.npz`; a
 resumed run continues it, so the finished history has every step of the whole run. A run resumed with
@@ -29,15 +30,10 @@ __all__ = ["HISTORY", "Watch", "check_monitor", "joined"]
 HISTORY = "attention-history.npz"
 
 
-def check_monitor(settings: MonitorSettings | None, *, kind: str | None = None) -> tuple[str, ...]:
+def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
     """--monitor's statistics, checked before any work (empty: no monitor); EntropyLensError in one line."""
     if settings is None or not settings.stats:
         return ()
-    if kind == "alibi":
-        raise EntropyLensError(
-            "--monitor cannot watch --kind alibi: capture recomputes BLOOM's ALiBi attention through sdpa's "
-            "float mask, which would change the trained weights in their last bits; leave --monitor out"
-        )
     try:
         return check_monitor_stats(settings.stats)
     except EntropyLensError as err:

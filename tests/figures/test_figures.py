@@ -32,6 +32,7 @@ MINIMAL = {
     "passkey_depths": 2,
     "passkey_keys": 1,
     "real": None,  # Figure 17's SmolLM2 row at 16K is minutes a window on 2 cores: drawn without it
+    "watch_training": False,  # Figure 18's pretraining reruns: ~30 min each; the watched search is drawn
 }
 
 
