@@ -22,7 +22,7 @@ from entropy_lens.figures.registry import item
 from entropy_lens.figures.watching import Watched, WatchedRun
 from entropy_lens.monitor import History
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 RUNS = ROOT / "figures" / "runs"
 STEPS = np.arange(10, 210, 10)  # 20 records
 

@@ -119,7 +119,8 @@ def test_figure17_alone_reads_only_its_runs_and_rewrites_only_its_section(tmp_pa
     committed = (ROOT / "figures" / "README.md").read_text(encoding="utf-8")
     # another section changed by hand, Figure 17's emptied: the one is kept, the other redrawn
     edited = committed.replace("## Figure 3\n", "## Figure 3\n\nkept by hand\n")
-    start, end = edited.index("## Figure 17\n"), edited.index("## Table 2\n")
+    start = edited.index("## Figure 17\n")
+    end = edited.index("\n## ", start) + 1  # the next section
     (out / "README.md").write_text(edited[:start] + "## Figure 17\n\n" + edited[end:], encoding="utf-8")
     written = make_figures(FiguresConfig(), out, cache=cache, progress=False, cached_only=True, only=["17"])
     assert sorted(p.name for p in written) == ["README.md", "figure-17.pdf", "figure-17.png"]
