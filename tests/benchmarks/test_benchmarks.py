@@ -122,6 +122,7 @@ def test_host_sums_benchmark_writes_its_table(tmp_path):
     assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)
 
 
+@pytest.mark.slow  # a whole child run (42-74 s on 2 cores)
 def test_stats_benchmark_times_a_layer_and_measures_the_sums_per_statistic(tmp_path, benchmark_script):
     """At a toy size: every layer mode (where the native kernel builds), every memory set, each set's sums
     the entropy's plus one sum and its square per statistic, and the benchmarks page's table made from the JSON."""

@@ -102,6 +102,7 @@ def _compare(tmp_path, model: str, lengths: tuple[int, ...], variant: dict):
     return results
 
 
+@pytest.mark.slow  # a whole child run (42-74 s on 2 cores)
 def test_eval_accuracy_equals_the_passkey_command(tmp_path):
     results = _compare(tmp_path, "tiny-nope", (128,), {})
     assert results["results"]["entropy_lens_passkey_128"]["exact_match,none"] > 0  # the task is solved here

@@ -17,6 +17,10 @@ kernel_static = pytest.importorskip("kernel_static")
 
 from entropy_lens.kernels.triton_entropy import autotune_configs
 
+# The grids below compile every variant x config (hundreds of ptxas runs, ~15 min on 2 cores): `slow`;
+# the inner loop keeps one compile of the default fused kernel (test_the_fused_kernel_compiles_for_h100).
+SLOW = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def _fp_fusion(monkeypatch):
@@ -50,6 +54,7 @@ VARIANTS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,dtype,fused,window,config", VARIANTS, ids=[variant_id(*v[:4], *v[4]) for v in VARIANTS]
 )
@@ -59,6 +64,7 @@ def test_every_autotune_config_compiles_without_spills(arch, dtype, fused, windo
     assert r["shared_fits"] and 0 < r["registers"] <= 255 and r["blocks_per_sm"] >= 1, r
 
 
+@SLOW
 @pytest.mark.parametrize(
     "dtype,fused,causal,padding,head_dim",
     [
@@ -84,6 +90,7 @@ EXTRAS_VARIANTS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,dtype,fused,window,config",
     EXTRAS_VARIANTS,
@@ -109,6 +116,7 @@ ALIBI_VARIANTS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,dtype,fused,window,extras,config",
     ALIBI_VARIANTS,
@@ -121,6 +129,7 @@ def test_alibi_compiles_without_spills(arch, dtype, fused, window, extras, confi
     )
 
 
+@SLOW
 @pytest.mark.parametrize("arch", [80, 90])
 @pytest.mark.parametrize("config", autotune_configs(True, False, alibi=True))
 def test_non_causal_alibi_compiles_without_spills(arch, config):
@@ -151,6 +160,7 @@ STATS_VARIANTS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,dtype,fused,window,extras,config",
     STATS_VARIANTS,
@@ -189,6 +199,7 @@ STATS_OTHERS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,dtype,fused,name,config",
     STATS_OTHERS,
@@ -217,6 +228,7 @@ PADDED_STATS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,fused,config",
     PADDED_STATS,
@@ -245,6 +257,7 @@ TRAIN_VARIANTS = [
 ]
 
 
+@SLOW
 @pytest.mark.parametrize(
     "arch,dtype,window,head_dim,config",
     TRAIN_VARIANTS,
@@ -269,3 +282,10 @@ def test_the_training_forward_compiles_without_spills(arch, dtype, window, head_
     use = kernel_static.resource_usage(compiled)
     assert use["spill_bytes"] == 0 and use["stack_bytes"] <= TRAIN_STACK_BYTES[head_dim], use
     assert 0 < use["registers"] <= 255, use
+
+
+def test_the_fused_kernel_compiles_for_h100():
+    """One compile of the default fused kernel (bf16, sm_90, its first autotune config) in the inner loop:
+    the GPU code path builds without a GPU; the grids above (slow) cover every variant and config."""
+    config = autotune_configs(True, False, False)[0]
+    assert_no_spills(90, "bf16", config, with_output=True)
