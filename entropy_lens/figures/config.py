@@ -140,8 +140,8 @@ class FiguresConfig(Checked):
         1, cli=False, at_least=1, at_most=MAX_TOKENS, help="K of Figure 17's first-key mass (keys j < K)"
     )
     stat_bins: int = _count(256, "bins of positions Figure 17's runs are kept in")
-    # Figure 18: rerun each embedded model's pretraining (its training.json's recipe, ~30 min each on one
-    # thread) with the monitor; false: only the λ(h) search is watched (the cache's histories still drawn)
+    # Figure 18: rerun each embedded model's pretraining (its training.json's recipe) with the monitor;
+    # false: only the λ(h) search is watched (the cache's histories are still drawn)
     watch_training: bool = True
     search_steps: int = _count(200, "steps of the λ(h) search")
     search_lr: float = setting(0.1, cli=False, above=0, help="learning rate of the λ(h) search")

@@ -1,4 +1,4 @@
-"""The paper's training, watched: Figure 18 (issue 50), not a figure of the paper. The embedded NoPE,
+"""The paper's training, watched: Figure 18, not a figure of the paper. The embedded NoPE,
 RoPE and ALiBi models' pretraining rerun with the attention monitor (per-head entropy and max logit
 every 10th step), and the λ(h) search watched every step; the entropy-vs-λ(h) correlation of Figures 5
 and 14 also from the search's own converged entropy (its last step's).

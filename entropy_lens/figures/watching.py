@@ -13,7 +13,7 @@
 
 Each is found by a versioned cache key: the run's own key (the recipe; the search's `cache_key()`), the
 statistics, how often, and WATCH_VERSION. Under `cached_only` a missing history is left out of the
-figure (its README words say which file is missing) rather than refused: a training rerun takes ~30 min.
+figure (its README words say which file is missing) rather than refused: a training rerun is long (docs/internals/layout.md).
 With the setting `watch_training: false` no training is rerun (the cache's histories are still drawn).
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.monitor import History, load_history
+from entropy_lens.results.history import History, load_history
 
 __all__ = [
     "KINDS",
