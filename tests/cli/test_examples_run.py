@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_examples import PAGES, ROOT, _page_examples
+from test_examples import PAGES, ROOT, page_examples
 
 from entropy_lens.cli import main
 
@@ -115,11 +115,11 @@ def _written(args: list[str]) -> list[str]:
     return [args[args.index("--out") + 1]] if "--out" in args else []
 
 
-RUN_PAGES = [p.relative_to(ROOT).as_posix() for p in PAGES if _page_examples(p)]
+RUN_PAGES = [p.relative_to(ROOT).as_posix() for p in PAGES if page_examples(p)]
 
 
 def test_every_parse_only_pattern_names_an_example():
-    examples = [cmd for page in PAGES for cmd in _page_examples(page)]
+    examples = [cmd for page in PAGES for cmd in page_examples(page)]
     for pattern, why in PARSE_ONLY:
         assert any(re.search(pattern, cmd) for cmd in examples), f"no example matches {pattern!r} ({why})"
 
@@ -133,7 +133,7 @@ def test_every_example_that_is_run_can_run_here():
     from entropy_lens.models.bundled import BUNDLED_MODELS
 
     for page in PAGES:
-        for cmd in _page_examples(page):
+        for cmd in page_examples(page):
             if parse_only_reason(cmd):
                 continue
             words = shlex.split(cmd)
@@ -183,7 +183,7 @@ def test_the_pages_examples_run(page, tmp_path, monkeypatch, capsys):
     for source, target in PREPARE_COPY.get(page, []):
         shutil.copy(source, target)
     ran, written = 0, set()
-    for cmd in _page_examples(ROOT / page):
+    for cmd in page_examples(ROOT / page):
         if parse_only_reason(cmd):
             continue
         args = small(cmd)
@@ -198,4 +198,4 @@ def test_the_pages_examples_run(page, tmp_path, monkeypatch, capsys):
             assert Path(out).exists(), f"{page}: {shlex.join(args)} did not write {out}"
             written.add(out)
         ran += 1
-    assert ran or all(parse_only_reason(c) for c in _page_examples(ROOT / page))
+    assert ran or all(parse_only_reason(c) for c in page_examples(ROOT / page))
