@@ -46,17 +46,17 @@ def _help_examples() -> list[str]:
     return [cmd for p in sub.choices.values() for cmd in _commands(p.epilog or "")]
 
 
-def _page_examples(page: Path) -> list[str]:
+def page_examples(page: Path) -> list[str]:
     blocks = re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.DOTALL)
     return [cmd for block in blocks for cmd in _commands(block)]
 
 
 def _readme_examples() -> list[str]:
-    return _page_examples(README)
+    return page_examples(README)
 
 
 def _docs_examples() -> list[str]:
-    return [cmd for page in PAGES[1:] for cmd in _page_examples(page)]
+    return [cmd for page in PAGES[1:] for cmd in page_examples(page)]
 
 
 EXAMPLES = sorted(set(_help_examples()) | set(_readme_examples()) | set(_docs_examples()))
@@ -70,10 +70,10 @@ def test_examples_were_found():
 
 def test_every_guide_with_a_command_block_is_read():
     """The guides are where the examples moved: each page's bash blocks are among the examples."""
-    pages = [p.relative_to(ROOT).as_posix() for p in PAGES if _page_examples(p)]
+    pages = [p.relative_to(ROOT).as_posix() for p in PAGES if page_examples(p)]
     for page in ("README.md", "docs/guides/scanning.md", "docs/guides/passkey.md", "docs/guides/sweeps.md"):
         assert page in pages, page
-    assert set(_page_examples(ROOT / "docs" / "guides" / "passkey.md")) <= set(EXAMPLES)
+    assert set(page_examples(ROOT / "docs" / "guides" / "passkey.md")) <= set(EXAMPLES)
 
 
 def test_a_passkey_example_with_head_scales_follows_the_command_that_writes_them():
@@ -81,7 +81,7 @@ def test_a_passkey_example_with_head_scales_follows_the_command_that_writes_them
     `search-heads --out F` on the same page (or the README)."""
     for page in PAGES:
         written = set()
-        for cmd in _page_examples(page):
+        for cmd in page_examples(page):
             words = shlex.split(cmd)
             if words[1] == "search-heads" and "--out" in words:
                 written.add(words[words.index("--out") + 1])
