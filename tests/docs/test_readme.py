@@ -1,0 +1,55 @@
+"""The README's Python quick starts run as written, on the embedded tiny NoPE model: the scan and the
+recorder block as they stand, the monitor block inside a loop of a few optimizer steps (the names it
+leaves to the reader, `model`, `batches` and `optimizer`, given here)."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def _blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+def test_the_readme_has_its_two_python_quick_starts():
+    blocks = _blocks()
+    assert len(blocks) == 2
+    assert "scan(ScanConfig(" in blocks[0] and "AttentionMonitor(" in blocks[1]
+
+
+@pytest.mark.slow
+def test_the_python_quick_start_runs_as_written():
+    namespace: dict = {}
+    exec(compile(_blocks()[0], "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    result, rows = namespace["result"], namespace["rows"]
+    layers, heads = result.entropy.shape[:2]
+    assert result.entropy.shape == (layers, heads, 512) and np.isfinite(result.mean_entropy).all()
+    assert namespace["rec"].mean("max_prob").shape[:2] == (layers, heads)
+    assert set(rows) >= {"entropy", "distance"} and rows["entropy"].shape == (1, 4, 256)
+
+
+@pytest.mark.slow
+def test_the_monitor_quick_start_runs_in_a_training_loop():
+    from entropy_lens import load_model
+
+    torch.manual_seed(0)
+    loaded = load_model("tiny-nope")
+    model = loaded.model.train()
+    ids = torch.randint(0, model.config.vocab_size, (2, 32))
+    batches = [{"input_ids": ids, "labels": ids}] * 21
+    namespace = {
+        "model": model,
+        "batches": batches,
+        "optimizer": torch.optim.SGD(model.parameters(), lr=1e-3),
+    }
+    exec(compile(_blocks()[1], "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    mon = namespace["mon"]
+    assert mon.history.steps.tolist() == [10, 20]  # every=10: the 10th and the 20th forward recorded
+    latest = mon.latest()["max_logit"]
+    assert latest.shape == (model.config.num_hidden_layers, model.config.num_attention_heads)
+    assert np.isfinite(latest).all() and "attention/max_logit/layer_0/max" in mon.scalars()
