@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from entropy_lens.statistics import ENTROPY, MAX_LOGIT
+
 __all__ = [
     "COLLAPSE_NATS",
     "SHARPEN_RATIO",
@@ -60,7 +62,7 @@ def head_trajectories(steps, entropy) -> pd.DataFrame:
     "broadens", "holds") and step (the verdict's step; -1 for those without one), as the module
     docstring defines them. `steps` (n,), `entropy` (n, layers, heads) nats."""
     steps, entropy = np.asarray(steps), np.asarray(entropy, dtype=np.float64)
-    _check(steps, entropy, "entropy")
+    _check(steps, entropy, ENTROPY.name)
     rows = []
     for layer in range(entropy.shape[1]):
         for head in range(entropy.shape[2]):
@@ -98,7 +100,7 @@ class LogitGrowth:
 def logit_growth(steps, max_logit) -> LogitGrowth:
     """How `max_logit` (n, layers, heads) grew over `steps` (n,)."""
     steps, values = np.asarray(steps), np.asarray(max_logit, dtype=np.float64)
-    _check(steps, values, "max_logit")
+    _check(steps, values, MAX_LOGIT.name)
     record, layer, head = np.unravel_index(values.argmax(), values.shape)
     last = values[-1]
     final_head = np.unravel_index(last.argmax(), last.shape)
