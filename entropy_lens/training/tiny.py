@@ -24,8 +24,8 @@ starts from a
 fresh optimiser, `init_from=FOLDER` (a finished run of `recipe.pretraining()`) runs only the phase and
 gives the whole run's model (bit-identical with the same torch and thread count).
 
-Resuming: every `checkpoint_every` steps the model, optimiser and step are saved to
-`<out>.partial/checkpoint.pt` (tensors and plain data only, read with `weights_only=True`:
+Resuming: every `checkpoint_every` steps, and on Ctrl-C or SIGTERM after the last whole step (never
+mid-update), the model, optimiser and step are saved to `<out>.partial/checkpoint.pt` (tensors and plain data only, read with `weights_only=True`:
 training/checkpoint.py); `resume=True` continues from there. The finished folder is
 written under `<out>.partial/` and renamed to `<out>` at the end, so `<out>` is either complete
 or absent.
@@ -40,6 +40,7 @@ training.json beside the weights: the recipe, the loss log, wall time (runs/trai
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -196,8 +197,23 @@ def _train(
         enabled=progress,
         desc=f"train tiny-{recipe.kind}, threads {torch.get_num_threads()}",
     )
+
+    def save(at: int) -> None:
+        """The checkpoint after step `at` (the last whole one); the history first: a kill between the two
+        leaves records past the checkpoint (dropped on resume), never a gap."""
+        if at >= recipe.total_steps or at == start:
+            return  # finished (the folder is written next), or no step since the run (re)started
+        state = {"recipe": dataclasses.asdict(recipe), "step": at, "log": log, "wall_s": elapsed}
+        watch.save(work / HISTORY)
+        write_checkpoint(
+            {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path
+        )
+
     t0 = time.perf_counter()
-    with watch:
+    # `done`: the steps whose update (weights, optimiser, log) is whole; `updating` is True from the
+    # weights' change until `done` says so, so an interrupt there is not saved (the last checkpoint stands)
+    done, updating, elapsed = start, False, prior_s
+    with watch, _checkpoint_on_interrupt(lambda: None if updating else done, save):
         for step in range(start, recipe.total_steps):
             if step == recipe.steps:  # the passkey phase starts from a fresh optimiser
                 optimizer = new_optimizer()
@@ -210,11 +226,15 @@ def _train(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            value = loss.detach().item()
+            updating = True
             optimizer.step()
-            elapsed, value = prior_s + time.perf_counter() - t0, loss.detach().item()
+            elapsed = prior_s + time.perf_counter() - t0
             log.append(
                 {"step": step + 1, "loss": value, "lr": lr_at(recipe, step), "wall_s": round(elapsed, 2)}
             )
+            done = step + 1
+            updating = False  # an interrupt between these two lines is not saved: still exact
             rate = (step + 1 - start) * recipe.tokens_per_step / max(elapsed - prior_s, 1e-9)
             bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
             bar.update()
@@ -223,18 +243,7 @@ def _train(
                     model, tokenizer, work / f"step-{step + 1}", _facts(recipe, description, model, log)
                 )
             if (step + 1) % checkpoint_every == 0 and step + 1 < recipe.total_steps:
-                state = {
-                    "recipe": dataclasses.asdict(recipe),
-                    "step": step + 1,
-                    "log": log,
-                    "wall_s": elapsed,
-                }
-                # the history first: a kill between the two leaves records past the checkpoint (dropped
-                # on resume), never a gap
-                watch.save(work / HISTORY)
-                write_checkpoint(
-                    {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path
-                )
+                save(step + 1)
     bar.close()
 
     model.eval()
@@ -304,3 +313,17 @@ def _save_folder(model, tokenizer, folder: Path, facts: dict) -> None:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / TRAINING_RECORD).write_text(json.dumps(facts, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def _checkpoint_on_interrupt(whole_step, save):
+    """Ctrl-C or SIGTERM (cli turns it into a KeyboardInterrupt) inside the block: save the checkpoint of
+    `whole_step()` (the last step whose update is whole; None: mid-update, the last checkpoint stands),
+    then let the interrupt go on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        at = whole_step()
+        if at is not None:
+            save(at)
+        raise

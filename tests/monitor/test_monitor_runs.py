@@ -69,10 +69,10 @@ def test_train_tiny_resumed_history_continues_the_interrupted_one(text_file, tmp
         train_tiny(micro(text_file), tmp_path / "w", progress=False, monitor=ENTROPY) / HISTORY
     )
     real = data_module.random_windows
-    monkeypatch.setattr(data_module, "random_windows", crash_at(3))  # after the checkpoint of step 2
+    monkeypatch.setattr(data_module, "random_windows", crash_at(3))  # interrupted after step 3
     with pytest.raises(KeyboardInterrupt):
         train_tiny(micro(text_file), tmp_path / "r", progress=False, checkpoint_every=2, monitor=ENTROPY)
-    assert load_history(tmp_path / "r.partial" / HISTORY).steps.tolist() == [1, 2]
+    assert load_history(tmp_path / "r.partial" / HISTORY).steps.tolist() == [1, 2, 3]  # saved on interrupt
     monkeypatch.setattr(data_module, "random_windows", real)
     with pytest.raises(EntropyLensError, match="monitored entropy every 1 steps; pass its --monitor"):
         train_tiny(
@@ -93,8 +93,8 @@ def test_train_tiny_history_restarts_when_the_interrupted_run_kept_none(
         train_tiny(micro(text_file), tmp_path / "r", progress=False, checkpoint_every=2)
     monkeypatch.setattr(data_module, "random_windows", real)
     out = train_tiny(micro(text_file), tmp_path / "r", progress=True, monitor=ENTROPY)
-    assert "kept no attention history; --monitor's history starts at step 3" in capsys.readouterr().out
-    assert load_history(out / HISTORY).steps.tolist() == [3, 4]
+    assert "kept no attention history; --monitor's history starts at step 4" in capsys.readouterr().out
+    assert load_history(out / HISTORY).steps.tolist() == [4]  # the interrupt saved steps 1-3
 
 
 def test_train_tiny_monitor_refusals(text_file, tmp_path):

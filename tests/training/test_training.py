@@ -200,7 +200,7 @@ def test_snapshot_is_the_run_at_that_step(tmp_path, text_file, monkeypatch):
     assert load_model(str(snap)).train_len == recipe.train_len
 
     real_windows = data_module.random_windows
-    monkeypatch.setattr(data_module, "random_windows", crash_at(4))
+    monkeypatch.setattr(data_module, "random_windows", crash_at(3))
     with pytest.raises(KeyboardInterrupt):
         train_tiny(recipe, tmp_path / "b", progress=False, checkpoint_every=3, snapshots=(3,))
     state = torch.load(tmp_path / "b.partial" / "checkpoint.pt", weights_only=True)
@@ -428,3 +428,25 @@ def test_the_passkey_phase_follows_pretraining_and_init_from_skips_it(tmp_path, 
         train_tiny(recipe, tmp_path / "bad", progress=False, init_from=base / "step-2")
     with pytest.raises(EntropyLensError, match="needs a --passkey-share"):
         dataclasses.replace(recipe, passkey_share=0.0).check()
+
+
+def test_an_interrupt_saves_the_last_whole_step_and_resume_is_exact(tmp_path, text_file, monkeypatch):
+    """Ctrl-C or SIGTERM (a KeyboardInterrupt) between checkpoints saves the steps done since the last one
+    (here none had been written: checkpoint_every=100), and the resumed run's weights and log are the
+    uninterrupted run's."""
+    from entropy_lens.training.checkpoint import read_checkpoint
+
+    recipe = micro(text_file)
+    whole = train_tiny(recipe, tmp_path / "a", progress=False)
+    real_windows = data_module.random_windows
+    monkeypatch.setattr(data_module, "random_windows", crash_at(5))
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny(recipe, tmp_path / "r", progress=False, checkpoint_every=100)
+    state = read_checkpoint(tmp_path / "r.partial" / "checkpoint.pt")
+    assert state["step"] == 5 and [e["step"] for e in state["log"]] == [1, 2, 3, 4, 5]
+    monkeypatch.setattr(data_module, "random_windows", real_windows)
+    resumed = train_tiny(recipe, tmp_path / "r", resume=True, progress=False)
+    a, b = weights(whole), weights(resumed)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    log = lambda folder: json.loads((folder / "training.json").read_text())["log"]
+    assert [e["loss"] for e in log(whole)] == [e["loss"] for e in log(resumed)]
