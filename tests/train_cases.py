@@ -57,3 +57,18 @@ def step_grads(model, ids, mask, context=None, scales=None):
 
 def max_error(grads, truth) -> float:
     return max((a.double() - b).abs().max().item() for a, b in zip(grads, truth, strict=True))
+
+
+def train_inputs(B, H, Hkv, T, S, D, *, per_head: bool, seed: int):
+    """q (B, H, T, D), k, v (B, Hkv, S, D) float64 from `seed`, and the per-head scales (H,): a ramp
+    0.2..0.6 where `per_head`, else 0.4 for every head; the generator, for what a test draws next."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(B, h, n, D, generator=g, dtype=torch.float64) for h, n in ((H, T), (Hkv, S), (Hkv, S))
+    )
+    scale = (
+        torch.linspace(0.2, 0.6, H, dtype=torch.float64)
+        if per_head
+        else torch.full((H,), 0.4, dtype=torch.float64)
+    )
+    return q, k, v, scale, g

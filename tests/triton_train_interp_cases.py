@@ -19,7 +19,7 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("needs TRITON_INTERPRET=1 (set before import) or a CUDA device", allow_module_level=True)
 
-from train_cases import allowed_keys, reference_attention, sdpa_attention
+from train_cases import allowed_keys, reference_attention, sdpa_attention, train_inputs
 
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.train import attention_train, log_sum_exp
@@ -144,15 +144,7 @@ def test_cuda_route_gradients_through_flash_backward(shape, dtype):
     """attention_train(kernel="triton") with the stand-in op: the output and every gradient (q, k, v and
     a trainable per-head scale) within twice plain sdpa's error in the same dtype, against float64."""
     B, H, Hkv, T, S, D, causal, window, per_head = shape
-    g = torch.Generator().manual_seed(sum(shape[:6]))
-    q, k, v = (
-        torch.randn(B, h, n, D, generator=g, dtype=torch.float64) for h, n in ((H, T), (Hkv, S), (Hkv, S))
-    )
-    scale = (
-        torch.linspace(0.2, 0.6, H, dtype=torch.float64)
-        if per_head
-        else torch.full((H,), 0.4, dtype=torch.float64)
-    )
+    q, k, v, scale, g = train_inputs(B, H, Hkv, T, S, D, per_head=per_head, seed=sum(shape[:6]))
     grad_out = torch.randn(B, T, H, D, generator=g, dtype=torch.float64)
 
     def grads(dtype, fn, device="cpu"):

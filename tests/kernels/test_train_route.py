@@ -26,6 +26,7 @@ from train_cases import (
     reference_attention,
     sdpa_attention,
     step_grads,
+    train_inputs,
 )
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession
@@ -58,15 +59,7 @@ def test_kernel_gradients_within_twice_plain_sdpa(kernel, shape, dtype):
     in the same dtype, against float64 (materialised)."""
     kernel = _kernel(kernel)
     B, H, Hkv, T, S, D, causal, pad, window, per_head = shape
-    g = torch.Generator().manual_seed(sum(shape[:6]))
-    q, k, v = (
-        torch.randn(B, h, n, D, generator=g, dtype=torch.float64) for h, n in ((H, T), (Hkv, S), (Hkv, S))
-    )
-    scale = (
-        torch.linspace(0.2, 0.6, H, dtype=torch.float64)
-        if per_head
-        else torch.full((H,), 0.4, dtype=torch.float64)
-    )
+    q, k, v, scale, g = train_inputs(B, H, Hkv, T, S, D, per_head=per_head, seed=sum(shape[:6]))
     keep = None
     if pad:
         keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
