@@ -50,3 +50,15 @@ def figures_made(tmp_path_factory):
     from test_figures import run_minimal
 
     return run_minimal(tmp_path_factory.mktemp("figures"))
+
+
+@pytest.fixture(scope="session")
+def text_file(tmp_path_factory):
+    """60 KB of Persuasion: enough for a 300-entry BPE and a few training steps (the micro train-tiny
+    recipes of tests/training, tests/monitor and tests/figures)."""
+    from entropy_lens.data import load_documents
+
+    docs, _ = load_documents("austen:persuasion")
+    path = tmp_path_factory.mktemp("text") / "persuasion-head.txt"
+    path.write_text(docs[0][:60_000])
+    return path

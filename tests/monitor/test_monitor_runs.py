@@ -12,7 +12,6 @@ from training_runs import crash_at, weights
 import entropy_lens.data as data_module
 from entropy_lens.capture import ScaleSession
 from entropy_lens.cli import main
-from entropy_lens.data import load_documents
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import AttentionMonitor, load_history
 from entropy_lens.runs.head_search import HeadSearchConfig, history_path, search_head_scales
@@ -21,14 +20,6 @@ from entropy_lens.training import TinyRecipe, train_tiny
 from entropy_lens.training.watch import HISTORY
 
 ENTROPY = MonitorSettings(monitor="entropy")
-
-
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    docs, _ = load_documents("austen:persuasion")
-    path = tmp_path_factory.mktemp("text") / "persuasion-head.txt"
-    path.write_text(docs[0][:60_000])
-    return path
 
 
 def micro(text_file, **overrides) -> TinyRecipe:

@@ -13,20 +13,10 @@ from training_runs import crash_at, weights
 
 import entropy_lens.data as data_module
 from entropy_lens.cli import main
-from entropy_lens.data import load_documents
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
 from entropy_lens.training import TinyRecipe, train_bpe, train_tiny
 from entropy_lens.training.recipe import lr_at
-
-
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    """60 KB of Persuasion: enough for a 300-entry BPE and a few training steps."""
-    docs, _ = load_documents("austen:persuasion")
-    path = tmp_path_factory.mktemp("text") / "persuasion-head.txt"
-    path.write_text(docs[0][:60_000])
-    return path
 
 
 def micro(text_file, **overrides) -> TinyRecipe:
