@@ -6,6 +6,9 @@ twelve float32 arrays, about 200 MB for SmolLM2 per head at 16K positions. Their
 [a, b) whose ends are multiples of `width` has exactly the mean the full file gives: a bin's value is
 the count-weighted mean of its positions (every position of a scan counts `samples` rows), so the mean
 over a span of whole bins is the mean over its positions.
+A maximum (max_logit) is binned the same way: a scan keeps each position's mean over its samples, so a
+bin holds the mean of its rows' max logits; the largest over rows, QK-clip's per-head quantity, is the
+scan summary's (`results.summary`, the table `entropy-lens scan` prints: the max over heads and positions).
 
     curves = StatCurves.of(result, width=64)   # every statistic of the scan, (layers, heads, bins)
     curves.save("x.npz"); StatCurves.load("x.npz")
