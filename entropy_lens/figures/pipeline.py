@@ -56,7 +56,7 @@ class Runs(WatchedRuns, RunCache):
 
     def compute_time(self) -> ComputeTime:
         """How long every run resolved so far took, as their results record it."""
-        return compute_time(self.metas, self.passkey_records, self.search_files)
+        return compute_time(self.metas, self.passkey_records, self.search_files, self.watched)
 
     def train_len(self) -> int:
         """L: the NoPE model's training length, set or declared by its checkpoint."""
@@ -301,10 +301,16 @@ def make_figures(
     return written
 
 
-def compute_time(metas: list[dict], passkey_records: list[dict], search_files: list[str]) -> ComputeTime:
+def compute_time(
+    metas: list[dict],
+    passkey_records: list[dict],
+    search_files: list[str],
+    watched: dict[str, dict] | None = None,
+) -> ComputeTime:
     """How long the runs took, from what their results record (so a rerun from the cache reports the
-    original runs, not the redraw): the `metas` of scans and sweep scales, the passkey records and the
-    head-scale searches' files, each distinct run once."""
+    original runs, not the redraw): the `metas` of scans and sweep scales, the passkey records, the
+    head-scale searches' files and Figure 18's `watched` reruns (cache file name -> {"wall_s",
+    "threads"} as its history records them), each distinct run once."""
     # one cached scan can serve two figures (Figure 1's scaled NoPE is one of Figure 2's family): once
     metas = list({json.dumps(m, sort_keys=True, default=str): m for m in metas}.values())
     seconds = sum(m.get("wall_time_s", 0.0) for m in metas)
@@ -319,6 +325,9 @@ def compute_time(metas: list[dict], passkey_records: list[dict], search_files: l
             unrecorded.append(f"the head-scale search at {record['config']['length']}")
         else:
             seconds += record["wall_s"]
-    threads = sorted({m["threads"] for m in metas if "threads" in m})
-    runs = len(metas) + len(dict.fromkeys(search_files))  # a passkey run counts once
+    watched = watched or {}
+    seconds += sum(w["wall_s"] for w in watched.values() if w.get("wall_s") is not None)
+    unrecorded += [f"the watched run {name}" for name, w in watched.items() if w.get("wall_s") is None]
+    threads = sorted({m["threads"] for m in [*metas, *watched.values()] if m.get("threads")})
+    runs = len(metas) + len(dict.fromkeys(search_files)) + len(watched)  # a passkey run counts once
     return ComputeTime(seconds=seconds, runs=runs, unrecorded=unrecorded, threads=threads)
