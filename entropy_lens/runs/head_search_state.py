@@ -75,7 +75,7 @@ class SearchCheckpoint:
         work, path = self.work, self.work / CHECKPOINT
         if work.exists() and not work.is_dir():
             raise EntropyLensError(
-                f"{work} is a file where search-heads keeps its checkpoint; move it away or pass another --out"
+                f"{work} is a file where search-heads keeps its checkpoint; move it or pass another --out"
             )
         if work.exists() and (force or not path.is_file()):
             if path.is_file():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -138,3 +139,59 @@ def test_cli_resumes_and_removes_the_checkpoint(tiny_dir, tmp_path, monkeypatch,
     assert out.is_file() and not checkpoint_folder(out).exists()
     resumed = out.read_bytes()
     assert main([*args, "--quiet"]) == 0 and out.read_bytes() == resumed  # the uninterrupted search's bytes
+
+
+SLOWED_CLI = """
+import sys, time
+from pathlib import Path
+import entropy_lens.runs.head_search as head_search
+from entropy_lens.cli import main
+real = head_search.random_windows
+def marked(stream, length, n, seed, step):
+    if step == 5:
+        Path(sys.argv[1]).touch()
+    if step >= 5:
+        time.sleep(0.2)
+    return real(stream, length, n, seed, step)
+head_search.random_windows = marked
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_the_last_whole_step_and_a_rerun_finishes_it_bit_for_bit(tiny_dir, tmp_path):
+    """A real SIGTERM (as a batch scheduler stops a job) through the CLI: exit 143, the checkpoint of the
+    last whole step (past the periodic one of step 4), no lock left; the same command then writes the
+    uninterrupted search's bytes."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    argv = ["search-heads", str(tiny_dir), "--len", "16", "--steps", "40", "--batch", "2", "--data", DATA]
+    argv += ["--init", "1.2", "--quiet"]
+    out, whole, marker = tmp_path / "hs.safetensors", tmp_path / "whole.safetensors", tmp_path / "step-5"
+    cli = [sys.executable, "-m", "entropy_lens", *argv]
+    subprocess.run([*cli, "--out", str(whole)], env=env, check=True, capture_output=True, timeout=600)
+    run = subprocess.Popen(
+        [sys.executable, "-c", SLOWED_CLI, str(marker), *argv, "--out", str(out)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # a few steps past the checkpoint of step 4 (every tenth of 40 steps)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 143 and "terminated (SIGTERM)" in err, err[-3000:]
+    step = state_at(out)["step"]
+    assert 5 <= step < 40 and not out.exists() and not Path(f"{out}.lock").exists()
+    rerun = subprocess.run(
+        [*cli, "--out", str(out)], check=False, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert out.read_bytes() == whole.read_bytes() and not checkpoint_folder(out).exists()
