@@ -18,6 +18,8 @@ SEARCH_EXAMPLES = """examples:
   entropy-lens search-heads tiny-nope --len 256 --monitor entropy --out hs/tiny-nope-256.safetensors
       # + hs/tiny-nope-256.history.npz: each head's entropy at every step of the search
   entropy-lens scan path/to/TinyLlama-NoPE-1.1B --len 8192 --head-scales hs/hs8k.safetensors
+
+Ctrl-C or SIGTERM keeps the last whole step in <out>.partial/; the same command resumes it exactly.
 """
 
 
@@ -26,7 +28,7 @@ def add_parsers(sub) -> None:
 
     s = sub.add_parser(
         "search-heads",
-        help="search per-head scales λ(h) with every weight frozen",
+        help="search per-head scales λ(h) with every weight frozen (an interrupted search resumes)",
         epilog=SEARCH_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,7 +60,14 @@ def add_parsers(sub) -> None:
             "(replaced as --out is); the scales are bit-identical without it"
         },
     )
-    add_settings(s, OutputSettings, ("quiet",))
+    add_settings(
+        s,
+        OutputSettings,
+        ("force", "quiet"),
+        helps={
+            "force": "discard an interrupted search's checkpoint (<out>.partial/) and search from the start"
+        },
+    )
     s.set_defaults(func=cmd_search_heads)
 
 
@@ -70,6 +79,7 @@ def cmd_search_heads(args) -> int:
         save_head_scales,
         search_head_scales,
     )
+    from entropy_lens.runs.head_search_state import discard_checkpoint
     from entropy_lens.runs.lock import OutputLock
     from entropy_lens.runs.output import check_file_target, save_or_rescue
 
@@ -94,8 +104,11 @@ def cmd_search_heads(args) -> int:
     config = config_from_args(HeadSearchConfig, args, init=init)
     config.check()
     with OutputLock(out):
-        result = search_head_scales(config, progress=not args.quiet, monitor=monitor)
+        result = search_head_scales(
+            config, progress=not args.quiet, monitor=monitor, out=out, force=args.force
+        )  # continues an interrupted search's <out>.partial/ (runs/head_search_state.py)
         save_or_rescue(out, lambda path: save_head_scales(result, path), what="head-scale search")
+        discard_checkpoint(out)
     sc = result.scales
     print(
         f"{sc.size} head scales: min {sc.min():.3f}, median {np.median(sc):.3f}, max {sc.max():.3f} "

@@ -20,6 +20,9 @@ every `monitor_every`-th step's forwards (step = the search's optimiser step) in
 (monitor/history.py's file). The search's own ScaleSession records them (monitor.AttentionMonitor's
 `recording`): the monitor's installation would replace the session that applies the trainable λ(h). It
 records through sdpa's own output (`fused="off"`), so the scales are bit-identical with and without it.
+
+Resuming: with `out`, Ctrl-C or SIGTERM (and every tenth of the steps) saves the last whole step in
+`<out>.partial/`; a rerun continues it, bit-identical to an uninterrupted search (head_search_state.py).
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ from entropy_lens.monitor import AttentionMonitor, History
 from entropy_lens.monitor.summary import check_monitor_stats
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.configs import HeadSearchConfig
+from entropy_lens.runs.head_search_state import SearchCheckpoint
 from entropy_lens.runs.output import check_file_target
+from entropy_lens.runs.resumable import checkpoint_on_interrupt, joined
 from entropy_lens.runs.scan import load_variant, variant_schedule
 from entropy_lens.settings import MonitorSettings
 
@@ -103,13 +108,23 @@ def check_monitor(monitor: MonitorSettings | None) -> tuple[str, ...]:
 
 
 def search_head_scales(
-    config: HeadSearchConfig, *, progress: bool = True, monitor: MonitorSettings | None = None
+    config: HeadSearchConfig,
+    *,
+    progress: bool = True,
+    monitor: MonitorSettings | None = None,
+    out: str | Path | None = None,
+    force: bool = False,
+    checkpoint_every: int | None = None,
 ) -> HeadSearchResult:
-    """Run the search; see the module docstring."""
+    """Run the search; see the module docstring. With `out` (where the caller saves the result), an
+    interrupted search's `<out>.partial/` is continued (`force`: discarded) and a new one is kept there
+    on Ctrl-C or SIGTERM and every `checkpoint_every` steps (default a tenth of the steps); remove it with
+    `discard_checkpoint(out)` once the outputs are written."""
     from entropy_lens.progress import progress_bar
 
     config.check()
     stats = check_monitor(monitor)
+    ckpt = SearchCheckpoint(out, config, force=force, progress=progress, every=checkpoint_every)
     device = resolve_device(config.device)
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     schedule = variant_schedule(config, lm)
@@ -129,40 +144,59 @@ def search_head_scales(
         model.train()  # HF checkpoints only in training mode; Llama has no dropout at inference settings
     scales = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
     opt = torch.optim.AdamW([scales], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    start, log, prior_s = ckpt.restore(scales, opt)
     mon = AttentionMonitor(model, stats=stats, every=monitor.monitor_every) if stats else None
+    prior = ckpt.prior_history(mon)
     recording = {"stats": mon.stats, "fused": "off"} if mon else {}  # sdpa's own output, bit for bit
-    log: list[dict] = []
     desc = f"search-heads {config.model}, threads {torch.get_num_threads()}"
-    bar = progress_bar(range(config.steps), enabled=progress, desc=desc)
+    bar = progress_bar(
+        range(start, config.steps), enabled=progress, desc=desc, initial=start, total=config.steps
+    )
+
+    def save(at: int) -> None:
+        history = joined(prior, mon.history) if mon else None
+        ckpt.save(at, scales=scales, optimizer=opt, log=log, wall_s=elapsed, history=history)
+
     t0 = time.perf_counter()
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(config, step)
-        ids = torch.from_numpy(random_windows(stream, config.length, config.batch, config.seed, step)).to(
-            device
-        )
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        if mon is not None:
-            mon.step = step + 1
-        with ScaleSession(model, scales=scales, schedule=schedule, **recording) as scaling:
-            for i in range(0, config.batch, config.micro_batch):
-                part = ids[i : i + config.micro_batch]
-                with mon.recording(scaling) if mon else contextlib.nullcontext():
-                    hidden = model.get_decoder()(input_ids=part[:, :-1], use_cache=False).last_hidden_state
-                loss = mean_nll(model, hidden, part[:, 1:], config.chunk) * (part.shape[0] / config.batch)
-                loss.backward()
-                total += loss.item()
-        opt.step()
-        with torch.no_grad():  # a 0 bound keeps the scale positive: λ(h) = 0 is no scale, as --scale 0
-            scales.clamp_(min=max(config.lower_bound, torch.finfo(torch.float32).tiny))
-        log.append({"step": step + 1, "loss": total, "lr": lr_at(config, step)})
-        rate = (step + 1) * config.batch * config.length / (time.perf_counter() - t0)
-        bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
+    # `done`: the steps whose update (scales, optimiser, log) is whole; `updating` is True from the
+    # scales' change until `done` says so, so an interrupt there is not saved (the last checkpoint stands)
+    done, updating, elapsed = start, False, prior_s
+    with checkpoint_on_interrupt(lambda: None if updating else done, save):
+        for step in bar:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(config, step)
+            ids = torch.from_numpy(random_windows(stream, config.length, config.batch, config.seed, step))
+            ids = ids.to(device)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            if mon is not None:
+                mon.step = step + 1
+            with ScaleSession(model, scales=scales, schedule=schedule, **recording) as scaling:
+                for i in range(0, config.batch, config.micro_batch):
+                    part = ids[i : i + config.micro_batch]
+                    with mon.recording(scaling) if mon else contextlib.nullcontext():
+                        hidden = model.get_decoder()(
+                            input_ids=part[:, :-1], use_cache=False
+                        ).last_hidden_state
+                    loss = mean_nll(model, hidden, part[:, 1:], config.chunk) * (part.shape[0] / config.batch)
+                    loss.backward()
+                    total += loss.item()
+            updating = True
+            opt.step()
+            with torch.no_grad():  # a 0 bound keeps the scale positive: λ(h) = 0 is no scale, as --scale 0
+                scales.clamp_(min=max(config.lower_bound, torch.finfo(torch.float32).tiny))
+            elapsed = prior_s + time.perf_counter() - t0
+            log.append({"step": step + 1, "loss": total, "lr": lr_at(config, step)})
+            done = step + 1
+            updating = False  # an interrupt between these two lines is not saved: still exact
+            rate = (step + 1 - start) * config.batch * config.length / max(elapsed - prior_s, 1e-9)
+            bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
+            if ckpt.due(step + 1):
+                save(step + 1)
     model.eval()
     found = scales.detach().double().cpu().numpy()
-    history = mon.history if mon else None
-    return HeadSearchResult(found, log, config, time.perf_counter() - t0, history)
+    history = joined(prior, mon.history) if mon else None
+    return HeadSearchResult(found, log, config, prior_s + time.perf_counter() - t0, history)
 
 
 def check_out(out: str | Path) -> Path:

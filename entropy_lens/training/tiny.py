@@ -40,7 +40,6 @@ training.json beside the weights: the recipe, the loss log, wall time (runs/trai
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import shutil
@@ -52,6 +51,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
+from entropy_lens.runs.resumable import checkpoint_on_interrupt
 from entropy_lens.runs.training_record import TRAINING_RECORD, read_training_record
 from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.batches import training_batch
@@ -213,7 +213,7 @@ def _train(
     # `done`: the steps whose update (weights, optimiser, log) is whole; `updating` is True from the
     # weights' change until `done` says so, so an interrupt there is not saved (the last checkpoint stands)
     done, updating, elapsed = start, False, prior_s
-    with watch, _checkpoint_on_interrupt(lambda: None if updating else done, save):
+    with watch, checkpoint_on_interrupt(lambda: None if updating else done, save):
         for step in range(start, recipe.total_steps):
             if step == recipe.steps:  # the passkey phase starts from a fresh optimiser
                 optimizer = new_optimizer()
@@ -313,17 +313,3 @@ def _save_folder(model, tokenizer, folder: Path, facts: dict) -> None:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / TRAINING_RECORD).write_text(json.dumps(facts, indent=1) + "\n")
-
-
-@contextlib.contextmanager
-def _checkpoint_on_interrupt(whole_step, save):
-    """Ctrl-C or SIGTERM (cli turns it into a KeyboardInterrupt) inside the block: save the checkpoint of
-    `whole_step()` (the last step whose update is whole; None: mid-update, the last checkpoint stands),
-    then let the interrupt go on."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        at = whole_step()
-        if at is not None:
-            save(at)
-        raise

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.monitor import AttentionMonitor, History, load_history
+from entropy_lens.monitor import AttentionMonitor
 from entropy_lens.monitor.summary import check_monitor_stats
+from entropy_lens.runs.resumable import joined, prior_history
 from entropy_lens.settings import MonitorSettings
 
-__all__ = ["HISTORY", "Watch", "check_monitor", "joined"]
+__all__ = ["HISTORY", "Watch", "check_monitor"]
 
 HISTORY = "attention-history.npz"
 
@@ -38,19 +37,6 @@ def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
         return check_monitor_stats(settings.stats)
     except EntropyLensError as err:
         raise EntropyLensError(f"--monitor {settings.monitor}: {err}") from None
-
-
-def joined(prior: History | None, later: History) -> History:
-    """`prior`'s records (an interrupted run's) followed by `later`'s, under `later`'s meta."""
-    if prior is None or not len(prior):
-        return later
-    return History(
-        steps=np.concatenate([prior.steps, later.steps]),
-        forwards=np.concatenate([prior.forwards, later.forwards]),
-        rows=np.concatenate([prior.rows, later.rows]),
-        values={s: np.concatenate([prior.values[s], later.values[s]]) for s in later.stats},
-        meta=later.meta,
-    )
 
 
 class Watch:
@@ -71,37 +57,13 @@ class Watch:
         self.monitor = (
             AttentionMonitor(model, stats=stats, every=settings.monitor_every, fused="off") if stats else None
         )
-        self.prior = self._prior(work / HISTORY, start, progress) if stats and resumed else None
+        self.prior = (
+            prior_history(work / HISTORY, self.monitor, start, progress=progress)
+            if stats and resumed
+            else None
+        )
         if stats and start and not resumed and progress:  # --init-from: the passkey phase only
             print(f"entropy-lens: --monitor's history starts at step {start + 1} (--init-from)", flush=True)
-
-    def _prior(self, path: Path, start: int, progress: bool) -> History | None:
-        """The interrupted run's history (steps up to `start`), or None when there is none to continue."""
-        if not start:
-            return None
-        if not path.is_file():
-            if progress:
-                print(
-                    f"entropy-lens: the interrupted run kept no attention history; --monitor's history starts "
-                    f"at step {start + 1}",
-                    flush=True,
-                )
-            return None
-        prior = load_history(path)
-        mon = self.monitor
-        if list(prior.stats) != list(mon.stats) or prior.meta.get("every") != mon.every:
-            raise EntropyLensError(
-                f"the interrupted run monitored {','.join(prior.stats)} every {prior.meta.get('every')} steps; "
-                "pass its --monitor and --monitor-every to finish it, or --force to start over"
-            )
-        keep = prior.steps <= start
-        return History(
-            prior.steps[keep],
-            prior.forwards[keep],
-            prior.rows[keep],
-            {s: v[keep] for s, v in prior.values.items()},
-            prior.meta,
-        )
 
     def __enter__(self):
         if self.monitor is not None:
