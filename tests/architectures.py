@@ -1,11 +1,12 @@
 """The architectures the tests build, and the references they are held to (shared by
-test_architectures, test_passkey, test_schedule and test_figures; pytest puts tests/ on sys.path, so they
-import it as `architectures`).
+test_architectures, test_passkey, test_schedule, test_figures, test_train_route and test_context_threads;
+pytest puts tests/ on sys.path, so they import it as `architectures`).
 
 Each architecture is built from its config with random weights (initializer_range 0.5, so attention is far
 from uniform), in float32. `eager_probabilities` is the model's own eager `output_attentions` (the
 reference the capture is held to), `eager` the float64 entropy from it (a sink, where the model has one,
-counted as one more outcome) and `mean_by_position` that entropy placed as the recorder places it.
+counted as one more outcome) and `mean_by_position` that entropy placed as the recorder places it;
+`ids_and_mask` gives the token ids and the padding (none, left, right) they run with.
 `python tests/capture/test_architectures.py` prints the table of supported architectures (docs/guides/architectures.md) from the lists
 below.
 """
@@ -112,6 +113,21 @@ def build(model_type: str, overrides: dict, seed: int = 0):
     nested = "text_config" in overrides  # a multimodal wrapper: COMMON describes its language model
     config = AutoConfig.for_model(model_type, **(overrides if nested else {**COMMON, **overrides}))
     return AutoModelForCausalLM.from_config(config).float().eval()
+
+
+def ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
+    """(B, T) token ids from seed 1 and their attention mask: None for "none", else row 0 with `pad`
+    padded tokens on the "left" or the "right" (row 1 unpadded)."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, COMMON["vocab_size"], (B, T), generator=g)
+    if padding == "none":
+        return ids, None
+    mask = torch.ones(B, T, dtype=torch.long)
+    if padding == "left":
+        mask[0, :pad] = 0
+    else:
+        mask[0, T - pad :] = 0
+    return ids, mask
 
 
 def falcon_alibi_reference(model, ids, mask):

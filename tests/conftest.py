@@ -45,9 +45,9 @@ def benchmark_script():
 
 @pytest.fixture(scope="session")
 def figures_made(tmp_path_factory):
-    """The figures pipeline at test_figures.MINIMAL, run once per session (test_figures.py's tests and
+    """The figures pipeline at figure_cases.MINIMAL, run once per session (test_figures.py's tests and
     notebook 02's read its out/ and cache/): (root, exit code)."""
-    from test_figures import run_minimal
+    from figure_cases import run_minimal
 
     return run_minimal(tmp_path_factory.mktemp("figures"))
 

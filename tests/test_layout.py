@@ -171,7 +171,8 @@ def _sibling_imports(path: Path):
 @pytest.mark.parametrize("path", TESTS, ids=lambda p: p.name)
 def test_no_test_module_takes_another_ones_private_names(path):
     """What two test modules share lives under a public name, best in a helper module (tests/tiny.py,
-    tests/architectures.py, tests/view_inputs.py), never as a test module's underscored name."""
+    tests/architectures.py, tests/view_inputs.py, tests/sweeps.py, ...), never as a test module's
+    underscored name."""
     private = sorted({f"{m}.{n}" for m, n in _sibling_imports(path) if n.startswith("_")})
     assert not private, (
         f"{path.name} imports private {private}: make it public in a helper module under tests/"
@@ -188,6 +189,35 @@ def test_the_check_sees_test_imports(tmp_path):
     assert {("test_kernels", "_x"), ("test_kernels", "y"), ("test_capture", "_z")} <= set(
         _sibling_imports(fake)
     )
+
+
+TESTS_DIR = Path(__file__).parent
+
+
+def _off_the_path(path: Path) -> list[str]:
+    """The modules `path` imports from tests/ that do not lie in tests/ itself (the one folder pytest puts
+    on sys.path), as "module.name"."""
+    return sorted({f"{m}.{n}" for m, n in _sibling_imports(path) if not (TESTS_DIR / f"{m}.py").exists()})
+
+
+def test_test_modules_share_through_builders_in_tests(pytestconfig):
+    """pytest puts tests/ alone on sys.path (pyproject's `pythonpath`): what test modules share lives in a
+    builder module there (tiny.py, architectures.py, kernel_cases.py, capture_cases.py, cli_cases.py,
+    figure_cases.py, sweeps.py, view_inputs.py, ...), never in a test module of a subfolder, which would
+    need its folder on the path too (issue 49)."""
+    assert [Path(p).resolve() for p in pytestconfig.getini("pythonpath")] == [TESTS_DIR.resolve()]
+    found = {str(p.relative_to(TESTS_DIR)): names for p in TESTS if (names := _off_the_path(p))}
+    assert not found, f"move these into a builder module in tests/: {found}"
+
+
+def test_the_check_sees_a_test_module_imported(tmp_path):
+    """A name taken from a subfolder's test module is found, one from a builder is not (else the test
+    above would pass on anything)."""
+    fake = tmp_path / "test_fake.py"
+    fake.write_text(
+        "from test_capture import CPU_FUSED\nfrom tiny import make_tiny_model\n", encoding="utf-8"
+    )
+    assert _off_the_path(fake) == ["test_capture.CPU_FUSED"]
 
 
 def _module_name(path: Path) -> str:

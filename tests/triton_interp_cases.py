@@ -19,6 +19,7 @@ pytest.importorskip("triton")
 if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
     pytest.skip("needs TRITON_INTERPRET=1 (set before import) or a CUDA device", allow_module_level=True)
 
+from capture_cases import CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
 from kernel_cases import (
     EXTRAS,
     definition,
@@ -32,7 +33,6 @@ from kernel_cases import (
     on_device,
     reference_output,
 )
-from test_capture import CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
 
 from entropy_lens.kernels import (
     ROW_STATS,

@@ -10,9 +10,14 @@ The per-position sd over samples is 0.01 nats (entropy_sq), one sample per posit
 per-head statistics are known: max_prob = c + 0.1·[i ≥ L] (head (0, 0) also jumps by 0.3 at 1.5L),
 collision_entropy = b + k·ln(i + 1) nats, distance = a·i tokens, first_mass and sink_mass constant,
 varentropy = 1 + 0.01·h nats².
+
+`page_data(page)` reads back the data a view page carries (its `entropy-lens-data` script element).
 """
 
 from __future__ import annotations
+
+import json
+import re
 
 import numpy as np
 
@@ -144,3 +149,11 @@ def monitored_history(path, *, steps: int = 6, every: int = 1, stats=HISTORY_STA
             optimizer.zero_grad()
     mon.save(path)
     return mon.history
+
+
+def page_data(page) -> dict:
+    """The JSON the view's page carries (`page.html`'s `entropy-lens-data` script element), parsed."""
+    text = re.search(
+        r'<script type="application/json" id="entropy-lens-data">(.*?)</script>', page.html, re.DOTALL
+    )
+    return json.loads(text.group(1))

@@ -5,7 +5,7 @@
     python tools/survey_architectures.py llama                      # into a new temporary folder, printed
 
 Each model type runs in a child process of its own (address space capped, timeout), which builds a
-tiny random model (tools/survey_configs.py: tests/capture/test_architectures.py's COMMON, its per-architecture
+tiny random model (tools/survey_configs.py: tests/architectures.py's COMMON, its per-architecture
 overrides where it has them, and a few generic shrinks), and classifies it:
 
   BUILD    the tiny config/model could not be built
@@ -36,7 +36,7 @@ from pathlib import Path
 from survey_configs import build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"  # capture/test_architectures.py: the tested configs, the eager reference
+TESTS = ROOT / "tests"  # architectures.py: the tested configs, the eager reference
 MEM_BYTES = int(os.environ.get("SURVEY_MEM_GB", "6")) * 1024**3
 TIMEOUT = int(os.environ.get("SURVEY_TIMEOUT", "60"))
 PADDINGS = ("none", "left", "right")
@@ -54,12 +54,12 @@ def child(model_type: str) -> dict:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (MEM_BYTES, MEM_BYTES))
-    sys.path[:0] = [str(TESTS), str(TESTS / "capture")]  # the builders; test_architectures.py
+    sys.path.insert(0, str(TESTS))  # the builders: tests/architectures.py
     import numpy as np
     import torch
 
     torch.set_num_threads(1)
-    import test_architectures as ta
+    import architectures as ta
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -1,13 +1,13 @@
 """Tiny configs for the architecture survey (tools/survey_architectures.py): for any causal-LM model
 type of the installed transformers, the config arguments to try, in order (`attempts`: the tested
-overrides of tests/capture/test_architectures.py where it has them, a few per-architecture extras, and generic
+overrides of tests/architectures.py where it has them, a few per-architecture extras, and generic
 shrinks of the type's default config), and the first tiny model among them that builds and runs its own
-forward (`build_tiny`). Needs tests/ and tests/capture/ on sys.path (test_architectures: COMMON, SUPPORTED).
+forward (`build_tiny`). Needs tests/ on sys.path (architectures: COMMON, SUPPORTED).
 """
 
 from __future__ import annotations
 
-# Small per-architecture overrides (beyond test_architectures' SUPPORTED ones).
+# Small per-architecture overrides (beyond architectures' SUPPORTED ones).
 EXTRA = {
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4},
     "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4},
@@ -112,7 +112,7 @@ def _generic(default) -> dict:
 
 def attempts(model_type: str):
     """Config kwargs to try, in order."""
-    import test_architectures as ta
+    import architectures as ta
     from transformers import AutoConfig
 
     base = {**ta.COMMON}

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from sweeps import make_result, quadratic_sweep, save_sweep, uniform
 
 from entropy_lens.analysis import (
     Sweep,
@@ -27,85 +28,7 @@ from entropy_lens.analysis import (
     yarn_scale,
 )
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results import REQUIRED_META, ScanResult, write_sweep_index
-
-
-def make_result(
-    loss,
-    *,
-    entropy=None,
-    scale=1.0,
-    scales=None,
-    model="tiny",
-    data="emma",
-    train_len=64,
-    config_hash="abc123",
-    reduction="heads",
-):
-    """A ScanResult with every required meta key; entropy defaults to one (layer, head) of zeros."""
-    loss = np.asarray(loss, dtype=np.float32)
-    T = loss.shape[0]
-    entropy = np.zeros((1, 1, T), np.float32) if entropy is None else np.asarray(entropy, np.float32)
-    n_layers, n_heads = entropy.shape[:2]
-    if scales is None:
-        scales = np.full((n_layers, max(n_heads, 1)), scale).tolist()
-    meta = dict.fromkeys(REQUIRED_META, "x")
-    meta.update(
-        schema_version=1,
-        model=model,
-        config_hash=config_hash,
-        nope=True,
-        head_dim=16,
-        scales=scales,
-        data=data,
-        seed=0,
-        samples=1,
-        length=T,
-        train_len=train_len,
-        entropy_reduction=reduction,
-        wall_time_s=0.0,
-    )
-    return ScanResult(
-        entropy=entropy,
-        entropy_sq=entropy**2,
-        loss=loss,
-        loss_sq=loss**2,
-        count=np.ones(T, np.int64),
-        meta=meta,
-    )
-
-
-def save_sweep(folder, results, *, index_len=None):
-    names = [f"s{uniform(r):g}.npz" for r in results]
-    for r, name in zip(results, names):
-        r.save(folder / name)
-    write_sweep_index(
-        folder,
-        {
-            "scales": [uniform(r) for r in results],
-            "files": names,
-            "model": "tiny",
-            "length": index_len or results[0].length,
-            "data": "emma",
-            "samples": 1,
-            "seed": 0,
-            "entropy": "mean",
-            "complete": True,
-        },
-    )
-    return names
-
-
-def uniform(result):
-    return float(np.asarray(result.meta["scales"]).flat[0])
-
-
-def quadratic_sweep(a, L, T, scales, c=2.0):
-    """loss(t, s) = (s − s*(t))² + c with s*(t) = 1 + a ln(t/L) (s*(0) taken as 1)."""
-    t = np.arange(T)
-    s_star = 1 + a * np.log(np.maximum(t, 1) / L)
-    return [make_result((s - s_star) ** 2 + c, scale=s, train_len=L) for s in scales], s_star
-
+from entropy_lens.results import ScanResult
 
 # ---- sweeps -----------------------------------------------------------------------------------------
 

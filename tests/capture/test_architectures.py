@@ -26,24 +26,12 @@ from architectures import (
     build,
     eager,
     eager_probabilities,
+    ids_and_mask,
     mean_by_position,
     save_folder,
 )
 
 PADDING = ("none", "left", "right")
-
-
-def ids_and_mask(padding: str, B: int = 2, T: int = 12, pad: int = 3):
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, COMMON["vocab_size"], (B, T), generator=g)
-    if padding == "none":
-        return ids, None
-    mask = torch.ones(B, T, dtype=torch.long)
-    if padding == "left":
-        mask[0, :pad] = 0
-    else:
-        mask[0, T - pad :] = 0
-    return ids, mask
 
 
 @pytest.mark.parametrize("fused", ["off", "on", "on-torch"])

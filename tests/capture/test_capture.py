@@ -3,15 +3,14 @@
 import numpy as np
 import pytest
 import torch
+from capture_cases import CPU_FUSED, CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
 from tiny import make_tiny_model, make_tiny_sliding_window_model
-from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession, forward_hidden, next_token_nll
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import parse_backend, parse_fused
 from entropy_lens.kernels import attention_entropy, native_available
 
 
@@ -456,11 +455,6 @@ def test_unknown_fused_mode_is_refused():
         EntropyRecorder(make_tiny_model(), fused="yes")
 
 
-# The CPU fused pass: the native kernel where it builds, else the streamed torch path (capture/paths.py)
-CPU_FUSED = "native" if native_available() else "torch-streamed"
-CPU_FUSED_BACKEND = "native" if native_available() else "torch_chunked"
-
-
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
 def test_cpu_fused_pass_gives_the_separate_output_and_entropy(padded, native, monkeypatch):
@@ -593,50 +587,6 @@ def test_a_general_mask_decides_alone_as_in_sdpa():
         q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True
     )
     assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)
-
-
-MASK_KINDS = ("none", "key_padding", "causal_padding", "sliding_window", "per_query", "per_head")
-
-
-def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> dict[str, set[str]]:
-    """{mask kind: the session's `backends`} after one capturing attention call per kind of mask,
-    each call's entropy checked against the float64 reference of the attention sdpa applies."""
-    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn.to(device)
-    g = torch.Generator().manual_seed(2)
-    B, T = 2, 12
-    q, k, v = (torch.randn(B, h, T, 16, generator=g) for h in (4, 2, 2))
-    keep = torch.ones(B, T, dtype=torch.bool)
-    keep[1, :4] = False
-    window = sliding_window_causal_mask_function(5)
-    masks = {
-        "none": None,
-        "key_padding": keep[:, None, None, :],
-        "causal_padding": sdpa_mask(B, T, T, attention_mask=keep, allow_is_causal_skip=False),
-        "sliding_window": sdpa_mask(
-            B, T, T, mask_function=window, attention_mask=keep, allow_is_causal_skip=False
-        ),
-        "per_query": torch.rand(1, 1, T, T, generator=g) > 0.3,
-        "per_head": torch.rand(1, 4, T, T, generator=g) > 0.3,
-    }
-    masks["per_query"][..., 0] = masks["per_head"][..., 0] = True  # every row sees a key
-    backends, got = {}, []
-    for kind in MASK_KINDS:
-        mask = masks[kind]
-        session = Session(
-            on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
-            backend=parse_backend(backend),
-            fused=parse_fused(fused),
-        )
-        on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
-        with torch.no_grad(), activate(session):
-            entropy_lens_attention(attn, *on_device)
-        causal = mask is None or mask.shape[2] == 1  # as sdpa: a full mask decides alone
-        want = attention_entropy(
-            q, k, softmax_scale=attn.scaling, causal=causal, mask=mask, backend="reference"
-        )
-        assert (got[-1].cpu() - want).abs().max().item() <= 1e-5, kind
-        backends[kind] = session.backends
-    return backends
 
 
 def test_the_backend_recorded_is_the_one_that_ran():

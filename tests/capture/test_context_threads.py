@@ -13,8 +13,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from architectures import SUPPORTED, build
-from test_architectures import ids_and_mask
+from architectures import SUPPORTED, build, ids_and_mask
 
 from entropy_lens.capture import EntropyRecorder, Schedule, forward_hidden
 from entropy_lens.capture.recorder import check_shardable, takes_positions

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_capture import CPU_FUSED
+from capture_cases import CPU_FUSED
 from tiny import make_tiny_model
 
 from entropy_lens.capture.attention import entropy_lens_attention

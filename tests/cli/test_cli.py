@@ -6,23 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_cases import COMMANDS
 
 from entropy_lens.cli import build_parser, main
 from entropy_lens.results import ScanResult
-
-COMMANDS = (
-    "scan",
-    "sweep",
-    "ppl",
-    "passkey",
-    "eval",
-    "eval-table",
-    "fit",
-    "train-tiny",
-    "search-heads",
-    "figures",
-    "view",
-)
 
 _IMPORTS_AFTER = """
 import contextlib, io, sys

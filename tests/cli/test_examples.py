@@ -3,52 +3,18 @@ parses, and its settings pass the same checks a run makes first (a dry run: no m
 Examples that name checkpoints or files this machine does not have are checked up to those paths."""
 
 import dataclasses
-import re
 import shlex
-from pathlib import Path
 
 import pytest
-from test_cli import COMMANDS
+from cli_cases import COMMANDS, PAGES, README, ROOT, example_commands, page_examples
 
 from entropy_lens.cli import build_parser
-
-ROOT = Path(__file__).parents[2]
-README = ROOT / "README.md"
-# every page with examples: the README and the site's Markdown (the build's output and copies left out)
-PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
-
-
-def _joined(lines):
-    """Lines with trailing-backslash continuations joined."""
-    out, current = [], ""
-    for line in lines:
-        current += line.rstrip().removesuffix("\\") + " "
-        if not line.rstrip().endswith("\\"):
-            out.append(current.strip())
-            current = ""
-    return out
-
-
-def _commands(text: str) -> list[str]:
-    found = []
-    for line in _joined(text.splitlines()):
-        line = line.split("  #")[0].split(" # ")[0].strip()
-        if "-m entropy_lens " in line:  # torchrun ... -m entropy_lens scan ...
-            line = "entropy-lens " + line.split("-m entropy_lens ", 1)[1]
-        if line.startswith("entropy-lens ") and "[" not in line:  # "[--flag]" marks a synopsis
-            found.append(line)
-    return found
 
 
 def _help_examples() -> list[str]:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    return [cmd for p in sub.choices.values() for cmd in _commands(p.epilog or "")]
-
-
-def page_examples(page: Path) -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.DOTALL)
-    return [cmd for block in blocks for cmd in _commands(block)]
+    return [cmd for p in sub.choices.values() for cmd in example_commands(p.epilog or "")]
 
 
 def _readme_examples() -> list[str]:

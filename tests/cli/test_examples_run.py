@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_examples import PAGES, ROOT, page_examples
+from cli_cases import PAGES, ROOT, page_examples
 
 from entropy_lens.cli import main
 

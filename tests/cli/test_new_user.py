@@ -105,11 +105,11 @@ def _legend_texts(ax) -> list[str]:
 
 
 def test_figure1_legend_says_solid_is_entropy_and_dashed_is_log_perplexity(_close_figures):
-    from test_plotting import result
+    from sweeps import random_result
 
     from entropy_lens.plotting import entropy_loss
 
-    ax = entropy_loss([("NoPE", result()), ("RoPE", result(seed=1))], style_key=True)
+    ax = entropy_loss([("NoPE", random_result()), ("RoPE", random_result(seed=1))], style_key=True)
     texts = _legend_texts(ax)
     assert texts[:2] == ["NoPE", "RoPE"]
     assert "solid: entropy (left axis)" in texts and "dashed: log-perplexity (right axis)" in texts

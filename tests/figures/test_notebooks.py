@@ -111,7 +111,7 @@ def test_quickstart_runs(kernel):
 def test_paper_figures_run(kernel, figures_made):
     """With the cache of test_figures.py's run of the same settings: the notebook computes nothing anew,
     it reads the runs and draws them (what a reader with a filled cache does)."""
-    from test_figures import MINIMAL
+    from figure_cases import MINIMAL
 
     root, code_ = figures_made
     assert code_ == 0

@@ -14,8 +14,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from architectures import SUPPORTED, build, eager, mean_by_position
-from test_architectures import ids_and_mask
+from architectures import SUPPORTED, build, eager, ids_and_mask, mean_by_position
 from train_cases import (
     ALIBI,
     EAGER_REFERENCE,

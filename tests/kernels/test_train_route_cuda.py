@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from architectures import SUPPORTED, build
-from test_architectures import ids_and_mask
+from architectures import SUPPORTED, build, ids_and_mask
 from train_cases import (
     ALIBI,
     EAGER_REFERENCE,

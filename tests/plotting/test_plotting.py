@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import seaborn as sns
+from sweeps import random_result
 
 from entropy_lens.analysis import Sweep, fit_scale_curve, moving_average
 from entropy_lens.errors import EntropyLensError
@@ -27,39 +28,8 @@ from entropy_lens.plotting import (
     scale_vs_entropy,
     upper_bound_bits,
 )
-from entropy_lens.results import REQUIRED_META, ScanResult
 
 LN2 = np.log(2)
-
-
-def result(L=3, H=5, T=200, *, seed=0, scale=1.0, reduction="heads", train_len=50):
-    rng = np.random.default_rng(seed)
-    entropy = rng.uniform(0, 1, (L, H, T)).astype(np.float32) * np.log(np.arange(T) + 1.0, dtype=np.float32)
-    loss = (3 + rng.normal(0, 0.3, T)).astype(np.float32)
-    meta = dict.fromkeys(REQUIRED_META, "x")
-    meta.update(
-        schema_version=1,
-        model="m",
-        config_hash="h",
-        nope=True,
-        head_dim=16,
-        data="d",
-        seed=0,
-        samples=1,
-        len=T,
-        train_len=train_len,
-        entropy_reduction=reduction,
-        wall_time_s=0.0,
-        scales=np.full((L, max(H, 1)), scale).tolist(),
-    )
-    return ScanResult(
-        entropy=entropy,
-        entropy_sq=entropy**2,
-        loss=loss,
-        loss_sq=loss**2,
-        count=np.ones(T, np.int64),
-        meta=meta,
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +39,7 @@ def _close():
 
 
 def test_entropy_loss_plots_bits_and_smoothed_nats():
-    a, b = result(seed=0), result(seed=1, T=150)
+    a, b = random_result(seed=0), random_result(seed=1, T=150)
     ax = entropy_loss([("A", a), ("B", b)], colors=["#111111", "#222222"], smooth=5)
     assert [line.get_label() for line in ax.get_lines()] == ["A", "B"]
     assert len(ax.get_lines()[0].get_xdata()) == 150  # truncated to the shortest result
@@ -83,7 +53,7 @@ def test_entropy_loss_plots_bits_and_smoothed_nats():
 
 
 def test_entropy_loss_raw_loss_and_errors():
-    a = result()
+    a = random_result()
     ax = entropy_loss([("A", a)], smooth=0, length=100, train_len=50, legend=None)
     np.testing.assert_allclose(ax.right_ax.get_lines()[0].get_ydata(), a.loss[:100], rtol=1e-6)
     assert ax.get_lines()[-1].get_xdata()[0] == 50 and ax.get_legend() is None  # the L line
@@ -92,13 +62,13 @@ def test_entropy_loss_raw_loss_and_errors():
     with pytest.raises(EntropyLensError, match="exceeds"):
         entropy_loss([("A", a)], length=500)
     with pytest.raises(EntropyLensError, match="--record none"):
-        entropy_loss([("A", result(H=0))])
+        entropy_loss([("A", random_result(H=0))])
     with pytest.raises(EntropyLensError, match="at least one"):
         entropy_loss([])
 
 
 def test_head_lines_one_line_per_head_with_bound_and_stride():
-    r = result(H=14)
+    r = random_result(H=14)
     ax = head_lines(r, 1, stride=10, bound=True)
     lines = ax.get_lines()
     assert len(lines) == 15  # 14 heads + the bound
@@ -115,16 +85,16 @@ def test_head_lines_one_line_per_head_with_bound_and_stride():
 def test_head_lines_errors(kw, match):
     args = {"layer": 0, **kw}
     with pytest.raises(EntropyLensError, match=match):
-        head_lines(result(), args.pop("layer"), **args)
+        head_lines(random_result(), args.pop("layer"), **args)
 
 
 def test_head_lines_need_per_head_entropy():
     with pytest.raises(EntropyLensError, match="--record heads"):
-        head_lines(result(H=1, reduction="mean"), 0)
+        head_lines(random_result(H=1, reduction="mean"), 0)
 
 
 def test_models_by_layers_grid_titles():
-    fig = models_by_layers({"A": result(), "B": result(seed=2)}, [0, 1, 2])
+    fig = models_by_layers({"A": random_result(), "B": random_result(seed=2)}, [0, 1, 2])
     axes = fig.axes
     assert len(axes) == 6
     assert [ax.get_title() for ax in axes[:3]] == ["Layer 0", "A - Layer 1", "Layer 2"]
@@ -135,7 +105,7 @@ def test_models_by_layers_grid_titles():
 
 
 def test_all_heads_grid_removes_unused_cells():
-    fig = all_heads_grid(result(L=6, H=3), stride=4, title="T")
+    fig = all_heads_grid(random_result(L=6, H=3), stride=4, title="T")
     assert [ax.get_title() for ax in fig.axes] == [f"Layer {i}" for i in range(6)]  # 8 cells, 2 removed
     assert all(len(ax.get_lines()) == 4 for ax in fig.axes)  # 3 heads + bound
     assert fig._suptitle.get_text() == "T"

@@ -4,8 +4,8 @@ one line, never a RecursionError traceback."""
 
 import numpy as np
 import pytest
-from test_analysis import make_result
-from test_view import one_line_error, sweep_folder
+from cli_cases import one_line_error
+from sweeps import make_result, sweep_folder
 
 from entropy_lens.analysis.downstream import load_harness_run
 from entropy_lens.errors import EntropyLensError

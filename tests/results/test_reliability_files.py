@@ -13,9 +13,9 @@ import zipfile
 
 import numpy as np
 import pytest
-from test_analysis import make_result, quadratic_sweep, save_sweep
-from test_view import edit_index, one_line_error, page_data, sweep_folder
-from view_inputs import planted, with_stats
+from cli_cases import one_line_error
+from sweeps import edit_index, make_result, quadratic_sweep, save_sweep, sweep_folder
+from view_inputs import page_data, planted, with_stats
 
 from entropy_lens.analysis import load_sweep, resume_command
 from entropy_lens.cli import build_parser, main

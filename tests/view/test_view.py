@@ -10,7 +10,8 @@ import re
 
 import numpy as np
 import pytest
-from test_analysis import quadratic_sweep, save_sweep
+from cli_cases import one_line_error
+from sweeps import edit_index, quadratic_sweep, save_sweep, sweep_folder
 from view_inputs import (
     HISTORY_STATS,
     HOSTILE,
@@ -19,6 +20,7 @@ from view_inputs import (
     NAME,
     hostile,
     monitored_history,
+    page_data,
     planted,
     with_stats,
 )
@@ -32,13 +34,6 @@ from entropy_lens.view import view
 from entropy_lens.view.payload import build_payload
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import gather, resolve
-
-
-def page_data(page) -> dict:
-    text = re.search(
-        r'<script type="application/json" id="entropy-lens-data">(.*?)</script>', page.html, re.DOTALL
-    )
-    return json.loads(text.group(1))
 
 
 def test_statistics_recover_the_planted_heads():
@@ -287,30 +282,6 @@ def test_cli_checks_its_output_before_reading(tmp_path, capsys):
 
 
 # ---- untrusted files (issue 39): paths, hostile strings, malformed contents ----------------------------
-
-
-def one_line_error(argv, capsys) -> str:
-    """The CLI's answer to `argv`: exit status 2 and one line on stderr, returned."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("entropy-lens: error: ") and "Traceback" not in err
-    return err
-
-
-def sweep_folder(folder, *, model="tiny"):
-    results, _ = quadratic_sweep(0.3, 64, 512, np.round(np.arange(0.8, 2.01, 0.1), 2))
-    for r in results:
-        r.meta["model"] = model
-    folder.mkdir()
-    save_sweep(folder, results)
-    return folder
-
-
-def edit_index(folder, **changes):
-    index = json.loads((folder / "sweep.json").read_text())
-    index.update(changes)
-    (folder / "sweep.json").write_text(json.dumps(index))
-    return index
 
 
 def test_sweep_index_may_name_only_files_inside_its_folder(tmp_path, capsys):

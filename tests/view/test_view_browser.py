@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 from browser import chromium, console_errors, missing, open_page, wait_ready
-from test_analysis import quadratic_sweep, save_sweep
+from sweeps import quadratic_sweep, save_sweep
 from view_inputs import (
     HISTORY_STATS,
     HOSTILE,
