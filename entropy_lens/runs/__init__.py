@@ -9,6 +9,8 @@
     configs.py      ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
                     declared once (no torch)
     head_search.py  the per-head λ(h) search (every weight frozen)
+    head_search_state.py  its checkpoint (<out>.partial/): resume exactly, other flags refused
+    resumable.py    the checkpoint file, save-on-interrupt and history continuation train-tiny shares
     threads.py      --threads: the CPU thread count, set once before a command loads torch
     training_record.py  a train-tiny model's training.json read (its steps); training/ writes it
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
