@@ -11,11 +11,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+# Under pytest-xdist, each worker's torch gets its share of the cores: two workers of two threads each
+# on two cores spin against each other (OpenMP's busy waits) and `-n 2` ran no faster than one process.
+# Child processes (CLI runs, torchrun) keep their own defaults.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+WORKER_THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     import torch
 
     torch.manual_seed(0)
+    if WORKERS > 1:
+        torch.set_num_threads(WORKER_THREADS)  # again per test: a test's --threads may have changed it
     # Model caches go to a per-session folder, never the user's home.
     monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
 

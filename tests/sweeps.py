@@ -69,29 +69,15 @@ def random_result(L=3, H=5, T=200, *, seed=0, scale=1.0, reduction="heads", trai
     rng = np.random.default_rng(seed)
     entropy = rng.uniform(0, 1, (L, H, T)).astype(np.float32) * np.log(np.arange(T) + 1.0, dtype=np.float32)
     loss = (3 + rng.normal(0, 0.3, T)).astype(np.float32)
-    meta = dict.fromkeys(REQUIRED_META, "x")
-    meta.update(
-        schema_version=1,
-        model="m",
-        config_hash="h",
-        nope=True,
-        head_dim=16,
-        data="d",
-        seed=0,
-        samples=1,
-        len=T,
-        train_len=train_len,
-        entropy_reduction=reduction,
-        wall_time_s=0.0,
-        scales=np.full((L, max(H, 1)), scale).tolist(),
-    )
-    return ScanResult(
+    return make_result(
+        loss,
         entropy=entropy,
-        entropy_sq=entropy**2,
-        loss=loss,
-        loss_sq=loss**2,
-        count=np.ones(T, np.int64),
-        meta=meta,
+        scale=scale,
+        model="m",
+        data="d",
+        train_len=train_len,
+        config_hash="h",
+        reduction=reduction,
     )
 
 

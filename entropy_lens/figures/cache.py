@@ -7,8 +7,8 @@ with `cached_only` a missing or damaged entry is refused instead. `Runs` (figure
 these into the figures' record, which resolves each on first use.
 
 Every run resolved (read or computed) is noted in `used` (its cache path) and its record of how long
-it took in `metas`, `passkey_records`, `search_files` and `watched`: the README's time is summed from them, and a
-test reads `used` to see that one figure resolves only its own runs.
+it took in `metas`, `passkey_records`, `search_files` and `watch_times`: the README's time is summed
+from them, and a test reads `used` to see that one figure resolves only its own runs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class RunCache:
         self.metas: list[dict] = []  # the meta of every scan, binned scan and sweep scale resolved
         self.passkey_records: list[dict] = []  # every passkey record resolved
         self.search_files: list[str] = []  # every head-scale search resolved (absolute paths)
-        self.watched: dict[str, dict] = {}  # Figure 18's reruns: file name -> {"wall_s", "threads"}
+        self.watch_times: dict[str, dict] = {}  # Figure 18's reruns: file name -> {"wall_s", "threads"}
         self.cache.mkdir(parents=True, exist_ok=True)
 
     def _missing(self, what: str, path: Path, damage: str | None = None) -> None:

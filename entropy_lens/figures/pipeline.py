@@ -56,7 +56,7 @@ class Runs(WatchedRuns, RunCache):
 
     def compute_time(self) -> ComputeTime:
         """How long every run resolved so far took, as their results record it."""
-        return compute_time(self.metas, self.passkey_records, self.search_files, self.watched)
+        return compute_time(self.metas, self.passkey_records, self.search_files, self.watch_times)
 
     def train_len(self) -> int:
         """L: the NoPE model's training length, set or declared by its checkpoint."""

@@ -121,7 +121,7 @@ def adopt_training(folder: str | Path, cache: str | Path) -> Path:
 
 class WatchedRuns:
     """The runs of Figure 18, for figures/pipeline.py's Runs (a RunCache: `config`, `cache`,
-    `cached_only`, `progress`, `used`, `watched`, `search_config`, `_path`)."""
+    `cached_only`, `progress`, `used`, `watch_times`, `search_config`, `_path`)."""
 
     def watched(self, long: int, uniform_scale: float, searched: bool) -> Watched:
         """Figure 18: every configured embedded model's watched pretraining, and the figures' λ(h) search
@@ -165,7 +165,7 @@ class WatchedRuns:
         history = load_history(path)
         self.used.append(path)
         facts = history.meta["training"]
-        self.watched[path.name] = {"wall_s": facts.get("wall_s"), "threads": facts.get("threads")}
+        self.watch_times[path.name] = {"wall_s": facts.get("wall_s"), "threads": facts.get("threads")}
         embedded = [r for r in record["log"] if r["step"] <= recipe.steps]
         run = WatchedRun(
             name=name,
@@ -225,5 +225,5 @@ class WatchedRuns:
             history.save(path)
         self.used.append(path)
         history = load_history(path)
-        self.watched[path.name] = {"wall_s": history.meta["search"].get("wall_s"), "threads": None}
+        self.watch_times[path.name] = {"wall_s": history.meta["search"].get("wall_s"), "threads": None}
         return history, path.name

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.monitor import History, load_history
+from entropy_lens.results.history import History, load_history
 
 __all__ = ["checkpoint_on_interrupt", "joined", "prior_history", "read_checkpoint", "write_checkpoint"]
 
