@@ -97,10 +97,12 @@ def test_train_tiny_monitor_refusals(text_file, tmp_path):
     assert not list(tmp_path.iterdir())  # refused before any work
 
 
-def test_train_tiny_alibi_monitor_changes_no_weight(text_file, tmp_path):
-    """BLOOM's monitored steps keep its layers' own attention code for the output ("own-then-entropy"),
-    not sdpa's float mask (which changed the weights in their last bits): bit-identical weights."""
-    recipe = micro(text_file, kind="alibi")
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_train_tiny_monitor_changes_no_weight_of_rope_or_alibi(text_file, tmp_path, kind):
+    """RoPE as NoPE (above); BLOOM's monitored steps keep its layers' own attention code for the output
+    ("own-then-entropy"), not sdpa's float mask (which changed the weights in their last bits): the
+    weights are bit-identical with and without the monitor."""
+    recipe = micro(text_file, kind=kind)
     plain = train_tiny(recipe, tmp_path / "plain", progress=False)
     watched = train_tiny(
         recipe, tmp_path / "m", progress=False, monitor=MonitorSettings(monitor="entropy,max_logit")
