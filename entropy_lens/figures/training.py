@@ -222,7 +222,10 @@ def watched_training(data: FigureData, c: FiguresConfig) -> Drawn:
     fig, axes = plt.subplots(rows, 2, figsize=(11, 3.2 * rows), squeeze=False)
     for r, run in enumerate(runs):
         h = run.history
-        stat_by_step(h.steps, h.values["entropy"], ylabel="entropy (bits)", to_bits=True, ax=axes[r, 0])
+        # the layers' colours are the same in every panel: one legend, in the first
+        stat_by_step(
+            h.steps, h.values["entropy"], ylabel="entropy (bits)", to_bits=True, legend=r == 0, ax=axes[r, 0]
+        )
         stat_by_step(
             h.steps, h.values["max_logit"], ylabel="max attention logit", legend=False, ax=axes[r, 1]
         )
@@ -232,7 +235,13 @@ def watched_training(data: FigureData, c: FiguresConfig) -> Drawn:
     if w.search is not None:
         h, ax = w.search, axes[-1, 0]
         stat_by_step(
-            h.steps, h.values["entropy"], ylabel="entropy (bits)", to_bits=True, ax=ax, xlabel="search step"
+            h.steps,
+            h.values["entropy"],
+            ylabel="entropy (bits)",
+            to_bits=True,
+            legend=not runs,
+            ax=ax,
+            xlabel="search step",
         )
         ax.set_title(f"λ(h) search at {data.long} ({data.long // data.L}L)", fontsize="medium")
         today = data.long_heads
