@@ -187,10 +187,12 @@ def stats_table(record: dict) -> str:
 
 def train_table(record: dict) -> str:
     """A training step unmonitored against inside AttentionMonitor (benchmarks/train_cpu.py), the goals
-    beside the measured ratios."""
+    beside the measured ratios; `s / step` is the median of the timed runs and (min–max) their range, the
+    noise a ratio is read against."""
     goals = record["goals"]
     rows = [
-        "| model | len | monitor | s / step | × unmonitored (goal) | peak RSS MB | × unmonitored (goal) | route |",
+        "| model | len | monitor | s / step (min–max) | × unmonitored (goal) | peak RSS MB | × unmonitored (goal) "
+        "| route |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in record["rows"]:
@@ -203,10 +205,20 @@ def train_table(record: dict) -> str:
         goal = f" (≤ {goals[r['mode']]})" if r["mode"] in goals else ""
         peak_goal = f" (≤ {goals['peak']})" if r["mode"] in goals else ""
         rows.append(
-            f"| {r['model']} | {r['len']:,} | {mode} | {r['step_s']:.2f} | "
+            f"| {r['model']} | {r['len']:,} | {mode} | {r['step_s']:.2f} "
+            f"({min(r['step_times_s']):.2f}–{max(r['step_times_s']):.2f}) | "
             f"{r['time_over_unmonitored']:.3f}{goal} | {r['peak_rss_mb']:,.0f} | "
             f"{r['peak_rss_over_unmonitored']:.3f}{peak_goal} | {'+'.join(r['paths']) or r['attn_implementation']} |"
         )
+    m, threads = record["machine"], sorted({r["threads"] for r in record["rows"] if "threads" in r})
+    rows += [
+        "",
+        f"Measured {record['created_utc'][:10]} on {m['cores']} cores ({m['cpu']}), torch {m['torch']}, "
+        f"{'/'.join(map(str, threads))} torch thread(s), {record['device']}: {record['rounds']} round(s) of "
+        f"{record['steps']} timed steps per mode ({record['blocks']} block(s) of {record['every']} for 1 step "
+        f"in {record['every']}). A ratio whose step time lies within the unmonitored range is within this "
+        "run's noise.",
+    ]
     return "\n".join(rows)
 
 
