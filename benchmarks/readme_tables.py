@@ -191,8 +191,10 @@ def train_table(record: dict) -> str:
     noise a ratio is read against."""
     goals = record["goals"]
     rows = [
-        "| model | len | monitor | s / step (min–max) | × unmonitored (goal) | peak RSS MB | × unmonitored (goal) "
-        "| route |",
+        (
+            "| model | len | monitor | s / step (min–max) | × unmonitored (goal) | peak RSS MB "
+            "| × unmonitored (goal) | route |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in record["rows"]:
@@ -211,15 +213,14 @@ def train_table(record: dict) -> str:
             f"{r['peak_rss_over_unmonitored']:.3f}{peak_goal} | {'+'.join(r['paths']) or r['attn_implementation']} |"
         )
     m, threads = record["machine"], sorted({r["threads"] for r in record["rows"] if "threads" in r})
-    rows += [
-        "",
+    note = (
         f"Measured {record['created_utc'][:10]} on {m['cores']} cores ({m['cpu']}), torch {m['torch']}, "
         f"{'/'.join(map(str, threads))} torch thread(s), {record['device']}: {record['rounds']} round(s) of "
         f"{record['steps']} timed steps per mode ({record['blocks']} block(s) of {record['every']} for 1 step "
         f"in {record['every']}). A ratio whose step time lies within the unmonitored range is within this "
-        "run's noise.",
-    ]
-    return "\n".join(rows)
+        "run's noise."
+    )
+    return "\n".join([*rows, "", note])
 
 
 PEERS_COMMAND = "python benchmarks/peers_cpu.py"  # SmolLM2 at 2K, 4K and 8K: minutes (its docstring)

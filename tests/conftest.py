@@ -11,9 +11,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-# Under pytest-xdist, each worker's torch gets its share of the cores: two workers of two threads each
-# on two cores spin against each other (OpenMP's busy waits) and `-n 2` ran no faster than one process.
-# Child processes (CLI runs, torchrun) keep their own defaults.
+# Under pytest-xdist, each worker's torch gets its share of the cores (cores // workers threads): more
+# threads than cores spin against each other in OpenMP's busy waits (docs/internals/layout.md has the
+# measurement). Child processes (CLI runs, torchrun) keep their own defaults.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 WORKER_THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
 
