@@ -260,7 +260,11 @@ def test_train_benchmark_times_each_mode_in_its_process(tmp_path, benchmark_scri
     tables = benchmark_script("readme_tables")
     assert tables.TABLES["train_cpu"] is tables.train_table
     table = tables.train_table(record).splitlines()
-    assert len(table) == 2 + 3 and "(≤ 1.05)" in table[3] and "(≤ 1.01)" in table[4]
+    assert len(table) == 2 + 3 + 2 and "(≤ 1.05)" in table[3] and "(≤ 1.01)" in table[4]
+    assert table[5] == "" and table[6].startswith(f"Measured {record['created_utc'][:10]} on ")
+    assert "1 round(s) of 2 timed steps per mode (1 block(s) of 2 for 1 step in 2)" in table[6]
+    low, high = min(plain["step_times_s"]), max(plain["step_times_s"])
+    assert f"{plain['step_s']:.2f} ({low:.2f}–{high:.2f})" in table[2]  # the median and the range
     assert f"{every_n['time_over_unmonitored']:.3f} (≤ 1.01)" in table[4]
     assert f"| {'+'.join(every['paths'])} |" in table[3] and table[2].endswith(
         f"| {plain['attn_implementation']} |"
