@@ -18,6 +18,18 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 WORKER_THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_as_in_a_terminal():
+    """Ctrl-C is Python's KeyboardInterrupt in the tests and in the CLI children they interrupt, as in a
+    terminal, also where the suite runs as a shell's background job (`make test &`), which starts with
+    SIGINT ignored, an ignored signal a child inherits."""
+    import signal
+
+    earlier = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, earlier)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     import torch

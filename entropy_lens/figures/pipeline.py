@@ -305,7 +305,7 @@ def compute_time(
     metas: list[dict],
     passkey_records: list[dict],
     search_files: list[str],
-    watched: dict[str, dict] | None = None,
+    watched: dict[str, dict],
 ) -> ComputeTime:
     """How long the runs took, from what their results record (so a rerun from the cache reports the
     original runs, not the redraw): the `metas` of scans and sweep scales, the passkey records, the
@@ -325,7 +325,6 @@ def compute_time(
             unrecorded.append(f"the head-scale search at {record['config']['length']}")
         else:
             seconds += record["wall_s"]
-    watched = watched or {}
     seconds += sum(w["wall_s"] for w in watched.values() if w.get("wall_s") is not None)
     unrecorded += [f"the watched run {name}" for name, w in watched.items() if w.get("wall_s") is None]
     threads = sorted({m["threads"] for m in [*metas, *watched.values()] if m.get("threads")})

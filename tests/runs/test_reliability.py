@@ -41,16 +41,6 @@ def _cli(args, tmp_path, **kw) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(autouse=True)
-def _ctrl_c_as_in_a_terminal():
-    """Ctrl-C reaches the CLI children as in a terminal, also where the tests run as a shell's background
-    job, which starts with SIGINT ignored (and a child inherits an ignored signal): with a handler here,
-    a child starts with SIGINT's default action, which Python turns into KeyboardInterrupt."""
-    earlier = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, earlier)
-
-
 def _start(args, tmp_path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "entropy_lens", *args],
@@ -232,10 +222,7 @@ def _interrupted_scan(tiny_dir, tmp_path, samples: int, at_least: int) -> tuple[
         f"out={str(out)!r}, progress=False, checkpoint_every_s=0)"
     )
     run = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=_env(tmp_path),
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", code], env=_env(tmp_path), stderr=subprocess.PIPE, text=True
     )
     _wait_for(lambda: _samples_done(partial_path(out)) >= at_least, f"a checkpoint of {at_least} samples")
     run.send_signal(signal.SIGINT)

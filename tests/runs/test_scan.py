@@ -434,14 +434,8 @@ def test_ctrl_c_while_the_sums_are_updated_waits_for_the_update():
     from entropy_lens.runs.sums import interrupts_deferred
 
     done = []
-    # Python's own Ctrl-C handler, whatever the test run started with: a shell's background job (`cmd &`)
-    # starts with SIGINT ignored, and the deferred interrupt then rightly raises nothing
-    earlier = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt), interrupts_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the signal arrives here and is held
-            done.append(True)
-        assert done == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, earlier)
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the signal arrives here and is held
+        done.append(True)
+    assert done == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
