@@ -169,3 +169,35 @@ def test_cuda_route_gradients_through_flash_backward(shape, dtype):
     for name, a, b, t in zip(names, got, reference, truth, strict=False):
         err, err_plain = (a.double() - t).abs().max().item(), (b.double() - t).abs().max().item()
         assert a.dtype == dtype and a.shape == t.shape and err <= 2 * err_plain + 1e-7, (name, err, err_plain)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_route_under_autocast_follows_its_dtype(dtype):
+    """attention_train(kernel="triton") under autocast with float32 queries and keys (a model's after
+    RoPE) beside values in autocast's dtype: it runs in autocast's dtype, as sdpa does (which crashed the
+    backward), q's gradient comes back in float32, and the output and every gradient stay within twice
+    plain sdpa's error under the same autocast, against float64."""
+    B, H, Hkv, T, S, D = 2, 4, 2, 40, 40, 16
+    q, k, v, scale, g = train_inputs(B, H, Hkv, T, S, D, per_head=False, seed=7)
+    grad_out = torch.randn(B, T, H, D, generator=g, dtype=torch.float64)
+    allowed = allowed_keys(T, S, True, None, None)
+
+    def grads(fn, dtypes, device="cpu"):
+        leaves = [x.to(device, d).requires_grad_(True) for x, d in zip((q, k, v), dtypes, strict=True)]
+        with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtypes[2] == dtype):
+            out = fn(*leaves)
+        got = torch.autograd.grad(out, leaves, grad_out.to(device, out.dtype))
+        return [x.cpu() for x in (out, *got)]
+
+    def ours(q_, k_, v_):
+        kw = {"kernel": "triton", "stats": ("entropy",), "backward": flash_backward_on_cpu}
+        return attention_train(q_, k_, v_, 0.4, ScoreMods.build(q_, k_), **kw).out
+
+    mixed = (torch.float32, torch.float32, dtype)
+    truth = grads(lambda *a: reference_attention(*a, scale, allowed), (torch.float64,) * 3)
+    got = grads(ours, mixed, DEVICE)
+    reference = grads(lambda *a: sdpa_attention(*a, scale.float(), allowed), mixed)
+    for name, a, b, t in zip(("out", "dq", "dk", "dv"), got, reference, truth, strict=True):
+        err, err_plain = (a.double() - t).abs().max().item(), (b.double() - t).abs().max().item()
+        assert a.shape == t.shape and err <= 2 * err_plain + 1e-7, (name, err, err_plain)
+    assert got[0].dtype == dtype and got[1].dtype == torch.float32 and got[3].dtype == dtype

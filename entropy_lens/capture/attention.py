@@ -29,6 +29,10 @@ For every attention layer the function takes three steps:
 
 from __future__ import annotations
 
+import dataclasses
+
+import torch
+
 from entropy_lens.capture.call import (
     LayerCall,
     LayerInputs,
@@ -48,8 +52,9 @@ from entropy_lens.capture.paths import (
     run_path,
     sdpa,
 )
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_probabilities
-from entropy_lens.kernels.contract import validate_mask, validate_scale
+from entropy_lens.kernels.contract import autocast_dtype, validate_mask, validate_scale
 
 ATTN_NAME = "entropy_lens"
 
@@ -77,20 +82,40 @@ def entropy_lens_mask(*args, **kwargs):
 
 def entropy_lens_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention signature: query (B, Hq, T, D), key/value (B, Hkv, S, D). Reads the call,
-    runs the route chosen for it, and records what ran (a sharded session: capture/context_parallel.py)."""
+    runs the route chosen for it, and records what ran (a sharded session: capture/context_parallel.py).
+
+    Under autocast the layer runs as sdpa does there: query, key and value in autocast's dtype (a model's
+    queries after RoPE are often float32 beside bfloat16 values), then with autocast off inside, so every
+    route sees one dtype, the kernels keep their float32 sums and the statistics are those of the scores
+    the step computes (`autocast_dtype`)."""
+    dtype = autocast_dtype(query.device.type)
+    if dtype is None:
+        return _attention(module, query, key, value, attention_mask, scaling, dropout, kwargs)
+    query, key, value = (x.to(dtype) for x in (query, key, value))
+    with torch.autocast(query.device.type, enabled=False):
+        return _attention(module, query, key, value, attention_mask, scaling, dropout, kwargs)
+
+
+def _attention(module, query, key, value, attention_mask, scaling, dropout, kwargs):
     session = active_session()
     if session is not None and session.context is not None:
         return sharded_attention(session, module, query, key, value, scaling, dropout, kwargs)
     call = read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs)
     if call.capturing:  # statistics of non-finite scores are undefined: stop, naming the layer
-        check_finite_inputs(call)
+        try:
+            check_finite_inputs(call)
+        except EntropyLensError as err:
+            if session.on_nonfinite is None:
+                raise
+            session.on_nonfinite(module.layer_idx, str(err))  # a monitor's: the layer captures nothing
+            call = dataclasses.replace(call, session=None)
     inputs = None  # the kernels' view of the call, where a route needs it
     if not call.capturing and call.extras.sdpa_computes:  # nothing to capture, nothing sdpa cannot do
         out = sdpa(call)
         record(call, SDPA)
     elif not call.capturing and call.wants_grad:  # a trainable scale through softcap, sinks or ALiBi
         alibi = call.extras.biased
-        out = alibi_attention(call) if alibi else eager_attention(call)
+        out = alibi_attention(call) if alibi else eager_attention(call, layer_inputs(call).mods)
         record(call, SDPA_ALIBI if alibi else EAGER)
     else:
         inputs = layer_inputs(call)

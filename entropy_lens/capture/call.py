@@ -57,11 +57,20 @@ class Session:
     on_stats:   None, or a callback (layer_idx, {statistic: (B, Hq, T) fp32}, key_offset S − T) with
                 the row statistics (kernels.stats.ROW_STATS) of `stats` that apply to the layer (sink
                 mass only for a model with attention sinks).
+    on_nonfinite: None (a scan's): a capturing layer handed a query, key or value that is not finite is
+                refused (`check_finite_inputs`); else a callback (layer_idx, why) and the layer runs as
+                one that captures nothing, its numbers the model's own, NaN and all (a training monitor:
+                the loop, not the monitor, decides what a non-finite step means).
+    own_attention: the model's own attention implementation the session replaced ("eager", "sdpa", ...;
+                None for layers routed by capture/own_attention.py): a call that asks for the attention
+                weights (`output_attentions`) of an eager model gets eager's, as without the session.
     """
 
     scales: float | torch.Tensor | None = None
     schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
     on_stats: Callable[[int, dict, int], None] | None = None
+    on_nonfinite: Callable[[int, str], None] | None = None
+    own_attention: str | None = None
     # the flags, parsed where the session's owner was made (entropy_lens/flags.py); a raw string is refused
     stats: Stats = DEFAULT_FLAGS.stats  # the row statistics to capture (kernels.stats.ROW_STATS)
     first_keys: int = 1  # K of first_mass

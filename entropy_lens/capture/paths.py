@@ -104,8 +104,8 @@ def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
 def run_path(call: LayerCall, inputs: LayerInputs) -> LayerRun:
     """The layer run by the plan's fixed route, or under
     `--fused auto` the one the session's PathChoices keeps for this shape (capture/fused.py); a layer
-    that captures and wants gradients: `train_route`'s."""
-    train = train_route(call, inputs)
+    that captures and wants gradients: `train_route`'s; one asked for eager's weights: `weights_route`'s."""
+    train = weights_route(call, inputs) or train_route(call, inputs)
     if train is not None:
         return run_train(call, inputs, train)
     layer = layer_plan(call, inputs)
@@ -158,6 +158,17 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
 
 
+def weights_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
+    """The route of a capturing layer asked for its attention weights (`output_attentions=True`) in a
+    model whose own attention is eager: "eager-then-entropy" (the model's eager attention makes the output
+    and the weights it returns without the session, a statistics pass beside it); None otherwise."""
+    session = call.session
+    if not (call.capturing and call.kwargs.get("output_attentions") and session.own_attention == "eager"):
+        return None
+    kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, inputs.mods)
+    return Route(EAGER_THEN_ENTROPY, kernel, kernel_mods)
+
+
 def own_output_applies(call: LayerCall) -> bool:
     """Whether the layer's own attention code (`call.own_output`: BLOOM's) makes a training step's output:
     where the session changes no score (no scale, no schedule) and the layer holds its whole sequence."""
@@ -179,7 +190,8 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     if route.path == OWN_THEN_ENTROPY:
         out, weights = call.own_output()
     else:
-        out, weights = alibi_attention(call) if route.path == ALIBI_THEN_ENTROPY else eager_attention(call)
+        alibi = route.path == ALIBI_THEN_ENTROPY
+        out, weights = alibi_attention(call) if alibi else eager_attention(call, inputs.mods)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     kw = {"stats": stats, "first_keys": session.first_keys}
@@ -234,11 +246,13 @@ def sdpa(call: LayerCall, mask=None):
     )
 
 
-def eager_attention(call: LayerCall):
+def eager_attention(call: LayerCall, mods):
     """The layer's output from the model's own eager attention function (each modeling file defines
-    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks. The
-    mask registered for the capture is sdpa's bool mask; eager functions add theirs, so it becomes the
-    dtype's lowest value where a key is hidden."""
+    `eager_attention_forward`), with autograd: a trainable scale on a model with softcap or sinks, or
+    the weights an eager model's caller asks for. The mask registered for the capture is sdpa's bool
+    mask, or None where sdpa's `is_causal` does it: then `mods` (the call's ScoreMods: causality, the
+    window) make it; eager functions add theirs, so it becomes the dtype's lowest value where a key is
+    hidden."""
     import sys
 
     module = call.module
@@ -249,6 +263,8 @@ def eager_attention(call: LayerCall):
             "softcap or sinks; run without gradients (the exact streaming path), or report the architecture"
         )
     mask = call.attention_mask
+    if mask is None and (mods.causal or mods.mask is not None):
+        mask = allowed_keys(mods, call.query.shape[2], call.key.shape[2], call.query.device)
     if mask is not None and mask.dtype == torch.bool:  # the registered sdpa mask; eager adds its mask
         low = torch.finfo(call.output_query.dtype).min
         mask = torch.zeros(mask.shape, dtype=call.output_query.dtype, device=mask.device).masked_fill_(
@@ -265,6 +281,20 @@ def eager_attention(call: LayerCall):
         **call.kwargs,
         **call.eager_extras,
     )
+
+
+def allowed_keys(mods, T: int, S: int, device) -> torch.Tensor:
+    """(B|1, Hq|1, T, S) bool, True where query row i may see key j under `mods`: causality bottom-right
+    (query i at key position i + S − T), the sliding window and the mask."""
+    rows = torch.arange(S - T, S, device=device).view(-1, 1)
+    keys = torch.arange(S, device=device).view(1, -1)
+    allowed = torch.ones(T, S, dtype=torch.bool, device=device)
+    if mods.causal:
+        allowed = allowed & (keys <= rows)
+    if mods.window is not None:
+        allowed = allowed & (keys > rows - mods.window)
+    allowed = allowed.view(1, 1, T, S)
+    return allowed if mods.mask is None else allowed & mods.mask
 
 
 def alibi_attention(call: LayerCall):

@@ -104,7 +104,10 @@ class ScaleSession:
         if routes(self.model):  # BLOOM, MPT, Falcon: their layers' own forwards, routed
             stack.enter_context(routed_attention(self.model))
         else:
-            stack.callback(self.model.set_attn_implementation, self.model.config._attn_implementation)
+            own = self.model.config._attn_implementation
+            stack.callback(self.model.set_attn_implementation, own)
+            stack.callback(setattr, self.session, "own_attention", self.session.own_attention)
+            self.session.own_attention = own
             self.model.set_attn_implementation(ATTN_NAME)
             if self.model.config._attn_implementation != ATTN_NAME:
                 _refuse(self.model)

@@ -13,6 +13,12 @@ import numbers
 import torch
 
 
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast runs attention in on `device_type` now (sdpa is one of autocast's
+    lower-precision ops on CPU and CUDA: it casts q, k and v to it), None where autocast is off."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 def validate_shapes(q, k) -> None:
     """ValueError unless q (B, Hq, T, D) and k (B, Hkv, S, D) agree, Hq a multiple of Hkv."""
     if q.ndim != 4 or k.ndim != 4:

@@ -34,6 +34,11 @@ sinks, ALiBi, a key bias: the op has none), values with another head size than t
 needs one D), float64 (the kernels accumulate in float32, sdpa stays exact). The caller then runs the
 model's attention with autograd and a separate no-grad statistics pass (capture/paths.py).
 
+Under autocast (`torch.autocast`, `Trainer(bf16=True)`) the route does what sdpa does there: q, k and v
+go to autocast's dtype (in autograd: a model's queries after RoPE are often float32 beside bfloat16
+values, and their gradients come back in their own dtype) and the pass and its backward run in that
+dtype with autocast off, so the kernels keep their float32 sums (`contract.autocast_dtype`).
+
 On CUDA ("triton"): the Triton kernel's fused variant storing its state (`triton_entropy.stream_triton`)
 gives the output, the statistics and lse = m + ln l, and the backward is the flash-attention kernel
 PyTorch ships, `aten._flash_attention_backward` (what `_scaled_dot_product_flash_attention_backward`
@@ -57,7 +62,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.contract import autocast_dtype, validate_scale
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
@@ -88,19 +93,20 @@ def train_form(q, k, v, mods: ScoreMods, *, device: str | None = None) -> tuple[
     if v.shape[-1] != q.shape[-1]:
         return None, "values whose head size differs from the queries'"
     device = q.device.type if device is None else device
+    dtype = autocast_dtype(q.device.type) or q.dtype  # what `attention_train` runs in (autocast's dtype)
     if device == "cuda":
-        return _cuda_form(q, k, mods)
+        return _cuda_form(q, k, mods, dtype)
     if device != "cpu":
         return None, f"{device} tensors (the flash backward is wired on CPU and CUDA)"
-    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return None, f"{q.dtype} tensors (the kernels accumulate in float32; sdpa keeps float64 exact)"
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return None, f"{dtype} tensors (the kernels accumulate in float32; sdpa keeps float64 exact)"
     return mods, None
 
 
-def _cuda_form(q, k, mods: ScoreMods) -> tuple[ScoreMods | None, str | None]:
+def _cuda_form(q, k, mods: ScoreMods, dtype) -> tuple[ScoreMods | None, str | None]:
     """`train_form` on CUDA: flash's CUDA backward takes no mask, float16 and bfloat16, heads up to 256."""
-    if q.dtype not in CUDA_DTYPES:
-        return None, f"{q.dtype} tensors on CUDA (flash's CUDA backward takes float16 and bfloat16)"
+    if dtype not in CUDA_DTYPES:
+        return None, f"{dtype} tensors on CUDA (flash's CUDA backward takes float16 and bfloat16)"
     if q.shape[-1] > CUDA_MAX_HEAD:
         return None, f"a head size above {CUDA_MAX_HEAD} (flash's CUDA backward takes up to {CUDA_MAX_HEAD})"
     if q.is_cuda:
@@ -163,7 +169,13 @@ def attention_train(
         per_head = softmax_scale.reshape(-1).expand(q.shape[1]).to(q.device, q.dtype)
         q, uniform = q * per_head.view(1, -1, 1, 1), 1.0
     route = (kernel, backward)
-    out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
+    dtype = autocast_dtype(q.device.type)
+    if dtype is None:
+        out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
+    else:  # as sdpa under autocast: q, k, v in its dtype (cast in autograd), the pass with autocast off
+        q, k, v = (x.to(dtype) for x in (q, k, v))
+        with torch.autocast(q.device.type, enabled=False):
+            out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
     return RowStats(dict(zip(stats, values, strict=True)), out)
 
 

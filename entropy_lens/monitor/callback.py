@@ -8,7 +8,8 @@ belongs to the step it makes, so `every` counts optimizer steps and each record 
 micro-batches. Only the training steps' forwards record (from `on_step_begin` to `on_step_end`);
 evaluation's forwards run the model's own attention.
 
-The scalars of each new record go into the logs of the first logging step at or after it (`on_log`):
+The scalars of each new record go into the logs of the first training log at or after it (`on_log`:
+one with the training loss; evaluation's logs get none):
 into `logs`, which the callbacks after this one see, and into the entry `Trainer.log` has just put in
 `state.log_history` (it copies `logs` before the callbacks run). transformers calls the reporters of
 `report_to` before the callbacks a user passes; `callback.add_to(trainer)` puts this callback ahead of
@@ -28,6 +29,8 @@ from entropy_lens.monitor.monitor import AttentionMonitor
 from entropy_lens.monitor.summary import MONITOR_STATS, check_monitor_stats
 from entropy_lens.monitor.thresholds import Thresholds
 from entropy_lens.settings import check_argument
+
+TRAINING_LOG_KEYS = frozenset(("loss", "train_loss"))  # what Trainer's training logs (and only they) hold
 
 
 class EntropyLensCallback(TrainerCallback):
@@ -89,12 +92,14 @@ class EntropyLensCallback(TrainerCallback):
         if mon is None:
             return
         mon.enabled = False
-        if mon.latest_step == state.global_step and self.thresholds.limits:
+        if mon.latest_step == state.global_step and mon.latest_finite and self.thresholds.limits:
             self.thresholds.check(mon.latest(), state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         mon = self.monitor
         if mon is None or logs is None or not mon.recorded or mon.latest_step == self._logged_step:
+            return
+        if not TRAINING_LOG_KEYS.intersection(logs):  # evaluation's metrics: not a training step's
             return
         scalars = mon.scalars(self.prefix, per_head=self.per_head)
         logs.update(scalars)

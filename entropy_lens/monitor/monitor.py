@@ -19,24 +19,48 @@ and leaves it in a forward hook that runs even when the forward raises; every ot
 model's own attention implementation, untouched. The statistics come from whatever route capture takes
 (its gradients are the model's: capture/paths.py); the 2-D `attention_mask` the model is given says
 which query rows are real (a 4-D mask, or none: all rows count, as the recorder counts them).
+
+Under real training:
+- autocast: the recorded forwards run the attention in autocast's dtype, as sdpa does (kernels/train.py);
+- an exception in a recorded forward (Ctrl-C, a caught error) leaves nothing installed: the forward hook
+  restores the model's attention for an `Exception`, and for what torch does not call it on (a
+  KeyboardInterrupt) the next forward finds the dead one's state and restores it before it runs;
+- a step whose attention is not finite (NaN/inf weights, a bf16 overflow) is recorded as such, not
+  refused: its layers run the model's own attention (NaN and all), `nonfinite_steps` and
+  `scalars()["attention/nonfinite"]` say so, a NonFiniteStepWarning names the first layer and step
+  once, and the loop decides (GradScaler skips the step);
+- `output_attentions=True` on an eager model returns eager's weights, as without the monitor;
+- one capture per forward: a monitor refuses to nest with an EntropyRecorder or ScaleSession of the
+  model (use `recording(session)`), and a deep copy of a monitored model carries no monitor.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 import weakref
 
 import numpy as np
 
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession, check_supported
+from entropy_lens.capture.call import active_session
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Fused
 from entropy_lens.monitor.history import History
+from entropy_lens.monitor.install import (
+    Hook,
+    activation_checkpointing,
+    both,
+    check_model,
+    outer_forward_running,
+    refuse_nesting,
+)
 from entropy_lens.monitor.summary import (
     MONITOR_STATS,
     ForwardSums,
+    NonFiniteStepWarning,
     StepSummary,
     check_monitor_stats,
     reduction,
@@ -62,6 +86,7 @@ class AttentionMonitor:
     def __init__(
         self, model, *, stats=MONITOR_STATS, every: int = 1, first_keys: int = 1, fused: str = "auto"
     ):
+        check_model(model)
         self.stats = check_monitor_stats(stats)
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
@@ -78,6 +103,8 @@ class AttentionMonitor:
         self._step: int | None = None  # the step the loop set; None: each forward is its own step
         self._records: list[StepSummary] = []
         self._current: ForwardSums | None = None  # the recorded forward under way
+        self._through: ScaleSession | None = None  # the caller's session of `recording()`, while in it
+        self._warned_nonfinite = False
         self._depth = 0  # nested calls of the model (the outermost one is the forward)
         self._hooks = []
 
@@ -91,10 +118,11 @@ class AttentionMonitor:
                 "(one monitor per model)"
             )
         check_supported(self.model)  # a model capture cannot measure is refused before training starts
+        refuse_nesting(active_session())
         _MONITORED.add(self.model)
         self._hooks = [
-            self.model.register_forward_pre_hook(self._begin, with_kwargs=True, prepend=True),
-            self.model.register_forward_hook(self._end, always_call=True),
+            self.model.register_forward_pre_hook(Hook(self._begin), with_kwargs=True, prepend=True),
+            self.model.register_forward_hook(Hook(self._end), always_call=True),
         ]
         return self
 
@@ -107,11 +135,17 @@ class AttentionMonitor:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        self._restore()
+        _MONITORED.discard(self.model)
+
+    def _restore(self) -> None:
+        """Leave a recorded forward's installation (the model's own attention again) and its state."""
+        self._depth = 0
         if self._current is not None:
             self._current = None
             self._scaling.__exit__(None, None, None)
-        self._depth = 0
-        _MONITORED.discard(self.model)
+        self._scaling.session.on_stats = self._scaling.session.on_nonfinite = None
+        self._scaling.session.mask_memo.clear()  # no mask of this forward is kept alive
 
     @property
     def active(self) -> bool:
@@ -135,9 +169,12 @@ class AttentionMonitor:
         self._step = int(value)
 
     def _begin(self, module, args, kwargs):
+        if self._depth and not outer_forward_running(self.model):
+            self._restore()  # a forward that a BaseException (Ctrl-C) ended: torch ran no forward hook
         self._depth += 1
-        if self._depth > 1 or not self.enabled:
+        if self._depth > 1 or not self.enabled or self._through is not None:
             return
+        refuse_nesting(active_session())
         self.forwards += 1
         if self.step % self.every:
             return
@@ -151,6 +188,7 @@ class AttentionMonitor:
         # a pass beside the model's own sdpa output ("sdpa-then-entropy"), not the one fused pass
         self._scaling.session.fused = Fused.OFF if activation_checkpointing(self.model) else self.fused
         self._scaling.session.on_stats = current.add
+        self._scaling.session.on_nonfinite = current.add_nonfinite
         self._scaling.__enter__()
         self._current = current  # entered: the forward hook leaves it
 
@@ -158,10 +196,8 @@ class AttentionMonitor:
         self._depth = max(self._depth - 1, 0)
         if self._depth or self._current is None:
             return
-        current, self._current = self._current, None
-        self._scaling.__exit__(None, None, None)  # the model's own attention again, before any check
-        self._scaling.session.on_stats = None
-        self._scaling.session.mask_memo.clear()  # no mask of this forward is kept alive
+        current = self._current
+        self._restore()  # the model's own attention again, before any check
         if output is None:  # the forward raised: its partial reports are dropped
             return
         self._add(current.finish(self.step))
@@ -172,7 +208,8 @@ class AttentionMonitor:
         caller's own entered ScaleSession of this model (trainable scales, a schedule), instead of the
         monitor's installation, which would replace it (the innermost session is the one the attention
         follows). For a loop that holds such a session or calls the model's decoder; the monitor need not
-        be entered. `scaling` must record the monitor's stats (ScaleSession(stats=mon.stats))."""
+        be entered. `scaling` must record the monitor's stats (ScaleSession(stats=mon.stats)); an
+        EntropyRecorder's own records go on as well."""
         lacking = [s for s in self.stats if s not in scaling.session.stats]
         if lacking:
             raise EntropyLensError(
@@ -188,12 +225,17 @@ class AttentionMonitor:
             return
         mask = attention_mask if getattr(attention_mask, "ndim", None) == 2 else None
         current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
-        scaling.session.on_stats = current.add
+        session = scaling.session
+        own = session.on_stats, session.on_nonfinite  # an EntropyRecorder's sums go on receiving
+        session.on_stats = current.add if own[0] is None else both(own[0], current.add)
+        session.on_nonfinite = current.add_nonfinite
+        self._through = scaling
         try:
             yield
         finally:  # a raising forward's partial reports are dropped with it
-            scaling.session.on_stats = None
-            scaling.session.mask_memo.clear()
+            session.on_stats, session.on_nonfinite = own
+            self._through = None
+            session.mask_memo.clear()
         self._add(current.finish(self.step))
 
     def _add(self, summary: StepSummary) -> None:
@@ -202,34 +244,60 @@ class AttentionMonitor:
             self._records[-1] = self._records[-1].merge(summary)
         else:
             self._records.append(summary)
+        if summary.nonfinite and not self._warned_nonfinite:
+            self._warned_nonfinite = True
+            warnings.warn(
+                f"{type(self.model).__name__}: the attention of step {summary.step} is not finite "
+                f"({summary.nonfinite.splitlines()[0]}); the step is recorded as non-finite (nonfinite_steps, "
+                "scalars()['attention/nonfinite']) and the training loop decides what to do with it; said "
+                "once per monitor",
+                NonFiniteStepWarning,
+                stacklevel=2,
+            )
 
     # -- results ------------------------------------------------------------------------------------
     @property
     def recorded(self) -> int:
-        """How many steps have been recorded."""
+        """How many steps have been recorded (non-finite ones included)."""
         return len(self._records)
 
     @property
     def latest_step(self) -> int | None:
-        """The step of the last record, None before the first."""
+        """The step of the last record (finite or not), None before the first."""
         return self._records[-1].step if self._records else None
 
+    @property
+    def latest_finite(self) -> bool:
+        """Whether the last record's attention was finite (False before the first)."""
+        return bool(self._records) and self._records[-1].nonfinite is None
+
+    @property
+    def nonfinite_steps(self) -> list[int]:
+        """The recorded steps whose attention was not finite (module docstring), oldest first."""
+        return [r.step for r in self._records if r.nonfinite]
+
     def latest(self) -> dict[str, np.ndarray]:
-        """{stat: (layers, heads) float32} of the last recorded step: the mean over its real query rows,
-        the maximum for maxima (summary.REDUCTIONS)."""
-        if not self._records:
+        """{stat: (layers, heads) float32} of the last recorded step whose attention was finite: the mean
+        over its real query rows, the maximum for maxima (summary.REDUCTIONS)."""
+        finite = [r for r in self._records if r.nonfinite is None]
+        if not finite:
+            nonfinite = f"; steps {self.nonfinite_steps} were not finite" if self._records else ""
             raise EntropyLensError(
-                f"AttentionMonitor has recorded nothing yet (every={self.every}: the first record is "
-                f"step {self.every}); call latest() after a recorded forward"
+                f"AttentionMonitor has recorded no finite step yet (every={self.every}: the first record is "
+                f"step {self.every}{nonfinite}); call latest() after a recorded forward"
             )
-        return self._records[-1].values()
+        return finite[-1].values()
 
     def scalars(self, prefix: str = "attention", *, per_head: bool = False) -> dict[str, float]:
-        """The last record as flat {name: float} for any logger: `{prefix}/{stat}/layer_{l}/mean`, `/min`
-        and `/max` over the layer's heads, and with per_head=True each `{prefix}/{stat}/layer_{l}/head_{h}`."""
+        """The last record as flat {name: float} for any logger: `{prefix}/nonfinite` (1.0 where its
+        attention was not finite, with nothing else; 0.0), `{prefix}/{stat}/layer_{l}/mean`, `/min` and
+        `/max` over the layer's heads, and with per_head=True each `{prefix}/{stat}/layer_{l}/head_{h}`."""
         if not isinstance(prefix, str) or not isinstance(per_head, bool):
             raise TypeError("scalars(prefix: str, *, per_head: bool)")
-        out = {}
+        flag = f"{prefix}/nonfinite" if prefix else "nonfinite"
+        if self._records and not self.latest_finite:
+            return {flag: 1.0}
+        out = {flag: 0.0}
         for stat, values in self.latest().items():
             for layer, heads in enumerate(values):
                 key = f"{prefix}/{stat}/layer_{layer}" if prefix else f"{stat}/layer_{layer}"
@@ -241,20 +309,21 @@ class AttentionMonitor:
 
     @property
     def history(self) -> History:
-        """Every recorded step, oldest first (history.History)."""
+        """Every recorded step with finite attention, oldest first, and the steps without
+        (`nonfinite`) (history.History)."""
+        records = [r for r in self._records if r.nonfinite is None]
         shape = (0, self.n_layers, self.n_heads)
         values = {
-            s: np.stack([r.values()[s] for r in self._records])
-            if self._records
-            else np.zeros(shape, np.float32)
+            s: np.stack([r.values()[s] for r in records]) if records else np.zeros(shape, np.float32)
             for s in self.stats
         }
         return History(
-            steps=np.array([r.step for r in self._records], dtype=np.int64),
-            forwards=np.array([r.forwards for r in self._records], dtype=np.int64),
-            rows=np.array([r.rows for r in self._records], dtype=np.int64),
+            steps=np.array([r.step for r in records], dtype=np.int64),
+            forwards=np.array([r.forwards for r in records], dtype=np.int64),
+            rows=np.array([r.rows for r in records], dtype=np.int64),
             values=values,
             meta=self.meta(),
+            nonfinite=np.array(self.nonfinite_steps, dtype=np.int64),
         )
 
     def save(self, path) -> None:
@@ -277,12 +346,3 @@ class AttentionMonitor:
             "first_keys": self.first_keys,
             "step_unit": "forward" if self._step is None else "step",
         }
-
-
-def activation_checkpointing(model) -> bool:
-    """Whether `model` recomputes its layers in the backward (transformers' activation checkpointing, named
-    `is_activation_checkpointing` from v5 and `is_gradient_checkpointing` before)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(type(model), name):
-            return bool(getattr(model, name))
-    return False

@@ -9,8 +9,13 @@ real query rows only (the forward's 2-D attention mask: a padded row adds nothin
     "max":  max_rows value; the summary is that maximum (QK-clip's max logit is a maximum, not a mean)
 
 `finish` brings the (layers, heads) results to the host once per forward, checks that every layer
-reported once and that every number is finite, and returns a `StepSummary`. Two summaries of one step
-(gradient accumulation's micro-batches) `merge` exactly: sums and counts add, maxima take the larger.
+reported once, and returns a `StepSummary`. Two summaries of one step (gradient accumulation's
+micro-batches) `merge` exactly: sums and counts add, maxima take the larger.
+
+A forward whose attention is not finite (a layer handed a NaN or inf query, key or value: `nonfinite`,
+the capture session's `on_nonfinite`; or a statistic that came out non-finite) gives a summary with no
+numbers and `nonfinite` saying where it first was: the training loop decides what such a step means
+(GradScaler skips it), the monitor records that it happened and warns once (NonFiniteStepWarning).
 """
 
 from __future__ import annotations
@@ -56,16 +61,22 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
     return parse_stats(stats)  # checked above: parsed once, passed to the ScaleSession as it is
 
 
+class NonFiniteStepWarning(RuntimeWarning):
+    """A recorded step's attention was not finite (AttentionMonitor warns once, naming the layer and step)."""
+
+
 @dataclass
 class StepSummary:
     """One step's statistics: `sums[stat]` (layers, heads) float64, the sum over the real query rows for
     a "mean" statistic and their maximum for a "max" one; `rows` the real query rows (per layer and head:
-    every layer sees the same rows); `forwards` how many recorded forwards made it."""
+    every layer sees the same rows); `forwards` how many recorded forwards made it. A step whose
+    attention was not finite has `nonfinite` (where it first was) and no sums."""
 
     step: int
     forwards: int
     rows: int
     sums: dict[str, np.ndarray]
+    nonfinite: str | None = None
 
     def values(self) -> dict[str, np.ndarray]:
         """{stat: (layers, heads) float32}: the mean over the real rows, or their maximum."""
@@ -75,12 +86,16 @@ class StepSummary:
         }
 
     def merge(self, other: StepSummary) -> StepSummary:
-        """This step's summary with `other`'s forwards added (the same step, the same statistics)."""
+        """This step's summary with `other`'s forwards added (the same step, the same statistics); not
+        finite if either is."""
+        forwards, rows = self.forwards + other.forwards, self.rows + other.rows
+        if self.nonfinite or other.nonfinite:
+            return StepSummary(self.step, forwards, rows, {}, self.nonfinite or other.nonfinite)
         sums = {
             stat: np.maximum(s, other.sums[stat]) if reduction(stat) == "max" else s + other.sums[stat]
             for stat, s in self.sums.items()
         }
-        return StepSummary(self.step, self.forwards + other.forwards, self.rows + other.rows, sums)
+        return StepSummary(self.step, forwards, rows, sums)
 
 
 class ForwardSums:
@@ -95,6 +110,12 @@ class ForwardSums:
         self.layers: list[int] = []  # the layers that reported, in order
         self.reduced: dict[int, dict[str, torch.Tensor]] = {}  # layer -> {stat: (H,)}
         self.rows: torch.Tensor | int | None = None  # real query rows, from the first report
+        self.nonfinite: str | None = None  # where the forward's attention was first not finite
+
+    def add_nonfinite(self, layer: int, why: str) -> None:
+        """A layer whose query, key or value was not finite (the session's `on_nonfinite`): it reports
+        no statistics, and the forward's summary has none."""
+        self.nonfinite = self.nonfinite or f"layer {layer}: {why}"
 
     def add(self, layer: int, stats: dict[str, torch.Tensor], key_offset: int) -> None:
         """One layer's {stat: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1."""
@@ -127,9 +148,12 @@ class ForwardSums:
         return self.mask[:, None, key_offset:]
 
     def finish(self, step: int) -> StepSummary:
-        """The forward's StepSummary on the host; EntropyLensError in one line for a layer that did not
-        report once, a statistic that no layer reported, no real row, or a value that is not finite."""
+        """The forward's StepSummary on the host (without numbers where its attention was not finite);
+        EntropyLensError in one line for a layer that did not report once, a statistic that no layer
+        reported, or no real row."""
         model = self.model
+        if self.nonfinite is not None:
+            return StepSummary(step=step, forwards=1, rows=0, sums={}, nonfinite=self.nonfinite)
         if sorted(self.layers) != list(range(self.n_layers)):
             raise EntropyLensError(
                 f"{model}: the layers that reported attention statistics in this forward were "
@@ -157,9 +181,8 @@ class ForwardSums:
             bad = ~np.isfinite(values)
             if bad.any():
                 layer, head = map(int, np.argwhere(bad)[0])
-                raise EntropyLensError(
-                    f"{model}: {s} of layer {layer}, head {head} is {values[layer, head]} at step {step} "
-                    f"({int(bad.sum())} values not finite); the model's attention diverged: check its "
-                    "weights, and train in float32 if bfloat16/float16 overflowed"
+                why = f"{s} of head {head} is {values[layer, head]} ({int(bad.sum())} values not finite)"
+                return StepSummary(
+                    step=step, forwards=1, rows=rows, sums={}, nonfinite=f"layer {layer}: {why}"
                 )
         return StepSummary(step=step, forwards=1, rows=rows, sums=stacked)

@@ -7,6 +7,8 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
     forwards  int64   (n,)                   recorded forwards merged into each step (gradient
                                              accumulation's micro-batches)
     rows      int64   (n,)                   real query rows (padding excluded) behind each step
+    nonfinite int64   (k,)                   the recorded steps whose attention was not finite (they
+                                             have no record above); absent from version 1 files: none
     <stat>    float32 (n, layers, heads)     per statistic of meta `stats`: the mean over the step's real
                                              query rows, or their maximum (meta `reductions`)
     meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
@@ -32,8 +34,8 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
 
 SCHEMA = "entropy_lens.monitor"
-SCHEMA_VERSION = 1
-READABLE_VERSIONS = (1,)
+SCHEMA_VERSION = 2  # 2: the non-finite steps (`nonfinite`)
+READABLE_VERSIONS = (1, 2)
 ARRAYS = ("steps", "forwards", "rows")
 HISTORY_FILE = "attention-history.npz"  # its name in the output folder of train-tiny --monitor
 
@@ -48,6 +50,7 @@ class History:
     rows: np.ndarray
     values: dict[str, np.ndarray]
     meta: dict = field(default_factory=dict)
+    nonfinite: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -67,7 +70,7 @@ class History:
         """Write the history to `path` (.npz) atomically: a reader sees the old file or the new one."""
         return atomic_savez(
             path,
-            **{name: getattr(self, name).astype(np.int64) for name in ARRAYS},
+            **{name: getattr(self, name).astype(np.int64) for name in (*ARRAYS, "nonfinite")},
             **{stat: v.astype(np.float32) for stat, v in self.values.items()},
             meta=np.array(json.dumps({**self.meta, "schema": SCHEMA, "schema_version": SCHEMA_VERSION})),
         )
@@ -99,7 +102,13 @@ def load_history(path: str | Path) -> History:
         )
     _check(name, data, meta, again)
     stats = meta["stats"]
-    return History(*(data[k] for k in ARRAYS), values={s: data[s] for s in stats}, meta=meta)
+    nonfinite = data.get("nonfinite", np.zeros(0, np.int64))
+    if nonfinite.ndim != 1 or nonfinite.dtype.kind not in "iu":
+        raise EntropyLensError(
+            f"{name}: nonfinite is {nonfinite.dtype} {nonfinite.shape}, not steps; {again}"
+        )
+    values = {s: data[s] for s in stats}
+    return History(*(data[k] for k in ARRAYS), values=values, meta=meta, nonfinite=nonfinite)
 
 
 def is_history(path: str | Path, *, what: str, again: str) -> bool:

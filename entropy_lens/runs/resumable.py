@@ -91,7 +91,7 @@ def checkpoint_on_interrupt(whole_step: Callable[[], int | None], save: Callable
 
 def joined(prior: History | None, later: History) -> History:
     """`prior`'s records (an interrupted run's) followed by `later`'s, under `later`'s meta."""
-    if prior is None or not len(prior):
+    if prior is None or not (len(prior) or len(prior.nonfinite)):
         return later
     return History(
         steps=np.concatenate([prior.steps, later.steps]),
@@ -99,6 +99,7 @@ def joined(prior: History | None, later: History) -> History:
         rows=np.concatenate([prior.rows, later.rows]),
         values={s: np.concatenate([prior.values[s], later.values[s]]) for s in later.stats},
         meta=later.meta,
+        nonfinite=np.concatenate([prior.nonfinite, later.nonfinite]),
     )
 
 
@@ -129,4 +130,5 @@ def prior_history(path: Path, monitor, start: int, *, progress: bool) -> History
         prior.rows[keep],
         {s: v[keep] for s, v in prior.values.items()},
         prior.meta,
+        prior.nonfinite[prior.nonfinite <= start],
     )

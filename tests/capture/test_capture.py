@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from architectures import SUPPORTED, build
 from capture_cases import CPU_FUSED, CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
 from tiny import make_tiny_model, make_tiny_sliding_window_model
 
@@ -593,3 +594,20 @@ def test_the_backend_recorded_is_the_one_that_ran():
     """torch_chunked serves every mask (backend="triton" under the interpreter: triton_interp_cases.py)."""
     assert recorded_backends("torch_chunked") == {kind: {"torch_chunked"} for kind in MASK_KINDS}
     assert recorded_backends("reference") == {kind: {"reference"} for kind in MASK_KINDS}
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gpt_oss"])
+def test_trainable_scales_through_eager_attention_stay_causal_without_padding(model_type):
+    """A trainable per-head scale on softcap or sinks runs the model's eager attention; without padding
+    transformers' sdpa mask is None (sdpa's is_causal does it), and eager then saw every key: its logits
+    were off by 4-10. They equal the no-grad streamed path's at the same scale."""
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids = torch.randint(2, 90, (2, 12), generator=torch.Generator().manual_seed(0))
+    layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
+    trainable = torch.full((layers, heads), 1.3, requires_grad=True)
+    with ScaleSession(model, scales=trainable) as session:
+        logits = model(ids).logits
+    with torch.no_grad(), ScaleSession(model, scales=1.3):
+        want = model(ids).logits
+    assert session.session.paths == {"eager"}
+    torch.testing.assert_close(logits.detach(), want, rtol=1e-4, atol=1e-4)

@@ -201,12 +201,13 @@ def test_scalars_name_each_layer_and_head():
         model(*padded_batch())
     latest = mon.latest()["entropy"]
     flat = mon.scalars()
-    assert len(flat) == 2 * 3 and all(isinstance(v, float) for v in flat.values())
+    assert len(flat) == 1 + 2 * 3 and all(isinstance(v, float) for v in flat.values())
+    assert flat["attention/nonfinite"] == 0.0
     assert flat["attention/entropy/layer_1/max"] == pytest.approx(float(latest[1].max()))
     assert flat["attention/entropy/layer_0/mean"] == pytest.approx(float(latest[0].mean()))
     per_head = mon.scalars("train/attn", per_head=True)
     assert per_head["train/attn/entropy/layer_1/head_3"] == pytest.approx(float(latest[1, 3]))
-    assert len(per_head) == 2 * (3 + 4)
+    assert len(per_head) == 1 + 2 * (3 + 4)
 
 
 def test_save_and_load_round_trip_and_damage_is_refused(tmp_path):
@@ -221,7 +222,7 @@ def test_save_and_load_round_trip_and_damage_is_refused(tmp_path):
     for stat in STATS:
         np.testing.assert_array_equal(loaded.values[stat], mon.history.values[stat])
     meta = loaded.meta
-    assert meta["schema_version"] == 1 and meta["every"] == 2 and meta["stats"] == list(STATS)
+    assert meta["schema_version"] == 2 and meta["every"] == 2 and meta["stats"] == list(STATS)
     assert meta["model_class"] == "LlamaForCausalLM" and meta["reductions"]["entropy"] == "mean"
     assert not list(tmp_path.glob(".*tmp*"))  # the atomic write left no temporary file
 
@@ -255,7 +256,7 @@ def test_mistakes_are_refused_in_one_line():
             AttentionMonitor(model, **kwargs)
         assert "\n" not in str(err.value)
     mon = AttentionMonitor(model, stats=("entropy",), every=5)
-    with pytest.raises(EntropyLensError, match="recorded nothing yet"):
+    with pytest.raises(EntropyLensError, match="recorded no finite step yet"):
         mon.latest()
     with mon, pytest.raises(EntropyLensError, match="already has an active AttentionMonitor"):
         AttentionMonitor(model).__enter__()
@@ -280,11 +281,12 @@ def test_padded_rows_are_left_out_of_means_and_maxima(monkeypatch):
     assert tail.finish(1).rows == 1 and tail.finish(1).values()["entropy"][0, 0] == 2.0
 
 
-def test_a_statistic_that_is_not_finite_is_refused():
+def test_a_statistic_that_is_not_finite_makes_a_nonfinite_step():
+    """A statistic that came out NaN: the step has no numbers and says where (the loop decides)."""
     sums = ForwardSums(1, ("entropy",), None, model="Tiny")
     sums.add(0, {"entropy": torch.tensor([[[0.5, float("nan")]]])}, 0)
-    with pytest.raises(EntropyLensError, match="entropy of layer 0, head 0 is nan at step 7"):
-        sums.finish(7)
+    summary = sums.finish(7)
+    assert summary.values() == {} and summary.nonfinite.startswith("layer 0: entropy of head 0 is nan")
 
 
 def test_thresholds_warn_once_per_head():
@@ -372,6 +374,46 @@ def test_trainer_logs_the_scalars_at_its_optimizer_steps(tmp_path):
     assert len(messages) == 2 * 4 and all("at step 1, above the threshold 0" in m for m in messages)
     assert model.config._attn_implementation == "sdpa" and not model._forward_hooks
     assert not model._forward_pre_hooks
+
+
+@pytest.mark.slow  # transformers' Trainer: seconds to import and set up on 2 cores
+def test_trainer_bf16_every_step_with_evaluation(tmp_path):
+    """Trainer(bf16=True) (CPU autocast) with EntropyLensCallback(every=1) trains (its backward crashed),
+    logs finite attention scalars on every training log, and none on the evaluation logs (they took the
+    training step's, and the next training log then had none)."""
+    from transformers import Trainer, TrainingArguments
+
+    from entropy_lens import EntropyLensCallback
+
+    model = make_tiny_model(n_layers=2, n_heads=4, n_kv_heads=2).train()
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        max_steps=3,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
+        bf16=True,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    callback = EntropyLensCallback(every=1)
+    data = token_dataset()
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:2], callbacks=[callback])
+    trainer.train()
+    assert callback.monitor.paths == {"fused-train"} and callback.monitor.history.steps.tolist() == [1, 2, 3]
+    training = [e for e in trainer.state.log_history if "loss" in e]
+    evaluation = [e for e in trainer.state.log_history if "eval_loss" in e]
+    assert [e["step"] for e in training] == [1, 2, 3] and len(evaluation) == 3
+    for entry in training:
+        attention = {k: v for k, v in entry.items() if k.startswith("attention/")}
+        assert attention["attention/nonfinite"] == 0.0 and len(attention) == 1 + 2 * 2 * 3
+        assert all(np.isfinite(v) for v in attention.values())
+    assert not any(k.startswith("attention/") for e in evaluation for k in e)
 
 
 def test_the_callback_refuses_mistakes_before_training():
