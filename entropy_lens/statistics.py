@@ -1,6 +1,7 @@
 """The row statistics, each declared once, without torch (`--help` and results readers load none): a
 `Statistic` holds what every layer needs to know of it (its unit, description, bound, plot label, whether
-its square is summed, how a per-head summary reduces it), and every table derives from `STATISTICS`:
+its square is summed, its `Reduction`: how rows combine into one number, and its axis: a value per query
+row or per key), and every table derives from `STATISTICS`:
 
     kernels/stats.py      @read("entropy", needs=...)   how a kernel reads it off the streaming state
     kernels/reference.py  @definition("entropy")        its float64 definition from the probabilities
@@ -21,12 +22,74 @@ The kernels that compute the statistics (BACKENDS) and the --fused modes are fla
 from __future__ import annotations
 
 import difflib
+import math
+import sys
 from dataclasses import dataclass
+
+import numpy as np
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)
 POSITION_BOUND = "position"  # a causal row at position i looks back at most i tokens
-SUMMARIES = ("mean", "max")  # how a per-head summary reduces a statistic over rows
+ROWS, KEYS = "rows", "keys"  # a statistic's axis: one value per query row, or per key (attention received)
+AXES = (ROWS, KEYS)
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How many values of a statistic (rows, samples, micro-batches, ranks) combine into one, declared once
+    and called by every place that sums: the host sums, a scan's sums, the monitor's step summaries, the
+    head statistics and the results summary. `name` is what metadata records ("mean", "max"); `op` the
+    elementwise combine, one name in numpy and torch ("add", "maximum"); `identity` the value before any
+    row (0 for a sum, −inf for a maximum); `over` its reduction over an axis, one name in numpy, torch
+    and torch's `scatter_reduce` ("sum", "amax"); `summary` the function of the finished value over an
+    axis, one name in numpy and torch ("mean", "amax"); `divides`: the finished value is the total over
+    the rows' count (a mean) or the total itself; `all_reduce`: torch.distributed.ReduceOp's name ("SUM",
+    "MAX"). Each method takes numpy arrays or torch tensors and returns the same kind."""
+
+    name: str
+    op: str
+    over: str
+    summary: str
+    identity: float
+    divides: bool
+    all_reduce: str
+
+    def combine(self, a, b):
+        """a and b combined elementwise (a sum, or the larger)."""
+        return getattr(_library(a), self.op)(a, b)
+
+    def reduce(self, values, axis, keep=None):
+        """`values` reduced over `axis` (an int or a tuple), the entries where `keep` is False left out
+        (as the identity)."""
+        lib = _library(values)
+        if keep is not None:
+            values = lib.where(keep, values, self.identity)
+        return getattr(lib, self.over)(values, axis)
+
+    def summarize(self, values, axis):
+        """Finished values summarised over `axis` (an int or a tuple): their mean, or their maximum (a
+        span of positions, a layer's heads)."""
+        return getattr(_library(values), self.summary)(values, axis)
+
+    def finish(self, total, count):
+        """The value of `total` over `count` rows (broadcast): the mean or the maximum, NaN where no row."""
+        lib = _library(total)
+        seen = count > 0
+        if not self.divides:
+            return lib.where(seen, total, math.nan)
+        return lib.where(seen, total / lib.where(seen, count, 1), math.nan)
+
+
+MEAN = Reduction("mean", "add", "sum", "mean", 0.0, divides=True, all_reduce="SUM")
+MAX = Reduction("max", "maximum", "amax", "amax", -math.inf, divides=False, all_reduce="MAX")
+REDUCTIONS = {r.name: r for r in (MEAN, MAX)}
+
+
+def _library(x):
+    """torch for a tensor, numpy for anything else (torch imported only where a caller has it)."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else np
 
 
 @dataclass(frozen=True)
@@ -35,8 +98,8 @@ class Statistic:
     `description`, `label` (a figure's axis), `bound`: how the largest value a causal row at position i
     can take grows with i (LOG_BOUND: ln(i + 1); POSITION_BOUND: i), None where none grows with i (a
     probability is at most 1 everywhere); `squared`: whether the host sums its square too (the results'
-    `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `summary`: how
-    a per-head summary reduces it over rows, "mean", or "max" for a maximum."""
+    `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `reduction`: how
+    values combine (MEAN, or MAX for a maximum); `axis`: ROWS (a value per query row) or KEYS (per key)."""
 
     name: str
     unit: str
@@ -44,13 +107,16 @@ class Statistic:
     label: str
     bound: str | None = None
     squared: bool = True
-    summary: str = "mean"
+    reduction: Reduction = MEAN
+    axis: str = ROWS
 
     def __post_init__(self):
-        if self.bound not in (None, LOG_BOUND, POSITION_BOUND) or self.summary not in SUMMARIES:
+        known = self.reduction in REDUCTIONS.values() and self.axis in AXES
+        if self.bound not in (None, LOG_BOUND, POSITION_BOUND) or not known:
             raise ValueError(
-                f"statistic {self.name!r}: bound {self.bound!r} / summary {self.summary!r} unknown; use "
-                f"bound None, {LOG_BOUND!r} or {POSITION_BOUND!r} and summary one of {', '.join(SUMMARIES)}"
+                f"statistic {self.name!r}: bound {self.bound!r}, reduction {self.reduction!r} or axis "
+                f"{self.axis!r} unknown; use bound None, {LOG_BOUND!r} or {POSITION_BOUND!r}, a reduction of "
+                f"{', '.join(REDUCTIONS)} and an axis of {', '.join(AXES)}"
             )
 
     @property
@@ -97,7 +163,7 @@ MAX_LOGIT = Statistic(
     "bias), the sink excluded; 0 for a row with no key (QK-clip's quantity)",
     "max attention logit",
     squared=False,
-    summary="max",
+    reduction=MAX,
 )
 
 # every row statistic, by name, in the order results, summaries and --stats list them
@@ -105,7 +171,15 @@ STATISTICS: dict[str, Statistic] = {
     s.name: s
     for s in (ENTROPY, SINK_MASS, MAX_PROB, COLLISION_ENTROPY, VARENTROPY, DISTANCE, FIRST_MASS, MAX_LOGIT)
 }
-MAXIMA = frozenset(s.name for s in STATISTICS.values() if s.summary == "max")  # summed as maxima
+
+
+def reduction_of(key: str) -> Reduction:
+    """How the sum or array named `key` combines: its statistic's reduction for a statistic's own
+    (`entropy`, `max_logit`), MEAN for its square (`entropy_sq`), a count or anything not declared."""
+    stat = STATISTICS.get(key)
+    return stat.reduction if stat is not None else MEAN
+
+
 DEFAULT_STATS = (ENTROPY.name, SINK_MASS.name)  # what the kernels return unless asked for less
 # the statistics --stats may add (entropy is always recorded, sink_mass wherever a model has sinks)
 EXTRA_STATS = tuple(name for name in STATISTICS if name not in DEFAULT_STATS)

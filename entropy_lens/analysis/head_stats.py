@@ -24,9 +24,9 @@ position:
    in-distribution trend c + b·ln(i + 1); NaN where it never does (needs L < length and L ≥ 4). Not
    for distance, whose bound grows like i: a head that keeps spreading evenly would count as departing.
 
-A statistic whose declaration summarises it by a maximum (`Statistic.summary` "max": max_logit, whose
-per-head summary is QK-clip's quantity) reduces each span by the maximum over its positions instead of
-the mean, in 1–3 alike (`span_reduction`); the descriptions say which.
+A statistic whose declared reduction is a maximum (`Statistic.reduction` MAX: max_logit, whose per-head
+summary is QK-clip's quantity) reduces each span by the maximum over its positions instead of the mean,
+in 1–3 alike (`Reduction.summarize`); the descriptions say which.
 
 A statistic that needs L (or a bound) but cannot have it is left out, and `undefined` says why.
 """
@@ -40,9 +40,17 @@ import numpy as np
 from entropy_lens.analysis.inflection import find_inflection
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, spans_by_l
-from entropy_lens.statistics import ENTROPY, LOG_BOUND, POSITION_BOUND, PROBABILITY, STATISTICS
+from entropy_lens.statistics import (
+    ENTROPY,
+    LOG_BOUND,
+    MEAN,
+    POSITION_BOUND,
+    PROBABILITY,
+    STATISTICS,
+    reduction_of,
+)
 
-__all__ = ["HeadStatistics", "head_statistics", "position_spans", "span_reduction", "stat_display"]
+__all__ = ["HeadStatistics", "head_statistics", "position_spans", "stat_display"]
 
 LN2 = float(np.log(2.0))
 
@@ -78,13 +86,6 @@ def stat_display(result: ScanResult, stat: str) -> tuple[float, str]:
     return (1 / LN2, "bits") if stat == ENTROPY.name else (1.0, result.stat_unit(stat))
 
 
-def span_reduction(stat: str) -> str:
-    """How `stat` is reduced over a span of positions, by its declaration's `summary`: "max" for a
-    maximum (max_logit), else "mean" (a statistic entropy_lens.statistics does not declare too)."""
-    info = STATISTICS.get(stat)
-    return info.summary if info is not None else "mean"
-
-
 def head_statistics(
     result: ScanResult, *, stat: str = ENTROPY.name, train_len: int | None = None, departure: bool = True
 ) -> HeadStatistics:
@@ -102,9 +103,9 @@ def head_statistics(
     factor, unit = stat_display(result, stat)
     y = result.stat(stat).astype(np.float64) * factor  # (layers, heads, T); refuses a stat it lacks
     spans = position_spans(T, L)
-    how = span_reduction(stat)
-    over = lambda a, b: getattr(y[:, :, a:b], how)(axis=2)  # (layers, heads): the span's mean or max
-    word = "mean" if how == "mean" else "max over positions"
+    how = reduction_of(stat)
+    over = lambda a, b: how.summarize(y[:, :, a:b], 2)  # (layers, heads): the span's mean or max
+    word = "mean" if how is MEAN else "max over positions"
     last_label, (a, b) = list(spans.items())[-1]
     values = {"converged": over(a, b)}
     descriptions = {"converged": f"converged {stat}: {word} over the last span {last_label}, {unit}"}

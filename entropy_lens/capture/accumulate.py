@@ -8,9 +8,9 @@
 
 The sums are keyed by statistic (`kernels.stats.sum_names`: each statistic's sum and, for a `squared`
 one, its square's, `<name>_sq`): whatever a layer reports is summed, so a model with attention sinks
-(gpt-oss) adds `sink_mass` and one without has none. A statistic whose summary is a maximum
-(statistics.Statistic.summary "max": max_logit) keeps, instead of a sum, the largest value of any row
-at each position (−inf where no row reached it; padded rows left out): statistics.MAXIMA names them.
+(gpt-oss) adds `sink_mass` and one without has none. Each sum combines its rows by its statistic's
+declared `Reduction` (statistics.reduction_of): a sum, or for a maximum (max_logit) the largest value
+of any row at each position (−inf where no row reached it; padded rows left out).
 
 The sums live on the host, so the device holds nothing beyond each layer's own statistics (at 128K
 tokens a TinyLlama's float64 entropy sums would take 1.5 GB of GPU memory). A CUDA tensor (and the
@@ -36,7 +36,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS, sum_names
-from entropy_lens.statistics import MAXIMA
+from entropy_lens.statistics import MEAN, reduction_of
 
 
 def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -138,16 +138,18 @@ class HostSums:
             else:
                 sums = into
                 _check_room(n, sums["count"])
-            parts, maxima = [], []
+            parts = {}  # reduction -> [(sum (H, n), values (B, H, T))]
             for name, values in stats.items():
                 if name not in sums:
                     raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
                 v = values.to(torch.float64)
-                (maxima if name in MAXIMA else parts).append((sums[name][layer], v))
+                parts.setdefault(reduction_of(name), []).append((sums[name][layer], v))
                 if ROW_STATS[name].squared:
-                    parts.append((sums[name + "_sq"][layer], v * v))
-            _sum_rows(parts, sums["count"] if counts else None, key_offset, mask)
-            _max_rows(maxima, key_offset, mask)
+                    parts.setdefault(MEAN, []).append((sums[name + "_sq"][layer], v * v))
+            for reduction, pairs in parts.items():
+                _rows_into(pairs, reduction, key_offset, mask)
+            if counts:
+                _count_rows(sums["count"], next(iter(stats.values())).shape, key_offset, mask)
 
     def read(self) -> dict[str, np.ndarray]:
         """{sum name: (layers, heads, n) float64, "count": (n,) int64} on the host, waiting for copies in
@@ -175,10 +177,7 @@ class HostSums:
             for name, own in self._sums.items():
                 if name not in sums:
                     raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
-                if name in MAXIMA:
-                    sums[name][..., :n] = torch.maximum(sums[name][..., :n], own[..., :n])
-                else:
-                    sums[name][..., :n] += own[..., :n]
+                sums[name][..., :n] = reduction_of(name).combine(sums[name][..., :n], own[..., :n])
         self._fold(wait=True, into=sums)
         self._sums = self._read = None
 
@@ -199,28 +198,41 @@ class HostSums:
 
 
 def _empty(name: str) -> float:
-    """What a sum holds before any row: 0, or −inf for a maximum (MAXIMA)."""
-    return float("-inf") if name in MAXIMA else 0.0
+    """What a sum holds before any row: its reduction's identity (0, or −inf for a maximum)."""
+    return reduction_of(name).identity
 
 
-def _max_rows(parts, key_offset: int, mask) -> None:
-    """Raise each (maxima (H, n) float64, values (B, H, T) float64) of `parts` to the values at key
-    positions key_offset.. (max over the batch); with the forward's 2-D mask, padded rows are left out
-    and rows land at their true positions (cumsum(mask) − 1), as `_sum_rows` places them."""
-    if not parts:
-        return
+def _rows_into(parts, reduction, key_offset: int, mask) -> None:
+    """Combine each (total (H, n) float64, values (B, H, T) float64) of `parts` into its total at key
+    positions key_offset.. by `reduction` (summed, or the largest kept) over the batch; with the
+    forward's 2-D mask, padded rows are left out (as the identity) and rows land at their true
+    positions (cumsum(mask) − 1), so left padding shifts rows down."""
     B, H, T = parts[0][1].shape
     n = key_offset + T
     if mask is not None and mask.shape[1] == n:
-        keep = mask[:, -T:]
-        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # padded rows: −inf at position 0
+        keep = mask[:, -T:].unsqueeze(1)
+        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add nothing
         for total, values in parts:
-            rows = torch.where(keep.unsqueeze(1), values, float("-inf"))  # (B, H, T)
-            for b in range(B):
-                total.scatter_reduce_(1, pos[b].expand(H, T), rows[b], "amax")
+            rows = torch.where(keep, values, reduction.identity)
+            for b in range(B):  # positions within a row are distinct: deterministic
+                total.scatter_reduce_(1, pos[b].expand(H, T), rows[b], reduction.over)
     else:
         for total, values in parts:
-            total[:, key_offset:n] = torch.maximum(total[:, key_offset:n], values.amax(0))
+            window = total[:, key_offset:n]
+            window.copy_(reduction.combine(window, reduction.reduce(values, 0)))
+
+
+def _count_rows(count, shape, key_offset: int, mask) -> None:
+    """Add the rows of reports of `shape` (B, H, T) at key positions key_offset.. into count (n,), as
+    `_rows_into` places them (padded rows not counted)."""
+    B, _, T = shape
+    n = key_offset + T
+    if mask is not None and mask.shape[1] == n:
+        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)
+        for b in range(B):
+            count.index_add_(0, pos[b], mask[b, -T:].long())
+    else:
+        count[key_offset:n] += B
 
 
 def _reached(count: torch.Tensor) -> int:
@@ -235,24 +247,3 @@ def _check_room(n: int, count) -> None:
             f"drain_into: the sums hold {count.shape[-1]} positions, the recorder saw {n}; "
             "pass sums at least that long"
         )
-
-
-def _sum_rows(parts, count, key_offset: int, mask) -> None:
-    """Add each (sum (H, n) float64, values (B, H, T) float64) of `parts` at key positions key_offset..
-    and, unless None, the rows into count (n,); with the forward's 2-D mask, padded rows add nothing
-    and rows land at their true positions (cumsum(mask) − 1)."""
-    B, _, T = parts[0][1].shape
-    n = key_offset + T
-    if mask is not None and mask.shape[1] == n:
-        keep = mask[:, -T:]
-        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add 0
-        for b in range(B):  # positions within a row are distinct: deterministic index_add_
-            for total, values in parts:
-                total.index_add_(1, pos[b], values[b] * keep[b])
-            if count is not None:
-                count.index_add_(0, pos[b], keep[b].long())
-    else:
-        for total, values in parts:
-            total[:, key_offset:n] += values.sum(0)
-        if count is not None:
-            count[key_offset:n] += B

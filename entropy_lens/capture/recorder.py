@@ -40,7 +40,7 @@ from entropy_lens.capture.own_attention import check_routable, own_attention_lay
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.flags import Backend, Flags, Fused
 from entropy_lens.settings import SCALE, check_argument
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, MAXIMA, SINK_MASS
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS, reduction_of
 
 
 class ScaleSession:
@@ -246,10 +246,7 @@ class EntropyRecorder(ScaleSession):
         sums = self._sums.read()
         if name not in sums:
             return None
-        if name in MAXIMA:  # a maximum over the rows, not a sum: NaN where nothing was seen
-            return np.where(sums["count"] > 0, sums[name], np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return sums[name] / sums["count"]
+        return reduction_of(name).finish(sums[name], sums["count"])
 
     @property
     def entropy(self) -> np.ndarray:

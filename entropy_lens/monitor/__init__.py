@@ -16,12 +16,11 @@ from importlib import import_module
 
 from entropy_lens.monitor.history import History, load_history
 from entropy_lens.monitor.monitor import AttentionMonitor
-from entropy_lens.monitor.summary import MONITOR_STATS, REDUCTIONS, reduction
+from entropy_lens.monitor.summary import MONITOR_STATS
 from entropy_lens.monitor.thresholds import AttentionThresholdWarning, Thresholds
 
 __all__ = [
     "MONITOR_STATS",
-    "REDUCTIONS",
     "AttentionMonitor",
     "AttentionThresholdWarning",
     "EntropyLensCallback",
@@ -29,7 +28,6 @@ __all__ = [
     "Thresholds",
     "load_history",
     "qk_clip",
-    "reduction",
 ]
 
 _LAZY = {"EntropyLensCallback": "entropy_lens.monitor.callback", "qk_clip": "entropy_lens.monitor.clip"}

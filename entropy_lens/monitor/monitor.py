@@ -63,9 +63,9 @@ from entropy_lens.monitor.summary import (
     NonFiniteStepWarning,
     StepSummary,
     check_monitor_stats,
-    reduction,
 )
 from entropy_lens.settings import check_argument
+from entropy_lens.statistics import reduction_of
 
 _MONITORED = weakref.WeakSet()  # models with an active monitor: one at a time
 
@@ -341,7 +341,7 @@ class AttentionMonitor:
             "n_heads": self.n_heads,
             "n_kv_heads": self.n_kv_heads,
             "stats": list(self.stats),
-            "reductions": {s: reduction(s) for s in self.stats},
+            "reductions": {s: reduction_of(s).name for s in self.stats},
             "every": self.every,
             "first_keys": self.first_keys,
             "step_unit": "forward" if self._step is None else "step",

@@ -3,7 +3,7 @@
 Each capturing layer hands its row statistics, (B, H, T) float32 per statistic, to `ForwardSums.add`
 (the capture session's `on_stats`). They are reduced on the tensors' own device, over the forward's
 real query rows only (the forward's 2-D attention mask: a padded row adds nothing), by the statistic's
-`reduction`:
+declared reduction (statistics.reduction_of):
 
     "mean": Σ_rows value (float64) and the row count n; the summary is Σ / n
     "max":  max_rows value; the summary is that maximum (QK-clip's max logit is a maximum, not a mean)
@@ -28,18 +28,10 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import parse_stats
 from entropy_lens.kernels.stats import ROW_STATS
-from entropy_lens.statistics import ENTROPY, MAX_LOGIT, STATISTICS, did_you_mean
+from entropy_lens.statistics import ENTROPY, MAX_LOGIT, did_you_mean, reduction_of
 
-# How each statistic's per-head summary reduces the rows (its declaration's `summary`): a maximum for
-# maxima, the mean for the rest
-REDUCTIONS = {name: stat.summary for name, stat in STATISTICS.items()}
 # What AttentionMonitor records by default: entropy and the max logit (QK-clip's quantity)
 MONITOR_STATS = (ENTROPY.name, MAX_LOGIT.name)
-
-
-def reduction(stat: str) -> str:
-    """ "max" or "mean": how `stat`'s per-head summary reduces the rows (REDUCTIONS)."""
-    return REDUCTIONS[stat]
 
 
 def check_monitor_stats(stats) -> tuple[str, ...]:
@@ -81,8 +73,7 @@ class StepSummary:
     def values(self) -> dict[str, np.ndarray]:
         """{stat: (layers, heads) float32}: the mean over the real rows, or their maximum."""
         return {
-            stat: (s if reduction(stat) == "max" else s / self.rows).astype(np.float32)
-            for stat, s in self.sums.items()
+            stat: reduction_of(stat).finish(s, self.rows).astype(np.float32) for stat, s in self.sums.items()
         }
 
     def merge(self, other: StepSummary) -> StepSummary:
@@ -91,10 +82,7 @@ class StepSummary:
         forwards, rows = self.forwards + other.forwards, self.rows + other.rows
         if self.nonfinite or other.nonfinite:
             return StepSummary(self.step, forwards, rows, {}, self.nonfinite or other.nonfinite)
-        sums = {
-            stat: np.maximum(s, other.sums[stat]) if reduction(stat) == "max" else s + other.sums[stat]
-            for stat, s in self.sums.items()
-        }
+        sums = {stat: reduction_of(stat).combine(s, other.sums[stat]) for stat, s in self.sums.items()}
         return StepSummary(self.step, forwards, rows, sums)
 
 
@@ -129,13 +117,7 @@ class ForwardSums:
         for name in self.stats:
             if name not in stats:
                 continue  # a statistic that does not apply to this layer: refused in finish
-            v = stats[name].detach()
-            if reduction(name) == "max":
-                v = v if keep is None else v.masked_fill(~keep, float("-inf"))
-                reduced[name] = v.amax(dim=(0, 2)).double()
-            else:
-                v = v.double()
-                reduced[name] = (v if keep is None else v * keep).sum(dim=(0, 2))
+            reduced[name] = reduction_of(name).reduce(stats[name].detach().double(), (0, 2), keep)
         self.reduced[layer] = reduced
         if self.rows is None:
             self.rows = B * T if keep is None else keep.sum()

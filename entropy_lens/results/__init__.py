@@ -87,7 +87,7 @@ from entropy_lens.results.schema import (
     upgrade_meta,
 )
 from entropy_lens.results.sweep_index import SWEEP_INDEX, SWEEP_KIND, read_sweep_index, write_sweep_index
-from entropy_lens.statistics import ENTROPY, FIRST_MASS, SINK_MASS, STATISTICS
+from entropy_lens.statistics import ENTROPY, FIRST_MASS, MAX, SINK_MASS, STATISTICS, reduction_of
 
 __all__ = [  # the file's contract (this module), and what its submodules give every reader
     "ARRAYS",
@@ -308,7 +308,7 @@ def summary(result: ScanResult) -> str:
     L in the meta (and len > L), otherwise the first, middle and last tenth; then, for a result with
     further row statistics (`scan --stats`), the mean of each over heads and the same spans, one column
     per statistic under its name and unit; a statistic whose declaration summarises it by a maximum
-    (`Statistic.summary` "max": max_logit, QK-clip's quantity) shows the max over heads and positions
+    (`Statistic.reduction` MAX: max_logit, QK-clip's quantity) shows the max over heads and positions
     instead, and a line under the table says so."""
     T, L = result.length, result.meta.get("train_len")
     if isinstance(L, int) and 2 <= L < T:
@@ -331,14 +331,14 @@ def summary(result: ScanResult) -> str:
         widths = [max(len(n), len(result.stat_unit(n)), 8) + 2 for n in names]
         cells = lambda values: "".join(f"{v:>{w}}" for v, w in zip(values, widths))
         lines += ["", f"{head:<12}" + cells(names), " " * 12 + cells(map(result.stat_unit, names))]
-        how = {n: STATISTICS[n].summary if n in STATISTICS else "mean" for n in names}  # "mean" | "max"
-        curves = {n: getattr(result.stat(n), how[n])(axis=(0, 1)) for n in names}  # (len,) each
+        how = {n: reduction_of(n) for n in names}  # the mean, or the maximum
+        curves = {n: how[n].summarize(result.stat(n), (0, 1)) for n in names}  # (len,) each
         for label, (a, b) in spans.items():
-            lines.append(f"{label:<12}" + cells(f"{getattr(curves[n][a:b], how[n])():.3f}" for n in names))
+            lines.append(f"{label:<12}" + cells(f"{how[n].summarize(curves[n][a:b], 0):.3f}" for n in names))
         lines += [
             f"{n}: max over positions and heads of each span (QK-clip's quantity), not the mean"
             for n in names
-            if how[n] == "max"
+            if how[n] is MAX
         ]
     if FIRST_MASS.name in names:
         lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")

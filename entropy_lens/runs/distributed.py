@@ -40,7 +40,6 @@ __all__ = [
     "RankGroups",
     "World",
     "agree",
-    "all_reduce_max",
     "all_reduce_sum",
     "broadcast_object",
     "collective",
@@ -201,7 +200,7 @@ def broadcast_object(obj):
 def all_reduce_sum(arrays: dict[str, np.ndarray], w: World, *, op: str = "SUM") -> dict[str, np.ndarray]:
     """Element-wise sums over all ranks (float64 / int64 kept), as new arrays; identity when size is 1.
     Every rank must pass the same keys, shapes and dtypes, in any order (they are reduced sorted).
-    `op`: the torch.distributed.ReduceOp by name (all_reduce_max: "MAX")."""
+    `op`: the torch.distributed.ReduceOp by name (a maximum's: "MAX", statistics.Reduction.all_reduce)."""
     if w.size == 1:
         return arrays
     import torch.distributed as dist
@@ -214,11 +213,6 @@ def all_reduce_sum(arrays: dict[str, np.ndarray], w: World, *, op: str = "SUM") 
             dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
             out[key] = t.cpu().numpy()
     return out
-
-
-def all_reduce_max(arrays: dict[str, np.ndarray], w: World) -> dict[str, np.ndarray]:
-    """Element-wise maxima over all ranks, as `all_reduce_sum` sums (a statistic kept as a maximum)."""
-    return all_reduce_sum(arrays, w, op="MAX")
 
 
 def _device(w: World) -> torch.device:

@@ -30,9 +30,9 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
-from entropy_lens.runs.distributed import World, all_reduce_max, all_reduce_sum, gathered
+from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
 from entropy_lens.runs.output import CHECKPOINT, scan_difference
-from entropy_lens.statistics import ENTROPY, MAXIMA
+from entropy_lens.statistics import ENTROPY, reduction_of
 
 __all__ = ["INTERRUPTS", "ScanSums", "interrupts_deferred"]
 
@@ -45,7 +45,8 @@ class ScanSums:
         # the float64 sums of each row statistic (kernels.stats.sum_names: entropy and `stats` from the
         # start, so that a rank without samples holds them too; sink_mass added when a model reports it),
         # of the loss and its square, rows per position and samples
-        # (a maximum, statistics.MAXIMA, holds the largest row at each position: −inf before any)
+        # (each combines by its statistic's reduction: a maximum holds the largest row at each position,
+        # −inf before any)
         statistics = sum_names(dict.fromkeys((ENTROPY.name, *stats)))  # each once, entropy first
         self.arrays = {
             **{name: np.full((n_layers, n_heads, length), _empty(name)) for name in statistics},
@@ -98,9 +99,12 @@ class ScanSums:
             for names in gathered(sorted(self.arrays), world, what="the names of the sums"):
                 for name in names:
                     self.arrays.setdefault(name, np.full_like(self.arrays[ENTROPY.name], _empty(name)))
-        maxima = {k: v for k, v in self.arrays.items() if k in MAXIMA}
-        self.arrays = all_reduce_sum({k: v for k, v in self.arrays.items() if k not in MAXIMA}, world)
-        self.arrays |= all_reduce_max(maxima, world)
+        by_op = {}  # each sum by its reduction's all-reduce op (SUM, MAX)
+        for k, v in self.arrays.items():
+            by_op.setdefault(reduction_of(k).all_reduce, {})[k] = v
+        self.arrays = {}
+        for op, arrays in sorted(by_op.items()):  # every rank in the same order
+            self.arrays |= all_reduce_sum(arrays, world, op=op)
 
     def save(self, path: Path, identity: dict, wall_s: float, decided: dict | None = None) -> None:
         """The checkpoint: the sums, the scan's `identity` and what it `decided` at run time (JSON: the
@@ -152,11 +156,10 @@ class ScanSums:
                 f"{int(np.argmin(n > 0))}): the capture saw no rows there; nothing was written"
             )
         stat_sums = [k for k in sum_names(ROW_STATS) if k in arrays]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = {
-                k: (arrays[k] if k in MAXIMA else arrays[k] / n).astype(np.float32)
-                for k in (*stat_sums, "loss", "loss_sq")
-            }
+        mean = {
+            k: reduction_of(k).finish(arrays[k], n).astype(np.float32)
+            for k in (*stat_sums, "loss", "loss_sq")
+        }
         broken = [k for k, v in mean.items() if not np.isfinite(v).all()]
         if broken:
             raise EntropyLensError(
@@ -165,7 +168,7 @@ class ScanSums:
             )
         for k in stat_sums:
             if reduction == "mean":
-                mean[k] = (mean[k].max if k in MAXIMA else mean[k].mean)(axis=1, keepdims=True)
+                mean[k] = reduction_of(k).summarize(mean[k], 1)[:, None]
             elif reduction == "none":
                 mean[k] = mean[k][:, :0]
         columns = {k: mean.pop(k) for k in (*ENTROPY.sums, "loss", "loss_sq")}
@@ -173,8 +176,8 @@ class ScanSums:
 
 
 def _empty(name: str) -> float:
-    """A sum before any sample: 0, or −inf for a maximum (statistics.MAXIMA)."""
-    return float("-inf") if name in MAXIMA else 0.0
+    """A sum before any sample: its reduction's identity (0, or −inf for a maximum)."""
+    return reduction_of(name).identity
 
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a batch scheduler's stop (cli.main: the same)

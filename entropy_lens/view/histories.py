@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from entropy_lens.results.history import History
-from entropy_lens.statistics import STATISTICS
+from entropy_lens.statistics import STATISTICS, reduction_of
 from entropy_lens.view.encode import bins_json, encode_curves, numbers, text
 from entropy_lens.view.reduce import Bins
 from entropy_lens.view.sources import HistoryItem
@@ -70,7 +70,7 @@ def history_payload(item: HistoryItem, points: int) -> dict:
     for stat, values in h.values.items():
         info = STATISTICS.get(stat)
         how = reductions.get(stat) if isinstance(reductions, dict) else None
-        how = how if how in ROWS else (info.summary if info else "mean")
+        how = how if how in ROWS else reduction_of(stat).name
         out["stats"][text(stat)] = {
             "unit": text(info.unit if info else "as recorded"),
             "description": text(

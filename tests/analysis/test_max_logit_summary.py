@@ -1,4 +1,4 @@
-"""max_logit's summaries are maxima (issue 50): its declaration (`Statistic.summary` "max") makes the
+"""max_logit's summaries are maxima (issue 50): its declaration (`Statistic.reduction` MAX) makes the
 per-head statistics (`analysis.head_statistics`, the view's heat map) and the scan's printed summary
 (`results.summary`) take the maximum over positions, never the mean; the other statistics keep the mean."""
 
@@ -33,8 +33,8 @@ def saved(tmp_path) -> ScanResult:
 
 
 def test_the_declaration_names_max_logit_a_maximum():
-    assert STATISTICS["max_logit"].summary == "max"
-    assert {s.summary for name, s in STATISTICS.items() if name != "max_logit"} == {"mean"}
+    assert STATISTICS["max_logit"].reduction.name == "max"
+    assert {s.reduction.name for name, s in STATISTICS.items() if name != "max_logit"} == {"mean"}
 
 
 def test_head_statistics_of_max_logit_are_maxima_over_positions(saved):

@@ -28,7 +28,7 @@ from entropy_lens.kernels import (
     sink_state,
 )
 from entropy_lens.kernels.stats import read, read_stats
-from entropy_lens.statistics import ENTROPY, FIRST_MASS, MAX_LOGIT, STATISTICS, SUMMARIES, check_registered
+from entropy_lens.statistics import ENTROPY, FIRST_MASS, MAX_LOGIT, REDUCTIONS, STATISTICS, check_registered
 
 ALL = tuple(ROW_STATS)
 CPU_KERNELS = [param for param in RUNNABLE if param.values[0] != "triton"]
@@ -231,7 +231,9 @@ def test_each_statistic_is_declared_once_and_every_table_derives_from_it():
             STATISTICS[name].description,
             STATISTICS[name].squared,
         )
-        assert STAT_NAMES[name] == STATISTICS[name].label and STATISTICS[name].summary in SUMMARIES
+        assert (
+            STAT_NAMES[name] == STATISTICS[name].label and STATISTICS[name].reduction in REDUCTIONS.values()
+        )
     assert ARRAYS[:2] == ENTROPY.sums == (ENTROPY.name, ENTROPY.name + "_sq")
     code = "import sys, entropy_lens.results, entropy_lens.statistics; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -382,15 +384,15 @@ def test_the_name_check_sees_what_it_must():
 
 
 def test_a_maximum_is_kept_as_the_largest_row_not_summed():
-    """max_logit's summary is a maximum (statistics.MAXIMA): the host keeps, per position, the largest
+    """max_logit's reduction is a maximum (statistics.MAX): the host keeps, per position, the largest
     value of any row (padded rows left out, each row at its true position) across batches and forwards,
     drains it into a caller's maxima, and a scan's result stores it undivided by the row count, its head
     reduction the largest head; the sums beside it (entropy) stay sums and means."""
     from entropy_lens.capture.accumulate import HostSums
     from entropy_lens.runs.sums import ScanSums
-    from entropy_lens.statistics import MAXIMA
+    from entropy_lens.statistics import MAX, reduction_of
 
-    assert MAXIMA == {MAX_LOGIT.name}
+    assert {name for name in STATISTICS if reduction_of(name) is MAX} == {MAX_LOGIT.name}
     host = HostSums(1, 2)
     host.begin_forward(torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]).bool())  # row 0 of batch 0 is padding
     v = torch.tensor([[[50.0, 1, 2, 3], [1, 1, 1, 1]], [[0.5, 7, -1, 2], [2, 2, 2, 2]]])  # (B, H, T)
@@ -408,7 +410,7 @@ def test_a_maximum_is_kept_as_the_largest_row_not_summed():
     assert np.array_equal(heads.stats[MAX_LOGIT.name], got[MAX_LOGIT.name])  # not divided by the count
     assert np.array_equal(mean.stats[MAX_LOGIT.name], got[MAX_LOGIT.name].max(axis=1, keepdims=True))
     assert np.allclose(heads.entropy, got[ENTROPY.name] / got["count"])
-    into = {k: torch.full((1, 2, 4), float("-inf") if k in MAXIMA else 0.0, dtype=torch.float64) for k in got}
+    into = {k: torch.full((1, 2, 4), reduction_of(k).identity, dtype=torch.float64) for k in got}
     into["count"] = torch.zeros(4, dtype=torch.int64)
     host.begin_forward(None)
     host.add(0, {ENTROPY.name: v[1:], MAX_LOGIT.name: v[1:] + 100}, 0)
@@ -481,3 +483,32 @@ def test_a_misspelt_statistic_is_answered_with_the_closest_name_wherever_stats_i
         ENTROPY.name,
         MAX_PROB.name,
     )
+
+
+def test_a_reduction_combines_alike_in_numpy_and_torch():
+    """statistics.Reduction (issue 58): one declaration says how values combine; numpy arrays and torch
+    tensors give the same numbers, padded entries (keep False) count as the identity, a finished value
+    is NaN where no row was seen, and every statistic names one of the declared reductions and axes."""
+    from entropy_lens.statistics import AXES, MAX, MEAN
+
+    values = np.array([[1.0, -3.0, 2.0], [4.0, 0.5, -1.0]])
+    keep = np.array([[True, False, True], [True, True, False]])
+    count = np.array([2, 0, 1])
+    for reduction, reduced, finished in (
+        (MEAN, [3.0, 4.5], [0.5, np.nan, 2.0]),
+        (MAX, [2.0, 4.0], [1.0, np.nan, 2.0]),
+    ):
+        for lib in (np.asarray, torch.as_tensor):
+            got = reduction.reduce(lib(values), 1, lib(keep))
+            assert np.allclose(np.asarray(got), reduced)
+            done = reduction.finish(lib(values[0]), lib(count))
+            assert np.allclose(np.asarray(done), finished, equal_nan=True)
+            assert np.allclose(
+                np.asarray(reduction.combine(lib(values[0]), lib(values[1]))),
+                (values[0] + values[1] if reduction is MEAN else np.maximum(values[0], values[1])),
+            )
+        assert (
+            reduction.summarize(values, 1).tolist()
+            == (values.mean(1) if reduction is MEAN else values.max(1)).tolist()
+        )
+    assert all(s.reduction in (MEAN, MAX) and s.axis in AXES for s in STATISTICS.values())

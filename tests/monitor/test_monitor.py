@@ -1,6 +1,7 @@
 """AttentionMonitor, EntropyLensCallback and qk_clip (issue 50) on tiny random Llama models, against
 float64 statistics of the model's own eager attention."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -14,7 +15,6 @@ from entropy_lens.capture.paths import PATH_NAMES
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import (
     MONITOR_STATS,
-    REDUCTIONS,
     AttentionMonitor,
     AttentionThresholdWarning,
     Thresholds,
@@ -22,6 +22,7 @@ from entropy_lens.monitor import (
     qk_clip,
 )
 from entropy_lens.monitor.summary import ForwardSums
+from entropy_lens.statistics import MAX, STATISTICS
 
 STATS = ("entropy", "max_prob", "first_mass")
 
@@ -61,10 +62,12 @@ def mean_over_real_rows(values, mask):
 
 def test_latest_equals_float64_eager_statistics_on_a_padded_training_batch(monkeypatch):
     """Train mode, grad on, GQA, left and right padding: the mean over the real query rows; with a "max"
-    reduction (REDUCTIONS) the maximum over them, padded rows left out of both."""
+    reduction (statistics.MAX) the maximum over them, padded rows left out of both."""
     model = make_tiny_model(n_heads=4, n_kv_heads=2).train()
     ids, mask = padded_batch()
-    monkeypatch.setitem(REDUCTIONS, "max_prob", "max")  # the path max_logit takes
+    monkeypatch.setitem(
+        STATISTICS, "max_prob", dataclasses.replace(STATISTICS["max_prob"], reduction=MAX)
+    )  # the path max_logit takes
     with AttentionMonitor(model, stats=STATS, first_keys=2) as mon:
         model(ids, attention_mask=mask, labels=ids).loss.backward()
     got = mon.latest()
@@ -268,7 +271,7 @@ def test_mistakes_are_refused_in_one_line():
 def test_padded_rows_are_left_out_of_means_and_maxima(monkeypatch):
     """A padded row's value, however large, changes neither reduction; the layer's queries are the last
     T of the mask's keys (key_offset)."""
-    monkeypatch.setitem(REDUCTIONS, "max_prob", "max")
+    monkeypatch.setitem(STATISTICS, "max_prob", dataclasses.replace(STATISTICS["max_prob"], reduction=MAX))
     mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
     values = torch.tensor([[[100.0, 1.0, 2.0]], [[3.0, 4.0, 100.0]]])  # (B=2, H=1, T=3)
     sums = ForwardSums(1, ("entropy", "max_prob"), mask, model="Tiny")
