@@ -126,9 +126,9 @@ class ForwardSums:
             return None
         return self.mask[:, None, key_offset:]
 
-    def finish(self, step: int) -> StepSummary:
-        """The forward's StepSummary on the host; EntropyLensError in one line for a layer that did not
-        report once, a statistic that no layer reported, no real row, or a value that is not finite."""
+    def check_reports(self) -> None:
+        """EntropyLensError in one line for a layer that did not report once, or a statistic that some layer
+        did not report (monitor/applies.py runs this on a probe forward when the monitor is made)."""
         model = self.model
         if sorted(self.layers) != list(range(self.n_layers)):
             raise EntropyLensError(
@@ -143,6 +143,12 @@ class ForwardSums:
                 f"{model} does not report {', '.join(missing)} in every layer (sink_mass needs attention "
                 "sinks); drop it from AttentionMonitor's stats"
             )
+
+    def finish(self, step: int) -> StepSummary:
+        """The forward's StepSummary on the host; EntropyLensError in one line where `check_reports`
+        refuses the forward, for no real row, or a value that is not finite."""
+        model = self.model
+        self.check_reports()
         stacked = {
             s: torch.stack([self.reduced[i][s] for i in range(self.n_layers)]).cpu().numpy()
             for s in self.stats
