@@ -141,7 +141,7 @@ class ForwardSums:
         if missing:
             raise EntropyLensError(
                 f"{model} does not report {', '.join(missing)} in every layer (sink_mass needs attention "
-                "sinks); drop it from AttentionMonitor's stats"
+                "sinks); drop it from the monitored statistics (AttentionMonitor's stats, --monitor)"
             )
 
     def finish(self, step: int) -> StepSummary:

@@ -150,7 +150,6 @@ def _train(
             print(f"entropy-lens: discarded the interrupted run in {work} (--force starts over)", flush=True)
         shutil.rmtree(work)  # a run with no checkpoint yet has nothing to resume
     resume = ckpt_path.is_file()  # a plain rerun continues an interrupted run, as --resume does
-    work.mkdir(parents=True, exist_ok=True)
     model = build_model(recipe, len(tokenizer), tokenizer.eos_token_id)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]  # norms
@@ -192,6 +191,7 @@ def _train(
 
     model.train()
     watch = Watch(monitor, model, work=work, start=start, resumed=resume, progress=progress, note=note)
+    work.mkdir(parents=True, exist_ok=True)  # after the monitor's refusals: a refused run leaves nothing
     bar = progress_bar(
         total=recipe.total_steps,
         initial=start,
