@@ -7,9 +7,10 @@
     discard_checkpoint(out)                                           # once the outputs are written
 
 The folder holds `checkpoint.pt` (runs/resumable.py's file: the scales Parameter, the AdamW state, the
-step, the loss log, the wall time and the config as a dict, its identity) and, under --monitor,
-`history.npz` (the monitor's history so far; written first, so a kill between the two leaves records
-past the checkpoint, dropped on resume, never a gap). A rerun of the same flags continues from it; other
+step, the loss log, the wall time and the config as a dict, its identity, and under --monitor a note of
+the steps its history recorded) and, under --monitor, `history.npz` (the monitor's history so far;
+written first, so a kill between the two leaves records past the checkpoint, dropped on resume, never a
+gap; what a resume keeps of it: runs/resumable.py). A rerun of the same flags continues from it; other
 flags are refused in one line naming the first that differs; `force` discards it. The windows of step t
 are drawn from (seed, t) and the update is saved only whole, so a resumed search is bit-identical to an
 uninterrupted one (tests/runs/test_head_search_resume.py).

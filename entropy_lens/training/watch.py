@@ -13,7 +13,8 @@ resumed run continues it, so the finished history has every step of the whole ru
 history starts at the resumed step; one that recorded other statistics (compared as a set) or another
 --monitor-every is refused, and one that recorded nothing yet takes any --monitor (runs/resumable.py:
 what a resume keeps, refuses and says). A statistic no recorded step could measure (sink_mass without
-sinks) is refused when the monitor is made, before step 1 (monitor/applies.py). Under --init-from (only the passkey phase runs) the history starts at the phase's first step.
+sinks) is refused when the monitor is made, before step 1 (monitor/applies.py). Under --init-from (only
+the passkey phase runs) the history starts at the phase's first step.
 """
 
 from __future__ import annotations
