@@ -6,10 +6,10 @@ A recorded forward is refused (summary.ForwardSums.check_reports) where a layer 
 `check_applies` asks them when the monitor is made, of a probe: one forward of two tokens through the
 model's decoder and the capture, exactly as a recorded forward's layers report. `train-tiny --monitor
 entropy,sink_mass --monitor-every 1000` is then refused before step 1, not after 999 steps. The probe
-changes nothing a training loop sees: no gradients, every module in eval mode for it (each module's own
-mode restored), the random number generators' states restored, no cache. It is skipped inside an entropy_lens
-session already entered (an EntropyRecorder would count the probe): there the first recorded forward
-refuses, as before.
+changes nothing a training loop sees: no gradients, every module in eval mode for it (each module's
+own mode restored), the random number generators' states restored, no cache. It is skipped inside an
+entropy_lens session already entered (an EntropyRecorder would count the probe): there the first
+recorded forward refuses, as before.
 
 What the inputs decide cannot be known then: a multimodal model (Llava, Gemma 3) given an image runs its
 vision tower, whose attention a recorded forward would switch to the capture too, where it is refused

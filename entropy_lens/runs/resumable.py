@@ -4,9 +4,9 @@ Ctrl-C or SIGTERM, and the monitor's history carried across the interruption.
     write_checkpoint(state, path)                       # atomically: a kill while saving keeps the last one
     state = read_checkpoint(path, FIELDS, what="train-tiny", start_over="train from the start")
     with checkpoint_on_interrupt(lambda: None if updating else done, save): ...   # the loop
-    state |= history_note(history, step)                                  # what the checkpoint recorded
+    state |= history_note(history, step)                          # which steps its history recorded
     prior = prior_history(path, monitor, start, note=state.get(HISTORY_NOTE), progress=True)
-    joined(prior, monitor.history).save(path)                     # the interrupted run's records, then this run's
+    joined(prior, monitor.history).save(path)                     # the interrupted run's, then this run's
 
 A checkpoint is a file a user may receive (a shared run folder, a copied disk), so it is read with
 `torch.load(weights_only=True)`: tensors, dicts, lists, numbers, strings and None, never a pickled
@@ -183,8 +183,8 @@ def prior_history(path: Path, monitor, start: int, *, note, progress: bool) -> H
     if set(prior.stats) != set(monitor.stats) or prior.meta.get("every") != monitor.every:
         raise EntropyLensError(
             f"the interrupted run monitored {','.join(prior.stats)} every {prior.meta.get('every')} steps; "
-            "pass its --monitor (those statistics, in any order) and --monitor-every to finish it, or --force "
-            f"to start over (its records of steps {int(prior.steps[keep][0])}-{start} would be lost)"
+            "pass its --monitor (those statistics, in any order) and --monitor-every to finish it, or "
+            f"--force to start over (its records of steps {int(prior.steps[keep][0])}-{start} would be lost)"
         )
     return History(
         prior.steps[keep],
