@@ -48,6 +48,7 @@ from entropy_lens.capture import ScaleSession, check_supported
 from entropy_lens.capture.call import active_session
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Fused
+from entropy_lens.monitor.applies import check_applies, tower_hooks
 from entropy_lens.monitor.history import History
 from entropy_lens.monitor.install import (
     Hook,
@@ -96,6 +97,8 @@ class AttentionMonitor:
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        # a statistic or a layer no recorded forward could measure: refused now, not at step `every`
+        check_applies(model, self.stats, first_keys=self.first_keys, n_layers=self.n_layers)
         params = list(inspect.signature(model.forward).parameters)
         self._mask_index = params.index("attention_mask") if "attention_mask" in params else None
         self.enabled = True  # while False, forwards neither record nor count
@@ -123,6 +126,7 @@ class AttentionMonitor:
         self._hooks = [
             self.model.register_forward_pre_hook(Hook(self._begin), with_kwargs=True, prepend=True),
             self.model.register_forward_hook(Hook(self._end), always_call=True),
+            *tower_hooks(self.model, lambda: self.enabled),  # an image: refused at once, whatever `every`
         ]
         return self
 

@@ -129,13 +129,10 @@ class ForwardSums:
             return None
         return self.mask[:, None, key_offset:]
 
-    def finish(self, step: int) -> StepSummary:
-        """The forward's StepSummary on the host (without numbers where its attention was not finite);
-        EntropyLensError in one line for a layer that did not report once, a statistic that no layer
-        reported, or no real row."""
+    def check_reports(self) -> None:
+        """EntropyLensError in one line for a layer that did not report once, or a statistic that some layer
+        did not report (monitor/applies.py runs this on a probe forward when the monitor is made)."""
         model = self.model
-        if self.nonfinite is not None:
-            return StepSummary(step=step, forwards=1, rows=0, sums={}, nonfinite=self.nonfinite)
         if sorted(self.layers) != list(range(self.n_layers)):
             raise EntropyLensError(
                 f"{model}: the layers that reported attention statistics in this forward were "
@@ -147,8 +144,15 @@ class ForwardSums:
         if missing:
             raise EntropyLensError(
                 f"{model} does not report {', '.join(missing)} in every layer (sink_mass needs attention "
-                "sinks); drop it from AttentionMonitor's stats"
+                "sinks); drop it from the monitored statistics (AttentionMonitor's stats, --monitor)"
             )
+
+    def finish(self, step: int) -> StepSummary:
+        """The forward's StepSummary on the host (without numbers where its attention was not finite);
+        EntropyLensError in one line where `check_reports` refuses the forward, or for no real row."""
+        if self.nonfinite is not None:  # its non-finite layers reported nothing
+            return StepSummary(step=step, forwards=1, rows=0, sums={}, nonfinite=self.nonfinite)
+        self.check_reports()
         stacked = {
             s: torch.stack([self.reduced[i][s] for i in range(self.n_layers)]).cpu().numpy()
             for s in self.stats

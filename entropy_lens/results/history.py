@@ -76,29 +76,31 @@ class History:
         )
 
 
-def load_history(path: str | Path) -> History:
-    """The monitor history at `path`, checked: any damage is one EntropyLensError naming the file."""
+def load_history(path: str | Path, *, again: str | None = None) -> History:
+    """The monitor history at `path`, checked: any damage is one EntropyLensError naming the file and
+    ending in `again`, the fix (default: save it again with mon.save; a command gives its own)."""
     path = Path(path)
     name = printable(path)
-    again = "save the monitor's history again (mon.save(path))"
+    tail = "" if again is None else f"; {again}"  # the fix of a file that is no history, if given
+    again = again or "save the monitor's history again (mon.save(path))"
     if not path.is_file():
         raise EntropyLensError(f"{name} does not exist; {again}")
     data = read_npz(path, what="monitor history", again=again)
     if "meta" not in data:
-        raise EntropyLensError(f"{name} has no meta; it is not an entropy-lens monitor history")
+        raise EntropyLensError(f"{name} has no meta; it is not an entropy-lens monitor history{tail}")
     try:
         meta = json.loads(str(data.pop("meta")))
     except (ValueError, RecursionError) as err:
         raise EntropyLensError(f"{name}: its meta is not JSON ({printable(err)}); {again}") from None
     if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
         raise EntropyLensError(
-            f"{name} is not an entropy-lens monitor history (no schema {SCHEMA!r} in meta)"
+            f"{name} is not an entropy-lens monitor history (no schema {SCHEMA!r} in meta){tail}"
         )
     version = meta.get("schema_version")
     if not is_integer(version) or version not in READABLE_VERSIONS:
         raise EntropyLensError(
             f"{name} has schema_version {shown(version)}; this entropy-lens reads "
-            f"{', '.join(map(str, READABLE_VERSIONS))}: save it again with this version"
+            f"{', '.join(map(str, READABLE_VERSIONS))}: save it again with this version{tail}"
         )
     _check(name, data, meta, again)
     stats = meta["stats"]

@@ -7,9 +7,10 @@
     discard_checkpoint(out)                                           # once the outputs are written
 
 The folder holds `checkpoint.pt` (runs/resumable.py's file: the scales Parameter, the AdamW state, the
-step, the loss log, the wall time and the config as a dict, its identity) and, under --monitor,
-`history.npz` (the monitor's history so far; written first, so a kill between the two leaves records
-past the checkpoint, dropped on resume, never a gap). A rerun of the same flags continues from it; other
+step, the loss log, the wall time and the config as a dict, its identity, and under --monitor a note of
+the steps its history recorded) and, under --monitor, `history.npz` (the monitor's history so far;
+written first, so a kill between the two leaves records past the checkpoint, dropped on resume, never a
+gap; what a resume keeps of it: runs/resumable.py). A rerun of the same flags continues from it; other
 flags are refused in one line naming the first that differs; `force` discards it. The windows of step t
 are drawn from (seed, t) and the update is saved only whole, so a resumed search is bit-identical to an
 uninterrupted one (tests/runs/test_head_search_resume.py).
@@ -25,7 +26,13 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import History
 from entropy_lens.runs.configs import HeadSearchConfig
-from entropy_lens.runs.resumable import prior_history, read_checkpoint, write_checkpoint
+from entropy_lens.runs.resumable import (
+    HISTORY_NOTE,
+    history_note,
+    prior_history,
+    read_checkpoint,
+    write_checkpoint,
+)
 from entropy_lens.settings import first_difference
 
 __all__ = ["CHECKPOINT", "HISTORY", "SearchCheckpoint", "checkpoint_folder", "discard_checkpoint"]
@@ -124,9 +131,10 @@ class SearchCheckpoint:
 
     def prior_history(self, monitor) -> History | None:
         """The interrupted search's --monitor history (runs/resumable.py), for `monitor` to continue."""
-        if monitor is None or self.state is None:
+        if self.state is None:
             return None
-        return prior_history(self.work / HISTORY, monitor, self.start, progress=self.progress)
+        note = self.state.get(HISTORY_NOTE)
+        return prior_history(self.work / HISTORY, monitor, self.start, note=note, progress=self.progress)
 
     def due(self, step: int) -> bool:
         """Whether to save after `step` on the way (every `every` steps; the last step is the output)."""
@@ -152,5 +160,6 @@ class SearchCheckpoint:
         else:  # a history of an earlier part would leave a gap in a later --monitor's
             (self.work / HISTORY).unlink(missing_ok=True)
         state = {"config": self.config.to_dict(), "step": step, "log": log, "wall_s": wall_s}
+        state |= history_note(history, step)
         state |= {"scales": scales.detach().cpu().clone(), "optimizer": optimizer.state_dict()}
         write_checkpoint(state, self.work / CHECKPOINT)

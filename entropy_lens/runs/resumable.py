@@ -4,8 +4,9 @@ Ctrl-C or SIGTERM, and the monitor's history carried across the interruption.
     write_checkpoint(state, path)                       # atomically: a kill while saving keeps the last one
     state = read_checkpoint(path, FIELDS, what="train-tiny", start_over="train from the start")
     with checkpoint_on_interrupt(lambda: None if updating else done, save): ...   # the loop
-    prior = prior_history(path, monitor, start, progress=True)   # the interrupted run's records
-    joined(prior, monitor.history).save(path)                     # ... followed by this run's
+    state |= history_note(history, step)                          # which steps its history recorded
+    prior = prior_history(path, monitor, start, note=state.get(HISTORY_NOTE), progress=True)
+    joined(prior, monitor.history).save(path)                     # the interrupted run's, then this run's
 
 A checkpoint is a file a user may receive (a shared run folder, a copied disk), so it is read with
 `torch.load(weights_only=True)`: tensors, dicts, lists, numbers, strings and None, never a pickled
@@ -15,6 +16,15 @@ before anything uses them. It is written to a temporary file and renamed.
 An interrupt (cli turns SIGTERM into a KeyboardInterrupt) saves the last step whose update is whole
 (weights, optimiser, log); one that lands mid-update saves nothing, so the checkpoint before stands and
 a resumed run is still bit-identical to an uninterrupted one.
+
+The monitor's history (--monitor) is written beside the checkpoint, before it, and the checkpoint notes
+which steps it recorded (HISTORY_NOTE). A resume continues it when its statistics, as a set (any order),
+and its --monitor-every are the interrupted run's; another --monitor is refused in one line, unless the
+interrupted run recorded no step before its checkpoint (--monitor-every past the steps done): then any
+--monitor starts a history of its own, as nothing recorded would be lost. A recorded statistic cannot be
+dropped on resume (its records would be): --force starts over. A history of other layer or head counts,
+or one that cannot be read, is refused with the fix (delete it, or --force). A history file that has gone
+loses its records: said on stderr even under --quiet, and the history starts at the resumed step.
 """
 
 from __future__ import annotations
@@ -28,9 +38,23 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results.files import is_integer
 from entropy_lens.results.history import History, load_history
+from entropy_lens.runs.output import say
 
-__all__ = ["checkpoint_on_interrupt", "joined", "prior_history", "read_checkpoint", "write_checkpoint"]
+__all__ = [
+    "HISTORY_NOTE",
+    "checkpoint_on_interrupt",
+    "history_note",
+    "joined",
+    "prior_history",
+    "read_checkpoint",
+    "write_checkpoint",
+]
+
+# a checkpoint's note of the monitor history written beside it (history_note): which steps it recorded,
+# so that a resume whose history file has gone says what is lost; absent where the run did not monitor
+HISTORY_NOTE = "history"
 
 
 def write_checkpoint(state: dict, path: Path) -> None:
@@ -103,27 +127,66 @@ def joined(prior: History | None, later: History) -> History:
     )
 
 
-def prior_history(path: Path, monitor, start: int, *, progress: bool) -> History | None:
+def history_note(history: History | None, step: int) -> dict:
+    """What a checkpoint after `step` keeps of the monitor history written beside it, to merge into its
+    state: {HISTORY_NOTE: {"records": n, "first": s, "last": s}} (the records up to `step`), {} without
+    a monitor."""
+    if history is None:
+        return {}
+    steps = [int(s) for s in history.steps if s <= step]
+    first, last = (steps[0], steps[-1]) if steps else (0, 0)
+    return {HISTORY_NOTE: {"records": len(steps), "first": first, "last": last}}
+
+
+def prior_history(path: Path, monitor, start: int, *, note, progress: bool) -> History | None:
     """The history an interrupted run kept at `path`, up to step `start` (the checkpoint's: records past
-    it are dropped), for `monitor` (an AttentionMonitor) to continue; None when there is none to
-    continue (said). Another --monitor or --monitor-every than the interrupted run's is refused."""
+    it are dropped), for `monitor` (an AttentionMonitor) to continue; None when there is none to continue.
+    `monitor` None: resumed without --monitor (a dropped record is said). `note`: the checkpoint's
+    HISTORY_NOTE (None: it kept none). See the module docstring for what is refused and what is said."""
     if not start:
         return None
+    if monitor is None:  # resumed without --monitor: the records it made are not carried on
+        lost = _records(note) if path.is_file() else None
+        if lost:
+            say(
+                f"resumed without --monitor, so the interrupted run's attention history ({lost}) is "
+                "dropped; pass its --monitor to keep it"
+            )
+        return None
+    fix = (
+        f"delete {path} to resume with --monitor's history from step {start + 1}, or pass --force to "
+        "start over"
+    )
     if not path.is_file():
-        if progress:
+        lost = _records(note)
+        if lost:  # a loss of recorded steps is said even under --quiet
+            say(
+                f"the interrupted run's attention history {path} is missing, and with it the {lost}; "
+                f"--monitor's history starts at step {start + 1}"
+            )
+        elif progress:
             print(
                 f"entropy-lens: the interrupted run kept no attention history; --monitor's history starts "
                 f"at step {start + 1}",
                 flush=True,
             )
         return None
-    prior = load_history(path)
-    if list(prior.stats) != list(monitor.stats) or prior.meta.get("every") != monitor.every:
+    prior = load_history(path, again=fix)
+    shape, kept = (monitor.n_layers, monitor.n_heads), (prior.meta["n_layers"], prior.meta["n_heads"])
+    if kept != shape:
         raise EntropyLensError(
-            f"the interrupted run monitored {','.join(prior.stats)} every {prior.meta.get('every')} steps; "
-            "pass its --monitor and --monitor-every to finish it, or --force to start over"
+            f"{path} holds an attention history of {kept[0]} layers × {kept[1]} heads, not this model's "
+            f"{shape[0]} × {shape[1]}; {fix}"
         )
     keep = prior.steps <= start
+    if not keep.any():  # nothing recorded to continue: any --monitor and --monitor-every go on from here
+        return None
+    if set(prior.stats) != set(monitor.stats) or prior.meta.get("every") != monitor.every:
+        raise EntropyLensError(
+            f"the interrupted run monitored {','.join(prior.stats)} every {prior.meta.get('every')} steps; "
+            "pass its --monitor (those statistics, in any order) and --monitor-every to finish it, or "
+            f"--force to start over (its records of steps {int(prior.steps[keep][0])}-{start} would be lost)"
+        )
     return History(
         prior.steps[keep],
         prior.forwards[keep],
@@ -132,3 +195,14 @@ def prior_history(path: Path, monitor, start: int, *, progress: bool) -> History
         prior.meta,
         prior.nonfinite[prior.nonfinite <= start],
     )
+
+
+def _records(note) -> str | None:
+    """The recorded steps a checkpoint's HISTORY_NOTE names, in words ("records of steps 2-6 (3)"); None
+    for none, or for a note that is not one (a checkpoint is untrusted)."""
+    if not isinstance(note, dict) or not all(is_integer(note.get(k)) for k in ("records", "first", "last")):
+        return None
+    n, first, last = note["records"], note["first"], note["last"]
+    if n < 1:
+        return None
+    return f"record of step {first}" if n == 1 else f"records of steps {first}-{last} ({n})"

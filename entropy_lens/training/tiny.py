@@ -51,7 +51,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
-from entropy_lens.runs.resumable import checkpoint_on_interrupt
+from entropy_lens.runs.resumable import HISTORY_NOTE, checkpoint_on_interrupt, history_note
 from entropy_lens.runs.training_record import TRAINING_RECORD, read_training_record
 from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.batches import training_batch
@@ -150,7 +150,6 @@ def _train(
             print(f"entropy-lens: discarded the interrupted run in {work} (--force starts over)", flush=True)
         shutil.rmtree(work)  # a run with no checkpoint yet has nothing to resume
     resume = ckpt_path.is_file()  # a plain rerun continues an interrupted run, as --resume does
-    work.mkdir(parents=True, exist_ok=True)
     model = build_model(recipe, len(tokenizer), tokenizer.eos_token_id)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]  # norms
@@ -163,7 +162,7 @@ def _train(
         return torch.optim.AdamW(groups, lr=recipe.lr, betas=(0.9, 0.95))
 
     optimizer = new_optimizer()
-    start, log, prior_s = 0, [], 0.0
+    start, log, prior_s, note = 0, [], 0.0, None
     if parent is not None and not resume:
         _load_weights(model, Path(parent["path"]), tokenizer)
         start, log, prior_s = recipe.steps, list(parent["log"]), parent["wall_s"]
@@ -182,6 +181,7 @@ def _train(
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, log, prior_s = state["step"], state["log"], state["wall_s"]
+        note = state.get(HISTORY_NOTE)  # what its --monitor history recorded (runs/resumable.py)
     lost = [n for n in snapshots if n <= start and not (work / f"step-{n}").is_dir()]
     if lost:
         raise EntropyLensError(
@@ -190,7 +190,8 @@ def _train(
         )
 
     model.train()
-    watch = Watch(monitor, model, work=work, start=start, resumed=resume, progress=progress)
+    watch = Watch(monitor, model, work=work, start=start, resumed=resume, progress=progress, note=note)
+    work.mkdir(parents=True, exist_ok=True)  # after the monitor's refusals: a refused run leaves nothing
     bar = progress_bar(
         total=recipe.total_steps,
         initial=start,
@@ -204,7 +205,10 @@ def _train(
         if at >= recipe.total_steps or at == start:
             return  # finished (the folder is written next), or no step since the run (re)started
         state = {"recipe": dataclasses.asdict(recipe), "step": at, "log": log, "wall_s": elapsed}
-        watch.save(work / HISTORY)
+        history = watch.save(work / HISTORY)
+        if history is None:  # a history of an earlier part would leave a gap in a later --monitor's
+            (work / HISTORY).unlink(missing_ok=True)
+        state |= history_note(history, at)
         write_checkpoint(
             {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, ckpt_path
         )

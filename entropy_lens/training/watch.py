@@ -10,8 +10,11 @@ differently from BLOOM's own.
 Resuming: every checkpoint also writes the history so far to `<out>.partial/attention-history.npz`; a
 resumed run continues it, so the finished history has every step of the whole run. A run resumed with
 --monitor from a checkpoint that kept no history (the interrupted run had no --monitor) says so, and its
-history starts at the resumed step; one that monitored other statistics or another --monitor-every is
-refused. Under --init-from (only the passkey phase runs) the history starts at the phase's first step.
+history starts at the resumed step; one that recorded other statistics (compared as a set) or another
+--monitor-every is refused, and one that recorded nothing yet takes any --monitor (runs/resumable.py:
+what a resume keeps, refuses and says). A statistic no recorded step could measure (sink_mass without
+sinks) is refused when the monitor is made, before step 1 (monitor/applies.py). Under --init-from (only
+the passkey phase runs) the history starts at the phase's first step.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.monitor import AttentionMonitor
+from entropy_lens.monitor import AttentionMonitor, History
 from entropy_lens.monitor.summary import check_monitor_stats
 from entropy_lens.runs.resumable import joined, prior_history
 from entropy_lens.settings import MonitorSettings
@@ -41,7 +44,8 @@ def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
 
 class Watch:
     """The monitor of one train-tiny run (a no-op without --monitor): `with watch:` around the loop,
-    `watch.step = n` before step n's forward, `watch.save(path)` at each checkpoint and at the end."""
+    `watch.step = n` before step n's forward, `watch.save(path)` at each checkpoint and at the end.
+    `note`: the resumed checkpoint's runs.resumable.HISTORY_NOTE (what its history recorded)."""
 
     def __init__(
         self,
@@ -52,14 +56,15 @@ class Watch:
         start: int,
         resumed: bool,
         progress: bool,
+        note: dict | None = None,
     ):
         stats = check_monitor(settings)
         self.monitor = (
             AttentionMonitor(model, stats=stats, every=settings.monitor_every, fused="off") if stats else None
         )
         self.prior = (
-            prior_history(work / HISTORY, self.monitor, start, progress=progress)
-            if stats and resumed
+            prior_history(work / HISTORY, self.monitor, start, note=note, progress=progress)
+            if resumed
             else None
         )
         if stats and start and not resumed and progress:  # --init-from: the passkey phase only
@@ -84,7 +89,10 @@ class Watch:
         if self.monitor is not None:
             self.monitor.step = value
 
-    def save(self, path: Path) -> None:
-        """The history of the whole run so far to `path` (atomically); nothing without --monitor."""
-        if self.monitor is not None:
-            joined(self.prior, self.monitor.history).save(path)
+    def save(self, path: Path) -> History | None:
+        """The history of the whole run so far to `path` (atomically), returned; nothing without --monitor."""
+        if self.monitor is None:
+            return None
+        history = joined(self.prior, self.monitor.history)
+        history.save(path)
+        return history

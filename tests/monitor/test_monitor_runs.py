@@ -173,3 +173,87 @@ def test_train_tiny_init_from_history_starts_at_the_passkey_phase(text_file, tmp
     out = train_tiny(recipe, tmp_path / "pk", init_from=first, progress=True, monitor=ENTROPY)
     assert "--monitor's history starts at step 3 (--init-from)" in capsys.readouterr().out
     assert load_history(out / HISTORY).steps.tolist() == [3, 4]
+
+
+# -- issue 57: refused before step 1; what a resume keeps, refuses and says (runs/resumable.py) ---------
+SINKS = MonitorSettings(monitor="entropy,sink_mass", monitor_every=1000)
+
+
+def test_train_tiny_and_search_heads_refuse_a_statistic_that_cannot_apply_before_step_1(text_file, tmp_path):
+    """sink_mass without sinks, every 1000: refused at start-up, not after 999 steps (nor, with fewer
+    steps, never), so no checkpoint holds the flag."""
+    with pytest.raises(EntropyLensError, match="does not report sink_mass in every layer"):
+        train_tiny(micro(text_file), tmp_path / "m", progress=False, monitor=SINKS)
+    assert not list(tmp_path.iterdir())  # refused before any work
+    with pytest.raises(EntropyLensError, match="does not report sink_mass in every layer"):
+        search_head_scales(dataclasses.replace(SEARCH, steps=1), progress=False, monitor=SINKS)
+
+
+def interrupted(text_file, out, monitor, monkeypatch):
+    """train-tiny of `micro` with `monitor`, interrupted (Ctrl-C) after step 3: its checkpoint kept."""
+    real = data_module.random_windows
+    monkeypatch.setattr(data_module, "random_windows", crash_at(3))
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny(micro(text_file), out, progress=False, checkpoint_every=2, monitor=monitor)
+    monkeypatch.setattr(data_module, "random_windows", real)
+    return out.with_name(out.name + ".partial") / HISTORY
+
+
+def test_a_resume_takes_any_monitor_where_the_interrupted_run_recorded_nothing(
+    text_file, tmp_path, monkeypatch
+):
+    never = MonitorSettings(monitor="entropy,max_prob", monitor_every=1000)
+    assert not len(load_history(interrupted(text_file, tmp_path / "r", never, monkeypatch)))
+    out = train_tiny(micro(text_file), tmp_path / "r", progress=False, monitor=ENTROPY)
+    resumed = load_history(out / HISTORY)
+    assert resumed.steps.tolist() == [4] and resumed.stats == ("entropy",)
+
+
+def test_a_resume_keeps_the_recorded_statistics_as_a_set(text_file, tmp_path, monkeypatch):
+    interrupted(text_file, tmp_path / "r", MonitorSettings(monitor="entropy,max_prob"), monkeypatch)
+    dropped = (
+        "monitored entropy,max_prob every 1 steps; pass its --monitor .*records of steps 1-3 would be lost"
+    )
+    with pytest.raises(EntropyLensError, match=dropped):
+        train_tiny(
+            micro(text_file), tmp_path / "r", progress=False, monitor=MonitorSettings(monitor="max_prob")
+        )
+    reordered = MonitorSettings(monitor="max_prob,entropy")
+    out = train_tiny(micro(text_file), tmp_path / "r", progress=False, monitor=reordered)
+    resumed = load_history(out / HISTORY)
+    assert resumed.steps.tolist() == [1, 2, 3, 4] and set(resumed.stats) == {"entropy", "max_prob"}
+
+
+def test_a_resume_refuses_an_unreadable_or_foreign_history_with_the_clis_fix(
+    text_file, tmp_path, monkeypatch
+):
+    """A truncated history: the CLI's fix (delete it, or --force), not mon.save. One of other head counts:
+    refused when it is read, not a ValueError at the next checkpoint or the end."""
+    path = interrupted(text_file, tmp_path / "r", ENTROPY, monkeypatch)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(EntropyLensError, match=f"delete {path} to resume .* or pass --force") as err:
+        train_tiny(micro(text_file), tmp_path / "r", progress=False, monitor=ENTROPY)
+    assert "mon.save" not in str(err.value) and "\n" not in str(err.value)
+    path.write_bytes(whole)
+    prior = load_history(path)
+    values = {"entropy": np.ones((len(prior), 2, 3), np.float32)}
+    dataclasses.replace(prior, values=values, meta={**prior.meta, "n_heads": 3}).save(path)
+    with pytest.raises(EntropyLensError, match="2 layers × 3 heads, not this model's 2 × 2; delete"):
+        train_tiny(micro(text_file), tmp_path / "r", progress=False, monitor=ENTROPY)
+
+
+def test_a_lost_history_is_said_on_stderr_under_quiet(text_file, tmp_path, monkeypatch, capsys):
+    """A deleted history, and a resume without --monitor: the records of steps 1-3 are said lost, with
+    progress off (--quiet), on stderr."""
+    interrupted(text_file, tmp_path / "r", ENTROPY, monkeypatch).unlink()
+    out = train_tiny(micro(text_file), tmp_path / "r", progress=False, monitor=ENTROPY)
+    err = capsys.readouterr().err
+    assert "history" in err and "is missing, and with it the records of steps 1-3 (3); --monitor's" in err
+    assert load_history(out / HISTORY).steps.tolist() == [4]
+    interrupted(text_file, tmp_path / "s", ENTROPY, monkeypatch)
+    train_tiny(micro(text_file), tmp_path / "s", progress=False)
+    assert (
+        "resumed without --monitor, so the interrupted run's attention history (records of steps 1-3 (3))"
+        in (capsys.readouterr().err)
+    )

@@ -195,3 +195,18 @@ def test_sigterm_keeps_the_last_whole_step_and_a_rerun_finishes_it_bit_for_bit(t
     )
     assert rerun.returncode == 0, rerun.stderr
     assert out.read_bytes() == whole.read_bytes() and not checkpoint_folder(out).exists()
+
+
+def test_a_deleted_history_is_said_lost_on_stderr_under_quiet(config, tmp_path, monkeypatch, capsys):
+    """Issue 57: the checkpoint notes which steps its history recorded, so a resume whose history file has
+    gone says which records are lost (steps 2 and 4, every 2), on stderr with progress off."""
+    out = tmp_path / "hs.safetensors"
+    monkeypatch.setattr(head_search, "random_windows", crash_at(4))
+    with pytest.raises(KeyboardInterrupt):
+        search(config, out, checkpoint_every=100)
+    monkeypatch.undo()
+    (checkpoint_folder(out) / HISTORY).unlink()
+    capsys.readouterr()
+    resumed = search(config, out)
+    assert "is missing, and with it the records of steps 2-4 (2)" in capsys.readouterr().err
+    assert resumed.history.steps.tolist() == [6]
