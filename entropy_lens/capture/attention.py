@@ -30,6 +30,7 @@ For every attention layer the function takes three steps:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -92,8 +93,16 @@ def entropy_lens_attention(module, query, key, value, attention_mask, scaling=No
     if dtype is None:
         return _attention(module, query, key, value, attention_mask, scaling, dropout, kwargs)
     query, key, value = (x.to(dtype) for x in (query, key, value))
+    own_output = kwargs.get("own_output")  # BLOOM's own attention code runs as the model's, under autocast
+    if own_output is not None:
+        kwargs["own_output"] = functools.partial(_under_autocast, own_output, query.device.type, dtype)
     with torch.autocast(query.device.type, enabled=False):
         return _attention(module, query, key, value, attention_mask, scaling, dropout, kwargs)
+
+
+def _under_autocast(fn, device_type: str, dtype):
+    with torch.autocast(device_type, dtype=dtype):
+        return fn()
 
 
 def _attention(module, query, key, value, attention_mask, scaling, dropout, kwargs):
