@@ -57,6 +57,13 @@ class Stats(tuple):
         return repr(tuple(self))
 
 
+def triton_available() -> bool:
+    """Whether the triton backend's package is installed (its kernel runs on CUDA tensors)."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
 def parse_backend(value) -> Backend:
     """--backend `value` as a Backend; "auto" as ENTROPY_LENS_BACKEND overrides it (read here, once, when
     the flag is parsed); one line naming the choices otherwise."""

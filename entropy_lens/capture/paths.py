@@ -7,17 +7,15 @@ A layer that captures nothing runs "sdpa" (`sdpa`, at the session's scale), its 
 has softcap, sinks or ALiBi, or, for a trainable scale there, "eager" (`eager_attention`: the model's
 own, with autograd) or, for ALiBi, "sdpa-alibi-mask" (`alibi_attention`: the bias as sdpa's float mask).
 
-A capturing layer that wants gradients (a training step, a trainable scale) runs "fused-train"
-(kernels/train.py: the native kernel's one pass, torch_chunked where it does not build, on CUDA the
-Triton kernel's, gives the output and the statistics; PyTorch's flash backward takes the output and the
-kernel's log-sum-exp), unless `--fused off`, a --backend other than auto/native/torch_chunked (on CUDA
-auto/triton), dropout, or what
-`kernels.train.train_form` names keeps today's route: the model's output with autograd and a
-separate no-grad statistics pass: "sdpa-then-entropy" where sdpa computes the scores, else
-"eager-then-entropy" (softcap, sinks: the model's own eager attention), "own-then-entropy" (BLOOM at the
-model's own scale: its layer's own attention code, so the step's numbers are the unwatched step's bit for
-bit) or "sdpa-alibi-mask-then-entropy" (ALiBi, a key bias). Attention dropout > 0 runs that route: the output with the model's dropout, the
-statistics of the attention without it.
+A capturing layer that wants gradients (a training step, a trainable scale) runs the route
+`kernels.train_plan` decides (the routing is decided there, in one place; this module only runs it):
+"fused-train" (kernels/train.py: the one pass's output and statistics, PyTorch's flash backward from the
+output and the pass's log-sum-exp), else the model's output with autograd and a separate no-grad
+statistics pass: "sdpa-then-entropy" where sdpa computes the scores, "eager-then-entropy" (softcap,
+sinks), "own-then-entropy" (BLOOM at the model's own scale: its layer's own attention code, so the step's
+numbers are the unwatched step's bit for bit) or "sdpa-alibi-mask-then-entropy" (ALiBi, a key bias).
+Attention dropout > 0 runs the latter: the output with the model's dropout, the statistics of the
+attention without it.
 """
 
 from __future__ import annotations
@@ -33,16 +31,20 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
 from entropy_lens.kernels.contract import validate_scale
-from entropy_lens.kernels.native import native_available
 from entropy_lens.kernels.plan import (
+    ALIBI_THEN_ENTROPY,
+    EAGER_THEN_ENTROPY,
+    FUSED_TRAIN,
     NATIVE,
+    OWN_THEN_ENTROPY,
     SDPA_THEN_ENTROPY,
     TORCH_STREAMED,
     TRITON_FUSED,
     statistics_kernel,
+    train_plan,
 )
 from entropy_lens.kernels.stats import ROW_STATS, RowStats
-from entropy_lens.kernels.train import attention_train, train_form
+from entropy_lens.kernels.train import attention_train
 
 # "auto" times one run of each way on CPU from this many scores per head (query rows x keys) on: a 1K
 # window; below, a single run's time is mostly noise, and each way runs twice as on GPU (capture/fused.py)
@@ -51,13 +53,6 @@ ONE_RUN_MIN_SCORES = 1 << 20
 SDPA = "sdpa"  # the model as sdpa runs it, at the session's scale
 EAGER = "eager"  # the model's own eager attention: a trainable scale on a layer with softcap or sinks
 SDPA_ALIBI = "sdpa-alibi-mask"  # torch sdpa, the ALiBi bias as its float mask: a trainable scale on ALiBi
-# and, for a capturing layer that wants gradients:
-FUSED_TRAIN = "fused-train"  # kernels/train.py: the one pass forward, flash's backward from its lse
-EAGER_THEN_ENTROPY = "eager-then-entropy"  # softcap, sinks: the model's eager attention + a statistics pass
-ALIBI_THEN_ENTROPY = (
-    "sdpa-alibi-mask-then-entropy"  # ALiBi, a key bias: sdpa's float mask + a statistics pass
-)
-OWN_THEN_ENTROPY = "own-then-entropy"  # BLOOM, unscaled: its layer's own attention code + a statistics pass
 PATH_NAMES = (
     SDPA_THEN_ENTROPY,
     TRITON_FUSED,
@@ -134,28 +129,22 @@ def run_path(call: LayerCall, inputs: LayerInputs) -> LayerRun:
 
 
 def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
-    """The route of a capturing layer that wants gradients (module docstring): "fused-train" where it
-    applies, else today's output with autograd beside a statistics pass; None for any other layer."""
+    """The route of a capturing layer that wants gradients, as `kernels.train_plan` decides it; None for
+    any other layer (and where sdpa's output with autograd and a statistics pass is the route)."""
     if not (call.capturing and call.wants_grad):
         return None
-    session, mods = call.session, inputs.mods
-    backend, cuda = session.backend, call.query.device.type == "cuda"
-    kernels = (
-        (Backend.AUTO, Backend.TRITON) if cuda else (Backend.AUTO, Backend.NATIVE, Backend.TORCH_CHUNKED)
+    session = call.session
+    q, k, v, mods = call.output_query, inputs.key, inputs.value, inputs.mods
+    return train_plan(
+        session.backend,
+        session.fused,
+        q,
+        k,
+        v,
+        mods,
+        dropout=bool(call.dropout),
+        own_code=own_output_applies(call),
     )
-    fusable = not call.dropout and session.fused is not Fused.OFF and backend in kernels
-    form, why = train_form(call.output_query, inputs.key, inputs.value, mods) if fusable else (None, "")
-    if why is None:
-        if cuda:  # the Triton kernel's pass, flash's CUDA backward (kernels/train.py); no mask left
-            return Route(FUSED_TRAIN, Backend.TRITON, form)
-        native = backend is Backend.NATIVE or backend is Backend.AUTO and native_available()
-        return Route(FUSED_TRAIN, Backend.NATIVE if native else Backend.TORCH_CHUNKED, mods)
-    if mods.sdpa_computes:
-        return None  # layer_plan's separate route: sdpa's output with autograd, then the statistics
-    kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, mods)
-    if own_output_applies(call):
-        return Route(OWN_THEN_ENTROPY, kernel, kernel_mods)
-    return Route(ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY, kernel, kernel_mods)
 
 
 def weights_route(call: LayerCall, inputs: LayerInputs) -> Route | None:

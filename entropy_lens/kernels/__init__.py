@@ -78,6 +78,7 @@ from entropy_lens.kernels.plan import (
     resolve_backend,
     run,
     statistics_kernel,
+    train_plan,
 )
 from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.stats import (
@@ -118,6 +119,7 @@ __all__ = [
     "sink_mass_from_state",
     "sink_state",
     "statistics_kernel",
+    "train_plan",
 ]
 
 

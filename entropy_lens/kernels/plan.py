@@ -11,6 +11,8 @@ the score modifiers into the routes a layer can take, and `run` runs a route's k
               (per query or per head; `masks.as_key_padding`) or a key bias, and takes the key-padding
               form and window otherwise
     plan(backend, fused, q, k, v, mods, fusable=True) -> Plan(separate, fused, mode): a layer's routes
+    train_plan(backend, fused, q, k, v, mods, *, dropout, own_code) -> Route | None: the route of a
+              layer that captures and wants gradients (a training step, a trainable scale)
     run(kernel, q, k, v, softmax_scale, mods, ...) -> RowStats
 
 A route names its path (what the results meta records as `attention_path`) and the kernel that computes
@@ -21,6 +23,12 @@ its statistics (`backend` in the meta), in one vocabulary:
                        separate route of a layer whose scores sdpa cannot compute: softcap, sinks, ALiBi)
     native             the native kernel's one pass (CPU)
     triton-fused       the Triton kernel's one pass (CUDA)
+and for a layer that wants gradients (`train_plan`):
+    fused-train        kernels/train.py: the one pass's output and statistics, PyTorch's flash backward
+                       from that output and the pass's log-sum-exp (native, torch_chunked; triton on CUDA)
+    eager-then-entropy the model's own eager attention with autograd (softcap, sinks), a statistics pass
+    sdpa-alibi-mask-then-entropy  sdpa with ALiBi (a key bias) as its float mask, a statistics pass
+    own-then-entropy   the layer's own attention code (BLOOM at its own scale), a statistics pass
 The separate route is sdpa-then-entropy where sdpa computes the scores and otherwise the one pass of
 the statistics kernel's family (native for native, else torch-streamed); the fused route is the one
 pass of the backend's kernel (for "auto" on CPU: native where it builds) where it applies: `fusable`
@@ -37,13 +45,14 @@ from dataclasses import dataclass
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import BACKENDS, FUSED_MODES, Backend, Fused, parse_backend, require
+from entropy_lens.flags import BACKENDS, FUSED_MODES, Backend, Fused, parse_backend, require, triton_available
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import native_available, native_status, row_stats_native
 from entropy_lens.kernels.reference import row_stats_reference
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.torch_chunked import row_stats_torch
+from entropy_lens.kernels.train import train_form
 from entropy_lens.statistics import DEFAULT_STATS
 
 # What computed a layer's statistics, as `Session.paths` and the results meta (`attention_path`) name it
@@ -52,6 +61,10 @@ TORCH_STREAMED = "torch-streamed"
 NATIVE = "native"
 TRITON_FUSED = "triton-fused"
 ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_FUSED}  # kernel -> path
+FUSED_TRAIN = "fused-train"
+EAGER_THEN_ENTROPY = "eager-then-entropy"
+ALIBI_THEN_ENTROPY = "sdpa-alibi-mask-then-entropy"
+OWN_THEN_ENTROPY = "own-then-entropy"
 
 
 @dataclass(frozen=True)
@@ -108,12 +121,6 @@ def resolve_backend(
                 f"the native CPU kernel is {native_status()}; use --backend torch_chunked (or auto)"
             )
     return backend
-
-
-def triton_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
 
 
 def statistics_kernel(
@@ -208,3 +215,31 @@ __all__ = [
     "run",
     "statistics_kernel",
 ]
+
+
+def train_plan(
+    backend: Backend, fused: Fused, q, k, v, mods: ScoreMods, *, dropout: bool, own_code: bool
+) -> Route | None:
+    """The route of a layer that captures and wants gradients (module docstring): "fused-train" where
+    kernels/train.py takes the inputs (`train_form`) under --fused auto/on, no dropout and a --backend of
+    its kernels (auto, native, torch_chunked; on CUDA auto, triton); else None where sdpa computes the
+    scores (the plan's separate route: sdpa's output with autograd, then the statistics), or the model's
+    own output with autograd beside a statistics pass: its layer's own code where `own_code` (BLOOM at
+    its own scale), sdpa's ALiBi mask for a position bias, the model's eager attention otherwise."""
+    require(backend=backend, fused=fused)
+    cuda = q.device.type == "cuda"
+    kernels = (
+        (Backend.AUTO, Backend.TRITON) if cuda else (Backend.AUTO, Backend.NATIVE, Backend.TORCH_CHUNKED)
+    )
+    fusable = not dropout and fused is not Fused.OFF and backend in kernels
+    form, why = train_form(q, k, v, mods) if fusable else (None, "")
+    if why is None:
+        if cuda:  # the Triton kernel's pass, flash's CUDA backward; no mask left in its form
+            return Route(FUSED_TRAIN, Backend.TRITON, form)
+        native = backend is Backend.NATIVE or backend is Backend.AUTO and native_available()
+        return Route(FUSED_TRAIN, Backend.NATIVE if native else Backend.TORCH_CHUNKED, mods)
+    if mods.sdpa_computes:
+        return None
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
+    path = OWN_THEN_ENTROPY if own_code else ALIBI_THEN_ENTROPY if mods.biased else EAGER_THEN_ENTROPY
+    return Route(path, kernel, kernel_mods)

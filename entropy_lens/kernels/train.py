@@ -62,11 +62,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from entropy_lens.flags import triton_available
 from entropy_lens.kernels.contract import autocast_dtype, validate_scale
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
-from entropy_lens.kernels.plan import triton_available
 from entropy_lens.kernels.stats import RowStats, accumulators, read_stats
 from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
 from entropy_lens.statistics import DEFAULT_STATS

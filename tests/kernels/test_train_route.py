@@ -80,7 +80,16 @@ def test_kernel_gradients_within_twice_plain_sdpa(kernel, shape, dtype):
     got, reference = grads(dtype, ours), grads(dtype, lambda *a: sdpa_attention(*a, allowed))
     for name, a, b, t in zip(names, got, reference, truth, strict=False):
         err, err_plain = (a.double() - t).abs().max().item(), (b.double() - t).abs().max().item()
-        assert a.dtype == dtype and err <= 2 * err_plain + 1e-7, (name, err, err_plain)
+        assert a.dtype == dtype and err <= 2 * err_plain + ulps(dtype, t), (name, err, err_plain)
+
+
+def ulps(dtype, truth) -> float:
+    """The rounding floor of the 2x rule: in float32, where both errors are a few units in the last place
+    of the largest value and which of two roundings lands nearer differs between CPUs (a sliding window's
+    dv: 1.1e-6 against sdpa's 4.6e-7 on one), 4 ulps of the largest value; 1e-7 below float32."""
+    if dtype != torch.float32:
+        return 1e-7
+    return 4 * torch.finfo(torch.float32).eps * truth.abs().max().item()
 
 
 def test_kernel_refuses_what_flash_backward_cannot_take():
