@@ -45,9 +45,9 @@ from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.monitor import AttentionMonitor, History
 from entropy_lens.monitor.summary import check_monitor_stats
-from entropy_lens.results import atomic_write_text
+from entropy_lens.results import atomic_write_text, check_regular_target
 from entropy_lens.runs.configs import HeadSearchConfig
-from entropy_lens.runs.head_search_state import SearchCheckpoint
+from entropy_lens.runs.head_search_state import SearchCheckpoint, checkpoint_folder
 from entropy_lens.runs.output import check_file_target
 from entropy_lens.runs.resumable import checkpoint_on_interrupt, joined
 from entropy_lens.runs.scan import load_variant, variant_schedule
@@ -204,6 +204,7 @@ def check_out(out: str | Path) -> Path:
     out = Path(out)
     if out.suffix != ".safetensors":
         raise EntropyLensError(f"--out {out} must end in .safetensors (the table goes beside it as .json)")
+    check_regular_target(checkpoint_folder(out), folder=True)
     return check_file_target(out, example="scales.safetensors")
 
 

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.results import check_regular_target
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.runs.resumable import checkpoint_on_interrupt
@@ -92,7 +93,7 @@ def train_tiny(
         )
     parent = _check_init_from(recipe, Path(init_from), snapshots) if init_from is not None else None
     out = check_folder_target(out)
-    work = out.with_name(out.name + ".partial")
+    work = check_regular_target(out.with_name(out.name + ".partial"), folder=True)
     if out.exists() and not force:
         raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
     with OutputLock(out):
