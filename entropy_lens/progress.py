@@ -6,13 +6,17 @@
   ever-growing line. A notebook gets the same lines, so no widget (ipywidgets) is needed and no
   "IProgress not found" warning is printed.
 - Disabled: a plain, disabled tqdm, so callers use one interface either way.
+
+The libraries' own bars (transformers' "Writing model shards" in save_pretrained, the Hub's downloads)
+follow ours inside `library_bars(enabled=...)`: --quiet silences them too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
-__all__ = ["progress_bar"]
+__all__ = ["library_bars", "progress_bar"]
 
 
 def progress_bar(iterable=None, *, enabled: bool, every_s: float = 10.0, file=None, **kwargs):
@@ -27,6 +31,23 @@ def progress_bar(iterable=None, *, enabled: bool, every_s: float = 10.0, file=No
         return tqdm(iterable, file=stream, dynamic_ncols=True, **kwargs)
     # mininterval: at most one line per `every_s`; miniters=1: check the clock at every update
     return tqdm(iterable, file=_Lines(stream), mininterval=every_s, miniters=1, ascii=True, **kwargs)
+
+
+@contextlib.contextmanager
+def library_bars(*, enabled: bool):
+    """transformers' (and the Hub's) progress bars off inside the block unless `enabled`, then as before."""
+    if enabled:
+        yield
+        return
+    from transformers.utils import logging
+
+    was = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            logging.enable_progress_bar()
 
 
 class _Lines:

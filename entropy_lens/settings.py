@@ -388,9 +388,10 @@ class MonitorSettings(Checked):
         help="record these attention row statistics (comma-separated) of every --monitor-every-th "
         "optimiser step, per head, and save their history beside the output (monitor/history.py)",
     )
-    monitor_every: int = setting(
-        1, metavar="N", at_least=1, at_most=MAX_COUNT, help="record every Nth optimiser step (--monitor)"
+    monitor_every: int | None = setting(
+        None, metavar="N", at_least=1, at_most=MAX_COUNT, help="record every Nth optimiser step (default 1)"
     )
+    every = property(lambda self: self.monitor_every or 1)  # --monitor-every, else every step
 
     @property
     def stats(self) -> tuple[str, ...]:

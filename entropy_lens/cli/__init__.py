@@ -1,7 +1,11 @@
 """`entropy-lens` command line: thin subcommands over the functions notebooks call.
 
 Each module here adds its subcommands (`add_parsers(sub)`) and runs them; heavy imports (torch,
-transformers) happen inside each command, so `--help` is instant. Bad input exits with status 2
+transformers) happen inside each command, so `--help` is instant. This module imports only the standard
+library (the subcommands' modules are imported by `build_parser`), so that Ctrl-C during start-up lands in
+`main`, which says "interrupted" and exits with 130 as it does during a run, never with a traceback. Ctrl-C
+while a module is being imported (torch takes a second) exits at once (`quiet_interrupt_in_imports`): a
+KeyboardInterrupt raised inside an import can come out as another error or abort an extension's set-up. Bad input exits with status 2
 and one line saying what is wrong and how to fix it. Every command takes `--threads N`, applied once
 before the command runs (runs/threads.py); the commands that run under torchrun (scan, sweep, ppl) take
 `--dist-timeout SECONDS` (runs/launch.py), applied the same way.
@@ -16,11 +20,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import os
 import signal
 import sys
 import threading
-
-from entropy_lens.cli import analysis, figures, harness, heads, passkey, perplexity, scan, train, view
 
 __all__ = [
     "DISTRIBUTED_COMMANDS",
@@ -28,14 +31,17 @@ __all__ = [
     "build_parser",
     "main",
     "option_table",
+    "quiet_interrupt_in_imports",
     "sigterm_as_interrupt",
 ]
 
 DISTRIBUTED_COMMANDS = ("scan", "sweep", "ppl")  # the commands torchrun may launch: --dist-timeout
+INTERRUPTED = "entropy-lens: interrupted"  # what Ctrl-C prints (exit status 130)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from entropy_lens import __version__
+    from entropy_lens.cli import analysis, figures, harness, heads, passkey, perplexity, scan, train, view
     from entropy_lens.cli.options import add_settings, flag_type
     from entropy_lens.runs.launch import LaunchSettings
     from entropy_lens.runs.threads import check_threads
@@ -116,16 +122,54 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from entropy_lens.cli.options import FlagRejected
+@contextlib.contextmanager
+def quiet_interrupt_in_imports():
+    """Ctrl-C while a module is being imported ends the process at once with `INTERRUPTED` and status 130:
+    raised there, the KeyboardInterrupt can come out as another error (Python wraps it in a RuntimeError
+    inside a class's __set_name__) or abort an extension's initialisation. Anywhere else it is the
+    KeyboardInterrupt every run's interrupt path handles. Left alone where SIGINT is ignored or handled by
+    someone else, and off the main thread."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
 
+    def interrupt(signum, frame):
+        while frame is not None:
+            if frame.f_code.co_filename.startswith("<frozen importlib"):
+                os.write(sys.stderr.fileno(), f"{INTERRUPTED}\n".encode())
+                os._exit(130)  # nothing is written yet that an exit could tear: no clean-up to run
+            frame = frame.f_back
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
     try:
-        args = build_parser().parse_args(argv)  # a number out of its range: FlagRejected, one line
-    except FlagRejected as err:
-        print(f"entropy-lens: error: {err}", file=sys.stderr)
-        return 2
-    with sigterm_as_interrupt():
-        return _run(args)
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    with quiet_interrupt_in_imports():
+        try:  # Ctrl-C while the command line is read: as during a run, one line
+            from entropy_lens.cli.options import FlagRejected
+
+            try:
+                args = build_parser().parse_args(argv)  # a number out of its range: FlagRejected, one line
+            except FlagRejected as err:
+                print(f"entropy-lens: error: {err}", file=sys.stderr)
+                return 2
+        except KeyboardInterrupt:
+            return _interrupted()
+        with sigterm_as_interrupt():
+            return _run(args)
+
+
+def _interrupted() -> int:
+    print(INTERRUPTED, file=sys.stderr)
+    return 130
 
 
 def _run(args) -> int:
@@ -146,8 +190,7 @@ def _run(args) -> int:
         print("entropy-lens: terminated (SIGTERM)", file=sys.stderr)
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        print("entropy-lens: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
     except OSError as err:
         if err.errno not in FULL_OR_READ_ONLY:
             raise  # anything else is a bug, with its traceback

@@ -282,13 +282,14 @@ def make_figures(
     returns the files written. `only`: just these items (numbers or stems, `registry.select`), from just
     the runs they read, and only their sections of out/README.md rewritten."""
     from entropy_lens.figures.registry import select
-    from entropy_lens.figures.render import render
+    from entropy_lens.figures.render import check_targets, render
     from entropy_lens.runs.lock import OutputLock
     from entropy_lens.runs.output import check_folder_target
 
     started = time.perf_counter()
     chosen = select(only) if only else None  # a misspelt name is refused before any work
     out = check_folder_target(out)
+    check_targets(out, chosen)
     if not cached_only:
         check_folder_target(cache, flag="--cache")
     with OutputLock(out, folder=True):

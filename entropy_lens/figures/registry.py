@@ -111,8 +111,9 @@ def select(names: list[str]) -> list[Item]:
     stems = {i.stem: i for i in registered}
     chosen = set()
     for name in names:
-        kind, _, number = str(name).lower().rpartition("-")
-        stem = f"{kind or 'figure'}-{int(number):02d}" if number.isdigit() else None
+        kind, dash, number = str(name).lower().rpartition("-")
+        # "-1" is no figure: a dash needs a kind before it ("figure-1"), as 0 and 99 name none either
+        stem = f"{kind or 'figure'}-{int(number):02d}" if number.isdigit() and (kind or not dash) else None
         if stem not in stems:
             raise EntropyLensError(
                 f"no figure or table {name!r}; name one by number (17) or stem (figure-17, table-02): "

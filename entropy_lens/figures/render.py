@@ -11,9 +11,19 @@ from entropy_lens.figures.readme import splice as splice_readme
 from entropy_lens.figures.record import FigureData
 from entropy_lens.figures.registry import Item, items
 from entropy_lens.plotting import paper_style
-from entropy_lens.results import atomic_write_text
+from entropy_lens.results import atomic_write_text, check_regular_target
 
-__all__ = ["render"]
+__all__ = ["check_targets", "render"]
+
+EXTENSIONS = ("png", "pdf")
+
+
+def check_targets(out: Path, only: list[Item] | None = None) -> None:
+    """Refuse, before any work, a file `render` would write in `out` (each item's stem.png and .pdf, the
+    README) that is not a regular file: savefig writes into a device or a FIFO, a rename replaces it."""
+    chosen = items() if only is None else only
+    for path in [out / f"{item.stem}.{ext}" for item in chosen for ext in EXTENSIONS] + [out / "README.md"]:
+        check_regular_target(path)
 
 
 def render(
@@ -33,6 +43,7 @@ def render(
     reads only the fields of `data` it draws, so only their runs are resolved."""
     import matplotlib.pyplot as plt
 
+    check_targets(out, only)
     sections, written = [], []
     for item in items() if only is None else only:
         why = item.missing(data, config) if item.missing else None
@@ -42,7 +53,7 @@ def render(
         with paper_style(font_size=item.font_size):
             drawn = item.draw(data, config)
             different = item.differences(data, config)
-            for ext in ("png", "pdf"):
+            for ext in EXTENSIONS:
                 path = out / f"{item.stem}.{ext}"
                 # no creation date in the PDF: the same figure is the same bytes
                 drawn.figure.savefig(path, metadata={"CreationDate": None} if ext == "pdf" else None)

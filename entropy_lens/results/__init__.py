@@ -72,7 +72,17 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results.files import atomic_savez, atomic_write_text, is_integer, printable, read_npz, shown
+from entropy_lens.results.files import (
+    WriteFailed,
+    atomic_savez,
+    atomic_write_text,
+    check_regular_target,
+    is_integer,
+    printable,
+    read_npz,
+    shown,
+    write_failure_reason,
+)
 from entropy_lens.results.schema import (
     ARRAYS,
     ENTROPY_REDUCTIONS,
@@ -101,9 +111,11 @@ __all__ = [  # the file's contract (this module), and what its submodules give e
     "SWEEP_KIND",
     "VERSION_1_STATS",
     "ScanResult",
+    "WriteFailed",
     "atomic_savez",
     "atomic_write_text",
     "check_meta",
+    "check_regular_target",
     "in_l",
     "printable",
     "read_sweep_index",
@@ -113,6 +125,7 @@ __all__ = [  # the file's contract (this module), and what its submodules give e
     "spans_by_l",
     "summary",
     "upgrade_meta",
+    "write_failure_reason",
     "write_sweep_index",
 ]
 

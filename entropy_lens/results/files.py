@@ -1,7 +1,10 @@
 """Writing files atomically, and quoting in messages what files hold.
 
 Files are written atomically (temporary file in the same folder, then os.replace): a reader sees the old
-file or the new one, never half of one. Files are untrusted: a value one holds is quoted in a message only
+file or the new one, never half of one. Because a rename replaces whatever stands at the path (as root, a
+device such as /dev/null), every writer first refuses a target that is not a regular file
+(`check_regular_target`, also the commands' up-front output check), and a write the system refuses (disk
+full, read-only, no permission) is one line (`WriteFailed`). Files are untrusted: a value one holds is quoted in a message only
 through `printable` (or `shown`, its repr), which drops the control characters that would make a
 terminal act instead of print.
 """
@@ -12,20 +15,26 @@ import io
 import math
 import os
 import re
+import stat
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from entropy_lens.errors import EntropyLensError
+
 __all__ = [
+    "WriteFailed",
     "atomic_savez",
     "atomic_write_text",
+    "check_regular_target",
     "is_integer",
     "is_number",
     "kind_of",
     "printable",
     "read_npz",
     "shown",
+    "write_failure_reason",
 ]
 
 
@@ -62,31 +71,103 @@ def shown(value, most: int = 60) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
+# what stands at a path, by its type (stat.S_IFMT), in words
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFREG: "a file",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def check_regular_target(
+    path: str | Path, *, flag: str | None = None, folder: bool = False, example: str = "x.npz"
+) -> Path:
+    """Refuse, in one line and before any work, a target that exists and is not what a writer may replace:
+    a regular file (`folder`: a folder). A symlink is judged by what it resolves to (a link to /dev/null is
+    a device). `flag` names the option in the message (e.g. "--out"); `example` is the file name suggested
+    inside a folder given for a file."""
+    if not str(path):
+        raise EntropyLensError(f"{flag or 'the path'} is empty; pass a file name, such as {example}")
+    path = Path(path)
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)  # follows symlinks
+    except OSError:  # nothing there (a dangling link is written through), or no way to look: the write says
+        return path
+    if kind == (stat.S_IFDIR if folder else stat.S_IFREG):
+        return path
+    name = " ".join(filter(None, [flag, printable(path)]))
+    if path.is_symlink():
+        name += f" (a link to {printable(os.path.realpath(path))})"
+    if kind == stat.S_IFDIR:
+        raise EntropyLensError(f"{name} is a folder; pass a file name inside it, such as {path / example}")
+    what = _KINDS.get(kind, "a special file")
+    if folder:
+        raise EntropyLensError(f"{name} is {what}, not a folder; pass a folder (new or existing)")
+    raise EntropyLensError(
+        f"{name} is {what}, not a regular file, and writing would replace it; move it away, or pass "
+        f"another {flag or 'path'}"
+    )
+
+
+class WriteFailed(EntropyLensError):
+    """A write the system refused (disk full, read-only, no permission, no such place), in one line naming
+    the file; `error` is the OSError (a run's rescue of its finished work reads the reason from it)."""
+
+    def __init__(self, path: Path, error: OSError):
+        self.error = error
+        super().__init__(
+            f"could not write {printable(path)} ({write_failure_reason(error)}); free space on that disk, "
+            "make the folder writable, or pass another path"
+        )
+
+
+def write_failure_reason(error: OSError | WriteFailed) -> str:
+    """The system's words for why a write failed ("No space left on device")."""
+    error = error.error if isinstance(error, WriteFailed) else error
+    return error.strerror or str(error)
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write `text` to `path` atomically (see atomic_savez)."""
-    return _atomic_write(Path(path), text.encode())
+    return _atomic_write(_target(path), text.encode())
 
 
 def atomic_savez(path: str | Path, **arrays) -> Path:
-    """np.savez to `path` atomically (write a sibling temporary file, fsync, os.replace)."""
+    """np.savez to `path` atomically (write a sibling temporary file, fsync, os.replace). A target that is
+    not a regular file is refused before anything is written (`check_regular_target`); a write the system
+    refuses is a `WriteFailed`."""
+    path = _target(path)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    return _atomic_write(Path(path), buf.getbuffer())
+    return _atomic_write(path, buf.getbuffer())
+
+
+def _target(path: str | Path) -> Path:
+    """What an atomic write replaces: the file a symlink points to (written through, as the output lock
+    does; the link is never replaced), which must be a regular file or nothing."""
+    path = check_regular_target(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def _atomic_write(path: Path, data) -> Path:
-    if path.is_symlink():  # write through the link to its file, as the output lock does; never replace it
-        path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        raise WriteFailed(path, err) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder cannot be listed or is gone: nothing of ours is left in it
+            pass
     return path
 
 
@@ -94,7 +175,7 @@ def read_npz(path: Path, *, what: str, again: str, keys=None) -> dict[str, np.nd
     """Every array of the .npz at `path` (or those of `keys` it holds, the others left unread), never
     unpickled; EntropyLensError in one line naming it `what` (e.g. "results file") and `again` (how to
     make it again) when it is not a readable .npz."""
-    from entropy_lens.errors import EntropyLensError, first_line
+    from entropy_lens.errors import first_line
 
     try:
         with np.load(path, allow_pickle=False) as z:

@@ -23,7 +23,7 @@ import torch
 
 from entropy_lens.capture.fused import PathChoices
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results import ScanResult
+from entropy_lens.results import ScanResult, WriteFailed, write_failure_reason
 from entropy_lens.runs.output import Output, partial_path, rescue, say
 from entropy_lens.runs.sums import ScanSums
 
@@ -112,15 +112,15 @@ class Checkpointer:
         out = self.output.path
         try:
             result.save(out)
-        except OSError as err:
+        except (OSError, WriteFailed) as err:
             if self.path is not None:
                 try:
                     self.save()
-                except OSError:
+                except (OSError, WriteFailed):
                     pass
                 else:
                     raise EntropyLensError(
-                        f"could not write {out} ({err.strerror or err}); the finished scan is kept in its "
+                        f"could not write {out} ({write_failure_reason(err)}); the finished scan is kept in its "
                         f"checkpoint {self.path}: rerun the same command once {out.parent} is writable "
                         "and it writes the result without scanning again"
                     ) from None

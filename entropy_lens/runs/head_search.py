@@ -44,10 +44,10 @@ from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.monitor import AttentionMonitor, History
-from entropy_lens.monitor.summary import check_monitor_stats
-from entropy_lens.results import atomic_write_text
+from entropy_lens.monitor.summary import check_monitor
+from entropy_lens.results import atomic_write_text, check_regular_target
 from entropy_lens.runs.configs import HeadSearchConfig
-from entropy_lens.runs.head_search_state import SearchCheckpoint
+from entropy_lens.runs.head_search_state import SearchCheckpoint, checkpoint_folder
 from entropy_lens.runs.output import check_file_target
 from entropy_lens.runs.resumable import checkpoint_on_interrupt, joined
 from entropy_lens.runs.scan import load_variant, variant_schedule
@@ -97,16 +97,6 @@ def mean_nll(model, hidden: torch.Tensor, targets: torch.Tensor, chunk: int) -> 
     return total / targets.numel()
 
 
-def check_monitor(monitor: MonitorSettings | None) -> tuple[str, ...]:
-    """--monitor's statistics, checked before any work (empty: no monitor); EntropyLensError in one line."""
-    if monitor is None or not monitor.stats:
-        return ()
-    try:
-        return check_monitor_stats(monitor.stats)
-    except EntropyLensError as err:
-        raise EntropyLensError(f"--monitor {monitor.monitor}: {err}") from None
-
-
 def search_head_scales(
     config: HeadSearchConfig,
     *,
@@ -145,13 +135,11 @@ def search_head_scales(
     scales = torch.nn.Parameter(torch.full((lm.n_layers, lm.n_heads), float(config.init), device=device))
     opt = torch.optim.AdamW([scales], lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
     start, log, prior_s = ckpt.restore(scales, opt)
-    mon = AttentionMonitor(model, stats=stats, every=monitor.monitor_every) if stats else None
+    mon = AttentionMonitor(model, stats=stats, every=monitor.every) if stats else None
     prior = ckpt.prior_history(mon)
     recording = {"stats": mon.stats, "fused": "off"} if mon else {}  # sdpa's own output, bit for bit
     desc = f"search-heads {config.model}, threads {torch.get_num_threads()}"
-    bar = progress_bar(
-        range(start, config.steps), enabled=progress, desc=desc, initial=start, total=config.steps
-    )
+    bar = progress_bar(total=config.steps, initial=start, enabled=progress, desc=desc)
 
     def save(at: int) -> None:
         history = joined(prior, mon.history) if mon else None
@@ -162,7 +150,7 @@ def search_head_scales(
     # scales' change until `done` says so, so an interrupt there is not saved (the last checkpoint stands)
     done, updating, elapsed = start, False, prior_s
     with checkpoint_on_interrupt(lambda: None if updating else done, save):
-        for step in bar:
+        for step in range(start, config.steps):
             for group in opt.param_groups:
                 group["lr"] = lr_at(config, step)
             ids = torch.from_numpy(random_windows(stream, config.length, config.batch, config.seed, step))
@@ -190,9 +178,11 @@ def search_head_scales(
             done = step + 1
             updating = False  # an interrupt between these two lines is not saved: still exact
             rate = (step + 1 - start) * config.batch * config.length / max(elapsed - prior_s, 1e-9)
-            bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}")
+            bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{rate:.0f}", refresh=False)  # shown by update
+            bar.update()
             if ckpt.due(step + 1):
                 save(step + 1)
+    bar.close()
     model.eval()
     found = scales.detach().double().cpu().numpy()
     history = joined(prior, mon.history) if mon else None
@@ -204,6 +194,7 @@ def check_out(out: str | Path) -> Path:
     out = Path(out)
     if out.suffix != ".safetensors":
         raise EntropyLensError(f"--out {out} must end in .safetensors (the table goes beside it as .json)")
+    check_regular_target(checkpoint_folder(out), folder=True)
     return check_file_target(out, example="scales.safetensors")
 
 

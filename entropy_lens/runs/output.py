@@ -1,7 +1,8 @@
 """Where a run's results go: checked before any work, written by one run at a time, never lost.
 
-    check_file_target(path, flag)     --out must be a file that can be written: not a folder, not under
-    check_folder_target(path, flag)   a file, in a writable place (a probe file is made and removed)
+    check_file_target(path, flag)     --out must be a file that can be written: a regular file or nothing
+    check_folder_target(path, flag)   (not a folder, a device, a FIFO, a socket, nor a link to one), not
+                                      under a file, in a writable place (a probe file is made and removed)
     OutputLock(path)                  one writer per output (runs/lock.py)
     save_or_rescue(path, save, what)  a write that fails at the end (disk full, the folder gone) saves
                                       the finished work elsewhere and says where
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError, problem
-from entropy_lens.results import ScanResult
+from entropy_lens.results import ScanResult, WriteFailed, check_regular_target, write_failure_reason
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.settings import Checked, first_difference, setting
 from entropy_lens.statistics import ENTROPY, EXTRA_STATS, STATISTICS
@@ -91,20 +92,14 @@ def partial_path(out: Path) -> Path:
 
 def check_file_target(path: str | Path, *, flag: str = "--out", example: str = "x.npz") -> Path:
     """Refuse now, in one line, a file output that could not be written at the end."""
-    path = Path(path)
-    if path.is_dir():
-        raise EntropyLensError(
-            f"{flag} {path} is a folder; pass a file name inside it, such as {path / example}"
-        )
+    path = check_regular_target(path, flag=flag, example=example)
     _check_writable_place(path, flag)
     return path
 
 
 def check_folder_target(path: str | Path, *, flag: str = "--out") -> Path:
     """Refuse now, in one line, a folder output that could not be made or written."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise EntropyLensError(f"{flag} {path} is a file, not a folder; pass a folder (new or existing)")
+    path = check_regular_target(path, flag=flag, folder=True)
     _check_writable_place(path / "x", flag, shown=path)
     return path
 
@@ -142,23 +137,23 @@ def save_or_rescue(path: Path, save: Callable[[Path], object], *, what: str) -> 
     """`save(path)`; if that fails, `rescue` (below): the finished work is never thrown away."""
     try:
         save(path)
-    except OSError as err:
+    except (OSError, WriteFailed) as err:
         rescue(path, save, what=what, error=err)
     return path
 
 
-def rescue(path: Path, save: Callable[[Path], object], *, what: str, error: OSError) -> None:
+def rescue(path: Path, save: Callable[[Path], object], *, what: str, error: OSError | WriteFailed) -> None:
     """Writing `path` failed with `error` (disk full, the folder removed or made read-only during the
     run): `save` to `rescue_path(path)`, else to the temporary folder, and raise an error naming where
     the finished `what` is now. Only when nothing can be written anywhere is the work lost, and the
     error says so."""
-    reason = error.strerror or str(error)
+    reason = write_failure_reason(error)
     tried, rescued = [], rescue_path(path)
     for alternative in (rescued, Path(tempfile.gettempdir()) / rescued.name):
         try:
             save(alternative)
-        except OSError as err:
-            tried.append(f"{alternative}: {err.strerror or err}")
+        except (OSError, WriteFailed) as err:
+            tried.append(f"{alternative}: {write_failure_reason(err)}")
             continue
         raise EntropyLensError(
             f"could not write {path} ({reason}); the finished {what} is saved in {alternative} instead: "
@@ -182,6 +177,7 @@ class Output:
     def of(cls, out: str | Path | None, *, resume: bool = False, force: bool = False) -> Output:
         if out is not None:
             check_file_target(out, example="scan.npz")
+            check_regular_target(partial_path(Path(out)))
         return cls(Path(out) if out is not None else None, resume, force)
 
     def finished(self, scan_config: dict) -> ScanResult | None:

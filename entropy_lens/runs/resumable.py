@@ -11,7 +11,9 @@ Ctrl-C or SIGTERM, and the monitor's history carried across the interruption.
 A checkpoint is a file a user may receive (a shared run folder, a copied disk), so it is read with
 `torch.load(weights_only=True)`: tensors, dicts, lists, numbers, strings and None, never a pickled
 object that runs code on load. Its keys and their types (`fields`, the caller's table) are checked
-before anything uses them. It is written to a temporary file and renamed.
+before anything uses them. It is written to a temporary file and renamed, only over a regular file (never
+a device or a FIFO a link points to); a write that fails (a full disk) is one line, and the checkpoint
+already there stands.
 
 An interrupt (cli turns SIGTERM into a KeyboardInterrupt) saves the last step whose update is whole
 (weights, optimiser, log); one that lands mid-update saves nothing, so the checkpoint before stands and
@@ -37,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from entropy_lens.errors import EntropyLensError
+from entropy_lens.errors import EntropyLensError, first_line
+from entropy_lens.results import check_regular_target, printable
 from entropy_lens.results.files import is_integer
 from entropy_lens.results.history import History, load_history
 from entropy_lens.runs.output import say
@@ -58,13 +61,26 @@ HISTORY_NOTE = "history"
 
 
 def write_checkpoint(state: dict, path: Path) -> None:
-    """torch.save `state` to `path` through a temporary file and a rename."""
+    """torch.save `state` to `path` through a temporary file and a rename; a target that is not a regular
+    file is refused first, and a failed write (torch says a full disk with a RuntimeError of its
+    inline_container, or an OSError) is one EntropyLensError: the checkpoint already there stands."""
     import torch
 
+    check_regular_target(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         torch.save(state, tmp)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        if isinstance(err, OSError):
+            why = err.strerror or printable(err)
+        else:  # torch's zip writer says a full disk as "[enforce fail at inline_container.cc:...]"
+            why = f"torch's writer failed, as on a full disk: {printable(first_line(err))}"
+        stands = "the last checkpoint stands" if path.is_file() else "no checkpoint was kept"
+        raise EntropyLensError(
+            f"could not write the checkpoint {path} ({why}): {stands}; free space on that disk (or make it "
+            "writable) and rerun the same command to continue"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -85,10 +85,13 @@ class TinyRecipe(Checked):
         for name in ("train_len", "hidden", "intermediate", "layers", "heads", "kv_heads", "batch", "steps"):
             if getattr(self, name) < 1:
                 raise EntropyLensError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.hidden % self.heads or self.heads % self.kv_heads:
+        if self.hidden % self.heads:
             raise EntropyLensError(
-                f"hidden {self.hidden} must be a multiple of heads {self.heads}, and heads a multiple of "
-                f"kv_heads {self.kv_heads}; change one of them"
+                f"--hidden {self.hidden} must be a multiple of --heads {self.heads}; change one of them"
+            )
+        if self.kind != "alibi" and self.heads % self.kv_heads:  # BLOOM blocks have a key/value per head
+            raise EntropyLensError(
+                f"--heads {self.heads} must be a multiple of --kv-heads {self.kv_heads}; change one of them"
             )
         if (self.hidden // self.heads) % 2:
             raise EntropyLensError(f"head_dim {self.hidden // self.heads} must be even for rotary embeddings")

@@ -49,6 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.progress import library_bars
+from entropy_lens.results import check_regular_target
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.runs.resumable import HISTORY_NOTE, checkpoint_on_interrupt, history_note
@@ -92,10 +94,10 @@ def train_tiny(
         )
     parent = _check_init_from(recipe, Path(init_from), snapshots) if init_from is not None else None
     out = check_folder_target(out)
-    work = out.with_name(out.name + ".partial")
+    work = check_regular_target(out.with_name(out.name + ".partial"), folder=True)
     if out.exists() and not force:
         raise EntropyLensError(f"{out} already exists; pass --force to overwrite it or another --out")
-    with OutputLock(out):
+    with OutputLock(out), library_bars(enabled=progress):  # --quiet: save_pretrained's bars too
         return _train(recipe, out, work, force, progress, checkpoint_every, snapshots, parent, monitor)
 
 
@@ -240,7 +242,7 @@ def _train(
             done = step + 1
             updating = False  # an interrupt between these two lines is not saved: still exact
             rate = (step + 1 - start) * recipe.tokens_per_step / max(elapsed - prior_s, 1e-9)
-            bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}")
+            bar.set_postfix(loss=f"{value:.3f}", tok_s=f"{rate:.0f}", refresh=False)  # shown by update
             bar.update()
             if step + 1 in snapshots:
                 _save_folder(

@@ -21,25 +21,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import AttentionMonitor, History
-from entropy_lens.monitor.summary import check_monitor_stats
+from entropy_lens.monitor.summary import check_monitor
 from entropy_lens.runs.resumable import joined, prior_history
 from entropy_lens.settings import MonitorSettings
 
 __all__ = ["HISTORY", "Watch", "check_monitor"]
 
 HISTORY = "attention-history.npz"
-
-
-def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
-    """--monitor's statistics, checked before any work (empty: no monitor); EntropyLensError in one line."""
-    if settings is None or not settings.stats:
-        return ()
-    try:
-        return check_monitor_stats(settings.stats)
-    except EntropyLensError as err:
-        raise EntropyLensError(f"--monitor {settings.monitor}: {err}") from None
 
 
 class Watch:
@@ -60,7 +49,7 @@ class Watch:
     ):
         stats = check_monitor(settings)
         self.monitor = (
-            AttentionMonitor(model, stats=stats, every=settings.monitor_every, fused="off") if stats else None
+            AttentionMonitor(model, stats=stats, every=settings.every, fused="off") if stats else None
         )
         self.prior = (
             prior_history(work / HISTORY, self.monitor, start, note=note, progress=progress)
