@@ -112,6 +112,69 @@ def compile_kernel(
     )
 
 
+def compile_received_kernel(
+    arch: int,
+    dtype: str,
+    *,
+    causal: bool = True,
+    window: bool = False,
+    key_padding: bool = False,
+    softcap: bool = False,
+    alibi: bool = False,
+    block_m: int = 64,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    head_dim: int = 64,
+    group: int = 8,
+):
+    """The column pass of attention received (kernels/triton_received.py) compiled for `arch` without a GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from entropy_lens.kernels.triton_received import RECEIVED_KERNEL as fn
+
+    pointers = {
+        "Q": dtype,
+        "K": dtype,
+        "SCALE": "fp32",
+        "LSE": "fp32",
+        "KEEP": "i8",
+        "OUT": "fp32",
+        "ALIBI": "fp32",
+    }
+    const = {
+        "GROUP": group,
+        "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
+        "D": head_dim,
+        "CAUSAL": causal,
+        "HAS_WINDOW": window,
+        "HAS_KEEP": key_padding,
+        "CAST_F32": dtype == "fp32",
+        "IEEE": dtype == "fp32",
+        "HAS_SOFTCAP": softcap,
+        "HAS_ALIBI": alibi,
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+    }
+    signature = {
+        name: "constexpr"
+        if name in const
+        else "*" + pointers[name]
+        if name in pointers
+        else "fp32"
+        if name == "SOFTCAP"
+        else "i32"
+        for name in fn.arg_names
+    }
+    constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    return triton.compile(
+        src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "num_stages": num_stages}
+    )
+
+
 def resource_usage(compiled) -> dict:
     """Registers per thread, local (spill) and stack bytes, from the cubin via triton's cuobjdump."""
     import triton

@@ -15,6 +15,16 @@ name takes it from here (`ENTROPY.name`), so the name is written once (tests/ker
 --stats, train-tiny's --monitor, `AttentionMonitor(stats=...)`, `EntropyRecorder(stats=...)` and the
 kernels' `stats=`.
 
+Two axes, one declaration each. A row statistic (axis ROWS: a value per query row) and a key statistic
+(axis KEYS: a value per key, the attention it receives, `entropy_lens.attention_received`) are both a
+`Statistic` below, declared once in `DECLARED`; `STATISTICS` and `KEY_STATISTICS` are its two views by
+axis. Everything that iterates `STATISTICS` (the kernels' reads and definitions, the host sums, results,
+the monitor, --stats, the docs' tables) means the row statistics and sees no key statistic; the key
+statistics have their own registries (kernels/received.py's `@key_read`, kernels/received_reference.py's
+`@key_definition`, checked against KEY_STATISTICS by `check_registered(..., declared=KEY_STATISTICS)`) and
+their own parser, `parse_key_stats`. `parse_stats` refuses a key statistic in one line that says where it
+is computed.
+
 
 The kernels that compute the statistics (BACKENDS) and the --fused modes are flags.py's.
 """
@@ -166,17 +176,61 @@ MAX_LOGIT = Statistic(
     reduction=MAX,
 )
 
+# The key statistics: a value per key j of each query head, over the call's counted query rows i (its
+# real rows, or the last W of them with a query window), p_ij the probability row i gives key j (a
+# sink's share is the row's sink_mass, never a key's); n_j the counted rows that can attend key j
+RECEIVED = Statistic(
+    "received",
+    "attention",
+    "Σ_i p_ij over the counted query rows: the attention mass key j receives (at most n_j)",
+    "attention received",
+    axis=KEYS,
+)
+RECEIVED_MAX = Statistic(
+    "received_max",
+    PROBABILITY,
+    "max_i p_ij over the counted query rows: the largest share any row gives key j (0 where none can)",
+    "largest share received",
+    squared=False,
+    reduction=MAX,
+    axis=KEYS,
+)
+RECEIVED_MEAN = Statistic(
+    "received_mean",
+    PROBABILITY,
+    "Σ_i p_ij / n_j, n_j the counted query rows that can attend key j (causality, window, padding); 0 "
+    "where none can (kvpress's ObservedAttentionPress)",
+    "mean share received",
+    axis=KEYS,
+)
+
+# every statistic, each declared once, rows first; the views below are its two axes
+DECLARED: tuple[Statistic, ...] = (
+    ENTROPY,
+    SINK_MASS,
+    MAX_PROB,
+    COLLISION_ENTROPY,
+    VARENTROPY,
+    DISTANCE,
+    FIRST_MASS,
+    MAX_LOGIT,
+    RECEIVED,
+    RECEIVED_MAX,
+    RECEIVED_MEAN,
+)
+if len({s.name for s in DECLARED}) != len(DECLARED):  # one name per statistic, across both axes
+    raise ValueError("entropy_lens.statistics: two statistics share a name; rename one")
 # every row statistic, by name, in the order results, summaries and --stats list them
-STATISTICS: dict[str, Statistic] = {
-    s.name: s
-    for s in (ENTROPY, SINK_MASS, MAX_PROB, COLLISION_ENTROPY, VARENTROPY, DISTANCE, FIRST_MASS, MAX_LOGIT)
-}
+STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.axis == ROWS}
+# every key statistic (attention received), by name, in the order `attention_received` returns them
+KEY_STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.axis == KEYS}
 
 
 def reduction_of(key: str) -> Reduction:
     """How the sum or array named `key` combines: its statistic's reduction for a statistic's own
-    (`entropy`, `max_logit`), MEAN for its square (`entropy_sq`), a count or anything not declared."""
-    stat = STATISTICS.get(key)
+    (`entropy`, `max_logit`, `received_max`), MEAN for its square (`entropy_sq`), a count or anything not
+    declared."""
+    stat = STATISTICS.get(key) or KEY_STATISTICS.get(key)
     return stat.reduction if stat is not None else MEAN
 
 
@@ -185,18 +239,21 @@ DEFAULT_STATS = (ENTROPY.name, SINK_MASS.name)  # what the kernels return unless
 EXTRA_STATS = tuple(name for name in STATISTICS if name not in DEFAULT_STATS)
 
 
-def check_registered(table: dict, what: str) -> dict:
-    """`table` (name -> an implementation) in STATISTICS's order; ValueError, at the import of the module
-    that fills it, where a declared statistic lacks one or an undeclared name has one."""
-    missing = [name for name in STATISTICS if name not in table]
-    unknown = [name for name in table if name not in STATISTICS]
+def check_registered(table: dict, what: str, declared: dict | None = None) -> dict:
+    """`table` (name -> an implementation) in the order of `declared` (STATISTICS, the row statistics,
+    unless given: KEY_STATISTICS for the key statistics' registries); ValueError, at the import of the
+    module that fills it, where a declared statistic lacks one or an undeclared name has one."""
+    declared = STATISTICS if declared is None else declared
+    missing = [name for name in declared if name not in table]
+    unknown = [name for name in table if name not in declared]
     if missing or unknown:
+        view = "KEY_STATISTICS" if declared is KEY_STATISTICS else "STATISTICS"
         raise ValueError(
             f"{what}: {'no entry for ' + ', '.join(missing) if missing else ''}"
             f"{'; ' if missing and unknown else ''}{'undeclared ' + ', '.join(unknown) if unknown else ''}; "
-            "every statistic of entropy_lens.statistics.STATISTICS needs exactly one"
+            f"every statistic of entropy_lens.statistics.{view} needs exactly one"
         )
-    return {name: table[name] for name in STATISTICS}
+    return {name: table[name] for name in declared}
 
 
 ALL = "all"  # --stats all: every declared statistic
@@ -226,8 +283,38 @@ def parse_stats(stats) -> tuple[str, ...]:
             f"`{ALL}` cannot be combined with other statistics (got {','.join(map(str, names))}); write "
             f"{ALL} alone for every one, or a list of names without it"
         )
+    keys = [name for name in names if name in KEY_STATISTICS]
+    if keys:
+        raise ValueError(
+            f"{', '.join(keys)}: a key statistic (attention received by each key), not a row statistic; "
+            f"compute it with entropy_lens.attention_received(q, k, stats=...), and choose row statistics "
+            f"here from {ALL} or {', '.join(STATISTICS)}"
+        )
     unknown = [name for name in names if name not in STATISTICS]
     if unknown or not names:
         what = f"unknown row statistic {unknown!r}{did_you_mean(unknown)}" if unknown else "no row statistic"
         raise ValueError(f"{what}; choose from {ALL} or {', '.join(STATISTICS)}")
+    return names
+
+
+def parse_key_stats(stats) -> tuple[str, ...]:
+    """`stats` (a name, names comma-separated, or a sequence; "all" alone: every key statistic) as a tuple
+    of declared key statistics (KEY_STATISTICS) in the order given; ValueError in one line otherwise (a
+    row statistic names `attention_stats`)."""
+    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
+    if names == (ALL,):
+        return tuple(KEY_STATISTICS)
+    rows = [name for name in names if name in STATISTICS]
+    unknown = [name for name in names if name not in KEY_STATISTICS and name not in STATISTICS]
+    if rows or unknown or not names or ALL in names:
+        what = (
+            f"{', '.join(rows)}: a row statistic (use entropy_lens.attention_stats)"
+            if rows
+            else f"unknown key statistic {unknown!r}"
+            if unknown
+            else "no key statistic"
+            if not names
+            else f"`{ALL}` beside other names"
+        )
+        raise ValueError(f"{what}; choose key statistics from {ALL} or {', '.join(KEY_STATISTICS)}")
     return names

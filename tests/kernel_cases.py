@@ -31,6 +31,7 @@ import torch
 from entropy_lens.kernels import (
     ScoreMods,
     attention_entropy,
+    attention_received,
     attention_with_entropy,
     merge_states,
     native_available,
@@ -336,6 +337,15 @@ def _one_pass_entry(backend):
     return call
 
 
+def _received_entry(backend):
+    dev = device(backend) if _needs(backend) is None else "cpu"
+
+    def call(q, k, **kw):
+        return attention_received(q.to(dev), k.to(dev), softmax_scale=0.3, backend=backend, **kw)
+
+    return call
+
+
 # every public entry point that takes the score modifiers, by name: (call(q, k, **keywords), why the call
 # cannot run here or None); `attention_with_entropy` on the reference raises ValueError (it makes no output)
 ENTRY_POINTS = {
@@ -345,6 +355,10 @@ ENTRY_POINTS = {
     },
     **{
         f"attention_with_entropy-{backend}": (_one_pass_entry(backend), _needs(backend))
+        for backend in ("auto", "reference", "torch_chunked", "native", "triton")
+    },
+    **{
+        f"attention_received-{backend}": (_received_entry(backend), _needs(backend))
         for backend in ("auto", "reference", "torch_chunked", "native", "triton")
     },
     "shard_state": (lambda q, k, **kw: shard_state(q, k, 0.3, key_offset=0, total_keys=6, **kw), None),

@@ -278,11 +278,19 @@ def test_modules_stay_small(path):
 
 MODIFIERS = {"causal", "mask", "window", "softcap", "sinks", "alibi_slopes", "key_bias"}
 # the public entry points (they keep the keywords users call them with) and the record they build
-LIST_MODIFIERS = {"attention_entropy", "attention_stats", "attention_with_entropy", "shard_state", "build"}
+LIST_MODIFIERS = {
+    "attention_entropy",
+    "attention_stats",
+    "attention_with_entropy",
+    "attention_received",
+    "shard_state",
+    "build",
+}
 
 
 def test_only_the_public_entry_points_list_the_score_modifiers():
-    """Below `attention_entropy`, `attention_stats`, `attention_with_entropy` and `shard_state` the score
+    """Below `attention_entropy`, `attention_stats`, `attention_with_entropy`, `attention_received` and
+    `shard_state` the score
     modifiers travel as one `kernels.ScoreMods`: no other function of the package takes them one by one
     (issue 40). A validator or a mask helper may take the two or three it works on; four or more is the
     old tail."""

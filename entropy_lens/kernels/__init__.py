@@ -53,6 +53,12 @@ never a silently different number.
         in q's dtype, the layout transformers' attention functions return. A row that sees no key
         outputs 0.
 
+    attention_received(q, k, *, softmax_scale, stats=("received",), query_window=None, <the modifiers
+                       above>, backend="auto") -> {name: (B, Hq, S) float32}
+        the key statistics (attention received by every key: received, received_max, received_mean)
+        from two streaming passes, the rows' log-sum-exp and a column pass; the contract, and
+        `received_from_lse` (the column pass alone, for a caller that has the rows' LSE), in received.py.
+
 What a row returns is declared once, in stats.py (`ROW_STATS`, `RowStats`); which kernel runs is decided
 once, in plan.py (`BACKENDS`: "reference", float64, tests only; "torch_chunked", exact streaming, the
 fallback everywhere, its per-tile step compiled on request, fold.py; "native", the same loop in C++ on
@@ -80,6 +86,7 @@ from entropy_lens.kernels.plan import (
     statistics_kernel,
     train_plan,
 )
+from entropy_lens.kernels.received import attention_received, received_from_lse
 from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.stats import (
     ROW_STATS,
@@ -103,6 +110,7 @@ __all__ = [
     "Stats",
     "attention_entropy",
     "attention_probabilities",
+    "attention_received",
     "attention_stats",
     "attention_with_entropy",
     "check_finite",
@@ -113,6 +121,7 @@ __all__ = [
     "native_available",
     "native_status",
     "plan",
+    "received_from_lse",
     "resolve_backend",
     "run",
     "shard_state",

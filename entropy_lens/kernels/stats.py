@@ -58,6 +58,14 @@ def sink_mass_from_state(state: Mapping[str, torch.Tensor], sinks: torch.Tensor 
     return torch.exp(sinks.to(l).view(1, -1, 1) - m) / l
 
 
+def log_sum_exp(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """(B, H, T) float32 lse = m + ln l of a kernel's final state (nats; with sinks the sink is one of
+    the row's outcomes, so it is in l); +∞ for a row that saw no outcome (l = 0), so P = e^(s − lse) is
+    0 there: what a flash backward (kernels/train.py) and the column pass of attention received
+    (kernels/received.py) take."""
+    return torch.where(state["l"] > 0, state["m"] + torch.log(state["l"]), torch.inf)
+
+
 @dataclass(frozen=True)
 class RowStat:
     """One per-row statistic as the kernels compute it: its declaration (`spec`,

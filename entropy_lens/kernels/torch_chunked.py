@@ -96,35 +96,27 @@ def stream_torch(
     state starts from the sink (m = σ_h, l = 1, u = 0) instead. With ALiBi slopes (Hq,) the
     distance in the bias is i + offset − j as well, so a shard's scores are those of the whole.
     """
-    B, Hq, T, D = q.shape
+    B, Hq, T, _ = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     G = Hq // Hkv
     offset = S - T if offset is None else int(offset)
-    causal, mask, window, softcap = mods.causal, mods.mask, mods.window, mods.softcap
-    kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
+    causal, window = mods.causal, mods.window
+    tiles = ScoreTiles(q, k, softmax_scale, mods, offset)
     vf = None if v is None else v.float().contiguous()  # (B, Hkv, S, Dv), tiles viewed as 3-D below
     Dv = 0 if v is None else v.shape[-1]
-    softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
     sink = None if mods.sinks is None else mods.sinks.to(q.device, torch.float32).view(1, Hkv, G, 1)
-    # −slope per query head, laid out as the score tiles' heads: the bias is −slope·|i + offset − j|
-    neg_slope = None
-    if mods.alibi_slopes is not None:
-        neg_slope = -mods.alibi_slopes.to(device=q.device, dtype=torch.float32).view(1, Hkv, G, 1, 1)
-    key_bias = mods.key_bias
     # first_mass's window per batch row, [first_b, first_b + K) in global keys, as (B|1, 1, 1, 1, 1)
     first_start = (
         torch.zeros(1, dtype=torch.int64, device=q.device) if mods.first_key is None else mods.first_key
     )
     first_start = first_start.view(-1, 1, 1, 1, 1) - key_start  # in this call's local key indices
-    kb = None if key_bias is None else key_bias.float().view(key_bias.shape[0], Hkv, G, 1, S)
     names = (*STATE, *extra)
     state = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
     for q0 in range(0, T, block_q):
         q1 = min(q0 + block_q, T)
         bq = q1 - q0
-        # (B, Hkv, G*bq, D): each key head's G query heads stacked as rows of one matmul
-        qb = (q[:, :, q0:q1].float() * softmax_scale).reshape(B, Hkv, G * bq, D)
+        qb = tiles.queries(q0, q1)
         if sink is None:
             m = torch.full((B, Hkv, G, bq), NEG_INF, device=q.device)
             l = torch.zeros_like(m)
@@ -142,16 +134,7 @@ def stream_torch(
         k_start = max(0, q0 + offset - window + 1) if window is not None else 0
         for k0 in range(k_start, max(k_end, 0), block_k):
             k1 = min(k0 + block_k, k_end)
-            s = torch.matmul(qb, kf[:, :, k0:k1].transpose(-1, -2)).view(B, Hkv, G, bq, k1 - k0)
-            if softcap is not None:
-                s.div_(softcap).tanh_().mul_(softcap)  # before the mask, as Gemma2's eager attention
-            if neg_slope is not None:  # after the cap, before the mask; the sink (the start state) has none
-                s.addcmul_(neg_slope, _behind(q0, q1, k0, k1, offset, q.device).abs_().float())
-            if kb is not None:  # the same place: a bias per key
-                s.add_(kb[..., k0:k1])
-            valid = _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, q.device)
-            if valid is not None:
-                s.masked_fill_(~valid, NEG_INF)
+            s = tiles.scores(qb, q0, q1, k0, k1)
             if ext:  # before the fold, which consumes s
                 tile = (q0, q1, k0, k1)
                 ext = _update_extra(
@@ -165,6 +148,53 @@ def stream_torch(
             o.div_(torch.where(l > 0, l, torch.ones_like(l)).view(B * Hkv, G * bq, 1))
             out[:, q0:q1] = o.view(B, Hq, bq, Dv).transpose(1, 2)
     return dict(zip(names, state, strict=True)), out
+
+
+class ScoreTiles:
+    """The masked score tiles of queries q (B, Hq, T, D) and keys k (B, Hkv, S, D) under `mods`, query
+    row i at key position i + `offset`: `scores(queries(q0, q1), q0, q1, k0, k1)` -> (B, Hkv, G, bq, bk)
+    float32, λ_h q·k capped (softcap), biased (ALiBi, key bias), −inf where the row may not attend
+    (causal, window, mask). The row pass (`stream_torch`) and the column pass (kernels/received_torch.py)
+    form their tiles here, so both see the same scores."""
+
+    def __init__(self, q, k, softmax_scale, mods: ScoreMods, offset: int):
+        self.q, self.mods, self.offset = q, mods, int(offset)
+        Hq = q.shape[1]
+        self.Hkv, S = k.shape[1], k.shape[2]
+        self.G = Hq // self.Hkv
+        self.kf = k.float()  # (B, Hkv, S, D): O(S) copy at most, reused by every query block
+        self.scale = softmax_scale.to(device=q.device, dtype=torch.float32).view(1, Hq, 1, 1)
+        # −slope per query head, laid out as the score tiles' heads: the bias is −slope·|i + offset − j|
+        self.neg_slope = None
+        if mods.alibi_slopes is not None:
+            slopes = mods.alibi_slopes.to(device=q.device, dtype=torch.float32)
+            self.neg_slope = -slopes.view(1, self.Hkv, self.G, 1, 1)
+        kb = mods.key_bias
+        self.kb = None if kb is None else kb.float().view(kb.shape[0], self.Hkv, self.G, 1, S)
+
+    def queries(self, q0: int, q1: int) -> torch.Tensor:
+        """(B, Hkv, G·bq, D): rows q0..q1 scaled by λ_h, each key head's G query heads stacked as rows of
+        one matmul."""
+        B, _, _, D = self.q.shape
+        return (self.q[:, :, q0:q1].float() * self.scale).reshape(B, self.Hkv, self.G * (q1 - q0), D)
+
+    def scores(self, qb, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+        """The tile of rows q0..q1 (`qb`, from `queries`) and keys k0..k1, (B, Hkv, G, bq, bk) float32."""
+        mods, offset, device = self.mods, self.offset, self.q.device
+        s = torch.matmul(qb, self.kf[:, :, k0:k1].transpose(-1, -2))
+        s = s.view(qb.shape[0], self.Hkv, self.G, q1 - q0, k1 - k0)
+        if mods.softcap is not None:
+            s.div_(mods.softcap).tanh_().mul_(mods.softcap)  # before the mask, as Gemma2's eager attention
+        if self.neg_slope is not None:  # after the cap, before the mask; the sink (the start state) has none
+            s.addcmul_(self.neg_slope, _behind(q0, q1, k0, k1, offset, device).abs_().float())
+        if self.kb is not None:  # the same place: a bias per key
+            s.add_(self.kb[..., k0:k1])
+        valid = _block_mask(
+            mods.mask, mods.causal, mods.window, q0, q1, k0, k1, offset, self.Hkv, self.G, device
+        )
+        if valid is not None:
+            s.masked_fill_(~valid, NEG_INF)
+        return s
 
 
 def _block_mask(mask, causal, window, q0, q1, k0, k1, offset, Hkv, G, device):

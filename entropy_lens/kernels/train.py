@@ -67,7 +67,7 @@ from entropy_lens.kernels.contract import autocast_dtype, validate_scale
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
-from entropy_lens.kernels.stats import RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import RowStats, accumulators, log_sum_exp, read_stats
 from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
 from entropy_lens.statistics import DEFAULT_STATS
 
@@ -177,12 +177,6 @@ def attention_train(
         with torch.autocast(q.device.type, enabled=False):
             out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
     return RowStats(dict(zip(stats, values, strict=True)), out)
-
-
-def log_sum_exp(state) -> torch.Tensor:
-    """(B, H, T) float32 lse = m + ln l of a kernel's final state (nats); +∞ for a row that saw no key
-    (l = 0), so a flash backward's P = e^(s − lse) is 0 there."""
-    return torch.where(state["l"] > 0, state["m"] + torch.log(state["l"]), torch.inf)
 
 
 class _FlashTrain(torch.autograd.Function):

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 kernel_static = pytest.importorskip("kernel_static")
 
 from entropy_lens.kernels.triton_entropy import autotune_configs
+from entropy_lens.kernels.triton_received import received_configs
 
 # The grids below compile every variant x config (hundreds of ptxas runs, ~15 min on 2 cores): `slow`;
 # the inner loop keeps one compile of the default fused kernel (test_the_fused_kernel_compiles_for_h100).
@@ -289,3 +290,52 @@ def test_the_fused_kernel_compiles_for_h100():
     the GPU code path builds without a GPU; the grids above (slow) cover every variant and config."""
     config = autotune_configs(True, False, False)[0]
     assert_no_spills(90, "bf16", config, with_output=True)
+
+
+# the column pass of attention received (kernels/triton_received.py): every config the autotuner may pick,
+# in each dtype, causal with and without a window, non-causal, with key padding, the softcap and ALiBi
+RECEIVED_EXTRAS = {
+    "causal": {},
+    "causal+window+padding": {"window": True, "key_padding": True},
+    "non-causal+padding": {"causal": False, "key_padding": True},
+    "softcap+alibi": {"softcap": True, "alibi": True},
+    "window+softcap+alibi+padding": {"window": True, "softcap": True, "alibi": True, "key_padding": True},
+}
+RECEIVED_VARIANTS = [
+    (arch, dtype, extras, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp16", "fp32")
+    for extras in RECEIVED_EXTRAS
+    for config in received_configs(dtype == "fp32")
+]
+
+
+def assert_received_compiles(arch, dtype, config, head_dim=64, **variant):
+    bm, bn, warps, stages = config
+    compiled = kernel_static.compile_received_kernel(
+        arch, dtype, block_m=bm, block_n=bn, num_warps=warps, num_stages=stages, head_dim=head_dim, **variant
+    )
+    use = kernel_static.resource_usage(compiled)
+    assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+
+
+@SLOW
+@pytest.mark.parametrize(
+    "arch,dtype,extras,config",
+    RECEIVED_VARIANTS,
+    ids=[f"{a}-{d}-{e}-{'-'.join(map(str, c))}" for a, d, e, c in RECEIVED_VARIANTS],
+)
+def test_the_received_kernel_compiles_without_spills(arch, dtype, extras, config):
+    assert_received_compiles(arch, dtype, config, **RECEIVED_EXTRAS[extras])
+
+
+@SLOW
+@pytest.mark.parametrize("arch", [80, 90])
+@pytest.mark.parametrize("config", received_configs(False))
+def test_the_received_kernel_compiles_at_head_size_128(arch, config):
+    assert_received_compiles(arch, "bf16", config, head_dim=128, window=True, softcap=True, alibi=True)
+
+
+def test_the_received_kernel_compiles_for_h100():
+    """One compile of the column pass (bf16, sm_90, its first config, key padding) in the inner loop."""
+    assert_received_compiles(90, "bf16", received_configs(False)[0], key_padding=True)

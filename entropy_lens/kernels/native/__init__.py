@@ -9,6 +9,9 @@ first use.
     stream_native(q, k, v, softmax_scale, mods, *, extra=(), first_keys=1, block_q=None, block_k=BLOCK_K)
         -> (the final state {m, l, u, extra}, out): the streaming state itself (its m + ln l is the rows'
            log-sum-exp, which kernels/train.py hands to a flash backward)
+    received_native(q, k, lse, softmax_scale, mods, *, block_q=256, block_k=128)
+        -> {"sum", "max", "count"} (B, Hq, S) float32: the column pass of attention received
+           (kernels/received.py), the C++ `received` beside `forward`
     (`kernels.attention_with_entropy(..., backend="native")` and `attention_entropy` are the public
     entry points: they check the arguments.)
 Semantics are `torch_chunked.row_stats_torch`'s; the kernel is that path's loop written in C++ as PyTorch's CPU flash
@@ -47,6 +50,7 @@ from entropy_lens.statistics import DEFAULT_STATS
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
+RECEIVED_BLOCKS = (256, 128)  # the column pass of attention received: query rows, keys per tile
 
 
 class NativeState:
@@ -126,6 +130,49 @@ def stream_native(
 
 
 @torch.no_grad()
+def received_native(
+    q, k, lse, softmax_scale, mods: ScoreMods, *, block_q=RECEIVED_BLOCKS[0], block_k=RECEIVED_BLOCKS[1]
+):
+    """The column pass of attention received (kernels/received.py, `received_torch`'s contract) in C++:
+    {"sum", "max", "count"}, each (B, Hq, S) float32, for q (B, Hq, T, D), k (B, Hkv, S, D) on the CPU,
+    lse (B, Hq, T) (+∞: a row that counts for nothing) and validated `mods` (the sinks are in lse)."""
+    module = _module_for(q, block_q, block_k)
+    empty = torch.empty(0)
+    state = module.received(
+        _rows(q),
+        _rows(k),
+        softmax_scale.contiguous(),
+        lse.detach().float().contiguous(),
+        mods.causal,
+        empty if mods.mask is None else mods.mask,
+        0 if mods.window is None else mods.window,
+        0.0 if mods.softcap is None else mods.softcap,
+        empty if mods.alibi_slopes is None else mods.alibi_slopes,
+        empty if mods.key_bias is None else mods.key_bias,
+        k.shape[2] - q.shape[2],
+        int(block_q),
+        int(block_k),
+    )
+    return dict(zip(("sum", "max", "count"), state, strict=True))
+
+
+def _module_for(q, block_q, block_k):
+    """The loaded extension for CPU tensors and tiles >= 1; ValueError or RuntimeError naming the fix."""
+    if q.device.type != "cpu":
+        raise ValueError(
+            f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path"
+        )
+    if int(block_q) < 1 or int(block_k) < 1:
+        raise ValueError(f"block_q and block_k must be >= 1; got {block_q}, {block_k}")
+    module = native_module()
+    if module is None:
+        raise RuntimeError(
+            f"the native CPU kernel is {native_status()}; run the torch path (--fused off, or fix the build)"
+        )
+    return module
+
+
+@torch.no_grad()
 def profile_native(q, k, v, softmax_scale, *, block_q=None, block_k=BLOCK_K) -> dict[str, float]:
     """Where one causal call's time goes: thread-seconds in the score GEMMs (QKᵀ), the row passes
     (masks, max, exp, the sums l and u) and the e·V GEMMs, each summed over threads (the benchmarks'
@@ -144,18 +191,8 @@ def block_rows(T: int) -> int:
 def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, *, extra=(), first_keys=1, profile=False):
     """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra), B, Hq, T):
     m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty)."""
-    if q.device.type != "cpu":
-        raise ValueError(
-            f"the native kernel runs on CPU tensors, not {q.device.type}; use the torch or triton path"
-        )
     block_q = block_rows(q.shape[2]) if block_q is None else block_q
-    if int(block_q) < 1 or int(block_k) < 1:
-        raise ValueError(f"block_q and block_k must be >= 1; got {block_q}, {block_k}")
-    module = native_module()
-    if module is None:
-        raise RuntimeError(
-            f"the native CPU kernel is {native_status()}; run the torch path (--fused off, or fix the build)"
-        )
+    module = _module_for(q, block_q, block_k)
     empty = torch.empty(0)
     return module.forward(
         _rows(q),

@@ -488,6 +488,153 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   return {out, state, times};
 }
 
+namespace {
+
+// The column pass's per-key sums over one row of scores s (n keys, −inf where the row may not attend)
+// whose log-sum-exp is lse: sum_j += p, max_j = max(max_j, p), count_j += 1 where s_j > −inf, with
+// p = e^(s_j − lse) (0 for a masked key: exp8 and exp_scalar give 0 below ln(FLT_MIN), −inf included).
+inline void row_received(const float* s, int64_t n, float lse, float* sum, float* mx, float* count) {
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 vl = _mm256_set1_ps(lse), ninf = _mm256_set1_ps(kNegInf), one = _mm256_set1_ps(1.0f);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 x = _mm256_loadu_ps(s + j);
+    const __m256 p = exp8(_mm256_sub_ps(x, vl));
+    const __m256 seen = _mm256_and_ps(_mm256_cmp_ps(x, ninf, _CMP_GT_OQ), one);
+    _mm256_storeu_ps(sum + j, _mm256_add_ps(_mm256_loadu_ps(sum + j), p));
+    _mm256_storeu_ps(mx + j, _mm256_max_ps(_mm256_loadu_ps(mx + j), p));
+    _mm256_storeu_ps(count + j, _mm256_add_ps(_mm256_loadu_ps(count + j), seen));
+  }
+#endif
+  for (; j < n; ++j) {
+    const float p = exp_scalar(s[j] - lse);
+    sum[j] += p;
+    mx[j] = std::max(mx[j], p);
+    count[j] += s[j] > kNegInf ? 1.0f : 0.0f;
+  }
+}
+
+}  // namespace
+
+// The column pass of attention received (kernels/received.py): per key j of each query head, over the
+// rows i whose log-sum-exp lse_i is finite (+inf: a row that counts for nothing), with p_ij =
+// e^(s_ij − lse_i) recomputed from the score tile as flash attention's backward does:
+//   sum_j = Σ_i p_ij,  max_j = max_i p_ij,  count_j = #{i : row i may attend key j}
+// q, k, scale, mask, window, softcap, alibi, key_bias, offset as `forward`; lse (B, Hq, T) float32.
+// Tasks are (batch, query head, key block), each owning its keys (no two threads write one key); a
+// task runs over the query blocks whose rows may see its keys (causal: from the block's first key on;
+// a window: up to the rows whose window reaches its last key), one GEMM per (query block, key block).
+// -> (3, B, Hq, S) float32: sum, max, count.
+at::Tensor received(const at::Tensor& q, const at::Tensor& k, const at::Tensor& scale, const at::Tensor& lse,
+                    bool causal, const at::Tensor& mask, int64_t window, double softcap, const at::Tensor& alibi,
+                    const at::Tensor& key_bias, int64_t offset, int64_t block_q, int64_t block_k) {
+  for (const at::Tensor* t : {&q, &k}) {
+    TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
+                "native received: q, k must be 4-D float32 with unit last stride");
+  }
+  const int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hkv > 0 && Hq % Hkv == 0, "native received: q/k shapes");
+  TORCH_CHECK(q.stride(2) >= D && k.stride(2) >= D, "native received: rows of q, k must not overlap");
+  TORCH_CHECK(lse.dim() == 3 && lse.scalar_type() == at::kFloat && lse.size(0) == B && lse.size(1) == Hq &&
+                  lse.size(2) == T,
+              "native received: lse must be (B, Hq, T) float32");
+  TORCH_CHECK(block_q >= 1 && block_k >= 1, "native received: block sizes must be >= 1");
+  const int64_t G = Hq / Hkv;
+  const bool has_mask = mask.defined() && mask.numel() > 0;
+  const bool has_alibi = alibi.defined() && alibi.numel() > 0;
+  const bool has_kb = key_bias.defined() && key_bias.numel() > 0;
+  const bool has_cap = softcap > 0;
+  const float cap = static_cast<float>(softcap);
+
+  at::Tensor mask_c, scale_c = scale.contiguous(), lse_c = lse.contiguous(), alibi_c, kb_c;
+  int64_t msB = 0, msH = 0, msT = 0;
+  if (has_mask) {
+    TORCH_CHECK(mask.dim() == 4 && mask.scalar_type() == at::kBool && mask.size(3) == S,
+                "native received: mask must be bool (B|1, Hq|1, T|1, S)");
+    mask_c = mask.contiguous();
+    msB = mask_c.size(0) > 1 ? mask_c.stride(0) : 0;
+    msH = mask_c.size(1) > 1 ? mask_c.stride(1) : 0;
+    msT = mask_c.size(2) > 1 ? mask_c.stride(2) : 0;
+  }
+  if (has_alibi) alibi_c = alibi.contiguous();
+  int64_t kbB = 0;
+  if (has_kb) {
+    kb_c = key_bias.contiguous();
+    kbB = kb_c.size(0) > 1 ? Hq * S : 0;
+  }
+  const float* qd = q.data_ptr<float>();
+  const float* kd = k.data_ptr<float>();
+  const float* scd = scale_c.data_ptr<float>();
+  const float* lsed = lse_c.data_ptr<float>();
+  const bool* md = has_mask ? mask_c.data_ptr<bool>() : nullptr;
+  const float* alid = has_alibi ? alibi_c.data_ptr<float>() : nullptr;
+  const float* kbd = has_kb ? kb_c.data_ptr<float>() : nullptr;
+  const int64_t qsB = q.stride(0), qsH = q.stride(1), qsT = q.stride(2);
+  const int64_t ksB = k.stride(0), ksH = k.stride(1), ksT = k.stride(2);
+
+  at::Tensor state = at::zeros({3, B, Hq, S}, q.options().dtype(at::kFloat));
+  float* std_ = state.data_ptr<float>();
+  const int64_t plane = B * Hq * S;
+  const int64_t bq = std::min(block_q, std::max<int64_t>(T, 1));
+  const int64_t bk = std::min(block_k, std::max<int64_t>(S, 1));
+  const int64_t nkb = (S + bk - 1) / bk;
+
+  at::parallel_for(0, B * Hq * nkb, 1, [&](int64_t begin, int64_t end) {
+    const int mkl_before = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
+    std::vector<float> sbuf(bq * bk);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t kb = task % nkb, h = (task / nkb) % Hq, b = task / (nkb * Hq);
+      const int64_t hk = h / G;
+      const int64_t k0 = kb * bk, k1 = std::min(k0 + bk, S), n = k1 - k0;
+      const float* kp = kd + b * ksB + hk * ksH;
+      const float lam = scd[h];
+      const float slope = has_alibi ? alid[h] : 0.0f;
+      const float* kbrow = has_kb ? kbd + b * kbB + h * S : nullptr;
+      const float* lrow = lsed + (b * Hq + h) * T;
+      float* at = std_ + (b * Hq + h) * S + k0;  // this task's sums; max and count a plane apart
+      float *sum = at, *mx = at + plane, *count = at + 2 * plane;
+      // the rows that may see a key of k0..k1 (row i sits at key position i + offset)
+      const int64_t q_start = causal ? std::max<int64_t>(0, k0 - offset) : 0;
+      const int64_t q_end = window > 0 ? std::min<int64_t>(T, window + k1 - 1 - offset) : T;
+      for (int64_t q0 = q_start; q0 < q_end; q0 += bq) {
+        const int64_t rows = std::min(bq, q_end - q0);
+        float* sb = sbuf.data();
+        const float* qp = qd + b * qsB + h * qsH + q0 * qsT;
+        gemm('T', 'N', n, rows, D, lam, kp + k0 * ksT, ksT, qp, qsT, 0.0f, sb, n);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float lse_i = lrow[q0 + i];
+          if (!(lse_i < std::numeric_limits<float>::infinity())) continue;  // a row that counts for nothing
+          float* s = sb + i * n;
+          const int64_t pos = q0 + i + offset;
+          if (has_cap) row_softcap(s, n, cap);
+          if (has_alibi) {
+            for (int64_t j = 0; j < n; ++j) s[j] -= slope * std::fabs(static_cast<float>(pos - (k0 + j)));
+          }
+          if (kbrow != nullptr) {
+            for (int64_t j = 0; j < n; ++j) s[j] += kbrow[k0 + j];
+          }
+          if (causal) {
+            for (int64_t j = std::max<int64_t>(0, pos + 1 - k0); j < n; ++j) s[j] = kNegInf;
+          }
+          if (window > 0) {
+            const int64_t stop = std::min<int64_t>(n, pos - window + 1 - k0);
+            for (int64_t j = 0; j < stop; ++j) s[j] = kNegInf;
+          }
+          if (md != nullptr) {
+            const bool* mr = md + b * msB + h * msH + (q0 + i) * msT + k0;
+            for (int64_t j = 0; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
+          }
+          row_received(s, n, lse_i, sum, mx, count);
+        }
+      }
+    }
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(mkl_before);
+  });
+  return state;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &forward, "attention output and its row statistics' state from the same score tiles (CPU)");
+  m.def("received", &received, "the column pass of attention received: per key sum, max and count (CPU)");
 }

@@ -1,0 +1,265 @@
+"""Attention received by every key, exact without T × S: the key statistics of
+entropy_lens.statistics.KEY_STATISTICS from two streaming passes, O(T + S) memory beside the inputs.
+
+    attention_received(q, k, *, softmax_scale, stats=("received",), query_window=None, causal=True,
+                       mask=None, window=None, softcap=None, sinks=None, alibi_slopes=None, key_bias=None,
+                       backend="auto", block_q=None, block_k=None)
+        -> {name: (B, Hq, S) float32} for each of `stats` (a name, names comma-separated, a sequence, or
+           "all"): received, received_max, received_mean
+
+    q, k, softmax_scale and every score modifier: as `attention_stats` (the contract in
+           entropy_lens.kernels), validated by the same functions into one `ScoreMods` record
+    For key j of query head h, over the counted query rows i of the call, p_ij the probability row i
+    gives key j (a sink's share is the row's sink_mass, never a key's; padded keys, which no row may
+    attend, receive exactly 0):
+        received       Σ_i p_ij                      (at most n_j)
+        received_max   max_i p_ij                    (0 where no counted row gives anything)
+        received_mean  Σ_i p_ij / n_j, n_j the counted rows that may attend key j (causality, window,
+                       mask); 0 where n_j = 0 (kvpress's ObservedAttentionPress normalisation)
+    counted rows   the call's real query rows: with a mask, row i (at key position i + S − T) is padding
+           when its own position is a key the mask lets no row of its batch row attend (left or right
+           padding: a padded token), and real otherwise (rows before the first key, T > S, are real; they
+           see no key when causal); without a mask every row is real. A padded row gives nothing and is
+           not counted, whatever the mask lets it see.
+    query_window  None, or W >= 1: only the last W real rows of each batch row count (SnapKV's
+           observation window; with fewer real rows, all of them)
+    GQA/MQA: per query head. A key head's score is the sum over its group's Hq/Hkv query heads,
+           `received.view(B, Hkv, Hq // Hkv, S).sum(2)` (received_max: `.amax(2)`).
+    backend  "auto" (triton on CUDA; native on CPU where it builds, else torch_chunked), "reference"
+           (float64, materialised probabilities: the definition, kernels/received_reference.py),
+           "torch_chunked" (kernels/received_torch.py), "native" (C++, kernels/native), "triton"
+           (kernels/triton_received.py; a mask per query or per head, or a key bias, runs torch_chunked, as
+           for the row statistics: `plan.statistics_kernel`)
+    block_q, block_k  the column pass's tile (query rows × keys) on torch_chunked and native; None:
+           their defaults. Exact at any tile.
+
+Method: two passes. The row pass is the row kernels' own streaming state, whose m + ln l is each row's
+log-sum-exp lse_i (`stats.log_sum_exp`; the sink logit is one of the row's outcomes, so its share is
+in lse and never in a key's p). The column pass runs over (key tile, query tile), recomputes
+p_ij = e^(s_ij − lse_i) from q, k and lse as flash attention's backward does, and keeps per key the sum,
+the largest and the count of rows that may attend it (`KEY_STATE`); each key statistic is read off
+that state (`@key_read`, checked against KEY_STATISTICS at import). `received_from_lse` is the column
+pass alone, for a caller that has its rows' LSE already (a capture's forward): a row whose lse is +∞
+counts for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from entropy_lens.flags import Backend, parse_backend
+from entropy_lens.kernels.contract import validate_inputs, validate_scale
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.native import received_native, stream_native
+from entropy_lens.kernels.plan import statistics_kernel
+from entropy_lens.kernels.received_reference import received_reference
+from entropy_lens.kernels.received_torch import KEY_STATE, received_torch
+from entropy_lens.kernels.stats import log_sum_exp
+from entropy_lens.kernels.torch_chunked import stream_torch
+from entropy_lens.statistics import KEY_STATISTICS, RECEIVED, check_registered, parse_key_stats
+
+_READS: dict[str, Callable[[Mapping[str, torch.Tensor]], torch.Tensor]] = {}
+
+
+def key_read(name: str):
+    """Registers the decorated `f(state)` as the kernels' read of the declared key statistic `name` off
+    the column pass's state (KEY_STATE: sum, max, count, each (B, Hq, S) float32)."""
+
+    def register(f):
+        if name in _READS or name not in KEY_STATISTICS:
+            raise ValueError(
+                f"key_read({name!r}): registered twice or not a key statistic of entropy_lens.statistics"
+            )
+        _READS[name] = f
+        return f
+
+    return register
+
+
+@key_read("received")
+def _received(state):
+    return state["sum"]
+
+
+@key_read("received_max")
+def _received_max(state):
+    return state["max"]
+
+
+@key_read("received_mean")
+def _received_mean(state):
+    return (state["sum"] / state["count"]).nan_to_num_(nan=0.0)  # n_j = 0: no row gave anything, 0/0
+
+
+# every declared key statistic's read, in KEY_STATISTICS's order; the import fails where one lacks its read
+KEY_READS = check_registered(_READS, "kernels/received.py reads", KEY_STATISTICS)
+
+
+def validate_query_window(query_window) -> int | None:
+    """The query window as an int >= 1, or None; ValueError naming the fix otherwise."""
+    if query_window is None:
+        return None
+    if isinstance(query_window, bool) or not isinstance(query_window, int) or query_window < 1:
+        raise ValueError(
+            f"query_window must be None (every real query row) or a number of rows >= 1 (SnapKV's "
+            f"observation window, e.g. 32); got {query_window!r}"
+        )
+    return query_window
+
+
+def real_rows(mask, T: int, S: int) -> torch.Tensor | None:
+    """(B|1, T) bool: the real query rows of a validated bool mask (B|1, Hq|1, T|1, S) (module
+    docstring: row i is padding where its key position i + S − T is a key no row of its batch row may
+    attend); None for no mask (every row real)."""
+    if mask is None:
+        return None
+    seen = mask.any(dim=2).any(dim=1)  # (B|1, S): the keys some row may attend
+    position = torch.arange(T, device=mask.device) + (S - T)
+    return (position < 0) | seen[:, position.clamp_min(0)]
+
+
+def counted_rows(
+    mods: ScoreMods, T: int, S: int, query_window: int | None = None, device=None
+) -> torch.Tensor | None:
+    """(B|1, T) bool: the rows that count (the real ones, or the last `query_window` real ones of each
+    batch row); None where every row counts."""
+    real = real_rows(mods.mask, T, S)
+    if query_window is None or (real is None and query_window >= T):
+        return real
+    if real is None:
+        real = torch.ones(1, T, dtype=torch.bool, device=device)
+    after = real.flip(-1).cumsum(-1).flip(-1)  # the real rows at or after each row
+    return real & (after <= query_window)
+
+
+def row_log_sum_exp(kernel: Backend, q, k, softmax_scale, mods: ScoreMods) -> torch.Tensor:
+    """(B, Hq, T) float32: each row's log-sum-exp from `kernel`'s row pass (its streaming state, no
+    extra accumulator), +∞ for a row with no outcome."""
+    if kernel == Backend.NATIVE:
+        state, _ = stream_native(q, k, None, softmax_scale, mods)
+    elif kernel == Backend.TRITON:
+        from entropy_lens.kernels.triton_entropy import stream_triton
+
+        state, _ = stream_triton(q, k, None, softmax_scale, mods)
+    else:
+        state, _ = stream_torch(q, k, None, softmax_scale, mods)
+    return log_sum_exp(state)
+
+
+def received_from_lse(
+    q,
+    k,
+    lse,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    rows=None,
+    stats=(RECEIVED.name,),
+    backend: Backend | str = Backend.AUTO,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """The column pass alone: {name: (B, Hq, S) float32} for each of `stats`, from q (B, Hq, T, D), k
+    (B, Hkv, S, D), the rows' log-sum-exp lse (B, Hq, T) (a forward's m + ln l, the sink among the
+    outcomes; +∞ for a row that counts for nothing), softmax_scale (Hq,) float32 and the validated
+    `mods` of the forward that gave lse; `rows` (B|1, T) bool or None: the rows that count
+    (`counted_rows`). The reference ignores lse: it materialises the probabilities (the definition)."""
+    stats, backend = parse_key_stats(stats), parse_backend(backend)
+    B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
+    if tuple(lse.shape) != (B, Hq, T):
+        raise ValueError(f"lse must be (B, Hq, T) = {(B, Hq, T)}, one per query row; got {tuple(lse.shape)}")
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    if kernel == Backend.REFERENCE:
+        return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
+    lse = lse.to(device=q.device, dtype=torch.float32)
+    if rows is not None:
+        lse = torch.where(rows.to(q.device).view(rows.shape[0], 1, T), lse, torch.inf)
+    blocks = {"block_q": block_q, "block_k": block_k}
+    blocks = {name: size for name, size in blocks.items() if size is not None}
+    if kernel == Backend.NATIVE:
+        state = received_native(q, k, lse, softmax_scale, kernel_mods, **blocks)
+    elif kernel == Backend.TRITON:
+        from entropy_lens.kernels.triton_received import received_triton
+
+        state = received_triton(q, k, lse, softmax_scale, kernel_mods)
+    else:
+        state = received_torch(q, k, lse, softmax_scale, kernel_mods, **blocks)
+    return {name: KEY_READS[name](state) for name in stats}
+
+
+def attention_received(
+    q,
+    k,
+    *,
+    softmax_scale,
+    stats=(RECEIVED.name,),
+    query_window=None,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+    key_bias=None,
+    backend="auto",
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Attention received by every key, exact without T × S (the contract: kernels/received.py).
+
+    Args:
+        q (Tensor): (B, Hq, T, D) queries after RoPE, any float dtype.
+        k (Tensor): (B, Hkv, S, D) keys; Hq % Hkv == 0 (GQA/MQA: per query head).
+        softmax_scale (float | Tensor): λ, or (Hq,) per head; scores are λ_h q·k.
+        stats (str | Sequence[str]): key statistics of entropy_lens.statistics.KEY_STATISTICS
+            (received, received_max, received_mean), or "all".
+        query_window (int | None): only the last W real query rows count (SnapKV's window).
+        causal, mask, window, softcap, sinks, alibi_slopes, key_bias: the score modifiers, as
+            `attention_stats` takes them.
+        backend (str): "auto", "reference", "torch_chunked", "native" or "triton".
+        block_q, block_k (int | None): the column pass's tile (torch_chunked, native).
+
+    Returns:
+        dict[str, Tensor]: {name: (B, Hq, S) float32} for each of `stats`; padded keys 0.
+
+    Raises:
+        ValueError: an argument outside the contract, named with its fix (a row statistic in `stats`
+            names `attention_stats`).
+        TypeError: a keyword no backend takes (`sofcap=`).
+    """
+    stats, backend = parse_key_stats(stats), parse_backend(backend)  # parsed once, at the entrance
+    query_window = validate_query_window(query_window)
+    validate_inputs(q, k)
+    softmax_scale = validate_scale(q, k, softmax_scale)
+    mods = ScoreMods.build(
+        q,
+        k,
+        causal=causal,
+        mask=mask,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi_slopes=alibi_slopes,
+        key_bias=key_bias,
+    )
+    rows = counted_rows(mods, q.shape[2], k.shape[2], query_window, q.device)
+    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    if kernel == Backend.REFERENCE:
+        return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
+    lse = row_log_sum_exp(kernel, q, k, softmax_scale, kernel_mods)
+    blocks = {"block_q": block_q, "block_k": block_k}
+    return received_from_lse(q, k, lse, softmax_scale, mods, rows=rows, stats=stats, backend=kernel, **blocks)
+
+
+__all__ = [
+    "KEY_READS",
+    "KEY_STATE",
+    "attention_received",
+    "counted_rows",
+    "real_rows",
+    "received_from_lse",
+    "row_log_sum_exp",
+    "validate_query_window",
+]

@@ -1,0 +1,75 @@
+"""The float64 definition of attention received: every key statistic (entropy_lens.statistics.KEY_STATISTICS)
+written from the materialised probabilities of `reference.attention_probabilities`. Small T only
+(tests); O(B·Hq·T·S) memory. The contract is kernels/received.py's.
+
+Each key statistic's definition is registered with `@key_definition` under its declared name and
+checked against KEY_STATISTICS at import (a declared key statistic without one fails the import): it
+takes (p (B, Hq, T, S) float64, the keys' probabilities with the sink's share left out; visible (B, Hq,
+T, S) bool, the keys each row may attend; counted (B|1, 1, T, 1) bool, the rows that count) and
+returns (B, Hq, S) float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.reference import attention_probabilities, attention_scores
+from entropy_lens.statistics import KEY_STATISTICS, check_registered
+
+_DEFINED: dict = {}
+
+
+def key_definition(name: str):
+    """Registers the decorated function as the float64 definition of the declared key statistic `name`."""
+
+    def register(f):
+        if name in _DEFINED or name not in KEY_STATISTICS:
+            raise ValueError(
+                f"key_definition({name!r}): registered twice or not a key statistic of entropy_lens.statistics"
+            )
+        _DEFINED[name] = f
+        return f
+
+    return register
+
+
+def _received(p, counted):
+    return torch.where(counted, p, 0.0).sum(-2)
+
+
+@key_definition("received")
+def _received_sum(p, visible, counted):
+    """Σ_i p_ij over the counted rows i."""
+    return _received(p, counted)
+
+
+@key_definition("received_max")
+def _received_max(p, visible, counted):
+    """max_i p_ij over the counted rows; 0 for a key no counted row gives anything."""
+    return torch.where(counted, p, 0.0).amax(-2)
+
+
+@key_definition("received_mean")
+def _received_mean(p, visible, counted):
+    """Σ_i p_ij / n_j, n_j the counted rows that may attend key j; 0 where none may."""
+    n = (visible & counted).sum(-2).double()
+    return torch.where(n > 0, _received(p, counted) / n.clamp_min(1.0), 0.0)
+
+
+# every declared key statistic's definition, in KEY_STATISTICS's order; the import fails where one lacks it
+KEY_DEFINITIONS = check_registered(_DEFINED, "kernels/received_reference.py definitions", KEY_STATISTICS)
+
+
+@torch.no_grad()
+def received_reference(q, k, softmax_scale, mods: ScoreMods, rows, *, stats) -> dict[str, torch.Tensor]:
+    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,), rows (B|1, T) bool (the rows that count)
+    or None (every row) -> {name: (B, Hq, S) float32} for each of `stats`, computed in float64 from the
+    materialised probabilities by the definitions above."""
+    p, _, _ = attention_probabilities(q, k, softmax_scale, mods)
+    _, visible = attention_scores(q, k, softmax_scale, mods)
+    T = q.shape[2]
+    if rows is None:
+        rows = torch.ones(1, T, dtype=torch.bool, device=q.device)
+    counted = rows.to(q.device).view(rows.shape[0], 1, T, 1)
+    return {name: KEY_DEFINITIONS[name](p, visible, counted).float() for name in stats}

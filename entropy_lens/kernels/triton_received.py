@@ -1,0 +1,264 @@
+"""The column pass of attention received as a Triton kernel: the GPU path of `attention_received` /
+`received_from_lse` with backend="triton" (the contract is kernels/received.py's; the row pass before it,
+the rows' log-sum-exp, is triton_entropy.py's `stream_triton`).
+
+    received_triton(q, k, lse, softmax_scale, mods) -> {"sum", "max", "count"}, each (B, Hq, S) fp32
+    q      (B, Hq, T, D)  bf16 / fp16 / fp32, any strides
+    k      (B, Hkv, S, D) same dtype; query head h reads key head h // (Hq / Hkv)
+    lse    (B, Hq, T) fp32: each row's log-sum-exp in nats, +∞ for a row that counts for nothing
+    mods   causal, a sliding window, key padding ((B|1, 1, 1, S), or what `masks.as_key_padding` reduces
+           to it), softcap, ALiBi slopes (the sinks are in lse); another mask or a key bias raises
+           ValueError (`plan.statistics_kernel` sends them to torch_chunked before any launch)
+
+One program owns BLOCK_N keys of one (batch, query head): it loads their key tile once and streams the
+query blocks whose rows may see them (causal: from the rows at the block's first key; with a window, up
+to the rows whose window reaches its last key), recomputing each score tile as the row kernel does (log2
+units: λ·log2 e folded into the scale, the softcap's exp2 tanh, the ALiBi bias after it) and
+p = 2^(s − lse·log2 e) = e^(s − lse), as flash attention's backward does. Per key it keeps the sum of p,
+its largest value and the number of counted rows that may attend it, and stores the three as
+(3, B, Hq, S). No two programs write one key: no atomics, and the result is deterministic.
+Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE fp32
+products; under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to fp32 first.
+Block sizes: `@triton.autotune` over RECEIVED_CONFIGS (RECEIVED_FP32_CONFIGS for fp32) on a GPU, keyed by the
+power-of-two buckets of T and S; fixed (32, 32) under the interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.received_torch import KEY_STATE
+from entropy_lens.kernels.triton_entropy import FIXED_BLOCKS, INTERPRET
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU, bf16/fp16 and fp32: those that
+# compile for sm_80 and sm_90 (head sizes 64 and 128) with no spill and no stack (tests/kernels/
+# test_triton_compile.py holds them to it). The 128-wide tiles need 8 warps: with 4 they sit at 255
+# registers with 8-200 B of stack; fp32's IEEE products fit one stage of (32, 32) on 4 warps (two stages put
+# 256-2,700 B on the stack) or two on 8
+RECEIVED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 8, 2), (128, 64, 8, 2))
+RECEIVED_FP32_CONFIGS = ((32, 32, 4, 1), (32, 32, 8, 2))
+
+
+def received_configs(fp32: bool) -> tuple[tuple[int, int, int, int], ...]:
+    """The configs the autotuner tries for q of dtype fp32 (`fp32`) or a 16-bit one."""
+    return RECEIVED_FP32_CONFIGS if fp32 else RECEIVED_CONFIGS
+
+
+def _received_kernel(
+    # data: q, k, scales (Hq,), the rows' lse (B, Hq, T) fp32 in nats, key padding (B, S) int8 (0 masked),
+    # the result (3, B, Hq, S) fp32 (sum, max, count), ALiBi slopes (Hq,) fp32
+    Q,
+    K,
+    SCALE,
+    LSE,
+    KEEP,
+    OUT,
+    ALIBI,
+    # strides of q, k, the key padding
+    sqb,
+    sqh,
+    sqt,
+    sqd,
+    skb,
+    skh,
+    sks,
+    skd,
+    skeep_b,
+    skeep_s,
+    # sizes; OFFSET = S − T; the buckets of T and S key the autotuner; OUT_SLOT = B·Hq·S
+    H_Q,
+    T,
+    S,
+    OFFSET,
+    WINDOW,
+    T_BUCKET,
+    S_BUCKET,
+    OUT_SLOT,
+    # the softcap c (fp32; unused without HAS_SOFTCAP)
+    SOFTCAP,
+    # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
+    GROUP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    D: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_KEEP: tl.constexpr,
+    CAST_F32: tl.constexpr,
+    IEEE: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H_Q).to(tl.int64)
+    h = (pid_bh % H_Q).to(tl.int64)
+    kv = h // GROUP
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    k = tl.load(
+        K + b * skb + kv * skh + cols[:, None].to(tl.int64) * sks + dims[None, :] * skd,
+        mask=(cols[:, None] < S) & (dims[None, :] < D),
+        other=0.0,
+    )
+    if CAST_F32:
+        k = k.to(tl.float32)
+    if (
+        HAS_SOFTCAP
+    ):  # c·tanh(λ q·k / c) in log2 units, as the row kernel: cap·(1 − 2/(1 + 2^(q·k · qk_scale)))
+        qk_scale = tl.load(SCALE + h) * (2.8853900817779268 / SOFTCAP)
+        cap = SOFTCAP * 1.4426950408889634
+    else:
+        qk_scale = tl.load(SCALE + h) * 1.4426950408889634
+        cap = 1.0
+    if HAS_ALIBI:
+        slope = tl.load(ALIBI + h) * 1.4426950408889634
+    else:
+        slope = 0.0
+    key_ok = cols < S
+    if HAS_KEEP:
+        keep = tl.load(KEEP + b * skeep_b + cols * skeep_s, mask=cols < S, other=0)
+        key_ok = key_ok & (keep != 0)
+    # the rows that may see a key of this block: causal, from the row at its first key; with a window, up
+    # to the last row whose window reaches its last key
+    q_start = 0
+    q_end = T
+    if CAUSAL:
+        q_start = tl.maximum(pid_n * BLOCK_N - OFFSET, 0)
+        if HAS_WINDOW:
+            q_end = tl.minimum(T, WINDOW + tl.minimum(S, (pid_n + 1) * BLOCK_N) - 1 - OFFSET)
+    q_start = (q_start // BLOCK_M) * BLOCK_M
+    total = tl.zeros([BLOCK_N], tl.float32)
+    largest = tl.zeros([BLOCK_N], tl.float32)
+    count = tl.zeros([BLOCK_N], tl.float32)
+    q_base = Q + b * sqb + h * sqh
+    lse_base = LSE + pid_bh.to(tl.int64) * T
+    for start in range(q_start, q_end, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        q = tl.load(
+            q_base + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd,
+            mask=(rows[:, None] < T) & (dims[None, :] < D),
+            other=0.0,
+        )
+        if CAST_F32:
+            q = q.to(tl.float32)
+        lse = tl.load(lse_base + rows, mask=rows < T, other=float("inf"))
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        if HAS_SOFTCAP:
+            s = cap - (2.0 * cap) / (1.0 + tl.exp2(s * qk_scale))
+        else:
+            s = s * qk_scale
+        behind = rows[:, None] + OFFSET - cols[None, :]  # how far key col lies behind the row
+        if HAS_ALIBI:
+            if CAUSAL:
+                s = s - slope * behind.to(tl.float32)
+            else:
+                s = s - slope * tl.abs(behind).to(tl.float32)
+        valid = (rows[:, None] < T) & key_ok[None, :] & (lse[:, None] < float("inf"))
+        if CAUSAL:
+            valid = valid & (behind >= 0)
+            if HAS_WINDOW:
+                valid = valid & (behind < WINDOW)
+        p = tl.where(valid, tl.exp2(s - (lse * 1.4426950408889634)[:, None]), 0.0)
+        total += tl.sum(p, 0)
+        largest = tl.maximum(largest, tl.max(p, 0))
+        count += tl.sum(valid.to(tl.float32), 0)
+    at = OUT + pid_bh.to(tl.int64) * S + cols
+    tl.store(at, total, mask=cols < S)
+    tl.store(at + OUT_SLOT, largest, mask=cols < S)
+    tl.store(at + 2 * OUT_SLOT, count, mask=cols < S)
+
+
+RECEIVED_KERNEL = triton.jit(_received_kernel)
+_TUNED: dict[bool, object] = {}
+
+
+def _kernel(fp32: bool):
+    """(kernel, autotuned?): an autotuner over the configs on a GPU, the plain kernel otherwise."""
+    if INTERPRET or not torch.cuda.is_available():
+        return RECEIVED_KERNEL, False
+    if fp32 not in _TUNED:
+        configs = [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
+            for bm, bn, w, st in received_configs(fp32)
+        ]
+        _TUNED[fp32] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(
+            RECEIVED_KERNEL
+        )
+    return _TUNED[fp32], True
+
+
+@torch.no_grad()
+def received_triton(q, k, lse, softmax_scale, mods: ScoreMods) -> dict[str, torch.Tensor]:
+    """See the module docstring: {"sum", "max", "count"} (B, Hq, S) fp32, the column pass's state."""
+    if mods.key_bias is not None:
+        raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    if k.dtype != q.dtype:
+        k = k.to(q.dtype)
+    form = as_key_padding(mods.mask, B, T, S, mods.causal, mods.window)
+    if form is None:
+        raise ValueError(
+            "the Triton kernel takes key padding and sliding-window masks only, not this "
+            f"{tuple(mods.mask.shape)} mask (it differs per query or per head); run it with "
+            "attention_received(backend='torch_chunked'), or let kernels.plan pick the backend"
+        )
+    keep, window = form
+    keep = None if keep is None else keep[:, 0, 0, :].expand(B, S).to(torch.int8)  # (B, S)
+    out = torch.zeros(len(KEY_STATE), B, Hq, S, dtype=torch.float32, device=q.device)
+    if T == 0 or S == 0 or B * Hq == 0:
+        return dict(zip(KEY_STATE, out, strict=True))
+    softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
+    lse = lse.to(device=q.device, dtype=torch.float32).contiguous()
+    alibi = mods.alibi_slopes
+    alibi = None if alibi is None else alibi.to(device=q.device, dtype=torch.float32).contiguous()
+    kernel, autotuned = _kernel(q.dtype == torch.float32)
+    blocks = {} if autotuned else FIXED_BLOCKS
+    block_n = blocks.get("BLOCK_N")
+
+    def grid(meta):
+        return (triton.cdiv(S, meta["BLOCK_N"] if block_n is None else block_n), B * Hq)
+
+    unused = out  # pointer arguments of a disabled feature
+    kernel[grid](
+        q,
+        k,
+        softmax_scale,
+        lse,
+        unused if keep is None else keep,
+        out,
+        unused if alibi is None else alibi,
+        *q.stride(),
+        *k.stride(),
+        *((0, 0) if keep is None else keep.stride()),
+        Hq,
+        T,
+        S,
+        S - T,
+        window or 0,
+        triton.next_power_of_2(T),
+        triton.next_power_of_2(S),
+        B * Hq * S,
+        float(mods.softcap or 1.0),
+        GROUP=Hq // Hkv,
+        BLOCK_D=max(16, triton.next_power_of_2(D)),
+        D=D,
+        CAUSAL=bool(mods.causal),
+        HAS_WINDOW=window is not None,
+        HAS_KEEP=keep is not None,
+        CAST_F32=INTERPRET or q.dtype == torch.float32,
+        IEEE=q.dtype == torch.float32,
+        HAS_SOFTCAP=mods.softcap is not None,
+        HAS_ALIBI=alibi is not None,
+        **blocks,
+    )
+    return dict(zip(KEY_STATE, out, strict=True))
