@@ -83,7 +83,7 @@ def cmd_search_heads(args) -> int:
     from entropy_lens.runs.lock import OutputLock
     from entropy_lens.runs.output import check_file_target, save_or_rescue
 
-    out = check_out(args.out)  # before any work
+    out = check_out(args.out, force=args.force)  # before any work
     monitor = config_from_args(MonitorSettings, args)
     if check_monitor(monitor):
         check_file_target(history_path(out), flag="--out", example="scales.safetensors")

@@ -82,7 +82,7 @@ def cmd_train_tiny(args) -> int:
     print(
         f"tiny-{args.kind}: {facts['parameters']:,} parameters, {recipe.total_steps} steps of {recipe.batch} x "
         f"{recipe.train_len} tokens in {facts['wall_s'] / 60:.1f} min; final train loss "
-        f"{facts['final_train_loss_mean_last_50']:.3f} nats (mean of the last 50 steps)"
+        f"{facts['final_train_loss_mean_last_50']:.3f} nats (mean of the last {min(50, recipe.total_steps)} steps)"
     )
     print(f"wrote {out}" + "".join(f", {out}/step-{n}" for n in args.snapshot))
     if args.monitor:

@@ -189,13 +189,20 @@ def search_head_scales(
     return HeadSearchResult(found, log, config, prior_s + time.perf_counter() - t0, history)
 
 
-def check_out(out: str | Path) -> Path:
-    """--out must name a .safetensors file that can be written (checked before any work)."""
+def check_out(out: str | Path, *, force: bool | None = None) -> Path:
+    """--out must name a .safetensors file that can be written (checked before any work); with `force`
+    given (the CLI's --force), a finished search there is not replaced without it, as a scan's --out."""
     out = Path(out)
     if out.suffix != ".safetensors":
         raise EntropyLensError(f"--out {out} must end in .safetensors (the table goes beside it as .json)")
     check_regular_target(checkpoint_folder(out), folder=True)
-    return check_file_target(out, example="scales.safetensors")
+    out = check_file_target(out, example="scales.safetensors")
+    if force is False and out.exists() and not checkpoint_folder(out).exists():
+        raise EntropyLensError(
+            f"--out {out} already holds a finished search; pass --force to search again and replace it, or "
+            "another --out"
+        )
+    return out
 
 
 def history_path(out: str | Path) -> Path:

@@ -94,11 +94,21 @@ class TinyRecipe(Checked):
                 f"--heads {self.heads} must be a multiple of --kv-heads {self.kv_heads}; change one of them"
             )
         if (self.hidden // self.heads) % 2:
-            raise EntropyLensError(f"head_dim {self.hidden // self.heads} must be even for rotary embeddings")
+            raise EntropyLensError(
+                f"--hidden {self.hidden} / --heads {self.heads} = head size {self.hidden // self.heads} must be even "
+                "for rotary embeddings; change one of them"
+            )
         if self.vocab < 258:
-            raise EntropyLensError(f"vocab {self.vocab} is too small: a byte-level BPE needs 256 bytes + 2")
-        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1 and 0 <= self.warmup < self.steps + 1):
-            raise EntropyLensError("need lr > 0, 0 <= min_lr_ratio <= 1 and 0 <= warmup <= steps")
+            raise EntropyLensError(
+                f"--vocab {self.vocab} is too small: a byte-level BPE needs 256 bytes + 2; pass --vocab 258 or more"
+            )
+        if not 0 <= self.warmup <= self.steps:
+            raise EntropyLensError(
+                f"--warmup {self.warmup} must lie in 0..--steps {self.steps}; pass --warmup {min(self.steps, max(self.warmup, 0))} "
+                "or more --steps"
+            )
+        if not (self.lr > 0 and 0 <= self.min_lr_ratio <= 1):
+            raise EntropyLensError("need --lr > 0 and 0 <= --min-lr-ratio <= 1")
         if self.passkey_steps < 0 or self.passkey_lr <= 0:
             raise EntropyLensError("need --passkey-steps >= 0 and --passkey-lr > 0")
         if self.passkey_steps and not self.passkey_share:

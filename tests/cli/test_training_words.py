@@ -100,3 +100,21 @@ def test_search_heads_bar_counts_each_finished_step(tiny_dir, tmp_path, monkeypa
     assert main(_search_heads(tiny_dir, tmp_path / "s.safetensors")) == 0
     counts = [int(n) for n in re.findall(r"\| (\d)/4 \[.*loss=", capsys.readouterr().err)]
     assert sorted(set(counts)) == [1, 2, 3, 4] and counts == sorted(counts), counts  # close: 4/4 again
+
+
+def test_search_heads_replaces_a_finished_search_only_with_force(tiny_dir, tmp_path, capsys):
+    """A finished search at --out is not replaced silently (a 4-step rerun replaced a long one), as a
+    scan's --out; --force searches again."""
+    out = tmp_path / "s.safetensors"
+    assert main(_search_heads(tiny_dir, out, "--quiet")) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main(_search_heads(tiny_dir, out, "--quiet", "--steps", "2")) == 2
+    _one_line(capsys, r"already holds a finished search; pass --force")
+    assert out.read_bytes() == before
+    assert main(_search_heads(tiny_dir, out, "--quiet", "--force")) == 0
+
+
+def test_a_warmup_beyond_the_steps_names_its_flags():
+    with pytest.raises(EntropyLensError, match=r"--warmup 100 must lie in 0..--steps 6; pass --warmup 6"):
+        TinyRecipe(kind="nope", steps=6, warmup=100).check()
