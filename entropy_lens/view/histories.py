@@ -93,6 +93,9 @@ def _meta_rows(h: History) -> dict[str, str]:
                 value = ", ".join(map(str, value))
             rows[key] = text(value)
     rows["steps"] = f"{len(h)} recorded, {int(h.steps.min())}..{int(h.steps.max())}" if len(h) else "none"
+    if len(h.nonfinite):  # recorded, but without numbers: not drawn
+        shown = ", ".join(str(int(s)) for s in h.nonfinite[:10]) + (", ..." if len(h.nonfinite) > 10 else "")
+        rows["non-finite steps"] = f"{len(h.nonfinite)} not drawn (attention not finite): {shown}"
     return rows
 
 

@@ -169,12 +169,23 @@ def load_file(path: str | Path) -> ScanResult | History:
 
 def _checked(history: History, source: str = "(in memory)") -> History:
     """`history`, refused in one line where it holds no recorded step (a page would draw nothing)."""
+    if not len(history) and len(history.nonfinite):
+        raise EntropyLensError(
+            f"{printable(source)}: every recorded step of the monitor history ({_steps(history.nonfinite)}) "
+            "had attention that was not finite (NaN or inf: diverged weights, a bf16/fp16 overflow), so it "
+            "holds no number to draw; check the training run"
+        )
     if not len(history):
         raise EntropyLensError(
             f"{printable(source)}: the monitor history holds no recorded step; train with the monitor active "
             "(every <= the steps run) and save it again"
         )
     return history
+
+
+def _steps(steps) -> str:
+    steps = [int(s) for s in steps]
+    return ", ".join(map(str, steps)) if len(steps) <= 6 else f"{len(steps)} steps, {steps[0]}..{steps[-1]}"
 
 
 def load_result(path: str | Path) -> ScanResult:

@@ -555,3 +555,27 @@ def test_the_history_files_name_is_train_tinys():
     from entropy_lens.training.watch import HISTORY
 
     assert HISTORY == HISTORY_FILE
+
+
+def test_a_historys_nonfinite_steps_are_named_not_drawn(history_file, tmp_path, capsys):
+    """A history whose monitor recorded steps with attention that was not finite (issue 57): the page
+    names them in its meta rows; one with no finite step at all is refused saying so."""
+    import dataclasses
+
+    path, _ = history_file
+    saved = load_history(path)
+    some = dataclasses.replace(saved, nonfinite=np.array([7, 9], dtype=np.int64))
+    some.save(tmp_path / "some.npz")
+    (h,) = build_payload([], [], histories=gather([tmp_path / "some.npz"]).histories)["histories"]
+    assert h["meta"]["non-finite steps"] == "2 not drawn (attention not finite): 7, 9" and h["records"] == 6
+    none = dataclasses.replace(
+        saved,
+        steps=saved.steps[:0],
+        forwards=saved.forwards[:0],
+        rows=saved.rows[:0],
+        values={s: v[:0] for s, v in saved.values.items()},
+        nonfinite=np.array([1, 2, 3], dtype=np.int64),
+    )
+    none.save(tmp_path / "none.npz")
+    err = one_line_error(["view", str(tmp_path / "none.npz"), "--out", str(tmp_path / "v.html")], capsys)
+    assert "every recorded step of the monitor history (1, 2, 3) had attention that was not finite" in err
