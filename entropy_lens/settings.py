@@ -41,7 +41,7 @@ import os
 import shlex
 import types
 import typing
-from dataclasses import MISSING, dataclass
+from dataclasses import MISSING
 from typing import Any
 
 from entropy_lens.errors import EntropyLensError
@@ -55,7 +55,6 @@ __all__ = [
     "SCALE",
     "SETTING",
     "Checked",
-    "MonitorSettings",
     "Recorded",
     "check_argument",
     "check_fields",
@@ -375,25 +374,3 @@ def _plain(value):
 
 def _worded(value) -> str:
     return "absent" if value is MISSING else _quoted(value)
-
-
-@dataclass(frozen=True)
-class MonitorSettings(Checked):
-    """A training command's attention monitor (monitor.AttentionMonitor). Not a config field: watching
-    changes no number of the run, so it stays out of every recipe, record and cache key."""
-
-    monitor: str | None = setting(
-        None,
-        metavar="STATS",
-        help="record these attention row statistics (comma-separated) of every --monitor-every-th "
-        "optimiser step, per head, and save their history beside the output (monitor/history.py)",
-    )
-    monitor_every: int | None = setting(
-        None, metavar="N", at_least=1, at_most=MAX_COUNT, help="record every Nth optimiser step (default 1)"
-    )
-    every = property(lambda self: self.monitor_every or 1)  # --monitor-every, else every step
-
-    @property
-    def stats(self) -> tuple[str, ...]:
-        """--monitor's names (empty: no monitor)."""
-        return tuple(filter(None, (self.monitor or "").split(",")))

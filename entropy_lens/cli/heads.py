@@ -7,8 +7,8 @@ import argparse
 import numpy as np
 
 from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.monitor.settings import MonitorSettings
 from entropy_lens.runs.output import OutputSettings
-from entropy_lens.settings import MonitorSettings
 
 SEARCH_EXAMPLES = """examples:
   entropy-lens search-heads tiny-nope --len 512 --init 1.2 --data austen-minus:persuasion \\
@@ -72,16 +72,16 @@ def add_parsers(sub) -> None:
 
 
 def cmd_search_heads(args) -> int:
-    from entropy_lens.runs.head_search import (
+    from entropy_lens.runs.lock import OutputLock
+    from entropy_lens.runs.output import check_file_target, save_or_rescue
+    from entropy_lens.training.head_search import (
         check_monitor,
         check_out,
         history_path,
         save_head_scales,
         search_head_scales,
     )
-    from entropy_lens.runs.head_search_state import discard_checkpoint
-    from entropy_lens.runs.lock import OutputLock
-    from entropy_lens.runs.output import check_file_target, save_or_rescue
+    from entropy_lens.training.head_search_state import discard_checkpoint
 
     out = check_out(args.out, force=args.force)  # before any work
     monitor = config_from_args(MonitorSettings, args)
@@ -106,7 +106,7 @@ def cmd_search_heads(args) -> int:
     with OutputLock(out):
         result = search_head_scales(
             config, progress=not args.quiet, monitor=monitor, out=out, force=args.force
-        )  # continues an interrupted search's <out>.partial/ (runs/head_search_state.py)
+        )  # continues an interrupted search's <out>.partial/ (training/head_search_state.py)
         save_or_rescue(out, lambda path: save_head_scales(result, path), what="head-scale search")
         discard_checkpoint(out)
     sc = result.scales

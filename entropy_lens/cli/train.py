@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
+from entropy_lens.monitor.settings import MonitorSettings
 from entropy_lens.runs.output import OutputSettings
-from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.recipe import TinyRecipe
 
 TRAIN_EXAMPLES = """examples:
@@ -64,8 +64,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_train_tiny(args) -> int:
-    from entropy_lens.runs.training_record import read_training_record
     from entropy_lens.training import train_tiny
+    from entropy_lens.training.training_record import read_training_record
 
     recipe = config_from_args(TinyRecipe, args)
     out = train_tiny(

@@ -220,7 +220,7 @@ class RunCache:
 
     def search_config(self, model: str, length: int, init: float, lower_bound: float = 1.0):
         """The HeadSearchConfig of the figures' λ(h) search of `model` at `length` from `init`."""
-        from entropy_lens.runs.head_search import HeadSearchConfig
+        from entropy_lens.training.head_search import HeadSearchConfig
 
         c = self.config
         config = HeadSearchConfig(
@@ -244,7 +244,7 @@ class RunCache:
     def search(
         self, model: str, length: int, init: float, lower_bound: float = 1.0, record: bool = True
     ) -> str:
-        from entropy_lens.runs.head_search import read_head_scales, save_head_scales, search_head_scales
+        from entropy_lens.training.head_search import read_head_scales, save_head_scales, search_head_scales
 
         config = self.search_config(model, length, init, lower_bound)
         if record:  # the init the figures' own search at this length started from

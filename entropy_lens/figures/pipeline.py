@@ -109,7 +109,7 @@ class Runs(WatchedRuns, RunCache):
         (the paper: 10K of 50K steps). A raw argmin on a refused grid edge is an error."""
         from entropy_lens.analysis import fit_scale_curve, grid_edge_problem
         from entropy_lens.models import declared_train_len
-        from entropy_lens.runs.training_record import passkey_phase_steps, training_steps
+        from entropy_lens.training.training_record import passkey_phase_steps, training_steps
 
         c = self.config
         if c.train_len is None and declared_train_len(model) != L:

@@ -98,8 +98,8 @@ def adopt_training(folder: str | Path, cache: str | Path) -> Path:
     """The history of a finished `train-tiny --monitor entropy,max_logit --monitor-every 10` run in
     `folder`, with its training.json facts in the meta, written into `cache` under its cache name;
     EntropyLensError in one line where the run is not such a run."""
-    from entropy_lens.runs.training_record import read_training_record
     from entropy_lens.training import TinyRecipe
+    from entropy_lens.training.training_record import read_training_record
 
     folder = Path(folder)
     record = read_training_record(folder)
@@ -148,8 +148,8 @@ class WatchedRuns:
     def _watched_training(self, name: str, model: str) -> tuple[WatchedRun | None, str | None]:
         """(the run, its cache file's name); (None, None) for a model train-tiny did not make, (None,
         name) for one not cached under `cached_only`."""
-        from entropy_lens.runs.training_record import training_record
         from entropy_lens.training import TinyRecipe
+        from entropy_lens.training.training_record import training_record
 
         record = training_record(model)
         if record is None:
@@ -181,7 +181,7 @@ class WatchedRuns:
 
     def _train_watched(self, recipe, path: Path) -> None:
         """Run the watched pretraining into a folder beside `path`, keep its history, drop the folder."""
-        from entropy_lens.settings import MonitorSettings
+        from entropy_lens.monitor.settings import MonitorSettings
         from entropy_lens.training import train_tiny
 
         work = path.with_name(path.stem + ".run")
@@ -195,8 +195,8 @@ class WatchedRuns:
     def _watched_search(self, config) -> tuple[History | None, str]:
         """(the watched search's history, its cache file's name); None for one not cached under
         `cached_only`."""
-        from entropy_lens.runs.head_search import search_head_scales
-        from entropy_lens.settings import MonitorSettings
+        from entropy_lens.monitor.settings import MonitorSettings
+        from entropy_lens.training.head_search import search_head_scales
 
         key = {
             **config.cache_key(),

@@ -8,16 +8,12 @@
 
 `EntropyLensCallback` (callback.py) does the same inside `transformers.Trainer`; `qk_clip` (clip.py)
 is MuonClip's QK-clip from the monitor's max logits. The package sits above capture/ (whose recorder
-machinery measures the recorded forwards) and beside runs/; transformers is imported only by the
-callback's module, on first use.
+machinery measures the recorded forwards); training/ (train-tiny, search-heads) watches its own steps
+with it. Its names load on first use: `settings.py` (MonitorSettings, --monitor's checks) without torch,
+so the command line's flags load none, and transformers only with the callback.
 """
 
 from importlib import import_module
-
-from entropy_lens.monitor.history import History, load_history
-from entropy_lens.monitor.monitor import AttentionMonitor
-from entropy_lens.monitor.summary import MONITOR_STATS
-from entropy_lens.monitor.thresholds import AttentionThresholdWarning, Thresholds
 
 __all__ = [
     "MONITOR_STATS",
@@ -30,7 +26,16 @@ __all__ = [
     "qk_clip",
 ]
 
-_LAZY = {"EntropyLensCallback": "entropy_lens.monitor.callback", "qk_clip": "entropy_lens.monitor.clip"}
+_LAZY = {
+    "MONITOR_STATS": "entropy_lens.monitor.settings",
+    "AttentionMonitor": "entropy_lens.monitor.monitor",
+    "AttentionThresholdWarning": "entropy_lens.monitor.thresholds",
+    "EntropyLensCallback": "entropy_lens.monitor.callback",
+    "History": "entropy_lens.monitor.history",
+    "Thresholds": "entropy_lens.monitor.thresholds",
+    "load_history": "entropy_lens.monitor.history",
+    "qk_clip": "entropy_lens.monitor.clip",
+}
 
 
 def __getattr__(name):

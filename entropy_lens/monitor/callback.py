@@ -26,7 +26,7 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 from entropy_lens.monitor.monitor import AttentionMonitor
-from entropy_lens.monitor.summary import MONITOR_STATS, check_monitor_stats
+from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats
 from entropy_lens.monitor.thresholds import Thresholds
 from entropy_lens.settings import check_argument
 

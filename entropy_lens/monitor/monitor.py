@@ -58,13 +58,8 @@ from entropy_lens.monitor.install import (
     outer_forward_running,
     refuse_nesting,
 )
-from entropy_lens.monitor.summary import (
-    MONITOR_STATS,
-    ForwardSums,
-    NonFiniteStepWarning,
-    StepSummary,
-    check_monitor_stats,
-)
+from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats
+from entropy_lens.monitor.summary import ForwardSums, NonFiniteStepWarning, StepSummary
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import reduction_of
 

@@ -26,54 +26,7 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import parse_stats
-from entropy_lens.kernels.stats import ROW_STATS
-from entropy_lens.settings import MonitorSettings
-from entropy_lens.statistics import ENTROPY, MAX_LOGIT, did_you_mean, reduction_of
-
-# What AttentionMonitor records by default: entropy and the max logit (QK-clip's quantity)
-MONITOR_STATS = (ENTROPY.name, MAX_LOGIT.name)
-
-
-def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
-    """A training command's --monitor statistics, checked before any work (empty: no monitor); a flag
-    that would leave the run unwatched, silently (--monitor '', --monitor-every alone), is refused too.
-    EntropyLensError in one line."""
-    if settings is not None and settings.monitor is not None and not settings.stats:
-        raise EntropyLensError(
-            f"--monitor {settings.monitor!r} names no statistic; pass one or more, such as --monitor entropy, "
-            "or leave --monitor out to train without the monitor"
-        )
-    if settings is not None and settings.monitor is None and settings.monitor_every is not None:
-        raise EntropyLensError(
-            f"--monitor-every {settings.monitor_every} needs --monitor; pass the statistics to record, such "
-            "as --monitor entropy, or leave --monitor-every out"
-        )
-    if settings is None or not settings.stats:
-        return ()
-    try:
-        return check_monitor_stats(settings.stats)
-    except EntropyLensError as err:
-        raise EntropyLensError(f"--monitor {settings.monitor}: {err}") from None
-
-
-def check_monitor_stats(stats) -> tuple[str, ...]:
-    """`stats` as a tuple of distinct known row statistics; EntropyLensError in one line naming the
-    known ones otherwise."""
-    stats = (stats,) if isinstance(stats, str) else stats
-    if not isinstance(stats, (tuple, list)) or not all(isinstance(s, str) for s in stats):
-        raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
-    unknown = [s for s in stats if s not in ROW_STATS]
-    if unknown or not stats or len(set(stats)) != len(stats):
-        what = (
-            f"unknown statistic {', '.join(map(repr, unknown))}{did_you_mean(unknown)}"
-            if unknown
-            else f"stats={tuple(stats)!r}"
-        )
-        raise EntropyLensError(
-            f"AttentionMonitor cannot record {what}; pass distinct names from {', '.join(ROW_STATS)}"
-        )
-    return parse_stats(stats)  # checked above: parsed once, passed to the ScaleSession as it is
+from entropy_lens.statistics import reduction_of
 
 
 class NonFiniteStepWarning(RuntimeWarning):

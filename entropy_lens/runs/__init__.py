@@ -8,17 +8,14 @@
     sweep.py        one scan per uniform scale, into a folder with a sweep index
     configs.py      ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
                     declared once (no torch)
-    head_search.py  the per-head λ(h) search (every weight frozen)
-    head_search_state.py  its checkpoint (<out>.partial/): resume exactly, other flags refused
-    resumable.py    the checkpoint file, save-on-interrupt and history continuation train-tiny shares
     threads.py      --threads: the CPU thread count, set once before a command loads torch
-    training_record.py  a train-tiny model's training.json read (its steps); training/ writes it
     perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
     passkey.py      passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
 
 It may import every package below it (models, capture, kernels, data, results, analysis); nothing below
 imports it. Above it sit `figures/` (the paper's pipeline: the runs behind its figures, their cache and
-the drawing), `training/` (train-tiny, whose model cards are made of these runs) and `cli/`, a thin
+the drawing), `training/` (train-tiny, whose model cards are made of these runs, and the λ(h) search:
+every loop that trains, its checkpoints and histories) and `cli/`, a thin
 layer over these functions. Names are imported lazily, so `from entropy_lens.runs import ScanConfig`
 does not load torch. The
 functions `scan`, `sweep` and `passkey` share their modules' names: import them from `entropy_lens` (or
@@ -32,8 +29,6 @@ _LAZY = {
     "ScanSums": "sums",
     "parse_scales": "sweep",
     "HeadSearchConfig": "configs",
-    "search_head_scales": "head_search",
-    "save_head_scales": "head_search",
     "PerplexityConfig": "configs",
     "PasskeyConfig": "configs",
 }
@@ -45,8 +40,6 @@ __all__ = [
     "ScanConfig",
     "ScanSums",
     "parse_scales",
-    "save_head_scales",
-    "search_head_scales",
 ]
 
 

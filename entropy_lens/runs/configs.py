@@ -300,7 +300,7 @@ class PerplexityConfig(Checked, Checkpoint, Loading, Text, Windows, Scaling):
 
 @dataclass(frozen=True, kw_only=True)
 class HeadSearchConfig(Checked, Recorded, Checkpoint, Loading, Text, PositionScaling):
-    """The settings of the per-head scale search (runs/head_search.py): λ(h) learnt on the checkpoint as
+    """The settings of the per-head scale search (training/head_search.py): λ(h) learnt on the checkpoint as
     its loading flags give it, under a position schedule when one is given."""
 
     # the cache key (settings.Recorded): the gradient's accumulation and memory stay out

@@ -7,9 +7,16 @@
     checkpoint.py  the resumable checkpoint (tensors and plain data, read with weights_only=True)
     tiny.py        train_tiny: the run (resume, snapshots, the passkey phase, --init-from), its folder
     report.py      the model cards: scans and passkey runs of the trained models
+    training_record.py  a train-tiny model's training.json read (its steps, for the figures' runs)
+    watch.py       train-tiny's --monitor: the monitor of its optimiser steps, its history continued
+    head_search.py the per-head λ(h) search (every weight frozen, the scales trained; search-heads)
+    head_search_state.py  its checkpoint (<out>.partial/): resume exactly, other flags refused
+    resumable.py   what both loops' checkpoints share: the checked checkpoint file, the save on Ctrl-C or
+                   SIGTERM, the monitor history continued across the interruption
 
-It sits above `runs` (docs/internals/layout.md): it writes with the runs' one-writer lock and output checks, and
-its model cards are scans and passkey runs.
+Every loop that trains lives here, with its checkpoints and histories. It sits above `runs`
+(docs/internals/layout.md): it writes with the runs' one-writer lock and output checks, its model cards
+are scans and passkey runs, and it watches its own steps with `monitor`.
 """
 
 from entropy_lens.training.model import build_model

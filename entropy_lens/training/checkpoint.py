@@ -4,7 +4,7 @@
                       "model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
     state = read_checkpoint(path)   # the same dict, or EntropyLensError in one line
 
-The file is runs/resumable.py's (shared with search-heads): read with `torch.load(weights_only=True)`,
+The file is training/resumable.py's (shared with search-heads): read with `torch.load(weights_only=True)`,
 its keys and their types (FIELDS) checked before anything uses them, written atomically.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from entropy_lens.runs import resumable
-from entropy_lens.runs.resumable import write_checkpoint
+from entropy_lens.training import resumable
+from entropy_lens.training.resumable import write_checkpoint
 
 __all__ = ["FIELDS", "read_checkpoint", "write_checkpoint"]
 

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     import sys
     from pathlib import Path
 
-    from entropy_lens.runs.training_record import read_training_record
+    from entropy_lens.training.training_record import read_training_record
 
     folders = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
     reps = [length_report(str(f), scales=CARD_SCALES, samples=128) for f in folders]

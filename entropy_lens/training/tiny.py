@@ -35,7 +35,7 @@ every `monitor_every`-th step's forward into `<out>/attention-history.npz`, with
 the run; a resumed run continues its history (training/watch.py).
 
 The output is an ordinary Hugging Face folder (training/model.py: its extra config keys) with a
-training.json beside the weights: the recipe, the loss log, wall time (runs/training_record.py reads it).
+training.json beside the weights: the recipe, the loss log, wall time (training/training_record.py reads it).
 """
 
 from __future__ import annotations
@@ -49,17 +49,17 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.monitor.settings import MonitorSettings
 from entropy_lens.progress import library_bars
 from entropy_lens.results import check_regular_target
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
-from entropy_lens.runs.resumable import HISTORY_NOTE, checkpoint_on_interrupt, history_note
-from entropy_lens.runs.training_record import TRAINING_RECORD, read_training_record
-from entropy_lens.settings import MonitorSettings
 from entropy_lens.training.batches import training_batch
 from entropy_lens.training.checkpoint import read_checkpoint, write_checkpoint
 from entropy_lens.training.model import build_model
 from entropy_lens.training.recipe import TinyRecipe, lr_at
+from entropy_lens.training.resumable import HISTORY_NOTE, checkpoint_on_interrupt, history_note
+from entropy_lens.training.training_record import TRAINING_RECORD, read_training_record
 
 __all__ = ["train_tiny"]
 
@@ -82,7 +82,7 @@ def train_tiny(
     only once the new model is in place. `init_from`, a folder trained by `recipe.pretraining()`, skips
     those steps: only the passkey phase runs (it starts from a fresh optimiser either way, so the
     result is the whole run's), and the folder's snapshots are copied."""
-    from entropy_lens.training.watch import check_monitor
+    from entropy_lens.monitor.settings import check_monitor
 
     recipe.check()
     check_monitor(monitor)  # before any work
@@ -183,7 +183,7 @@ def _train(
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, log, prior_s = state["step"], state["log"], state["wall_s"]
-        note = state.get(HISTORY_NOTE)  # what its --monitor history recorded (runs/resumable.py)
+        note = state.get(HISTORY_NOTE)  # what its --monitor history recorded (training/resumable.py)
     lost = [n for n in snapshots if n <= start and not (work / f"step-{n}").is_dir()]
     if lost:
         raise EntropyLensError(

@@ -11,7 +11,7 @@ Resuming: every checkpoint also writes the history so far to `<out>.partial/atte
 resumed run continues it, so the finished history has every step of the whole run. A run resumed with
 --monitor from a checkpoint that kept no history (the interrupted run had no --monitor) says so, and its
 history starts at the resumed step; one that recorded other statistics (compared as a set) or another
---monitor-every is refused, and one that recorded nothing yet takes any --monitor (runs/resumable.py:
+--monitor-every is refused, and one that recorded nothing yet takes any --monitor (training/resumable.py:
 what a resume keeps, refuses and says). A statistic no recorded step could measure (sink_mass without
 sinks) is refused when the monitor is made, before step 1 (monitor/applies.py). Under --init-from (only
 the passkey phase runs) the history starts at the phase's first step.
@@ -22,11 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from entropy_lens.monitor import AttentionMonitor, History
-from entropy_lens.monitor.summary import check_monitor
-from entropy_lens.runs.resumable import joined, prior_history
-from entropy_lens.settings import MonitorSettings
+from entropy_lens.monitor.settings import MonitorSettings, check_monitor
+from entropy_lens.training.resumable import joined, prior_history
 
-__all__ = ["HISTORY", "Watch", "check_monitor"]
+__all__ = ["HISTORY", "Watch"]
 
 HISTORY = "attention-history.npz"
 
@@ -34,7 +33,7 @@ HISTORY = "attention-history.npz"
 class Watch:
     """The monitor of one train-tiny run (a no-op without --monitor): `with watch:` around the loop,
     `watch.step = n` before step n's forward, `watch.save(path)` at each checkpoint and at the end.
-    `note`: the resumed checkpoint's runs.resumable.HISTORY_NOTE (what its history recorded)."""
+    `note`: the resumed checkpoint's training.resumable.HISTORY_NOTE (what its history recorded)."""
 
     def __init__(
         self,

@@ -154,7 +154,7 @@ def test_figure17_legend_names_the_percentile_band_and_l(_close_figures):
 def test_figure7_names_its_steps_from_the_training_record():
     from entropy_lens.figures.record import SweepFit
     from entropy_lens.figures.scales import trained_words
-    from entropy_lens.runs.training_record import passkey_phase_steps, training_record, training_steps
+    from entropy_lens.training.training_record import passkey_phase_steps, training_record, training_steps
 
     recipe = training_record("tiny-nope")["recipe"]
     steps, passkey = training_steps("tiny-nope"), passkey_phase_steps("tiny-nope")

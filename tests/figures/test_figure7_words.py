@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from entropy_lens.figures.registry import item
-from entropy_lens.runs.training_record import passkey_phase_steps, training_steps
+from entropy_lens.training.training_record import passkey_phase_steps, training_steps
 
 
 def test_figure7_says_where_its_early_checkpoint_sits_in_training():

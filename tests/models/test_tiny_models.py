@@ -94,8 +94,8 @@ def test_heads_differ_and_lower_layers_are_more_dispersed(nope):
 def test_searched_head_scales_beat_every_uniform_scale_at_4L(nope, tmp_path):
     """The paper's §3.2 in miniature: λ(h) searched on the training novels (weights frozen, focus
     constraint λ(h) ≥ 1/√d) lowers the held-out loss at L' = 4L below the best uniform scale."""
-    from entropy_lens.runs.head_search import HeadSearchConfig, save_head_scales, search_head_scales
     from entropy_lens.runs.scan import ScanConfig, scan
+    from entropy_lens.training.head_search import HeadSearchConfig, save_head_scales, search_head_scales
 
     def window_loss(span_loss: dict[str, float]) -> float:  # mean over positions [L/2, 4L)
         return sum(span_loss[n] * (b - a) for n, (a, b) in nope.spans.items()) / (4 - 0.5) / nope.train_len

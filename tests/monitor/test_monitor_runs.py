@@ -14,9 +14,9 @@ from entropy_lens.capture import ScaleSession
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import AttentionMonitor, load_history
-from entropy_lens.runs.head_search import HeadSearchConfig, history_path, search_head_scales
-from entropy_lens.settings import MonitorSettings
+from entropy_lens.monitor.settings import MonitorSettings
 from entropy_lens.training import TinyRecipe, train_tiny
+from entropy_lens.training.head_search import HeadSearchConfig, history_path, search_head_scales
 from entropy_lens.training.watch import HISTORY
 
 ENTROPY = MonitorSettings(monitor="entropy")
@@ -175,7 +175,7 @@ def test_train_tiny_init_from_history_starts_at_the_passkey_phase(text_file, tmp
     assert load_history(out / HISTORY).steps.tolist() == [3, 4]
 
 
-# -- issue 57: refused before step 1; what a resume keeps, refuses and says (runs/resumable.py) ---------
+# -- issue 57: refused before step 1; what a resume keeps, refuses and says (training/resumable.py) ---------
 SINKS = MonitorSettings(monitor="entropy,sink_mass", monitor_every=1000)
 
 

@@ -20,7 +20,7 @@ from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, atomic_write_text
 from entropy_lens.results.history import History
-from entropy_lens.runs.resumable import write_checkpoint
+from entropy_lens.training.resumable import write_checkpoint
 
 SPECIAL = r"is a (named pipe \(FIFO\)|character device), not a regular file, and writing would replace it"
 
@@ -184,7 +184,7 @@ def test_train_tiny_refuses_a_special_out_or_checkpoint_folder(tmp_path, text_fi
 
 
 def test_search_heads_refuses_a_special_checkpoint_folder(tmp_path):
-    from entropy_lens.runs.head_search import check_out
+    from entropy_lens.training.head_search import check_out
 
     os.mkfifo(tmp_path / "s.safetensors.partial")
     with pytest.raises(

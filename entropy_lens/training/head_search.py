@@ -44,14 +44,13 @@ from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.monitor import AttentionMonitor, History
-from entropy_lens.monitor.summary import check_monitor
+from entropy_lens.monitor.settings import MonitorSettings, check_monitor
 from entropy_lens.results import atomic_write_text, check_regular_target
 from entropy_lens.runs.configs import HeadSearchConfig
-from entropy_lens.runs.head_search_state import SearchCheckpoint, checkpoint_folder
 from entropy_lens.runs.output import check_file_target
-from entropy_lens.runs.resumable import checkpoint_on_interrupt, joined
 from entropy_lens.runs.scan import load_variant, variant_schedule
-from entropy_lens.settings import MonitorSettings
+from entropy_lens.training.head_search_state import SearchCheckpoint, checkpoint_folder
+from entropy_lens.training.resumable import checkpoint_on_interrupt, joined
 
 __all__ = [
     "HeadSearchConfig",

@@ -6,11 +6,11 @@
     ckpt.save(step, scales=..., optimizer=..., log=..., wall_s=..., history=...)
     discard_checkpoint(out)                                           # once the outputs are written
 
-The folder holds `checkpoint.pt` (runs/resumable.py's file: the scales Parameter, the AdamW state, the
+The folder holds `checkpoint.pt` (training/resumable.py's file: the scales Parameter, the AdamW state, the
 step, the loss log, the wall time and the config as a dict, its identity, and under --monitor a note of
 the steps its history recorded) and, under --monitor, `history.npz` (the monitor's history so far;
 written first, so a kill between the two leaves records past the checkpoint, dropped on resume, never a
-gap; what a resume keeps of it: runs/resumable.py). A rerun of the same flags continues from it; other
+gap; what a resume keeps of it: training/resumable.py). A rerun of the same flags continues from it; other
 flags are refused in one line naming the first that differs; `force` discards it. The windows of step t
 are drawn from (seed, t) and the update is saved only whole, so a resumed search is bit-identical to an
 uninterrupted one (tests/runs/test_head_search_resume.py).
@@ -26,14 +26,14 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor import History
 from entropy_lens.runs.configs import HeadSearchConfig
-from entropy_lens.runs.resumable import (
+from entropy_lens.settings import first_difference
+from entropy_lens.training.resumable import (
     HISTORY_NOTE,
     history_note,
     prior_history,
     read_checkpoint,
     write_checkpoint,
 )
-from entropy_lens.settings import first_difference
 
 __all__ = ["CHECKPOINT", "HISTORY", "SearchCheckpoint", "checkpoint_folder", "discard_checkpoint"]
 
@@ -130,7 +130,7 @@ class SearchCheckpoint:
         return self.state["step"], list(self.state["log"]), float(self.state["wall_s"])
 
     def prior_history(self, monitor) -> History | None:
-        """The interrupted search's --monitor history (runs/resumable.py), for `monitor` to continue."""
+        """The interrupted search's --monitor history (training/resumable.py), for `monitor` to continue."""
         if self.state is None:
             return None
         note = self.state.get(HISTORY_NOTE)

@@ -12,8 +12,8 @@ import torch
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import load_model
-from entropy_lens.runs.head_search import HeadSearchConfig, mean_nll, save_head_scales, search_head_scales
 from entropy_lens.runs.scan import ScanConfig, scan
+from entropy_lens.training.head_search import HeadSearchConfig, mean_nll, save_head_scales, search_head_scales
 
 DATA = "austen:persuasion"
 
@@ -105,7 +105,7 @@ def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
 
     code = (
         "import sys, numpy as np\n"
-        "from entropy_lens.runs.head_search import HeadSearchConfig, HeadSearchResult, save_head_scales\n"
+        "from entropy_lens.training.head_search import HeadSearchConfig, HeadSearchResult, save_head_scales\n"
         "r = HeadSearchResult(np.full((2, 3), 1.25), [], HeadSearchConfig(model='x', length=4), 1.0)\n"
         "save_head_scales(r, sys.argv[1])\n"
     )

@@ -16,11 +16,11 @@ from training_runs import crash_at
 
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.runs import head_search
-from entropy_lens.runs.head_search import HeadSearchConfig, search_head_scales
-from entropy_lens.runs.head_search_state import CHECKPOINT, HISTORY, checkpoint_folder
-from entropy_lens.runs.resumable import read_checkpoint
-from entropy_lens.settings import MonitorSettings
+from entropy_lens.monitor.settings import MonitorSettings
+from entropy_lens.training import head_search
+from entropy_lens.training.head_search import HeadSearchConfig, search_head_scales
+from entropy_lens.training.head_search_state import CHECKPOINT, HISTORY, checkpoint_folder
+from entropy_lens.training.resumable import read_checkpoint
 
 DATA = "austen:persuasion"
 WATCH = MonitorSettings(monitor="entropy", monitor_every=2)
@@ -36,7 +36,7 @@ def search(config, out=None, **options):
 
 
 def state_at(out) -> dict:
-    from entropy_lens.runs.head_search_state import FIELDS
+    from entropy_lens.training.head_search_state import FIELDS
 
     return read_checkpoint(checkpoint_folder(out) / CHECKPOINT, FIELDS, what="search-heads", start_over="x")
 
@@ -138,13 +138,13 @@ def test_cli_resumes_and_removes_the_checkpoint(tiny_dir, tmp_path, monkeypatch,
     assert "resuming the interrupted search" in capsys.readouterr().out
     assert out.is_file() and not checkpoint_folder(out).exists()
     resumed = out.read_bytes()
-    assert main([*args, "--quiet"]) == 0 and out.read_bytes() == resumed  # the uninterrupted search's bytes
+    assert main([*args, "--quiet", "--force"]) == 0 and out.read_bytes() == resumed  # the uninterrupted bytes
 
 
 SLOWED_CLI = """
 import sys, time
 from pathlib import Path
-import entropy_lens.runs.head_search as head_search
+import entropy_lens.training.head_search as head_search
 from entropy_lens.cli import main
 real = head_search.random_windows
 def marked(stream, length, n, seed, step):
