@@ -1,5 +1,7 @@
 """The paper's pipeline: the runs behind its figures and tables (the registry lists them), their cache,
-and the drawing, with a README of the headline numbers. It sits above the run code (`entropy_lens.runs`,
+and the drawing, with a README of the headline numbers. This package is the code; the root folder
+`figures/` is its data: the committed runs (`figures/runs/`), the figures drawn from them and their
+README (`figures/README.md`, written by readme.py). It sits above the run code (`entropy_lens.runs`,
 which imports nothing from here): `pipeline.py` asks the runs for each scan, sweep and head-scale search
 when the lazy record `FigureData` first reads it, so one figure drawn alone resolves only its own runs.
 
@@ -15,6 +17,8 @@ when the lazy record `FigureData` first reads it, so one figure drawn alone reso
     passkey.py      passkey retrieval: Figures 6, 8, 9 and 16 (accuracy beside the needle's attention)
     beyond.py       the row statistics beyond entropy past L, against the papers that use them: Figure 17
     tables.py       Table 2, sliding-window perplexity
+    training.py     the training watched (the monitor's histories, the λ(h) search): Figure 18
+    watching.py     Figure 18's runs: train-tiny's pretraining and the λ(h) search, rerun with the monitor
     words.py        phrases several captions share (spans, s*'s rule, how λ(h) were made)
     differences.py  the differences every figure shares, and any one figure's (from the registry)
     readme.py       the README writer (whole, or one item's section spliced into it)

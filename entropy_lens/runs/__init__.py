@@ -1,25 +1,43 @@
-"""Everything that loads a model and runs it: the one layer that spans the pipeline.
+"""Everything that loads a model and runs it: the one layer that spans the pipeline. Its modules, by job:
 
-    scan.py         scan(config) -> ScanResult: config -> device/dtype -> model -> data -> loop -> file
-    output.py       the results file's policy: --out, --resume, --force (OutputSettings, with --quiet),
-                    the `.partial.npz` checkpoint
-    sums.py         ScanSums: the scan's float64 running sums, checkpointed and all-reduced
-    distributed.py  torchrun: ranks, process group, all-reduce of those sums
-    sweep.py        one scan per uniform scale, into a folder with a sweep index
-    configs.py      ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
-                    declared once (no torch)
-    threads.py      --threads: the CPU thread count, set once before a command loads torch
-    perplexity.py   sliding-window perplexity (the paper's Table 2): one loss-only scan per window length
-    passkey.py      passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
+Settings of a run (no torch)
+    configs.py           ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
+                         declared once, in shared groups
+    threads.py           --threads: the CPU thread count, set once before a command loads torch
 
-It may import every package below it (models, capture, kernels, data, results, analysis); nothing below
-imports it. Above it sit `figures/` (the paper's pipeline: the runs behind its figures, their cache and
-the drawing), `training/` (train-tiny, whose model cards are made of these runs, and the λ(h) search:
-every loop that trains, its checkpoints and histories) and `cli/`, a thin
-layer over these functions. Names are imported lazily, so `from entropy_lens.runs import ScanConfig`
-does not load torch. The
-functions `scan`, `sweep` and `passkey` share their modules' names: import them from `entropy_lens` (or
-`entropy_lens.runs.scan` / `.sweep` / `.passkey`).
+Loading and running a scan
+    scan.py              scan(config) -> ScanResult: the pipeline as named steps over one `Run`
+    variants.py          a run's model variant (checkpoint, scales, position schedule):
+                         load_model_variant, through which scans, passkey runs and `eval` load
+    batches.py           its batches: LocalBatches and ShardedBatches (work, forward, reduce)
+    sums.py              ScanSums: the float64 running sums, checkpointed and all-reduced
+    memory.py            the C heap's free pages handed back during a CPU scan (malloc_trim)
+
+Outputs and checkpoints
+    output.py            --out, --resume, --force (OutputSettings, with --quiet): checked before any work
+    lock.py              OutputLock: one writer per output
+    checkpoint.py        Checkpointer: the `.partial.npz` file, what it must match, restore and write
+    provenance.py        the meta keys naming the software that wrote a file (torch, transformers, git)
+
+Several processes (torchrun)
+    distributed.py       ranks, process groups (RankGroups), the all-reduce of the sums
+    launch.py            LaunchSettings: how the ranks of a launch wait for each other (--dist-timeout)
+    context_parallel.py  --context-parallel [C]: each sequence sharded over the ranks
+    memory_model.py      the bytes a rank needs, by term, and the fewest ranks (docs/scaling.md)
+
+Other runs of a model
+    sweep.py             one scan per uniform scale, into a folder with a sweep index
+    perplexity.py        sliding-window perplexity (the paper's Table 2): a loss-only scan per window
+    passkey.py           passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
+
+It may import the packages below it (models, data, capture, kernels, results, analysis, progress:
+docs/internals/layout.md); nothing below imports it, nor does it import `monitor/`. Above it sit
+`figures/` (the paper's pipeline: the runs behind its figures, their cache and the drawing),
+`training/` (train-tiny, whose model cards are made of these runs, and the λ(h) search: every loop that
+trains, its checkpoints and histories), `harness/` (lm-eval) and `cli/`, a thin layer over these
+functions. Names are imported lazily, so `from entropy_lens.runs import ScanConfig` does not load torch.
+The functions `scan`, `sweep` and `passkey` share their modules' names: import them from `entropy_lens`
+(or `entropy_lens.runs.scan` / `.sweep` / `.passkey`).
 """
 
 from importlib import import_module

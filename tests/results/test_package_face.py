@@ -30,10 +30,3 @@ def test_every_public_name_is_handed_on_from_its_module():
             assert getattr(importlib.import_module(home), name) is value
     assert entropy_lens.ScanResult is results.ScanResult and entropy_lens.summary is results.summary
     assert callable(results.summary)  # the function, not a module of the same name
-
-
-def test_the_docstring_names_every_module_of_the_package():
-    doc = results.__doc__
-    for module in sorted(INIT.parent.glob("*.py")):
-        if module.name != "__init__.py":
-            assert f"    {module.name} " in doc, module.name
