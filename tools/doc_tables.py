@@ -12,6 +12,8 @@
   sentence ("Imports run one way: ... (torch-free)."), each package on the floor above everything it
   may import.
 - entropy_lens/__init__.py: the same sentence in the module docstring.
+- README.md: the statistics cell of "What is supported", between `<!-- statistics -->` and
+  `<!-- /statistics -->` on its line, from the same declarations (name and unit).
 
 tests/docs/test_doc_tables.py holds each committed region equal to what this writes.
 """
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STATISTICS_PAGE = ROOT / "docs" / "guides" / "statistics.md"
 LAYOUT_PAGE = ROOT / "docs" / "internals" / "layout.md"
 PACKAGE_INIT = ROOT / "entropy_lens" / "__init__.py"
+README = ROOT / "README.md"
 BOUNDS = {LOG_BOUND: "ln(i + 1)", POSITION_BOUND: "i", None: "—"}  # the largest value at position i
 LAYOUT_HEADER = ("| package | owns | may import |", "|---|---|---|")
 
@@ -139,6 +142,21 @@ def replace_region(text: str, name: str, body: str, where: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(3), text)
 
 
+def statistics_cell() -> str:
+    """The README's one-line list: each row statistic and each key statistic, by name and unit."""
+    rows = ", ".join(f"`{s.name}` ({s.unit})" for s in STATISTICS.values())
+    keys = ", ".join(f"`{s.name}`" for s in KEY_STATISTICS.values())
+    return f"per query row: {rows}; per key (attention received, `attention_received`): {keys}"
+
+
+def replace_inline(text: str, name: str, body: str, where: str) -> str:
+    """`text` with what stands between `<!-- name -->` and `<!-- /name -->` on one line replaced by `body`."""
+    pattern = re.compile(rf"(<!-- {re.escape(name)} -->)([^\n]*?)(<!-- /{re.escape(name)} -->)")
+    if len(pattern.findall(text)) != 1:
+        raise ValueError(f"{where}: no line (or several) with <!-- {name} --> ... <!-- /{name} -->")
+    return pattern.sub(lambda m: m.group(1) + " " + body + " " + m.group(3), text)
+
+
 FLOORS = re.compile(r"Imports run one way: .*?\(torch-free\)\.", re.DOTALL)
 
 
@@ -161,7 +179,8 @@ def expected() -> dict[Path, str]:
     text = LAYOUT_PAGE.read_text(encoding="utf-8")
     text = replace_floors(layout_table(text, layout.ALLOWED), line, str(LAYOUT_PAGE))
     init = replace_floors(PACKAGE_INIT.read_text(encoding="utf-8"), line, str(PACKAGE_INIT))
-    return {STATISTICS_PAGE: page, LAYOUT_PAGE: text, PACKAGE_INIT: init}
+    readme = replace_inline(README.read_text(encoding="utf-8"), "statistics", statistics_cell(), str(README))
+    return {STATISTICS_PAGE: page, LAYOUT_PAGE: text, PACKAGE_INIT: init, README: readme}
 
 
 def stale() -> list[str]:

@@ -73,3 +73,9 @@ def test_the_tool_refuses_a_missing_or_an_extra_row(tool):
     allowed = {"cli": {"runs"}, "runs": set(), "new": set()}
     with pytest.raises(ValueError, match=r"no row for new .*rows for harness, training"):
         tool.layout_table(text, allowed)
+
+
+def test_the_readme_names_every_statistic_from_the_declarations(tool):
+    line = next(x for x in tool.README.read_text(encoding="utf-8").splitlines() if "<!-- statistics -->" in x)
+    assert tool.statistics_cell() in line
+    assert all(f"`{name}`" in line for name in (*STATISTICS, *KEY_STATISTICS))
