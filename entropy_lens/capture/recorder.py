@@ -126,7 +126,26 @@ def check_keywords(name: str, options: dict) -> None:
 
 
 class EntropyRecorder(ScaleSession):
-    """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
+    """Accumulate per-layer, per-head, per-position attention entropy over forwards.
+
+    A context manager (the module docstring): on entry the model's attention reports to it, on exit
+    (exceptions included) the model is as it was.
+
+    Args:
+        model: a transformers causal LM whose attention runs through transformers' attention interface
+            (or BLOOM, MPT, Falcon, routed through it).
+        **options: ScaleSession's keywords, each checked (a misspelt one is a TypeError naming the
+            close match): scales (None, a multiplier m > 0 or (layers, heads) multipliers, λ_h =
+            m_h/√d), backend ("auto" or one of kernels.BACKENDS), fused (one of kernels.FUSED_MODES),
+            schedule (a capture.schedule.Schedule), choices (a capture.fused.PathChoices), stats (names
+            of entropy_lens.statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys
+            (first_mass's K) and context (a capture.shards.ShardedSequence).
+
+    Raises:
+        TypeError: a keyword ScaleSession does not take.
+        EntropyLensError: a flag or a scale outside its range, or a model whose attention declares its
+            shape per layer.
+    """
 
     def __init__(self, model, **options):
         check_keywords("EntropyRecorder", options)
@@ -214,7 +233,12 @@ class EntropyRecorder(ScaleSession):
         """Add everything recorded into the caller's float64 sums (layers, heads, n), keyed as `sums`'s
         (`kernels.stats.sum_names`), and row count "count" (n,) int64, waiting for copies in flight,
         and leave the recorder empty: a scan's batch goes straight into the scan's running sums, without
-        the recorder's own arrays or a read-out copy."""
+        the recorder's own arrays or a read-out copy.
+
+        Args:
+            sums: the caller's {name: float64 tensor} running sums, (layers, heads, n) per statistic
+                and "count" (n,) int64, added to in place.
+        """
         self._sums.drain_into(sums)
 
     @property
@@ -242,7 +266,14 @@ class EntropyRecorder(ScaleSession):
     def mean(self, name: str) -> np.ndarray | None:
         """(layers, heads, positions) mean of a sum of `sums` (a statistic or its square) over the rows
         seen, or for a maximum (max_logit) the largest value of any row; NaN where nothing was seen;
-        None for a statistic this model does not report."""
+        None for a statistic this model does not report.
+
+        Args:
+            name: a key of `sums`: a statistic ("entropy") or its square ("entropy_sq").
+
+        Returns:
+            (layers, heads, positions) float64, in the statistic's unit, or None.
+        """
         sums = self._sums.read()
         if name not in sums:
             return None
