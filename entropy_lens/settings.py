@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import numbers
 import os
 import shlex
+import textwrap
 import types
 import typing
 from dataclasses import MISSING
@@ -61,6 +63,7 @@ __all__ = [
     "check_range",
     "check_value",
     "command_words",
+    "documented",
     "field_default",
     "first_difference",
     "range_words",
@@ -121,6 +124,26 @@ def setting(
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def documented(cls):
+    """Append to `cls`'s docstring a Google-style "Args:" section (the API reference's parameter table,
+    sphinx.ext.napoleon) with one entry per setting: the help its flag shows, the flag and the range. A
+    class decorator, above `@dataclass`: the reference and `--help` are one text and cannot drift."""
+    entries = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(SETTING)
+        if spec is None or not f.init:
+            continue
+        flag = spec["flag"] or "--" + f.name.replace("_", "-")
+        where = ("the argument " + (spec["metavar"] or flag.upper())) if not flag.startswith("-") else flag
+        words = range_words(at_least=spec["at_least"], above=spec["above"], at_most=spec["at_most"])
+        where = (where if spec["cli"] else "no flag") + (f"; {words}" if words else "")
+        entry = f"{f.name}: {spec['help']} ({where})."
+        entries.append(textwrap.fill(entry, 100, initial_indent=" " * 4, subsequent_indent=" " * 8, break_on_hyphens=False))
+    if entries:
+        cls.__doc__ = inspect.cleandoc(cls.__doc__ or "") + "\n\nArgs:\n" + "\n".join(entries) + "\n"
+    return cls
 
 
 def range_words(*, at_least=None, above=None, at_most=None) -> str | None:
