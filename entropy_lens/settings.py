@@ -140,7 +140,11 @@ def documented(cls):
         words = range_words(at_least=spec["at_least"], above=spec["above"], at_most=spec["at_most"])
         where = (where if spec["cli"] else "no flag") + (f"; {words}" if words else "")
         entry = f"{f.name}: {spec['help']} ({where})."
-        entries.append(textwrap.fill(entry, 100, initial_indent=" " * 4, subsequent_indent=" " * 8, break_on_hyphens=False))
+        entries.append(
+            textwrap.fill(
+                entry, 100, initial_indent=" " * 4, subsequent_indent=" " * 8, break_on_hyphens=False
+            )
+        )
     if entries:
         cls.__doc__ = inspect.cleandoc(cls.__doc__ or "") + "\n\nArgs:\n" + "\n".join(entries) + "\n"
     return cls
