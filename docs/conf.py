@@ -32,7 +32,7 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"  # tests/figures/test_notebooks.py executes them; the site shows them as committed
 
-autodoc_default_options = {"members": False}
+autodoc_default_options: dict = {}
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_mock_imports: list[str] = []

@@ -137,12 +137,12 @@ def best_scale_per_position(sweep: Sweep, *, smooth: int = 0) -> pd.DataFrame:
     """For each position t: the scale with the lowest loss (ties: smallest scale) and that loss,
     on the raw curves or, with `smooth=w`, on their moving averages of half-width w.
 
-    Returns:
-        DataFrame with columns position, best_scale, best_loss (nats), one row per position.
-
     Args:
         sweep: loss by scale (ascending) and position.
         smooth: half-width of the moving average of each loss curve before the argmin; 0: raw.
+
+    Returns:
+        DataFrame with columns position, best_scale, best_loss (nats), one row per position.
     """
     loss = np.stack([moving_average(row, smooth) for row in sweep.loss]) if smooth else sweep.loss
     best = np.argmin(loss, axis=0)  # first minimum = smallest scale, since scales ascend

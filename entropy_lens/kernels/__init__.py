@@ -31,8 +31,8 @@
            indices, so merged shards equal the whole.
     key_bias  None, or (B|1, Hq, S) float: a bias per key and query head added where the ALiBi bias is
            (Falcon's ALiBi, which its builder rounds to bfloat16 per key, so not linear in the distance).
-           The reference, torch_chunked and native take it; the plan runs torch_chunked for it on CUDA
-           (the Triton kernel and `merge.shard_state` do not take it).
+           Every kernel but the Triton one takes it; the plan runs torch_chunked for it on CUDA
+           (`merge.shard_state` does not take it either).
     -> H_i = −Σ_j p_ij ln p_ij over attendable keys and, with sinks, − p_sink ln p_sink (the sink is one
        outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
        (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
