@@ -126,28 +126,22 @@ def setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
-def documented(cls):
-    """Append to `cls`'s docstring a Google-style "Args:" section (the API reference's parameter table,
-    sphinx.ext.napoleon) with one entry per setting: the help its flag shows, the flag and the range. A
-    class decorator, above `@dataclass`: the reference and `--help` are one text and cannot drift."""
-    entries = []
-    for f in dataclasses.fields(cls):
-        spec = f.metadata.get(SETTING)
-        if spec is None or not f.init:
-            continue
-        flag = spec["flag"] or "--" + f.name.replace("_", "-")
-        where = ("the argument " + (spec["metavar"] or flag.upper())) if not flag.startswith("-") else flag
-        words = range_words(at_least=spec["at_least"], above=spec["above"], at_most=spec["at_most"])
-        where = (where if spec["cli"] else "no flag") + (f"; {words}" if words else "")
-        entry = f"{f.name}: {spec['help']} ({where})."
-        entries.append(
-            textwrap.fill(
-                entry, 100, initial_indent=" " * 4, subsequent_indent=" " * 8, break_on_hyphens=False
+def documented(*classes) -> None:
+    """Append to each config dataclass's docstring a Google-style "Args:" section (the API reference's
+    parameter table, sphinx.ext.napoleon): per setting its flag's help, flag and range, one text."""
+    for cls in classes:
+        entries = []
+        for f in (f for f in dataclasses.fields(cls) if SETTING in f.metadata and f.init):
+            spec, flag = f.metadata[SETTING], f.metadata[SETTING]["flag"] or "--" + f.name.replace("_", "-")
+            where = flag if flag.startswith("-") else "the argument " + (spec["metavar"] or flag.upper())
+            words = range_words(at_least=spec["at_least"], above=spec["above"], at_most=spec["at_most"])
+            entry = f"{f.name}: {spec['help']} ({where if spec['cli'] else 'no flag'}{f'; {words}' * bool(words)})."
+            entries.append(
+                textwrap.fill(
+                    entry, 100, initial_indent=" " * 4, subsequent_indent=" " * 8, break_on_hyphens=False
+                )
             )
-        )
-    if entries:
         cls.__doc__ = inspect.cleandoc(cls.__doc__ or "") + "\n\nArgs:\n" + "\n".join(entries) + "\n"
-    return cls
 
 
 def range_words(*, at_least=None, above=None, at_most=None) -> str | None:

@@ -128,23 +128,15 @@ def check_keywords(name: str, options: dict) -> None:
 class EntropyRecorder(ScaleSession):
     """Accumulate per-layer, per-head, per-position attention entropy over forwards.
 
-    A context manager (the module docstring): on entry the model's attention reports to it, on exit
-    (exceptions included) the model is as it was.
-
     Args:
-        model: a transformers causal LM whose attention runs through transformers' attention interface
-            (or BLOOM, MPT, Falcon, routed through it).
-        **options: ScaleSession's keywords, each checked (a misspelt one is a TypeError naming the
-            close match): scales (None, a multiplier m > 0 or (layers, heads) multipliers, λ_h =
-            m_h/√d), backend ("auto" or one of kernels.BACKENDS), fused (one of kernels.FUSED_MODES),
-            schedule (a capture.schedule.Schedule), choices (a capture.fused.PathChoices), stats (names
-            of entropy_lens.statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys
-            (first_mass's K) and context (a capture.shards.ShardedSequence).
+        model: a transformers causal LM whose attention runs through transformers' attention interface.
+        **options: ScaleSession's keywords (a misspelt one is a TypeError naming the close match):
+            scales (None, m > 0 or (layers, heads) multipliers of 1/√d), backend ("auto" or one of
+            kernels.BACKENDS), fused (kernels.FUSED_MODES), schedule, choices, stats (names of
+            statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys (first_mass's K), context.
 
     Raises:
-        TypeError: a keyword ScaleSession does not take.
-        EntropyLensError: a flag or a scale outside its range, or a model whose attention declares its
-            shape per layer.
+        EntropyLensError: a flag or a scale out of range, or attention whose shape differs per layer.
     """
 
     def __init__(self, model, **options):
@@ -236,8 +228,7 @@ class EntropyRecorder(ScaleSession):
         the recorder's own arrays or a read-out copy.
 
         Args:
-            sums: the caller's {name: float64 tensor} running sums, (layers, heads, n) per statistic
-                and "count" (n,) int64, added to in place.
+            sums: the caller's {name: float64 tensor} running sums (above), added to in place.
         """
         self._sums.drain_into(sums)
 
@@ -270,9 +261,6 @@ class EntropyRecorder(ScaleSession):
 
         Args:
             name: a key of `sums`: a statistic ("entropy") or its square ("entropy_sq").
-
-        Returns:
-            (layers, heads, positions) float64, in the statistic's unit, or None.
         """
         sums = self._sums.read()
         if name not in sums:

@@ -30,16 +30,7 @@ from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import BACKENDS, FUSED_MODES, Flags, Stats, parse_stats
 from entropy_lens.results import ENTROPY_REDUCTIONS
-from entropy_lens.settings import (
-    MAX_COUNT,
-    MAX_SEED,
-    MAX_TOKENS,
-    PASSKEY_MOST,
-    Checked,
-    Recorded,
-    documented,
-    setting,
-)
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
 from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, EXTRA_STATS, SINK_MASS
 
 __all__ = [
@@ -160,7 +151,6 @@ _SCALED = ("scale", "head_scales", "scale_schedule")
 SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --record: its files are ~1/heads the size
 
 
-@documented
 @dataclass(frozen=True, kw_only=True)
 class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling):
     """Everything that determines a scan's numbers (saved in the results' meta)."""
@@ -233,7 +223,6 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
             raise EntropyLensError(f"--stats {self.stats} needs --record heads or mean, not none")
 
 
-@documented
 @dataclass(frozen=True, kw_only=True)
 class PerplexityConfig(Checked, Checkpoint, Loading, Text, Windows, Scaling):
     """Everything that determines a sliding-window perplexity table for one model (lengths in tokens):
@@ -309,7 +298,6 @@ class PerplexityConfig(Checked, Checkpoint, Loading, Text, Windows, Scaling):
             self.scan_config(length).check()
 
 
-@documented
 @dataclass(frozen=True, kw_only=True)
 class HeadSearchConfig(Checked, Recorded, Checkpoint, Loading, Text, PositionScaling):
     """The settings of the per-head scale search (training/head_search.py): λ(h) learnt on the checkpoint as
@@ -357,7 +345,6 @@ class HeadSearchConfig(Checked, Recorded, Checkpoint, Loading, Text, PositionSca
         parse_schedule(self.scale_schedule)
 
 
-@documented
 @dataclass(frozen=True, kw_only=True)
 class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
     """Everything that determines a passkey-retrieval table (runs/passkey.py): for each window length,
@@ -408,3 +395,6 @@ class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
                 f"ascending, e.g. --lens {' '.join(map(str, sorted(set(self.lengths)) or [128, 256]))}"
             )
         self.check_scaling()
+
+
+settings.documented(ScanConfig, PerplexityConfig, HeadSearchConfig, PasskeyConfig)  # Args: each --help
