@@ -3,7 +3,7 @@ where a run starts (`ScanConfig.flags`, the entrance of `EntropyRecorder`/`Scale
 public functions), and every layer below takes those values and never parses a string again
 (`capture.call.Session` and `kernels.plan` refuse a raw string with a TypeError).
 
-    Backend     the kernel of the row statistics: auto | reference | torch_chunked | native | triton
+    Backend     the kernel of the row statistics: auto, or one of BACKENDS (the enum's other values)
     Fused       a capturing layer's routes: auto (time both) | on (the one pass) | off (sdpa + a statistics pass)
     Stats       the row statistics a run records: a tuple of names declared in statistics.STATISTICS
     first_keys  first_mass's K: an int in the range of settings.FIRST_KEYS
@@ -27,7 +27,12 @@ ENV_VAR = "ENTROPY_LENS_BACKEND"  # overrides --backend auto, read when the flag
 
 
 class Backend(StrEnum):
-    """--backend: the kernel of the row statistics; AUTO lets `kernels.plan` pick per device and route."""
+    """--backend: the kernel of the row statistics; AUTO lets `kernels.plan` pick per device and route.
+
+    Args:
+        value: "auto" or one of `BACKENDS` (the members' values); `parse_backend` also reads
+            ENTROPY_LENS_BACKEND and says what to pass instead of an unknown name.
+    """
 
     AUTO = "auto"
     REFERENCE = "reference"
@@ -37,7 +42,11 @@ class Backend(StrEnum):
 
 
 class Fused(StrEnum):
-    """--fused: time both routes (AUTO), the one pass wherever it applies (ON), sdpa + a statistics pass (OFF)."""
+    """--fused: time both routes (AUTO), the one pass wherever it applies (ON), sdpa + a statistics pass (OFF).
+
+    Args:
+        value: one of `FUSED_MODES` (the members' values); `parse_fused` names them on an unknown one.
+    """
 
     AUTO = "auto"
     ON = "on"
@@ -49,7 +58,11 @@ FUSED_MODES = tuple(f.value for f in Fused)
 
 
 class Stats(tuple):
-    """Names of row statistics (statistics.STATISTICS), in the order asked for; built by `parse_stats`."""
+    """Names of row statistics (statistics.STATISTICS), in the order asked for; built by `parse_stats`.
+
+    Args:
+        iterable: the names, already checked (`parse_stats` checks a user's value and builds this).
+    """
 
     __slots__ = ()
 

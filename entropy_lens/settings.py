@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import numbers
 import os
 import shlex
+import textwrap
 import types
 import typing
 from dataclasses import MISSING
@@ -61,6 +63,7 @@ __all__ = [
     "check_range",
     "check_value",
     "command_words",
+    "documented",
     "field_default",
     "first_difference",
     "range_words",
@@ -121,6 +124,24 @@ def setting(
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def documented(*classes) -> None:
+    """Append to each config dataclass's docstring a Google-style "Args:" section (the API reference's
+    parameter table, sphinx.ext.napoleon): per setting its flag's help, flag and range, one text."""
+    for cls in classes:
+        entries = []
+        for f in (f for f in dataclasses.fields(cls) if SETTING in f.metadata and f.init):
+            spec, flag = f.metadata[SETTING], f.metadata[SETTING]["flag"] or "--" + f.name.replace("_", "-")
+            where = flag if flag.startswith("-") else "the argument " + (spec["metavar"] or flag.upper())
+            words = range_words(at_least=spec["at_least"], above=spec["above"], at_most=spec["at_most"])
+            entry = f"{f.name}: {spec['help']} ({where if spec['cli'] else 'no flag'}{f'; {words}' * bool(words)})."
+            entries.append(
+                textwrap.fill(
+                    entry, 100, initial_indent=" " * 4, subsequent_indent=" " * 8, break_on_hyphens=False
+                )
+            )
+        cls.__doc__ = inspect.cleandoc(cls.__doc__ or "") + "\n\nArgs:\n" + "\n".join(entries) + "\n"
 
 
 def range_words(*, at_least=None, above=None, at_most=None) -> str | None:

@@ -19,7 +19,18 @@ __all__ = ["alibi_prior_entropy"]
 def alibi_prior_entropy(slopes, length: int) -> np.ndarray:
     """(heads, length) float64 nats: H_m(i) for each slope m ≥ 0 (a head's `alibi_slopes`, as the model
     adds the bias: BLOOM/MPT slopes; Falcon's divided by √d) and each query position i < length;
-    m = 0 gives ln(i + 1), the bound of a head without a position bias."""
+    m = 0 gives ln(i + 1), the bound of a head without a position bias.
+
+    Args:
+        slopes: (heads,) ALiBi slopes m >= 0, finite, as the model adds them.
+        length: the number of query positions.
+
+    Returns:
+        (heads, length) float64 entropy in nats.
+
+    Raises:
+        ValueError: a slope negative or not finite.
+    """
     m = np.asarray(slopes, dtype=np.float64).reshape(-1, 1)
     if np.any(m < 0) or not np.all(np.isfinite(m)):
         raise ValueError(f"ALiBi slopes must be finite and >= 0; got {np.asarray(slopes).tolist()}")

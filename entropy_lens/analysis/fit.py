@@ -34,6 +34,21 @@ __all__ = ["ScaleFit", "best_scale_per_position", "fit_scale_curve", "grid_edge_
 
 @dataclass
 class ScaleFit:
+    """The fit of s = 1 + a·ln(t/L) to the best scale per position (`fit_scale_curve`).
+
+    Args:
+        a: the fitted slope of s = 1 + a·ln(t/L).
+        a_stderr: its standard error.
+        r2: the fit's coefficient of determination.
+        train_len: L, tokens.
+        n_points: the positions fitted.
+        fit_range: [start, stop) in positions.
+        residuals: position, best_scale, fitted, residual (fitted points only).
+        smooth: moving-average half-width taken before the argmin (0: the raw argmin).
+        grid: the sweep's smallest and largest scale (None: not a Sweep).
+        at_edge: fitted positions whose best scale is grid[0], grid[1].
+    """
+
     a: float
     a_stderr: float
     r2: float
@@ -46,25 +61,58 @@ class ScaleFit:
     at_edge: tuple[int, int] | None = None  # fitted positions whose best scale is grid[0], grid[1]
 
     def predict(self, positions) -> np.ndarray:
-        """Fitted multiplier 1 + a·ln(t/L) at `positions` (NaN where t ≤ 0)."""
+        """Fitted multiplier 1 + a·ln(t/L) at `positions` (NaN where t ≤ 0).
+
+        Args:
+            positions: query positions t (any shape).
+
+        Returns:
+            float64 multipliers of 1/√d, the shape of `positions`.
+        """
         t = np.asarray(positions, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(t > 0, 1.0 + self.a * np.log(t / self.train_len), np.nan)
 
     def implied(self, factors=(2, 4, 8)) -> dict:
-        """{k: 1 + a·ln k}: the multiplier the fit gives at k times the training length."""
+        """{k: 1 + a·ln k}: the multiplier the fit gives at k times the training length.
+
+        Args:
+            factors: the extension factors k (multiples of the training length).
+
+        Returns:
+            dict: {k: multiplier}.
+        """
         return {k: 1.0 + self.a * float(np.log(k)) for k in factors}
 
 
 def yarn_scale(factor: float) -> float:
-    """YaRN's multiplier (1 + 0.1·ln k)² at extension factor k, for comparison with `ScaleFit.implied`."""
+    """YaRN's multiplier (1 + 0.1·ln k)² at extension factor k, for comparison with `ScaleFit.implied`.
+
+    Args:
+        factor: the extension factor k > 0 (target length / training length).
+
+    Returns:
+        float: the multiplier of 1/√d.
+    """
     return (1.0 + 0.1 * float(np.log(factor))) ** 2
 
 
 def grid_edge_problem(fit: ScaleFit, *, edges=("lower", "upper"), tolerance: float = 0.0) -> str | None:
     """None when at most a share `tolerance` of the fitted positions has its best scale on the sweep
     grid's `edges` ("lower", "upper"), or the grid is unknown; else what is wrong and how to fix it,
-    in words."""
+    in words.
+
+    Args:
+        fit: a fit of a Sweep (one with `grid` and `at_edge`; else None is returned).
+        edges: which grid edges to check, "lower" and/or "upper".
+        tolerance: the share of fitted positions (0 to 1) allowed on those edges.
+
+    Returns:
+        str | None: the problem and its fix, or None.
+
+    Raises:
+        EntropyLensError: an edge other than "lower" or "upper".
+    """
     unknown = set(edges) - {"lower", "upper"}
     if unknown:
         raise EntropyLensError(f"grid edges are 'lower' and 'upper', not {sorted(unknown)}")
@@ -89,9 +137,12 @@ def best_scale_per_position(sweep: Sweep, *, smooth: int = 0) -> pd.DataFrame:
     """For each position t: the scale with the lowest loss (ties: smallest scale) and that loss,
     on the raw curves or, with `smooth=w`, on their moving averages of half-width w.
 
-    Returns
-    -------
-    DataFrame with columns position, best_scale, best_loss (nats), one row per position.
+    Args:
+        sweep: loss by scale (ascending) and position.
+        smooth: half-width of the moving average of each loss curve before the argmin; 0: raw.
+
+    Returns:
+        DataFrame with columns position, best_scale, best_loss (nats), one row per position.
     """
     loss = np.stack([moving_average(row, smooth) for row in sweep.loss]) if smooth else sweep.loss
     best = np.argmin(loss, axis=0)  # first minimum = smallest scale, since scales ascend
@@ -109,13 +160,19 @@ def fit_scale_curve(
 ) -> ScaleFit:
     """Least-squares fit of s = 1 + a·ln(t/L) to the best scale per position.
 
-    Parameters
-    ----------
-    sweep_or_best : a `Sweep`, or a DataFrame with columns position, best_scale (as returned by
-        `best_scale_per_position`).
-    train_len : L; default the sweep's recorded training length.
-    fit_range : (start, stop), positions start <= t < stop; default (L, len).
-    smooth : half-width of the moving average taken before the argmin (a Sweep only; 0 = raw).
+    Args:
+        sweep_or_best: a `Sweep`, or a DataFrame with columns position, best_scale (as returned by
+            `best_scale_per_position`).
+        train_len: L; default the sweep's recorded training length.
+        fit_range: (start, stop), positions start <= t < stop; default (L, len).
+        smooth: half-width of the moving average taken before the argmin (a Sweep only; 0 = raw).
+
+    Returns:
+        ScaleFit: a with its standard error, r², the fitted range and the residuals.
+
+    Raises:
+        EntropyLensError: fewer than 3 scales, an input of another type, no training length, or a fit
+            range with too few positions, each with its fix.
     """
     if isinstance(sweep_or_best, Sweep):
         if len(sweep_or_best.scales) < 3:

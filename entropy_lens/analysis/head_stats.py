@@ -57,6 +57,20 @@ LN2 = float(np.log(2.0))
 
 @dataclass
 class HeadStatistics:
+    """Per-head statistics of one row statistic of a scan (`head_statistics`).
+
+    Args:
+        values: {name: (layers, heads) float64} in `units[name]` (departure: a position).
+        descriptions: {name: what it is, with its units}.
+        spans: {span label: (a, b)} positions [a, b), as `position_spans`.
+        train_len: L, or None.
+        undefined: {statistic: why it is left out}.
+        stat: the row statistic they are of.
+        unit: the unit of its values: bits for entropy, else the statistic's own.
+        units: {name: the unit of its values} (a slope's unit per e-fold or per position, departure's
+            "position"), for axes and colour bars.
+    """
+
     values: dict[str, np.ndarray]  # name -> (layers, heads) float64, in `unit` (departure: a position)
     descriptions: dict[str, str]  # name -> what it is, with its units
     spans: dict[str, tuple[int, int]]  # span label -> [a, b) positions, as `position_spans`
@@ -69,7 +83,15 @@ class HeadStatistics:
 
 
 def position_spans(length: int, train_len: int | None) -> dict[str, tuple[int, int]]:
-    """`spans_by_l(length, L)` when 2 ≤ L < length, else the first, middle and last tenth (as `summary`)."""
+    """`spans_by_l(length, L)` when 2 ≤ L < length, else the first, middle and last tenth (as `summary`).
+
+    Args:
+        length: the scan's positions.
+        train_len: L, or None.
+
+    Returns:
+        dict: {label: (a, b)}, positions [a, b).
+    """
     if train_len is not None and 2 <= train_len < length:
         return spans_by_l(length, train_len)
     tenth = max(1, length // 10)
@@ -82,7 +104,15 @@ def position_spans(length: int, train_len: int | None) -> dict[str, tuple[int, i
 
 
 def stat_display(result: ScanResult, stat: str) -> tuple[float, str]:
-    """(factor, unit): `stat` as stored times factor is in unit: entropy in bits (1/ln 2), others as stored."""
+    """(factor, unit): `stat` as stored times factor is in unit: entropy in bits (1/ln 2), others as stored.
+
+    Args:
+        result: the scan (its meta gives a statistic's unit).
+        stat: a row statistic's name.
+
+    Returns:
+        tuple: (factor, unit).
+    """
     return (1 / LN2, "bits") if stat == ENTROPY.name else (1.0, result.stat_unit(stat))
 
 
@@ -92,7 +122,21 @@ def head_statistics(
     """Per-head statistics of `result`'s row statistic `stat` (see the module docstring; `stat_names`
     lists those it holds); `train_len` defaults to the meta's.
 
-    `departure=False` skips the one statistic that costs a pass of `find_inflection` per head."""
+    `departure=False` skips the one statistic that costs a pass of `find_inflection` per head.
+
+    Args:
+        result: a scan with per-head (or per-layer mean) row statistics.
+        stat: one of `result.stat_names`.
+        train_len: L; default the meta's `train_len`.
+        departure: compute the departure position per head (a `find_inflection` per head).
+
+    Returns:
+        HeadStatistics: {name: (layers, heads)} values with their descriptions, units and spans, and why
+        any statistic is left out.
+
+    Raises:
+        EntropyLensError: a loss-only result, or a statistic it does not hold.
+    """
     if not result.n_heads:
         raise EntropyLensError(
             "the result holds no entropy (a loss-only scan, --record none); scan with --record heads"

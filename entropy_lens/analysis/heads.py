@@ -30,6 +30,16 @@ __all__ = ["HeadScaleTable", "converged_entropy_vs_scale", "head_entropy_vs_scal
 
 @dataclass
 class HeadScaleTable:
+    """Converged entropy of every head against its scale (`head_entropy_vs_scale`), with per-layer correlations.
+
+    Args:
+        table: one row per head: layer, head, entropy_nats, entropy_bits, scale, on_clamp.
+        correlations: one row per layer: layer, n, pearson_r, pearson_p, spearman_r, spearman_p, slope,
+            intercept, and `undefined` (why the correlations are NaN; missing where they are defined).
+        at: the position used, or None when a tail mean was taken.
+        tail: the number of last positions averaged, or None.
+    """
+
     table: pd.DataFrame  # layer, head, entropy_nats, entropy_bits, scale, on_clamp: one row per head
     # layer, n, pearson_r, pearson_p, spearman_r, spearman_p, slope, intercept, and `undefined`: why the
     # correlations are NaN (missing where they are defined)
@@ -49,14 +59,21 @@ def head_entropy_vs_scale(
 ) -> HeadScaleTable:
     """Converged entropy of every head against its scale multiplier, with per-layer correlations.
 
-    Parameters
-    ----------
-    result : a scan with per-head entropy (layers, heads, T).
-    scales : (layers, heads) multipliers; default the scan's own meta `scales`.
-    at : position of the converged entropy; default -1 (the last position, as in the paper).
-    tail : average the last `tail` positions instead of taking one position.
-    layers : layers to include (0-based); default all.
-    lower_bound : the search's clamp; heads at it are marked in the column `on_clamp` (None: none).
+    Args:
+        result: a scan with per-head entropy (layers, heads, T).
+        scales: (layers, heads) multipliers; default the scan's own meta `scales`.
+        at: position of the converged entropy; default -1 (the last position, as in the paper).
+        tail: average the last `tail` positions instead of taking one position.
+        layers: layers to include (0-based); default all.
+        lower_bound: the search's clamp; heads at it are marked in the column `on_clamp` (None: none).
+
+    Returns:
+        HeadScaleTable: one row per head (entropy in nats and bits, scale, on_clamp) and the per-layer
+        correlations.
+
+    Raises:
+        EntropyLensError: entropy not stored per head, scales of another shape, at and tail both given,
+            or at, tail or layers outside the scan.
     """
     n_layers, n_heads, T = result.entropy.shape
     if n_heads <= 1 and result.entropy_reduction in ("mean", "none"):
@@ -96,7 +113,20 @@ def converged_entropy_vs_scale(
     converged, scales, *, layers=None, lower_bound: float | None = None
 ) -> HeadScaleTable:
     """`head_entropy_vs_scale` from a converged entropy already taken: `converged` (layers, heads) nats
-    (one position of a scan, or a search's last step: Figure 18) against `scales` (layers, heads)."""
+    (one position of a scan, or a search's last step: Figure 18) against `scales` (layers, heads).
+
+    Args:
+        converged: (layers, heads) converged entropy, nats.
+        scales: (layers, heads) multipliers of 1/√d.
+        layers: layers to include (0-based); default all.
+        lower_bound: the search's clamp; heads at it are marked in the column `on_clamp` (None: none).
+
+    Returns:
+        HeadScaleTable: as `head_entropy_vs_scale`'s, with at and tail None.
+
+    Raises:
+        EntropyLensError: converged and scales not both (layers, heads), or a layer that does not exist.
+    """
     converged = np.asarray(converged, dtype=np.float64)
     scales = np.asarray(scales, dtype=np.float64)
     if converged.ndim != 2 or scales.shape != converged.shape:

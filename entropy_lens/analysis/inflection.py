@@ -61,6 +61,19 @@ __all__ = [
 
 @dataclass
 class Inflection:
+    """Where a curve leaves its in-distribution level (`find_inflection`).
+
+    Args:
+        position: first position of the departure, None if the curve never departs.
+        level: in-distribution level (median of the smoothed curve over the baseline window), the curve's unit.
+        spread: noise σ of one smoothed value, the curve's unit.
+        threshold: departure size used at the baseline (it widens with distance: step 5), the curve's unit.
+        persist: positions the departure had to last.
+        k: threshold / spread.
+        low: where the curve one σ higher departs (None: nowhere).
+        high: where the curve one σ lower departs (None: nowhere).
+    """
+
     position: int | None  # first position of the departure, None if the curve never departs
     level: float  # in-distribution level (median of the smoothed curve over the baseline window)
     spread: float  # noise σ of one smoothed value
@@ -73,6 +86,16 @@ class Inflection:
 
 @dataclass
 class InflectionAgreement:
+    """How entropy and loss inflections agree over scans (`inflection_agreement`).
+
+    Args:
+        n: scans where both inflections exist.
+        pearson_r: Pearson r of the entropy and loss inflection positions (NaN where undefined).
+        pearson_p: its p-value.
+        mean_abs_diff: mean |entropy − loss| inflection position, in positions.
+        undefined: why pearson_r/p are NaN (correlation.undefined_because), None if defined.
+    """
+
     n: int  # scans where both inflections exist
     pearson_r: float
     pearson_p: float
@@ -81,7 +104,18 @@ class InflectionAgreement:
 
 
 def moving_average(x, half_width: int) -> np.ndarray:
-    """Centred moving average: out[i] = mean of x[max(0, i−w) : i+w+1] (the window shrinks at the edges)."""
+    """Centred moving average: out[i] = mean of x[max(0, i−w) : i+w+1] (the window shrinks at the edges).
+
+    Args:
+        x: (T,) values.
+        half_width: w >= 0; 0 returns x as float64.
+
+    Returns:
+        (T,) float64.
+
+    Raises:
+        EntropyLensError: half_width < 0.
+    """
     if half_width < 0:
         raise EntropyLensError(f"smoothing half-width must be >= 0 (got {half_width})")
     x = np.asarray(x, dtype=np.float64)
@@ -110,20 +144,33 @@ def find_inflection(
 ) -> Inflection:
     """First position where the smoothed `curve` leaves its in-distribution level (see module docstring).
 
-    Parameters
-    ----------
-    curve : (T,) per-position values (mean entropy or loss), e.g. nats.
-    train_len : L, the training length; the baseline window is [baseline[0]·L, baseline[1]·L).
-    alpha : chance that white noise alone departs anywhere; sets k = Φ⁻¹(1 − alpha/m).
-    k : use this many σ instead.
-    threshold : use this departure size instead of max(abs_threshold, k·σ, rel·|level|).
-    persist : positions the departure must last; default max(32, 2·smooth + 2).
-    direction : "up", "down" or "both".
-    trend : "log" (default): departures are measured from c + b·ln(i+1) fitted to the smoothed
-        baseline window, so a curve that keeps its in-distribution growth (entropy of dispersed
-        heads grows like log i) does not count; "flat": from the baseline's median `level`.
-    sd, count : (T,) standard deviation over samples and samples per position (same units as
-        `curve`); with them σ also comes from the sample count.
+    Args:
+        curve: (T,) per-position values (mean entropy or loss), e.g. nats.
+        train_len: L, the training length; the baseline window is [baseline[0]·L, baseline[1]·L).
+        smooth: half-width of the moving average taken before the search (positions).
+        baseline: the baseline window as fractions of L, [baseline[0]·L, baseline[1]·L).
+        alpha: chance that white noise alone departs anywhere; sets k = Φ⁻¹(1 − alpha/m).
+        k: use this many σ instead.
+        rel: a floor on the threshold, as a share of |level|.
+        abs_threshold: a floor on the threshold, in the curve's unit.
+        threshold: use this departure size instead of max(abs_threshold, k·σ, rel·|level|).
+        persist: positions the departure must last; default max(32, 2·smooth + 2).
+        direction: "up", "down" or "both".
+        trend: "log" (default): departures are measured from c + b·ln(i+1) fitted to the smoothed
+            baseline window, so a curve that keeps its in-distribution growth (entropy of dispersed
+            heads grows like log i) does not count; "flat": from the baseline's median `level`.
+        sd: (T,) standard deviation over samples per position, in the curve's unit; with `count`, σ
+            also comes from the sample count.
+        count: (T,) samples per position (needed with `sd`).
+
+    Returns:
+        Inflection: the position (None if the curve never departs), the level, σ, the threshold and
+        where the curve ±1σ departs.
+
+    Raises:
+        EntropyLensError: a curve with NaN/inf or not 1-D, an unknown trend or direction, a training
+            length, alpha or persist out of range, a baseline window outside the curve, or sd without
+            count.
     """
     y = np.asarray(curve, dtype=np.float64)
     if y.ndim != 1 or not np.all(np.isfinite(y)):
@@ -212,6 +259,17 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
     scan, scale (NaN for per-head scales), then for name in (entropy, loss): {name}_inflection,
     {name}_low, {name}_high (nullable Int64: <NA> when none or when entropy was not captured; low
     and high: the curve ±1σ), {name}_level, {name}_threshold, {name}_k.
+
+    Args:
+        sweep_or_results: a Sweep, or a list of ScanResult.
+        train_len: L; default each scan's recorded training length.
+        **options: `find_inflection`'s keywords (smooth, alpha, trend, ...).
+
+    Returns:
+        DataFrame: one row per scan, the columns above.
+
+    Raises:
+        EntropyLensError: a scan without a training length (and no train_len), or find_inflection's.
     """
     if isinstance(sweep_or_results, Sweep):
         sw = sweep_or_results
@@ -262,7 +320,15 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
 
 
 def inflection_agreement(df: pd.DataFrame) -> InflectionAgreement:
-    """Pearson r between entropy and loss inflections, and their mean |difference|, over scans with both."""
+    """Pearson r between entropy and loss inflections, and their mean |difference|, over scans with both.
+
+    Args:
+        df: `inflections`'s DataFrame (columns entropy_inflection, loss_inflection).
+
+    Returns:
+        InflectionAgreement: n, Pearson r and p (NaN with the reason where undefined), the mean |difference|
+        in positions.
+    """
     both = df[["entropy_inflection", "loss_inflection"]].dropna().astype(np.float64)
     x, y = both["entropy_inflection"].to_numpy(), both["loss_inflection"].to_numpy()
     n = len(x)

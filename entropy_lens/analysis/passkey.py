@@ -114,7 +114,17 @@ def _is(value, kind: str) -> bool:
 
 
 def passkey_table(record: dict) -> pd.DataFrame:
-    """Accuracy (0..1) with depth (0 first) as rows and length (ascending) as columns."""
+    """Accuracy (0..1) with depth (0 first) as rows and length (ascending) as columns.
+
+    Args:
+        record: a passkey record (`passkey`'s, or its JSON file read), checked.
+
+    Returns:
+        DataFrame: accuracy by depth (rows) and length (columns).
+
+    Raises:
+        EntropyLensError: a damaged record, or one without results.
+    """
     rows = [
         (c["depth"], c["length"], c["accuracy"])
         for c in check_passkey_record(record, trials=False)["results"]
@@ -126,7 +136,18 @@ def passkey_table(record: dict) -> pd.DataFrame:
 
 
 def passkey_average(table: pd.DataFrame, context_length: int) -> float:
-    """The mean accuracy over the cells whose length is at most `context_length` (Figure 6's titles)."""
+    """The mean accuracy over the cells whose length is at most `context_length` (Figure 6's titles).
+
+    Args:
+        table: `passkey_table`'s DataFrame.
+        context_length: the longest length counted, tokens.
+
+    Returns:
+        float: mean accuracy in [0, 1].
+
+    Raises:
+        EntropyLensError: no length within context_length.
+    """
     inside = table.loc[:, [w for w in table.columns if w <= context_length]]
     if inside.empty:
         raise EntropyLensError(
@@ -136,7 +157,16 @@ def passkey_average(table: pd.DataFrame, context_length: int) -> float:
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (95% by default); (nan, nan) for no trials."""
+    """The Wilson score interval of a proportion (95% by default); (nan, nan) for no trials.
+
+    Args:
+        successes: trials that succeeded.
+        trials: trials in all (>= 0).
+        z: the normal quantile of the level (1.96: 95%).
+
+    Returns:
+        tuple: (low, high) in [0, 1].
+    """
     if trials == 0:
         return math.nan, math.nan
     p = successes / trials
@@ -151,7 +181,18 @@ def passkey_by_length(record: dict, context_length: int) -> pd.DataFrame:
     within `context_length`) and its mean mass on the key with a 95% interval (± 1.96 standard errors
     over trials), and the answer rows' entropy averaged over every head (nats). Where accuracy falls but
     that head's mass holds, the model still finds the key and loses it later; where the mass falls, it
-    no longer finds it."""
+    no longer finds it.
+
+    Args:
+        record: a passkey record with its per-trial tables, checked.
+        context_length: the longest length whose trials choose the retrieval head, tokens.
+
+    Returns:
+        DataFrame: one row per length.
+
+    Raises:
+        EntropyLensError: a damaged record, or no trial within context_length.
+    """
     trials = [
         (c["length"], t) for c in check_passkey_record(record, table=False)["results"] for t in c["per_trial"]
     ]

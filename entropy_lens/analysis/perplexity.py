@@ -38,7 +38,18 @@ Z_95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95
 
 @dataclass(frozen=True)
 class WindowPPL:
-    """Perplexity over the last `stride` positions of windows of `length` tokens."""
+    """Perplexity over the last `stride` positions of windows of `length` tokens.
+
+    Args:
+        nll: mean next-token NLL of the scored tokens, nats.
+        stderr: standard error of `nll`, nats (NaN: one window per position; a lower bound otherwise).
+        ppl: exp(nll).
+        ppl_low: exp(nll − 1.96 stderr).
+        ppl_high: exp(nll + 1.96 stderr).
+        n_tokens: scored tokens: Σ count over the last `stride` positions.
+        length: W, tokens per window (model input length).
+        stride: S, positions scored per window.
+    """
 
     nll: float  # mean next-token NLL of the scored tokens, nats
     stderr: float  # standard error of `nll`, nats (NaN: one window per position; a lower bound otherwise)
@@ -51,7 +62,19 @@ class WindowPPL:
 
 
 def sliding_window_ppl(result: ScanResult, stride: int) -> WindowPPL:
-    """The perplexity of `result`'s last `stride` positions (module docstring)."""
+    """The perplexity of `result`'s last `stride` positions (module docstring).
+
+    Args:
+        result: a `scan --stride S` result (windows of length W starting every S tokens).
+        stride: S, the positions scored per window, 1 <= S <= W.
+
+    Returns:
+        WindowPPL: the mean NLL (nats), its standard error and the perplexity with its interval.
+
+    Raises:
+        EntropyLensError: a stride out of range or other than the scan's, a non-finite loss, or a scored
+            position that averages no window.
+    """
     stride, T = operator.index(stride), result.length
     if not 1 <= stride <= T:
         raise EntropyLensError(
@@ -98,7 +121,15 @@ def sliding_window_ppl(result: ScanResult, stride: int) -> WindowPPL:
 
 def ppl_table(cells: dict[tuple[str, int], ScanResult], stride: int) -> pd.DataFrame:
     """The paper's Table 2 layout: one row per name (in insertion order), one column per window length
-    (ascending), values the sliding-window perplexity; a missing (name, length) cell is NaN."""
+    (ascending), values the sliding-window perplexity; a missing (name, length) cell is NaN.
+
+    Args:
+        cells: {(name, length): ScanResult}, each a `scan --stride` result of windows of that length.
+        stride: S, the positions scored per window, as `sliding_window_ppl`'s.
+
+    Returns:
+        DataFrame: perplexity by name (rows) and length (columns).
+    """
     values = {key: sliding_window_ppl(result, stride).ppl for key, result in cells.items()}
     names = list(dict.fromkeys(name for name, _ in values))
     lengths = sorted({length for _, length in values})

@@ -27,6 +27,20 @@ __all__ = ["PooledCorrelation", "pooled_within_layer"]
 
 @dataclass(frozen=True)
 class PooledCorrelation:
+    """A pooled within-layer correlation and its bootstrap interval (`pooled_within_layer`).
+
+    Args:
+        r: Pearson r of the within-layer-centred values (NaN when undefined).
+        low: the bootstrap percentile interval's lower end, at `level`.
+        high: its upper end.
+        level: the interval's level, in (0, 1).
+        n: heads.
+        n_layers: layers.
+        n_boot: resamples drawn.
+        dropped: resamples with no variance left (not in the interval).
+        undefined: why r is NaN, in words; None when defined.
+    """
+
     r: float  # Pearson r of the within-layer-centred values (NaN when undefined)
     low: float  # bootstrap percentile interval at `level`
     high: float
@@ -48,7 +62,22 @@ def pooled_within_layer(
     seed: int = 0,
 ) -> PooledCorrelation:
     """Pooled within-layer Pearson r of `x` and `y` over the rows of `table` (columns layer, x, y: one row
-    per head, e.g. `head_entropy_vs_scale(...).table`) and its stratified percentile-bootstrap interval."""
+    per head, e.g. `head_entropy_vs_scale(...).table`) and its stratified percentile-bootstrap interval.
+
+    Args:
+        table: one row per head, with columns layer, x and y.
+        x: the first column's name.
+        y: the second column's name.
+        n_boot: bootstrap resamples (>= 1).
+        level: the interval's level, in (0, 1).
+        seed: the resampling seed.
+
+    Returns:
+        PooledCorrelation: r, its interval, and why r is undefined where it is.
+
+    Raises:
+        EntropyLensError: a column missing, level outside (0, 1) or n_boot < 1.
+    """
     missing = {"layer", x, y} - set(table.columns)
     if missing:
         raise EntropyLensError(

@@ -41,6 +41,17 @@ STAT_CURVES_KIND = "entropy_lens.stat_curves"
 
 @dataclass(frozen=True)
 class StatCurves:
+    """A scan's row statistics binned by position (`StatCurves.of`), for Figure 17.
+
+    Args:
+        values: {statistic: (layers, heads, bins) float32}: the mean over samples and the bin, in the
+            statistic's unit.
+        count: (bins,) int64: rows averaged in each bin (positions × samples).
+        width: positions per bin (the last bin may hold fewer).
+        length: positions of the scan.
+        meta: the scan's meta, as its results file records it.
+    """
+
     values: dict[str, np.ndarray]  # statistic -> (layers, heads, bins) float32: mean over samples and the bin
     count: np.ndarray  # (bins,) int64: rows averaged in each bin (positions × samples)
     width: int  # positions per bin (the last bin may hold fewer)
@@ -49,7 +60,18 @@ class StatCurves:
 
     @classmethod
     def of(cls, result: ScanResult, width: int) -> StatCurves:
-        """The binned means of `result`'s entropy and every statistic it recorded (not their squares)."""
+        """The binned means of `result`'s entropy and every statistic it recorded (not their squares).
+
+        Args:
+            result: a scan that recorded row statistics (--record heads or mean).
+            width: positions per bin (>= 1).
+
+        Returns:
+            StatCurves: the binned means.
+
+        Raises:
+            EntropyLensError: width < 1, or a loss-only scan.
+        """
         if width < 1:
             raise EntropyLensError(f"a bin holds at least one position, not {width}")
         if not result.n_heads:
@@ -97,7 +119,17 @@ class StatCurves:
         return int(next(iter(self.values.values())).shape[1])
 
     def get(self, name: str) -> np.ndarray:
-        """(layers, heads, bins) float64 means of statistic `name`."""
+        """(layers, heads, bins) float64 means of statistic `name`.
+
+        Args:
+            name: a statistic the scan recorded.
+
+        Returns:
+            (layers, heads, bins) float64, in the statistic's unit.
+
+        Raises:
+            EntropyLensError: a statistic not recorded.
+        """
         if name not in self.values:
             raise EntropyLensError(
                 f"the scan recorded no {name} (it holds {', '.join(self.values)}); rescan with --stats all"
@@ -105,12 +137,30 @@ class StatCurves:
         return self.values[name].astype(np.float64)
 
     def mean(self, name: str) -> np.ndarray:
-        """(bins,) the unweighted mean over every layer and head (the paper's Eq. 1, for any statistic)."""
+        """(bins,) the unweighted mean over every layer and head (the paper's Eq. 1, for any statistic).
+
+        Args:
+            name: a statistic the scan recorded.
+
+        Returns:
+            (bins,) float64, in the statistic's unit.
+        """
         return self.get(name).mean(axis=(0, 1))
 
     def weights(self, a: int, b: int) -> np.ndarray:
         """(bins,) each bin's rows that lie in positions [a, b) (a bin's rows spread evenly over its
-        positions: exact where a and b are multiples of the width)."""
+        positions: exact where a and b are multiples of the width).
+
+        Args:
+            a: the span's first position.
+            b: the position after its last, a < b <= length.
+
+        Returns:
+            (bins,) float64 rows.
+
+        Raises:
+            EntropyLensError: a span outside the positions.
+        """
         if not 0 <= a < b <= self.length:
             raise EntropyLensError(f"span [{a}, {b}) is not within the {self.length} positions")
         ends = np.minimum(self.starts + self.width, self.length)
@@ -118,11 +168,29 @@ class StatCurves:
         return self.count * inside / (ends - self.starts)
 
     def span(self, name: str, a: int, b: int) -> np.ndarray:
-        """(layers, heads) the mean of `name` over the rows at positions [a, b)."""
+        """(layers, heads) the mean of `name` over the rows at positions [a, b).
+
+        Args:
+            name: a statistic the scan recorded.
+            a: the span's first position.
+            b: the position after its last.
+
+        Returns:
+            (layers, heads) float64, in the statistic's unit.
+        """
         w = self.weights(a, b)
         return self.get(name) @ w / w.sum()
 
     def save(self, path: str | Path) -> Path:
+        """Write the binned means to `path` atomically (`load` reads them back).
+
+        Args:
+            path: the .npz file (str or Path).
+
+        Returns:
+            Path: the file written.
+        """
+
         binning = {"kind": STAT_CURVES_KIND, "width": self.width, "length": self.length}
         return atomic_savez(
             path,
@@ -134,6 +202,18 @@ class StatCurves:
 
     @classmethod
     def load(cls, path: str | Path) -> StatCurves:
+        """Binned means read back from a file `save` wrote.
+
+        Args:
+            path: the .npz file (str or Path), as `save` wrote it.
+
+        Returns:
+            StatCurves: the binned means.
+
+        Raises:
+            EntropyLensError: a file that is not readable binned statistics, with its fix.
+        """
+
         path = Path(path)
         try:
             with np.load(path, allow_pickle=False) as z:

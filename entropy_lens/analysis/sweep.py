@@ -41,6 +41,19 @@ _MATCH = ("len", "model", "config_hash", "data", "train_len")  # meta keys every
 
 @dataclass
 class Sweep:
+    """Uniform-scale scans of one model, stacked by scale (`load_sweep`, `Sweep.from_results`).
+
+    Args:
+        scales: (S,) float64, ascending multipliers of 1/√d.
+        loss: (S, T) float64, nats.
+        entropy: (S, T) float64, nats, mean over layers and heads; None if not captured.
+        train_len: L, or None.
+        model: the model's name.
+        length: T, tokens per sequence.
+        meta: each scan's meta, in `scales` order.
+        missing: requested scales not done (load_sweep partial=True).
+    """
+
     scales: np.ndarray  # (S,) float64, ascending multipliers of 1/√d
     loss: np.ndarray  # (S, T) float64, nats
     entropy: np.ndarray | None  # (S, T) float64, nats, mean over layers and heads; None if not captured
@@ -54,10 +67,16 @@ class Sweep:
     def from_results(cls, results: list[ScanResult], *, sources: list[str] | None = None) -> Sweep:
         """Stack uniform-scale scans into a sweep, sorted by scale.
 
-        Parameters
-        ----------
-        results : scans of one model on the same data and length, each with one uniform scale.
-        sources : names for error messages (file paths); default "result 0", "result 1", ...
+        Args:
+            results: scans of one model on the same data and length, each with one uniform scale.
+            sources: names for error messages (file paths); default "result 0", "result 1", ...
+
+        Returns:
+            Sweep: the scans' loss and mean entropy by scale (ascending) and position.
+
+        Raises:
+            EntropyLensError: no scans, scans of different models, data or lengths, a scan without one
+                uniform scale, or a scale twice.
         """
         if not results:
             raise EntropyLensError(
@@ -121,6 +140,17 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
 
     An unfinished sweep is an error unless `partial`; then the scales done are read and the others are
     listed in `Sweep.missing`.
+
+    Args:
+        folder: the sweep folder (str or Path), holding `sweep.json`.
+        partial: read the finished scales of an unfinished sweep instead of refusing it.
+
+    Returns:
+        Sweep: loss and mean entropy by scale and position.
+
+    Raises:
+        EntropyLensError: a damaged or foreign index, a missing results file, or an unfinished sweep
+            without partial (with the command that finishes it).
     """
     index = read_sweep_index(folder)
     missing = missing_scales(index)
@@ -157,7 +187,14 @@ def load_sweep(folder: str | Path, *, partial: bool = False) -> Sweep:
 
 
 def missing_scales(index: dict) -> list[float]:
-    """The requested scales of a sweep index that have no finished scan yet (empty when complete)."""
+    """The requested scales of a sweep index that have no finished scan yet (empty when complete).
+
+    Args:
+        index: a sweep index (`sweep.json`, read by results.read_sweep_index).
+
+    Returns:
+        list: the missing scales (float), in the index's order.
+    """
     if index.get("complete", True):
         return []
     done = {round(float(s), 6) for s in index["scales"]}
@@ -171,7 +208,15 @@ def resume_command(folder: str | Path, index: dict) -> str:
     own fields: its scan settings (`scan_config`, else the model, length, data, samples, seed and
     entropy it records), the requested scales, --out and --resume, every value shell-quoted. The index
     is untrusted, so the command it stores is never shown; a setting of a type no flag takes leaves a
-    placeholder for the sweep's flags instead."""
+    placeholder for the sweep's flags instead.
+
+    Args:
+        folder: the sweep folder (str or Path).
+        index: its index, read by results.read_sweep_index.
+
+    Returns:
+        str: the command line.
+    """
     scales = index.get("requested_scales") or index.get("scales") or []
     words = _flag_words(index.get("scan_config"))
     if words is None:
@@ -228,7 +273,14 @@ def _scale_list(scales: list[float], shown: int = 6) -> str:
 
 
 def uniform_scale(meta: dict) -> float | None:
-    """The multiplier every head shares in meta `scales` ([layers][heads]), or None if they differ."""
+    """The multiplier every head shares in meta `scales` ([layers][heads]), or None if they differ.
+
+    Args:
+        meta: a results file's meta.
+
+    Returns:
+        float | None: the shared multiplier of 1/√d.
+    """
     table = np.asarray(meta.get("scales", []), dtype=np.float64)
     if table.size == 0 or not np.all(table == table.flat[0]):
         return None

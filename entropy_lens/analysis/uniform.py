@@ -27,6 +27,16 @@ __all__ = ["UniformChoice", "best_uniform_scale"]
 
 @dataclass(frozen=True)
 class UniformChoice:
+    """The best uniform scale for a length (`best_uniform_scale`).
+
+    Args:
+        scale: s*, the multiplier of 1/√d.
+        span: [start, stop): the positions whose mean loss was compared.
+        loss: s*'s mean loss over the span, nats.
+        at_edge: s* is the grid's smallest or largest scale.
+        table: scale, mean_loss (nats over the span): one row per scale of the sweep.
+    """
+
     scale: float  # s*, the multiplier of 1/√d
     span: tuple[int, int]  # [start, stop): the positions whose mean loss was compared
     loss: float  # s*'s mean loss over the span, nats
@@ -40,13 +50,20 @@ def best_uniform_scale(
     """The scale with the lowest loss over the last half-span [length − L/2, length) of `length`-token
     sequences (see the module docstring).
 
-    Parameters
-    ----------
-    sweep : loss by scale and position, (S, T) with scales ascending; its windows may be longer than
-        `length` (a causal model's loss at position t does not depend on what follows t).
-    length : the target sequence length; default the sweep's.
-    train_len : L; default the sweep's recorded training length.
-    span : (start, stop) to compare instead of the last half-span (e.g. (0, length): the whole length).
+    Args:
+        sweep: loss by scale and position, (S, T) with scales ascending; its windows may be longer than
+            `length` (a causal model's loss at position t does not depend on what follows t).
+        length: the target sequence length; default the sweep's.
+        train_len: L; default the sweep's recorded training length.
+        span: (start, stop) to compare instead of the last half-span (e.g. (0, length): the whole length).
+
+    Returns:
+        UniformChoice: s*, the span, its mean loss, whether it lies on the grid's edge, and the table of
+        every scale's mean loss.
+
+    Raises:
+        EntropyLensError: a length outside the sweep, no training length for the default span, or a span
+            outside the positions.
     """
     length = sweep.length if length is None else int(length)
     if not 1 <= length <= sweep.length:

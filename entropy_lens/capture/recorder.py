@@ -126,7 +126,18 @@ def check_keywords(name: str, options: dict) -> None:
 
 
 class EntropyRecorder(ScaleSession):
-    """Accumulate per-layer, per-head, per-position attention entropy over forwards."""
+    """Accumulate per-layer, per-head, per-position attention entropy over forwards.
+
+    Args:
+        model: a transformers causal LM whose attention runs through transformers' attention interface.
+        **options: ScaleSession's keywords (a misspelt one is a TypeError naming the close match):
+            scales (None, m > 0 or (layers, heads) multipliers of 1/√d), backend ("auto" or one of
+            kernels.BACKENDS), fused (kernels.FUSED_MODES), schedule, choices, stats (names of
+            statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys (first_mass's K), context.
+
+    Raises:
+        EntropyLensError: a flag or a scale out of range, or attention whose shape differs per layer.
+    """
 
     def __init__(self, model, **options):
         check_keywords("EntropyRecorder", options)
@@ -214,7 +225,11 @@ class EntropyRecorder(ScaleSession):
         """Add everything recorded into the caller's float64 sums (layers, heads, n), keyed as `sums`'s
         (`kernels.stats.sum_names`), and row count "count" (n,) int64, waiting for copies in flight,
         and leave the recorder empty: a scan's batch goes straight into the scan's running sums, without
-        the recorder's own arrays or a read-out copy."""
+        the recorder's own arrays or a read-out copy.
+
+        Args:
+            sums: the caller's {name: float64 tensor} running sums (above), added to in place.
+        """
         self._sums.drain_into(sums)
 
     @property
@@ -242,7 +257,11 @@ class EntropyRecorder(ScaleSession):
     def mean(self, name: str) -> np.ndarray | None:
         """(layers, heads, positions) mean of a sum of `sums` (a statistic or its square) over the rows
         seen, or for a maximum (max_logit) the largest value of any row; NaN where nothing was seen;
-        None for a statistic this model does not report."""
+        None for a statistic this model does not report.
+
+        Args:
+            name: a key of `sums`: a statistic ("entropy") or its square ("entropy_sq").
+        """
         sums = self._sums.read()
         if name not in sums:
             return None

@@ -31,8 +31,8 @@
            indices, so merged shards equal the whole.
     key_bias  None, or (B|1, Hq, S) float: a bias per key and query head added where the ALiBi bias is
            (Falcon's ALiBi, which its builder rounds to bfloat16 per key, so not linear in the distance).
-           The reference, torch_chunked and native take it; the plan runs torch_chunked for it on CUDA
-           (the Triton kernel and `merge.shard_state` do not take it).
+           Every kernel but the Triton one takes it; the plan runs torch_chunked for it on CUDA
+           (`merge.shard_state` does not take it either).
     -> H_i = −Σ_j p_ij ln p_ij over attendable keys and, with sinks, − p_sink ln p_sink (the sink is one
        outcome of the distribution), in nats, accumulated in fp32. A row with no attendable key gets 0
        (with sinks: p_sink = 1, H = 0); callers exclude such rows from averages.
@@ -55,7 +55,7 @@ never a silently different number.
 
     attention_received(q, k, *, softmax_scale, stats=("received",), query_window=None, <the modifiers
                        above>, backend="auto") -> {name: (B, Hq, S) float32}
-        the key statistics (attention received by every key: received, received_max, received_mean)
+        the key statistics (attention received by every key: entropy_lens.statistics.KEY_STATISTICS)
         from two streaming passes, the rows' log-sum-exp and a column pass; the contract, and
         `received_from_lse` (the column pass alone, for a caller that has the rows' LSE), in received.py.
 
@@ -149,7 +149,37 @@ def attention_entropy(
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ):
-    """See the module docstring for the contract: `attention_stats` of entropy (and sink mass)."""
+    """See the module docstring for the contract: `attention_stats` of entropy (and sink mass).
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE (if any), any float dtype.
+        k: (B, Hkv, S, D) keys after RoPE; Hq % Hkv == 0 (MHA, GQA, MQA).
+        softmax_scale: the softmax scale λ, a float or an (Hq,) tensor λ_h; scores are λ_h q·k.
+        causal: query i sees keys j <= i + S − T (bottom-right); False: every key.
+        mask: None, or bool (True = attend) (B, S) [key padding] or broadcastable 4-D (B|1, Hq|1, T|1, S).
+        window: None, or a sliding window W >= 1 (causal only): each query sees the W keys ending at
+            its own position.
+        softcap: None, or c > 0 (Gemma2): every score s becomes c·tanh(s/c) before masking.
+        sinks: None, or (Hq,) float, any dtype: one learned logit per query head in every row's softmax
+            denominator (gpt-oss, transformers' `s_aux`).
+        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·|i + S − T − j| added to the
+            score of query i and key j.
+        key_bias: None, or (B|1, Hq, S) float: a bias per key and query head (Falcon's rounded ALiBi);
+            the plan runs torch_chunked for it on CUDA.
+        return_sink_mass: also return the sink's probability per row.
+        backend: "auto" or one of `BACKENDS` (flags.Backend); "auto" picks per device (plan.py), and
+            ENTROPY_LENS_BACKEND overrides it.
+        block_q: torch_chunked's tile, query rows (the other kernels ignore it; exact at any tile).
+        block_k: torch_chunked's tile, keys.
+
+    Returns:
+        (B, Hq, T) float32 entropy in nats (0 for a row with no attendable key); with
+        return_sink_mass, the pair (entropy, sink_mass), each (B, Hq, T) float32.
+
+    Raises:
+        ValueError: an input outside the contract (shapes, mask, window, softcap, sinks, scale), or an
+            unknown backend (EntropyLensError), the message naming the fix.
+    """
     rows = attention_stats(
         q,
         k,
@@ -187,10 +217,40 @@ def attention_stats(
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ) -> dict:
-    """{name: (B, Hq, T) float32} for each of `stats` (kernels.stats.ROW_STATS: entropy, sink_mass,
-    max_prob, collision_entropy, varentropy, distance, first_mass with K = `first_keys`), from one
-    streaming pass over the keys; the score modifiers and `backend` as `attention_entropy`'s ("auto"
-    picks a kernel that computes all of `stats`)."""
+    """{name: (B, Hq, T) float32} for each of `stats` (the row statistics of kernels.stats.ROW_STATS,
+    declared in entropy_lens.statistics.STATISTICS), from one streaming pass over the keys; the score
+    modifiers and `backend` as `attention_entropy`'s ("auto" picks a kernel that computes all of `stats`).
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE (if any), any float dtype.
+        k: (B, Hkv, S, D) keys after RoPE; Hq % Hkv == 0 (MHA, GQA, MQA).
+        softmax_scale: the softmax scale λ, a float or an (Hq,) tensor λ_h; scores are λ_h q·k.
+        stats: names of entropy_lens.statistics.STATISTICS (a name, comma-separated names, a sequence,
+            or "all"), in the order wanted.
+        first_keys: first_mass's K, the number of first keys whose probability it sums (>= 1).
+        causal: query i sees keys j <= i + S − T (bottom-right); False: every key.
+        mask: None, or bool (True = attend) (B, S) [key padding] or broadcastable 4-D (B|1, Hq|1, T|1, S).
+        window: None, or a sliding window W >= 1 (causal only): each query sees the W keys ending at
+            its own position.
+        softcap: None, or c > 0 (Gemma2): every score s becomes c·tanh(s/c) before masking.
+        sinks: None, or (Hq,) float, any dtype: one learned logit per query head in every row's softmax
+            denominator (gpt-oss, transformers' `s_aux`).
+        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·|i + S − T − j| added to the
+            score of query i and key j.
+        key_bias: None, or (B|1, Hq, S) float: a bias per key and query head (Falcon's rounded ALiBi);
+            the plan runs torch_chunked for it on CUDA.
+        backend: "auto" or one of `BACKENDS` (flags.Backend), as `attention_entropy`'s.
+        block_q: torch_chunked's tile, query rows (the other kernels ignore it; exact at any tile).
+        block_k: torch_chunked's tile, keys.
+
+    Returns:
+        dict: {name: (B, Hq, T) float32} for each of `stats`, in each statistic's unit
+        (entropy_lens.statistics.STATISTICS); a row with no attendable key gets 0.
+
+    Raises:
+        ValueError: an unknown statistic or backend, or an input outside the contract (EntropyLensError
+            or ValueError, the message naming the fix).
+    """
     # the flags parsed at this public entrance; everything below takes the parsed values
     stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
     validate_inputs(q, k)
@@ -243,7 +303,39 @@ def attention_with_entropy(
 ) -> RowStats:
     """See the module docstring: the one pass of `backend`'s kernel ("auto": triton on CUDA, native on
     CPU where it builds, else torch_chunked; triton falls back to torch_chunked as for the entropy, and
-    for values whose head size is not the queries')."""
+    for values whose head size is not the queries').
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE (if any), any float dtype.
+        k: (B, Hkv, S, D) keys after RoPE; Hq % Hkv == 0 (MHA, GQA, MQA).
+        v: (B, Hkv, S, Dv) values, k's batch, heads and length.
+        softmax_scale: the softmax scale λ, a float or an (Hq,) tensor λ_h; scores are λ_h q·k.
+        causal: query i sees keys j <= i + S − T (bottom-right); False: every key.
+        mask: None, or bool (True = attend) (B, S) [key padding] or broadcastable 4-D (B|1, Hq|1, T|1, S).
+        window: None, or a sliding window W >= 1 (causal only): each query sees the W keys ending at
+            its own position.
+        softcap: None, or c > 0 (Gemma2): every score s becomes c·tanh(s/c) before masking.
+        sinks: None, or (Hq,) float, any dtype: one learned logit per query head in every row's softmax
+            denominator (gpt-oss, transformers' `s_aux`).
+        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·|i + S − T − j| added to the
+            score of query i and key j.
+        key_bias: None, or (B|1, Hq, S) float: a bias per key and query head (Falcon's rounded ALiBi);
+            the plan runs torch_chunked for it on CUDA.
+        stats: the row statistics to return with the output, names of entropy_lens.statistics.STATISTICS
+            (default: entropy and sink_mass, statistics.DEFAULT_STATS).
+        first_keys: first_mass's K (>= 1).
+        backend: "auto" or one of `BACKENDS` (flags.Backend).
+        block_q: the kernel's tile, query rows; None: its default.
+        block_k: the kernel's tile, keys; None: its default.
+
+    Returns:
+        RowStats: rows[name] (B, Hq, T) float32 for each of `stats`, and rows.out (B, T, Hq, Dv) in q's
+        dtype (0 for a row that sees no key).
+
+    Raises:
+        ValueError: v not (B, Hkv, S, Dv) like k, an input outside the contract, or an unknown
+            statistic or backend, the message naming the fix.
+    """
     validate_inputs(q, k, v)
     softmax_scale = validate_scale(q, k, softmax_scale)
     if not hasattr(v, "ndim") or v.ndim != 4 or v.shape[:3] != k.shape[:3]:

@@ -38,7 +38,17 @@ def check_finite(x, name: str, dims=POSITIONS, *, fix: str | None = None) -> Non
     first one's place ('q holds 1 non-finite value (first at batch 0, head 2, position 17); ...'), `dims`
     naming x's leading dimensions. One pass over x, O(T·D) for q or k: small beside the O(T²·D) scores.
     A non-finite input has no attention statistics: a NaN score has no probability, and an inf one
-    makes every other key's e^(s − m) 0, so no backend may turn it into a finite number."""
+    makes every other key's e^(s − m) 0, so no backend may turn it into a finite number.
+
+    Args:
+        x: any tensor; one that is not a floating-point tensor passes unchecked.
+        name: x's name in the message ("q").
+        dims: the names of x's leading dimensions, for the first bad value's place.
+        fix: the message's fix; None: "pass a finite <name> ...".
+
+    Raises:
+        ValueError: a value of x is NaN or infinite.
+    """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         return
     bad = ~torch.isfinite(x.detach())

@@ -93,7 +93,14 @@ def compiled(state: FoldState | None = None) -> CompiledFold:
 def fold_status(state: FoldState | None = None) -> str:
     """How the CPU tiles ran: "eager", "compiled" (ENTROPY_LENS_COMPILE=1; tiles below COMPILE_MIN stay
     eager) or "eager (torch.compile failed: ...)"; "not used" before any CPU tile. `state`: None for
-    the process's."""
+    the process's.
+
+    Args:
+        state: where the compiled fold and its status live; None: the process's.
+
+    Returns:
+        str: the status, as above.
+    """
     return (state or PROCESS_FOLD).status
 
 

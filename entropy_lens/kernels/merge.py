@@ -69,6 +69,32 @@ def shard_state(
     counts the global keys r <= j < r + K of each batch row, r = `first_key` (an int or (B,): the global
     index of the row's first real key, the first the whole sequence's mask lets through; None: 0, refused
     with a `mask`, of which a shard sees only a slice). Sinks: see `sink_state`.
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE, any float dtype.
+        k: (B, Hkv, S_shard, D) the shard's keys; Hq % Hkv == 0.
+        softmax_scale: a float or an (Hq,) tensor λ_h; scores are λ_h q·k.
+        key_offset: the global index of the shard's first key.
+        total_keys: the number of keys over all shards (the causal alignment is global).
+        causal: query i sees global keys j <= i + total_keys − T.
+        mask: None, or the shard's slice of a bool mask (True = attend): (B, S_shard) or broadcastable
+            4-D.
+        window: None, or a sliding window W >= 1 (causal only), in global keys.
+        softcap: None, or c > 0: every score s becomes c·tanh(s/c).
+        alibi_slopes: None, or (Hq,) float: the bias −slope_h·|i + total_keys − T − j|, j global.
+        stats: the statistics the merged state will be read for (entropy_lens.statistics.STATISTICS).
+        first_keys: first_mass's K (>= 1).
+        first_key: None (0), an int or (B,) integers: the global index of each batch row's first real
+            key; needed for first_mass with a mask.
+        block_q: torch_chunked's tile, query rows.
+        block_k: torch_chunked's tile, keys.
+
+    Returns:
+        dict: {"m", "l", "u", and the accumulators of `stats`}, each (B, Hq, T) float32, for
+        `merge_states`.
+
+    Raises:
+        ValueError: an input outside the contract, or first_mass with a mask and no first_key.
     """
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
@@ -109,7 +135,20 @@ def sink_state(sinks, batch: int, queries: int, *, stats=(ENTROPY.name,)) -> dic
     """The state, each (batch, Hq, queries) float32, of the sink logits σ (Hq,) alone: m = σ_h, l = 1,
     u = 0 (and c = 1, mk = −inf, the other accumulators of `stats` 0: the sink is no key). Merge it exactly once
     with the key shards' states to get the statistics with sinks (any position in the fold); sinks are
-    not scaled or softcapped."""
+    not scaled or softcapped.
+
+    Args:
+        sinks: (Hq,) float, any dtype: the sink logits σ_h.
+        batch: B, the batch size of the states it merges with.
+        queries: T, the query rows of the states it merges with.
+        stats: the statistics the merged state will be read for (entropy_lens.statistics.STATISTICS).
+
+    Returns:
+        dict: the state {"m", "l", "u", ...}, each (batch, Hq, queries) float32.
+
+    Raises:
+        ValueError: sinks not a 1-D float tensor.
+    """
     sinks = torch.as_tensor(sinks)
     if sinks.ndim != 1 or not sinks.is_floating_point():
         raise ValueError(f"sinks must be a (Hq,) float tensor; got {sinks!r}")
@@ -124,7 +163,18 @@ def sink_state(sinks, batch: int, queries: int, *, stats=(ENTROPY.name,)) -> dic
 def merge_states(a, b) -> dict[str, torch.Tensor]:
     """Merge two states over disjoint key sets ({"m", "l", "u"} and the accumulators both hold); see the
     module docstring and kernels/stats.py for the rules. NaN-free when either side (or both) saw no
-    key (m = −inf)."""
+    key (m = −inf).
+
+    Args:
+        a: a state (`shard_state`, `sink_state` or a merge), {name: (B, Hq, T) float32}.
+        b: a state over a disjoint key set, holding the same accumulators.
+
+    Returns:
+        dict: the merged state, the same keys and shapes.
+
+    Raises:
+        ValueError: the two states hold different accumulators.
+    """
     if a.keys() != b.keys():
         raise ValueError(f"states of different statistics cannot merge: {sorted(a)} and {sorted(b)}")
     m = torch.maximum(a["m"], b["m"])

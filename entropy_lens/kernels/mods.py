@@ -30,6 +30,21 @@ from entropy_lens.kernels.contract import (
 
 @dataclass(frozen=True)
 class ScoreMods:
+    """The score modifiers of one attention call, in the kernels' form: build it with `build`, which
+    validates them; the constructor takes them as they are.
+
+    Args:
+        causal: query i sees keys j <= i + S − T (bottom-right).
+        mask: None, or bool (B|1, Hq|1, T|1, S), True = attend, on q's device.
+        window: None, or a sliding window W >= 1 (causal only).
+        softcap: None, or c > 0: every score s becomes c·tanh(s/c) (Gemma2).
+        sinks: None, or (Hq,) float32: one sink logit per query head (gpt-oss).
+        alibi_slopes: None, or (Hq,) float32: the bias −slope_h·|i + S − T − j| (BLOOM, MPT).
+        key_bias: None, or (B|1, Hq, S) float32: a bias per key (Falcon's rounded ALiBi).
+        first_key: None (key 0 for every row), or (B|1,) int64: the global index of each batch row's
+            first real key, where first_mass's K keys begin.
+    """
+
     causal: bool = True  # query i sees keys j <= i + S − T (bottom-right)
     mask: torch.Tensor | None = None  # bool (B|1, Hq|1, T|1, S), True = attend, on q's device
     window: int | None = None  # a sliding window W >= 1 (causal only)
@@ -58,7 +73,27 @@ class ScoreMods:
     ) -> ScoreMods:
         """The validated record for queries q and keys k (see the module docstring); `first_key` None:
         each batch row's first real key read off the mask (a key shard, whose mask is a slice, passes
-        the whole sequence's)."""
+        the whole sequence's).
+
+        Args:
+            q: (B, Hq, T, D) queries, any float dtype.
+            k: (B, Hkv, S, D) keys.
+            causal: query i sees keys j <= i + S − T.
+            mask: None, or bool (True = attend) (B, S) or broadcastable to (B, Hq, T, S).
+            window: None, or W >= 1 (causal only).
+            softcap: None, or c > 0.
+            sinks: None, or (Hq,) float, any dtype.
+            alibi_slopes: None, or (Hq,) float, any dtype.
+            key_bias: None, or (B|1, Hq, S) float.
+            first_key: None (read off the mask), an int or (B,) integers.
+
+        Returns:
+            ScoreMods: the validated record.
+
+        Raises:
+            ValueError: a modifier outside the contract, named with its fix.
+            TypeError: a keyword no modifier takes.
+        """
         causal = bool(causal)
         softcap, sinks = validate_extras(q, softcap, sinks)
         mask = validate_mask(q, k, mask)
@@ -74,7 +109,14 @@ class ScoreMods:
         )
 
     def replace(self, **changes) -> ScoreMods:
-        """A copy with `changes` (already in the kernels' form: the plan's reduced mask and window)."""
+        """A copy with `changes` (already in the kernels' form: the plan's reduced mask and window).
+
+        Args:
+            **changes: fields of the record and their new values, not validated again.
+
+        Returns:
+            ScoreMods: the copy.
+        """
         return dataclasses.replace(self, **changes)
 
     @property

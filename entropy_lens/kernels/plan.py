@@ -69,6 +69,15 @@ OWN_THEN_ENTROPY = "own-then-entropy"
 
 @dataclass(frozen=True)
 class Route:
+    """One way a layer's attention runs: the path the results meta records and the kernel that computes it.
+
+    Args:
+        path: the path's name, as the meta's `attention_path` records it (the module docstring's
+            vocabulary: "sdpa-then-entropy", "torch-streamed", ...).
+        kernel: the Backend that computes the statistics (and, one pass, the output); never AUTO.
+        mods: the ScoreMods in that kernel's form (`statistics_kernel`).
+    """
+
     path: str  # one of the paths above
     kernel: Backend  # the kernel that computes the statistics (and, one pass, the output): never AUTO
     mods: ScoreMods  # the score modifiers in that kernel's form
@@ -76,6 +85,14 @@ class Route:
 
 @dataclass(frozen=True)
 class Plan:
+    """A layer's routes, as `plan` builds them.
+
+    Args:
+        separate: sdpa's output and a statistics pass, or the streamed one pass where sdpa cannot.
+        fused: the one pass where it applies and differs from `separate`; None otherwise.
+        mode: the Fused flag: AUTO (the capture times both), ON, OFF.
+    """
+
     separate: Route  # sdpa's output and a statistics pass, or the streamed one pass where sdpa cannot
     fused: Route | None  # the one pass where it applies and differs from `separate`
     mode: Fused  # --fused: AUTO (the capture times both), ON, OFF
@@ -93,7 +110,20 @@ def resolve_backend(
 ) -> Backend:
     """The kernel `backend` names for tensors on `device` (None: only check the name); `one_pass`: for
     a route that computes the output too, where "auto" on CPU is the native kernel where it builds. A
-    name is parsed here, at the public entrance (flags.parse_backend); a parsed Backend passes through."""
+    name is parsed here, at the public entrance (flags.parse_backend); a parsed Backend passes through.
+
+    Args:
+        backend: a Backend or its name ("auto" or one of `BACKENDS`).
+        device: the tensors' device (a torch.device or its name); None only checks the name.
+        one_pass: the route computes the output too ("auto" on CPU: native where it builds).
+
+    Returns:
+        Backend: the kernel that runs, never AUTO.
+
+    Raises:
+        EntropyLensError: an unknown name; triton without its package or off CUDA (outside
+            TRITON_INTERPRET=1); native off CPU or where it does not build. Each message names the fix.
+    """
     backend = parse_backend(backend)  # ENTROPY_LENS_BACKEND overrides a parsed "auto"
     kind = None if device is None else torch.device(device).type
     if backend is Backend.AUTO:
@@ -130,7 +160,21 @@ def statistics_kernel(
     (B|1, 1, 1, S) or None and the window merged with the mask's own, so the launcher does not check a
     (T, S) mask again; a mask the Triton kernel does not take, or a key bias, goes to torch_chunked.
     Every kernel computes every declared statistic (tests/kernels/test_stats.py), so the statistics asked for
-    never change the kernel."""
+    never change the kernel.
+
+    Args:
+        backend: a Backend or its name, as `resolve_backend` takes it.
+        q: (B, Hq, T, D) validated queries; their device picks the kernel.
+        k: (B, Hkv, S, D) validated keys.
+        mods: the validated ScoreMods.
+        one_pass: the pass computes the output too (as `resolve_backend`'s).
+
+    Returns:
+        tuple: (kernel, mods in its form), the kernel a Backend other than AUTO.
+
+    Raises:
+        EntropyLensError: as `resolve_backend`.
+    """
     kernel = resolve_backend(backend, q.device, one_pass=one_pass)
     if kernel != "triton" or mods.mask is None and mods.key_bias is None:
         return kernel, mods
@@ -148,7 +192,25 @@ def statistics_kernel(
 
 
 def plan(backend: Backend, fused: Fused, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
-    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring)."""
+    """The routes of a layer with queries q, keys k, values v and these modifiers (module docstring).
+
+    Args:
+        backend: the parsed Backend (flags.parse_backend); a raw string is refused.
+        fused: the parsed Fused mode (flags.parse_fused).
+        q: (B, Hq, T, D) queries.
+        k: (B, Hkv, S, D) keys.
+        v: (B, Hkv, S, Dv) values (the Triton one pass needs Dv == D).
+        mods: the validated ScoreMods.
+        fusable: whether a one pass may replace the separate route (False where a gradient or dropout
+            is wanted).
+
+    Returns:
+        Plan: the separate route, the fused one (or None) and the mode.
+
+    Raises:
+        TypeError: backend or fused not parsed (flags.require).
+        EntropyLensError: as `resolve_backend`.
+    """
     require(backend=backend, fused=fused)  # parsed where the run started (entropy_lens/flags.py)
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
     if mods.sdpa_computes:
@@ -187,7 +249,26 @@ def run(
 ) -> RowStats:
     """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
-    has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K."""
+    has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K.
+
+    Args:
+        kernel: the Backend to run (not AUTO: `resolve_backend` or a Route's kernel).
+        q: (B, Hq, T, D) validated queries, any float dtype.
+        k: (B, Hkv, S, D) validated keys.
+        v: (B, Hkv, S, Dv) values for the output too, or None for the statistics alone.
+        softmax_scale: (Hq,) float32, the validated scale (`contract.validate_scale`).
+        mods: the ScoreMods in the kernel's form.
+        stats: names of entropy_lens.statistics.STATISTICS (default statistics.DEFAULT_STATS).
+        first_keys: first_mass's K (>= 1).
+        block_q: the tile's query rows (torch_chunked, native); None: the kernel's default.
+        block_k: the tile's keys; None: the kernel's default.
+
+    Returns:
+        RowStats: each of `stats` (B, Hq, T) float32, and the output (B, T, Hq, Dv) for values v.
+
+    Raises:
+        ValueError: values v with the reference kernel, which computes no output.
+    """
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
     if kernel == Backend.REFERENCE:
         if v is not None:
@@ -225,7 +306,24 @@ def train_plan(
     its kernels (auto, native, torch_chunked; on CUDA auto, triton); else None where sdpa computes the
     scores (the plan's separate route: sdpa's output with autograd, then the statistics), or the model's
     own output with autograd beside a statistics pass: its layer's own code where `own_code` (BLOOM at
-    its own scale), sdpa's ALiBi mask for a position bias, the model's eager attention otherwise."""
+    its own scale), sdpa's ALiBi mask for a position bias, the model's eager attention otherwise.
+
+    Args:
+        backend: the parsed Backend.
+        fused: the parsed Fused mode.
+        q: (B, Hq, T, D) queries.
+        k: (B, Hkv, S, D) keys.
+        v: (B, Hkv, S, Dv) values.
+        mods: the validated ScoreMods.
+        dropout: the layer trains with attention dropout (no fused-train route then).
+        own_code: the layer's own attention code computes its output (BLOOM at its own scale).
+
+    Returns:
+        Route | None: the route, or None where sdpa computes the scores (the plan's separate route).
+
+    Raises:
+        TypeError: backend or fused not parsed (flags.require).
+    """
     require(backend=backend, fused=fused)
     cuda = q.device.type == "cuda"
     kernels = (

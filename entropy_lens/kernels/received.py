@@ -5,7 +5,7 @@ entropy_lens.statistics.KEY_STATISTICS from two streaming passes, O(T + S) memor
                        mask=None, window=None, softcap=None, sinks=None, alibi_slopes=None, key_bias=None,
                        backend="auto", block_q=None, block_k=None)
         -> {name: (B, Hq, S) float32} for each of `stats` (a name, names comma-separated, a sequence, or
-           "all"): received, received_max, received_mean
+           "all") of entropy_lens.statistics.KEY_STATISTICS
 
     q, k, softmax_scale and every score modifier: as `attention_stats` (the contract in
            entropy_lens.kernels), validated by the same functions into one `ScoreMods` record
@@ -165,7 +165,27 @@ def received_from_lse(
     (B, Hkv, S, D), the rows' log-sum-exp lse (B, Hq, T) (a forward's m + ln l, the sink among the
     outcomes; +∞ for a row that counts for nothing), softmax_scale (Hq,) float32 and the validated
     `mods` of the forward that gave lse; `rows` (B|1, T) bool or None: the rows that count
-    (`counted_rows`). The reference ignores lse: it materialises the probabilities (the definition)."""
+    (`counted_rows`). The reference ignores lse: it materialises the probabilities (the definition).
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE, any float dtype.
+        k: (B, Hkv, S, D) keys; Hq % Hkv == 0.
+        lse: (B, Hq, T) the rows' log-sum-exp, any float dtype (cast to float32); +∞ for a row that
+            counts for nothing.
+        softmax_scale: (Hq,) float32, the validated scale of the forward.
+        mods: the validated ScoreMods of the forward that gave lse.
+        rows: None, or (B|1, T) bool: the query rows that count (`counted_rows`).
+        stats: key statistics of entropy_lens.statistics.KEY_STATISTICS, or "all".
+        backend: "auto" or one of kernels.BACKENDS.
+        block_q: the column pass's tile, query rows (torch_chunked, native); None: the default.
+        block_k: the column pass's tile, keys; None: the default.
+
+    Returns:
+        dict: {name: (B, Hq, S) float32} for each of `stats`.
+
+    Raises:
+        ValueError: lse not (B, Hq, T), an unknown statistic or backend.
+    """
     stats, backend = parse_key_stats(stats), parse_backend(backend)
     B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
     if tuple(lse.shape) != (B, Hq, T):
@@ -213,12 +233,12 @@ def attention_received(
         q (Tensor): (B, Hq, T, D) queries after RoPE, any float dtype.
         k (Tensor): (B, Hkv, S, D) keys; Hq % Hkv == 0 (GQA/MQA: per query head).
         softmax_scale (float | Tensor): λ, or (Hq,) per head; scores are λ_h q·k.
-        stats (str | Sequence[str]): key statistics of entropy_lens.statistics.KEY_STATISTICS
-            (received, received_max, received_mean), or "all".
+        stats (str | Sequence[str]): key statistics of entropy_lens.statistics.KEY_STATISTICS (a name,
+            comma-separated names, a sequence), or "all".
         query_window (int | None): only the last W real query rows count (SnapKV's window).
         causal, mask, window, softcap, sinks, alibi_slopes, key_bias: the score modifiers, as
             `attention_stats` takes them.
-        backend (str): "auto", "reference", "torch_chunked", "native" or "triton".
+        backend (str): "auto" or one of kernels.BACKENDS (flags.Backend), as `attention_stats`'s.
         block_q, block_k (int | None): the column pass's tile (torch_chunked, native).
 
     Returns:

@@ -64,7 +64,17 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     −slope_h·|i + S − T − j| (flash-attn's definition; BLOOM, MPT) or a bias per key (Falcon) added,
     masked keys −inf, the sink logit (not scaled, not capped) as one more outcome (gpt-oss), softmax
     over keys and sink together. A row that sees nothing has p = 0. T query rows sit at the last T of
-    the S key positions (bottom-right), so the last rows of a sequence may be passed alone."""
+    the S key positions (bottom-right), so the last rows of a sequence may be passed alone.
+
+    Args:
+        q: (B, Hq, T, D) queries, any float dtype (computed in float64).
+        k: (B, Hkv, S, D) keys; Hq % Hkv == 0.
+        softmax_scale: (Hq,) the validated scale λ_h (`contract.validate_scale`).
+        mods: the validated ScoreMods.
+
+    Returns:
+        tuple: (p, p_sink, any_visible) as above. Memory O(B·Hq·T·S): small T only.
+    """
     B, Hq, T, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     s, visible = attention_scores(q, k, softmax_scale, mods)
     if mods.sinks is not None:  # one more outcome per row: the sink, which every row sees

@@ -44,14 +44,29 @@ def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def entropy_from_state(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """H = log l − u/l (nats) from the streaming state; 0 for rows that saw no key (l = 0)."""
+    """H = log l − u/l (nats) from the streaming state; 0 for rows that saw no key (l = 0).
+
+    Args:
+        state: a kernel's or a merge's state, holding "l" and "u", each (B, Hq, T) float32.
+
+    Returns:
+        (B, Hq, T) float32 entropy in nats, >= 0.
+    """
     l, u = state["l"], state["u"]
     return (torch.log(l) - u / l).nan_to_num_(nan=0.0).clamp_min_(0.0)  # l = 0: −inf − NaN = NaN -> 0
 
 
 def sink_mass_from_state(state: Mapping[str, torch.Tensor], sinks: torch.Tensor | None) -> torch.Tensor:
     """p_sink = e^(σ_h − m)/l, (B, Hq, T) float32, for a state that holds the sinks σ (Hq,) (zeros for
-    sinks None). l >= 1 there: the largest score, or the sink itself, adds e^0."""
+    sinks None). l >= 1 there: the largest score, or the sink itself, adds e^0.
+
+    Args:
+        state: a state holding "m" and "l", each (B, Hq, T) float32, with the sinks merged in once.
+        sinks: (Hq,) float, the sink logits σ_h, or None.
+
+    Returns:
+        (B, Hq, T) float32 probability of the sink, in [0, 1].
+    """
     m, l = state["m"], state["l"]
     if sinks is None:
         return torch.zeros_like(l)
@@ -181,7 +196,12 @@ def read_stats(state: Mapping[str, torch.Tensor], mods: ScoreMods, stats) -> dic
 @dataclass(frozen=True)
 class RowStats(Mapping):
     """What a kernel returns: each statistic asked for by name, (B, Hq, T) float32, and the attention
-    output (B, T, Hq, Dv) where the pass computes it (else None)."""
+    output (B, T, Hq, Dv) where the pass computes it (else None).
+
+    Args:
+        values: {name: (B, Hq, T) float32}, one per statistic asked for; `rows[name]` reads one.
+        out: the attention output (B, T, Hq, Dv) in q's dtype, or None where the pass computes none.
+    """
 
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     out: torch.Tensor | None = None

@@ -16,9 +16,9 @@ Contract (the same as `torch_chunked.row_stats_torch`):
     sinks  None or (Hq,) fp32 sink logits σ_h (gpt-oss): one more score per row with no value
     alibi_slopes None or (Hq,) fp32 ALiBi slopes (BLOOM, MPT, Falcon): scores become
            s − slope_h·|i + S − T − j| after the softcap and before masking (flash-attn's definition)
-    stats  the row statistics asked for, of stats.ROW_STATS: entropy, sink_mass, max_prob,
-           collision_entropy, varentropy, distance, first_mass (K = first_keys: the keys r <= j < r + K, r each
-           batch row's first real key, mods.first_key)
+    stats  the row statistics asked for, of stats.ROW_STATS (declared in entropy_lens.statistics.STATISTICS);
+           first_mass's K = first_keys: the keys r <= j < r + K, r each batch row's first real key,
+           mods.first_key
     -> RowStats: each statistic (B, Hq, T) float32 (entropy in nats; sink_mass zeros without sinks;
        every one 0 for a row with no attendable key and no sink) and, with v, the output.
 

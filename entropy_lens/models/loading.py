@@ -150,11 +150,27 @@ def load_model(
 ) -> LoadedModel:
     """Load `ckpt` (bundled name, Hub id, .gguf file or HF folder) for analysis; see the module docstring.
 
-    nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it; None
-        on a checkpoint whose name says NoPE but whose config has rotary embeddings is refused (the
-        released TinyLlama-NoPE's config is plain Llama: loaded as it is, every number would be RoPE's).
-    rope_scaling: "TYPE:FACTOR" (dynamic, linear or yarn; e.g. "dynamic:2", the paper's RoPE-NTK)
-        sets the config's rope_parameters before the weights load, relative to max_position_embeddings.
+    Args:
+        ckpt: a bundled name ("smollm2"), a Hub id (org/name), a .gguf file or a Hugging Face folder.
+        dtype: the weights' dtype, a name ("float32", "bfloat16", "float16") or a torch.dtype.
+        device: where the model runs ("cpu", "cuda", "cuda:N" or a torch.device).
+        nope: None follows the checkpoint (config `nope: true`), True removes rotary, False keeps it;
+            None on a checkpoint whose name says NoPE but whose config has rotary embeddings is refused
+            (the released TinyLlama-NoPE's config is plain Llama: loaded as it is, every number would
+            be RoPE's).
+        rope_scaling: "TYPE:FACTOR" (dynamic, linear or yarn; e.g. "dynamic:2", the paper's RoPE-NTK)
+            sets the config's rope_parameters before the weights load, relative to
+            max_position_embeddings.
+        revision: the branch, tag or commit of a Hub id; None: main.
+        trust_remote_code: allow the checkpoint's own Python code.
+
+    Returns:
+        LoadedModel: the model (eval mode, on device, in dtype), its tokenizer and the facts a results
+        file records (name, source, config hash, NoPE, head scales, training length, shapes).
+
+    Raises:
+        EntropyLensError: a checkpoint that cannot be found or loaded, is not a causal LM, or says NoPE
+            in its name with rotary in its config (nope None), each with its fix.
     """
     torch_dtype, torch_device = resolve_dtype(dtype), resolve_device(device)
     source = resolve_ckpt(str(ckpt), revision)

@@ -36,10 +36,19 @@ TRAINING_LOG_KEYS = frozenset(("loss", "train_loss"))  # what Trainer's training
 class EntropyLensCallback(TrainerCallback):
     """Monitor attention during `Trainer.train()`; log the summaries; warn when a head crosses a threshold.
 
-    stats, every (in optimizer steps), first_keys: as AttentionMonitor's.
-    thresholds: None or {stat: ("below" | "above", limit)} (thresholds.Thresholds): a warning, once per
-                head, naming the layer, head and step.
-    prefix, per_head: the logged names, as `AttentionMonitor.scalars`.
+    Args:
+        stats: the row statistics recorded, as AttentionMonitor's (names of
+            entropy_lens.statistics.STATISTICS; default monitor.settings.MONITOR_STATS).
+        every: record every `every`-th optimizer step (>= 1).
+        first_keys: first_mass's K (>= 1).
+        thresholds: None or {stat: ("below" | "above", limit)} (thresholds.Thresholds), each stat one of
+            `stats`: a warning, once per head, naming the layer, head and step.
+        prefix: the logged names' first part, as `AttentionMonitor.scalars`'s.
+        per_head: log one scalar per head too, as `AttentionMonitor.scalars`'s.
+
+    Raises:
+        EntropyLensError: an unknown or repeated statistic, every < 1, or a malformed threshold.
+        TypeError: prefix not a str or per_head not a bool.
     """
 
     def __init__(
@@ -62,7 +71,14 @@ class EntropyLensCallback(TrainerCallback):
         self._logged_step = None  # the step of the last record put into the logs
 
     def add_to(self, trainer) -> EntropyLensCallback:
-        """Add this callback to `trainer` ahead of its reporters (so they report its scalars too)."""
+        """Add this callback to `trainer` ahead of its reporters (so they report its scalars too).
+
+        Args:
+            trainer: a transformers.Trainer; the callback moves to the front if it is there already.
+
+        Returns:
+            EntropyLensCallback: this callback.
+        """
         callbacks = trainer.callback_handler.callbacks
         if self in callbacks:
             callbacks.remove(self)

@@ -27,7 +27,22 @@ from entropy_lens.errors import EntropyLensError
 def qk_clip(model, max_logit, tau: float) -> np.ndarray:
     """Rescale q_proj and k_proj of every attention layer of `model` (see the module docstring) for the
     per-head `max_logit` (layers, heads) and threshold `tau` > 0; returns γ (layers, heads) float64, the
-    factor each head's logits were multiplied by (1 where max_logit <= tau)."""
+    factor each head's logits were multiplied by (1 where max_logit <= tau).
+
+    Args:
+        model: a transformers model whose attention layers have q_proj and k_proj (no q_norm, k_norm);
+            their rows are rescaled in place.
+        max_logit: (layers, heads) finite, each head's largest attention logit (AttentionMonitor's
+            max_logit: `mon.latest()["max_logit"]`).
+        tau: the threshold τ > 0, in the logits' unit.
+
+    Returns:
+        (layers, heads) float64 γ, in (0, 1].
+
+    Raises:
+        EntropyLensError: tau not a finite number above 0, max_logit not finite or not (layers, heads)
+            for this model, or a layer that normalises its queries or keys.
+    """
     if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not np.isfinite(tau) or tau <= 0:
         raise EntropyLensError(f"tau must be a finite number above 0 (got {tau!r}); pass e.g. tau=100.0")
     max_logit = np.asarray(max_logit, dtype=np.float64)

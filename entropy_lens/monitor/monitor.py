@@ -68,15 +68,23 @@ _MONITORED = weakref.WeakSet()  # models with an active monitor: one at a time
 
 class AttentionMonitor:
     """Record per-head attention statistics of every `every`-th step's forwards of `model` (see the
-    module docstring).
+    module docstring). A context manager: entering installs its hooks, leaving (or `close`) removes them.
 
-    stats: row statistics (kernels.stats.ROW_STATS); each summarised per head by its reduction
-           (summary.REDUCTIONS: the mean over real query rows, the maximum for maxima).
-    every: record the forwards of steps that are multiples of `every` (>= 1).
-    first_keys: first_mass's K.
-    fused: the recorded forwards' route (capture.ScaleSession's `fused`): "off" keeps the model's own sdpa
-           output and gradients bit for bit (the statistics in a pass of their own); "auto" may train
-           through the one-pass kernel (kernels/train.py), equal to sdpa only to rounding.
+    Args:
+        model: a transformers causal LM that capture supports (refused on entry otherwise).
+        stats: distinct names of row statistics (entropy_lens.statistics.STATISTICS; a name or a tuple),
+            each summarised per head by its reduction (summary.REDUCTIONS: the mean over real query
+            rows, the maximum for maxima). Default: monitor.settings.MONITOR_STATS.
+        every: record the forwards of steps that are multiples of `every` (>= 1).
+        first_keys: first_mass's K (>= 1).
+        fused: the recorded forwards' route, one of kernels.FUSED_MODES (capture.ScaleSession's
+            `fused`): "off" keeps the model's own sdpa output and gradients bit for bit (the statistics
+            in a pass of their own); "auto" may train through the one-pass kernel (kernels/train.py),
+            equal to sdpa only to rounding.
+
+    Raises:
+        EntropyLensError: an unknown or repeated statistic, every < 1, a flag out of range, or a
+            statistic or layer that no recorded forward of this model could measure.
     """
 
     def __init__(
@@ -164,6 +172,7 @@ class AttentionMonitor:
 
     @step.setter
     def step(self, value: int) -> None:
+        """Set the step of the forwards that follow (a training loop's optimiser step, >= 0)."""
         check_argument("step", value, int, {"at_least": 0}, example=1)
         self._step = int(value)
 
@@ -208,7 +217,16 @@ class AttentionMonitor:
         monitor's installation, which would replace it (the innermost session is the one the attention
         follows). For a loop that holds such a session or calls the model's decoder; the monitor need not
         be entered. `scaling` must record the monitor's stats (ScaleSession(stats=mon.stats)); an
-        EntropyRecorder's own records go on as well."""
+        EntropyRecorder's own records go on as well.
+
+        Args:
+            scaling: the caller's entered ScaleSession of this model, recording at least `stats`.
+            attention_mask: the forward's 2-D padding mask (B, T) (1 = real token), or None: every row
+                is real.
+
+        Raises:
+            EntropyLensError: `scaling` does not record every statistic of the monitor's `stats`.
+        """
         lacking = [s for s in self.stats if s not in scaling.session.stats]
         if lacking:
             raise EntropyLensError(
@@ -277,7 +295,14 @@ class AttentionMonitor:
 
     def latest(self) -> dict[str, np.ndarray]:
         """{stat: (layers, heads) float32} of the last recorded step whose attention was finite: the mean
-        over its real query rows, the maximum for maxima (summary.REDUCTIONS)."""
+        over its real query rows, the maximum for maxima (summary.REDUCTIONS).
+
+        Returns:
+            dict: {stat: (layers, heads) float32}, in each statistic's unit.
+
+        Raises:
+            EntropyLensError: no finite step recorded yet.
+        """
         finite = [r for r in self._records if r.nonfinite is None]
         if not finite:
             nonfinite = f"; steps {self.nonfinite_steps} were not finite" if self._records else ""
@@ -290,7 +315,19 @@ class AttentionMonitor:
     def scalars(self, prefix: str = "attention", *, per_head: bool = False) -> dict[str, float]:
         """The last record as flat {name: float} for any logger: `{prefix}/nonfinite` (1.0 where its
         attention was not finite, with nothing else; 0.0), `{prefix}/{stat}/layer_{l}/mean`, `/min` and
-        `/max` over the layer's heads, and with per_head=True each `{prefix}/{stat}/layer_{l}/head_{h}`."""
+        `/max` over the layer's heads, and with per_head=True each `{prefix}/{stat}/layer_{l}/head_{h}`.
+
+        Args:
+            prefix: the names' first part ("" for none).
+            per_head: add one scalar per head.
+
+        Returns:
+            dict: {name: float}, as above.
+
+        Raises:
+            TypeError: prefix not a str or per_head not a bool.
+            EntropyLensError: no finite step recorded yet (where the last record was finite or none).
+        """
         if not isinstance(prefix, str) or not isinstance(per_head, bool):
             raise TypeError("scalars(prefix: str, *, per_head: bool)")
         flag = f"{prefix}/nonfinite" if prefix else "nonfinite"
@@ -326,7 +363,11 @@ class AttentionMonitor:
         )
 
     def save(self, path) -> None:
-        """Write `history` to `path` (.npz, atomically; history.py's schema)."""
+        """Write `history` to `path` (.npz, atomically; history.py's schema).
+
+        Args:
+            path: the file to write (str or Path); a target that is not a regular file is refused.
+        """
         self.history.save(path)
 
     def meta(self) -> dict:

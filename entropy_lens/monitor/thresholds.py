@@ -24,7 +24,17 @@ class AttentionThresholdWarning(UserWarning):
 
 
 class Thresholds:
-    """{stat: ("below" | "above", limit)}, checked against `stats` (the monitor's) when given."""
+    """{stat: ("below" | "above", limit)}, checked against `stats` (the monitor's) when given.
+
+    Args:
+        limits: None (no threshold) or {stat: ("below" | "above", a finite number)}, in the
+            statistic's unit.
+        stats: the statistics recorded; a threshold on another is refused. None: not checked.
+
+    Raises:
+        EntropyLensError: limits not a dict, a rule not (direction, finite number), or a statistic
+            that is not recorded.
+    """
 
     def __init__(self, limits: dict | None, *, stats: tuple[str, ...] | None = None):
         limits = {} if limits is None else limits
@@ -57,7 +67,16 @@ class Thresholds:
 
     def check(self, values: dict[str, np.ndarray], step: int) -> list[str]:
         """Warn (AttentionThresholdWarning) for each head of `values` ({stat: (layers, heads)}) that
-        crosses its statistic's limit for the first time; return those warnings' messages."""
+        crosses its statistic's limit for the first time; return those warnings' messages.
+
+        Args:
+            values: {stat: (layers, heads)} summaries of one step (`AttentionMonitor.latest()`), holding
+                every statistic with a limit.
+            step: the step the values are of, for the messages.
+
+        Returns:
+            list: the new warnings' messages (str), empty where no head crossed for the first time.
+        """
         messages = []
         for stat, (direction, limit) in self.limits.items():
             v = values[stat]

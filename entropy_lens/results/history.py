@@ -43,7 +43,16 @@ HISTORY_FILE = "attention-history.npz"  # its name in the output folder of train
 @dataclass
 class History:
     """Recorded steps, oldest first: `steps`, `forwards`, `rows` (n,) int64 and `values[stat]`
-    (n, layers, heads) float32 (see the module docstring); `meta` as the file's."""
+    (n, layers, heads) float32 (see the module docstring); `meta` as the file's.
+
+    Args:
+        steps: (n,) int64, the step of each record.
+        forwards: (n,) int64, the recorded forwards merged into each step.
+        rows: (n,) int64, the real query rows behind each step.
+        values: {stat: (n, layers, heads) float32}, each step's per-head summary, in the statistic's unit.
+        meta: the file's meta (the module docstring).
+        nonfinite: (k,) int64, the recorded steps whose attention was not finite.
+    """
 
     steps: np.ndarray
     forwards: np.ndarray
@@ -60,14 +69,31 @@ class History:
         return tuple(self.values)
 
     def at(self, step: int) -> dict[str, np.ndarray]:
-        """{stat: (layers, heads) float32} of the record of `step`; KeyError naming the steps held."""
+        """{stat: (layers, heads) float32} of the record of `step`; KeyError naming the steps held.
+
+        Args:
+            step: a recorded step (one of `steps`); the last record of it if several.
+
+        Returns:
+            dict: {stat: (layers, heads) float32}.
+
+        Raises:
+            KeyError: no record of `step`.
+        """
         hits = np.flatnonzero(self.steps == step)
         if not len(hits):
             raise KeyError(f"no record of step {step}; recorded steps: {self.steps.tolist()}")
         return {stat: v[hits[-1]] for stat, v in self.values.items()}
 
     def save(self, path: str | Path) -> Path:
-        """Write the history to `path` (.npz) atomically: a reader sees the old file or the new one."""
+        """Write the history to `path` (.npz) atomically: a reader sees the old file or the new one.
+
+        Args:
+            path: the file to write (str or Path).
+
+        Returns:
+            Path: the file written.
+        """
         return atomic_savez(
             path,
             **{name: getattr(self, name).astype(np.int64) for name in (*ARRAYS, "nonfinite")},
@@ -78,7 +104,19 @@ class History:
 
 def load_history(path: str | Path, *, again: str | None = None) -> History:
     """The monitor history at `path`, checked: any damage is one EntropyLensError naming the file and
-    ending in `again`, the fix (default: save it again with mon.save; a command gives its own)."""
+    ending in `again`, the fix (default: save it again with mon.save; a command gives its own).
+
+    Args:
+        path: the .npz file (str or Path).
+        again: the fix to end a refusal with; None: save the history again with mon.save.
+
+    Returns:
+        History: the records, checked against the meta.
+
+    Raises:
+        EntropyLensError: a missing, damaged or foreign file, or a schema version this package does not
+            read.
+    """
     path = Path(path)
     name = printable(path)
     tail = "" if again is None else f"; {again}"  # the fix of a file that is no history, if given

@@ -27,6 +27,21 @@ __all__ = ["ScanResult"]
 
 @dataclass
 class ScanResult:
+    """A scan's means by layer, head and position, and its meta: the results file in memory (the
+    docstring of `entropy_lens.results` gives the file's contract). `scan` makes one, `ScanResult.load`
+    reads one.
+
+    Args:
+        entropy: (layers, heads, len) float32, mean entropy over samples, nats.
+        entropy_sq: (layers, heads, len) float32, mean squared entropy, nats².
+        loss: (len,) float32, mean NLL of token i+1 given tokens <= i, nats.
+        loss_sq: (len,) float32, mean squared NLL.
+        count: (len,) int64, samples averaged at each position.
+        meta: the JSON meta (the file's contract); an older file's keys are upgraded (`upgrade_meta`).
+        stats: {name: (layers, heads, len)} the other row statistics recorded (and their `<name>_sq`),
+            in each statistic's unit: sink_mass for a model with attention sinks.
+    """
+
     entropy: np.ndarray  # (layers, heads, len) nats
     entropy_sq: np.ndarray  # (layers, heads, len)
     loss: np.ndarray  # (len,) nats
@@ -55,7 +70,18 @@ class ScanResult:
 
     def stat(self, name: str, *, squared: bool = False) -> np.ndarray | None:
         """(layers, heads, len) mean of the row statistic `name` (entropy or one of `stats`), or with
-        `squared` its mean square (None where the file holds none: sink_mass)."""
+        `squared` its mean square (None where the file holds none: sink_mass).
+
+        Args:
+            name: one of `stat_names`.
+            squared: return the mean square instead of the mean.
+
+        Returns:
+            (layers, heads, len) means in `stat_unit(name)`, or None.
+
+        Raises:
+            EntropyLensError: the result holds no `name`.
+        """
         if name not in self.stat_names:
             held = ", ".join(self.stat_names) or "none (a loss-only scan)"
             raise EntropyLensError(
@@ -65,7 +91,14 @@ class ScanResult:
         return getattr(self, key) if name == ENTROPY.name else self.stats.get(key)
 
     def stat_unit(self, name: str) -> str:
-        """The unit `name` is stored in: statistics.STATISTICS's, else the meta's `stats` ("" if neither)."""
+        """The unit `name` is stored in: statistics.STATISTICS's, else the meta's `stats` ("" if neither).
+
+        Args:
+            name: a row statistic's name.
+
+        Returns:
+            str: the unit ("nats", "probability", ...).
+        """
         info = STATISTICS.get(name)
         return info.unit if info else str((self.meta.get("stats") or {}).get(name, ""))
 
@@ -99,7 +132,14 @@ class ScanResult:
     def save(self, path: str | Path) -> Path:
         """Write the file atomically, as the lowest schema version that describes it (`schema_version_of`):
         a file without the statistics of version 2 opens in readers of version 1 too. The meta says the
-        version written, so this result and the file it loads back as agree."""
+        version written, so this result and the file it loads back as agree.
+
+        Args:
+            path: the .npz file to write (str or Path); a target that is not a regular file is refused.
+
+        Returns:
+            Path: the file written.
+        """
         arrays = {name: getattr(self, name) for name in ARRAYS} | self.stats
         self.meta["schema_version"] = schema_version_of(self.meta, self.stats)
         return atomic_savez(path, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
@@ -107,7 +147,18 @@ class ScanResult:
     @classmethod
     def load(cls, path: str | Path) -> ScanResult:
         """The results file at `path`, checked (the module docstring: files are untrusted); any damage is
-        one EntropyLensError naming the file and the fix."""
+        one EntropyLensError naming the file and the fix.
+
+        Args:
+            path: the .npz file (str or Path).
+
+        Returns:
+            ScanResult: the result, validated.
+
+        Raises:
+            EntropyLensError: a missing, damaged or foreign file, an unreadable schema version, or NaN/inf
+                where a mean is expected.
+        """
         path = Path(path)
         name = printable(path)
         if not path.is_file():
@@ -148,7 +199,14 @@ class ScanResult:
 
     def validate(self, source: str = "result") -> None:
         """Refuse, in one line naming `source`, arrays that are not real numbers of the shapes the
-        module docstring gives, no positions, or meta fields of the wrong type."""
+        module docstring gives, no positions, or meta fields of the wrong type.
+
+        Args:
+            source: the name the messages give the result (a file's path).
+
+        Raises:
+            EntropyLensError: any of the above, in one line.
+        """
         source = printable(source)
         corrupt = "the file is corrupt, rerun the scan"
         for name, values in {**{k: getattr(self, k) for k in ARRAYS}, **self.stats}.items():

@@ -44,7 +44,14 @@ def summary(result: ScanResult) -> str:
     further row statistics (`scan --stats`), the mean of each over heads and the same spans, one column
     per statistic under its name and unit; a statistic whose declaration summarises it by a maximum
     (`Statistic.reduction` MAX: max_logit, QK-clip's quantity) shows the max over heads and positions
-    instead, and a line under the table says so."""
+    instead, and a line under the table says so.
+
+    Args:
+        result: a scan's result (a loss-only scan's too: its table has the loss alone).
+
+    Returns:
+        str: the table, as the CLI prints it after a scan.
+    """
     T, L = result.length, result.meta.get("train_len")
     if isinstance(L, int) and 2 <= L < T:
         spans, head = spans_by_l(T, L), f"L = {L}"

@@ -395,3 +395,6 @@ class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
                 f"ascending, e.g. --lens {' '.join(map(str, sorted(set(self.lengths)) or [128, 256]))}"
             )
         self.check_scaling()
+
+
+settings.documented(ScanConfig, PerplexityConfig, HeadSearchConfig, PasskeyConfig)  # Args: each --help

@@ -54,7 +54,22 @@ def passkey(
     config: PasskeyConfig, *, out: str | Path | None = None, force: bool = False, progress: bool = True
 ) -> dict:
     """The record (module docstring); with `out`, written there after every cell and continued from
-    what is there when it holds a run of these settings."""
+    what is there when it holds a run of these settings.
+
+    Args:
+        config: the run's settings.
+        out: the record's file (.json), written after every cell; None: nothing written.
+        force: start over, ignoring what `out` holds (without it, a record of other settings is refused).
+        progress: show a progress bar.
+
+    Returns:
+        dict: the record (the module docstring): config, provenance, model, units and the results per
+        length and depth.
+
+    Raises:
+        EntropyLensError: settings that cannot run, a target that is not a file, or an `out` holding a
+            run of other settings without force.
+    """
     config.check()
     path = None if out is None else check_file_target(out, example="passkey.json")
     with OutputLock(path) if path is not None else contextlib.nullcontext():

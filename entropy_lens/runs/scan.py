@@ -81,7 +81,24 @@ def scan(
     choices: PathChoices | None = None,
 ) -> ScanResult:
     """Run the scan; write `out` (atomically) when given. See the module docstring. `choices`: the
-    state `fused="auto"` decides in (default: a fresh one; a checkpoint's when resuming)."""
+    state `fused="auto"` decides in (default: a fresh one; a checkpoint's when resuming).
+
+    Args:
+        config: the scan's settings (every number of the result follows from them).
+        out: the results file to write (.npz), or None to write nothing.
+        resume: continue from `<out>.partial.npz`, or return the finished `out` when it holds this scan.
+        force: overwrite an existing `out`; an interrupted scan starts over rather than continuing.
+        progress: show a progress bar.
+        checkpoint_every_s: seconds between checkpoints of a long scan (`<out>.partial.npz`).
+        choices: a capture.fused.PathChoices, the state --fused auto decides in; None: a fresh one.
+
+    Returns:
+        ScanResult: the means by layer, head and position, with the meta.
+
+    Raises:
+        EntropyLensError: a flag, path, length or scale that cannot run, or an existing `out` without
+            resume or force; checked before anything is written.
+    """
     started = time.perf_counter()
     config.check()
     output = Output.of(out, resume=resume, force=force)

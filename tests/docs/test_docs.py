@@ -4,7 +4,10 @@ The build takes about a minute on 2 cores: those tests are slow; the source chec
 
 from __future__ import annotations
 
+import enum
 import html
+import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -13,12 +16,17 @@ from pathlib import Path
 import pytest
 
 import entropy_lens
+import entropy_lens.analysis
 import entropy_lens.kernels
+import entropy_lens.monitor
 from entropy_lens.cli import build_parser
 
 ROOT = Path(__file__).parents[2]
 DOCS = ROOT / "docs"
-PUBLIC = [("entropy_lens", entropy_lens.__all__), ("entropy_lens.kernels", entropy_lens.kernels.__all__)]
+PUBLIC = [
+    (module.__name__, module.__all__)
+    for module in (entropy_lens, entropy_lens.kernels, entropy_lens.monitor, entropy_lens.analysis)
+]
 
 
 def _commands():
@@ -36,8 +44,10 @@ def test_the_api_page_documents_every_public_name():
     page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
     for module, names in PUBLIC:
         for name in names:
+            prefix, bare = re.escape(f"{module}."), re.escape(name)
+            # a py:data inside its automodule names the bare name (a prefix there would repeat the module's)
             assert re.search(
-                rf"(auto\w+|py:data)::\s+{re.escape(module)}\.{re.escape(name)}\s*$", page, re.MULTILINE
+                rf"(auto\w+::\s+{prefix}{bare}|py:data::\s+({prefix})?{bare})\s*$", page, re.MULTILINE
             ), f"{module}.{name} is public: add it to docs/reference/api.md"
 
 
@@ -103,6 +113,56 @@ def test_the_built_reference_holds_every_public_name(site):
         for name in names:
             assert f"{module}.{name}" in ids or f"{module}.{name}" in _text(api), f"{module}.{name}"
     assert "(B, Hq, T, D)" in _text(api)  # the kernels' shape contract, from their docstring
+
+
+def _resolve(qualified: str):
+    """The object an entry's id names ("entropy_lens.monitor.History.at"), read as the page's reader
+    would (`entropy_lens.kernels.plan` is the function, not the module); None for a property."""
+    parts = qualified.split(".")
+    obj = importlib.import_module(parts[0])
+    for part in parts[1:]:
+        if isinstance(obj, type) and isinstance(inspect.getattr_static(obj, part, None), property):
+            return None  # a property: no arguments
+        found = getattr(obj, part, None)
+        if found is None and inspect.ismodule(obj):
+            found = importlib.import_module(f"{obj.__name__}.{part}")
+        obj = found
+    return obj
+
+
+def _takes_arguments(obj) -> bool:
+    if not callable(obj):
+        return False
+    if isinstance(obj, enum.EnumType):
+        return True  # Backend("auto")
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):  # an exception class: its message is no documented argument
+        return False
+    return any(name not in ("self", "cls") for name in params)
+
+
+@pytest.mark.slow
+def test_every_public_callable_in_the_built_reference_has_a_parameter_table(site):
+    """Napoleon renders a docstring's Args as the "Parameters" field list: each entry (its signature to
+    the next entry's) of a callable that takes an argument holds one, and every public callable that
+    takes one has an entry (an object shown twice, `:no-index:`, is checked where it has its id)."""
+    page = (site / "reference" / "api.html").read_text(encoding="utf-8")
+    heads = list(re.finditer(r'<dt class="sig sig-object py" id="([^"]+)">', page))
+    shown = set()
+    for head, after in zip(heads, [*heads[1:], None], strict=True):
+        obj = _resolve(head.group(1))
+        shown.add(id(obj))
+        if not _takes_arguments(obj):
+            continue
+        entry = page[head.start() : after.start() if after else None]
+        table = re.search(r'<dl class="field-list[^"]*">\s*<dt class="field-\w+">Parameters<', entry)
+        assert table, f"{head.group(1)}: no parameter table (Args section) in the built reference"
+    for module, names in PUBLIC:
+        for name in names:
+            obj = getattr(importlib.import_module(module), name)
+            if _takes_arguments(obj):
+                assert id(obj) in shown, f"{module}.{name} has no entry of its own in the API page"
 
 
 @pytest.mark.slow

@@ -86,12 +86,26 @@ def native_module(state: NativeState | None = None):
 
 
 def native_available(state: NativeState | None = None) -> bool:
-    """Whether the native kernel can run here (builds it on first call)."""
+    """Whether the native kernel can run here (builds it on first call).
+
+    Args:
+        state: where the extension and its status live; None: the process's.
+
+    Returns:
+        bool: True where the extension is built and loaded.
+    """
     return native_module(state) is not None
 
 
 def native_status(state: NativeState | None = None) -> str:
-    """ "built", "not built" (not asked for yet) or "unavailable (why)"."""
+    """ "built", "not built" (not asked for yet) or "unavailable (why)".
+
+    Args:
+        state: where the extension and its status live; None: the process's.
+
+    Returns:
+        str: the status, as above; builds nothing.
+    """
     return (state or PROCESS_NATIVE).status
 
 
