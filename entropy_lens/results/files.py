@@ -11,6 +11,7 @@ terminal act instead of print.
 
 from __future__ import annotations
 
+import errno
 import io
 import math
 import os
@@ -101,15 +102,17 @@ def check_regular_target(
     name = " ".join(filter(None, [flag, printable(path)]))
     if path.is_symlink():
         name += f" (a link to {printable(os.path.realpath(path))})"
-    if kind == stat.S_IFDIR:
-        raise EntropyLensError(f"{name} is a folder; pass a file name inside it, such as {path / example}")
     what = _KINDS.get(kind, "a special file")
-    if folder:
-        raise EntropyLensError(f"{name} is {what}, not a folder; pass a folder (new or existing)")
-    raise EntropyLensError(
-        f"{name} is {what}, not a regular file, and writing would replace it; move it away, or pass "
-        f"another {flag or 'path'}"
-    )
+    if kind == stat.S_IFDIR:
+        message = f"{name} is a folder; pass a file name inside it, such as {path / example}"
+    elif folder:
+        message = f"{name} is {what}, not a folder; pass a folder (new or existing)"
+    else:
+        message = (
+            f"{name} is {what}, not a regular file, and writing would replace it; move it away, or pass "
+            f"another {flag or 'path'}"
+        )
+    raise TargetRefused(path, message, f"{what} stands there")
 
 
 class WriteFailed(EntropyLensError):
@@ -122,6 +125,16 @@ class WriteFailed(EntropyLensError):
             f"could not write {printable(path)} ({write_failure_reason(error)}); free space on that disk, "
             "make the folder writable, or pass another path"
         )
+
+
+class TargetRefused(WriteFailed):
+    """A target that is not what a writer may replace (check_regular_target), in one line; a WriteFailed,
+    so that a run whose output turned into a folder or a device while it ran keeps its finished work as
+    for any refused write (its checkpoint, or a rescued copy), `error` saying what stands there."""
+
+    def __init__(self, path: Path, message: str, what: str):
+        self.error = OSError(errno.EEXIST, what)
+        EntropyLensError.__init__(self, message)
 
 
 def write_failure_reason(error: OSError | WriteFailed) -> str:

@@ -151,7 +151,9 @@ def test_search_heads_cli_writes_the_history_beside_out(tmp_path, capsys):
     assert str(tmp_path / "hs.history.npz") in capsys.readouterr().out
     history = load_history(history_path(out))
     assert history.steps.tolist() == [1, 2] and history.stats == ("entropy", "max_prob")
-    assert main([*args, "--out", str(out), "--quiet"]) == 0  # replaced as --out is: no stale history
+    assert (
+        main([*args, "--out", str(out), "--quiet", "--force"]) == 0
+    )  # replaced as --out is: no stale history
     assert not history_path(out).exists()
 
 

@@ -225,3 +225,19 @@ def test_a_checkpoint_on_a_full_disk_is_one_line_and_the_last_one_stands(tmp_pat
     assert "\n" not in str(got.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
     assert torch.load(path, weights_only=True) == {"step": 1}
+
+
+def test_an_output_that_turns_special_during_a_run_keeps_the_finished_work(special, monkeypatch, tmp_path):
+    """A target that became a pipe or device while the run ran (after the up-front check) is refused at
+    the write as a refused write is: the finished work is rescued elsewhere, the message says where, and
+    the special file stands."""
+    from entropy_lens.runs import output
+
+    monkeypatch.setattr(output, "rescue_path", lambda path: tmp_path / "rescued" / path.name)
+    before = os.stat(special).st_mode
+    with pytest.raises(EntropyLensError, match=r"saved in .*rescued.* instead: move it") as err:
+        output.save_or_rescue(special, lambda p: atomic_write_text(p, "finished"), what="table")
+    assert "\n" not in str(err.value) and "stands there" in str(err.value)
+    assert (tmp_path / "rescued" / special.name).read_text() == "finished" and os.stat(
+        special
+    ).st_mode == before
