@@ -53,8 +53,8 @@ class Reduction:
     elementwise combine, one name in numpy and torch ("add", "maximum"); `identity` the value before any
     row (0 for a sum, −inf for a maximum); `over` its reduction over an axis, one name in numpy, torch
     and torch's `scatter_reduce` ("sum", "amax"); `summary` the function of the finished value over an
-    axis, one name in numpy and torch ("mean", "amax"); `divides`: the finished value is the total over
-    the rows' count (a mean) or the total itself; `all_reduce`: torch.distributed.ReduceOp's name ("SUM",
+    axis, one name in numpy and torch ("mean", "amax"; a mean's finished value is the total over the
+    rows' count, a maximum's the total itself); `all_reduce`: torch.distributed.ReduceOp's name ("SUM",
     "MAX"). Each method takes numpy arrays or torch tensors and returns the same kind."""
 
     name: str
@@ -62,7 +62,6 @@ class Reduction:
     over: str
     summary: str
     identity: float
-    divides: bool
     all_reduce: str
 
     def combine(self, a, b):
@@ -86,13 +85,13 @@ class Reduction:
         """The value of `total` over `count` rows (broadcast): the mean or the maximum, NaN where no row."""
         lib = _library(total)
         seen = count > 0
-        if not self.divides:
+        if self.summary != "mean":  # a maximum: the total itself
             return lib.where(seen, total, math.nan)
         return lib.where(seen, total / lib.where(seen, count, 1), math.nan)
 
 
-MEAN = Reduction("mean", "add", "sum", "mean", 0.0, divides=True, all_reduce="SUM")
-MAX = Reduction("max", "maximum", "amax", "amax", -math.inf, divides=False, all_reduce="MAX")
+MEAN = Reduction("mean", "add", "sum", "mean", 0.0, all_reduce="SUM")
+MAX = Reduction("max", "maximum", "amax", "amax", -math.inf, all_reduce="MAX")
 REDUCTIONS = {r.name: r for r in (MEAN, MAX)}
 
 

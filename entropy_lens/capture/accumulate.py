@@ -146,10 +146,12 @@ class HostSums:
                 parts.setdefault(reduction_of(name), []).append((sums[name][layer], v))
                 if ROW_STATS[name].squared:
                     parts.setdefault(MEAN, []).append((sums[name + "_sq"][layer], v * v))
+            B, _, T = next(iter(stats.values())).shape
+            rows = _placement(mask, B, T, key_offset)  # once per report: every sum places rows alike
             for reduction, pairs in parts.items():
-                _rows_into(pairs, reduction, key_offset, mask)
+                _rows_into(pairs, reduction, key_offset, rows)
             if counts:
-                _count_rows(sums["count"], next(iter(stats.values())).shape, key_offset, mask)
+                _count_rows(sums["count"], B, T, key_offset, rows)
 
     def read(self) -> dict[str, np.ndarray]:
         """{sum name: (layers, heads, n) float64, "count": (n,) int64} on the host, waiting for copies in
@@ -202,37 +204,40 @@ def _empty(name: str) -> float:
     return reduction_of(name).identity
 
 
-def _rows_into(parts, reduction, key_offset: int, mask) -> None:
+def _placement(mask, B: int, T: int, key_offset: int):
+    """Where a report's T query rows at key positions key_offset.. land: None without the forward's 2-D
+    mask over its keys (row t at position key_offset + t), else (keep (B, T) bool: real rows, pos (B, T):
+    their true positions cumsum(mask) − 1, so left padding shifts rows down; padded rows at 0)."""
+    if mask is None or mask.shape[1] != key_offset + T:
+        return None
+    return mask[:, -T:], (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)
+
+
+def _rows_into(parts, reduction, key_offset: int, rows) -> None:
     """Combine each (total (H, n) float64, values (B, H, T) float64) of `parts` into its total at key
-    positions key_offset.. by `reduction` (summed, or the largest kept) over the batch; with the
-    forward's 2-D mask, padded rows are left out (as the identity) and rows land at their true
-    positions (cumsum(mask) − 1), so left padding shifts rows down."""
+    positions key_offset.. by `reduction` (summed, or the largest kept) over the batch; placed by `rows`
+    (`_placement`), padded rows left out (as the identity)."""
     B, H, T = parts[0][1].shape
-    n = key_offset + T
-    if mask is not None and mask.shape[1] == n:
-        keep = mask[:, -T:].unsqueeze(1)
-        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)  # true positions; padded rows add nothing
+    if rows is not None:
+        keep, pos = rows
         for total, values in parts:
-            rows = torch.where(keep, values, reduction.identity)
+            kept = torch.where(keep.unsqueeze(1), values, reduction.identity)
             for b in range(B):  # positions within a row are distinct: deterministic
-                total.scatter_reduce_(1, pos[b].expand(H, T), rows[b], reduction.over)
+                total.scatter_reduce_(1, pos[b].expand(H, T), kept[b], reduction.over)
     else:
         for total, values in parts:
-            window = total[:, key_offset:n]
+            window = total[:, key_offset : key_offset + T]
             window.copy_(reduction.combine(window, reduction.reduce(values, 0)))
 
 
-def _count_rows(count, shape, key_offset: int, mask) -> None:
-    """Add the rows of reports of `shape` (B, H, T) at key positions key_offset.. into count (n,), as
-    `_rows_into` places them (padded rows not counted)."""
-    B, _, T = shape
-    n = key_offset + T
-    if mask is not None and mask.shape[1] == n:
-        pos = (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)
+def _count_rows(count, B: int, T: int, key_offset: int, rows) -> None:
+    """Add a report's real rows into count (n,), placed by `rows` as `_rows_into` places them."""
+    if rows is not None:
+        keep, pos = rows
         for b in range(B):
-            count.index_add_(0, pos[b], mask[b, -T:].long())
+            count.index_add_(0, pos[b], keep[b].long())
     else:
-        count[key_offset:n] += B
+        count[key_offset : key_offset + T] += B
 
 
 def _reached(count: torch.Tensor) -> int:
