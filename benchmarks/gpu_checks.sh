@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Everything the Triton work leaves to a GPU, in stages meant to fit a 10-minute command each (not yet timed):
-#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all six, in order)
+#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all seven, in order)
 #     tests    pytest -m gpu (real sizes) and the interpreter's grid run natively on CUDA -> gpu_tests.txt
+#     received attention received's Triton column pass natively on CUDA (test_received.py's triton cases,
+#              every score modifier against the float64 definition)                    -> received_tests.txt
 #     static   registers / spills of every autotune config, as compiled there          -> kernel_static.json
-#     short    the issue-4 benchmark at 4K..32K (plain, scan, scan_fused, eager, kernel) -> scan_gpu.json
+#     short    the issue-4 benchmark at 4K..32K (plain, scan, scan_fused, eager, kernel; the kernel rows
+#              time attention_received too)                                            -> scan_gpu.json
 #     long     the same at 64K and 128K, merged into scan_gpu.json (--append)
 #     context  --context-parallel on every GPU (2 or more; skipped with one): SmolLM2 at 128K (CONTEXT_LEN),
 #              1 GPU against all, time and each rank's peak GPU memory beside the model -> context_parallel_gpu.json
@@ -22,7 +25,7 @@ mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 "$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" || exit 1
 stages=("$@")
-[ $# -gt 0 ] || stages=(tests static short long context train)
+[ $# -gt 0 ] || stages=(tests received static short long context train)
 status=0
 for s in "${stages[@]}"; do
   case $s in
@@ -31,6 +34,9 @@ for s in "${stages[@]}"; do
       "$PY" -m pytest -q -p no:cacheprovider tests/triton_interp_cases.py tests/kernels/test_kernels.py \
         tests/kernels/test_kernels_extras.py tests/kernels/test_kernels_alibi.py -k triton \
         2>&1 | tee -a "$OUT_DIR/gpu_tests.txt" || status=1 ;;
+    received)
+      "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_received.py -k "triton and not under_the_interpreter" \
+        2>&1 | tee "$OUT_DIR/received_tests.txt" || status=1 ;;
     static) "$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1 ;;
     short) "$PY" benchmarks/scan_gpu.py --lengths 4096 8192 16384 32768 --out "$OUT_DIR/scan_gpu.json" || status=1 ;;
     long) "$PY" benchmarks/scan_gpu.py --lengths 65536 131072 --out "$OUT_DIR/scan_gpu.json" --append || status=1 ;;
@@ -49,7 +55,7 @@ for s in "${stages[@]}"; do
       # shellcheck disable=SC2086  # TRAIN_SIZES is a list of MODEL:LEN words
       "$PY" benchmarks/train_cpu.py --device cuda --sizes ${TRAIN_SIZES:-smollm2:2048 smollm2:4096 llama4:1024} \
         --out "$OUT_DIR/train_gpu.json" || status=1 ;;
-    *) echo "unknown stage '$s': choose from tests static short long context train" >&2; exit 2 ;;
+    *) echo "unknown stage '$s': choose from tests received static short long context train" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -67,6 +67,43 @@ def scan_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def scan_gpu_table(record: dict) -> str:
+    """scan_gpu.json: each mode's median and peak GPU memory against plain's at the same length; the kernel
+    rows' one-layer passes (entropy, attention, fused, attention received) in milliseconds."""
+    rows = [
+        f"{record['gpu']}, torch {record['machine']['torch']}; {record['model']}",
+        "",
+        "| len | mode | s | × plain | peak GiB | × plain | attention path |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    plain = {r["len"]: r for r in record["rows"] if r["mode"] == "plain" and "median_s" in r}
+    for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']} | {r['mode']} | skipped: {r['skipped']} | | | | |")
+        elif r["mode"] != "kernel":
+            p = plain[r["len"]]
+            rows.append(
+                f"| {r['len']} | {r['mode']} | {r['median_s']:.3f} | {r['median_s'] / p['median_s']:.2f} | "
+                f"{r['peak_gib']:.2f} | {r['peak_gib'] / p['peak_gib']:.2f} | {'+'.join(r.get('paths', []))} |"
+            )
+    rows += [
+        "",
+        "| len | entropy ms | TFLOP/s | attention ms | fused ms | fused × separate | received ms | received × entropy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["rows"]:
+        if r["mode"] == "kernel" and "entropy_s" in r:
+            received = (
+                f"{r['received_s'] * 1e3:.1f} | {r['received_vs_entropy']:.2f}" if "received_s" in r else "| "
+            )
+            rows.append(
+                f"| {r['len']} | {r['entropy_s'] * 1e3:.1f} | {r['entropy_tflops']:.0f} | "
+                f"{r['attention_s'] * 1e3:.1f} ({r['attention']}) | {r['fused_s'] * 1e3:.1f} | "
+                f"{r['fused_vs_separate']:.2f} | {received} |"
+            )
+    return "\n".join(rows)
+
+
 def fold_table(record: dict) -> str:
     rows = ["| len | pass | block | per-tile step | s | × sdpa |", "|---|---|---|---|---|---|"]
     sdpa = {r["len"]: r["s"] for r in record["rows"] if r["variant"] == "sdpa"}
@@ -287,6 +324,7 @@ TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
     "scan_cpu": scan_table,
+    "scan_gpu": scan_gpu_table,
     "fold_cpu": fold_table,
     "view_size": view_table,
     "context_parallel_cpu": context_parallel_table,

@@ -13,8 +13,9 @@ Modes per length (median wall time after one warm-up, peak GPU memory from max_m
   eager   attn_implementation="eager" (materialises each layer's [heads, T, T] probabilities) with
           entropy taken from them layer by layer; skipped where it runs out of memory
   kernel  the entropy kernel alone on one layer's q, k vs the attention forward on the same q, k, v
-          (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products, and the
-          fused output+entropy kernel vs the two separately
+          (flash-attn when installed, else sdpa), with effective TFLOP/s of the QKᵀ products, the
+          fused output+entropy kernel vs the two separately, and attention received (every key
+          statistic, `attention_received`, its own LSE pass included) against the entropy kernel
 Targets (issue 4): scan ≤ 1.3× plain at 16K, peak memory ≤ 1.1× plain, 128K fits on 80 GB, and at 8K
 the scan ≥ 20× faster than eager. Prints a table and writes JSON with the GPU name after every row, so a
 run cut short keeps what it measured; `--append` merges into an existing file (a run split into several
@@ -218,6 +219,14 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
         repeats,
         device,
     )
+    from entropy_lens.kernels import attention_received
+
+    # the column pass (issue 59) alone: it recomputes the row LSE (two passes over K), as a direct call does
+    received_s, _, received_peak = _timed(
+        lambda: attention_received(q, k, softmax_scale=d**-0.5, stats="all", backend="triton"),
+        repeats,
+        device,
+    )
     tflops = entropy_flops(hq, length, d) / ent_s / 1e12
     return {
         "mode": "kernel",
@@ -229,6 +238,9 @@ def _kernel_row(cfg, length: int, repeats: int, device) -> dict:
         "fused_vs_separate": fused_s / (attn_s + ent_s),
         "entropy_tflops": tflops,
         "entropy_peak_gib": ent_peak,
+        "received_s": received_s,
+        "received_vs_entropy": received_s / ent_s,
+        "received_peak_gib": received_peak,
     }
 
 
@@ -308,7 +320,8 @@ def _columns(rows: list[dict]) -> list[Column]:
             return ""
         return (
             f"{r['attention']} {r['attention_s']:.3f} s; entropy {r['entropy_tflops']:.1f} TFLOP/s; "
-            f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate)"
+            f"fused {r['fused_s']:.3f} s ({r['fused_vs_separate']:.2f}x separate); "
+            f"received {r['received_s']:.3f} s ({r['received_vs_entropy']:.2f}x entropy)"
         )
 
     return [

@@ -285,7 +285,7 @@ def plain_pytorch_entropy(q, k, scale, T, S):
     """What an eager HF model does in a low-precision dtype: scores in that dtype, softmax in
     fp32 cast back, entropy from those probabilities (the paper's own computation)."""
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
-    vis = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    vis = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
     s = s.masked_fill(~vis, float("-inf"))
     p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
     return torch.special.entr(p).sum(-1).float()

@@ -381,7 +381,9 @@ def test_a_subset_keeps_only_its_accumulators(stats, sinks):
     q, k = make_inputs(2, 4, 2, 40, 50)
     kw = {"softmax_scale": 0.4, "sinks": make_sinks(4) if sinks else None}
     want = attention_stats(q, k, stats=stats, first_keys=2, backend="reference", **kw)
-    got = attention_stats(q, k, stats=stats, first_keys=2, backend="triton", **on_device(kw, DEVICE))
+    got = attention_stats(
+        q.to(DEVICE), k.to(DEVICE), stats=stats, first_keys=2, backend="triton", **on_device(kw, DEVICE)
+    )
     assert list(got) == list(stats)
     assert_stats_close(got, want)
 
