@@ -225,6 +225,16 @@ STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.axis == ROW
 KEY_STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.axis == KEYS}
 
 
+def declared(name: str) -> Statistic:
+    """The declared statistic `name` of either axis (KeyError naming the choices otherwise)."""
+    stat = STATISTICS.get(name) or KEY_STATISTICS.get(name)
+    if stat is None:
+        raise KeyError(
+            f"{name!r} is no declared statistic; choose from {', '.join(STATISTICS | KEY_STATISTICS)}"
+        )
+    return stat
+
+
 def reduction_of(key: str) -> Reduction:
     """How the sum or array named `key` combines: its statistic's reduction for a statistic's own
     (`entropy`, `max_logit`, `received_max`), MEAN for its square (`entropy_sq`), a count or anything not
@@ -294,6 +304,21 @@ def parse_stats(stats) -> tuple[str, ...]:
         what = f"unknown row statistic {unknown!r}{did_you_mean(unknown)}" if unknown else "no row statistic"
         raise ValueError(f"{what}; choose from {ALL} or {', '.join(STATISTICS)}")
     return names
+
+
+def split_stats(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`stats` of both axes (a name, names comma-separated, a sequence; "all" alone: every row and every
+    key statistic) as (row statistics, key statistics), each in the order given, each checked as
+    `parse_stats` and `parse_key_stats` check theirs; the rows default to DEFAULT_STATS where only key
+    statistics are named (entropy is always recorded). What a recorder and a scan's --stats take."""
+    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
+    if names == (ALL,):
+        return tuple(STATISTICS), tuple(KEY_STATISTICS)
+    if ALL in names:
+        parse_stats(names)  # its refusal of `all` beside other names
+    keys = tuple(name for name in names if name in KEY_STATISTICS)
+    rows = tuple(name for name in names if name not in KEY_STATISTICS)
+    return (parse_stats(rows) if rows or not keys else DEFAULT_STATS), keys
 
 
 def parse_key_stats(stats) -> tuple[str, ...]:

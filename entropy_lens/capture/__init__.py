@@ -3,8 +3,10 @@ a sequence sharded over processes (--context-parallel: shards.py, context_parall
 
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.loss import check_logits, forward_hidden, next_token_nll
-from entropy_lens.capture.recorder import EntropyRecorder, ScaleSession, check_shardable, check_supported
+from entropy_lens.capture.own_attention import check_supported
+from entropy_lens.capture.recorder import EntropyRecorder, ScaleSession
 from entropy_lens.capture.schedule import Schedule, parse_schedule
+from entropy_lens.capture.shardable import check_shardable
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 
 __all__ = [

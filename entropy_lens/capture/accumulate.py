@@ -20,6 +20,11 @@ landed. Layers are summed between forwards, never during one (the host keeps que
 work): at the next forward's start as far as their copies have landed (oldest first, never
 waiting), and at `read` or `drain_into`, waiting for the rest.
 
+Key statistics (attention received, `EntropyRecorder`'s second HostSums) are summed the same way: a
+layer reports {statistic: (B, H, S)} for its S keys at offset 0, so a "row" is a batch row's key, placed
+at its true position by the forward's mask (padded keys left out), and `count` says how many batch rows
+had a key there.
+
 Rows are counted once per forward, per position: with the reports of the first layer that reports
 after `begin_forward` (every layer of a forward sees the same rows). With the forward's 2-D mask,
 padded rows add nothing and rows land at their true positions, cumsum(mask) − 1, so left padding
@@ -35,8 +40,8 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels.stats import ROW_STATS, sum_names
-from entropy_lens.statistics import MEAN, reduction_of
+from entropy_lens.kernels.stats import sum_names
+from entropy_lens.statistics import MEAN, declared, reduction_of
 
 
 def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -144,7 +149,7 @@ class HostSums:
                     raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
                 v = values.to(torch.float64)
                 parts.setdefault(reduction_of(name), []).append((sums[name][layer], v))
-                if ROW_STATS[name].squared:
+                if declared(name).squared:
                     parts.setdefault(MEAN, []).append((sums[name + "_sq"][layer], v * v))
             B, _, T = next(iter(stats.values())).shape
             rows = _placement(mask, B, T, key_offset)  # once per report: every sum places rows alike

@@ -61,6 +61,10 @@ class Session:
                 refused (`check_finite_inputs`); else a callback (layer_idx, why) and the layer runs as
                 one that captures nothing, its numbers the model's own, NaN and all (a training monitor:
                 the loop, not the monitor, decides what a non-finite step means).
+    key_stats:  the key statistics to capture (statistics.KEY_STATISTICS: attention received by each key),
+                () for none; query_window: None, or the last W real query rows alone count for them.
+    on_key_stats: None, or a callback (layer_idx, {key statistic: (B, Hq, S) fp32}) with them
+                (capture/received.py).
     own_attention: the model's own attention implementation the session replaced ("eager", "sdpa", ...;
                 None for layers routed by capture/own_attention.py): a call that asks for the attention
                 weights (`output_attentions`) of an eager model gets eager's, as without the session.
@@ -74,6 +78,9 @@ class Session:
     # the flags, parsed where the session's owner was made (entropy_lens/flags.py); a raw string is refused
     stats: Stats = DEFAULT_FLAGS.stats  # the row statistics to capture (kernels.stats.ROW_STATS)
     first_keys: int = 1  # K of first_mass
+    key_stats: tuple[str, ...] = ()  # statistics.KEY_STATISTICS, parsed (statistics.parse_key_stats)
+    query_window: int | None = None  # kernels.received.validate_query_window's
+    on_key_stats: Callable[[int, dict], None] | None = None
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO  # capture/fused.py
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names

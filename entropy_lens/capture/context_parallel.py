@@ -25,7 +25,7 @@ the alignment, key padding from the global 2-D mask (`ShardedSequence.attention_
 [0, b)), and a sliding window from the layer's own `sliding_window` argument. Softcap, sinks, ALiBi
 slopes, per-head scales and schedules enter as in one process (ALiBi's distance and a schedule's m(i)
 use the true positions). Falcon's ALiBi, a bias per key built for the local keys, cannot be gathered:
-such models are refused (`recorder.check_shardable`), as are models whose positions or masks the
+such models are refused (`capture/shardable.check_shardable`), as are models whose positions or masks the
 shards cannot reproduce, and sessions that probe the last rows' whole attention (passkey's).
 
 Memory per rank: the model's activations for N/P positions, plus per layer the gathered K and V of

@@ -246,3 +246,36 @@ def routed_attention(model) -> Iterator[None]:
     finally:
         for layer in layers:
             layer.__dict__.pop("forward", None)
+
+
+def check_supported(model) -> None:
+    """EntropyLensError, before anything runs, for a model whose attention cannot be switched to
+    entropy_lens's (asked first: else transformers logs a warning and leaves the model unchanged)."""
+    if routes(model):
+        check_routable(model)
+        return
+    can_switch = getattr(model, "_can_set_attn_implementation", lambda: True)
+    if not can_switch():
+        refuse_switch(model)
+    if (
+        getattr(model, "_supports_sdpa", True) is False
+        and getattr(model, "_supports_flex_attn", True) is False
+    ):
+        # eager-only (DeepSeek-V4, say): its layers may build on eager's tensor masks (extending them
+        # with biases of their own), which the sdpa-style masks this implementation gets do not carry
+        raise EntropyLensError(
+            f"{type(model).__name__} runs only with transformers' eager attention (it supports neither "
+            "sdpa nor flex attention), whose masks entropy_lens does not reproduce, so its entropy and "
+            "output could silently differ; refused. See README, Supported architectures"
+        )
+
+
+def refuse_switch(model) -> None:
+    """Models with attention classes of their own, other than those capture/own_attention.py routes,
+    cannot switch to the entropy_lens attention: transformers only logs that, and they would run
+    unmeasured."""
+    raise EntropyLensError(
+        f"{type(model).__name__} computes attention in its own code, not through transformers' "
+        f"attention interface (its implementation stays {model.config._attn_implementation!r}), so "
+        "entropy_lens can neither scale nor measure it; see README, Supported architectures"
+    )

@@ -27,6 +27,7 @@ import torch
 
 from entropy_lens.capture.call import DEFAULT_FLAGS, LayerCall, LayerInputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
+from entropy_lens.capture.received import report_received, wants_keys
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
@@ -199,7 +200,8 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     first_keys = DEFAULT_FLAGS.first_keys if session is None else session.first_keys
     separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
     value = None if separate else inputs.value
-    rows = run(route.kernel, query, key, value, softmax_scale, route.mods, stats=stats, first_keys=first_keys)
+    kw = {"stats": stats, "first_keys": first_keys, "with_lse": wants_keys(call)}
+    rows = run(route.kernel, query, key, value, softmax_scale, route.mods, **kw)
     if not separate:
         return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)
     out, weights = sdpa(call) if call.sdpa_output is None else call.sdpa_output(call, inputs)
@@ -208,7 +210,8 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
 
 def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None) -> None:
     """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
-    statistics, and hand the statistics to the session's callback (at key offset S − T)."""
+    statistics, and hand the statistics to the session's callback (at key offset S − T), and the key
+    statistics, where the session asks for them, to its `on_key_stats` (capture/received.py)."""
     session = call.session
     if session is None:
         return
@@ -217,6 +220,8 @@ def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, 
         return
     session.backends.add(route.kernel)
     session.on_stats(call.module.layer_idx, dict(rows), inputs.key.shape[2] - call.query.shape[2])
+    if wants_keys(call):
+        report_received(call, inputs, route, rows)
 
 
 def sdpa(call: LayerCall, mask=None):

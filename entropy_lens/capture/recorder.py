@@ -36,11 +36,12 @@ from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.context_parallel import refusal
-from entropy_lens.capture.own_attention import check_routable, own_attention_layers, routed_attention, routes
+from entropy_lens.capture.own_attention import check_supported, refuse_switch, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
-from entropy_lens.flags import Backend, Flags, Fused
+from entropy_lens.flags import Backend, Flags, Fused, Stats
+from entropy_lens.kernels.received import validate_query_window
 from entropy_lens.settings import SCALE, check_argument
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS, reduction_of
+from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, RECEIVED, SINK_MASS, reduction_of, split_stats
 
 
 class ScaleSession:
@@ -50,8 +51,11 @@ class ScaleSession:
     backend:   the entropy backend (flags.Backend or its name); fused: "auto" | "on" | "off" (capture/fused.py).
     schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
     choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
-    stats:   the row statistics an EntropyRecorder records (kernels.stats.ROW_STATS; entropy and, for
-             a model with sinks, sink_mass by default); first_keys: first_mass's K.
+    stats:   the statistics an EntropyRecorder records (statistics.split_stats): row statistics
+             (kernels.stats.ROW_STATS; entropy and, for a model with sinks, sink_mass by default) and key
+             statistics (attention received by each key: received, received_max, received_mean);
+             first_keys: first_mass's K; query_window: None, or W: only the last W real query rows
+             count for the key statistics (SnapKV's observation window).
     context: None or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
              sequence (--context-parallel; the caller passes the shard's ids and true position ids).
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
@@ -69,10 +73,22 @@ class ScaleSession:
         choices=None,
         stats=DEFAULT_STATS,
         first_keys: int = 1,
+        query_window: int | None = None,
         context=None,
     ):
         # the public entrance: each flag parsed here, once, as its CLI flag is (--backend, --fused, --stats,
         # --first-keys; a scan passes them parsed already), and --scale checked; the layers take the values
+        try:
+            stats, key_stats = (stats, ()) if isinstance(stats, Stats) else split_stats(stats)
+            query_window = validate_query_window(query_window)
+        except ValueError as err:
+            raise EntropyLensError(str(err)) from None
+        if key_stats and context is not None:
+            raise EntropyLensError(
+                refusal(
+                    f"--stats {','.join(key_stats)}", "attention received is not yet gathered over shards"
+                )
+            )
         flags = Flags.parse(backend=backend, fused=fused, stats=stats, first_keys=first_keys)
         self.model = model
         scales = _as_scales(model, scales)
@@ -84,6 +100,8 @@ class ScaleSession:
             choices=choices,
             stats=flags.stats,
             first_keys=flags.first_keys,
+            key_stats=key_stats,
+            query_window=query_window,
             context=context,
         )
         self._undo = contextlib.ExitStack()
@@ -110,7 +128,7 @@ class ScaleSession:
             self.session.own_attention = own
             self.model.set_attn_implementation(ATTN_NAME)
             if self.model.config._attn_implementation != ATTN_NAME:
-                _refuse(self.model)
+                refuse_switch(self.model)
         stack.enter_context(activate(self.session))
 
 
@@ -153,6 +171,8 @@ class EntropyRecorder(ScaleSession):
             ) from None
         self._sums = HostSums(self.n_layers, self.n_heads)
         self.session.on_stats = self._sums.add
+        self._key_sums = HostSums(self.n_layers, self.n_heads)  # attention received, per key position
+        self.session.on_key_stats = lambda layer, values: self._key_sums.add(layer, values, 0)
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
 
     def _install(self, stack: contextlib.ExitStack) -> None:
@@ -189,6 +209,7 @@ class EntropyRecorder(ScaleSession):
         mask = _padding_mask(given)
         mask = mask if mask is not None else self._outer_mask
         self._sums.begin_forward(mask)
+        self._key_sums.begin_forward(mask)
         self.session.padding_start = _padding_start(mask, unpadded=given is None and mask is None)
 
     def _end_forward(self, module, args, output):
@@ -219,6 +240,7 @@ class EntropyRecorder(ScaleSession):
         self._outer_mask = None
         self.session.padding_start = None
         self._sums.release_mask()
+        self._key_sums.release_mask()
         self.session.mask_memo.clear()
 
     def drain_into(self, sums: dict[str, torch.Tensor]) -> None:
@@ -236,6 +258,29 @@ class EntropyRecorder(ScaleSession):
     def stats(self) -> tuple[str, ...]:
         """The row statistics recorded: entropy, and sink_mass for a model with attention sinks."""
         return tuple(self._sums.stats)
+
+    @property
+    def key_stats(self) -> tuple[str, ...]:
+        """The key statistics recorded (attention received: `stats=` named them)."""
+        return tuple(self._key_sums.stats)
+
+    @property
+    def key_sums(self) -> dict[str, np.ndarray]:
+        """Raw accumulators of the key statistics, exact to merge: {"received", "received_sq", ...: (layers,
+        heads, key positions) float64 over the forwards' batch rows, "count": batch rows with a real key
+        at each position (key positions,) int64}; empty (0 positions) where none was asked for."""
+        return self._key_sums.read()
+
+    def received(self, name: str = RECEIVED.name) -> np.ndarray | None:
+        """(layers, heads, key positions) a key statistic per key position (by its true position: left
+        padding is placed as for the rows), averaged over the forwards' batch rows, or for received_max
+        the largest; NaN where no batch row had a key there; None where it was not recorded.
+
+        Args:
+            name: a key statistic of statistics.KEY_STATISTICS (or its square, "received_sq").
+        """
+        sums = self._key_sums.read()
+        return None if name not in sums else reduction_of(name).finish(sums[name], sums["count"])
 
     @property
     def has_sinks(self) -> bool:
@@ -297,39 +342,6 @@ def _padding_mask(mask):
     return mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
 
 
-def check_supported(model) -> None:
-    """EntropyLensError, before anything runs, for a model whose attention cannot be switched to
-    entropy_lens's (asked first: else transformers logs a warning and leaves the model unchanged)."""
-    if routes(model):
-        check_routable(model)
-        return
-    can_switch = getattr(model, "_can_set_attn_implementation", lambda: True)
-    if not can_switch():
-        _refuse(model)
-    if (
-        getattr(model, "_supports_sdpa", True) is False
-        and getattr(model, "_supports_flex_attn", True) is False
-    ):
-        # eager-only (DeepSeek-V4, say): its layers may build on eager's tensor masks (extending them
-        # with biases of their own), which the sdpa-style masks this implementation gets do not carry
-        raise EntropyLensError(
-            f"{type(model).__name__} runs only with transformers' eager attention (it supports neither "
-            "sdpa nor flex attention), whose masks entropy_lens does not reproduce, so its entropy and "
-            "output could silently differ; refused. See README, Supported architectures"
-        )
-
-
-def _refuse(model) -> None:
-    """Models with attention classes of their own, other than those capture/own_attention.py routes,
-    cannot switch to the entropy_lens attention: transformers only logs that, and they would run
-    unmeasured."""
-    raise EntropyLensError(
-        f"{type(model).__name__} computes attention in its own code, not through transformers' "
-        f"attention interface (its implementation stays {model.config._attn_implementation!r}), so "
-        "entropy_lens can neither scale nor measure it; see README, Supported architectures"
-    )
-
-
 def _ranges(layers: list[int]) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     runs: list[list[int]] = []
@@ -362,39 +374,3 @@ def _as_scales(model, scales):
             "every multiplier must be a finite number above 0, as --scale and --head-scales take"
         )
     return t.to(param.device)
-
-
-# families routed by capture/own_attention.py whose ALiBi the kernels rebuild from true key indices:
-# they take no position ids and need none
-ALIBI_FAMILIES = ("BloomAttention", "MptAttention")
-
-
-def check_shardable(model) -> None:
-    """EntropyLensError, before any forward, for a model whose sharded forward would differ from its
-    one-process forward: Falcon's ALiBi (a bias per key), chunked attention (Llama 4's
-    `attention_chunk_size`), bidirectional attention, or a decoder that takes no position ids (other
-    than the ALiBi families the kernels handle by true key indices)."""
-    config = model.config.get_text_config()
-    name = type(model).__name__
-    if getattr(config, "model_type", None) == "falcon" and getattr(config, "alibi", False):
-        raise EntropyLensError(
-            refusal(
-                f"{name} (Falcon with alibi=True)",
-                "its ALiBi comes as a bias per key, built for the local keys only",
-            )
-        )
-    if getattr(config, "attention_chunk_size", None):
-        raise EntropyLensError(refusal(name, "its chunked attention lives in its mask alone"))
-    if getattr(config, "is_causal", True) is False:
-        raise EntropyLensError(refusal(name, "its attention is not causal"))
-    if takes_positions(model):
-        return
-    if not any(type(layer).__name__ in ALIBI_FAMILIES for layer in own_attention_layers(model)):
-        raise EntropyLensError(
-            refusal(name, "its decoder takes no position ids, so a shard cannot say where its tokens are")
-        )
-
-
-def takes_positions(model) -> bool:
-    """Whether the model's decoder takes `position_ids` (BLOOM and MPT do not: ALiBi only)."""
-    return "position_ids" in inspect.signature(model.get_decoder().forward).parameters

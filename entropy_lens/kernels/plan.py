@@ -246,6 +246,7 @@ def run(
     first_keys: int = 1,
     block_q=None,
     block_k=None,
+    with_lse: bool = False,
 ) -> RowStats:
     """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
@@ -262,9 +263,11 @@ def run(
         first_keys: first_mass's K (>= 1).
         block_q: the tile's query rows (torch_chunked, native); None: the kernel's default.
         block_k: the tile's keys; None: the kernel's default.
+        with_lse: the rows' log-sum-exp too (`RowStats.lse`, for the column pass of attention received);
+            the reference gives none (its column pass materialises the probabilities).
 
     Returns:
-        RowStats: each of `stats` (B, Hq, T) float32, and the output (B, T, Hq, Dv) for values v.
+        RowStats: each of `stats` (B, Hq, T) float32, the output (B, T, Hq, Dv) for values v, and `lse`.
 
     Raises:
         ValueError: values v with the reference kernel, which computes no output.
@@ -277,10 +280,13 @@ def run(
     if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
-        return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys)
+        return row_stats_triton(
+            q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, with_lse=with_lse
+        )
+    kw = {"stats": stats, "first_keys": first_keys, "with_lse": with_lse, **blocks}
     if kernel == Backend.NATIVE:
-        return row_stats_native(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
-    return row_stats_torch(q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, **blocks)
+        return row_stats_native(q, k, v, softmax_scale, mods, **kw)
+    return row_stats_torch(q, k, v, softmax_scale, mods, **kw)
 
 
 __all__ = [

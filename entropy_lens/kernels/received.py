@@ -171,7 +171,7 @@ def received_from_lse(
         q: (B, Hq, T, D) queries after RoPE, any float dtype.
         k: (B, Hkv, S, D) keys; Hq % Hkv == 0.
         lse: (B, Hq, T) the rows' log-sum-exp, any float dtype (cast to float32); +∞ for a row that
-            counts for nothing.
+            counts for nothing; None only for the reference, which materialises the probabilities.
         softmax_scale: (Hq,) float32, the validated scale of the forward.
         mods: the validated ScoreMods of the forward that gave lse.
         rows: None, or (B|1, T) bool: the query rows that count (`counted_rows`).
@@ -188,11 +188,12 @@ def received_from_lse(
     """
     stats, backend = parse_key_stats(stats), parse_backend(backend)
     B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
-    if tuple(lse.shape) != (B, Hq, T):
-        raise ValueError(f"lse must be (B, Hq, T) = {(B, Hq, T)}, one per query row; got {tuple(lse.shape)}")
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
     if kernel == Backend.REFERENCE:
         return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
+    if lse is None or tuple(lse.shape) != (B, Hq, T):
+        got = None if lse is None else tuple(lse.shape)
+        raise ValueError(f"lse must be (B, Hq, T) = {(B, Hq, T)}, one per query row; got {got}")
     lse = lse.to(device=q.device, dtype=torch.float32)
     if rows is not None:
         lse = torch.where(rows.to(q.device).view(rows.shape[0], 1, T), lse, torch.inf)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.statistics import STATISTICS, Statistic, check_registered
+from entropy_lens.statistics import STATISTICS, Statistic, check_registered, declared
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
@@ -184,8 +184,9 @@ def accumulators(stats) -> tuple[str, ...]:
 
 
 def sum_names(stats) -> list[str]:
-    """The host sums of `stats`: each statistic's own and, for a `squared` one, `<name>_sq`."""
-    return [key for name in stats for key in STATISTICS[name].sums]
+    """The host sums of `stats` (row or key statistics): each one's own and, for a `squared` one,
+    `<name>_sq`."""
+    return [key for name in stats for key in declared(name).sums]
 
 
 def read_stats(state: Mapping[str, torch.Tensor], mods: ScoreMods, stats) -> dict[str, torch.Tensor]:
@@ -195,16 +196,20 @@ def read_stats(state: Mapping[str, torch.Tensor], mods: ScoreMods, stats) -> dic
 
 @dataclass(frozen=True)
 class RowStats(Mapping):
-    """What a kernel returns: each statistic asked for by name, (B, Hq, T) float32, and the attention
-    output (B, T, Hq, Dv) where the pass computes it (else None).
+    """What a kernel returns: each statistic asked for by name, (B, Hq, T) float32, the attention output
+    (B, T, Hq, Dv) where the pass computes it (else None), and the rows' log-sum-exp where asked for it.
 
     Args:
         values: {name: (B, Hq, T) float32}, one per statistic asked for; `rows[name]` reads one.
         out: the attention output (B, T, Hq, Dv) in q's dtype, or None where the pass computes none.
+        lse: (B, Hq, T) float32 `log_sum_exp` of the pass's final state (`with_lse=True`; +∞ for a row
+            with no outcome): what the column pass of attention received takes (kernels/received.py),
+            or None.
     """
 
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     out: torch.Tensor | None = None
+    lse: torch.Tensor | None = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.values[name]

@@ -36,7 +36,7 @@ import torch
 
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
 from entropy_lens.statistics import DEFAULT_STATS
 
 NEG_INF = float("-inf")
@@ -46,14 +46,24 @@ OUTPUT_BLOCKS = (128, 512)  # the output path's default tile, see above
 
 @torch.no_grad()
 def row_stats_torch(
-    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys=1, block_q=None, block_k=None
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    stats=DEFAULT_STATS,
+    first_keys=1,
+    block_q=None,
+    block_k=None,
+    with_lse=False,
 ) -> RowStats:
     """q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or None, softmax_scale (Hq,) fp32 and `mods`
     validated upstream -> RowStats: `stats` (B, Hq, T) float32 and, with v, the output (B, T, Hq, Dv)
     in q's dtype, the layout transformers' attention functions return. A row that sees no key outputs
     0 (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no
     value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v.
-    `first_keys`: K of first_mass (the mass on keys j < K)."""
+    `first_keys`: K of first_mass (the mass on keys j < K); `with_lse`: the rows' log-sum-exp too."""
     default_q, default_k = (BLOCK_Q, BLOCK_K) if v is None else OUTPUT_BLOCKS
     state, out = stream_torch(
         q,
@@ -66,7 +76,7 @@ def row_stats_torch(
         block_q=default_q if block_q is None else block_q,
         block_k=default_k if block_k is None else block_k,
     )
-    return RowStats(read_stats(state, mods, stats), out)
+    return RowStats(read_stats(state, mods, stats), out, log_sum_exp(state) if with_lse else None)
 
 
 @torch.no_grad()

@@ -82,7 +82,7 @@ import triton.language as tl
 
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
 from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -536,7 +536,7 @@ def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: b
 
 @torch.no_grad()
 def row_stats_triton(
-    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys: int = 1
+    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys: int = 1, with_lse=False
 ) -> RowStats:
     """See the module docstring: RowStats of `stats` (B, Hq, T) fp32 and, with v (B, Hkv, S, D), the
     attention output (B, T, Hq, D) in q's dtype (stored in that layout by the kernel), from the same pass
@@ -545,7 +545,8 @@ def row_stats_triton(
     stats.read_stats. Rows with no attendable key get output 0 and every statistic 0 (with a sink:
     sink_mass = max_prob = 1). `first_keys`: K of first_mass (keys j < K). `mods.mask` must be None or
     key padding with a sliding window (ValueError otherwise: the plan sends other masks to
-    torch_chunked); no key bias."""
+    torch_chunked); no key bias. `with_lse`: the rows' log-sum-exp too (the kernel then stores its state,
+    and every statistic is read off it)."""
     if mods.key_bias is not None:
         raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
     if v is not None and v.shape[-1] != q.shape[-1]:
@@ -553,11 +554,12 @@ def row_stats_triton(
             f"the Triton kernel's output needs values of the queries' head size {q.shape[-1]}, not "
             f"{v.shape[-1]}; run it with backend='torch_chunked'"
         )
-    in_kernel = set(stats) <= set(DEFAULT_STATS)
+    in_kernel = set(stats) <= set(DEFAULT_STATS) and not with_lse
     extra = None if in_kernel else accumulators(stats)
     rows, out = _launch(q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, extra, first_keys)
     values = rows if in_kernel else read_stats(rows, mods, stats)
-    return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2))
+    lse = log_sum_exp(rows) if with_lse else None
+    return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2), lse)
 
 
 @torch.no_grad()

@@ -23,7 +23,7 @@ import contextlib
 import torch
 
 from entropy_lens.capture import forward_hidden, next_token_nll
-from entropy_lens.capture.recorder import takes_positions
+from entropy_lens.capture.shardable import takes_positions
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.runs.context_parallel import group_exchange
 from entropy_lens.runs.memory import free_heap_returned_per_layer, release_free_heap

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 import torch
 
-from entropy_lens.capture.recorder import check_shardable
+from entropy_lens.capture.shardable import check_shardable
 from entropy_lens.capture.shards import Exchange, SequenceShards
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.distributed import RankGroups, World, collective, group_timeout

@@ -16,7 +16,7 @@ import torch
 from architectures import SUPPORTED, build, ids_and_mask
 
 from entropy_lens.capture import EntropyRecorder, Schedule, forward_hidden
-from entropy_lens.capture.recorder import check_shardable, takes_positions
+from entropy_lens.capture.shardable import check_shardable, takes_positions
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.errors import EntropyLensError
 

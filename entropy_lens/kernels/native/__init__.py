@@ -45,7 +45,7 @@ import torch
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
-from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, read_stats
+from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, log_sum_exp, read_stats
 from entropy_lens.statistics import DEFAULT_STATS
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
@@ -121,14 +121,15 @@ def row_stats_native(
     first_keys=1,
     block_q=None,
     block_k=BLOCK_K,
+    with_lse=False,
 ) -> RowStats:
     """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
-    loop without the value GEMM). block_q None: `block_rows(T)`."""
+    loop without the value GEMM). block_q None: `block_rows(T)`; `with_lse`: the rows' log-sum-exp too."""
     extra = accumulators(stats)
     state, out = stream_native(
         q, k, v, softmax_scale, mods, extra=extra, first_keys=first_keys, block_q=block_q, block_k=block_k
     )
-    return RowStats(read_stats(state, mods, stats), out)
+    return RowStats(read_stats(state, mods, stats), out, log_sum_exp(state) if with_lse else None)
 
 
 @torch.no_grad()

@@ -1,0 +1,136 @@
+"""Attention received inside a capture (capture/received.py): `EntropyRecorder(stats=(..., "received",
+...))` records, for every architecture family the capture supports, padded or not, by either route, the
+column statistics of the model's own eager attention (`output_attentions`), per key at its true position,
+averaged over batch rows (received_max: the largest); the column pass reuses the row pass's log-sum-exp
+(no third pass over the keys) and runs only when a key statistic is asked for."""
+
+import numpy as np
+import pytest
+import torch
+from architectures import SUPPORTED, build, eager_probabilities, ids_and_mask
+
+from entropy_lens.capture import EntropyRecorder
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.statistics import KEY_STATISTICS
+
+KEYS = tuple(KEY_STATISTICS)
+
+
+def eager_key_statistics(model, ids, mask, query_window=None):
+    """{name: (layers, heads, n) float64}: each key statistic from the eager probabilities of the real
+    query rows (or their last `query_window`), per batch row, placed at the keys' true positions and
+    combined over batch rows as the recorder does (mean; received_max: max)."""
+    _, probs = eager_probabilities(model, ids, mask)
+    p = torch.stack(probs)  # (L, B, H, T, S), T = S here
+    L, B, H, T, S = p.shape
+    real = torch.ones(B, T, dtype=torch.bool) if mask is None else mask.bool()
+    rows = real.clone()
+    if query_window is not None:
+        after = real.flip(-1).long().cumsum(-1).flip(-1)
+        rows &= after <= query_window
+    counted = rows[None, :, None, :, None]
+    pc = torch.where(counted, p, 0.0)
+    # the rows that may attend each key: causal, and for a sliding-window model what its eager mask lets
+    # through (p > 0: a visible key of these sharpened models can underflow to 0 only where no window is)
+    causal = torch.ones(T, S, dtype=torch.bool).tril()[None, None, None]
+    visible = (
+        causal
+        & counted
+        & (p > 0 if getattr(model.config.get_text_config(), "sliding_window", None) else True)
+    )
+    per_row = {
+        "received": pc.sum(3),
+        "received_max": pc.amax(3),
+        "received_mean": (pc.sum(3) / visible.sum(3)).nan_to_num(0.0),
+    }
+    pos = real.long().cumsum(1) - 1
+    n = int(pos.max()) + 1
+    out = {}
+    for name, values in per_row.items():
+        combine_max = name == "received_max"
+        total = torch.full((L, H, n), -np.inf if combine_max else 0.0, dtype=torch.float64)
+        count = torch.zeros(n)
+        for b in range(B):
+            for j in range(S):
+                if real[b, j]:
+                    at = pos[b, j]
+                    v = values[:, b, :, j]
+                    total[:, :, at] = (
+                        torch.maximum(total[:, :, at], v) if combine_max else total[:, :, at] + v
+                    )
+                    count[at] += 1
+        out[name] = (total if combine_max else total / count).numpy()
+    return out
+
+
+@pytest.mark.parametrize("fused", ["off", "on"])
+@pytest.mark.parametrize("padding", ["none", "left", "right"])
+@pytest.mark.parametrize("model_type", sorted(SUPPORTED))
+def test_received_equals_the_column_sums_of_eager_attention(model_type, padding, fused):
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask(padding)
+    want = eager_key_statistics(model, ids, mask)
+    with EntropyRecorder(model, fused=fused, stats=("entropy", *KEYS)) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert rec.key_stats == KEYS
+    for name in KEYS:
+        got = rec.received(name)
+        assert got.shape == want[name].shape, name
+        np.testing.assert_allclose(got, want[name], atol=2e-5, rtol=1e-5, err_msg=name)
+    assert want["received"].std() > 0.05, "attention near uniform: the case would not test much"
+
+
+def test_a_query_window_counts_the_last_real_rows_alone():
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = ids_and_mask("left")
+    want = eager_key_statistics(model, ids, mask, query_window=3)
+    with EntropyRecorder(model, stats="received,received_mean", query_window=3) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    for name in ("received", "received_mean"):
+        np.testing.assert_allclose(rec.received(name), want[name], atol=2e-5, rtol=1e-5, err_msg=name)
+
+
+def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkeypatch):
+    """One row pass per layer with or without key statistics (its LSE feeds the column pass); no column
+    pass where none is asked for."""
+    import importlib
+
+    received_module = importlib.import_module("entropy_lens.capture.received")
+    paths_module = importlib.import_module("entropy_lens.capture.paths")
+
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = ids_and_mask("none")
+    calls = {"rows": 0, "columns": 0, "lse": 0}
+    row_run, column_pass = paths_module.run, received_module.received_from_lse
+
+    def counting_run(*args, **kw):
+        calls["rows"] += 1
+        return row_run(*args, **kw)
+
+    def counting_columns(*args, **kw):
+        calls["columns"] += 1
+        return column_pass(*args, **kw)
+
+    monkeypatch.setattr(paths_module, "run", counting_run)
+    monkeypatch.setattr(received_module, "received_from_lse", counting_columns)
+    monkeypatch.setattr(received_module, "row_log_sum_exp", lambda *a, **k: calls.__setitem__("lse", 1))
+    layers = model.config.num_hidden_layers
+    for stats, columns in ((("entropy",), 0), (("entropy", "received"), layers)):
+        calls.update(rows=0, columns=0)
+        with EntropyRecorder(model, fused="off", stats=stats) as rec, torch.no_grad():
+            model(ids, attention_mask=mask)
+        assert calls == {"rows": layers, "columns": columns, "lse": 0}, stats
+        assert rec.key_stats == stats[1:]
+    assert rec.received("received_max") is None  # not asked for: not recorded
+
+
+def test_key_statistics_are_refused_under_context_parallel_and_checked_at_once():
+    from entropy_lens.capture.shards import ShardedSequence
+
+    model = build("llama", SUPPORTED["llama"][0])
+    with pytest.raises(EntropyLensError, match="--context-parallel cannot shard --stats received"):
+        EntropyRecorder(model, stats="received", context=object.__new__(ShardedSequence))
+    with pytest.raises(EntropyLensError, match="query_window must be None"):
+        EntropyRecorder(model, stats="received", query_window=0)
+    with pytest.raises(EntropyLensError, match="unknown row statistic"):
+        EntropyRecorder(model, stats="received,recieved_max")
