@@ -41,7 +41,15 @@ from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.flags import Backend, Flags, Fused, Stats
 from entropy_lens.kernels.received import validate_query_window
 from entropy_lens.settings import SCALE, check_argument
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, RECEIVED, SINK_MASS, reduction_of, split_stats
+from entropy_lens.statistics import (
+    DEFAULT_STATS,
+    ENTROPY,
+    RECEIVED,
+    SINK_MASS,
+    parse_key_stats,
+    reduction_of,
+    split_stats,
+)
 
 
 class ScaleSession:
@@ -54,8 +62,9 @@ class ScaleSession:
     stats:   the statistics an EntropyRecorder records (statistics.split_stats): row statistics
              (kernels.stats.ROW_STATS; entropy and, for a model with sinks, sink_mass by default) and key
              statistics (attention received by each key: received, received_max, received_mean);
-             first_keys: first_mass's K; query_window: None, or W: only the last W real query rows
-             count for the key statistics (SnapKV's observation window).
+             first_keys: first_mass's K; key_stats: key statistics beside a parsed `stats` (flags.Stats:
+             row statistics alone), as a scan passes its --stats; query_window: None, or W: only the
+             last W real query rows count for the key statistics (SnapKV's observation window).
     context: None or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
              sequence (--context-parallel; the caller passes the shard's ids and true position ids).
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
@@ -74,12 +83,16 @@ class ScaleSession:
         stats=DEFAULT_STATS,
         first_keys: int = 1,
         query_window: int | None = None,
+        key_stats=(),
         context=None,
     ):
         # the public entrance: each flag parsed here, once, as its CLI flag is (--backend, --fused, --stats,
         # --first-keys; a scan passes them parsed already), and --scale checked; the layers take the values
         try:
-            stats, key_stats = (stats, ()) if isinstance(stats, Stats) else split_stats(stats)
+            if not isinstance(stats, Stats):  # names of both axes; a parsed Stats holds row statistics
+                stats, named = split_stats(stats)
+                key_stats = (*named, *key_stats)
+            key_stats = parse_key_stats(key_stats) if key_stats else ()
             query_window = validate_query_window(query_window)
         except ValueError as err:
             raise EntropyLensError(str(err)) from None
@@ -253,6 +266,15 @@ class EntropyRecorder(ScaleSession):
             sums: the caller's {name: float64 tensor} running sums (above), added to in place.
         """
         self._sums.drain_into(sums)
+
+    def drain_keys_into(self, sums: dict[str, torch.Tensor]) -> None:
+        """As `drain_into`, for the key statistics: the caller's float64 sums (layers, heads, n) keyed as
+        `key_sums`, and "count" (n,) int64 the batch rows with a real key at each position.
+
+        Args:
+            sums: the caller's {name: float64 tensor} running sums, added to in place.
+        """
+        self._key_sums.drain_into(sums)
 
     @property
     def stats(self) -> tuple[str, ...]:

@@ -14,11 +14,18 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     with its mean square `<name>_sq`; kernels.stats.ROW_STATS computes them, entropy_lens.statistics
     declares them without torch), shaped as entropy; `stat_names`, `stat(name)` and
     `stat_unit(name)` read entropy and them alike.
+    received, received_max, received_mean  float32 (layers, heads, len)  the key statistics of `scan
+                                              --stats` (attention received BY key position j, over the
+                                              counted query rows of each window: statistics.KEY_STATISTICS),
+                                              mean over samples (received_max: the largest), with
+                                              `<name>_sq` where squared; `key_names`, `received(name)`
     meta        0-d str                       JSON object, keys below
 
-meta (schema_version 1 or 2: a file is written as the lowest version that describes it, 2 only where it
-holds row statistics beyond entropy and sink mass (`scan --stats`, with meta `stats` and `first_keys`), so
-a reader of version 1 opens every file without them; both load): schema_version, entropy_lens_version, git_hash, model, model_source,
+meta (schema_version 1, 2 or 3: a file is written as the lowest version that describes it, 2 only where it
+holds row statistics beyond entropy and sink mass (`scan --stats`, with meta `stats` and `first_keys`), 3
+only where it holds key statistics (and meta `query_window`, the rows counted for them, where
+--query-window was given), so a reader of an older version opens every file without them and refuses a
+newer one in one line; all load): schema_version, entropy_lens_version, git_hash, model, model_source,
 model_class (the class that ran; absent in older files), remote_code_ignored (only where a config's
 auto_map named model code that did not run, without --trust-remote-code: that code's name), config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
 1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,

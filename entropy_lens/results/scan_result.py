@@ -20,7 +20,7 @@ from entropy_lens.results.schema import (
     schema_version_of,
     upgrade_meta,
 )
-from entropy_lens.statistics import ENTROPY, SINK_MASS, STATISTICS
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, RECEIVED, SINK_MASS, STATISTICS
 
 __all__ = ["ScanResult"]
 
@@ -39,7 +39,8 @@ class ScanResult:
         count: (len,) int64, samples averaged at each position.
         meta: the JSON meta (the file's contract); an older file's keys are upgraded (`upgrade_meta`).
         stats: {name: (layers, heads, len)} the other row statistics recorded (and their `<name>_sq`),
-            in each statistic's unit: sink_mass for a model with attention sinks.
+            in each statistic's unit: sink_mass for a model with attention sinks; and the key statistics
+            (attention received by key position: `key_names`, read with `received`).
     """
 
     entropy: np.ndarray  # (layers, heads, len) nats
@@ -65,6 +66,7 @@ class ScanResult:
         """The row statistics this result holds (`stat(name)` gives each): entropy where recorded, then
         those of `stats` in statistics.STATISTICS's order (then any other, by name), not their `<name>_sq`."""
         own = [k for k in self.stats if not (k.endswith("_sq") and k[:-3] in self.stats)]
+        own = [k for k in own if k not in KEY_STATISTICS]
         known = [k for k in STATISTICS if k in own and k != ENTROPY.name]
         return (ENTROPY.name,) * bool(self.n_heads) + (*known, *sorted(set(own) - set(known)))
 
@@ -82,6 +84,10 @@ class ScanResult:
         Raises:
             EntropyLensError: the result holds no `name`.
         """
+        if name in KEY_STATISTICS:
+            raise EntropyLensError(
+                f"{name} is a key statistic (by key position): read it with received({name!r})"
+            )
         if name not in self.stat_names:
             held = ", ".join(self.stat_names) or "none (a loss-only scan)"
             raise EntropyLensError(
@@ -89,6 +95,34 @@ class ScanResult:
             )
         key = name + "_sq" * squared
         return getattr(self, key) if name == ENTROPY.name else self.stats.get(key)
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The key statistics this result holds (attention received by key position), in
+        statistics.KEY_STATISTICS's order; () for a scan without them."""
+        return tuple(name for name in KEY_STATISTICS if name in self.stats)
+
+    def received(self, name: str = RECEIVED.name, *, squared: bool = False) -> np.ndarray:
+        """(layers, heads, key positions) the key statistic `name` by key position, the mean over samples
+        (received_max: the largest), or with `squared` its mean square.
+
+        Args:
+            name: one of `key_names`.
+            squared: return the mean square instead (received, received_mean).
+
+        Returns:
+            (layers, heads, key positions) float32 (heads 1 for a scan with --record mean).
+
+        Raises:
+            EntropyLensError: the result holds no `name`, naming the --stats that records it.
+        """
+        key = name + "_sq" * squared
+        if key not in self.stats:
+            held = ", ".join(self.key_names) or "none"
+            raise EntropyLensError(
+                f"the result holds no {key!r} (key statistics held: {held}); scan with --stats {name} to record it"
+            )
+        return self.stats[key]
 
     def stat_unit(self, name: str) -> str:
         """The unit `name` is stored in: statistics.STATISTICS's, else the meta's `stats` ("" if neither).
@@ -99,7 +133,7 @@ class ScanResult:
         Returns:
             str: the unit ("nats", "probability", ...).
         """
-        info = STATISTICS.get(name)
+        info = STATISTICS.get(name) or KEY_STATISTICS.get(name)
         return info.unit if info else str((self.meta.get("stats") or {}).get(name, ""))
 
     @property

@@ -8,7 +8,7 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import is_integer, kind_of, shown
-from entropy_lens.statistics import ENTROPY, SINK_MASS
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, SINK_MASS
 
 __all__ = [
     "ARRAYS",
@@ -21,8 +21,9 @@ __all__ = [
     "upgrade_meta",
 ]
 
-SCHEMA_VERSION = 2  # 2: row statistics beyond entropy (scan --stats), meta stats and first_keys
-READABLE_VERSIONS = (1, 2)  # version 1 files (entropy and sink mass only) load unchanged
+SCHEMA_VERSION = 3  # 2: row statistics beyond entropy (scan --stats), meta stats and first_keys; 3: key
+# statistics (attention received by key position: received, received_max, received_mean), meta query_window
+READABLE_VERSIONS = (1, 2, 3)  # version 1 files (entropy and sink mass only) load unchanged
 VERSION_1_STATS = (SINK_MASS.name, SINK_MASS.name + "_sq")  # the arrays beyond ARRAYS that version 1 knew
 ARRAYS = (*ENTROPY.sums, "loss", "loss_sq", "count")
 REQUIRED_META = (
@@ -65,19 +66,22 @@ def upgrade_meta(meta: dict) -> dict:
 
 
 def schema_version_of(meta: dict, stats: dict) -> int:
-    """The lowest schema version that describes a file of `meta` and `stats`: 2 for row statistics beyond
-    sink mass (scan --stats, with meta `stats` and `first_keys`), else 1, which every reader opens. A
-    version this code does not know (a newer writer's) is kept: what it adds cannot be judged here."""
+    """The lowest schema version that describes a file of `meta` and `stats`: 3 for key statistics
+    (attention received, meta `query_window`), 2 for row statistics beyond sink mass (scan --stats, with
+    meta `stats` and `first_keys`), else 1, which every reader opens. A version this code does not know (a
+    newer writer's) is kept: what it adds cannot be judged here."""
     claimed = meta.get("schema_version")
     if claimed is not None and claimed not in READABLE_VERSIONS:
         return claimed
+    if any(name.removesuffix("_sq") in KEY_STATISTICS for name in stats) or "query_window" in meta:
+        return 3
     new_stats = set(stats) - set(VERSION_1_STATS)
     return 2 if new_stats or "stats" in meta or "first_keys" in meta else 1
 
 
 # meta fields the readers compute with, and the type each must have (None allowed where optional)
 META_INTEGERS = ("length", "head_dim", "samples")
-OPTIONAL_INTEGERS = ("seed", "n_layers", "n_heads", "n_kv_heads", "batch_size", "first_keys")
+OPTIONAL_INTEGERS = ("seed", "n_layers", "n_heads", "n_kv_heads", "batch_size", "first_keys", "query_window")
 META_STRINGS = ("model", "data")
 
 

@@ -9,9 +9,9 @@ import itertools
 import numpy as np
 
 from entropy_lens.results.scan_result import ScanResult
-from entropy_lens.statistics import FIRST_MASS, MAX, reduction_of
+from entropy_lens.statistics import FIRST_MASS, MAX, RECEIVED_MEAN, reduction_of
 
-__all__ = ["in_l", "span_label", "spans_by_l", "summary"]
+__all__ = ["in_l", "received_lines", "span_label", "spans_by_l", "summary"]
 
 
 def in_l(position: int, L: int) -> str:
@@ -44,7 +44,7 @@ def summary(result: ScanResult) -> str:
     further row statistics (`scan --stats`), the mean of each over heads and the same spans, one column
     per statistic under its name and unit; a statistic whose declaration summarises it by a maximum
     (`Statistic.reduction` MAX: max_logit, QK-clip's quantity) shows the max over heads and positions
-    instead, and a line under the table says so.
+    instead, and a line under the table says so; for key statistics, `received_lines`.
 
     Args:
         result: a scan's result (a loss-only scan's too: its table has the loss alone).
@@ -84,4 +84,26 @@ def summary(result: ScanResult) -> str:
         ]
     if FIRST_MASS.name in names:
         lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")
-    return "\n".join(lines)
+    return "\n".join(lines + received_lines(result))
+
+
+def received_lines(result: ScanResult, top: int = 3) -> list[str]:
+    """The summary's block for a result with key statistics: per layer, what the first key receives and
+    the `top` positions beyond it that receive most, by received_mean (each counted row's mean share)
+    where recorded, else by received (the mass); mean over heads, over samples. [] without them."""
+    if not result.key_names:
+        return []
+    name = RECEIVED_MEAN.name if RECEIVED_MEAN.name in result.key_names else result.key_names[0]
+    values = reduction_of(name).summarize(result.received(name), 1)  # (layers, key positions)
+    window = result.meta.get("query_window")
+    rows = f"the last {window} rows of each window" if window else "every row"
+    lines = [
+        "",
+        f"attention received by key position ({name}, {result.stat_unit(name)}; over {rows}, mean over heads)",
+        f"{'layer':<8}{'first key':>10}   most received beyond it (position: value)",
+    ]
+    for layer, per_key in enumerate(values):
+        order = np.argsort(-per_key[1:], kind="stable")[:top] + 1
+        beyond = ", ".join(f"{j}: {per_key[j]:.3f}" for j in order)
+        lines.append(f"{layer:<8}{per_key[0]:>10.3f}   {beyond}")
+    return lines

@@ -1,13 +1,9 @@
 """The settings of every run, each declared once (`entropy_lens.settings.setting`: its type, default and
-help), in groups the configs share; the CLI generates the flags from them (`cli/options.py`).
+help), composed of the groups every config shares (runs/setting_groups.py: Checkpoint, Loading, Text,
+Windows, Scaling); the CLI generates the flags from them (`cli/options.py`).
 
-    Checkpoint   model, dtype, device                                 every command
-    Loading      nope, rope_scaling, train_len, trust_remote_code, revision
-    Text         data, seed
-    Windows      samples, batch_size, stride, context_parallel (how each window is run)
-    Scaling      scale, head_scales, scale_schedule                   the variants of the attention scale
-
-    ScanConfig        Checkpoint + Loading + Text + Windows + Scaling + length, backend, fused, entropy
+    ScanConfig        Checkpoint + Loading + Text + Windows + Scaling + length, backend, fused, entropy,
+                      stats (row and key statistics), first_keys, query_window
     PerplexityConfig  the same groups + lengths (samples, data and stride mean windows here: own defaults)
     HeadSearchConfig  Checkpoint + Text + the search's own (length, init, steps, lr, batch, ...)
 
@@ -23,15 +19,31 @@ import dataclasses
 import functools
 import operator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import BACKENDS, FUSED_MODES, Flags, Stats, parse_stats
 from entropy_lens.results import ENTROPY_REDUCTIONS
+from entropy_lens.runs.setting_groups import (
+    LOADED_KEY,
+    SCALED_KEY,
+    Checkpoint,
+    Loading,
+    PositionScaling,
+    Scaling,
+    Text,
+    Windows,
+)
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, EXTRA_STATS, SINK_MASS
+from entropy_lens.statistics import (
+    DEFAULT_STATS,
+    ENTROPY,
+    EXTRA_STATS,
+    KEY_STATISTICS,
+    SINK_MASS,
+    split_stats,
+)
 
 __all__ = [
     "STRIDE_FRACTION",
@@ -47,107 +59,6 @@ STRIDE_FRACTION = 8  # ppl's default stride S = L / 8: the paper's 256 of L = 20
 VARIANTS = ("scale", "head_scales", "rope_scaling")  # ppl and passkey take one variant of the model at most
 
 
-@dataclass(frozen=True, kw_only=True)
-class Checkpoint:
-    model: str = setting(
-        flag="model",
-        metavar="CKPT",
-        help="Hugging Face folder or Hub id (org/name), .gguf file, or bundled name (listed below)",
-    )
-    dtype: str = setting("auto", help="float32 | bfloat16 | float16 (auto: float32 on CPU, bf16 on CUDA)")
-    device: str = setting("auto", help="cpu | cuda | cuda:N | auto")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Loading:
-    nope: bool | None = setting(
-        None, help="remove rotary position embedding (NoPE); default: as the checkpoint declares"
-    )
-    rope_scaling: str | None = setting(
-        None,
-        metavar="TYPE:FACTOR",
-        help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F",
-    )
-    train_len: int | None = setting(
-        None,
-        at_least=1,
-        at_most=MAX_TOKENS,
-        help="the model's training length L (default: what its config declares)",
-    )
-    trust_remote_code: bool = setting(False, help="allow a checkpoint's own Python code")
-    revision: str | None = setting(None, help="branch, tag or commit of a Hub id (org/name); default main")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Text:
-    data: str = setting(
-        "austen",
-        help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
-        ".jsonl with a 'text' field, or .npy token ids [N, len+1]",
-    )
-    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="which chunks (or windows) are drawn")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Windows:
-    samples: int = setting(8, at_least=1, at_most=MAX_COUNT, help="packed chunks to average over")
-    batch_size: int = setting(1, at_least=1, at_most=MAX_COUNT, help="sequences per forward pass")
-    stride: int | None = setting(
-        None,
-        at_least=1,
-        at_most=MAX_TOKENS,
-        metavar="S",
-        help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
-        "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
-    )
-    context_parallel: bool | int = setting(  # False: off; True (the flag alone, old files): C = all ranks
-        False,
-        metavar="C",
-        at_least=2,
-        at_most=MAX_COUNT,
-        help="under torchrun: shard each window over all the processes (the flag alone), or over groups of "
-        "C consecutive processes that split the windows (C divides the process count; docs/scaling.md)",
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class PositionScaling:
-    scale_schedule: str | None = setting(
-        None,
-        metavar="KIND:X",
-        help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
-        "length L), log:A (1 + A ln(i/L) beyond it; the paper's section 2.4), or a published schedule: "
-        "llama4[:A,F] (Llama 4's NoPE layers), qwen-logn (Qwen's logn), yarn[:C] (YaRN's factor, per position)",
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Scaling(PositionScaling):
-    scale: float | None = setting(
-        None, **settings.SCALE, help="uniform attention scale multiplier s: λ = s/√d for every head"
-    )
-    head_scales: str | None = setting(
-        None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
-    )
-
-    def check_scaling(self) -> None:
-        from entropy_lens.capture import parse_schedule
-
-        if self.scale is not None and self.head_scales is not None:
-            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
-        if self.head_scales is not None and not Path(self.head_scales).is_file():
-            raise EntropyLensError(
-                f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
-                ".npy or .json file of shape [layers, heads]"
-            )
-        parse_schedule(self.scale_schedule)
-
-
-# fields of the groups that change a run's numbers (every config's cache key holds them; the device too,
-# as --dtype auto is bfloat16 on CUDA)
-_LOADED = ("model", "dtype", "device", "nope", "rope_scaling", "train_len", "trust_remote_code", "revision")
-_SCALED = ("scale", "head_scales", "scale_schedule")
-
 SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --record: its files are ~1/heads the size
 
 
@@ -157,8 +68,8 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
 
     # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
     KEY_VERSION: ClassVar[int] = 1
-    KEY: ClassVar[tuple[str, ...]] = (*_LOADED, "data", "seed", "samples", "stride", *_SCALED, "length")
-    KEY += ("entropy", "stats", "first_keys")
+    KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, "data", "seed", "samples", "stride", *SCALED_KEY, "length")
+    KEY += ("entropy", "stats", "first_keys", "query_window")
     NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
@@ -185,24 +96,52 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     )
     stats: str = setting(
         ENTROPY.name,
-        help="the row statistics to record beside entropy, comma-separated, or all: "
+        help="the statistics to record beside entropy, comma-separated, or all: the row statistics "
         + ", ".join(EXTRA_STATS)
-        + f" (entropy_lens/statistics.py; {SINK_MASS.name} is recorded wherever a model has sinks)",
+        + f" ({SINK_MASS.name} is recorded wherever a model has sinks) and the key statistics (attention "
+        "received by each key, by key position) "
+        + ", ".join(KEY_STATISTICS)
+        + " (entropy_lens/statistics.py)",
     )
     first_keys: int = setting(
         1, **settings.FIRST_KEYS, help="K of first_mass: the mass on a row's first K real (unpadded) keys"
     )
+    query_window: int | None = setting(
+        None,
+        at_least=1,
+        at_most=settings.MAX_TOKENS,
+        metavar="W",
+        help="the key statistics count only the last W query rows of each window (SnapKV's observation "
+        "window); default: every row",
+    )
+
+    def cache_key(self) -> dict:
+        """settings.Recorded's, without `query_window` at its default (None: every row, the numbers of
+        scans made before the field existed), so their cached runs keep their keys."""
+        key = super().cache_key()
+        if self.query_window is None:
+            del key["query_window"]
+        return key
 
     @functools.cached_property
     def flags(self) -> Flags:
         """--backend, --fused, --stats and --first-keys parsed, once per config (entropy_lens/flags.py):
         what the capture takes. Its `stats`: entropy, sink mass (models with sinks) and --stats."""
-        try:
-            asked = parse_stats(self.stats)
-        except ValueError as err:
-            raise EntropyLensError(f"--stats: {err}") from None
+        asked = parse_stats(self._split_stats[0])  # the row statistics, as flags.Stats
         stats = Stats((*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS)))
         return Flags.parse(backend=self.backend, fused=self.fused, stats=stats, first_keys=self.first_keys)
+
+    @functools.cached_property
+    def key_stats(self) -> tuple[str, ...]:
+        """The key statistics of --stats (statistics.KEY_STATISTICS), in the order given; () for none."""
+        return self._split_stats[1]
+
+    @functools.cached_property
+    def _split_stats(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        try:
+            return split_stats(self.stats)
+        except ValueError as err:
+            raise EntropyLensError(f"--stats: {err}") from None
 
     def check(self) -> None:
         from entropy_lens.data import check_length
@@ -219,8 +158,18 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
             raise EntropyLensError(f"--record {self.entropy!r} is not known; use heads, mean or none")
         self.check_scaling()
         flags = self.flags  # unknown names fail here, before loading anything
-        if flags.stats[len(DEFAULT_STATS) :] and self.entropy == "none":
+        if (flags.stats[len(DEFAULT_STATS) :] or self.key_stats) and self.entropy == "none":
             raise EntropyLensError(f"--stats {self.stats} needs --record heads or mean, not none")
+        if self.query_window is not None and not self.key_stats:
+            raise EntropyLensError(
+                f"--query-window {self.query_window} counts rows for the key statistics; add one to --stats "
+                f"(e.g. --stats {','.join(KEY_STATISTICS)})"
+            )
+        if self.key_stats and self.context_parallel:
+            raise EntropyLensError(
+                f"--stats {','.join(self.key_stats)}: attention received is not yet gathered over "
+                "--context-parallel shards; run the scan without --context-parallel"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,7 +254,15 @@ class HeadSearchConfig(Checked, Recorded, Checkpoint, Loading, Text, PositionSca
 
     # the cache key (settings.Recorded): the gradient's accumulation and memory stay out
     KEY_VERSION: ClassVar[int] = 1
-    KEY: ClassVar[tuple[str, ...]] = (*_LOADED, "data", "seed", "scale_schedule", "length", "init", "steps")
+    KEY: ClassVar[tuple[str, ...]] = (
+        *LOADED_KEY,
+        "data",
+        "seed",
+        "scale_schedule",
+        "length",
+        "init",
+        "steps",
+    )
     KEY += ("lr", "batch", "lower_bound")
     NOT_KEY: ClassVar[tuple[str, ...]] = ("micro_batch", "checkpointing", "chunk")
 
@@ -379,7 +336,7 @@ class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
 
     # the cache key (settings.Recorded): every field changes the table
     KEY_VERSION: ClassVar[int] = 1
-    KEY: ClassVar[tuple[str, ...]] = (*_LOADED, *_SCALED, "lengths", "depths", "keys", "seed")
+    KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, *SCALED_KEY, "lengths", "depths", "keys", "seed")
 
     def __post_init__(self):
         super().__post_init__()  # types and ranges first: then every length is a whole number

@@ -110,7 +110,10 @@ def scan(
         run = Run.start(config, resume=resume, choices=choices or PathChoices())
         recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
         stats = tuple(name for name in run.flags.stats if name != SINK_MASS.name) if recording else ()
-        sums = ScanSums(run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats)
+        keys = config.key_stats if recording else ()
+        sums = ScanSums(
+            run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats, key_stats=keys
+        )
         checkpoint = Checkpointer(run, sums, output, started=started, every_s=checkpoint_every_s)
         checkpoint.restore()
         batches = ShardedBatches(run) if config.context_parallel else LocalBatches(run)
@@ -214,6 +217,8 @@ class Run:
             choices=self.choices,
             stats=flags.stats,
             first_keys=flags.first_keys,
+            key_stats=self.config.key_stats if kind is EntropyRecorder else (),
+            query_window=self.config.query_window,
             context=context,
         )
 
@@ -263,6 +268,7 @@ class Run:
             "context_parallel": 1 if self.shards is None else self.shards.size,  # sequence shards
             "entropy_units": "nats",
             **({"stats": sums.units(), "first_keys": c.first_keys} if c.stats != ENTROPY.name else {}),
+            **({"query_window": c.query_window} if c.query_window is not None else {}),
             "loss_units": "nats",
             "entropy_reduction": c.entropy,
             "scan_config": c.to_dict(),

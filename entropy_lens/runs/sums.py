@@ -1,6 +1,7 @@
 """ScanSums: a scan's float64 running sums over samples, and everything that updates them.
 
-    sums = ScanSums(layers, heads, length, stats=s)  # entropy=False: a loss-only scan; s: --stats
+    sums = ScanSums(layers, heads, length, stats=s, key_stats=k)  # entropy=False: a loss-only scan;
+                                                   # s, k: the row and key statistics of --stats
     sums.add(capture, nll)                         # one batch: the capture's entropies and the (B, T) loss
                                                    # (and sink mass, for a model with attention sinks)
     sums.add(capture, nll, positions=p, samples=r0)  # a context-parallel shard: its positions p, the
@@ -32,14 +33,23 @@ from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
 from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
 from entropy_lens.runs.output import CHECKPOINT, scan_difference
-from entropy_lens.statistics import ENTROPY, reduction_of
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, STATISTICS, reduction_of
 
-__all__ = ["INTERRUPTS", "ScanSums", "interrupts_deferred"]
+__all__ = ["INTERRUPTS", "KEY_COUNT", "ScanSums", "interrupts_deferred"]
+
+KEY_COUNT = "key_count"  # the sum of the batch rows with a real key at each key position
 
 
 class ScanSums:
     def __init__(
-        self, n_layers: int, n_heads: int, length: int, *, entropy: bool = True, stats: tuple[str, ...] = ()
+        self,
+        n_layers: int,
+        n_heads: int,
+        length: int,
+        *,
+        entropy: bool = True,
+        stats: tuple[str, ...] = (),
+        key_stats: tuple[str, ...] = (),
     ):
         self.entropy = entropy  # whether batches carry entropies (a recorder) or only the loss
         # the float64 sums of each row statistic (kernels.stats.sum_names: entropy and `stats` from the
@@ -55,6 +65,13 @@ class ScanSums:
             "count": np.zeros(length, dtype=np.int64),
             "samples": np.array(0),
         }
+        # attention received, by key position (keys 0 .. length − 1), and the batch rows with a key there
+        self.key_sums = sum_names(key_stats)
+        if key_stats:
+            self.arrays |= {
+                name: np.full((n_layers, n_heads, length), _empty(name)) for name in self.key_sums
+            }
+            self.arrays[KEY_COUNT] = np.zeros(length, dtype=np.int64)
         self.prior_wall_s = 0.0
         self.paths: set[str] = set()  # what computed the layers: capture/paths.py's names
         self.backends: set[str] = set()  # the entropy kernels that ran (none for a loss-only scan)
@@ -79,6 +96,9 @@ class ScanSums:
                 for name in names:  # a statistic the model reports beyond entropy (sink mass): one more sum
                     arrays.setdefault(name, np.full_like(arrays[ENTROPY.name], _empty(name)))
                 capture.drain_into({k: torch.from_numpy(arrays[k]) for k in (*names, "count")})
+                if self.key_sums:
+                    keys = {k: torch.from_numpy(arrays[k]) for k in self.key_sums}
+                    capture.drain_keys_into(keys | {"count": torch.from_numpy(arrays[KEY_COUNT])})
             else:
                 arrays["count"][columns] += loss.shape[0]
             arrays["loss"][columns] += loss.sum(0)
@@ -89,8 +109,10 @@ class ScanSums:
             self.backends |= capture.session.backends
 
     def units(self) -> dict[str, str]:
-        """{statistic: its unit} of the row statistics summed (kernels.stats.ROW_STATS)."""
-        return {name: stat.unit for name, stat in ROW_STATS.items() if name in self.arrays}
+        """{statistic: its unit} of the row and key statistics summed (statistics.STATISTICS, KEY_STATISTICS)."""
+        return {
+            name: stat.unit for name, stat in (STATISTICS | KEY_STATISTICS).items() if name in self.arrays
+        }
 
     def all_reduce(self, world: World) -> None:
         """Every rank ends with the sums of all ranks (a no-op in one process). A sum that only some ranks
@@ -160,6 +182,12 @@ class ScanSums:
             k: reduction_of(k).finish(arrays[k], n).astype(np.float32)
             for k in (*stat_sums, "loss", "loss_sq")
         }
+        if self.key_sums:  # by key position, over the batch rows that had the key
+            mean |= {
+                k: reduction_of(k).finish(arrays[k], arrays[KEY_COUNT]).astype(np.float32)
+                for k in self.key_sums
+            }
+            stat_sums += self.key_sums
         broken = [k for k, v in mean.items() if not np.isfinite(v).all()]
         if broken:
             raise EntropyLensError(

@@ -11,7 +11,7 @@ from architectures import SUPPORTED, build, eager_probabilities, ids_and_mask
 
 from entropy_lens.capture import EntropyRecorder
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.statistics import KEY_STATISTICS
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS
 
 KEYS = tuple(KEY_STATISTICS)
 
@@ -134,3 +134,50 @@ def test_key_statistics_are_refused_under_context_parallel_and_checked_at_once()
         EntropyRecorder(model, stats="received", query_window=0)
     with pytest.raises(EntropyLensError, match="unknown row statistic"):
         EntropyRecorder(model, stats="received,recieved_max")
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "bloom"])
+def test_a_scan_writes_the_column_statistics_of_eager_attention(model_type, tmp_path):
+    """`scan --stats received,received_max,received_mean --query-window 5` writes arrays (layers, heads,
+    key positions) equal to the eager attention's column statistics over the same windows, as schema
+    version 3, the row statistics untouched; an older reader's versions refuse it in one line."""
+    from architectures import save_folder
+
+    from entropy_lens.data import token_chunks
+    from entropy_lens.models import load_model
+    from entropy_lens.results import ScanResult
+    from entropy_lens.results.schema import READABLE_VERSIONS
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    folder = save_folder(tmp_path, model_type, SUPPORTED[model_type][0])
+    config = ScanConfig(
+        model=str(folder), length=16, samples=3, data="austen:persuasion", stats="all", query_window=5
+    )
+    scan(config, out=tmp_path / "x.npz", progress=False)
+    result = ScanResult.load(tmp_path / "x.npz")
+    assert result.meta["schema_version"] == 3 in READABLE_VERSIONS and result.meta["query_window"] == 5
+    assert result.key_names == KEYS and ENTROPY.name in result.stat_names
+    assert not set(result.stat_names) & set(KEYS)
+    lm = load_model(str(folder), dtype="float32")
+    ids = torch.from_numpy(token_chunks(lm.tokenizer, config.data, length=16, samples=3).ids)[:, :-1]
+    want = eager_key_statistics(lm.model, ids, None, query_window=5)
+    for name in KEYS:
+        np.testing.assert_allclose(result.received(name), want[name], atol=2e-5, rtol=1e-5, err_msg=name)
+    with pytest.raises(EntropyLensError, match="is a key statistic"):
+        result.stat("received")
+
+
+def test_scan_flags_for_key_statistics_are_checked_before_anything_runs():
+    from entropy_lens.runs.scan import ScanConfig
+
+    for kw, refusal in (
+        ({"stats": "received", "entropy": "none"}, "needs --record heads or mean"),
+        ({"query_window": 4}, "--query-window 4 counts rows for the key statistics"),
+        ({"stats": "received", "context_parallel": True}, "not yet gathered over --context-parallel"),
+        ({"stats": "received,recieved_mean"}, "--stats: unknown row statistic"),
+    ):
+        with pytest.raises(EntropyLensError, match=refusal):
+            ScanConfig(model="tiny-nope", length=16, **kw).check()
+    plain = ScanConfig(model="tiny-nope", length=16)
+    windowed = ScanConfig(model="tiny-nope", length=16, stats="received", query_window=4)
+    assert "query_window" not in plain.cache_key() and windowed.cache_key()["query_window"] == 4

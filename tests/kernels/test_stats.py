@@ -28,7 +28,16 @@ from entropy_lens.kernels import (
     sink_state,
 )
 from entropy_lens.kernels.stats import read, read_stats
-from entropy_lens.statistics import ENTROPY, FIRST_MASS, MAX_LOGIT, REDUCTIONS, STATISTICS, check_registered
+from entropy_lens.statistics import (
+    ENTROPY,
+    FIRST_MASS,
+    KEY_STATISTICS,
+    MAX_LOGIT,
+    REDUCTIONS,
+    STATISTICS,
+    check_registered,
+    declared,
+)
 
 ALL = tuple(ROW_STATS)
 CPU_KERNELS = [param for param in RUNNABLE if param.values[0] != "triton"]
@@ -291,24 +300,26 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
         got.stats["max_prob"][:, :, -(16 // 10) :].mean(), abs=1e-3
     )
     assert "\n\n" not in summary(plain)  # entropy alone: the table as before --stats
-    extra = set(ALL) - {"entropy", "sink_mass"}
+    extra = set(ALL) - {"entropy", "sink_mass"}  # --stats all: every row statistic and every key statistic
     assert (
-        set(mean.stats) == {key for name in extra for key in STATISTICS[name].sums}
+        set(mean.stats) == {key for name in (*extra, *KEY_STATISTICS) for key in declared(name).sums}
         and mean.stats["distance"].shape[1] == 1
+        and mean.received().shape == mean.stats["distance"].shape
     )
     assert plain.stats == {} and "stats" not in plain.meta and plain.meta["scan_config"]["stats"] == "entropy"
     assert ((got.stats["first_mass"] > 0) & (got.stats["first_mass"] <= 1 + 1e-6)).all()
     # the schema went up with the statistics; a file without them is written as version 1 (issue 48: a
     # reader of version 1 opens it), and a file of version 1 (entropy alone) loads unchanged
-    assert got.meta["schema_version"] == SCHEMA_VERSION == 2 and plain.meta["schema_version"] == 1
+    assert got.meta["schema_version"] == 2 and plain.meta["schema_version"] == 1
+    assert mean.meta["schema_version"] == SCHEMA_VERSION == 3  # the key statistics' version
     old = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 1})
     again = ScanResult.load(old.save(tmp_path / "v1.npz"))
     assert again.meta == old.meta and all(
         np.array_equal(getattr(again, k), getattr(plain, k)) for k in ARRAYS
     )
-    newer = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 3})
-    with pytest.raises(EntropyLensError, match="has schema_version 3, this entropy-lens reads 1, 2"):
-        ScanResult.load(newer.save(tmp_path / "v3.npz"))
+    newer = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 4})
+    with pytest.raises(EntropyLensError, match="has schema_version 4, this entropy-lens reads 1, 2, 3"):
+        ScanResult.load(newer.save(tmp_path / "v4.npz"))
     with pytest.raises(EntropyLensError, match="--stats: unknown row statistic"):
         ScanConfig(**base, stats="max_prob,fading").check()
     with pytest.raises(EntropyLensError, match="needs --record heads or mean, not none"):

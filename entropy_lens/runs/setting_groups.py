@@ -1,0 +1,144 @@
+"""The groups of settings the run configs share (runs/configs.py composes them), each setting declared once
+(`entropy_lens.settings.setting`: its type, default and help):
+
+    Checkpoint   model, dtype, device                                 every command
+    Loading      nope, rope_scaling, train_len, trust_remote_code, revision
+    Text         data, seed
+    Windows      samples, batch_size, stride, context_parallel (how each window is run)
+    PositionScaling, Scaling   rope_scaling; scale, head_scales, scale_schedule: the variants of the
+                 attention scale
+
+No torch at import, as runs/configs.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from entropy_lens import settings
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, setting
+
+__all__ = [
+    "LOADED_KEY",
+    "SCALED_KEY",
+    "Checkpoint",
+    "Loading",
+    "PositionScaling",
+    "Scaling",
+    "Text",
+    "Windows",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    model: str = setting(
+        flag="model",
+        metavar="CKPT",
+        help="Hugging Face folder or Hub id (org/name), .gguf file, or bundled name (listed below)",
+    )
+    dtype: str = setting("auto", help="float32 | bfloat16 | float16 (auto: float32 on CPU, bf16 on CUDA)")
+    device: str = setting("auto", help="cpu | cuda | cuda:N | auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loading:
+    nope: bool | None = setting(
+        None, help="remove rotary position embedding (NoPE); default: as the checkpoint declares"
+    )
+    rope_scaling: str | None = setting(
+        None,
+        metavar="TYPE:FACTOR",
+        help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F",
+    )
+    train_len: int | None = setting(
+        None,
+        at_least=1,
+        at_most=MAX_TOKENS,
+        help="the model's training length L (default: what its config declares)",
+    )
+    trust_remote_code: bool = setting(False, help="allow a checkpoint's own Python code")
+    revision: str | None = setting(None, help="branch, tag or commit of a Hub id (org/name); default main")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Text:
+    data: str = setting(
+        "austen",
+        help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
+        ".jsonl with a 'text' field, or .npy token ids [N, len+1]",
+    )
+    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="which chunks (or windows) are drawn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Windows:
+    samples: int = setting(8, at_least=1, at_most=MAX_COUNT, help="packed chunks to average over")
+    batch_size: int = setting(1, at_least=1, at_most=MAX_COUNT, help="sequences per forward pass")
+    stride: int | None = setting(
+        None,
+        at_least=1,
+        at_most=MAX_TOKENS,
+        metavar="S",
+        help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
+        "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
+    )
+    context_parallel: bool | int = setting(  # False: off; True (the flag alone, old files): C = all ranks
+        False,
+        metavar="C",
+        at_least=2,
+        at_most=MAX_COUNT,
+        help="under torchrun: shard each window over all the processes (the flag alone), or over groups of "
+        "C consecutive processes that split the windows (C divides the process count; docs/scaling.md)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PositionScaling:
+    scale_schedule: str | None = setting(
+        None,
+        metavar="KIND:X",
+        help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
+        "length L), log:A (1 + A ln(i/L) beyond it; the paper's section 2.4), or a published schedule: "
+        "llama4[:A,F] (Llama 4's NoPE layers), qwen-logn (Qwen's logn), yarn[:C] (YaRN's factor, per position)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaling(PositionScaling):
+    scale: float | None = setting(
+        None, **settings.SCALE, help="uniform attention scale multiplier s: λ = s/√d for every head"
+    )
+    head_scales: str | None = setting(
+        None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
+    )
+
+    def check_scaling(self) -> None:
+        from entropy_lens.capture import parse_schedule
+
+        if self.scale is not None and self.head_scales is not None:
+            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
+        if self.head_scales is not None and not Path(self.head_scales).is_file():
+            raise EntropyLensError(
+                f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
+                ".npy or .json file of shape [layers, heads]"
+            )
+        parse_schedule(self.scale_schedule)
+
+
+# fields of the groups that change a run's numbers (every config's cache key holds them; the device too,
+# as --dtype auto is bfloat16 on CUDA)
+# the fields of the groups that change a run's numbers: every config's cache KEY starts with them
+LOADED_KEY = (
+    "model",
+    "dtype",
+    "device",
+    "nope",
+    "rope_scaling",
+    "train_len",
+    "trust_remote_code",
+    "revision",
+)
+SCALED_KEY = ("scale", "head_scales", "scale_schedule")
