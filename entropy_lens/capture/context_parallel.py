@@ -17,7 +17,10 @@ session holds a `ShardedSequence`):
      `bottom_right_sdpa` gives it the bottom-right mask explicitly, since sdpa's own `is_causal`
      aligns top-left), and its row statistics are reported at key offset a: `HostSums` places them
      at positions [a, b), so every position is reported by exactly one rank;
-  3. the chunks' outputs are concatenated in local order.
+  3. the chunks' outputs are concatenated in local order;
+  4. where key statistics are asked for (attention received), each chunk's column state over its rows
+     (keys [0, b)) is added up, combined with every rank's by one exchange per layer, and read and
+     reported on the group's first rank (capture/received.py).
 transformers builds the 4-D mask for the local length only (a causal mask of the local tokens, or a
 block mask where it reads the jump in position ids as packed sequences), so this path never reads it:
 the mask builder returns None under a sharded session (capture/attention.py), causality comes from
@@ -41,9 +44,11 @@ import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs, Session, check_finite_inputs, read_call
 from entropy_lens.capture.paths import SDPA, record, run_path, sdpa
+from entropy_lens.capture.received import combined, key_state, report_sharded, wants_keys
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.contract import first_real_key
+from entropy_lens.kernels.received import counted_rows
 
 __all__ = ["MASK_BUDGET", "bottom_right_sdpa", "refusal", "sharded_attention"]
 
@@ -67,7 +72,9 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
         check_finite_inputs(call)
     window = _window(call, window_passed)
     keys, values = sequence.gather(call.key), sequence.gather(call.value)  # (B, Hkv, N, D)
-    outs, start = [], 0
+    N = keys.shape[2]
+    counted = _counted_rows(call, sequence, N) if wants_keys(call) else None
+    outs, start, states = [], 0, []
     for a, b in sequence.shards.chunks:
         rows = slice(start, start + b - a)
         start += b - a
@@ -89,10 +96,26 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
             record(part, SDPA)
         else:
             ran = run_path(part, inputs)
-            record(part, ran.route.path, ran.route, inputs, ran.rows)
+            record(part, ran.route.path, ran.route, inputs, ran.rows, keys=False)
             out = ran.returned
+            if wants_keys(part):
+                rows_here = None if counted is None else counted[:, a:b]
+                states.append(key_state(part, inputs, ran.route, ran.rows, rows_here, N))
         outs.append(out[0])
+    if states:  # keys on this rank receive from queries on every rank: one state per layer, combined
+        shards = sequence.shards
+        report_sharded(
+            session, module.layer_idx, combined(states), sequence.exchange, shards.size, shards.rank == 0
+        )
     return torch.cat(outs, dim=1), None
+
+
+def _counted_rows(call: LayerCall, sequence: ShardedSequence, N: int):
+    """(B|1, N) bool or None: the rows of the whole sequence that count for the key statistics (its real
+    rows, or the last `query_window` of them: positions of the whole sequence, not of a chunk)."""
+    padding = sequence.key_padding(N, call.query.device)
+    mods = call.extras.replace(causal=True, mask=padding)
+    return counted_rows(mods, N, N, call.session.query_window, call.query.device)
 
 
 def bottom_right_sdpa(call: LayerCall, inputs: LayerInputs):

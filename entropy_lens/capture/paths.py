@@ -208,10 +208,11 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
 
-def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None) -> None:
+def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None, keys=True) -> None:
     """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
     statistics, and hand the statistics to the session's callback (at key offset S − T), and the key
-    statistics, where the session asks for them, to its `on_key_stats` (capture/received.py)."""
+    statistics, where the session asks for them and `keys` (a shard's chunk: its caller combines them),
+    to its `on_key_stats` (capture/received.py)."""
     session = call.session
     if session is None:
         return
@@ -220,7 +221,7 @@ def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, 
         return
     session.backends.add(route.kernel)
     session.on_stats(call.module.layer_idx, dict(rows), inputs.key.shape[2] - call.query.shape[2])
-    if wants_keys(call):
+    if keys and wants_keys(call):
         report_received(call, inputs, route, rows)
 
 

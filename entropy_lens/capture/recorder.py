@@ -35,7 +35,6 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
-from entropy_lens.capture.context_parallel import refusal
 from entropy_lens.capture.own_attention import check_supported, refuse_switch, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.flags import Backend, Flags, Fused, Stats
@@ -96,12 +95,6 @@ class ScaleSession:
             query_window = validate_query_window(query_window)
         except ValueError as err:
             raise EntropyLensError(str(err)) from None
-        if key_stats and context is not None:
-            raise EntropyLensError(
-                refusal(
-                    f"--stats {','.join(key_stats)}", "attention received is not yet gathered over shards"
-                )
-            )
         flags = Flags.parse(backend=backend, fused=fused, stats=stats, first_keys=first_keys)
         self.model = model
         scales = _as_scales(model, scales)
@@ -217,6 +210,7 @@ class EntropyRecorder(ScaleSession):
         sequence = self.session.context
         if sequence is not None:  # a shard: the whole sequence's mask places the rows of [0, b)
             self._sums.begin_forward(sequence.attention_mask, whole_sequence=True)
+            self._key_sums.begin_forward(sequence.attention_mask)  # every key, from the group's first rank
             return
         given = kwargs.get("attention_mask")
         mask = _padding_mask(given)

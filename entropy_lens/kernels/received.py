@@ -187,10 +187,59 @@ def received_from_lse(
         ValueError: lse not (B, Hq, T), an unknown statistic or backend.
     """
     stats, backend = parse_key_stats(stats), parse_backend(backend)
-    B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    kernel, _ = statistics_kernel(backend, q, k, mods, one_pass=True)
     if kernel == Backend.REFERENCE:
         return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
+    state = received_state(
+        q, k, lse, softmax_scale, mods, rows=rows, backend=kernel, block_q=block_q, block_k=block_k
+    )
+    return read_received(state, stats)
+
+
+def read_received(state: Mapping[str, torch.Tensor], stats) -> dict[str, torch.Tensor]:
+    """{name: (B, Hq, S) float32} for each of `stats` (parsed key statistics), read off the column pass's
+    state (KEY_STATE: sum, max, count), which may be the combination of several passes' states over
+    disjoint query rows (the sums and counts added, the maxima the larger: a sharded sequence)."""
+    return {name: KEY_READS[name](state) for name in stats}
+
+
+def received_state(
+    q,
+    k,
+    lse,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    rows=None,
+    backend: Backend | str = Backend.AUTO,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """The column pass's state {"sum", "max", "count": (B, Hq, S) float32} (KEY_STATE) from the rows'
+    `lse`, before any statistic is read (`read_received`): what passes over disjoint query rows combine.
+    Arguments as `received_from_lse`'s; the reference backend has no state (it materialises): refused.
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE, any float dtype.
+        k: (B, Hkv, S, D) keys; Hq % Hkv == 0.
+        lse: (B, Hq, T) the rows' log-sum-exp; +∞ for a row that counts for nothing.
+        softmax_scale: (Hq,) float32, the validated scale of the forward.
+        mods: the validated ScoreMods of the forward that gave lse.
+        rows: None, or (B|1, T) bool: the query rows that count (`counted_rows`).
+        backend: "auto" or one of kernels.BACKENDS but "reference".
+        block_q: the column pass's tile, query rows (torch_chunked, native); None: the default.
+        block_k: the column pass's tile, keys; None: the default.
+
+    Returns:
+        dict: {"sum", "max", "count"}, each (B, Hq, S) float32.
+
+    Raises:
+        ValueError: lse not (B, Hq, T), or the reference backend.
+    """
+    kernel, kernel_mods = statistics_kernel(parse_backend(backend), q, k, mods, one_pass=True)
+    if kernel == Backend.REFERENCE:
+        raise ValueError("the reference materialises the probabilities and keeps no column state")
+    B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
     if lse is None or tuple(lse.shape) != (B, Hq, T):
         got = None if lse is None else tuple(lse.shape)
         raise ValueError(f"lse must be (B, Hq, T) = {(B, Hq, T)}, one per query row; got {got}")
@@ -200,14 +249,12 @@ def received_from_lse(
     blocks = {"block_q": block_q, "block_k": block_k}
     blocks = {name: size for name, size in blocks.items() if size is not None}
     if kernel == Backend.NATIVE:
-        state = received_native(q, k, lse, softmax_scale, kernel_mods, **blocks)
-    elif kernel == Backend.TRITON:
+        return received_native(q, k, lse, softmax_scale, kernel_mods, **blocks)
+    if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_received import received_triton
 
-        state = received_triton(q, k, lse, softmax_scale, kernel_mods)
-    else:
-        state = received_torch(q, k, lse, softmax_scale, kernel_mods, **blocks)
-    return {name: KEY_READS[name](state) for name in stats}
+        return received_triton(q, k, lse, softmax_scale, kernel_mods)
+    return received_torch(q, k, lse, softmax_scale, kernel_mods, **blocks)
 
 
 def attention_received(
@@ -279,8 +326,10 @@ __all__ = [
     "KEY_STATE",
     "attention_received",
     "counted_rows",
+    "read_received",
     "real_rows",
     "received_from_lse",
+    "received_state",
     "row_log_sum_exp",
     "validate_query_window",
 ]

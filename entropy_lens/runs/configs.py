@@ -165,11 +165,6 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
                 f"--query-window {self.query_window} counts rows for the key statistics; add one to --stats "
                 f"(e.g. --stats {','.join(KEY_STATISTICS)})"
             )
-        if self.key_stats and self.context_parallel:
-            raise EntropyLensError(
-                f"--stats {','.join(self.key_stats)}: attention received is not yet gathered over "
-                "--context-parallel shards; run the scan without --context-parallel"
-            )
 
 
 @dataclass(frozen=True, kw_only=True)

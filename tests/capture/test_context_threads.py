@@ -57,7 +57,7 @@ def sharded_forward(model, ids, processes: int, mask=None, **recorder):
             kwargs = {"position_ids": positions[None]} if takes_positions(replica) else {}
             with EntropyRecorder(replica, context=sequence, **recorder) as rec, torch.no_grad():
                 hidden = forward_hidden(replica, ids[:, positions], **kwargs)
-            done[r] = (positions, hidden, rec.sums)
+            done[r] = (positions, hidden, all_sums(rec))
         except BaseException as err:  # noqa: BLE001 - handed to the test's thread below
             errors.append(err)
             exchange.barrier.abort()
@@ -82,7 +82,13 @@ def sharded_forward(model, ids, processes: int, mask=None, **recorder):
 def one_process(model, ids, mask=None, **recorder):
     with EntropyRecorder(model, **recorder) as rec, torch.no_grad():
         hidden = forward_hidden(model, ids, **({} if mask is None else {"attention_mask": mask}))
-    return hidden, rec.sums
+    return hidden, all_sums(rec)
+
+
+def all_sums(rec) -> dict:
+    """The recorder's row sums and its key sums (attention received, `key:` before each name)."""
+    keys = rec.key_sums if rec.session.key_stats else {}
+    return rec.sums | {f"key:{name}": values for name, values in keys.items()}
 
 
 def assert_same(sharded, one, mask=None):
@@ -117,6 +123,22 @@ def test_padding_is_rebuilt_from_the_whole_sequences_mask(model_type, padding):
         options = {"fused": fused, "stats": ("entropy", "first_mass"), "first_keys": 3}
         sharded = sharded_forward(model, ids, 3, mask, **options)
         assert_same(sharded, one_process(model, ids, mask, **options), mask)
+
+
+@pytest.mark.parametrize("padding", ["none", "left"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "bloom", "gemma2"])
+def test_attention_received_sharded_equals_one_process(model_type, padding):
+    """Keys on one rank receive from queries on later ranks: every key statistic, with a query window (the
+    last rows of the whole sequence, not of a chunk), equals the one-process arrays over 3 ranks."""
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask(padding, T=19, pad=4)
+    for fused, window in (("off", None), ("on", 6)):
+        options = {"fused": fused, "stats": ("entropy", "received", "received_max", "received_mean")}
+        options["query_window"] = window
+        sharded = sharded_forward(model, ids, 3, mask, **options)
+        one = one_process(model, ids, mask, **options)
+        assert {"key:received", "key:received_max", "key:received_mean"} <= set(one[1])
+        assert_same(sharded, one, mask)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "mpt"])

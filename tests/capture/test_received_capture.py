@@ -124,12 +124,8 @@ def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkey
     assert rec.received("received_max") is None  # not asked for: not recorded
 
 
-def test_key_statistics_are_refused_under_context_parallel_and_checked_at_once():
-    from entropy_lens.capture.shards import ShardedSequence
-
+def test_key_statistic_arguments_are_checked_at_once():
     model = build("llama", SUPPORTED["llama"][0])
-    with pytest.raises(EntropyLensError, match="--context-parallel cannot shard --stats received"):
-        EntropyRecorder(model, stats="received", context=object.__new__(ShardedSequence))
     with pytest.raises(EntropyLensError, match="query_window must be None"):
         EntropyRecorder(model, stats="received", query_window=0)
     with pytest.raises(EntropyLensError, match="unknown row statistic"):
@@ -173,7 +169,6 @@ def test_scan_flags_for_key_statistics_are_checked_before_anything_runs():
     for kw, refusal in (
         ({"stats": "received", "entropy": "none"}, "needs --record heads or mean"),
         ({"query_window": 4}, "--query-window 4 counts rows for the key statistics"),
-        ({"stats": "received", "context_parallel": True}, "not yet gathered over --context-parallel"),
         ({"stats": "received,recieved_mean"}, "--stats: unknown row statistic"),
     ):
         with pytest.raises(EntropyLensError, match=refusal):
