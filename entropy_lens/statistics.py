@@ -203,6 +203,31 @@ RECEIVED_MEAN = Statistic(
     axis=KEYS,
 )
 
+# What AttentionMonitor records of a key statistic per layer and head at each step (monitor/summary.py):
+# not a value per key but two numbers over the keys, each reduced over a step's batch rows by its own
+# reduction. Not among DECLARED (no kernel computes them); `reduction_of` and the history's view know them
+RECEIVED_FIRST = Statistic(
+    "received_first",
+    PROBABILITY,
+    "received at a batch row's first real key over its counted query rows: the share of attention an "
+    "attention sink at the first token takes",
+    "first key's share",
+    squared=False,
+    axis=KEYS,
+)
+RECEIVED_MAX_LATER = Statistic(
+    "received_max_later",
+    PROBABILITY,
+    "the largest received_mean of any key after a batch row's first real one: a heavy hitter appearing",
+    "largest later key's share",
+    squared=False,
+    reduction=MAX,
+    axis=KEYS,
+)
+# the key statistics the monitor takes, each with its summaries
+KEY_SUMMARIES: dict[str, tuple[Statistic, ...]] = {RECEIVED.name: (RECEIVED_FIRST, RECEIVED_MAX_LATER)}
+SUMMARIES: dict[str, Statistic] = {s.name: s for group in KEY_SUMMARIES.values() for s in group}
+
 # every statistic, each declared once, rows first; the views below are its two axes
 DECLARED: tuple[Statistic, ...] = (
     ENTROPY,
@@ -237,9 +262,9 @@ def declared(name: str) -> Statistic:
 
 def reduction_of(key: str) -> Reduction:
     """How the sum or array named `key` combines: its statistic's reduction for a statistic's own
-    (`entropy`, `max_logit`, `received_max`), MEAN for its square (`entropy_sq`), a count or anything not
-    declared."""
-    stat = STATISTICS.get(key) or KEY_STATISTICS.get(key)
+    (`entropy`, `max_logit`, `received_max`) or a monitor's summary (`received_max_later`), MEAN for its
+    square (`entropy_sq`), a count or anything not declared."""
+    stat = STATISTICS.get(key) or KEY_STATISTICS.get(key) or SUMMARIES.get(key)
     return stat.reduction if stat is not None else MEAN
 
 

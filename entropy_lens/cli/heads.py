@@ -55,7 +55,8 @@ def add_parsers(sub) -> None:
         s,
         MonitorSettings,
         helps={
-            "monitor": "record these attention row statistics (comma-separated: entropy, max_prob, ...) of "
+            "monitor": "record these attention statistics (comma-separated: row statistics such as entropy, "
+            "max_prob, and received, the first key's and the largest later key's share of attention) of "
             "every --monitor-every-th step's forwards, per head, into <out stem>.history.npz beside --out "
             "(replaced as --out is); the scales are bit-identical without it"
         },

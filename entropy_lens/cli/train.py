@@ -48,7 +48,8 @@ def add_parsers(sub) -> None:
         t,
         MonitorSettings,
         helps={
-            "monitor": "record these attention row statistics (comma-separated: entropy, max_prob, ...) of "
+            "monitor": "record these attention statistics (comma-separated: row statistics such as entropy, "
+            "max_prob, and received, the first key's and the largest later key's share of attention) of "
             "every --monitor-every-th step's forward, per head, into <out>/attention-history.npz; the "
             "weights are bit-identical without it"
         },

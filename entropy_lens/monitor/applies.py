@@ -26,6 +26,7 @@ from entropy_lens.capture import ScaleSession
 from entropy_lens.capture.call import active_session
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor.install import Hook
+from entropy_lens.monitor.settings import session_stats
 from entropy_lens.monitor.summary import ForwardSums
 
 PROBE_TOKENS = 2  # a query row that sees one key and one that sees two
@@ -33,12 +34,13 @@ PROBE_TOKENS = 2  # a query row that sees one key and one that sees two
 
 def check_applies(model, stats: tuple[str, ...], *, first_keys: int, n_layers: int) -> None:
     """EntropyLensError in one line where a recorded forward of `model` would be refused for `stats`
-    (see the module docstring); nothing inside an entered entropy_lens session."""
+    (see the module docstring); nothing inside an entered entropy_lens session. `stats`: the monitor's
+    (row statistics and received)."""
     if active_session() is not None:
         return
     sums = ForwardSums(n_layers, stats, None, model=type(model).__name__)
-    probe = ScaleSession(model, stats=stats, first_keys=first_keys, fused="off")
-    probe.session.on_stats = sums.add
+    probe = ScaleSession(model, stats=session_stats(stats), first_keys=first_keys, fused="off")
+    probe.session.on_stats, probe.session.on_key_stats = sums.add, sums.add_keys
     probe.session.on_nonfinite = sums.add_nonfinite  # NaN weights: the probe cannot tell; steps will
     embeddings = model.get_input_embeddings().weight
     ids = torch.zeros(1, PROBE_TOKENS, dtype=torch.long, device=embeddings.device)

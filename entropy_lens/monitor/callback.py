@@ -26,7 +26,7 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 from entropy_lens.monitor.monitor import AttentionMonitor
-from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats
+from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, summaries
 from entropy_lens.monitor.thresholds import Thresholds
 from entropy_lens.settings import check_argument
 
@@ -37,12 +37,13 @@ class EntropyLensCallback(TrainerCallback):
     """Monitor attention during `Trainer.train()`; log the summaries; warn when a head crosses a threshold.
 
     Args:
-        stats: the row statistics recorded, as AttentionMonitor's (names of
-            entropy_lens.statistics.STATISTICS; default monitor.settings.MONITOR_STATS).
+        stats: the statistics recorded, as AttentionMonitor's (names of entropy_lens.statistics.STATISTICS,
+            and received for its two summaries; default monitor.settings.MONITOR_STATS).
         every: record every `every`-th optimizer step (>= 1).
         first_keys: first_mass's K (>= 1).
         thresholds: None or {stat: ("below" | "above", limit)} (thresholds.Thresholds), each stat one of
-            `stats`: a warning, once per head, naming the layer, head and step.
+            the monitor's summaries (a row statistic of `stats`, or received_first or received_max_later
+            with received): a warning, once per head, naming the layer, head and step.
         prefix: the logged names' first part, as `AttentionMonitor.scalars`'s.
         per_head: log one scalar per head too, as `AttentionMonitor.scalars`'s.
 
@@ -66,7 +67,7 @@ class EntropyLensCallback(TrainerCallback):
         if not isinstance(prefix, str) or not isinstance(per_head, bool):
             raise TypeError("EntropyLensCallback(prefix: str, per_head: bool)")
         self.every, self.first_keys, self.prefix, self.per_head = int(every), first_keys, prefix, per_head
-        self.thresholds = Thresholds(thresholds, stats=self.stats)
+        self.thresholds = Thresholds(thresholds, stats=summaries(self.stats))
         self.monitor: AttentionMonitor | None = None
         self._logged_step = None  # the step of the last record put into the logs
 

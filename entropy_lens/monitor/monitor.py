@@ -18,7 +18,8 @@ duration (the entropy_lens attention installed, its session's `on_stats` feeding
 and leaves it in a forward hook that runs even when the forward raises; every other forward runs the
 model's own attention implementation, untouched. The statistics come from whatever route capture takes
 (its gradients are the model's: capture/paths.py); the 2-D `attention_mask` the model is given says
-which query rows are real (a 4-D mask, or none: all rows count, as the recorder counts them).
+which query rows are real (a 4-D mask, or none: all rows count, as the recorder counts them). With
+`received`, the attention each key receives (capture/received.py, no gradients) feeds `on_key_stats`.
 
 Under real training:
 - autocast: the recorded forwards run the attention in autocast's dtype, as sdpa does (kernels/train.py);
@@ -58,7 +59,7 @@ from entropy_lens.monitor.install import (
     outer_forward_running,
     refuse_nesting,
 )
-from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats
+from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, session_stats, summaries
 from entropy_lens.monitor.summary import ForwardSums, NonFiniteStepWarning, StepSummary
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import reduction_of
@@ -73,8 +74,10 @@ class AttentionMonitor:
     Args:
         model: a transformers causal LM that capture supports (refused on entry otherwise).
         stats: distinct names of row statistics (entropy_lens.statistics.STATISTICS; a name or a tuple),
-            each summarised per head by its reduction (summary.REDUCTIONS: the mean over real query
-            rows, the maximum for maxima). Default: monitor.settings.MONITOR_STATS.
+            each summarised per head by its reduction (the mean over real query rows, the maximum for
+            maxima), and "received": per head `received_first`, the first real key's share of the
+            attention (a sink forming; the mean over batch rows), and `received_max_later`, the largest
+            received_mean of a later key (a heavy hitter; the max). Default: settings.MONITOR_STATS.
         every: record the forwards of steps that are multiples of `every` (>= 1).
         first_keys: first_mass's K (>= 1).
         fused: the recorded forwards' route, one of kernels.FUSED_MODES (capture.ScaleSession's
@@ -92,9 +95,11 @@ class AttentionMonitor:
     ):
         check_model(model)
         self.stats = check_monitor_stats(stats)
+        self.summaries = summaries(self.stats)  # the names of latest()'s and the history's arrays
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
-        self._scaling = ScaleSession(model, stats=self.stats, first_keys=first_keys, fused=fused)
+        session = session_stats(self.stats)
+        self._scaling = ScaleSession(model, stats=session, first_keys=first_keys, fused=fused)
         self.fused = self._scaling.session.fused  # parsed once, by the ScaleSession
         self.first_keys = self._scaling.session.first_keys
         cfg = model.config.get_text_config()
@@ -151,8 +156,9 @@ class AttentionMonitor:
         if self._current is not None:
             self._current = None
             self._scaling.__exit__(None, None, None)
-        self._scaling.session.on_stats = self._scaling.session.on_nonfinite = None
-        self._scaling.session.mask_memo.clear()  # no mask of this forward is kept alive
+        session = self._scaling.session
+        session.on_stats = session.on_nonfinite = session.on_key_stats = None
+        session.mask_memo.clear()  # no mask of this forward is kept alive
 
     @property
     def active(self) -> bool:
@@ -197,6 +203,7 @@ class AttentionMonitor:
         self._scaling.session.fused = Fused.OFF if activation_checkpointing(self.model) else self.fused
         self._scaling.session.on_stats = current.add
         self._scaling.session.on_nonfinite = current.add_nonfinite
+        self._scaling.session.on_key_stats = current.add_keys
         self._scaling.__enter__()
         self._current = current  # entered: the forward hook leaves it
 
@@ -216,8 +223,8 @@ class AttentionMonitor:
         caller's own entered ScaleSession of this model (trainable scales, a schedule), instead of the
         monitor's installation, which would replace it (the innermost session is the one the attention
         follows). For a loop that holds such a session or calls the model's decoder; the monitor need not
-        be entered. `scaling` must record the monitor's stats (ScaleSession(stats=mon.stats)); an
-        EntropyRecorder's own records go on as well.
+        be entered. `scaling` must record the monitor's stats (ScaleSession(stats=session_stats(mon.stats)),
+        monitor.settings); an EntropyRecorder's own records go on as well.
 
         Args:
             scaling: the caller's entered ScaleSession of this model, recording at least `stats`.
@@ -227,11 +234,12 @@ class AttentionMonitor:
         Raises:
             EntropyLensError: `scaling` does not record every statistic of the monitor's `stats`.
         """
-        lacking = [s for s in self.stats if s not in scaling.session.stats]
+        needed = session_stats(self.stats)
+        lacking = [s for s in needed if s not in (*scaling.session.stats, *scaling.session.key_stats)]
         if lacking:
             raise EntropyLensError(
                 f"the ScaleSession given to recording() does not record {', '.join(lacking)}; make it with "
-                f"ScaleSession(model, stats={self.stats!r}, ...)"
+                f"ScaleSession(model, stats={needed!r}, ...)"
             )
         if not self.enabled:
             yield
@@ -243,14 +251,15 @@ class AttentionMonitor:
         mask = attention_mask if getattr(attention_mask, "ndim", None) == 2 else None
         current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
         session = scaling.session
-        own = session.on_stats, session.on_nonfinite  # an EntropyRecorder's sums go on receiving
+        own = session.on_stats, session.on_nonfinite, session.on_key_stats  # an EntropyRecorder's go on
         session.on_stats = current.add if own[0] is None else both(own[0], current.add)
         session.on_nonfinite = current.add_nonfinite
+        session.on_key_stats = current.add_keys if own[2] is None else both(own[2], current.add_keys)
         self._through = scaling
         try:
             yield
         finally:  # a raising forward's partial reports are dropped with it
-            session.on_stats, session.on_nonfinite = own
+            session.on_stats, session.on_nonfinite, session.on_key_stats = own
             self._through = None
             session.mask_memo.clear()
         self._add(current.finish(self.step))
@@ -294,11 +303,12 @@ class AttentionMonitor:
         return [r.step for r in self._records if r.nonfinite]
 
     def latest(self) -> dict[str, np.ndarray]:
-        """{stat: (layers, heads) float32} of the last recorded step whose attention was finite: the mean
-        over its real query rows, the maximum for maxima (summary.REDUCTIONS).
+        """{name: (layers, heads) float32} of the last recorded step whose attention was finite, for each of
+        `summaries`: the mean over its real query rows, the maximum for maxima; received's two summaries
+        (received_first, received_max_later) over its batch rows (summary.py).
 
         Returns:
-            dict: {stat: (layers, heads) float32}, in each statistic's unit.
+            dict: {name: (layers, heads) float32}, in each statistic's unit.
 
         Raises:
             EntropyLensError: no finite step recorded yet.
@@ -351,7 +361,7 @@ class AttentionMonitor:
         shape = (0, self.n_layers, self.n_heads)
         values = {
             s: np.stack([r.values()[s] for r in records]) if records else np.zeros(shape, np.float32)
-            for s in self.stats
+            for s in self.summaries
         }
         return History(
             steps=np.array([r.step for r in records], dtype=np.int64),
@@ -360,6 +370,7 @@ class AttentionMonitor:
             values=values,
             meta=self.meta(),
             nonfinite=np.array(self.nonfinite_steps, dtype=np.int64),
+            sequences=np.array([r.sequences for r in records], dtype=np.int64),
         )
 
     def save(self, path) -> None:
@@ -380,8 +391,8 @@ class AttentionMonitor:
             "n_layers": self.n_layers,
             "n_heads": self.n_heads,
             "n_kv_heads": self.n_kv_heads,
-            "stats": list(self.stats),
-            "reductions": {s: reduction_of(s).name for s in self.stats},
+            "stats": list(self.summaries),
+            "reductions": {s: reduction_of(s).name for s in self.summaries},
             "every": self.every,
             "first_keys": self.first_keys,
             "step_unit": "forward" if self._step is None else "step",

@@ -4,9 +4,14 @@ work, without torch (`--help` and the flags' parsing load none):
     MonitorSettings(monitor="entropy,max_logit", monitor_every=10)   # --monitor, --monitor-every
     check_monitor(settings) -> ("entropy", "max_logit")             # () without --monitor
     check_monitor_stats(stats)                                       # AttentionMonitor's `stats=`
+    summaries(("entropy", "received")) -> ("entropy", "received_first", "received_max_later")
+    session_stats(("entropy", "received")) -> ("entropy", "received", "received_mean")
 
 train-tiny and search-heads (training/) and the Trainer callback take them from here; AttentionMonitor
-(monitor.py) checks its `stats` with `check_monitor_stats`.
+(monitor.py) checks its `stats` with `check_monitor_stats`. A monitor records row statistics and, of the
+attention each key receives, `received` alone, as two summaries per head (statistics.KEY_SUMMARIES): the
+first real key's share (an attention sink forming) and the largest share of any later key (a heavy
+hitter); its capture session computes `received` and `received_mean` for them (`session_stats`).
 """
 
 from __future__ import annotations
@@ -14,11 +19,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import parse_stats
 from entropy_lens.settings import MAX_COUNT, Checked, setting
-from entropy_lens.statistics import ENTROPY, MAX_LOGIT, STATISTICS, did_you_mean
+from entropy_lens.statistics import (
+    ENTROPY,
+    KEY_STATISTICS,
+    KEY_SUMMARIES,
+    MAX_LOGIT,
+    RECEIVED,
+    RECEIVED_MEAN,
+    STATISTICS,
+    SUMMARIES,
+    did_you_mean,
+)
 
-__all__ = ["MONITOR_STATS", "MonitorSettings", "check_monitor", "check_monitor_stats"]
+__all__ = [
+    "MONITOR_STATS",
+    "MonitorSettings",
+    "check_monitor",
+    "check_monitor_stats",
+    "monitored",
+    "session_stats",
+    "summaries",
+]
 
 # What AttentionMonitor records by default: entropy and the max logit (QK-clip's quantity)
 MONITOR_STATS = (ENTROPY.name, MAX_LOGIT.name)
@@ -32,8 +54,9 @@ class MonitorSettings(Checked):
     monitor: str | None = setting(
         None,
         metavar="STATS",
-        help="record these attention row statistics (comma-separated) of every --monitor-every-th "
-        "optimiser step, per head, and save their history beside the output (monitor/history.py)",
+        help="record these attention statistics (comma-separated: row statistics, and received for the "
+        "first key's share and the largest later key's share) of every --monitor-every-th optimiser step, "
+        "per head, and save their history beside the output (monitor/history.py)",
     )
     monitor_every: int | None = setting(
         None, metavar="N", at_least=1, at_most=MAX_COUNT, help="record every Nth optimiser step (default 1)"
@@ -69,12 +92,29 @@ def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
 
 
 def check_monitor_stats(stats) -> tuple[str, ...]:
-    """`stats` as a tuple of distinct known row statistics; EntropyLensError in one line naming the
-    known ones otherwise."""
+    """`stats` as a tuple of distinct known row statistics and key statistics the monitor summarises
+    (statistics.KEY_SUMMARIES: received); EntropyLensError in one line naming the known ones otherwise.
+
+    Args:
+        stats: a name or a tuple of names.
+
+    Returns:
+        tuple: the names, in the order given.
+
+    Raises:
+        EntropyLensError: not names, none, a repeated or unknown name, or a key statistic (or a summary's
+            name) other than received.
+    """
     stats = (stats,) if isinstance(stats, str) else stats
     if not isinstance(stats, (tuple, list)) or not all(isinstance(s, str) for s in stats):
         raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
-    unknown = [s for s in stats if s not in STATISTICS]
+    other = [s for s in stats if (s in KEY_STATISTICS or s in SUMMARIES) and s not in KEY_SUMMARIES]
+    if other:
+        raise EntropyLensError(
+            f"AttentionMonitor cannot record {', '.join(other)}: of the attention each key receives it records "
+            f"{RECEIVED.name}'s two summaries per head ({' and '.join(SUMMARIES)}); pass {RECEIVED.name}"
+        )
+    unknown = [s for s in stats if s not in STATISTICS and s not in KEY_SUMMARIES]
     if unknown or not stats or len(set(stats)) != len(stats):
         what = (
             f"unknown statistic {', '.join(map(repr, unknown))}{did_you_mean(unknown)}"
@@ -82,6 +122,47 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
             else f"stats={tuple(stats)!r}"
         )
         raise EntropyLensError(
-            f"AttentionMonitor cannot record {what}; pass distinct names from {', '.join(STATISTICS)}"
+            f"AttentionMonitor cannot record {what}; pass distinct names from "
+            f"{', '.join((*STATISTICS, *KEY_SUMMARIES))}"
         )
-    return parse_stats(stats)  # checked above: parsed once, passed to the ScaleSession as it is
+    return tuple(stats)
+
+
+def summaries(stats: tuple[str, ...]) -> tuple[str, ...]:
+    """The per-head summaries a monitor of `stats` (checked) records, in order: a row statistic itself, a
+    key statistic its summaries (received: received_first, received_max_later).
+
+    Args:
+        stats: the monitor's statistics, as `check_monitor_stats` returns them.
+
+    Returns:
+        tuple: the names of `AttentionMonitor.latest()`'s arrays and of the history's.
+    """
+    return tuple(n for s in stats for n in ([s] if s in STATISTICS else [x.name for x in KEY_SUMMARIES[s]]))
+
+
+def monitored(names) -> tuple[str, ...]:
+    """The monitor's statistics behind the summaries `names` (a history's arrays): `summaries`' inverse.
+
+    Args:
+        names: summary names, as a history's `stats`.
+
+    Returns:
+        tuple: each row statistic, and received once for its summaries, in order.
+    """
+    of = {x.name: key for key, group in KEY_SUMMARIES.items() for x in group}
+    return tuple(dict.fromkeys(of.get(n, n) for n in names))
+
+
+def session_stats(stats: tuple[str, ...]) -> tuple[str, ...]:
+    """What the capture session of a monitor of `stats` (checked) records: its row statistics and, for
+    received, the key statistics its summaries are read from (received, received_mean).
+
+    Args:
+        stats: the monitor's statistics, as `check_monitor_stats` returns them.
+
+    Returns:
+        tuple: statistic names for `ScaleSession(stats=...)`.
+    """
+    keys = (RECEIVED.name, RECEIVED_MEAN.name) if any(s in KEY_SUMMARIES for s in stats) else ()
+    return tuple(s for s in stats if s in STATISTICS) + keys

@@ -8,6 +8,13 @@ declared reduction (statistics.reduction_of):
     "mean": Σ_rows value (float64) and the row count n; the summary is Σ / n
     "max":  max_rows value; the summary is that maximum (QK-clip's max logit is a maximum, not a mean)
 
+Key statistics (attention received by each key, the session's `on_key_stats`: received and
+received_mean, (B, H, S) per layer) are summarised per batch row, then over the forward's batch rows
+that hold a real query row (`sequences`), as statistics.KEY_SUMMARIES declares:
+
+    received_first      received at the row's first real key / its counted query rows; their mean
+    received_max_later  max over the keys after the first real one of received_mean; their maximum
+
 `finish` brings the (layers, heads) results to the host once per forward, checks that every layer
 reported once, and returns a `StepSummary`. Two summaries of one step (gradient accumulation's
 micro-batches) `merge` exactly: sums and counts add, maxima take the larger.
@@ -26,7 +33,15 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.statistics import reduction_of
+from entropy_lens.statistics import (
+    RECEIVED,
+    RECEIVED_FIRST,
+    RECEIVED_MAX_LATER,
+    RECEIVED_MEAN,
+    STATISTICS,
+    SUMMARIES,
+    reduction_of,
+)
 
 
 class NonFiniteStepWarning(RuntimeWarning):
@@ -36,8 +51,9 @@ class NonFiniteStepWarning(RuntimeWarning):
 @dataclass
 class StepSummary:
     """One step's statistics: `sums[stat]` (layers, heads) float64, the sum over the real query rows for
-    a "mean" statistic and their maximum for a "max" one; `rows` the real query rows (per layer and head:
-    every layer sees the same rows); `forwards` how many recorded forwards made it. A step whose
+    a "mean" statistic and their maximum for a "max" one (a key statistic's summary: over the batch
+    rows); `rows` the real query rows (per layer and head: every layer sees the same rows); `sequences`
+    the batch rows with a real query row; `forwards` how many recorded forwards made it. A step whose
     attention was not finite has `nonfinite` (where it first was) and no sums."""
 
     step: int
@@ -45,35 +61,47 @@ class StepSummary:
     rows: int
     sums: dict[str, np.ndarray]
     nonfinite: str | None = None
+    sequences: int = 0
 
     def values(self) -> dict[str, np.ndarray]:
-        """{stat: (layers, heads) float32}: the mean over the real rows, or their maximum."""
+        """{stat: (layers, heads) float32}: the mean over the real rows (batch rows for a summary of a
+        key statistic), or their maximum."""
         return {
-            stat: reduction_of(stat).finish(s, self.rows).astype(np.float32) for stat, s in self.sums.items()
+            stat: reduction_of(stat)
+            .finish(s, self.sequences if stat in SUMMARIES else self.rows)
+            .astype(np.float32)
+            for stat, s in self.sums.items()
         }
 
     def merge(self, other: StepSummary) -> StepSummary:
         """This step's summary with `other`'s forwards added (the same step, the same statistics); not
         finite if either is."""
         forwards, rows = self.forwards + other.forwards, self.rows + other.rows
+        sequences = self.sequences + other.sequences
         if self.nonfinite or other.nonfinite:
-            return StepSummary(self.step, forwards, rows, {}, self.nonfinite or other.nonfinite)
+            return StepSummary(self.step, forwards, rows, {}, self.nonfinite or other.nonfinite, sequences)
         sums = {stat: reduction_of(stat).combine(s, other.sums[stat]) for stat, s in self.sums.items()}
-        return StepSummary(self.step, forwards, rows, sums)
+        return StepSummary(self.step, forwards, rows, sums, sequences=sequences)
 
 
 class ForwardSums:
     """The device-side reductions of one recorded forward (see the module docstring).
 
+    stats: the monitor's statistics (monitor.settings.check_monitor_stats): row statistics and received.
     mask: the forward's 2-D attention mask (B, S), 1/True = real token, or None (every row is real).
     """
 
     def __init__(self, n_layers: int, stats: tuple[str, ...], mask: torch.Tensor | None, *, model: str):
-        self.n_layers, self.stats, self.model = n_layers, stats, model
+        self.n_layers, self.model = n_layers, model
+        self.stats = tuple(s for s in stats if s in STATISTICS)  # the row statistics
+        self.keys = RECEIVED.name in stats  # received's summaries (received_first, received_max_later)
         self.mask = None if mask is None else mask.detach().bool()
         self.layers: list[int] = []  # the layers that reported, in order
         self.reduced: dict[int, dict[str, torch.Tensor]] = {}  # layer -> {stat: (H,)}
+        self.key_layers: list[int] = []  # the layers that reported key statistics, in order
         self.rows: torch.Tensor | int | None = None  # real query rows, from the first report
+        self.counted: torch.Tensor | None = None  # (B,) real query rows of each batch row, likewise
+        self.sequences: torch.Tensor | None = None  # batch rows with a real query row
         self.nonfinite: str | None = None  # where the forward's attention was first not finite
 
     def add_nonfinite(self, layer: int, why: str) -> None:
@@ -84,19 +112,57 @@ class ForwardSums:
     def add(self, layer: int, stats: dict[str, torch.Tensor], key_offset: int) -> None:
         """One layer's {stat: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1."""
         self.layers.append(layer)
-        self.reduced[layer] = {}
+        self.reduced.setdefault(layer, {})
         if not stats:  # nothing of `stats` applies to this layer: refused in finish
             return
         B, _, T = next(iter(stats.values())).shape
         keep = self._keep(T, key_offset)  # (B, 1, T) bool or None
+        if self.counted is None:
+            self.counted = keep.sum((1, 2)) if keep is not None else torch.full((B,), T, device=self.device)
         reduced = {}
         for name in self.stats:
             if name not in stats:
                 continue  # a statistic that does not apply to this layer: refused in finish
             reduced[name] = reduction_of(name).reduce(stats[name].detach().double(), (0, 2), keep)
-        self.reduced[layer] = reduced
+        self.reduced[layer].update(reduced)
         if self.rows is None:
             self.rows = B * T if keep is None else keep.sum()
+
+    @property
+    def device(self) -> torch.device | None:
+        return None if self.mask is None else self.mask.device
+
+    def add_keys(self, layer: int, values: dict[str, torch.Tensor]) -> None:
+        """One layer's key statistics {received, received_mean: (B, H, S)} (the session's `on_key_stats`),
+        summarised per head as the module docstring says; nothing where the monitor records none."""
+        self.key_layers.append(layer)
+        if not self.keys:
+            return
+        received = values[RECEIVED.name].detach().double()
+        mean = values[RECEIVED_MEAN.name].detach().double()
+        B, H, S = received.shape
+        if self.counted is None:  # no row statistic reported: every key a query row of its own
+            keep = self._keep(S, 0)
+            self.counted = keep.sum((1, 2)) if keep is not None else torch.full((B,), S, device=self.device)
+        counted = self.counted.to(received.device)
+        first = torch.zeros(B, dtype=torch.int64, device=received.device)  # each batch row's first real key
+        if self.mask is not None and self.mask.shape[1] == S:
+            first = self.mask.to(torch.uint8).argmax(dim=1).to(received.device)
+        at_first = received.gather(2, first.view(B, 1, 1).expand(B, H, 1)).squeeze(2)  # (B, H)
+        later = torch.arange(S, device=received.device) > first[:, None]  # (B, S)
+        top = torch.where(later[:, None, :], mean, 0.0).amax(2)  # (B, H): 0 where no later key
+        real = (counted > 0)[:, None]  # (B, 1): the batch rows that hold a real query row
+        share = at_first / counted.clamp_min(1)[:, None]
+        reduced = self.reduced.setdefault(layer, {})
+        reduced[RECEIVED_FIRST.name] = RECEIVED_FIRST.reduction.reduce(share, 0, real)
+        reduced[RECEIVED_MAX_LATER.name] = RECEIVED_MAX_LATER.reduction.reduce(top, 0, real)
+        if self.sequences is None:
+            self.sequences = real.sum()
+
+    @property
+    def summaries(self) -> tuple[str, ...]:
+        """The names this forward's summary holds: the row statistics, then received's summaries."""
+        return self.stats + ((RECEIVED_FIRST.name, RECEIVED_MAX_LATER.name) if self.keys else ())
 
     def _keep(self, T: int, key_offset: int) -> torch.Tensor | None:
         """(B, 1, T): which of the layer's query rows are real, from the forward's 2-D mask where it covers
@@ -116,6 +182,12 @@ class ForwardSums:
                 "does not run (once per layer) through transformers' attention interface, so AttentionMonitor "
                 "cannot measure it. See README, Supported architectures"
             )
+        if self.keys and sorted(self.key_layers) != list(range(self.n_layers)):
+            raise EntropyLensError(
+                f"{model}: the layers that reported attention received in this forward were "
+                f"{sorted(self.key_layers) or 'none'}, not each of its {self.n_layers} layers once; record it "
+                "through a session that computes it (monitor.settings.session_stats)"
+            )
         missing = [s for s in self.stats if any(s not in self.reduced[i] for i in range(self.n_layers))]
         if missing:
             raise EntropyLensError(
@@ -131,9 +203,9 @@ class ForwardSums:
         self.check_reports()
         stacked = {
             s: torch.stack([self.reduced[i][s] for i in range(self.n_layers)]).cpu().numpy()
-            for s in self.stats
+            for s in self.summaries
         }
-        rows = int(self.rows)
+        rows, sequences = int(self.rows), int(self.sequences or 0)
         if rows == 0:
             raise EntropyLensError(
                 "this forward's attention_mask holds no real token (all 0), so it has no rows to summarise; "
@@ -144,7 +216,8 @@ class ForwardSums:
             if bad.any():
                 layer, head = map(int, np.argwhere(bad)[0])
                 why = f"{s} of head {head} is {values[layer, head]} ({int(bad.sum())} values not finite)"
+                where = f"layer {layer}: {why}"
                 return StepSummary(
-                    step=step, forwards=1, rows=rows, sums={}, nonfinite=f"layer {layer}: {why}"
+                    step=step, forwards=1, rows=rows, sums={}, nonfinite=where, sequences=sequences
                 )
-        return StepSummary(step=step, forwards=1, rows=rows, sums=stacked)
+        return StepSummary(step=step, forwards=1, rows=rows, sums=stacked, sequences=sequences)

@@ -7,10 +7,15 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
     forwards  int64   (n,)                   recorded forwards merged into each step (gradient
                                              accumulation's micro-batches)
     rows      int64   (n,)                   real query rows (padding excluded) behind each step
+    sequences int64   (n,)                   batch rows with a real query row behind each step (what
+                                             received_first averages over); absent before version 3: 0
     nonfinite int64   (k,)                   the recorded steps whose attention was not finite (they
                                              have no record above); absent from version 1 files: none
-    <stat>    float32 (n, layers, heads)     per statistic of meta `stats`: the mean over the step's real
-                                             query rows, or their maximum (meta `reductions`)
+    <stat>    float32 (n, layers, heads)     per name of meta `stats`: a row statistic's mean over the
+                                             step's real query rows, or their maximum (meta `reductions`);
+                                             from version 3 also received's summaries received_first and
+                                             received_max_later, over the step's batch rows
+                                             (statistics.KEY_SUMMARIES)
     meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
                                              entropy_lens_version, model, model_class, model_type, n_layers,
                                              n_heads, n_kv_heads, stats, reductions, every, first_keys,
@@ -34,15 +39,15 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
 
 SCHEMA = "entropy_lens.monitor"
-SCHEMA_VERSION = 2  # 2: the non-finite steps (`nonfinite`)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # 2: the non-finite steps (`nonfinite`); 3: `sequences`, received's summaries
+READABLE_VERSIONS = (1, 2, 3)
 ARRAYS = ("steps", "forwards", "rows")
 HISTORY_FILE = "attention-history.npz"  # its name in the output folder of train-tiny --monitor
 
 
 @dataclass
 class History:
-    """Recorded steps, oldest first: `steps`, `forwards`, `rows` (n,) int64 and `values[stat]`
+    """Recorded steps, oldest first: `steps`, `forwards`, `rows`, `sequences` (n,) int64 and `values[stat]`
     (n, layers, heads) float32 (see the module docstring); `meta` as the file's.
 
     Args:
@@ -52,6 +57,7 @@ class History:
         values: {stat: (n, layers, heads) float32}, each step's per-head summary, in the statistic's unit.
         meta: the file's meta (the module docstring).
         nonfinite: (k,) int64, the recorded steps whose attention was not finite.
+        sequences: (n,) int64, the batch rows behind each step; None: 0 for each (a file before version 3).
     """
 
     steps: np.ndarray
@@ -60,6 +66,11 @@ class History:
     values: dict[str, np.ndarray]
     meta: dict = field(default_factory=dict)
     nonfinite: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sequences: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.sequences is None:
+            self.sequences = np.zeros(len(self.steps), np.int64)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -96,7 +107,7 @@ class History:
         """
         return atomic_savez(
             path,
-            **{name: getattr(self, name).astype(np.int64) for name in (*ARRAYS, "nonfinite")},
+            **{name: getattr(self, name).astype(np.int64) for name in (*ARRAYS, "nonfinite", "sequences")},
             **{stat: v.astype(np.float32) for stat, v in self.values.items()},
             meta=np.array(json.dumps({**self.meta, "schema": SCHEMA, "schema_version": SCHEMA_VERSION})),
         )
@@ -147,8 +158,15 @@ def load_history(path: str | Path, *, again: str | None = None) -> History:
         raise EntropyLensError(
             f"{name}: nonfinite is {nonfinite.dtype} {nonfinite.shape}, not steps; {again}"
         )
+    sequences = data.get("sequences")  # absent before version 3
+    if sequences is not None and (sequences.shape != data["steps"].shape or sequences.dtype.kind not in "iu"):
+        raise EntropyLensError(
+            f"{name}: sequences is {sequences.dtype} {sequences.shape}, not whole numbers of one per step; {again}"
+        )
     values = {s: data[s] for s in stats}
-    return History(*(data[k] for k in ARRAYS), values=values, meta=meta, nonfinite=nonfinite)
+    return History(
+        *(data[k] for k in ARRAYS), values=values, meta=meta, nonfinite=nonfinite, sequences=sequences
+    )
 
 
 def is_history(path: str | Path, *, what: str, again: str) -> bool:

@@ -44,7 +44,7 @@ from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.models.scales import SCALE_SUFFIX
 from entropy_lens.monitor import AttentionMonitor, History
-from entropy_lens.monitor.settings import MonitorSettings, check_monitor
+from entropy_lens.monitor.settings import MonitorSettings, check_monitor, session_stats
 from entropy_lens.results import atomic_write_text, check_regular_target
 from entropy_lens.runs.configs import HeadSearchConfig
 from entropy_lens.runs.output import check_file_target
@@ -136,7 +136,8 @@ def search_head_scales(
     start, log, prior_s = ckpt.restore(scales, opt)
     mon = AttentionMonitor(model, stats=stats, every=monitor.every) if stats else None
     prior = ckpt.prior_history(mon)
-    recording = {"stats": mon.stats, "fused": "off"} if mon else {}  # sdpa's own output, bit for bit
+    # sdpa's own output, bit for bit
+    recording = {"stats": session_stats(mon.stats), "fused": "off"} if mon else {}
     desc = f"search-heads {config.model}, threads {torch.get_num_threads()}"
     bar = progress_bar(total=config.steps, initial=start, enabled=progress, desc=desc)
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError, first_line
+from entropy_lens.monitor.settings import monitored
 from entropy_lens.results import check_regular_target, printable
 from entropy_lens.results.files import is_integer
 from entropy_lens.results.history import History, load_history
@@ -140,6 +141,7 @@ def joined(prior: History | None, later: History) -> History:
         values={s: np.concatenate([prior.values[s], later.values[s]]) for s in later.stats},
         meta=later.meta,
         nonfinite=np.concatenate([prior.nonfinite, later.nonfinite]),
+        sequences=np.concatenate([prior.sequences, later.sequences]),
     )
 
 
@@ -197,9 +199,10 @@ def prior_history(path: Path, monitor, start: int, *, note, progress: bool) -> H
     keep = prior.steps <= start
     if not keep.any():  # nothing recorded to continue: any --monitor and --monitor-every go on from here
         return None
-    if set(prior.stats) != set(monitor.stats) or prior.meta.get("every") != monitor.every:
+    if set(prior.stats) != set(monitor.summaries) or prior.meta.get("every") != monitor.every:
+        words = ",".join(monitored(prior.stats))  # received, not its summaries: --monitor's words
         raise EntropyLensError(
-            f"the interrupted run monitored {','.join(prior.stats)} every {prior.meta.get('every')} steps; "
+            f"the interrupted run monitored {words} every {prior.meta.get('every')} steps; "
             "pass its --monitor (those statistics, in any order) and --monitor-every to finish it, or "
             f"--force to start over (its records of steps {int(prior.steps[keep][0])}-{start} would be lost)"
         )
@@ -210,6 +213,7 @@ def prior_history(path: Path, monitor, start: int, *, note, progress: bool) -> H
         {s: v[keep] for s, v in prior.values.items()},
         prior.meta,
         prior.nonfinite[prior.nonfinite <= start],
+        prior.sequences[keep],
     )
 
 

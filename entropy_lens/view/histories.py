@@ -6,7 +6,8 @@ the records reduced by `Bins` as a scan's positions are: up to `points` bins of 
 each drawn as its mean with its min–max envelope (a history no longer than `points` is shown record by
 record, `bins.exact`); `steps` gives each bin's first and last step and the mean step (the x of its
 point). Per statistic: its unit (as recorded: entropy in nats, max_logit in its score), its reduction
-over a step's rows (meta `reductions`: "mean", or "max" for a maximum such as max_logit), and its
+over a step's rows (meta `reductions`: "mean", or "max" for a maximum such as max_logit; received's
+summaries, statistics.SUMMARIES, over its batch rows), and its
 curves, row-major (layers, heads, bins), written as payload.py writes a scan's (`encode.encode_curves`).
 The history's values were checked finite by `load_history`; values made in Python that are not are
 gaps, as in a scan.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from entropy_lens.results.history import History
-from entropy_lens.statistics import STATISTICS, reduction_of
+from entropy_lens.statistics import STATISTICS, SUMMARIES, reduction_of
 from entropy_lens.view.encode import bins_json, encode_curves, numbers, text
 from entropy_lens.view.reduce import Bins
 from entropy_lens.view.sources import HistoryItem
@@ -40,6 +41,7 @@ HISTORY_FIELDS = (  # shown in the history's table, in this order, where its met
     "schema_version",
 )
 ROWS = {"mean": "the mean over the step's real query rows", "max": "the max over the step's real query rows"}
+BATCH_ROWS = {"mean": "the mean over the step's batch rows", "max": "the max over the step's batch rows"}
 
 
 def history_curves(history: History) -> int:
@@ -68,13 +70,14 @@ def history_payload(item: HistoryItem, points: int) -> dict:
     }
     reductions = h.meta.get("reductions")
     for stat, values in h.values.items():
-        info = STATISTICS.get(stat)
+        info = STATISTICS.get(stat) or SUMMARIES.get(stat)
         how = reductions.get(stat) if isinstance(reductions, dict) else None
         how = how if how in ROWS else reduction_of(stat).name
+        over = (BATCH_ROWS if stat in SUMMARIES else ROWS)[how]
         out["stats"][text(stat)] = {
             "unit": text(info.unit if info else "as recorded"),
             "description": text(
-                f"{stat}: {info.description if info else 'a row statistic'}; per head, {ROWS[how]}"
+                f"{stat}: {info.description if info else 'a row statistic'}; per head, {over}"
             ),
             "reduction": how,
             "curves": encode_curves(bins, np.moveaxis(np.asarray(values, np.float64), 0, -1)),

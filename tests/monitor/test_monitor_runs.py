@@ -226,6 +226,27 @@ def test_a_resume_keeps_the_recorded_statistics_as_a_set(text_file, tmp_path, mo
     assert resumed.steps.tolist() == [1, 2, 3, 4] and set(resumed.stats) == {"entropy", "max_prob"}
 
 
+def test_train_tiny_monitors_received_and_resumes_it_without_changing_a_weight(
+    text_file, plain, tmp_path, monkeypatch
+):
+    """--monitor received,entropy: received's two summaries per step, every weight the unwatched run's;
+    a resume names the interrupted run's --monitor words (received, not its summaries) and continues."""
+    interrupted(text_file, tmp_path / "r", MonitorSettings(monitor="received,entropy"), monkeypatch)
+    with pytest.raises(
+        EntropyLensError, match="monitored received,entropy every 1 steps; pass its --monitor"
+    ):
+        train_tiny(micro(text_file), tmp_path / "r", progress=False, monitor=ENTROPY)
+    out = train_tiny(
+        micro(text_file), tmp_path / "r", progress=False, monitor=MonitorSettings("entropy,received")
+    )
+    history = load_history(out / HISTORY)
+    assert history.steps.tolist() == [1, 2, 3, 4] and history.sequences.tolist() == [2] * 4
+    assert history.stats == ("entropy", "received_first", "received_max_later")  # the resumed run's order
+    shares = np.stack([history.values["received_first"], history.values["received_max_later"]])
+    assert np.isfinite(shares).all() and (shares > 0).all() and (shares <= 1).all()
+    assert same_weights(out, plain)
+
+
 def test_a_resume_refuses_an_unreadable_or_foreign_history_with_the_clis_fix(
     text_file, tmp_path, monkeypatch
 ):

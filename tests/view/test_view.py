@@ -573,6 +573,7 @@ def test_a_historys_nonfinite_steps_are_named_not_drawn(history_file, tmp_path, 
         steps=saved.steps[:0],
         forwards=saved.forwards[:0],
         rows=saved.rows[:0],
+        sequences=saved.sequences[:0],
         values={s: v[:0] for s, v in saved.values.items()},
         nonfinite=np.array([1, 2, 3], dtype=np.int64),
     )
