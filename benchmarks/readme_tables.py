@@ -222,6 +222,49 @@ def stats_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def received_cpu_table(record: dict) -> str:
+    """Attention received inside a recorder against entropy alone, the plain forward and eager attention's
+    column sums (benchmarks/received_cpu.py): each row's time over recorder's and plain's at its length, the
+    scan target's ratios and the check of received against eager's column sums beneath."""
+    rows = [
+        "| len | mode | s | × recorder | × plain | peak RSS MB | max \\|Δ received\\| vs eager (relative) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def ratio(value: float | None) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']:,} | {r['mode']} | skipped: {r['skipped']} | | | | |")
+            continue
+        diff = r.get("max_abs_received_diff")
+        check = "" if diff is None else f"{diff:.1e} ({r['max_rel_received_diff']:.1e})"
+        rows.append(
+            f"| {r['len']:,} | {r['mode']} | {r['median_s']:.2f} | {ratio(r.get('time_over_recorder'))} | "
+            f"{ratio(r.get('time_over_plain'))} | {r['peak_rss_mb']:,.0f} | {check} |"
+        )
+    s = record["summary"]
+    scan = (
+        ", ".join(f"{x['received_over_recorder']:.2f}× at {x['len']:,}" for x in s["scan"]) or "not measured"
+    )
+    rows.append(f"\nreceived over recorder (the scan target, ≤ {s['target']}×): {scan}.")
+    check = s["check"]
+    if check is not None:
+        verdict = "agree" if check["agrees_with_eager"] else "DISAGREE"
+        rows.append(
+            f"received and eager's column sums at {check['len']:,} tokens {verdict}: max |Δ| "
+            f"{check['max_abs_received_diff']:.1e}, relative {check['max_rel_received_diff']:.1e}."
+        )
+    m = record["machine"]
+    rows.append(
+        f"Measured {record['created_utc'][:10]} ({record['model']}, median of {record['repeats']}) with "
+        f"{m['torch_threads']} torch thread(s) on a {m['cores']}-core {m['cpu']} CPU ({m['memory_gib']} GiB), "
+        f"torch {m['torch']}."
+    )
+    return "\n".join(rows)
+
+
 def train_table(record: dict) -> str:
     """A training step unmonitored against inside AttentionMonitor (benchmarks/train_cpu.py), the goals
     beside the measured ratios; `s / step` is the median of the timed runs and (min–max) their range, the
@@ -329,6 +372,7 @@ TABLES = {
     "view_size": view_table,
     "context_parallel_cpu": context_parallel_table,
     "stats_cpu": stats_table,
+    "received_cpu": received_cpu_table,
     "train_cpu": train_table,
 }
 

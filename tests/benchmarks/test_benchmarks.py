@@ -188,6 +188,77 @@ def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
     assert (row["interactive_ms"] is None) == (record["no_browser"] is not None)
 
 
+@pytest.mark.slow  # six child processes (about a minute on 2 cores)
+def test_received_benchmark_times_every_mode_and_checks_received_against_eager(tmp_path, benchmark_script):
+    """benchmarks/received_cpu.py at a toy size (tiny-nope, 48 tokens, the scan target's modes also at 64):
+    a row per (mode, length) in that order with time, peak RSS and ratios, received equal to eager's column
+    sums, the summary, and the benchmarks page's table made from the JSON."""
+    received_cpu = benchmark_script("received_cpu")
+    out = tmp_path / "received_cpu.json"
+    argv = ["--model", "tiny-nope", "--lengths", "48", "--scan-lengths", "48", "64", "--repeats", "1"]
+    assert received_cpu.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.read_text(encoding="utf-8"))
+    assert record["benchmark"] == "received_cpu" and record["model"] == "tiny-nope" and record["repeats"] == 1
+    rows = {(r["mode"], r["len"]): r for r in record["rows"]}
+    assert list(rows) == [(m, 48) for m in received_cpu.MODES] + [("recorder", 64), ("received", 64)]
+    for r in record["rows"]:
+        assert (
+            r["median_s"] > 0 and len(r["times_s"]) == 1 and r["peak_rss_mb"] >= r["rss_after_load_mb"] > 50
+        )
+        assert (r["layers"], r["heads"]) == (4, 6) and ("paths" in r) == (
+            r["mode"] in received_cpu.SCAN_MODES
+        )
+    assert rows["plain", 48]["time_over_plain"] == rows["recorder", 48]["time_over_recorder"] == 1.0
+    received, recorder = rows["received", 48], rows["recorder", 48]
+    assert received["time_over_recorder"] == pytest.approx(received["median_s"] / recorder["median_s"])
+    assert rows["received", 64]["time_over_plain"] is None and rows["eager", 48]["needed_gib"] > 0
+    assert received["agrees_with_eager"] and 0 <= received["max_rel_received_diff"] < 1e-4
+    assert received["max_abs_received_diff"] < 1e-3 and "max_abs_received_diff" not in rows["received", 64]
+    summary = record["summary"]
+    assert summary["target"] == 1.4 and [x["len"] for x in summary["scan"]] == [48, 64]
+    assert summary["check"]["len"] == 48 and summary["check"]["agrees_with_eager"]
+    table = benchmark_script("readme_tables").received_cpu_table(record)
+    assert (
+        "| 48 | received |" in table and "at 48 tokens agree" in table and "(tiny-nope, median of 1)" in table
+    )
+
+
+def test_received_benchmark_says_where_eager_runs_out_of_memory(benchmark_script):
+    """A child killed by SIGKILL (the OOM killer) is out of memory, eager's with the size its maps need;
+    another signal or failure says what it was; the page's table shows such rows and the summary."""
+    received_cpu = benchmark_script("received_cpu")
+    shape = {"layers": 30, "heads": 9}
+    assert received_cpu.maps_gib(30, 9, 8192) == 67.5
+    killed = received_cpu.killed_row("eager", 8192, -9, "", shape)
+    assert killed["needed_gib"] == 67.5 and killed["skipped"] == (
+        "out of memory (killed by signal 9): the maps need 67.5 GiB (30 layers × 9 heads × 8192² × 4 B)"
+    )
+    assert (
+        received_cpu.killed_row("received", 8192, -9, "", shape)["skipped"]
+        == "out of memory (killed by signal 9)"
+    )
+    assert received_cpu.killed_row("eager", 64, -15, "", shape)["skipped"] == "killed by signal 15"
+    assert received_cpu.killed_row("plain", 64, 1, "Traceback\nValueError: boom\n", {})["skipped"] == (
+        "failed: Traceback\nValueError: boom"
+    )
+    row = {"mode": "received", "len": 8192, "median_s": 3.0, "peak_rss_mb": 900.0}
+    rows = [{"mode": "recorder", "len": 8192, "median_s": 2.0, "peak_rss_mb": 800.0}]
+    received_cpu.add_ratios(row, rows)
+    assert row["time_over_recorder"] == 1.5 and row["time_over_plain"] is None
+    record = {
+        "model": "smollm2",
+        "repeats": 3,
+        "created_utc": "2026-11-26T00:00:00Z",
+        "machine": {"torch_threads": 2, "cores": 2, "cpu": "x86_64", "memory_gib": 23.5, "torch": "2.13"},
+        "rows": [*rows, row, killed],
+        "summary": received_cpu.summary([*rows, row], [8192, 16384]),
+    }
+    table = benchmark_script("readme_tables").received_cpu_table(record).splitlines()
+    assert table[3] == "| 8,192 | received | 3.00 | 1.50 |  | 900 |  |"
+    assert table[4].startswith("| 8,192 | eager | skipped: out of memory (killed by signal 9)")
+    assert table[6] == "received over recorder (the scan target, ≤ 1.4×): 1.50× at 8,192."
+
+
 def test_readme_tables_are_the_benchmarks_json(benchmark_script):
     """Every performance table of the benchmarks page is made from a results JSON, never typed; the README
     holds none."""
