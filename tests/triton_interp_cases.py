@@ -490,6 +490,8 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
         "device": DEVICE,
         "dtype": "float32",
     }  # fp32 on a GPU too (its default is bf16)
+    # attention received too: the Triton row pass's LSE (its state stored) feeds the Triton column pass
+    base["stats"] = "received,received_max,received_mean"
     got = scan(ScanConfig(**base, backend="triton", fused=fused), out=tmp_path / "t.npz", progress=False)
     want = scan(ScanConfig(**base, backend="torch_chunked"), progress=False)
     meta = ScanResult.load(tmp_path / "t.npz").meta
@@ -497,3 +499,6 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
         "triton-fused" if fused == "on" else "sdpa-then-entropy"
     )
     assert np.abs(got.entropy - want.entropy).max() <= 1e-5 and np.abs(got.loss - want.loss).max() <= 1e-4
+    for name in got.key_names:
+        scale = np.abs(want.received(name)).clip(min=1.0)
+        assert (np.abs(got.received(name) - want.received(name)) / scale).max() <= 1e-5, name
