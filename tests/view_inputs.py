@@ -11,6 +11,11 @@ per-head statistics are known: max_prob = c + 0.1·[i ≥ L] (head (0, 0) also j
 collision_entropy = b + k·ln(i + 1) nats, distance = a·i tokens, first_mass and sink_mass constant,
 varentropy = 1 + 0.01·h nats².
 
+`with_keys` adds the key statistics of `scan --stats received,received_max,received_mean` (attention
+received by key position j): key 0 is a sink receiving 2·T/(h + 1) of the mass while key j > 0 receives
+(0.5 + h)/(j + 1), orders of magnitude less; head (1, 2) receives 0 at keys [40, 80), keys that no counted
+row attends; received_max and received_mean are scaled alike (÷ 2 and ÷ T).
+
 `page_data(page)` reads back the data a view page carries (its `entropy-lens-data` script element).
 """
 
@@ -72,6 +77,29 @@ def with_stats(r: ScanResult, L: int, *, first_keys: int = 2) -> ScanResult:
     units = {"entropy": "nats", "collision_entropy": "nats", "varentropy": "nats²", "distance": "tokens"}
     r.meta["stats"] = {name: units.get(name, "probability") for name in ("entropy", *planted)}
     r.meta["first_keys"] = first_keys
+    return r
+
+
+ZERO_HEAD, ZERO_KEYS = (1, 2), (40, 80)  # with_keys: the head whose keys [40, 80) receive 0
+
+
+def with_keys(r: ScanResult, *, query_window: int | None = None) -> ScanResult:
+    """`r` with every key statistic (see the module docstring) and the mean squares a scan writes
+    (received_sq, received_mean_sq), their units in meta `stats`, and meta `query_window` where given."""
+    layers, heads, T = r.entropy.shape
+    j = np.arange(T, dtype=np.float64)
+    h = np.arange(layers * heads, dtype=np.float64).reshape(layers, heads, 1)
+    received = np.where(j == 0, 2.0 * T / (h + 1), (0.5 + h) / (j + 1))
+    received[ZERO_HEAD][ZERO_KEYS[0] : ZERO_KEYS[1]] = 0.0
+    planted = {"received": received, "received_max": received / 2, "received_mean": received / T}
+    for name, values in planted.items():
+        r.stats[name] = values.astype(np.float32)
+        if name != "received_max":
+            r.stats[name + "_sq"] = (values**2).astype(np.float32)
+    r.meta["stats"] = {**r.meta.get("stats", {"entropy": "nats"}), "received": "attention"}
+    r.meta["stats"].update(received_max="probability", received_mean="probability")
+    if query_window is not None:
+        r.meta["query_window"] = query_window
     return r
 
 

@@ -7,8 +7,9 @@
 
 Modules: `sources.py` (what the user names -> results, sweeps and histories), `reduce.py` (long curves
 to binned mean with a min–max envelope), `payload.py` (the numbers the page draws; a history's:
-`histories.py`; both written by `encode.py`), `page.py` (the HTML), `explorer.js` (the page's script:
-heat map, click a head, difference, sweep, history).
+`histories.py`; attention received by key position: `received.py`; all written by `encode.py`),
+`page.py` (the HTML), `explorer.js` (the page's script: heat map, click a head, difference, attention
+received, sweep, history).
 """
 
 from importlib import import_module

@@ -25,8 +25,8 @@ class ViewConfig:
         at_most=MAX_TOKENS,
         metavar="N",
         help="bins per curve: a longer curve is shown as each bin's mean with its min–max envelope "
-        "(default 512, fewer for many heads of several results or row statistics, keeping the page under "
-        "10 MB)",
+        "(default 512, fewer for many heads of several results or row or key statistics, keeping the page "
+        "under 10 MB)",
     )
     train_len: int | None = setting(
         None,

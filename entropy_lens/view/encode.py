@@ -16,13 +16,18 @@ __all__ = ["GAP", "b64", "bins_json", "encode_curves", "number", "numbers", "tex
 GAP = 65535  # the uint16 envelope code of a bin with NaN/inf (a gap); values use 0..65534
 
 
-def encode_curves(bins: Bins, values: np.ndarray) -> dict:
+def encode_curves(bins: Bins, values: np.ndarray, *, log: bool = False) -> dict:
     """(..., len) -> the float32 mean per bin (base64, row-major (..., bins)) and, where bins hold several
     points, the uint16 envelope between the lowest and the highest value: step = (high − low) / 65534,
-    GAP for a bin holding NaN/inf (payload.py's module docstring)."""
-    mean, low, high = bins.reduce(values)
+    GAP for a bin holding NaN/inf (payload.py's module docstring). With `log` (a log scale's curve:
+    attention received) values <= 0 are left out of their bin (`Bins.reduce(positive=True)`; a bin of
+    none is NaN, a gap) and the envelope's steps are in ln(value): value = exp(floor + code · step),
+    marked `"log": true`, so values orders of magnitude apart keep the same relative precision."""
+    mean, low, high = bins.reduce(values, positive=log)
     out = {"mean": b64(mean.astype(np.float32))}
     if not bins.exact:
+        if log:
+            low, high = np.log(low), np.log(high)  # each bin's are > 0 or NaN (a gap), which stays NaN
         finite = np.isfinite(low)
         floor = float(low[finite].min()) if finite.any() else 0.0
         top = float(high[finite].max()) if finite.any() else 0.0
@@ -35,6 +40,8 @@ def encode_curves(bins: Bins, values: np.ndarray) -> dict:
             step=step,
             gap=GAP,
         )
+        if log:
+            out["log"] = True
     return out
 
 

@@ -4,12 +4,14 @@
 // Strings from files reach plotly only through plain(): plotly reads titles, legend names and hover
 // templates as HTML and %{...} templates. NaN/inf from a file arrive as null (NaN in the float32 means,
 // the code `gap` in the uint16 envelope): plotly draws null as a break in the line and a blank cell.
+// Attention received by key position (a result's `keys`: its key statistics) is drawn below the
+// head's curves on a log scale: keys at 0 arrive as null (left out, a gap) and the legend counts them.
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("entropy-lens-data").textContent);
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
   const CONFIG = { responsive: true, displaylogo: false };
-  const state = { view: null, stat: "entropy", statistic: "converged", layer: 0, head: 0, dropped: null };
+  const state = { view: null, stat: "entropy", statistic: "converged", layer: 0, head: 0, dropped: null, key: null };
 
   // Text shown literally by plotly: its tags and entities escaped, and % (templates) as an entity.
   const plain = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
@@ -53,11 +55,15 @@
     select.value = chosen;
   }
 
-  function headCurve(r, stat, layer, head) {
-    const s = r.stats[stat], c = decoded(s), n = r.bins.starts.length, off = (layer * r.heads + head) * n;
+  const headCurve = (r, stat, layer, head) => curveOf(r, r.stats[stat], layer, head);
+  // One head's curve of the statistic `s` of `r` (a row or a key statistic); a log-coded envelope
+  // (`curves.log`: key statistics) holds steps of ln(value).
+  function curveOf(r, s, layer, head) {
+    const c = decoded(s), n = r.bins.starts.length, off = (layer * r.heads + head) * n;
     const mean = Array.from(c.mean.subarray(off, off + n), (v) => (Number.isNaN(v) ? null : v));
     if (!c.low) return { mean: mean, low: mean, high: mean };
-    const up = (q) => (q === s.curves.gap ? null : s.curves.floor + q * s.curves.step);
+    const code = (q) => s.curves.floor + q * s.curves.step;
+    const up = (q) => (q === s.curves.gap ? null : s.curves.log ? Math.exp(code(q)) : code(q));
     return {
       mean: mean,
       low: Array.from(c.low.subarray(off, off + n), up),
@@ -68,11 +74,28 @@
   const ranges = (bins) => bins.starts.map((a, k) => [a, bins.stops[k] - 1]);
 
   // Mean line with its min–max envelope; hover shows the bin's positions (or, `along` a history, its
-  // steps: {x, ranges, name}) and the exact numbers.
-  function band(bins, c, label, color, yaxis, units, legend, role, along) {
+  // steps: {x, ranges, name}) and the exact numbers, in `fmt` (digits of the mean and the envelope, a note;
+  // `split`: the envelope drawn as one shape per run of bins between gaps, never filled across one).
+  const FIXED = { y: ".5f", env: ".4f", note: "" };
+  function band(bins, c, label, color, yaxis, units, legend, role, along, fmt) {
     along = along || { x: centers(bins), ranges: ranges(bins), name: "position" };
+    fmt = fmt || FIXED;
     const x = along.x, traces = [], name = plain(label);
-    if (!bins.exact) {
+    if (!bins.exact && fmt.split) {
+      const px = [], py = [], held = (k) => c.low[k] !== null && c.high[k] !== null;
+      let k = 0;
+      while (k < x.length) {
+        if (!held(k)) { k++; continue; }
+        let e = k;
+        while (e < x.length && held(e)) e++;
+        // bins k .. e − 1: along the maxima, back along the minima; null ends the shape
+        px.push(...x.slice(k, e), ...x.slice(k, e).reverse(), null);
+        py.push(...c.high.slice(k, e), ...c.low.slice(k, e).reverse(), null);
+        k = e;
+      }
+      traces.push({ x: px, y: py, yaxis: yaxis, mode: "lines", line: { width: 0 }, fill: "toself",
+                    fillcolor: color + "33", hoverinfo: "skip", showlegend: false, legendgroup: name });
+    } else if (!bins.exact) {
       traces.push({ x: x, y: c.low, yaxis: yaxis, mode: "lines", line: { width: 0 }, hoverinfo: "skip",
                     showlegend: false, legendgroup: name });
       traces.push({ x: x, y: c.high, yaxis: yaxis, mode: "lines", line: { width: 0 }, fill: "tonexty",
@@ -80,9 +103,9 @@
     }
     const custom = along.ranges.map((p, k) => [p[0], p[1], c.low[k], c.high[k]]);
     const hover = bins.exact
-      ? name + "<br>" + along.name + " %{customdata[0]}: %{y:.5f} " + plain(units) + "<extra></extra>"
-      : name + "<br>" + along.name + "s %{customdata[0]}–%{customdata[1]}: mean %{y:.5f} " + plain(units) +
-        "<br>min %{customdata[2]:.4f}, max %{customdata[3]:.4f}<extra></extra>";
+      ? name + "<br>" + along.name + " %{customdata[0]}: %{y:" + fmt.y + "} " + plain(units) + fmt.note + "<extra></extra>"
+      : name + "<br>" + along.name + "s %{customdata[0]}–%{customdata[1]}: mean %{y:" + fmt.y + "} " + plain(units) +
+        "<br>min %{customdata[2]:" + fmt.env + "}, max %{customdata[3]:" + fmt.env + "}" + fmt.note + "<extra></extra>";
     traces.push({ x: x, y: c.mean, yaxis: yaxis, mode: "lines", name: name, line: { color: color, width: 1.5 },
                   customdata: custom, hovertemplate: hover, showlegend: legend, legendgroup: name,
                   meta: { role: role } });
@@ -179,7 +202,55 @@
     document.body.dataset.layer = layer;
     document.body.dataset.head = head;
     document.body.dataset.stat = stat;
-    return Promise.all([Plotly.react("head", traces, layout, CONFIG), drawHeatmap()]);
+    return Promise.all([Plotly.react("head", traces, layout, CONFIG), drawHeatmap(), drawReceived(layer, head)]);
+  }
+
+  // Attention received by key position for the head shown above (key statistics: a result's `keys`), on a
+  // log scale, for each result of the head plot's shape holding the chosen one, L marked as above. Keys
+  // at 0 (no counted query row can attend them) are left out: gaps, and out of a bin's mean, min and max;
+  // the legend and the hover say how many. A binned curve gets key 0's own value as a diamond.
+  const withKeys = withHeads.filter((i) => data.results[i].keys);
+  const keyNames = [...new Set(withKeys.flatMap((i) => Object.keys(data.results[i].keys.stats)))];
+  const keyOf = (r, key) => (r.keys && has(r.keys.stats, key) ? r.keys.stats[key] : null);
+  function drawReceived(layer, head) {
+    if (!withKeys.length) return Promise.resolve();
+    const main = data.results[views[state.view].a], key = state.key;
+    const shown = withHeads.filter((i) => sameShape(data.results[i], main));
+    const rows = new Set(shown.filter((i) => keyOf(data.results[i], key)).map((i) => data.results[i].keys.rows));
+    const traces = [], lacking = [];
+    let L = null, unit = "";
+    shown.forEach((i, k) => {
+      const r = data.results[i], color = COLORS[k % COLORS.length], s = keyOf(r, key);
+      L = L || r.train_len;
+      if (!s) return lacking.push(r.label);
+      unit = s.unit;
+      const zeros = s.zeros[layer][head];
+      const label = r.label + (rows.size > 1 ? " (" + r.keys.rows + ")" : "") +
+        (zeros ? ", " + zeros + " keys at 0 omitted" : "");
+      const note = zeros ? "<br>" + zeros + " keys receive 0: omitted (gaps, not in a bin's mean, min, max)" : "";
+      const along = { x: centers(r.bins), ranges: ranges(r.bins), name: "key" };
+      traces.push(...band(r.bins, curveOf(r, s, layer, head), label, color, "y", s.unit, true, key, along,
+                          { y: ".4g", env: ".4g", note: note, split: true }));
+      const first = s.first[layer][head];
+      if (!r.bins.exact && first !== null)
+        traces.push({ x: [0], y: [first], yaxis: "y", mode: "markers", showlegend: false, legendgroup: plain(label),
+                      marker: { color: color, symbol: "diamond", size: 8 }, meta: { role: "first" },
+                      hovertemplate: plain(r.label) + "<br>key 0: %{y:.4g} " + plain(s.unit) + "<extra></extra>" });
+    });
+    const shapes = L ? [{ type: "line", x0: L, x1: L, yref: "paper", y0: 0, y1: 1, line: { color: "#444", dash: "dot" } }] : [];
+    const annotations = L ? [{ x: L, y: 1, yref: "paper", text: " L = " + L, showarrow: false, yanchor: "top",
+                               xanchor: "left" }] : [];
+    const over = rows.size === 1 ? ", over " + [...rows][0] : "";
+    const missing = lacking.length ? "<br><sub>not recorded in " + plain(lacking.join(", ")) + "</sub>" : "";
+    const layout = {
+      title: { text: "layer " + layer + ", head " + head + ": " + plain(key + " by key position" + over) + missing },
+      xaxis: { title: { text: "key position j" } },
+      yaxis: { title: { text: plain(key + " (" + unit + "), log scale") }, type: "log", exponentformat: "power" },
+      shapes: shapes, annotations: annotations, hovermode: "closest", height: 460,
+      margin: { t: 80, l: 60, r: 20, b: 50 }, legend: { orientation: "h", y: 1.02, yanchor: "bottom" },
+    };
+    document.body.dataset.key = key;
+    return Plotly.react("received", traces, layout, CONFIG);
   }
 
   function drawSweep(s, k) {
@@ -321,6 +392,13 @@
     viewSelect.addEventListener("change", () => { state.view = Number(viewSelect.value); choose(); redraw(); });
     rowSelect.addEventListener("change", () => { state.stat = rowSelect.value; choose(); redraw(); });
     statSelect.addEventListener("change", () => { state.statistic = statSelect.value; state.dropped = null; drawHeatmap(); });
+    if (withKeys.length) {  // the key statistics' menu: each with the unit of the first result holding it
+      const keySelect = document.getElementById("key-select");
+      state.key = keyNames[0];
+      const unitOf = (key) => keyOf(data.results[withKeys.find((i) => keyOf(data.results[i], key))], key).unit;
+      fill(keySelect, keyNames.map((k) => [k, k + " (" + unitOf(k) + ")"]), state.key);
+      keySelect.addEventListener("change", () => { state.key = keySelect.value; drawReceived(state.layer, state.head); });
+    }
     Promise.all([showHead(0, 0), historiesDrawn]).then(() => {
       document.getElementById("heatmap").on("plotly_click", (ev) => {
         const p = ev.points[0];
@@ -336,5 +414,6 @@
       document.body.dataset.ready = "1";
     });
   }
-  window.entropyLens = { data: data, state: state, showHead: showHead, history: hstate, drawHistory: drawHistory };
+  window.entropyLens = { data: data, state: state, showHead: showHead, history: hstate, drawHistory: drawHistory,
+                         drawReceived: drawReceived };
 })();

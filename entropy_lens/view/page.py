@@ -87,6 +87,7 @@ def view(results, *, labels=None, points: int | None = None, train_len: int | No
     title = "entropy-lens view: " + "; ".join(p for p in parts if p)
     layers = max([r.result.n_layers for r in found if r.result.n_heads] + [0])
     heads = (120 + 22 * layers + 140 + 560) if layers else 0  # menus, heat map (explorer.js), head plot
+    heads += 560 * any("keys" in r for r in payload["results"])  # attention received (explorer.js)
     most = max([h["heads"] for h in payload["histories"]] + [0])  # the history's heat map: a row per head
     watched = (120 + max(320, 22 * most + 140) + 500) if histories else 0
     return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps) + watched)
@@ -119,7 +120,7 @@ def render(payload: dict, title: str) -> str:
 <div class="note">Click a cell: that head's entropy by position (bits) for every result of the same shape, the
 bound log₂(i + 1) and L; the loss (nats) below.{stats_note(payload)} Curves longer than {payload["points"]}
 positions are shown as the mean of each bin with its min–max envelope.</div>
-<div id="head"></div>
+<div id="head"></div>{received_section(payload)}
 </section>
 {sweeps}
 {history_section(payload)}
@@ -148,6 +149,23 @@ Histories of more than {payload["points"]} records are shown as the mean of each
 envelope.</div>
 <div id="history-curves"></div>
 </section>"""
+
+
+def received_section(payload: dict) -> str:
+    """The menu, note and plot of attention received by key position (explorer.js draws it) for a page
+    with key statistics (`scan --stats received,...`); "" for one without: the page as before them."""
+    stats = {name: s for r in payload["results"] for name, s in r.get("keys", {}).get("stats", {}).items()}
+    if not stats:
+        return ""
+    each = "; ".join(f"{name} ({s['unit']}: {s['description']}; {s['samples']})" for name, s in stats.items())
+    return f"""
+<div class="controls"><label>key statistic <select id="key-select"></select></label></div>
+<div class="note">The clicked head's attention received by key position j, for every result of the same shape
+that recorded it, on a log scale (the first key, an attention sink, can receive orders of magnitude more
+than the rest), with L marked: {html.escape(each)}. Keys that receive 0 (no counted query row can attend
+them) are omitted: gaps in the line and its envelope, left out of a bin's mean, min and max, and counted in
+the legend. Binned as the curves above; a binned curve shows key 0's own value as a diamond.</div>
+<div id="received"></div>"""
 
 
 def stats_note(payload: dict) -> str:

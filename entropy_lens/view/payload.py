@@ -8,8 +8,10 @@ position (sampled: log₂(i + 1) for entropy, ln(i + 1) for collision_entropy, i
 and why any is undefined), and its curves reduced by `Bins`: a float32 mean per bin (base64, row-major
 (layers, heads, bins)) with its min–max envelope as uint16 steps between the statistic's lowest and
 highest value (base64; step = (high − low) / 65534; `encode.py`); then the loss in nats as plain
-numbers. Per sweep: loss by scale × bin, the best scale per position (binned), the fit s = 1 + a ln(i/L)
-and s*. Per monitor history: each statistic by step × layer × head, binned alike (histories.py).
+numbers; and, only for a result holding key statistics (attention received by key position, `scan
+--stats received,...`), their curves binned alike for a log scale under `keys` (received.py). Per
+sweep: loss by scale × bin, the best scale per position (binned), the fit s = 1 + a ln(i/L) and s*.
+Per monitor history: each statistic by step × layer × head, binned alike (histories.py).
 Values are computed in float64 and rounded once, on the way out; the page shows them as they are.
 
 NaN/inf in a file are gaps, never an error: a bin holding one is NaN (`Bins.reduce`), written as JSON null
@@ -36,6 +38,7 @@ from entropy_lens.results import ScanResult
 from entropy_lens.statistics import ENTROPY, FIRST_MASS, LOG_BOUND, POSITION_BOUND, PROBABILITY, STATISTICS
 from entropy_lens.view.encode import GAP, bins_json, encode_curves, number, numbers, text
 from entropy_lens.view.histories import history_curves, history_payload
+from entropy_lens.view.received import key_payload
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import HistoryItem, ResultItem, SweepItem
 
@@ -74,7 +77,10 @@ def build_payload(
     histories: list[HistoryItem] = (),
 ) -> dict:
     """The JSON-ready dict the page reads (see the module docstring; a history's: histories.py)."""
-    curves = sum(r.result.n_layers * r.result.n_heads * len(r.result.stat_names) for r in results)
+    curves = sum(
+        r.result.n_layers * r.result.n_heads * (len(r.result.stat_names) + len(r.result.key_names))
+        for r in results
+    )
     curves += sum(history_curves(h.history) for h in histories)
     longest = max(
         [r.result.length for r in results]
@@ -178,6 +184,9 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
     L, why = train_len_of(r.meta, train_len, item.source)
     for stat in r.stat_names:
         out["stats"][text(stat)] = _stat(r, stat, bins, L, why, out["notes"])
+    keys = key_payload(r, bins, out["notes"])
+    if keys:  # only then: a result without key statistics has the payload it had before them
+        out["keys"] = keys
     if FIRST_MASS.name in out["stats"]:
         out["stats"][FIRST_MASS.name]["keys"] = first_keys(r.meta)  # K: first_mass of another K differs
     out["train_len"] = L if L is not None and 2 <= L < r.length else None  # as head_statistics takes it

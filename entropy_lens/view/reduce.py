@@ -7,6 +7,9 @@ envelope, so a 16K-position curve costs a few hundred points and no peak disappe
 With `points >= T` every bin holds one position: the curve is shown as it is (`bins.exact`).
 A bin holding a NaN or ±inf position is NaN in all three (a gap in the drawn line), so a hole in a file
 shows as a hole on the page instead of vanishing into a mean or turning a whole envelope infinite.
+With `positive=True` (a curve on a log scale: attention received, 0 where no counted row attends a key)
+values of 0 or below are left out of their bin, whose mean, min and max are over the rest (NaN where none
+is left).
 """
 
 from __future__ import annotations
@@ -47,13 +50,22 @@ class Bins:
         """(bins,) the middle position of each bin, (start + stop − 1) / 2."""
         return (self.starts + self.stops - 1) / 2
 
-    def reduce(self, curves) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def reduce(self, curves, *, positive: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(..., T) -> mean, min, max over each bin's positions, (..., bins) float64 each; NaN where the
-        bin holds a NaN or ±inf."""
+        bin holds a NaN or ±inf. With `positive`, values <= 0 are left out of their bin (NaN where the
+        bin holds no other): a log scale's curve."""
         x = np.asarray(curves, dtype=np.float64)
         x = np.where(np.isfinite(x), x, np.nan)  # inf too: NaN propagates through sum, minimum, maximum
         if x.shape[-1] != self.stops[-1]:
             raise EntropyLensError(f"curves of {x.shape[-1]} positions do not fit bins over {self.stops[-1]}")
+        if positive:
+            out = x <= 0  # False for NaN: a NaN still makes its bin a gap
+            kept = np.add.reduceat((~out).astype(np.float64), self.starts, axis=-1)
+            none = kept == 0
+            mean = np.add.reduceat(np.where(out, 0.0, x), self.starts, axis=-1) / np.where(none, 1, kept)
+            low = np.minimum.reduceat(np.where(out, np.inf, x), self.starts, axis=-1)
+            high = np.maximum.reduceat(np.where(out, -np.inf, x), self.starts, axis=-1)
+            return tuple(np.where(none, np.nan, a) for a in (mean, low, high))
         width = (self.stops - self.starts).astype(np.float64)
         mean = np.add.reduceat(x, self.starts, axis=-1) / width
         return (

@@ -18,10 +18,13 @@ from view_inputs import (
     LN2,
     META_FIELDS,
     NAME,
+    ZERO_HEAD,
+    ZERO_KEYS,
     hostile,
     monitored_history,
     page_data,
     planted,
+    with_keys,
     with_stats,
 )
 
@@ -173,6 +176,87 @@ def test_page_carries_every_row_statistic():
         and "max_prob (probability, on [0, 1])" in page.html
     )
     assert "scan --stats" not in view([("B", planted())]).html  # entropy alone: the page as before
+
+
+def test_page_carries_attention_received_by_key_position(tmp_path):
+    """Each key statistic of a results file reaches the page binned as the row statistics are, for a log
+    scale: per bin the mean, min and max of ScanResult.received's positive values (keys at 0 left out, a
+    bin of nothing else a gap), the envelope in steps of ln(value), key 0's own value, the zeros counted
+    per head and named in a note, its unit, the rows counted, L."""
+    L, T = 64, 256
+    path = with_keys(with_stats(planted(T=T, L=L), L), query_window=32).save(tmp_path / "keys.npz")
+    r = ScanResult.load(path)
+    assert r.key_names == ("received", "received_max", "received_mean")
+    (result,) = build_payload(gather([path]).results, [], points=16)["results"]
+    keys = result["keys"]
+    assert keys["rows"] == "the last 32 query rows of each window" and result["train_len"] == L
+    assert list(keys["stats"]) == list(r.key_names)
+    assert list(result["stats"]) == list(r.stat_names)  # the row statistics as before, no key among them
+    bins = Bins.of(T, 16)
+    assert result["bins"] == {"starts": bins.starts.tolist(), "stops": bins.stops.tolist(), "exact": False}
+    for name, s in keys["stats"].items():
+        values = r.received(name).astype(np.float64)
+        assert s["unit"] == r.stat_unit(name) == ("attention" if name == "received" else "probability")
+        assert s["samples"] == ("max over samples" if name == "received_max" else "mean over samples")
+        c = s["curves"]
+        assert c["log"] is True and c["gap"] == 65535
+        mean = np.frombuffer(base64.b64decode(c["mean"]), np.float32).reshape(2, 3, 16)
+        codes = {
+            q: np.frombuffer(base64.b64decode(c[q]), np.uint16).reshape(2, 3, 16) for q in ("low", "high")
+        }
+        for layer, head, k in np.ndindex(2, 3, 16):
+            part = values[layer, head, bins.starts[k] : bins.stops[k]]
+            kept = part[part > 0]
+            if not kept.size:  # head (1, 2)'s bins inside keys [40, 80): a gap
+                assert (layer, head) == ZERO_HEAD and ZERO_KEYS[0] <= bins.starts[k] < ZERO_KEYS[1]
+                assert np.isnan(mean[layer, head, k]) and codes["low"][layer, head, k] == 65535
+                continue
+            assert mean[layer, head, k] == pytest.approx(kept.mean(), rel=1e-6)
+            for q, want in (("low", kept.min()), ("high", kept.max())):  # relative precision: a log code
+                got = np.exp(c["floor"] + codes[q][layer, head, k] * c["step"])
+                assert got == pytest.approx(want, rel=c["step"])
+        assert np.ptp(np.log(mean[np.isfinite(mean)])) > np.log(100)  # orders of magnitude apart
+        np.testing.assert_allclose(s["first"], values[:, :, 0], rtol=1e-7)  # the sink itself, unbinned
+        zeros = np.zeros((2, 3), int)
+        zeros[ZERO_HEAD] = ZERO_KEYS[1] - ZERO_KEYS[0]
+        assert s["zeros"] == zeros.tolist()
+        assert any(n.startswith(f"{name}: 40 of 1536 values") and "left out" in n for n in result["notes"])
+    exact = build_payload(gather([path]).results, [], points=T)["results"][0]["keys"]["stats"]["received"]
+    mean = np.frombuffer(base64.b64decode(exact["curves"]["mean"]), np.float32).reshape(2, 3, T)
+    values = r.received("received")
+    np.testing.assert_array_equal(mean[values > 0], values[values > 0])  # position by position
+    assert np.isnan(mean[values == 0]).all() and "low" not in exact["curves"]  # 0: a gap on a log scale
+    html_ = view([path]).html
+    assert 'id="received"' in html_ and "Keys that receive 0 (no counted query row can attend" in html_
+    assert "received (attention: Σ_i p_ij" in html.unescape(html_)
+
+
+def test_a_result_without_key_statistics_has_the_payload_it_had():
+    """The key statistics add `keys` (notes of their zeros, their units in the meta's `stats` row) and
+    nothing else: the same result without them has the payload it had before they existed, and its page
+    no received plot; by default, their curves count against the page's budget as the row statistics' do."""
+    r = with_stats(planted(), 64)
+    keyed = with_keys(with_stats(planted(), 64))
+    assert r.key_names == () and keyed.key_names
+    for points in (16, 256):
+        old = build_payload(resolve([("A", r), ("B", planted())])[0], [], points=points)
+        new = build_payload(resolve([("A", keyed), ("B", planted())])[0], [], points=points)
+        assert "keys" not in old["results"][0] and "keys" not in new["results"][1]
+        keys = new["results"][0].pop("keys")
+        notes = new["results"][0]["notes"]
+        assert len(notes) == len(keys["stats"]) and all("left out of its log-scale plot" in n for n in notes)
+        notes.clear()
+        meta = new["results"][0]["meta"]  # the file's meta names the key statistics' units: shown as it is
+        assert meta.pop("stats") == old["results"][0]["meta"].pop("stats") + (
+            ", received (attention), received_max (probability), received_mean (probability)"
+        )
+        assert new == old
+    page = view([("A", r)]).html
+    assert 'id="received"' not in page and 'id="key-select"' not in page
+    wide = {"layers": 8, "heads": 24, "T": 1024}  # 192 curves: 512 points each; 4 × 192 (keys too): fewer
+    default = lambda result: build_payload(resolve([("A", result)])[0], [])["points"]
+    assert default(planted(**wide)) == points_for(192, 1024) == 512
+    assert default(with_keys(planted(**wide))) == points_for(4 * 192, 1024) < 512
 
 
 def test_a_statistic_with_holes_or_of_text_is_a_gap_or_refused(tmp_path, capsys):

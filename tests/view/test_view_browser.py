@@ -19,9 +19,12 @@ from view_inputs import (
     LN2,
     META_FIELDS,
     NAME,
+    ZERO_HEAD,
+    ZERO_KEYS,
     hostile,
     monitored_history,
     planted,
+    with_keys,
     with_stats,
 )
 
@@ -89,6 +92,7 @@ def test_page_loads_without_console_errors(browser, files):
     assert (
         js(browser, "return document.getElementById('stat-select').parentElement.hidden") is True
     )  # no --stats
+    assert js(browser, "return document.getElementById('received')") is None  # no key statistics
 
 
 def test_heatmap_has_one_cell_per_layer_and_head(loaded, files):
@@ -264,6 +268,71 @@ def test_switching_the_row_statistic_redraws_heat_map_and_curves(browser, tmp_pa
     assert js(browser, "return [...document.querySelectorAll('#stat-select option')].map(o => o.value)") == [
         "entropy"
     ]
+    assert console_errors(browser) == []
+
+
+def test_attention_received_by_key_position(browser, tmp_path):
+    """A results file with key statistics beside a result without: below the clicked head's curves, its
+    attention received by key position on a log scale, in the chosen key statistic's unit, the numbers of
+    ScanResult.received binned as the page's curves are (keys at 0 left out, counted in the legend and the
+    hover), key 0's own value, L marked; the menu switches statistic; no console error."""
+    from selenium.webdriver.support.ui import Select
+
+    path = with_keys(planted(T=2048, L=256), query_window=512).save(tmp_path / "keys.npz")
+    nope = ScanResult.load(path)
+    view([("NoPE", nope), ("RoPE", planted(T=2048, L=256, shift=0.5))], points=POINTS).save(
+        tmp_path / "p.html"
+    )
+    open_page(browser, tmp_path / "p.html")
+    assert console_errors(browser) == []
+    options = js(
+        browser, "return [...document.querySelectorAll('#key-select option')].map(o => o.textContent)"
+    )
+    assert options == ["received (attention)", "received_max (probability)", "received_mean (probability)"]
+    click_cell(browser, *ZERO_HEAD)
+    for _ in range(2000):
+        if js(browser, "return [document.body.dataset.layer, document.body.dataset.head]") == ["1", "2"]:
+            break
+        time.sleep(0.05)
+    plot = "const g = document.getElementById('received'); "
+    bins = Bins.of(2048, POINTS)
+    zeros = ZERO_KEYS[1] - ZERO_KEYS[0]
+    for key, unit in (("received", "attention"), ("received_mean", "probability")):
+        Select(browser.find_element("id", "key-select")).select_by_value(key)
+        assert js(browser, "return document.body.dataset.key") == key
+        layout = js(browser, plot + "return g.layout")
+        assert (
+            layout["yaxis"]["type"] == "log"
+            and layout["yaxis"]["title"]["text"] == f"{key} ({unit}), log scale"
+        )
+        assert layout["shapes"][0]["x0"] == 256 and layout["annotations"][0]["text"] == " L = 256"  # L
+        title = layout["title"]["text"]
+        assert f"layer 1, head 2: {key} by key position, over the last 512 query rows" in title
+        assert "not recorded in RoPE" in title
+        traces = js(
+            browser, plot + "return g.data.map(t => [t.name, t.y, t.customdata, t.meta && t.meta.role])"
+        )
+        named = {name: (y, custom) for name, y, custom, _ in traces if name}
+        assert list(named) == [f"NoPE, {zeros} keys at 0 omitted"]
+        y, custom = named[f"NoPE, {zeros} keys at 0 omitted"]
+        mean, low, high = bins.reduce(nope.received(key)[ZERO_HEAD], positive=True)
+        assert [k for k, v in enumerate(y) if v is None] == np.flatnonzero(np.isnan(mean)).tolist() != []
+        kept = ~np.isnan(mean)
+        np.testing.assert_allclose(np.array(y, dtype=float)[kept], mean[kept], rtol=1e-6)
+        np.testing.assert_allclose([c[2] for c in custom if c[2] is not None], low[kept], rtol=1e-3)
+        np.testing.assert_allclose([c[3] for c in custom if c[3] is not None], high[kept], rtol=1e-3)
+        assert max(y[k] for k in np.flatnonzero(kept)) / min(y[k] for k in np.flatnonzero(kept)) > 100
+        shapes = js(browser, plot + "return g.data.filter(t => t.fill).map(t => [t.fill, t.y])")
+        assert [fill for fill, _ in shapes] == ["toself"]  # the envelope: one shape per run between gaps
+        assert shapes[0][1].count(None) == 2  # [0, 40) and [80, 2048): never filled across the gap
+        (first,) = [y for _, y, _, role in traces if role == "first"]
+        assert first == [pytest.approx(float(nope.received(key)[ZERO_HEAD][0]), rel=1e-6)]  # key 0 itself
+        k = [role for *_, role in traces].index(key)
+        text = hover(browser, "received", f"[{{curveNumber: {k}, pointNumber: 100}}]", "keys receive 0")
+        assert f"{zeros} keys receive 0: omitted" in text and text.startswith("NoPE")
+    browser.execute_script("window.entropyLens.showHead(0, 1)")
+    names = js(browser, plot + "return g.data.filter(t => t.name).map(t => t.name)")
+    assert names == ["NoPE"]  # a head without zeros says none
     assert console_errors(browser) == []
 
 
