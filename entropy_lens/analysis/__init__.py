@@ -21,6 +21,7 @@ runs on a laptop from the files alone.
     inflection_agreement(df).pearson_r
 
     StatCurves.of(ScanResult.load("stats.npz"), width=64).mean("max_prob")  # Figure 17: binned row stats
+    key_shares(ScanResult.load("received.npz"), train_len=128).beyond  # Figure 19: attention by key
     sliding_window_ppl(ScanResult.load("w512.npz"), stride=16).ppl   # Table 2: a `scan --stride 16`
     ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
 """
@@ -46,6 +47,7 @@ from entropy_lens.analysis.inflection import (
 from entropy_lens.analysis.passkey import passkey_average, passkey_by_length, passkey_table, wilson_interval
 from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
+from entropy_lens.analysis.received import KeyShares, key_shares, uniform_received
 from entropy_lens.analysis.stat_curves import StatCurves
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
 from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
@@ -55,6 +57,7 @@ __all__ = [
     "HeadStatistics",
     "Inflection",
     "InflectionAgreement",
+    "KeyShares",
     "PooledCorrelation",
     "ScaleFit",
     "StatCurves",
@@ -72,6 +75,7 @@ __all__ = [
     "head_statistics",
     "inflection_agreement",
     "inflections",
+    "key_shares",
     "load_sweep",
     "missing_scales",
     "moving_average",
@@ -84,6 +88,7 @@ __all__ = [
     "resume_command",
     "sliding_window_ppl",
     "stat_display",
+    "uniform_received",
     "uniform_scale",
     "wilson_interval",
     "yarn_scale",

@@ -140,6 +140,9 @@ class FiguresConfig(Checked):
         1, cli=False, at_least=1, at_most=MAX_TOKENS, help="K of Figure 17's first-key mass (keys j < K)"
     )
     stat_bins: int = _count(256, "bins of positions Figure 17's runs are kept in")
+    # Figure 19: attention received by key position at long·L, over the rows beyond L, of NoPE, RoPE and
+    # NoPE with this uniform scale λ = s/√d
+    received_scale: float = setting(1.4, cli=False, above=0, help="Figure 19's uniform scale s of NoPE")
     # Figure 18: rerun each embedded model's pretraining (its training.json's recipe) with the monitor;
     # false: only the λ(h) search is watched (the cache's histories are still drawn)
     watch_training: bool = True

@@ -39,6 +39,7 @@ from entropy_lens.figures.record import (
     ComputeTime,
     FigureData,
     HeadScales,
+    KeysReceived,
     PasskeyPanel,
     Passkeys,
     Published,
@@ -95,6 +96,20 @@ class Runs(WatchedRuns, RunCache):
                 c.real, c.real_multiple * real_L, samples=c.real_samples, batch_size=1, train_len=real_L, **kw
             )
         return BeyondEntropy(scale=scale, tiny=tiny, real=real, real_train_len=real_L)
+
+    def received(self, length: int, scale: float) -> KeysReceived:
+        """Figure 19: NoPE, RoPE and NoPE with λ = `scale`/√d at `length`, each scan recording the
+        attention every key receives (received, received_mean) from the rows beyond L alone."""
+        c = self.config
+        window = length - self.train_len()
+        kw = {"stats": "received,received_mean", "query_window": window}
+        models = {
+            "NoPE": (c.nope, {}),
+            "RoPE": (c.rope, {}),
+            f"NoPE λ={scale:g}/√d": (c.nope, {"scale": scale}),
+        }
+        runs = {name: self.scan(model, length, **kw, **more) for name, (model, more) in models.items()}
+        return KeysReceived(scale=scale, window=window, runs=runs)
 
     def head_scales(self, given: str | None, length: int, uniform) -> HeadScales:
         """The λ(h) at `length`: the file or checkpoint `given`, else searched from s* (`uniform`)."""

@@ -38,7 +38,7 @@ def readme(
             "Lengths are "
             f"multiples of the NoPE model's training length L = {data.L}: Figures 1–3 at {data.short} (the "
             "paper's 4K = "
-            f"2L), Figures 4, 5, 10–12 at {data.long} (8K = 4L), Figures 7, 13, 15 and 17 at {data.fit_len} (16K = 8L), "
+            f"2L), Figures 4, 5, 10–12 and 19 at {data.long} (8K = 4L), Figures 7, 13, 15 and 17 at {data.fit_len} (16K = 8L), "
             f"Table 2 at windows of L to 8L (2K–16K){_passkey_lengths(config)}. Entropy is plotted in bits, loss (log-PPL) in nats. The "
             "runs behind them are committed in `figures/runs/` (the figures command's default cache; each "
             "file named by a hash of its settings): "

@@ -34,6 +34,7 @@ __all__ = [
     "ComputeTime",
     "FigureData",
     "HeadScales",
+    "KeysReceived",
     "PasskeyPanel",
     "Passkeys",
     "PerplexityCell",
@@ -155,6 +156,16 @@ class BeyondEntropy:
     tiny: dict[str, StatCurves]  # {"NoPE", "NoPE s*", "RoPE", "ALiBi" (with an alibi model)}: at fit_len
     real: StatCurves | None  # the real pretrained model at real_multiple × its L; None: not configured
     real_train_len: int | None  # tokens: the real model's training context (None without one)
+
+
+@dataclass(frozen=True)
+class KeysReceived:
+    """Figure 19: attention received by key position (`--stats received,received_mean`) of NoPE, RoPE
+    and NoPE with λ = scale/√d at long·L, counted over the rows beyond L (`--query-window` long − L)."""
+
+    scale: float  # received_scale: the multiplier s of the NoPE variant λ = s/√d
+    window: int  # tokens: the counted query rows, the last `window` of each window
+    runs: dict[str, ScanResult]  # {"NoPE", "RoPE", "NoPE λ=s/√d"}: per head, every window full
 
 
 @dataclass(frozen=True)
@@ -368,6 +379,11 @@ class FigureData:
         """Figure 18: the embedded models' pretraining and the λ(h) search at `long`, watched
         (figures/watching.py)."""
         return self.runs.watched(self.long, self.uniform.scale, searched=self.config.head_scales is None)
+
+    @cached_property
+    def received(self) -> KeysReceived:
+        """Figure 19: attention received by key position at `long`, over the rows beyond L."""
+        return self.runs.received(self.long, self.config.received_scale)
 
 
 # the record's fields, in the order they are declared (`compute` summarises them all)

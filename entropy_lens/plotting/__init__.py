@@ -9,6 +9,7 @@
 from entropy_lens.plotting.curves import entropy_loss, loss_curves, perplexity_by_length
 from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_layers
 from entropy_lens.plotting.passkey import passkey_heatmap, passkey_retrieval
+from entropy_lens.plotting.received import layer_bars, received_by_key
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
 from entropy_lens.plotting.stats import STAT_NAMES, stat_by_position, stat_label
 from entropy_lens.plotting.style import (
@@ -60,6 +61,7 @@ __all__ = [
     "entropy_loss",
     "family_colors",
     "head_lines",
+    "layer_bars",
     "loss_curves",
     "models_by_layers",
     "palette_colors",
@@ -67,6 +69,7 @@ __all__ = [
     "passkey_heatmap",
     "passkey_retrieval",
     "perplexity_by_length",
+    "received_by_key",
     "scale_vs_entropy",
     "stat_by_position",
     "stat_by_step",

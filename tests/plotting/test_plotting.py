@@ -369,3 +369,27 @@ def test_stat_by_position_draws_each_models_mean_in_its_unit():
         stat_by_position([("A", a)], "max_prob", colors=["r", "g"])
     with pytest.raises(EntropyLensError, match="at least one"):
         stat_by_position([], "max_prob")
+
+
+def test_received_by_key_and_layer_bars_draw_what_they_are_given():
+    """Figure 19's panels: a line per model by key position with the uniform rows dashed and L dotted
+    (ticks in multiples of L), on the Axes given; grouped bars per layer with a dashed reference."""
+    from entropy_lens.plotting import layer_bars, received_by_key
+
+    share = np.linspace(1, 2, 64)
+    _, ax = plt.subplots()
+    assert received_by_key([("A", share), ("B", share * 2)], uniform=share / 2, train_len=16, ax=ax) is ax
+    lines = ax.get_lines()
+    assert [ln.get_label() for ln in lines] == ["A", "B", "uniform rows", "$L$ = 16"]
+    np.testing.assert_allclose(lines[1].get_ydata(), share * 2)
+    assert lines[2].get_linestyle() == "--" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["0", "1L", "2L"]
+    ax = layer_bars([("A", np.array([1.0, 2.0])), ("B", np.array([3.0, 4.0]))], ylabel="y", reference=2.5)
+    assert [p.get_height() for p in ax.patches] == [1.0, 2.0, 3.0, 4.0] and ax.get_ylabel() == "y"
+    assert ax.get_lines()[0].get_ydata()[0] == 2.5 and ax.get_xlabel() == "layer"
+    with pytest.raises(EntropyLensError, match="same layers"):
+        layer_bars([("A", np.ones(2)), ("B", np.ones(3))], ylabel="y")
+    with pytest.raises(EntropyLensError, match="one colour per series"):
+        received_by_key([("A", share)], colors=["r", "g"])
+    with pytest.raises(EntropyLensError, match="at least one"):
+        layer_bars([], ylabel="y")
