@@ -353,7 +353,28 @@ def peers_line(record: dict | None) -> str:
     return (
         f"{PEERS_MARK} On CPU at {s['len']:,} tokens ({record['model']}), a scan is {s['speedup']:.1f}× "
         f"as fast as eager attention read through hooks (what TransformerLens and nnsight run), with "
-        f"{s['memory_ratio']:.1f}× less peak memory ([benchmarks](docs/internals/benchmarks.md))."
+        f"{s['memory_ratio']:.1f}× less peak memory ({measured_on(record)}; "
+        "[benchmarks](docs/internals/benchmarks.md))."
+    )
+
+
+def measured_on(record: dict) -> str:
+    """How and where a record was measured, in a few words: its date, torch threads, cores, CPU, memory
+    and torch (what the benchmarks page's note says), "?" for what the record lacks.
+
+    Args:
+        record: a benchmark's JSON (its `machine` and `created_utc`).
+
+    Returns:
+        str: "measured 2026-11-26 with 1 torch thread on a 2-core x86_64 CPU with 23.5 GiB, torch
+            2.13.0+cpu".
+    """
+    m = record.get("machine") or {}
+    threads = m.get("torch_threads", "?")
+    return (
+        f"measured {record.get('created_utc', '?')[:10]} with {threads} torch thread{'' if threads == 1 else 's'} "
+        f"on a {m.get('cores', '?')}-core {m.get('cpu', '?')} CPU with {m.get('memory_gib', '?')} GiB, "
+        f"torch {m.get('torch', '?')}"
     )
 
 

@@ -2,7 +2,12 @@
 "entropy-lens" model registered.
 
     python -m entropy_lens.harness --model entropy-lens --model_args pretrained=tiny-nope,scale=1.2 \\
-        --device cpu --tasks entropy_lens_passkey_128 --include_path "$(python -c 'import entropy_lens.harness as h; print(h.TASKS_DIR)')"
+        --tasks entropy_lens_passkey_128 --include_path "$(python -c 'import entropy_lens.harness as h; print(h.TASKS_DIR)')"
+
+The device follows the machine, as every `entropy-lens` command's `--device auto`: the GPU where torch
+sees one, else the CPU. lm-eval's own default is `cuda:0`, which fails on a machine without a GPU, so a
+run that gives no `--device` (and no `--config` file, whose `device` lm-eval reads) is given
+`--device auto` (`with_device`); `--device cpu`, `cuda:1`, ... choose as in lm-eval.
 
 lm-eval 0.4 finds models only in its own registry and reads no plugin entry points, so its `lm_eval`
 command cannot see a model another package defines (lm-evaluation-harness issues #1457, #3282): this is
@@ -17,6 +22,27 @@ import sys
 
 from entropy_lens.harness.config import require_lm_eval
 
+DEFAULT_DEVICE = "auto"  # the toolkit's: the GPU where torch sees one, else the CPU (not lm-eval's cuda:0)
+
+
+def with_device(argv: list[str]) -> list[str]:
+    """lm-eval's arguments with `--device auto` added to a run that chooses no device.
+
+    Args:
+        argv: the arguments after the program's name, as lm-eval reads them.
+
+    Returns:
+        list[str]: `argv`, with `--device auto` at the end where it names a `--model` and neither a
+            `--device` nor a `--config` file (lm-eval's default, cuda:0, fails without a GPU).
+    """
+
+    def given(*flags: str) -> bool:
+        return any(arg in flags or arg.startswith(tuple(f"{f}=" for f in flags)) for arg in argv)
+
+    if given("--model") and not given("--device", "--config", "-C"):
+        return [*argv, "--device", DEFAULT_DEVICE]
+    return list(argv)
+
 
 def main() -> int:
     from entropy_lens.errors import EntropyLensError
@@ -30,7 +56,7 @@ def main() -> int:
 
     import entropy_lens.harness.model  # noqa: F401  registers "entropy-lens"
 
-    sys.argv[0] = "lm_eval"
+    sys.argv[:] = ["lm_eval", *with_device(sys.argv[1:])]
     try:
         cli_evaluate()
     except EntropyLensError as err:

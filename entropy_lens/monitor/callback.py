@@ -12,8 +12,14 @@ The scalars of each new record go into the logs of the first training log at or 
 one with the training loss; evaluation's logs get none):
 into `logs`, which the callbacks after this one see, and into the entry `Trainer.log` has just put in
 `state.log_history` (it copies `logs` before the callbacks run). transformers calls the reporters of
-`report_to` before the callbacks a user passes; `callback.add_to(trainer)` puts this callback ahead of
-them, so TensorBoard, W&B and the rest report the scalars too.
+`report_to` before the callbacks a user passes, so the callback must run ahead of them for TensorBoard,
+W&B and the rest to report its scalars. Passed the usual way (`Trainer(..., callbacks=[callback])`), it
+moves itself to the front of the trainer's callbacks at `on_train_begin`: transformers hands a callback
+neither the trainer nor its `CallbackHandler`, so it finds the handler whose `call_event` is calling it
+(the caller's frame); the callbacks after it are called as before (removing it and inserting it first
+leaves every later one at its index). `callback.add_to(trainer)` does the same before training. Where no
+handler is found (a caller other than transformers'), it warns once, in one line, that the reporters may
+not see the scalars unless `callback.add_to(trainer)` is called.
 
 The monitor is installed at `on_train_begin` and removed at `on_train_end`. transformers calls no
 callback when train() raises: the forward under way is closed by the monitor's own hook (the model's
@@ -23,7 +29,11 @@ stopped inside a step, until the next `on_train_begin` or `callback.close()` rem
 
 from __future__ import annotations
 
+import inspect
+import warnings
+
 from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
 
 from entropy_lens.monitor.monitor import AttentionMonitor
 from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, summaries
@@ -94,6 +104,7 @@ class EntropyLensCallback(TrainerCallback):
     # -- Trainer events -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.close()  # a monitor an interrupted train() left
+        self._go_first(args)
         self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, first_keys=self.first_keys)
         self.monitor.__enter__()
         self.monitor.enabled = False
@@ -127,3 +138,30 @@ class EntropyLensCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()
+
+    def _go_first(self, args) -> None:
+        """Put this callback first in the CallbackHandler calling it (ahead of the report_to reporters),
+        or warn in one line where no handler is calling it and reporters are configured."""
+        frame = inspect.currentframe()
+        try:
+            caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+            for _ in range(4):  # on_train_begin <- call_event <- CallbackHandler.on_train_begin
+                if caller is None:
+                    break
+                handler = caller.f_locals.get("self")
+                if isinstance(handler, CallbackHandler) and self in handler.callbacks:
+                    callbacks = handler.callbacks
+                    if callbacks[0] is not self:
+                        callbacks.remove(self)  # those after it keep their index: call_event goes on
+                        callbacks.insert(0, self)
+                    return
+                caller = caller.f_back
+        finally:
+            del frame
+        if getattr(args, "report_to", None):
+            warnings.warn(
+                "EntropyLensCallback: no trainer's callback handler found at on_train_begin; call "
+                "callback.add_to(trainer) so that the report_to reporters (TensorBoard, W&B, ...) log its "
+                "scalars",
+                stacklevel=2,
+            )

@@ -30,8 +30,10 @@ history; `monitor/history.py` gives the monitor the same names.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,10 +47,33 @@ ARRAYS = ("steps", "forwards", "rows")
 HISTORY_FILE = "attention-history.npz"  # its name in the output folder of train-tiny --monitor
 
 
+class Record(NamedTuple):
+    """One recorded step of a History (`history[i]`, `for record in history`).
+
+    Args:
+        step: the step of the record (History.steps[i]).
+        values: {stat: (layers, heads) float32}, the step's per-head summaries (History.values[stat][i]).
+        forwards: the recorded forwards merged into the step.
+        rows: the real query rows behind the step.
+        sequences: the batch rows behind the step (0 in a file before version 3).
+    """
+
+    step: int
+    values: dict[str, np.ndarray]
+    forwards: int
+    rows: int
+    sequences: int
+
+
 @dataclass
 class History:
     """Recorded steps, oldest first: `steps`, `forwards`, `rows`, `sequences` (n,) int64 and `values[stat]`
     (n, layers, heads) float32 (see the module docstring); `meta` as the file's.
+
+    It is also a sequence of its records, oldest first: `len(history)` records, `history[i]` (negative i
+    from the end) the Record of one step (its step number and each statistic's (layers, heads) values),
+    `history[i:j]` a list of them, `for record in history` each in turn; `history.at(step)` looks one up
+    by its step number.
 
     Args:
         steps: (n,) int64, the step of each record.
@@ -74,6 +99,42 @@ class History:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        """The record at position `index` (oldest first; negative from the end), or a list for a slice.
+
+        Args:
+            index: a position among the records (int), or a slice of them.
+
+        Returns:
+            Record | list[Record]: the step's number, per-head values, forwards, rows and sequences.
+
+        Raises:
+            IndexError: no record at `index`.
+            TypeError: `index` neither an integer nor a slice (a step number: `at(step)`).
+        """
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(
+                f"History indices are positions (int) or slices, not {type(index).__name__}; "
+                "look a step up by its number with history.at(step)"
+            )
+        n = len(self)
+        i = int(index)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} of a history of {n} records")
+        i %= n
+        return Record(
+            step=int(self.steps[i]),
+            values={stat: v[i] for stat, v in self.values.items()},
+            forwards=int(self.forwards[i]),
+            rows=int(self.rows[i]),
+            sequences=int(self.sequences[i]),
+        )
+
+    def __iter__(self) -> Iterator[Record]:
+        return (self[i] for i in range(len(self)))
 
     @property
     def stats(self) -> tuple[str, ...]:

@@ -20,7 +20,14 @@ def _record(**summary) -> dict:
         {"mode": "hooks", "len": 8192, "median_s": 90.0, "peak_rss_mb": 6000.0, "max_abs_entropy_diff": 2e-6},
         {"mode": "output_attentions", "len": 8192, "skipped": "the attention maps alone need 67.5 GiB"},
     ]
-    return {"model": "smollm2", "rows": rows, "summary": summary or None}
+    machine = {"cpu": "x86_64", "cores": 2, "memory_gib": 23.5, "torch": "2.13.0+cpu", "torch_threads": 1}
+    return {
+        "model": "smollm2",
+        "rows": rows,
+        "summary": summary or None,
+        "machine": machine,
+        "created_utc": "2026-11-26T05:13:40Z",
+    }
 
 
 def test_readme_holds_the_generated_line(tables):
@@ -40,6 +47,13 @@ def test_table_and_line_from_a_record(tables):
     record = _record(len=8192, speedup=3.0, memory_ratio=4.0)
     line = tables.peers_line(record)
     assert "at 8,192 tokens (smollm2), a scan is 3.0× as fast" in line and "4.0× less peak memory" in line
+    # how it was measured, where the number stands (as the benchmarks page's note says it)
+    assert (
+        "(measured 2026-11-26 with 1 torch thread on a 2-core x86_64 CPU with 23.5 GiB, torch 2.13.0+cpu;"
+        in line
+    )
+    record["machine"]["torch_threads"] = 2
+    assert "with 2 torch threads on" in tables.peers_line(record)
     table = tables.peers_table(record)
     assert "| 8,192 | hooks | 90.00 | 3.00 | 6,000 | 4.00 | 2.0e-06 |" in table
     assert "| 8,192 | output_attentions | skipped: the attention maps alone need 67.5 GiB |" in table

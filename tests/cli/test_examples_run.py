@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_cases import PAGES, ROOT, page_examples
+from cli_cases import PAGES, README, ROOT, page_examples
 
 from entropy_lens.cli import main
 
@@ -199,3 +199,53 @@ def test_the_pages_examples_run(page, tmp_path, monkeypatch, capsys):
             written.add(out)
         ran += 1
     assert ran or all(parse_only_reason(c) for c in page_examples(ROOT / page))
+
+
+def make_demo() -> str:
+    """The command `make demo` runs (the Makefile's demo recipe), as `entropy-lens ...`."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", makefile, flags=re.MULTILINE)
+    assert recipe, "the Makefile has no demo target"
+    (line,) = [x.strip() for x in recipe.group(1).splitlines()]
+    assert line.startswith("$(BIN)/entropy-lens "), line
+    return line.replace("$(BIN)/entropy-lens", "entropy-lens", 1)
+
+
+def test_make_demo_and_the_readmes_commands_write_different_files():
+    """The README's commands come after `make demo` (its install section first): none may write what
+    `make demo` wrote, or it stops at "already exists" (issue 61)."""
+    demo = _written(small(make_demo()))
+    assert demo, make_demo()
+    for cmd in page_examples(README):
+        assert not set(_written(small(cmd))) & set(demo), f"README: {cmd} writes {demo[0]}, as make demo does"
+
+
+@pytest.mark.slow
+def test_the_readmes_commands_run_in_order_after_make_demo(tmp_path, monkeypatch, capsys):
+    """A new user's first commands: on a copy of the repository (no results/, no build output), what
+    `make demo` runs, then each command of the README's shell blocks in order, at small sizes (`small`),
+    each exiting 0; no output is removed in between (test_the_pages_examples_run starts each page in a
+    fresh folder, where the collision with make demo's file never shows)."""
+    clone = tmp_path / "clone"
+    build = (
+        "results",
+        "_build",
+        "__pycache__",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".venv",
+        ".git",
+        "*.egg-info",
+    )
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(*build), symlinks=True)
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    commands = [make_demo(), *page_examples(README)]
+    assert len(commands) >= 4 and not any(parse_only_reason(c) for c in commands), commands
+    for cmd in commands:
+        args = small(cmd)
+        code = main(args)
+        err = capsys.readouterr().err
+        assert code == 0, f"{shlex.join(args)} exited {code} after the commands before it: {err[-2000:]}"
+        for out in _written(args):
+            assert Path(out).exists(), f"{shlex.join(args)} did not write {out}"

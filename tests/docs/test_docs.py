@@ -86,6 +86,29 @@ def test_the_readme_is_short_and_about_the_toolkit():
         assert (ROOT / link).is_file(), link
 
 
+def test_the_install_guides_times_say_where_and_from_what_they_were_measured():
+    """Every time the install guide states sits in its table, beside the machine it ran on and what was
+    already there (a cached torch, a built kernel), and `make test`'s own time is among them (issue 61)."""
+    page = (DOCS / "guides" / "install.md").read_text(encoding="utf-8")
+    table = re.search(r"<!-- times -->\n(.*?)\n<!-- /times -->", page, flags=re.DOTALL)
+    assert table, "docs/guides/install.md: the <!-- times --> table"
+    header, _, *rows = table.group(1).splitlines()
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "command",
+        "time",
+        "machine",
+        "already there",
+    ]
+    commands = set()
+    for row in rows:
+        command, time, machine, there = (c.strip() for c in row.strip().strip("|").split("|"))
+        assert re.search(r"\d+(\.\d+)? (s|min)\b", time) and machine and there, row
+        commands.add(command.split("` ")[0] + "`")
+    assert {"`make demo`", "`make test`"} <= commands
+    outside = page.replace(table.group(0), "")
+    assert not re.search(r"\d+ min \d+ s|\d+(\.\d+)? min\b", outside), "a time outside the table"
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")

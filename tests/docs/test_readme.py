@@ -50,6 +50,13 @@ def test_the_monitor_quick_start_runs_in_a_training_loop():
     exec(compile(_blocks()[1], "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
     mon = namespace["mon"]
     assert mon.history.steps.tolist() == [10, 20]  # every=10: the 10th and the 20th forward recorded
+    # "the history is every 10th step's record": a sequence of records, as the README's comment says
+    assert len(mon.history) == 2 and [r.step for r in mon.history] == [10, 20] and mon.history[-1].step == 20
+    assert mon.history[0].values["entropy"].shape == (
+        model.config.num_hidden_layers,
+        model.config.num_attention_heads,
+    )
+    assert "labels" in _blocks()[1]  # the batch the snippet's .loss needs
     latest = mon.latest()["max_logit"]
     assert latest.shape == (model.config.num_hidden_layers, model.config.num_attention_heads)
     assert np.isfinite(latest).all() and "attention/max_logit/layer_0/max" in mon.scalars()

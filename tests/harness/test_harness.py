@@ -220,9 +220,10 @@ def test_eval_command_refuses_unknown_tasks_and_cut_passkey_windows(tmp_path, ca
 @pytest.mark.slow
 def test_lm_eval_command_line_runs_the_registered_model(tmp_path):
     """lm-eval's own CLI (python -m entropy_lens.harness: lm_eval with the model registered), a variant
-    in --model_args, a task of --include_path."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    args = ["--model", "entropy-lens", "--model_args", "pretrained=tiny-nope,scale=1.2", "--device", "cpu"]
+    in --model_args, a task of --include_path; as the docs show it, with no --device, on a machine
+    where torch sees no GPU (lm-eval's own default, cuda:0, failed there): the device follows the machine."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    args = ["--model", "entropy-lens", "--model_args", "pretrained=tiny-nope,scale=1.2"]
     args += ["--tasks", "el_next_sentence", "--include_path", str(HARNESS_TASKS), "--limit", "2"]
     run = subprocess.run(
         [sys.executable, "-m", "entropy_lens.harness", *args, "--output_path", str(tmp_path)],
@@ -238,6 +239,29 @@ def test_lm_eval_command_line_runs_the_registered_model(tmp_path):
     assert record["config"]["model"] == "entropy-lens" and record["config"]["model_args"]["scale"] == 1.2
     assert "acc,none" in record["results"]["el_next_sentence"]
     assert record["config"]["entropy_lens_model"]["scale_source"] == "uniform"
+    assert record["config"]["device"] == "auto" and record["config"]["entropy_lens_model"]["device"] == "cpu"
+
+
+def test_the_harness_command_gives_lm_eval_the_machines_device():
+    """python -m entropy_lens.harness adds --device auto to a run that names none (lm-eval's default is
+    cuda:0); a device or a --config file of the user's is left to lm-eval; so are ls, validate, --help."""
+    from entropy_lens.harness.__main__ import with_device
+
+    run = ["--model", "entropy-lens", "--tasks", "piqa"]
+    assert with_device(run) == [*run, "--device", "auto"]
+    assert with_device(["--model=entropy-lens"])[-2:] == ["--device", "auto"]
+    for own in (["--device", "cpu"], ["--device=cuda:1"], ["--config", "run.yaml"], ["-C", "run.yaml"]):
+        assert with_device([*run, *own]) == [*run, *own]
+    for other in (["ls", "tasks"], ["--help"], []):
+        assert with_device(other) == other
+
+
+def test_the_guides_harness_example_leaves_the_device_to_the_machine():
+    """The lm-eval guide's `python -m entropy_lens.harness` example names no --device (as shown, it runs
+    on a machine without a GPU too)."""
+    page = (ROOT / "docs" / "guides" / "lm-eval.md").read_text(encoding="utf-8")
+    examples = [b for b in page.split("```") if "python -m entropy_lens.harness --model entropy-lens" in b]
+    assert examples and not any("--device" in b for b in examples)
 
 
 def test_pyproject_declares_the_lm_eval_plugin_entry_point(tmp_path):
