@@ -9,7 +9,6 @@ import html
 import importlib
 import inspect
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -84,21 +83,6 @@ def test_the_readme_is_short_and_about_the_toolkit():
         assert words not in readme, words
     for link in re.findall(r"\]\(((?:docs|notebooks|figures)/[^)#]+)", readme):
         assert (ROOT / link).is_file(), link
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    run = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return out
 
 
 def _text(path: Path) -> str:
