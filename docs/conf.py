@@ -4,6 +4,8 @@ Built offline: no intersphinx, no CDN (MathJax is not loaded; formulas are writt
 `make docs` runs with warnings as errors, so a broken reference fails the build.
 """
 
+import datetime
+import inspect
 import re
 import shutil
 import sys
@@ -17,13 +19,25 @@ sys.path.insert(0, str(DOCS / "_ext"))
 from entropy_lens import __version__
 
 project = "entropy_lens"
-author = "entropy_lens contributors"
+# the footer's copyright holder: pyproject's authors where it names them (Python >= 3.11 reads it),
+# else the project's contributors
+try:
+    import tomllib
+
+    _authors = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"].get(
+        "authors", []
+    )
+except ModuleNotFoundError:
+    _authors = []
+author = ", ".join(a["name"] for a in _authors if a.get("name")) or "the entropy_lens contributors"
+copyright = f"{datetime.date.today().year}, {author}"
 release = version = __version__
 
 extensions = [
     "myst_nb",  # Markdown pages (myst-parser) and the notebooks, rendered without executing them
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",  # Google-style Args/Returns/Raises sections -> the parameter tables
+    "sphinx_copybutton",  # a copy button on every code block (prompts and outputs left out)
     "cli_reference",  # docs/_ext/cli_reference.py: the CLI reference from the argparse parser
 ]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtext"}
@@ -41,12 +55,26 @@ napoleon_numpy_docstring = False
 napoleon_use_param = True  # one ":param x:" per argument: the "Parameters" table
 napoleon_use_rtype = True
 
+# the docstrings are plain text in which `name` means code: so it reads in the reference too (a name
+# autodoc documents becomes a link; nitpicky is off, so an unresolved one is code without a link)
+default_role = "py:obj"
 smartquotes = False  # "--len" stays two hyphens in help texts
-html_theme = "alabaster"
+html_theme = "furo"  # light/dark mode and the page's table of contents, all files local
 html_title = f"entropy_lens {__version__}"
 html_static_path: list[str] = []
-html_theme_options = {"description": "attention entropy of causal LMs, at any length", "fixed_sidebar": True}
-html_sidebars = {"**": ["about.html", "navigation.html", "searchbox.html"]}
+html_theme_options = {
+    "navigation_with_keys": True,
+    "top_of_page_buttons": [],  # no "edit this page" / "view source" links to a host the build does not know
+}
+html_show_sourcelink = False
+html_copy_source = False
+# search results show the words around the match (Sphinx's searchtools reads them from the page's
+# role="main" element, which furo's article is; served over HTTP, as any browser fetch needs)
+html_search_language = "en"
+html_show_search_summary = True
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
 
 
 def _copy_notebooks(app):
@@ -58,31 +86,72 @@ def _copy_notebooks(app):
             shutil.copyfile(notebook, copy)
 
 
-# what napoleon writes for an Args/Returns/Raises section (sphinx.ext.napoleon, napoleon_use_param)
-_FIELD = re.compile(r"^:(param|type|returns?|rtype|raises?|yields?|ytype|keyword|kwtype)\b[^:]*:")
-_MARKUP = re.compile(r"([\\*`|_\[\]])")
+# the home page's quick starts are the README's, read at build time so the two never differ
+QUICKSTARTS = "<!-- the README's quick starts (docs/conf.py: _readme_quickstarts) -->"
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
+_MOVED = {"notebooks/README.md": "tutorials/index.md"}  # README links whose page the site holds elsewhere
 
 
-def _docstring_as_text(app, what, name, obj, options, lines):
-    """The package's docstrings are plain text (shapes, units, formulas such as |i − j|), not
-    reStructuredText: show the prose as written, in a literal block, so no formula reads as markup.
-    Runs after napoleon (priority 600 > its 500): the field list it made of the Args/Returns/Raises
-    sections stays a field list (the parameter table), its text escaped so it too reads as written."""
-    if not any(line.strip() for line in lines):
-        return
-    text = [line.rstrip() for line in lines]
-    start = next((i for i, line in enumerate(text) if _FIELD.match(line)), len(text))
-    prose, fields = text[:start], text[start:]
-    while prose and not prose[-1].strip():
-        prose.pop()
-    out = [".. code-block:: text", ""] + [f"   {line}" if line else "" for line in prose] + [""] if prose else []
-    for line in fields:
-        head = _FIELD.match(line)
-        cut = head.end() if head else 0
-        out.append(line[:cut] + _MARKUP.sub(r"\\\1", line[cut:]))
-    lines[:] = [*out, ""]
+def _site_link(match: re.Match) -> str:
+    """A README link as the home page's: docs/ pages relative to docs/, other files as plain text."""
+    text, target = match.groups()
+    if target.startswith(("http://", "https://", "#")):
+        return match.group(0)
+    if target in _MOVED:
+        return f"[{text}]({_MOVED[target]})"
+    if target.startswith("docs/"):
+        return f"[{text}]({target.removeprefix('docs/')})"
+    return text
+
+
+def _readme_quickstarts(readme: str) -> str:
+    """The README's three quick starts (the command line, Python, the training monitor) as the home
+    page's sections: its "Quick start" sections, the Python one cut before the paragraph that leads
+    to its second Python block (the monitor's)."""
+    sections = {part.split("\n", 1)[0]: part.split("\n", 1)[1].strip() for part in readme.split("\n## ")[1:]}
+    cli = sections["Quick start: the command line"]
+    python = sections["Quick start: Python"]
+    second = [m.start() for m in re.finditer(r"^```python$", python, re.MULTILINE)][1]
+    cut = python.rindex("\n\n", 0, python.rindex("\n\n", 0, second) + 1)
+    parts = {"The command line": cli, "Python": python[:cut], "Training monitor": python[cut:].strip()}
+    return "\n\n".join(f"### {title}\n\n{_LINK.sub(_site_link, text)}" for title, text in parts.items())
+
+
+def _home_page(app, docname, source):
+    if docname == "index" and QUICKSTARTS in source[0]:
+        readme = (ROOT / "README.md").read_text(encoding="utf-8")
+        source[0] = source[0].replace(QUICKSTARTS, _readme_quickstarts(readme))
+
+
+def _no_builtin_docstring(app, what, name, obj, options, lines):
+    """A constant (`BACKENDS`, a tuple) has no docstring of its own: autodoc would show its type's
+    ("Built-in immutable sequence..."); the page's text about it stands instead."""
+    if what in ("data", "attribute") and lines and inspect.getdoc(type(obj)) == "\n".join(lines).strip():
+        lines[:] = []
+
+
+def outside_override(cls, name: str) -> bool:
+    """Whether `cls.name` overrides, without a docstring of its own, a method of a base from outside the
+    package (`EntropyLensCallback.on_log`, one of transformers' Trainer events): autodoc would show that
+    base's docstring as ours, so the reference leaves it to the base's documentation."""
+    own = vars(cls).get(name)
+    if own is None or getattr(own, "__doc__", None):
+        return False
+    return any(
+        name in vars(base)
+        for base in cls.__mro__[1:]
+        if base is not object and not base.__module__.startswith("entropy_lens")
+    )
+
+
+def _skip_outside_overrides(app, what, name, obj, skip, options):
+    owner = getattr(obj, "__qualname__", "").rpartition(".")[0]
+    cls = getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), owner, None) if owner else None
+    return True if isinstance(cls, type) and outside_override(cls, name) else None
 
 
 def setup(app):
     app.connect("builder-inited", _copy_notebooks)
-    app.connect("autodoc-process-docstring", _docstring_as_text, priority=600)
+    app.connect("source-read", _home_page)
+    app.connect("autodoc-process-docstring", _no_builtin_docstring)
+    app.connect("autodoc-skip-member", _skip_outside_overrides)

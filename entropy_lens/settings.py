@@ -202,9 +202,11 @@ class Recorded:
     NOT_KEY: typing.ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict (what a results file records of the config)."""
         return dataclasses.asdict(self)
 
     def cache_key(self) -> dict:
+        """The fields that decide the numbers (`KEY`) and the key's version: what names a cached run."""
         d = self.to_dict()
         return {"v": self.KEY_VERSION, **{name: d[name] for name in self.KEY}}
 

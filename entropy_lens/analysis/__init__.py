@@ -1,7 +1,7 @@
 """Analysis of results files: sweeps, best scale per position, the scale fit, head scales vs entropy,
 inflection points, sliding-window perplexity. Inputs are results files / `ScanResult` objects; outputs are tidy DataFrames or
 small dataclasses. Imports numpy, scipy, pandas and `entropy_lens.results` only (no torch), so it
-runs on a laptop from the files alone.
+runs on a laptop from the files alone. ::
 
     from entropy_lens.analysis import load_sweep, best_scale_per_position, fit_scale_curve
 
@@ -24,6 +24,7 @@ runs on a laptop from the files alone.
     key_shares(ScanResult.load("received.npz"), train_len=128).beyond  # Figure 19: attention by key
     sliding_window_ppl(ScanResult.load("w512.npz"), stride=16).ppl   # Table 2: a `scan --stride 16`
     ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
+
 """
 
 from entropy_lens.analysis.alibi import alibi_prior_entropy

@@ -13,12 +13,12 @@ does not define one. This module fixes a definition, so the claim becomes a numb
    from the sample count, √(mean(sd²/n) / (2·smooth + 1)), where sd is the per-position standard
    deviation over the n samples (a scan records both). Both treat the 2·smooth + 1 positions as
    independent; a whole window being hard shifts the baseline as much as the later positions and
-   cancels in the departure. Floored at 1e-8·max(1, |level|) so a noise-free curve does not get a
+   cancels in the departure. Floored at 1e-8·max(1, `|level|`) so a noise-free curve does not get a
    zero threshold.
 4. Threshold: k·σ with k chosen from the number of independent smoothed values searched,
    m = (positions searched) / (2·smooth + 1): k = Φ⁻¹(1 − α/m) (Bonferroni, α = 0.05), so white
    noise crosses anywhere with probability at most α (and the persistence below makes it rarer).
-   `k`, `rel` (a share of |level|) and `abs_threshold` override or raise it.
+   `k`, `rel` (a share of `|level|`) and `abs_threshold` override or raise it.
 5. Reference: by default (`trend="log"`) the line c + b·ln(i+1) least-squares fitted to the
    smoothed baseline window and extrapolated, so in-distribution growth like log i (entropy of
    dispersed heads) is not a departure; `trend="flat"` uses the level itself. The reference is
@@ -92,7 +92,7 @@ class InflectionAgreement:
         n: scans where both inflections exist.
         pearson_r: Pearson r of the entropy and loss inflection positions (NaN where undefined).
         pearson_p: its p-value.
-        mean_abs_diff: mean |entropy − loss| inflection position, in positions.
+        mean_abs_diff: mean `|entropy − loss|` inflection position, in positions.
         undefined: why pearson_r/p are NaN (correlation.undefined_because), None if defined.
     """
 
@@ -151,9 +151,9 @@ def find_inflection(
         baseline: the baseline window as fractions of L, [baseline[0]·L, baseline[1]·L).
         alpha: chance that white noise alone departs anywhere; sets k = Φ⁻¹(1 − alpha/m).
         k: use this many σ instead.
-        rel: a floor on the threshold, as a share of |level|.
+        rel: a floor on the threshold, as a share of `|level|`.
         abs_threshold: a floor on the threshold, in the curve's unit.
-        threshold: use this departure size instead of max(abs_threshold, k·σ, rel·|level|).
+        threshold: use this departure size instead of max(abs_threshold, k·σ, rel·`|level|`).
         persist: positions the departure must last; default max(32, 2·smooth + 2).
         direction: "up", "down" or "both".
         trend: "log" (default): departures are measured from c + b·ln(i+1) fitted to the smoothed
@@ -320,13 +320,13 @@ def inflections(sweep_or_results, *, train_len: int | None = None, **options) ->
 
 
 def inflection_agreement(df: pd.DataFrame) -> InflectionAgreement:
-    """Pearson r between entropy and loss inflections, and their mean |difference|, over scans with both.
+    """Pearson r between entropy and loss inflections, and their mean `|difference|`, over scans with both.
 
     Args:
         df: `inflections`'s DataFrame (columns entropy_inflection, loss_inflection).
 
     Returns:
-        InflectionAgreement: n, Pearson r and p (NaN with the reason where undefined), the mean |difference|
+        InflectionAgreement: n, Pearson r and p (NaN with the reason where undefined), the mean `|difference|`
         in positions.
     """
     both = df[["entropy_inflection", "loss_inflection"]].dropna().astype(np.float64)

@@ -92,6 +92,7 @@ class StatCurves:
 
     @property
     def bins(self) -> int:
+        """The number of position bins."""
         return int(self.count.shape[0])
 
     @property
@@ -112,10 +113,12 @@ class StatCurves:
 
     @property
     def n_layers(self) -> int:
+        """The number of layers."""
         return int(next(iter(self.values.values())).shape[0])
 
     @property
     def n_heads(self) -> int:
+        """The number of heads per layer."""
         return int(next(iter(self.values.values())).shape[1])
 
     def get(self, name: str) -> np.ndarray:

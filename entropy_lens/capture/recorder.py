@@ -54,18 +54,8 @@ from entropy_lens.statistics import (
 class ScaleSession:
     """Apply attention-scale multipliers m_h (λ_h = m_h/√d) inside the model's attention.
 
-    scales: None | float | array-like or tensor (layers, heads); a tensor keeps its autograd graph.
-    backend:   the entropy backend (flags.Backend or its name); fused: "auto" | "on" | "off" (capture/fused.py).
-    schedule: None or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
-    choices: None or a capture.fused.PathChoices: what fused "auto" measured (default: one per process).
-    stats:   the statistics an EntropyRecorder records (statistics.split_stats): row statistics
-             (kernels.stats.ROW_STATS; entropy and, for a model with sinks, sink_mass by default) and key
-             statistics (attention received by each key: received, received_max, received_mean);
-             first_keys: first_mass's K; key_stats: key statistics beside a parsed `stats` (flags.Stats:
-             row statistics alone), as a scan passes its --stats; query_window: None, or W: only the
-             last W real query rows count for the key statistics (SnapKV's observation window).
-    context: None or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
-             sequence (--context-parallel; the caller passes the shard's ids and true position ids).
+    Its keywords (scales, backend, fused, schedule, choices, stats, first_keys, query_window, key_stats,
+    context) are documented where users meet them, in EntropyRecorder's Keyword Args.
     `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
     layers that capture nothing) and `session.backends` which entropy kernels ran.
     """
@@ -154,10 +144,26 @@ class EntropyRecorder(ScaleSession):
 
     Args:
         model: a transformers causal LM whose attention runs through transformers' attention interface.
-        **options: ScaleSession's keywords (a misspelt one is a TypeError naming the close match):
-            scales (None, m > 0 or (layers, heads) multipliers of 1/√d), backend ("auto" or one of
-            kernels.BACKENDS), fused (kernels.FUSED_MODES), schedule, choices, stats (names of
-            statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys (first_mass's K), context.
+        **options: ScaleSession's keywords, below (a misspelt one is a TypeError naming the close match).
+
+    Keyword Args:
+        scales: None (the model's own scale), m > 0, or (layers, heads) multipliers m_h of 1/√d
+            (λ_h = m_h/√d); a tensor keeps its autograd graph.
+        stats: names of statistics.STATISTICS (row statistics) and of statistics.KEY_STATISTICS
+            (attention received by each key); default statistics.DEFAULT_STATS (entropy and, for a
+            model with sinks, sink_mass).
+        backend: "auto" or one of kernels.BACKENDS (a flags.Backend or its name).
+        fused: one of kernels.FUSED_MODES (capture/fused.py).
+        schedule: None, or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
+        choices: None, or a capture.fused.PathChoices: what fused "auto" measured (default: one per
+            process).
+        first_keys: first_mass's K (the first K keys).
+        query_window: None, or W: only the last W real query rows count for the key statistics
+            (SnapKV's observation window).
+        key_stats: key statistics beside a parsed `stats` (flags.Stats: row statistics alone), as a
+            scan passes its --stats.
+        context: None, or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
+            sequence (--context-parallel).
 
     Raises:
         EntropyLensError: a flag or a scale out of range, or attention whose shape differs per layer.

@@ -1,4 +1,4 @@
-"""Attention-entropy kernels: pure functions, no transformers import.
+"""Attention-entropy kernels: pure functions, no transformers import. ::
 
     attention_entropy(q, k, *, softmax_scale, causal=True, mask=None, window=None, softcap=None, sinks=None,
                       alibi_slopes=None, key_bias=None, return_sink_mass=False, backend="auto", block_q=64,
@@ -40,10 +40,11 @@
     block_q, block_k  torch_chunked's tile, query rows × keys. The reference has no tiles and the
            Triton kernel autotunes its own, so there they change nothing (the entropy is exact at any
            tile size).
+
 Every public entry point (`attention_entropy`, `attention_with_entropy`, `merge.shard_state`) takes
 exactly the keywords it names and builds one `ScoreMods` record of them (mods.py), validated once; every
 kernel below takes the record whole, so a misspelt keyword (`sofcap=`) is a TypeError on every backend,
-never a silently different number.
+never a silently different number. ::
 
     attention_with_entropy(q, k, v, *, softmax_scale, <the modifiers above>, stats=("entropy", "sink_mass"),
                            backend="auto", block_q=None, block_k=None) -> RowStats
@@ -162,7 +163,7 @@ def attention_entropy(
         softcap: None, or c > 0 (Gemma2): every score s becomes c·tanh(s/c) before masking.
         sinks: None, or (Hq,) float, any dtype: one learned logit per query head in every row's softmax
             denominator (gpt-oss, transformers' `s_aux`).
-        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·|i + S − T − j| added to the
+        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·`|i + S − T − j|` added to the
             score of query i and key j.
         key_bias: None, or (B|1, Hq, S) float: a bias per key and query head (Falcon's rounded ALiBi);
             the plan runs torch_chunked for it on CUDA.
@@ -235,7 +236,7 @@ def attention_stats(
         softcap: None, or c > 0 (Gemma2): every score s becomes c·tanh(s/c) before masking.
         sinks: None, or (Hq,) float, any dtype: one learned logit per query head in every row's softmax
             denominator (gpt-oss, transformers' `s_aux`).
-        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·|i + S − T − j| added to the
+        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·`|i + S − T − j|` added to the
             score of query i and key j.
         key_bias: None, or (B|1, Hq, S) float: a bias per key and query head (Falcon's rounded ALiBi);
             the plan runs torch_chunked for it on CUDA.
@@ -317,7 +318,7 @@ def attention_with_entropy(
         softcap: None, or c > 0 (Gemma2): every score s becomes c·tanh(s/c) before masking.
         sinks: None, or (Hq,) float, any dtype: one learned logit per query head in every row's softmax
             denominator (gpt-oss, transformers' `s_aux`).
-        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·|i + S − T − j| added to the
+        alibi_slopes: None, or (Hq,) float, any dtype: ALiBi, −slope_h·`|i + S − T − j|` added to the
             score of query i and key j.
         key_bias: None, or (B|1, Hq, S) float: a bias per key and query head (Falcon's rounded ALiBi);
             the plan runs torch_chunked for it on CUDA.

@@ -63,7 +63,7 @@ def shard_state(
     (and j > i + total_keys − T − window with a sliding window).
     `mask` (bool, True = attend) is the shard's slice: (B, S_shard) or broadcastable 4-D; `softmax_scale` a
     float or (Hq,) tensor, `softcap` None or c > 0, `alibi_slopes` None or (Hq,) (the bias
-    −slope_h·|i + total_keys − T − j| with j the global key index) and the tile `block_q` × `block_k` as
+    −slope_h·`|i + total_keys − T − j|` with j the global key index) and the tile `block_q` × `block_k` as
     in `attention_entropy`. `stats` (kernels.stats.ROW_STATS): the statistics the merged state will be
     read for, so the state holds the accumulators they need (`first_keys`: first_mass's K). first_mass
     counts the global keys r <= j < r + K of each batch row, r = `first_key` (an int or (B,): the global
@@ -81,7 +81,7 @@ def shard_state(
             4-D.
         window: None, or a sliding window W >= 1 (causal only), in global keys.
         softcap: None, or c > 0: every score s becomes c·tanh(s/c).
-        alibi_slopes: None, or (Hq,) float: the bias −slope_h·|i + total_keys − T − j|, j global.
+        alibi_slopes: None, or (Hq,) float: the bias −slope_h·`|i + total_keys − T − j|`, j global.
         stats: the statistics the merged state will be read for (entropy_lens.statistics.STATISTICS).
         first_keys: first_mass's K (>= 1).
         first_key: None (0), an int or (B,) integers: the global index of each batch row's first real

@@ -39,7 +39,7 @@ class ScoreMods:
         window: None, or a sliding window W >= 1 (causal only).
         softcap: None, or c > 0: every score s becomes c·tanh(s/c) (Gemma2).
         sinks: None, or (Hq,) float32: one sink logit per query head (gpt-oss).
-        alibi_slopes: None, or (Hq,) float32: the bias −slope_h·|i + S − T − j| (BLOOM, MPT).
+        alibi_slopes: None, or (Hq,) float32: the bias −slope_h·`|i + S − T − j|` (BLOOM, MPT).
         key_bias: None, or (B|1, Hq, S) float32: a bias per key (Falcon's rounded ALiBi).
         first_key: None (key 0 for every row), or (B|1,) int64: the global index of each batch row's
             first real key, where first_mass's K keys begin.

@@ -1,5 +1,5 @@
 """Which kernel runs, decided in one place: `plan` turns `--backend`, `--fused`, the device, the mask and
-the score modifiers into the routes a layer can take, and `run` runs a route's kernel.
+the score modifiers into the routes a layer can take, and `run` runs a route's kernel. ::
 
     BACKENDS  the kernels: "reference" (float64, materialises scores; tests), "torch_chunked" (exact
               streaming in torch, everywhere), "native" (the same loop in C++, CPU), "triton" (GPU)
@@ -16,19 +16,23 @@ the score modifiers into the routes a layer can take, and `run` runs a route's k
     run(kernel, q, k, v, softmax_scale, mods, ...) -> RowStats
 
 A route names its path (what the results meta records as `attention_path`) and the kernel that computes
-its statistics (`backend` in the meta), in one vocabulary:
+its statistics (`backend` in the meta), in one vocabulary::
+
     sdpa-then-entropy  torch sdpa's output (its flash kernels on GPU and CPU), then a statistics-only
                        pass of the kernel on the same q, k: two passes over K
     torch-streamed     torch_chunked's one pass: output and statistics from the same score tiles (the
                        separate route of a layer whose scores sdpa cannot compute: softcap, sinks, ALiBi)
     native             the native kernel's one pass (CPU)
     triton-fused       the Triton kernel's one pass (CUDA)
-and for a layer that wants gradients (`train_plan`):
+
+and for a layer that wants gradients (`train_plan`)::
+
     fused-train        kernels/train.py: the one pass's output and statistics, PyTorch's flash backward
                        from that output and the pass's log-sum-exp (native, torch_chunked; triton on CUDA)
     eager-then-entropy the model's own eager attention with autograd (softcap, sinks), a statistics pass
     sdpa-alibi-mask-then-entropy  sdpa with ALiBi (a key bias) as its float mask, a statistics pass
     own-then-entropy   the layer's own attention code (BLOOM at its own scale), a statistics pass
+
 The separate route is sdpa-then-entropy where sdpa computes the scores and otherwise the one pass of
 the statistics kernel's family (native for native, else torch-streamed); the fused route is the one
 pass of the backend's kernel (for "auto" on CPU: native where it builds) where it applies: `fusable`

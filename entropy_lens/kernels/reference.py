@@ -61,7 +61,7 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     """(p (B, Hq, T, S) float64, the keys' probabilities; p_sink (B, Hq, T) float64, zeros without sinks;
     any_visible (B, Hq, T) bool), written from the definitions, as transformers' eager attention
     computes them: scores λ_h q·k, capped to c·tanh(s/c) (Gemma2), then the ALiBi bias
-    −slope_h·|i + S − T − j| (flash-attn's definition; BLOOM, MPT) or a bias per key (Falcon) added,
+    −slope_h·`|i + S − T − j|` (flash-attn's definition; BLOOM, MPT) or a bias per key (Falcon) added,
     masked keys −inf, the sink logit (not scaled, not capped) as one more outcome (gpt-oss), softmax
     over keys and sink together. A row that sees nothing has p = 0. T query rows sit at the last T of
     the S key positions (bottom-right), so the last rows of a sequence may be passed alone.

@@ -8,10 +8,11 @@ in entropy_lens.statistics (its name, unit, description, bound, label, `squared`
 here (what it reads off the state, the accumulators it `needs`), its float64 `@definition` in
 reference.py, plus its accumulator's update in each kernel's loop; the import fails where a declared
 statistic lacks a read or a definition, and the host sums (capture/accumulate.py, runs/sums.py) and the
-results arrays follow from the declaration.
+results arrays follow from the declaration. ::
 
     RowStats(values={"entropy": (B, Hq, T) fp32, "sink_mass": ...}, out=(B, T, Hq, Dv) or None)
     stats["entropy"], stats.out
+
 """
 
 from __future__ import annotations

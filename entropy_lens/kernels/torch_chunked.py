@@ -1,17 +1,21 @@
 """Exact streaming attention entropy (and, fused, the attention output) in plain torch: the CPU path
 and the fallback everywhere.
 
-Math (per query row, scores s_j = λ_h q·k_j over the attendable keys j):
+Math (per query row, scores s_j = λ_h q·k_j over the attendable keys j)::
+
     m = max_j s_j,  l = Σ_j e^(s_j − m),  u = Σ_j e^(s_j − m)(s_j − m)
     p_j = e^(s_j − m)/l  ⇒  H = −Σ p_j log p_j = log l − u/l   (nats)
+
 The centred sum u avoids the cancellation of the textbook H = m + log l − Σ p_j s_j, whose two
 large terms nearly cancel for peaked rows. Keys arrive block by block; when the running max
-grows from m to m', with α = e^(m − m'):
+grows from m to m', with α = e^(m − m')::
+
     l ← α l + Σ_blk e^(s − m'),   u ← α (u + (m − m') l) + Σ_blk e^(s − m')(s − m')
+
 (the old terms' centre moves by m − m'). Before any key is seen m = −inf, l = u = 0 and the
 first block must not form −inf·0: that case is written out with `where`.
 Softcap (Gemma2): each score tile becomes c·tanh(s/c) before masking. ALiBi (BLOOM, MPT, Falcon):
-the bias −slope_h·|i + offset − j| is added to each tile after the cap and before the mask, i and j
+the bias −slope_h·`|i + offset − j|` is added to each tile after the cap and before the mask, i and j
 the row's and key's indices (a key shard's offset makes them global, so its tiles carry the bias of
 the whole). Sinks (gpt-oss): the sink logit σ_h is one more score of every row, with no value, no
 bias and never masked; it is the state before any key, m = σ_h, l = 1, u = 0, so H and

@@ -1,4 +1,4 @@
-"""Monitor: attention statistics inside a training loop, per step.
+"""Monitor: attention statistics inside a training loop, per step. ::
 
     with AttentionMonitor(model, stats=("entropy",), every=10) as mon:   # monitor.py
         ...                                  # any training loop: every 10th forward of `model` records

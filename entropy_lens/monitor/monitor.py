@@ -162,12 +162,12 @@ class AttentionMonitor:
 
     @property
     def active(self) -> bool:
+        """Whether the monitor's hooks are installed (inside its `with` block)."""
         return bool(self._hooks)
 
     @property
     def paths(self) -> set[str]:
-        """The attention routes that computed the recorded forwards (capture/paths.py's names, e.g.
-        {"fused-train"}), as a scan's meta records them."""
+        """The attention routes of the recorded forwards, as a scan's meta names them (capture/paths.py)."""
         return set(self._scaling.session.paths)
 
     # -- steps --------------------------------------------------------------------------------------
@@ -382,6 +382,7 @@ class AttentionMonitor:
         self.history.save(path)
 
     def meta(self) -> dict:
+        """What a saved history records of the run: the versions and the model's shape."""
         config = self.model.config
         return {
             "entropy_lens_version": __version__,

@@ -1,6 +1,6 @@
 """The results file: the contract between compute (scan) and analysis/plotting.
 
-One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no torch here):
+One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no torch here)::
 
     entropy     float32 (layers, heads, len)  mean over samples of H_i, nats
     entropy_sq  float32 (layers, heads, len)  mean of H_i² (std = sqrt(entropy_sq − entropy²))
@@ -68,7 +68,7 @@ expected (never read as 0), no positions, meta fields of the wrong type (`result
 a string `length` "256" is not 256). `scan --resume` scans such a file again. Sweep indexes are read
 by `read_sweep_index` alone (`results.sweep_index`), which refuses files listed outside the folder.
 
-This module states the contract and hands on the names of the modules that keep it:
+This module states the contract and hands on the names of the modules that keep it::
 
     scan_result.py   ScanResult: the arrays and meta in memory; save, load, validate
     schema.py        versions, arrays, meta keys; upgrade_meta, check_meta
@@ -76,6 +76,7 @@ This module states the contract and hands on the names of the modules that keep 
     spans.py         spans of positions in multiples of L, and the summary `scan` prints
     sweep_index.py   a sweep folder's index
     history.py       the monitor's history file, read and written here so that view opens it
+
 """
 
 from entropy_lens.results.files import (

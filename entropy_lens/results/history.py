@@ -138,6 +138,7 @@ class History:
 
     @property
     def stats(self) -> tuple[str, ...]:
+        """The names of the recorded statistics, the keys of `values`."""
         return tuple(self.values)
 
     def at(self, step: int) -> dict[str, np.ndarray]:

@@ -143,14 +143,17 @@ class ScanResult:
 
     @property
     def n_layers(self) -> int:
+        """The number of layers (the first axis of `entropy`)."""
         return self.entropy.shape[0]
 
     @property
     def n_heads(self) -> int:
+        """The number of heads recorded per layer (the second axis; 1 for --record mean, 0 for none)."""
         return self.entropy.shape[1]
 
     @property
     def length(self) -> int:
+        """The number of positions (tokens per sequence, the last axis)."""
         return self.entropy.shape[2]
 
     @property

@@ -2,7 +2,8 @@
 
 Settings of a run (no torch)
     configs.py           ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
-                         declared once, in shared groups
+                         declared once, composed of the shared groups
+    setting_groups.py    those groups: Checkpoint, Loading, Text, Windows, Scaling (and their cache keys)
     threads.py           --threads: the CPU thread count, set once before a command loads torch
 
 Loading and running a scan

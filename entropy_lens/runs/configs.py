@@ -144,6 +144,8 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
             raise EntropyLensError(f"--stats: {err}") from None
 
     def check(self) -> None:
+        """EntropyLensError in one line for settings that cannot run (the length, the stride, --record,
+        the scaling, the statistics and --query-window), before anything loads."""
         from entropy_lens.data import check_length
         from entropy_lens.data.chunks import check_stride
 
@@ -338,9 +340,12 @@ class PasskeyConfig(Checked, Recorded, Checkpoint, Loading, Scaling):
         object.__setattr__(self, "lengths", tuple(operator.index(w) for w in self.lengths))
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict, `lengths` a list (what a results file records of the config)."""
         return {**super().to_dict(), "lengths": list(self.lengths)}
 
     def check(self) -> None:
+        """EntropyLensError in one line unless the lengths are given once each, ascending, and the
+        scaling is valid."""
         if not self.lengths or any(b <= a for a, b in zip(self.lengths, self.lengths[1:])):
             raise EntropyLensError(
                 f"--lens {' '.join(map(str, self.lengths)) or '(none)'}: pass window lengths once each, "

@@ -116,6 +116,8 @@ class Scaling(PositionScaling):
     )
 
     def check_scaling(self) -> None:
+        """EntropyLensError in one line for --scale with --head-scales, a missing --head-scales file or
+        a --scale-schedule that does not parse."""
         from entropy_lens.capture import parse_schedule
 
         if self.scale is not None and self.head_scales is not None:

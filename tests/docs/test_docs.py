@@ -9,7 +9,6 @@ import html
 import importlib
 import inspect
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -107,21 +106,6 @@ def test_the_install_guides_times_say_where_and_from_what_they_were_measured():
     assert {"`make demo`", "`make test`"} <= commands
     outside = page.replace(table.group(0), "")
     assert not re.search(r"\d+ min \d+ s|\d+(\.\d+)? min\b", outside), "a time outside the table"
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    run = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return out
 
 
 def _text(path: Path) -> str:

@@ -1,6 +1,6 @@
 """The native CPU kernel: attention output and every row statistic of kernels/stats.py from the same
 score tiles in one C++ loop (attention_entropy.cpp beside this file), built as a PyTorch extension on
-first use.
+first use. ::
 
     row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, first_keys=1, block_q=None,
                      block_k=BLOCK_K)
@@ -14,6 +14,7 @@ first use.
            (kernels/received.py), the C++ `received` beside `forward`
     (`kernels.attention_with_entropy(..., backend="native")` and `attention_entropy` are the public
     entry points: they check the arguments.)
+
 Semantics are `torch_chunked.row_stats_torch`'s; the kernel is that path's loop written in C++ as PyTorch's CPU flash
 attention is: per (batch, query head, query block) a BLAS GEMM for the scores, one vectorised pass
 for the masks, max, exp and the sums l and u (and the accumulators of stats.EXTRA_STATE the
