@@ -41,7 +41,7 @@ extensions = [
     "cli_reference",  # docs/_ext/cli_reference.py: the CLI reference from the argparse parser
 ]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtext"}
-exclude_patterns = ["_build", "README.md", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "README.md", "Thumbs.db", ".DS_Store", "tutorials/executed"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"  # tests/figures/test_notebooks.py executes them; the site shows them as committed
@@ -78,10 +78,13 @@ copybutton_only_copy_prompt_lines = False
 
 
 def _copy_notebooks(app):
-    """The notebooks live in notebooks/ (where the tests run them); the site renders copies."""
+    """The notebooks live in notebooks/ (where the tests run them, without outputs); the site renders copies,
+    executed with their outputs where tools/tutorial_outputs.py stored them (docs/tutorials/executed/)."""
     target = DOCS / "tutorials"
-    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        copy = target / notebook.name
+    for source in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        executed = target / "executed" / source.name
+        notebook = executed if executed.is_file() else source
+        copy = target / source.name
         if not copy.exists() or copy.read_bytes() != notebook.read_bytes():
             shutil.copyfile(notebook, copy)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
@@ -46,9 +46,9 @@ details { max-width: 100%; overflow-x: auto; }
 
 @dataclass
 class View:
-    """A built page: `html` is the whole document."""
+    """A built page: `html` is the whole document (left out of the repr: megabytes of it)."""
 
-    html: str
+    html: str = field(repr=False)
     title: str
     height: int  # pixels the page needs, for the notebook's iframe
 

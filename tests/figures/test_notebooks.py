@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +20,9 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+EXECUTED = ROOT / "docs" / "tutorials" / "executed"
 NAMES = ["01_quickstart.ipynb", "02_paper_figures.ipynb"]
 
 
@@ -147,6 +150,33 @@ def test_paper_figures_run(kernel, figures_made):
     fit = figure_data(FiguresConfig.build(MINIMAL), cache=cache, progress=False).final.fit
     printed = outputs(cell_with(nb, "fit_scale_curve(sweep"))
     assert f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f}" in printed
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_sites_executed_copies_are_the_notebooks(name):
+    """docs/tutorials/executed/ (what the site renders, with outputs) holds each notebook's cells as they are
+    committed: regenerate it after editing a notebook (`python tools/tutorial_outputs.py`)."""
+    stored = nbformat.read(EXECUTED / name, as_version=4)
+    committed = nbformat.read(NOTEBOOKS / name, as_version=4)
+    fix = f"docs/tutorials/executed/{name} is stale; run: .venv/bin/python tools/tutorial_outputs.py"
+    assert [(c.cell_type, c.source) for c in stored.cells] == [
+        (c.cell_type, c.source) for c in committed.cells
+    ], fix
+    code = [c for c in stored.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code) and sum(map(n_images, code)) >= 3
+
+
+@pytest.mark.slow
+def test_the_sites_outputs_are_a_fresh_runs(kernel):
+    """What the site shows is what the notebooks print when run now (tools/tutorial_outputs.py --check)."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "tutorial_outputs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", NAMES)
