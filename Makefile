@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entropy-lens-installed
 
-.PHONY: demo test docs bench lint browser clean
+.PHONY: demo test docs bench lint browser kvpress-env clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 # The tests build the documentation site too, with every warning an error (tests/docs/test_docs.py): a broken
 # reference fails `make test` without a second build here.
-test: $(STAMP) lint browser
+test: $(STAMP) lint browser kvpress-env
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 # The view's browser tests drive the distribution's Chromium. Installed here where it is missing and the
@@ -39,6 +39,31 @@ browser:
 		fi; \
 	fi
 
+# kvpress (NVIDIA's KV-cache presses, entropy_lens.kvpress) needs transformers < 5.3; this package is tested
+# with the newest. Its tests (tests/kvpress/) run in a second environment: a venv without pip whose
+# site-packages holds only the pins below and a .pth naming this checkout and .venv's site-packages, so
+# torch and the rest are shared and the pins come first. Never fails the build: without it those tests
+# skip and say why. The transformers 5.2 line needs huggingface_hub < 2 and tokenizers <= 0.23.0; kvpress
+# imports cachetools and fire at import time (installed without their dependencies, as kvpress).
+KV_VENV  := .venv-kvpress
+KV_STAMP := $(KV_VENV)/.kvpress-installed
+KV_PINS  := transformers==5.2.0 kvpress==0.5.5 huggingface_hub==1.33.0 tokenizers==0.22.2 \
+	cachetools==5.5.2 fire==0.6.0 termcolor==3.3.0
+
+kvpress-env: $(STAMP)
+	@$(MAKE) --no-print-directory -s $(KV_STAMP) \
+		|| { rm -rf $(KV_VENV); echo "note: could not build $(KV_VENV); the kvpress tests will skip"; }
+
+# (the stamp's rule names no $(STAMP): the sub-make would rebuild .venv on its own; kvpress-env orders them)
+$(KV_STAMP): Makefile
+	rm -rf $(KV_VENV)
+	$(BIN)/python -m venv --without-pip $(KV_VENV)
+	$(BIN)/python -c "import sysconfig; print('$(CURDIR)'); print(sysconfig.get_paths()['purelib'])" \
+		> "$$($(KV_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/entropy_lens_shared.pth"
+	$(BIN)/python -m pip --python $(KV_VENV)/bin/python install -q --no-deps --ignore-installed $(KV_PINS)
+	$(KV_VENV)/bin/python -c "import kvpress, transformers, entropy_lens; assert transformers.__version__ == '5.2.0'"
+	touch $(KV_STAMP)
+
 # The documentation site (docs/README.md): offline, every warning an error, into docs/_build/html/.
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
@@ -51,4 +76,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check entropy_lens tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) results .pytest_cache docs/_build
+	rm -rf $(VENV) $(KV_VENV) results .pytest_cache docs/_build

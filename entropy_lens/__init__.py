@@ -2,8 +2,8 @@
 
 Imports run one way: each package imports only from the floors after its own (tests/test_layout.py's
 ALLOWED says which), `__main__` → `cli` → `figures` → `harness`, `training` → `runs`, `monitor`,
-`plotting`, `view` → `capture`, `analysis` → `models`, `data`, `kernels`, `results`, `progress`; and
-any of them from `errors`, `flags`, `settings`, `statistics` (torch-free).
+`plotting`, `view` → `kvpress`, `capture`, `analysis` → `models`, `data`, `kernels`, `results`,
+`progress`; and any of them from `errors`, `flags`, `settings`, `statistics` (torch-free).
 
 Heavy imports (torch, transformers) are deferred until a name that needs them is used.
 """

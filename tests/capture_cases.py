@@ -3,6 +3,7 @@ triton_interp_cases.py; pytest puts tests/ on sys.path, so they import it as `ca
 
     CPU_FUSED, CPU_FUSED_BACKEND   the path and the kernel of the CPU's fused pass here
     MASK_KINDS                     the kinds of attention mask `recorded_backends` runs
+    square_sdpa_mask(B, T, **kw)   transformers' sdpa_mask for T × T, in its 5.0-5.2 and newer signatures
     recorded_backends(backend, fused, device)   {mask kind: the backends a session recorded}, each call's
                                    entropy held to the float64 reference
 """
@@ -23,6 +24,16 @@ CPU_FUSED_BACKEND = "native" if native_available() else "torch_chunked"
 MASK_KINDS = ("none", "key_padding", "causal_padding", "sliding_window", "per_query", "per_head")
 
 
+def square_sdpa_mask(B: int, T: int, **kw):
+    """transformers' `sdpa_mask` for T queries over T keys, in either of its signatures: (batch_size,
+    q_length, kv_length) since 5.3, (batch_size, cache_position, kv_length) in 5.0-5.2 (the kvpress
+    environment's, tests/kvpress)."""
+    import inspect
+
+    second = list(inspect.signature(sdpa_mask).parameters)[1]
+    return sdpa_mask(B, torch.arange(T) if second == "cache_position" else T, T, **kw)
+
+
 def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> dict[str, set[str]]:
     """{mask kind: the session's `backends`} after one capturing attention call per kind of mask,
     each call's entropy checked against the float64 reference of the attention sdpa applies."""
@@ -36,9 +47,9 @@ def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> 
     masks = {
         "none": None,
         "key_padding": keep[:, None, None, :],
-        "causal_padding": sdpa_mask(B, T, T, attention_mask=keep, allow_is_causal_skip=False),
-        "sliding_window": sdpa_mask(
-            B, T, T, mask_function=window, attention_mask=keep, allow_is_causal_skip=False
+        "causal_padding": square_sdpa_mask(B, T, attention_mask=keep, allow_is_causal_skip=False),
+        "sliding_window": square_sdpa_mask(
+            B, T, mask_function=window, attention_mask=keep, allow_is_causal_skip=False
         ),
         "per_query": torch.rand(1, 1, T, T, generator=g) > 0.3,
         "per_head": torch.rand(1, 4, T, T, generator=g) > 0.3,

@@ -25,13 +25,15 @@ BASE = {
 # `monitor` (AttentionMonitor, the Trainer callback) sits above `capture`, beside `runs`: it measures a
 # user's training loop with the capture machinery and writes its history with the results' file helpers;
 # train-tiny and search-heads (--monitor, in `training`) watch their own training with it; `runs`
-# imports nothing from it.
+# imports nothing from it. `kvpress` (the optional extra: kvpress's presses scored by the kernels' key
+# statistics, docs/guides/kvpress.md) sits on `kernels` alone; nothing imports it.
 ALLOWED = {
     "cli": {"training", "harness", "figures", "runs", "monitor", "models", "analysis", "results", "view"},
     "harness": {"runs", "models", "data", "results"},
     "training": {"runs", "monitor", "models", "data", "capture", "results", "analysis", "progress"},
     "runs": {"models", "data", "capture", "kernels", "results", "analysis", "progress"},
     "monitor": {"capture", "kernels", "results"},
+    "kvpress": {"kernels"},
     "models": set(),
     "data": set(),
     "capture": {"kernels"},

@@ -1,0 +1,145 @@
+"""kvpress's ObservedAttentionPress without eager attention: each key's score, the attention it receives
+divided by the number of queries that may attend it, from `attention_received` (two streaming passes,
+O(T) memory) instead of the T × T weights that only eager attention returns.
+
+    score(module, hidden_states, keys, values, attentions, kwargs) -> (B, Hkv, S) float32
+        queries: the layer's own projection of `hidden_states` (kvpress's get_prerope_query_states:
+                 q_proj, Phi-3's fused qkv_proj, Qwen3's and Gemma3's q_norm), rotated by the layer's
+                 `position_embeddings` with its model's own apply_rotary_pos_emb (Llama's where the model
+                 has none), as kvpress's SnapKVPress recomputes its window's queries
+        keys:    the cache's, as kvpress's hook hands them over (after RoPE)
+        scores:  softmax_scale = module.scaling; the layer's attention mask (None: causal) read as
+                 causal + sliding window + key padding (`kernels.masks.as_key_padding`), or passed whole;
+                 received_j / (S − j), kvpress's normalisation (received_mean where no window or
+                 padding hides a key), then the mean over each key head's query heads (GQA)
+
+The scores equal kvpress's own press on eager attention up to float rounding (its weights are in the
+model's dtype, ours float32). Attention outside `softmax(scaling · q·k + mask)` (a logit soft-cap,
+attention sinks) is refused: those layers' weights are not this formula's.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+from kvpress.presses.observed_attention_press import ObservedAttentionPress as KVPressObservedAttention
+from kvpress.utils import get_prerope_query_states
+from torch import nn
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rotary
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import attention_received
+from entropy_lens.kernels.masks import as_key_padding
+
+
+def rotate_queries(module: nn.Module, query: torch.Tensor, position_embeddings) -> torch.Tensor:
+    """`query` (B, Hq, T, D) rotated by the layer's (cos, sin), with the function its model applies.
+
+    Args:
+        module: the attention layer (its class's module names the model's apply_rotary_pos_emb).
+        query: (B, Hq, T, D) queries before RoPE.
+        position_embeddings: the layer's (cos, sin), or None (no rotary: the queries as they are).
+
+    Returns:
+        Tensor: (B, Hq, T, D) the queries the layer's attention sees.
+    """
+    if position_embeddings is None:
+        return query
+    cos, sin = position_embeddings
+    apply = getattr(sys.modules.get(type(module).__module__), "apply_rotary_pos_emb", llama_rotary)
+    return apply(query, query, cos, sin)[0]
+
+
+def layer_mask(attention_mask, B: int, T: int, S: int) -> dict:
+    """The layer's mask as `attention_received`'s keywords: {"mask", "window"} (causal always).
+
+    Args:
+        attention_mask: what the model passed the layer: None (causal), a bool or additive float
+            (B|1, 1, T, S) mask.
+        B: batch size.
+        T: query rows.
+        S: keys.
+
+    Returns:
+        dict: mask (B, 1, 1, S) key padding, the whole bool mask, or None; window W or None.
+    """
+    if attention_mask is None:
+        return {"mask": None, "window": None}
+    mask = attention_mask
+    if mask.dtype != torch.bool:
+        mask = mask > torch.finfo(mask.dtype).min / 2
+    if mask.ndim == 4:
+        form = as_key_padding(mask, B, T, S, True)
+        if form is not None:
+            return {"mask": form[0], "window": form[1]}
+    return {"mask": mask, "window": None}
+
+
+@dataclass
+class ObservedAttentionPress(KVPressObservedAttention):
+    """kvpress's ObservedAttentionPress (H2O-like: keys scored by the attention they receive), scored by
+    `entropy_lens.attention_received`, so it runs on any attention implementation (sdpa, flash) and in
+    O(T) memory; kvpress's asserts eager. A drop-in: same name, arguments and scores.
+
+    Args:
+        compression_ratio: the fraction of the prefilled keys and values to remove, in [0, 1).
+        backend: the kernels' backend for `attention_received` ("auto": native C++ on CPU, Triton on
+            CUDA; see `entropy_lens.kernels.BACKENDS`).
+    """
+
+    compression_ratio: float = 0.0
+    backend: str = "auto"
+
+    def score(
+        self,
+        module: nn.Module,
+        hidden_states: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        attentions: torch.Tensor | None,
+        kwargs: dict,
+    ) -> torch.Tensor:
+        """Each cached key's score: the attention it receives over the prefill's queries, divided by the
+        number of queries at or after it, averaged over its key head's query heads.
+
+        Args:
+            module: the attention layer kvpress's hook ran on.
+            hidden_states: (B, T, hidden) the layer's input.
+            keys: (B, Hkv, S, D) the cache's keys after RoPE (S = T: a prefill).
+            values: (B, Hkv, S, D) the cache's values (unused).
+            attentions: the layer's attention weights, or None (unused: never needed).
+            kwargs: the layer's keyword arguments (position_embeddings, attention_mask).
+
+        Returns:
+            Tensor: (B, Hkv, S) float32 scores; higher is kept.
+
+        Raises:
+            EntropyLensError: a layer with a logit soft-cap or attention sinks.
+        """
+        softcap = getattr(getattr(module, "config", None), "attn_logit_softcapping", None)
+        if softcap is not None or getattr(module, "sinks", None) is not None:
+            raise EntropyLensError(
+                f"{type(module).__name__} caps its logits or has attention sinks: the lens's "
+                "ObservedAttentionPress scores softmax(scaling * q.k + mask) alone; use kvpress's own "
+                'with attn_implementation="eager"'
+            )
+        query = get_prerope_query_states(module, hidden_states)
+        query = rotate_queries(module, query, kwargs.get("position_embeddings"))
+        B, Hkv, S, _ = keys.shape
+        T = query.shape[2]
+        received = attention_received(
+            query,
+            keys,
+            softmax_scale=float(module.scaling),
+            stats="received",
+            causal=True,
+            backend=self.backend,
+            **layer_mask(kwargs.get("attention_mask"), B, T, S),
+        )["received"]
+        queries_after = torch.arange(S, 0, -1, device=received.device, dtype=received.dtype)
+        return (received / queries_after).view(B, Hkv, -1, S).mean(2)
+
+
+__all__ = ["ObservedAttentionPress", "layer_mask", "rotate_queries"]

@@ -1,0 +1,51 @@
+"""The kvpress environment's tests, each file in a child process of .venv-kvpress/bin/python (kvpress 0.5.5
+needs transformers < 5.3; this environment has the newest): tests/kvpress_cases.py (entropy_lens.kvpress
+against kvpress itself) and a subset of the package's own tests under transformers 5.2, the floor's line
+(`transformers>=5.0`). `make kvpress-env` builds the environment (`make test` runs it); where it is
+missing these tests skip and say why."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+PYTHON = ROOT / ".venv-kvpress" / "bin" / "python"
+STAMP = ROOT / ".venv-kvpress" / ".kvpress-installed"
+# (file of cases, what it covers): the capture's core tests stand for the package under transformers 5.2
+CASES = {
+    "kvpress_cases.py": "entropy_lens.kvpress against kvpress 0.5.5",
+    "capture/test_capture.py": "the capture's core tests under transformers 5.2",
+}
+
+
+def missing() -> str | None:
+    """Why the kvpress environment cannot run here, or None."""
+    if not STAMP.is_file() or not PYTHON.is_file():
+        return "no .venv-kvpress (make kvpress-env builds it: kvpress 0.5.5 needs transformers < 5.3)"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cases", sorted(CASES))
+def test_in_the_kvpress_environment(cases):
+    why = missing()
+    if why:
+        pytest.skip(why)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env.pop("PYTEST_XDIST_WORKER_COUNT", None)
+    cmd = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(ROOT / "tests" / cases)]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800, check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    last = run.stdout.strip().splitlines()[-1]
+    assert " passed" in last and "skipped" not in last, last
+
+
+def test_the_environment_is_transformers_5_2_with_kvpress():
+    why = missing()
+    if why:
+        pytest.skip(why)
+    code = "import kvpress, transformers, importlib.metadata as m; print(transformers.__version__, m.version('kvpress'))"
+    run = subprocess.run([str(PYTHON), "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert run.stdout.split() == ["5.2.0", "0.5.5"]

@@ -1,0 +1,222 @@
+"""entropy_lens.kvpress against kvpress itself. Runs only in the kvpress environment (.venv-kvpress: kvpress
+0.5.5 and transformers 5.2, which kvpress needs), in a child process that tests/kvpress/test_kvpress.py
+starts; elsewhere every case skips.
+
+- scores: our ObservedAttentionPress's scores equal kvpress's own on eager attention (each layer's hook
+  inputs handed to both), for a GQA Llama, Qwen3 (q_norm) and a Qwen2 with a sliding-window layer, and
+  with our press's layer run on sdpa.
+- the pipeline: kvpress's `kv-press-text-generation` keeps the same keys (the same positions per layer
+  and key head) with our press on sdpa as with kvpress's press on eager, on a tiny Llama and on the
+  bundled SmolLM2 (1,024 tokens); and our press completes the pipeline on sdpa, where kvpress's own
+  press stops at its assertion (2,048 tokens, compression 0.75).
+- the guide (docs/guides/kvpress.md): its Python blocks run as written, at a test's length.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+kvpress = pytest.importorskip("kvpress", reason="kvpress is not installed (make kvpress-env builds it)")
+
+from kvpress import ObservedAttentionPress as KVPressObserved
+from kvpress.pipeline import KVPressTextGenerationPipeline
+from transformers import DynamicCache
+
+from entropy_lens.kvpress import ObservedAttentionPress
+
+GUIDE = Path(__file__).parents[1] / "docs" / "guides" / "kvpress.md"
+RTOL = 1e-4  # the issue's bound on the scores' relative difference
+
+
+def tiny_model(kind: str):
+    """A tiny random model of `kind` in float32 (eval mode), its query/key weights enlarged."""
+    from architectures import build
+    from tiny import make_tiny_model, make_tiny_sliding_window_model
+
+    if kind == "llama":
+        return make_tiny_model()
+    if kind == "qwen2-sliding":
+        return make_tiny_sliding_window_model(window=8)
+    model = build("qwen3", {"head_dim": 8, "initializer_range": 0.2})
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4.0)
+    return model
+
+
+def with_attention(model, implementation: str):
+    model.set_attn_implementation(implementation)
+    return model
+
+
+def both_scores(model, ids) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ours, kvpress's) scores for each layer of one eager prefill of `ids`, from the same hook inputs."""
+    ours, theirs, found = ObservedAttentionPress(0.5), KVPressObserved(0.5), []
+
+    def hook(module, args, kwargs, output):
+        cache = kwargs["past_key_values"].layers[module.layer_idx]
+        inputs = (module, kwargs["hidden_states"], cache.keys, cache.values, output[1], kwargs)
+        found.append((ours.score(*inputs), theirs.score(*inputs)))
+
+    hooks = [layer.self_attn.register_forward_hook(hook, with_kwargs=True) for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+    finally:
+        for h in hooks:
+            h.remove()
+    return found
+
+
+def assert_scores_close(ours, theirs):
+    assert ours.shape == theirs.shape and ours.dtype == torch.float32
+    scale = theirs.abs().max().item()
+    torch.testing.assert_close(ours, theirs.float(), rtol=RTOL, atol=RTOL * scale)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "qwen2-sliding"])
+def test_scores_equal_kvpress_on_eager(kind):
+    model = with_attention(tiny_model(kind), "eager")
+    ids = torch.randint(3, 300, (1, 48), generator=torch.Generator().manual_seed(0))
+    found = both_scores(model, ids)
+    assert len(found) == model.config.num_hidden_layers
+    for ours, theirs in found:
+        assert_scores_close(ours, theirs)
+        assert theirs.std() > 0.1 * theirs.mean()  # far from uniform: a real comparison
+
+
+def test_scores_on_sdpa_equal_kvpress_on_eager():
+    """The press's own use: the layer on sdpa (no weights), scores against kvpress's from eager."""
+    ids = torch.randint(3, 300, (1, 64), generator=torch.Generator().manual_seed(1))
+    eager = [theirs for _, theirs in both_scores(with_attention(tiny_model("llama"), "eager"), ids)]
+    sdpa_model = with_attention(tiny_model("llama"), "sdpa")
+    ours = []
+
+    def hook(module, args, kwargs, output):
+        assert output[1] is None  # sdpa returns no weights: kvpress's own press would assert here
+        cache = kwargs["past_key_values"].layers[module.layer_idx]
+        press = ObservedAttentionPress(0.5)
+        ours.append(press.score(module, kwargs["hidden_states"], cache.keys, cache.values, None, kwargs))
+
+    hooks = [l.self_attn.register_forward_hook(hook, with_kwargs=True) for l in sdpa_model.model.layers]
+    with torch.no_grad():
+        sdpa_model.model(input_ids=ids, past_key_values=DynamicCache())
+    for h in hooks:
+        h.remove()
+    for mine, theirs in zip(ours, eager, strict=True):
+        assert_scores_close(mine, theirs)
+
+
+def kept_positions(compressed: DynamicCache, full: DynamicCache) -> list[torch.Tensor]:
+    """Per layer, (B, Hkv, n_kept) sorted positions of the keys `compressed` kept, found in `full` (the
+    same prefill uncompressed) by the nearest key."""
+    kept = []
+    for small, whole in zip(compressed.layers, full.layers, strict=True):
+        nearest = torch.cdist(small.keys, whole.keys).argmin(-1)  # (B, Hkv, n_kept)
+        found = whole.keys.gather(2, nearest.unsqueeze(-1).expand_as(small.keys))
+        assert torch.equal(found, small.keys)  # each kept key is that one of the prefill's, exactly
+        kept.append(nearest.sort(-1).values)
+    return kept
+
+
+def run_pipeline(pipe, context: str, press, question: str = "", max_new_tokens: int = 3):
+    cache = DynamicCache()
+    answer = pipe(context, question=question, press=press, cache=cache, max_new_tokens=max_new_tokens)
+    return answer["answer"], cache  # the pipeline takes its answer back out: the prefill's cache
+
+
+def same_cache(make_model, tokenizer, context: str, ratio: float = 0.5):
+    """(answers, kept positions) of kvpress's press on eager and ours on sdpa, through kvpress's pipeline."""
+    out = {}
+    for name, implementation, press in (
+        ("kvpress", "eager", KVPressObserved(compression_ratio=ratio)),
+        ("lens", "sdpa", ObservedAttentionPress(compression_ratio=ratio)),
+    ):
+        pipe = KVPressTextGenerationPipeline(
+            model=with_attention(make_model(), implementation), tokenizer=tokenizer, device="cpu"
+        )
+        with torch.no_grad():
+            answer, cache = run_pipeline(pipe, context, press)
+            _, full = run_pipeline(pipe, context, None)
+        out[name] = (answer, kept_positions(cache, full), full.get_seq_length())
+    return out
+
+
+def test_the_pipeline_keeps_the_same_cache_on_a_tiny_llama():
+    from tiny import TEXT, make_tokenizer
+
+    out = same_cache(tiny_model_llama, make_tokenizer(), TEXT[:600])
+    (answer_a, kept_a, length), (answer_b, kept_b, _) = out["kvpress"], out["lens"]
+    assert length > 100 and kept_a[0].shape[-1] == int(length * 0.5)
+    for a, b in zip(kept_a, kept_b, strict=True):
+        assert torch.equal(a, b)
+    assert answer_a == answer_b
+
+
+def tiny_model_llama():
+    return tiny_model("llama")
+
+
+def austen(n_tokens: int, tokenizer) -> str:
+    """About `n_tokens` tokens of Persuasion."""
+    from entropy_lens.data import load_documents
+
+    text = load_documents("austen:persuasion")[0][0][20000:]
+    ids = tokenizer.encode(text[: n_tokens * 6], add_special_tokens=False)[:n_tokens]
+    return tokenizer.decode(ids)
+
+
+@pytest.mark.slow
+def test_the_pipeline_keeps_the_same_cache_on_smollm2():
+    loaded = load_smollm2()
+    tokenizer = loaded.tokenizer
+
+    def make():  # one model, its attention implementation switched per press
+        return loaded.model
+
+    out = same_cache(make, tokenizer, austen(1024, tokenizer), ratio=0.5)
+    (answer_a, kept_a, length), (answer_b, kept_b, _) = out["kvpress"], out["lens"]
+    assert length >= 1024 and len(kept_a) == loaded.n_layers
+    differing = sum(int((a != b).any(-1).sum()) for a, b in zip(kept_a, kept_b, strict=True))
+    assert differing == 0, f"{differing} (layer, key head) pairs kept different keys"
+    assert answer_a == answer_b
+
+
+@pytest.mark.slow
+def test_the_lens_press_completes_the_pipeline_on_sdpa():
+    """SmolLM2 on sdpa (no attention weights: kvpress's own press asserts eager) at 2,048 tokens: the
+    pipeline answers from a cache compressed to a quarter."""
+    loaded = load_smollm2()
+    pipe = KVPressTextGenerationPipeline(model=loaded.model, tokenizer=loaded.tokenizer, device="cpu")
+    assert loaded.model.config._attn_implementation == "sdpa"
+    context = austen(2048, loaded.tokenizer)
+    with torch.no_grad():
+        answer, cache = run_pipeline(
+            pipe, context, ObservedAttentionPress(compression_ratio=0.75), "Who is Anne?", 8
+        )
+    length = len(loaded.tokenizer.encode(context, add_special_tokens=False))
+    assert answer.strip() and cache.get_seq_length() <= length // 4 + 64
+
+
+def load_smollm2():
+    from entropy_lens.models import load_model
+
+    return load_model("smollm2")
+
+
+def guide_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+@pytest.mark.slow
+def test_the_guide_runs_as_written():
+    """The guide's Python blocks in order in one namespace, its length cut to a test's (TOKENS)."""
+    namespace: dict = {}
+    for block in guide_blocks():
+        block = block.replace("TOKENS = 32_768", "TOKENS = 1_024")
+        exec(compile(block, str(GUIDE), "exec"), namespace)  # noqa: S102 - the guide's own code
+    assert namespace["answer"]["answer"].strip()
