@@ -61,7 +61,8 @@ class ScaleSession:
     stats:   the statistics an EntropyRecorder records (statistics.split_stats): row statistics
              (kernels.stats.ROW_STATS; entropy and, for a model with sinks, sink_mass by default) and key
              statistics (attention received by each key: received, received_max, received_mean);
-             first_keys: first_mass's K; key_stats: key statistics beside a parsed `stats` (flags.Stats:
+             first_keys: first_mass's K; recent_keys: recent_mass's W; key_stats: key statistics beside a
+             parsed `stats` (flags.Stats:
              row statistics alone), as a scan passes its --stats; query_window: None, or W: only the
              last W real query rows count for the key statistics (SnapKV's observation window).
     context: None or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
@@ -81,12 +82,14 @@ class ScaleSession:
         choices=None,
         stats=DEFAULT_STATS,
         first_keys: int = 1,
+        recent_keys: int = 64,
         query_window: int | None = None,
         key_stats=(),
         context=None,
     ):
         # the public entrance: each flag parsed here, once, as its CLI flag is (--backend, --fused, --stats,
-        # --first-keys; a scan passes them parsed already), and --scale checked; the layers take the values
+        # --first-keys, --recent-keys; a scan passes them parsed already), and --scale checked; the layers
+        # take the values
         try:
             if not isinstance(stats, Stats):  # names of both axes; a parsed Stats holds row statistics
                 stats, named = split_stats(stats)
@@ -95,7 +98,8 @@ class ScaleSession:
             query_window = validate_query_window(query_window)
         except ValueError as err:
             raise EntropyLensError(str(err)) from None
-        flags = Flags.parse(backend=backend, fused=fused, stats=stats, first_keys=first_keys)
+        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+        flags = Flags.parse(backend=backend, fused=fused, stats=stats, **keys)
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
@@ -106,6 +110,7 @@ class ScaleSession:
             choices=choices,
             stats=flags.stats,
             first_keys=flags.first_keys,
+            recent_keys=flags.recent_keys,
             key_stats=key_stats,
             query_window=query_window,
             context=context,
@@ -157,7 +162,8 @@ class EntropyRecorder(ScaleSession):
         **options: ScaleSession's keywords (a misspelt one is a TypeError naming the close match):
             scales (None, m > 0 or (layers, heads) multipliers of 1/√d), backend ("auto" or one of
             kernels.BACKENDS), fused (kernels.FUSED_MODES), schedule, choices, stats (names of
-            statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys (first_mass's K), context.
+            statistics.STATISTICS; default statistics.DEFAULT_STATS), first_keys (first_mass's K), recent_keys
+            (recent_mass's W), context.
 
     Raises:
         EntropyLensError: a flag or a scale out of range, or attention whose shape differs per layer.
