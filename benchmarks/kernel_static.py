@@ -30,7 +30,8 @@ LIMITS = {
     90: {"regs": 65536, "smem_block": 227 * 1024, "smem_sm": 228 * 1024},
 }
 DTYPES = ("bf16", "fp16", "fp32")  # fp16 compiles like bf16; fp32 uses IEEE FMA products (no tensor cores)
-ALL_EXTRAS = ("w", "c", "lk", "d", "f", "mk")  # stats.EXTRA_STATE: the accumulators of every row statistic
+# stats.EXTRA_STATE: the accumulators of every row statistic
+ALL_EXTRAS = ("w", "c", "lk", "d", "f", "mk", "rk")
 
 
 def compile_kernel(

@@ -1,12 +1,13 @@
-"""The run-wide flags, parsed once: `--backend`, `--fused`, `--stats` and `--first-keys` become typed values
-where a run starts (`ScanConfig.flags`, the entrance of `EntropyRecorder`/`ScaleSession`, the kernels'
-public functions), and every layer below takes those values and never parses a string again
-(`capture.call.Session` and `kernels.plan` refuse a raw string with a TypeError).
+"""The run-wide flags, parsed once: `--backend`, `--fused`, `--stats`, `--first-keys` and `--recent-keys`
+become typed values where a run starts (`ScanConfig.flags`, the entrance of `EntropyRecorder`/
+`ScaleSession`, the kernels' public functions), and every layer below takes those values and never
+parses a string again (`capture.call.Session` and `kernels.plan` refuse a raw string with a TypeError).
 
     Backend     the kernel of the row statistics: auto, or one of BACKENDS (the enum's other values)
     Fused       a capturing layer's routes: auto (time both) | on (the one pass) | off (sdpa + a statistics pass)
     Stats       the row statistics a run records: a tuple of names declared in statistics.STATISTICS
     first_keys  first_mass's K: an int in the range of settings.FIRST_KEYS
+    recent_keys recent_mass's W: an int in the range of settings.RECENT_KEYS
 
 The enums are str-valued, so a results meta, a cache key or a command written from one reads as before
 ("native", "auto"). Each `parse_*` takes the user's value (or an already parsed one, returned as it is)
@@ -21,7 +22,7 @@ from enum import StrEnum
 
 from entropy_lens import statistics
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.settings import FIRST_KEYS, check_argument
+from entropy_lens.settings import FIRST_KEYS, RECENT_KEYS, check_argument
 
 ENV_VAR = "ENTROPY_LENS_BACKEND"  # overrides --backend auto, read when the flag is parsed
 
@@ -118,30 +119,39 @@ def parse_first_keys(value) -> int:
     return int(value)
 
 
+def parse_recent_keys(value) -> int:
+    """recent_mass's W as an int; EntropyLensError (a ValueError) unless a whole number in the range
+    --recent-keys declares (settings.RECENT_KEYS)."""
+    check_argument("recent_keys", value, int, RECENT_KEYS, example=64)
+    return int(value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Flags:
-    """The four flags of a capture, parsed: what `Session` holds and `ScanConfig.flags` gives."""
+    """The five flags of a capture, parsed: what `Session` holds and `ScanConfig.flags` gives."""
 
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO
     stats: Stats
     first_keys: int = 1
+    recent_keys: int = 64
 
     @classmethod
-    def parse(cls, *, backend="auto", fused="auto", stats, first_keys=1) -> Flags:
+    def parse(cls, *, backend="auto", fused="auto", stats, first_keys=1, recent_keys=64) -> Flags:
         """Each flag through its `parse_*`: the one place a user's values become these."""
         return cls(
             backend=parse_backend(backend),
             fused=parse_fused(fused),
             stats=parse_stats(stats),
             first_keys=parse_first_keys(first_keys),
+            recent_keys=parse_recent_keys(recent_keys),
         )
 
 
 def require(**values) -> None:
     """TypeError unless each value is of its flag's parsed type: what the layers below the entrance check,
     so a raw string cannot slip past `parse_*` (`require(backend=b, fused=f)`)."""
-    types = {"backend": Backend, "fused": Fused, "stats": Stats, "first_keys": int}
+    types = {"backend": Backend, "fused": Fused, "stats": Stats, "first_keys": int, "recent_keys": int}
     for name, value in values.items():
         if not isinstance(value, types[name]) or isinstance(value, bool):
             raise TypeError(

@@ -164,6 +164,13 @@ FIRST_MASS = Statistic(
     "Σ_{r <= j < r + K} p_j: the mass on the first K real keys (r: the first unpadded one)",
     "first-token mass",  # K = 1; plotting.stat_label names K otherwise
 )
+RECENT_MASS = Statistic(
+    "recent_mass",
+    PROBABILITY,
+    "Σ_{pos_i − W < j <= pos_i} p_j: the mass on the last W keys up to the row's own position (the sink "
+    "is no key)",
+    "recent-window mass",  # W = 64; plotting.stat_label names W
+)
 
 MAX_LOGIT = Statistic(
     "max_logit",
@@ -237,6 +244,7 @@ DECLARED: tuple[Statistic, ...] = (
     VARENTROPY,
     DISTANCE,
     FIRST_MASS,
+    RECENT_MASS,
     MAX_LOGIT,
     RECEIVED,
     RECEIVED_MAX,

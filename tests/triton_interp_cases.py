@@ -48,15 +48,14 @@ DEVICE = device("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy evaluates both sides of tl.where
 
 
-def launch(q, k, v, softmax_scale, stats=("entropy", "sink_mass"), first_keys=1, **mods):
+def launch(q, k, v, softmax_scale, stats=("entropy", "sink_mass"), first_keys=1, recent_keys=64, **mods):
     """RowStats of `stats` from the Triton launcher itself (no plan in between) on DEVICE: `mods` are the
     score modifiers' keywords, v None for the entropy pass; the output is (B, T, Hq, D)."""
     q, k = q.to(DEVICE), k.to(DEVICE)
     mods = ScoreMods.build(q, k, **on_device(mods, DEVICE))
     v = None if v is None else v.to(DEVICE)
-    return run(
-        "triton", q, k, v, validate_scale(q, k, softmax_scale), mods, stats=stats, first_keys=first_keys
-    )
+    keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+    return run("triton", q, k, v, validate_scale(q, k, softmax_scale), mods, stats=stats, **keys)
 
 
 def _run(q, k, **kw):
@@ -281,33 +280,37 @@ ALL = tuple(ROW_STATS)
 # GQA/MQA/MHA, T < S and T > S (the first T − S rows see no key), key padding over a whole 32-wide block
 # (the first block of a row fully masked: m = −inf there) and a fully padded sequence, windows (one key
 # wide, narrower and wider than a block), softcap, sinks, ALiBi, causal and not, a head size that is not a
-# power of two, first_mass's K inside the first block, across two blocks and past S
-STATS_CASES = {  # name: ((B, Hq, Hkv, T, S, D), the score modifiers, padding, K)
-    "gqa-causal-padded": ((2, 4, 2, 45, 70, 16), {}, "left", 3),
-    "mqa-T>S": ((2, 3, 1, 70, 40, 16), {}, "none", 1),
-    "mha-noncausal-D24": ((1, 2, 2, 37, 53, 24), {"causal": False}, "left", 40),
+# power of two, first_mass's K inside the first block, across two blocks and past S, recent_mass's W one
+# key, inside a block, across blocks, wider and narrower than a sliding window and past S
+STATS_CASES = {  # name: ((B, Hq, Hkv, T, S, D), the score modifiers, padding, K, W)
+    "gqa-causal-padded": ((2, 4, 2, 45, 70, 16), {}, "left", 3, 5),
+    "mqa-T>S": ((2, 3, 1, 70, 40, 16), {}, "none", 1, 33),
+    "mha-noncausal-D24": ((1, 2, 2, 37, 53, 24), {"causal": False}, "left", 40, 7),
     "gqa-window-softcap-sinks": (
         (2, 4, 2, 70, 70, 16),
         {"window": 7, "softcap": 2.5, "sinks": True},
         "left",
         5,
+        3,
     ),
-    "mqa-sinks-T>S-padded": ((2, 3, 1, 50, 35, 16), {"sinks": True}, "all", 2),
+    "mqa-sinks-T>S-padded": ((2, 3, 1, 50, 35, 16), {"sinks": True}, "all", 2, 1),
     "gqa-alibi-sinks-window": (
         (1, 4, 2, 40, 100, 16),
         {"alibi": True, "sinks": True, "window": 45},
         "none",
         1,
+        40,
     ),
     "gqa-alibi-noncausal": (
         (2, 4, 2, 33, 65, 16),
         {"alibi": True, "softcap": 3.0, "causal": False},
         "left",
         999,
+        64,
     ),
-    "mha-window-one-key": ((1, 2, 2, 40, 72, 16), {"window": 1}, "none", 33),
-    "gqa-noncausal-sinks-T>S": ((2, 4, 2, 66, 34, 16), {"causal": False, "sinks": True}, "left", 33),
-    "mqa-wide-window-padded": ((2, 6, 1, 64, 96, 16), {"window": 45, "softcap": 2.0}, "left", 64),
+    "mha-window-one-key": ((1, 2, 2, 40, 72, 16), {"window": 1}, "none", 33, 2),
+    "gqa-noncausal-sinks-T>S": ((2, 4, 2, 66, 34, 16), {"causal": False, "sinks": True}, "left", 33, 999),
+    "mqa-wide-window-padded": ((2, 6, 1, 64, 96, 16), {"window": 45, "softcap": 2.0}, "left", 64, 20),
 }
 
 
@@ -343,16 +346,17 @@ def test_every_statistic_separate_and_fused(case):
     one through the launcher; the fused output is the float64 one, and the output, entropy and sink mass
     those of the default pass (entropy and sink mass read in the kernel): the extra accumulators change
     nothing else."""
-    (B, Hq, Hkv, T, S, D), mods, padding, K = STATS_CASES[case]
+    (B, Hq, Hkv, T, S, D), mods, padding, K, W = STATS_CASES[case]
     q, k, v, kw = _stats_inputs(B, Hq, Hkv, T, S, D, mods, padding)
-    want = attention_stats(q, k, stats=ALL, first_keys=K, backend="reference", **kw)
+    keys = {"first_keys": K, "recent_keys": W}
+    want = attention_stats(q, k, stats=ALL, **keys, backend="reference", **kw)
     separate = attention_stats(
-        q.to(DEVICE), k.to(DEVICE), stats=ALL, first_keys=K, backend="triton", **on_device(kw, DEVICE)
+        q.to(DEVICE), k.to(DEVICE), stats=ALL, **keys, backend="triton", **on_device(kw, DEVICE)
     )
     assert list(separate) == list(ALL)
     assert_stats_close(separate, want)
     scale = kw.pop("softmax_scale")
-    fused = launch(q, k, v, scale, stats=ALL, first_keys=K, **kw)
+    fused = launch(q, k, v, scale, stats=ALL, **keys, **kw)
     assert list(fused) == list(ALL) and fused.out.shape == (B, T, Hq, D)
     assert_stats_close(fused, want)
     _, _, want_out = definition(q, k, v, scale, **kw)
@@ -372,17 +376,20 @@ def test_every_statistic_separate_and_fused(case):
         ("entropy", "first_mass"),
         ("sink_mass", "collision_entropy", "varentropy"),
         ("max_logit",),
+        ("recent_mass",),
+        ("entropy", "first_mass", "recent_mass"),
     ],
 )
 def test_a_subset_keeps_only_its_accumulators(stats, sinks):
     """Statistics asked for alone: the state without any extra (max_prob), distance's key sum (l itself
     without a sink, its own accumulator with one), first_mass beside the entropy, the max logit (m itself
-    without a sink, its own accumulator with one), and so on."""
+    without a sink, its own accumulator with one), recent_mass alone and beside first_mass, and so on."""
     q, k = make_inputs(2, 4, 2, 40, 50)
     kw = {"softmax_scale": 0.4, "sinks": make_sinks(4) if sinks else None}
-    want = attention_stats(q, k, stats=stats, first_keys=2, backend="reference", **kw)
+    keys = {"first_keys": 2, "recent_keys": 9}  # recent_mass's window inside a 32-wide block, or across two
+    want = attention_stats(q, k, stats=stats, **keys, backend="reference", **kw)
     got = attention_stats(
-        q.to(DEVICE), k.to(DEVICE), stats=stats, first_keys=2, backend="triton", **on_device(kw, DEVICE)
+        q.to(DEVICE), k.to(DEVICE), stats=stats, **keys, backend="triton", **on_device(kw, DEVICE)
     )
     assert list(got) == list(stats)
     assert_stats_close(got, want)

@@ -78,6 +78,7 @@ class Session:
     # the flags, parsed where the session's owner was made (entropy_lens/flags.py); a raw string is refused
     stats: Stats = DEFAULT_FLAGS.stats  # the row statistics to capture (kernels.stats.ROW_STATS)
     first_keys: int = 1  # K of first_mass
+    recent_keys: int = 64  # W of recent_mass
     key_stats: tuple[str, ...] = ()  # statistics.KEY_STATISTICS, parsed (statistics.parse_key_stats)
     query_window: int | None = None  # kernels.received.validate_query_window's
     on_key_stats: Callable[[int, dict], None] | None = None
@@ -100,7 +101,8 @@ class Session:
     context: ShardedSequence | None = None
 
     def __post_init__(self):
-        require(stats=self.stats, first_keys=self.first_keys, backend=self.backend, fused=self.fused)
+        require(stats=self.stats, first_keys=self.first_keys, recent_keys=self.recent_keys)
+        require(backend=self.backend, fused=self.fused)
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)

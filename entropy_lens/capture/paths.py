@@ -167,6 +167,12 @@ def own_output_applies(call: LayerCall) -> bool:
     return call.own_output is not None and plain
 
 
+def keys_of(session) -> dict[str, int]:
+    """{"first_keys": first_mass's K, "recent_keys": recent_mass's W} of `session` (the defaults for None)."""
+    flags = DEFAULT_FLAGS if session is None else session
+    return {"first_keys": flags.first_keys, "recent_keys": flags.recent_keys}
+
+
 def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     """The layer run by a `train_route` route: its output with autograd and its RowStats."""
     session = call.session
@@ -174,7 +180,7 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     if route.path == FUSED_TRAIN:
         # the output path's queries (per-head scales applied in autograd) at its uniform scale: λ_h q·k
         q, k, v = call.output_query, inputs.key, inputs.value
-        kw = {"kernel": route.kernel, "stats": stats, "first_keys": session.first_keys}
+        kw = {"kernel": route.kernel, "stats": stats, **keys_of(session)}
         rows = attention_train(q, k, v, call.output_scaling, route.mods, **kw)
         return LayerRun(route=route, out=rows.out, weights=None, rows=rows)
     if route.path == OWN_THEN_ENTROPY:
@@ -184,7 +190,7 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
         out, weights = alibi_attention(call) if alibi else eager_attention(call, inputs.mods)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    kw = {"stats": stats, "first_keys": session.first_keys}
+    kw = {"stats": stats, **keys_of(session)}
     rows = run(route.kernel, query, key, None, softmax_scale, route.mods, **kw)
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
@@ -197,10 +203,9 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     stats = tuple(name for name in wanted if ROW_STATS[name].applies(route.mods))
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    first_keys = DEFAULT_FLAGS.first_keys if session is None else session.first_keys
     separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
     value = None if separate else inputs.value
-    kw = {"stats": stats, "first_keys": first_keys, "with_lse": wants_keys(call)}
+    kw = {"stats": stats, **keys_of(session), "with_lse": wants_keys(call)}
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, **kw)
     if not separate:
         return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)

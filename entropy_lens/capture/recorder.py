@@ -4,9 +4,8 @@
         model(input_ids)                 # any number of forwards
     rec.entropy   # (layers, heads, positions) float64 mean over the query rows seen, nats
     rec.count     # (positions,) how many rows were averaged at each position
-    rec.session.paths     # what computed the layers (capture/paths.py): e.g. {"sdpa-then-entropy"}, or
-                          # {"sdpa-then-entropy", "torch-streamed"} where "auto" tried both ways on CPU
-    rec.session.backends  # the entropy kernels that ran, e.g. {"triton"} or {"torch_chunked"}
+    rec.received("received")  # (layers, heads, key positions) with stats=(..., "received")
+    rec.session.paths, rec.session.backends   # what computed the layers (capture/paths.py), which kernels
 
 On entry it registers the `entropy_lens` attention implementation, switches the model to it (or, for
 BLOOM, MPT and Falcon, routes their layers' own forwards through it: capture/own_attention.py),
@@ -54,10 +53,9 @@ from entropy_lens.statistics import (
 class ScaleSession:
     """Apply attention-scale multipliers m_h (λ_h = m_h/√d) inside the model's attention.
 
-    Its keywords (scales, backend, fused, schedule, choices, stats, first_keys, query_window, key_stats,
-    context) are documented where users meet them, in EntropyRecorder's Keyword Args.
-    `session.paths` tells afterwards what computed the layers (capture/paths.py's names: "sdpa" for
-    layers that capture nothing) and `session.backends` which entropy kernels ran.
+    Its keywords are documented where users meet them, in EntropyRecorder's Keyword Args. `session.paths`
+    tells afterwards what computed the layers (capture/paths.py's names: "sdpa" where nothing is
+    captured) and `session.backends` which entropy kernels ran.
     """
 
     def __init__(
@@ -71,12 +69,14 @@ class ScaleSession:
         choices=None,
         stats=DEFAULT_STATS,
         first_keys: int = 1,
+        recent_keys: int = 64,
         query_window: int | None = None,
         key_stats=(),
         context=None,
     ):
         # the public entrance: each flag parsed here, once, as its CLI flag is (--backend, --fused, --stats,
-        # --first-keys; a scan passes them parsed already), and --scale checked; the layers take the values
+        # --first-keys, --recent-keys; a scan passes them parsed already), and --scale checked; the layers
+        # take the values
         try:
             if not isinstance(stats, Stats):  # names of both axes; a parsed Stats holds row statistics
                 stats, named = split_stats(stats)
@@ -85,7 +85,8 @@ class ScaleSession:
             query_window = validate_query_window(query_window)
         except ValueError as err:
             raise EntropyLensError(str(err)) from None
-        flags = Flags.parse(backend=backend, fused=fused, stats=stats, first_keys=first_keys)
+        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+        flags = Flags.parse(backend=backend, fused=fused, stats=stats, **keys)
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
@@ -96,6 +97,7 @@ class ScaleSession:
             choices=choices,
             stats=flags.stats,
             first_keys=flags.first_keys,
+            recent_keys=flags.recent_keys,
             key_stats=key_stats,
             query_window=query_window,
             context=context,
@@ -158,6 +160,7 @@ class EntropyRecorder(ScaleSession):
         choices: None, or a capture.fused.PathChoices: what fused "auto" measured (default: one per
             process).
         first_keys: first_mass's K (the first K keys).
+        recent_keys: recent_mass's W (each row's last W keys).
         query_window: None, or W: only the last W real query rows count for the key statistics
             (SnapKV's observation window).
         key_stats: key statistics beside a parsed `stats` (flags.Stats: row statistics alone), as a

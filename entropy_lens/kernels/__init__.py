@@ -70,7 +70,15 @@ live in contract.py.
 
 from __future__ import annotations
 
-from entropy_lens.flags import Backend, Fused, Stats, parse_backend, parse_first_keys, parse_stats
+from entropy_lens.flags import (
+    Backend,
+    Fused,
+    Stats,
+    parse_backend,
+    parse_first_keys,
+    parse_recent_keys,
+    parse_stats,
+)
 from entropy_lens.kernels.contract import check_finite, validate_inputs, validate_scale
 from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
@@ -207,6 +215,7 @@ def attention_stats(
     softmax_scale,
     stats=(ENTROPY.name,),
     first_keys: int = 1,
+    recent_keys: int = 64,
     causal=True,
     mask=None,
     window=None,
@@ -229,6 +238,8 @@ def attention_stats(
         stats: names of entropy_lens.statistics.STATISTICS (a name, comma-separated names, a sequence,
             or "all"), in the order wanted.
         first_keys: first_mass's K, the number of first keys whose probability it sums (>= 1).
+        recent_keys: recent_mass's W, the number of keys ending at the row's own position whose
+            probability it sums (>= 1).
         causal: query i sees keys j <= i + S − T (bottom-right); False: every key.
         mask: None, or bool (True = attend) (B, S) [key padding] or broadcastable 4-D (B|1, Hq|1, T|1, S).
         window: None, or a sliding window W >= 1 (causal only): each query sees the W keys ending at
@@ -254,6 +265,7 @@ def attention_stats(
     """
     # the flags parsed at this public entrance; everything below takes the parsed values
     stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
+    recent_keys = parse_recent_keys(recent_keys)
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
@@ -277,6 +289,7 @@ def attention_stats(
         kernel_mods,
         stats=stats,
         first_keys=first_keys,
+        recent_keys=recent_keys,
         block_q=block_q,
         block_k=block_k,
     )
@@ -298,6 +311,7 @@ def attention_with_entropy(
     key_bias=None,
     stats=DEFAULT_STATS,
     first_keys: int = 1,
+    recent_keys: int = 64,
     backend="auto",
     block_q: int | None = None,
     block_k: int | None = None,
@@ -325,6 +339,7 @@ def attention_with_entropy(
         stats: the row statistics to return with the output, names of entropy_lens.statistics.STATISTICS
             (default: entropy and sink_mass, statistics.DEFAULT_STATS).
         first_keys: first_mass's K (>= 1).
+        recent_keys: recent_mass's W (>= 1).
         backend: "auto" or one of `BACKENDS` (flags.Backend).
         block_q: the kernel's tile, query rows; None: its default.
         block_k: the kernel's tile, keys; None: its default.
@@ -354,8 +369,10 @@ def attention_with_entropy(
         key_bias=key_bias,
     )
     stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
+    recent_keys = parse_recent_keys(recent_keys)
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
     if kernel is Backend.TRITON and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output: q's head size
         kernel, kernel_mods = Backend.TORCH_CHUNKED, mods
     blocks = {"block_q": block_q, "block_k": block_k}
-    return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, first_keys=first_keys, **blocks)
+    keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+    return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, **keys, **blocks)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.flags import parse_first_keys, parse_stats
+from entropy_lens.flags import parse_first_keys, parse_recent_keys, parse_stats
 from entropy_lens.kernels.contract import validate_inputs, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import (
@@ -53,6 +53,7 @@ def shard_state(
     stats=(ENTROPY.name,),
     first_keys: int = 1,
     first_key=None,
+    recent_keys: int = 64,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
 ) -> dict[str, torch.Tensor]:
@@ -68,7 +69,9 @@ def shard_state(
     read for, so the state holds the accumulators they need (`first_keys`: first_mass's K). first_mass
     counts the global keys r <= j < r + K of each batch row, r = `first_key` (an int or (B,): the global
     index of the row's first real key, the first the whole sequence's mask lets through; None: 0, refused
-    with a `mask`, of which a shard sees only a slice). Sinks: see `sink_state`.
+    with a `mask`, of which a shard sees only a slice). recent_mass counts the keys
+    i + total_keys − T − W < j <= i + total_keys − T, j global (W = `recent_keys`): a shard needs nothing
+    more. Sinks: see `sink_state`.
 
     Args:
         q: (B, Hq, T, D) queries after RoPE, any float dtype.
@@ -86,6 +89,7 @@ def shard_state(
         first_keys: first_mass's K (>= 1).
         first_key: None (0), an int or (B,) integers: the global index of each batch row's first real
             key; needed for first_mass with a mask.
+        recent_keys: recent_mass's W (>= 1).
         block_q: torch_chunked's tile, query rows.
         block_k: torch_chunked's tile, keys.
 
@@ -124,6 +128,7 @@ def shard_state(
         offset=offset,
         extra=accumulators(stats),
         first_keys=parse_first_keys(first_keys),
+        recent_keys=parse_recent_keys(recent_keys),
         key_start=key_offset,
         block_q=block_q,
         block_k=block_k,

@@ -248,13 +248,15 @@ def run(
     *,
     stats=DEFAULT_STATS,
     first_keys: int = 1,
+    recent_keys: int = 64,
     block_q=None,
     block_k=None,
     with_lse: bool = False,
 ) -> RowStats:
     """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
-    has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K.
+    has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K; `recent_keys`:
+    recent_mass's W.
 
     Args:
         kernel: the Backend to run (not AUTO: `resolve_backend` or a Route's kernel).
@@ -265,6 +267,7 @@ def run(
         mods: the ScoreMods in the kernel's form.
         stats: names of entropy_lens.statistics.STATISTICS (default statistics.DEFAULT_STATS).
         first_keys: first_mass's K (>= 1).
+        recent_keys: recent_mass's W (>= 1).
         block_q: the tile's query rows (torch_chunked, native); None: the kernel's default.
         block_k: the tile's keys; None: the kernel's default.
         with_lse: the rows' log-sum-exp too (`RowStats.lse`, for the column pass of attention received);
@@ -280,14 +283,14 @@ def run(
     if kernel == Backend.REFERENCE:
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
-        return row_stats_reference(q, k, softmax_scale, mods, stats=stats, first_keys=first_keys)
+        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+        return row_stats_reference(q, k, softmax_scale, mods, stats=stats, **keys)
+    keys = {"first_keys": first_keys, "recent_keys": recent_keys, "with_lse": with_lse}
     if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
-        return row_stats_triton(
-            q, k, v, softmax_scale, mods, stats=stats, first_keys=first_keys, with_lse=with_lse
-        )
-    kw = {"stats": stats, "first_keys": first_keys, "with_lse": with_lse, **blocks}
+        return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, **keys)
+    kw = {"stats": stats, **keys, **blocks}
     if kernel == Backend.NATIVE:
         return row_stats_native(q, k, v, softmax_scale, mods, **kw)
     return row_stats_torch(q, k, v, softmax_scale, mods, **kw)

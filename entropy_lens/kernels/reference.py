@@ -90,7 +90,8 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
 
 # Each row statistic from its definition, registered under its name (`@definition`): (p (B, Hq, T, S),
 # p_sink, any_visible, behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's
-# first K real keys, first_b <= j < first_b + K, first_b the first key the mask lets through, scores
+# first K real keys, first_b <= j < first_b + K, first_b the first key the mask lets through, recent
+# (T, S) float64: 1 on each row's last W keys, 0 <= behind < W, scores
 # (B, Hq, T, S) float64: `attention_scores`, −inf on the keys a row does not see; None where only the
 # probabilities are known, which the definitions of probabilities do not read) -> (B, Hq, T) float64;
 # a row with no outcome is 0 throughout
@@ -112,31 +113,31 @@ def definition(name: str):
 
 
 @definition("entropy")
-def _entropy(p, p_sink, any_visible, behind, first, scores):
+def _entropy(p, p_sink, any_visible, behind, first, recent, scores):
     """H = −Σ p ln p over the keys and the sink, the sink one outcome among them."""
     h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
     return torch.where(any_visible, h, torch.zeros_like(h))
 
 
 @definition("sink_mass")
-def _sink_mass(p, p_sink, any_visible, behind, first, scores):
+def _sink_mass(p, p_sink, any_visible, behind, first, recent, scores):
     return p_sink
 
 
 @definition("max_prob")
-def _max_prob(p, p_sink, any_visible, behind, first, scores):
+def _max_prob(p, p_sink, any_visible, behind, first, recent, scores):
     return torch.maximum(p.amax(-1), p_sink)
 
 
 @definition("collision_entropy")
-def _collision_entropy(p, p_sink, any_visible, behind, first, scores):
+def _collision_entropy(p, p_sink, any_visible, behind, first, recent, scores):
     total = (p * p).sum(-1) + p_sink * p_sink
     return torch.where(any_visible, -torch.log(torch.where(any_visible, total, 1.0)), torch.zeros_like(total))
 
 
 @definition("varentropy")
-def _varentropy(p, p_sink, any_visible, behind, first, scores):
-    h = _entropy(p, p_sink, any_visible, behind, first, scores).unsqueeze(-1)
+def _varentropy(p, p_sink, any_visible, behind, first, recent, scores):
+    h = _entropy(p, p_sink, any_visible, behind, first, recent, scores).unsqueeze(-1)
     surprisal = torch.where(p > 0, -torch.log(torch.where(p > 0, p, 1.0)), 0.0)
     var = (p * (surprisal - h) ** 2).sum(-1)
     sink = torch.where(p_sink > 0, -torch.log(torch.where(p_sink > 0, p_sink, 1.0)), 0.0)
@@ -144,18 +145,23 @@ def _varentropy(p, p_sink, any_visible, behind, first, scores):
 
 
 @definition("distance")
-def _distance(p, p_sink, any_visible, behind, first, scores):
+def _distance(p, p_sink, any_visible, behind, first, recent, scores):
     keys = p.sum(-1)  # the keys' mass: the sink has no position
     return torch.where(keys > 0, (p * behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
 
 
 @definition("first_mass")
-def _first_mass(p, p_sink, any_visible, behind, first, scores):
+def _first_mass(p, p_sink, any_visible, behind, first, recent, scores):
     return (p * first).sum(-1)  # the mass on the row's first K real keys
 
 
+@definition("recent_mass")
+def _recent_mass(p, p_sink, any_visible, behind, first, recent, scores):
+    return (p * recent).sum(-1)  # the mass on the row's last W keys, pos_i − W < j <= pos_i
+
+
 @definition("max_logit")
-def _max_logit(p, p_sink, any_visible, behind, first, scores):
+def _max_logit(p, p_sink, any_visible, behind, first, recent, scores):
     """max_j s_j over the keys the row sees (the sink is no key); 0 for a row that sees none."""
     top = scores.amax(-1)
     return torch.where(top == float("-inf"), torch.zeros_like(top), top)
@@ -167,17 +173,19 @@ DEFINITIONS = check_registered(_DEFINED, "kernels/reference.py definitions")
 
 @torch.no_grad()
 def row_stats_reference(
-    q, k, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys=1
+    q, k, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys=1, recent_keys=64
 ) -> RowStats:
     """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> RowStats of `stats`, each (B, Hq, T)
-    float32, computed in float64 from `attention_probabilities` by the definitions above."""
+    float32, computed in float64 from `attention_probabilities` by the definitions above (`first_keys`:
+    first_mass's K; `recent_keys`: recent_mass's W)."""
     probabilities = attention_probabilities(q, k, softmax_scale, mods)
     S = k.shape[2]
     behind = key_distance(q.shape[2], S, q.device).double()
     first = first_window(S, first_keys, mods.first_key, q.device)
+    recent = ((behind >= 0) & (behind < recent_keys)).double()  # (T, S): the last W keys of each row
     scores = attention_scores(q, k, softmax_scale, mods)[0] if MAX_LOGIT.name in stats else None
     return RowStats(
-        {name: DEFINITIONS[name](*probabilities, behind, first, scores).float() for name in stats}
+        {name: DEFINITIONS[name](*probabilities, behind, first, recent, scores).float() for name in stats}
     )
 
 

@@ -31,10 +31,11 @@ STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the
 #   w = Σ e (s − m)²   c = Σ e²   lk = Σ_keys e   d = Σ_keys e b   f = Σ_{keys r <= j < r + K} e
 # (r = ScoreMods.first_key: the row's first real key, the first the mask lets through; 0 unpadded)
 #   mk = max_keys s: the largest score over the row's keys, −inf before any (m without the sink)
+#   rk = Σ_{keys 0 <= b < W} e: the row's last W = recent_keys keys, pos_i − W < j <= pos_i
 # (the sink is an outcome of l, u, w and c, not of the key sums nor of mk). A new max m' rescales them
 # with α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; mk is no
 # sum and is not rescaled: mk ← max(mk, max_blk s). merge.py merges two states by the same rules.
-EXTRA_STATE = ("w", "c", "lk", "d", "f", "mk")
+EXTRA_STATE = ("w", "c", "lk", "d", "f", "mk", "rk")
 
 
 def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -166,6 +167,11 @@ def _distance(state, mods):
 @read("first_mass", needs=("f",))
 def _first_mass(state, mods):
     return _ratio(state["f"], state["l"])
+
+
+@read("recent_mass", needs=("rk",))
+def _recent_mass(state, mods):
+    return _ratio(state["rk"], state["l"])  # l holds the sink: its share is no key's
 
 
 @read("max_logit", needs=("mk",))

@@ -58,6 +58,7 @@ def row_stats_torch(
     *,
     stats=DEFAULT_STATS,
     first_keys=1,
+    recent_keys=64,
     block_q=None,
     block_k=None,
     with_lse=False,
@@ -67,7 +68,8 @@ def row_stats_torch(
     in q's dtype, the layout transformers' attention functions return. A row that sees no key outputs
     0 (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no
     value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v.
-    `first_keys`: K of first_mass (the mass on keys j < K); `with_lse`: the rows' log-sum-exp too."""
+    `first_keys`: K of first_mass (the mass on keys j < K); `recent_keys`: W of recent_mass (the mass on
+    keys pos_i − W < j <= pos_i); `with_lse`: the rows' log-sum-exp too."""
     default_q, default_k = (BLOCK_Q, BLOCK_K) if v is None else OUTPUT_BLOCKS
     state, out = stream_torch(
         q,
@@ -77,6 +79,7 @@ def row_stats_torch(
         mods,
         extra=accumulators(stats),
         first_keys=first_keys,
+        recent_keys=recent_keys,
         block_q=default_q if block_q is None else block_q,
         block_k=default_k if block_k is None else block_k,
     )
@@ -94,6 +97,7 @@ def stream_torch(
     offset=None,
     extra=(),
     first_keys=1,
+    recent_keys=64,
     key_start=0,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
@@ -101,7 +105,8 @@ def stream_torch(
     """The streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
     (B, Hq, T) float32, of queries q over keys k, and the output (B, T, Hq, Dv) for values v (None: no
     output). Local key j is global key key_start + j (first_mass counts, in batch row b, the global keys
-    first_b <= j < first_b + first_keys, first_b = mods.first_key[b], 0 without it).
+    first_b <= j < first_b + first_keys, first_b = mods.first_key[b], 0 without it; recent_mass the keys
+    0 <= i + offset − j < recent_keys, global as the offset is).
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
@@ -152,7 +157,12 @@ def stream_torch(
             if ext:  # before the fold, which consumes s
                 tile = (q0, q1, k0, k1)
                 ext = _update_extra(
-                    ext, s, state=(m, l, u), tile=tile, offset=offset, first=(first_start, first_keys)
+                    ext,
+                    s,
+                    state=(m, l, u),
+                    tile=tile,
+                    offset=offset,
+                    windows=(first_start, first_keys, recent_keys),
                 )
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, o, vb)
@@ -234,15 +244,16 @@ def _behind(q0, q1, k0, k1, offset, device):
     return torch.arange(q0, q1, device=device).unsqueeze(1) + offset - torch.arange(k0, k1, device=device)
 
 
-def _update_extra(ext, s, *, state, tile, offset, first):
+def _update_extra(ext, s, *, state, tile, offset, windows):
     """The accumulators of stats.EXTRA_STATE in `ext` with the masked score tile s (B, Hkv, G, bq, bk)
     folded in (s is read, not consumed), from the state (m, l, u) before the tile; stats.py has the rules.
-    tile (q0, q1, k0, k1): the tile's rows and keys, at key offset `offset`; first (first_start,
-    first_keys): first_start (B|1, 1, 1, 1, 1) each batch row's first real key in local indices
-    (first_mass's keys: first_start <= j < first_start + first_keys)."""
+    tile (q0, q1, k0, k1): the tile's rows and keys, at key offset `offset`; windows (first_start,
+    first_keys, recent_keys): first_start (B|1, 1, 1, 1, 1) each batch row's first real key in local
+    indices (first_mass's keys: first_start <= j < first_start + first_keys), recent_keys recent_mass's W
+    (its keys: 0 <= i + offset − j < W)."""
     m, l, u = state
     q0, q1, k0, k1 = tile
-    first_start, first_keys = first
+    first_start, first_keys, recent_keys = windows
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)  # 0 while no score has been seen
@@ -263,6 +274,10 @@ def _update_extra(ext, s, *, state, tile, offset, first):
         j = torch.arange(k0, k1, device=s.device)
         first = ((j >= first_start) & (j < first_start + first_keys)).float()  # (B|1, 1, 1, 1, bk)
         new["f"] = alpha * ext["f"] + (e * first).sum(-1)
+    if "rk" in ext:  # keys 0 <= b < W behind the row (e is 0 on the keys it may not attend)
+        behind = _behind(q0, q1, k0, k1, offset, s.device)
+        recent = ((behind >= 0) & (behind < recent_keys)).float()  # (bq, bk)
+        new["rk"] = alpha * ext["rk"] + (e * recent).sum(-1)
     if "mk" in ext:  # the scores themselves, −inf where masked: no rescaling
         new["mk"] = torch.maximum(ext["mk"], s.amax(-1))
     return new

@@ -2,7 +2,8 @@
 flash-attention backward from that output and the kernel's own log-sum-exp.
 
     attention_train(q, k, v, softmax_scale, mods, *, kernel="native", stats=DEFAULT_STATS, first_keys=1,
-                    backward=None) -> RowStats: out (B, T, Hq, Dv) in q's dtype, differentiable w.r.t. q, k, v (and a softmax_scale
+                    recent_keys=64, backward=None)
+        -> RowStats: out (B, T, Hq, Dv) in q's dtype, differentiable w.r.t. q, k, v (and a softmax_scale
            tensor that requires grad), and each of `stats` (B, Hq, T) float32, detached
     train_refusal(q, k, v, mods, *, device=None) -> None where the route takes these inputs on device
         ("cpu" or "cuda", q's own by default: the CUDA route is decided without a GPU too), else why not
@@ -151,6 +152,7 @@ def attention_train(
     kernel="native",
     stats=DEFAULT_STATS,
     first_keys=1,
+    recent_keys=64,
     backward=None,
 ) -> RowStats:
     """See the module docstring."""
@@ -169,13 +171,14 @@ def attention_train(
         per_head = softmax_scale.reshape(-1).expand(q.shape[1]).to(q.device, q.dtype)
         q, uniform = q * per_head.view(1, -1, 1, 1), 1.0
     route = (kernel, backward)
+    keys = (int(first_keys), int(recent_keys))  # first_mass's K, recent_mass's W
     dtype = autocast_dtype(q.device.type)
     if dtype is None:
-        out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
+        out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), keys)
     else:  # as sdpa under autocast: q, k, v in its dtype (cast in autograd), the pass with autocast off
         q, k, v = (x.to(dtype) for x in (q, k, v))
         with torch.autocast(q.device.type, enabled=False):
-            out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), int(first_keys))
+            out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), keys)
     return RowStats(dict(zip(stats, values, strict=True)), out)
 
 
@@ -184,19 +187,19 @@ class _FlashTrain(torch.autograd.Function):
     q, k, v from the flash backward of that output and its log-sum-exp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, route: tuple, stats: tuple, first_keys: int):
+    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, route: tuple, stats: tuple, keys: tuple):
         kernel, _ = route
         scale = torch.full((q.shape[1],), uniform, device=q.device)
-        extra = accumulators(stats)
+        kw = {"extra": accumulators(stats), "first_keys": keys[0], "recent_keys": keys[1]}
         if kernel == "native":
-            state, out = stream_native(q, k, v, scale, mods, extra=extra, first_keys=first_keys)
+            state, out = stream_native(q, k, v, scale, mods, **kw)
         elif kernel == "triton":
             from entropy_lens.kernels.triton_entropy import stream_triton
 
-            state, out = stream_triton(q, k, v, scale, mods, extra=extra, first_keys=first_keys)
+            state, out = stream_triton(q, k, v, scale, mods, **kw)
         else:
             blocks = dict(zip(("block_q", "block_k"), OUTPUT_BLOCKS, strict=True))
-            state, out = stream_torch(q, k, v, scale, mods, extra=extra, first_keys=first_keys, **blocks)
+            state, out = stream_torch(q, k, v, scale, mods, **kw, **blocks)
         values = tuple(read_stats(state, mods, stats).values())
         ctx.save_for_backward(q, k, v, out, log_sum_exp(state))
         ctx.softmax_scale, ctx.mods, ctx.route = uniform, mods, route

@@ -18,7 +18,7 @@ Contract (the same as `torch_chunked.row_stats_torch`):
            s − slope_h·|i + S − T − j| after the softcap and before masking (flash-attn's definition)
     stats  the row statistics asked for, of stats.ROW_STATS (declared in entropy_lens.statistics.STATISTICS);
            first_mass's K = first_keys: the keys r <= j < r + K, r each batch row's first real key,
-           mods.first_key
+           mods.first_key; recent_mass's W = recent_keys: the keys pos_i − W < j <= pos_i
     -> RowStats: each statistic (B, Hq, T) float32 (entropy in nats; sink_mass zeros without sinks;
        every one 0 for a row with no attendable key and no sink) and, with v, the output.
 
@@ -44,7 +44,7 @@ p_sink = 2^(m_σ − m)/l, stored per row. Any other statistic (STORE_STATE) mak
 final state instead, in nats, and `stats.read_stats` reads every statistic asked for off it on the
 host, as for torch_chunked: m, l, u, then only the extra accumulators of stats.EXTRA_STATE the
 statistics need (`stats.accumulators`), each a compile-time switch (HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F,
-HAS_MK),
+HAS_MK, HAS_RK),
 so a pass computes nothing that was not asked for and the default compiles to the kernel without them.
 Each accumulator follows stats.py's update (torch_chunked._update_extra in torch) per key block, from
 e = 2^(s − m') and the same α: w = Σ e (s − m)² (log2² units in the loop, (ln 2)² at the store), c = Σ e²
@@ -52,8 +52,11 @@ e = 2^(s − m') and the same α: w = Σ e (s − m)² (log2² units in the loop
 d = Σ_keys e·(pos_i − j) summed from the row (pos_i − j as fp32 per score, exact below 2^24 tokens),
 never as pos_i·Σe − Σ e·j from absolute key positions, and f = Σ_{keys j < K} e (its tile sum only in the key
 blocks that start below K), and mk = max_keys s (log2 units in the loop, ln 2 at the store; accumulated
-only with a sink: without one it is m). The sink is an outcome of l, u, w and c, not of lk, d, f, mk. A
-new statistic needs its accumulator's switch and update here, and its read in stats.py.
+only with a sink: without one it is m), and rk = Σ_{keys 0 <= pos_i − j < W} e (one comparison per score
+with the row's window start: a causal row's later keys have e = 0 already; a branch skipping the blocks
+behind every row's window cost the fp32 fused variant 55 registers and a stack). The sink is an outcome
+of l, u, w and c, not of lk, d, f, mk, rk. A new statistic needs its accumulator's switch and update
+here, and its read in stats.py.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
@@ -87,7 +90,15 @@ from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # the kernel's compile-time switch of each accumulator of stats.EXTRA_STATE
-EXTRA_FLAGS = {"w": "HAS_W", "c": "HAS_C", "lk": "HAS_LK", "d": "HAS_D", "f": "HAS_F", "mk": "HAS_MK"}
+EXTRA_FLAGS = {
+    "w": "HAS_W",
+    "c": "HAS_C",
+    "lk": "HAS_LK",
+    "d": "HAS_D",
+    "f": "HAS_F",
+    "mk": "HAS_MK",
+    "rk": "HAS_RK",
+}
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
 # those that compile for sm_80 and sm_90 at head_dim 64 without spilling registers (kernel_static.py reads
@@ -97,6 +108,9 @@ FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 ENTROPY_CONFIGS = ((64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3))
 FUSED_CONFIGS = ((64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (64, 32, 4, 3))
 FP32_CONFIGS = ((32, 32, 4, 2),)
+# fp32 fused with a window and the extra accumulators (rk the seventh): (32, 32, 4, 2) puts 16 B on the stack
+# at 255 registers on sm_80 (the same variant without rk: 200); (32, 16, 4, 2) takes none on sm_80 or sm_90
+FP32_WINDOW_STATS_CONFIGS = ((32, 16, 4, 2),)
 # the sliding-window variants hold two more loop bounds: these configs put 16 B on the stack there (sm_90)
 WINDOW_DROPS = {False: ((64, 128, 4, 3),), True: ((64, 64, 4, 2), (64, 64, 4, 3))}
 # so does the softcap's tanh in the fused variant (sm_80, which sits at 255 registers there without it)
@@ -130,6 +144,8 @@ def autotune_configs(
     """The (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries for a variant; `stats`: with
     extra accumulators (statistics beyond entropy and sink_mass)."""
     configs = FP32_CONFIGS if fp32 else FUSED_CONFIGS if with_output else ENTROPY_CONFIGS
+    if fp32 and with_output and window and stats:
+        configs = FP32_WINDOW_STATS_CONFIGS
     drops = (
         (WINDOW_DROPS[with_output] if window else ())
         + (SOFTCAP_DROPS[with_output] if softcap else ())
@@ -175,7 +191,8 @@ def _entropy_kernel(
     skeep_b,
     skeep_s,
     # sizes; OFFSET = S − T; the buckets of T and S key the autotuner; OUT_SLOT = B·Hq·T, the stride
-    # between two results in OUT; FIRST_KEYS = K of first_mass (keys j < K)
+    # between two results in OUT; FIRST_KEYS = K of first_mass (keys j < K); RECENT_KEYS = W of recent_mass
+    # (keys pos_i − W < j <= pos_i)
     H_Q,
     T,
     S,
@@ -185,6 +202,7 @@ def _entropy_kernel(
     S_BUCKET,
     OUT_SLOT,
     FIRST_KEYS,
+    RECENT_KEYS,
     # the softcap c (fp32; unused without HAS_SOFTCAP)
     SOFTCAP,
     # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
@@ -207,6 +225,7 @@ def _entropy_kernel(
     HAS_D: tl.constexpr,
     HAS_F: tl.constexpr,
     HAS_MK: tl.constexpr,
+    HAS_RK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -259,6 +278,7 @@ def _entropy_kernel(
         mk = tl.full([BLOCK_M], float("-inf"), tl.float32)
     else:
         mk = 0.0
+    rk = tl.zeros([BLOCK_M], tl.float32) if HAS_RK else 0.0  # Σ_{keys 0 <= pos_i − j < W} e
     # this program's rows see key blocks [k_start, k_end): up to the causal end and, with a window,
     # from its far edge. Blocks [full_start, full_end) every row sees whole run unmasked; those
     # before (the window's far edge) and after (diagonal, sequence end) are masked, as all are
@@ -294,7 +314,7 @@ def _entropy_kernel(
             lo = k_start if part == 0 else full_start if part == 1 else full_end
             hi = full_start if part == 0 else full_end if part == 1 else k_end
             for start in range(lo, hi, BLOCK_N):
-                m, l, u, acc, w, c, lk, dist, f, mk = _key_block(
+                m, l, u, acc, w, c, lk, dist, f, mk, rk = _key_block(
                     q,
                     m,
                     l,
@@ -306,6 +326,7 @@ def _entropy_kernel(
                     dist,
                     f,
                     mk,
+                    rk,
                     k_base,
                     v_base,
                     keep_base,
@@ -324,6 +345,7 @@ def _entropy_kernel(
                     cap,
                     slope,
                     FIRST_KEYS,
+                    RECENT_KEYS,
                     part != 1,
                     CAUSAL,
                     HAS_WINDOW,
@@ -339,6 +361,7 @@ def _entropy_kernel(
                     HAS_D,
                     HAS_F,
                     HAS_MK,
+                    HAS_RK,
                     D,
                     BLOCK_N,
                 )
@@ -369,6 +392,9 @@ def _entropy_kernel(
         if HAS_MK:
             at += OUT_SLOT
             tl.store(at, mk * 0.6931471805599453, mask=live)
+        if HAS_RK:
+            at += OUT_SLOT
+            tl.store(at, rk, mask=live)
     else:
         ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)  # u is in log2 units: ln 2 · u
         ent = tl.maximum(ent, 0.0)
@@ -402,6 +428,7 @@ def _key_block(
     dist,
     f,
     mk,
+    rk,
     k_base,
     v_base,
     keep_base,
@@ -420,6 +447,7 @@ def _key_block(
     cap,
     slope,
     FIRST_KEYS,
+    RECENT_KEYS,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
@@ -435,6 +463,7 @@ def _key_block(
     HAS_D: tl.constexpr,
     HAS_F: tl.constexpr,
     HAS_MK: tl.constexpr,
+    HAS_RK: tl.constexpr,
     D: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -500,6 +529,11 @@ def _key_block(
             f += tl.sum(tl.where(keep[None, :] == 2, e, 0.0), 1)
         elif start < FIRST_KEYS:  # only the blocks that hold one of the first K keys
             f += tl.sum(tl.where(cols[None, :] < FIRST_KEYS, e, 0.0), 1)
+    if HAS_RK:  # keys pos_i − W < j <= pos_i; causal rows give keys past pos_i e = 0 already
+        recent = cols[None, :] > (rows + (OFFSET - RECENT_KEYS))[:, None]
+        if not CAUSAL:
+            recent = recent & (cols[None, :] <= (rows + OFFSET)[:, None])
+        rk = alpha * rk + tl.sum(tl.where(recent, e, 0.0), 1)
     l = alpha * l + tl.sum(e, 1)
     u = alpha * (u + shift) + tl.sum(e * d, 1)
     if WITH_OUTPUT:
@@ -509,7 +543,7 @@ def _key_block(
         else:
             pv = tl.dot(e.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
-    return m_new, l, u, acc, w, c, lk, dist, f, mk
+    return m_new, l, u, acc, w, c, lk, dist, f, mk, rk
 
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
@@ -536,14 +570,24 @@ def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: b
 
 @torch.no_grad()
 def row_stats_triton(
-    q, k, v, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys: int = 1, with_lse=False
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    stats=DEFAULT_STATS,
+    first_keys: int = 1,
+    recent_keys: int = 64,
+    with_lse=False,
 ) -> RowStats:
     """See the module docstring: RowStats of `stats` (B, Hq, T) fp32 and, with v (B, Hkv, S, D), the
     attention output (B, T, Hq, D) in q's dtype (stored in that layout by the kernel), from the same pass
     over K/V (the flash-attention forward with the statistics' accumulators beside it). Entropy and sink
     mass alone are read in the kernel; any other statistic is read off the kernel's final state by
     stats.read_stats. Rows with no attendable key get output 0 and every statistic 0 (with a sink:
-    sink_mass = max_prob = 1). `first_keys`: K of first_mass (keys j < K). `mods.mask` must be None or
+    sink_mass = max_prob = 1). `first_keys`: K of first_mass (keys j < K); `recent_keys`: W of recent_mass
+    (keys pos_i − W < j <= pos_i). `mods.mask` must be None or
     key padding with a sliding window (ValueError otherwise: the plan sends other masks to
     torch_chunked); no key bias. `with_lse`: the rows' log-sum-exp too (the kernel then stores its state,
     and every statistic is read off it)."""
@@ -556,14 +600,17 @@ def row_stats_triton(
         )
     in_kernel = set(stats) <= set(DEFAULT_STATS) and not with_lse
     extra = None if in_kernel else accumulators(stats)
-    rows, out = _launch(q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, extra, first_keys)
+    values_in = None if v is None else v.to(q.dtype)
+    rows, out = _launch(q, k, values_in, softmax_scale, mods, extra, first_keys, recent_keys)
     values = rows if in_kernel else read_stats(rows, mods, stats)
     lse = log_sum_exp(rows) if with_lse else None
     return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2), lse)
 
 
 @torch.no_grad()
-def stream_triton(q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_keys: int = 1):
+def stream_triton(
+    q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_keys: int = 1, recent_keys: int = 64
+):
     """The final streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
     (B, Hq, T) float32 in nats, and the output (B, T, Hq, D) in q's dtype (v None: None), as
     `native.stream_native` returns them: the fused variant storing its state (STORE_STATE), whose
@@ -577,7 +624,7 @@ def stream_triton(q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_ke
     if mods.key_bias is not None:
         raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
     rows, out = _launch(
-        q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, tuple(extra), first_keys
+        q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, tuple(extra), first_keys, recent_keys
     )
     state = {name: rows[name] for name in (*STATE, *extra)}
     return state, None if out is None else out.transpose(1, 2)
@@ -593,7 +640,7 @@ def _mark_first_keys(keep, first_key, first_keys: int, B: int, S: int, device) -
     return torch.where(first & (keep != 0), torch.full_like(keep, 2), keep)
 
 
-def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
+def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1, recent_keys=64):
     """(rows, out): rows {"entropy", "sink_mass"} read in the kernel for `extra` None, else the final state
     {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE} in nats; each (B, Hq, T) fp32.
     out: the output, a (B, Hq, T, D) view of (B, T, Hq, D) memory, or None without values v."""
@@ -668,8 +715,8 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
         *(no_strides if out is None else out.stride()),
         *((0, 0) if keep is None else keep.stride()),
     )
-    # then the power-of-two buckets of T and S the autotuner is keyed by, the results' slot stride, and K
-    # of first_mass (at most S: every key lies below S)
+    # then the power-of-two buckets of T and S the autotuner is keyed by, the results' slot stride, K of
+    # first_mass (at most S: every key lies below S) and W of recent_mass (at most S + 1: pos_i − S < 0)
     sizes = (Hq, T, S, S - T, window or 0, triton.next_power_of_2(T), triton.next_power_of_2(S))
     kernel[grid](
         *pointers,
@@ -677,6 +724,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1):
         *sizes,
         B * Hq * T,
         min(int(first_keys), S),
+        min(int(recent_keys), S + 1),
         float(softcap or 1.0),
         GROUP=Hq // Hkv,
         BLOCK_D=max(16, triton.next_power_of_2(D)),

@@ -32,14 +32,17 @@ from entropy_lens.monitor.summary import ForwardSums
 PROBE_TOKENS = 2  # a query row that sees one key and one that sees two
 
 
-def check_applies(model, stats: tuple[str, ...], *, first_keys: int, n_layers: int) -> None:
+def check_applies(
+    model, stats: tuple[str, ...], *, first_keys: int, recent_keys: int = 64, n_layers: int
+) -> None:
     """EntropyLensError in one line where a recorded forward of `model` would be refused for `stats`
     (see the module docstring); nothing inside an entered entropy_lens session. `stats`: the monitor's
-    (row statistics and received)."""
+    (row statistics and received); first_keys, recent_keys: first_mass's K and recent_mass's W."""
     if active_session() is not None:
         return
     sums = ForwardSums(n_layers, stats, None, model=type(model).__name__)
-    probe = ScaleSession(model, stats=session_stats(stats), first_keys=first_keys, fused="off")
+    keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+    probe = ScaleSession(model, stats=session_stats(stats), **keys, fused="off")
     probe.session.on_stats, probe.session.on_key_stats = sums.add, sums.add_keys
     probe.session.on_nonfinite = sums.add_nonfinite  # NaN weights: the probe cannot tell; steps will
     embeddings = model.get_input_embeddings().weight

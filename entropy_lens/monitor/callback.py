@@ -51,6 +51,7 @@ class EntropyLensCallback(TrainerCallback):
             and received for its two summaries; default monitor.settings.MONITOR_STATS).
         every: record every `every`-th optimizer step (>= 1).
         first_keys: first_mass's K (>= 1).
+        recent_keys: recent_mass's W (>= 1).
         thresholds: None or {stat: ("below" | "above", limit)} (thresholds.Thresholds), each stat one of
             the monitor's summaries (a row statistic of `stats`, or received_first or received_max_later
             with received): a warning, once per head, naming the layer, head and step.
@@ -68,6 +69,7 @@ class EntropyLensCallback(TrainerCallback):
         stats=MONITOR_STATS,
         every: int = 1,
         first_keys: int = 1,
+        recent_keys: int = 64,
         thresholds: dict | None = None,
         prefix: str = "attention",
         per_head: bool = False,
@@ -77,6 +79,7 @@ class EntropyLensCallback(TrainerCallback):
         if not isinstance(prefix, str) or not isinstance(per_head, bool):
             raise TypeError("EntropyLensCallback(prefix: str, per_head: bool)")
         self.every, self.first_keys, self.prefix, self.per_head = int(every), first_keys, prefix, per_head
+        self.recent_keys = recent_keys
         self.thresholds = Thresholds(thresholds, stats=summaries(self.stats))
         self.monitor: AttentionMonitor | None = None
         self._logged_step = None  # the step of the last record put into the logs
@@ -105,7 +108,8 @@ class EntropyLensCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.close()  # a monitor an interrupted train() left
         self._go_first(args)
-        self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, first_keys=self.first_keys)
+        keys = {"first_keys": self.first_keys, "recent_keys": self.recent_keys}
+        self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, **keys)
         self.monitor.__enter__()
         self.monitor.enabled = False
         self._logged_step = None

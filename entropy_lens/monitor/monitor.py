@@ -30,9 +30,8 @@ Under real training:
   refused: its layers run the model's own attention (NaN and all), `nonfinite_steps` and
   `scalars()["attention/nonfinite"]` say so, a NonFiniteStepWarning names the first layer and step
   once, and the loop decides (GradScaler skips the step);
-- `output_attentions=True` on an eager model returns eager's weights, as without the monitor;
-- one capture per forward: a monitor refuses to nest with an EntropyRecorder or ScaleSession of the
-  model (use `recording(session)`), and a deep copy of a monitored model carries no monitor.
+- `output_attentions=True` on an eager model returns eager's weights; one capture per forward: a monitor
+  refuses to nest with a recorder or ScaleSession of the model (use `recording(session)`).
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ from entropy_lens.monitor.install import (
     refuse_nesting,
 )
 from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, session_stats, summaries
-from entropy_lens.monitor.summary import ForwardSums, NonFiniteStepWarning, StepSummary
+from entropy_lens.monitor.summary import ForwardSums, NonFiniteStepWarning, StepSummary, flat_scalars
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import reduction_of
 
@@ -80,6 +79,7 @@ class AttentionMonitor:
             received_mean of a later key (a heavy hitter; the max). Default: settings.MONITOR_STATS.
         every: record the forwards of steps that are multiples of `every` (>= 1).
         first_keys: first_mass's K (>= 1).
+        recent_keys: recent_mass's W (>= 1).
         fused: the recorded forwards' route, one of kernels.FUSED_MODES (capture.ScaleSession's
             `fused`): "off" keeps the model's own sdpa output and gradients bit for bit (the statistics
             in a pass of their own); "auto" may train through the one-pass kernel (kernels/train.py),
@@ -91,22 +91,29 @@ class AttentionMonitor:
     """
 
     def __init__(
-        self, model, *, stats=MONITOR_STATS, every: int = 1, first_keys: int = 1, fused: str = "auto"
+        self,
+        model,
+        *,
+        stats=MONITOR_STATS,
+        every: int = 1,
+        first_keys: int = 1,
+        recent_keys: int = 64,
+        fused: str = "auto",
     ):
         check_model(model)
         self.stats = check_monitor_stats(stats)
         self.summaries = summaries(self.stats)  # the names of latest()'s and the history's arrays
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
-        session = session_stats(self.stats)
-        self._scaling = ScaleSession(model, stats=session, first_keys=first_keys, fused=fused)
-        self.fused = self._scaling.session.fused  # parsed once, by the ScaleSession
-        self.first_keys = self._scaling.session.first_keys
+        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
+        self._scaling = ScaleSession(model, stats=session_stats(self.stats), **keys, fused=fused)
+        parsed = self._scaling.session  # each flag parsed once, by the ScaleSession
+        self.fused, self.first_keys, self.recent_keys = parsed.fused, parsed.first_keys, parsed.recent_keys
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         # a statistic or a layer no recorded forward could measure: refused now, not at step `every`
-        check_applies(model, self.stats, first_keys=self.first_keys, n_layers=self.n_layers)
+        check_applies(model, self.stats, **keys, n_layers=self.n_layers)
         params = list(inspect.signature(model.forward).parameters)
         self._mask_index = params.index("attention_mask") if "attention_mask" in params else None
         self.enabled = True  # while False, forwards neither record nor count
@@ -343,15 +350,7 @@ class AttentionMonitor:
         flag = f"{prefix}/nonfinite" if prefix else "nonfinite"
         if self._records and not self.latest_finite:
             return {flag: 1.0}
-        out = {flag: 0.0}
-        for stat, values in self.latest().items():
-            for layer, heads in enumerate(values):
-                key = f"{prefix}/{stat}/layer_{layer}" if prefix else f"{stat}/layer_{layer}"
-                out |= {f"{key}/mean": float(heads.mean()), f"{key}/min": float(heads.min())}
-                out[f"{key}/max"] = float(heads.max())
-                if per_head:
-                    out |= {f"{key}/head_{h}": float(v) for h, v in enumerate(heads)}
-        return out
+        return {flag: 0.0, **flat_scalars(self.latest(), prefix, per_head=per_head)}
 
     @property
     def history(self) -> History:
@@ -396,5 +395,6 @@ class AttentionMonitor:
             "reductions": {s: reduction_of(s).name for s in self.summaries},
             "every": self.every,
             "first_keys": self.first_keys,
+            "recent_keys": self.recent_keys,
             "step_unit": "forward" if self._step is None else "step",
         }

@@ -221,3 +221,18 @@ class ForwardSums:
                     step=step, forwards=1, rows=rows, sums={}, nonfinite=where, sequences=sequences
                 )
         return StepSummary(step=step, forwards=1, rows=rows, sums=stacked, sequences=sequences)
+
+
+def flat_scalars(latest: dict[str, np.ndarray], prefix: str, *, per_head: bool) -> dict[str, float]:
+    """`latest` ({stat: (layers, heads)}) as flat {name: float} for a logger:
+    `{prefix}/{stat}/layer_{l}/mean`, `/min` and `/max` over the layer's heads, and with `per_head` each
+    `{prefix}/{stat}/layer_{l}/head_{h}` (`AttentionMonitor.scalars`; prefix "": none)."""
+    out = {}
+    for stat, values in latest.items():
+        for layer, heads in enumerate(values):
+            key = f"{prefix}/{stat}/layer_{layer}" if prefix else f"{stat}/layer_{layer}"
+            out |= {f"{key}/mean": float(heads.mean()), f"{key}/min": float(heads.min())}
+            out[f"{key}/max"] = float(heads.max())
+            if per_head:
+                out |= {f"{key}/head_{h}": float(v) for h, v in enumerate(heads)}
+    return out

@@ -13,7 +13,7 @@ import numpy as np
 
 from entropy_lens.analysis import StatCurves
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.statistics import FIRST_MASS, STATISTICS
+from entropy_lens.statistics import FIRST_MASS, RECENT_MASS, STATISTICS
 
 __all__ = ["STAT_NAMES", "stat_by_position", "stat_label"]
 
@@ -27,6 +27,8 @@ def stat_label(curves: StatCurves, name: str) -> str:
     if name == FIRST_MASS.name:
         K = curves.meta.get("scan_config", {}).get("first_keys", 1)
         label = label if K == 1 else f"mass on the first {K} keys"
+    if name == RECENT_MASS.name:
+        label = f"mass on the last {curves.meta.get('scan_config', {}).get('recent_keys', 64)} keys"
     return f"{label} ({curves.units.get(name, '?')})"
 
 

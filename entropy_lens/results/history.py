@@ -19,7 +19,7 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
     meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
                                              entropy_lens_version, model, model_class, model_type, n_layers,
                                              n_heads, n_kv_heads, stats, reductions, every, first_keys,
-                                             step_unit ("forward" | "step")
+                                             recent_keys, step_unit ("forward" | "step")
 
 `load_history(path)` refuses a damaged or foreign file in one EntropyLensError naming the file;
 `is_history(path)` tells a history from a results file by its meta's `schema` (never by its name), reading

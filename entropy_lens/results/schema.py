@@ -68,7 +68,8 @@ def upgrade_meta(meta: dict) -> dict:
 def schema_version_of(meta: dict, stats: dict) -> int:
     """The lowest schema version that describes a file of `meta` and `stats`: 3 for key statistics
     (attention received, meta `query_window`), 2 for row statistics beyond sink mass (scan --stats, with
-    meta `stats` and `first_keys`), else 1, which every reader opens. A version this code does not know (a
+    meta `stats`, `first_keys` and `recent_keys`), else 1, which every reader opens. A version this code
+    does not know (a
     newer writer's) is kept: what it adds cannot be judged here."""
     claimed = meta.get("schema_version")
     if claimed is not None and claimed not in READABLE_VERSIONS:
@@ -76,12 +77,13 @@ def schema_version_of(meta: dict, stats: dict) -> int:
     if any(name.removesuffix("_sq") in KEY_STATISTICS for name in stats) or "query_window" in meta:
         return 3
     new_stats = set(stats) - set(VERSION_1_STATS)
-    return 2 if new_stats or "stats" in meta or "first_keys" in meta else 1
+    return 2 if new_stats or "stats" in meta or "first_keys" in meta or "recent_keys" in meta else 1
 
 
 # meta fields the readers compute with, and the type each must have (None allowed where optional)
 META_INTEGERS = ("length", "head_dim", "samples")
-OPTIONAL_INTEGERS = ("seed", "n_layers", "n_heads", "n_kv_heads", "batch_size", "first_keys", "query_window")
+OPTIONAL_INTEGERS = ("seed", "n_layers", "n_heads", "n_kv_heads", "batch_size", "first_keys", "recent_keys")
+OPTIONAL_INTEGERS += ("query_window",)
 META_STRINGS = ("model", "data")
 
 

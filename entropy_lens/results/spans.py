@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from entropy_lens.results.scan_result import ScanResult
-from entropy_lens.statistics import FIRST_MASS, MAX, RECEIVED_MEAN, reduction_of
+from entropy_lens.statistics import FIRST_MASS, MAX, RECEIVED_MEAN, RECENT_MASS, reduction_of
 
 __all__ = ["in_l", "received_lines", "span_label", "spans_by_l", "summary"]
 
@@ -84,6 +84,8 @@ def summary(result: ScanResult) -> str:
         ]
     if FIRST_MASS.name in names:
         lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")
+    if RECENT_MASS.name in names:
+        lines.append(f"recent_mass: the mass on the last W = {result.meta.get('recent_keys', 64)} keys")
     return "\n".join(lines + received_lines(result))
 
 

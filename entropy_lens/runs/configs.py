@@ -3,7 +3,7 @@ help), composed of the groups every config shares (runs/setting_groups.py: Check
 Windows, Scaling); the CLI generates the flags from them (`cli/options.py`).
 
     ScanConfig        Checkpoint + Loading + Text + Windows + Scaling + length, backend, fused, entropy,
-                      stats (row and key statistics), first_keys, query_window
+                      stats (row and key statistics), first_keys, recent_keys, query_window
     PerplexityConfig  the same groups + lengths (samples, data and stride mean windows here: own defaults)
     HeadSearchConfig  Checkpoint + Text + the search's own (length, init, steps, lr, batch, ...)
 
@@ -69,7 +69,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
     KEY_VERSION: ClassVar[int] = 1
     KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, "data", "seed", "samples", "stride", *SCALED_KEY, "length")
-    KEY += ("entropy", "stats", "first_keys", "query_window")
+    KEY += ("entropy", "stats", "first_keys", "recent_keys", "query_window")
     NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
@@ -106,6 +106,12 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     first_keys: int = setting(
         1, **settings.FIRST_KEYS, help="K of first_mass: the mass on a row's first K real (unpadded) keys"
     )
+    recent_keys: int = setting(
+        64,
+        **settings.RECENT_KEYS,
+        metavar="W",
+        help="W of recent_mass: the mass on a row's last W keys, those ending at its own position",
+    )
     query_window: int | None = setting(
         None,
         at_least=1,
@@ -116,20 +122,25 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     )
 
     def cache_key(self) -> dict:
-        """settings.Recorded's, without `query_window` at its default (None: every row, the numbers of
-        scans made before the field existed), so their cached runs keep their keys."""
+        """settings.Recorded's, without `query_window` and `recent_keys` at their defaults (None: every row;
+        64: recent_mass's W; the numbers of scans made before the fields existed), so their cached runs keep
+        their keys."""
         key = super().cache_key()
         if self.query_window is None:
             del key["query_window"]
+        if self.recent_keys == 64:
+            del key["recent_keys"]
         return key
 
     @functools.cached_property
     def flags(self) -> Flags:
-        """--backend, --fused, --stats and --first-keys parsed, once per config (entropy_lens/flags.py):
+        """--backend, --fused, --stats, --first-keys and --recent-keys parsed, once per config
+        (entropy_lens/flags.py):
         what the capture takes. Its `stats`: entropy, sink mass (models with sinks) and --stats."""
         asked = parse_stats(self._split_stats[0])  # the row statistics, as flags.Stats
         stats = Stats((*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS)))
-        return Flags.parse(backend=self.backend, fused=self.fused, stats=stats, first_keys=self.first_keys)
+        keys = {"first_keys": self.first_keys, "recent_keys": self.recent_keys}
+        return Flags.parse(backend=self.backend, fused=self.fused, stats=stats, **keys)
 
     @functools.cached_property
     def key_stats(self) -> tuple[str, ...]:

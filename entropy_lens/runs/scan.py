@@ -141,7 +141,7 @@ class Run:
     scales: float | np.ndarray | None  # the multipliers s the capture applies; None = the model as trained
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
-    flags: Flags  # --backend (checked for the device), --fused, --stats, --first-keys, parsed once
+    flags: Flags  # --backend (checked for the device), --fused, --stats, --first-keys, --recent-keys
     groups: RankGroups  # torchrun's ranks in groups that split the samples (one rank each without sharding)
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
@@ -217,6 +217,7 @@ class Run:
             choices=self.choices,
             stats=flags.stats,
             first_keys=flags.first_keys,
+            recent_keys=flags.recent_keys,
             key_stats=self.config.key_stats if kind is EntropyRecorder else (),
             query_window=self.config.query_window,
             context=context,
@@ -267,7 +268,11 @@ class Run:
             "world_size": self.world.size,
             "context_parallel": 1 if self.shards is None else self.shards.size,  # sequence shards
             "entropy_units": "nats",
-            **({"stats": sums.units(), "first_keys": c.first_keys} if c.stats != ENTROPY.name else {}),
+            **(
+                {"stats": sums.units(), "first_keys": c.first_keys, "recent_keys": c.recent_keys}
+                if c.stats != ENTROPY.name
+                else {}
+            ),
             **({"query_window": c.query_window} if c.query_window is not None else {}),
             "loss_units": "nats",
             "entropy_reduction": c.entropy,

@@ -115,7 +115,8 @@
   // The statistics a view offers: the row statistics its result holds (both, for a difference; own keys
   // only, as a file may name an array "constructor"), and the per-head statistics of the chosen one.
   const has = (o, key) => Object.prototype.hasOwnProperty.call(o, key);
-  // A difference offers a statistic both hold with the same K (first_mass: the mass on the first K keys).
+  // A difference offers a statistic both hold with the same K (first_mass: the mass on the first K keys;
+  // recent_mass: on the last W).
   const sameKeys = (view, s) => data.results[view.a].stats[s].keys === data.results[view.b].stats[s].keys;
   const statsOf = (view) => Object.keys(data.results[view.a].stats).filter(
     (s) => view.b === null || (has(data.results[view.b].stats, s) && sameKeys(view, s)));
@@ -166,9 +167,9 @@
     const shown = withHeads.filter((i) => sameShape(data.results[i], main));
     const traces = [], lacking = [];
     let longest = null, L = null;
-    // first_mass of different K side by side: each curve says its K
+    // first_mass of different K (recent_mass of different W) side by side: each curve says its K (W)
     const keys = new Set(shown.filter((i) => has(data.results[i].stats, stat)).map((i) => data.results[i].stats[stat].keys));
-    const named = (r) => r.label + (keys.size > 1 ? " (K = " + r.stats[stat].keys + ")" : "");
+    const named = (r) => r.label + (keys.size > 1 ? " (" + r.stats[stat].letter + " = " + r.stats[stat].keys + ")" : "");
     shown.forEach((i, k) => {
       const r = data.results[i], color = COLORS[k % COLORS.length];
       L = L || r.train_len;
@@ -371,8 +372,8 @@
         const own = (i) => (i !== null && has(data.results[i].stats, state.stat) ? data.results[i].stats[state.stat] : null);
         const a = own(view.a), b = own(view.b);
         if (a && b && a.keys !== b.keys)
-          unkeyed = state.stat + " is not differenced: K = " + a.keys + " in " + data.results[view.a].label +
-            ", K = " + b.keys + " in " + data.results[view.b].label;
+          unkeyed = state.stat + " is not differenced: " + a.letter + " = " + a.keys + " in " + data.results[view.a].label +
+            ", " + b.letter + " = " + b.keys + " in " + data.results[view.b].label;
         state.stat = "entropy";
       }
       const names = perHead(view, state.stat), why = data.results[view.a].stats[state.stat].undefined;

@@ -36,6 +36,7 @@ HISTORY_FIELDS = (  # shown in the history's table, in this order, where its met
     "reductions",
     "every",
     "first_keys",
+    "recent_keys",
     "step_unit",
     "entropy_lens_version",
     "schema_version",

@@ -108,9 +108,9 @@ def test_every_architecture_sharded_equals_one_process(model_type):
     model = build(model_type, SUPPORTED[model_type][0])
     check_shardable(model)
     ids, _ = ids_and_mask("none", T=19)  # 2P = 4 does not divide 19
-    stats = ("entropy", "sink_mass", "max_prob", "distance", "first_mass")
-    for fused in ("off", "on"):
-        options = {"stats": stats, "first_keys": 2, "fused": fused}
+    stats = ("entropy", "sink_mass", "max_prob", "distance", "first_mass", "recent_mass")
+    for fused in ("off", "on"):  # recent_mass: each row's last 3 keys, global positions on every rank
+        options = {"stats": stats, "first_keys": 2, "recent_keys": 3, "fused": fused}
         assert_same(sharded_forward(model, ids, 2, **options), one_process(model, ids, **options))
 
 
@@ -120,7 +120,8 @@ def test_padding_is_rebuilt_from_the_whole_sequences_mask(model_type, padding):
     model = build(model_type, SUPPORTED[model_type][0])
     ids, mask = ids_and_mask(padding, T=17, pad=5)
     for fused in ("off", "on"):  # first_mass: each row's first K real keys, global positions on every rank
-        options = {"fused": fused, "stats": ("entropy", "first_mass"), "first_keys": 3}
+        options = {"fused": fused, "stats": ("entropy", "first_mass", "recent_mass"), "first_keys": 3}
+        options["recent_keys"] = 4
         sharded = sharded_forward(model, ids, 3, mask, **options)
         assert_same(sharded, one_process(model, ids, mask, **options), mask)
 

@@ -19,6 +19,7 @@ from entropy_lens.flags import (
     parse_backend,
     parse_first_keys,
     parse_fused,
+    parse_recent_keys,
     parse_stats,
 )
 from entropy_lens.kernels import ScoreMods, plan
@@ -44,6 +45,11 @@ def test_each_flag_parses_to_its_typed_value_with_its_one_line_error():
         parse_stats(("entropy", "fading"))
     with pytest.raises(EntropyLensError, match="first_keys"):
         parse_first_keys(0)
+    assert parse_recent_keys(64) == 64
+    with pytest.raises(
+        EntropyLensError, match=r"recent_keys must be a whole number \(got 2.5\); pass recent_keys=64"
+    ):
+        parse_recent_keys(2.5)
 
 
 def test_the_layers_below_the_entrance_refuse_a_raw_string():
@@ -89,14 +95,17 @@ def test_a_scan_parses_each_flag_once(tiny_dir, monkeypatch):
         samples=2,
         batch_size=1,
         data="austen:northanger",
-        stats="max_prob,first_mass",
+        stats="max_prob,first_mass,recent_mass",
         first_keys=2,
+        recent_keys=5,
         fused="on",
     )
     result = scan(config, progress=False)
     assert parsed == {"backend": 1, "fused": 1, "stats": 1}
     assert len(sessions) == 2 and all(isinstance(s.backend, Backend) and s.first_keys == 2 for s in sessions)
-    assert set(result.stats) >= {"max_prob", "first_mass"} and result.meta["first_keys"] == 2
+    assert all(type(s.recent_keys) is int and s.recent_keys == 5 for s in sessions)
+    assert set(result.stats) >= {"max_prob", "first_mass", "recent_mass"} and result.meta["first_keys"] == 2
+    assert result.meta["recent_keys"] == 5
     assert result.meta["scan_config"]["fused"] == "on" and result.meta["backend"] in (
         "native",
         "torch_chunked",

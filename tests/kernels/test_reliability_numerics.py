@@ -124,6 +124,11 @@ def test_a_model_that_produces_nan_stops_the_capture_naming_the_layer(tiny_rope,
         ({"first_keys": 2.9}, r"first_keys must be a whole number \(got 2.9\); pass first_keys=1"),
         ({"first_keys": "2"}, r"first_keys must be a whole number \(got '2'\)"),
         ({"first_keys": True}, r"first_keys must be a whole number \(got True\)"),
+        (
+            {"recent_keys": 0},
+            r"recent_keys must be at least 1 and at most 4194304 \(got 0\); pass recent_keys=1",
+        ),
+        ({"recent_keys": 1.5}, r"recent_keys must be a whole number \(got 1.5\)"),
         ({"scales": 0.0}, r"scales must be above 0 \(got 0.0\)"),
         ({"scales": -1}, r"scales must be above 0 \(got -1\)"),
         ({"scales": float("nan")}, r"scales must be a finite number \(got nan\); pass scales=1.0"),
@@ -149,6 +154,7 @@ def test_the_cli_refuses_the_same_scale_and_first_keys():
     for field, value, message in (
         ("scale", 0.0, r"--scale must be above 0 \(got 0.0\)"),
         ("first_keys", 0, r"--first-keys must be at least 1 and at most 4194304 \(got 0\)"),
+        ("recent_keys", 0, r"--recent-keys must be at least 1 and at most 4194304 \(got 0\)"),
     ):
         with pytest.raises(EntropyLensError, match=message):
             ScanConfig(model="tiny-rope", length=16, **{field: value})
@@ -219,6 +225,48 @@ def test_first_mass_counts_each_rows_first_real_keys_on_every_kernel(backend, wi
         assert (want[b, :, r:] - alone[0]).abs().max().item() <= 1e-5
     assert want[1:, :, :4].abs().max() == 0  # pad rows see no key
     assert (want[2, :, 9 : 9 + K] - 1).abs().max() <= 1e-6  # a row among its first K real keys: all there
+
+
+@pytest.mark.parametrize("backend", RUNS)
+@pytest.mark.parametrize("window", [None, 4])
+@pytest.mark.parametrize("one_pass", [False, True], ids=["stats", "with-output"])
+def test_recent_mass_counts_each_rows_last_keys_padding_or_not_on_every_kernel(backend, window, one_pass):
+    """recent_mass (W = 3) of left-padded rows (0, 4 and 9 pad keys) equals that of the same row unpadded,
+    on every kernel, from a (B, S) padding mask and from transformers' 4-D mask: the last W keys end at the
+    row's own position, and pad keys hold no mass; equal the float64 reference."""
+    if one_pass and backend == "reference":
+        pytest.skip("the reference computes no output")
+    B, Hq, Hkv, S, W = 3, 4, 2, 20, 3
+    starts = [0, 4, 9]
+    q, k = make_inputs(B, Hq, Hkv, S, S)
+    v = make_values(B, Hkv, S, 16)
+    keep = _padded(starts, S)
+    causal4d = keep[:, None, None, :] & torch.ones(S, S, dtype=torch.bool).tril()[None, None]
+
+    def recent_mass(q, k, v, backend=backend, **kw):
+        kw = {"softmax_scale": 0.3, "stats": ("recent_mass",), "recent_keys": W, "window": window, **kw}
+        if one_pass:
+            return attention_with_entropy(q, k, v, backend=backend, **kw)["recent_mass"]
+        return attention_stats(q, k, backend=backend, **kw)["recent_mass"]
+
+    want = attention_stats(
+        q,
+        k,
+        softmax_scale=0.3,
+        stats=("recent_mass",),
+        recent_keys=W,
+        window=window,
+        mask=keep,
+        backend="reference",
+    )["recent_mass"]
+    for mask in (keep, causal4d):
+        assert (recent_mass(q, k, v, mask=mask) - want).abs().max().item() <= 1e-5
+    for b, r in enumerate(starts):  # the same row without its padding
+        alone = recent_mass(q[b : b + 1, :, r:], k[b : b + 1, :, r:], v[b : b + 1, :, r:])
+        assert (want[b, :, r:] - alone[0]).abs().max().item() <= 1e-5
+    assert want[1:, :, :4].abs().max() == 0  # pad rows see no key
+    assert (want[2, :, 9 : 9 + W] - 1).abs().max() <= 1e-6  # a row W keys in or less: all its mass
+    assert want[0, :, W:].mean() < 0.95  # later rows put some mass further back
 
 
 def test_key_shards_take_the_global_first_real_key():

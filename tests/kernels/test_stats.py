@@ -33,6 +33,7 @@ from entropy_lens.statistics import (
     FIRST_MASS,
     KEY_STATISTICS,
     MAX_LOGIT,
+    RECENT_MASS,
     REDUCTIONS,
     STATISTICS,
     check_registered,
@@ -84,6 +85,8 @@ def test_every_statistic_equals_its_definition(kernel, Hq, Hkv, T, S, mask_kind,
     q, k = make_inputs(B, Hq, Hkv, T, S)
     kw = _kwargs(case, B, Hq, S, causal) | {"mask": mask_kinds(B, Hq, T, S)[mask_kind], "causal": causal}
     scale = torch.linspace(0.2, 0.7, Hq)
+    # recent_mass's W = 5: a window of the keys narrower than S, crossing the tiles
+    kw["recent_keys"] = 5
     want = attention_stats(q, k, softmax_scale=scale, stats=ALL, first_keys=3, backend="reference", **kw)
     v = make_values(B, Hkv, S)
     for bq, bk in TILES[kernel]:
@@ -130,6 +133,8 @@ def test_peaked_far_rows_keep_their_distance_and_first_mass(kernel):
     )
     assert got["entropy"].abs().max() < 1e-5 and got["collision_entropy"].abs().max() < 1e-5
     assert torch.equal(got[MAX_LOGIT.name], torch.full((1, 1, T), 120.0))  # q·k_0, the sink excluded
+    # recent_mass (W = 64): key 0 lies among the last 64 keys of rows 0-63 only
+    assert torch.allclose(got[RECENT_MASS.name], (pos < 64).float().view(1, 1, T), atol=1e-6)
 
 
 @pytest.mark.parametrize("cuts", [[7], [3, 11, 19], [0, 5, 5, 30]], ids=["two", "four", "empty"])
@@ -150,6 +155,7 @@ def test_key_shards_merge_to_every_statistic_of_the_whole(cuts, sinks):
             total_keys=S,
             stats=ALL,
             first_keys=4,
+            recent_keys=6,
             block_q=5,
             block_k=4,
             **kw,
@@ -162,7 +168,7 @@ def test_key_shards_merge_to_every_statistic_of_the_whole(cuts, sinks):
     merged = functools.reduce(merge_states, reversed(states))
     got = read_stats(merged, _mods(q, k, sink), ALL)
     want = attention_stats(
-        q, k, softmax_scale=0.4, stats=ALL, first_keys=4, backend="reference", sinks=sink, **kw
+        q, k, softmax_scale=0.4, stats=ALL, first_keys=4, recent_keys=6, backend="reference", sinks=sink, **kw
     )
     assert_close_relative(got, want)
     with pytest.raises(ValueError, match="different statistics"):
@@ -181,6 +187,8 @@ def test_an_unknown_statistic_or_k_is_refused_in_one_line():
         attention_stats(q, k, softmax_scale=0.3, stats=("fading",))
     with pytest.raises(ValueError, match=r"first_keys must be at least 1 and at most 4194304 \(got 0\)"):
         attention_stats(q, k, softmax_scale=0.3, stats=(FIRST_MASS.name,), first_keys=0)
+    with pytest.raises(ValueError, match=r"recent_keys must be at least 1 and at most 4194304 \(got 0\)"):
+        attention_stats(q, k, softmax_scale=0.3, stats=(RECENT_MASS.name,), recent_keys=0)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "bloom", "gemma2"])
@@ -199,9 +207,10 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
     model, tol = (model, 2e-5) if model_type == "gpt_oss" else (model.double(), 1e-5)
     ids = torch.randint(3, 300, (2, 12), generator=torch.Generator().manual_seed(0))
     _, probs = eager_probabilities(model, ids, None)
-    with EntropyRecorder(model, stats=ALL, first_keys=2) as rec, torch.no_grad():
+    with EntropyRecorder(model, stats=ALL, first_keys=2, recent_keys=4) as rec, torch.no_grad():
         model(ids)
     behind, first = key_distance(12, 12).double(), first_window(12, 2)  # no padding: keys 0 and 1
+    recent = ((behind >= 0) & (behind < 4)).double()  # the last 4 keys of each row
     for name in ALL:
         if name == "sink_mass" and not rec.has_sinks:
             assert rec.mean(name) is None
@@ -218,7 +227,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
                 (1.0 - p.sum(-1)).clamp_min(0.0) if rec.has_sinks else torch.zeros(p.shape[:3], dtype=p.dtype)
             )
             visible = torch.ones(p.shape[:3], dtype=torch.bool)
-            want.append(DEFINITIONS[name](p, sink, visible, behind, first, None))
+            want.append(DEFINITIONS[name](p, sink, visible, behind, first, recent, None))
         np.testing.assert_allclose(
             rec.mean(name), mean_by_position(want, None), atol=tol, rtol=1e-5, err_msg=name
         )
@@ -324,6 +333,39 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
         ScanConfig(**base, stats="max_prob,fading").check()
     with pytest.raises(EntropyLensError, match="needs --record heads or mean, not none"):
         ScanConfig(**base, stats="all", entropy="none").check()
+
+
+def test_a_scan_records_recent_mass_with_its_window_in_the_meta(tmp_path):
+    """scan --stats recent_mass --recent-keys W: the meta records W as it records first_keys, the summary
+    names it; with W = 4 the first 4 positions put all their mass on their last 4 keys (no sink), later
+    ones less than all; with W at least the length every row's mass is on its last W keys. W joins the
+    cache key only away from its default (64)."""
+    from architectures import SUPPORTED, save_folder
+
+    from entropy_lens.results import ScanResult, summary
+    from entropy_lens.runs.scan import ScanConfig, scan
+
+    folder = save_folder(tmp_path, "llama", SUPPORTED["llama"][0])
+    base = {"model": str(folder), "length": 16, "samples": 2, "data": "austen:persuasion", "dtype": "float32"}
+    for W in (4, 16):
+        scan(
+            ScanConfig(**base, stats=RECENT_MASS.name, recent_keys=W),
+            out=tmp_path / f"{W}.npz",
+            progress=False,
+        )
+    narrow, whole = (ScanResult.load(tmp_path / f"{W}.npz") for W in (4, 16))
+    assert set(narrow.stats) == {RECENT_MASS.name, RECENT_MASS.name + "_sq"}
+    assert (
+        narrow.meta["recent_keys"] == 4 and whole.meta["recent_keys"] == 16 and narrow.meta["first_keys"] == 1
+    )
+    assert narrow.meta["stats"] == {"entropy": "nats", RECENT_MASS.name: "probability"}
+    got = narrow.stats[RECENT_MASS.name]  # (layers, heads, positions)
+    assert np.allclose(got[..., :4], 1.0, atol=1e-5) and got[..., 4:].mean() < 0.9
+    assert ((got > 0) & (got <= 1 + 1e-6)).all()
+    assert np.allclose(whole.stats[RECENT_MASS.name], 1.0, atol=1e-5)
+    assert summary(narrow).splitlines()[-1].endswith("W = 4 keys")
+    assert "recent_keys" not in ScanConfig(**base).cache_key()
+    assert ScanConfig(**base, recent_keys=4).cache_key()["recent_keys"] == 4
 
 
 PACKAGE = Path(__file__).parents[2] / "entropy_lens"

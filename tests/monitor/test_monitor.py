@@ -38,17 +38,20 @@ def padded_batch(B=3, T=20, seed=0):
     return ids, mask
 
 
-def float64_row_stats(model, ids, mask, first_keys):
+def float64_row_stats(model, ids, mask, first_keys, recent_keys=64):
     """Per layer {stat: (B, H, T) float64} of the model's own eager attention probabilities."""
     _, probs = eager_probabilities(model, ids, mask)
     first = (mask != 0).long().argmax(dim=1)  # each row's first real key
     keys = torch.arange(ids.shape[1])
     in_first = (keys >= first[:, None]) & (keys < first[:, None] + first_keys)  # (B, S)
+    behind = keys[:, None] - keys[None, :]  # (T, S): pos_i − j
+    recent = (behind >= 0) & (behind < recent_keys)  # each row's last W keys
     return [
         {
             "entropy": -torch.special.xlogy(p, p).sum(-1),
             "max_prob": p.amax(-1),
             "first_mass": (p * in_first[:, None, None, :]).sum(-1),
+            "recent_mass": (p * recent).sum(-1),
         }
         for p in probs
     ]
@@ -61,20 +64,22 @@ def mean_over_real_rows(values, mask):
 
 
 def test_latest_equals_float64_eager_statistics_on_a_padded_training_batch(monkeypatch):
-    """Train mode, grad on, GQA, left and right padding: the mean over the real query rows; with a "max"
-    reduction (statistics.MAX) the maximum over them, padded rows left out of both."""
+    """Train mode, grad on, GQA, left and right padding (recent_mass over each row's last 3 keys): the mean
+    over the real query rows; with a "max" reduction (statistics.MAX) the maximum over them, padded rows
+    left out of both."""
     model = make_tiny_model(n_heads=4, n_kv_heads=2).train()
     ids, mask = padded_batch()
     monkeypatch.setitem(
         STATISTICS, "max_prob", dataclasses.replace(STATISTICS["max_prob"], reduction=MAX)
     )  # the path max_logit takes
-    with AttentionMonitor(model, stats=STATS, first_keys=2) as mon:
+    with AttentionMonitor(model, stats=(*STATS, "recent_mass"), first_keys=2, recent_keys=3) as mon:
         model(ids, attention_mask=mask, labels=ids).loss.backward()
     got = mon.latest()
-    reference = float64_row_stats(model, ids, mask, first_keys=2)
+    reference = float64_row_stats(model, ids, mask, first_keys=2, recent_keys=3)
     keep = mask.bool()[:, None, :]
+    assert mon.meta()["recent_keys"] == 3 and mon.recent_keys == 3
     for layer, ref in enumerate(reference):
-        for stat in ("entropy", "first_mass"):
+        for stat in ("entropy", "first_mass", "recent_mass"):
             assert got[stat].dtype == np.float32 and got[stat].shape == (2, 4)
             np.testing.assert_allclose(got[stat][layer], mean_over_real_rows(ref[stat], mask), atol=2e-5)
         top = ref["max_prob"].masked_fill(~keep, -1.0).amax((0, 2)).numpy()

@@ -298,6 +298,25 @@ def test_first_mass_of_different_k_is_noted_and_not_differenced(tmp_path):
     assert menus["note"].startswith("first_mass is not differenced: K = 4 in K4, K = 1 in K1")
 
 
+def test_recent_mass_of_different_w_is_noted_and_not_differenced():
+    """recent_mass of W = 8 and W = 64 (meta recent_keys, else scan_config's, else 64): a note on each
+    result, and the payload's keys and letter W tell the page not to difference them."""
+    eight, default = with_stats(planted(), 64), with_stats(planted(shift=0.5), 64)
+    for r in (eight, default):
+        r.stats["recent_mass"] = (0.5 + 0 * r.entropy).astype(np.float32)
+        r.stats["recent_mass_sq"] = (0.25 + 0 * r.entropy).astype(np.float32)
+        r.meta["stats"]["recent_mass"] = "probability"
+    eight.meta["recent_keys"] = 8
+    a, b = build_payload(*resolve([("W8", eight), ("W64", default)]))["results"]
+    assert (a["stats"]["recent_mass"]["keys"], b["stats"]["recent_mass"]["keys"]) == (8, 64)
+    assert a["stats"]["recent_mass"]["letter"] == "W" and a["stats"]["first_mass"]["letter"] == "K"
+    assert any(
+        "last W = 8 keys here (W = 64 in W64)" in n and "no difference of recent_mass" in n
+        for n in a["notes"]
+    )
+    assert not any("first_mass" in n for r in (a, b) for n in r["notes"])  # the same K: differenced
+
+
 def _explorer_menus(data: dict, tmp_path) -> dict:
     """Run explorer.js in node on `data` with a stub DOM and plotly: the row-statistic menu of each view,
     and the statistic note after choosing first_mass and then the difference."""

@@ -44,6 +44,7 @@ CHANGES_NUMBERS = [
             "entropy": "mean",
             "stats": "max_prob",
             "first_keys": 4,
+            "recent_keys": 16,
         }.items()
     ),
     *(

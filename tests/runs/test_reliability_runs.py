@@ -98,7 +98,7 @@ def test_a_reordered_stats_is_the_same_scan_and_another_set_is_named():
 
     assert scan_difference(record("max_prob,distance"), record("distance,max_prob")) is None
     assert scan_difference(record("entropy,max_prob"), record("max_prob")) is None
-    every = "first_mass,varentropy,max_logit,max_prob,distance,collision_entropy"
+    every = "first_mass,varentropy,max_logit,recent_mass,max_prob,distance,collision_entropy"
     assert scan_difference(record("all"), record(every)) is None
     assert scan_difference(record("max_prob"), record("first_mass")) == (
         "--stats ('max_prob' here, 'first_mass' there)"

@@ -2,11 +2,12 @@
 score tiles in one C++ loop (attention_entropy.cpp beside this file), built as a PyTorch extension on
 first use. ::
 
-    row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, first_keys=1, block_q=None,
-                     block_k=BLOCK_K)
+    row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, first_keys=1, recent_keys=64,
+                     block_q=None, block_k=BLOCK_K)
         -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM) and
            each of `stats` (B, Hq, T) float32; block_q None: block_rows(T)
-    stream_native(q, k, v, softmax_scale, mods, *, extra=(), first_keys=1, block_q=None, block_k=BLOCK_K)
+    stream_native(q, k, v, softmax_scale, mods, *, extra=(), first_keys=1, recent_keys=64, block_q=None,
+                  block_k=BLOCK_K)
         -> (the final state {m, l, u, extra}, out): the streaming state itself (its m + ln l is the rows'
            log-sum-exp, which kernels/train.py hands to a flash backward)
     received_native(q, k, lse, softmax_scale, mods, *, block_q=256, block_k=128)
@@ -120,6 +121,7 @@ def row_stats_native(
     *,
     stats=DEFAULT_STATS,
     first_keys=1,
+    recent_keys=64,
     block_q=None,
     block_k=BLOCK_K,
     with_lse=False,
@@ -128,20 +130,50 @@ def row_stats_native(
     loop without the value GEMM). block_q None: `block_rows(T)`; `with_lse`: the rows' log-sum-exp too."""
     extra = accumulators(stats)
     state, out = stream_native(
-        q, k, v, softmax_scale, mods, extra=extra, first_keys=first_keys, block_q=block_q, block_k=block_k
+        q,
+        k,
+        v,
+        softmax_scale,
+        mods,
+        extra=extra,
+        first_keys=first_keys,
+        recent_keys=recent_keys,
+        block_q=block_q,
+        block_k=block_k,
     )
     return RowStats(read_stats(state, mods, stats), out, log_sum_exp(state) if with_lse else None)
 
 
 @torch.no_grad()
 def stream_native(
-    q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_keys=1, block_q=None, block_k=BLOCK_K
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    *,
+    extra=(),
+    first_keys=1,
+    recent_keys=64,
+    block_q=None,
+    block_k=BLOCK_K,
 ):
     """The final streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE},
     each (B, Hq, T) float32, and the output (B, T, Hq, Dv) in q's dtype (v None: None), as
     `torch_chunked.stream_torch` returns them: the log-sum-exp a flash backward needs is m + ln l
     (kernels/train.py)."""
-    out, state, _ = _run(q, k, v, softmax_scale, mods, block_q, block_k, extra=extra, first_keys=first_keys)
+    out, state, _ = _run(
+        q,
+        k,
+        v,
+        softmax_scale,
+        mods,
+        block_q,
+        block_k,
+        extra=extra,
+        first_keys=first_keys,
+        recent_keys=recent_keys,
+    )
     return dict(zip((*STATE, *extra), state, strict=True)), None if v is None else out.to(q.dtype)
 
 
@@ -204,7 +236,20 @@ def block_rows(T: int) -> int:
     return 256 if T >= 768 else 64 if T >= 192 else 32
 
 
-def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, *, extra=(), first_keys=1, profile=False):
+def _run(
+    q,
+    k,
+    v,
+    softmax_scale,
+    mods: ScoreMods,
+    block_q,
+    block_k,
+    *,
+    extra=(),
+    first_keys=1,
+    recent_keys=64,
+    profile=False,
+):
     """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra), B, Hq, T):
     m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty)."""
     block_q = block_rows(q.shape[2]) if block_q is None else block_q
@@ -225,9 +270,10 @@ def _run(q, k, v, softmax_scale, mods: ScoreMods, block_q, block_k, *, extra=(),
         k.shape[2] - q.shape[2],
         sum(
             1 << EXTRA_STATE.index(name) for name in extra
-        ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32
+        ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32, rk 64
         int(first_keys),
         empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
+        int(recent_keys),
         int(block_q),
         int(block_k),
         bool(profile),

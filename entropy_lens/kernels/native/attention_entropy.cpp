@@ -2,7 +2,8 @@
 // CPU: the loop of PyTorch's CPU flash attention (per batch, query head and query block: a BLAS GEMM
 // for the scores, one vectorised pass for max / exp / row sums, a GEMM for e·V, at::parallel_for over
 // the blocks) with the entropy's centred sum u accumulated beside the running max m and the sum l, and
-// the further accumulators of kernels/stats.py's EXTRA_STATE (w, c, lk, d, f, mk) only where asked for.
+// the further accumulators of kernels/stats.py's EXTRA_STATE (w, c, lk, d, f, mk, rk) only
+// where asked for.
 // The kernel returns the final state; Python reads the statistics off it (stats.read_stats).
 //
 // Math (per query row, scores s_j over the attendable keys; see kernels/torch_chunked.py):
@@ -14,7 +15,8 @@
 // Extras, with e = e^(s − m'), b_j = pos_i − j how far key j lies behind the row, δ = m − m':
 //   w ← α (w + 2δu + δ² l) + Σ e (s − m')²,  c ← α² c + Σ e²,  lk ← α lk + Σ e,
 //   d ← α d + Σ e b_j (from the row: exact integers in fp32 up to 2^24 tokens),  f ← α f + Σ_{j < K} e,
-//   mk ← max(mk, max_blk s): the largest score over the keys (−inf before any; the sink is no key)
+//   mk ← max(mk, max_blk s): the largest score over the keys (−inf before any; the sink is no key),
+//   rk ← α rk + Σ_{0 <= b_j < W} e: the row's last W = recent_keys keys, pos − W < j <= pos
 // Scores: s = λ_h q·k, then c·tanh(s/c) (softcap), then − slope_h·|i + offset − j| (ALiBi) and
 // + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask).
 // Everything is fp32: inputs are converted by the Python wrapper (entropy_lens/kernels/native).
@@ -250,9 +252,9 @@ inline RowExpStats row_exp_for(bool w, bool c, bool d) {
 // unit stride in the last dimension; scale (Hq,); mask bool (Mb, Mh, Mt, S) with Mb ∈ {1, B},
 // Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
 // (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset;
-// `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f, 32 mk (EXTRA_STATE's order); first_keys:
-// f's K; first_key (Fb,) int64 with Fb ∈ {1, B}, or empty (0): each batch row's first real key r, so f
-// sums the keys r <= j < r + K.
+// `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f, 32 mk, 64 rk (EXTRA_STATE's order);
+// first_keys: f's K; first_key (Fb,) int64 with Fb ∈ {1, B}, or empty (0): each batch row's first real
+// key r, so f sums the keys r <= j < r + K; recent_keys: rk's W, the keys pos − W < j <= pos.
 // -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras, B, Hq, T): m, l, u
 // and the extras asked for in that order, and with `profile` a (3,) float64 tensor: thread-seconds in
 // the score GEMMs, the row passes and the e·V GEMMs (else empty)}.
@@ -260,7 +262,8 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
                                 const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
                                 double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
                                 const at::Tensor& key_bias, int64_t offset, int64_t extra, int64_t first_keys,
-                                const at::Tensor& first_key, int64_t block_q, int64_t block_k, bool profile) {
+                                const at::Tensor& first_key, int64_t recent_keys, int64_t block_q,
+                                int64_t block_k, bool profile) {
   const bool with_output = v.defined() && v.numel() > 0;
   for (const at::Tensor* t : {&q, &k}) {
     TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
@@ -288,12 +291,13 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   auto opts = q.options().dtype(at::kFloat);
   at::Tensor out = with_output ? at::empty({B, T, Hq, Dv}, opts) : at::empty({0}, opts);
   const bool want_w = extra & 1, want_c = extra & 2, want_lk = extra & 4, want_d = extra & 8, want_f = extra & 16;
-  const bool want_mk = extra & 32;
-  const bool any_extra = extra & 31;  // the extras the exponentials feed (mk reads the scores alone)
+  const bool want_mk = extra & 32, want_rk = extra & 64;
+  const bool any_extra = extra & (31 | 64);  // the extras the exponentials feed (mk reads the scores alone)
   // where each extra lives in the state: after m, l, u, in EXTRA_STATE's order, only those asked for
   const int64_t iw = 3, ic = iw + want_w, ilk = ic + want_c, id = ilk + want_lk, iff = id + want_d;
   const int64_t imk = iff + want_f;
-  const int64_t n_state = imk + want_mk;
+  const int64_t irk = imk + want_mk;
+  const int64_t n_state = irk + want_rk;
   at::Tensor state = at::empty({n_state, B, Hq, T}, opts);
   const RowExpStats row_exp_extra = row_exp_for(want_w, want_c, want_d);
 
@@ -354,6 +358,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     auto extra_row = [&](bool want, int64_t index) { return want ? xrow.data() + (index - 3) * bq : nullptr; };
     float *wrow = extra_row(want_w, iw), *crow = extra_row(want_c, ic), *lkrow = extra_row(want_lk, ilk);
     float *drow = extra_row(want_d, id), *frow = extra_row(want_f, iff), *mkrow = extra_row(want_mk, imk);
+    float* rkrow = extra_row(want_rk, irk);
     double t_scores = 0, t_rows = 0, t_values = 0;
     Clock::time_point t0, t1, t2;
     for (int64_t task = begin; task < end; ++task) {
@@ -435,6 +440,13 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
               const int64_t stop = std::min<int64_t>(n, first_start + first_keys - k0);
               for (int64_t j = std::max<int64_t>(0, first_start - k0); j < stop; ++j) first += s[j];
               frow[i] = alpha * frow[i] + first;
+            }
+            if (want_rk) {  // keys pos − recent_keys < k0 + j <= pos of this tile (s holds e now)
+              float recent = 0.0f;
+              const int64_t stop = std::min<int64_t>(n, pos + 1 - k0);
+              const int64_t from = std::max<int64_t>(0, pos - recent_keys + 1 - k0);
+              for (int64_t j = from; j < stop; ++j) recent += s[j];
+              rkrow[i] = alpha * rkrow[i] + recent;
             }
           } else {
             row_exp(s, n, m_new, se, sed);
