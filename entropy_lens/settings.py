@@ -84,9 +84,7 @@ MAX_COUNT = 1 << 24
 MAX_SEED = 2**32 - 1  # the seeds numpy, torch and random all take
 PASSKEY_MOST = 1000  # the most depths, and the most keys, of a passkey run: a hundred times the paper's 10
 
-# Ranges of settings that a flag and a Python entry point both take (`setting(..., **SCALE)` declares the
-# flag; `check_argument` checks the keyword: EntropyRecorder's scales, first_keys and recent_keys, the
-# kernels' first_keys and recent_keys)
+# Ranges of settings a flag (`setting(..., **SCALE)`) and a Python keyword (`check_argument`) both take
 SCALE = {"above": 0}  # an attention scale multiplier s (λ = s/√d): 0 would be no scale at all
 FIRST_KEYS = {"at_least": 1, "at_most": MAX_TOKENS}  # K of first_mass: the mass on a row's first K keys
 RECENT_KEYS = {"at_least": 1, "at_most": MAX_TOKENS}  # W of recent_mass: the mass on a row's last W keys

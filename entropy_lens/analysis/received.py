@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.statistics import RECEIVED, RECEIVED_MEAN
 
 if TYPE_CHECKING:
     from entropy_lens.results import ScanResult
@@ -142,8 +143,8 @@ def key_shares(result: ScanResult, train_len: int) -> KeyShares:
     if not 0 < L < T:
         raise EntropyLensError(f"L = {L} lies outside the scan's {T}-token windows; no key is beyond it")
     window = result.meta.get("query_window")
-    mass, share = result.received("received"), result.received("received_mean")
-    mass_sq = result.received("received", squared=True)
+    mass, share = result.received(RECEIVED.name), result.received(RECEIVED_MEAN.name)
+    mass_sq = result.received(RECEIVED.name, squared=True)
     uniform_mass, uniform_share = uniform_received(T, window)
     far, far_sq = mass[..., L:].astype(np.float64), mass_sq[..., L:].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):  # a key no window gives anything: evenness 1

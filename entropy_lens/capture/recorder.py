@@ -4,7 +4,6 @@
         model(input_ids)                 # any number of forwards
     rec.entropy   # (layers, heads, positions) float64 mean over the query rows seen, nats
     rec.count     # (positions,) how many rows were averaged at each position
-    rec.received("received")  # (layers, heads, key positions) with stats=(..., "received")
     rec.session.paths, rec.session.backends   # what computed the layers (capture/paths.py), which kernels
 
 On entry it registers the `entropy_lens` attention implementation, switches the model to it (or, for

@@ -19,7 +19,7 @@ when the lazy record `FigureData` first reads it, so one figure drawn alone reso
     tables.py       Table 2, sliding-window perplexity
     training.py     the training watched (the monitor's histories, the λ(h) search): Figure 18
     watching.py     Figure 18's runs: train-tiny's pretraining and the λ(h) search, rerun with the monitor
-    received.py     where NoPE's attention goes beyond L, by key position (attention received): Figure 19
+    landing.py      where NoPE's attention goes beyond L, by key position (attention received): Figure 19
     words.py        phrases several captions share (spans, s*'s rule, how λ(h) were made)
     differences.py  the differences every figure shares, and any one figure's (from the registry)
     readme.py       the README writer (whole, or one item's section spliced into it)

@@ -29,7 +29,7 @@ __all__ = ["KINDS", "MODULES", "Drawn", "Item", "figure", "item", "items", "sele
 
 KINDS = ("figure", "table")  # the README lists every figure, then every table
 # entropy_lens.figures.<module>: the builders
-MODULES = ("curves", "heads", "scales", "losses", "passkey", "beyond", "training", "received", "tables")
+MODULES = ("curves", "heads", "scales", "losses", "passkey", "beyond", "training", "landing", "tables")
 
 
 class Drawn(NamedTuple):

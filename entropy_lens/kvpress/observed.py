@@ -32,6 +32,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as lla
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_received
 from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.statistics import RECEIVED
 
 
 def rotate_queries(module: nn.Module, query: torch.Tensor, position_embeddings) -> torch.Tensor:
@@ -133,11 +134,11 @@ class ObservedAttentionPress(KVPressObservedAttention):
             query,
             keys,
             softmax_scale=float(module.scaling),
-            stats="received",
+            stats=RECEIVED.name,
             causal=True,
             backend=self.backend,
             **layer_mask(kwargs.get("attention_mask"), B, T, S),
-        )["received"]
+        )[RECEIVED.name]
         queries_after = torch.arange(S, 0, -1, device=received.device, dtype=received.dtype)
         return (received / queries_after).view(B, Hkv, -1, S).mean(2)
 

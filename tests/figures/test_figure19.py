@@ -15,7 +15,7 @@ from entropy_lens.analysis import key_shares, uniform_received
 from entropy_lens.analysis.received import counted_rows, spread
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.figures.beyond import times
-from entropy_lens.figures.received import EVEN, answer, model_words
+from entropy_lens.figures.landing import EVEN, answer, model_words
 from entropy_lens.figures.record import KeysReceived
 from entropy_lens.figures.registry import item
 from entropy_lens.results import ScanResult
@@ -136,8 +136,8 @@ def test_figure19_from_the_committed_runs_says_what_they_hold(tmp_path):
     """`figures 19 --cached-only` reads the three committed scans alone and writes the committed section;
     the scans hold full windows (received_mean is received over the counted rows) and every counted row
     gives all its mass to keys (no sink), so the shares mean what the words say."""
+    from entropy_lens.figures.landing import shares_of
     from entropy_lens.figures.pipeline import FiguresConfig, figure_data, make_figures
-    from entropy_lens.figures.received import shares_of
 
     data = figure_data(FiguresConfig(), cache=RUNS, progress=False, cached_only=True)
     r = data.received
