@@ -220,3 +220,28 @@ def test_the_guide_runs_as_written():
         block = block.replace("TOKENS = 32_768", "TOKENS = 1_024")
         exec(compile(block, str(GUIDE), "exec"), namespace)  # noqa: S102 - the guide's own code
     assert namespace["answer"]["answer"].strip()
+
+
+def test_duo_attention_press_reads_the_lens_pattern(tmp_path):
+    """A pattern folder the lens exported (`HeadProfile.export`) drives kvpress's DuoAttentionPress: the KV
+    heads with the least distant mass become its streaming heads, as kvpress ranks DuoAttention's scores,
+    and the pipeline answers with them; nothing is fetched."""
+    import numpy as np
+    from tiny import TEXT, make_tokenizer
+
+    from entropy_lens.analysis import HeadProfile
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    model = with_attention(tiny_model("llama"), "sdpa")
+    layers, kv = model.config.num_hidden_layers, model.config.num_key_value_heads
+    distant = np.random.default_rng(0).permutation(layers * kv).reshape(layers, kv) / (layers * kv)
+    zeros = np.zeros_like(distant)
+    folder = HeadProfile(zeros, zeros, distant, 4, 16, (19, 64)).export(tmp_path / "pattern")
+    press = DuoAttentionPress(head_compression_ratio=0.5, pattern=folder)
+    pipe = KVPressTextGenerationPipeline(model=model, tokenizer=make_tokenizer(), device="cpu")
+    with torch.no_grad():
+        answer, _ = run_pipeline(pipe, TEXT[:600], press)
+    streaming = np.zeros(distant.size, dtype=bool)
+    streaming[np.argsort(distant, axis=None)[: round(distant.size * 0.5)]] = True
+    assert press.streaming_mask.cpu().numpy().tolist() == streaming.reshape(layers, kv).tolist()
+    assert (press.sink_size, press.recent_size) == (4, 16) and isinstance(answer, str)

@@ -21,6 +21,7 @@ runs on a laptop from the files alone. ::
     inflection_agreement(df).pearson_r
 
     StatCurves.of(ScanResult.load("stats.npz"), width=64).mean("max_prob")  # Figure 17: binned row stats
+    head_profile(result).export("pattern/")        # streaming vs retrieval heads, DuoAttention's files
     key_shares(ScanResult.load("received.npz"), train_len=128).beyond  # Figure 19: attention by key
     sliding_window_ppl(ScanResult.load("w512.npz"), stride=16).ppl   # Table 2: a `scan --stride 16`
     ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
@@ -35,6 +36,7 @@ from entropy_lens.analysis.fit import (
     grid_edge_problem,
     yarn_scale,
 )
+from entropy_lens.analysis.head_profile import HeadProfile, head_profile
 from entropy_lens.analysis.head_stats import HeadStatistics, head_statistics, position_spans, stat_display
 from entropy_lens.analysis.heads import HeadScaleTable, converged_entropy_vs_scale, head_entropy_vs_scale
 from entropy_lens.analysis.inflection import (
@@ -54,6 +56,7 @@ from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resum
 from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
 
 __all__ = [
+    "HeadProfile",
     "HeadScaleTable",
     "HeadStatistics",
     "Inflection",
@@ -73,6 +76,7 @@ __all__ = [
     "fit_scale_curve",
     "grid_edge_problem",
     "head_entropy_vs_scale",
+    "head_profile",
     "head_statistics",
     "inflection_agreement",
     "inflections",

@@ -93,8 +93,29 @@ def cmd_scan(args) -> int:
         f"{m['wall_time_s']:.1f} s"
     )
     print(summary(result))
+    profile = profile_of(result)
+    if profile is not None:
+        print(f"\n{profile.table()}")
     print(f"wrote {out}")
     return 0
+
+
+def profile_of(result):
+    """The scan's head profile (analysis.head_profile: sink, local and distant attention per KV head) where
+    it recorded first_mass and recent_mass per head over windows long enough to have distant keys."""
+    from entropy_lens.analysis import head_profile
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.statistics import FIRST_MASS, RECENT_MASS
+
+    if (
+        not {FIRST_MASS.name, RECENT_MASS.name} <= set(result.stat_names)
+        or result.entropy_reduction != "heads"
+    ):
+        return None
+    try:
+        return head_profile(result)
+    except EntropyLensError:  # windows too short for distant keys: the summary's columns say the rest
+        return None
 
 
 def cmd_sweep(args) -> int:

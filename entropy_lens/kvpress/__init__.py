@@ -6,6 +6,9 @@
         `score` from `attention_received` instead of eager attention's T × T weights: it runs on sdpa
         and in O(T) memory, in kvpress's `kv-press-text-generation` pipeline and its `press(model)`
         context (entropy_lens/kvpress/observed.py)
+    DuoAttentionPress(head_compression_ratio=..., pattern=FOLDER)
+        kvpress's DuoAttentionPress on the streaming/retrieval pattern the lens measured for any model
+        (`analysis.head_profile(result).export(FOLDER)`), nothing fetched (entropy_lens/kvpress/duo.py)
 
 Importing this package without kvpress installed raises EntropyLensError naming the fix.
 """
@@ -22,6 +25,7 @@ except ImportError as e:
         "needs transformers < 5.3; docs/guides/kvpress.md)"
     ) from None
 
+from entropy_lens.kvpress.duo import DuoAttentionPress, load_pattern
 from entropy_lens.kvpress.observed import ObservedAttentionPress
 
-__all__ = ["ObservedAttentionPress"]
+__all__ = ["DuoAttentionPress", "ObservedAttentionPress", "load_pattern"]
