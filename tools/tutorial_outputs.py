@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -77,8 +78,13 @@ def stored(nb):
     return nb
 
 
+# what differs from run to run in a printed results meta (the scan's own clock): left out of the comparison
+VOLATILE = re.compile(r"('(wall_time_s|created_utc)': )[^,}\n]+")
+
+
 def printed(nb) -> list[str]:
-    """Each code cell's printed text and plain-text results, in order: what a fresh run must reproduce."""
+    """Each code cell's printed text and plain-text results, in order: what a fresh run must reproduce
+    (a meta's wall time and creation time, VOLATILE, left out)."""
     texts = []
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -90,7 +96,7 @@ def printed(nb) -> list[str]:
             elif out.get("output_type") == "execute_result":
                 text = out.get("data", {}).get("text/plain", "")
                 parts.append(text if isinstance(text, str) else "".join(text))
-        texts.append("".join(parts))
+        texts.append(VOLATILE.sub(r"\1…", "".join(parts)))
     return texts
 
 
