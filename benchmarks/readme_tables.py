@@ -265,6 +265,39 @@ def received_cpu_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def kvpress_cpu_table(record: dict) -> str:
+    """kvpress's eager ObservedAttentionPress against the lens press on sdpa (benchmarks/kvpress_cpu.py): each
+    (press, length)'s prefill time, peak RSS and the cache it left, the lens rows with their time over
+    kvpress's and, where both ran, the kept positions they agree on and the scores' largest relative difference."""
+    rows = [
+        "| len | press | attention | prefill s | × kvpress | peak RSS MB | cache | kept keys agree | max relative score Δ |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(value: float | None, fmt: str) -> str:
+        return "" if value is None else format(value, fmt)
+
+    for r in record["rows"]:
+        if "skipped" in r:
+            rows.append(f"| {r['len']:,} | {r['press']} | skipped: {r['skipped']} | | | | | | |")
+            continue
+        agree = r.get("kept_agree")
+        rows.append(
+            f"| {r['len']:,} | {r['press']} | {r['attention']} | {r['median_s']:.2f} | "
+            f"{cell(r.get('time_over_kvpress'), '.2f')} | {r['peak_rss_mb']:,.0f} | {r['cache_len']:,} | "
+            f"{cell(None if agree is None else 100 * agree, '.2f')}{'' if agree is None else ' %'} | "
+            f"{cell(r.get('max_rel_score_diff'), '.1e')} |"
+        )
+    m = record["machine"]
+    rows.append(
+        f"\nPrefill through each press (compression_ratio {record['compression_ratio']}), {record['model']} on "
+        f"`{record['corpus']}`, median of {record['repeats']}; measured {record['created_utc'][:10]} with "
+        f"{m['torch_threads']} torch thread(s) on a {m['cores']}-core {m['cpu']} CPU ({m['memory_gib']} GiB), "
+        f"torch {m['torch']}."
+    )
+    return "\n".join(rows)
+
+
 def train_table(record: dict) -> str:
     """A training step unmonitored against inside AttentionMonitor (benchmarks/train_cpu.py), the goals
     beside the measured ratios; `s / step` is the median of the timed runs and (min–max) their range, the
@@ -395,12 +428,17 @@ TABLES = {
     "stats_cpu": stats_table,
     "received_cpu": received_cpu_table,
     "train_cpu": train_table,
+    "kvpress_cpu": kvpress_cpu_table,
 }
+
+
+RUN_WITH = {"kvpress_cpu": ".venv-kvpress/bin/python"}  # the interpreter a benchmark needs, where not .venv's
 
 
 def not_measured(name: str) -> str:
     """What the page says of a benchmark whose JSON does not exist yet: how to make it."""
-    return f"{name}: not measured yet: run `python benchmarks/{name}.py`."
+    python = RUN_WITH.get(name, "python")
+    return f"{name}: not measured yet: run `{python} benchmarks/{name}.py`."
 
 
 def tables() -> dict[str, str]:
