@@ -64,8 +64,12 @@ def _gguf_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def gguf_cache_dir(gguf: Path) -> Path:
-    """Where the float32 copy of `gguf` lives (whether or not it exists yet)."""
-    return cache_root() / "gguf" / f"{gguf.stem}-{_gguf_fingerprint(gguf)}"
+    """Where the float32 copy of `gguf` lives (whether or not it exists yet): one per transformers version,
+    which writes the tokenizer (a copy made by another version, e.g. the kvpress environment's 5.2, decodes
+    differently)."""
+    import transformers
+
+    return cache_root() / "gguf" / f"{gguf.stem}-{_gguf_fingerprint(gguf)}-tf{transformers.__version__}"
 
 
 # GGUF value types (the format's spec): code -> struct format of a scalar; 8 is a string, 9 an array
