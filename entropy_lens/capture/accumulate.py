@@ -67,7 +67,8 @@ class HostSums:
     def __init__(self, n_layers: int, n_heads: int, *, to_host: Callable = copy_to_host):
         self.n_layers, self.n_heads = n_layers, n_heads
         self._to_host = to_host
-        self._pending = deque()  # (layer, {stat: host tensor}, key_offset, mask, counts rows?, events)
+        # (layer, {stat: host tensor}, key_offset, mask, counts rows?, events, inputs_finite on the host or None)
+        self._pending = deque()
         self._sums: dict[str, torch.Tensor] | None = None  # sum name -> float64; "count" int64; doubling
         self.stats: list[str] = []  # the statistics reported so far, in the order first seen
         self._read = None  # numpy copies of _sums, made on the first read after an add
@@ -75,6 +76,7 @@ class HostSums:
         self._count_layer = None  # the layer whose reports count rows in this forward
         self._forward_layers: list[int] = []  # the layers that reported since begin_forward
         self._whole_sequence = False  # the forward's mask covers more than its rows' keys (a shard)
+        self._wide = torch.empty(0, dtype=torch.float64)  # `_widened`'s buffer
 
     @property
     def pending(self) -> int:
@@ -101,9 +103,21 @@ class HostSums:
         """Forget the forward's mask (the recorder's exit): nothing of the model is kept alive."""
         self._mask = (None, None)
 
-    def add(self, layer: int, stats: Mapping[str, torch.Tensor], key_offset: int) -> None:
+    def add(
+        self,
+        layer: int,
+        stats: Mapping[str, torch.Tensor],
+        key_offset: int,
+        *,
+        inputs_finite: torch.Tensor | None = None,
+    ) -> None:
         """{statistic: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1: queued,
-        the copies to the host started; summed later (see the module docstring)."""
+        the copies to the host started; summed later (see the module docstring). `inputs_finite`: the
+        layer's check of its query, key and value, (3,) bool on its device (capture/call.py's
+        `check_finite_inputs` on a GPU), read with the statistics: a report whose inputs were not finite is
+        refused (EntropyLensError naming the layer) before anything of it, or of a report after it, is
+        summed, whenever it is folded (the reports before it, which landed first, are summed as they land:
+        a caller that gets the error drops the batch)."""
         heads = {t.shape[1] for t in stats.values()}
         if heads != {self.n_heads} or not 0 <= layer < self.n_layers:
             raise EntropyLensError(
@@ -115,26 +129,30 @@ class HostSums:
             self._count_layer = layer
         self._forward_layers.append(layer)
         copies = {name: self._to_host(t) for name, t in stats.items()}
+        finite = (None, None) if inputs_finite is None else self._to_host(inputs_finite)
         self.stats += [name for name in stats if name not in self.stats]
         mask, mask_event = self._mask
         n = key_offset + next(iter(stats.values())).shape[-1]
         if mask is not None and self._whole_sequence:
             mask = mask[:, :n]  # the keys of these rows: their positions are cumsum(mask[:, :n]) − 1
-        events = [e for _, e in copies.values() if e is not None] + ([mask_event] if mask_event else [])
+        events = [e for _, e in (*copies.values(), finite) if e is not None] + (
+            [mask_event] if mask_event else []
+        )
         host = {name: t for name, (t, _) in copies.items()}
-        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events))
+        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events, finite[0]))
         self._read = None
 
     def _fold(self, wait: bool, into: dict[str, torch.Tensor] | None = None) -> None:
         """Sum the pending reports whose copies have landed, oldest first (wait=True: all of them,
         waiting), into the own sums or the caller's `into` (keyed as the own)."""
         while self._pending:
-            layer, stats, key_offset, mask, counts, events = self._pending[0]
+            layer, stats, key_offset, mask, counts, events, finite = self._pending[0]
             if not all(e.query() for e in events):
                 if not wait:
                     return
                 for e in events:
                     e.synchronize()
+            _check_inputs(layer, finite)
             self._pending.popleft()
             n = key_offset + next(iter(stats.values())).shape[-1]
             if into is None:
@@ -143,20 +161,25 @@ class HostSums:
             else:
                 sums = into
                 _check_room(n, sums["count"])
-            parts = {}  # reduction -> [(sum (H, n), values (B, H, T))]
-            for name, values in stats.items():
-                if name not in sums:
-                    raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
-                v = values.to(torch.float64)
-                parts.setdefault(reduction_of(name), []).append((sums[name][layer], v))
-                if declared(name).squared:
-                    parts.setdefault(MEAN, []).append((sums[name + "_sq"][layer], v * v))
             B, _, T = next(iter(stats.values())).shape
             rows = _placement(mask, B, T, key_offset)  # once per report: every sum places rows alike
-            for reduction, pairs in parts.items():
-                _rows_into(pairs, reduction, key_offset, rows)
+            for name in stats:
+                if name not in sums:
+                    raise EntropyLensError(f"drain_into: this model reports {name}; pass a {name} sum")
+            for name, values in stats.items():
+                wide = self._widened(values)
+                _rows_into(sums[name][layer], wide, reduction_of(name), key_offset, rows)
+                if declared(name).squared:
+                    _rows_into(sums[name + "_sq"][layer], wide, MEAN, key_offset, rows, squared=True)
             if counts:
                 _count_rows(sums["count"], B, T, key_offset, rows)
+
+    def _widened(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` in float64, in a buffer kept for the next report: a fresh multi-megabyte host tensor per
+        report costs more (page faults) than the sums themselves."""
+        if self._wide.numel() < values.numel():
+            self._wide = torch.empty(values.numel(), dtype=torch.float64)
+        return self._wide[: values.numel()].view(values.shape).copy_(values)
 
     def read(self) -> dict[str, np.ndarray]:
         """{sum name: (layers, heads, n) float64, "count": (n,) int64} on the host, waiting for copies in
@@ -218,21 +241,43 @@ def _placement(mask, B: int, T: int, key_offset: int):
     return mask[:, -T:], (mask.long().cumsum(1) - 1)[:, -T:].clamp_min(0)
 
 
-def _rows_into(parts, reduction, key_offset: int, rows) -> None:
-    """Combine each (total (H, n) float64, values (B, H, T) float64) of `parts` into its total at key
+def _rows_into(total, values, reduction, key_offset: int, rows, *, squared: bool = False) -> None:
+    """Combine float64 values (B, H, T) (their squares with `squared`) into total (H, n) float64 at key
     positions key_offset.. by `reduction` (summed, or the largest kept) over the batch; placed by `rows`
-    (`_placement`), padded rows left out (as the identity)."""
-    B, H, T = parts[0][1].shape
+    (`_placement`), padded rows left out (as the identity). A sum without placement adds each batch row
+    in place: no temporaries."""
+    B, H, T = values.shape
+    if rows is None and reduction is MEAN:
+        window = total[:, key_offset : key_offset + T]
+        for b in range(B):  # in batch order: deterministic
+            if squared:
+                window.addcmul_(values[b], values[b])
+            else:
+                window.add_(values[b])
+        return
+    if squared:
+        values = values * values
     if rows is not None:
         keep, pos = rows
-        for total, values in parts:
-            kept = torch.where(keep.unsqueeze(1), values, reduction.identity)
-            for b in range(B):  # positions within a row are distinct: deterministic
-                total.scatter_reduce_(1, pos[b].expand(H, T), kept[b], reduction.over)
+        kept = torch.where(keep.unsqueeze(1), values, reduction.identity)
+        for b in range(B):  # positions within a row are distinct: deterministic
+            total.scatter_reduce_(1, pos[b].expand(H, T), kept[b], reduction.over)
     else:
-        for total, values in parts:
-            window = total[:, key_offset : key_offset + T]
-            window.copy_(reduction.combine(window, reduction.reduce(values, 0)))
+        window = total[:, key_offset : key_offset + T]
+        window.copy_(reduction.combine(window, reduction.reduce(values, 0)))
+
+
+def _check_inputs(layer: int, finite: torch.Tensor | None) -> None:
+    """EntropyLensError naming the layer and its tensors that `add`'s inputs_finite (query, key, value)
+    says held NaN or inf; their statistics are undefined. The pending reports are left as they are: a
+    recorder that refused a forward is not read again."""
+    if finite is None or bool(finite.all()):
+        return
+    names = [name for name, ok in zip(("query", "key", "value"), finite.tolist(), strict=True) if not ok]
+    raise EntropyLensError(
+        f"layer {layer}'s {' and '.join(names)} held NaN or inf: the model produced NaN or inf before "
+        "attention: check its weights, and run in float32 (--dtype float32) if bfloat16/float16 overflowed"
+    )
 
 
 def _count_rows(count, B: int, T: int, key_offset: int, rows) -> None:

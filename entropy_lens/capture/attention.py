@@ -110,9 +110,10 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
     if session is not None and session.context is not None:
         return sharded_attention(session, module, query, key, value, scaling, dropout, kwargs)
     call = read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs)
+    inputs_finite = None  # the check of the inputs, left unread to on_stats (check_finite_inputs)
     if call.capturing:  # statistics of non-finite scores are undefined: stop, naming the layer
         try:
-            check_finite_inputs(call)
+            inputs_finite = check_finite_inputs(call)
         except EntropyLensError as err:
             if session.on_nonfinite is None:
                 raise
@@ -129,7 +130,7 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
     else:
         inputs = layer_inputs(call)
         ran = run_path(call, inputs)
-        record(call, ran.route.path, ran.route, inputs, ran.rows)
+        record(call, ran.route.path, ran.route, inputs, ran.rows, inputs_finite=inputs_finite)
         out = ran.returned
     session = call.session
     if session is not None and session.on_rows is not None:

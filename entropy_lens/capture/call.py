@@ -74,6 +74,9 @@ class Session:
     schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
     on_stats: Callable[[int, dict, int], None] | None = None
     on_nonfinite: Callable[[int, str], None] | None = None
+    # on_stats takes `inputs_finite=` and refuses a report whose inputs were not finite (HostSums.add): a
+    # capturing layer on a GPU then checks its inputs without a synchronisation (`check_finite_inputs`)
+    stats_check_inputs: bool = False
     own_attention: str | None = None
     # the flags, parsed where the session's owner was made (entropy_lens/flags.py); a raw string is refused
     stats: Stats = DEFAULT_FLAGS.stats  # the row statistics to capture (kernels.stats.ROW_STATS)
@@ -88,9 +91,10 @@ class Session:
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
     # each batch row's first real key in this forward, from its 2-D padding mask (the recorder sets it):
-    # (B|1,) int64 and the keys that mask covers (None: any number, the forward had no mask at all);
-    # None where the forward's padding is not known (a 4-D mask given): read off each layer's mask
-    padding_start: tuple[torch.Tensor, int | None] | None = None
+    # (B|1,) int64 and the keys that mask covers, or (None, None): the forward had no mask at all, key 0 for
+    # any number of keys; None where the forward's padding is not known (a 4-D mask given): read off each
+    # layer's mask
+    padding_start: tuple[torch.Tensor | None, int | None] | None = None
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
     # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last
     # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
@@ -220,14 +224,28 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     )
 
 
-def check_finite_inputs(call: LayerCall) -> None:
+DEFERRED_CHECK_DEVICES = ("cuda",)  # where reading a check is a synchronisation of the device
+
+
+def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
     """EntropyLensError, in one line naming the layer, where the model hands a capturing layer a query,
     key or value that is not finite (overflow in bf16/fp16, NaN weights): its statistics would be
     undefined, and the kernels would otherwise turn them into finite numbers nobody flags. One pass over
-    q, k and v (O(T·D)), beside the layer's O(T²·D) scores."""
+    q, k and v (O(T·D)), beside the layer's O(T²·D) scores.
+
+    On a GPU, in a session whose `on_stats` reads the check with the statistics (`stats_check_inputs`:
+    the recorder's HostSums), the check is returned unread, (3,) bool on the device (query, key, value
+    finite), and refused there, where the statistics reach the host: reading it here would stop the host
+    at every layer until the device caught up. None: checked here."""
     tensors = (("query", call.query), ("key", call.key), ("value", call.value))
-    if bool(torch.stack([torch.isfinite(x.detach()).all() for _, x in tensors]).all()):
-        return  # one host sync per layer; the place of a bad value is found only when there is one
+    # a float64 sum is finite exactly where every term is (no float32/16 value overflows it): one pass each
+    finite = torch.isfinite(torch.stack([x.detach().sum(dtype=torch.float64) for _, x in tensors]))
+    session = call.session
+    deferred = session.stats_check_inputs and session.on_rows is None and session.on_nonfinite is None
+    if deferred and call.query.device.type in DEFERRED_CHECK_DEVICES:
+        return finite
+    if bool(finite.all()):
+        return None  # one host sync per layer; the place of a bad value is found only when there is one
     layer = getattr(call.module, "layer_idx", "?")
     fix = (
         "the model produced NaN or inf before attention: check its weights, and run in float32 "
@@ -281,8 +299,13 @@ def _first_key(call: LayerCall, memo: dict, S: int, mask) -> torch.Tensor | None
     window taken out) lets through (`kernels.contract.first_real_key`)."""
     known = None if call.session is None else call.session.padding_start
     if known is not None and known[1] in (None, S):
-        start = known[0]
-        return start if start.device == call.query.device else start.to(call.query.device)
+        start, device = known[0], call.query.device
+        if start is None or start.device == device:
+            return start
+        key = ("padding_start", device)  # copied once per forward and device: a copy is a synchronisation
+        if key not in memo:
+            memo[key] = start.to(device)
+        return memo[key]
     key = ("first_key", id(mask), S)
     if key not in memo:
         memo[key] = (mask, first_real_key(mask))  # holds the mask: its id cannot be reused

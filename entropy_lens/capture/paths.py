@@ -213,9 +213,18 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
 
-def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, rows=None, keys=True) -> None:
+def record(
+    call: LayerCall,
+    path: str,
+    route: Route | None = None,
+    inputs=None,
+    rows=None,
+    keys=True,
+    inputs_finite=None,
+) -> None:
     """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
-    statistics, and hand the statistics to the session's callback (at key offset S − T), and the key
+    statistics, and hand the statistics to the session's callback (at key offset S − T; with the
+    unread check of the layer's inputs where `check_finite_inputs` returned one), and the key
     statistics, where the session asks for them and `keys` (a shard's chunk: its caller combines them),
     to its `on_key_stats` (capture/received.py)."""
     session = call.session
@@ -225,9 +234,13 @@ def record(call: LayerCall, path: str, route: Route | None = None, inputs=None, 
     if not call.capturing:
         return
     session.backends.add(route.kernel)
-    session.on_stats(call.module.layer_idx, dict(rows), inputs.key.shape[2] - call.query.shape[2])
+    offset = inputs.key.shape[2] - call.query.shape[2]
+    if inputs_finite is None:
+        session.on_stats(call.module.layer_idx, dict(rows), offset)
+    else:  # check_finite_inputs left its check to on_stats
+        session.on_stats(call.module.layer_idx, dict(rows), offset, inputs_finite=inputs_finite)
     if keys and wants_keys(call):
-        report_received(call, inputs, route, rows)
+        report_received(call, inputs, route, rows, inputs_finite=inputs_finite)
 
 
 def sdpa(call: LayerCall, mask=None):

@@ -52,17 +52,23 @@ def _inputs(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats):
 
 
 @torch.no_grad()
-def report_received(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats) -> None:
+def report_received(
+    call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats, inputs_finite=None
+) -> None:
     """The layer's key statistics, handed to the session's `on_key_stats(layer_idx, {name: (B, Hq, S)})`:
     over the call's counted query rows (its real rows, or the last `query_window` of them), at the scores
-    the route's statistics were computed at (λ_h, every score modifier)."""
+    the route's statistics were computed at (λ_h, every score modifier); with `inputs_finite=` where the
+    layer left the check of its inputs unread (capture/call.py's `check_finite_inputs`)."""
     session = call.session
     query, key, lse, softmax_scale, kernel = _inputs(call, inputs, route, rows)
     counted = counted_rows(inputs.mods, query.shape[2], key.shape[2], session.query_window, query.device)
     values = received_from_lse(
         query, key, lse, softmax_scale, inputs.mods, rows=counted, stats=session.key_stats, backend=kernel
     )
-    session.on_key_stats(call.module.layer_idx, values)
+    if inputs_finite is None:
+        session.on_key_stats(call.module.layer_idx, values)
+    else:
+        session.on_key_stats(call.module.layer_idx, values, inputs_finite=inputs_finite)
 
 
 @torch.no_grad()

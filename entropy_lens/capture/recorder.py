@@ -184,9 +184,10 @@ class EntropyRecorder(ScaleSession):
                 "counts are not supported; please report the architecture"
             ) from None
         self._sums = HostSums(self.n_layers, self.n_heads)
-        self.session.on_stats = self._sums.add
         self._key_sums = HostSums(self.n_layers, self.n_heads)  # attention received, per key position
-        self.session.on_key_stats = lambda layer, values: self._key_sums.add(layer, values, 0)
+        # both take the unread check of a layer's inputs (Session.stats_check_inputs)
+        self.session.on_stats, self.session.stats_check_inputs = self._sums.add, True
+        self.session.on_key_stats = lambda layer, values, **kw: self._key_sums.add(layer, values, 0, **kw)
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
 
     def _install(self, stack: contextlib.ExitStack) -> None:
@@ -354,11 +355,10 @@ class EntropyRecorder(ScaleSession):
 
 def _padding_start(mask, *, unpadded: bool):
     """Session.padding_start of a forward: each batch row's first real key (the first the 2-D padding
-    mask (B, S) lets through) and S; key 0 for any S where the forward has no mask (`unpadded`); None
-    where its padding is not known."""
+    mask (B, S) lets through) and S; (None, None) without a mask (`unpadded`); None if not known."""
     if mask is not None:
         return (mask != 0).to(torch.uint8).argmax(dim=-1), mask.shape[1]
-    return (torch.zeros(1, dtype=torch.int64), None) if unpadded else None
+    return (None, None) if unpadded else None
 
 
 def _padding_mask(mask):

@@ -77,6 +77,7 @@ capture picks between it and "sdpa output + entropy-only pass" by timing both on
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -229,7 +230,10 @@ def _entropy_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
+    if CAUSAL:  # the longest programs (the last row blocks, which see the most keys) start first
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H_Q).to(tl.int64)  # 64-bit batch/head/row offsets: B·T·Hq·D passes 2^31 at long T
     h = (pid_bh % H_Q).to(tl.int64)
@@ -548,6 +552,18 @@ def _key_block(
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
 _TUNED: dict[tuple, object] = {}
+_FORCED: list[tuple[int, int, int, int]] = []  # the configs `forced_config` holds, innermost last
+
+
+@contextlib.contextmanager
+def forced_config(block_m: int, block_n: int, num_warps: int, num_stages: int):
+    """Every launch inside runs this (BLOCK_M, BLOCK_N, num_warps, num_stages) instead of the autotuner's
+    pick (benchmarks/fused_sweep_gpu.py times configs one by one; `num_*` apply on a GPU only)."""
+    _FORCED.append((block_m, block_n, num_warps, num_stages))
+    try:
+        yield
+    finally:
+        _FORCED.pop()
 
 
 def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: bool, extras):
@@ -684,15 +700,19 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1, r
         return rows, out
     softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
     unused = results  # pointer arguments of a disabled feature
-    kernel, autotuned = _kernel(
-        v is not None,
-        q.dtype == torch.float32,
-        window is not None,
-        softcap is not None,
-        alibi_slopes is not None,
-        kept,
-    )
-    blocks = {} if autotuned else FIXED_BLOCKS
+    if _FORCED:  # one config, as `forced_config` asked
+        kernel = ENTROPY_KERNEL
+        blocks = dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), _FORCED[-1], strict=True))
+    else:
+        kernel, autotuned = _kernel(
+            v is not None,
+            q.dtype == torch.float32,
+            window is not None,
+            softcap is not None,
+            alibi_slopes is not None,
+            kept,
+        )
+        blocks = {} if autotuned else FIXED_BLOCKS
     block_m = blocks.get("BLOCK_M")
 
     def grid(meta):

@@ -120,34 +120,39 @@ def _received_kernel(
         slope = tl.load(ALIBI + h) * 1.4426950408889634
     else:
         slope = 0.0
-    key_ok = cols < S
-    if HAS_KEEP:
-        keep = tl.load(KEEP + b * skeep_b + cols * skeep_s, mask=cols < S, other=0)
-        key_ok = key_ok & (keep != 0)
     # the rows that may see a key of this block: causal, from the row at its first key; with a window, up
-    # to the last row whose window reaches its last key
+    # to the last row whose window reaches its last key. Of those, the row blocks [full_start, full_end) see
+    # every key of the block (causal: from the row at its last key; with a window, up to the rows whose
+    # window still holds its first key) and run without a mask: a row that counts for nothing has lse = +∞
+    # (its p is 0, and `count` adds the rows of finite lse), and key padding zeroes its keys at the end
+    c0 = pid_n * BLOCK_N
     q_start = 0
     q_end = T
+    full_start = 0
+    full_end = T
     if CAUSAL:
-        q_start = tl.maximum(pid_n * BLOCK_N - OFFSET, 0)
+        q_start = tl.maximum(c0 - OFFSET, 0)
+        full_start = tl.cdiv(tl.maximum(c0 + BLOCK_N - 1 - OFFSET, 0), BLOCK_M) * BLOCK_M
         if HAS_WINDOW:
-            q_end = tl.minimum(T, WINDOW + tl.minimum(S, (pid_n + 1) * BLOCK_N) - 1 - OFFSET)
+            q_end = tl.minimum(T, WINDOW + tl.minimum(S, c0 + BLOCK_N) - 1 - OFFSET)
+            full_end = (tl.maximum(WINDOW + c0 - OFFSET, 0) // BLOCK_M) * BLOCK_M
     q_start = (q_start // BLOCK_M) * BLOCK_M
+    full_start = tl.minimum(tl.maximum(full_start, q_start), tl.maximum(q_end, q_start))
+    full_end = tl.maximum(tl.minimum(full_end, q_end), full_start)
     total = tl.zeros([BLOCK_N], tl.float32)
     largest = tl.zeros([BLOCK_N], tl.float32)
     count = tl.zeros([BLOCK_N], tl.float32)
     q_base = Q + b * sqb + h * sqh
     lse_base = LSE + pid_bh.to(tl.int64) * T
+    # one loop: a row block inside [full_start, full_end) takes the unmasked branch (a runtime branch: three
+    # loops, one per range, hold more registers than the tiles leave: stack on sm_80 and at head size 128)
     for start in range(q_start, q_end, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
-        q = tl.load(
-            q_base + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd,
-            mask=(rows[:, None] < T) & (dims[None, :] < D),
-            other=0.0,
-        )
+        at = q_base + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd
+        q = tl.load(at, mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)
         if CAST_F32:
             q = q.to(tl.float32)
-        lse = tl.load(lse_base + rows, mask=rows < T, other=float("inf"))
+        lse = tl.load(lse_base + rows, mask=rows < T, other=float("inf"))  # +∞: the row counts for nothing
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -162,19 +167,26 @@ def _received_kernel(
                 s = s - slope * behind.to(tl.float32)
             else:
                 s = s - slope * tl.abs(behind).to(tl.float32)
-        valid = (rows[:, None] < T) & key_ok[None, :] & (lse[:, None] < float("inf"))
-        if CAUSAL:
-            valid = valid & (behind >= 0)
+        p = tl.exp2(s - (lse * 1.4426950408889634)[:, None])  # 0 in a row of lse = +∞
+        counted = lse < float("inf")
+        if CAUSAL and (start < full_start or start >= full_end):  # rows that see only some of the keys
+            valid = counted[:, None] & (behind >= 0)
             if HAS_WINDOW:
                 valid = valid & (behind < WINDOW)
-        p = tl.where(valid, tl.exp2(s - (lse * 1.4426950408889634)[:, None]), 0.0)
+            p = tl.where(valid, p, 0.0)
+            count += tl.sum(valid.to(tl.float32), 0)
+        else:  # every counted row sees every key
+            count += tl.sum(counted.to(tl.float32), 0)
         total += tl.sum(p, 0)
         largest = tl.maximum(largest, tl.max(p, 0))
-        count += tl.sum(valid.to(tl.float32), 0)
+    key_ok = cols < S
+    if HAS_KEEP:  # a padded key: no row attends it
+        keep = tl.load(KEEP + b * skeep_b + cols * skeep_s, mask=cols < S, other=0)
+        key_ok = key_ok & (keep != 0)
     at = OUT + pid_bh.to(tl.int64) * S + cols
-    tl.store(at, total, mask=cols < S)
-    tl.store(at + OUT_SLOT, largest, mask=cols < S)
-    tl.store(at + 2 * OUT_SLOT, count, mask=cols < S)
+    tl.store(at, tl.where(key_ok, total, 0.0), mask=cols < S)
+    tl.store(at + OUT_SLOT, tl.where(key_ok, largest, 0.0), mask=cols < S)
+    tl.store(at + 2 * OUT_SLOT, tl.where(key_ok, count, 0.0), mask=cols < S)
 
 
 RECEIVED_KERNEL = triton.jit(_received_kernel)

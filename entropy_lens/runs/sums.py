@@ -87,10 +87,11 @@ class ScanSums:
         into the sums, and the (B, T) next-token loss. A context-parallel shard (runs/context_parallel.py)
         passes the `positions` of the loss's columns (None: 0 .. T − 1) and counts the batch's `samples`
         on one rank only."""
-        loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
         columns = slice(None) if positions is None else positions  # distinct positions: += is exact
         arrays = self.arrays
         with interrupts_deferred():
+            # the layers first, each summed as its copy lands while the device still runs the rest; the
+            # loss, which waits for the whole forward, after them
             if self.entropy:
                 names = sum_names(capture.stats)
                 for name in names:  # a statistic the model reports beyond entropy (sink mass): one more sum
@@ -99,7 +100,8 @@ class ScanSums:
                 if self.key_sums:
                     keys = {k: torch.from_numpy(arrays[k]) for k in self.key_sums}
                     capture.drain_keys_into(keys | {"count": torch.from_numpy(arrays[KEY_COUNT])})
-            else:
+            loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
+            if not self.entropy:
                 arrays["count"][columns] += loss.shape[0]
             arrays["loss"][columns] += loss.sum(0)
             arrays["loss_sq"][columns] += (loss**2).sum(0)
