@@ -12,6 +12,8 @@ import numbers
 
 import torch
 
+from entropy_lens.settings import check_argument
+
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype autocast runs attention in on `device_type` now (sdpa is one of autocast's
@@ -60,6 +62,54 @@ def check_finite(x, name: str, dims=POSITIONS, *, fix: str | None = None) -> Non
     fix = fix or f"pass a finite {name} (attention statistics of NaN or inf scores are undefined)"
     plural = "" if count == 1 else "s"
     raise ValueError(f"{name} holds {count} non-finite value{plural} (first at {where}); {fix}")
+
+
+def validate_block(value, name: str):
+    """A tile size as a positive int (None: the kernel's default): the one rule for integers
+    (settings.check_argument, as --first-keys); EntropyLensError (a ValueError) in one line otherwise, so a
+    block of 0 or −5 is never a silent empty loop or uninitialised memory."""
+    if value is None:
+        return None
+    check_argument(name, value, int, {"at_least": 1}, example=64)
+    return int(value)
+
+
+# float32's largest finite value over 8: a score bound below it leaves s − m, ALiBi and the bias finite
+SAFE_SCORE = torch.finfo(torch.float32).max / 8
+
+
+def score_bound(q, k, softmax_scale, mods) -> float:
+    """An upper bound on |s| for every score s of q (B, Hq, T, D) and k (B, Hkv, S, D) under `mods` (a
+    ScoreMods): |λ_h q·k| <= max|λ|·D·max|q|·max|k| (which bounds every product and partial sum of the
+    dot product too), plus the largest ALiBi bias max slope·(T + S) and the largest |key bias|. One
+    pass over q and k (and the bias), in float64 on the host: small beside the T·S scores."""
+    if q.numel() == 0 or k.numel() == 0:
+        return 0.0
+    largest = lambda x: float(torch.linalg.vector_norm(x.detach().float(), ord=math.inf))
+    bound = largest(softmax_scale) * q.shape[-1] * largest(q) * largest(k)
+    if getattr(mods, "alibi_slopes", None) is not None:
+        bound += largest(mods.alibi_slopes) * (q.shape[2] + k.shape[2])
+    if getattr(mods, "key_bias", None) is not None:
+        bound += largest(mods.key_bias)
+    return bound
+
+
+def check_score_range(q, k, softmax_scale, mods, kernel) -> None:
+    """`refuse_overflow` where `score_bound` exceeds SAFE_SCORE: for the kernels that form scores in float32
+    without checking them (native, triton)."""
+    bound = score_bound(q, k, softmax_scale, mods)
+    if bound > SAFE_SCORE:
+        refuse_overflow(bound, str(kernel))
+
+
+def refuse_overflow(bound: float, kernel: str) -> None:
+    """ValueError in one line: the scores may leave float32's range (`score_bound` above SAFE_SCORE), where
+    `kernel` would turn an infinite score into a finite number (a row that counts for nothing, a
+    probability of e^(s − m) with s − m NaN)."""
+    raise ValueError(
+        f"scores λ·q·k may reach {bound:.3g}, beyond float32's range ({torch.finfo(torch.float32).max:.3g}) in "
+        f"which the {kernel} kernel computes them; scale q and k down, or pass backend='reference' (float64)"
+    )
 
 
 def validate_inputs(q, k, v=None) -> None:

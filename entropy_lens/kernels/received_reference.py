@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.reference import attention_probabilities, attention_scores
+from entropy_lens.kernels.reference import attention_probabilities, attention_scores, largest
 from entropy_lens.statistics import KEY_STATISTICS, check_registered
 
 _DEFINED: dict = {}
@@ -47,7 +47,7 @@ def _received_sum(p, visible, counted):
 @key_definition("received_max")
 def _received_max(p, visible, counted):
     """max_i p_ij over the counted rows; 0 for a key no counted row gives anything."""
-    return torch.where(counted, p, 0.0).amax(-2)
+    return largest(torch.where(counted, p, 0.0), -2, 0.0)
 
 
 @key_definition("received_mean")
