@@ -9,6 +9,8 @@ starts; elsewhere every case skips.
   and key head) with our press on sdpa as with kvpress's press on eager, on a tiny Llama and on the
   bundled SmolLM2 (1,024 tokens); and our press completes the pipeline on sdpa, where kvpress's own
   press stops at its assertion (2,048 tokens, compression 0.75).
+- padding: each sequence of a right- or left-padded batch scores as it does alone (sdpa and eager); kvpress's
+  own press does not on a right-padded one (the guide says so).
 - the guide (docs/guides/kvpress.md): its Python blocks run as written, at a test's length.
 """
 
@@ -109,6 +111,72 @@ def test_scores_on_sdpa_equal_kvpress_on_eager():
         h.remove()
     for mine, theirs in zip(ours, eager, strict=True):
         assert_scores_close(mine, theirs)
+
+
+def layer_scores(model, ids, mask=None, press=None) -> list[torch.Tensor]:
+    """Each layer's scores of `press` (ours by default) from one prefill of `ids` with the 2-D `mask`
+    (positions as generate places them: cumsum(mask) − 1, so a left-padded row's tokens start at 0)."""
+    press, found = press or ObservedAttentionPress(0.5), []
+
+    def hook(module, args, kwargs, output):
+        cache = kwargs["past_key_values"].layers[module.layer_idx]
+        inputs = (module, kwargs["hidden_states"], cache.keys, cache.values, output[1], kwargs)
+        found.append(press.score(*inputs))
+
+    positions = None if mask is None else (mask.long().cumsum(-1) - 1).clamp_min(0)
+    hooks = [layer.self_attn.register_forward_hook(hook, with_kwargs=True) for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            model.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=DynamicCache()
+            )
+    finally:
+        for h in hooks:
+            h.remove()
+    return found
+
+
+def padded_pair(side: str, long: int = 48, short: int = 30):
+    """(ids (2, long), mask (2, long), the short sequence alone (1, short), its keys' slice in the batch)."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 300, (2, long), generator=g)
+    alone = ids[1:, :short].clone()
+    mask = torch.ones(2, long, dtype=torch.long)
+    real = slice(0, short) if side == "right" else slice(long - short, long)
+    ids[1] = 0
+    ids[1, real] = alone[0]
+    mask[1] = 0
+    mask[1, real] = 1
+    return ids, mask, alone, real
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_a_padded_sequence_scores_as_it_does_alone(side, implementation):
+    """Issue 65, item 1: a right-padded sequence's scores divided by S − j (the batch's length, not its
+    own) were up to 99.6% off on SmolLM2; each key's divisor is now the real rows at or after it. Held
+    to the sequence run alone, never to kvpress (whose own press is wrong here too: the next test)."""
+    model = with_attention(tiny_model("llama"), implementation)
+    ids, mask, alone, real = padded_pair(side)
+    batch = layer_scores(model, ids, mask)
+    single = layer_scores(model, alone)
+    for padded, own in zip(batch, single, strict=True):
+        assert_scores_close(padded[1:, :, real], own)
+        assert torch.equal(padded[1:, :, mask[1] == 0], torch.zeros_like(padded[1:, :, mask[1] == 0]))
+        assert own.std() > 0.1 * own.mean()  # far from uniform: a real comparison
+
+
+def test_kvpress_own_press_is_wrong_on_a_right_padded_batch():
+    """What docs/guides/kvpress.md says: kvpress's eager press sums the padded rows' weights and divides
+    by S − j, so a right-padded sequence's scores are not its own (the lens press's are: above)."""
+    model = with_attention(tiny_model("llama"), "eager")
+    ids, mask, alone, real = padded_pair("right")
+    theirs = layer_scores(model, ids, mask, KVPressObserved(0.5))
+    single = layer_scores(model, alone, press=KVPressObserved(0.5))
+    worst = max(
+        ((a[1:, :, real] - b).abs() / b.abs()).max().item() for a, b in zip(theirs, single, strict=True)
+    )
+    assert worst > 0.2
 
 
 def kept_positions(compressed: DynamicCache, full: DynamicCache) -> list[torch.Tensor]:
