@@ -16,6 +16,7 @@ starts; elsewhere every case skips.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -313,3 +314,77 @@ def test_duo_attention_press_reads_the_lens_pattern(tmp_path):
     streaming[np.argsort(distant, axis=None)[: round(distant.size * 0.5)]] = True
     assert press.streaming_mask.cpu().numpy().tolist() == streaming.reshape(layers, kv).tolist()
     assert (press.sink_size, press.recent_size) == (4, 16) and isinstance(answer, str)
+
+
+def _pattern(tmp_path, config=None, heads="0.5\t0.25\n0.75\t1.0\n", name="p"):
+    folder = tmp_path / name
+    folder.mkdir()
+    text = config if isinstance(config, str) else json.dumps(config or {"sink_size": 4, "recent_size": 16})
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    (folder / "full_attention_heads.tsv").write_bytes(heads if isinstance(heads, bytes) else heads.encode())
+    return folder
+
+
+TAMPERED = {  # issue 65, items 6 and 7: each accepted (or a traceback) on main
+    "recent 0": ({"sink_size": 4, "recent_size": 0}, None, r"recent_size must be at least 1"),
+    "sink -3": ({"sink_size": -3, "recent_size": 16}, None, r"sink_size must be at least 0"),
+    "sink 1e30": ({"sink_size": 1e30, "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "sink huge": (
+        {"sink_size": 10**30, "recent_size": 16},
+        None,
+        r"sink_size must be at least 0 and at most",
+    ),
+    "sink 1.9": ({"sink_size": 1.9, "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "sink '4'": ({"sink_size": "4", "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "sink true": ({"sink_size": True, "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "no recent": ({"sink_size": 4}, None, r"needs sink_size and recent_size"),
+    "bad json": ("{not json", None, r"config.json is not readable JSON"),
+    "nan score": (None, "nan\t0.5\n0.5\t0.5\n", r"needs head scores in \[0, 1\] \(layer 0 holds nan\)"),
+    "inf score": (None, "0.5\t0.5\ninf\t0.5\n", r"needs head scores in \[0, 1\] \(layer 1 holds inf\)"),
+    "1e308 score": (None, "1e308\t0.5\n0.5\t0.5\n", r"needs head scores in \[0, 1\]"),
+    "-5 score": (None, "0.5\t-5\n0.5\t0.5\n", r"needs head scores in \[0, 1\]"),
+    "text score": (None, "0.5\tretrieval\n", r"is not a table of numbers"),
+    "binary": (None, b"\xff\xfe\x00\x81\tx\n", r"is not a table of numbers"),
+    "empty": (None, "", r"needs head scores in \[0, 1\] \(it is empty\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_tampered_pattern_is_refused_in_one_line_when_the_press_is_made(tmp_path, case):
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    config, heads, message = TAMPERED[case]
+    folder = _pattern(tmp_path, config, heads if heads is not None else "0.5\t0.25\n0.75\t1.0\n")
+    with pytest.raises(EntropyLensError, match=message) as err:
+        DuoAttentionPress(head_compression_ratio=0.5, pattern=folder)
+    assert "\n" not in str(err.value) and ("export" in str(err.value))
+
+
+@pytest.mark.parametrize("ratio", [1.5, -0.2, float("nan"), "0.5", True])
+def test_a_head_compression_ratio_outside_0_1_is_refused(tmp_path, ratio):
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    with pytest.raises(EntropyLensError, match=r"^head_compression_ratio must be") as err:
+        DuoAttentionPress(head_compression_ratio=ratio, pattern=_pattern(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("pattern", [3, "", None])
+def test_a_pattern_that_is_no_folder_is_refused_in_one_line(pattern):
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    with pytest.raises(EntropyLensError, match=r"pattern") as err:
+        DuoAttentionPress(head_compression_ratio=0.5, pattern=pattern)
+    assert "\n" not in str(err.value)
+
+
+def test_a_sound_pattern_is_read_as_written(tmp_path):
+    from entropy_lens.kvpress import DuoAttentionPress, load_pattern
+
+    folder = _pattern(tmp_path)
+    sink, recent, scores = load_pattern(folder)
+    assert (sink, recent) == (4, 16) and scores.tolist() == [[0.5, 0.25], [0.75, 1.0]]
+    assert DuoAttentionPress(head_compression_ratio=0.0, pattern=str(folder)).pattern == str(folder)
