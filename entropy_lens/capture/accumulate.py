@@ -43,6 +43,8 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.stats import sum_names
 from entropy_lens.statistics import MEAN, declared, reduction_of
 
+FORWARD = object()  # HostSums.add's default mask: the forward's own (begin_forward's)
+
 
 def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
     """(t, None) for a host tensor; for a CUDA tensor (a pinned copy being made, the event after it):
@@ -101,9 +103,13 @@ class HostSums:
         """Forget the forward's mask (the recorder's exit): nothing of the model is kept alive."""
         self._mask = (None, None)
 
-    def add(self, layer: int, stats: Mapping[str, torch.Tensor], key_offset: int) -> None:
+    def add(
+        self, layer: int, stats: Mapping[str, torch.Tensor], key_offset: int, *, mask=FORWARD, counts=None
+    ) -> None:
         """{statistic: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1: queued,
-        the copies to the host started; summed later (see the module docstring)."""
+        the copies to the host started; summed later (see the module docstring). `mask`: the 2-D mask
+        that places the rows (default: the forward's, from `begin_forward`; None: none); `counts`:
+        whether this report counts its rows (default: the forward's first reporting layer does)."""
         heads = {t.shape[1] for t in stats.values()}
         if heads != {self.n_heads} or not 0 <= layer < self.n_layers:
             raise EntropyLensError(
@@ -111,18 +117,23 @@ class HostSums:
                 f"declares {self.n_layers} layers of {self.n_heads} heads: layer-dependent head counts or "
                 "layer indices are not supported; please report the architecture"
             )
-        if self._count_layer is None:
-            self._count_layer = layer
+        if counts is None:
+            if self._count_layer is None:
+                self._count_layer = layer
+            counts = layer == self._count_layer
         self._forward_layers.append(layer)
         copies = {name: self._to_host(t) for name, t in stats.items()}
         self.stats += [name for name in stats if name not in self.stats]
-        mask, mask_event = self._mask
+        if mask is FORWARD:
+            mask, mask_event = self._mask
+        else:
+            mask, mask_event = (None, None) if mask is None else self._to_host(mask.detach().bool())
         n = key_offset + next(iter(stats.values())).shape[-1]
         if mask is not None and self._whole_sequence:
             mask = mask[:, :n]  # the keys of these rows: their positions are cumsum(mask[:, :n]) − 1
         events = [e for _, e in copies.values() if e is not None] + ([mask_event] if mask_event else [])
         host = {name: t for name, (t, _) in copies.items()}
-        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events))
+        self._pending.append((layer, host, key_offset, mask, counts, events))
         self._read = None
 
     def _fold(self, wait: bool, into: dict[str, torch.Tensor] | None = None) -> None:

@@ -65,6 +65,9 @@ class Session:
                 () for none; query_window: None, or the last W real query rows alone count for them.
     on_key_stats: None, or a callback (layer_idx, {key statistic: (B, Hq, S) fp32}) with them
                 (capture/received.py).
+    on_key_state: None, or a callback (layer_idx, the column state {"sum", "max", "count": (B, Hq, S)
+                fp32}, key offset S − T) before any statistic is read: what a decode step adds to the
+                keys of the sequence it continues (the recorder's; beside or instead of on_key_stats).
     own_attention: the model's own attention implementation the session replaced ("eager", "sdpa", ...;
                 None for layers routed by capture/own_attention.py): a call that asks for the attention
                 weights (`output_attentions`) of an eager model gets eager's, as without the session.
@@ -82,6 +85,7 @@ class Session:
     key_stats: tuple[str, ...] = ()  # statistics.KEY_STATISTICS, parsed (statistics.parse_key_stats)
     query_window: int | None = None  # kernels.received.validate_query_window's
     on_key_stats: Callable[[int, dict], None] | None = None
+    on_key_state: Callable[[int, dict, int], None] | None = None
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO  # capture/fused.py
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names

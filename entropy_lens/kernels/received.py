@@ -54,10 +54,11 @@ from entropy_lens.kernels.contract import check_score_range, validate_block, val
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import received_native, stream_native
 from entropy_lens.kernels.plan import statistics_kernel
-from entropy_lens.kernels.received_reference import received_reference
+from entropy_lens.kernels.received_reference import received_reference, reference_state
 from entropy_lens.kernels.received_torch import KEY_STATE, received_torch
 from entropy_lens.kernels.stats import log_sum_exp
 from entropy_lens.kernels.torch_chunked import stream_torch
+from entropy_lens.settings import check_argument
 from entropy_lens.statistics import KEY_STATISTICS, RECEIVED, check_registered, parse_key_stats
 
 _READS: dict[str, Callable[[Mapping[str, torch.Tensor]], torch.Tensor]] = {}
@@ -98,15 +99,13 @@ KEY_READS = check_registered(_READS, "kernels/received.py reads", KEY_STATISTICS
 
 
 def validate_query_window(query_window) -> int | None:
-    """The query window as an int >= 1, or None; ValueError naming the fix otherwise."""
+    """The query window as an int >= 1, or None: the one rule for integers (settings.check_argument, as
+    recent_keys: a numpy integer taken, True or 2.5 refused); EntropyLensError (a ValueError) naming the
+    fix otherwise."""
     if query_window is None:
         return None
-    if isinstance(query_window, bool) or not isinstance(query_window, int) or query_window < 1:
-        raise ValueError(
-            f"query_window must be None (every real query row) or a number of rows >= 1 (SnapKV's "
-            f"observation window, e.g. 32); got {query_window!r}"
-        )
-    return query_window
+    check_argument("query_window", query_window, int, {"at_least": 1}, example=32)
+    return int(query_window)
 
 
 def validate_rows(rows, B: int, T: int) -> torch.Tensor | None:
@@ -265,7 +264,7 @@ def received_state(
 ) -> dict[str, torch.Tensor]:
     """The column pass's state {"sum", "max", "count": (B, Hq, S) float32} (KEY_STATE) from the rows'
     `lse`, before any statistic is read (`read_received`): what passes over disjoint query rows combine.
-    Arguments as `received_from_lse`'s; the reference backend has no state (it materialises): refused.
+    Arguments as `received_from_lse`'s; the reference builds it from its materialised probabilities.
 
     Args:
         q: (B, Hq, T, D) queries after RoPE, any float dtype.
@@ -274,7 +273,7 @@ def received_state(
         softmax_scale: (Hq,) float32, the validated scale of the forward.
         mods: the validated ScoreMods of the forward that gave lse.
         rows: None, or (B|1, T) bool: the query rows that count (`counted_rows`).
-        backend: "auto" or one of kernels.BACKENDS but "reference".
+        backend: "auto" or one of kernels.BACKENDS.
         block_q: the column pass's tile, query rows (torch_chunked, native); None: the default.
         block_k: the column pass's tile, keys; None: the default.
 
@@ -282,14 +281,14 @@ def received_state(
         dict: {"sum", "max", "count"}, each (B, Hq, S) float32.
 
     Raises:
-        ValueError: lse not (B, Hq, T) or holding NaN/−inf, rows not (B|1, T) bool, a block size that is
-            not a positive integer, or the reference backend.
+        ValueError: lse not (B, Hq, T) or holding NaN/−inf, rows not (B|1, T) bool, or a block size that
+            is not a positive integer.
     """
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     kernel, kernel_mods = statistics_kernel(parse_backend(backend), q, k, mods, one_pass=True)
-    if kernel == Backend.REFERENCE:
-        raise ValueError("the reference materialises the probabilities and keeps no column state")
     B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
+    if kernel == Backend.REFERENCE:  # from the materialised probabilities; lse unused
+        return reference_state(q, k, softmax_scale, mods, validate_rows(rows, B, T))
     if lse is None or tuple(lse.shape) != (B, Hq, T):
         got = None if lse is None else tuple(lse.shape)
         raise ValueError(f"lse must be (B, Hq, T) = {(B, Hq, T)}, one per query row; got {got}")
