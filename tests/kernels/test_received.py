@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from kernel_cases import RUNNABLE, device, make_inputs, make_sinks, make_slopes, mask_kinds, on_device
@@ -235,8 +236,13 @@ def test_the_contract_is_the_row_kernels_and_refuses_in_one_line():
     with pytest.raises(TypeError):
         attention_received(q, k, softmax_scale=0.3, sofcap=2.0)
     for bad in (0, -1, 2.5, True, "8"):
-        with pytest.raises(ValueError, match="query_window must be None"):
+        with pytest.raises(ValueError, match="query_window must be (a whole number|at least 1)"):
             attention_received(q, k, softmax_scale=0.3, query_window=bad)
+    # one rule for integers (issue 65): a numpy integer is a window, as recent_keys takes it
+    assert torch.equal(
+        attention_received(q, k, softmax_scale=0.3, query_window=np.int64(3))["received"],
+        attention_received(q, k, softmax_scale=0.3, query_window=3)["received"],
+    )
     with pytest.raises(ValueError, match="window must be None or a positive"):
         attention_received(q, k, softmax_scale=0.3, window=0)
     with pytest.raises(ValueError, match="sinks must have shape"):
