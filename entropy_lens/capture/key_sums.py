@@ -18,7 +18,7 @@ finishes them for good.
 
 A forward with cached keys that do not line up with the live sequences (another batch size, a cache
 that drops keys: a sliding-window or static cache) is refused in one line: its keys are not the
-sequence's, and averaging it in as another sample was the wrong number of issue 65.
+sequence's, and counting its rows as another sample would misstate every key's mean.
 """
 
 from __future__ import annotations
