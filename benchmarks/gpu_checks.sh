@@ -8,6 +8,11 @@
 #     short    the issue-4 benchmark at 4K..32K (plain, scan, scan_fused, eager, kernel; the kernel rows
 #              time attention_received too)                                            -> scan_gpu.json
 #     long     the same at 64K and 128K, merged into scan_gpu.json (--append)
+#     overhead the scan's time beyond the plain forward at 4K and 16K: blocking calls and launches per
+#              sample (scan_overhead_gpu.py)                                           -> scan_overhead_gpu.json
+#     sweep    the fused and entropy-only kernels config by config against sdpa at 4K, 16K, 32K
+#              (fused_sweep_gpu.py; BASELINE=FILE times an earlier copy of triton_entropy.py too)
+#                                                                                      -> fused_sweep_gpu.json
 #     context  --context-parallel on every GPU (2 or more; skipped with one): SmolLM2 at 128K (CONTEXT_LEN),
 #              1 GPU against all, time and each rank's peak GPU memory beside the model -> context_parallel_gpu.json
 #     train    the monitor's gradient and route tests on CUDA (-m "gpu or not gpu"), the CUDA training
@@ -25,7 +30,7 @@ mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 "$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" || exit 1
 stages=("$@")
-[ $# -gt 0 ] || stages=(tests received static short long context train)
+[ $# -gt 0 ] || stages=(tests received static short long overhead sweep context train)
 status=0
 for s in "${stages[@]}"; do
   case $s in
@@ -40,6 +45,10 @@ for s in "${stages[@]}"; do
     static) "$PY" benchmarks/kernel_static.py --out "$OUT_DIR/kernel_static.json" || status=1 ;;
     short) "$PY" benchmarks/scan_gpu.py --lengths 4096 8192 16384 32768 --out "$OUT_DIR/scan_gpu.json" || status=1 ;;
     long) "$PY" benchmarks/scan_gpu.py --lengths 65536 131072 --out "$OUT_DIR/scan_gpu.json" --append || status=1 ;;
+    overhead) "$PY" benchmarks/scan_overhead_gpu.py --out "$OUT_DIR/scan_overhead_gpu.json" || status=1 ;;
+    sweep)
+      "$PY" benchmarks/fused_sweep_gpu.py ${BASELINE:+--baseline "$BASELINE"} --out "$OUT_DIR/fused_sweep_gpu.json" \
+        || status=1 ;;
     context)
       gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())")
       if [ "$gpus" -lt 2 ]; then
@@ -55,7 +64,8 @@ for s in "${stages[@]}"; do
       # shellcheck disable=SC2086  # TRAIN_SIZES is a list of MODEL:LEN words
       "$PY" benchmarks/train_cpu.py --device cuda --sizes ${TRAIN_SIZES:-smollm2:2048 smollm2:4096 llama4:1024} \
         --out "$OUT_DIR/train_gpu.json" || status=1 ;;
-    *) echo "unknown stage '$s': choose from tests received static short long context train" >&2; exit 2 ;;
+    *) echo "unknown stage '$s': choose from tests received static short long overhead sweep context train" >&2
+       exit 2 ;;
   esac
 done
 exit $status

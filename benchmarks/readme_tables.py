@@ -104,6 +104,55 @@ def scan_gpu_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+def fused_sweep_gpu_table(record: dict) -> str:
+    """fused_sweep_gpu.json: per length sdpa's forward and, for the fused and the entropy-only kernel, the
+    fastest config, the autotuner's pick and the baseline kernel's against it (ms, × sdpa, TFLOP/s)."""
+    shape = record["shape"]
+    about = (
+        f"{record['gpu']}, torch {record['machine']['torch']}; {shape['heads']} query heads over "
+        f"{shape['kv_heads']} KV heads, head size {shape['head_dim']}, {record['dtype']}, causal, batch 1"
+    )
+    header = (
+        "| len | kernel | fastest config (M, N, warps, stages) | ms | × sdpa | TFLOP/s | autotuned × sdpa |"
+    )
+    rows = [about, "", header + " baseline × sdpa |", "|---|---|---|---|---|---|---|---|"]
+    timed = [r for r in record["rows"] if "s" in r]
+    for length in sorted({r["len"] for r in timed}):
+        sdpa = next(r for r in timed if r["len"] == length and r["kind"] == "sdpa")
+        rows.append(f"| {length} | sdpa | | {sdpa['s'] * 1e3:.3f} | 1.00 | {sdpa['tflops']:.0f} | | |")
+        for kind in ("fused", "entropy"):
+            configs = [r for r in timed if r["len"] == length and r["kind"] == kind]
+            if not configs:
+                continue
+            best = min(configs, key=lambda r: r["s"])
+            other = {r["kind"]: f"{r['x_sdpa']:.2f}" for r in timed if r["len"] == length}
+            rows.append(
+                f"| {length} | {kind} | {', '.join(map(str, best['config']))} | {best['s'] * 1e3:.3f} | "
+                f"{best['x_sdpa']:.2f} | {best['tflops']:.0f} | {other.get(kind + ' autotuned', '')} | "
+                f"{other.get(kind + ' baseline', '')} |"
+            )
+    return "\n".join(rows)
+
+
+def scan_overhead_gpu_table(record: dict) -> str:
+    """scan_overhead_gpu.json: each mode's median against plain's, the calls that block the host and the
+    kernel launches of one profiled sample."""
+    rows = [
+        f"{record['gpu']}, torch {record['machine']['torch']}",
+        "",
+        "| len | mode | s | × plain | blocking calls | launches |",
+        "|---|---|---|---|---|---|",
+    ]
+    plain = {r["len"]: r["median_s"] for r in record["rows"] if r["mode"] == "plain"}
+    for r in record["rows"]:
+        blocking = ", ".join(f"{name} {n}" for name, n in r.get("blocking", {}).items())
+        rows.append(
+            f"| {r['len']} | {r['mode']} | {r['median_s']:.4f} | {r['median_s'] / plain[r['len']]:.2f} | "
+            f"{blocking} | {r.get('launches', '')} |"
+        )
+    return "\n".join(rows)
+
+
 def fold_table(record: dict) -> str:
     rows = ["| len | pass | block | per-tile step | s | × sdpa |", "|---|---|---|---|---|---|"]
     sdpa = {r["len"]: r["s"] for r in record["rows"] if r["variant"] == "sdpa"}
@@ -422,6 +471,8 @@ TABLES = {
     "extras_cpu": extras_table,
     "scan_cpu": scan_table,
     "scan_gpu": scan_gpu_table,
+    "fused_sweep_gpu": fused_sweep_gpu_table,
+    "scan_overhead_gpu": scan_overhead_gpu_table,
     "fold_cpu": fold_table,
     "view_size": view_table,
     "context_parallel_cpu": context_parallel_table,

@@ -21,3 +21,14 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message (for quoting a library's error in ours)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def index_ranges(layers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5': indices (layers, heads) as a message names them."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)

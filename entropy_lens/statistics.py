@@ -301,14 +301,15 @@ def check_registered(table: dict, what: str, declared: dict | None = None) -> di
 ALL = "all"  # --stats all: every declared statistic
 
 
-def did_you_mean(names) -> str:
-    """ " (did you mean max_prob?)": for each of `names`, the declared statistics it begins (at least three
-    letters, any case) or else the closest one (difflib), or "" where none is close: the hint a refusal
-    of an unknown name carries."""
+def did_you_mean(names, declared=None) -> str:
+    """ " (did you mean max_prob?)": for each of `names`, the declared statistics (`declared`, default
+    STATISTICS) it begins (at least three letters, any case) or else the closest one (difflib), or ""
+    where none is close: the hint a refusal of an unknown name carries."""
+    declared = list(STATISTICS if declared is None else declared)
     close: dict[str, None] = {}
     for name in (str(n).lower() for n in names):
-        begun = [known for known in STATISTICS if len(name) >= 3 and known.startswith(name)]
-        close |= dict.fromkeys(begun or difflib.get_close_matches(name, list(STATISTICS), n=1, cutoff=0.6))
+        begun = [known for known in declared if len(name) >= 3 and known.startswith(name)]
+        close |= dict.fromkeys(begun or difflib.get_close_matches(name, declared, n=1, cutoff=0.6))
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
@@ -349,6 +350,12 @@ def split_stats(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
         return tuple(STATISTICS), tuple(KEY_STATISTICS)
     if ALL in names:
         parse_stats(names)  # its refusal of `all` beside other names
+    unknown = [name for name in names if name not in STATISTICS and name not in KEY_STATISTICS]
+    if unknown:  # either axis's name: the hint and the choices name both
+        raise ValueError(
+            f"unknown statistic {unknown!r}{did_you_mean(unknown, [*STATISTICS, *KEY_STATISTICS])}; choose "
+            f"{ALL}, row statistics from {', '.join(STATISTICS)}, or key statistics from {', '.join(KEY_STATISTICS)}"
+        )
     keys = tuple(name for name in names if name in KEY_STATISTICS)
     rows = tuple(name for name in names if name not in KEY_STATISTICS)
     return (parse_stats(rows) if rows or not keys else DEFAULT_STATS), keys
@@ -362,16 +369,21 @@ def parse_key_stats(stats) -> tuple[str, ...]:
     if names == (ALL,):
         return tuple(KEY_STATISTICS)
     rows = [name for name in names if name in STATISTICS]
-    unknown = [name for name in names if name not in KEY_STATISTICS and name not in STATISTICS]
-    if rows or unknown or not names or ALL in names:
+    unknown = [
+        name for name in names if name not in KEY_STATISTICS and name not in STATISTICS and name != ALL
+    ]
+    if ALL in names and not rows and not unknown:
+        raise ValueError(
+            f"`{ALL}` cannot be combined with other key statistics (got {','.join(map(str, names))}); write "
+            f"{ALL} alone for every one, or the names without it"
+        )
+    if rows or unknown or not names:
         what = (
             f"{', '.join(rows)}: a row statistic (use entropy_lens.attention_stats)"
             if rows
-            else f"unknown key statistic {unknown!r}"
+            else f"unknown key statistic {unknown!r}{did_you_mean(unknown, KEY_STATISTICS)}"
             if unknown
             else "no key statistic"
-            if not names
-            else f"`{ALL}` beside other names"
         )
         raise ValueError(f"{what}; choose key statistics from {ALL} or {', '.join(KEY_STATISTICS)}")
     return names

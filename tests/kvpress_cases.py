@@ -9,11 +9,14 @@ starts; elsewhere every case skips.
   and key head) with our press on sdpa as with kvpress's press on eager, on a tiny Llama and on the
   bundled SmolLM2 (1,024 tokens); and our press completes the pipeline on sdpa, where kvpress's own
   press stops at its assertion (2,048 tokens, compression 0.75).
+- padding: each sequence of a right- or left-padded batch scores as it does alone (sdpa and eager); kvpress's
+  own press does not on a right-padded one (the guide says so).
 - the guide (docs/guides/kvpress.md): its Python blocks run as written, at a test's length.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -109,6 +112,72 @@ def test_scores_on_sdpa_equal_kvpress_on_eager():
         h.remove()
     for mine, theirs in zip(ours, eager, strict=True):
         assert_scores_close(mine, theirs)
+
+
+def layer_scores(model, ids, mask=None, press=None) -> list[torch.Tensor]:
+    """Each layer's scores of `press` (ours by default) from one prefill of `ids` with the 2-D `mask`
+    (positions as generate places them: cumsum(mask) − 1, so a left-padded row's tokens start at 0)."""
+    press, found = press or ObservedAttentionPress(0.5), []
+
+    def hook(module, args, kwargs, output):
+        cache = kwargs["past_key_values"].layers[module.layer_idx]
+        inputs = (module, kwargs["hidden_states"], cache.keys, cache.values, output[1], kwargs)
+        found.append(press.score(*inputs))
+
+    positions = None if mask is None else (mask.long().cumsum(-1) - 1).clamp_min(0)
+    hooks = [layer.self_attn.register_forward_hook(hook, with_kwargs=True) for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            model.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=DynamicCache()
+            )
+    finally:
+        for h in hooks:
+            h.remove()
+    return found
+
+
+def padded_pair(side: str, long: int = 48, short: int = 30):
+    """(ids (2, long), mask (2, long), the short sequence alone (1, short), its keys' slice in the batch)."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 300, (2, long), generator=g)
+    alone = ids[1:, :short].clone()
+    mask = torch.ones(2, long, dtype=torch.long)
+    real = slice(0, short) if side == "right" else slice(long - short, long)
+    ids[1] = 0
+    ids[1, real] = alone[0]
+    mask[1] = 0
+    mask[1, real] = 1
+    return ids, mask, alone, real
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_a_padded_sequence_scores_as_it_does_alone(side, implementation):
+    """Issue 65, item 1: a right-padded sequence's scores divided by S − j (the batch's length, not its
+    own) were up to 99.6% off on SmolLM2; each key's divisor is now the real rows at or after it. Held
+    to the sequence run alone, never to kvpress (whose own press is wrong here too: the next test)."""
+    model = with_attention(tiny_model("llama"), implementation)
+    ids, mask, alone, real = padded_pair(side)
+    batch = layer_scores(model, ids, mask)
+    single = layer_scores(model, alone)
+    for padded, own in zip(batch, single, strict=True):
+        assert_scores_close(padded[1:, :, real], own)
+        assert torch.equal(padded[1:, :, mask[1] == 0], torch.zeros_like(padded[1:, :, mask[1] == 0]))
+        assert own.std() > 0.1 * own.mean()  # far from uniform: a real comparison
+
+
+def test_kvpress_own_press_is_wrong_on_a_right_padded_batch():
+    """What docs/guides/kvpress.md says: kvpress's eager press sums the padded rows' weights and divides
+    by S − j, so a right-padded sequence's scores are not its own (the lens press's are: above)."""
+    model = with_attention(tiny_model("llama"), "eager")
+    ids, mask, alone, real = padded_pair("right")
+    theirs = layer_scores(model, ids, mask, KVPressObserved(0.5))
+    single = layer_scores(model, alone, press=KVPressObserved(0.5))
+    worst = max(
+        ((a[1:, :, real] - b).abs() / b.abs()).max().item() for a, b in zip(theirs, single, strict=True)
+    )
+    assert worst > 0.2
 
 
 def kept_positions(compressed: DynamicCache, full: DynamicCache) -> list[torch.Tensor]:
@@ -245,3 +314,77 @@ def test_duo_attention_press_reads_the_lens_pattern(tmp_path):
     streaming[np.argsort(distant, axis=None)[: round(distant.size * 0.5)]] = True
     assert press.streaming_mask.cpu().numpy().tolist() == streaming.reshape(layers, kv).tolist()
     assert (press.sink_size, press.recent_size) == (4, 16) and isinstance(answer, str)
+
+
+def _pattern(tmp_path, config=None, heads="0.5\t0.25\n0.75\t1.0\n", name="p"):
+    folder = tmp_path / name
+    folder.mkdir()
+    text = config if isinstance(config, str) else json.dumps(config or {"sink_size": 4, "recent_size": 16})
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    (folder / "full_attention_heads.tsv").write_bytes(heads if isinstance(heads, bytes) else heads.encode())
+    return folder
+
+
+TAMPERED = {  # issue 65, items 6 and 7: each accepted (or a traceback) on main
+    "recent 0": ({"sink_size": 4, "recent_size": 0}, None, r"recent_size must be at least 1"),
+    "sink -3": ({"sink_size": -3, "recent_size": 16}, None, r"sink_size must be at least 0"),
+    "sink 1e30": ({"sink_size": 1e30, "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "sink huge": (
+        {"sink_size": 10**30, "recent_size": 16},
+        None,
+        r"sink_size must be at least 0 and at most",
+    ),
+    "sink 1.9": ({"sink_size": 1.9, "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "sink '4'": ({"sink_size": "4", "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "sink true": ({"sink_size": True, "recent_size": 16}, None, r"sink_size must be a whole number"),
+    "no recent": ({"sink_size": 4}, None, r"needs sink_size and recent_size"),
+    "bad json": ("{not json", None, r"config.json is not readable JSON"),
+    "nan score": (None, "nan\t0.5\n0.5\t0.5\n", r"needs head scores in \[0, 1\] \(layer 0 holds nan\)"),
+    "inf score": (None, "0.5\t0.5\ninf\t0.5\n", r"needs head scores in \[0, 1\] \(layer 1 holds inf\)"),
+    "1e308 score": (None, "1e308\t0.5\n0.5\t0.5\n", r"needs head scores in \[0, 1\]"),
+    "-5 score": (None, "0.5\t-5\n0.5\t0.5\n", r"needs head scores in \[0, 1\]"),
+    "text score": (None, "0.5\tretrieval\n", r"is not a table of numbers"),
+    "binary": (None, b"\xff\xfe\x00\x81\tx\n", r"is not a table of numbers"),
+    "empty": (None, "", r"needs head scores in \[0, 1\] \(it is empty\)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_tampered_pattern_is_refused_in_one_line_when_the_press_is_made(tmp_path, case):
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    config, heads, message = TAMPERED[case]
+    folder = _pattern(tmp_path, config, heads if heads is not None else "0.5\t0.25\n0.75\t1.0\n")
+    with pytest.raises(EntropyLensError, match=message) as err:
+        DuoAttentionPress(head_compression_ratio=0.5, pattern=folder)
+    assert "\n" not in str(err.value) and ("export" in str(err.value))
+
+
+@pytest.mark.parametrize("ratio", [1.5, -0.2, float("nan"), "0.5", True])
+def test_a_head_compression_ratio_outside_0_1_is_refused(tmp_path, ratio):
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    with pytest.raises(EntropyLensError, match=r"^head_compression_ratio must be") as err:
+        DuoAttentionPress(head_compression_ratio=ratio, pattern=_pattern(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("pattern", [3, "", None])
+def test_a_pattern_that_is_no_folder_is_refused_in_one_line(pattern):
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    with pytest.raises(EntropyLensError, match=r"pattern") as err:
+        DuoAttentionPress(head_compression_ratio=0.5, pattern=pattern)
+    assert "\n" not in str(err.value)
+
+
+def test_a_sound_pattern_is_read_as_written(tmp_path):
+    from entropy_lens.kvpress import DuoAttentionPress, load_pattern
+
+    folder = _pattern(tmp_path)
+    sink, recent, scores = load_pattern(folder)
+    assert (sink, recent) == (4, 16) and scores.tolist() == [[0.5, 0.25], [0.75, 1.0]]
+    assert DuoAttentionPress(head_compression_ratio=0.0, pattern=str(folder)).pattern == str(folder)

@@ -40,8 +40,11 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.contract import SAFE_SCORE
 from entropy_lens.kernels.stats import sum_names
 from entropy_lens.statistics import MEAN, declared, reduction_of
+
+FORWARD = object()  # HostSums.add's default mask: the forward's own (begin_forward's)
 
 
 def copy_to_host(t: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -109,15 +112,19 @@ class HostSums:
         stats: Mapping[str, torch.Tensor],
         key_offset: int,
         *,
+        mask=FORWARD,
+        counts=None,
         inputs_finite: torch.Tensor | None = None,
     ) -> None:
         """{statistic: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1: queued,
-        the copies to the host started; summed later (see the module docstring). `inputs_finite`: the
-        layer's check of its query, key and value, (3,) bool on its device (capture/call.py's
-        `check_finite_inputs` on a GPU), read with the statistics: a report whose inputs were not finite is
-        refused (EntropyLensError naming the layer) before anything of it, or of a report after it, is
-        summed, whenever it is folded (the reports before it, which landed first, are summed as they land:
-        a caller that gets the error drops the batch)."""
+        the copies to the host started; summed later (see the module docstring). `mask`: the 2-D mask
+        that places the rows (default: the forward's, from `begin_forward`; None: none); `counts`:
+        whether this report counts its rows (default: the forward's first reporting layer does).
+        `inputs_finite`: the layer's check of its query, key and value, (3,) bool on its device
+        (capture/call.py's `check_finite_inputs` on a GPU), read with the statistics: a report whose inputs
+        were not finite is refused (EntropyLensError naming the layer) before anything of it, or of a
+        report after it, is summed, whenever it is folded (the reports before it, which landed first, are
+        summed as they land: a caller that gets the error drops the batch)."""
         heads = {t.shape[1] for t in stats.values()}
         if heads != {self.n_heads} or not 0 <= layer < self.n_layers:
             raise EntropyLensError(
@@ -125,13 +132,18 @@ class HostSums:
                 f"declares {self.n_layers} layers of {self.n_heads} heads: layer-dependent head counts or "
                 "layer indices are not supported; please report the architecture"
             )
-        if self._count_layer is None:
-            self._count_layer = layer
+        if counts is None:
+            if self._count_layer is None:
+                self._count_layer = layer
+            counts = layer == self._count_layer
         self._forward_layers.append(layer)
         copies = {name: self._to_host(t) for name, t in stats.items()}
         finite = (None, None) if inputs_finite is None else self._to_host(inputs_finite)
         self.stats += [name for name in stats if name not in self.stats]
-        mask, mask_event = self._mask
+        if mask is FORWARD:
+            mask, mask_event = self._mask
+        else:
+            mask, mask_event = (None, None) if mask is None else self._to_host(mask.detach().bool())
         n = key_offset + next(iter(stats.values())).shape[-1]
         if mask is not None and self._whole_sequence:
             mask = mask[:, :n]  # the keys of these rows: their positions are cumsum(mask[:, :n]) − 1
@@ -139,7 +151,7 @@ class HostSums:
             [mask_event] if mask_event else []
         )
         host = {name: t for name, (t, _) in copies.items()}
-        self._pending.append((layer, host, key_offset, mask, layer == self._count_layer, events, finite[0]))
+        self._pending.append((layer, host, key_offset, mask, counts, events, finite[0]))
         self._read = None
 
     def _fold(self, wait: bool, into: dict[str, torch.Tensor] | None = None) -> None:
@@ -173,6 +185,16 @@ class HostSums:
                     _rows_into(sums[name + "_sq"][layer], wide, MEAN, key_offset, rows, squared=True)
             if counts:
                 _count_rows(sums["count"], B, T, key_offset, rows)
+
+    def check_inputs(self) -> None:
+        """EntropyLensError naming the layer where a report not yet summed held NaN or inf in its inputs
+        (`add`'s inputs_finite), waiting for those checks' copies: what reads other statistics of the same
+        forwards (the recorder's key statistics) asks this first."""
+        for layer, _, _, _, _, events, finite in self._pending:
+            if finite is not None:
+                for e in events:
+                    e.synchronize()
+                _check_inputs(layer, finite)
 
     def _widened(self, values: torch.Tensor) -> torch.Tensor:
         """`values` in float64, in a buffer kept for the next report: a fresh multi-megabyte host tensor per
@@ -268,15 +290,23 @@ def _rows_into(total, values, reduction, key_offset: int, rows, *, squared: bool
 
 
 def _check_inputs(layer: int, finite: torch.Tensor | None) -> None:
-    """EntropyLensError naming the layer and its tensors that `add`'s inputs_finite (query, key, value)
-    says held NaN or inf; their statistics are undefined. The pending reports are left as they are: a
-    recorder that refused a forward is not read again."""
+    """EntropyLensError naming the layer and its tensors that `add`'s inputs_finite (query, key, value
+    finite; the scores' bound within float32's range) says held NaN or inf, or whose scores may leave
+    float32's range; their statistics are undefined. The report stays pending: a recorder that refused a
+    forward refuses every later read."""
     if finite is None or bool(finite.all()):
         return
-    names = [name for name, ok in zip(("query", "key", "value"), finite.tolist(), strict=True) if not ok]
+    ok = finite.tolist()
+    names = [name for name, fine in zip(("query", "key", "value"), ok, strict=False) if not fine]
+    if names:
+        raise EntropyLensError(
+            f"layer {layer}'s {' and '.join(names)} held NaN or inf: the model produced NaN or inf before "
+            "attention: check its weights, and run in float32 (--dtype float32) if bfloat16/float16 overflowed"
+        )
     raise EntropyLensError(
-        f"layer {layer}'s {' and '.join(names)} held NaN or inf: the model produced NaN or inf before "
-        "attention: check its weights, and run in float32 (--dtype float32) if bfloat16/float16 overflowed"
+        f"layer {layer}'s scores λ·q·k may leave float32's range (max|λ|·D·max|q|·max|k| above "
+        f"{SAFE_SCORE:.3g}), in which the kernels compute them: scale q and k down, or capture with "
+        "backend='reference' (float64)"
     )
 
 

@@ -29,6 +29,7 @@ For every attention layer the function takes three steps:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -55,7 +56,7 @@ from entropy_lens.capture.paths import (
 )
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_probabilities
-from entropy_lens.kernels.contract import autocast_dtype, validate_mask, validate_scale
+from entropy_lens.kernels.contract import autocast_dtype, score_range_checked, validate_mask, validate_scale
 
 ATTN_NAME = "entropy_lens"
 
@@ -129,8 +130,10 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
         record(call, SDPA_ALIBI if alibi else EAGER)
     else:
         inputs = layer_inputs(call)
-        ran = run_path(call, inputs)
-        record(call, ran.route.path, ran.route, inputs, ran.rows, inputs_finite=inputs_finite)
+        # the scores' range, where inputs_finite holds it, is read with the statistics, not by the kernels
+        with contextlib.nullcontext() if inputs_finite is None else score_range_checked():
+            ran = run_path(call, inputs)
+            record(call, ran.route.path, ran.route, inputs, ran.rows, inputs_finite=inputs_finite)
         out = ran.returned
     session = call.session
     if session is not None and session.on_rows is not None:

@@ -21,7 +21,15 @@ from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Flags, Fused, Stats, require
 from entropy_lens.kernels import ScoreMods
-from entropy_lens.kernels.contract import check_finite, first_real_key, validate_mask, validate_window
+from entropy_lens.kernels.contract import (
+    SAFE_SCORE,
+    check_finite,
+    first_real_key,
+    score_bound,
+    validate_mask,
+    validate_scale,
+    validate_window,
+)
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.statistics import DEFAULT_STATS
 
@@ -65,6 +73,9 @@ class Session:
                 () for none; query_window: None, or the last W real query rows alone count for them.
     on_key_stats: None, or a callback (layer_idx, {key statistic: (B, Hq, S) fp32}) with them
                 (capture/received.py).
+    on_key_state: None, or a callback (layer_idx, the column state {"sum", "max", "count": (B, Hq, S)
+                fp32}, key offset S − T) before any statistic is read: what a decode step adds to the
+                keys of the sequence it continues (the recorder's; beside or instead of on_key_stats).
     own_attention: the model's own attention implementation the session replaced ("eager", "sdpa", ...;
                 None for layers routed by capture/own_attention.py): a call that asks for the attention
                 weights (`output_attentions`) of an eager model gets eager's, as without the session.
@@ -85,6 +96,7 @@ class Session:
     key_stats: tuple[str, ...] = ()  # statistics.KEY_STATISTICS, parsed (statistics.parse_key_stats)
     query_window: int | None = None  # kernels.received.validate_query_window's
     on_key_stats: Callable[[int, dict], None] | None = None
+    on_key_state: Callable[[int, dict, int], None] | None = None
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO  # capture/fused.py
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
@@ -234,16 +246,19 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
     q, k and v (O(T·D)), beside the layer's O(T²·D) scores.
 
     On a GPU, in a session whose `on_stats` reads the check with the statistics (`stats_check_inputs`:
-    the recorder's HostSums), the check is returned unread, (3,) bool on the device (query, key, value
-    finite), and refused there, where the statistics reach the host: reading it here would stop the host
-    at every layer until the device caught up. None: checked here."""
+    the recorder's HostSums), the check is returned unread, (4,) bool on the device (query, key, value
+    finite; the scores' `contract.score_bound` within SAFE_SCORE, which the kernels then leave unread:
+    `contract.score_range_checked`), and refused there, where the statistics reach the host: reading it
+    here would stop the host at every layer until the device caught up. None: checked here."""
     tensors = (("query", call.query), ("key", call.key), ("value", call.value))
     # a float64 sum is finite exactly where every term is (no float32/16 value overflows it): one pass each
     finite = torch.isfinite(torch.stack([x.detach().sum(dtype=torch.float64) for _, x in tensors]))
     session = call.session
     deferred = session.stats_check_inputs and session.on_rows is None and session.on_nonfinite is None
     if deferred and call.query.device.type in DEFERRED_CHECK_DEVICES:
-        return finite
+        scale = validate_scale(call.query, call.key, call.softmax_scale)
+        bound = score_bound(call.query, call.key, scale, call.extras, on_device=True)
+        return torch.cat([finite, (bound <= SAFE_SCORE).view(1)])
     if bool(finite.all()):
         return None  # one host sync per layer; the place of a bad value is found only when there is one
     layer = getattr(call.module, "layer_idx", "?")

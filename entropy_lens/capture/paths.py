@@ -240,7 +240,7 @@ def record(
     else:  # check_finite_inputs left its check to on_stats
         session.on_stats(call.module.layer_idx, dict(rows), offset, inputs_finite=inputs_finite)
     if keys and wants_keys(call):
-        report_received(call, inputs, route, rows, inputs_finite=inputs_finite)
+        report_received(call, inputs, route, rows)
 
 
 def sdpa(call: LayerCall, mask=None):

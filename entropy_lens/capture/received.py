@@ -3,7 +3,8 @@ log-sum-exp the layer's own statistics pass already computed (`RowStats.lse`), s
 key statistics runs two passes over its keys, never three; a layer whose route gave no LSE (a training
 step's fused pass, the model's eager weights) has it computed by one row pass first. Only where the
 session asks for key statistics (`Session.key_stats`); each layer's {statistic: (B, Hq, S) float32}
-goes to `Session.on_key_stats`.
+goes to `Session.on_key_stats`, and the column state they are read from (sums, maxima, counts) to
+`Session.on_key_state` (the recorder's: a decode step's rows add to the keys it continues).
 
 A sharded sequence (--context-parallel, capture/context_parallel.py) keeps each chunk's column state
 (`key_state`: the sums, maxima and counts over its own query rows, keys [0, b)), adds its chunks, combines
@@ -36,7 +37,9 @@ STATE_REDUCTIONS = {"sum": MEAN, "max": MAX, "count": MEAN}  # MEAN's combine: a
 
 def wants_keys(call: LayerCall) -> bool:
     """Whether the layer records key statistics: it captures and its session asks for some."""
-    return call.capturing and bool(call.session.key_stats) and call.session.on_key_stats is not None
+    session = call.session
+    takes = session.on_key_stats is not None or session.on_key_state is not None
+    return call.capturing and bool(session.key_stats) and takes
 
 
 def _inputs(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats):
@@ -52,23 +55,25 @@ def _inputs(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats):
 
 
 @torch.no_grad()
-def report_received(
-    call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats, inputs_finite=None
-) -> None:
+def report_received(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats) -> None:
     """The layer's key statistics, handed to the session's `on_key_stats(layer_idx, {name: (B, Hq, S)})`:
     over the call's counted query rows (its real rows, or the last `query_window` of them), at the scores
-    the route's statistics were computed at (λ_h, every score modifier); with `inputs_finite=` where the
-    layer left the check of its inputs unread (capture/call.py's `check_finite_inputs`)."""
+    the route's statistics were computed at (λ_h, every score modifier)."""
     session = call.session
     query, key, lse, softmax_scale, kernel = _inputs(call, inputs, route, rows)
     counted = counted_rows(inputs.mods, query.shape[2], key.shape[2], session.query_window, query.device)
-    values = received_from_lse(
-        query, key, lse, softmax_scale, inputs.mods, rows=counted, stats=session.key_stats, backend=kernel
-    )
-    if inputs_finite is None:
-        session.on_key_stats(call.module.layer_idx, values)
-    else:
-        session.on_key_stats(call.module.layer_idx, values, inputs_finite=inputs_finite)
+    layer = call.module.layer_idx
+    if session.on_key_state is None:
+        values = received_from_lse(
+            query, key, lse, softmax_scale, inputs.mods, rows=counted, stats=session.key_stats, backend=kernel
+        )
+        session.on_key_stats(layer, values)
+        return
+    # the column state, which a decode step's rows add to the keys of the sequence they continue
+    state = received_state(query, key, lse, softmax_scale, inputs.mods, rows=counted, backend=kernel)
+    session.on_key_state(layer, state, key.shape[2] - query.shape[2])
+    if session.on_key_stats is not None:
+        session.on_key_stats(layer, read_received(state, session.key_stats))
 
 
 @torch.no_grad()
@@ -102,4 +107,8 @@ def report_sharded(session, layer: int, state: dict[str, torch.Tensor], exchange
         {name: piece[:, :, 0].view(stacked.shape)[..., i] for i, name in enumerate(names)} for piece in pieces
     ]
     if first:
-        session.on_key_stats(layer, read_received(combined(everyone), session.key_stats))
+        state = combined(everyone)
+        if session.on_key_state is not None:  # the whole sequence's keys: a forward of its own
+            session.on_key_state(layer, state, 0)
+        if session.on_key_stats is not None:
+            session.on_key_stats(layer, read_received(state, session.key_stats))

@@ -33,8 +33,9 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
+from entropy_lens.capture.key_sums import KeySums, check_key_name
 from entropy_lens.capture.own_attention import check_supported, refuse_switch, routed_attention, routes
-from entropy_lens.errors import EntropyLensError, first_line
+from entropy_lens.errors import EntropyLensError, first_line, index_ranges
 from entropy_lens.flags import Backend, Flags, Fused, Stats
 from entropy_lens.kernels.received import validate_query_window
 from entropy_lens.settings import SCALE, check_argument
@@ -184,10 +185,12 @@ class EntropyRecorder(ScaleSession):
                 "counts are not supported; please report the architecture"
             ) from None
         self._sums = HostSums(self.n_layers, self.n_heads)
-        self._key_sums = HostSums(self.n_layers, self.n_heads)  # attention received, per key position
-        # both take the unread check of a layer's inputs (Session.stats_check_inputs)
+        # the row sums take the unread check of a layer's inputs (Session.stats_check_inputs); key reads ask
+        # them first
         self.session.on_stats, self.session.stats_check_inputs = self._sums.add, True
-        self.session.on_key_stats = lambda layer, values, **kw: self._key_sums.add(layer, values, 0, **kw)
+        # attention received, per key position: a decode step continues its sequence (capture/key_sums.py)
+        self._key_sums = KeySums(self.n_layers, self.n_heads, self.session.key_stats, self._sums.check_inputs)
+        self.session.on_key_state = self._key_sums.add_state
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
 
     def _install(self, stack: contextlib.ExitStack) -> None:
@@ -241,13 +244,13 @@ class EntropyRecorder(ScaleSession):
             if not missing:  # every layer reported, some more than once (DiffLlama's two softmaxes)
                 twice = sorted({i for i in got if got.count(i) > 1})
                 raise EntropyLensError(
-                    f"{type(self.model).__name__}: layers {_ranges(twice)} ran attention more than once in "
+                    f"{type(self.model).__name__}: layers {index_ranges(twice)} ran attention more than once in "
                     "one forward, so a layer has no single attention distribution to measure; refused. "
                     "See README, Supported architectures"
                 )
             raise EntropyLensError(
-                f"{type(self.model).__name__}: layers {_ranges(missing) or '(none)'} of {self.n_layers} "
-                f"reported no attention entropy in this forward (reported: {_ranges(got) or 'none'}). "
+                f"{type(self.model).__name__}: layers {index_ranges(missing) or '(none)'} of {self.n_layers} "
+                f"reported no attention entropy in this forward (reported: {index_ranges(got) or 'none'}). "
                 "Their attention does not run through transformers' attention interface (or is not "
                 "softmax attention), so entropy_lens cannot measure it; see README, Supported architectures"
             )
@@ -297,13 +300,15 @@ class EntropyRecorder(ScaleSession):
         return self._key_sums.read()
 
     def received(self, name: str = RECEIVED.name) -> np.ndarray | None:
-        """(layers, heads, key positions) a key statistic per key position (by its true position: left
-        padding is placed as for the rows), averaged over the forwards' batch rows, or for received_max
-        the largest; NaN where no batch row had a key there; None where it was not recorded.
+        """(layers, heads, key positions) a key statistic per key position (by its true position, as the
+        rows), averaged over the sequences (a decode step continues its own), or for received_max the
+        largest; NaN where no batch row had a key there; None where it was not recorded.
 
         Args:
-            name: a key statistic of statistics.KEY_STATISTICS (or its square, "received_sq").
+            name: a key statistic of statistics.KEY_STATISTICS (or its square, "received_sq"); another
+                name is an EntropyLensError naming the close match.
         """
+        check_key_name(name)
         sums = self._key_sums.read()
         return None if name not in sums else reduction_of(name).finish(sums[name], sums["count"])
 
@@ -364,17 +369,6 @@ def _padding_start(mask, *, unpadded: bool):
 def _padding_mask(mask):
     """`mask` if it is a 2-D padding mask (B, S), else None."""
     return mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
-
-
-def _ranges(layers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    runs: list[list[int]] = []
-    for i in layers:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def _as_scales(model, scales):

@@ -112,11 +112,12 @@ class RunCache:
         config.check()  # a bad --head-scale-ckpt etc. fails here, before the cache is touched
         path = self._path("scan", config, ".npz")
         # the name hashes the cache key (head scales by content): a readable file there is that scan; a
-        # damaged one is scanned again below (scan(resume=True) says so)
-        done = self._cached(
-            f"the scan of {config.model} at {config.length}", path, ScanResult.load, say_damage=False
-        )
+        # damaged one is the cache's own file (its name, its folder), removed and scanned again (a scan's
+        # --resume keeps a file it cannot recognise; an interrupted scan's checkpoint still resumes)
+        done = self._cached(f"the scan of {config.model} at {config.length}", path, ScanResult.load)
         if done is None:
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
             if self.progress:
                 print(f"scan {config.model} len {config.length} -> {path}", flush=True)
             done = scan(config, out=path, resume=True, progress=self.progress)

@@ -79,7 +79,7 @@ from entropy_lens.flags import (
     parse_recent_keys,
     parse_stats,
 )
-from entropy_lens.kernels.contract import check_finite, validate_inputs, validate_scale
+from entropy_lens.kernels.contract import check_finite, validate_block, validate_inputs, validate_scale
 from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
 from entropy_lens.kernels.mods import ScoreMods
@@ -266,6 +266,7 @@ def attention_stats(
     # the flags parsed at this public entrance; everything below takes the parsed values
     stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
     recent_keys = parse_recent_keys(recent_keys)
+    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
@@ -353,6 +354,7 @@ def attention_with_entropy(
             statistic or backend, the message naming the fix.
     """
     validate_inputs(q, k, v)
+    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     softmax_scale = validate_scale(q, k, softmax_scale)
     if not hasattr(v, "ndim") or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
         got = tuple(getattr(v, "shape", ()))

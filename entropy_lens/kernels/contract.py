@@ -7,10 +7,14 @@ argument to fix. See `entropy_lens.kernels` for the contract itself.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+from contextvars import ContextVar
 
 import torch
+
+from entropy_lens.settings import check_argument
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
@@ -60,6 +64,80 @@ def check_finite(x, name: str, dims=POSITIONS, *, fix: str | None = None) -> Non
     fix = fix or f"pass a finite {name} (attention statistics of NaN or inf scores are undefined)"
     plural = "" if count == 1 else "s"
     raise ValueError(f"{name} holds {count} non-finite value{plural} (first at {where}); {fix}")
+
+
+def validate_block(value, name: str):
+    """A tile size as a positive int (None: the kernel's default): the one rule for integers
+    (settings.check_argument, as --first-keys); EntropyLensError (a ValueError) in one line otherwise, so a
+    block of 0 or −5 is never a silent empty loop or uninitialised memory."""
+    if value is None:
+        return None
+    check_argument(name, value, int, {"at_least": 1}, example=64)
+    return int(value)
+
+
+# float32's largest finite value over 8: a score bound below it leaves s − m, ALiBi and the bias finite
+SAFE_SCORE = torch.finfo(torch.float32).max / 8
+
+
+def score_bound(q, k, softmax_scale, mods, *, on_device: bool = False):
+    """An upper bound on |s| for every score s of q (B, Hq, T, D) and k (B, Hkv, S, D) under `mods` (a
+    ScoreMods): |λ_h q·k| <= max|λ|·D·max|q|·max|k| (which bounds every product and partial sum of the
+    dot product too), plus the largest ALiBi bias max slope·(T + S) and the largest |key bias|. One
+    pass over q and k (and the bias), no copy of them; a float, or with `on_device` a 0-d float64 tensor
+    on q's device that nothing here reads (reading it on a GPU is a synchronisation)."""
+    if q.numel() == 0 or k.numel() == 0:
+        return torch.zeros((), dtype=torch.float64, device=q.device) if on_device else 0.0
+
+    def largest(x):
+        return torch.linalg.vector_norm(x.detach(), ord=math.inf).to(torch.float64)
+
+    bound = largest(softmax_scale) * q.shape[-1] * largest(q) * largest(k)
+    if getattr(mods, "alibi_slopes", None) is not None:
+        bound = bound + largest(mods.alibi_slopes) * (q.shape[2] + k.shape[2])
+    if getattr(mods, "key_bias", None) is not None:
+        bound = bound + largest(mods.key_bias)
+    return bound if on_device else float(bound)
+
+
+_RANGE_CHECKED: ContextVar[bool] = ContextVar("entropy_lens_score_range_checked", default=False)
+
+
+@contextlib.contextmanager
+def score_range_checked():
+    """Inside the block the caller has taken `score_bound` on the device and refuses its inputs later
+    where it exceeds SAFE_SCORE (the capture on a GPU: capture/call.py's `check_finite_inputs`), so
+    `check_score_range` and torch_chunked's tile guard skip their reads of it, each a synchronisation."""
+    token = _RANGE_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _RANGE_CHECKED.reset(token)
+
+
+def range_checked_by_caller() -> bool:
+    """Whether a `score_range_checked` block is active."""
+    return _RANGE_CHECKED.get()
+
+
+def check_score_range(q, k, softmax_scale, mods, kernel) -> None:
+    """`refuse_overflow` where `score_bound` exceeds SAFE_SCORE: for the kernels that form scores in float32
+    without checking them (native, triton); nothing inside `score_range_checked`."""
+    if range_checked_by_caller():
+        return
+    bound = score_bound(q, k, softmax_scale, mods)
+    if bound > SAFE_SCORE:
+        refuse_overflow(bound, str(kernel))
+
+
+def refuse_overflow(bound: float, kernel: str) -> None:
+    """ValueError in one line: the scores may leave float32's range (`score_bound` above SAFE_SCORE), where
+    `kernel` would turn an infinite score into a finite number (a row that counts for nothing, a
+    probability of e^(s − m) with s − m NaN)."""
+    raise ValueError(
+        f"scores λ·q·k may reach {bound:.3g}, beyond float32's range ({torch.finfo(torch.float32).max:.3g}) in "
+        f"which the {kernel} kernel computes them; scale q and k down, or pass backend='reference' (float64)"
+    )
 
 
 def validate_inputs(q, k, v=None) -> None:

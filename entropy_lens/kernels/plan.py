@@ -50,6 +50,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import BACKENDS, FUSED_MODES, Backend, Fused, parse_backend, require, triton_available
+from entropy_lens.kernels.contract import check_score_range, validate_block
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import native_available, native_status, row_stats_native
@@ -279,6 +280,7 @@ def run(
     Raises:
         ValueError: values v with the reference kernel, which computes no output.
     """
+    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
     if kernel == Backend.REFERENCE:
         if v is not None:
@@ -288,6 +290,8 @@ def run(
     keys = {"first_keys": first_keys, "recent_keys": recent_keys, "with_lse": with_lse}
     if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import row_stats_triton
+
+        check_score_range(q, k, softmax_scale, mods, kernel)
 
         return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, **keys)
     kw = {"stats": stats, **keys, **blocks}

@@ -50,14 +50,15 @@ from collections.abc import Callable, Mapping
 import torch
 
 from entropy_lens.flags import Backend, parse_backend
-from entropy_lens.kernels.contract import validate_inputs, validate_scale
+from entropy_lens.kernels.contract import check_score_range, validate_block, validate_inputs, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import received_native, stream_native
 from entropy_lens.kernels.plan import statistics_kernel
-from entropy_lens.kernels.received_reference import received_reference
+from entropy_lens.kernels.received_reference import received_reference, reference_state
 from entropy_lens.kernels.received_torch import KEY_STATE, received_torch
 from entropy_lens.kernels.stats import log_sum_exp
 from entropy_lens.kernels.torch_chunked import stream_torch
+from entropy_lens.settings import check_argument
 from entropy_lens.statistics import KEY_STATISTICS, RECEIVED, check_registered, parse_key_stats
 
 _READS: dict[str, Callable[[Mapping[str, torch.Tensor]], torch.Tensor]] = {}
@@ -98,15 +99,42 @@ KEY_READS = check_registered(_READS, "kernels/received.py reads", KEY_STATISTICS
 
 
 def validate_query_window(query_window) -> int | None:
-    """The query window as an int >= 1, or None; ValueError naming the fix otherwise."""
+    """The query window as an int >= 1, or None: the one rule for integers (settings.check_argument, as
+    recent_keys: a numpy integer taken, True or 2.5 refused); EntropyLensError (a ValueError) naming the
+    fix otherwise."""
     if query_window is None:
         return None
-    if isinstance(query_window, bool) or not isinstance(query_window, int) or query_window < 1:
+    check_argument("query_window", query_window, int, {"at_least": 1}, example=32)
+    return int(query_window)
+
+
+def validate_rows(rows, B: int, T: int) -> torch.Tensor | None:
+    """`rows` as a (B|1, T) bool tensor (the counted rows), or None; ValueError in one line otherwise."""
+    if rows is None:
+        return None
+    if not isinstance(rows, torch.Tensor) or rows.dtype != torch.bool or rows.ndim != 2:
+        got = f"{tuple(rows.shape)} {rows.dtype}" if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(f"rows must be a (B|1, T) bool tensor, True where a row counts; got {got}")
+    if rows.shape[0] not in (1, B) or rows.shape[1] != T:
         raise ValueError(
-            f"query_window must be None (every real query row) or a number of rows >= 1 (SnapKV's "
-            f"observation window, e.g. 32); got {query_window!r}"
+            f"rows must be (B|1, T) = ({B}|1, {T}), one flag per query row; got {tuple(rows.shape)} "
+            "(counted_rows(mods, T, S) makes it)"
         )
-    return query_window
+    return rows
+
+
+def check_lse(lse: torch.Tensor) -> None:
+    """ValueError in one line where a row's log-sum-exp is NaN or −∞ (no row's m + ln l is: +∞ marks a row
+    that counts for nothing), so no backend reads it as a row that gives nothing or as NaN alone."""
+    bad = torch.isnan(lse) | (lse == -torch.inf)
+    if bool(bad.any()):
+        where = ", ".join(
+            f"{d} {int(i)}" for d, i in zip(("batch", "head", "row"), bad.nonzero()[0], strict=True)
+        )
+        raise ValueError(
+            f"lse holds {int(bad.sum())} NaN or −inf value(s) (first at {where}); pass each row's "
+            "log-sum-exp m + ln l from a finite forward (+inf for a row that counts for nothing)"
+        )
 
 
 def real_rows(mask, T: int, S: int) -> torch.Tensor | None:
@@ -118,6 +146,20 @@ def real_rows(mask, T: int, S: int) -> torch.Tensor | None:
     seen = mask.any(dim=2).any(dim=1)  # (B|1, S): the keys some row may attend
     position = torch.arange(T, device=mask.device) + (S - T)
     return (position < 0) | seen[:, position.clamp_min(0)]
+
+
+def real_rows_after(mask, T: int, S: int, device=None) -> torch.Tensor:
+    """(B|1, S) float32: for each key j, the real query rows at or after its position (i + S − T >= j,
+    `real_rows`; rows before the first key, T > S, see none): the rows a causal key may be attended by
+    whatever window a model has, kvpress's ObservedAttentionPress divisor (S − j without padding; a
+    right-padded sequence's own length − j, as the sequence alone)."""
+    real = real_rows(mask, T, S)
+    if real is None:
+        real = torch.ones(1, T, dtype=torch.bool, device=device)
+    at = torch.zeros(real.shape[0], S + max(T - S, 0), device=real.device)  # rows by key position
+    at[:, at.shape[1] - T :] = real.float()
+    at = at[:, at.shape[1] - S :] if S else at[:, :0]  # rows placed before key 0 see no key
+    return at.flip(-1).cumsum(-1).flip(-1)
 
 
 def counted_rows(
@@ -141,6 +183,8 @@ def row_log_sum_exp(kernel: Backend, q, k, softmax_scale, mods: ScoreMods) -> to
         state, _ = stream_native(q, k, None, softmax_scale, mods)
     elif kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import stream_triton
+
+        check_score_range(q, k, softmax_scale, mods, kernel)
 
         state, _ = stream_triton(q, k, None, softmax_scale, mods)
     else:
@@ -184,9 +228,12 @@ def received_from_lse(
         dict: {name: (B, Hq, S) float32} for each of `stats`.
 
     Raises:
-        ValueError: lse not (B, Hq, T), an unknown statistic or backend.
+        ValueError: lse not (B, Hq, T) or holding NaN/−inf, rows not (B|1, T) bool, a block size that is
+            not a positive integer, scores beyond float32's range, an unknown statistic or backend.
     """
     stats, backend = parse_key_stats(stats), parse_backend(backend)
+    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
+    rows = validate_rows(rows, q.shape[0], q.shape[2])
     kernel, _ = statistics_kernel(backend, q, k, mods, one_pass=True)
     if kernel == Backend.REFERENCE:
         return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
@@ -217,7 +264,7 @@ def received_state(
 ) -> dict[str, torch.Tensor]:
     """The column pass's state {"sum", "max", "count": (B, Hq, S) float32} (KEY_STATE) from the rows'
     `lse`, before any statistic is read (`read_received`): what passes over disjoint query rows combine.
-    Arguments as `received_from_lse`'s; the reference backend has no state (it materialises): refused.
+    Arguments as `received_from_lse`'s; the reference builds it from its materialised probabilities.
 
     Args:
         q: (B, Hq, T, D) queries after RoPE, any float dtype.
@@ -226,7 +273,7 @@ def received_state(
         softmax_scale: (Hq,) float32, the validated scale of the forward.
         mods: the validated ScoreMods of the forward that gave lse.
         rows: None, or (B|1, T) bool: the query rows that count (`counted_rows`).
-        backend: "auto" or one of kernels.BACKENDS but "reference".
+        backend: "auto" or one of kernels.BACKENDS.
         block_q: the column pass's tile, query rows (torch_chunked, native); None: the default.
         block_k: the column pass's tile, keys; None: the default.
 
@@ -234,16 +281,20 @@ def received_state(
         dict: {"sum", "max", "count"}, each (B, Hq, S) float32.
 
     Raises:
-        ValueError: lse not (B, Hq, T), or the reference backend.
+        ValueError: lse not (B, Hq, T) or holding NaN/−inf, rows not (B|1, T) bool, or a block size that
+            is not a positive integer.
     """
+    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     kernel, kernel_mods = statistics_kernel(parse_backend(backend), q, k, mods, one_pass=True)
-    if kernel == Backend.REFERENCE:
-        raise ValueError("the reference materialises the probabilities and keeps no column state")
     B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
+    if kernel == Backend.REFERENCE:  # from the materialised probabilities; lse unused
+        return reference_state(q, k, softmax_scale, mods, validate_rows(rows, B, T))
     if lse is None or tuple(lse.shape) != (B, Hq, T):
         got = None if lse is None else tuple(lse.shape)
         raise ValueError(f"lse must be (B, Hq, T) = {(B, Hq, T)}, one per query row; got {got}")
     lse = lse.to(device=q.device, dtype=torch.float32)
+    check_lse(lse)
+    rows = validate_rows(rows, B, T)
     if rows is not None:
         lse = torch.where(rows.to(q.device).view(rows.shape[0], 1, T), lse, torch.inf)
     blocks = {"block_q": block_q, "block_k": block_k}
@@ -253,6 +304,7 @@ def received_state(
     if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_received import received_triton
 
+        check_score_range(q, k, softmax_scale, kernel_mods, kernel)
         return received_triton(q, k, lse, softmax_scale, kernel_mods)
     return received_torch(q, k, lse, softmax_scale, kernel_mods, **blocks)
 
@@ -299,6 +351,7 @@ def attention_received(
     """
     stats, backend = parse_key_stats(stats), parse_backend(backend)  # parsed once, at the entrance
     query_window = validate_query_window(query_window)
+    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     validate_inputs(q, k)
     softmax_scale = validate_scale(q, k, softmax_scale)
     mods = ScoreMods.build(
@@ -325,11 +378,14 @@ __all__ = [
     "KEY_READS",
     "KEY_STATE",
     "attention_received",
+    "check_lse",
     "counted_rows",
     "read_received",
     "real_rows",
+    "real_rows_after",
     "received_from_lse",
     "received_state",
     "row_log_sum_exp",
     "validate_query_window",
+    "validate_rows",
 ]

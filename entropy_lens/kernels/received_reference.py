@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.reference import attention_probabilities, attention_scores
+from entropy_lens.kernels.reference import attention_probabilities, attention_scores, largest
 from entropy_lens.statistics import KEY_STATISTICS, check_registered
 
 _DEFINED: dict = {}
@@ -47,7 +47,7 @@ def _received_sum(p, visible, counted):
 @key_definition("received_max")
 def _received_max(p, visible, counted):
     """max_i p_ij over the counted rows; 0 for a key no counted row gives anything."""
-    return torch.where(counted, p, 0.0).amax(-2)
+    return largest(torch.where(counted, p, 0.0), -2, 0.0)
 
 
 @key_definition("received_mean")
@@ -73,3 +73,22 @@ def received_reference(q, k, softmax_scale, mods: ScoreMods, rows, *, stats) -> 
         rows = torch.ones(1, T, dtype=torch.bool, device=q.device)
     counted = rows.to(q.device).view(rows.shape[0], 1, T, 1)
     return {name: KEY_DEFINITIONS[name](p, visible, counted).float() for name in stats}
+
+
+@torch.no_grad()
+def reference_state(q, k, softmax_scale, mods: ScoreMods, rows) -> dict[str, torch.Tensor]:
+    """The column state {"sum", "max", "count": (B, Hq, S) float32} (kernels/received.py's KEY_STATE) from
+    the materialised float64 probabilities: Σ_i p_ij, max_i p_ij over the counted rows, and the counted
+    rows that may attend key j; what the streaming kernels' column pass keeps, for a caller that
+    combines states over forwards (a decode step continuing its sequence)."""
+    p, _, _ = attention_probabilities(q, k, softmax_scale, mods)
+    _, visible = attention_scores(q, k, softmax_scale, mods)
+    T = q.shape[2]
+    if rows is None:
+        rows = torch.ones(1, T, dtype=torch.bool, device=q.device)
+    counted = rows.to(q.device).view(rows.shape[0], 1, T, 1)
+    return {
+        "sum": _received(p, counted).float(),
+        "max": largest(torch.where(counted, p, 0.0), -2, 0.0).float(),
+        "count": (visible & counted).sum(-2).float(),
+    }

@@ -80,11 +80,11 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     if mods.sinks is not None:  # one more outcome per row: the sink, which every row sees
         sink = mods.sinks.double().view(1, Hq, 1, 1).expand(B, Hq, T, 1)
         s = torch.cat([s, sink], dim=-1)
-        visible = torch.cat([visible, torch.ones_like(visible[..., :1])], dim=-1)
+        visible = torch.cat([visible, visible.new_ones(*visible.shape[:-1], 1)], dim=-1)  # S = 0 too
     any_visible = visible.any(-1)
     p = torch.softmax(s.masked_fill(~any_visible.unsqueeze(-1), 0.0), dim=-1)
     p = p.masked_fill(~visible, 0.0)
-    p_sink = p[..., S] if mods.sinks is not None else torch.zeros_like(p[..., 0])
+    p_sink = p[..., S] if mods.sinks is not None else p.new_zeros(p.shape[:-1])
     return p[..., :S], p_sink, any_visible
 
 
@@ -126,7 +126,7 @@ def _sink_mass(p, p_sink, any_visible, behind, first, recent, scores):
 
 @definition("max_prob")
 def _max_prob(p, p_sink, any_visible, behind, first, recent, scores):
-    return torch.maximum(p.amax(-1), p_sink)
+    return torch.maximum(largest(p, -1, 0.0), p_sink)
 
 
 @definition("collision_entropy")
@@ -163,8 +163,17 @@ def _recent_mass(p, p_sink, any_visible, behind, first, recent, scores):
 @definition("max_logit")
 def _max_logit(p, p_sink, any_visible, behind, first, recent, scores):
     """max_j s_j over the keys the row sees (the sink is no key); 0 for a row that sees none."""
-    top = scores.amax(-1)
+    top = largest(scores, -1, float("-inf"))
     return torch.where(top == float("-inf"), torch.zeros_like(top), top)
+
+
+def largest(x: torch.Tensor, dim: int, empty: float) -> torch.Tensor:
+    """x.amax(dim), and `empty` where that dimension has no element (T = 0 rows or S = 0 keys)."""
+    if x.shape[dim]:
+        return x.amax(dim)
+    shape = list(x.shape)
+    del shape[dim]
+    return x.new_full(shape, empty)
 
 
 # every declared statistic's definition, in STATISTICS's order; the import fails where one lacks it

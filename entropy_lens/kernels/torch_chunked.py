@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import torch
 
+from entropy_lens.kernels.contract import SAFE_SCORE, range_checked_by_caller, refuse_overflow, score_bound
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
@@ -195,6 +196,11 @@ class ScoreTiles:
             self.neg_slope = -slopes.view(1, self.Hkv, self.G, 1, 1)
         kb = mods.key_bias
         self.kb = None if kb is None else kb.float().view(kb.shape[0], self.Hkv, self.G, 1, S)
+        # inputs whose scores may leave float32's range: each tile checked before the cap and the mask,
+        # where an infinite score would become c (softcap) or read as masked (−inf)
+        # (not inside `contract.score_range_checked`: the caller checked the bound on the device)
+        self.bound = 0.0 if range_checked_by_caller() else score_bound(q, k, softmax_scale, mods)
+        self.guard = self.bound > SAFE_SCORE
 
     def queries(self, q0: int, q1: int) -> torch.Tensor:
         """(B, Hkv, G·bq, D): rows q0..q1 scaled by λ_h, each key head's G query heads stacked as rows of
@@ -207,12 +213,16 @@ class ScoreTiles:
         mods, offset, device = self.mods, self.offset, self.q.device
         s = torch.matmul(qb, self.kf[:, :, k0:k1].transpose(-1, -2))
         s = s.view(qb.shape[0], self.Hkv, self.G, q1 - q0, k1 - k0)
+        if self.guard and not bool(torch.isfinite(s).all()):
+            refuse_overflow(self.bound, "torch_chunked")
         if mods.softcap is not None:
             s.div_(mods.softcap).tanh_().mul_(mods.softcap)  # before the mask, as Gemma2's eager attention
         if self.neg_slope is not None:  # after the cap, before the mask; the sink (the start state) has none
             s.addcmul_(self.neg_slope, _behind(q0, q1, k0, k1, offset, device).abs_().float())
         if self.kb is not None:  # the same place: a bias per key
             s.add_(self.kb[..., k0:k1])
+        if self.guard and not bool(torch.isfinite(s).all()):
+            refuse_overflow(self.bound, "torch_chunked")
         valid = _block_mask(
             mods.mask, mods.causal, mods.window, q0, q1, k0, k1, offset, self.Hkv, self.G, device
         )

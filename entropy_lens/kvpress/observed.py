@@ -10,11 +10,13 @@ O(T) memory) instead of the T × T weights that only eager attention returns.
         keys:    the cache's, as kvpress's hook hands them over (after RoPE)
         scores:  softmax_scale = module.scaling; the layer's attention mask (None: causal) read as
                  causal + sliding window + key padding (`kernels.masks.as_key_padding`), or passed whole;
-                 received_j / (S − j), kvpress's normalisation (received_mean where no window or
-                 padding hides a key), then the mean over each key head's query heads (GQA)
+                 received_j / n_j, n_j the real query rows at or after key j: kvpress's S − j without
+                 padding, the sequence's own length − j when right-padded (`real_rows_after`; padded
+                 rows give nothing), then the mean over each key head's query heads (GQA)
 
 The scores equal kvpress's own press on eager attention up to float rounding (its weights are in the
-model's dtype, ours float32). Attention outside `softmax(scaling · q·k + mask)` (a logit soft-cap,
+model's dtype, ours float32), and each sequence of a padded batch scores as it does alone; kvpress's
+own press does not there (it sums the padded rows' weights and divides by S − j: docs/guides/kvpress.md). Attention outside `softmax(scaling · q·k + mask)` (a logit soft-cap,
 attention sinks) is refused: those layers' weights are not this formula's.
 """
 
@@ -32,6 +34,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as lla
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_received
 from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.kernels.received import real_rows_after
 from entropy_lens.statistics import RECEIVED
 
 
@@ -102,8 +105,8 @@ class ObservedAttentionPress(KVPressObservedAttention):
         attentions: torch.Tensor | None,
         kwargs: dict,
     ) -> torch.Tensor:
-        """Each cached key's score: the attention it receives over the prefill's queries, divided by the
-        number of queries at or after it, averaged over its key head's query heads.
+        """Each cached key's score: the attention it receives over the prefill's real queries, divided by
+        the number of real queries at or after it, averaged over its key head's query heads.
 
         Args:
             module: the attention layer kvpress's hook ran on.
@@ -130,6 +133,7 @@ class ObservedAttentionPress(KVPressObservedAttention):
         query = rotate_queries(module, query, kwargs.get("position_embeddings"))
         B, Hkv, S, _ = keys.shape
         T = query.shape[2]
+        mask = layer_mask(kwargs.get("attention_mask"), B, T, S)
         received = attention_received(
             query,
             keys,
@@ -137,10 +141,13 @@ class ObservedAttentionPress(KVPressObservedAttention):
             stats=RECEIVED.name,
             causal=True,
             backend=self.backend,
-            **layer_mask(kwargs.get("attention_mask"), B, T, S),
+            **mask,
         )[RECEIVED.name]
-        queries_after = torch.arange(S, 0, -1, device=received.device, dtype=received.dtype)
-        return (received / queries_after).view(B, Hkv, -1, S).mean(2)
+        # n_j: the real query rows at or after key j (S − j unpadded): a padded row gives nothing, so a
+        # right-padded sequence divides by its own length − j, as the sequence alone does
+        rows = real_rows_after(mask["mask"], T, S, received.device).view(-1, 1, 1, S)
+        scores = received.view(B, Hkv, -1, S) / rows.clamp_min(1.0)  # 0/1 where no real row follows
+        return scores.mean(2)
 
 
 __all__ = ["ObservedAttentionPress", "layer_mask", "rotate_queries"]

@@ -32,6 +32,7 @@ __all__ = [
     "is_integer",
     "is_number",
     "kind_of",
+    "npz_holds",
     "printable",
     "read_npz",
     "shown",
@@ -182,6 +183,36 @@ def _atomic_write(path: Path, data) -> Path:
         except OSError:  # the folder cannot be listed or is gone: nothing of ours is left in it
             pass
     return path
+
+
+def npz_holds(path: str | Path, names, *, first: str | None = None) -> bool:
+    """Whether `path` is a zip archive (an .npz) whose members include an array of each of `names`: how a
+    writer recognises its own file (a results file, a checkpoint) before repairing or replacing it,
+    without reading the arrays. An archive cut short (no central directory left) is recognised by its
+    first member's name, `first` (the array an atomic_savez of that kind writes first). False for
+    anything else (text, another program's arrays), which is kept."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = set(archive.namelist())
+    except (OSError, ValueError):
+        return False
+    except zipfile.BadZipFile:
+        return first is not None and _first_member(path) == f"{first}.npy"
+    return all(f"{name}.npy" in members for name in names)
+
+
+def _first_member(path: str | Path) -> str | None:
+    """The name in a zip archive's first local file header (signature PK\\3\\4; the name's length at
+    bytes 26-27, the name from byte 30), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return None
+    if not head.startswith(b"PK\x03\x04") or len(head) < 30:
+        return None
+    size = int.from_bytes(head[26:28], "little")
+    return head[30 : 30 + size].decode("utf-8", "replace")
 
 
 def read_npz(path: Path, *, what: str, again: str, keys=None) -> dict[str, np.ndarray]:

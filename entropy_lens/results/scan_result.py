@@ -20,7 +20,7 @@ from entropy_lens.results.schema import (
     schema_version_of,
     upgrade_meta,
 )
-from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, RECEIVED, SINK_MASS, STATISTICS
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, RECEIVED, SINK_MASS, STATISTICS, did_you_mean
 
 __all__ = ["ScanResult"]
 
@@ -114,8 +114,22 @@ class ScanResult:
             (layers, heads, key positions) float32 (heads 1 for a scan with --record mean).
 
         Raises:
-            EntropyLensError: the result holds no `name`, naming the --stats that records it.
+            EntropyLensError: a name that is no key statistic (a row statistic names `stat`; a misspelt
+                one the close match), `squared` for a maximum, or a key statistic the scan did not record
+                (naming the --stats that records it).
         """
+        if name in STATISTICS:
+            raise EntropyLensError(
+                f"{name} is a row statistic, by query position: read it with result.stat({name!r}); "
+                f"received() reads the key statistics {', '.join(KEY_STATISTICS)}"
+            )
+        if name not in KEY_STATISTICS:
+            raise EntropyLensError(
+                f"{printable(name)!r} is no key statistic{did_you_mean([name], KEY_STATISTICS)}; pass one of "
+                f"{', '.join(KEY_STATISTICS)}"
+            )
+        if squared and not KEY_STATISTICS[name].squared:
+            raise EntropyLensError(f"{name} is a maximum and has no mean square; pass squared=False")
         key = name + "_sq" * squared
         if key not in self.stats:
             held = ", ".join(self.key_names) or "none"

@@ -98,7 +98,8 @@ def received_lines(result: ScanResult, top: int = 3) -> list[str]:
     name = RECEIVED_MEAN.name if RECEIVED_MEAN.name in result.key_names else result.key_names[0]
     values = reduction_of(name).summarize(result.received(name), 1)  # (layers, key positions)
     window = result.meta.get("query_window")
-    rows = f"the last {window} rows of each window" if window else "every row"
+    # a window as long as the scan's rows counts every row: said so, never "the last 1000" of 128
+    rows = f"the last {window} rows of each window" if window and window < result.length else "every row"
     lines = [
         "",
         f"attention received by key position ({name}, {result.stat_unit(name)}; over {rows}, mean over heads)",

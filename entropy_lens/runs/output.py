@@ -18,6 +18,8 @@ A scan's `--out` (the `Output` below):
     out exists, --force                  overwritten when the new scan is done (atomically)
     a checkpoint, no --force             resumed (said): a plain rerun continues an interrupted scan
     a checkpoint, --force                discarded (said), the scan starts over
+    a foreign file at out, --resume      error, kept (only a file with a results file's arrays is repaired)
+    a foreign file at the checkpoint     error, kept, --force or not (move it away)
 
 A long scan checkpoints into `<out>.partial.npz` (its running sums, the samples done, the scan's
 identity, and what it decided at run time: fused paths, threads); a rerun continues from it. Every
@@ -42,10 +44,17 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError, problem
-from entropy_lens.results import ScanResult, WriteFailed, check_regular_target, write_failure_reason
+from entropy_lens.results import (
+    ARRAYS,
+    ScanResult,
+    WriteFailed,
+    check_regular_target,
+    npz_holds,
+    write_failure_reason,
+)
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.settings import Checked, first_difference, setting
-from entropy_lens.statistics import ENTROPY, EXTRA_STATS, STATISTICS
+from entropy_lens.statistics import ENTROPY, EXTRA_STATS, RECENT_MASS, STATISTICS
 
 __all__ = [
     "CHECKPOINT",
@@ -77,6 +86,7 @@ class OutputSettings(Checked):
 
 
 CHECKPOINT = ("here", "in the checkpoint")  # how `scan_difference` words a checkpoint's other flags
+CHECKPOINT_ARRAYS = ("identity", "wall_s")  # a checkpoint's own arrays (runs/sums.py ScanSums.save)
 
 
 def default_out(config) -> Path:
@@ -195,6 +205,11 @@ class Output:
             try:
                 done = ScanResult.load(self.path)
             except EntropyLensError as err:
+                if not npz_holds(self.path, (*ARRAYS, "meta"), first="meta"):  # not ours: never replaced
+                    raise EntropyLensError(
+                        f"{self.path} is not an entropy-lens results file ({problem(err)}), so --resume "
+                        "keeps it; pass another --out, or --force to overwrite it"
+                    ) from None
                 say(f"{problem(err)}: scanning it again (--resume repairs it)")
                 done = None
             theirs = None if done is None else done.meta.get("scan_config")
@@ -208,6 +223,11 @@ class Output:
                     "another --out"
                 )
         partial = self.partial
+        if partial.exists() and not npz_holds(partial, CHECKPOINT_ARRAYS, first=CHECKPOINT_ARRAYS[0]):
+            raise EntropyLensError(
+                f"{partial} stands where this scan keeps its checkpoint but is not one (another program's "
+                "file?), and is kept; move it away or pass another --out"
+            )
         if partial.exists():
             if self.force:
                 partial.unlink()
@@ -262,11 +282,22 @@ def canonical_stats(stats: str) -> str:
 
 def comparable_scan(record: dict) -> dict:
     """A scan's record (a `ScanConfig.to_dict()`, or an identity holding one under "scan_config") as two
-    records of one scan are equal: --stats as a set (`canonical_stats`). Records are compared this way,
+    records of one scan are equal: --stats as a set (`canonical_stats`), --recent-keys left out where
+    recent_mass is not recorded. Records are compared this way,
     never stored so: results files and cache keys keep what was given."""
     if "scan_config" in record:
         return {**record, "scan_config": comparable_scan(record["scan_config"])}
-    return {**record, "stats": canonical_stats(record["stats"])} if "stats" in record else dict(record)
+    if "stats" not in record:
+        return dict(record)
+    out = {**record, "stats": canonical_stats(record["stats"])}
+    if not _records(out["stats"], RECENT_MASS.name):  # W changes no number of a scan without recent_mass
+        out.pop("recent_keys", None)
+    return out
+
+
+def _records(stats: str, name: str) -> bool:
+    """Whether a canonical --stats (`canonical_stats`) records the statistic `name`."""
+    return stats == "all" or name in stats.split(",")
 
 
 def scan_difference(ours: dict, theirs: dict, *, names: tuple[str, str] = ("here", "there")) -> str | None:

@@ -115,3 +115,73 @@ def test_a_scan_tells_streaming_heads_from_retrieval_heads(tmp_path):
     assert (heads[:, 1] > heads[:, 0]).all()
     with pytest.raises(EntropyLensError, match="--first-keys 4 --recent-keys 8"):
         head_profile(scan(config, progress=False), sink=4)
+
+
+# ---- issue 65: the export never replaces a foreign file (item 5), nor traces back (item 7) --------------
+
+
+def _profile():
+    return head_profile(result([[0.2] * H] * L_, [[0.3] * H] * L_))
+
+
+def test_the_export_never_writes_through_a_link_nor_over_a_foreign_file(tmp_path):
+    """main followed a symlinked folder/config.json and overwrote an unrelated file."""
+    precious = tmp_path / "precious.json"
+    precious.write_text('{"mine": 1}', encoding="utf-8")
+    folder = tmp_path / "pattern"
+    folder.mkdir()
+    (folder / "config.json").symlink_to(precious)
+    with pytest.raises(EntropyLensError, match=r"config.json is a link to .*precious.json .* is kept") as err:
+        _profile().export(folder)
+    assert "\n" not in str(err.value) and precious.read_text(encoding="utf-8") == '{"mine": 1}'
+    (folder / "config.json").unlink()
+    for name, text in (
+        ("config.json", '{"sink_size": 2, "recent_size": 8, "x": 1}'),
+        ("full_attention_heads.tsv", "notes\n"),
+    ):
+        (folder / name).write_text(text, encoding="utf-8")
+        with pytest.raises(
+            EntropyLensError, match=rf"{name} is not a pattern file this export wrote, and is kept"
+        ):
+            _profile().export(folder)
+        assert (folder / name).read_text(encoding="utf-8") == text
+        (folder / name).unlink()
+    assert not list(folder.iterdir())  # every check before any write: nothing half-written
+
+
+def test_the_export_replaces_its_own_files(tmp_path):
+    folder = _profile().export(tmp_path / "pattern")
+    again = head_profile(result([[0.1] * H] * L_, [[0.1] * H] * L_)).export(folder)
+    heads = np.loadtxt(again / "full_attention_heads.tsv", delimiter="\t")
+    np.testing.assert_allclose(heads, np.full((L_, 2), 0.8), atol=1e-6)
+
+
+def test_the_export_refuses_what_is_no_folder_in_one_line(tmp_path):
+    import os
+
+    file = tmp_path / "file"
+    file.write_text("x", encoding="utf-8")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    cases = {
+        str(file): r"is a file, not a folder",
+        str(fifo): r"is a (FIFO|named pipe).*, not a folder",
+        "/dev/null": r"is a character device, not a folder",
+        "": r"is empty",
+        "/proc/self/x": r"cannot make the folder /proc/self/x|could not write",
+    }
+    for folder, message in cases.items():
+        with pytest.raises(EntropyLensError, match=message) as err:
+            _profile().export(folder)
+        assert "\n" not in str(err.value), folder
+    assert file.read_text(encoding="utf-8") == "x"
+
+
+@pytest.mark.parametrize("sink", [-1, 0, True, 2.0])
+def test_a_sink_or_window_outside_the_flags_range_is_refused_not_suggested(sink):
+    """main suggested `--first-keys -1`, which the CLI refuses, and took sink=True."""
+    with pytest.raises(EntropyLensError, match=r"^sink must be") as err:
+        head_profile(result([[0.2] * H] * L_, [[0.3] * H] * L_), sink=sink)
+    assert "--first-keys -1" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(EntropyLensError, match=r"^recent must be"):
+        head_profile(result([[0.2] * H] * L_, [[0.3] * H] * L_), recent=sink)

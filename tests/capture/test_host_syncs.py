@@ -78,10 +78,11 @@ def test_a_recorded_forward_reads_the_device_no_more_often_per_layer(models, as_
 
 
 def test_without_a_device_the_inputs_are_checked_in_the_layer(models):
-    """On the CPU a read costs nothing: the check stays where the layer runs (one read per layer)."""
+    """On the CPU a read costs nothing: the checks stay where the layer runs (the inputs' and the scores'
+    range, one read each per layer)."""
     ids = torch.arange(3, 19).unsqueeze(0)
     added = _added_reads(models[4], ids, "auto", "on")
-    assert added == {"aten._local_scalar_dense": 4}
+    assert added == {"aten._local_scalar_dense": 8}
 
 
 @pytest.mark.parametrize("where", ["q_proj", "k_proj", "v_proj"])
@@ -113,3 +114,28 @@ def test_a_refused_layer_adds_nothing_to_the_callers_sums(as_gpu):
     # the layers before it were summed as they landed (a scan drops the batch); layer 2 added nothing
     assert not sums["entropy"][2].any() and not sums["entropy_sq"][2].any()
     assert sums["entropy"][:2, :, 1:].all() and (sums["count"] == 1).all()  # position 0 sees one key: 0
+
+
+def test_key_statistics_of_a_refused_forward_are_refused_too(as_gpu):
+    model = make_tiny_model(n_layers=3).eval()
+    ids = torch.arange(3, 19).unsqueeze(0)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight[1, 1] = float("nan")
+        with EntropyRecorder(model, stats=("entropy", "received")) as rec:
+            model(ids)
+    with pytest.raises(EntropyLensError, match=r"^layer 0's query held NaN or inf"):
+        rec.received()
+
+
+def test_scores_that_may_leave_float32_are_refused_when_read(as_gpu):
+    """The scores' bound (kernels.contract.score_bound) rides with the check: no kernel reads it."""
+    model = make_tiny_model(n_layers=2).eval()
+    ids = torch.arange(3, 19).unsqueeze(0)
+    with torch.no_grad():
+        model.model.layers[1].self_attn.q_proj.weight.mul_(1e37)  # finite queries, scores beyond float32
+        with EntropyRecorder(model, fused="on") as rec:
+            model(ids)
+    with pytest.raises(
+        EntropyLensError, match=r"^layer 1's scores λ·q·k may leave float32's range .*reference"
+    ):
+        rec.mean("entropy")

@@ -101,7 +101,8 @@ def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkey
     model = build("llama", SUPPORTED["llama"][0])
     ids, mask = ids_and_mask("none")
     calls = {"rows": 0, "columns": 0, "lse": 0}
-    row_run, column_pass = paths_module.run, received_module.received_from_lse
+    # the recorder's column pass keeps its state (received_state): a decode step adds to it (issue 65)
+    row_run, column_pass = paths_module.run, received_module.received_state
 
     def counting_run(*args, **kw):
         calls["rows"] += 1
@@ -112,7 +113,7 @@ def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkey
         return column_pass(*args, **kw)
 
     monkeypatch.setattr(paths_module, "run", counting_run)
-    monkeypatch.setattr(received_module, "received_from_lse", counting_columns)
+    monkeypatch.setattr(received_module, "received_state", counting_columns)
     monkeypatch.setattr(received_module, "row_log_sum_exp", lambda *a, **k: calls.__setitem__("lse", 1))
     layers = model.config.num_hidden_layers
     for stats, columns in ((("entropy",), 0), (("entropy", "received"), layers)):
@@ -126,9 +127,12 @@ def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkey
 
 def test_key_statistic_arguments_are_checked_at_once():
     model = build("llama", SUPPORTED["llama"][0])
-    with pytest.raises(EntropyLensError, match="query_window must be None"):
+    with pytest.raises(EntropyLensError, match="query_window must be at least 1"):
         EntropyRecorder(model, stats="received", query_window=0)
-    with pytest.raises(EntropyLensError, match="unknown row statistic"):
+    # either axis's names, and the close match (issue 65: "unknown row statistic" listed rows alone)
+    with pytest.raises(
+        EntropyLensError, match=r"unknown statistic \['recieved_max'\] \(did you mean received_max"
+    ):
         EntropyRecorder(model, stats="received,recieved_max")
 
 
@@ -169,7 +173,11 @@ def test_scan_flags_for_key_statistics_are_checked_before_anything_runs():
     for kw, refusal in (
         ({"stats": "received", "entropy": "none"}, "needs --record heads or mean"),
         ({"query_window": 4}, "--query-window 4 counts rows for the key statistics"),
-        ({"stats": "received,recieved_mean"}, "--stats: unknown row statistic"),
+        # issue 65: both axes' names and the close match, not "unknown row statistic" and the rows alone
+        (
+            {"stats": "received,recieved_mean"},
+            r"--stats: unknown statistic .*did you mean received_mean.*key statistics",
+        ),
     ):
         with pytest.raises(EntropyLensError, match=refusal):
             ScanConfig(model="tiny-nope", length=16, **kw).check()

@@ -15,9 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from kernel_cases import RUNNABLE, device, make_inputs, make_sinks, make_slopes, mask_kinds, on_device
+from tolerances import float32_rounding, sum_tolerance
 
 import entropy_lens
 from entropy_lens.kernels import (
@@ -127,10 +129,12 @@ def test_the_reference_is_an_eager_softmax_column_sum():
     s = scale.double().view(1, 4, 1, 1) * q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)
     allowed = torch.ones(12, 20, dtype=torch.bool).tril(20 - 12)
     p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    assert torch.allclose(got[RECEIVED.name].double(), p.sum(-2), atol=1e-6)
-    assert torch.allclose(got[RECEIVED_MAX.name].double(), p.amax(-2), atol=1e-6)
+    # float64 against float64 but for the result's rounding to float32
+    close = {"rtol": float32_rounding, "atol": 0.0}
+    assert torch.allclose(got[RECEIVED.name].double(), p.sum(-2), **close)
+    assert torch.allclose(got[RECEIVED_MAX.name].double(), p.amax(-2), **close)
     n = allowed.sum(0).double()  # keys 0..8 are seen by every row, then one row fewer per key
-    assert torch.allclose(got[RECEIVED_MEAN.name].double(), p.sum(-2) / n, atol=1e-6)
+    assert torch.allclose(got[RECEIVED_MEAN.name].double(), p.sum(-2) / n, **close)
 
 
 @pytest.mark.parametrize("backend", ["reference", *RUNNABLE])
@@ -167,10 +171,13 @@ def test_a_query_window_is_the_last_rows_alone():
     alignment puts them where they were); received_mean divides by the rows of the window only."""
     q, k = make_inputs(1, 2, 1, 24, 30)
     kw = {"softmax_scale": 0.5, "window": 9}
+    # two float32 evaluations of column sums over T rows of probabilities from an S-key row pass and
+    # D-term scores, in other tiles: not 1e-6 (1.9e-6 seen on a 2-core EPYC), but the bound of the sums
+    tol = sum_tolerance(24 + 30 + q.shape[-1])
     for W in (1, 7, 24, 100):
         got = attention_received(q, k, stats=KEYS, query_window=W, **kw)
         alone = attention_received(q[:, :, -W:], k, stats=KEYS, **kw)
-        assert_close_relative(got, alone, tol=1e-6)
+        assert_close_relative(got, alone, tol=tol)
 
 
 @pytest.mark.parametrize("backend", ["reference", "torch_chunked"])
@@ -229,8 +236,13 @@ def test_the_contract_is_the_row_kernels_and_refuses_in_one_line():
     with pytest.raises(TypeError):
         attention_received(q, k, softmax_scale=0.3, sofcap=2.0)
     for bad in (0, -1, 2.5, True, "8"):
-        with pytest.raises(ValueError, match="query_window must be None"):
+        with pytest.raises(ValueError, match="query_window must be (a whole number|at least 1)"):
             attention_received(q, k, softmax_scale=0.3, query_window=bad)
+    # one rule for integers (issue 65): a numpy integer is a window, as recent_keys takes it
+    assert torch.equal(
+        attention_received(q, k, softmax_scale=0.3, query_window=np.int64(3))["received"],
+        attention_received(q, k, softmax_scale=0.3, query_window=3)["received"],
+    )
     with pytest.raises(ValueError, match="window must be None or a positive"):
         attention_received(q, k, softmax_scale=0.3, window=0)
     with pytest.raises(ValueError, match="sinks must have shape"):

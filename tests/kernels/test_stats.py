@@ -329,7 +329,7 @@ def test_a_scan_records_the_statistics_it_is_asked_for(tmp_path):
     newer = ScanResult(**{k: getattr(plain, k) for k in ARRAYS}, meta={**plain.meta, "schema_version": 4})
     with pytest.raises(EntropyLensError, match="has schema_version 4, this entropy-lens reads 1, 2, 3"):
         ScanResult.load(newer.save(tmp_path / "v4.npz"))
-    with pytest.raises(EntropyLensError, match="--stats: unknown row statistic"):
+    with pytest.raises(EntropyLensError, match="--stats: unknown statistic"):
         ScanConfig(**base, stats="max_prob,fading").check()
     with pytest.raises(EntropyLensError, match="needs --record heads or mean, not none"):
         ScanConfig(**base, stats="all", entropy="none").check()
@@ -511,9 +511,8 @@ def test_a_misspelt_statistic_is_answered_with_the_closest_name_wherever_stats_i
     from entropy_lens.runs.configs import ScanConfig
     from entropy_lens.statistics import MAX_PROB, parse_stats
 
-    hint = (
-        r"unknown row statistic \['max_probability'\] \(did you mean max_prob\?\); choose from all or entropy"
-    )
+    # --stats and a recorder take both axes' names: the hint and the choices name both (issue 65)
+    hint = r"unknown statistic \['max_probability'\] \(did you mean max_prob\?\); choose all, row statistics from entropy"
     base = {"model": "tiny-rope", "length": 16, "samples": 1}
     with pytest.raises(EntropyLensError, match="--stats: " + hint) as refused:
         ScanConfig(**base, stats="entropy,max_probability").check()

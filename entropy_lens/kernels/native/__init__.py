@@ -44,7 +44,7 @@ import sys
 
 import torch
 
-from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.contract import check_score_range, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
 from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, log_sum_exp, read_stats
@@ -185,6 +185,7 @@ def received_native(
     {"sum", "max", "count"}, each (B, Hq, S) float32, for q (B, Hq, T, D), k (B, Hkv, S, D) on the CPU,
     lse (B, Hq, T) (+∞: a row that counts for nothing) and validated `mods` (the sinks are in lse)."""
     module = _module_for(q, block_q, block_k)
+    _check_range(q, k, softmax_scale, mods)
     empty = torch.empty(0)
     state = module.received(
         _rows(q),
@@ -254,6 +255,7 @@ def _run(
     m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty)."""
     block_q = block_rows(q.shape[2]) if block_q is None else block_q
     module = _module_for(q, block_q, block_k)
+    _check_range(q, k, softmax_scale, mods)
     empty = torch.empty(0)
     return module.forward(
         _rows(q),
@@ -278,6 +280,13 @@ def _run(
         int(block_k),
         bool(profile),
     )
+
+
+def _check_range(q, k, softmax_scale, mods: ScoreMods) -> None:
+    """The C++ loop forms q·k in float32 before λ, and reads an infinite score as a row that counts for
+    nothing or a NaN as a finite probability: inputs whose scores may leave float32's range are refused
+    (contract.score_bound), never turned into finite numbers."""
+    check_score_range(q, k, softmax_scale, mods, "native")
 
 
 def _rows(x):
