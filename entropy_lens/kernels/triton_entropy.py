@@ -230,10 +230,7 @@ def _entropy_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    if CAUSAL:  # the longest programs (the last row blocks, which see the most keys) start first
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        pid_m = tl.program_id(0)
+    pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H_Q).to(tl.int64)  # 64-bit batch/head/row offsets: B·T·Hq·D passes 2^31 at long T
     h = (pid_bh % H_Q).to(tl.int64)
