@@ -8,6 +8,7 @@ build (the -W build catches what warns)."""
 
 from __future__ import annotations
 
+import html
 import importlib
 import inspect
 import re
@@ -134,3 +135,29 @@ def test_a_propertys_summary_renders_as_written(name):
         f"{name}: the first line {first!r} renders as 'TYPE: body' (a colon outside `code` in a property's "
         "first line); write it without the colon"
     )
+
+
+def _plain(fragment: str) -> str:
+    """A built page's fragment as its reader reads it: tags dropped, entities and smart quotes undone."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", fragment))
+    for curly, straight in (("“", '"'), ("”", '"'), ("‘", "'"), ("’", "'"), ("…", "...")):
+        text = text.replace(curly, straight)
+    return " ".join(text.split())
+
+
+@pytest.mark.slow
+def test_the_built_reference_shows_each_propertys_summary_as_written(site):
+    """On the built pages, each property's description opens with its docstring's first line (code
+    marks aside), and its signature carries no type made of that line."""
+    entries = {}
+    for page in sorted(site.rglob("*.html")):
+        pattern = r'<dt class="sig sig-object py" id="([^"]+)">(.*?)</dt>\s*<dd>(.*?)</dd>'
+        for name, signature, body in re.findall(pattern, page.read_text(encoding="utf-8"), re.DOTALL):
+            entries.setdefault(name, (_plain(signature), _plain(body)))
+    shown = [name for name in sorted(PROPERTIES) if RENDERED[name] and name in entries]
+    assert len(shown) > 20 and "entropy_lens.EntropyRecorder.key_stats" in shown
+    for name in shown:
+        first = " ".join(RENDERED[name].splitlines()[0].replace("`", "").split())
+        signature, body = entries[name]
+        assert body.startswith(first), f"{name}: the page shows {body[:80]!r}, not {first!r}"
+        assert first[: len(first) // 2] not in signature, f"{name}: its summary became a type: {signature!r}"
