@@ -107,11 +107,6 @@ def token_chunks(
         stride = operator.index(stride)
         check_stride(stride)
     width = length + 1
-    if tokenizer is None and not holds_token_ids(data):
-        raise EntropyLensError(
-            f"--data {data!r} is text, which needs the model's tokenizer; pass a tokenizer, or a .npy of "
-            "token ids shaped (rows, --len + 1)"
-        )
     if holds_token_ids(data):
         if stride is not None:
             raise EntropyLensError(
@@ -189,7 +184,12 @@ def clear_cache() -> None:
 
 
 def _packed(tokenizer, data: str) -> tuple[np.ndarray, str, int, int | None]:
-    documents, label = load_labelled(data)
+    documents, label = load_labelled(data)  # a missing source first: its message lists every form
+    if tokenizer is None:
+        raise EntropyLensError(
+            f"--data {data!r} is text, which needs the model's tokenizer; pass a tokenizer, or a .npy of "
+            "token ids shaped (rows, --len + 1)"
+        )
     separator = separator_id(tokenizer)
     key = (_tokenizer_key(tokenizer), _text_digest(documents))
     stream = _CACHE.get(key)
