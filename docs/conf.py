@@ -108,15 +108,20 @@ def _site_link(match: re.Match) -> str:
 
 
 def _readme_quickstarts(readme: str) -> str:
-    """The README's three quick starts (the command line, Python, the training monitor) as the home
-    page's sections: its "Quick start" sections, the Python one cut before the paragraph that leads
-    to its second Python block (the monitor's)."""
+    """The README's quick starts (the command line, Python, the training monitor, the integrations) as
+    the home page's sections: its "Quick start" sections, the Python one cut before the paragraph that
+    leads to its second Python block (the monitor's)."""
     sections = {part.split("\n", 1)[0]: part.split("\n", 1)[1].strip() for part in readme.split("\n## ")[1:]}
     cli = sections["Quick start: the command line"]
     python = sections["Quick start: Python"]
     second = [m.start() for m in re.finditer(r"^```python$", python, re.MULTILINE)][1]
     cut = python.rindex("\n\n", 0, python.rindex("\n\n", 0, second) + 1)
-    parts = {"The command line": cli, "Python": python[:cut], "Training monitor": python[cut:].strip()}
+    parts = {
+        "The command line": cli,
+        "Python": python[:cut],
+        "Training monitor": python[cut:].strip(),
+        "Integrations": sections["Quick start: integrations"],
+    }
     return "\n\n".join(f"### {title}\n\n{_LINK.sub(_site_link, text)}" for title, text in parts.items())
 
 

@@ -1,11 +1,13 @@
 """entropy_lens: per-layer, per-head, per-position attention entropy of causal LMs.
 
-Imports run one way: each package imports only from the floors after its own (tests/test_layout.py's
-ALLOWED says which), `__main__` → `cli` → `figures` → `harness`, `training` → `runs`, `monitor`,
-`plotting`, `view` → `kvpress`, `capture`, `analysis` → `models`, `data`, `kernels`, `results`,
-`progress`; and any of them from `errors`, `flags`, `settings`, `statistics` (torch-free).
+Where to start: `scan(ScanConfig(...))` measures a model on a text into a `ScanResult` (a results file
+that `ScanResult.load` opens); `EntropyRecorder` records your own forward passes; `attention_stats` and
+`attention_received` are the kernels alone, on queries and keys; `AttentionMonitor` (or
+`EntropyLensCallback` for a `transformers.Trainer`) watches a training loop; `load_model` loads a
+checkpoint as the others do. Each is importable from `entropy_lens`, and heavy imports (torch,
+transformers) wait until a name that needs them is used.
 
-Heavy imports (torch, transformers) are deferred until a name that needs them is used.
+How the package is layered, for contributors: docs/internals/layout.md.
 """
 
 from importlib import import_module

@@ -34,7 +34,11 @@ def execute(path: Path):
         (spec / "kernel.json").write_text(
             json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"})
         )
-        env = {**os.environ, "JUPYTER_PATH": jupyter}
+        # tqdm.auto (imported by transformers) warns "IProgress not found" in a kernel without ipywidgets,
+        # naming its own file: a machine's path in the stored page (issue 70); text bars work without it. The
+        # filter names the message: PYTHONWARNINGS cannot name tqdm's class, not imported at start-up.
+        quiet = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
+        env = {**os.environ, "JUPYTER_PATH": jupyter, "PYTHONWARNINGS": quiet}
         env.pop("MPLBACKEND", None)  # an Agg backend would leave no image outputs
         old = dict(os.environ)
         os.environ.clear()
@@ -59,14 +63,27 @@ STILL_NOTE = (
 )
 
 
+def machine_paths(text: str) -> list[str]:
+    """This machine's own folders that `text` names (the checkout, the interpreter's prefix, the home)."""
+    places = {str(ROOT), sys.prefix, sys.base_prefix, str(Path.home())} - {"", "/"}
+    return sorted(p for p in places if p in text)
+
+
 def stored(nb):
-    """`nb` as the site stores it: an output larger than LARGEST_OUTPUT replaced by a still of the page."""
+    """`nb` as the site stores it: an output larger than LARGEST_OUTPUT replaced by a still of the page; an
+    output naming this machine's folders (a warning's file) refused."""
     import base64
 
     import nbformat
 
     for cell in nb.cells:
         for i, out in enumerate(cell.get("outputs", [])):
+            found = machine_paths(json.dumps(out.get("text", "")) + json.dumps(out.get("data", {})))
+            if found:
+                raise SystemExit(
+                    f"an output of cell {cell.source.splitlines()[0][:60]!r} names this machine's {found[0]}; "
+                    "make the cell print no local path (silence the warning that does) and run this again"
+                )
             size = sum(
                 len(v) if isinstance(v, str) else sum(map(len, v)) for v in out.get("data", {}).values()
             )

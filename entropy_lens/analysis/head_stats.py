@@ -152,7 +152,9 @@ def head_statistics(
     word = "mean" if how is MEAN else "max over positions"
     last_label, (a, b) = list(spans.items())[-1]
     values = {"converged": over(a, b)}
-    descriptions = {"converged": f"converged {stat}: {word} over the last span {last_label}, {unit}"}
+    descriptions = {
+        "converged": f"converged {stat}: {word} over the last span, {last_label} (positions [{a}, {b})), {unit}"
+    }
     for label, (a, b) in spans.items():
         values[f"span {label}"] = over(a, b)
         descriptions[f"span {label}"] = (

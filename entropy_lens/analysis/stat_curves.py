@@ -102,13 +102,13 @@ class StatCurves:
 
     @property
     def positions(self) -> np.ndarray:
-        """(bins,) float64: the mean position i of each bin's rows."""
+        """(bins,) float64, the mean position i of each bin's rows."""
         ends = np.minimum(self.starts + self.width, self.length)
         return (self.starts + ends - 1) / 2.0
 
     @property
     def units(self) -> dict[str, str]:
-        """statistic -> its unit, as the scan's meta records them (entropy: nats)."""
+        """statistic -> its unit, as the scan's meta records them (entropy in nats)."""
         return {ENTROPY.name: ENTROPY.unit, **self.meta.get("stats", {})}
 
     @property

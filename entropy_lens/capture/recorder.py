@@ -284,19 +284,20 @@ class EntropyRecorder(ScaleSession):
 
     @property
     def stats(self) -> tuple[str, ...]:
-        """The row statistics recorded: entropy, and sink_mass for a model with attention sinks."""
+        """The row statistics recorded (entropy, and sink_mass for a model with attention sinks)."""
         return tuple(self._sums.stats)
 
     @property
     def key_stats(self) -> tuple[str, ...]:
-        """The key statistics recorded (attention received: `stats=` named them)."""
+        """The key statistics recorded (attention received), as `stats=` named them."""
         return tuple(self._key_sums.stats)
 
     @property
     def key_sums(self) -> dict[str, np.ndarray]:
-        """Raw accumulators of the key statistics, exact to merge: {"received", "received_sq", ...: (layers,
-        heads, key positions) float64 over the forwards' batch rows, "count": batch rows with a real key
-        at each position (key positions,) int64}; empty (0 positions) where none was asked for."""
+        """Raw accumulators of the key statistics, exact to merge; empty (0 positions) where none was asked for.
+
+        {"received", "received_sq", ...: (layers, heads, key positions) float64 over the forwards' batch
+        rows, "count": batch rows with a real key at each position (key positions,) int64}."""
         return self._key_sums.read()
 
     def received(self, name: str = RECEIVED.name) -> np.ndarray | None:
@@ -314,7 +315,7 @@ class EntropyRecorder(ScaleSession):
 
     @property
     def has_sinks(self) -> bool:
-        """Whether the model's attention has sinks (gpt-oss): then `sink_mass` is recorded too."""
+        """Whether the model's attention has sinks (gpt-oss), where `sink_mass` is recorded too."""
         return SINK_MASS.name in self._sums.stats
 
     # -- results --------------------------------------------------------------------------------
@@ -325,8 +326,10 @@ class EntropyRecorder(ScaleSession):
 
     @property
     def sums(self) -> dict[str, np.ndarray]:
-        """Raw accumulators, exact to merge: {"entropy", "entropy_sq", ...: (layers, heads, positions)
-        float64 sums of each statistic (and its square), "count": rows per position (positions,) int64}."""
+        """Raw accumulators of the row statistics, exact to merge.
+
+        {"entropy", "entropy_sq", ...: (layers, heads, positions) float64 sums of each statistic (and its
+        square), "count": rows per position (positions,) int64}."""
         return self._sums.read()
 
     def mean(self, name: str) -> np.ndarray | None:

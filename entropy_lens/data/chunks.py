@@ -26,7 +26,9 @@ Design choices:
   merges) and a digest of the documents' text, not of the `data` string: editing a file
   between calls cannot return stale tokens, and two names for the same text share an entry.
 - A `.npy` file holds token ids already cut into rows, (N, T + 1); it is checked against
-  the tokenizer and used as-is, rows being selected like chunks. No separator is inserted.
+  the tokenizer and used as-is, rows being selected like chunks. No separator is inserted. It needs
+  no tokenizer (`tokenizer=None`: the caller checks the ids against its model's vocabulary), so a
+  model folder without one scans it (`holds_token_ids`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ import numpy as np
 from entropy_lens.data.corpora import load_labelled
 from entropy_lens.errors import EntropyLensError
 
-__all__ = ["Chunks", "check_stride", "clear_cache", "packed_stream", "separator_id", "token_chunks"]
+__all__ = [
+    "Chunks",
+    "check_stride",
+    "clear_cache",
+    "holds_token_ids",
+    "packed_stream",
+    "separator_id",
+    "token_chunks",
+]
 
 _CACHE: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _CACHE_SIZE = 4  # streams; Austen with a 300-token vocabulary is 3M tokens (24 MB)
@@ -75,13 +85,19 @@ def check_length(length: int) -> None:
         )
 
 
+def holds_token_ids(data: str | os.PathLike) -> bool:
+    """Whether `data` is a .npy of token ids, which needs no tokenizer (a corpus name or text does)."""
+    return os.fspath(data).endswith(".npy")
+
+
 def token_chunks(
     tokenizer, data: str, *, length: int, samples: int, seed: int = 0, stride: int | None = None
 ) -> Chunks:
     """`samples` rows of `length + 1` consecutive tokens of `data` (a corpus name, a text path, or a
     .npy of token ids), chosen without replacement by `seed`. `stride` None: non-overlapping chunks;
     an int S >= 1: the windows starting every S tokens (module docstring), `Chunks.indices` then
-    counting windows, so row i starts at stream token indices[i] * S."""
+    counting windows, so row i starts at stream token indices[i] * S. `tokenizer` may be None for a
+    .npy (`holds_token_ids`): its ids are then not checked against a tokenizer's."""
     data = os.fspath(data)
     length, samples = operator.index(length), operator.index(samples)
     check_length(length)
@@ -91,7 +107,7 @@ def token_chunks(
         stride = operator.index(stride)
         check_stride(stride)
     width = length + 1
-    if data.endswith(".npy"):
+    if holds_token_ids(data):
         if stride is not None:
             raise EntropyLensError(
                 f"--stride cannot cut --data {data!r}: a .npy already holds its rows; pass the text it "
@@ -168,7 +184,12 @@ def clear_cache() -> None:
 
 
 def _packed(tokenizer, data: str) -> tuple[np.ndarray, str, int, int | None]:
-    documents, label = load_labelled(data)
+    documents, label = load_labelled(data)  # a missing source first: its message lists every form
+    if tokenizer is None:
+        raise EntropyLensError(
+            f"--data {data!r} is text, which needs the model's tokenizer; pass a tokenizer, or a .npy of "
+            "token ids shaped (rows, --len + 1)"
+        )
     separator = separator_id(tokenizer)
     key = (_tokenizer_key(tokenizer), _text_digest(documents))
     stream = _CACHE.get(key)
@@ -276,7 +297,12 @@ def _npy_rows(tokenizer, data: str, width: int) -> np.ndarray:
         )
     if len(rows) == 0:
         raise EntropyLensError(f"--data {data!r} has no rows; pass {kind}")
-    low, high, vocab = int(rows.min()), int(rows.max()), len(tokenizer)
+    low, high = int(rows.min()), int(rows.max())
+    if tokenizer is None:  # the caller checks the ids against its model's vocabulary
+        if low < 0:
+            raise EntropyLensError(f"--data {data!r} holds token id {low:,}; pass token ids of 0 or more")
+        return rows
+    vocab = len(tokenizer)
     if low < 0 or high >= vocab:
         bad = low if low < 0 else high
         raise EntropyLensError(

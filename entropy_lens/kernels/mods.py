@@ -121,7 +121,7 @@ class ScoreMods:
 
     @property
     def sdpa_computes(self) -> bool:
-        """Whether torch sdpa computes the output of these scores: no softcap, sinks or bias (a mask,
+        """Whether torch sdpa computes the output of these scores (no softcap, sinks or bias; a mask,
         causality and a window it takes)."""
         return self.softcap is None and self.sinks is None and not self.biased
 

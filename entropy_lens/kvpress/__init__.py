@@ -21,8 +21,9 @@ except ImportError as e:
     from entropy_lens.errors import EntropyLensError
 
     raise EntropyLensError(
-        f"entropy_lens.kvpress needs kvpress ({e}): pip install 'entropy-lens[kvpress]' (kvpress 0.5.5 "
-        "needs transformers < 5.3; docs/guides/kvpress.md)"
+        f"entropy_lens.kvpress needs kvpress ({e}): in a clone run `make kvpress-env` and use "
+        ".venv-kvpress/bin/python, or pip install -e '.[kvpress]' in a venv of its own (kvpress 0.5.5 needs "
+        "transformers < 5.3; docs/guides/kvpress.md)"
     ) from None
 
 from entropy_lens.kvpress.duo import DuoAttentionPress, load_pattern

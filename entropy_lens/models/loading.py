@@ -55,7 +55,7 @@ class LoadedModel:
     """A checkpoint ready for analysis, with the facts a results file records about it."""
 
     model: PreTrainedModel  # eval mode, on device, in dtype
-    tokenizer: PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase | None  # None: loaded with tokenizer=False (token ids need none)
     name: str  # CKPT exactly as given ("smollm2", a path)
     source: str  # absolute path of the folder or .gguf file loaded
     config_hash: str  # sha256[:16] of the config JSON (sorted keys), before NoPE
@@ -147,6 +147,7 @@ def load_model(
     rope_scaling: str | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    tokenizer: bool = True,
 ) -> LoadedModel:
     """Load `ckpt` (bundled name, Hub id, .gguf file or HF folder) for analysis; see the module docstring.
 
@@ -163,6 +164,8 @@ def load_model(
             max_position_embeddings.
         revision: the branch, tag or commit of a Hub id; None: main.
         trust_remote_code: allow the checkpoint's own Python code.
+        tokenizer: False loads no tokenizer (LoadedModel.tokenizer None), for inputs that are token ids
+            already: a folder without tokenizer files is then accepted.
 
     Returns:
         LoadedModel: the model (eval mode, on device, in dtype), its tokenizer and the facts a results
@@ -184,7 +187,7 @@ def load_model(
     head_scales = read_checkpoint_head_scales(folder, n_layers, n_heads)
     model = load_weights(folder, config, torch_dtype, trust_remote_code)
     ignored = ignored_remote_code(config, model, folder, trust_remote_code)
-    tokenizer = load_tokenizer(folder, trust_remote_code)
+    loaded_tokenizer = load_tokenizer(folder, trust_remote_code) if tokenizer else None
     model = model.to(torch_device).eval()
     digest = config_hash(model.config)  # before NoPE (which changes buffers, not the config, anyway)
 
@@ -209,7 +212,7 @@ def load_model(
         )
     return LoadedModel(
         model=model,
-        tokenizer=tokenizer,
+        tokenizer=loaded_tokenizer,
         name=str(ckpt),
         source=str(source),
         config_hash=digest,

@@ -180,7 +180,7 @@ class AttentionMonitor:
     # -- steps --------------------------------------------------------------------------------------
     @property
     def step(self) -> int:
-        """The step of the current (or last) forward: the one the loop set, else the forward count."""
+        """The step of the current (or last) forward, the one the loop set, else the forward count."""
         return self.forwards if self._step is None else self._step
 
     @step.setter

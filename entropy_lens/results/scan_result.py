@@ -63,7 +63,7 @@ class ScanResult:
 
     @property
     def stat_names(self) -> tuple[str, ...]:
-        """The row statistics this result holds (`stat(name)` gives each): entropy where recorded, then
+        """The row statistics this result holds (`stat(name)` gives each), entropy where recorded, then
         those of `stats` in statistics.STATISTICS's order (then any other, by name), not their `<name>_sq`."""
         own = [k for k in self.stats if not (k.endswith("_sq") and k[:-3] in self.stats)]
         own = [k for k in own if k not in KEY_STATISTICS]
@@ -152,7 +152,7 @@ class ScanResult:
 
     @property
     def entropy_reduction(self) -> str:
-        """How the entropy is stored: "heads", "mean" (over each layer's heads) or "none" (loss only)."""
+        """How the entropy is stored, "heads", "mean" (over each layer's heads) or "none" (loss only)."""
         return self.meta.get("entropy_reduction", "heads" if self.n_heads else "none")
 
     @property
@@ -172,7 +172,7 @@ class ScanResult:
 
     @property
     def mean_entropy(self) -> np.ndarray:
-        """(len,) H̄_i: unweighted mean over all layers and heads (the paper's Eq. 1), nats."""
+        """(len,) H̄_i, the unweighted mean over all layers and heads (the paper's Eq. 1), nats."""
         return self.entropy.mean(axis=(0, 1))
 
     @property

@@ -14,7 +14,8 @@ needle (both mentions).
 
 The record (JSON, written atomically after every (length, depth) cell; rerunning the same command
 continues it, other settings are refused unless `force`; a damaged one is refused in one line): kind,
-config, provenance, the model's facts (with the class that ran, and the auto_map class that did not when
+config (its --head-scales file, and the model's "scales" naming it, relative to the record's folder: a
+record moved or committed with that file names no machine's path), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
 the checkpoint names remote code that was not trusted) and "results", one entry per cell in order:
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
      token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -79,11 +81,13 @@ def passkey(
         lm = load_variant(config, device, dtype)
         check_tokenizer(lm.tokenizer)
         scales, scale_source = attention_scales(config, lm)
+        if path is not None and config.scale is None and config.head_scales is not None:
+            scale_source = beside_record(config.head_scales, path)  # the file, named from the record
         schedule = variant_schedule(config, lm)
         session = {"scales": scales, "schedule": schedule}
         record = {
             "kind": PASSKEY_KIND,
-            "config": config.to_dict(),
+            "config": stored_settings(config, path),
             "provenance": provenance(),
             "model": {
                 **lm.facts(),
@@ -119,6 +123,25 @@ def passkey(
     return record
 
 
+def beside_record(file: str | Path, record: Path) -> str:
+    """`file` as the record at `record` names it: relative to the record's folder (absolute where no
+    relative path leads there: another drive)."""
+    absolute = Path(file).resolve()
+    try:
+        return os.path.relpath(absolute, record.resolve().parent)
+    except ValueError:
+        return str(absolute)
+
+
+def stored_settings(config: PasskeyConfig, record: Path | None) -> dict:
+    """`config.to_dict()` as the record at `record` stores it: its --head-scales file relative to the
+    record's folder (`beside_record`); as given where no record is written."""
+    settings = config.to_dict()
+    if record is not None and settings.get("head_scales") is not None:
+        settings["head_scales"] = beside_record(settings["head_scales"], record)
+    return settings
+
+
 def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict | None:
     """{"model": ..., "cells": {(length, depth index): cell}} of a record of these settings at `path`,
     None when there is none (or `force`); EntropyLensError for a record of other settings."""
@@ -132,7 +155,7 @@ def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict |
         raise EntropyLensError(
             f"{path} exists and is not an entropy-lens passkey record; pass --force to overwrite it, or another --out"
         )
-    if record.get("config") != config.to_dict():
+    if record.get("config") != stored_settings(config, path):
         raise EntropyLensError(
             f"{path} holds a passkey run with other settings; rerun with the same flags to continue it, pass "
             "--force to overwrite it, or another --out"

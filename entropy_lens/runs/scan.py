@@ -32,7 +32,7 @@ import torch
 from entropy_lens.capture import EntropyRecorder, ScaleSession, Schedule, check_logits
 from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
-from entropy_lens.data import Chunks, token_chunks
+from entropy_lens.data import Chunks, holds_token_ids, token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Flags, Fused
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
@@ -157,7 +157,8 @@ class Run:
         check_context_parallel(config, w)
         device = rank_device(config.device, w)
         dtype = resolve_dtype(config.dtype, device)
-        lm = load_variant(config, device, dtype)
+        # token ids (.npy) need no tokenizer: a model folder without one scans them
+        lm = load_variant(config, device, dtype, tokenizer=not holds_token_ids(config.data))
         if config.context_parallel:
             check_shardable(lm.model)
         scales, scale_source = attention_scales(config, lm)

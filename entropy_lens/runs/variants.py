@@ -35,9 +35,10 @@ from entropy_lens.models import (
 __all__ = ["ModelVariant", "attention_scales", "load_model_variant", "load_variant", "variant_schedule"]
 
 
-def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def load_variant(config, device: torch.device, dtype: torch.dtype, *, tokenizer: bool = True) -> LoadedModel:
     """The checkpoint of a config with the Checkpoint and Loading settings (a scan's, a passkey run's, a head search's)
-    as its flags load it (--nope, --rope-scaling, --revision, ...); refused when the capture cannot run it."""
+    as its flags load it (--nope, --rope-scaling, --revision, ...); refused when the capture cannot run it.
+    `tokenizer` False: none loaded (a scan of token ids, which a folder without tokenizer files may run)."""
     lm = load_model(
         config.model,
         dtype=dtype,
@@ -46,6 +47,7 @@ def load_variant(config, device: torch.device, dtype: torch.dtype) -> LoadedMode
         rope_scaling=config.rope_scaling,
         revision=config.revision,
         trust_remote_code=config.trust_remote_code,
+        tokenizer=tokenizer,
     )
     check_supported(lm.model)
     return lm

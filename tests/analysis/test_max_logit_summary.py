@@ -58,6 +58,9 @@ def test_head_statistics_of_max_logit_are_maxima_over_positions(saved):
         entropy.values["converged"], saved.entropy[:, :, a:b].astype(np.float64).mean(axis=2) / np.log(2)
     )
     assert "mean over the last span" in entropy.descriptions["converged"]
+    # the span named after a comma, with its positions, not run on ("the last span last tenth", issue 70)
+    last, (a, b) = list(spans.items())[-1]
+    assert f"over the last span, {last} (positions [{a}, {b})), bits" in entropy.descriptions["converged"]
 
 
 def test_the_scan_summary_prints_max_logits_maximum(saved):

@@ -171,3 +171,33 @@ def test_figure7_names_its_steps_from_the_training_record():
     # the committed figure's words are the record's: 1,500 pretraining steps, as the model cards say
     readme = (Path(__file__).parents[2] / "figures" / "README.md").read_text()
     assert f"right: {words};" in readme and f"{steps} steps," not in readme
+
+
+def test_a_model_folder_without_a_tokenizer_scans_token_ids(tiny_dir, tmp_path, capsys):
+    """Token ids (.npy, as --help lists them) need no tokenizer (issue 70): a folder of weights and config
+    alone scans them, to the numbers of the same folder with its tokenizer; text data on it is refused in
+    one line that says to save a tokenizer."""
+    import shutil
+
+    from entropy_lens.cli import main
+    from entropy_lens.results import ScanResult
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_dir / name, bare / name)
+    assert not list(bare.glob("tokenizer*"))
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 300, size=(3, 33)))
+    outs = {}
+    for name, folder in (("bare", bare), ("full", tiny_dir)):
+        outs[name] = tmp_path / f"{name}.npz"
+        args = ["scan", str(folder), "--len", "32", "--samples", "2", "--data", str(tmp_path / "ids.npy")]
+        assert main([*args, "--out", str(outs[name]), "--quiet"]) == 0
+    bare_result, full_result = ScanResult.load(outs["bare"]), ScanResult.load(outs["full"])
+    np.testing.assert_array_equal(bare_result.entropy, full_result.entropy)
+    np.testing.assert_array_equal(bare_result.loss, full_result.loss)
+    capsys.readouterr()
+    text = ["scan", str(bare), "--len", "32", "--samples", "2", "--data", "austen:northanger", "--quiet"]
+    assert main([*text, "--out", str(tmp_path / "text.npz")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot load a tokenizer" in err[0] and "save_pretrained" in err[0]

@@ -285,6 +285,20 @@ def test_bad_npy_is_an_error(tok, tmp_path, array, match):
         token_chunks(tok, str(tmp_path / "ids.npy"), length=8, samples=1)
 
 
+def test_npy_rows_need_no_tokenizer_and_text_does(tok, tmp_path):
+    """Token ids are read without a tokenizer (a model folder without one scans them, issue 70); their
+    range is then the model's to check, but for a negative id; text without a tokenizer is refused."""
+    rows = np.random.default_rng(1).integers(0, 5000, size=(4, 9))
+    np.save(tmp_path / "ids.npy", rows)
+    c = token_chunks(None, str(tmp_path / "ids.npy"), length=8, samples=2)
+    np.testing.assert_array_equal(c.ids, rows[c.indices])
+    np.save(tmp_path / "neg.npy", np.full((4, 9), -2))
+    with pytest.raises(EntropyLensError, match="token id -2; pass token ids of 0 or more"):
+        token_chunks(None, str(tmp_path / "neg.npy"), length=8, samples=1)
+    with pytest.raises(EntropyLensError, match="is text, which needs the model's tokenizer"):
+        token_chunks(None, "austen:persuasion", length=8, samples=1)
+
+
 def test_missing_npy_is_an_error(tok, tmp_path):
     with pytest.raises(EntropyLensError, match="not a file"):
         token_chunks(tok, str(tmp_path / "nope.npy"), length=8, samples=1)

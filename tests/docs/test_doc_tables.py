@@ -1,6 +1,6 @@
 """The documentation's tables that restate a declaration are generated (tools/doc_tables.py): the statistics
-guide's tables from `STATISTICS` and `KEY_STATISTICS`, the layout page's package table and the package
-docstring's floors from tests/test_layout.py's `ALLOWED`. The committed text is what the tool writes."""
+guide's tables from `STATISTICS` and `KEY_STATISTICS`, the layout page's package table and its floors
+from tests/test_layout.py's `ALLOWED`. The committed text is what the tool writes."""
 
 import importlib.util
 import re
@@ -56,11 +56,11 @@ def test_the_layout_table_has_a_row_per_package_of_allowed_and_its_imports(tool)
         assert listed == ALLOWED[name], name
 
 
-def test_the_package_docstring_states_the_floors_of_allowed(tool):
+def test_the_layout_page_states_the_floors_of_allowed(tool):
     from test_layout import ALLOWED, BASE
 
     line = tool.floors_line(ALLOWED, BASE)
-    assert " ".join(line.split()) in " ".join(entropy_lens.__doc__.split())
+    assert " ".join(line.split()) in " ".join(tool.LAYOUT_PAGE.read_text(encoding="utf-8").split())
     floors = tool.floors(ALLOWED, BASE)
     assert sorted(n for f in floors for n in f) == sorted(set(ALLOWED) - BASE)
     level = {n: k for k, f in enumerate(reversed(floors)) for n in f}
@@ -79,3 +79,21 @@ def test_the_readme_names_every_statistic_from_the_declarations(tool):
     line = next(x for x in tool.README.read_text(encoding="utf-8").splitlines() if "<!-- statistics -->" in x)
     assert tool.statistics_cell() in line
     assert all(f"`{name}`" in line for name in (*STATISTICS, *KEY_STATISTICS))
+
+
+def test_the_api_page_opens_with_what_a_user_calls_not_the_layering():
+    """The package docstring opens the API page (docs/reference/api.md's automodule): it names where to
+    start, and leaves the import rule for contributors to the layout page it links (issue 70)."""
+    doc = " ".join(entropy_lens.__doc__.split())
+    assert "Imports run one way" not in doc and "docs/internals/layout.md" in doc
+    for name in (
+        "scan",
+        "ScanResult",
+        "EntropyRecorder",
+        "attention_stats",
+        "AttentionMonitor",
+        "load_model",
+    ):
+        assert f"`{name}" in doc, name
+    api = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    assert api.index(".. automodule:: entropy_lens\n") < api.index(".. auto", api.index("automodule") + 1)

@@ -2,10 +2,13 @@
 for) read as reStructuredText the way they read as plain text: no prose line becomes a block quote, a
 definition list, emphasis, a substitution or a link by accident. An indented block (a signature, a table
 of arrays, a formula) is a literal block because the paragraph before it ends with `::`; `|x|` is written
-as code, `|x|` in backticks. Source checks, no Sphinx build (the -W build catches what warns)."""
+as code, `|x|` in backticks. A property's summary renders as written: autodoc hands a property to napoleon
+as an attribute, whose first line "TYPE: body" splits at a colon (issue 70). Source checks, no Sphinx
+build (the -W build catches what warns)."""
 
 from __future__ import annotations
 
+import html
 import importlib
 import inspect
 import re
@@ -53,9 +56,9 @@ def _import(qualified: str):
     return obj
 
 
-def _rendered() -> dict[str, str]:
-    """{qualified name: docstring} of every object the site's pages document."""
-    found = {}
+def _rendered() -> tuple[dict[str, str], set[str]]:
+    """({qualified name: docstring} of every object the site's pages document, the names of properties)."""
+    found, properties = {}, set()
     for page in sorted(DOCS.rglob("*.md")):
         if "_build" in page.parts:
             continue
@@ -70,10 +73,12 @@ def _rendered() -> dict[str, str]:
                     member = inspect.getattr_static(obj, attr)
                     if isinstance(member, property) or callable(getattr(obj, attr)):
                         found[f"{name}.{attr}"] = inspect.getdoc(member) or ""
-    return found
+                    if isinstance(member, property):
+                        properties.add(f"{name}.{attr}")
+    return found, properties
 
 
-RENDERED = _rendered()
+RENDERED, PROPERTIES = _rendered()
 
 
 def accidents(doc: str) -> list[str]:
@@ -86,6 +91,20 @@ def accidents(doc: str) -> list[str]:
             continue
         found.append(f"{type(node).__name__}: {' '.join(node.astext().split())[:60]}")
     return found
+
+
+def property_summary(doc: str, name: str = "x") -> str:
+    """A property's first line as napoleon hands it on: autodoc passes a property as an attribute, whose
+    first line napoleon reads as "type: description" where it holds a colon outside `code`."""
+    text = str(GoogleDocstring(doc, NAPOLEON, what="property", name=name))
+    return "" if ":type:" in text else text.lstrip().splitlines()[0]
+
+
+def test_the_check_sees_a_colon_in_a_propertys_first_line():
+    assert property_summary("The stats recorded: entropy first.") != "The stats recorded: entropy first."
+    assert property_summary("The stats recorded (`stats=`), entropy first.\n\nMore: here.") == (
+        "The stats recorded (`stats=`), entropy first."
+    )
 
 
 def test_the_check_sees_a_formula_an_indented_block_and_a_star():
@@ -103,3 +122,42 @@ def test_the_site_renders_the_docstrings_of_the_reference():
 def test_a_rendered_docstring_has_no_accidental_markup(name):
     found = accidents(RENDERED[name])
     assert not found, f"{name}: {found} (end the paragraph before an indented block with '::'; `|x|`)"
+
+
+def test_the_site_documents_properties():
+    assert len(PROPERTIES) > 20 and "entropy_lens.EntropyRecorder.key_stats" in PROPERTIES
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PROPERTIES if RENDERED[n]))
+def test_a_propertys_summary_renders_as_written(name):
+    first = RENDERED[name].splitlines()[0]
+    assert property_summary(RENDERED[name], name) == first, (
+        f"{name}: the first line {first!r} renders as 'TYPE: body' (a colon outside `code` in a property's "
+        "first line); write it without the colon"
+    )
+
+
+def _plain(fragment: str) -> str:
+    """A built page's fragment as its reader reads it: tags dropped, entities and smart quotes undone."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", fragment))
+    for curly, straight in (("“", '"'), ("”", '"'), ("‘", "'"), ("’", "'"), ("…", "...")):
+        text = text.replace(curly, straight)
+    return " ".join(text.split())
+
+
+@pytest.mark.slow
+def test_the_built_reference_shows_each_propertys_summary_as_written(site):
+    """On the built pages, each property's description opens with its docstring's first line (code
+    marks aside), and its signature carries no type made of that line."""
+    entries = {}
+    for page in sorted(site.rglob("*.html")):
+        pattern = r'<dt class="sig sig-object py" id="([^"]+)">(.*?)</dt>\s*<dd>(.*?)</dd>'
+        for name, signature, body in re.findall(pattern, page.read_text(encoding="utf-8"), re.DOTALL):
+            entries.setdefault(name, (_plain(signature), _plain(body)))
+    shown = [name for name in sorted(PROPERTIES) if RENDERED[name] and name in entries]
+    assert len(shown) > 20 and "entropy_lens.EntropyRecorder.key_stats" in shown
+    for name in shown:
+        first = " ".join(RENDERED[name].splitlines()[0].replace("`", "").split())
+        signature, body = entries[name]
+        assert body.startswith(first), f"{name}: the page shows {body[:80]!r}, not {first!r}"
+        assert first[: len(first) // 2] not in signature, f"{name}: its summary became a type: {signature!r}"

@@ -60,3 +60,42 @@ def test_the_monitor_quick_start_runs_in_a_training_loop():
     latest = mon.latest()["max_logit"]
     assert latest.shape == (model.config.num_hidden_layers, model.config.num_attention_heads)
     assert np.isfinite(latest).all() and "attention/max_logit/layer_0/max" in mon.scalars()
+
+
+INTEGRATIONS = {  # name -> its guide (issue 70: kvpress was nowhere in the README)
+    "kvpress": "docs/guides/kvpress.md",
+    "lm-eval": "docs/guides/lm-eval.md",
+    "Trainer": "docs/guides/monitor.md",
+    "torchrun": "docs/guides/distributed.md",
+}
+
+
+def _section(title: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_what_is_supported_names_every_integration_in_one_row_with_its_guide():
+    rows = [line for line in _section("What is supported").splitlines() if line.startswith("| ")]
+    for name, guide in INTEGRATIONS.items():
+        found = [row for row in rows if row.startswith(f"| {name} |")]
+        assert len(found) == 1, f"README 'What is supported': one row '| {name} |', linking {guide}"
+        assert f"]({guide})" in found[0], f"README: the {name} row links {guide}"
+    kvpress = next(row for row in rows if row.startswith("| kvpress |"))
+    for words in ("ObservedAttentionPress", "DuoAttention", "head_profile"):
+        assert words in kvpress, words
+
+
+def test_the_quick_starts_name_every_integration_in_one_line_with_its_guide():
+    lines = _section("Quick start: integrations").strip().splitlines()
+    assert [line.split("**")[1] for line in lines] == list(INTEGRATIONS), "one line each, in this order"
+    for line, guide in zip(lines, INTEGRATIONS.values(), strict=True):
+        assert line.startswith("- **") and f"]({guide})" in line, line
+
+
+def test_the_documentation_list_links_every_guide():
+    listed = _section("Documentation")
+    guides = sorted((README.parent / "docs" / "guides").glob("*.md"))
+    assert len(guides) > 10
+    for guide in guides:
+        assert f"](docs/guides/{guide.name})" in listed, f"README's Documentation list: link {guide.name}"

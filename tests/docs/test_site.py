@@ -1,5 +1,5 @@
 """The built site looks like its peers' (furo, as many scientific Python projects use): a table of contents
-on every page, light and dark mode, a copy button on code, the home page's figure and the README's three
+on every page, light and dark mode, a copy button on code, the home page's figure and the README's four
 quick starts, the copyright holder in the footer, one anchor per id, search results with the words around
 the match, and docstrings rendered as text (reStructuredText through napoleon), not as literal blocks."""
 
@@ -42,12 +42,12 @@ def test_the_docs_extra_installs_what_the_configuration_loads():
         assert f'"{package}' in extra, package
 
 
-def test_the_home_page_quick_starts_are_the_readmes_three():
-    """docs/conf.py reads them from the README at build time: the command line, Python and the monitor,
-    each with the README's code, links to docs/ pages made relative to the site."""
+def test_the_home_page_quick_starts_are_the_readmes_four():
+    """docs/conf.py reads them from the README at build time: the command line, Python, the monitor and the
+    integrations, each with the README's code, links to docs/ pages made relative to the site."""
     text = conf._readme_quickstarts(_readme())
     titles = re.findall(r"^### (.+)$", text, re.MULTILINE)
-    assert titles == ["The command line", "Python", "Training monitor"]
+    assert titles == ["The command line", "Python", "Training monitor", "Integrations"]
     blocks = re.findall(r"```(?:bash|python)\n.*?```", _readme(), flags=re.DOTALL)
     quick = [b for b in blocks if "entropy-lens scan" in b or "from entropy_lens import" in b]
     assert len(quick) >= 3 and all(block in text for block in quick)
@@ -68,14 +68,19 @@ def test_the_site_uses_the_theme_with_its_contents_dark_mode_and_copy_button(sit
 
 
 @pytest.mark.slow
-def test_the_home_page_shows_a_figure_and_the_three_quick_starts(site):
+def test_the_home_page_shows_a_figure_and_the_four_quick_starts(site):
     page = (site / "index.html").read_text(encoding="utf-8")
     image = re.search(r'<img[^>]+src="(_images/[^"]+)"', page)
     assert image and (site / image.group(1)).is_file()
     text = _text(page)
-    for title in ("The command line", "Python", "Training monitor"):
+    for title in ("The command line", "Python", "Training monitor", "Integrations"):
         assert re.search(rf'<h3>{title}<a class="headerlink"', page), title
-    for needle in ("entropy-lens scan tiny-nope", "scan(ScanConfig(", "AttentionMonitor(model"):
+    for needle in (
+        "entropy-lens scan tiny-nope",
+        "scan(ScanConfig(",
+        "AttentionMonitor(model",
+        "ObservedAttentionPress",
+    ):
         assert needle.replace(" ", "") in text.replace(" ", ""), needle
 
 

@@ -113,3 +113,24 @@ def test_a_window_too_short_for_the_task_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "--lens 40 is too short" in err[0] and not list(tmp_path.glob("pk.json*"))
     with pytest.raises(EntropyLensError, match="ascending"):
         PasskeyConfig(model="x", lengths=(200, 100)).check()
+
+
+def test_the_record_names_its_head_scales_file_relative_to_its_folder(tmp_path, monkeypatch):
+    """A record names its --head-scales file from its own folder (model "scales" and config alike): moved or
+    committed with that file it names no machine's path, and a rerun from elsewhere continues it (issue 70)."""
+    from tiny import make_tiny_dir
+
+    folder = make_tiny_dir(tmp_path / "tiny")  # 2 layers x 4 heads
+    (tmp_path / "scales").mkdir()
+    np.save(tmp_path / "scales" / "hs.npy", np.full((2, 4), 1.1))
+    out = tmp_path / "runs" / "pk.json"
+    out.parent.mkdir()
+    args = ["passkey", str(folder), "--lens", "200", "--depths", "1", "--keys", "1", "--out", str(out)]
+    monkeypatch.chdir(tmp_path / "scales")
+    assert main([*args, "--head-scales", "hs.npy", "--quiet"]) == 0
+    record = json.loads(out.read_text())
+    assert record["config"]["head_scales"] == record["model"]["scales"] == "../scales/hs.npy"
+    assert str(tmp_path / "scales") not in out.read_text()  # (the model is named as given: a path here)
+    monkeypatch.chdir(tmp_path)  # the same file named from another folder: the same settings
+    assert main([*args, "--head-scales", str(tmp_path / "scales" / "hs.npy"), "--quiet"]) == 0
+    assert json.loads(out.read_text())["results"] == record["results"]  # kept, not run again
