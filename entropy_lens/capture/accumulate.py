@@ -120,10 +120,10 @@ class HostSums:
         the copies to the host started; summed later (see the module docstring). `mask`: the 2-D mask
         that places the rows (default: the forward's, from `begin_forward`; None: none); `counts`:
         whether this report counts its rows (default: the forward's first reporting layer does).
-        `inputs_finite`: the layer's check of its query, key and value, (3,) bool on its device
-        (capture/call.py's `check_finite_inputs` on a GPU), read with the statistics: a report whose inputs
-        were not finite is refused (EntropyLensError naming the layer) before anything of it, or of a
-        report after it, is summed, whenever it is folded (the reports before it, which landed first, are
+        `inputs_finite`: the layer's check of its inputs, (4,) bool on its device (query, key, value
+        finite; the scores' bound within float32's range: capture/call.py's `check_finite_inputs` on a GPU),
+        read with the statistics: a report whose inputs fail it is refused (EntropyLensError naming the
+        layer) before anything of it, or of a report after it, is summed, whenever it is folded (the reports before it, which landed first, are
         summed as they land: a caller that gets the error drops the batch)."""
         heads = {t.shape[1] for t in stats.values()}
         if heads != {self.n_heads} or not 0 <= layer < self.n_layers:
