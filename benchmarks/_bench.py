@@ -93,6 +93,22 @@ def timed(
     return Timing(times)
 
 
+def gpu_or_refuse(device: str, script: str) -> str | None:
+    """What a GPU benchmark records as its card: the CUDA device's name, or for `--device cpu` (a smoke
+    run) a label saying its timings mean nothing; None, after one line on stderr, where CUDA is asked for
+    and absent."""
+    import sys
+
+    import torch
+
+    if device != "cuda":
+        return "none: CPU smoke run, timings mean nothing"
+    if not torch.cuda.is_available():
+        print(f"{script} needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return None
+    return torch.cuda.get_device_name()
+
+
 def layer_qkv(length: int, *, heads: int = 9, kv_heads: int = 3, head_dim: int = 64, seed: int = 0):
     """Random fp32 q (1, heads, T, D), k and v (1, kv_heads, T, D) of one layer, SmolLM2-135M's shape by
     default, drawn in that order from a generator seeded with `seed`."""

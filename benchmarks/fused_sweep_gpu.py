@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, make_record, parser, table, timed, write_json
+from _bench import Column, gpu_or_refuse, make_record, parser, table, timed, write_json
 
 CONFIGS = (
     (64, 64, 4, 2),
@@ -174,14 +174,9 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    import torch
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("fused_sweep_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+    gpu = gpu_or_refuse(args.device, "fused_sweep_gpu.py")
+    if gpu is None:
         return 1
-    gpu = (
-        torch.cuda.get_device_name() if args.device == "cuda" else "none: CPU smoke run, timings mean nothing"
-    )
     baseline = _load(args.baseline) if args.baseline else None
     shape = TINY if args.tiny else SHAPE
     rows = []

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, make_record, parser, table, timed, write_json
+from _bench import Column, gpu_or_refuse, make_record, parser, table, timed, write_json
 from scan_gpu import TINY, build_model, tinyllama_config
 
 MODES = ("plain", "forward", "scan")
@@ -90,11 +90,10 @@ def main() -> int:
 
     import torch
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("scan_overhead_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+    gpu = gpu_or_refuse(args.device, "scan_overhead_gpu.py")
+    if gpu is None:
         return 1
     cuda = args.device == "cuda"
-    gpu = torch.cuda.get_device_name() if cuda else "none: CPU smoke run, timings mean nothing"
     model = build_model(tinyllama_config(**(TINY if args.tiny else {})), args.device, torch.bfloat16)
     sync = torch.cuda.synchronize if cuda else None
     rows = []

@@ -90,8 +90,8 @@ class ScanSums:
         columns = slice(None) if positions is None else positions  # distinct positions: += is exact
         arrays = self.arrays
         with interrupts_deferred():
-            # the layers first, each summed as its copy lands while the device still runs the rest; the
-            # loss, which waits for the whole forward, after them
+            # the layers first (each folded as soon as its copy has landed), then the loss, whose read
+            # waits for the whole forward
             if self.entropy:
                 names = sum_names(capture.stats)
                 for name in names:  # a statistic the model reports beyond entropy (sink mass): one more sum
