@@ -1,13 +1,13 @@
-"""The run-wide flags, parsed once: `--backend`, `--fused`, `--stats`, `--first-keys` and `--recent-keys`
-become typed values where a run starts (`ScanConfig.flags`, the entrance of `EntropyRecorder`/
-`ScaleSession`, the kernels' public functions), and every layer below takes those values and never
-parses a string again (`capture.call.Session` and `kernels.plan` refuse a raw string with a TypeError).
+"""What to measure, parsed once: `--backend`, `--fused`, `--stats` and the statistics' parameters
+(statistics.PARAMETERS: `--first-keys`, ...) become one record, `Measure`, where a run starts
+(`ScanConfig.measure`, the entrance of `EntropyRecorder`/`ScaleSession`/`AttentionMonitor`, the kernels'
+public functions), and every layer below takes it whole and never parses a value again
+(`capture.call.Session` and `kernels.plan` refuse a raw string with a TypeError).
 
     Backend     the kernel of the row statistics: auto, or one of BACKENDS (the enum's other values)
     Fused       a capturing layer's routes: auto (time both) | on (the one pass) | off (sdpa + a statistics pass)
     Stats       the row statistics a run records: a tuple of names declared in statistics.STATISTICS
-    first_keys  first_mass's K: an int in the range of settings.FIRST_KEYS
-    recent_keys recent_mass's W: an int in the range of settings.RECENT_KEYS
+    Measure     the record: row and key statistics, every parameter's value, the backend, the fused mode
 
 The enums are str-valued, so a results meta, a cache key or a command written from one reads as before
 ("native", "auto"). Each `parse_*` takes the user's value (or an already parsed one, returned as it is)
@@ -16,13 +16,15 @@ and raises the flag's one-line error. Torch-free: `--help` and results readers i
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 from dataclasses import dataclass
 from enum import StrEnum
 
 from entropy_lens import statistics
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.settings import FIRST_KEYS, RECENT_KEYS, check_argument
+from entropy_lens.statistics import DEFAULT_STATS, KEY_STATISTICS, KEYS, ROWS, STATISTICS
 
 ENV_VAR = "ENTROPY_LENS_BACKEND"  # overrides --backend auto, read when the flag is parsed
 
@@ -71,6 +73,81 @@ class Stats(tuple):
         return repr(tuple(self))
 
 
+ALL = "all"  # --stats all: every declared statistic
+
+
+def did_you_mean(names, declared=None) -> str:
+    """ " (did you mean max_prob?)": for each of `names`, the declared statistics (`declared`, default
+    STATISTICS) it begins (at least three letters, any case) or else the closest one (difflib), or ""
+    where none is close: the hint a refusal of an unknown name carries."""
+    declared = list(STATISTICS if declared is None else declared)
+    close: dict[str, None] = {}
+    for name in (str(n).lower() for n in names):
+        begun = [known for known in declared if len(name) >= 3 and known.startswith(name)]
+        close |= dict.fromkeys(begun or difflib.get_close_matches(name, declared, n=1, cutoff=0.6))
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def parse_stats(stats, axis: str | None = ROWS):
+    """`stats` (a name, names comma-separated, or a sequence of names; "all" alone: every statistic of
+    the axis) as a tuple of declared names of `axis` in the order given: ROWS (`attention_stats`, the
+    monitor), KEYS (`attention_received`), or None for both, as (row statistics, key statistics) with the
+    rows DEFAULT_STATS where only key statistics are named (what a recorder and a scan's --stats take).
+    ValueError in one line where it names no statistic, an unknown one (with the closest declared names:
+    "did you mean max_prob?"), one of the other axis (saying where it is computed), or "all" beside
+    others."""
+    if isinstance(stats, Stats) and axis == ROWS:
+        return stats  # parsed already
+    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
+    if axis is None:
+        return _both(names)
+    declared, other = (STATISTICS, KEY_STATISTICS) if axis == ROWS else (KEY_STATISTICS, STATISTICS)
+    what = "row" if axis == ROWS else "key"
+    if names == (ALL,):
+        return Stats(declared) if axis == ROWS else tuple(declared)
+    crossed = [name for name in names if name in other]
+    unknown = [name for name in names if name not in declared and name not in other and name != ALL]
+    if ALL in names and (axis == ROWS or not crossed and not unknown):
+        raise ValueError(
+            f"`{ALL}` cannot be combined with other {'' if axis == ROWS else 'key '}statistics (got "
+            f"{','.join(map(str, names))}); write {ALL} alone for every one, or a list of names without it"
+        )
+    if crossed and axis == ROWS:
+        raise ValueError(
+            f"{', '.join(crossed)}: a key statistic (attention received by each key), not a row statistic; "
+            f"compute it with entropy_lens.attention_received(q, k, stats=...), and choose row statistics "
+            f"here from {ALL} or {', '.join(STATISTICS)}"
+        )
+    if crossed or unknown or not names:
+        why = (
+            f"{', '.join(crossed)}: a row statistic (use entropy_lens.attention_stats)"
+            if crossed
+            else f"unknown {what} statistic {unknown!r}{did_you_mean(unknown, declared)}"
+            if unknown
+            else f"no {what} statistic"
+        )
+        choose = f"choose from {ALL} or" if axis == ROWS else f"choose key statistics from {ALL} or"
+        raise ValueError(f"{why}; {choose} {', '.join(declared)}")
+    return Stats(names) if axis == ROWS else names
+
+
+def _both(names: tuple) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`parse_stats(names, axis=None)`: (row statistics, key statistics)."""
+    if names == (ALL,):
+        return Stats(STATISTICS), tuple(KEY_STATISTICS)
+    if ALL in names:
+        parse_stats(names)  # its refusal of `all` beside other names
+    unknown = [name for name in names if name not in STATISTICS and name not in KEY_STATISTICS]
+    if unknown:  # either axis's name: the hint and the choices name both
+        raise ValueError(
+            f"unknown statistic {unknown!r}{did_you_mean(unknown, [*STATISTICS, *KEY_STATISTICS])}; choose "
+            f"{ALL}, row statistics from {', '.join(STATISTICS)}, or key statistics from {', '.join(KEY_STATISTICS)}"
+        )
+    keys = tuple(name for name in names if name in KEY_STATISTICS)
+    rows = tuple(name for name in names if name not in KEY_STATISTICS)
+    return (parse_stats(rows) if rows or not keys else Stats(DEFAULT_STATS)), keys
+
+
 def triton_available() -> bool:
     """Whether the triton backend's package is installed (its kernel runs on CUDA tensors)."""
     import importlib.util
@@ -106,55 +183,88 @@ def parse_fused(value) -> Fused:
     return Fused(value)
 
 
-def parse_stats(value) -> Stats:
-    """`value` as Stats: statistics.parse_stats' reading (a name, names comma-separated, a sequence, or
-    "all" alone); ValueError in one line naming the closest and the known statistics otherwise."""
-    return value if isinstance(value, Stats) else Stats(statistics.parse_stats(value))
+def parse_params(params: dict) -> tuple[tuple[str, int | None], ...]:
+    """The statistics' parameters given by name (`first_keys=4`), each checked by its declaration
+    (statistics.PARAMETERS), with the defaults of the others: ((name, value), ...) in PARAMETERS'
+    order. TypeError in one line for an unknown name (with the closest: a keyword no function takes),
+    EntropyLensError for a value out of range."""
+    unknown = [name for name in params if name not in statistics.PARAMETERS]
+    if unknown:
+        hint = did_you_mean(unknown, statistics.PARAMETERS)
+        raise TypeError(
+            f"unknown argument {', '.join(map(repr, unknown))}{hint}; the statistics' parameters are "
+            f"{', '.join(statistics.PARAMETERS)} (entropy_lens.statistics.PARAMETERS)"
+        )
+    return tuple(
+        (name, p.check(params[name]) if name in params else p.default)
+        for name, p in statistics.PARAMETERS.items()
+    )
 
 
-def parse_first_keys(value) -> int:
-    """first_mass's K as an int; EntropyLensError (a ValueError) unless a whole number in the range
-    --first-keys declares (settings.FIRST_KEYS)."""
-    check_argument("first_keys", value, int, FIRST_KEYS, example=1)
-    return int(value)
-
-
-def parse_recent_keys(value) -> int:
-    """recent_mass's W as an int; EntropyLensError (a ValueError) unless a whole number in the range
-    --recent-keys declares (settings.RECENT_KEYS)."""
-    check_argument("recent_keys", value, int, RECENT_KEYS, example=64)
-    return int(value)
+DEFAULT_ROWS = Stats(DEFAULT_STATS)  # entropy and sink mass
+DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 
 
 @dataclass(frozen=True, kw_only=True)
-class Flags:
-    """The five flags of a capture, parsed: what `Session` holds and `ScanConfig.flags` gives."""
+class Measure:
+    """What to measure, as one record: the row statistics (`stats`), the key statistics (`key_stats`),
+    every statistic's parameter (`params`, statistics.PARAMETERS: read one as `measure["first_keys"]`),
+    the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
+    `ScanConfig.measure`, `EntropyRecorder`/`ScaleSession`, `AttentionMonitor`, the kernels' public
+    functions) and passed whole through the session, the route and `plan.run` to the kernels, which
+    read the parameters of the statistics they compute; nothing below an entrance parses a value again
+    (`capture.call.Session` and `kernels.plan` refuse an unparsed one with a TypeError)."""
 
+    stats: Stats = DEFAULT_ROWS
+    key_stats: tuple[str, ...] = ()
+    params: tuple[tuple[str, int | None], ...] = DEFAULT_PARAMS
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO
-    stats: Stats
-    first_keys: int = 1
-    recent_keys: int = 64
 
     @classmethod
-    def parse(cls, *, backend="auto", fused="auto", stats, first_keys=1, recent_keys=64) -> Flags:
-        """Each flag through its `parse_*`: the one place a user's values become these."""
+    def parse(
+        cls, *, stats=statistics.DEFAULT_STATS, key_stats=(), backend="auto", fused="auto", **params
+    ) -> Measure:
+        """Each value through its parser: the one place a user's values become these. `stats` names row
+        statistics (a flags.Stats passes through), `key_stats` key statistics; `params` the statistics'
+        parameters by name (`parse_params`)."""
         return cls(
+            stats=parse_stats(stats),
+            key_stats=parse_stats(key_stats, KEYS) if key_stats else (),
+            params=parse_params(params),
             backend=parse_backend(backend),
             fused=parse_fused(fused),
-            stats=parse_stats(stats),
-            first_keys=parse_first_keys(first_keys),
-            recent_keys=parse_recent_keys(recent_keys),
         )
+
+    def __getitem__(self, name: str) -> int | None:
+        """The value of the parameter `name` (statistics.PARAMETERS)."""
+        return dict(self.params)[name]
+
+    def replace(self, **changes) -> Measure:
+        """This record with `changes` (already parsed values: `stats=`, `key_stats=`, `params=`, ...)."""
+        return dataclasses.replace(self, **changes)
+
+    def changed(self, **params) -> Measure:
+        """This record with the parameters `params` (by name) set and checked."""
+        return self.replace(params=parse_params({**dict(self.params), **params}))
+
+    def recorded(self) -> dict[str, int]:
+        """{parameter: value} as a results meta and a history record them: every parameter that is set
+        (None: off, as the query window by default, is left out)."""
+        return {name: value for name, value in self.params if value is not None}
+
+
+DEFAULT_MEASURE = Measure()  # entropy and sink mass, every parameter at its default, auto
 
 
 def require(**values) -> None:
-    """TypeError unless each value is of its flag's parsed type: what the layers below the entrance check,
-    so a raw string cannot slip past `parse_*` (`require(backend=b, fused=f)`)."""
-    types = {"backend": Backend, "fused": Fused, "stats": Stats, "first_keys": int, "recent_keys": int}
+    """TypeError unless each value is of its parsed type: what the layers below the entrance check, so a
+    raw value cannot slip past the parse (`require(backend=b, fused=f)`, `require(measure=m)`)."""
+    types = {"backend": Backend, "fused": Fused, "stats": Stats, "measure": Measure}
     for name, value in values.items():
         if not isinstance(value, types[name]) or isinstance(value, bool):
+            fix = "Measure.parse(...)" if name == "measure" else f"parse_{name}({value!r})"
             raise TypeError(
-                f"{name}={value!r} is not parsed; pass entropy_lens.flags.parse_{name}({value!r}) "
-                "(the run's entrance parses each flag once)"
+                f"{name}={value!r} is not parsed; pass entropy_lens.flags.{fix} (the run's entrance parses "
+                "what to measure once)"
             )

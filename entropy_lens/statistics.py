@@ -1,42 +1,37 @@
-"""The row statistics, each declared once, without torch (`--help` and results readers load none): a
+"""Every statistic, each declared once, without torch (`--help` and results readers load none): a
 `Statistic` holds what every layer needs to know of it (its unit, description, bound, plot label, whether
-its square is summed, its `Reduction`: how rows combine into one number, and its axis: a value per query
-row or per key), and every table derives from `STATISTICS`:
+its square is summed, its `Reduction`: how rows combine into one number, its axis: a value per query
+row or per key, and its `Parameter`s: first_mass's K, the key statistics' query window), and every
+table derives from `DECLARED`:
 
     kernels/stats.py      @read("entropy", needs=...)   how a kernel reads it off the streaming state
     kernels/reference.py  @definition("entropy")        its float64 definition from the probabilities
     results, analysis, view, plotting                   STATISTICS[name].unit, .bound, .label, ...
+    flags.Measure, runs/configs.py                      PARAMETERS: keywords, flags, meta, cache keys
 
-Both registries are checked against STATISTICS when their module is imported (`check_registered`): a
-statistic declared here without a read or a definition fails the import. Code that needs a statistic by
-name takes it from here (`ENTROPY.name`), so the name is written once (tests/kernels/test_stats.py holds it).
+One registry of reads and one of definitions, both axes; each axis is checked against its declaration
+when the module that fills it is imported (`check_registered(table, what, axis)`): a statistic declared
+here without a read or a definition fails the import. Code that needs a statistic by name takes it from
+here (`ENTROPY.name`), so the name is written once (tests/kernels/test_stats.py holds it).
 
-`parse_stats` reads a --stats value (or a `stats=` argument) into names, once for every caller: scan's
---stats, train-tiny's --monitor, `AttentionMonitor(stats=...)`, `EntropyRecorder(stats=...)` and the
-kernels' `stats=`.
-
-Two axes, one declaration each. A row statistic (axis ROWS: a value per query row) and a key statistic
-(axis KEYS: a value per key, the attention it receives, `entropy_lens.attention_received`) are both a
-`Statistic` below, declared once in `DECLARED`; `STATISTICS` and `KEY_STATISTICS` are its two views by
-axis. Everything that iterates `STATISTICS` (the kernels' reads and definitions, the host sums, results,
-the monitor, --stats, the docs' tables) means the row statistics and sees no key statistic; the key
-statistics have their own registries (kernels/received.py's `@key_read`, kernels/received_reference.py's
-`@key_definition`, checked against KEY_STATISTICS by `check_registered(..., declared=KEY_STATISTICS)`) and
-their own parser, `parse_key_stats`. `parse_stats` refuses a key statistic in one line that says where it
-is computed.
-
-
-The kernels that compute the statistics (BACKENDS) and the --fused modes are flags.py's.
+Two axes, one declaration. A row statistic (ROWS: a value per query row) and a key statistic (KEYS: a
+value per key, the attention it receives, `entropy_lens.attention_received`) are both a `Statistic` in
+`DECLARED`; `BY_AXIS` views it by axis (`STATISTICS`: the rows, `KEY_STATISTICS`: the keys), leaving
+out the monitor's summaries of a key statistic (`of`: received_first, received_max_later; `SUMMARIES`),
+which no kernel computes. Everything that iterates `STATISTICS` (results, the monitor, --stats, the
+docs' tables) means the row statistics. `flags.parse_stats(stats, axis)` reads a --stats value or a
+`stats=` argument for either axis or both.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+from entropy_lens.settings import MAX_TOKENS, check_argument, setting
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)
@@ -102,13 +97,83 @@ def _library(x):
 
 
 @dataclass(frozen=True)
+class Parameter:
+    """A parameter of one or more statistics, declared with them (`Statistic.parameters`) and from here
+    everywhere else: the keyword of every entrance (`attention_stats(first_keys=4)`, `EntropyRecorder`,
+    `AttentionMonitor`, the Trainer callback), the flag (`--first-keys`, runs/configs.py), the results meta
+    and the cache key under `name`, the check of a value (`check`) and a reader's value (`read`).
+
+    `name`: the keyword, flag (dashed) and meta field; `default`: its value unless given (None: off);
+    `letter`: what labels and summaries call it ("K"); `help`: the flag's text; `keyed_at_default`:
+    whether a cache key holds it at its default (False for parameters added after cached runs existed, so
+    their keys stay as they were); `at_most`: its ceiling (settings.MAX_TOKENS), every one at least 1."""
+
+    name: str
+    default: int | None
+    letter: str
+    help: str
+    keyed_at_default: bool = False
+    at_most: int = MAX_TOKENS
+    example: int | None = None  # the value a refusal suggests (default: the default)
+
+    @property
+    def spec(self) -> dict:
+        """Its range, as `settings.setting` and `settings.check_argument` take one."""
+        return {"at_least": 1, "at_most": self.at_most}
+
+    def check(self, value) -> int | None:
+        """`value` as an int (None where the default is None and None is given); EntropyLensError in one
+        line unless a whole number in its range (a numpy integer taken, True or 2.5 refused)."""
+        if value is None and self.default is None:
+            return None
+        check_argument(self.name, value, int, self.spec, example=self.example or self.default)
+        return int(value)
+
+    def setting(self):
+        """Its field in a run's settings (runs/configs.py): the flag, its help and range (settings.setting)."""
+        return setting(self.default, help=self.help, metavar=self.letter, **self.spec)
+
+    def read(self, meta: dict) -> int | None:
+        """Its value in a result's `meta`: the meta's own field, else its scan_config's, else the default
+        (a file written before the parameter existed measured at the default)."""
+        config = meta.get("scan_config") or {}
+        return meta.get(self.name, config.get(self.name, self.default))
+
+
+# the parameters of the statistics below, each declared once
+FIRST_KEYS = Parameter(
+    "first_keys",
+    1,
+    "K",
+    "K of first_mass: the mass on a row's first K real (unpadded) keys",
+    keyed_at_default=True,
+)
+RECENT_KEYS = Parameter(
+    "recent_keys",
+    64,
+    "W",
+    "W of recent_mass: the mass on a row's last W keys, those ending at its own position",
+)
+QUERY_WINDOW = Parameter(
+    "query_window",
+    None,
+    "W",
+    "the key statistics count only the last W query rows of each window (SnapKV's observation window); "
+    "default: every row",
+    example=32,
+)
+
+
+@dataclass(frozen=True)
 class Statistic:
     """One row statistic: `name` (its results arrays and flags), `unit` (what the arrays store),
     `description`, `label` (a figure's axis), `bound`: how the largest value a causal row at position i
     can take grows with i (LOG_BOUND: ln(i + 1); POSITION_BOUND: i), None where none grows with i (a
     probability is at most 1 everywhere); `squared`: whether the host sums its square too (the results'
     `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `reduction`: how
-    values combine (MEAN, or MAX for a maximum); `axis`: ROWS (a value per query row) or KEYS (per key)."""
+    values combine (MEAN, or MAX for a maximum); `axis`: ROWS (a value per query row) or KEYS (per key);
+    `parameters`: what the caller may set of it (first_mass's K, the key statistics' query window);
+    `of`: None, or the statistic it summarises (the monitor's summaries of received, computed from it)."""
 
     name: str
     unit: str
@@ -118,6 +183,8 @@ class Statistic:
     squared: bool = True
     reduction: Reduction = MEAN
     axis: str = ROWS
+    parameters: tuple[Parameter, ...] = ()
+    of: str | None = None
 
     def __post_init__(self):
         known = self.reduction in REDUCTIONS.values() and self.axis in AXES
@@ -162,14 +229,16 @@ FIRST_MASS = Statistic(
     "first_mass",
     PROBABILITY,
     "Σ_{r <= j < r + K} p_j: the mass on the first K real keys (r: the first unpadded one)",
-    "first-token mass",  # K = 1; plotting.stat_label names K otherwise
+    "first-token mass",  # K = 1; `label_of` names K otherwise
+    parameters=(FIRST_KEYS,),
 )
 RECENT_MASS = Statistic(
     "recent_mass",
     PROBABILITY,
     "Σ_{pos_i − W < j <= pos_i} p_j: the mass on the last W keys up to the row's own position (the sink "
     "is no key)",
-    "recent-window mass",  # W = 64; plotting.stat_label names W
+    "recent-window mass",  # `label_of` names W
+    parameters=(RECENT_KEYS,),
 )
 
 MAX_LOGIT = Statistic(
@@ -191,6 +260,7 @@ RECEIVED = Statistic(
     "Σ_i p_ij over the counted query rows: the attention mass key j receives (at most n_j)",
     "attention received",
     axis=KEYS,
+    parameters=(QUERY_WINDOW,),
 )
 RECEIVED_MAX = Statistic(
     "received_max",
@@ -200,6 +270,7 @@ RECEIVED_MAX = Statistic(
     squared=False,
     reduction=MAX,
     axis=KEYS,
+    parameters=(QUERY_WINDOW,),
 )
 RECEIVED_MEAN = Statistic(
     "received_mean",
@@ -208,11 +279,12 @@ RECEIVED_MEAN = Statistic(
     "where none can (kvpress's ObservedAttentionPress)",
     "mean share received",
     axis=KEYS,
+    parameters=(QUERY_WINDOW,),
 )
 
 # What AttentionMonitor records of a key statistic per layer and head at each step (monitor/summary.py):
 # not a value per key but two numbers over the keys, each reduced over a step's batch rows by its own
-# reduction. Not among DECLARED (no kernel computes them); `reduction_of` and the history's view know them
+# reduction: statistics derived from RECEIVED (`of`), which no kernel computes
 RECEIVED_FIRST = Statistic(
     "received_first",
     PROBABILITY,
@@ -221,6 +293,7 @@ RECEIVED_FIRST = Statistic(
     "first key's share",
     squared=False,
     axis=KEYS,
+    of=RECEIVED.name,
 )
 RECEIVED_MAX_LATER = Statistic(
     "received_max_later",
@@ -230,12 +303,10 @@ RECEIVED_MAX_LATER = Statistic(
     squared=False,
     reduction=MAX,
     axis=KEYS,
+    of=RECEIVED.name,
 )
-# the key statistics the monitor takes, each with its summaries
-KEY_SUMMARIES: dict[str, tuple[Statistic, ...]] = {RECEIVED.name: (RECEIVED_FIRST, RECEIVED_MAX_LATER)}
-SUMMARIES: dict[str, Statistic] = {s.name: s for group in KEY_SUMMARIES.values() for s in group}
 
-# every statistic, each declared once, rows first; the views below are its two axes
+# every statistic, each declared once, rows first; the views below are its axes
 DECLARED: tuple[Statistic, ...] = (
     ENTROPY,
     SINK_MASS,
@@ -249,19 +320,32 @@ DECLARED: tuple[Statistic, ...] = (
     RECEIVED,
     RECEIVED_MAX,
     RECEIVED_MEAN,
+    RECEIVED_FIRST,
+    RECEIVED_MAX_LATER,
 )
 if len({s.name for s in DECLARED}) != len(DECLARED):  # one name per statistic, across both axes
     raise ValueError("entropy_lens.statistics: two statistics share a name; rename one")
-# every row statistic, by name, in the order results, summaries and --stats list them
-STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.axis == ROWS}
-# every key statistic (attention received), by name, in the order `attention_received` returns them
-KEY_STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.axis == KEYS}
+BY_NAME: dict[str, Statistic] = {s.name: s for s in DECLARED}
+# every statistic a kernel computes, by axis, in the order results, summaries and --stats list them
+BY_AXIS: dict[str, dict[str, Statistic]] = {
+    axis: {s.name: s for s in DECLARED if s.axis == axis and s.of is None} for axis in AXES
+}
+STATISTICS: dict[str, Statistic] = BY_AXIS[ROWS]  # the row statistics
+KEY_STATISTICS: dict[str, Statistic] = BY_AXIS[KEYS]  # the key statistics (attention received)
+# the monitor's summaries of a key statistic, by the statistic they summarise
+SUMMARIES: dict[str, tuple[Statistic, ...]] = {
+    name: tuple(s for s in DECLARED if s.of == name)
+    for name in KEY_STATISTICS
+    if any(s.of == name for s in DECLARED)
+}
+# every parameter of a statistic, by name, in the order of DECLARED
+PARAMETERS: dict[str, Parameter] = {p.name: p for s in DECLARED for p in s.parameters}
 
 
 def declared(name: str) -> Statistic:
     """The declared statistic `name` of either axis (KeyError naming the choices otherwise)."""
-    stat = STATISTICS.get(name) or KEY_STATISTICS.get(name)
-    if stat is None:
+    stat = BY_NAME.get(name)
+    if stat is None or stat.of is not None:
         raise KeyError(
             f"{name!r} is no declared statistic; choose from {', '.join(STATISTICS | KEY_STATISTICS)}"
         )
@@ -272,7 +356,7 @@ def reduction_of(key: str) -> Reduction:
     """How the sum or array named `key` combines: its statistic's reduction for a statistic's own
     (`entropy`, `max_logit`, `received_max`) or a monitor's summary (`received_max_later`), MEAN for its
     square (`entropy_sq`), a count or anything not declared."""
-    stat = STATISTICS.get(key) or KEY_STATISTICS.get(key) or SUMMARIES.get(key)
+    stat = BY_NAME.get(key)
     return stat.reduction if stat is not None else MEAN
 
 
@@ -281,109 +365,18 @@ DEFAULT_STATS = (ENTROPY.name, SINK_MASS.name)  # what the kernels return unless
 EXTRA_STATS = tuple(name for name in STATISTICS if name not in DEFAULT_STATS)
 
 
-def check_registered(table: dict, what: str, declared: dict | None = None) -> dict:
-    """`table` (name -> an implementation) in the order of `declared` (STATISTICS, the row statistics,
-    unless given: KEY_STATISTICS for the key statistics' registries); ValueError, at the import of the
-    module that fills it, where a declared statistic lacks one or an undeclared name has one."""
-    declared = STATISTICS if declared is None else declared
+def check_registered(table: dict, what: str, axis: str = ROWS) -> dict:
+    """The entries of `table` (name -> an implementation: the one registry of kernels/stats.py's reads,
+    or of kernels/reference.py's definitions) on `axis`, in the order of BY_AXIS[axis]; ValueError, at
+    the import of the module that fills that axis, where a declared statistic lacks one or an entry
+    names no declared statistic."""
+    declared = BY_AXIS[axis]
     missing = [name for name in declared if name not in table]
-    unknown = [name for name in table if name not in declared]
+    unknown = [name for name in table if name not in BY_NAME or BY_NAME[name].of is not None]
     if missing or unknown:
-        view = "KEY_STATISTICS" if declared is KEY_STATISTICS else "STATISTICS"
         raise ValueError(
             f"{what}: {'no entry for ' + ', '.join(missing) if missing else ''}"
             f"{'; ' if missing and unknown else ''}{'undeclared ' + ', '.join(unknown) if unknown else ''}; "
-            f"every statistic of entropy_lens.statistics.{view} needs exactly one"
+            f"every statistic of entropy_lens.statistics.BY_AXIS[{axis!r}] needs exactly one"
         )
     return {name: table[name] for name in declared}
-
-
-ALL = "all"  # --stats all: every declared statistic
-
-
-def did_you_mean(names, declared=None) -> str:
-    """ " (did you mean max_prob?)": for each of `names`, the declared statistics (`declared`, default
-    STATISTICS) it begins (at least three letters, any case) or else the closest one (difflib), or ""
-    where none is close: the hint a refusal of an unknown name carries."""
-    declared = list(STATISTICS if declared is None else declared)
-    close: dict[str, None] = {}
-    for name in (str(n).lower() for n in names):
-        begun = [known for known in declared if len(name) >= 3 and known.startswith(name)]
-        close |= dict.fromkeys(begun or difflib.get_close_matches(name, declared, n=1, cutoff=0.6))
-    return f" (did you mean {' or '.join(close)}?)" if close else ""
-
-
-def parse_stats(stats) -> tuple[str, ...]:
-    """`stats` (a name, names comma-separated, or a sequence of names; "all" alone: every statistic) as a
-    tuple of declared names in the order given. ValueError in one line where it names no statistic, names
-    an unknown one (with the closest declared names: "did you mean max_prob?"), or puts "all" beside
-    others."""
-    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
-    if names == (ALL,):
-        return tuple(STATISTICS)
-    if ALL in names:
-        raise ValueError(
-            f"`{ALL}` cannot be combined with other statistics (got {','.join(map(str, names))}); write "
-            f"{ALL} alone for every one, or a list of names without it"
-        )
-    keys = [name for name in names if name in KEY_STATISTICS]
-    if keys:
-        raise ValueError(
-            f"{', '.join(keys)}: a key statistic (attention received by each key), not a row statistic; "
-            f"compute it with entropy_lens.attention_received(q, k, stats=...), and choose row statistics "
-            f"here from {ALL} or {', '.join(STATISTICS)}"
-        )
-    unknown = [name for name in names if name not in STATISTICS]
-    if unknown or not names:
-        what = f"unknown row statistic {unknown!r}{did_you_mean(unknown)}" if unknown else "no row statistic"
-        raise ValueError(f"{what}; choose from {ALL} or {', '.join(STATISTICS)}")
-    return names
-
-
-def split_stats(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """`stats` of both axes (a name, names comma-separated, a sequence; "all" alone: every row and every
-    key statistic) as (row statistics, key statistics), each in the order given, each checked as
-    `parse_stats` and `parse_key_stats` check theirs; the rows default to DEFAULT_STATS where only key
-    statistics are named (entropy is always recorded). What a recorder and a scan's --stats take."""
-    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
-    if names == (ALL,):
-        return tuple(STATISTICS), tuple(KEY_STATISTICS)
-    if ALL in names:
-        parse_stats(names)  # its refusal of `all` beside other names
-    unknown = [name for name in names if name not in STATISTICS and name not in KEY_STATISTICS]
-    if unknown:  # either axis's name: the hint and the choices name both
-        raise ValueError(
-            f"unknown statistic {unknown!r}{did_you_mean(unknown, [*STATISTICS, *KEY_STATISTICS])}; choose "
-            f"{ALL}, row statistics from {', '.join(STATISTICS)}, or key statistics from {', '.join(KEY_STATISTICS)}"
-        )
-    keys = tuple(name for name in names if name in KEY_STATISTICS)
-    rows = tuple(name for name in names if name not in KEY_STATISTICS)
-    return (parse_stats(rows) if rows or not keys else DEFAULT_STATS), keys
-
-
-def parse_key_stats(stats) -> tuple[str, ...]:
-    """`stats` (a name, names comma-separated, or a sequence; "all" alone: every key statistic) as a tuple
-    of declared key statistics (KEY_STATISTICS) in the order given; ValueError in one line otherwise (a
-    row statistic names `attention_stats`)."""
-    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
-    if names == (ALL,):
-        return tuple(KEY_STATISTICS)
-    rows = [name for name in names if name in STATISTICS]
-    unknown = [
-        name for name in names if name not in KEY_STATISTICS and name not in STATISTICS and name != ALL
-    ]
-    if ALL in names and not rows and not unknown:
-        raise ValueError(
-            f"`{ALL}` cannot be combined with other key statistics (got {','.join(map(str, names))}); write "
-            f"{ALL} alone for every one, or the names without it"
-        )
-    if rows or unknown or not names:
-        what = (
-            f"{', '.join(rows)}: a row statistic (use entropy_lens.attention_stats)"
-            if rows
-            else f"unknown key statistic {unknown!r}{did_you_mean(unknown, KEY_STATISTICS)}"
-            if unknown
-            else "no key statistic"
-        )
-        raise ValueError(f"{what}; choose key statistics from {ALL} or {', '.join(KEY_STATISTICS)}")
-    return names

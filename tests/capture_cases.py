@@ -14,7 +14,7 @@ from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_fun
 
 from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
-from entropy_lens.flags import parse_backend, parse_fused
+from entropy_lens.flags import Measure
 from entropy_lens.kernels import attention_entropy, native_available
 
 # The CPU fused pass: the native kernel where it builds, else the streamed torch path (capture/paths.py)
@@ -60,8 +60,7 @@ def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> 
         mask = masks[kind]
         session = Session(
             on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
-            backend=parse_backend(backend),
-            fused=parse_fused(fused),
+            measure=Measure.parse(backend=backend, fused=fused),
         )
         on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
         with torch.no_grad(), activate(session):

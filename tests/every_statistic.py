@@ -7,6 +7,7 @@ import sys
 
 import torch
 
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels import ScoreMods, run
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.statistics import STATISTICS
@@ -19,11 +20,12 @@ def every_statistic(kernels) -> list[str]:
     q, k, v = (torch.randn(1, h, 6, 8, generator=g) for h in (4, 2, 2))
     mods = ScoreMods.build(q, k, sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]))
     scale, stats = validate_scale(q, k, 0.4), tuple(STATISTICS)
-    want = run("reference", q, k, None, scale, mods, stats=stats)
+    measure = Measure(stats=Stats(stats))
+    want = run("reference", q, k, None, scale, mods, measure=measure)
     assert list(want) == list(stats)
     for kernel in kernels:
         for values in (None, v):
-            got = run(kernel, q, k, values, scale, mods, stats=stats)
+            got = run(kernel, q, k, values, scale, mods, measure=measure)
             assert list(got) == list(stats) and (got.out is None) == (values is None), kernel
             for name in stats:
                 assert (got[name] - want[name]).abs().max().item() <= 1e-5, (kernel, name)

@@ -34,6 +34,7 @@ from kernel_cases import (
     reference_output,
 )
 
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels import (
     ROW_STATS,
     ScoreMods,
@@ -41,8 +42,8 @@ from entropy_lens.kernels import (
     attention_stats,
     run,
     statistics_kernel,
-    validate_scale,
 )
+from entropy_lens.kernels.contract import validate_scale
 
 DEVICE = device("triton")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy evaluates both sides of tl.where
@@ -54,8 +55,8 @@ def launch(q, k, v, softmax_scale, stats=("entropy", "sink_mass"), first_keys=1,
     q, k = q.to(DEVICE), k.to(DEVICE)
     mods = ScoreMods.build(q, k, **on_device(mods, DEVICE))
     v = None if v is None else v.to(DEVICE)
-    keys = {"first_keys": first_keys, "recent_keys": recent_keys}
-    return run("triton", q, k, v, validate_scale(q, k, softmax_scale), mods, stats=stats, **keys)
+    measure = Measure(stats=Stats(stats)).changed(first_keys=first_keys, recent_keys=recent_keys)
+    return run("triton", q, k, v, validate_scale(q, k, softmax_scale), mods, measure=measure)
 
 
 def _run(q, k, **kw):

@@ -21,6 +21,7 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
 
 from train_cases import allowed_keys, reference_attention, sdpa_attention, train_inputs
 
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.train import attention_train, log_sum_exp
 from entropy_lens.kernels.triton_entropy import stream_triton
@@ -156,7 +157,11 @@ def test_cuda_route_gradients_through_flash_backward(shape, dtype):
     def ours(q_, k_, v_, s_):
         mods = ScoreMods.build(q_, k_, causal=causal, window=window)
         softmax_scale = s_ if per_head else 0.4
-        kw = {"kernel": "triton", "stats": ("entropy",), "backward": flash_backward_on_cpu}
+        kw = {
+            "kernel": "triton",
+            "measure": Measure(stats=Stats(("entropy",))),
+            "backward": flash_backward_on_cpu,
+        }
         return attention_train(q_, k_, v_, softmax_scale, mods, **kw).out
 
     allowed = allowed_keys(T, S, causal, None, window)
@@ -190,7 +195,11 @@ def test_cuda_route_under_autocast_follows_its_dtype(dtype):
         return [x.cpu() for x in (out, *got)]
 
     def ours(q_, k_, v_):
-        kw = {"kernel": "triton", "stats": ("entropy",), "backward": flash_backward_on_cpu}
+        kw = {
+            "kernel": "triton",
+            "measure": Measure(stats=Stats(("entropy",))),
+            "backward": flash_backward_on_cpu,
+        }
         return attention_train(q_, k_, v_, 0.4, ScoreMods.build(q_, k_), **kw).out
 
     mixed = (torch.float32, torch.float32, dtype)

@@ -19,7 +19,7 @@ from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Backend, Flags, Fused, Stats, require
+from entropy_lens.flags import DEFAULT_MEASURE, Measure, require
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.contract import (
     SAFE_SCORE,
@@ -31,7 +31,6 @@ from entropy_lens.kernels.contract import (
     validate_window,
 )
 from entropy_lens.kernels.masks import as_key_padding
-from entropy_lens.statistics import DEFAULT_STATS
 
 # Keyword arguments models pass to their attention function that change nothing here: positions and
 # cache flags (RoPE is applied before the call, the mask carries causality, padding and a sliding
@@ -52,9 +51,6 @@ IGNORED_KWARGS = frozenset(
 )
 
 
-DEFAULT_FLAGS = Flags.parse(stats=DEFAULT_STATS)
-
-
 @dataclass
 class Session:
     """What the attention function does while a recorder/scale context is active.
@@ -69,8 +65,9 @@ class Session:
                 refused (`check_finite_inputs`); else a callback (layer_idx, why) and the layer runs as
                 one that captures nothing, its numbers the model's own, NaN and all (a training monitor:
                 the loop, not the monitor, decides what a non-finite step means).
-    key_stats:  the key statistics to capture (statistics.KEY_STATISTICS: attention received by each key),
-                () for none; query_window: None, or the last W real query rows alone count for them.
+    measure:    what to measure (flags.Measure, parsed by the session's owner): the row statistics, the
+                key statistics (attention received by each key; () for none), the statistics' parameters,
+                the backend and the fused mode; passed whole to the routes and the kernels.
     on_key_stats: None, or a callback (layer_idx, {key statistic: (B, Hq, S) fp32}) with them
                 (capture/received.py).
     on_key_state: None, or a callback (layer_idx, the column state {"sum", "max", "count": (B, Hq, S)
@@ -89,16 +86,10 @@ class Session:
     # capturing layer on a GPU then checks its inputs without a synchronisation (`check_finite_inputs`)
     stats_check_inputs: bool = False
     own_attention: str | None = None
-    # the flags, parsed where the session's owner was made (entropy_lens/flags.py); a raw string is refused
-    stats: Stats = DEFAULT_FLAGS.stats  # the row statistics to capture (kernels.stats.ROW_STATS)
-    first_keys: int = 1  # K of first_mass
-    recent_keys: int = 64  # W of recent_mass
-    key_stats: tuple[str, ...] = ()  # statistics.KEY_STATISTICS, parsed (statistics.parse_key_stats)
-    query_window: int | None = None  # kernels.received.validate_query_window's
+    # what to measure, parsed where the session's owner was made (entropy_lens/flags.py); a raw value is refused
+    measure: Measure = DEFAULT_MEASURE
     on_key_stats: Callable[[int, dict], None] | None = None
     on_key_state: Callable[[int, dict, int], None] | None = None
-    backend: Backend = Backend.AUTO
-    fused: Fused = Fused.AUTO  # capture/fused.py
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
@@ -117,8 +108,7 @@ class Session:
     context: ShardedSequence | None = None
 
     def __post_init__(self):
-        require(stats=self.stats, first_keys=self.first_keys, recent_keys=self.recent_keys)
-        require(backend=self.backend, fused=self.fused)
+        require(measure=self.measure)
 
 
 _ACTIVE: ContextVar[Session | None] = ContextVar("entropy_lens_session", default=None)

@@ -29,9 +29,10 @@ import torch
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.received import combined
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import did_you_mean
 from entropy_lens.kernels.received import read_received
 from entropy_lens.kernels.stats import sum_names
-from entropy_lens.statistics import KEY_STATISTICS, did_you_mean, reduction_of
+from entropy_lens.statistics import KEY_STATISTICS, reduction_of
 
 
 def check_key_name(name) -> None:

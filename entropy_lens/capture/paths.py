@@ -25,11 +25,11 @@ from functools import partial
 
 import torch
 
-from entropy_lens.capture.call import DEFAULT_FLAGS, LayerCall, LayerInputs
+from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
 from entropy_lens.capture.received import report_received, wants_keys
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Backend, Fused
+from entropy_lens.flags import Backend, Fused, Measure, Stats
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.plan import (
@@ -92,7 +92,9 @@ def layer_plan(call: LayerCall, inputs: LayerInputs) -> Plan:
     captures nothing has only its separate route, and one that wants gradients or dropout no one pass."""
     session = call.session
     fusable = call.capturing and not call.dropout and not call.wants_grad
-    backend, fused = (Backend.AUTO, Fused.OFF) if session is None else (session.backend, session.fused)
+    backend, fused = (
+        (Backend.AUTO, Fused.OFF) if session is None else (session.measure.backend, session.measure.fused)
+    )
     mode = fused if fusable else Fused.OFF
     return plan(backend, mode, call.query, inputs.key, inputs.value, inputs.mods)
 
@@ -137,8 +139,8 @@ def train_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     session = call.session
     q, k, v, mods = call.output_query, inputs.key, inputs.value, inputs.mods
     return train_plan(
-        session.backend,
-        session.fused,
+        session.measure.backend,
+        session.measure.fused,
         q,
         k,
         v,
@@ -155,7 +157,7 @@ def weights_route(call: LayerCall, inputs: LayerInputs) -> Route | None:
     session = call.session
     if not (call.capturing and call.kwargs.get("output_attentions") and session.own_attention == "eager"):
         return None
-    kernel, kernel_mods = statistics_kernel(session.backend, call.query, inputs.key, inputs.mods)
+    kernel, kernel_mods = statistics_kernel(session.measure.backend, call.query, inputs.key, inputs.mods)
     return Route(EAGER_THEN_ENTROPY, kernel, kernel_mods)
 
 
@@ -167,21 +169,21 @@ def own_output_applies(call: LayerCall) -> bool:
     return call.own_output is not None and plain
 
 
-def keys_of(session) -> dict[str, int]:
-    """{"first_keys": first_mass's K, "recent_keys": recent_mass's W} of `session` (the defaults for None)."""
-    flags = DEFAULT_FLAGS if session is None else session
-    return {"first_keys": flags.first_keys, "recent_keys": flags.recent_keys}
+def measured(session, route: Route, capturing: bool = True) -> Measure:
+    """The session's record with the row statistics that apply to `route`'s modifiers (sink mass only with
+    sinks), none where the call captures nothing: what the route's kernel is handed."""
+    measure = session.measure
+    wanted = measure.stats if capturing else ()
+    return measure.replace(stats=Stats(name for name in wanted if ROW_STATS[name].applies(route.mods)))
 
 
 def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     """The layer run by a `train_route` route: its output with autograd and its RowStats."""
-    session = call.session
-    stats = tuple(name for name in session.stats if ROW_STATS[name].applies(route.mods))
+    measure = measured(call.session, route)
     if route.path == FUSED_TRAIN:
         # the output path's queries (per-head scales applied in autograd) at its uniform scale: λ_h q·k
         q, k, v = call.output_query, inputs.key, inputs.value
-        kw = {"kernel": route.kernel, "stats": stats, **keys_of(session)}
-        rows = attention_train(q, k, v, call.output_scaling, route.mods, **kw)
+        rows = attention_train(q, k, v, call.output_scaling, route.mods, kernel=route.kernel, measure=measure)
         return LayerRun(route=route, out=rows.out, weights=None, rows=rows)
     if route.path == OWN_THEN_ENTROPY:
         out, weights = call.own_output()
@@ -190,22 +192,19 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
         out, weights = alibi_attention(call) if alibi else eager_attention(call, inputs.mods)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    kw = {"stats": stats, **keys_of(session)}
-    rows = run(route.kernel, query, key, None, softmax_scale, route.mods, **kw)
+    rows = run(route.kernel, query, key, None, softmax_scale, route.mods, measure=measure)
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
 
 def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     """The layer run by `route`: sdpa's output and the kernel's statistics-only pass for
     sdpa-then-entropy, else the kernel's one pass."""
-    session = call.session
-    wanted = () if not call.capturing else session.stats
-    stats = tuple(name for name in wanted if ROW_STATS[name].applies(route.mods))
+    measure = measured(call.session, route, call.capturing)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
     value = None if separate else inputs.value
-    kw = {"stats": stats, **keys_of(session), "with_lse": wants_keys(call)}
+    kw = {"measure": measure, "with_lse": wants_keys(call)}
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, **kw)
     if not separate:
         return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)

@@ -2,7 +2,7 @@
 log-sum-exp the layer's own statistics pass already computed (`RowStats.lse`), so a layer that records
 key statistics runs two passes over its keys, never three; a layer whose route gave no LSE (a training
 step's fused pass, the model's eager weights) has it computed by one row pass first. Only where the
-session asks for key statistics (`Session.key_stats`); each layer's {statistic: (B, Hq, S) float32}
+session asks for key statistics (`Session.measure.key_stats`); each layer's {statistic: (B, Hq, S) float32}
 goes to `Session.on_key_stats`, and the column state they are read from (sums, maxima, counts) to
 `Session.on_key_state` (the recorder's: a decode step's rows add to the keys it continues).
 
@@ -39,7 +39,7 @@ def wants_keys(call: LayerCall) -> bool:
     """Whether the layer records key statistics: it captures and its session asks for some."""
     session = call.session
     takes = session.on_key_stats is not None or session.on_key_state is not None
-    return call.capturing and bool(session.key_stats) and takes
+    return call.capturing and bool(session.measure.key_stats) and takes
 
 
 def _inputs(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats):
@@ -61,11 +61,20 @@ def report_received(call: LayerCall, inputs: LayerInputs, route: Route, rows: Ro
     the route's statistics were computed at (λ_h, every score modifier)."""
     session = call.session
     query, key, lse, softmax_scale, kernel = _inputs(call, inputs, route, rows)
-    counted = counted_rows(inputs.mods, query.shape[2], key.shape[2], session.query_window, query.device)
+    counted = counted_rows(
+        inputs.mods, query.shape[2], key.shape[2], session.measure["query_window"], query.device
+    )
     layer = call.module.layer_idx
     if session.on_key_state is None:
         values = received_from_lse(
-            query, key, lse, softmax_scale, inputs.mods, rows=counted, stats=session.key_stats, backend=kernel
+            query,
+            key,
+            lse,
+            softmax_scale,
+            inputs.mods,
+            rows=counted,
+            stats=session.measure.key_stats,
+            backend=kernel,
         )
         session.on_key_stats(layer, values)
         return
@@ -73,7 +82,7 @@ def report_received(call: LayerCall, inputs: LayerInputs, route: Route, rows: Ro
     state = received_state(query, key, lse, softmax_scale, inputs.mods, rows=counted, backend=kernel)
     session.on_key_state(layer, state, key.shape[2] - query.shape[2])
     if session.on_key_stats is not None:
-        session.on_key_stats(layer, read_received(state, session.key_stats))
+        session.on_key_stats(layer, read_received(state, session.measure.key_stats))
 
 
 @torch.no_grad()
@@ -111,4 +120,4 @@ def report_sharded(session, layer: int, state: dict[str, torch.Tensor], exchange
         if session.on_key_state is not None:  # the whole sequence's keys: a forward of its own
             session.on_key_state(layer, state, 0)
         if session.on_key_stats is not None:
-            session.on_key_stats(layer, read_received(state, session.key_stats))
+            session.on_key_stats(layer, read_received(state, session.measure.key_stats))

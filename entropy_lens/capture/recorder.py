@@ -36,17 +36,15 @@ from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.key_sums import KeySums, check_key_name
 from entropy_lens.capture.own_attention import check_supported, refuse_switch, routed_attention, routes
 from entropy_lens.errors import EntropyLensError, first_line, index_ranges
-from entropy_lens.flags import Backend, Flags, Fused, Stats
-from entropy_lens.kernels.received import validate_query_window
+from entropy_lens.flags import Measure, parse_stats
 from entropy_lens.settings import SCALE, check_argument
 from entropy_lens.statistics import (
     DEFAULT_STATS,
     ENTROPY,
+    PARAMETERS,
     RECEIVED,
     SINK_MASS,
-    parse_key_stats,
     reduction_of,
-    split_stats,
 )
 
 
@@ -63,44 +61,36 @@ class ScaleSession:
         model,
         *,
         scales=None,
-        backend: Backend | str = "auto",
-        fused: Fused | str = "auto",
+        backend=None,
+        fused=None,
         schedule=None,
         choices=None,
-        stats=DEFAULT_STATS,
-        first_keys: int = 1,
-        recent_keys: int = 64,
-        query_window: int | None = None,
-        key_stats=(),
+        stats=None,
+        measure: Measure | None = None,
         context=None,
+        **params,
     ):
-        # the public entrance: each flag parsed here, once, as its CLI flag is (--backend, --fused, --stats,
-        # --first-keys, --recent-keys; a scan passes them parsed already), and --scale checked; the layers
-        # take the values
-        try:
-            if not isinstance(stats, Stats):  # names of both axes; a parsed Stats holds row statistics
-                stats, named = split_stats(stats)
-                key_stats = (*named, *key_stats)
-            key_stats = parse_key_stats(key_stats) if key_stats else ()
-            query_window = validate_query_window(query_window)
-        except ValueError as err:
-            raise EntropyLensError(str(err)) from None
-        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
-        flags = Flags.parse(backend=backend, fused=fused, stats=stats, **keys)
+        # the public entrance: what to measure parsed here, once, into one record (flags.Measure), as the
+        # CLI's flags are; a scan and the monitor pass theirs parsed (`measure=`), and the layers take it
+        loose = {"stats": stats, "backend": backend, "fused": fused, **params}
+        if measure is None:
+            try:
+                rows, keys = parse_stats(DEFAULT_STATS if stats is None else stats, None)
+                flags = {
+                    name: value
+                    for name, value in (("backend", backend), ("fused", fused))
+                    if value is not None
+                }
+                measure = Measure.parse(stats=rows, key_stats=keys, **flags, **params)
+            except ValueError as err:
+                raise EntropyLensError(str(err)) from None
+        elif any(value is not None for value in loose.values()):
+            given = ", ".join(name for name, value in loose.items() if value is not None)
+            raise TypeError(f"pass {given} inside measure=Measure.parse(...), or leave measure= out")
         self.model = model
         scales = _as_scales(model, scales)
         self.session = Session(
-            scales=scales,
-            schedule=schedule,
-            backend=flags.backend,
-            fused=flags.fused,
-            choices=choices,
-            stats=flags.stats,
-            first_keys=flags.first_keys,
-            recent_keys=flags.recent_keys,
-            key_stats=key_stats,
-            query_window=query_window,
-            context=context,
+            scales=scales, schedule=schedule, measure=measure, choices=choices, context=context
         )
         self._undo = contextlib.ExitStack()
 
@@ -133,7 +123,8 @@ class ScaleSession:
 def check_keywords(name: str, options: dict) -> None:
     """TypeError in one line for a keyword `ScaleSession` does not take, with the close matches
     (`scale=` -> "did you mean scales=?"), naming `name` rather than the internal class."""
-    known = [p for p in inspect.signature(ScaleSession.__init__).parameters if p not in ("self", "model")]
+    signature = inspect.signature(ScaleSession.__init__).parameters
+    known = [p for p in signature if p not in ("self", "model", "params")] + list(PARAMETERS)
     for key in options:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
@@ -154,17 +145,15 @@ class EntropyRecorder(ScaleSession):
         stats: names of statistics.STATISTICS (row statistics) and of statistics.KEY_STATISTICS
             (attention received by each key); default statistics.DEFAULT_STATS (entropy and, for a
             model with sinks, sink_mass).
-        backend: "auto" or one of kernels.BACKENDS (a flags.Backend or its name).
-        fused: one of kernels.FUSED_MODES (capture/fused.py).
+        backend: "auto" (the default) or one of kernels.BACKENDS (a flags.Backend or its name).
+        fused: one of kernels.FUSED_MODES (capture/fused.py; default "auto").
+        **params: the statistics' parameters by name (statistics.PARAMETERS: each with its default and
+            range).
+        measure: instead of stats, backend, fused and params: the record already parsed
+            (flags.Measure.parse), as a scan and the monitor pass theirs.
         schedule: None, or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
         choices: None, or a capture.fused.PathChoices: what fused "auto" measured (default: one per
             process).
-        first_keys: first_mass's K (the first K keys).
-        recent_keys: recent_mass's W (each row's last W keys).
-        query_window: None, or W: only the last W real query rows count for the key statistics
-            (SnapKV's observation window).
-        key_stats: key statistics beside a parsed `stats` (flags.Stats: row statistics alone), as a
-            scan passes its --stats.
         context: None, or a capture.shards.ShardedSequence: the model runs on this rank's shard of each
             sequence (--context-parallel).
 
@@ -189,7 +178,9 @@ class EntropyRecorder(ScaleSession):
         # them first
         self.session.on_stats, self.session.stats_check_inputs = self._sums.add, True
         # attention received, per key position: a decode step continues its sequence (capture/key_sums.py)
-        self._key_sums = KeySums(self.n_layers, self.n_heads, self.session.key_stats, self._sums.check_inputs)
+        self._key_sums = KeySums(
+            self.n_layers, self.n_heads, self.session.measure.key_stats, self._sums.check_inputs
+        )
         self.session.on_key_state = self._key_sums.add_state
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
 

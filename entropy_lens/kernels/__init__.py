@@ -70,16 +70,9 @@ live in contract.py.
 
 from __future__ import annotations
 
-from entropy_lens.flags import (
-    Backend,
-    Fused,
-    Stats,
-    parse_backend,
-    parse_first_keys,
-    parse_recent_keys,
-    parse_stats,
-)
-from entropy_lens.kernels.contract import check_finite, validate_block, validate_inputs, validate_scale
+from entropy_lens.flags import Backend, Fused, Measure, Stats
+from entropy_lens.kernels.contract import check_finite
+from entropy_lens.kernels.entrance import MODIFIERS, enter
 from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
 from entropy_lens.kernels.mods import ScoreMods
@@ -214,8 +207,6 @@ def attention_stats(
     *,
     softmax_scale,
     stats=(ENTROPY.name,),
-    first_keys: int = 1,
-    recent_keys: int = 64,
     causal=True,
     mask=None,
     window=None,
@@ -226,6 +217,7 @@ def attention_stats(
     backend="auto",
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
+    **params,
 ) -> dict:
     """{name: (B, Hq, T) float32} for each of `stats` (the row statistics of kernels.stats.ROW_STATS,
     declared in entropy_lens.statistics.STATISTICS), from one streaming pass over the keys; the score
@@ -237,9 +229,6 @@ def attention_stats(
         softmax_scale: the softmax scale λ, a float or an (Hq,) tensor λ_h; scores are λ_h q·k.
         stats: names of entropy_lens.statistics.STATISTICS (a name, comma-separated names, a sequence,
             or "all"), in the order wanted.
-        first_keys: first_mass's K, the number of first keys whose probability it sums (>= 1).
-        recent_keys: recent_mass's W, the number of keys ending at the row's own position whose
-            probability it sums (>= 1).
         causal: query i sees keys j <= i + S − T (bottom-right); False: every key.
         mask: None, or bool (True = attend) (B, S) [key padding] or broadcastable 4-D (B|1, Hq|1, T|1, S).
         window: None, or a sliding window W >= 1 (causal only): each query sees the W keys ending at
@@ -254,6 +243,8 @@ def attention_stats(
         backend: "auto" or one of `BACKENDS` (flags.Backend), as `attention_entropy`'s.
         block_q: torch_chunked's tile, query rows (the other kernels ignore it; exact at any tile).
         block_k: torch_chunked's tile, keys.
+        **params: the statistics' parameters by name (entropy_lens.statistics.PARAMETERS, each with its
+            default and range: first_mass's K, recent_mass's W).
 
     Returns:
         dict: {name: (B, Hq, T) float32} for each of `stats`, in each statistic's unit
@@ -263,38 +254,20 @@ def attention_stats(
         ValueError: an unknown statistic or backend, or an input outside the contract (EntropyLensError
             or ValueError, the message naming the fix).
     """
-    # the flags parsed at this public entrance; everything below takes the parsed values
-    stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
-    recent_keys = parse_recent_keys(recent_keys)
-    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
-    validate_inputs(q, k)
-    softmax_scale = validate_scale(q, k, softmax_scale)
-    mods = ScoreMods.build(
+    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
+    measure = Measure.parse(stats=stats, backend=backend, **params)
+    call = enter(
         q,
         k,
-        causal=causal,
-        mask=mask,
-        window=window,
-        softcap=softcap,
-        sinks=sinks,
-        alibi_slopes=alibi_slopes,
-        key_bias=key_bias,
-    )
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
-    rows = run(
-        kernel,
-        q,
-        k,
-        None,
-        softmax_scale,
-        kernel_mods,
-        stats=stats,
-        first_keys=first_keys,
-        recent_keys=recent_keys,
+        softmax_scale=softmax_scale,
+        measure=measure,
+        modifiers=modifiers,
         block_q=block_q,
         block_k=block_k,
     )
-    return dict(rows)
+    kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods)
+    blocks = {"block_q": call.block_q, "block_k": call.block_k}
+    return dict(run(kernel, q, k, None, call.softmax_scale, kernel_mods, measure=measure, **blocks))
 
 
 def attention_with_entropy(
@@ -311,11 +284,10 @@ def attention_with_entropy(
     alibi_slopes=None,
     key_bias=None,
     stats=DEFAULT_STATS,
-    first_keys: int = 1,
-    recent_keys: int = 64,
     backend="auto",
     block_q: int | None = None,
     block_k: int | None = None,
+    **params,
 ) -> RowStats:
     """See the module docstring: the one pass of `backend`'s kernel ("auto": triton on CUDA, native on
     CPU where it builds, else torch_chunked; triton falls back to torch_chunked as for the entropy, and
@@ -339,11 +311,10 @@ def attention_with_entropy(
             the plan runs torch_chunked for it on CUDA.
         stats: the row statistics to return with the output, names of entropy_lens.statistics.STATISTICS
             (default: entropy and sink_mass, statistics.DEFAULT_STATS).
-        first_keys: first_mass's K (>= 1).
-        recent_keys: recent_mass's W (>= 1).
         backend: "auto" or one of `BACKENDS` (flags.Backend).
         block_q: the kernel's tile, query rows; None: its default.
         block_k: the kernel's tile, keys; None: its default.
+        **params: the statistics' parameters by name (entropy_lens.statistics.PARAMETERS).
 
     Returns:
         RowStats: rows[name] (B, Hq, T) float32 for each of `stats`, and rows.out (B, T, Hq, Dv) in q's
@@ -353,28 +324,20 @@ def attention_with_entropy(
         ValueError: v not (B, Hkv, S, Dv) like k, an input outside the contract, or an unknown
             statistic or backend, the message naming the fix.
     """
-    validate_inputs(q, k, v)
-    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
-    softmax_scale = validate_scale(q, k, softmax_scale)
-    if not hasattr(v, "ndim") or v.ndim != 4 or v.shape[:3] != k.shape[:3]:
-        got = tuple(getattr(v, "shape", ()))
-        raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {got}")
-    mods = ScoreMods.build(
+    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
+    measure = Measure.parse(stats=stats, backend=backend, **params)
+    call = enter(
         q,
         k,
-        causal=causal,
-        mask=mask,
-        window=window,
-        softcap=softcap,
-        sinks=sinks,
-        alibi_slopes=alibi_slopes,
-        key_bias=key_bias,
+        v,
+        softmax_scale=softmax_scale,
+        measure=measure,
+        modifiers=modifiers,
+        block_q=block_q,
+        block_k=block_k,
     )
-    stats, first_keys, backend = parse_stats(stats), parse_first_keys(first_keys), parse_backend(backend)
-    recent_keys = parse_recent_keys(recent_keys)
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
     if kernel is Backend.TRITON and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output: q's head size
-        kernel, kernel_mods = Backend.TORCH_CHUNKED, mods
-    blocks = {"block_q": block_q, "block_k": block_k}
-    keys = {"first_keys": first_keys, "recent_keys": recent_keys}
-    return run(kernel, q, k, v, softmax_scale, kernel_mods, stats=stats, **keys, **blocks)
+        kernel, kernel_mods = Backend.TORCH_CHUNKED, call.mods
+    blocks = {"block_q": call.block_q, "block_k": call.block_k}
+    return run(kernel, q, k, v, call.softmax_scale, kernel_mods, measure=measure, **blocks)

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from entropy_lens.flags import parse_first_keys, parse_recent_keys, parse_stats
-from entropy_lens.kernels.contract import validate_inputs, validate_scale
-from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.flags import Measure, parse_stats
+from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.stats import (
     accumulators,
     entropy_from_state,
@@ -51,11 +50,10 @@ def shard_state(
     softcap: float | None = None,
     alibi_slopes=None,
     stats=(ENTROPY.name,),
-    first_keys: int = 1,
     first_key=None,
-    recent_keys: int = 64,
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
+    **params,
 ) -> dict[str, torch.Tensor]:
     """State {"m", "l", "u"}, each (B, Hq, T) float32, of queries q (B, Hq, T, D) over one key shard k
     (B, Hkv, S_shard, D) holding global keys [key_offset, key_offset + S_shard) of `total_keys`.
@@ -66,12 +64,11 @@ def shard_state(
     float or (Hq,) tensor, `softcap` None or c > 0, `alibi_slopes` None or (Hq,) (the bias
     −slope_h·`|i + total_keys − T − j|` with j the global key index) and the tile `block_q` × `block_k` as
     in `attention_entropy`. `stats` (kernels.stats.ROW_STATS): the statistics the merged state will be
-    read for, so the state holds the accumulators they need (`first_keys`: first_mass's K). first_mass
-    counts the global keys r <= j < r + K of each batch row, r = `first_key` (an int or (B,): the global
+    read for, so the state holds the accumulators they need (`params`: their parameters, first_mass's K,
+    recent_mass's W). first_mass counts the global keys r <= j < r + K of each batch row, r = `first_key` (an int or (B,): the global
     index of the row's first real key, the first the whole sequence's mask lets through; None: 0, refused
     with a `mask`, of which a shard sees only a slice). recent_mass counts the keys
-    i + total_keys − T − W < j <= i + total_keys − T, j global (W = `recent_keys`): a shard needs nothing
-    more. Sinks: see `sink_state`.
+    i + total_keys − T − W < j <= i + total_keys − T, j global: a shard needs nothing more. Sinks: see `sink_state`.
 
     Args:
         q: (B, Hq, T, D) queries after RoPE, any float dtype.
@@ -86,12 +83,11 @@ def shard_state(
         softcap: None, or c > 0: every score s becomes c·tanh(s/c).
         alibi_slopes: None, or (Hq,) float: the bias −slope_h·`|i + total_keys − T − j|`, j global.
         stats: the statistics the merged state will be read for (entropy_lens.statistics.STATISTICS).
-        first_keys: first_mass's K (>= 1).
         first_key: None (0), an int or (B,) integers: the global index of each batch row's first real
             key; needed for first_mass with a mask.
-        recent_keys: recent_mass's W (>= 1).
         block_q: torch_chunked's tile, query rows.
         block_k: torch_chunked's tile, keys.
+        **params: the statistics' parameters by name (entropy_lens.statistics.PARAMETERS).
 
     Returns:
         dict: {"m", "l", "u", and the accumulators of `stats`}, each (B, Hq, T) float32, for
@@ -100,38 +96,43 @@ def shard_state(
     Raises:
         ValueError: an input outside the contract, or first_mass with a mask and no first_key.
     """
-    validate_inputs(q, k)
-    softmax_scale = validate_scale(q, k, softmax_scale)
-    stats = parse_stats(stats)  # a public entrance: the flags parsed here
-    if FIRST_MASS.name in stats and mask is not None and first_key is None:
+    modifiers = {
+        "causal": causal,
+        "mask": mask,
+        "window": window,
+        "softcap": softcap,
+        "alibi_slopes": alibi_slopes,
+    }
+    measure = Measure.parse(stats=stats, **params)  # a public entrance: parsed here
+    if FIRST_MASS.name in measure.stats and mask is not None and first_key is None:
         raise ValueError(
             "shard_state with a mask and first_mass needs first_key: each batch row's first real key "
             "(global), which the shard's slice of the mask cannot tell; pass first_key=<(B,) indices>"
         )
-    mods = ScoreMods.build(
+    first_key = 0 if first_key is None else first_key
+    call = enter(
         q,
         k,
-        causal=causal,
-        mask=mask,
-        window=window,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        first_key=0 if first_key is None else first_key,
+        softmax_scale=softmax_scale,
+        measure=measure,
+        modifiers=modifiers,
+        block_q=block_q,
+        block_k=block_k,
+        first_key=first_key,
     )
     offset = total_keys - q.shape[2] - key_offset  # local key j is global key_offset + j
     state, _ = stream_torch(
         q,
         k,
         None,
-        softmax_scale,
-        mods,
+        call.softmax_scale,
+        call.mods,
         offset=offset,
-        extra=accumulators(stats),
-        first_keys=parse_first_keys(first_keys),
-        recent_keys=parse_recent_keys(recent_keys),
+        extra=accumulators(measure.stats),
+        measure=measure,
         key_start=key_offset,
-        block_q=block_q,
-        block_k=block_k,
+        block_q=call.block_q,
+        block_k=call.block_k,
     )
     return state
 

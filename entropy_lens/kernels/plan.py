@@ -49,7 +49,17 @@ from dataclasses import dataclass
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import BACKENDS, FUSED_MODES, Backend, Fused, parse_backend, require, triton_available
+from entropy_lens.flags import (
+    BACKENDS,
+    DEFAULT_MEASURE,
+    FUSED_MODES,
+    Backend,
+    Fused,
+    Measure,
+    parse_backend,
+    require,
+    triton_available,
+)
 from entropy_lens.kernels.contract import check_score_range, validate_block
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
@@ -58,7 +68,6 @@ from entropy_lens.kernels.reference import row_stats_reference
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.torch_chunked import row_stats_torch
 from entropy_lens.kernels.train import train_form
-from entropy_lens.statistics import DEFAULT_STATS
 
 # What computed a layer's statistics, as `Session.paths` and the results meta (`attention_path`) name it
 SDPA_THEN_ENTROPY = "sdpa-then-entropy"
@@ -247,17 +256,15 @@ def run(
     softmax_scale,
     mods: ScoreMods,
     *,
-    stats=DEFAULT_STATS,
-    first_keys: int = 1,
-    recent_keys: int = 64,
+    measure: Measure = DEFAULT_MEASURE,
     block_q=None,
     block_k=None,
     with_lse: bool = False,
 ) -> RowStats:
-    """RowStats of `stats` (and the output, for values v) from `kernel` on validated inputs. The tile
+    """RowStats of `measure.stats` (and the output, for values v) from `kernel` on validated inputs, at
+    the statistics' parameters in `measure` (flags.Measure, passed whole to the kernel). The tile
     `block_q` × `block_k` (None: the kernel's default) is torch_chunked's and native's; the reference
-    has none and the Triton kernel autotunes its own. `first_keys`: first_mass's K; `recent_keys`:
-    recent_mass's W.
+    has none and the Triton kernel autotunes its own.
 
     Args:
         kernel: the Backend to run (not AUTO: `resolve_backend` or a Route's kernel).
@@ -266,35 +273,34 @@ def run(
         v: (B, Hkv, S, Dv) values for the output too, or None for the statistics alone.
         softmax_scale: (Hq,) float32, the validated scale (`contract.validate_scale`).
         mods: the ScoreMods in the kernel's form.
-        stats: names of entropy_lens.statistics.STATISTICS (default statistics.DEFAULT_STATS).
-        first_keys: first_mass's K (>= 1).
-        recent_keys: recent_mass's W (>= 1).
+        measure: the parsed record of what to measure (its `stats`, the row statistics; its parameters).
         block_q: the tile's query rows (torch_chunked, native); None: the kernel's default.
         block_k: the tile's keys; None: the kernel's default.
         with_lse: the rows' log-sum-exp too (`RowStats.lse`, for the column pass of attention received);
             the reference gives none (its column pass materialises the probabilities).
 
     Returns:
-        RowStats: each of `stats` (B, Hq, T) float32, the output (B, T, Hq, Dv) for values v, and `lse`.
+        RowStats: each of `measure.stats` (B, Hq, T) float32, the output (B, T, Hq, Dv) for values v, and
+        `lse`.
 
     Raises:
         ValueError: values v with the reference kernel, which computes no output.
+        TypeError: `measure` not a parsed flags.Measure.
     """
+    require(measure=measure)
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
     if kernel == Backend.REFERENCE:
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
-        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
-        return row_stats_reference(q, k, softmax_scale, mods, stats=stats, **keys)
-    keys = {"first_keys": first_keys, "recent_keys": recent_keys, "with_lse": with_lse}
+        return row_stats_reference(q, k, softmax_scale, mods, measure=measure)
     if kernel == Backend.TRITON:
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
         check_score_range(q, k, softmax_scale, mods, kernel)
 
-        return row_stats_triton(q, k, v, softmax_scale, mods, stats=stats, **keys)
-    kw = {"stats": stats, **keys, **blocks}
+        return row_stats_triton(q, k, v, softmax_scale, mods, measure=measure, with_lse=with_lse)
+    kw = {"measure": measure, "with_lse": with_lse, **blocks}
     if kernel == Backend.NATIVE:
         return row_stats_native(q, k, v, softmax_scale, mods, **kw)
     return row_stats_torch(q, k, v, softmax_scale, mods, **kw)

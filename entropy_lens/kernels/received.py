@@ -38,74 +38,47 @@ log-sum-exp lse_i (`stats.log_sum_exp`; the sink logit is one of the row's outco
 in lse and never in a key's p). The column pass runs over (key tile, query tile), recomputes
 p_ij = e^(s_ij − lse_i) from q, k and lse as flash attention's backward does, and keeps per key the sum,
 the largest and the count of rows that may attend it (`KEY_STATE`); each key statistic is read off
-that state (`@key_read`, checked against KEY_STATISTICS at import). `received_from_lse` is the column
+that state (`@read` of kernels/stats.py's one registry, checked against KEY_STATISTICS at import). `received_from_lse` is the column
 pass alone, for a caller that has its rows' LSE already (a capture's forward): a row whose lse is +∞
 counts for nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 
-from entropy_lens.flags import Backend, parse_backend
-from entropy_lens.kernels.contract import check_score_range, validate_block, validate_inputs, validate_scale
+from entropy_lens.flags import Backend, Measure, parse_backend, parse_stats
+from entropy_lens.kernels.contract import check_score_range, validate_block
+from entropy_lens.kernels.entrance import MODIFIERS, enter
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import received_native, stream_native
 from entropy_lens.kernels.plan import statistics_kernel
 from entropy_lens.kernels.received_reference import received_reference, reference_state
 from entropy_lens.kernels.received_torch import KEY_STATE, received_torch
-from entropy_lens.kernels.stats import log_sum_exp
+from entropy_lens.kernels.stats import READS, log_sum_exp, read
 from entropy_lens.kernels.torch_chunked import stream_torch
-from entropy_lens.settings import check_argument
-from entropy_lens.statistics import KEY_STATISTICS, RECEIVED, check_registered, parse_key_stats
-
-_READS: dict[str, Callable[[Mapping[str, torch.Tensor]], torch.Tensor]] = {}
+from entropy_lens.statistics import KEYS, RECEIVED, check_registered
 
 
-def key_read(name: str):
-    """Registers the decorated `f(state)` as the kernels' read of the declared key statistic `name` off
-    the column pass's state (KEY_STATE: sum, max, count, each (B, Hq, S) float32)."""
-
-    def register(f):
-        if name in _READS or name not in KEY_STATISTICS:
-            raise ValueError(
-                f"key_read({name!r}): registered twice or not a key statistic of entropy_lens.statistics"
-            )
-        _READS[name] = f
-        return f
-
-    return register
-
-
-@key_read("received")
+@read("received")
 def _received(state):
     return state["sum"]
 
 
-@key_read("received_max")
+@read("received_max")
 def _received_max(state):
     return state["max"]
 
 
-@key_read("received_mean")
+@read("received_mean")
 def _received_mean(state):
     return (state["sum"] / state["count"]).nan_to_num_(nan=0.0)  # n_j = 0: no row gave anything, 0/0
 
 
 # every declared key statistic's read, in KEY_STATISTICS's order; the import fails where one lacks its read
-KEY_READS = check_registered(_READS, "kernels/received.py reads", KEY_STATISTICS)
-
-
-def validate_query_window(query_window) -> int | None:
-    """The query window as an int >= 1, or None: the one rule for integers (settings.check_argument, as
-    recent_keys: a numpy integer taken, True or 2.5 refused); EntropyLensError (a ValueError) naming the
-    fix otherwise."""
-    if query_window is None:
-        return None
-    check_argument("query_window", query_window, int, {"at_least": 1}, example=32)
-    return int(query_window)
+KEY_READS = check_registered(READS, "kernels/received.py reads", KEYS)
 
 
 def validate_rows(rows, B: int, T: int) -> torch.Tensor | None:
@@ -231,7 +204,7 @@ def received_from_lse(
         ValueError: lse not (B, Hq, T) or holding NaN/−inf, rows not (B|1, T) bool, a block size that is
             not a positive integer, scores beyond float32's range, an unknown statistic or backend.
     """
-    stats, backend = parse_key_stats(stats), parse_backend(backend)
+    stats, backend = parse_stats(stats, KEYS), parse_backend(backend)
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     rows = validate_rows(rows, q.shape[0], q.shape[2])
     kernel, _ = statistics_kernel(backend, q, k, mods, one_pass=True)
@@ -247,7 +220,7 @@ def read_received(state: Mapping[str, torch.Tensor], stats) -> dict[str, torch.T
     """{name: (B, Hq, S) float32} for each of `stats` (parsed key statistics), read off the column pass's
     state (KEY_STATE: sum, max, count), which may be the combination of several passes' states over
     disjoint query rows (the sums and counts added, the maxima the larger: a sharded sequence)."""
-    return {name: KEY_READS[name](state) for name in stats}
+    return {name: KEY_READS[name].read(state) for name in stats}
 
 
 def received_state(
@@ -315,7 +288,6 @@ def attention_received(
     *,
     softmax_scale,
     stats=(RECEIVED.name,),
-    query_window=None,
     causal=True,
     mask=None,
     window=None,
@@ -326,6 +298,7 @@ def attention_received(
     backend="auto",
     block_q: int | None = None,
     block_k: int | None = None,
+    **params,
 ) -> dict[str, torch.Tensor]:
     """Attention received by every key, exact without T × S (the contract: kernels/received.py).
 
@@ -335,11 +308,12 @@ def attention_received(
         softmax_scale (float | Tensor): λ, or (Hq,) per head; scores are λ_h q·k.
         stats (str | Sequence[str]): key statistics of entropy_lens.statistics.KEY_STATISTICS (a name,
             comma-separated names, a sequence), or "all".
-        query_window (int | None): only the last W real query rows count (SnapKV's window).
         causal, mask, window, softcap, sinks, alibi_slopes, key_bias: the score modifiers, as
             `attention_stats` takes them.
         backend (str): "auto" or one of kernels.BACKENDS (flags.Backend), as `attention_stats`'s.
         block_q, block_k (int | None): the column pass's tile (torch_chunked, native).
+        **params: the key statistics' parameters by name (entropy_lens.statistics.PARAMETERS: the query
+            window, only the last W real query rows counting: SnapKV's).
 
     Returns:
         dict[str, Tensor]: {name: (B, Hq, S) float32} for each of `stats`; padded keys 0.
@@ -349,29 +323,27 @@ def attention_received(
             names `attention_stats`).
         TypeError: a keyword no backend takes (`sofcap=`).
     """
-    stats, backend = parse_key_stats(stats), parse_backend(backend)  # parsed once, at the entrance
-    query_window = validate_query_window(query_window)
-    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
-    validate_inputs(q, k)
-    softmax_scale = validate_scale(q, k, softmax_scale)
-    mods = ScoreMods.build(
+    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
+    measure = Measure.parse(key_stats=parse_stats(stats, KEYS), backend=backend, **params)
+    call = enter(
         q,
         k,
-        causal=causal,
-        mask=mask,
-        window=window,
-        softcap=softcap,
-        sinks=sinks,
-        alibi_slopes=alibi_slopes,
-        key_bias=key_bias,
+        softmax_scale=softmax_scale,
+        measure=measure,
+        modifiers=modifiers,
+        block_q=block_q,
+        block_k=block_k,
     )
-    rows = counted_rows(mods, q.shape[2], k.shape[2], query_window, q.device)
-    kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
+    mods, stats = call.mods, measure.key_stats
+    rows = counted_rows(mods, q.shape[2], k.shape[2], measure["query_window"], q.device)
+    kernel, kernel_mods = statistics_kernel(measure.backend, q, k, mods, one_pass=True)
     if kernel == Backend.REFERENCE:
-        return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
-    lse = row_log_sum_exp(kernel, q, k, softmax_scale, kernel_mods)
-    blocks = {"block_q": block_q, "block_k": block_k}
-    return received_from_lse(q, k, lse, softmax_scale, mods, rows=rows, stats=stats, backend=kernel, **blocks)
+        return received_reference(q, k, call.softmax_scale, mods, rows, stats=stats)
+    lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)
+    blocks = {"block_q": call.block_q, "block_k": call.block_k}
+    return received_from_lse(
+        q, k, lse, call.softmax_scale, mods, rows=rows, stats=stats, backend=kernel, **blocks
+    )
 
 
 __all__ = [
@@ -386,6 +358,5 @@ __all__ = [
     "received_from_lse",
     "received_state",
     "row_log_sum_exp",
-    "validate_query_window",
     "validate_rows",
 ]

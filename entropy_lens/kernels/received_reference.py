@@ -2,7 +2,7 @@
 written from the materialised probabilities of `reference.attention_probabilities`. Small T only
 (tests); O(B·Hq·T·S) memory. The contract is kernels/received.py's.
 
-Each key statistic's definition is registered with `@key_definition` under its declared name and
+Each key statistic's definition is registered with reference.py's `@definition` (one registry, both axes) under its declared name and
 checked against KEY_STATISTICS at import (a declared key statistic without one fails the import): it
 takes (p (B, Hq, T, S) float64, the keys' probabilities with the sink's share left out; visible (B, Hq,
 T, S) bool, the keys each row may attend; counted (B|1, 1, T, 1) bool, the rows that count) and
@@ -14,43 +14,33 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.reference import attention_probabilities, attention_scores, largest
-from entropy_lens.statistics import KEY_STATISTICS, check_registered
-
-_DEFINED: dict = {}
-
-
-def key_definition(name: str):
-    """Registers the decorated function as the float64 definition of the declared key statistic `name`."""
-
-    def register(f):
-        if name in _DEFINED or name not in KEY_STATISTICS:
-            raise ValueError(
-                f"key_definition({name!r}): registered twice or not a key statistic of entropy_lens.statistics"
-            )
-        _DEFINED[name] = f
-        return f
-
-    return register
+from entropy_lens.kernels.reference import (
+    DEFINED,
+    attention_probabilities,
+    attention_scores,
+    definition,
+    largest,
+)
+from entropy_lens.statistics import KEYS, check_registered
 
 
 def _received(p, counted):
     return torch.where(counted, p, 0.0).sum(-2)
 
 
-@key_definition("received")
+@definition("received")
 def _received_sum(p, visible, counted):
     """Σ_i p_ij over the counted rows i."""
     return _received(p, counted)
 
 
-@key_definition("received_max")
+@definition("received_max")
 def _received_max(p, visible, counted):
     """max_i p_ij over the counted rows; 0 for a key no counted row gives anything."""
     return largest(torch.where(counted, p, 0.0), -2, 0.0)
 
 
-@key_definition("received_mean")
+@definition("received_mean")
 def _received_mean(p, visible, counted):
     """Σ_i p_ij / n_j, n_j the counted rows that may attend key j; 0 where none may."""
     n = (visible & counted).sum(-2).double()
@@ -58,7 +48,7 @@ def _received_mean(p, visible, counted):
 
 
 # every declared key statistic's definition, in KEY_STATISTICS's order; the import fails where one lacks it
-KEY_DEFINITIONS = check_registered(_DEFINED, "kernels/received_reference.py definitions", KEY_STATISTICS)
+KEY_DEFINITIONS = check_registered(DEFINED, "kernels/received_reference.py definitions", KEYS)
 
 
 @torch.no_grad()

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import RowStats
-from entropy_lens.statistics import DEFAULT_STATS, MAX_LOGIT, STATISTICS, check_registered
+from entropy_lens.statistics import BY_NAME, MAX_LOGIT, ROWS, check_registered
 
 
 def key_distance(T: int, S: int, device=None) -> torch.Tensor:
@@ -95,18 +96,18 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
 # (B, Hq, T, S) float64: `attention_scores`, −inf on the keys a row does not see; None where only the
 # probabilities are known, which the definitions of probabilities do not read) -> (B, Hq, T) float64;
 # a row with no outcome is 0 throughout
-_DEFINED: dict = {}
+DEFINED: dict = {}  # both axes: a key statistic's in kernels/received_reference.py
 
 
 def definition(name: str):
     """Registers the decorated function as the float64 definition of the declared statistic `name`."""
 
     def register(f):
-        if name in _DEFINED or name not in STATISTICS:
+        if name in DEFINED or name not in BY_NAME or BY_NAME[name].of is not None:
             raise ValueError(
                 f"definition({name!r}): registered twice or not declared in entropy_lens.statistics"
             )
-        _DEFINED[name] = f
+        DEFINED[name] = f
         return f
 
     return register
@@ -177,21 +178,24 @@ def largest(x: torch.Tensor, dim: int, empty: float) -> torch.Tensor:
 
 
 # every declared statistic's definition, in STATISTICS's order; the import fails where one lacks it
-DEFINITIONS = check_registered(_DEFINED, "kernels/reference.py definitions")
+DEFINITIONS = check_registered(DEFINED, "kernels/reference.py definitions", ROWS)
 
 
 @torch.no_grad()
 def row_stats_reference(
-    q, k, softmax_scale, mods: ScoreMods, *, stats=DEFAULT_STATS, first_keys=1, recent_keys=64
+    q, k, softmax_scale, mods: ScoreMods, *, measure: Measure = DEFAULT_MEASURE
 ) -> RowStats:
-    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> RowStats of `stats`, each (B, Hq, T)
-    float32, computed in float64 from `attention_probabilities` by the definitions above (`first_keys`:
-    first_mass's K; `recent_keys`: recent_mass's W)."""
+    """q (B, Hq, T, D), k (B, Hkv, S, D), softmax_scale (Hq,) -> RowStats of `measure.stats`, each (B, Hq,
+    T) float32, computed in float64 from `attention_probabilities` by the definitions above, at the
+    parameters in `measure` (first_mass's K, recent_mass's W)."""
+    stats = measure.stats
     probabilities = attention_probabilities(q, k, softmax_scale, mods)
     S = k.shape[2]
     behind = key_distance(q.shape[2], S, q.device).double()
-    first = first_window(S, first_keys, mods.first_key, q.device)
-    recent = ((behind >= 0) & (behind < recent_keys)).double()  # (T, S): the last W keys of each row
+    first = first_window(S, measure["first_keys"], mods.first_key, q.device)
+    recent = (
+        (behind >= 0) & (behind < measure["recent_keys"])
+    ).double()  # (T, S): the last W keys of each row
     scores = attention_scores(q, k, softmax_scale, mods)[0] if MAX_LOGIT.name in stats else None
     return RowStats(
         {name: DEFINITIONS[name](*probabilities, behind, first, recent, scores).float() for name in stats}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.statistics import STATISTICS, Statistic, check_registered, declared
+from entropy_lens.statistics import KEY_STATISTICS, ROWS, STATISTICS, Statistic, check_registered, declared
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
@@ -112,19 +112,23 @@ class RowStat:
         return self.spec.description
 
 
-_READS: dict[str, RowStat] = {}
+# The one registry of the kernels' reads, both axes: a row statistic's `f(state, mods)` off a row's final
+# state (here), a key statistic's `f(state)` off the column pass's state (kernels/received.py); each axis
+# checked against its declaration by the module that fills it (`check_registered`)
+READS: dict[str, RowStat] = {}
 
 
 def read(name: str, *, needs: tuple[str, ...] = (), applies=None):
-    """Registers the decorated `f(state, mods)` as the kernels' read of the declared statistic `name`."""
+    """Registers the decorated function as the kernels' read of the declared statistic `name` (either
+    axis; `needs`, `applies`: a row statistic's)."""
 
     def register(f):
-        if name in _READS or name not in STATISTICS:
+        if name in READS or name not in STATISTICS and name not in KEY_STATISTICS:
             raise ValueError(f"read({name!r}): registered twice or not declared in entropy_lens.statistics")
         unknown = set(needs) - set(EXTRA_STATE)
         if unknown:
             raise ValueError(f"read({name!r}) needs {sorted(unknown)}; choose from {', '.join(EXTRA_STATE)}")
-        _READS[name] = RowStat(STATISTICS[name], f, applies or (lambda mods: True), tuple(needs))
+        READS[name] = RowStat(declared(name), f, applies or (lambda mods: True), tuple(needs))
         return f
 
     return register
@@ -181,7 +185,7 @@ def _max_logit(state, mods):
 
 
 # every declared statistic's read, in STATISTICS's order; the import fails where one lacks its read
-ROW_STATS: dict[str, RowStat] = check_registered(_READS, "kernels/stats.py reads")
+ROW_STATS: dict[str, RowStat] = check_registered(READS, "kernels/stats.py reads", ROWS)
 
 
 def accumulators(stats) -> tuple[str, ...]:

@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import torch
 
+from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.contract import SAFE_SCORE, range_checked_by_caller, refuse_overflow, score_bound
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
-from entropy_lens.statistics import DEFAULT_STATS
 
 NEG_INF = float("-inf")
 BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above
@@ -57,20 +57,17 @@ def row_stats_torch(
     softmax_scale,
     mods: ScoreMods,
     *,
-    stats=DEFAULT_STATS,
-    first_keys=1,
-    recent_keys=64,
+    measure: Measure = DEFAULT_MEASURE,
     block_q=None,
     block_k=None,
     with_lse=False,
 ) -> RowStats:
     """q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or None, softmax_scale (Hq,) fp32 and `mods`
-    validated upstream -> RowStats: `stats` (B, Hq, T) float32 and, with v, the output (B, T, Hq, Dv)
+    validated upstream -> RowStats: `measure.stats` (B, Hq, T) float32 and, with v, the output (B, T, Hq, Dv)
     in q's dtype, the layout transformers' attention functions return. A row that sees no key outputs
     0 (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no
     value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v.
-    `first_keys`: K of first_mass (the mass on keys j < K); `recent_keys`: W of recent_mass (the mass on
-    keys pos_i − W < j <= pos_i); `with_lse`: the rows' log-sum-exp too."""
+    `measure`: the statistics and their parameters (flags.Measure); `with_lse`: the rows' log-sum-exp too."""
     default_q, default_k = (BLOCK_Q, BLOCK_K) if v is None else OUTPUT_BLOCKS
     state, out = stream_torch(
         q,
@@ -78,13 +75,12 @@ def row_stats_torch(
         v,
         softmax_scale,
         mods,
-        extra=accumulators(stats),
-        first_keys=first_keys,
-        recent_keys=recent_keys,
+        extra=accumulators(measure.stats),
+        measure=measure,
         block_q=default_q if block_q is None else block_q,
         block_k=default_k if block_k is None else block_k,
     )
-    return RowStats(read_stats(state, mods, stats), out, log_sum_exp(state) if with_lse else None)
+    return RowStats(read_stats(state, mods, measure.stats), out, log_sum_exp(state) if with_lse else None)
 
 
 @torch.no_grad()
@@ -97,8 +93,7 @@ def stream_torch(
     *,
     offset=None,
     extra=(),
-    first_keys=1,
-    recent_keys=64,
+    measure: Measure = DEFAULT_MEASURE,
     key_start=0,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
@@ -106,8 +101,8 @@ def stream_torch(
     """The streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
     (B, Hq, T) float32, of queries q over keys k, and the output (B, T, Hq, Dv) for values v (None: no
     output). Local key j is global key key_start + j (first_mass counts, in batch row b, the global keys
-    first_b <= j < first_b + first_keys, first_b = mods.first_key[b], 0 without it; recent_mass the keys
-    0 <= i + offset − j < recent_keys, global as the offset is).
+    first_b <= j < first_b + K, first_b = mods.first_key[b], 0 without it; recent_mass the keys
+    0 <= i + offset − j < W, global as the offset is; K and W the parameters in `measure`).
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
@@ -163,7 +158,7 @@ def stream_torch(
                     state=(m, l, u),
                     tile=tile,
                     offset=offset,
-                    windows=(first_start, first_keys, recent_keys),
+                    windows=(first_start, measure["first_keys"], measure["recent_keys"]),
                 )
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, o, vb)

@@ -1,10 +1,9 @@
 """Attention inside a training step: the one-pass kernel's output and row statistics forward, PyTorch's
 flash-attention backward from that output and the kernel's own log-sum-exp.
 
-    attention_train(q, k, v, softmax_scale, mods, *, kernel="native", stats=DEFAULT_STATS, first_keys=1,
-                    recent_keys=64, backward=None)
+    attention_train(q, k, v, softmax_scale, mods, *, kernel="native", measure=DEFAULT_MEASURE, backward=None)
         -> RowStats: out (B, T, Hq, Dv) in q's dtype, differentiable w.r.t. q, k, v (and a softmax_scale
-           tensor that requires grad), and each of `stats` (B, Hq, T) float32, detached
+           tensor that requires grad), and each of `measure.stats` (B, Hq, T) float32, detached
     train_refusal(q, k, v, mods, *, device=None) -> None where the route takes these inputs on device
         ("cpu" or "cuda", q's own by default: the CUDA route is decided without a GPU too), else why not
     train_form(q, k, v, mods, *, device=None) -> (mods in the route's form, None) or (None, why not)
@@ -63,14 +62,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from entropy_lens.flags import triton_available
+from entropy_lens.flags import DEFAULT_MEASURE, Measure, triton_available
 from entropy_lens.kernels.contract import autocast_dtype, validate_scale
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import stream_native
 from entropy_lens.kernels.stats import RowStats, accumulators, log_sum_exp, read_stats
 from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
-from entropy_lens.statistics import DEFAULT_STATS
 
 TRAIN_KERNELS = ("native", "torch_chunked", "triton")
 CUDA_DTYPES = (torch.float16, torch.bfloat16)  # what flash's CUDA backward takes
@@ -150,9 +148,7 @@ def attention_train(
     mods: ScoreMods,
     *,
     kernel="native",
-    stats=DEFAULT_STATS,
-    first_keys=1,
-    recent_keys=64,
+    measure: Measure = DEFAULT_MEASURE,
     backward=None,
 ) -> RowStats:
     """See the module docstring."""
@@ -171,14 +167,14 @@ def attention_train(
         per_head = softmax_scale.reshape(-1).expand(q.shape[1]).to(q.device, q.dtype)
         q, uniform = q * per_head.view(1, -1, 1, 1), 1.0
     route = (kernel, backward)
-    keys = (int(first_keys), int(recent_keys))  # first_mass's K, recent_mass's W
+    stats = measure.stats
     dtype = autocast_dtype(q.device.type)
     if dtype is None:
-        out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), keys)
+        out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, measure)
     else:  # as sdpa under autocast: q, k, v in its dtype (cast in autograd), the pass with autocast off
         q, k, v = (x.to(dtype) for x in (q, k, v))
         with torch.autocast(q.device.type, enabled=False):
-            out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, tuple(stats), keys)
+            out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, measure)
     return RowStats(dict(zip(stats, values, strict=True)), out)
 
 
@@ -187,10 +183,11 @@ class _FlashTrain(torch.autograd.Function):
     q, k, v from the flash backward of that output and its log-sum-exp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, route: tuple, stats: tuple, keys: tuple):
+    def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, route: tuple, measure: Measure):
         kernel, _ = route
         scale = torch.full((q.shape[1],), uniform, device=q.device)
-        kw = {"extra": accumulators(stats), "first_keys": keys[0], "recent_keys": keys[1]}
+        stats = measure.stats
+        kw = {"extra": accumulators(stats), "measure": measure}
         if kernel == "native":
             state, out = stream_native(q, k, v, scale, mods, **kw)
         elif kernel == "triton":
@@ -212,7 +209,7 @@ class _FlashTrain(torch.autograd.Function):
         kernel, op = ctx.route
         if kernel == "triton":
             dq, dk, dv = cuda_flash_backward(grad_out, q, k, v, out, lse, ctx.softmax_scale, ctx.mods, op=op)
-            return dq, dk, dv, None, None, None, None, None
+            return dq, dk, dv, None, None, None, None
         is_causal, mask = flash_mask(ctx.mods, q.shape[0], q.shape[2], k.shape[2], q.dtype)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad_out.transpose(1, 2),  # (B, Hq, T, Dv): the kernels' (B, T, Hq, Dv) seen as the op's layout
@@ -226,7 +223,7 @@ class _FlashTrain(torch.autograd.Function):
             attn_mask=mask,
             scale=ctx.softmax_scale,
         )
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def flash_mask(mods: ScoreMods, B: int, T: int, S: int, dtype) -> tuple[bool, torch.Tensor | None]:

@@ -84,6 +84,7 @@ import torch
 import triton
 import triton.language as tl
 
+from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
@@ -589,18 +590,16 @@ def row_stats_triton(
     softmax_scale,
     mods: ScoreMods,
     *,
-    stats=DEFAULT_STATS,
-    first_keys: int = 1,
-    recent_keys: int = 64,
+    measure: Measure = DEFAULT_MEASURE,
     with_lse=False,
 ) -> RowStats:
-    """See the module docstring: RowStats of `stats` (B, Hq, T) fp32 and, with v (B, Hkv, S, D), the
+    """See the module docstring: RowStats of `measure.stats` (B, Hq, T) fp32 and, with v (B, Hkv, S, D), the
     attention output (B, T, Hq, D) in q's dtype (stored in that layout by the kernel), from the same pass
     over K/V (the flash-attention forward with the statistics' accumulators beside it). Entropy and sink
     mass alone are read in the kernel; any other statistic is read off the kernel's final state by
     stats.read_stats. Rows with no attendable key get output 0 and every statistic 0 (with a sink:
-    sink_mass = max_prob = 1). `first_keys`: K of first_mass (keys j < K); `recent_keys`: W of recent_mass
-    (keys pos_i − W < j <= pos_i). `mods.mask` must be None or
+    sink_mass = max_prob = 1). `measure`: the statistics and their parameters (flags.Measure).
+    `mods.mask` must be None or
     key padding with a sliding window (ValueError otherwise: the plan sends other masks to
     torch_chunked); no key bias. `with_lse`: the rows' log-sum-exp too (the kernel then stores its state,
     and every statistic is read off it)."""
@@ -611,19 +610,18 @@ def row_stats_triton(
             f"the Triton kernel's output needs values of the queries' head size {q.shape[-1]}, not "
             f"{v.shape[-1]}; run it with backend='torch_chunked'"
         )
+    stats = measure.stats
     in_kernel = set(stats) <= set(DEFAULT_STATS) and not with_lse
     extra = None if in_kernel else accumulators(stats)
     values_in = None if v is None else v.to(q.dtype)
-    rows, out = _launch(q, k, values_in, softmax_scale, mods, extra, first_keys, recent_keys)
+    rows, out = _launch(q, k, values_in, softmax_scale, mods, extra, measure)
     values = rows if in_kernel else read_stats(rows, mods, stats)
     lse = log_sum_exp(rows) if with_lse else None
     return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2), lse)
 
 
 @torch.no_grad()
-def stream_triton(
-    q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), first_keys: int = 1, recent_keys: int = 64
-):
+def stream_triton(q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), measure: Measure = DEFAULT_MEASURE):
     """The final streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
     (B, Hq, T) float32 in nats, and the output (B, T, Hq, D) in q's dtype (v None: None), as
     `native.stream_native` returns them: the fused variant storing its state (STORE_STATE), whose
@@ -637,7 +635,7 @@ def stream_triton(
     if mods.key_bias is not None:
         raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
     rows, out = _launch(
-        q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, tuple(extra), first_keys, recent_keys
+        q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, tuple(extra), measure
     )
     state = {name: rows[name] for name in (*STATE, *extra)}
     return state, None if out is None else out.transpose(1, 2)
@@ -653,7 +651,7 @@ def _mark_first_keys(keep, first_key, first_keys: int, B: int, S: int, device) -
     return torch.where(first & (keep != 0), torch.full_like(keep, 2), keep)
 
 
-def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1, recent_keys=64):
+def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, measure: Measure = DEFAULT_MEASURE):
     """(rows, out): rows {"entropy", "sink_mass"} read in the kernel for `extra` None, else the final state
     {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE} in nats; each (B, Hq, T) fp32.
     out: the output, a (B, Hq, T, D) view of (B, T, Hq, D) memory, or None without values v."""
@@ -678,7 +676,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1, r
         kept = tuple(name for name in extra if name not in ("lk", "mk") or sinks is not None)
         names = (*STATE, *kept)
     if kept is not None and "f" in kept and mods.first_key is not None:
-        keep = _mark_first_keys(keep, mods.first_key, first_keys, B, S, q.device)
+        keep = _mark_first_keys(keep, mods.first_key, measure["first_keys"], B, S, q.device)
     results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     rows = dict(zip(names, results, strict=True))
     if extra is None:
@@ -740,8 +738,8 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, first_keys=1, r
         *strides,
         *sizes,
         B * Hq * T,
-        min(int(first_keys), S),
-        min(int(recent_keys), S + 1),
+        min(int(measure["first_keys"]), S),
+        min(int(measure["recent_keys"]), S + 1),
         float(softcap or 1.0),
         GROUP=Hq // Hkv,
         BLOCK_D=max(16, triton.next_power_of_2(D)),

@@ -25,24 +25,21 @@ import torch
 from entropy_lens.capture import ScaleSession
 from entropy_lens.capture.call import active_session
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Fused, Measure
 from entropy_lens.monitor.install import Hook
-from entropy_lens.monitor.settings import session_stats
 from entropy_lens.monitor.summary import ForwardSums
 
 PROBE_TOKENS = 2  # a query row that sees one key and one that sees two
 
 
-def check_applies(
-    model, stats: tuple[str, ...], *, first_keys: int, recent_keys: int = 64, n_layers: int
-) -> None:
+def check_applies(model, stats: tuple[str, ...], *, measure: Measure, n_layers: int) -> None:
     """EntropyLensError in one line where a recorded forward of `model` would be refused for `stats`
     (see the module docstring); nothing inside an entered entropy_lens session. `stats`: the monitor's
-    (row statistics and received); first_keys, recent_keys: first_mass's K and recent_mass's W."""
+    (row statistics and received); `measure`: the monitor's record, with the statistics' parameters."""
     if active_session() is not None:
         return
     sums = ForwardSums(n_layers, stats, None, model=type(model).__name__)
-    keys = {"first_keys": first_keys, "recent_keys": recent_keys}
-    probe = ScaleSession(model, stats=session_stats(stats), **keys, fused="off")
+    probe = ScaleSession(model, measure=measure.replace(fused=Fused.OFF))
     probe.session.on_stats, probe.session.on_key_stats = sums.add, sums.add_keys
     probe.session.on_nonfinite = sums.add_nonfinite  # NaN weights: the probe cannot tell; steps will
     embeddings = model.get_input_embeddings().weight

@@ -35,6 +35,7 @@ import warnings
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
+from entropy_lens.flags import parse_params
 from entropy_lens.monitor.monitor import AttentionMonitor
 from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, summaries
 from entropy_lens.monitor.thresholds import Thresholds
@@ -50,13 +51,12 @@ class EntropyLensCallback(TrainerCallback):
         stats: the statistics recorded, as AttentionMonitor's (names of entropy_lens.statistics.STATISTICS,
             and received for its two summaries; default monitor.settings.MONITOR_STATS).
         every: record every `every`-th optimizer step (>= 1).
-        first_keys: first_mass's K (>= 1).
-        recent_keys: recent_mass's W (>= 1).
         thresholds: None or {stat: ("below" | "above", limit)} (thresholds.Thresholds), each stat one of
             the monitor's summaries (a row statistic of `stats`, or received_first or received_max_later
             with received): a warning, once per head, naming the layer, head and step.
         prefix: the logged names' first part, as `AttentionMonitor.scalars`'s.
         per_head: log one scalar per head too, as `AttentionMonitor.scalars`'s.
+        **params: the statistics' parameters by name (entropy_lens.statistics.PARAMETERS), checked here.
 
     Raises:
         EntropyLensError: an unknown or repeated statistic, every < 1, or a malformed threshold.
@@ -68,18 +68,17 @@ class EntropyLensCallback(TrainerCallback):
         *,
         stats=MONITOR_STATS,
         every: int = 1,
-        first_keys: int = 1,
-        recent_keys: int = 64,
         thresholds: dict | None = None,
         prefix: str = "attention",
         per_head: bool = False,
+        **params,
     ):
         self.stats = check_monitor_stats(stats)
         check_argument("every", every, int, {"at_least": 1}, example=1)
         if not isinstance(prefix, str) or not isinstance(per_head, bool):
             raise TypeError("EntropyLensCallback(prefix: str, per_head: bool)")
-        self.every, self.first_keys, self.prefix, self.per_head = int(every), first_keys, prefix, per_head
-        self.recent_keys = recent_keys
+        parse_params(params)  # refused now, not at on_train_begin
+        self.every, self.params, self.prefix, self.per_head = int(every), params, prefix, per_head
         self.thresholds = Thresholds(thresholds, stats=summaries(self.stats))
         self.monitor: AttentionMonitor | None = None
         self._logged_step = None  # the step of the last record put into the logs
@@ -108,8 +107,7 @@ class EntropyLensCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.close()  # a monitor an interrupted train() left
         self._go_first(args)
-        keys = {"first_keys": self.first_keys, "recent_keys": self.recent_keys}
-        self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, **keys)
+        self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, **self.params)
         self.monitor.__enter__()
         self.monitor.enabled = False
         self._logged_step = None

@@ -78,12 +78,11 @@ class AttentionMonitor:
             attention (a sink forming; the mean over batch rows), and `received_max_later`, the largest
             received_mean of a later key (a heavy hitter; the max). Default: settings.MONITOR_STATS.
         every: record the forwards of steps that are multiples of `every` (>= 1).
-        first_keys: first_mass's K (>= 1).
-        recent_keys: recent_mass's W (>= 1).
         fused: the recorded forwards' route, one of kernels.FUSED_MODES (capture.ScaleSession's
             `fused`): "off" keeps the model's own sdpa output and gradients bit for bit (the statistics
             in a pass of their own); "auto" may train through the one-pass kernel (kernels/train.py),
             equal to sdpa only to rounding.
+        **params: the statistics' parameters by name (entropy_lens.statistics.PARAMETERS).
 
     Raises:
         EntropyLensError: an unknown or repeated statistic, every < 1, a flag out of range, or a
@@ -96,24 +95,21 @@ class AttentionMonitor:
         *,
         stats=MONITOR_STATS,
         every: int = 1,
-        first_keys: int = 1,
-        recent_keys: int = 64,
         fused: str = "auto",
+        **params,
     ):
         check_model(model)
         self.stats = check_monitor_stats(stats)
         self.summaries = summaries(self.stats)  # the names of latest()'s and the history's arrays
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
-        keys = {"first_keys": first_keys, "recent_keys": recent_keys}
-        self._scaling = ScaleSession(model, stats=session_stats(self.stats), **keys, fused=fused)
-        parsed = self._scaling.session  # each flag parsed once, by the ScaleSession
-        self.fused, self.first_keys, self.recent_keys = parsed.fused, parsed.first_keys, parsed.recent_keys
+        self._scaling = ScaleSession(model, stats=session_stats(self.stats), fused=fused, **params)
+        self.measure = self._scaling.session.measure  # what to measure, parsed once by the ScaleSession
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         # a statistic or a layer no recorded forward could measure: refused now, not at step `every`
-        check_applies(model, self.stats, **keys, n_layers=self.n_layers)
+        check_applies(model, self.stats, measure=self.measure, n_layers=self.n_layers)
         params = list(inspect.signature(model.forward).parameters)
         self._mask_index = params.index("attention_mask") if "attention_mask" in params else None
         self.enabled = True  # while False, forwards neither record nor count
@@ -207,7 +203,8 @@ class AttentionMonitor:
         # activation checkpointing recomputes each layer in the backward, outside this forward, with the
         # model's own attention, whose saved tensors must be the forward's: the statistics then come from
         # a pass beside the model's own sdpa output ("sdpa-then-entropy"), not the one fused pass
-        self._scaling.session.fused = Fused.OFF if activation_checkpointing(self.model) else self.fused
+        fused = Fused.OFF if activation_checkpointing(self.model) else self.measure.fused
+        self._scaling.session.measure = self.measure.replace(fused=fused)
         self._scaling.session.on_stats = current.add
         self._scaling.session.on_nonfinite = current.add_nonfinite
         self._scaling.session.on_key_stats = current.add_keys
@@ -242,7 +239,9 @@ class AttentionMonitor:
             EntropyLensError: `scaling` does not record every statistic of the monitor's `stats`.
         """
         needed = session_stats(self.stats)
-        lacking = [s for s in needed if s not in (*scaling.session.stats, *scaling.session.key_stats)]
+        lacking = [
+            s for s in needed if s not in (*scaling.session.measure.stats, *scaling.session.measure.key_stats)
+        ]
         if lacking:
             raise EntropyLensError(
                 f"the ScaleSession given to recording() does not record {', '.join(lacking)}; make it with "
@@ -394,7 +393,6 @@ class AttentionMonitor:
             "stats": list(self.summaries),
             "reductions": {s: reduction_of(s).name for s in self.summaries},
             "every": self.every,
-            "first_keys": self.first_keys,
-            "recent_keys": self.recent_keys,
+            **self.measure.recorded(),  # the statistics' parameters (statistics.PARAMETERS)
             "step_unit": "forward" if self._step is None else "step",
         }

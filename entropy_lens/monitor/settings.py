@@ -9,7 +9,7 @@ work, without torch (`--help` and the flags' parsing load none):
 
 train-tiny and search-heads (training/) and the Trainer callback take them from here; AttentionMonitor
 (monitor.py) checks its `stats` with `check_monitor_stats`. A monitor records row statistics and, of the
-attention each key receives, `received` alone, as two summaries per head (statistics.KEY_SUMMARIES): the
+attention each key receives, `received` alone, as two summaries per head (statistics.SUMMARIES): the
 first real key's share (an attention sink forming) and the largest share of any later key (a heavy
 hitter); its capture session computes `received` and `received_mean` for them (`session_stats`).
 """
@@ -19,17 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import did_you_mean
 from entropy_lens.settings import MAX_COUNT, Checked, setting
 from entropy_lens.statistics import (
+    BY_NAME,
     ENTROPY,
-    KEY_STATISTICS,
-    KEY_SUMMARIES,
     MAX_LOGIT,
     RECEIVED,
     RECEIVED_MEAN,
     STATISTICS,
     SUMMARIES,
-    did_you_mean,
 )
 
 __all__ = [
@@ -93,7 +92,7 @@ def check_monitor(settings: MonitorSettings | None) -> tuple[str, ...]:
 
 def check_monitor_stats(stats) -> tuple[str, ...]:
     """`stats` as a tuple of distinct known row statistics and key statistics the monitor summarises
-    (statistics.KEY_SUMMARIES: received); EntropyLensError in one line naming the known ones otherwise.
+    (statistics.SUMMARIES: received); EntropyLensError in one line naming the known ones otherwise.
 
     Args:
         stats: a name or a tuple of names.
@@ -108,13 +107,13 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
     stats = (stats,) if isinstance(stats, str) else stats
     if not isinstance(stats, (tuple, list)) or not all(isinstance(s, str) for s in stats):
         raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
-    other = [s for s in stats if (s in KEY_STATISTICS or s in SUMMARIES) and s not in KEY_SUMMARIES]
+    other = [s for s in stats if s in BY_NAME and s not in STATISTICS and s not in SUMMARIES]
     if other:
         raise EntropyLensError(
             f"AttentionMonitor cannot record {', '.join(other)}: of the attention each key receives it records "
-            f"{RECEIVED.name}'s two summaries per head ({' and '.join(SUMMARIES)}); pass {RECEIVED.name}"
+            f"{RECEIVED.name}'s two summaries per head ({' and '.join(x.name for x in SUMMARIES[RECEIVED.name])}); pass {RECEIVED.name}"
         )
-    unknown = [s for s in stats if s not in STATISTICS and s not in KEY_SUMMARIES]
+    unknown = [s for s in stats if s not in STATISTICS and s not in SUMMARIES]
     if unknown or not stats or len(set(stats)) != len(stats):
         what = (
             f"unknown statistic {', '.join(map(repr, unknown))}{did_you_mean(unknown)}"
@@ -123,7 +122,7 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
         )
         raise EntropyLensError(
             f"AttentionMonitor cannot record {what}; pass distinct names from "
-            f"{', '.join((*STATISTICS, *KEY_SUMMARIES))}"
+            f"{', '.join((*STATISTICS, *SUMMARIES))}"
         )
     return tuple(stats)
 
@@ -138,7 +137,7 @@ def summaries(stats: tuple[str, ...]) -> tuple[str, ...]:
     Returns:
         tuple: the names of `AttentionMonitor.latest()`'s arrays and of the history's.
     """
-    return tuple(n for s in stats for n in ([s] if s in STATISTICS else [x.name for x in KEY_SUMMARIES[s]]))
+    return tuple(n for s in stats for n in ([s] if s in STATISTICS else [x.name for x in SUMMARIES[s]]))
 
 
 def monitored(names) -> tuple[str, ...]:
@@ -150,8 +149,7 @@ def monitored(names) -> tuple[str, ...]:
     Returns:
         tuple: each row statistic, and received once for its summaries, in order.
     """
-    of = {x.name: key for key, group in KEY_SUMMARIES.items() for x in group}
-    return tuple(dict.fromkeys(of.get(n, n) for n in names))
+    return tuple(dict.fromkeys(BY_NAME[n].of or n if n in BY_NAME else n for n in names))
 
 
 def session_stats(stats: tuple[str, ...]) -> tuple[str, ...]:
@@ -164,5 +162,5 @@ def session_stats(stats: tuple[str, ...]) -> tuple[str, ...]:
     Returns:
         tuple: statistic names for `ScaleSession(stats=...)`.
     """
-    keys = (RECEIVED.name, RECEIVED_MEAN.name) if any(s in KEY_SUMMARIES for s in stats) else ()
+    keys = (RECEIVED.name, RECEIVED_MEAN.name) if any(s in SUMMARIES for s in stats) else ()
     return tuple(s for s in stats if s in STATISTICS) + keys

@@ -10,7 +10,7 @@ declared reduction (statistics.reduction_of):
 
 Key statistics (attention received by each key, the session's `on_key_stats`: received and
 received_mean, (B, H, S) per layer) are summarised per batch row, then over the forward's batch rows
-that hold a real query row (`sequences`), as statistics.KEY_SUMMARIES declares:
+that hold a real query row (`sequences`), as statistics.SUMMARIES declares:
 
     received_first      received at the row's first real key / its counted query rows; their mean
     received_max_later  max over the keys after the first real one of received_mean; their maximum
@@ -34,12 +34,12 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.statistics import (
+    BY_NAME,
     RECEIVED,
     RECEIVED_FIRST,
     RECEIVED_MAX_LATER,
     RECEIVED_MEAN,
     STATISTICS,
-    SUMMARIES,
     reduction_of,
 )
 
@@ -68,7 +68,7 @@ class StepSummary:
         key statistic), or their maximum."""
         return {
             stat: reduction_of(stat)
-            .finish(s, self.sequences if stat in SUMMARIES else self.rows)
+            .finish(s, self.sequences if getattr(BY_NAME.get(stat), "of", None) else self.rows)
             .astype(np.float32)
             for stat, s in self.sums.items()
         }

@@ -15,7 +15,7 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
                                              step's real query rows, or their maximum (meta `reductions`);
                                              from version 3 also received's summaries received_first and
                                              received_max_later, over the step's batch rows
-                                             (statistics.KEY_SUMMARIES)
+                                             (statistics.SUMMARIES)
     meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
                                              entropy_lens_version, model, model_class, model_type, n_layers,
                                              n_heads, n_kv_heads, stats, reductions, every, first_keys,

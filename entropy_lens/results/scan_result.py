@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import did_you_mean
 from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
 from entropy_lens.results.schema import (
     ARRAYS,
@@ -20,7 +21,7 @@ from entropy_lens.results.schema import (
     schema_version_of,
     upgrade_meta,
 )
-from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, RECEIVED, SINK_MASS, STATISTICS, did_you_mean
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, RECEIVED, SINK_MASS, STATISTICS
 
 __all__ = ["ScanResult"]
 

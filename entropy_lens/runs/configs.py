@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import BACKENDS, FUSED_MODES, Flags, Stats, parse_stats
+from entropy_lens.flags import BACKENDS, FUSED_MODES, Measure, Stats, parse_stats
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.runs.setting_groups import (
     LOADED_KEY,
@@ -40,9 +40,12 @@ from entropy_lens.statistics import (
     DEFAULT_STATS,
     ENTROPY,
     EXTRA_STATS,
+    FIRST_KEYS,
     KEY_STATISTICS,
+    PARAMETERS,
+    QUERY_WINDOW,
+    RECENT_KEYS,
     SINK_MASS,
-    split_stats,
 )
 
 __all__ = [
@@ -69,7 +72,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
     # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
     KEY_VERSION: ClassVar[int] = 1
     KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, "data", "seed", "samples", "stride", *SCALED_KEY, "length")
-    KEY += ("entropy", "stats", "first_keys", "recent_keys", "query_window")
+    KEY += ("entropy", "stats", *PARAMETERS)  # the statistics and their parameters
     NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
@@ -103,54 +106,36 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         + ", ".join(KEY_STATISTICS)
         + " (entropy_lens/statistics.py)",
     )
-    first_keys: int = setting(
-        1, **settings.FIRST_KEYS, help="K of first_mass: the mass on a row's first K real (unpadded) keys"
-    )
-    recent_keys: int = setting(
-        64,
-        **settings.RECENT_KEYS,
-        metavar="W",
-        help="W of recent_mass: the mass on a row's last W keys, those ending at its own position",
-    )
-    query_window: int | None = setting(
-        None,
-        at_least=1,
-        at_most=settings.MAX_TOKENS,
-        metavar="W",
-        help="the key statistics count only the last W query rows of each window (SnapKV's observation "
-        "window); default: every row",
-    )
+    # the statistics' parameters, each a field and a flag as its declaration says (statistics.PARAMETERS)
+    first_keys: int = FIRST_KEYS.setting()
+    recent_keys: int = RECENT_KEYS.setting()
+    query_window: int | None = QUERY_WINDOW.setting()
 
     def cache_key(self) -> dict:
-        """settings.Recorded's, without `query_window` and `recent_keys` at their defaults (None: every row;
-        64: recent_mass's W; the numbers of scans made before the fields existed), so their cached runs keep
-        their keys."""
+        """settings.Recorded's, without a parameter at its default unless declared keyed there
+        (`Parameter.keyed_at_default`: the numbers of scans made before the field existed), so their
+        cached runs keep their keys."""
         key = super().cache_key()
-        if self.query_window is None:
-            del key["query_window"]
-        if self.recent_keys == 64:
-            del key["recent_keys"]
+        for name, parameter in PARAMETERS.items():
+            if not parameter.keyed_at_default and key[name] == parameter.default:
+                del key[name]
         return key
 
     @functools.cached_property
-    def flags(self) -> Flags:
-        """--backend, --fused, --stats, --first-keys and --recent-keys parsed, once per config
-        (entropy_lens/flags.py):
-        what the capture takes. Its `stats`: entropy, sink mass (models with sinks) and --stats."""
+    def measure(self) -> Measure:
+        """What to measure, parsed once per config (entropy_lens/flags.py): what the capture takes. Its
+        `stats`: entropy, sink mass (models with sinks) and the row statistics of --stats; its key_stats
+        those of --stats; the parameters, --backend and --fused."""
         asked = parse_stats(self._split_stats[0])  # the row statistics, as flags.Stats
         stats = Stats((*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS)))
-        keys = {"first_keys": self.first_keys, "recent_keys": self.recent_keys}
-        return Flags.parse(backend=self.backend, fused=self.fused, stats=stats, **keys)
-
-    @functools.cached_property
-    def key_stats(self) -> tuple[str, ...]:
-        """The key statistics of --stats (statistics.KEY_STATISTICS), in the order given; () for none."""
-        return self._split_stats[1]
+        params = {name: getattr(self, name) for name in PARAMETERS}
+        keys = self._split_stats[1]
+        return Measure.parse(backend=self.backend, fused=self.fused, stats=stats, key_stats=keys, **params)
 
     @functools.cached_property
     def _split_stats(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         try:
-            return split_stats(self.stats)
+            return parse_stats(self.stats, None)
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
 
@@ -170,10 +155,10 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         if self.entropy not in ENTROPY_REDUCTIONS:
             raise EntropyLensError(f"--record {self.entropy!r} is not known; use heads, mean or none")
         self.check_scaling()
-        flags = self.flags  # unknown names fail here, before loading anything
-        if (flags.stats[len(DEFAULT_STATS) :] or self.key_stats) and self.entropy == "none":
+        measure = self.measure  # unknown names fail here, before loading anything
+        if (measure.stats[len(DEFAULT_STATS) :] or measure.key_stats) and self.entropy == "none":
             raise EntropyLensError(f"--stats {self.stats} needs --record heads or mean, not none")
-        if self.query_window is not None and not self.key_stats:
+        if self.query_window is not None and not measure.key_stats:
             raise EntropyLensError(
                 f"--query-window {self.query_window} counts rows for the key statistics; add one to --stats "
                 f"(e.g. --stats {','.join(KEY_STATISTICS)})"

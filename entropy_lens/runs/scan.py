@@ -34,7 +34,7 @@ from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, holds_token_ids, token_chunks
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Flags, Fused
+from entropy_lens.flags import Fused, Measure
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
 from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import progress_bar
@@ -109,8 +109,8 @@ def scan(
             return done
         run = Run.start(config, resume=resume, choices=choices or PathChoices())
         recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
-        stats = tuple(name for name in run.flags.stats if name != SINK_MASS.name) if recording else ()
-        keys = config.key_stats if recording else ()
+        stats = tuple(name for name in run.measure.stats if name != SINK_MASS.name) if recording else ()
+        keys = run.measure.key_stats if recording else ()
         sums = ScanSums(
             run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats, key_stats=keys
         )
@@ -141,7 +141,9 @@ class Run:
     scales: float | np.ndarray | None  # the multipliers s the capture applies; None = the model as trained
     scale_source: str  # "uniform", "checkpoint", "none" or the --head-scales file
     chunks: Chunks
-    flags: Flags  # --backend (checked for the device), --fused, --stats, --first-keys, --recent-keys
+    measure: (
+        Measure  # what to measure: --stats and its parameters, --backend (checked for the device), --fused
+    )
     groups: RankGroups  # torchrun's ranks in groups that split the samples (one rank each without sharding)
     schedule: Schedule | None = None  # --scale-schedule with the model's training length
     choices: PathChoices | None = None  # what fused "auto" measured and kept (capture/fused.py)
@@ -177,8 +179,8 @@ class Run:
                 f"{vocab}; tokenise with this model's tokenizer"
             )
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
-        flags = config.flags
-        resolve_backend(flags.backend, device)  # refused here if this device cannot run it; "auto" stays
+        measure = config.measure
+        resolve_backend(measure.backend, device)  # refused here if this device cannot run it; "auto" stays
         schedule = variant_schedule(config, lm)
         groups = shard_groups(config, w)
         if device.type == "cpu":
@@ -193,7 +195,7 @@ class Run:
             scales=scales,
             scale_source=scale_source,
             chunks=chunks,
-            flags=flags,
+            measure=measure,
             groups=groups,
             schedule=schedule,
             choices=choices,
@@ -208,19 +210,13 @@ class Run:
         """The context manager a batch runs in: scales only (--record none) or scales + recording; a
         sharded run's `context`: this rank's shard of the sequence and its group's exchange."""
         kind = ScaleSession if self.config.entropy == "none" else EntropyRecorder
-        flags = self.flags
+        measure = self.measure if kind is EntropyRecorder else self.measure.replace(key_stats=())
         return kind(
             self.lm.model,
             scales=self.scales,
-            backend=flags.backend,
-            fused=flags.fused,
+            measure=measure,
             schedule=self.schedule,
             choices=self.choices,
-            stats=flags.stats,
-            first_keys=flags.first_keys,
-            recent_keys=flags.recent_keys,
-            key_stats=self.config.key_stats if kind is EntropyRecorder else (),
-            query_window=self.config.query_window,
             context=context,
         )
 
@@ -257,24 +253,20 @@ class Run:
             # whether the CPU fused pass could use the native kernel, and why not
             **(
                 {"native": native_status()}
-                if self.device.type == "cpu" and self.flags.fused is not Fused.OFF
+                if self.device.type == "cpu" and self.measure.fused is not Fused.OFF
                 else {}
             ),
             "attention_path": "+".join(sorted(sums.paths)) or "none",  # capture/paths.py's names
             **(
                 {"fused_choices": dict(self.choices.chosen)}
-                if self.flags.fused is Fused.AUTO and self.choices is not None and self.choices.chosen
+                if self.measure.fused is Fused.AUTO and self.choices is not None and self.choices.chosen
                 else {}
             ),
             "world_size": self.world.size,
             "context_parallel": 1 if self.shards is None else self.shards.size,  # sequence shards
             "entropy_units": "nats",
-            **(
-                {"stats": sums.units(), "first_keys": c.first_keys, "recent_keys": c.recent_keys}
-                if c.stats != ENTROPY.name
-                else {}
-            ),
-            **({"query_window": c.query_window} if c.query_window is not None else {}),
+            # the statistics and their parameters (statistics.PARAMETERS: those set)
+            **({"stats": sums.units(), **self.measure.recorded()} if c.stats != ENTROPY.name else {}),
             "loss_units": "nats",
             "entropy_reduction": c.entropy,
             "scan_config": c.to_dict(),

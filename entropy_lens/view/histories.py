@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from entropy_lens.results.history import History
-from entropy_lens.statistics import STATISTICS, SUMMARIES, reduction_of
+from entropy_lens.statistics import BY_NAME, reduction_of
 from entropy_lens.view.encode import bins_json, encode_curves, numbers, text
 from entropy_lens.view.reduce import Bins
 from entropy_lens.view.sources import HistoryItem
@@ -71,10 +71,10 @@ def history_payload(item: HistoryItem, points: int) -> dict:
     }
     reductions = h.meta.get("reductions")
     for stat, values in h.values.items():
-        info = STATISTICS.get(stat) or SUMMARIES.get(stat)
+        info = BY_NAME.get(stat)
         how = reductions.get(stat) if isinstance(reductions, dict) else None
         how = how if how in ROWS else reduction_of(stat).name
-        over = (BATCH_ROWS if stat in SUMMARIES else ROWS)[how]
+        over = (BATCH_ROWS if info is not None and info.of else ROWS)[how]
         out["stats"][text(stat)] = {
             "unit": text(info.unit if info else "as recorded"),
             "description": text(

@@ -87,7 +87,7 @@ def one_process(model, ids, mask=None, **recorder):
 
 def all_sums(rec) -> dict:
     """The recorder's row sums and its key sums (attention received, `key:` before each name)."""
-    keys = rec.key_sums if rec.session.key_stats else {}
+    keys = rec.key_sums if rec.session.measure.key_stats else {}
     return rec.sums | {f"key:{name}": values for name, values in keys.items()}
 
 

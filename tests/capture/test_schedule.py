@@ -14,7 +14,7 @@ from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.schedule import Schedule, parse_schedule
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Fused
+from entropy_lens.flags import Fused, Measure
 from entropy_lens.runs.scan import ScanConfig, scan
 
 
@@ -78,7 +78,7 @@ def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
     session = Session(
         scales=1.3,
         schedule=schedule,
-        fused=Fused(fused),
+        measure=Measure(fused=Fused(fused)),
         on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
     )
     with torch.no_grad(), activate(session):

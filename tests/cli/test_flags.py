@@ -15,11 +15,11 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import (
     Backend,
     Fused,
+    Measure,
     Stats,
     parse_backend,
-    parse_first_keys,
     parse_fused,
-    parse_recent_keys,
+    parse_params,
     parse_stats,
 )
 from entropy_lens.kernels import ScoreMods, plan
@@ -31,7 +31,7 @@ def test_each_flag_parses_to_its_typed_value_with_its_one_line_error():
     assert parse_fused("off") is Fused.OFF and parse_fused(Fused.ON) is Fused.ON
     stats = parse_stats(("entropy", "max_prob"))
     assert isinstance(stats, Stats) and stats == ("entropy", "max_prob") and parse_stats(stats) is stats
-    assert parse_stats("entropy") == ("entropy",) and parse_first_keys(3) == 3
+    assert parse_stats("entropy") == ("entropy",) and dict(parse_params({"first_keys": 3}))["first_keys"] == 3
     # str-valued: results meta, cache keys and commands written from them read as before
     assert json.dumps({"backend": Backend.TORCH_CHUNKED, "fused": Fused.AUTO}) == json.dumps(
         {"backend": "torch_chunked", "fused": "auto"}
@@ -44,19 +44,21 @@ def test_each_flag_parses_to_its_typed_value_with_its_one_line_error():
     with pytest.raises(ValueError, match=r"unknown row statistic \['fading'\]"):
         parse_stats(("entropy", "fading"))
     with pytest.raises(EntropyLensError, match="first_keys"):
-        parse_first_keys(0)
-    assert parse_recent_keys(64) == 64
+        parse_params({"first_keys": 0})
+    assert Measure.parse(recent_keys=64)["recent_keys"] == 64
     with pytest.raises(
         EntropyLensError, match=r"recent_keys must be a whole number \(got 2.5\); pass recent_keys=64"
     ):
-        parse_recent_keys(2.5)
+        Measure.parse(recent_keys=2.5)
+    with pytest.raises(TypeError, match="unknown argument 'recent_key' .did you mean recent_keys"):
+        Measure.parse(recent_key=3)
 
 
 def test_the_layers_below_the_entrance_refuse_a_raw_string():
     """A Session and a layer's plan take parsed values only: a string cannot slip past the parse."""
     for kw in ({"backend": "native"}, {"fused": "off"}, {"stats": ("entropy",)}):
-        with pytest.raises(TypeError, match="is not parsed; pass entropy_lens.flags.parse_"):
-            Session(**kw)
+        with pytest.raises(TypeError, match="is not parsed; pass entropy_lens.flags.Measure.parse"):
+            Session(measure=kw)
     q = k = v = torch.randn(1, 2, 4, 8)
     mods = ScoreMods.build(q, k)
     with pytest.raises(TypeError, match="backend='auto' is not parsed"):
@@ -67,7 +69,8 @@ def test_the_layers_below_the_entrance_refuse_a_raw_string():
     # the public entrance still takes the names
     model = make_tiny_model()
     session = EntropyRecorder(model, backend="torch_chunked", fused="on", stats="entropy").session
-    assert (session.backend, session.fused, session.stats) == (Backend.TORCH_CHUNKED, Fused.ON, ("entropy",))
+    measure = session.measure
+    assert (measure.backend, measure.fused, measure.stats) == (Backend.TORCH_CHUNKED, Fused.ON, ("entropy",))
 
 
 def test_a_scan_parses_each_flag_once(tiny_dir, monkeypatch):
@@ -76,9 +79,9 @@ def test_a_scan_parses_each_flag_once(tiny_dir, monkeypatch):
     parsed = {"backend": 0, "fused": 0, "stats": 0}
 
     def counting(name, parse):
-        def wrapped(value):
-            parsed[name] += not isinstance(value, (Backend, Fused, Stats))
-            return parse(value)
+        def wrapped(value, *rest):  # a string read: the user's, not a parsed value passed on
+            parsed[name] += isinstance(value, str) and not isinstance(value, (Backend, Fused))
+            return parse(value, *rest)
 
         return wrapped
 
@@ -102,8 +105,11 @@ def test_a_scan_parses_each_flag_once(tiny_dir, monkeypatch):
     )
     result = scan(config, progress=False)
     assert parsed == {"backend": 1, "fused": 1, "stats": 1}
-    assert len(sessions) == 2 and all(isinstance(s.backend, Backend) and s.first_keys == 2 for s in sessions)
-    assert all(type(s.recent_keys) is int and s.recent_keys == 5 for s in sessions)
+    measures = [s.measure for s in sessions]
+    assert len(sessions) == 2 and all(
+        isinstance(m.backend, Backend) and m["first_keys"] == 2 for m in measures
+    )
+    assert all(type(m["recent_keys"]) is int and m["recent_keys"] == 5 for m in measures)
     assert set(result.stats) >= {"max_prob", "first_mass", "recent_mass"} and result.meta["first_keys"] == 2
     assert result.meta["recent_keys"] == 5
     assert result.meta["scan_config"]["fused"] == "on" and result.meta["backend"] in (

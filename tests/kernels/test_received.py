@@ -22,24 +22,22 @@ from kernel_cases import RUNNABLE, device, make_inputs, make_sinks, make_slopes,
 from tolerances import float32_rounding, sum_tolerance
 
 import entropy_lens
+from entropy_lens.flags import ALL, parse_stats
 from entropy_lens.kernels import (
     ScoreMods,
     attention_received,
     attention_stats,
     received_from_lse,
-    validate_scale,
 )
+from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.received import counted_rows, row_log_sum_exp
 from entropy_lens.statistics import (
-    ALL,
     KEY_STATISTICS,
     MAX,
     RECEIVED,
     RECEIVED_MAX,
     RECEIVED_MEAN,
     STATISTICS,
-    parse_key_stats,
-    parse_stats,
     reduction_of,
 )
 
@@ -253,7 +251,7 @@ def test_the_contract_is_the_row_kernels_and_refuses_in_one_line():
         attention_received(q, k, softmax_scale=0.3, stats="recieved")
     with pytest.raises(ValueError, match="lse must be"):
         received_from_lse(q, k, torch.zeros(1, 4), validate_scale(q, k, 0.3), ScoreMods.build(q, k))
-    assert parse_key_stats(ALL) == KEYS and parse_key_stats("received_max,received") == (
+    assert parse_stats(ALL, "keys") == KEYS and parse_stats("received_max,received", "keys") == (
         "received_max",
         "received",
     )
@@ -278,8 +276,8 @@ PACKAGE = Path(entropy_lens.__file__).parent
 # where a key statistic's name may be written as a string: its declaration, its read, its definition
 REGISTERED = {
     "statistics.py": "Statistic",
-    "kernels/received.py": "key_read",
-    "kernels/received_reference.py": "key_definition",
+    "kernels/received.py": "read",
+    "kernels/received_reference.py": "definition",
 }
 
 

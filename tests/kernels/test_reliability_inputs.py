@@ -11,6 +11,7 @@ import torch
 from kernel_cases import make_inputs, make_sinks
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import ALL
 from entropy_lens.kernels import (
     ScoreMods,
     attention_entropy,
@@ -20,10 +21,10 @@ from entropy_lens.kernels import (
     native_available,
     received_from_lse,
     run,
-    validate_scale,
 )
+from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.received import received_state, row_log_sum_exp
-from entropy_lens.statistics import ALL, KEY_STATISTICS
+from entropy_lens.statistics import KEY_STATISTICS
 
 CPU = ["reference", "torch_chunked"] + (["native"] if native_available() else [])
 KERNELS = ["torch_chunked"] + (["native"] if native_available() else [])

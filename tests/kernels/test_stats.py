@@ -508,8 +508,9 @@ def test_a_misspelt_statistic_is_answered_with_the_closest_name_wherever_stats_i
     from tiny import make_tiny_model
 
     from entropy_lens import AttentionMonitor, EntropyRecorder
+    from entropy_lens.flags import parse_stats
     from entropy_lens.runs.configs import ScanConfig
-    from entropy_lens.statistics import MAX_PROB, parse_stats
+    from entropy_lens.statistics import MAX_PROB
 
     # --stats and a recorder take both axes' names: the hint and the choices name both (issue 65)
     hint = r"unknown statistic \['max_probability'\] \(did you mean max_prob\?\); choose all, row statistics from entropy"

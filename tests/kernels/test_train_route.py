@@ -29,6 +29,7 @@ from train_cases import (
 )
 
 from entropy_lens.capture import EntropyRecorder, ScaleSession
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels import ScoreMods, native_available
 from entropy_lens.kernels.train import attention_train, train_refusal
 
@@ -72,7 +73,9 @@ def test_kernel_gradients_within_twice_plain_sdpa(kernel, shape, dtype):
         return [out, *torch.autograd.grad(out, leaves[: 4 if per_head else 3], grad_out.to(dtype))]
 
     def ours(q_, k_, v_, s_):
-        return attention_train(q_, k_, v_, s_ if per_head else 0.4, mods, kernel=kernel, stats=()).out
+        return attention_train(
+            q_, k_, v_, s_ if per_head else 0.4, mods, kernel=kernel, measure=Measure(stats=Stats())
+        ).out
 
     allowed = allowed_keys(T, S, causal, keep, window)
     truth = grads(torch.float64, lambda *a: reference_attention(*a, allowed))

@@ -31,6 +31,7 @@ from train_cases import (
 )
 
 from entropy_lens.capture import EntropyRecorder
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels import ScoreMods
 from entropy_lens.kernels.train import attention_train, capability_refusal, train_form, train_refusal
 
@@ -144,7 +145,9 @@ def test_cuda_kernel_gradients_within_twice_plain_sdpa(shape, dtype):
     def ours(q_, k_, v_, s_):
         mods = ScoreMods.build(q_, k_, causal=causal, window=window)
         softmax_scale = s_ if per_head else D**-0.5
-        return attention_train(q_, k_, v_, softmax_scale, mods, kernel="triton", stats=("entropy",)).out
+        return attention_train(
+            q_, k_, v_, softmax_scale, mods, kernel="triton", measure=Measure(stats=Stats(("entropy",)))
+        ).out
 
     truth = grads(torch.float64, lambda *a: reference_attention(*a, allowed), "cpu")
     got = grads(dtype, ours, "cuda")

@@ -22,7 +22,7 @@ from entropy_lens.monitor import (
     qk_clip,
 )
 from entropy_lens.monitor.summary import ForwardSums
-from entropy_lens.statistics import MAX, STATISTICS
+from entropy_lens.statistics import BY_NAME, MAX, STATISTICS
 
 STATS = ("entropy", "max_prob", "first_mass")
 
@@ -69,15 +69,15 @@ def test_latest_equals_float64_eager_statistics_on_a_padded_training_batch(monke
     left out of both."""
     model = make_tiny_model(n_heads=4, n_kv_heads=2).train()
     ids, mask = padded_batch()
-    monkeypatch.setitem(
-        STATISTICS, "max_prob", dataclasses.replace(STATISTICS["max_prob"], reduction=MAX)
-    )  # the path max_logit takes
+    as_max = dataclasses.replace(STATISTICS["max_prob"], reduction=MAX)  # the path max_logit takes
+    monkeypatch.setitem(STATISTICS, "max_prob", as_max)
+    monkeypatch.setitem(BY_NAME, "max_prob", as_max)
     with AttentionMonitor(model, stats=(*STATS, "recent_mass"), first_keys=2, recent_keys=3) as mon:
         model(ids, attention_mask=mask, labels=ids).loss.backward()
     got = mon.latest()
     reference = float64_row_stats(model, ids, mask, first_keys=2, recent_keys=3)
     keep = mask.bool()[:, None, :]
-    assert mon.meta()["recent_keys"] == 3 and mon.recent_keys == 3
+    assert mon.meta()["recent_keys"] == 3 and mon.measure["recent_keys"] == 3
     for layer, ref in enumerate(reference):
         for stat in ("entropy", "first_mass", "recent_mass"):
             assert got[stat].dtype == np.float32 and got[stat].shape == (2, 4)
@@ -276,7 +276,9 @@ def test_mistakes_are_refused_in_one_line():
 def test_padded_rows_are_left_out_of_means_and_maxima(monkeypatch):
     """A padded row's value, however large, changes neither reduction; the layer's queries are the last
     T of the mask's keys (key_offset)."""
-    monkeypatch.setitem(STATISTICS, "max_prob", dataclasses.replace(STATISTICS["max_prob"], reduction=MAX))
+    as_max = dataclasses.replace(STATISTICS["max_prob"], reduction=MAX)
+    monkeypatch.setitem(STATISTICS, "max_prob", as_max)
+    monkeypatch.setitem(BY_NAME, "max_prob", as_max)
     mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
     values = torch.tensor([[[100.0, 1.0, 2.0]], [[3.0, 4.0, 100.0]]])  # (B=2, H=1, T=3)
     sums = ForwardSums(1, ("entropy", "max_prob"), mask, model="Tiny")

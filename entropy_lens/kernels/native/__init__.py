@@ -2,11 +2,10 @@
 score tiles in one C++ loop (attention_entropy.cpp beside this file), built as a PyTorch extension on
 first use. ::
 
-    row_stats_native(q, k, v, softmax_scale, mods, *, stats=DEFAULT_STATS, first_keys=1, recent_keys=64,
-                     block_q=None, block_k=BLOCK_K)
+    row_stats_native(q, k, v, softmax_scale, mods, *, measure=DEFAULT_MEASURE, block_q=None, block_k=BLOCK_K)
         -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM) and
-           each of `stats` (B, Hq, T) float32; block_q None: block_rows(T)
-    stream_native(q, k, v, softmax_scale, mods, *, extra=(), first_keys=1, recent_keys=64, block_q=None,
+           each of `measure.stats` (B, Hq, T) float32; block_q None: block_rows(T)
+    stream_native(q, k, v, softmax_scale, mods, *, extra=(), measure=DEFAULT_MEASURE, block_q=None,
                   block_k=BLOCK_K)
         -> (the final state {m, l, u, extra}, out): the streaming state itself (its m + ln l is the rows'
            log-sum-exp, which kernels/train.py hands to a flash backward)
@@ -44,11 +43,11 @@ import sys
 
 import torch
 
+from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.contract import check_score_range, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
 from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, log_sum_exp, read_stats
-from entropy_lens.statistics import DEFAULT_STATS
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
@@ -119,29 +118,18 @@ def row_stats_native(
     softmax_scale,
     mods: ScoreMods,
     *,
-    stats=DEFAULT_STATS,
-    first_keys=1,
-    recent_keys=64,
+    measure: Measure = DEFAULT_MEASURE,
     block_q=None,
     block_k=BLOCK_K,
     with_lse=False,
 ) -> RowStats:
     """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
     loop without the value GEMM). block_q None: `block_rows(T)`; `with_lse`: the rows' log-sum-exp too."""
-    extra = accumulators(stats)
+    extra = accumulators(measure.stats)
     state, out = stream_native(
-        q,
-        k,
-        v,
-        softmax_scale,
-        mods,
-        extra=extra,
-        first_keys=first_keys,
-        recent_keys=recent_keys,
-        block_q=block_q,
-        block_k=block_k,
+        q, k, v, softmax_scale, mods, extra=extra, measure=measure, block_q=block_q, block_k=block_k
     )
-    return RowStats(read_stats(state, mods, stats), out, log_sum_exp(state) if with_lse else None)
+    return RowStats(read_stats(state, mods, measure.stats), out, log_sum_exp(state) if with_lse else None)
 
 
 @torch.no_grad()
@@ -153,8 +141,7 @@ def stream_native(
     mods: ScoreMods,
     *,
     extra=(),
-    first_keys=1,
-    recent_keys=64,
+    measure: Measure = DEFAULT_MEASURE,
     block_q=None,
     block_k=BLOCK_K,
 ):
@@ -171,8 +158,7 @@ def stream_native(
         block_q,
         block_k,
         extra=extra,
-        first_keys=first_keys,
-        recent_keys=recent_keys,
+        measure=measure,
     )
     return dict(zip((*STATE, *extra), state, strict=True)), None if v is None else out.to(q.dtype)
 
@@ -247,8 +233,7 @@ def _run(
     block_k,
     *,
     extra=(),
-    first_keys=1,
-    recent_keys=64,
+    measure: Measure = DEFAULT_MEASURE,
     profile=False,
 ):
     """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra), B, Hq, T):
@@ -273,9 +258,9 @@ def _run(
         sum(
             1 << EXTRA_STATE.index(name) for name in extra
         ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32, rk 64
-        int(first_keys),
+        int(measure["first_keys"]),
         empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
-        int(recent_keys),
+        int(measure["recent_keys"]),
         int(block_q),
         int(block_k),
         bool(profile),
