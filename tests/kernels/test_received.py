@@ -3,11 +3,11 @@ float64 column statistics of materialised probabilities (kernels/received_refere
 that runs here, for every score modifier: causal (bottom-right, T < S and T > S) or not, a sliding
 window, key padding (left padding: padded rows give nothing, padded keys receive exactly 0) and 4-D
 masks, GQA/MQA, softcap, sinks, ALiBi, a key bias, query windows, per-head scales, float32 and bf16
-inputs, odd tiles; within 1e-5 relative to max(1, |value|), the row statistics' tolerance
-(tests/kernel_grid.py: the grid and tolerance shared with test_stats.py). Independent checks hold the reference itself: an eager softmax's column
-sums, a padded batch row against its tokens alone, a query window against the last rows alone, and
-every row's probabilities summing to one. The Triton kernel's cases run under the interpreter in a
-child process (`test_the_triton_kernel_under_the_interpreter`, slow)."""
+inputs, odd tiles; within 1e-5 relative to max(1, |value|), the row statistics' tolerance (the grid and
+tolerance test_stats.py shares: tests/kernel_grid.py). Independent checks hold the reference itself: an
+eager softmax's column sums, a padded batch row against its tokens alone, a query window against the last
+rows alone, and every row's probabilities summing to one. The Triton kernel's cases run under the
+interpreter in a child process (`test_the_triton_kernel_under_the_interpreter`, slow)."""
 
 import ast
 import os
