@@ -9,17 +9,20 @@ micro-batches. Only the training steps' forwards record (from `on_step_begin` to
 evaluation's forwards run the model's own attention.
 
 The scalars of each new record go into the logs of the first training log at or after it (`on_log`:
-one with the training loss; evaluation's logs get none):
-into `logs`, which the callbacks after this one see, and into the entry `Trainer.log` has just put in
-`state.log_history` (it copies `logs` before the callbacks run). transformers calls the reporters of
-`report_to` before the callbacks a user passes, so the callback must run ahead of them for TensorBoard,
-W&B and the rest to report its scalars. Passed the usual way (`Trainer(..., callbacks=[callback])`), it
-moves itself to the front of the trainer's callbacks at `on_train_begin`: transformers hands a callback
-neither the trainer nor its `CallbackHandler`, so it finds the handler whose `call_event` is calling it
-(the caller's frame); the callbacks after it are called as before (removing it and inserting it first
-leaves every later one at its index). `callback.add_to(trainer)` does the same before training. Where no
-handler is found (a caller other than transformers'), it warns once, in one line, that the reporters may
-not see the scalars unless `callback.add_to(trainer)` is called.
+one with the training loss; evaluation's logs get none): into `logs`, which the callbacks after this one
+see, and into the entry `Trainer.log` has just put in `state.log_history` (it copies `logs` before the
+callbacks run). `Trainer.log` calls its callbacks in the order of `trainer.callback_handler.callbacks`,
+and `Trainer.__init__` puts the reporters of `report_to` (TensorBoardCallback, WandbCallback, ...) ahead of
+the callbacks a user passes; each reporter writes `logs` as it is when called. So for the reporters to see
+the scalars the callback must be first, and transformers hands a callback neither the trainer nor its
+callback list: `callback.add_to(trainer)` puts it first (adding it where it is not there yet), once the
+trainer is made and before `train()`:
+
+    trainer = Trainer(model, args, train_dataset=..., callbacks=[callback])   # report_to=["tensorboard"]
+    callback.add_to(trainer)
+
+Without it, where `args.report_to` names reporters, `on_train_begin` warns in one line that they will not
+see the scalars (the trainer's `state.log_history` still holds them).
 
 The monitor is installed at `on_train_begin` and removed at `on_train_end`. transformers calls no
 callback when train() raises: the forward under way is closed by the monitor's own hook (the model's
@@ -29,11 +32,9 @@ stopped inside a step, until the next `on_train_begin` or `callback.close()` rem
 
 from __future__ import annotations
 
-import inspect
 import warnings
 
 from transformers import TrainerCallback
-from transformers.trainer_callback import CallbackHandler
 
 from entropy_lens.flags import parse_params
 from entropy_lens.monitor.monitor import AttentionMonitor
@@ -82,12 +83,15 @@ class EntropyLensCallback(TrainerCallback):
         self.thresholds = Thresholds(thresholds, stats=summaries(self.stats))
         self.monitor: AttentionMonitor | None = None
         self._logged_step = None  # the step of the last record put into the logs
+        self._first = False  # add_to put it ahead of the reporters
 
     def add_to(self, trainer) -> EntropyLensCallback:
-        """Add this callback to `trainer` ahead of its reporters (so they report its scalars too).
+        """Put this callback first among `trainer`'s callbacks, ahead of its `report_to` reporters, so that
+        they report its scalars too (call it after making the trainer, before `train()`).
 
         Args:
-            trainer: a transformers.Trainer; the callback moves to the front if it is there already.
+            trainer: a transformers.Trainer; the callback is added if it is not among its callbacks, and
+                moved to the front if it is (the others keep their order).
 
         Returns:
             EntropyLensCallback: this callback.
@@ -96,6 +100,7 @@ class EntropyLensCallback(TrainerCallback):
         if self in callbacks:
             callbacks.remove(self)
         callbacks.insert(0, self)
+        self._first = True
         return self
 
     def close(self) -> None:
@@ -106,7 +111,12 @@ class EntropyLensCallback(TrainerCallback):
     # -- Trainer events -----------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.close()  # a monitor an interrupted train() left
-        self._go_first(args)
+        if not self._first and getattr(args, "report_to", None):
+            warnings.warn(
+                f"EntropyLensCallback: the report_to reporters {list(args.report_to)} are called before it "
+                "and will not log its scalars; call callback.add_to(trainer) before trainer.train()",
+                stacklevel=2,
+            )
         self.monitor = AttentionMonitor(model, stats=self.stats, every=self.every, **self.params)
         self.monitor.__enter__()
         self.monitor.enabled = False
@@ -140,30 +150,3 @@ class EntropyLensCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()
-
-    def _go_first(self, args) -> None:
-        """Put this callback first in the CallbackHandler calling it (ahead of the report_to reporters),
-        or warn in one line where no handler is calling it and reporters are configured."""
-        frame = inspect.currentframe()
-        try:
-            caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
-            for _ in range(4):  # on_train_begin <- call_event <- CallbackHandler.on_train_begin
-                if caller is None:
-                    break
-                handler = caller.f_locals.get("self")
-                if isinstance(handler, CallbackHandler) and self in handler.callbacks:
-                    callbacks = handler.callbacks
-                    if callbacks[0] is not self:
-                        callbacks.remove(self)  # those after it keep their index: call_event goes on
-                        callbacks.insert(0, self)
-                    return
-                caller = caller.f_back
-        finally:
-            del frame
-        if getattr(args, "report_to", None):
-            warnings.warn(
-                "EntropyLensCallback: no trainer's callback handler found at on_train_begin; call "
-                "callback.add_to(trainer) so that the report_to reporters (TensorBoard, W&B, ...) log its "
-                "scalars",
-                stacklevel=2,
-            )

@@ -76,7 +76,7 @@ class AttentionMonitor:
             each summarised per head by its reduction (the mean over real query rows, the maximum for
             maxima), and "received": per head `received_first`, the first real key's share of the
             attention (a sink forming; the mean over batch rows), and `received_max_later`, the largest
-            received_mean of a later key (a heavy hitter; the max). Default: settings.MONITOR_STATS.
+            received_mean of a later key (a heavy hitter; the max; NaN with none). Default: MONITOR_STATS.
         every: record the forwards of steps that are multiples of `every` (>= 1).
         fused: the recorded forwards' route, one of kernels.FUSED_MODES (capture.ScaleSession's
             `fused`): "off" keeps the model's own sdpa output and gradients bit for bit (the statistics
@@ -314,7 +314,7 @@ class AttentionMonitor:
         (received_first, received_max_later) over its batch rows (summary.py).
 
         Returns:
-            dict: {name: (layers, heads) float32}, in each statistic's unit.
+            dict: {name: (layers, heads) float32}, each in its unit (received_max_later NaN: no later key).
 
         Raises:
             EntropyLensError: no finite step recorded yet.

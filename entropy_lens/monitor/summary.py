@@ -13,7 +13,9 @@ received_mean, (B, H, S) per layer) are summarised per batch row, then over the 
 that hold a real query row (`sequences`), as statistics.SUMMARIES declares:
 
     received_first      received at the row's first real key / its counted query rows; their mean
-    received_max_later  max over the keys after the first real one of received_mean; their maximum
+    received_max_later  max over the real keys after the first real one of received_mean; their maximum
+                        over the batch rows that have such a key (`later`); undefined, NaN in `values`,
+                        at a step where none has one (T = 1, or a single real token per row)
 
 `finish` brings the (layers, heads) results to the host once per forward, checks that every layer
 reported once, and returns a `StepSummary`. Two summaries of one step (gradient accumulation's
@@ -53,8 +55,10 @@ class StepSummary:
     """One step's statistics: `sums[stat]` (layers, heads) float64, the sum over the real query rows for
     a "mean" statistic and their maximum for a "max" one (a key statistic's summary: over the batch
     rows); `rows` the real query rows (per layer and head: every layer sees the same rows); `sequences`
-    the batch rows with a real query row; `forwards` how many recorded forwards made it. A step whose
-    attention was not finite has `nonfinite` (where it first was) and no sums."""
+    the batch rows with a real query row; `later` those of them with a real key after their first one
+    (what received_max_later is the maximum over: with none, its sums are the identity, −inf);
+    `forwards` how many recorded forwards made it. A step whose attention was not finite has
+    `nonfinite` (where it first was) and no sums."""
 
     step: int
     forwards: int
@@ -62,14 +66,20 @@ class StepSummary:
     sums: dict[str, np.ndarray]
     nonfinite: str | None = None
     sequences: int = 0
+    later: int = 0
+
+    def count(self, stat: str) -> int:
+        """The rows `stat`'s sums are over: the real query rows, or batch rows for a summary of a key
+        statistic (those with a later key for received_max_later)."""
+        if stat == RECEIVED_MAX_LATER.name:
+            return self.later
+        return self.sequences if getattr(BY_NAME.get(stat), "of", None) else self.rows
 
     def values(self) -> dict[str, np.ndarray]:
         """{stat: (layers, heads) float32}: the mean over the real rows (batch rows for a summary of a
-        key statistic), or their maximum."""
+        key statistic), or their maximum; NaN where there is none (received_max_later without `later`)."""
         return {
-            stat: reduction_of(stat)
-            .finish(s, self.sequences if getattr(BY_NAME.get(stat), "of", None) else self.rows)
-            .astype(np.float32)
+            stat: reduction_of(stat).finish(s, self.count(stat)).astype(np.float32)
             for stat, s in self.sums.items()
         }
 
@@ -77,11 +87,11 @@ class StepSummary:
         """This step's summary with `other`'s forwards added (the same step, the same statistics); not
         finite if either is."""
         forwards, rows = self.forwards + other.forwards, self.rows + other.rows
-        sequences = self.sequences + other.sequences
+        counts = {"sequences": self.sequences + other.sequences, "later": self.later + other.later}
         if self.nonfinite or other.nonfinite:
-            return StepSummary(self.step, forwards, rows, {}, self.nonfinite or other.nonfinite, sequences)
+            return StepSummary(self.step, forwards, rows, {}, self.nonfinite or other.nonfinite, **counts)
         sums = {stat: reduction_of(stat).combine(s, other.sums[stat]) for stat, s in self.sums.items()}
-        return StepSummary(self.step, forwards, rows, sums, sequences=sequences)
+        return StepSummary(self.step, forwards, rows, sums, **counts)
 
 
 class ForwardSums:
@@ -102,6 +112,7 @@ class ForwardSums:
         self.rows: torch.Tensor | int | None = None  # real query rows, from the first report
         self.counted: torch.Tensor | None = None  # (B,) real query rows of each batch row, likewise
         self.sequences: torch.Tensor | None = None  # batch rows with a real query row
+        self.later: torch.Tensor | None = None  # those with a real key after their first real one
         self.nonfinite: str | None = None  # where the forward's attention was first not finite
 
     def add_nonfinite(self, layer: int, why: str) -> None:
@@ -146,18 +157,22 @@ class ForwardSums:
             self.counted = keep.sum((1, 2)) if keep is not None else torch.full((B,), S, device=self.device)
         counted = self.counted.to(received.device)
         first = torch.zeros(B, dtype=torch.int64, device=received.device)  # each batch row's first real key
+        later = torch.arange(S, device=received.device) > first[:, None]  # (B, S): its real keys after it
         if self.mask is not None and self.mask.shape[1] == S:
-            first = self.mask.to(torch.uint8).argmax(dim=1).to(received.device)
+            real_keys = self.mask.to(received.device)
+            first = real_keys.to(torch.uint8).argmax(dim=1)
+            later = (torch.arange(S, device=received.device) > first[:, None]) & real_keys
         at_first = received.gather(2, first.view(B, 1, 1).expand(B, H, 1)).squeeze(2)  # (B, H)
-        later = torch.arange(S, device=received.device) > first[:, None]  # (B, S)
-        top = torch.where(later[:, None, :], mean, 0.0).amax(2)  # (B, H): 0 where no later key
+        identity = RECEIVED_MAX_LATER.reduction.identity
+        top = torch.where(later[:, None, :], mean, identity).amax(2)  # (B, H): −inf where no later key
         real = (counted > 0)[:, None]  # (B, 1): the batch rows that hold a real query row
+        has_later = real & later.any(1, keepdim=True)  # (B, 1): received_max_later's batch rows
         share = at_first / counted.clamp_min(1)[:, None]
         reduced = self.reduced.setdefault(layer, {})
         reduced[RECEIVED_FIRST.name] = RECEIVED_FIRST.reduction.reduce(share, 0, real)
-        reduced[RECEIVED_MAX_LATER.name] = RECEIVED_MAX_LATER.reduction.reduce(top, 0, real)
+        reduced[RECEIVED_MAX_LATER.name] = RECEIVED_MAX_LATER.reduction.reduce(top, 0, has_later)
         if self.sequences is None:
-            self.sequences = real.sum()
+            self.sequences, self.later = real.sum(), has_later.sum()
 
     @property
     def summaries(self) -> tuple[str, ...]:
@@ -205,13 +220,15 @@ class ForwardSums:
             s: torch.stack([self.reduced[i][s] for i in range(self.n_layers)]).cpu().numpy()
             for s in self.summaries
         }
-        rows, sequences = int(self.rows), int(self.sequences or 0)
+        rows, sequences, later = int(self.rows), int(self.sequences or 0), int(self.later or 0)
         if rows == 0:
             raise EntropyLensError(
                 "this forward's attention_mask holds no real token (all 0), so it has no rows to summarise; "
                 "leave all-padding batches out"
             )
         for s, values in stacked.items():
+            if s == RECEIVED_MAX_LATER.name and not later:  # no batch row has a later key: undefined
+                continue
             bad = ~np.isfinite(values)
             if bad.any():
                 layer, head = map(int, np.argwhere(bad)[0])
@@ -220,16 +237,19 @@ class ForwardSums:
                 return StepSummary(
                     step=step, forwards=1, rows=rows, sums={}, nonfinite=where, sequences=sequences
                 )
-        return StepSummary(step=step, forwards=1, rows=rows, sums=stacked, sequences=sequences)
+        return StepSummary(step=step, forwards=1, rows=rows, sums=stacked, sequences=sequences, later=later)
 
 
 def flat_scalars(latest: dict[str, np.ndarray], prefix: str, *, per_head: bool) -> dict[str, float]:
     """`latest` ({stat: (layers, heads)}) as flat {name: float} for a logger:
     `{prefix}/{stat}/layer_{l}/mean`, `/min` and `/max` over the layer's heads, and with `per_head` each
-    `{prefix}/{stat}/layer_{l}/head_{h}` (`AttentionMonitor.scalars`; prefix "": none)."""
+    `{prefix}/{stat}/layer_{l}/head_{h}` (`AttentionMonitor.scalars`; prefix "": none). An undefined
+    summary (NaN: received_max_later at a step without a later key) is left out, never logged as NaN."""
     out = {}
     for stat, values in latest.items():
         for layer, heads in enumerate(values):
+            if not np.isfinite(heads).all():  # undefined at this step: nothing to log
+                continue
             key = f"{prefix}/{stat}/layer_{layer}" if prefix else f"{stat}/layer_{layer}"
             out |= {f"{key}/mean": float(heads.mean()), f"{key}/min": float(heads.min())}
             out[f"{key}/max"] = float(heads.max())

@@ -75,12 +75,13 @@ class Thresholds:
             step: the step the values are of, for the messages.
 
         Returns:
-            list: the new warnings' messages (str), empty where no head crossed for the first time.
+            list: the new warnings' messages (str), empty where no head crossed for the first time (an
+            undefined value, NaN, crosses no threshold).
         """
         messages = []
         for stat, (direction, limit) in self.limits.items():
-            v = values[stat]
-            crossed = v < limit if direction == "below" else v > limit
+            v = values[stat]  # NaN: undefined at this step (received_max_later without a later key)
+            crossed = np.isfinite(v) & (v < limit if direction == "below" else v > limit)
             for layer, head in map(tuple, np.argwhere(crossed)):
                 key = (stat, int(layer), int(head))
                 if key in self.warned:

@@ -15,13 +15,17 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
                                              step's real query rows, or their maximum (meta `reductions`);
                                              from version 3 also received's summaries received_first and
                                              received_max_later, over the step's batch rows
-                                             (statistics.SUMMARIES)
+                                             (statistics.SUMMARIES); from version 4 received_max_later
+                                             is NaN over a step's (layers, heads) where it is undefined (no
+                                             batch row had a real key after its first: T = 1), and no value
+                                             is NaN or inf otherwise
     meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
                                              entropy_lens_version, model, model_class, model_type, n_layers,
                                              n_heads, n_kv_heads, stats, reductions, every, first_keys,
                                              recent_keys, step_unit ("forward" | "step")
 
-`load_history(path)` refuses a damaged or foreign file in one EntropyLensError naming the file;
+`History.undefined(stat)` gives the steps where a summary is undefined. `load_history(path)` refuses a
+damaged or foreign file in one EntropyLensError naming the file;
 `is_history(path)` tells a history from a results file by its meta's `schema` (never by its name), reading
 the meta alone. The module sits with the results file, torch-free, so that `entropy-lens view` opens a
 history; `monitor/history.py` gives the monitor the same names.
@@ -39,10 +43,14 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
+from entropy_lens.statistics import RECEIVED_MAX_LATER
 
 SCHEMA = "entropy_lens.monitor"
-SCHEMA_VERSION = 3  # 2: the non-finite steps (`nonfinite`); 3: `sequences`, received's summaries
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4  # 2: the non-finite steps; 3: `sequences`, received's summaries; 4: undefined ones NaN
+READABLE_VERSIONS = (1, 2, 3, 4)
+# the summaries that may be undefined at a step, NaN over all its (layers, heads): received_max_later
+# where no batch row has a real key after its first one (monitor/summary.py)
+UNDEFINABLE = (RECEIVED_MAX_LATER.name,)
 ARRAYS = ("steps", "forwards", "rows")
 HISTORY_FILE = "attention-history.npz"  # its name in the output folder of train-tiny --monitor
 
@@ -79,7 +87,8 @@ class History:
         steps: (n,) int64, the step of each record.
         forwards: (n,) int64, the recorded forwards merged into each step.
         rows: (n,) int64, the real query rows behind each step.
-        values: {stat: (n, layers, heads) float32}, each step's per-head summary, in the statistic's unit.
+        values: {stat: (n, layers, heads) float32}, each step's per-head summary, in the statistic's unit
+            (NaN over a step where a summary of UNDEFINABLE is undefined: `undefined(stat)`).
         meta: the file's meta (the module docstring).
         nonfinite: (k,) int64, the recorded steps whose attention was not finite.
         sequences: (n,) int64, the batch rows behind each step; None: 0 for each (a file before version 3).
@@ -140,6 +149,18 @@ class History:
     def stats(self) -> tuple[str, ...]:
         """The names of the recorded statistics, the keys of `values`."""
         return tuple(self.values)
+
+    def undefined(self, stat: str) -> np.ndarray:
+        """The steps (int64) at which `stat` is undefined: NaN over all its (layers, heads).
+
+        Args:
+            stat: a recorded statistic (one of `stats`); only those of UNDEFINABLE can be.
+
+        Returns:
+            np.ndarray: (k,) int64, oldest first; empty where `stat` is defined at every step.
+        """
+        values = self.values[stat]
+        return self.steps[np.isnan(values).all(axis=(1, 2))] if values.size else self.steps[:0]
 
     def at(self, step: int) -> dict[str, np.ndarray]:
         """{stat: (layers, heads) float32} of the record of `step`; KeyError naming the steps held.
@@ -267,5 +288,8 @@ def _check(name: str, data: dict, meta: dict, again: str) -> None:
                 f"{name}: {printable(stat)} is {values.dtype} {values.shape}, expected float "
                 f"({n}, {layers}, {heads}) (steps, layers, heads); {again}"
             )
-        if not np.isfinite(values).all():
+        finite = np.isfinite(values)
+        if stat in UNDEFINABLE and values.size:  # a step where it is undefined: NaN over the whole step
+            finite |= np.isnan(values).all(axis=(1, 2))[:, None, None]
+        if not finite.all():
             raise EntropyLensError(f"{name}: {printable(stat)} holds NaN/inf values; {again}")

@@ -9,15 +9,16 @@ point). Per statistic: its unit (as recorded: entropy in nats, max_logit in its 
 over a step's rows (meta `reductions`: "mean", or "max" for a maximum such as max_logit; received's
 summaries, statistics.SUMMARIES, over its batch rows), and its
 curves, row-major (layers, heads, bins), written as payload.py writes a scan's (`encode.encode_curves`).
-The history's values were checked finite by `load_history`; values made in Python that are not are
-gaps, as in a scan.
+The history's values were checked finite by `load_history`, but for a summary undefined at a step
+(received_max_later where no batch row had a key after its first one: results/history.UNDEFINABLE), a gap
+that the meta's `undefined` row explains; values made in Python that are not finite are gaps, as in a scan.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from entropy_lens.results.history import History
+from entropy_lens.results.history import UNDEFINABLE, History
 from entropy_lens.statistics import BY_NAME, reduction_of
 from entropy_lens.view.encode import bins_json, encode_curves, numbers, text
 from entropy_lens.view.reduce import Bins
@@ -97,10 +98,24 @@ def _meta_rows(h: History) -> dict[str, str]:
                 value = ", ".join(map(str, value))
             rows[key] = text(value)
     rows["steps"] = f"{len(h)} recorded, {int(h.steps.min())}..{int(h.steps.max())}" if len(h) else "none"
+    undefined = [(stat, h.undefined(stat)) for stat in UNDEFINABLE if stat in h.values]
+    undefined = [
+        f"{stat} at {len(steps)} steps ({_listed(steps)})" for stat, steps in undefined if len(steps)
+    ]
+    if undefined:  # recorded, but no number exists: a gap
+        rows["undefined"] = (
+            f"{'; '.join(undefined)}: not drawn, no batch row of those steps had a real key after its first"
+        )
     if len(h.nonfinite):  # recorded, but without numbers: not drawn
-        shown = ", ".join(str(int(s)) for s in h.nonfinite[:10]) + (", ..." if len(h.nonfinite) > 10 else "")
-        rows["non-finite steps"] = f"{len(h.nonfinite)} not drawn (attention not finite): {shown}"
+        rows["non-finite steps"] = (
+            f"{len(h.nonfinite)} not drawn (attention not finite): {_listed(h.nonfinite)}"
+        )
     return rows
+
+
+def _listed(steps) -> str:
+    """The first ten steps, comma-separated ("..." after them)."""
+    return ", ".join(str(int(s)) for s in steps[:10]) + (", ..." if len(steps) > 10 else "")
 
 
 def _ints(x) -> list:

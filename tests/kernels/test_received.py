@@ -3,11 +3,11 @@ float64 column statistics of materialised probabilities (kernels/received_refere
 that runs here, for every score modifier: causal (bottom-right, T < S and T > S) or not, a sliding
 window, key padding (left padding: padded rows give nothing, padded keys receive exactly 0) and 4-D
 masks, GQA/MQA, softcap, sinks, ALiBi, a key bias, query windows, per-head scales, float32 and bf16
-inputs, odd tiles; within 1e-5 relative to max(1, |value|), the row statistics' tolerance
-(tests/kernels/test_stats.py). Independent checks hold the reference itself: an eager softmax's column
-sums, a padded batch row against its tokens alone, a query window against the last rows alone, and
-every row's probabilities summing to one. The Triton kernel's cases run under the interpreter in a
-child process (`test_the_triton_kernel_under_the_interpreter`, slow)."""
+inputs, odd tiles; within 1e-5 relative to max(1, |value|), the row statistics' tolerance (the grid and
+tolerance test_stats.py shares: tests/kernel_grid.py). Independent checks hold the reference itself: an
+eager softmax's column sums, a padded batch row against its tokens alone, a query window against the last
+rows alone, and every row's probabilities summing to one. The Triton kernel's cases run under the
+interpreter in a child process (`test_the_triton_kernel_under_the_interpreter`, slow)."""
 
 import ast
 import os
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from kernel_cases import RUNNABLE, device, make_inputs, make_sinks, make_slopes, mask_kinds, on_device
+from kernel_grid import assert_close_relative, grid_kwargs, on_the_grid
 from tolerances import float32_rounding, sum_tolerance
 
 import entropy_lens
@@ -47,29 +48,6 @@ TILES = {
     "native": [(256, 128), (32, 32), (7, 5)],
     "triton": [(None, None)],
 }
-EXTRA_CASES = {
-    "plain": {},
-    "sinks": {"sinks": True},
-    "softcap+window": {"softcap": 2.5, "window": 5},
-    "alibi+sinks": {"alibi": True, "sinks": True},
-    "key_bias": {"key_bias": True},
-}
-
-
-def _kwargs(case, B, Hq, S, causal):
-    spec = EXTRA_CASES[case]
-    kw = {}
-    if spec.get("sinks"):
-        kw["sinks"] = make_sinks(Hq)
-    if "softcap" in spec:
-        kw["softcap"] = spec["softcap"]
-    if "window" in spec and causal:
-        kw["window"] = spec["window"]
-    if spec.get("alibi"):
-        kw["alibi_slopes"] = make_slopes(Hq, 0.5)
-    if spec.get("key_bias"):
-        kw["key_bias"] = torch.randn(B, Hq, S, generator=torch.Generator().manual_seed(5))
-    return kw
 
 
 def received(backend, q, k, tile=(None, None), **kw):
@@ -83,23 +61,12 @@ def received(backend, q, k, tile=(None, None), **kw):
     return {name: values.cpu() for name, values in got.items()}
 
 
-def assert_close_relative(got: dict, want: dict, tol=1e-5):
-    for name, values in want.items():
-        assert got[name].dtype == torch.float32 and got[name].shape == values.shape, name
-        err = ((got[name] - values).abs() / values.abs().clamp_min(1.0)).max().item()
-        assert err <= tol, (name, err)
-
-
-@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize("T,S", [(21, 21), (9, 30), (14, 6)], ids=["square", "T<S", "T>S"])
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("case", EXTRA_CASES)
+@on_the_grid
 @pytest.mark.parametrize("backend", RUNNABLE)
 def test_every_key_statistic_equals_its_definition(backend, Hq, Hkv, T, S, mask_kind, causal, case):
     B = 2
     q, k = make_inputs(B, Hq, Hkv, T, S)
-    kw = _kwargs(case, B, Hq, S, causal) | {"mask": mask_kinds(B, Hq, T, S)[mask_kind], "causal": causal}
+    kw = grid_kwargs(case, B, Hq, T, S, mask_kind, causal)
     kw["softmax_scale"] = torch.linspace(0.2, 0.7, Hq)  # per-head scales
     for query_window in (None, 4):
         want = attention_received(q, k, stats=KEYS, query_window=query_window, backend="reference", **kw)

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from kernel_cases import RUNNABLE, TILES, make_inputs, make_sinks, make_slopes, make_values, mask_kinds
+from kernel_cases import RUNNABLE, TILES, make_inputs, make_sinks, make_slopes, make_values
+from kernel_grid import assert_close_relative, grid_kwargs, on_the_grid
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import (
@@ -42,48 +43,14 @@ from entropy_lens.statistics import (
 
 ALL = tuple(ROW_STATS)
 CPU_KERNELS = [param for param in RUNNABLE if param.values[0] != "triton"]
-EXTRA_CASES = {
-    "plain": {},
-    "sinks": {"sinks": True},
-    "softcap+window": {"softcap": 2.5, "window": 5},
-    "alibi+sinks": {"alibi": True, "sinks": True},
-    "key_bias": {"key_bias": True},
-}
 
 
-def _kwargs(case, B, Hq, S, causal):
-    spec = EXTRA_CASES[case]
-    kw = {}
-    if spec.get("sinks"):
-        kw["sinks"] = make_sinks(Hq)
-    if "softcap" in spec:
-        kw["softcap"] = spec["softcap"]
-    if "window" in spec and causal:
-        kw["window"] = spec["window"]
-    if spec.get("alibi"):
-        kw["alibi_slopes"] = make_slopes(Hq, 0.5)
-    if spec.get("key_bias"):
-        kw["key_bias"] = torch.randn(B, Hq, S, generator=torch.Generator().manual_seed(5))
-    return kw
-
-
-def assert_close_relative(got: dict, want: dict, tol=1e-5):
-    for name, values in want.items():
-        err = ((got[name] - values).abs() / values.abs().clamp_min(1.0)).max().item()
-        assert err <= tol, (name, err)
-        assert torch.isfinite(got[name]).all(), name
-
-
-@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize("T,S", [(21, 21), (9, 30), (14, 6)], ids=["square", "T<S", "T>S"])
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("case", EXTRA_CASES)
+@on_the_grid
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_every_statistic_equals_its_definition(kernel, Hq, Hkv, T, S, mask_kind, causal, case):
     B = 2
     q, k = make_inputs(B, Hq, Hkv, T, S)
-    kw = _kwargs(case, B, Hq, S, causal) | {"mask": mask_kinds(B, Hq, T, S)[mask_kind], "causal": causal}
+    kw = grid_kwargs(case, B, Hq, T, S, mask_kind, causal)
     scale = torch.linspace(0.2, 0.7, Hq)
     # recent_mass's W = 5: a window of the keys narrower than S, crossing the tiles
     kw["recent_keys"] = 5

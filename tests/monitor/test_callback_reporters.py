@@ -1,7 +1,6 @@
-"""EntropyLensCallback passed the way every Trainer callback is passed (`callbacks=[...]`) reaches the
-`report_to` reporters (issue 61): transformers calls them before the user's callbacks, so the callback
-puts itself first at on_train_begin; TensorBoard's callback then writes the attention tags. Where no
-trainer calls it, it says in one line how to reach the reporters (`callback.add_to(trainer)`)."""
+"""EntropyLensCallback reaches the `report_to` reporters (issues 61, 66): transformers calls them before the
+callbacks a user passes, so `callback.add_to(trainer)` puts the callback first; TensorBoard's callback then
+writes the attention tags. Without add_to, with reporters configured, on_train_begin says so in one line."""
 
 import warnings
 from typing import ClassVar
@@ -44,10 +43,10 @@ class Writer:
 
 
 @pytest.mark.slow  # transformers' Trainer: seconds to import and set up on 2 cores
-def test_a_callback_passed_in_callbacks_reaches_tensorboard(tmp_path, monkeypatch):
+def test_a_callback_added_with_add_to_reaches_tensorboard(tmp_path, monkeypatch):
     """report_to="tensorboard" with transformers' own TensorBoardCallback (its writer replaced by one
-    that records, where tensorboard itself is not installed): the attention scalars of every logged step
-    are written as TensorBoard tags, with no add_to call."""
+    that records, where tensorboard itself is not installed), the callback passed in callbacks=[...] and
+    put first by add_to: the attention scalars of every logged step are written as TensorBoard tags."""
     from transformers import Trainer, TrainingArguments
     from transformers.integrations import integration_utils
     from transformers.integrations.integration_utils import TensorBoardCallback
@@ -74,10 +73,12 @@ def test_a_callback_passed_in_callbacks_reaches_tensorboard(tmp_path, monkeypatc
     trainer = Trainer(model=model, args=args, train_dataset=token_dataset(), callbacks=[callback])
     handler = trainer.callback_handler.callbacks
     assert handler.index(callback) > next(i for i, c in enumerate(handler) if isinstance(c, TensorBoard))
+    order = [c for c in handler if c is not callback]
+    assert callback.add_to(trainer) is callback
+    assert handler == [callback, *order]  # first now, the others in their order: the reporters see its logs
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # the usual way needs no warning
+        warnings.simplefilter("error", UserWarning)  # added first: no warning
         trainer.train()
-    assert handler[0] is callback  # first now: the reporters see what it puts into the logs
     tags = {(tag, step) for tag, _, step in Writer.scalars}
     for step in (1, 2, 3):
         assert ("train/loss", step) in tags
@@ -92,9 +93,9 @@ def test_a_callback_passed_in_callbacks_reaches_tensorboard(tmp_path, monkeypatc
     callback.close()
 
 
-def test_outside_a_trainer_it_warns_in_one_line_when_reporters_are_configured():
-    """on_train_begin called by something other than transformers' CallbackHandler cannot put the
-    callback ahead of the reporters: one line says to call add_to; none without reporters."""
+def test_without_add_to_it_warns_in_one_line_when_reporters_are_configured():
+    """on_train_begin of a callback that add_to did not put first, with reporters configured: one line says
+    to call add_to; none without reporters, and none once add_to has put it first."""
     from types import SimpleNamespace
 
     model = make_tiny_model(n_layers=1, n_heads=2, n_kv_heads=2)
@@ -102,8 +103,17 @@ def test_outside_a_trainer_it_warns_in_one_line_when_reporters_are_configured():
     with pytest.warns(UserWarning, match=r"call callback\.add_to\(trainer\)") as caught:
         callback.on_train_begin(SimpleNamespace(report_to=["tensorboard"]), None, None, model=model)
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert "['tensorboard']" in str(caught[0].message)
     callback.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         callback.on_train_begin(SimpleNamespace(report_to=[]), None, None, model=model)
+    callback.close()
+    other = object()
+    trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[other]))  # Trainer's list, alone
+    callback.add_to(trainer)
+    assert trainer.callback_handler.callbacks == [callback, other]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        callback.on_train_begin(SimpleNamespace(report_to=["tensorboard"]), None, None, model=model)
     callback.close()

@@ -230,7 +230,7 @@ def test_save_and_load_round_trip_and_damage_is_refused(tmp_path):
     for stat in STATS:
         np.testing.assert_array_equal(loaded.values[stat], mon.history.values[stat])
     meta = loaded.meta
-    assert meta["schema_version"] == 3 and meta["every"] == 2 and meta["stats"] == list(STATS)
+    assert meta["schema_version"] == 4 and meta["every"] == 2 and meta["stats"] == list(STATS)
     assert meta["model_class"] == "LlamaForCausalLM" and meta["reductions"]["entropy"] == "mean"
     assert not list(tmp_path.glob(".*tmp*"))  # the atomic write left no temporary file
 

@@ -186,7 +186,7 @@ def test_the_history_file_holds_the_summaries_and_a_version_2_file_still_reads(t
     mon.save(path)
     loaded = load_history(path)
     assert loaded.stats == SUMMARIES and loaded.sequences.tolist() == [3, 3]
-    assert loaded.meta["schema_version"] == 3 and loaded.meta["stats"] == list(SUMMARIES)
+    assert loaded.meta["schema_version"] == 4 and loaded.meta["stats"] == list(SUMMARIES)
     assert loaded.meta["reductions"] == {
         "entropy": "mean",
         "received_first": "mean",

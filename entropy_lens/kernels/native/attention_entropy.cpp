@@ -18,7 +18,8 @@
 //   mk ← max(mk, max_blk s): the largest score over the keys (−inf before any; the sink is no key),
 //   rk ← α rk + Σ_{0 <= b_j < W} e: the row's last W = recent_keys keys, pos − W < j <= pos
 // Scores: s = λ_h q·k, then c·tanh(s/c) (softcap), then − slope_h·|i + offset − j| (ALiBi) and
-// + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask).
+// + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask): `Mods`, one
+// place for both the row pass (`forward`) and the column pass (`received`).
 // Everything is fp32: inputs are converted by the Python wrapper (entropy_lens/kernels/native).
 // Threads: at::parallel_for runs on torch's intra-op pool (torch.set_num_threads, --threads); the
 // GEMMs are MKL's sgemm_ (exported by libtorch_cpu), sequential inside the parallel region as in
@@ -32,6 +33,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -152,6 +154,21 @@ inline void row_softcap(float* s, int64_t n, float cap) {
   for (; j < n; ++j) s[j] = cap * std::tanh(s[j] / cap);
 }
 
+// s ← −inf where the mask row mr says False (bool bytes, 0 or 1), else s unchanged
+inline void row_mask(float* s, const bool* mr, int64_t n) {
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 ninf = _mm256_set1_ps(kNegInf);
+  const __m256i zero = _mm256_setzero_si256();
+  for (; j + 8 <= n; j += 8) {  // 8 mask bytes widened to 8 lanes; a lane whose byte is 0 takes −inf
+    const __m256i keep = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mr + j)));
+    const __m256 off = _mm256_castsi256_ps(_mm256_cmpeq_epi32(keep, zero));
+    _mm256_storeu_ps(s + j, _mm256_blendv_ps(_mm256_loadu_ps(s + j), ninf, off));
+  }
+#endif
+  for (; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
+}
+
 // s ← e = e^(s − m) in place (the tile e·V takes); sum_e = Σ e, sum_ed = Σ e (s − m). A masked key
 // (s = −inf) has e = 0 exactly, and its s − m is clamped at ln(FLT_MIN) in the products so that it adds
 // 0 · finite = 0, never 0 · (−inf).
@@ -246,6 +263,95 @@ inline RowExpStats row_exp_for(bool w, bool c, bool d) {
   return table[(w ? 4 : 0) + (c ? 2 : 0) + (d ? 1 : 0)];
 }
 
+// The score modifiers both passes apply to a tile of λ q·k, written once: c·tanh(s/c) (softcap), then
+// − slope_h·|pos − j| (ALiBi) and + key_bias[b, h, j], then −inf where the row may not attend: keys after
+// its position (causal), at or behind pos − window, and where the 4-D mask says False. Built once per
+// call (the tensors' checks and contiguous copies kept here); `head(b, h)` gives the per-(batch, head)
+// pointers a task reads, and `keys_for_rows` / `rows_for_keys` the block ranges the masks leave.
+struct Mods {
+  bool causal;
+  int64_t window;  // <= 0: none
+  bool has_cap;
+  float cap;
+  at::Tensor mask_c, alibi_c, kb_c;
+  const bool* md = nullptr;
+  int64_t msB = 0, msH = 0, msT = 0;  // the mask's strides, 0 along a broadcast dimension
+  const float* alid = nullptr;
+  const float* kbd = nullptr;
+  int64_t kbB = 0, S;
+
+  // `who` names the caller in the check's message ("native attention", "native received")
+  Mods(const char* who, bool causal_, const at::Tensor& mask, int64_t window_, double softcap,
+       const at::Tensor& alibi, const at::Tensor& key_bias, int64_t Hq, int64_t S_)
+      : causal(causal_), window(window_), has_cap(softcap > 0), cap(static_cast<float>(softcap)), S(S_) {
+    if (mask.defined() && mask.numel() > 0) {
+      TORCH_CHECK(mask.dim() == 4 && mask.scalar_type() == at::kBool && mask.size(3) == S, who,
+                  ": mask must be bool (B|1, Hq|1, T|1, S)");
+      mask_c = mask.contiguous();
+      msB = mask_c.size(0) > 1 ? mask_c.stride(0) : 0;
+      msH = mask_c.size(1) > 1 ? mask_c.stride(1) : 0;
+      msT = mask_c.size(2) > 1 ? mask_c.stride(2) : 0;
+      md = mask_c.data_ptr<bool>();
+    }
+    if (alibi.defined() && alibi.numel() > 0) {
+      alibi_c = alibi.contiguous();
+      alid = alibi_c.data_ptr<float>();
+    }
+    if (key_bias.defined() && key_bias.numel() > 0) {
+      kb_c = key_bias.contiguous();
+      kbB = kb_c.size(0) > 1 ? Hq * S : 0;
+      kbd = kb_c.data_ptr<float>();
+    }
+  }
+
+  // what one (batch, query head) reads: its ALiBi slope, key-bias row and mask plane (row 0)
+  struct Head {
+    float slope;
+    const float* kb;    // (S,) or nullptr
+    const bool* mask;   // (T|1, S) with row stride msT, or nullptr
+  };
+  Head head(int64_t b, int64_t h) const {
+    return {alid != nullptr ? alid[h] : 0.0f, kbd != nullptr ? kbd + b * kbB + h * S : nullptr,
+            md != nullptr ? md + b * msB + h * msH : nullptr};
+  }
+
+  // keys [start, end) the rows q0..q1 may see: causal up to the last row's position; the window from the
+  // first row's (row i sits at key position i + offset)
+  std::pair<int64_t, int64_t> keys_for_rows(int64_t q0, int64_t q1, int64_t offset) const {
+    const int64_t end = causal ? std::min(S, q1 + offset) : S;
+    const int64_t start = window > 0 ? std::max<int64_t>(0, q0 + offset - window + 1) : 0;
+    return {start, end};
+  }
+
+  // rows [start, end) that may see a key of k0..k1
+  std::pair<int64_t, int64_t> rows_for_keys(int64_t k0, int64_t k1, int64_t T, int64_t offset) const {
+    const int64_t start = causal ? std::max<int64_t>(0, k0 - offset) : 0;
+    const int64_t end = window > 0 ? std::min<int64_t>(T, window + k1 - 1 - offset) : T;
+    return {start, end};
+  }
+
+  // s (n,): the scores of query row `row` (at key position pos) against keys k0..k0 + n, modified in place
+  inline void apply(const Head& hd, float* s, int64_t n, int64_t row, int64_t pos, int64_t k0) const {
+    if (has_cap) row_softcap(s, n, cap);
+    if (alid != nullptr) {
+      const float slope = hd.slope;
+      for (int64_t j = 0; j < n; ++j) s[j] -= slope * std::fabs(static_cast<float>(pos - (k0 + j)));
+    }
+    if (hd.kb != nullptr) {
+      const float* kb = hd.kb + k0;
+      for (int64_t j = 0; j < n; ++j) s[j] += kb[j];
+    }
+    if (causal) {  // keys after the row's position
+      for (int64_t j = std::max<int64_t>(0, pos + 1 - k0); j < n; ++j) s[j] = kNegInf;
+    }
+    if (window > 0) {  // keys at or behind pos − window
+      const int64_t stop = std::min<int64_t>(n, pos - window + 1 - k0);
+      for (int64_t j = 0; j < stop; ++j) s[j] = kNegInf;
+    }
+    if (hd.mask != nullptr) row_mask(s, hd.mask + row * msT + k0, n);
+  }
+};
+
 }  // namespace
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or an empty tensor (entropy only), float32 with
@@ -281,12 +387,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
                 "native attention: v must be (B, Hkv, S, Dv) float32 with unit last stride");
   }
   TORCH_CHECK(block_q >= 1 && block_k >= 1, "native attention: block sizes must be >= 1");
-  const bool has_mask = mask.defined() && mask.numel() > 0;
   const bool has_sinks = sinks.defined() && sinks.numel() > 0;
-  const bool has_alibi = alibi.defined() && alibi.numel() > 0;
-  const bool has_kb = key_bias.defined() && key_bias.numel() > 0;
-  const bool has_cap = softcap > 0;
-  const float cap = static_cast<float>(softcap);
 
   auto opts = q.options().dtype(at::kFloat);
   at::Tensor out = with_output ? at::empty({B, T, Hq, Dv}, opts) : at::empty({0}, opts);
@@ -301,18 +402,9 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   at::Tensor state = at::empty({n_state, B, Hq, T}, opts);
   const RowExpStats row_exp_extra = row_exp_for(want_w, want_c, want_d);
 
-  at::Tensor mask_c, scale_c = scale.contiguous(), sinks_c, alibi_c, kb_c;
-  int64_t msB = 0, msH = 0, msT = 0;
-  if (has_mask) {
-    TORCH_CHECK(mask.dim() == 4 && mask.scalar_type() == at::kBool && mask.size(3) == S,
-                "native attention: mask must be bool (B|1, Hq|1, T|1, S)");
-    mask_c = mask.contiguous();
-    msB = mask_c.size(0) > 1 ? mask_c.stride(0) : 0;
-    msH = mask_c.size(1) > 1 ? mask_c.stride(1) : 0;
-    msT = mask_c.size(2) > 1 ? mask_c.stride(2) : 0;
-  }
+  const Mods mods("native attention", causal, mask, window, softcap, alibi, key_bias, Hq, S);
+  at::Tensor scale_c = scale.contiguous(), sinks_c;
   if (has_sinks) sinks_c = sinks.contiguous();
-  if (has_alibi) alibi_c = alibi.contiguous();
   at::Tensor first_c;
   const bool has_first = first_key.defined() && first_key.numel() > 0;
   if (has_first) {
@@ -323,20 +415,12 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   }
   const int64_t* firstd = has_first ? first_c.data_ptr<int64_t>() : nullptr;
   const int64_t firstB = has_first && first_c.size(0) > 1 ? 1 : 0;
-  int64_t kbB = 0;
-  if (has_kb) {
-    kb_c = key_bias.contiguous();
-    kbB = kb_c.size(0) > 1 ? Hq * S : 0;
-  }
 
   const float* qd = q.data_ptr<float>();
   const float* kd = k.data_ptr<float>();
   const float* vd = with_output ? v.data_ptr<float>() : nullptr;
   const float* scd = scale_c.data_ptr<float>();
-  const bool* md = has_mask ? mask_c.data_ptr<bool>() : nullptr;
   const float* sinkd = has_sinks ? sinks_c.data_ptr<float>() : nullptr;
-  const float* alid = has_alibi ? alibi_c.data_ptr<float>() : nullptr;
-  const float* kbd = has_kb ? kb_c.data_ptr<float>() : nullptr;
   float* outd = with_output ? out.data_ptr<float>() : nullptr;
   float* std_ = state.data_ptr<float>();
   const int64_t plane = B * Hq * T;  // one accumulator's (B, Hq, T)
@@ -370,8 +454,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       const float* vp = with_output ? vd + b * vsB + hk * vsH : nullptr;
       const float lam = scd[h];
       const float sink = has_sinks ? sinkd[h] : 0.0f;
-      const float slope = has_alibi ? alid[h] : 0.0f;
-      const float* kbrow = has_kb ? kbd + b * kbB + h * S : nullptr;
+      const Mods::Head head = mods.head(b, h);
       const int64_t first_start = has_first ? firstd[b * firstB] : 0;  // f's keys: [first_start, + K)
       for (int64_t i = 0; i < rows; ++i) {
         mrow[i] = has_sinks ? sink : kNegInf;
@@ -384,9 +467,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       }
       if (want_mk) std::fill(mkrow, mkrow + rows, kNegInf);  // no key seen yet
       if (with_output) std::fill(obuf.begin(), obuf.end(), 0.0f);
-      // keys the block's rows may see: causal up to the last row's position; the window from the first's
-      const int64_t k_end = causal ? std::min(S, q1 + offset) : S;
-      const int64_t k_start = window > 0 ? std::max<int64_t>(0, q0 + offset - window + 1) : 0;
+      const auto [k_start, k_end] = mods.keys_for_rows(q0, q1, offset);  // the keys its rows may see
       for (int64_t k0 = k_start; k0 < k_end; k0 += bk) {
         const int64_t k1 = std::min(k0 + bk, k_end), n = k1 - k0;
         float* sb = sbuf.data();
@@ -397,24 +478,7 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
         for (int64_t i = 0; i < rows; ++i) {
           float* s = sb + i * n;
           const int64_t pos = q0 + i + offset;  // the row's position among the keys
-          if (has_cap) row_softcap(s, n, cap);
-          if (has_alibi) {
-            for (int64_t j = 0; j < n; ++j) s[j] -= slope * std::fabs(static_cast<float>(pos - (k0 + j)));
-          }
-          if (kbrow != nullptr) {
-            for (int64_t j = 0; j < n; ++j) s[j] += kbrow[k0 + j];
-          }
-          if (causal) {  // keys after the row's position
-            for (int64_t j = std::max<int64_t>(0, pos + 1 - k0); j < n; ++j) s[j] = kNegInf;
-          }
-          if (window > 0) {  // keys at or behind pos − window
-            const int64_t stop = std::min<int64_t>(n, pos - window + 1 - k0);
-            for (int64_t j = 0; j < stop; ++j) s[j] = kNegInf;
-          }
-          if (md != nullptr) {
-            const bool* mr = md + b * msB + h * msH + (q0 + i) * msT + k0;
-            for (int64_t j = 0; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
-          }
+          mods.apply(head, s, n, q0 + i, pos, k0);
           const float m_old = mrow[i], s_max = row_max(s, n);
           if (want_mk) mkrow[i] = std::max(mkrow[i], s_max);
           const float m_new = std::max(m_old, s_max);
@@ -553,35 +617,12 @@ at::Tensor received(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
               "native received: lse must be (B, Hq, T) float32");
   TORCH_CHECK(block_q >= 1 && block_k >= 1, "native received: block sizes must be >= 1");
   const int64_t G = Hq / Hkv;
-  const bool has_mask = mask.defined() && mask.numel() > 0;
-  const bool has_alibi = alibi.defined() && alibi.numel() > 0;
-  const bool has_kb = key_bias.defined() && key_bias.numel() > 0;
-  const bool has_cap = softcap > 0;
-  const float cap = static_cast<float>(softcap);
-
-  at::Tensor mask_c, scale_c = scale.contiguous(), lse_c = lse.contiguous(), alibi_c, kb_c;
-  int64_t msB = 0, msH = 0, msT = 0;
-  if (has_mask) {
-    TORCH_CHECK(mask.dim() == 4 && mask.scalar_type() == at::kBool && mask.size(3) == S,
-                "native received: mask must be bool (B|1, Hq|1, T|1, S)");
-    mask_c = mask.contiguous();
-    msB = mask_c.size(0) > 1 ? mask_c.stride(0) : 0;
-    msH = mask_c.size(1) > 1 ? mask_c.stride(1) : 0;
-    msT = mask_c.size(2) > 1 ? mask_c.stride(2) : 0;
-  }
-  if (has_alibi) alibi_c = alibi.contiguous();
-  int64_t kbB = 0;
-  if (has_kb) {
-    kb_c = key_bias.contiguous();
-    kbB = kb_c.size(0) > 1 ? Hq * S : 0;
-  }
+  const Mods mods("native received", causal, mask, window, softcap, alibi, key_bias, Hq, S);
+  at::Tensor scale_c = scale.contiguous(), lse_c = lse.contiguous();
   const float* qd = q.data_ptr<float>();
   const float* kd = k.data_ptr<float>();
   const float* scd = scale_c.data_ptr<float>();
   const float* lsed = lse_c.data_ptr<float>();
-  const bool* md = has_mask ? mask_c.data_ptr<bool>() : nullptr;
-  const float* alid = has_alibi ? alibi_c.data_ptr<float>() : nullptr;
-  const float* kbd = has_kb ? kb_c.data_ptr<float>() : nullptr;
   const int64_t qsB = q.stride(0), qsH = q.stride(1), qsT = q.stride(2);
   const int64_t ksB = k.stride(0), ksH = k.stride(1), ksT = k.stride(2);
 
@@ -601,14 +642,11 @@ at::Tensor received(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       const int64_t k0 = kb * bk, k1 = std::min(k0 + bk, S), n = k1 - k0;
       const float* kp = kd + b * ksB + hk * ksH;
       const float lam = scd[h];
-      const float slope = has_alibi ? alid[h] : 0.0f;
-      const float* kbrow = has_kb ? kbd + b * kbB + h * S : nullptr;
+      const Mods::Head head = mods.head(b, h);
       const float* lrow = lsed + (b * Hq + h) * T;
       float* at = std_ + (b * Hq + h) * S + k0;  // this task's sums; max and count a plane apart
       float *sum = at, *mx = at + plane, *count = at + 2 * plane;
-      // the rows that may see a key of k0..k1 (row i sits at key position i + offset)
-      const int64_t q_start = causal ? std::max<int64_t>(0, k0 - offset) : 0;
-      const int64_t q_end = window > 0 ? std::min<int64_t>(T, window + k1 - 1 - offset) : T;
+      const auto [q_start, q_end] = mods.rows_for_keys(k0, k1, T, offset);  // the rows that may see its keys
       for (int64_t q0 = q_start; q0 < q_end; q0 += bq) {
         const int64_t rows = std::min(bq, q_end - q0);
         float* sb = sbuf.data();
@@ -619,24 +657,7 @@ at::Tensor received(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
           if (!(lse_i < std::numeric_limits<float>::infinity())) continue;  // a row that counts for nothing
           float* s = sb + i * n;
           const int64_t pos = q0 + i + offset;
-          if (has_cap) row_softcap(s, n, cap);
-          if (has_alibi) {
-            for (int64_t j = 0; j < n; ++j) s[j] -= slope * std::fabs(static_cast<float>(pos - (k0 + j)));
-          }
-          if (kbrow != nullptr) {
-            for (int64_t j = 0; j < n; ++j) s[j] += kbrow[k0 + j];
-          }
-          if (causal) {
-            for (int64_t j = std::max<int64_t>(0, pos + 1 - k0); j < n; ++j) s[j] = kNegInf;
-          }
-          if (window > 0) {
-            const int64_t stop = std::min<int64_t>(n, pos - window + 1 - k0);
-            for (int64_t j = 0; j < stop; ++j) s[j] = kNegInf;
-          }
-          if (md != nullptr) {
-            const bool* mr = md + b * msB + h * msH + (q0 + i) * msT + k0;
-            for (int64_t j = 0; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
-          }
+          mods.apply(head, s, n, q0 + i, pos, k0);
           row_received(s, n, lse_i, sum, mx, count);
         }
       }
