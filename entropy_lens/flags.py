@@ -184,7 +184,7 @@ def parse_fused(value) -> Fused:
 
 
 def parse_params(params: dict) -> tuple[tuple[str, int | None], ...]:
-    """The statistics' parameters given by name (`first_keys=4`), each checked by its declaration
+    """The statistics' parameters given by name, each checked by its declaration
     (statistics.PARAMETERS), with the defaults of the others: ((name, value), ...) in PARAMETERS'
     order. TypeError in one line for an unknown name (with the closest: a keyword no function takes),
     EntropyLensError for a value out of range."""
@@ -208,7 +208,7 @@ DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 @dataclass(frozen=True, kw_only=True)
 class Measure:
     """What to measure, as one record: the row statistics (`stats`), the key statistics (`key_stats`),
-    every statistic's parameter (`params`, statistics.PARAMETERS: read one as `measure["first_keys"]`),
+    every statistic's parameter (`params`, statistics.PARAMETERS: read one as `measure[name]`),
     the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
     `ScanConfig.measure`, `EntropyRecorder`/`ScaleSession`, `AttentionMonitor`, the kernels' public
     functions) and passed whole through the session, the route and `plan.run` to the kernels, which

@@ -49,12 +49,10 @@ from typing import Any
 from entropy_lens.errors import EntropyLensError
 
 __all__ = [
-    "FIRST_KEYS",
     "MAX_COUNT",
     "MAX_SEED",
     "MAX_TOKENS",
     "PASSKEY_MOST",
-    "RECENT_KEYS",
     "SCALE",
     "SETTING",
     "Checked",
@@ -86,8 +84,6 @@ PASSKEY_MOST = 1000  # the most depths, and the most keys, of a passkey run: a h
 
 # Ranges of settings a flag (`setting(..., **SCALE)`) and a Python keyword (`check_argument`) both take
 SCALE = {"above": 0}  # an attention scale multiplier s (λ = s/√d): 0 would be no scale at all
-FIRST_KEYS = {"at_least": 1, "at_most": MAX_TOKENS}  # K of first_mass: the mass on a row's first K keys
-RECENT_KEYS = {"at_least": 1, "at_most": MAX_TOKENS}  # W of recent_mass: the mass on a row's last W keys
 
 
 def setting(
@@ -234,8 +230,8 @@ def check_fields(cls, values: typing.Mapping[str, Any], *, where: str | None = N
 
 def check_argument(name: str, value, kind, spec: dict, *, example=MISSING) -> None:
     """A Python keyword argument against the type `kind` (int, float, ...) and the range `spec` its flag
-    declares (SCALE, FIRST_KEYS), by `check_value`: EntropyLensError in one line named as the caller
-    writes it, 'first_keys must be a whole number (got 2.9); pass first_keys=1'."""
+    declares (SCALE, a statistic's `Parameter.spec`), by `check_value`: EntropyLensError in one line named as the caller
+    writes it, 'samples must be a whole number (got 2.9); pass samples=8'."""
     check_value(value, kind, spec, label=name, fix=lambda v: f"pass {name}={v}", example=example)
 
 

@@ -28,8 +28,8 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult, atomic_write_text, check_regular_target, printable
-from entropy_lens.settings import FIRST_KEYS, RECENT_KEYS, check_argument
-from entropy_lens.statistics import FIRST_MASS, RECENT_MASS, SINK_MASS
+from entropy_lens.settings import check_argument
+from entropy_lens.statistics import FIRST_KEYS, FIRST_MASS, RECENT_KEYS, RECENT_MASS, SINK_MASS
 
 __all__ = ["HeadProfile", "head_profile"]
 
@@ -160,21 +160,22 @@ def head_profile(result: ScanResult, *, sink: int | None = None, recent: int | N
             each naming the scan that gives them.
     """
     # the flags' own ranges (--first-keys, --recent-keys): a suggestion below names a value the CLI takes
-    check_argument("sink", sink, int | None, FIRST_KEYS, example=None)
-    check_argument("recent", recent, int | None, RECENT_KEYS, example=None)
+    check_argument("sink", sink, int | None, FIRST_KEYS.spec, example=None)
+    check_argument("recent", recent, int | None, RECENT_KEYS.spec, example=None)
     names = set(result.stat_names)
     needed = (FIRST_MASS.name, RECENT_MASS.name)
     if not set(needed) <= names or result.entropy_reduction != "heads":
         raise EntropyLensError(
             "a head profile needs first_mass and recent_mass per head: scan with --stats "
-            f"{','.join(needed)} --record heads (and --first-keys K --recent-keys W, the sink and the window)"
+            f"{','.join(needed)} --record heads (and {FIRST_KEYS.flag} K {RECENT_KEYS.flag} W, the sink and the "
+            "window)"
         )
-    K = int(result.meta.get("first_keys", 1))
-    W = int(result.meta.get("recent_keys", 64))
+    K, W = FIRST_KEYS.read(result.meta), RECENT_KEYS.read(result.meta)
     if (sink is not None and sink != K) or (recent is not None and recent != W):
+        again = f"{FIRST_KEYS.flag} {sink if sink is not None else K} {RECENT_KEYS.flag} {recent if recent is not None else W}"
         raise EntropyLensError(
             f"the scan measured the first {K} and the last {W} keys; for sink={sink}, recent={recent} scan "
-            f"again with --first-keys {sink if sink is not None else K} --recent-keys {recent if recent is not None else W}"
+            f"again with {again}"
         )
     a, b = K + W - 1, result.length
     if b - a < 1:

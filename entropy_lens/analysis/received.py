@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.statistics import RECEIVED, RECEIVED_MEAN
+from entropy_lens.statistics import QUERY_WINDOW, RECEIVED, RECEIVED_MEAN
 
 if TYPE_CHECKING:
     from entropy_lens.results import ScanResult
@@ -142,7 +142,7 @@ def key_shares(result: ScanResult, train_len: int) -> KeyShares:
     T, L = result.length, train_len
     if not 0 < L < T:
         raise EntropyLensError(f"L = {L} lies outside the scan's {T}-token windows; no key is beyond it")
-    window = result.meta.get("query_window")
+    window = QUERY_WINDOW.read(result.meta)
     mass, share = result.received(RECEIVED.name), result.received(RECEIVED_MEAN.name)
     mass_sq = result.received(RECEIVED.name, squared=True)
     uniform_mass, uniform_share = uniform_received(T, window)

@@ -28,8 +28,9 @@ from entropy_lens.analysis.beyond import (
 from entropy_lens.figures.config import FiguresConfig
 from entropy_lens.figures.record import BeyondEntropy, FigureData
 from entropy_lens.figures.registry import Drawn, figure
-from entropy_lens.plotting import ALIBI, NOPE, NOPE_DARK, REAL, ROPE_DARK, stat_by_position
+from entropy_lens.plotting import ALIBI, NOPE, NOPE_DARK, REAL, ROPE_DARK, stat_by_position, window_label
 from entropy_lens.results import span_label
+from entropy_lens.statistics import FIRST_MASS
 
 __all__ = [
     "STATS",
@@ -72,8 +73,7 @@ def _head(values: np.ndarray, pick) -> str:
 
 
 def _first(c: StatCurves) -> str:
-    K = c.meta.get("scan_config", {}).get("first_keys", 1)
-    return "first-token mass" if K == 1 else f"mass on the first {K} keys"
+    return window_label(c.meta, FIRST_MASS.name)
 
 
 def _summary(name: str, c: StatCurves, L: int) -> str:

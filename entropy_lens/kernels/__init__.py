@@ -54,8 +54,8 @@ never a silently different number. ::
         in q's dtype, the layout transformers' attention functions return. A row that sees no key
         outputs 0.
 
-    attention_received(q, k, *, softmax_scale, stats=("received",), query_window=None, <the modifiers
-                       above>, backend="auto") -> {name: (B, Hq, S) float32}
+    attention_received(q, k, *, softmax_scale, stats=("received",), <the modifiers above>, backend="auto",
+                       **params) -> {name: (B, Hq, S) float32}
         the key statistics (attention received by every key: entropy_lens.statistics.KEY_STATISTICS)
         from two streaming passes, the rows' log-sum-exp and a column pass; the contract, and
         `received_from_lse` (the column pass alone, for a caller that has the rows' LSE), in received.py.

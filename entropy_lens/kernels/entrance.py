@@ -3,7 +3,7 @@
 the tile checked, the inputs and the scale validated and the score modifiers built, in that order, so
 every entrance refuses the same argument with the same line. ::
 
-    call = enter(q, k, softmax_scale=0.3, measure=Measure.parse(stats="entropy", first_keys=4),
+    call = enter(q, k, softmax_scale=0.3, measure=Measure.parse(stats="entropy,first_mass"),
                  modifiers={"causal": True, "window": 128}, block_q=None, block_k=None)
     call.softmax_scale (Hq,) float32, call.mods ScoreMods, call.measure, call.block_q, call.block_k
 

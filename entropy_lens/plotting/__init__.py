@@ -11,7 +11,7 @@ from entropy_lens.plotting.heads import all_heads_grid, head_lines, models_by_la
 from entropy_lens.plotting.passkey import passkey_heatmap, passkey_retrieval
 from entropy_lens.plotting.received import layer_bars, received_by_key
 from entropy_lens.plotting.scales import best_scale_by_position, scale_vs_entropy
-from entropy_lens.plotting.stats import STAT_NAMES, stat_by_position, stat_label
+from entropy_lens.plotting.stats import STAT_NAMES, stat_by_position, stat_label, window_label
 from entropy_lens.plotting.style import (
     ALIBI,
     DASHED,
@@ -75,4 +75,5 @@ __all__ = [
     "stat_by_step",
     "stat_label",
     "upper_bound_bits",
+    "window_label",
 ]

@@ -13,9 +13,9 @@ import numpy as np
 
 from entropy_lens.analysis import StatCurves
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.statistics import FIRST_MASS, RECENT_MASS, STATISTICS
+from entropy_lens.statistics import FIRST_MASS, STATISTICS
 
-__all__ = ["STAT_NAMES", "stat_by_position", "stat_label"]
+__all__ = ["STAT_NAMES", "stat_by_position", "stat_label", "window_label"]
 
 # the axis names of the statistics (their `label`, entropy_lens.statistics; the units come from the scan's meta)
 STAT_NAMES = {name: stat.label for name, stat in STATISTICS.items()}
@@ -23,13 +23,19 @@ STAT_NAMES = {name: stat.label for name, stat in STATISTICS.items()}
 
 def stat_label(curves: StatCurves, name: str) -> str:
     """'max probability (probability)', 'first-token mass (probability)', 'mean distance back (tokens)'."""
+    return f"{window_label(curves.meta, name)} ({curves.units.get(name, '?')})"
+
+
+def window_label(meta: dict, name: str) -> str:
+    """The label of statistic `name` in a scan of `meta`: a statistic of a window of keys names its size
+    ("mass on the last 64 keys"; first_mass at K = 1 keeps its own, "first-token mass")."""
+    stat = STATISTICS.get(name)
     label = STAT_NAMES.get(name, name)
-    if name == FIRST_MASS.name:
-        K = curves.meta.get("scan_config", {}).get("first_keys", 1)
-        label = label if K == 1 else f"mass on the first {K} keys"
-    if name == RECENT_MASS.name:
-        label = f"mass on the last {curves.meta.get('scan_config', {}).get('recent_keys', 64)} keys"
-    return f"{label} ({curves.units.get(name, '?')})"
+    for parameter in () if stat is None else stat.parameters:
+        value = parameter.read(meta.get("scan_config") or {})
+        if name != FIRST_MASS.name or value != parameter.default:
+            label = f"mass on the {parameter.spanned(value, letter=False)}"
+    return label
 
 
 def stat_by_position(

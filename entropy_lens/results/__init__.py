@@ -22,9 +22,9 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     meta        0-d str                       JSON object, keys below
 
 meta (schema_version 1, 2 or 3: a file is written as the lowest version that describes it, 2 only where it
-holds row statistics beyond entropy and sink mass (`scan --stats`, with meta `stats` and `first_keys`), 3
-only where it holds key statistics (and meta `query_window`, the rows counted for them, where
---query-window was given), so a reader of an older version opens every file without them and refuses a
+holds row statistics beyond entropy and sink mass (`scan --stats`, with meta `stats` and the row
+statistics' parameters, statistics.ROW_PARAMETERS), 3 only where it holds key statistics (and their
+parameters where given: the query window, the rows counted for them), so a reader of an older version opens every file without them and refuses a
 newer one in one line; all load): schema_version, entropy_lens_version, git_hash, model, model_source,
 model_class (the class that ran; absent in older files), remote_code_ignored (only where a config's
 auto_map named model code that did not run, without --trust-remote-code: that code's name), config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of

@@ -21,8 +21,9 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens, written atomicall
                                              is NaN or inf otherwise
     meta      0-d str                        JSON object: schema ("entropy_lens.monitor"), schema_version,
                                              entropy_lens_version, model, model_class, model_type, n_layers,
-                                             n_heads, n_kv_heads, stats, reductions, every, first_keys,
-                                             recent_keys, step_unit ("forward" | "step")
+                                             n_heads, n_kv_heads, stats, reductions, every, the row
+                                             statistics' parameters (statistics.ROW_PARAMETERS: K, W),
+                                             step_unit ("forward" | "step")
 
 `History.undefined(stat)` gives the steps where a summary is undefined. `load_history(path)` refuses a
 damaged or foreign file in one EntropyLensError naming the file;

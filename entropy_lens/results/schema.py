@@ -8,7 +8,7 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import is_integer, kind_of, shown
-from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, SINK_MASS
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, PARAMETERS, ROW_PARAMETERS, SINK_MASS
 
 __all__ = [
     "ARRAYS",
@@ -67,23 +67,23 @@ def upgrade_meta(meta: dict) -> dict:
 
 def schema_version_of(meta: dict, stats: dict) -> int:
     """The lowest schema version that describes a file of `meta` and `stats`: 3 for key statistics
-    (attention received, meta `query_window`), 2 for row statistics beyond sink mass (scan --stats, with
-    meta `stats`, `first_keys` and `recent_keys`), else 1, which every reader opens. A version this code
+    (attention received, with the key statistics' parameters in meta), 2 for row statistics beyond sink
+    mass (scan --stats, with meta `stats` and the row statistics' parameters), else 1, which every reader opens. A version this code
     does not know (a
     newer writer's) is kept: what it adds cannot be judged here."""
     claimed = meta.get("schema_version")
     if claimed is not None and claimed not in READABLE_VERSIONS:
         return claimed
-    if any(name.removesuffix("_sq") in KEY_STATISTICS for name in stats) or "query_window" in meta:
+    key_parameters = set(PARAMETERS) - set(ROW_PARAMETERS)  # version 3's meta: the query window
+    if any(name.removesuffix("_sq") in KEY_STATISTICS for name in stats) or key_parameters & set(meta):
         return 3
     new_stats = set(stats) - set(VERSION_1_STATS)
-    return 2 if new_stats or "stats" in meta or "first_keys" in meta or "recent_keys" in meta else 1
+    return 2 if new_stats or "stats" in meta or set(ROW_PARAMETERS) & set(meta) else 1
 
 
 # meta fields the readers compute with, and the type each must have (None allowed where optional)
 META_INTEGERS = ("length", "head_dim", "samples")
-OPTIONAL_INTEGERS = ("seed", "n_layers", "n_heads", "n_kv_heads", "batch_size", "first_keys", "recent_keys")
-OPTIONAL_INTEGERS += ("query_window",)
+OPTIONAL_INTEGERS = ("seed", "n_layers", "n_heads", "n_kv_heads", "batch_size", *PARAMETERS)
 META_STRINGS = ("model", "data")
 
 

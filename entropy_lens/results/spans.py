@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from entropy_lens.results.scan_result import ScanResult
-from entropy_lens.statistics import FIRST_MASS, MAX, RECEIVED_MEAN, RECENT_MASS, reduction_of
+from entropy_lens.statistics import MAX, QUERY_WINDOW, RECEIVED_MEAN, STATISTICS, reduction_of
 
 __all__ = ["in_l", "received_lines", "span_label", "spans_by_l", "summary"]
 
@@ -82,10 +82,10 @@ def summary(result: ScanResult) -> str:
             for n in names
             if how[n] is MAX
         ]
-    if FIRST_MASS.name in names:
-        lines.append(f"first_mass: the mass on the first K = {result.meta.get('first_keys', 1)} keys")
-    if RECENT_MASS.name in names:
-        lines.append(f"recent_mass: the mass on the last W = {result.meta.get('recent_keys', 64)} keys")
+    for name in (n for n in names if n in STATISTICS):  # first_mass's K, recent_mass's W
+        lines += [
+            f"{name}: the mass on the {p.spanned(p.read(result.meta))}" for p in STATISTICS[name].parameters
+        ]
     return "\n".join(lines + received_lines(result))
 
 
@@ -97,7 +97,7 @@ def received_lines(result: ScanResult, top: int = 3) -> list[str]:
         return []
     name = RECEIVED_MEAN.name if RECEIVED_MEAN.name in result.key_names else result.key_names[0]
     values = reduction_of(name).summarize(result.received(name), 1)  # (layers, key positions)
-    window = result.meta.get("query_window")
+    window = QUERY_WINDOW.read(result.meta)
     # a window as long as the scan's rows counts every row: said so, never "the last 1000" of 128
     rows = f"the last {window} rows of each window" if window and window < result.length else "every row"
     lines = [

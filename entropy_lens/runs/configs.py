@@ -102,9 +102,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         help="the statistics to record beside entropy, comma-separated, or all: the row statistics "
         + ", ".join(EXTRA_STATS)
         + f" ({SINK_MASS.name} is recorded wherever a model has sinks) and the key statistics (attention "
-        "received by each key, by key position) "
-        + ", ".join(KEY_STATISTICS)
-        + " (entropy_lens/statistics.py)",
+        "received by each key, by key position) " + ", ".join(KEY_STATISTICS) + " (entropy_lens/statistics/)",
     )
     # the statistics' parameters, each a field and a flag as its declaration says (statistics.PARAMETERS)
     first_keys: int = FIRST_KEYS.setting()

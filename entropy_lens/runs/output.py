@@ -54,7 +54,7 @@ from entropy_lens.results import (
 )
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.settings import Checked, first_difference, setting
-from entropy_lens.statistics import ENTROPY, EXTRA_STATS, RECENT_MASS, STATISTICS
+from entropy_lens.statistics import ENTROPY, EXTRA_STATS, RECENT_KEYS, RECENT_MASS, STATISTICS
 
 __all__ = [
     "CHECKPOINT",
@@ -291,7 +291,7 @@ def comparable_scan(record: dict) -> dict:
         return dict(record)
     out = {**record, "stats": canonical_stats(record["stats"])}
     if not _records(out["stats"], RECENT_MASS.name):  # W changes no number of a scan without recent_mass
-        out.pop("recent_keys", None)
+        out.pop(RECENT_KEYS.name, None)
     return out
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from entropy_lens.results.history import UNDEFINABLE, History
-from entropy_lens.statistics import BY_NAME, reduction_of
+from entropy_lens.statistics import BY_NAME, ROW_PARAMETERS, reduction_of
 from entropy_lens.view.encode import bins_json, encode_curves, numbers, text
 from entropy_lens.view.reduce import Bins
 from entropy_lens.view.sources import HistoryItem
@@ -36,8 +36,7 @@ HISTORY_FIELDS = (  # shown in the history's table, in this order, where its met
     "stats",
     "reductions",
     "every",
-    "first_keys",
-    "recent_keys",
+    *ROW_PARAMETERS,  # the row statistics' parameters
     "step_unit",
     "entropy_lens_version",
     "schema_version",

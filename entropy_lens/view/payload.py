@@ -37,11 +37,10 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.results import ScanResult
 from entropy_lens.statistics import (
     ENTROPY,
-    FIRST_MASS,
     LOG_BOUND,
+    PARAMETERS,
     POSITION_BOUND,
     PROBABILITY,
-    RECENT_MASS,
     STATISTICS,
 )
 from entropy_lens.view.encode import GAP, bins_json, encode_curves, number, numbers, text
@@ -50,12 +49,9 @@ from entropy_lens.view.received import key_payload
 from entropy_lens.view.reduce import Bins, points_for
 from entropy_lens.view.sources import HistoryItem, ResultItem, SweepItem
 
-__all__ = ["GAP", "META_FIELDS", "build_payload", "first_keys", "meta_rows", "recent_keys", "text"]
-# the statistics of a window of keys: (its meta field, default, letter, which keys); of another size, another
-WINDOWED = {
-    FIRST_MASS.name: ("first_keys", 1, "K", "first"),
-    RECENT_MASS.name: ("recent_keys", 64, "W", "last"),
-}
+__all__ = ["GAP", "META_FIELDS", "build_payload", "meta_rows", "text"]
+# the statistics of a window of keys, with its parameter (first_mass's K, ...); of another size, another
+WINDOWED = {name: stat.parameters[0] for name, stat in STATISTICS.items() if stat.parameters}
 
 META_FIELDS = (  # shown in the page's table, in this order, where a result's meta has them
     "model",
@@ -73,8 +69,7 @@ META_FIELDS = (  # shown in the page's table, in this order, where a result's me
     "attention_path",
     "entropy_reduction",
     "stats",
-    "first_keys",
-    "recent_keys",
+    *PARAMETERS,  # the statistics' parameters
     "entropy_lens_version",
     "git_hash",
     "created_utc",
@@ -112,31 +107,18 @@ def build_payload(
     return out
 
 
-def first_keys(meta: dict) -> int:
-    """K of a result's first_mass (the mass on keys j < K): meta `first_keys`, else its scan_config's, else 1."""
-    return _window(meta, FIRST_MASS.name)
-
-
-def recent_keys(meta: dict) -> int:
-    """W of a result's recent_mass (the mass on its last W keys): meta `recent_keys`, else its scan_config's,
-    else 64."""
-    return _window(meta, RECENT_MASS.name)
-
-
 def _window(meta: dict, name: str) -> int:
-    """The window size of statistic `name` of WINDOWED in a result's `meta` (or its scan_config), else its
-    default."""
-    field, default, _, _ = WINDOWED[name]
-    config = meta.get("scan_config")
-    size = meta.get(field, config.get(field, default) if isinstance(config, dict) else default)
-    return size if isinstance(size, int) and not isinstance(size, bool) else default
+    """The parameter of the statistic `name` of WINDOWED in a result's `meta` (or its scan_config), else
+    its default."""
+    return WINDOWED[name].read(meta)
 
 
 def _note_keys(results: list[dict]) -> None:
     """first_mass of different K (recent_mass of different W) is not one statistic: the page offers no
     difference of two such results (explorer.js compares each statistic's `keys`), and says so in a note
     on each."""
-    for name, (_, _, letter, which) in WINDOWED.items():
+    for name, parameter in WINDOWED.items():
+        letter = parameter.letter
         keys = {r["label"]: r["stats"][name]["keys"] for r in results if name in r["stats"]}
         if len(set(keys.values())) < 2:
             continue
@@ -146,7 +128,7 @@ def _note_keys(results: list[dict]) -> None:
                     f"{letter} = {n} in {label}" for label, n in keys.items() if label != r["label"]
                 )
                 r["notes"].append(
-                    f"{name} is the mass on the {which} {letter} = {keys[r['label']]} keys here ({others}): the "
+                    f"{name} is the mass on the {parameter.spanned(keys[r['label']])} here ({others}): the "
                     f"page shows no difference of {name} between results of different {letter}"
                 )
 
@@ -217,9 +199,9 @@ def _result(item: ResultItem, points: int, train_len) -> dict:
     keys = key_payload(r, bins, out["notes"])
     if keys:  # only then: a result without key statistics has the payload it had before them
         out["keys"] = keys
-    for name, (_, _, letter, _) in WINDOWED.items():  # K, W: first_mass of another K differs
+    for name, parameter in WINDOWED.items():  # K, W: first_mass of another K differs
         if name in out["stats"]:
-            out["stats"][name] |= {"keys": _window(r.meta, name), "letter": letter}
+            out["stats"][name] |= {"keys": _window(r.meta, name), "letter": parameter.letter}
     out["train_len"] = L if L is not None and 2 <= L < r.length else None  # as head_statistics takes it
     if why:
         out["notes"].append(why)

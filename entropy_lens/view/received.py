@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from entropy_lens.results import ScanResult
-from entropy_lens.statistics import KEY_STATISTICS
+from entropy_lens.statistics import KEY_STATISTICS, QUERY_WINDOW
 from entropy_lens.view.encode import encode_curves, numbers, text
 from entropy_lens.view.reduce import Bins
 
@@ -38,7 +38,7 @@ def key_payload(r: ScanResult, bins: Bins, notes: list) -> dict | None:
     """
     if not r.key_names:
         return None
-    window = r.meta.get("query_window")
+    window = QUERY_WINDOW.read(r.meta)
     rows = f"the last {text(window)} query rows of each window" if window else "every query row"
     stats = {}
     for name in r.key_names:

@@ -242,7 +242,7 @@ def test_row_code_is_never_offered_a_key_statistic():
 PACKAGE = Path(entropy_lens.__file__).parent
 # where a key statistic's name may be written as a string: its declaration, its read, its definition
 REGISTERED = {
-    "statistics.py": "Statistic",
+    "statistics/__init__.py": "Statistic",
     "kernels/received.py": "read",
     "kernels/received_reference.py": "definition",
 }

@@ -340,7 +340,11 @@ PACKAGE = Path(__file__).parents[2] / "entropy_lens"
 # `Statistic(...)`), its read (`@read(...)`) and its float64 definition (`@definition(...)`), each the
 # call's first argument in that one module, and the figures that draw it (anywhere under figures/ and
 # plotting/). Everything else takes the name from the declaration (`ENTROPY.name`).
-REGISTERED = {"statistics.py": "Statistic", "kernels/stats.py": "read", "kernels/reference.py": "definition"}
+REGISTERED = {
+    "statistics/__init__.py": "Statistic",
+    "kernels/stats.py": "read",
+    "kernels/reference.py": "definition",
+}
 FIGURES = ("figures/", "plotting/")
 # The same word with another meaning: ScanConfig's field `entropy` (--entropy heads|mean|none, how the
 # statistics are reduced over heads), named as a field, not as the statistic; (module, word): how often

@@ -25,13 +25,10 @@ docs' tables) means the row statistics. `flags.parse_stats(stats, axis)` reads a
 
 from __future__ import annotations
 
-import math
-import sys
 from dataclasses import dataclass
 
-import numpy as np
-
-from entropy_lens.settings import MAX_TOKENS, check_argument, setting
+from entropy_lens.statistics.parameter import Parameter
+from entropy_lens.statistics.reduction import MAX, MEAN, REDUCTIONS, Reduction
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)
@@ -40,111 +37,12 @@ ROWS, KEYS = "rows", "keys"  # a statistic's axis: one value per query row, or p
 AXES = (ROWS, KEYS)
 
 
-@dataclass(frozen=True)
-class Reduction:
-    """How many values of a statistic (rows, samples, micro-batches, ranks) combine into one, declared once
-    and called by every place that sums: the host sums, a scan's sums, the monitor's step summaries, the
-    head statistics and the results summary. `name` is what metadata records ("mean", "max"); `op` the
-    elementwise combine, one name in numpy and torch ("add", "maximum"); `identity` the value before any
-    row (0 for a sum, −inf for a maximum); `over` its reduction over an axis, one name in numpy, torch
-    and torch's `scatter_reduce` ("sum", "amax"); `summary` the function of the finished value over an
-    axis, one name in numpy and torch ("mean", "amax"; a mean's finished value is the total over the
-    rows' count, a maximum's the total itself); `all_reduce`: torch.distributed.ReduceOp's name ("SUM",
-    "MAX"). Each method takes numpy arrays or torch tensors and returns the same kind."""
-
-    name: str
-    op: str
-    over: str
-    summary: str
-    identity: float
-    all_reduce: str
-
-    def combine(self, a, b):
-        """a and b combined elementwise (a sum, or the larger)."""
-        return getattr(_library(a), self.op)(a, b)
-
-    def reduce(self, values, axis, keep=None):
-        """`values` reduced over `axis` (an int or a tuple), the entries where `keep` is False left out
-        (as the identity)."""
-        lib = _library(values)
-        if keep is not None:
-            values = lib.where(keep, values, self.identity)
-        return getattr(lib, self.over)(values, axis)
-
-    def summarize(self, values, axis):
-        """Finished values summarised over `axis` (an int or a tuple): their mean, or their maximum (a
-        span of positions, a layer's heads)."""
-        return getattr(_library(values), self.summary)(values, axis)
-
-    def finish(self, total, count):
-        """The value of `total` over `count` rows (broadcast): the mean or the maximum, NaN where no row."""
-        lib = _library(total)
-        seen = count > 0
-        if self.summary != "mean":  # a maximum: the total itself
-            return lib.where(seen, total, math.nan)
-        return lib.where(seen, total / lib.where(seen, count, 1), math.nan)
-
-
-MEAN = Reduction("mean", "add", "sum", "mean", 0.0, all_reduce="SUM")
-MAX = Reduction("max", "maximum", "amax", "amax", -math.inf, all_reduce="MAX")
-REDUCTIONS = {r.name: r for r in (MEAN, MAX)}
-
-
-def _library(x):
-    """torch for a tensor, numpy for anything else (torch imported only where a caller has it)."""
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and isinstance(x, torch.Tensor) else np
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """A parameter of one or more statistics, declared with them (`Statistic.parameters`) and from here
-    everywhere else: the keyword of every entrance (`attention_stats(first_keys=4)`, `EntropyRecorder`,
-    `AttentionMonitor`, the Trainer callback), the flag (`--first-keys`, runs/configs.py), the results meta
-    and the cache key under `name`, the check of a value (`check`) and a reader's value (`read`).
-
-    `name`: the keyword, flag (dashed) and meta field; `default`: its value unless given (None: off);
-    `letter`: what labels and summaries call it ("K"); `help`: the flag's text; `keyed_at_default`:
-    whether a cache key holds it at its default (False for parameters added after cached runs existed, so
-    their keys stay as they were); `at_most`: its ceiling (settings.MAX_TOKENS), every one at least 1."""
-
-    name: str
-    default: int | None
-    letter: str
-    help: str
-    keyed_at_default: bool = False
-    at_most: int = MAX_TOKENS
-    example: int | None = None  # the value a refusal suggests (default: the default)
-
-    @property
-    def spec(self) -> dict:
-        """Its range, as `settings.setting` and `settings.check_argument` take one."""
-        return {"at_least": 1, "at_most": self.at_most}
-
-    def check(self, value) -> int | None:
-        """`value` as an int (None where the default is None and None is given); EntropyLensError in one
-        line unless a whole number in its range (a numpy integer taken, True or 2.5 refused)."""
-        if value is None and self.default is None:
-            return None
-        check_argument(self.name, value, int, self.spec, example=self.example or self.default)
-        return int(value)
-
-    def setting(self):
-        """Its field in a run's settings (runs/configs.py): the flag, its help and range (settings.setting)."""
-        return setting(self.default, help=self.help, metavar=self.letter, **self.spec)
-
-    def read(self, meta: dict) -> int | None:
-        """Its value in a result's `meta`: the meta's own field, else its scan_config's, else the default
-        (a file written before the parameter existed measured at the default)."""
-        config = meta.get("scan_config") or {}
-        return meta.get(self.name, config.get(self.name, self.default))
-
-
 # the parameters of the statistics below, each declared once
 FIRST_KEYS = Parameter(
     "first_keys",
     1,
     "K",
+    "first {} keys",
     "K of first_mass: the mass on a row's first K real (unpadded) keys",
     keyed_at_default=True,
 )
@@ -152,12 +50,14 @@ RECENT_KEYS = Parameter(
     "recent_keys",
     64,
     "W",
+    "last {} keys",
     "W of recent_mass: the mass on a row's last W keys, those ending at its own position",
 )
 QUERY_WINDOW = Parameter(
     "query_window",
     None,
     "W",
+    "last {} query rows",
     "the key statistics count only the last W query rows of each window (SnapKV's observation window); "
     "default: every row",
     example=32,
@@ -338,8 +238,9 @@ SUMMARIES: dict[str, tuple[Statistic, ...]] = {
     for name in KEY_STATISTICS
     if any(s.of == name for s in DECLARED)
 }
-# every parameter of a statistic, by name, in the order of DECLARED
+# every parameter of a statistic, by name, in the order of DECLARED; those of the row statistics
 PARAMETERS: dict[str, Parameter] = {p.name: p for s in DECLARED for p in s.parameters}
+ROW_PARAMETERS: dict[str, Parameter] = {p.name: p for s in STATISTICS.values() for p in s.parameters}
 
 
 def declared(name: str) -> Statistic:

@@ -1,0 +1,69 @@
+"""A parameter of statistics (first_mass's K, the key statistics' query window), declared with them
+(entropy_lens.statistics.PARAMETERS): `Parameter` holds its keyword, default, range, words and flag, and
+checks and reads its values. Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from entropy_lens.settings import MAX_TOKENS, check_argument, setting
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter of one or more statistics, declared with them (`Statistic.parameters`) and from here
+    everywhere else: the keyword of every entrance (`attention_stats(<name>=4)`, `EntropyRecorder`,
+    `AttentionMonitor`, the Trainer callback), the flag (`--first-keys`, runs/configs.py), the results meta
+    and the cache key under `name`, the check of a value (`check`) and a reader's value (`read`).
+
+    `name`: the keyword, flag (dashed) and meta field; `default`: its value unless given (None: off);
+    `letter`: what labels and summaries call it ("K"); `span`: what it counts ("first {} keys": the
+    first K = 4 keys, `spanned`); `help`: the flag's text; `keyed_at_default`:
+    whether a cache key holds it at its default (False for parameters added after cached runs existed, so
+    their keys stay as they were); `at_most`: its ceiling (settings.MAX_TOKENS), every one at least 1."""
+
+    name: str
+    default: int | None
+    letter: str
+    span: str  # what it counts, "{}" its letter and value: "first {} keys" -> "first K = 4 keys"
+    help: str
+    keyed_at_default: bool = False
+    at_most: int = MAX_TOKENS
+    example: int | None = None  # the value a refusal suggests (default: the default)
+
+    @property
+    def flag(self) -> str:
+        """Its command-line flag ("--first-keys")."""
+        return "--" + self.name.replace("_", "-")
+
+    def spanned(self, value, *, letter: bool = True) -> str:
+        """What it counts at `value`: "first K = 4 keys" (without its letter: "first 4 keys")."""
+        return self.span.format(f"{self.letter} = {value}" if letter else value)
+
+    @property
+    def spec(self) -> dict:
+        """Its range, as `settings.setting` and `settings.check_argument` take one."""
+        return {"at_least": 1, "at_most": self.at_most}
+
+    def check(self, value) -> int | None:
+        """`value` as an int (None where the default is None and None is given); EntropyLensError in one
+        line unless a whole number in its range (a numpy integer taken, True or 2.5 refused)."""
+        if value is None and self.default is None:
+            return None
+        check_argument(self.name, value, int, self.spec, example=self.example or self.default)
+        return int(value)
+
+    def setting(self):
+        """Its field in a run's settings (runs/configs.py): the flag, its help and range (settings.setting)."""
+        return setting(self.default, help=self.help, metavar=self.letter, **self.spec)
+
+    def read(self, meta: dict) -> int | None:
+        """Its value in a result's `meta`: the meta's own field, else its scan_config's, else the default
+        (a file written before the parameter existed measured at the default)."""
+        config = meta.get("scan_config")
+        value = meta.get(
+            self.name, config.get(self.name, self.default) if isinstance(config, dict) else self.default
+        )
+        return (
+            value if value is None or isinstance(value, int) and not isinstance(value, bool) else self.default
+        )
