@@ -54,6 +54,7 @@ from entropy_lens.capture.paths import (
     run_path,
     sdpa,
 )
+from entropy_lens.capture.received import column_pass, wants_keys
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_probabilities
 from entropy_lens.kernels.contract import autocast_dtype, score_range_checked, validate_mask, validate_scale
@@ -132,8 +133,9 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
         inputs = layer_inputs(call)
         # the scores' range, where inputs_finite holds it, is read with the statistics, not by the kernels
         with contextlib.nullcontext() if inputs_finite is None else score_range_checked():
-            ran = run_path(call, inputs)
-            record(call, ran.route.path, ran.route, inputs, ran.rows, inputs_finite=inputs_finite)
+            ran = run_path(call, inputs)  # 1. the row pass: the output, the row statistics, their LSE
+            keys = column_pass(call, inputs, ran.route, ran.rows) if wants_keys(call) else None  # 2.
+            record(call, ran.route.path, ran.route, inputs, ran.rows, keys, inputs_finite)  # 3. bookkeeping
         out = ran.returned
     session = call.session
     if session is not None and session.on_rows is not None:

@@ -44,7 +44,7 @@ import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs, Session, check_finite_inputs, read_call
 from entropy_lens.capture.paths import SDPA, record, run_path, sdpa
-from entropy_lens.capture.received import combined, key_state, report_sharded, wants_keys
+from entropy_lens.capture.received import column_pass, combined, report_sharded, wants_keys
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.contract import first_real_key
@@ -95,12 +95,12 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
             out = bottom_right_sdpa(part, inputs)
             record(part, SDPA)
         else:
-            ran = run_path(part, inputs)
-            record(part, ran.route.path, ran.route, inputs, ran.rows, keys=False)
-            out = ran.returned
-            if wants_keys(part):
+            ran = run_path(part, inputs)  # 1. the row pass
+            if wants_keys(part):  # 2. the column pass: a chunk's state, combined over chunks and ranks below
                 rows_here = None if counted is None else counted[:, a:b]
-                states.append(key_state(part, inputs, ran.route, ran.rows, rows_here, N))
+                states.append(column_pass(part, inputs, ran.route, ran.rows, rows_here, N))
+            record(part, ran.route.path, ran.route, inputs, ran.rows)  # 3. bookkeeping (keys: below)
+            out = ran.returned
         outs.append(out[0])
     if states:  # keys on this rank receive from queries on every rank: one state per layer, combined
         shards = sequence.shards

@@ -27,7 +27,7 @@ import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
-from entropy_lens.capture.received import report_received, wants_keys
+from entropy_lens.capture.received import report_keys, wants_keys
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused, Measure, Stats
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
@@ -192,7 +192,9 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
         out, weights = alibi_attention(call) if alibi else eager_attention(call, inputs.mods)
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    rows = run(route.kernel, query, key, None, softmax_scale, route.mods, measure=measure)
+    rows = run(
+        route.kernel, query, key, None, softmax_scale, route.mods, measure=measure, with_lse=wants_keys(call)
+    )
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
 
@@ -218,14 +220,14 @@ def record(
     route: Route | None = None,
     inputs=None,
     rows=None,
-    keys=True,
+    keys=None,
     inputs_finite=None,
 ) -> None:
-    """Note in the session (if any) the path that ran and, when capturing, the kernel that computed the
-    statistics, and hand the statistics to the session's callback (at key offset S − T; with the
-    unread check of the layer's inputs where `check_finite_inputs` returned one), and the key
-    statistics, where the session asks for them and `keys` (a shard's chunk: its caller combines them),
-    to its `on_key_stats` (capture/received.py)."""
+    """The bookkeeping of a layer (step 3 of a capture: the row pass, the column pass, this): note in the
+    session (if any) the path that ran and, when capturing, the kernel that computed the statistics;
+    hand the row statistics to the session's callback (at key offset S − T; with the unread check of
+    the layer's inputs where `check_finite_inputs` returned one) and the column pass's state `keys`
+    (capture/received.py's `column_pass`; None: none) to `report_keys`."""
     session = call.session
     if session is None:
         return
@@ -238,8 +240,8 @@ def record(
         session.on_stats(call.module.layer_idx, dict(rows), offset)
     else:  # check_finite_inputs left its check to on_stats
         session.on_stats(call.module.layer_idx, dict(rows), offset, inputs_finite=inputs_finite)
-    if keys and wants_keys(call):
-        report_received(call, inputs, route, rows)
+    if keys is not None:
+        report_keys(session, call.module.layer_idx, keys, offset)
 
 
 def sdpa(call: LayerCall, mask=None):

@@ -1,13 +1,14 @@
-"""Attention received by each key inside a capture: the column pass of kernels/received.py on the rows'
-log-sum-exp the layer's own statistics pass already computed (`RowStats.lse`), so a layer that records
-key statistics runs two passes over its keys, never three; a layer whose route gave no LSE (a training
-step's fused pass, the model's eager weights) has it computed by one row pass first. Only where the
-session asks for key statistics (`Session.measure.key_stats`); each layer's {statistic: (B, Hq, S) float32}
-goes to `Session.on_key_stats`, and the column state they are read from (sums, maxima, counts) to
+"""Attention received by each key inside a capture. A capturing layer runs three steps: the row pass
+(capture/paths.py's `run_path`: the output and the row statistics, with the rows' log-sum-exp where the
+session asks for key statistics, `Session.measure.key_stats`), the column pass on that LSE
+(`column_pass`: kernels/received.py's column state), and the bookkeeping (paths.record, `report_keys`):
+two passes over the keys, never three; every route returns its LSE, and a route that did not would be
+refused, never given a quiet second row pass. Each layer's {statistic: (B, Hq, S) float32} goes to
+`Session.on_key_stats`, and the column state they are read from (sums, maxima, counts) to
 `Session.on_key_state` (the recorder's: a decode step's rows add to the keys it continues).
 
-A sharded sequence (--context-parallel, capture/context_parallel.py) keeps each chunk's column state
-(`key_state`: the sums, maxima and counts over its own query rows, keys [0, b)), adds its chunks, combines
+A sharded sequence (--context-parallel, capture/context_parallel.py) takes the same steps per chunk: each
+chunk's column state (`column_pass` over its own query rows, keys [0, b) widened), added over its chunks, combines
 every rank's state over the group (`combined_over_ranks`: keys on one rank receive from queries on later
 ranks) and reads the statistics once, on the group's first rank (`report_sharded`), so the result is the
 one-process one.
@@ -21,13 +22,7 @@ from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.kernels import Route
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.plan import statistics_kernel
-from entropy_lens.kernels.received import (
-    counted_rows,
-    read_received,
-    received_from_lse,
-    received_state,
-    row_log_sum_exp,
-)
+from entropy_lens.kernels.received import counted_rows, read_received, received_state
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.statistics import MAX, MEAN
 
@@ -42,59 +37,41 @@ def wants_keys(call: LayerCall) -> bool:
     return call.capturing and bool(session.measure.key_stats) and takes
 
 
-def _inputs(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats):
-    """(query, key, lse, softmax_scale, kernel) of the layer's column pass: the route's LSE, or one row
-    pass for it where the route gave none (the reference needs none: it materialises)."""
+@torch.no_grad()
+def column_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats, counted=..., length=None):
+    """The layer's column pass (step 2 of a capture: the row pass, this, the bookkeeping): the column state
+    {"sum", "max", "count"} (B, Hq, S) over the call's counted query rows (`counted`: (B|1, T) bool, None
+    for every row; default: the call's real rows, or the last W of them with a query window), at the scores the route's
+    statistics were computed at (λ_h, every score modifier), on the rows' log-sum-exp the row pass gave
+    (`rows.lse`: every route gives it where the session asks for key statistics; the reference needs none,
+    it materialises). `length`: a sharded chunk's keys [0, S) widened to the sequence's keys (the keys
+    beyond receive nothing from these rows). RuntimeError where a route gave no log-sum-exp: a second row
+    pass is never run quietly."""
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    kernel, kernel_mods = statistics_kernel(route.kernel, query, key, inputs.mods, one_pass=True)
-    lse = rows.lse
-    if lse is None and kernel != "reference":
-        lse = row_log_sum_exp(kernel, query, key, softmax_scale, kernel_mods)
-    return query, key, lse, softmax_scale, kernel
-
-
-@torch.no_grad()
-def report_received(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats) -> None:
-    """The layer's key statistics, handed to the session's `on_key_stats(layer_idx, {name: (B, Hq, S)})`:
-    over the call's counted query rows (its real rows, or the last `query_window` of them), at the scores
-    the route's statistics were computed at (λ_h, every score modifier)."""
-    session = call.session
-    query, key, lse, softmax_scale, kernel = _inputs(call, inputs, route, rows)
-    counted = counted_rows(
-        inputs.mods, query.shape[2], key.shape[2], session.measure["query_window"], query.device
-    )
-    layer = call.module.layer_idx
-    if session.on_key_state is None:
-        values = received_from_lse(
-            query,
-            key,
-            lse,
-            softmax_scale,
-            inputs.mods,
-            rows=counted,
-            stats=session.measure.key_stats,
-            backend=kernel,
+    kernel, _ = statistics_kernel(route.kernel, query, key, inputs.mods, one_pass=True)
+    if rows.lse is None and kernel != "reference":
+        raise RuntimeError(
+            f"the {route.path} route gave no log-sum-exp for attention received; it must return one "
+            "(`with_lse`) wherever the session asks for key statistics"
         )
-        session.on_key_stats(layer, values)
-        return
-    # the column state, which a decode step's rows add to the keys of the sequence they continue
-    state = received_state(query, key, lse, softmax_scale, inputs.mods, rows=counted, backend=kernel)
-    session.on_key_state(layer, state, key.shape[2] - query.shape[2])
+    if counted is ...:
+        window = call.session.measure["query_window"]
+        counted = counted_rows(inputs.mods, query.shape[2], key.shape[2], window, query.device)
+    state = received_state(query, key, rows.lse, softmax_scale, inputs.mods, rows=counted, backend=kernel)
+    if length is None:
+        return state
+    return {name: torch.nn.functional.pad(t, (0, length - key.shape[2])) for name, t in state.items()}
+
+
+def report_keys(session, layer: int, state: dict[str, torch.Tensor], offset: int) -> None:
+    """Bookkeeping of a layer's column `state`: to the session's `on_key_state` (at key offset S − T: a
+    decode step's rows add to the keys of the sequence they continue) and its statistics, read once, to
+    `on_key_stats`."""
+    if session.on_key_state is not None:
+        session.on_key_state(layer, state, offset)
     if session.on_key_stats is not None:
         session.on_key_stats(layer, read_received(state, session.measure.key_stats))
-
-
-@torch.no_grad()
-def key_state(
-    call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats, counted, length: int
-) -> dict[str, torch.Tensor]:
-    """One chunk's column state over its `counted` query rows ((B|1, T) bool or None), its keys [0, S)
-    widened to the sequence's `length` keys (the keys beyond receive nothing from these rows)."""
-    query, key, lse, softmax_scale, kernel = _inputs(call, inputs, route, rows)
-    state = received_state(query, key, lse, softmax_scale, inputs.mods, rows=counted, backend=kernel)
-    more = length - key.shape[2]
-    return {name: torch.nn.functional.pad(t, (0, more)) for name, t in state.items()}
 
 
 def combined(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -115,9 +92,5 @@ def report_sharded(session, layer: int, state: dict[str, torch.Tensor], exchange
     everyone = [
         {name: piece[:, :, 0].view(stacked.shape)[..., i] for i, name in enumerate(names)} for piece in pieces
     ]
-    if first:
-        state = combined(everyone)
-        if session.on_key_state is not None:  # the whole sequence's keys: a forward of its own
-            session.on_key_state(layer, state, 0)
-        if session.on_key_stats is not None:
-            session.on_key_stats(layer, read_received(state, session.measure.key_stats))
+    if first:  # the whole sequence's keys: a forward of its own
+        report_keys(session, layer, combined(everyone), 0)

@@ -3,7 +3,8 @@ flash-attention backward from that output and the kernel's own log-sum-exp.
 
     attention_train(q, k, v, softmax_scale, mods, *, kernel="native", measure=DEFAULT_MEASURE, backward=None)
         -> RowStats: out (B, T, Hq, Dv) in q's dtype, differentiable w.r.t. q, k, v (and a softmax_scale
-           tensor that requires grad), and each of `measure.stats` (B, Hq, T) float32, detached
+           tensor that requires grad), each of `measure.stats` (B, Hq, T) float32, detached, and the
+           rows' log-sum-exp `lse` (B, Hq, T)
     train_refusal(q, k, v, mods, *, device=None) -> None where the route takes these inputs on device
         ("cpu" or "cuda", q's own by default: the CUDA route is decided without a GPU too), else why not
     train_form(q, k, v, mods, *, device=None) -> (mods in the route's form, None) or (None, why not)
@@ -170,17 +171,18 @@ def attention_train(
     stats = measure.stats
     dtype = autocast_dtype(q.device.type)
     if dtype is None:
-        out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, measure)
+        out, lse, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, measure)
     else:  # as sdpa under autocast: q, k, v in its dtype (cast in autograd), the pass with autocast off
         q, k, v = (x.to(dtype) for x in (q, k, v))
         with torch.autocast(q.device.type, enabled=False):
-            out, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, measure)
-    return RowStats(dict(zip(stats, values, strict=True)), out)
+            out, lse, *values = _FlashTrain.apply(q, k, v, uniform, mods, route, measure)
+    return RowStats(dict(zip(stats, values, strict=True)), out, lse)
 
 
 class _FlashTrain(torch.autograd.Function):
-    """(out (B, T, Hq, Dv), *stats) from the kernel's one pass at the uniform scale λ; the gradients of
-    q, k, v from the flash backward of that output and its log-sum-exp."""
+    """(out (B, T, Hq, Dv), lse (B, Hq, T), *stats) from the kernel's one pass at the uniform scale λ;
+    the gradients of q, k, v from the flash backward of that output and its log-sum-exp, which the
+    column pass of attention received takes too (no second row pass)."""
 
     @staticmethod
     def forward(ctx, q, k, v, uniform: float, mods: ScoreMods, route: tuple, measure: Measure):
@@ -198,10 +200,11 @@ class _FlashTrain(torch.autograd.Function):
             blocks = dict(zip(("block_q", "block_k"), OUTPUT_BLOCKS, strict=True))
             state, out = stream_torch(q, k, v, scale, mods, **kw, **blocks)
         values = tuple(read_stats(state, mods, stats).values())
-        ctx.save_for_backward(q, k, v, out, log_sum_exp(state))
+        lse = log_sum_exp(state)
+        ctx.save_for_backward(q, k, v, out, lse)
         ctx.softmax_scale, ctx.mods, ctx.route = uniform, mods, route
-        ctx.mark_non_differentiable(*values)
-        return (out, *values)
+        ctx.mark_non_differentiable(lse, *values)
+        return (out, lse, *values)
 
     @staticmethod
     def backward(ctx, grad_out, *_):

@@ -90,39 +90,72 @@ def test_a_query_window_counts_the_last_real_rows_alone():
         np.testing.assert_allclose(rec.received(name), want[name], atol=2e-5, rtol=1e-5, err_msg=name)
 
 
-def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkeypatch):
-    """One row pass per layer with or without key statistics (its LSE feeds the column pass); no column
-    pass where none is asked for."""
+def _count_passes(monkeypatch) -> dict:
+    """Counters of a capture's kernel passes: row passes (plan.run and the training pass), column passes
+    (the column state)."""
     import importlib
 
     received_module = importlib.import_module("entropy_lens.capture.received")
     paths_module = importlib.import_module("entropy_lens.capture.paths")
+    calls = {"rows": 0, "columns": 0}
 
+    def counting(kind, fn):
+        def wrapped(*args, **kw):
+            calls[kind] += 1
+            return fn(*args, **kw)
+
+        return wrapped
+
+    monkeypatch.setattr(paths_module, "run", counting("rows", paths_module.run))
+    monkeypatch.setattr(paths_module, "attention_train", counting("rows", paths_module.attention_train))
+    monkeypatch.setattr(
+        received_module, "received_state", counting("columns", received_module.received_state)
+    )
+    return calls
+
+
+def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkeypatch):
+    """One row pass per layer with or without key statistics, on every route (sdpa then a statistics
+    pass, the one fused pass, a training step's fused pass, the model's eager weights): its LSE feeds the
+    column pass, never a second row pass; no column pass where none is asked for."""
     model = build("llama", SUPPORTED["llama"][0])
     ids, mask = ids_and_mask("none")
-    calls = {"rows": 0, "columns": 0, "lse": 0}
-    # the recorder's column pass keeps its state (received_state): a decode step adds to it (issue 65)
-    row_run, column_pass = paths_module.run, received_module.received_state
-
-    def counting_run(*args, **kw):
-        calls["rows"] += 1
-        return row_run(*args, **kw)
-
-    def counting_columns(*args, **kw):
-        calls["columns"] += 1
-        return column_pass(*args, **kw)
-
-    monkeypatch.setattr(paths_module, "run", counting_run)
-    monkeypatch.setattr(received_module, "received_state", counting_columns)
-    monkeypatch.setattr(received_module, "row_log_sum_exp", lambda *a, **k: calls.__setitem__("lse", 1))
+    calls = _count_passes(monkeypatch)
     layers = model.config.num_hidden_layers
     for stats, columns in ((("entropy",), 0), (("entropy", "received"), layers)):
-        calls.update(rows=0, columns=0)
-        with EntropyRecorder(model, fused="off", stats=stats) as rec, torch.no_grad():
-            model(ids, attention_mask=mask)
-        assert calls == {"rows": layers, "columns": columns, "lse": 0}, stats
-        assert rec.key_stats == stats[1:]
+        for fused in ("off", "on"):
+            calls.update(rows=0, columns=0)
+            with EntropyRecorder(model, fused=fused, stats=stats) as rec, torch.no_grad():
+                model(ids, attention_mask=mask)
+            assert calls == {"rows": layers, "columns": columns}, (stats, fused)
+            assert rec.key_stats == stats[1:]
     assert rec.received("received_max") is None  # not asked for: not recorded
+    # a training step (trainable scales: the fused-train route) and eager's weights (output_attentions)
+    scales = torch.ones(layers, model.config.num_attention_heads, requires_grad=True)
+    calls.update(rows=0, columns=0)
+    with EntropyRecorder(model, scales=scales, stats=("entropy", "received")) as rec:
+        model(ids, attention_mask=mask).logits.sum().backward()
+    assert calls == {"rows": layers, "columns": layers} and rec.session.paths == {"fused-train"}
+    model.set_attn_implementation("eager")
+    calls.update(rows=0, columns=0)
+    with EntropyRecorder(model, stats=("entropy", "received")) as rec, torch.no_grad():
+        model(ids, attention_mask=mask, output_attentions=True)
+    assert calls == {"rows": layers, "columns": layers} and rec.session.paths == {"eager-then-entropy"}
+
+
+def test_a_route_without_its_lse_is_refused_not_given_a_second_row_pass(monkeypatch):
+    """The column pass takes the row pass's LSE; a route that gave none is an error naming it."""
+    import dataclasses
+    import importlib
+
+    paths_module = importlib.import_module("entropy_lens.capture.paths")
+    real_run = paths_module.run
+    monkeypatch.setattr(paths_module, "run", lambda *a, **k: dataclasses.replace(real_run(*a, **k), lse=None))
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = ids_and_mask("none")
+    recorder = EntropyRecorder(model, fused="off", stats=("entropy", "received"))
+    with pytest.raises(RuntimeError, match="route gave no log-sum-exp"), recorder, torch.no_grad():
+        model(ids, attention_mask=mask)
 
 
 def test_key_statistic_arguments_are_checked_at_once():
