@@ -14,7 +14,7 @@ The needle goes to the filler-sentence boundary nearest a target drawn uniformly
 [depth·n, (depth + 0.1)·n) of the filler's n tokens (sentences rather than the paper's whole blocks, so
 that a window of a tiny model's few hundred tokens still has distinct depths) (the paper's 10 depths; `width` for others), clamped so that the needle, the instruction and the question fit. Pieces are tokenised
 separately and concatenated, so the key's positions are exact; a tokenizer that does not write a piece
-back as its text is refused (`check_tokenizer`). A length above MAX_TOKENS (settings.py) is refused
+back as its text is refused (`check_tokenizer`). A length above MAX_TOKENS (settings/declare.py) is refused
 before the filler is built, so a prompt never grows beyond a length that was asked for and checked.
 Only numpy is imported.
 """

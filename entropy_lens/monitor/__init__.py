@@ -2,7 +2,7 @@
 
     with AttentionMonitor(model, stats=("entropy",), every=10) as mon:   # monitor.py
         ...                                  # any training loop: every 10th forward of `model` records
-    mon.latest()      # {stat: (layers, heads) float32} of the last recorded step
+    mon.latest()      # {stat: (layers, heads) float32} of the last recorded step (records.py)
     mon.scalars()     # {"attention/entropy/layer_0/mean": ..., ...} for any logger
     mon.save(path)    # the history, a versioned .npz (history.py); load_history(path) reads it back
 

@@ -1,10 +1,12 @@
 """How AttentionMonitor sits on a model: what it refuses before it installs anything, its hooks (inert in
-a copy of the model), and whether a forward is still under way.
+a copy of the model), whether a forward is still under way, and a recorded forward's reports fed to its
+sums.
 
     check_model(model)             # EntropyLensError in one line: not a transformers model with attention
     refuse_nesting(active_session())   # one capture per forward
     model.register_forward_pre_hook(Hook(fn), ...)   # a deep copy or pickle of the model gets a no-op
     outer_forward_running(model)   # a nested call, or the state of a forward Ctrl-C ended
+    RecordedForward(session, sums)   # a recorded forward's reports fed to its sums, until close()
 """
 
 from __future__ import annotations
@@ -91,6 +93,25 @@ def both(first, second):
         second(*report)
 
     return on_stats
+
+
+class RecordedForward:
+    """One recorded forward: `session`'s reports (row statistics, non-finite layers, key statistics) fed
+    to `sums` (a summary.ForwardSums), after the session's own reports where it has them (an
+    EntropyRecorder's go on), until `close`."""
+
+    def __init__(self, session, sums):
+        self.session, self.sums = session, sums
+        self.own = own = session.on_stats, session.on_nonfinite, session.on_key_stats
+        session.on_stats = sums.add if own[0] is None else both(own[0], sums.add)
+        session.on_nonfinite = sums.add_nonfinite
+        session.on_key_stats = sums.add_keys if own[2] is None else both(own[2], sums.add_keys)
+
+    def close(self) -> None:
+        """The session's own reports again, and no mask of this forward kept alive."""
+        session = self.session
+        session.on_stats, session.on_nonfinite, session.on_key_stats = self.own
+        session.mask_memo.clear()
 
 
 def activation_checkpointing(model) -> bool:

@@ -32,16 +32,18 @@ Under real training:
   once, and the loop decides (GradScaler skips the step);
 - `output_attentions=True` on an eager model returns eager's weights; one capture per forward: a monitor
   refuses to nest with a recorder or ScaleSession of the model (use `recording(session)`).
+
+This module decides which forwards record and installs what records them: the monitor's own session
+entered for a recorded forward (its hooks), or the caller's (`recording()`), both through one path
+(`_open`, `_close`: a forward counted, its reports fed to a summary.ForwardSums, the summary added).
+The records and what is read of them (`latest`, `scalars`, `history`) are records.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import warnings
 import weakref
-
-import numpy as np
 
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession, check_supported
@@ -49,24 +51,24 @@ from entropy_lens.capture.call import active_session
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Fused
 from entropy_lens.monitor.applies import check_applies, tower_hooks
-from entropy_lens.monitor.history import History
 from entropy_lens.monitor.install import (
     Hook,
+    RecordedForward,
     activation_checkpointing,
-    both,
     check_model,
     outer_forward_running,
     refuse_nesting,
 )
+from entropy_lens.monitor.records import MonitorRecords
 from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, session_stats, summaries
-from entropy_lens.monitor.summary import ForwardSums, NonFiniteStepWarning, StepSummary, flat_scalars
+from entropy_lens.monitor.summary import ForwardSums
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import reduction_of
 
 _MONITORED = weakref.WeakSet()  # models with an active monitor: one at a time
 
 
-class AttentionMonitor:
+class AttentionMonitor(MonitorRecords):
     """Record per-head attention statistics of every `every`-th step's forwards of `model` (see the
     module docstring). A context manager: entering installs its hooks, leaving (or `close`) removes them.
 
@@ -98,6 +100,7 @@ class AttentionMonitor:
         fused: str = "auto",
         **params,
     ):
+        super().__init__()  # the records (records.py)
         check_model(model)
         self.stats = check_monitor_stats(stats)
         self.summaries = summaries(self.stats)  # the names of latest()'s and the history's arrays
@@ -115,10 +118,8 @@ class AttentionMonitor:
         self.enabled = True  # while False, forwards neither record nor count
         self.forwards = 0  # forwards seen while active and enabled
         self._step: int | None = None  # the step the loop set; None: each forward is its own step
-        self._records: list[StepSummary] = []
-        self._current: ForwardSums | None = None  # the recorded forward under way
+        self._forward: RecordedForward | None = None  # the recorded forward under way, through the hooks
         self._through: ScaleSession | None = None  # the caller's session of `recording()`, while in it
-        self._warned_nonfinite = False
         self._depth = 0  # nested calls of the model (the outermost one is the forward)
         self._hooks = []
 
@@ -153,15 +154,15 @@ class AttentionMonitor:
         self._restore()
         _MONITORED.discard(self.model)
 
-    def _restore(self) -> None:
-        """Leave a recorded forward's installation (the model's own attention again) and its state."""
+    def _restore(self, *, finished: bool = False) -> None:
+        """Leave a recorded forward's installation (the model's own attention again) and its state; its
+        summary is added where the forward `finished`, else dropped."""
         self._depth = 0
-        if self._current is not None:
-            self._current = None
+        forward, self._forward = self._forward, None
+        if forward is not None:
             self._scaling.__exit__(None, None, None)
-        session = self._scaling.session
-        session.on_stats = session.on_nonfinite = session.on_key_stats = None
-        session.mask_memo.clear()  # no mask of this forward is kept alive
+            self._close(forward, finished=finished)
+        self._scaling.session.mask_memo.clear()  # no mask of this forward is kept alive
 
     @property
     def active(self) -> bool:
@@ -192,34 +193,48 @@ class AttentionMonitor:
         if self._depth > 1 or not self.enabled or self._through is not None:
             return
         refuse_nesting(active_session())
-        self.forwards += 1
-        if self.step % self.every:
-            return
         mask = kwargs.get("attention_mask")
         if mask is None and self._mask_index is not None and len(args) > self._mask_index:
             mask = args[self._mask_index]
-        mask = mask if getattr(mask, "ndim", None) == 2 else None
-        current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
+        forward = self._open(self._scaling.session, mask)
+        if forward is None:
+            return
         # activation checkpointing recomputes each layer in the backward, outside this forward, with the
         # model's own attention, whose saved tensors must be the forward's: the statistics then come from
         # a pass beside the model's own sdpa output ("sdpa-then-entropy"), not the one fused pass
         fused = Fused.OFF if activation_checkpointing(self.model) else self.measure.fused
         self._scaling.session.measure = self.measure.replace(fused=fused)
-        self._scaling.session.on_stats = current.add
-        self._scaling.session.on_nonfinite = current.add_nonfinite
-        self._scaling.session.on_key_stats = current.add_keys
-        self._scaling.__enter__()
-        self._current = current  # entered: the forward hook leaves it
+        try:
+            self._scaling.__enter__()
+        except BaseException:
+            forward.close()
+            raise
+        self._forward = forward  # entered: the forward hook leaves it
 
     def _end(self, module, args, output):
         self._depth = max(self._depth - 1, 0)
-        if self._depth or self._current is None:
+        if self._depth or self._forward is None:
             return
-        current = self._current
-        self._restore()  # the model's own attention again, before any check
-        if output is None:  # the forward raised: its partial reports are dropped
-            return
-        self._add(current.finish(self.step))
+        # the model's own attention again, before any check; a forward that raised (output None) drops
+        # its partial reports
+        self._restore(finished=output is not None)
+
+    def _open(self, session, mask) -> RecordedForward | None:
+        """Count a forward; on a step of `every`, feed its reports to `session` into a new ForwardSums
+        (`mask`: the forward's attention_mask; a 2-D one says which rows are real). The one path of both
+        the monitor's own installation and `recording()`."""
+        self.forwards += 1
+        if self.step % self.every:
+            return None
+        mask = mask if getattr(mask, "ndim", None) == 2 else None
+        sums = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
+        return RecordedForward(session, sums)
+
+    def _close(self, forward: RecordedForward, *, finished: bool) -> None:
+        """The session's own reports again; a `finished` forward's summary added to its step's record."""
+        forward.close()
+        if finished:
+            self._add(forward.sums.finish(self.step))
 
     @contextlib.contextmanager
     def recording(self, scaling: ScaleSession, attention_mask=None):
@@ -250,134 +265,18 @@ class AttentionMonitor:
         if not self.enabled:
             yield
             return
-        self.forwards += 1
-        if self.step % self.every:
+        forward = self._open(scaling.session, attention_mask)
+        if forward is None:
             yield
             return
-        mask = attention_mask if getattr(attention_mask, "ndim", None) == 2 else None
-        current = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
-        session = scaling.session
-        own = session.on_stats, session.on_nonfinite, session.on_key_stats  # an EntropyRecorder's go on
-        session.on_stats = current.add if own[0] is None else both(own[0], current.add)
-        session.on_nonfinite = current.add_nonfinite
-        session.on_key_stats = current.add_keys if own[2] is None else both(own[2], current.add_keys)
         self._through = scaling
+        finished = False
         try:
             yield
+            finished = True
         finally:  # a raising forward's partial reports are dropped with it
-            session.on_stats, session.on_nonfinite, session.on_key_stats = own
             self._through = None
-            session.mask_memo.clear()
-        self._add(current.finish(self.step))
-
-    def _add(self, summary: StepSummary) -> None:
-        """A finished forward's summary: merged into its step's record, or a record of its own."""
-        if self._records and self._records[-1].step == summary.step:
-            self._records[-1] = self._records[-1].merge(summary)
-        else:
-            self._records.append(summary)
-        if summary.nonfinite and not self._warned_nonfinite:
-            self._warned_nonfinite = True
-            warnings.warn(
-                f"{type(self.model).__name__}: the attention of step {summary.step} is not finite "
-                f"({summary.nonfinite.splitlines()[0]}); the step is recorded as non-finite (nonfinite_steps, "
-                "scalars()['attention/nonfinite']) and the training loop decides what to do with it; said "
-                "once per monitor",
-                NonFiniteStepWarning,
-                stacklevel=2,
-            )
-
-    # -- results ------------------------------------------------------------------------------------
-    @property
-    def recorded(self) -> int:
-        """How many steps have been recorded (non-finite ones included)."""
-        return len(self._records)
-
-    @property
-    def latest_step(self) -> int | None:
-        """The step of the last record (finite or not), None before the first."""
-        return self._records[-1].step if self._records else None
-
-    @property
-    def latest_finite(self) -> bool:
-        """Whether the last record's attention was finite (False before the first)."""
-        return bool(self._records) and self._records[-1].nonfinite is None
-
-    @property
-    def nonfinite_steps(self) -> list[int]:
-        """The recorded steps whose attention was not finite (module docstring), oldest first."""
-        return [r.step for r in self._records if r.nonfinite]
-
-    def latest(self) -> dict[str, np.ndarray]:
-        """{name: (layers, heads) float32} of the last recorded step whose attention was finite, for each of
-        `summaries`: the mean over its real query rows, the maximum for maxima; received's two summaries
-        (received_first, received_max_later) over its batch rows (summary.py).
-
-        Returns:
-            dict: {name: (layers, heads) float32}, each in its unit (received_max_later NaN: no later key).
-
-        Raises:
-            EntropyLensError: no finite step recorded yet.
-        """
-        finite = [r for r in self._records if r.nonfinite is None]
-        if not finite:
-            nonfinite = f"; steps {self.nonfinite_steps} were not finite" if self._records else ""
-            raise EntropyLensError(
-                f"AttentionMonitor has recorded no finite step yet (every={self.every}: the first record is "
-                f"step {self.every}{nonfinite}); call latest() after a recorded forward"
-            )
-        return finite[-1].values()
-
-    def scalars(self, prefix: str = "attention", *, per_head: bool = False) -> dict[str, float]:
-        """The last record as flat {name: float} for any logger: `{prefix}/nonfinite` (1.0 where its
-        attention was not finite, with nothing else; 0.0), `{prefix}/{stat}/layer_{l}/mean`, `/min` and
-        `/max` over the layer's heads, and with per_head=True each `{prefix}/{stat}/layer_{l}/head_{h}`.
-
-        Args:
-            prefix: the names' first part ("" for none).
-            per_head: add one scalar per head.
-
-        Returns:
-            dict: {name: float}, as above.
-
-        Raises:
-            TypeError: prefix not a str or per_head not a bool.
-            EntropyLensError: no finite step recorded yet (where the last record was finite or none).
-        """
-        if not isinstance(prefix, str) or not isinstance(per_head, bool):
-            raise TypeError("scalars(prefix: str, *, per_head: bool)")
-        flag = f"{prefix}/nonfinite" if prefix else "nonfinite"
-        if self._records and not self.latest_finite:
-            return {flag: 1.0}
-        return {flag: 0.0, **flat_scalars(self.latest(), prefix, per_head=per_head)}
-
-    @property
-    def history(self) -> History:
-        """Every recorded step with finite attention, oldest first, and the steps without
-        (`nonfinite`) (history.History)."""
-        records = [r for r in self._records if r.nonfinite is None]
-        shape = (0, self.n_layers, self.n_heads)
-        values = {
-            s: np.stack([r.values()[s] for r in records]) if records else np.zeros(shape, np.float32)
-            for s in self.summaries
-        }
-        return History(
-            steps=np.array([r.step for r in records], dtype=np.int64),
-            forwards=np.array([r.forwards for r in records], dtype=np.int64),
-            rows=np.array([r.rows for r in records], dtype=np.int64),
-            values=values,
-            meta=self.meta(),
-            nonfinite=np.array(self.nonfinite_steps, dtype=np.int64),
-            sequences=np.array([r.sequences for r in records], dtype=np.int64),
-        )
-
-    def save(self, path) -> None:
-        """Write `history` to `path` (.npz, atomically; history.py's schema).
-
-        Args:
-            path: the file to write (str or Path); a target that is not a regular file is refused.
-        """
-        self.history.save(path)
+            self._close(forward, finished=finished)
 
     def meta(self) -> dict:
         """What a saved history records of the run: the versions and the model's shape."""

@@ -29,7 +29,7 @@ DIRECTIVE = re.compile(r"^\.\. auto(class|function|exception)::\s+(\S+)\n((?:   
 
 def _forwards():
     """{entry: the callable whose keywords an entry's `**options` are}."""
-    from entropy_lens.capture.recorder import ScaleSession
+    from entropy_lens.capture import ScaleSession
 
     return {"entropy_lens.EntropyRecorder": ScaleSession.__init__}
 
