@@ -32,7 +32,7 @@ from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.key_sums import KeySums, check_key_name
 from entropy_lens.capture.scale_session import ScaleSession, check_keywords
 from entropy_lens.errors import EntropyLensError, first_line, index_ranges
-from entropy_lens.statistics import ENTROPY, RECEIVED, SINK_MASS, reduction_of
+from entropy_lens.statistics import ENTROPY, RECEIVED, ROWS, SINK_MASS, reduction_of
 
 
 class EntropyRecorder(ScaleSession):
@@ -156,25 +156,19 @@ class EntropyRecorder(ScaleSession):
         self._key_sums.release_mask()
         self.session.mask_memo.clear()
 
-    def drain_into(self, sums: dict[str, torch.Tensor]) -> None:
-        """Add everything recorded into the caller's float64 sums (layers, heads, n), keyed as `sums`'s
-        (`kernels.stats.sum_names`), and row count "count" (n,) int64, waiting for copies in flight,
-        and leave the recorder empty: a scan's batch goes straight into the scan's running sums, without
-        the recorder's own arrays or a read-out copy.
+    def drain_into(self, sums: dict[str, torch.Tensor], axis: str = ROWS) -> None:
+        """Add everything recorded on `axis` into the caller's float64 sums (layers, heads, n) and leave
+        it empty, waiting for copies in flight: a scan's batch goes straight into the scan's running sums,
+        without the recorder's own arrays or a read-out copy. ROWS: the row statistics, keyed as `sums`'s
+        (`kernels.stats.sum_names`), and "count" (n,) int64 the rows per position; KEYS: the key
+        statistics, keyed as `key_sums`, and "count" (n,) int64 the batch rows with a real key at each
+        position.
 
         Args:
             sums: the caller's {name: float64 tensor} running sums (above), added to in place.
+            axis: statistics.ROWS or statistics.KEYS.
         """
-        self._sums.drain_into(sums)
-
-    def drain_keys_into(self, sums: dict[str, torch.Tensor]) -> None:
-        """As `drain_into`, for the key statistics: the caller's float64 sums (layers, heads, n) keyed as
-        `key_sums`, and "count" (n,) int64 the batch rows with a real key at each position.
-
-        Args:
-            sums: the caller's {name: float64 tensor} running sums, added to in place.
-        """
-        self._key_sums.drain_into(sums)
+        (self._sums if axis == ROWS else self._key_sums).drain_into(sums)
 
     @property
     def stats(self) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
 from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
 from entropy_lens.runs.output import CHECKPOINT, scan_difference
-from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, STATISTICS, reduction_of
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, KEYS, STATISTICS, reduction_of
 
 __all__ = ["INTERRUPTS", "KEY_COUNT", "ScanSums", "interrupts_deferred"]
 
@@ -99,7 +99,7 @@ class ScanSums:
                 capture.drain_into({k: torch.from_numpy(arrays[k]) for k in (*names, "count")})
                 if self.key_sums:
                     keys = {k: torch.from_numpy(arrays[k]) for k in self.key_sums}
-                    capture.drain_keys_into(keys | {"count": torch.from_numpy(arrays[KEY_COUNT])})
+                    capture.drain_into(keys | {"count": torch.from_numpy(arrays[KEY_COUNT])}, KEYS)
             loss = nll.double().cpu().numpy()  # (B, T): every position of a packed chunk is a real token
             if not self.entropy:
                 arrays["count"][columns] += loss.shape[0]
