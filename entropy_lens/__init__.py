@@ -1,7 +1,7 @@
 """entropy_lens: per-layer, per-head, per-position attention entropy of causal LMs.
 
 Where to start: `scan(ScanConfig(...))` measures a model on a text into a `ScanResult` (a results file
-that `ScanResult.load` opens); `EntropyRecorder` records your own forward passes; `attention_stats` and
+that `ScanResult.load` opens); `EntropyRecorder` records your own forward passes, `GenerationRecorder` every token `generate()` writes; `attention_stats` and
 `attention_received` are the kernels alone, on queries and keys; `AttentionMonitor` (or
 `EntropyLensCallback` for a `transformers.Trainer`) watches a training loop; `load_model` loads a
 checkpoint as the others do. Each is importable from `entropy_lens`, and heavy imports (torch,
@@ -19,7 +19,10 @@ _LAZY = {
     "attention_entropy": "entropy_lens.kernels",
     "attention_stats": "entropy_lens.kernels",
     "attention_received": "entropy_lens.kernels",
+    "attention_probs": "entropy_lens.kernels",
     "EntropyRecorder": "entropy_lens.capture",
+    "GenerationRecorder": "entropy_lens.generation",
+    "GenerationResult": "entropy_lens.generation",
     "AttentionMonitor": "entropy_lens.monitor",
     "EntropyLensCallback": "entropy_lens.monitor.callback",
     "ScanConfig": "entropy_lens.runs.scan",
@@ -37,7 +40,10 @@ __all__ = [  # noqa: RUF022 (same order as _LAZY)
     "attention_entropy",
     "attention_stats",
     "attention_received",
+    "attention_probs",
     "EntropyRecorder",
+    "GenerationRecorder",
+    "GenerationResult",
     "AttentionMonitor",
     "EntropyLensCallback",
     "ScanConfig",

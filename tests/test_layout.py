@@ -33,6 +33,7 @@ ALLOWED = {
     "training": {"runs", "monitor", "models", "data", "capture", "results", "analysis", "progress"},
     "runs": {"models", "data", "capture", "kernels", "results", "analysis", "progress"},
     "monitor": {"capture", "kernels", "results"},
+    "generation": {"capture", "kernels", "results"},
     "kvpress": {"kernels"},
     "models": set(),
     "data": set(),
@@ -294,14 +295,15 @@ LIST_MODIFIERS = {
     "attention_stats",
     "attention_with_entropy",
     "attention_received",
+    "attention_probs",
     "shard_state",
     "build",
 }
 
 
 def test_only_the_public_entry_points_list_the_score_modifiers():
-    """Below `attention_entropy`, `attention_stats`, `attention_with_entropy`, `attention_received` and
-    `shard_state` the score
+    """Below `attention_entropy`, `attention_stats`, `attention_with_entropy`, `attention_received`,
+    `attention_probs` and `shard_state` the score
     modifiers travel as one `kernels.ScoreMods`: no other function of the package takes them one by one
     (issue 40). A validator or a mask helper may take the two or three it works on; four or more is the
     old tail."""

@@ -510,3 +510,35 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
     for name in got.key_names:
         scale = np.abs(want.received(name)).clip(min=1.0)
         assert (np.abs(got.received(name) - want.received(name)) / scale).max() <= 1e-5, name
+
+
+@pytest.mark.parametrize(
+    "extras",
+    [{}, {"sinks": True, "softcap": 3.0}, {"padded": True, "window": 9}],
+    ids=["plain", "sinks", "window"],
+)
+def test_attention_probs_slices_on_the_triton_row_pass(extras):
+    """attention_probs with the Triton kernel's log-sum-exp equals the float64 probabilities' slice."""
+    from entropy_lens import attention_probs
+    from entropy_lens.kernels import attention_probabilities
+
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 4, 40, 16, generator=g), torch.randn(2, 2, 70, 16, generator=g)
+    kw = {"softcap": extras.get("softcap"), "window": extras.get("window")}
+    if extras.get("sinks"):
+        kw["sinks"] = torch.randn(4, generator=g)
+    if extras.get("padded"):
+        keep = torch.ones(2, 70, dtype=torch.bool)
+        keep[0, :11] = False
+        kw["mask"] = keep
+    want, _, _ = attention_probabilities(q, k, validate_scale(q, k, 0.3), ScoreMods.build(q, k, **kw))
+    got = attention_probs(
+        q.to(DEVICE),
+        k.to(DEVICE),
+        softmax_scale=0.3,
+        rows=(5, 35),
+        keys=(20, 70),
+        backend="triton",
+        **on_device(kw, DEVICE),
+    ).cpu()
+    assert (got.double() - want[:, :, 5:35, 20:70]).abs().max().item() <= 1e-5

@@ -88,6 +88,7 @@ def floors_line(allowed: dict[str, set[str]], base: set[str]) -> str:
         + ", ".join(f"`{n}`" for n in shown)
         + " (torch-free).",
         width=100,
+        break_on_hyphens=False,
     )
 
 

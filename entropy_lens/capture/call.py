@@ -300,16 +300,19 @@ def layer_inputs(call: LayerCall) -> LayerInputs:
 def _first_key(call: LayerCall, memo: dict, S: int, mask) -> torch.Tensor | None:
     """(B|1,) int64: each batch row's first real key, where first_mass's K keys begin: from the forward's
     2-D padding mask where the session holds one covering the S keys (a sliding window's mask hides the
-    keys behind it, padded or not), else the first key the layer's mask (the kernels' form: causal and
-    window taken out) lets through (`kernels.contract.first_real_key`)."""
+    keys behind it, padded or not), or more than S: a cropped cache (a sliding layer's, while decoding)
+    holds the last S of the mask's keys, so the first real key lies that many keys earlier, maybe before
+    the cache (negative: none of first_mass's keys, or only its last, are still there); else the first
+    key the layer's mask (the kernels' form: causal and window taken out) lets through
+    (`kernels.contract.first_real_key`)."""
     known = None if call.session is None else call.session.padding_start
-    if known is not None and known[1] in (None, S):
+    if known is not None and (known[1] is None or known[1] >= S):
         start, device = known[0], call.query.device
-        if start is None or start.device == device:
+        if start is None or start.device == device and known[1] == S:
             return start
-        key = ("padding_start", device)  # copied once per forward and device: a copy is a synchronisation
+        key = ("padding_start", device, S)  # copied once per forward and device: a copy is a synchronisation
         if key not in memo:
-            memo[key] = start.to(device)
+            memo[key] = start.to(device) - (known[1] - S)
         return memo[key]
     key = ("first_key", id(mask), S)
     if key not in memo:

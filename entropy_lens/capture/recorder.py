@@ -106,7 +106,7 @@ class EntropyRecorder(ScaleSession):
         super()._install(stack)
 
     def _keep_outer_mask(self, module, args, kwargs):
-        self._outer_mask = _padding_mask(kwargs.get("attention_mask"))
+        self._outer_mask = padding_mask(kwargs.get("attention_mask"))
 
     def _drop_outer_mask(self, module, args, output):
         self._outer_mask = None
@@ -119,11 +119,11 @@ class EntropyRecorder(ScaleSession):
             self._key_sums.begin_forward(sequence.attention_mask)  # every key, from the group's first rank
             return
         given = kwargs.get("attention_mask")
-        mask = _padding_mask(given)
+        mask = padding_mask(given)
         mask = mask if mask is not None else self._outer_mask
         self._sums.begin_forward(mask)
         self._key_sums.begin_forward(mask)
-        self.session.padding_start = _padding_start(mask, unpadded=given is None and mask is None)
+        self.session.padding_start = padding_start_of(mask, unpadded=given is None and mask is None)
 
     def _end_forward(self, module, args, output):
         """Every layer reported once: a layer that computes attention outside transformers' attention
@@ -249,7 +249,7 @@ class EntropyRecorder(ScaleSession):
         return self.mean(SINK_MASS.name)
 
 
-def _padding_start(mask, *, unpadded: bool):
+def padding_start_of(mask, *, unpadded: bool):
     """Session.padding_start of a forward: each batch row's first real key (the first the 2-D padding
     mask (B, S) lets through) and S; (None, None) without a mask (`unpadded`); None if not known."""
     if mask is not None:
@@ -257,6 +257,6 @@ def _padding_start(mask, *, unpadded: bool):
     return (None, None) if unpadded else None
 
 
-def _padding_mask(mask):
+def padding_mask(mask):
     """`mask` if it is a 2-D padding mask (B, S), else None."""
     return mask if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None

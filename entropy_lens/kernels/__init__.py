@@ -60,6 +60,11 @@ never a silently different number. ::
         from two streaming passes, the rows' log-sum-exp and a column pass; the contract, and
         `received_from_lse` (the column pass alone, for a caller that has the rows' LSE), in received.py.
 
+    attention_probs(q, k, *, softmax_scale, rows=(a, b), keys=(c, d), <the modifiers above>,
+                    backend="auto") -> (B, Hq, b − a, d − c) float32
+        an exact slice of the probabilities, each row normalised over every key it may see: the rows'
+        log-sum-exp from the backend's row pass, then the slice's scores (probs.py)
+
 What a row returns is declared once, in stats.py (`ROW_STATS`, `RowStats`); which kernel runs is decided
 once, in plan.py (`BACKENDS`: "reference", float64, tests only; "torch_chunked", exact streaming, the
 fallback everywhere, its per-tile step compiled on request, fold.py; "native", the same loop in C++ on
@@ -88,6 +93,7 @@ from entropy_lens.kernels.plan import (
     statistics_kernel,
     train_plan,
 )
+from entropy_lens.kernels.probs import attention_probs
 from entropy_lens.kernels.received import attention_received, received_from_lse
 from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.stats import (
@@ -112,6 +118,7 @@ __all__ = [
     "Stats",
     "attention_entropy",
     "attention_probabilities",
+    "attention_probs",
     "attention_received",
     "attention_stats",
     "attention_with_entropy",

@@ -76,6 +76,7 @@ This module states the contract and hands on the names of the modules that keep 
     spans.py         spans of positions in multiples of L, and the summary `scan` prints
     sweep_index.py   a sweep folder's index
     history.py       the monitor's history file, read and written here so that view opens it
+    generation.py    GenerationResult: the statistics of every generated token, one .npz
 
 """
 

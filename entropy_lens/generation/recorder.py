@@ -1,0 +1,206 @@
+"""Attention while the model writes: the row statistics of every generated token, exact, inside
+`model.generate()` or any decode loop with a KV cache, without T × T. ::
+
+    with GenerationRecorder(model, stats=("entropy", "max_prob")) as rec:
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=64)
+    result = rec.result()            # GenerationResult: tokens (B, N), stat(name) (B, N, layers, heads)
+
+The row of generated token n is the query whose logits chose it: the prompt's last position for n = 0,
+the query of decode step n after. Every forward of the decoder inside the block is one such step (a
+prefill, then one forward per new token, as `generate` and a decode loop make them); each layer's row
+statistics come from the capture's kernels (the same numbers an EntropyRecorder takes), of which the
+recorder keeps the last query row of each forward: O(layers · heads) per step, on the host.
+
+Tokens: `generate`'s output where it ran inside the block (its method is wrapped for the block's
+duration, and restored); in a decode loop of your own, the ids each step fed (the last token, never
+fed, is −1 unless `result(sequences=...)` is given). A sequence ends with its end token
+(generation_config.eos_token_id): its later tokens are −1 and their values NaN. Beam search reorders the
+cache between steps, so rows would not follow one sequence: refused in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+
+from entropy_lens import __version__
+from entropy_lens.capture import ScaleSession
+from entropy_lens.capture.recorder import padding_mask, padding_start_of
+from entropy_lens.capture.scale_session import check_keywords
+from entropy_lens.errors import EntropyLensError, index_ranges
+from entropy_lens.results.generation import GenerationResult
+
+__all__ = ["GenerationRecorder"]
+
+
+class GenerationRecorder(ScaleSession):
+    """Record the row statistics of every generated token (module docstring).
+
+    Args:
+        model: a transformers causal LM that capture supports.
+        **options: ScaleSession's keywords, as EntropyRecorder takes them: `stats` (row statistics of
+            entropy_lens.statistics.STATISTICS; default entropy, and sink_mass for a model with sinks),
+            `backend`, `fused`, `scales`, and the statistics' parameters by name. Key statistics
+            (attention received) are refused: a generated token's row is a row statistic.
+
+    Raises:
+        EntropyLensError: an unknown or key statistic, a value out of range.
+    """
+
+    def __init__(self, model, **options):
+        check_keywords("GenerationRecorder", options)
+        super().__init__(model, **options)
+        if self.session.measure.key_stats:
+            raise EntropyLensError(
+                f"GenerationRecorder records row statistics of each generated token; "
+                f"{', '.join(self.session.measure.key_stats)} is a key statistic: record it with "
+                "EntropyRecorder(model, stats=...) around generate()"
+            )
+        cfg = model.config.get_text_config()
+        self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+        self.session.on_stats = self._add
+        self._layers: dict[int, dict[str, torch.Tensor]] = {}  # this forward's last rows, by layer
+        self._steps: list[dict[str, np.ndarray]] = []  # per forward: {stat: (B, layers, heads)}
+        self._fed: list[np.ndarray] = []  # per forward: the ids it fed (B, T)
+        self._prompt_len: np.ndarray | None = None
+        self._sequences: torch.Tensor | None = None  # generate()'s output, where it ran in the block
+        self._eos: tuple = ()  # (the end token generate used,) where it ran
+        self._outer_mask = None
+
+    # -- installation -------------------------------------------------------------------------------
+    def _install(self, stack: contextlib.ExitStack) -> None:
+        decoder = self.model.get_decoder()
+        hooks = [
+            decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True),
+            decoder.register_forward_hook(self._end_forward),
+            self.model.register_forward_pre_hook(self._outer_forward, with_kwargs=True),
+        ]
+        for hook in hooks:
+            stack.callback(hook.remove)
+        stack.callback(setattr, self, "_outer_mask", None)
+        stack.enter_context(self._wrapped_generate())
+        super()._install(stack)
+
+    @contextlib.contextmanager
+    def _wrapped_generate(self):
+        """`model.generate` inside the block: refuses beam search, keeps the output's sequences."""
+        model, own = self.model, self.model.__dict__.get("generate")
+        original = model.generate
+
+        def generate(*args, **kwargs):
+            config = kwargs.get("generation_config") or model.generation_config
+            beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
+            if beams > 1:
+                raise EntropyLensError(
+                    f"GenerationRecorder follows one sequence per batch row; beam search (num_beams={beams}) "
+                    "reorders the cache between steps: generate with num_beams=1 (greedy or sampling)"
+                )
+            out = original(*args, **kwargs)
+            self._sequences = out if isinstance(out, torch.Tensor) else out.sequences
+            # the end token generate stopped on: its argument where given (None: none), else its config's
+            self._eos = (kwargs["eos_token_id"],) if "eos_token_id" in kwargs else (config.eos_token_id,)
+            return out
+
+        model.generate = generate
+        try:
+            yield
+        finally:
+            if own is None:
+                del model.generate
+            else:
+                model.generate = own
+
+    def _outer_forward(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = self._outer_mask = padding_mask(kwargs.get("attention_mask"))
+        if isinstance(ids, torch.Tensor) and ids.ndim == 2:
+            self._fed.append(ids.detach().cpu().numpy())
+            if self._prompt_len is None:  # the first forward is the prompt's: its real tokens
+                real = mask.sum(-1) if mask is not None else torch.full((ids.shape[0],), ids.shape[1])
+                self._prompt_len = real.cpu().numpy().astype(np.int64)
+
+    def _begin_forward(self, module, args, kwargs):
+        self.session.mask_memo.clear()
+        given = kwargs.get("attention_mask")
+        mask = padding_mask(given)
+        mask = mask if mask is not None else self._outer_mask
+        self.session.padding_start = padding_start_of(mask, unpadded=given is None and mask is None)
+        self._layers = {}
+
+    def _add(self, layer: int, values: dict, offset: int) -> None:
+        """A layer's row statistics (B, Hq, T): its last row, the one whose logits choose the next token."""
+        self._layers[layer] = {name: v[:, :, -1].detach() for name, v in values.items()}
+
+    def _end_forward(self, module, args, output):
+        got = sorted(self._layers)
+        if got != list(range(self.n_layers)):
+            missing = sorted(set(range(self.n_layers)) - set(got))
+            raise EntropyLensError(
+                f"{type(self.model).__name__}: layers {index_ranges(missing) or '(none)'} of {self.n_layers} "
+                "reported no attention statistics in this forward; see README, Supported architectures"
+            )
+        names = self._layers[0]
+        self._steps.append(
+            {
+                name: torch.stack([self._layers[i][name] for i in got], 1).float().cpu().numpy()
+                for name in names
+            }
+        )
+        self._layers = {}
+
+    # -- the result -----------------------------------------------------------------------------------
+    def result(self, sequences=None) -> GenerationResult:
+        """The statistics of every generated token so far (module docstring).
+
+        Args:
+            sequences: None, or (B, prompt + N) ids as generate returns them: the tokens of a decode loop
+                of your own (default: generate's output where it ran inside the block, else the ids each
+                step fed).
+
+        Returns:
+            GenerationResult: tokens, each recorded statistic per token, layer and head, and the meta.
+
+        Raises:
+            EntropyLensError: no forward ran inside the recorder.
+        """
+        if not self._steps:
+            raise EntropyLensError(
+                "no forward ran inside the GenerationRecorder; call model.generate(...) in it"
+            )
+        N = len(self._steps)
+        values = {name: np.stack([s[name] for s in self._steps], 1) for name in self._steps[0]}
+        B = next(iter(values.values())).shape[0]
+        sequences = sequences if sequences is not None else self._sequences
+        tokens = np.full((B, N), -1, dtype=np.int64)
+        if sequences is not None:
+            new = np.asarray(torch.as_tensor(sequences).cpu())[:, -N:]
+            tokens[:, : new.shape[1]] = new
+        else:  # step k fed token k − 1
+            for k, fed in enumerate(self._fed[1:N], start=0):
+                tokens[:, k] = fed[:, -1]
+        (eos,) = self._eos or (getattr(self.model.generation_config, "eos_token_id", None),)
+        ends = np.isin(tokens, np.atleast_1d(np.asarray(eos if eos is not None else [], dtype=np.int64)))
+        first_end = np.where(ends.any(1), ends.argmax(1), N - 1)
+        lengths = np.minimum(first_end + 1, N)
+        live = np.arange(N)[None, :] < lengths[:, None]
+        tokens = np.where(live, tokens, -1)
+        values = {
+            name: np.where(live[:, :, None, None], v, np.nan).astype(np.float32) for name, v in values.items()
+        }
+        measure = self.session.measure
+        meta = {
+            "entropy_lens_version": __version__,
+            "model": str(getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__),
+            "model_class": type(self.model).__name__,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "stats": list(values),
+            **measure.recorded(),
+            "backend": "+".join(sorted(self.session.backends)),
+            "attention_path": "+".join(sorted(self.session.paths)),
+            "eos_token_id": None if eos is None else np.atleast_1d(np.asarray(eos)).tolist(),
+        }
+        prompt = self._prompt_len if self._prompt_len is not None else np.zeros(B, dtype=np.int64)
+        return GenerationResult(tokens, values, prompt, lengths.astype(np.int64), meta)

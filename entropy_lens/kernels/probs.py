@@ -1,0 +1,97 @@
+"""Exact attention slices at any length: the probabilities a block of query rows gives a block of keys,
+each row normalised over every key it may see (and its sink), not only the slice, without T × S. ::
+
+    attention_probs(q, k, *, softmax_scale, rows=(a, b), keys=(c, d), <the score modifiers>, backend="auto")
+        -> (B, Hq, b − a, d − c) float32
+
+Two steps: the rows' log-sum-exp from `backend`'s row pass (O(T) beside the inputs: the same pass the
+statistics take), then the slice's scores, with every modifier, and e^(s − lse). Memory
+O((b − a)(d − c) + T) per head. The reference backend slices its float64 materialised probabilities
+(`reference.attention_probabilities`, small T: tests).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Backend, Measure
+from entropy_lens.kernels.entrance import MODIFIERS, enter
+from entropy_lens.kernels.plan import statistics_kernel
+from entropy_lens.kernels.received import row_log_sum_exp
+from entropy_lens.kernels.reference import attention_probabilities
+from entropy_lens.kernels.torch_chunked import ScoreTiles
+from entropy_lens.settings import check_argument
+
+__all__ = ["attention_probs"]
+
+
+def attention_probs(
+    q,
+    k,
+    *,
+    softmax_scale,
+    rows=None,
+    keys=None,
+    causal=True,
+    mask=None,
+    window=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
+    key_bias=None,
+    backend="auto",
+) -> torch.Tensor:
+    """The probabilities query rows a..b give keys c..d, exact (module docstring).
+
+    Args:
+        q: (B, Hq, T, D) queries after RoPE, any float dtype.
+        k: (B, Hkv, S, D) keys; Hq % Hkv == 0.
+        softmax_scale: λ, a float or an (Hq,) tensor; scores are λ_h q·k.
+        rows: (a, b), 0 <= a < b <= T: the query rows (None: every row).
+        keys: (c, d), 0 <= c < d <= S: the keys (None: every key).
+        causal, mask, window, softcap, sinks, alibi_slopes, key_bias: the score modifiers, as
+            `attention_stats` takes them.
+        backend: "auto" or one of kernels.BACKENDS: the kernel of the rows' log-sum-exp.
+
+    Returns:
+        Tensor: (B, Hq, b − a, d − c) float32; 0 where a row may not see a key (and for a row that sees
+        none).
+
+    Raises:
+        ValueError: a span outside the rows or keys, or an input outside the contract (EntropyLensError),
+            naming the fix.
+    """
+    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
+    measure = Measure.parse(backend=backend)
+    call = enter(q, k, softmax_scale=softmax_scale, measure=measure, modifiers=modifiers)
+    T, S = q.shape[2], k.shape[2]
+    a, b = _span("rows", rows, T)
+    c, d = _span("keys", keys, S)
+    kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
+    if kernel == Backend.REFERENCE:
+        p, _, _ = attention_probabilities(q, k, call.softmax_scale, call.mods)
+        return p[:, :, a:b, c:d].float()
+    lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)  # (B, Hq, T); +inf: no outcome
+    with torch.no_grad():
+        tiles = ScoreTiles(q.detach(), k.detach(), call.softmax_scale, call.mods, S - T)
+        s = tiles.scores(tiles.queries(a, b), a, b, c, d)  # (B, Hkv, G, b − a, d − c), −inf: not seen
+        s = s.reshape(q.shape[0], q.shape[1], b - a, d - c)
+        return torch.exp(s - lse[:, :, a:b, None].float())
+
+
+def _span(what: str, span, n: int) -> tuple[int, int]:
+    """(start, stop) of `span` within n, 0 <= start < stop <= n (None: (0, n)); EntropyLensError in one
+    line otherwise."""
+    if span is None:
+        return 0, n
+    if not isinstance(span, (tuple, list)) or len(span) != 2:
+        raise EntropyLensError(f"{what} must be (start, stop) with 0 <= start < stop <= {n}; got {span!r}")
+    for value in span:
+        check_argument(what, value, int, {"at_least": 0, "at_most": n}, example=0)
+    start, stop = int(span[0]), int(span[1])
+    if start >= stop:
+        raise EntropyLensError(
+            f"{what} ({start}, {stop}) is empty; pass (start, stop) with start < stop <= {n}"
+        )
+    return start, stop

@@ -1,0 +1,138 @@
+"""GenerationRecorder: every generated token's row statistics inside generate() equal float64 statistics
+of the model's own eager attention over the same tokens, each sequence alone, unpadded and
+teacher-forced, on left-padded batches of five families; ends, refusals and the saved file."""
+
+import numpy as np
+import pytest
+import torch
+from architectures import SUPPORTED, build, eager_probabilities
+
+from entropy_lens import GenerationRecorder, GenerationResult
+from entropy_lens.errors import EntropyLensError
+
+FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "gpt_oss")  # GQA, sliding layers, window, softcap, sinks
+STATS = ("entropy", "max_prob", "first_mass", "recent_mass", "distance")
+PROMPT, NEW, PAD = 9, 6, 3
+
+
+def left_padded_prompts():
+    """(2, PROMPT) ids and their mask: row 0 left-padded by PAD tokens."""
+    ids = torch.randint(3, 300, (2, PROMPT), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :PAD] = 0
+    return ids, mask
+
+
+def float64_rows(model, sequence: torch.Tensor, rows: range, recent: int = 64) -> dict[str, np.ndarray]:
+    """{stat: (len(rows), layers, heads)} float64 from the model's eager attention over `sequence` alone
+    (1-D ids, unpadded), at query rows `rows`."""
+    _, probs = eager_probabilities(model, sequence[None], None)
+    out = {name: [] for name in (*STATS, "sink_mass")}
+    for p in probs:  # (1, H, T, T) float64
+        p = p[0][:, list(rows)]  # (H, R, T)
+        sink = (1.0 - p.sum(-1)).clamp_min(0.0)
+        T = p.shape[-1]
+        pos = torch.tensor(list(rows), dtype=torch.float64).view(1, -1, 1)
+        keys = torch.arange(T, dtype=torch.float64).view(1, 1, -1)
+        behind = pos - keys
+        out["entropy"].append(-torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(sink, sink))
+        out["max_prob"].append(torch.maximum(p.amax(-1), sink))
+        out["first_mass"].append(p[..., 0])
+        out["recent_mass"].append(torch.where((behind >= 0) & (behind < recent), p, 0.0).sum(-1))
+        out["distance"].append((p * behind.clamp_min(0)).sum(-1) / p.sum(-1))
+        out["sink_mass"].append(sink)
+    return {name: torch.stack(v).permute(2, 0, 1).numpy() for name, v in out.items()}  # (R, layers, heads)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_generated_token_equals_eager_float64_teacher_forced(family):
+    model = build(family, SUPPORTED[family][0])
+    ids, mask = left_padded_prompts()
+    stats = (*STATS, "sink_mass") if family == "gpt_oss" else STATS
+    with GenerationRecorder(model, stats=stats) as rec:
+        out = model.generate(
+            ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0, eos_token_id=None
+        )
+    r = rec.result()
+    assert np.array_equal(r.tokens, out[:, PROMPT:].numpy()) and r.prompt_len.tolist() == [
+        PROMPT - PAD,
+        PROMPT,
+    ]
+    assert r.lengths.tolist() == [NEW, NEW] and r.stats == stats
+    for b in range(2):
+        real = out[b, PAD if b == 0 else 0 :]  # the sequence alone: its real prompt and what it wrote
+        P = int(r.prompt_len[b])
+        want = float64_rows(model, real[: P + NEW - 1], range(P - 1, P + NEW - 1))
+        for name in stats:
+            got = r.stat(name)[b].astype(np.float64)  # (N, layers, heads)
+            np.testing.assert_allclose(got, want[name], atol=2e-4, err_msg=f"{family} {name} row {b}")
+
+
+def test_sampling_and_an_early_end():
+    """Sampled tokens are generate's own; a sequence that writes its end token has −1 and NaN after it,
+    and every live value is a number."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    with GenerationRecorder(model, stats="entropy") as rec:
+        torch.manual_seed(0)
+        first = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=True, pad_token_id=0)
+    end = int(first[0, PROMPT + 2])  # row 0 writes this token third: make it the end token
+    with GenerationRecorder(model, stats="entropy") as rec:
+        torch.manual_seed(0)
+        out = model.generate(
+            ids, attention_mask=mask, max_new_tokens=NEW, do_sample=True, pad_token_id=0, eos_token_id=end
+        )
+    r = rec.result()
+    ended = int(np.argmax(out[0, PROMPT:].numpy() == end)) + 1
+    assert r.lengths[0] == ended and (r.tokens[0, ended:] == -1).all()
+    assert np.isnan(r.stat("entropy")[0, ended:]).all() and np.isfinite(r.stat("entropy")[r.live]).all()
+
+
+def test_a_decode_loop_of_your_own():
+    """A loop with a KV cache: the ids each step fed are the tokens, the last one −1 until given."""
+    from transformers import DynamicCache
+
+    model = build("llama", SUPPORTED["llama"][0])
+    ids = torch.randint(3, 300, (1, PROMPT), generator=torch.Generator().manual_seed(2))
+    with GenerationRecorder(model, stats="entropy") as rec, torch.no_grad():
+        cache, step, fed = DynamicCache(), ids, []
+        for _ in range(4):
+            logits = model(step, past_key_values=cache, use_cache=True).logits
+            step = logits[:, -1:].argmax(-1)
+            fed.append(int(step))
+    r = rec.result()
+    assert r.tokens[0].tolist() == [*fed[:3], -1] and r.lengths.tolist() == [4]
+    assert rec.result(sequences=torch.tensor([[*ids[0].tolist(), *fed]])).tokens[0].tolist() == fed
+
+
+def test_refusals_in_one_line():
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    with pytest.raises(EntropyLensError, match="beam search .num_beams=2"), GenerationRecorder(model):
+        model.generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2, pad_token_id=0)
+    assert "generate" not in model.__dict__  # the wrapper is gone with the block
+    with pytest.raises(EntropyLensError, match="received is a key statistic"):
+        GenerationRecorder(model, stats=("entropy", "received"))
+    with pytest.raises(TypeError, match="unexpected keyword 'stat'"):
+        GenerationRecorder(model, stat="entropy")
+    with pytest.raises(EntropyLensError, match="no forward ran"):
+        GenerationRecorder(model).result()
+
+
+def test_the_file_round_trips_and_a_foreign_file_is_refused(tmp_path):
+    model = build("gpt_oss", SUPPORTED["gpt_oss"][0])
+    ids, mask = left_padded_prompts()
+    with GenerationRecorder(model, stats=("entropy", "max_prob")) as rec:
+        model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    r = rec.result()
+    back = GenerationResult.load(r.save(tmp_path / "gen.npz"))
+    assert np.array_equal(back.tokens, r.tokens) and back.meta["stats"] == list(r.stats)
+    for name in r.stats:
+        assert np.array_equal(back.stat(name), r.stat(name), equal_nan=True)
+    with np.load(tmp_path / "gen.npz") as z:  # numpy opens it without entropy_lens
+        assert z["entropy"].shape == (2, 3, 2, 4)
+    np.savez(tmp_path / "other.npz", tokens=np.zeros(2))
+    with pytest.raises(EntropyLensError, match="not a generation result"):
+        GenerationResult.load(tmp_path / "other.npz")
+    with pytest.raises(EntropyLensError, match="'varentropy' was not recorded"):
+        r.stat("varentropy")
