@@ -260,3 +260,19 @@ def test_no_page_installs_the_package_from_an_index():
         "not published",
     ):
         assert words in guide, words
+
+
+def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
+    """The guide to attention while generating, its Python blocks run in order on the embedded tiny model:
+    the recorder's result has a row per generated token, its file reads back, the slice has its shape."""
+    page = (DOCS / "guides" / "generation.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/guides/generation.md", "exec"), namespace)  # noqa: S102 - the page's own code
+    result = namespace["result"]
+    assert result.tokens.shape == (2, 8) and namespace["entropy"].shape[:2] == (2, 8)
+    loaded = namespace["GenerationResult"].load(tmp_path / "generation.npz")
+    assert (loaded.tokens == result.tokens).all() and tuple(namespace["block"].shape) == (1, 4, 96, 16)
