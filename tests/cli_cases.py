@@ -20,6 +20,7 @@ COMMANDS = (
     "sweep",
     "ppl",
     "passkey",
+    "generate",
     "eval",
     "eval-table",
     "fit",

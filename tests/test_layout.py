@@ -31,7 +31,7 @@ ALLOWED = {
     "cli": {"training", "harness", "figures", "runs", "monitor", "models", "analysis", "results", "view"},
     "harness": {"runs", "models", "data", "results"},
     "training": {"runs", "monitor", "models", "data", "capture", "results", "analysis", "progress"},
-    "runs": {"models", "data", "capture", "kernels", "results", "analysis", "progress"},
+    "runs": {"models", "data", "capture", "generation", "kernels", "results", "analysis", "progress"},
     "monitor": {"capture", "kernels", "results"},
     "generation": {"capture", "kernels", "results"},
     "kvpress": {"kernels"},

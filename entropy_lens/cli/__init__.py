@@ -41,7 +41,18 @@ INTERRUPTED = "entropy-lens: interrupted"  # what Ctrl-C prints (exit status 130
 
 def build_parser() -> argparse.ArgumentParser:
     from entropy_lens import __version__
-    from entropy_lens.cli import analysis, figures, harness, heads, passkey, perplexity, scan, train, view
+    from entropy_lens.cli import (
+        analysis,
+        figures,
+        generate,
+        harness,
+        heads,
+        passkey,
+        perplexity,
+        scan,
+        train,
+        view,
+    )
     from entropy_lens.cli.options import add_settings, flag_type
     from entropy_lens.runs.launch import LaunchSettings
     from entropy_lens.runs.threads import check_threads
@@ -49,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="entropy-lens", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"entropy-lens {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (scan, perplexity, passkey, harness, analysis, train, heads, figures, view):
+    for module in (scan, perplexity, passkey, generate, harness, analysis, train, heads, figures, view):
         module.add_parsers(sub)
     for name in DISTRIBUTED_COMMANDS:  # applied once in main() before any work
         add_settings(sub.choices[name], LaunchSettings)

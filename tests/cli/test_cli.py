@@ -53,6 +53,7 @@ def _minimal(command: str) -> list[str]:
         "sweep": ["sweep", "tiny-nope", "--len", "8", "--scales", "1", "--out", "x"],
         "ppl": ["ppl", "tiny-nope", "--lens", "32"],
         "passkey": ["passkey", "tiny-nope", "--lens", "256", "--out", "x.json"],
+        "generate": ["generate", "tiny-nope", "--data", "austen:emma", "--out", "x.npz"],
         "eval": ["eval", "tiny-nope", "--tasks", "arc_easy", "--out", "x.json"],
         "eval-table": ["eval-table", "1", "x.json"],
         "fit": ["fit", "x"],

@@ -92,6 +92,10 @@ def test_example_parses_and_its_settings_check(example):
         assert args.table in ("1", "3") and args.results  # reads results files earlier examples write
     elif args.command == "train-tiny":
         config_from_args(TinyRecipe, args).check()
+    elif args.command == "generate":
+        from entropy_lens.runs.generate import GenerateConfig
+
+        config_from_args(GenerateConfig, args).check()
     elif args.command == "search-heads":
         config_from_args(HeadSearchConfig, args, init=args.init or 1.0).check()
     elif args.command == "figures":

@@ -124,7 +124,7 @@ def test_every_parse_only_pattern_names_an_example():
         assert any(re.search(pattern, cmd) for cmd in examples), f"no example matches {pattern!r} ({why})"
 
 
-MODEL_COMMANDS = ("scan", "sweep", "ppl", "passkey", "eval", "search-heads")
+MODEL_COMMANDS = ("scan", "sweep", "ppl", "passkey", "generate", "eval", "search-heads")
 
 
 def test_every_example_that_is_run_can_run_here():

@@ -1,0 +1,155 @@
+"""`entropy-lens generate`: a model writes after a prompt, and the row statistics of every token it writes
+are recorded (entropy_lens.generation.GenerationRecorder) into one .npz (results/generation.py), with a
+summary per layer and head. ::
+
+    config = GenerateConfig(model="tiny-nope", prompt_file="prompt.txt", max_new_tokens=32)
+    result = generate(config, out="gen.npz")      # GenerationResult; --out checked before the model loads
+
+The prompt is a text file (`--prompt-file`) or the first `--prompt-len` tokens of a text source
+(`--data`, as scan reads it). Greedy by default; `--sample` draws with `--seed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import BACKENDS, FUSED_MODES, parse_stats
+from entropy_lens.runs.output import check_file_target
+from entropy_lens.runs.setting_groups import Checkpoint, Loading
+from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
+from entropy_lens.statistics import ENTROPY, FIRST_KEYS, RECENT_KEYS, STATISTICS
+
+if TYPE_CHECKING:  # torch-free at import: `entropy-lens generate --help` loads none
+    from entropy_lens.generation import GenerationResult
+
+__all__ = ["GenerateConfig", "generate", "head_summary"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig(Checked, Checkpoint, Loading):
+    """What `entropy-lens generate` writes after and records."""
+
+    prompt_file: str | None = setting(None, metavar="F", help="a text file: the prompt")
+    data: str | None = setting(
+        None, help="or a text source, as scan's --data: its first --prompt-len tokens are the prompt"
+    )
+    prompt_len: int = setting(256, at_least=1, at_most=MAX_TOKENS, help="tokens of --data in the prompt")
+    max_new_tokens: int = setting(32, at_least=1, at_most=MAX_COUNT, help="tokens to generate")
+    sample: bool = setting(False, help="sample (with --seed) instead of greedy decoding")
+    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="the sampling seed")
+    stats: str = setting(
+        ENTROPY.name,
+        help="row statistics per generated token, comma-separated, or all: " + ", ".join(STATISTICS),
+    )
+    backend: str = setting("auto", help=f"the kernel of the statistics: auto | {' | '.join(BACKENDS)}")
+    fused: str = setting("auto", choices=FUSED_MODES, help="as scan's --fused")
+    first_keys: int = FIRST_KEYS.setting()
+    recent_keys: int = RECENT_KEYS.setting()
+
+    def check(self) -> None:
+        """EntropyLensError in one line for a prompt given twice or not at all, a prompt file that is
+        not there, or statistics that are not row statistics, before anything loads."""
+        if (self.prompt_file is None) == (self.data is None):
+            raise EntropyLensError(
+                "give the prompt as --prompt-file F or as --data D (its first --prompt-len tokens)"
+            )
+        if self.prompt_file is not None and not Path(self.prompt_file).is_file():
+            raise EntropyLensError(f"--prompt-file {self.prompt_file}: no such file; pass a text file")
+        try:
+            parse_stats(self.stats)  # row statistics: a generated token's row
+        except ValueError as err:
+            raise EntropyLensError(f"--stats: {err}") from None
+
+
+documented(GenerateConfig)
+
+
+def generate(config: GenerateConfig, *, out: str | None = None, force: bool = False) -> GenerationResult:
+    """Load the model, write `max_new_tokens` after the prompt, and return (and save to `out`) the
+    statistics of every generated token. `out` is checked before the model loads (an existing file is
+    replaced only with `force`)."""
+    import torch
+
+    from entropy_lens.generation import GenerationRecorder
+    from entropy_lens.models import resolve_device, resolve_dtype
+    from entropy_lens.runs.variants import load_variant
+
+    config.check()
+    if out is not None:
+        check_file_target(out, example="generation.npz")
+        if Path(out).exists() and not force:
+            raise EntropyLensError(f"{out} already exists; pass --force to overwrite it, or another --out")
+    device = resolve_device(config.device)
+    lm = load_variant(config, device, resolve_dtype(config.dtype, device))
+    ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
+    params = {name: getattr(config, name) for name in ("first_keys", "recent_keys")}
+    kw = {"do_sample": config.sample, "max_new_tokens": config.max_new_tokens}
+    if lm.tokenizer is not None and lm.tokenizer.pad_token_id is None:
+        kw["pad_token_id"] = lm.tokenizer.eos_token_id
+    torch.manual_seed(config.seed)
+    stats = config.stats if config.stats != "all" else tuple(STATISTICS)
+    recorder = GenerationRecorder(lm.model, stats=stats, backend=config.backend, fused=config.fused, **params)
+    with recorder as rec, torch.no_grad():
+        lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    result = rec.result()
+    texts = (
+        []
+        if lm.tokenizer is None
+        else [lm.tokenizer.decode(t[:n].tolist()) for t, n in zip(result.tokens, result.lengths, strict=True)]
+    )
+    meta = {**result.meta, "texts": texts, "generate_config": dataclasses.asdict(config)}
+    result = dataclasses.replace(result, meta=meta)
+    if out is not None:
+        result.save(out)
+    return result
+
+
+def _prompt_ids(config: GenerateConfig, tokenizer):
+    import torch
+
+    from entropy_lens.data import token_chunks
+
+    if config.prompt_file is not None:
+        if tokenizer is None:
+            raise EntropyLensError(
+                f"{config.model} has no tokenizer for --prompt-file; use --data with token ids"
+            )
+        text = Path(config.prompt_file).read_text(encoding="utf-8")
+        ids = tokenizer(text, return_tensors="pt").input_ids[0]
+        if ids.numel() == 0:
+            raise EntropyLensError(
+                f"--prompt-file {config.prompt_file} holds no tokens; write a prompt into it"
+            )
+        return ids
+    chunks = token_chunks(tokenizer, config.data, length=config.prompt_len, samples=1, seed=0)
+    return torch.from_numpy(chunks.ids[0, : config.prompt_len])
+
+
+def head_summary(result: GenerationResult) -> str:
+    """The generated text (meta `texts`, where a tokenizer decoded it), then per layer: each recorded
+    statistic's mean over the live generated tokens and the heads, and the heads with its lowest and
+    highest mean; and the entropy of each generated token (mean over sequences, layers and heads)."""
+    lines = [f"sequence {b}: {text!r}" for b, text in enumerate(result.meta.get("texts", []))]
+    live = result.live
+    for name in result.stats:
+        values = result.stat(name)[live].astype(np.float64)  # (tokens, layers, heads)
+        per_head = values.mean(0)  # (layers, heads)
+        lines.append(f"{name} ({STATISTICS[name].unit}), mean over {values.shape[0]} generated tokens:")
+        for layer, heads in enumerate(per_head):
+            low, high = int(heads.argmin()), int(heads.argmax())
+            lines.append(
+                f"  layer {layer:>2}: mean {heads.mean():.4f}, lowest head {low} ({heads[low]:.4f}), "
+                f"highest head {high} ({heads[high]:.4f})"
+            )
+    if ENTROPY.name in result.stats and live.shape[1] > 1:
+        by_step = np.nanmean(result.stat(ENTROPY.name).astype(np.float64), axis=(0, 2, 3))
+        lines.append(
+            f"entropy by generated token (mean over sequences, layers, heads): {np.round(by_step, 4).tolist()}"
+        )
+    return "\n".join(lines)
