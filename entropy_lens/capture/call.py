@@ -93,6 +93,9 @@ class Session:
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
+    # layer -> the keys (and values) of its cache that an earlier forward's check covered: a decode step
+    # that continues them (S − T of them) checks its T new ones alone (`check_finite_inputs`)
+    checked_keys: dict = field(default_factory=dict)
     # each batch row's first real key in this forward, from its 2-D padding mask (the recorder sets it):
     # (B|1,) int64 and the keys that mask covers, or (None, None): the forward had no mask at all, key 0 for
     # any number of keys; None where the forward's padding is not known (a 4-D mask given): read off each
@@ -233,17 +236,23 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
     """EntropyLensError, in one line naming the layer, where the model hands a capturing layer a query,
     key or value that is not finite (overflow in bf16/fp16, NaN weights): its statistics would be
     undefined, and the kernels would otherwise turn them into finite numbers nobody flags. One pass over
-    q, k and v (O(T·D)), beside the layer's O(T²·D) scores.
+    q, k and v (O(T·D)), beside the layer's O(T²·D) scores; a decode step that continues the cache an
+    earlier forward of the session checked (S − T keys at that layer: `Session.checked_keys`) checks its
+    T new keys and values alone, so a step costs O(T·D) here, not O(S·D).
 
     On a GPU, in a session whose `on_stats` reads the check with the statistics (`stats_check_inputs`:
     the recorder's HostSums), the check is returned unread, (4,) bool on the device (query, key, value
     finite; the scores' `contract.score_bound` within SAFE_SCORE, which the kernels then leave unread:
     `contract.score_range_checked`), and refused there, where the statistics reach the host: reading it
     here would stop the host at every layer until the device caught up. None: checked here."""
-    tensors = (("query", call.query), ("key", call.key), ("value", call.value))
+    session = call.session
+    T, S, layer = call.query.shape[2], call.key.shape[2], getattr(call.module, "layer_idx", None)
+    # a decode step continuing the cache an earlier forward checked: its new keys and values alone
+    new = S - T if S > T and session.checked_keys.get(layer) == S - T else 0
+    session.checked_keys[layer] = S
+    tensors = (("query", call.query), ("key", call.key[:, :, new:]), ("value", call.value[:, :, new:]))
     # a float64 sum is finite exactly where every term is (no float32/16 value overflows it): one pass each
     finite = torch.isfinite(torch.stack([x.detach().sum(dtype=torch.float64) for _, x in tensors]))
-    session = call.session
     deferred = session.stats_check_inputs and session.on_rows is None and session.on_nonfinite is None
     if deferred and call.query.device.type in DEFERRED_CHECK_DEVICES:
         scale = validate_scale(call.query, call.key, call.softmax_scale)

@@ -109,11 +109,17 @@ def run_path(call: LayerCall, inputs: LayerInputs) -> LayerRun:
     layer = layer_plan(call, inputs)
     if layer.fixed is not None:
         return run_route(call, inputs, layer.fixed)
+    T, S = call.query.shape[2], call.key.shape[2]
+    # a decode step (queries on a cache: S > T, not a shard's chunk) keys its choice by S's power of two:
+    # each step's S is new, and a choice timed at one length serves the next (a scan keys its own S)
+    decoding = S > T and call.session.context is None
+    keys = 1 << (S - 1).bit_length() if decoding else S
     shape_key = (
         str(call.query.device),
         call.query.dtype,
         *call.query.shape,
-        *call.key.shape[1:3],
+        call.key.shape[1],
+        keys,
         inputs.mods.mask is not None,
         inputs.mods.causal,
         inputs.mods.window,

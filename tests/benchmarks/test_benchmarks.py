@@ -481,3 +481,13 @@ def test_every_benchmark_script_writes_through_the_shared_helper():
         assert "from _bench import" in text, script.name
         for hand_made in ("atomic_write_text", "platform.", "time.strftime", "ArgumentParser(", "getrusage("):
             assert hand_made not in text, f"{script.name}: {hand_made} (use benchmarks/_bench.py)"
+
+
+def test_generate_benchmark_times_every_mode_on_a_tiny_model(benchmark_script):
+    """Each mode's worker generates after a prompt and reports its total, prefill and decode-step times."""
+    generate_cpu = benchmark_script("generate_cpu")
+    for mode in generate_cpu.MODES:
+        row = generate_cpu.worker("tiny-nope", mode, 64, 4, 1)
+        assert row["mode"] == mode and row["length"] == 64 and row["new"] == 4, row
+        assert 0 < row["prefill_s"] <= row["total_s"] and row["step_ms"] > 0 and row["peak_rss_mb"] > 0
+    assert "step × plain" in generate_cpu.table([row], generate_cpu.COLUMNS)

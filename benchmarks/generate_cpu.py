@@ -1,0 +1,150 @@
+"""A recorded generate() against a plain one: time, time per decode step and peak memory on CPU.
+
+    python benchmarks/generate_cpu.py [--model smollm2] [--lengths 4096 16384] [--new 64] [--threads 2]
+                                      [--modes plain recorder entropy eager] [--out benchmarks/results/generate_cpu.json]
+
+Greedy `generate()` of `--new` tokens after a prompt of the first `length` tokens of the bundled corpus
+(austen:persuasion), float32, each (mode, length) in a fresh process so its peak RSS (ru_maxrss) is its
+own, after an untimed warm-up generate of 8 tokens after 256:
+  plain     the model on sdpa, nothing recorded: the baseline
+  recorder  `GenerationRecorder(model, stats=("entropy",))` around generate: every generated token's
+            entropy per layer and head
+  entropy   `EntropyRecorder(model, stats=("entropy",))` around generate (per-position sums across
+            decode steps: what the issue measured)
+  eager     the model on eager attention with `generate(output_attentions=True,
+            return_dict_in_generate=True)`: the (layers, heads, T, S) maps of every step, what attention
+            tools read today; its address space capped at 90% of the memory available, so maps that do
+            not fit fail as "out of memory" instead of swapping
+Each row: the total time, the prefill's (the first forward) and the mean decode step's (the others),
+the ratio to plain at that length, and the peak RSS. The JSON is written after every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
+from _bench import Column, make_record, parser, peak_rss_mb, table, write_json
+
+MODES = ("plain", "recorder", "entropy", "eager")
+LENGTHS = (4096, 16384)
+CORPUS = "austen:persuasion"
+
+
+def worker(model_name: str, mode: str, length: int, new: int, threads: int) -> dict:
+    """Inside each measured process: load, warm up, time one generate with per-forward timestamps."""
+    import torch
+
+    from entropy_lens import EntropyRecorder, GenerationRecorder, load_model
+    from entropy_lens.data import load_documents
+
+    torch.set_num_threads(threads)
+    if mode == "eager":
+        from received_cpu import cap_address_space
+
+        cap_address_space()
+    lm = load_model(model_name, dtype="float32", device="cpu")
+    model = lm.model
+    if mode == "eager":
+        model.set_attn_implementation("eager")
+    ids = lm.tokenizer.encode(load_documents(CORPUS)[0][0], add_special_tokens=False)[:length]
+    if len(ids) < length:
+        raise ValueError(f"{CORPUS} has {len(ids):,} tokens, fewer than {length:,}")
+    stamps: list[float] = []
+    model.register_forward_pre_hook(lambda *a: stamps.append(time.perf_counter()))
+
+    def run(prompt, tokens):
+        kw = {"max_new_tokens": tokens, "do_sample": False, "pad_token_id": lm.tokenizer.eos_token_id}
+        kw |= {"min_new_tokens": tokens}
+        if mode == "eager":
+            kw |= {"output_attentions": True, "return_dict_in_generate": True}
+        recorder = {"recorder": GenerationRecorder, "entropy": EntropyRecorder}.get(mode)
+        with torch.no_grad():
+            if recorder is None:
+                return model.generate(prompt, **kw)
+            with recorder(model, stats=("entropy",)):
+                return model.generate(prompt, **kw)
+
+    run(torch.tensor([ids[:256]]), 8)  # warm-up: imports, the native kernel, the allocator
+    stamps.clear()
+    started = time.perf_counter()
+    try:
+        run(torch.tensor([ids]), new)
+    except (RuntimeError, MemoryError) as err:
+        return {"mode": mode, "length": length, "skipped": f"out of memory ({str(err).splitlines()[0][:80]})"}
+    total = time.perf_counter() - started
+    prefill = stamps[1] - stamps[0] if len(stamps) > 1 else total
+    steps = [b - a for a, b in itertools.pairwise(stamps[1:])]
+    return {
+        "mode": mode,
+        "length": length,
+        "new": new,
+        "total_s": round(total, 3),
+        "prefill_s": round(prefill, 3),
+        "step_ms": round(1000 * sum(steps) / max(len(steps), 1), 2),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+
+
+def main() -> None:
+    ap = parser(__doc__, "generate_cpu")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        mode, length = args.worker[0], int(args.worker[1])
+        print(json.dumps(worker(args.model, mode, length, args.new, args.threads)))
+        return
+    rows = []
+    for length in args.lengths:
+        for mode in args.modes:
+            cmd = [sys.executable, __file__, "--model", args.model, "--new", str(args.new)]
+            cmd += ["--threads", str(args.threads), "--worker", mode, str(length)]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            row = json.loads(lines[-1]) if lines else {"mode": mode, "length": length}
+            if not lines:
+                why = (
+                    f"signal {-done.returncode}"
+                    if done.returncode < 0
+                    else done.stderr.strip().splitlines()[-1:]
+                )
+                row["skipped"] = f"failed: {why}"
+            plain = next(
+                (r for r in rows if r["mode"] == "plain" and r["length"] == length and "total_s" in r), None
+            )
+            if plain is not None and "total_s" in row:
+                row["vs_plain"] = round(row["total_s"] / plain["total_s"], 3)
+                row["step_vs_plain"] = round(row["step_ms"] / plain["step_ms"], 3)
+            rows.append(row)
+            write_json(
+                args.out,
+                make_record("generate_cpu", model=args.model, new=args.new, threads=args.threads, rows=rows),
+            )
+            print(json.dumps(row), flush=True)
+    print(table(rows, COLUMNS))
+
+
+COLUMNS = (
+    Column("length", "length"),
+    Column("mode", "mode", align="<"),
+    Column("total s", "total_s", ".2f"),
+    Column("prefill s", "prefill_s", ".2f"),
+    Column("step ms", "step_ms", ".1f"),
+    Column("× plain", lambda r: r.get("vs_plain"), ".2f"),
+    Column("step × plain", lambda r: r.get("step_vs_plain"), ".2f"),
+    Column("peak MB", "peak_rss_mb", ".0f"),
+)
+
+if __name__ == "__main__":
+    main()
