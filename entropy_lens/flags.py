@@ -244,10 +244,6 @@ class Measure:
         """This record with `changes` (already parsed values: `stats=`, `key_stats=`, `params=`, ...)."""
         return dataclasses.replace(self, **changes)
 
-    def changed(self, **params) -> Measure:
-        """This record with the parameters `params` (by name) set and checked."""
-        return self.replace(params=parse_params({**dict(self.params), **params}))
-
     def recorded(self) -> dict[str, int]:
         """{parameter: value} as a results meta and a history record them: every parameter that is set
         (None: off, as the query window by default, is left out)."""

@@ -34,7 +34,7 @@ from kernel_cases import (
     reference_output,
 )
 
-from entropy_lens.flags import Measure, Stats
+from entropy_lens.flags import Measure
 from entropy_lens.kernels import (
     ROW_STATS,
     ScoreMods,
@@ -55,7 +55,7 @@ def launch(q, k, v, softmax_scale, stats=("entropy", "sink_mass"), first_keys=1,
     q, k = q.to(DEVICE), k.to(DEVICE)
     mods = ScoreMods.build(q, k, **on_device(mods, DEVICE))
     v = None if v is None else v.to(DEVICE)
-    measure = Measure(stats=Stats(stats)).changed(first_keys=first_keys, recent_keys=recent_keys)
+    measure = Measure.parse(stats=stats, first_keys=first_keys, recent_keys=recent_keys)
     return run("triton", q, k, v, validate_scale(q, k, softmax_scale), mods, measure=measure)
 
 
