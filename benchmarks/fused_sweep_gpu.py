@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 
@@ -66,6 +67,7 @@ def _load(path: str):
 def sweep_length(length: int, shape: dict, configs, device: str, repeats: int, baseline) -> list[dict]:
     import torch
 
+    from entropy_lens.flags import Measure, Stats
     from entropy_lens.kernels import triton_entropy as te
     from entropy_lens.kernels.mods import ScoreMods
 
@@ -118,8 +120,12 @@ def sweep_length(length: int, shape: dict, configs, device: str, repeats: int, b
         nonlocal reference
         values = v if fused else None
 
+        # what to measure as the kernel file takes it: a Measure, or (a baseline before it) the names
+        takes = inspect.signature(module.row_stats_triton).parameters
+        what = {"measure": Measure(stats=Stats(stats))} if "measure" in takes else {"stats": stats}
+
         def fn():
-            return module.row_stats_triton(q, k, values, scale, mods, stats=stats)
+            return module.row_stats_triton(q, k, values, scale, mods, **what)
 
         try:
             if config is None:
