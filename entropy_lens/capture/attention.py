@@ -40,6 +40,7 @@ from entropy_lens.capture.call import (
     LayerInputs,
     active_session,
     check_finite_inputs,
+    decode_range_known,
     layer_inputs,
     read_call,
 )
@@ -131,8 +132,10 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
         record(call, SDPA_ALIBI if alibi else EAGER)
     else:
         inputs = layer_inputs(call)
-        # the scores' range, where inputs_finite holds it, is read with the statistics, not by the kernels
-        with contextlib.nullcontext() if inputs_finite is None else score_range_checked():
+        # the scores' range, where inputs_finite holds it, is read with the statistics, not by the kernels;
+        # a decode step's is known from its cache's largest key (decode_range_known)
+        checked = inputs_finite is not None or decode_range_known(call)
+        with score_range_checked() if checked else contextlib.nullcontext():
             ran = run_path(call, inputs)  # 1. the row pass: the output, the row statistics, their LSE
             keys = column_pass(call, inputs, ran.route, ran.rows) if wants_keys(call) else None  # 2.
             record(call, ran.route.path, ran.route, inputs, ran.rows, keys, inputs_finite)  # 3. bookkeeping

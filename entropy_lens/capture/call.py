@@ -9,6 +9,7 @@ function outside any session behaves exactly like sdpa.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -248,18 +249,29 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
     session = call.session
     T, S, layer = call.query.shape[2], call.key.shape[2], getattr(call.module, "layer_idx", None)
     # a decode step continuing the cache an earlier forward checked: its new keys and values alone
-    new = S - T if S > T and session.checked_keys.get(layer) == S - T else 0
-    session.checked_keys[layer] = S
+    seen, largest_key = session.checked_keys.get(layer, (None, None))
+    new = S - T if S > T and seen == S - T else 0
     tensors = (("query", call.query), ("key", call.key[:, :, new:]), ("value", call.value[:, :, new:]))
     # a float64 sum is finite exactly where every term is (no float32/16 value overflows it): one pass each
     finite = torch.isfinite(torch.stack([x.detach().sum(dtype=torch.float64) for _, x in tensors]))
+    session.checked_keys[layer] = (S, None)
     deferred = session.stats_check_inputs and session.on_rows is None and session.on_nonfinite is None
     if deferred and call.query.device.type in DEFERRED_CHECK_DEVICES:
         scale = validate_scale(call.query, call.key, call.softmax_scale)
         bound = score_bound(call.query, call.key, scale, call.extras, on_device=True)
         return torch.cat([finite, (bound <= SAFE_SCORE).view(1)])
-    if bool(finite.all()):
-        return None  # one host sync per layer; the place of a bad value is found only when there is one
+    if bool(
+        finite.all()
+    ):  # one host sync per layer; the place of a bad value is found only when there is one
+        # max|k| over the cache, its new keys taken in: a decode step's score bound without a pass over S
+        keys = tensors[1][1].detach()  # a 0-d tensor, unread: the bound's comparison is the one read
+        fresh = torch.linalg.vector_norm(keys, ord=math.inf) if keys.numel() else keys.new_zeros(())
+        if new == 0:
+            largest_key = fresh
+        elif largest_key is not None:
+            largest_key = torch.maximum(largest_key, fresh)
+        session.checked_keys[layer] = (S, largest_key)
+        return None
     layer = getattr(call.module, "layer_idx", "?")
     fix = (
         "the model produced NaN or inf before attention: check its weights, and run in float32 "
@@ -270,6 +282,18 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
             check_finite(x, f"layer {layer}'s {name}", fix=fix)
         except ValueError as err:
             raise EntropyLensError(str(err)) from None
+
+
+def decode_range_known(call: LayerCall) -> bool:
+    """Whether a decode step's scores are known to lie within float32's range (`contract.score_bound` at
+    most SAFE_SCORE) from max|k| over its cache, which `check_finite_inputs` kept up with its new keys:
+    then the kernels skip their own pass over the cache for it (`contract.score_range_checked`)."""
+    T, S = call.query.shape[2], call.key.shape[2]
+    known = call.session.checked_keys.get(getattr(call.module, "layer_idx", None), (None, None))
+    if S <= T or known != (S, known[1]) or known[1] is None:
+        return False
+    scale = validate_scale(call.query, call.key, call.softmax_scale)
+    return score_bound(call.query, call.key, scale, call.extras, largest_key=known[1]) <= SAFE_SCORE
 
 
 @dataclass

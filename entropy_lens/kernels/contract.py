@@ -80,19 +80,22 @@ def validate_block(value, name: str):
 SAFE_SCORE = torch.finfo(torch.float32).max / 8
 
 
-def score_bound(q, k, softmax_scale, mods, *, on_device: bool = False):
+def score_bound(q, k, softmax_scale, mods, *, on_device: bool = False, largest_key=None):
     """An upper bound on |s| for every score s of q (B, Hq, T, D) and k (B, Hkv, S, D) under `mods` (a
     ScoreMods): |λ_h q·k| <= max|λ|·D·max|q|·max|k| (which bounds every product and partial sum of the
     dot product too), plus the largest ALiBi bias max slope·(T + S) and the largest |key bias|. One
     pass over q and k (and the bias), no copy of them; a float, or with `on_device` a 0-d float64 tensor
-    on q's device that nothing here reads (reading it on a GPU is a synchronisation)."""
+    on q's device that nothing here reads (reading it on a GPU is a synchronisation). `largest_key`: a
+    0-d tensor, max|k| where the caller knows it (a decode step's cache, its new keys taken in), instead
+    of a pass over k."""
     if q.numel() == 0 or k.numel() == 0:
         return torch.zeros((), dtype=torch.float64, device=q.device) if on_device else 0.0
 
     def largest(x):
         return torch.linalg.vector_norm(x.detach(), ord=math.inf).to(torch.float64)
 
-    bound = largest(softmax_scale) * q.shape[-1] * largest(q) * largest(k)
+    k_max = largest(k) if largest_key is None else largest_key.to(torch.float64)
+    bound = largest(softmax_scale) * q.shape[-1] * largest(q) * k_max
     if getattr(mods, "alibi_slopes", None) is not None:
         bound = bound + largest(mods.alibi_slopes) * (q.shape[2] + k.shape[2])
     if getattr(mods, "key_bias", None) is not None:

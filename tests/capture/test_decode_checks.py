@@ -48,3 +48,17 @@ def test_a_decode_step_checks_its_new_keys_and_a_new_cache_whole(monkeypatch):
     k3[0, 0, 2, 0] = float("inf")  # a cache this session never checked: checked whole
     with pytest.raises(EntropyLensError, match="layer 0's key"):
         _call(fresh, attn, q3, k3, v3)
+
+
+def test_a_decode_steps_scores_beyond_float32_are_refused_from_its_caches_largest_key():
+    """The bound a decode step's kernels skip is the capture's, from max|k| kept over the cache: a new
+    key that would take the scores beyond float32's range is refused as a whole pass would refuse it."""
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
+    session = Session(on_stats=lambda layer, stats, offset: None)
+    q, k, v = _inputs(8, 8)
+    _call(session, attn, q, k, v)
+    q1, k1, v1 = _inputs(9, 1, seed=1)
+    k1[:, :, :8], v1[:, :, :8] = k, v
+    k1[:, :, 8] *= 1e19  # finite, but q·k leaves float32's range
+    with pytest.raises(ValueError, match="float32"):
+        _call(session, attn, q1 * 1e19, k1, v1)
