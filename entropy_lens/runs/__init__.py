@@ -30,8 +30,9 @@ Other runs of a model
     sweep.py             one scan per uniform scale, into a folder with a sweep index
     perplexity.py        sliding-window perplexity (the paper's Table 2): a loss-only scan per window
     passkey.py           passkey retrieval (Figures 6, 8, 9) with the answer rows' entropy and needle mass
+    generate.py          `entropy-lens generate`: every generated token's row statistics after a prompt
 
-It may import the packages below it (models, data, capture, kernels, results, analysis, progress:
+It may import the packages below it (models, data, capture, generation, kernels, results, analysis, progress:
 docs/internals/layout.md); nothing below imports it, nor does it import `monitor/`. Above it sit
 `figures/` (the paper's pipeline: the runs behind its figures, their cache and the drawing),
 `training/` (train-tiny, whose model cards are made of these runs, and the λ(h) search: every loop that
