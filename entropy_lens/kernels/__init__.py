@@ -77,7 +77,7 @@ from __future__ import annotations
 
 from entropy_lens.flags import Backend, Fused, Measure, Stats
 from entropy_lens.kernels.contract import check_finite
-from entropy_lens.kernels.entrance import MODIFIERS, enter
+from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.fold import compile_requested, fold_status
 from entropy_lens.kernels.merge import merge_states, shard_state, sink_state
 from entropy_lens.kernels.mods import ScoreMods
@@ -261,17 +261,8 @@ def attention_stats(
         ValueError: an unknown statistic or backend, or an input outside the contract (EntropyLensError
             or ValueError, the message naming the fix).
     """
-    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
     measure = Measure.parse(stats=stats, backend=backend, **params)
-    call = enter(
-        q,
-        k,
-        softmax_scale=softmax_scale,
-        measure=measure,
-        modifiers=modifiers,
-        block_q=block_q,
-        block_k=block_k,
-    )
+    call = enter(q, k, measure=measure, arguments=locals())
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods)
     blocks = {"block_q": call.block_q, "block_k": call.block_k}
     return dict(run(kernel, q, k, None, call.softmax_scale, kernel_mods, measure=measure, **blocks))
@@ -331,18 +322,8 @@ def attention_with_entropy(
         ValueError: v not (B, Hkv, S, Dv) like k, an input outside the contract, or an unknown
             statistic or backend, the message naming the fix.
     """
-    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
     measure = Measure.parse(stats=stats, backend=backend, **params)
-    call = enter(
-        q,
-        k,
-        v,
-        softmax_scale=softmax_scale,
-        measure=measure,
-        modifiers=modifiers,
-        block_q=block_q,
-        block_k=block_k,
-    )
+    call = enter(q, k, v, measure=measure, arguments=locals())
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
     if kernel is Backend.TRITON and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output: q's head size
         kernel, kernel_mods = Backend.TORCH_CHUNKED, call.mods

@@ -3,8 +3,8 @@
 the tile checked, the inputs and the scale validated and the score modifiers built, in that order, so
 every entrance refuses the same argument with the same line. ::
 
-    call = enter(q, k, softmax_scale=0.3, measure=Measure.parse(stats="entropy,first_mass"),
-                 modifiers={"causal": True, "window": 128}, block_q=None, block_k=None)
+    def attention_stats(q, k, *, softmax_scale, stats, causal=True, window=None, block_q=None, ...):
+        call = enter(q, k, measure=Measure.parse(stats=stats), arguments=locals())
     call.softmax_scale (Hq,) float32, call.mods ScoreMods, call.measure, call.block_q, call.block_k
 
 Everything below takes these parsed values and never checks them again.
@@ -35,29 +35,21 @@ class Entered:
     block_k: int | None
 
 
-def enter(
-    q,
-    k,
-    v=None,
-    *,
-    softmax_scale,
-    measure: Measure,
-    modifiers: dict,
-    block_q=None,
-    block_k=None,
-    first_key=None,
-) -> Entered:
+def enter(q, k, v=None, *, measure: Measure, arguments: dict) -> Entered:
     """The checked arguments of a public call on queries q, keys k (and values v, checked as k's
-    companions): `measure` parsed by the caller (`Measure.parse`, which names what its function takes),
-    the tile (None: the kernel's default; else a positive integer), q and k (and v), the scale and the
-    `modifiers` ({name: value} of MODIFIERS; `first_key` a key shard's). ValueError (EntropyLensError)
-    in one line naming the fix otherwise."""
+    companions): `measure` parsed by the caller (`Measure.parse`, which names what its function takes);
+    from `arguments` (the function's own, `locals()`): `softmax_scale`, the tile `block_q`/`block_k`
+    (absent or None: the kernel's default; else a positive integer), the score modifiers it takes (of
+    MODIFIERS) and a key shard's `first_key`. ValueError (EntropyLensError) in one line naming the fix
+    otherwise."""
     require(measure=measure)
-    block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
+    block_q = validate_block(arguments.get("block_q"), "block_q")
+    block_k = validate_block(arguments.get("block_k"), "block_k")
     validate_inputs(q, k, v)
-    softmax_scale = validate_scale(q, k, softmax_scale)
+    softmax_scale = validate_scale(q, k, arguments["softmax_scale"])
     if v is not None and (not hasattr(v, "ndim") or v.ndim != 4 or v.shape[:3] != k.shape[:3]):
         got = tuple(getattr(v, "shape", ()))
         raise ValueError(f"v must be (B, Hkv, S, Dv) like k {tuple(k.shape)}; got {got}")
-    mods = ScoreMods.build(q, k, **modifiers, first_key=first_key)
+    modifiers = {name: arguments[name] for name in MODIFIERS if name in arguments}
+    mods = ScoreMods.build(q, k, **modifiers, first_key=arguments.get("first_key"))
     return Entered(softmax_scale, mods, measure, block_q, block_k)

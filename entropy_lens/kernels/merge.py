@@ -96,13 +96,6 @@ def shard_state(
     Raises:
         ValueError: an input outside the contract, or first_mass with a mask and no first_key.
     """
-    modifiers = {
-        "causal": causal,
-        "mask": mask,
-        "window": window,
-        "softcap": softcap,
-        "alibi_slopes": alibi_slopes,
-    }
     measure = Measure.parse(stats=stats, **params)  # a public entrance: parsed here
     if FIRST_MASS.name in measure.stats and mask is not None and first_key is None:
         raise ValueError(
@@ -110,16 +103,7 @@ def shard_state(
             "(global), which the shard's slice of the mask cannot tell; pass first_key=<(B,) indices>"
         )
     first_key = 0 if first_key is None else first_key
-    call = enter(
-        q,
-        k,
-        softmax_scale=softmax_scale,
-        measure=measure,
-        modifiers=modifiers,
-        block_q=block_q,
-        block_k=block_k,
-        first_key=first_key,
-    )
+    call = enter(q, k, measure=measure, arguments=locals())
     offset = total_keys - q.shape[2] - key_offset  # local key j is global key_offset + j
     state, _ = stream_torch(
         q,

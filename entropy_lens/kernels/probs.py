@@ -16,7 +16,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Measure
-from entropy_lens.kernels.entrance import MODIFIERS, enter
+from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.plan import statistics_kernel
 from entropy_lens.kernels.received import row_log_sum_exp
 from entropy_lens.kernels.reference import attention_probabilities
@@ -62,9 +62,8 @@ def attention_probs(
         ValueError: a span outside the rows or keys, or an input outside the contract (EntropyLensError),
             naming the fix.
     """
-    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
     measure = Measure.parse(backend=backend)
-    call = enter(q, k, softmax_scale=softmax_scale, measure=measure, modifiers=modifiers)
+    call = enter(q, k, measure=measure, arguments=locals())
     T, S = q.shape[2], k.shape[2]
     a, b = _span("rows", rows, T)
     c, d = _span("keys", keys, S)

@@ -51,7 +51,7 @@ import torch
 
 from entropy_lens.flags import Backend, Measure, parse_backend, parse_stats
 from entropy_lens.kernels.contract import check_score_range, validate_block
-from entropy_lens.kernels.entrance import MODIFIERS, enter
+from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import received_native, stream_native
 from entropy_lens.kernels.plan import statistics_kernel
@@ -323,17 +323,8 @@ def attention_received(
             names `attention_stats`).
         TypeError: a keyword no backend takes (`sofcap=`).
     """
-    modifiers = {name: value for name, value in locals().items() if name in MODIFIERS}
     measure = Measure.parse(key_stats=parse_stats(stats, KEYS), backend=backend, **params)
-    call = enter(
-        q,
-        k,
-        softmax_scale=softmax_scale,
-        measure=measure,
-        modifiers=modifiers,
-        block_q=block_q,
-        block_k=block_k,
-    )
+    call = enter(q, k, measure=measure, arguments=locals())
     mods, stats = call.mods, measure.key_stats
     rows = counted_rows(mods, q.shape[2], k.shape[2], measure["query_window"], q.device)
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, mods, one_pass=True)

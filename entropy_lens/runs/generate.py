@@ -23,7 +23,7 @@ from entropy_lens.flags import BACKENDS, FUSED_MODES, parse_stats
 from entropy_lens.runs.output import check_file_target
 from entropy_lens.runs.setting_groups import Checkpoint, Loading
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
-from entropy_lens.statistics import ENTROPY, FIRST_KEYS, RECENT_KEYS, STATISTICS
+from entropy_lens.statistics import ENTROPY, FIRST_KEYS, RECENT_KEYS, ROW_PARAMETERS, STATISTICS
 
 if TYPE_CHECKING:  # torch-free at import: `entropy-lens generate --help` loads none
     from entropy_lens.generation import GenerationResult
@@ -88,7 +88,7 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
     device = resolve_device(config.device)
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
-    params = {name: getattr(config, name) for name in ("first_keys", "recent_keys")}
+    params = {name: getattr(config, name) for name in ROW_PARAMETERS}
     kw = {"do_sample": config.sample, "max_new_tokens": config.max_new_tokens}
     if lm.tokenizer is not None and lm.tokenizer.pad_token_id is None:
         kw["pad_token_id"] = lm.tokenizer.eos_token_id
