@@ -19,6 +19,7 @@ keys: `cpu_count`, `python`, `torch`, `torch_version`), and no table reads it. `
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -130,6 +131,33 @@ def physical_memory_bytes() -> int:
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, MiB (Linux's ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@contextlib.contextmanager
+def capped_address_space():
+    """Within the block, this process's address space is capped at what it maps now plus nine tenths of
+    the memory available (Linux's MemAvailable; a tenth is left to the rest of the machine), so an
+    allocation that does not fit fails (a RuntimeError from torch's allocator) instead of swapping or
+    waking the OOM killer. Yields the GiB it may take, or None where /proc cannot tell (no cap then).
+    The cap is lifted on leaving: a process that goes on (a test's) and every child it starts after
+    (a browser reserves far more address space than it uses) must not inherit it."""
+    try:
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+        meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        mapped, available = (
+            int(d[key].split()[0]) * 1024 for d, key in ((status, "VmSize"), (meminfo, "MemAvailable"))
+        )
+    except (OSError, KeyError, ValueError):
+        yield None
+        return
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    allowed = available * 9 // 10
+    cap = mapped + allowed if before[0] == resource.RLIM_INFINITY else min(before[0], mapped + allowed)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, before[1]))
+    try:
+        yield allowed / 2**30
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)
 
 
 def machine() -> dict:

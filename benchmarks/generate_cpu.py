@@ -22,6 +22,7 @@ the ratio to plain at that length, and the peak RSS. The JSON is written after e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import subprocess
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, make_record, parser, peak_rss_mb, table, write_json
+from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, table, write_json
 
 MODES = ("plain", "recorder", "entropy", "eager")
 LENGTHS = (4096, 16384)
@@ -38,17 +39,19 @@ CORPUS = "austen:persuasion"
 
 
 def worker(model_name: str, mode: str, length: int, new: int, threads: int) -> dict:
-    """Inside each measured process: load, warm up, time one generate with per-forward timestamps."""
+    """Inside each measured process: load, warm up, time one generate with per-forward timestamps (eager
+    with its address space capped, so maps that do not fit fail as out of memory instead of swapping)."""
+    with capped_address_space() if mode == "eager" else contextlib.nullcontext():
+        return timed_generate(model_name, mode, length, new, threads)
+
+
+def timed_generate(model_name: str, mode: str, length: int, new: int, threads: int) -> dict:
     import torch
 
     from entropy_lens import EntropyRecorder, GenerationRecorder, load_model
     from entropy_lens.data import load_documents
 
     torch.set_num_threads(threads)
-    if mode == "eager":
-        from received_cpu import cap_address_space
-
-        cap_address_space()
     lm = load_model(model_name, dtype="float32", device="cpu")
     model = lm.model
     if mode == "eager":

@@ -20,7 +20,7 @@ median of `--repeats` runs (default 1: long prefills) after an untimed warm-up p
 Memory: kvpress's prefill does not ask for `output_attentions`, so each layer's weights (heads × T² × 4
 B: `layer_maps_gib`) are dropped before the next layer's; the softmax holds two of them beside the
 eager mask (T² × 4 B). The kvpress child caps its address space at 90% of the memory available (Linux;
-received_cpu.py's `cap_address_space`), so weights that do not fit fail there with an allocation error
+_bench.py's `capped_address_space`), so weights that do not fit fail there with an allocation error
 instead of swapping: the row says "out of memory", the layer it stopped in and the GiB one layer's
 weights need; a child killed by a signal says so, and longer lengths are not run for that press.
 The check, at every length where both ran: each child saves its press's scores (layers, key heads, keys)
@@ -39,6 +39,7 @@ kvpress at 8K (~3 min); kvpress stops at 16K (one layer's weights: 9.0 GiB, twic
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -46,7 +47,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, make_record, parser, peak_rss_mb, table, timed, write_json
+from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, table, timed, write_json
 
 PRESSES = ("kvpress", "lens")
 ATTENTION = {"kvpress": "eager", "lens": "sdpa"}
@@ -83,7 +84,6 @@ def worker(model_name: str, name: str, length: int, repeats: int, ratio: float, 
     import numpy as np
     import torch
     from kvpress.utils import compute_n_kept
-    from received_cpu import cap_address_space
     from transformers import DynamicCache
 
     from entropy_lens.models import load_model
@@ -117,22 +117,23 @@ def worker(model_name: str, name: str, length: int, repeats: int, ratio: float, 
     shape = {"press": name, "len": length, "attention": ATTENTION[name], "layers": layers, "heads": heads}
     map_gib = heads * length * length * 4 / 2**30
     extra = {"layer_maps_gib": map_gib} if name == "kvpress" else {}
-    available = cap_address_space() if name == "kvpress" else None
-    try:
-        prefill(ids[:, : min(WARMUP, length)])
-        timing = timed(lambda: prefill(ids), repeats=repeats, warmup=0)
-    except (MemoryError, RuntimeError) as err:
-        if name != "kvpress" or not (isinstance(err, MemoryError) or "alloc" in str(err).lower()):
-            raise
-        had = "" if available is None else f", {available:.1f} GiB were available"
-        return {
-            **shape,
-            **extra,
-            "skipped": f"out of memory in layer {len(scores) + 1} of {layers}: one layer's weights need "
-            f"{map_gib:.1f} GiB ({heads} heads × {length}² × 4 B, two in the softmax){had}",
-            "stopped_in_layer": len(scores) + 1,
-            "peak_rss_mb": peak_rss_mb(),
-        }
+    cap = capped_address_space() if name == "kvpress" else contextlib.nullcontext()
+    with cap as available:
+        try:
+            prefill(ids[:, : min(WARMUP, length)])
+            timing = timed(lambda: prefill(ids), repeats=repeats, warmup=0)
+        except (MemoryError, RuntimeError) as err:
+            if name != "kvpress" or not (isinstance(err, MemoryError) or "alloc" in str(err).lower()):
+                raise
+            had = "" if available is None else f", {available:.1f} GiB were available"
+            return {
+                **shape,
+                **extra,
+                "skipped": f"out of memory in layer {len(scores) + 1} of {layers}: one layer's weights need "
+                f"{map_gib:.1f} GiB ({heads} heads × {length}² × 4 B, two in the softmax){had}",
+                "stopped_in_layer": len(scores) + 1,
+                "peak_rss_mb": peak_rss_mb(),
+            }
     all_scores = torch.stack([scores[i][0].float() for i in range(layers)])  # (layers, key heads, keys)
     n_kept = compute_n_kept(length, ratio)
     kept = torch.zeros_like(all_scores, dtype=torch.bool)

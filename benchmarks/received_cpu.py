@@ -46,6 +46,7 @@ and 8K: on a 24 GiB machine it runs at 2K, at 4K only if nothing else holds much
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -53,7 +54,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, make_record, parser, peak_rss_mb, table, timed, write_json
+from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, table, timed, write_json
 
 MODES = ("plain", "recorder", "received", "eager")
 SCAN_MODES = ("recorder", "received")  # the scan's comparison: entropy alone against entropy + received
@@ -102,27 +103,27 @@ def worker(model_name: str, mode: str, length: int, repeats: int, npy: str) -> d
                 paths.update(rec.session.paths)
                 last[:] = [rec.received("received")] if mode == "received" else []
 
-    available = None
-    if mode == "eager":
-        available = cap_address_space()
-        for layer in model.get_decoder().layers:
-            layer.self_attn.register_forward_hook(lambda *_: made.append(1))
-    try:
-        run()  # the warm-up, at the same length: the allocator, a native kernel's build, auto's trial
-        paths.clear()  # the timed runs' paths only
-        timing = timed(run, repeats=repeats, warmup=0)
-    except (MemoryError, RuntimeError) as err:
-        if mode != "eager" or not (isinstance(err, MemoryError) or "alloc" in str(err).lower()):
-            raise
-        last.clear()
-        where = f"in layer {len(made) + 1} of {layers}"
-        return {
-            **shape,
-            "skipped": out_of_memory(where, layers, heads, length, available),
-            "stopped_in_layer": len(made) + 1,
-            "needed_gib": maps_gib(layers, heads, length),
-            "peak_rss_mb": peak_rss_mb(),
-        }
+    cap = capped_address_space() if mode == "eager" else contextlib.nullcontext()
+    with cap as available:
+        if mode == "eager":
+            for layer in model.get_decoder().layers:
+                layer.self_attn.register_forward_hook(lambda *_: made.append(1))
+        try:
+            run()  # the warm-up, at the same length: the allocator, a native kernel's build, auto's trial
+            paths.clear()  # the timed runs' paths only
+            timing = timed(run, repeats=repeats, warmup=0)
+        except (MemoryError, RuntimeError) as err:
+            if mode != "eager" or not (isinstance(err, MemoryError) or "alloc" in str(err).lower()):
+                raise
+            last.clear()
+            where = f"in layer {len(made) + 1} of {layers}"
+            return {
+                **shape,
+                "skipped": out_of_memory(where, layers, heads, length, available),
+                "stopped_in_layer": len(made) + 1,
+                "needed_gib": maps_gib(layers, heads, length),
+                "peak_rss_mb": peak_rss_mb(),
+            }
     if last:
         np.save(npy, np.asarray(last[-1], dtype=np.float64))
     return {
@@ -135,26 +136,6 @@ def worker(model_name: str, mode: str, length: int, repeats: int, npy: str) -> d
         **({"paths": sorted(paths)} if paths else {}),
         **({"needed_gib": maps_gib(layers, heads, length)} if mode == "eager" else {}),
     }
-
-
-def cap_address_space() -> float | None:
-    """Cap this process's address space at what it maps now plus nine tenths of the memory available
-    (Linux's MemAvailable; a tenth is left to the rest of the machine), so an allocation that does not
-    fit fails (a RuntimeError from torch's allocator) instead of swapping or waking the OOM killer; the
-    GiB it may take, or None where /proc cannot tell."""
-    import resource
-
-    try:
-        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-        meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        mapped, available = (
-            int(d[key].split()[0]) * 1024 for d, key in ((status, "VmSize"), (meminfo, "MemAvailable"))
-        )
-    except (OSError, KeyError, ValueError):
-        return None
-    allowed = available * 9 // 10
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + allowed, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    return allowed / 2**30
 
 
 def maps_gib(layers: int, heads: int, length: int) -> float:

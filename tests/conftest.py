@@ -32,6 +32,8 @@ def _ctrl_c_as_in_a_terminal():
 
 @pytest.fixture(autouse=True)
 def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
+    import resource
+
     import torch
 
     torch.manual_seed(0)
@@ -39,6 +41,14 @@ def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
         torch.set_num_threads(WORKER_THREADS)  # again per test: a test's --threads may have changed it
     # Model caches go to a per-session folder, never the user's home.
     monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    yield
+    # A cap left on the worker's address space outlives the test: every process it starts later inherits
+    # it (Chromium, which reserves far more than it uses, died at start-up with SIGTRAP under one).
+    left = resource.getrlimit(resource.RLIMIT_AS)
+    if left != limits:
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+        pytest.fail(f"the test left RLIMIT_AS at {left} (it was {limits}); lift it on leaving")
 
 
 @pytest.fixture(scope="session")

@@ -484,10 +484,34 @@ def test_every_benchmark_script_writes_through_the_shared_helper():
 
 
 def test_generate_benchmark_times_every_mode_on_a_tiny_model(benchmark_script):
-    """Each mode's worker generates after a prompt and reports its total, prefill and decode-step times."""
+    """Each mode's worker generates after a prompt and reports its total, prefill and decode-step times;
+    eager's cap on the address space is gone after it (the process goes on)."""
+    import resource
+
     generate_cpu = benchmark_script("generate_cpu")
+    limits = resource.getrlimit(resource.RLIMIT_AS)
     for mode in generate_cpu.MODES:
         row = generate_cpu.worker("tiny-nope", mode, 64, 4, 1)
         assert row["mode"] == mode and row["length"] == 64 and row["new"] == 4, row
         assert 0 < row["prefill_s"] <= row["total_s"] and row["step_ms"] > 0 and row["peak_rss_mb"] > 0
+        assert resource.getrlimit(resource.RLIMIT_AS) == limits, mode
     assert "step × plain" in generate_cpu.table([row], generate_cpu.COLUMNS)
+
+
+def test_the_address_space_cap_holds_in_its_block_only(benchmark_script):
+    """An allocation beyond the cap fails inside the block (torch's allocator raises, nothing swaps); the
+    limit before it is back after, also when the block raises."""
+    import resource
+
+    import torch
+
+    bench = benchmark_script("_bench")
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    with pytest.raises(KeyError), bench.capped_address_space() as gib:
+        assert gib is not None and gib > 0
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        assert soft != resource.RLIM_INFINITY and (limits[0] == resource.RLIM_INFINITY or soft <= limits[0])
+        with pytest.raises((MemoryError, RuntimeError)):
+            torch.empty(int(soft), dtype=torch.uint8)  # more bytes than the whole space may map
+        raise KeyError("leaving by an error")
+    assert resource.getrlimit(resource.RLIMIT_AS) == limits

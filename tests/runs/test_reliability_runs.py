@@ -282,12 +282,20 @@ def _ranks(
 ) -> list[subprocess.CompletedProcess]:
     """Start one process per command as the ranks of one world (as torchrun would, by hand) and wait.
     `ready`: the last rank starts first and the others once it has made this file (a rank that must
-    already be waiting when rank 0's --dist-timeout starts counting, however slowly the machine imports)."""
-    port = str(_free_port())
+    already be waiting when rank 0's --dist-timeout starts counting, however slowly the machine imports).
+    The ranks meet at this process's store, as torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE):
+    it is up before any rank starts and stays up after one has gone, so no rank's start-up races another's
+    (a rank that connected before rank 0 hosted the store retried on a back-off longer than rank 0's
+    3 s --dist-timeout, on a loaded machine)."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
     def start(rank: int) -> subprocess.Popen:
-        env = _env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(len(commands)))
-        env |= {"RANK": str(rank), "LOCAL_RANK": str(rank)}
+        env = _env(
+            tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), WORLD_SIZE=str(len(commands))
+        )
+        env |= {"RANK": str(rank), "LOCAL_RANK": str(rank), "TORCHELASTIC_USE_AGENT_STORE": "True"}
         return subprocess.Popen(
             [sys.executable, *commands[rank]],
             env=env,
