@@ -24,7 +24,14 @@ from enum import StrEnum
 
 from entropy_lens import statistics
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.statistics import DEFAULT_STATS, KEY_STATISTICS, KEYS, ROWS, STATISTICS
+from entropy_lens.statistics import (
+    DEFAULT_STATS,
+    KEY_STATISTICS,
+    KEYS,
+    ROW_SLICE_STATISTICS,
+    ROWS,
+    STATISTICS,
+)
 
 ENV_VAR = "ENTROPY_LENS_BACKEND"  # overrides --backend auto, read when the flag is parsed
 
@@ -99,6 +106,13 @@ def parse_stats(stats, axis: str | None = ROWS):
     if isinstance(stats, Stats) and axis == ROWS:
         return stats  # parsed already
     names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
+    sliced = [name for name in names if name in ROW_SLICE_STATISTICS]
+    if sliced:
+        raise ValueError(
+            f"{', '.join(sliced)}: read off each generated token's row (entropy_lens.GenerationRecorder, "
+            f"entropy-lens generate); no kernel computes it at every row yet: choose here from {ALL} or "
+            f"{', '.join(STATISTICS)}"
+        )
     if axis is None:
         return _both(names)
     declared, other = (STATISTICS, KEY_STATISTICS) if axis == ROWS else (KEY_STATISTICS, STATISTICS)

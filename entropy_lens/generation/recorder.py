@@ -5,11 +5,17 @@
         out = model.generate(ids, attention_mask=mask, max_new_tokens=64)
     result = rec.result()            # GenerationResult: tokens (B, N), stat(name) (B, N, layers, heads)
 
+    GenerationRecorder(model, stats=("entropy", "span_mass", "offset_prob", "top_key"),
+                       spans={"doc": (0, 900)}, offsets=(0, 1), top_keys=3)
+    result.stat("span_mass")         # (B, N, layers, heads, spans): result.span_names "prompt", "generated", "doc"
+
 The row of generated token n is the query whose logits chose it: the prompt's last position for n = 0,
 the query of decode step n after. Every forward of the decoder inside the block is one such step (a
 prefill, then one forward per new token, as `generate` and a decode loop make them); each layer's row
 statistics come from the capture's kernels (the same numbers an EntropyRecorder takes), of which the
-recorder keeps the last query row of each forward: O(layers · heads) per step, on the host.
+recorder keeps the last query row of each forward: O(layers · heads) per step, on the host. The
+row-slice statistics (span_mass, offset_prob, top_key: generation/rows.py) are read off that row's exact
+float64 probabilities over its keys, O(heads · keys) per layer and step, only where asked for.
 
 Tokens: `generate`'s output where it ran inside the block (its method is wrapped for the block's
 duration, and restored); in a decode loop of your own, the ids each step fed (the last token, never
@@ -30,7 +36,9 @@ from entropy_lens.capture import ScaleSession
 from entropy_lens.capture.recorder import padding_mask, padding_start_of
 from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
-from entropy_lens.results.generation import GenerationResult
+from entropy_lens.generation.rows import RowSlices
+from entropy_lens.results.generation import TOP_KEY_PROB, GenerationResult
+from entropy_lens.statistics import TOP_KEY
 
 __all__ = ["GenerationRecorder"]
 
@@ -40,18 +48,25 @@ class GenerationRecorder(ScaleSession):
 
     Args:
         model: a transformers causal LM that capture supports.
-        **options: ScaleSession's keywords, as EntropyRecorder takes them: `stats` (row statistics of
-            entropy_lens.statistics.STATISTICS; default entropy, and sink_mass for a model with sinks),
-            `backend`, `fused`, `scales`, and the statistics' parameters by name. Key statistics
-            (attention received) are refused: a generated token's row is a row statistic.
+        stats: row statistics of entropy_lens.statistics.STATISTICS (the kernels'; default entropy,
+            and sink_mass for a model with sinks) and of ROW_SLICE_STATISTICS: span_mass, offset_prob,
+            top_key (generation/rows.py). Key statistics (attention received) are refused: a generated
+            token's row is a row statistic.
+        spans: span_mass's spans besides "prompt" and "generated": {name: (start, stop)} in real
+            positions (a sequence's first real prompt token is 0).
+        offsets: offset_prob's offsets d >= 0: the key d positions behind each row (0: its own).
+        top_keys: top_key's k: the k most probable keys, with their probabilities (top_key_prob).
+        **options: ScaleSession's keywords, as EntropyRecorder takes them: `backend`, `fused`,
+            `scales`, and the kernel statistics' parameters by name.
 
     Raises:
         EntropyLensError: an unknown or key statistic, a value out of range.
     """
 
-    def __init__(self, model, **options):
+    def __init__(self, model, *, stats=None, spans=None, offsets=(), top_keys=1, **options):
         check_keywords("GenerationRecorder", options)
-        super().__init__(model, **options)
+        self.slices, stats = RowSlices.parse(stats, spans=spans, offsets=offsets, top_keys=top_keys)
+        super().__init__(model, stats=stats, **options)
         if self.session.measure.key_stats:
             raise EntropyLensError(
                 f"GenerationRecorder records row statistics of each generated token; "
@@ -61,6 +76,10 @@ class GenerationRecorder(ScaleSession):
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
         self.session.on_stats = self._add
+        if self.slices.stats:  # each layer's last row, whole: its probabilities over its keys
+            self.session.on_rows, self.session.probe_rows = self._add_slices, 1
+        self._fed_len = 0  # the positions fed so far, padding included (this forward's with it)
+        self._padding = None  # (B,) each sequence's left padding: its first real token's position
         self._layers: dict[int, dict[str, torch.Tensor]] = {}  # this forward's last rows, by layer
         self._steps: list[dict[str, np.ndarray]] = []  # per forward: {stat: (B, layers, heads)}
         self._fed: list[np.ndarray] = []  # per forward: the ids it fed (B, T)
@@ -128,10 +147,27 @@ class GenerationRecorder(ScaleSession):
         mask = mask if mask is not None else self._outer_mask
         self.session.padding_start = padding_start_of(mask, unpadded=given is None and mask is None)
         self._layers = {}
+        fed = kwargs.get("input_ids", args[0] if args else None)
+        fed = fed if isinstance(fed, torch.Tensor) else kwargs.get("inputs_embeds")
+        self._fed_len += fed.shape[1] if isinstance(fed, torch.Tensor) else 0
+        if self._padding is None and isinstance(fed, torch.Tensor):
+            first = mask.float().argmax(-1) if mask is not None else torch.zeros(fed.shape[0])
+            self._padding = first.long().cpu()
 
     def _add(self, layer: int, values: dict, offset: int) -> None:
         """A layer's row statistics (B, Hq, T): its last row, the one whose logits choose the next token."""
-        self._layers[layer] = {name: v[:, :, -1].detach() for name, v in values.items()}
+        self._layers.setdefault(layer, {}).update({name: v[:, :, -1].detach() for name, v in values.items()})
+
+    def _add_slices(self, layer: int, p: torch.Tensor) -> None:
+        """A layer's last row, whole (p (B, Hq, 1, S) float64): the row-slice statistics read off it. The
+        S keys are the last S positions fed (a sliding-window layer's cache keeps its last W)."""
+        p = p[:, :, -1]
+        S = p.shape[-1]
+        padding = self._padding.to(p.device)
+        key_pos = torch.arange(self._fed_len - S, self._fed_len, device=p.device)[None] - padding[:, None]
+        query_pos = self._fed_len - 1 - padding
+        prompt_len = torch.from_numpy(self._prompt_len).to(p.device)
+        self._layers.setdefault(layer, {}).update(self.slices.read(p, key_pos, query_pos, prompt_len))
 
     def _end_forward(self, module, args, output):
         got = sorted(self._layers)
@@ -142,11 +178,9 @@ class GenerationRecorder(ScaleSession):
                 "reported no attention statistics in this forward; see README, Supported architectures"
             )
         names = self._layers[0]
+        stacked = {name: torch.stack([self._layers[i][name] for i in got], 1).cpu() for name in names}
         self._steps.append(
-            {
-                name: torch.stack([self._layers[i][name] for i in got], 1).float().cpu().numpy()
-                for name in names
-            }
+            {name: v.numpy() if name == TOP_KEY.name else v.float().numpy() for name, v in stacked.items()}
         )
         self._layers = {}
 
@@ -187,7 +221,10 @@ class GenerationRecorder(ScaleSession):
         live = np.arange(N)[None, :] < lengths[:, None]
         tokens = np.where(live, tokens, -1)
         values = {
-            name: np.where(live[:, :, None, None], v, np.nan).astype(np.float32) for name, v in values.items()
+            name: np.where(
+                live.reshape(B, N, *(1,) * (v.ndim - 2)), v, -1 if v.dtype.kind == "i" else np.nan
+            ).astype(np.int64 if v.dtype.kind == "i" else np.float32)
+            for name, v in values.items()
         }
         measure = self.session.measure
         meta = {
@@ -196,11 +233,16 @@ class GenerationRecorder(ScaleSession):
             "model_class": type(self.model).__name__,
             "n_layers": self.n_layers,
             "n_heads": self.n_heads,
-            "stats": list(values),
+            "stats": [name for name in values if name != TOP_KEY_PROB],
             **measure.recorded(),
+            **self.slices.recorded(),
             "backend": "+".join(sorted(self.session.backends)),
             "attention_path": "+".join(sorted(self.session.paths)),
             "eos_token_id": None if eos is None else np.atleast_1d(np.asarray(eos)).tolist(),
         }
-        prompt = self._prompt_len if self._prompt_len is not None else np.zeros(B, dtype=np.int64)
-        return GenerationResult(tokens, values, prompt, lengths.astype(np.int64), meta)
+        prompt_len = self._prompt_len if self._prompt_len is not None else np.zeros(B, dtype=np.int64)
+        prompt = np.full((B, int(prompt_len.max(initial=0))), -1, dtype=np.int64)
+        if self._fed and self._padding is not None:  # the first forward fed the prompt, after its padding
+            for b, (P, start) in enumerate(zip(prompt_len, self._padding.tolist(), strict=True)):
+                prompt[b, :P] = self._fed[0][b, start : start + P]
+        return GenerationResult(tokens, values, prompt_len, lengths.astype(np.int64), meta, prompt)

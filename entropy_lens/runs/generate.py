@@ -19,14 +19,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import BACKENDS, FUSED_MODES, parse_stats
+from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, parse_stats
 from entropy_lens.runs.output import check_file_target
 from entropy_lens.runs.setting_groups import Checkpoint, Loading
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
-from entropy_lens.statistics import ENTROPY, FIRST_KEYS, RECENT_KEYS, ROW_PARAMETERS, STATISTICS
+from entropy_lens.statistics import (
+    ENTROPY,
+    FIRST_KEYS,
+    OFFSET_PROB,
+    RECENT_KEYS,
+    ROW_PARAMETERS,
+    ROW_SLICE_STATISTICS,
+    SPAN_MASS,
+    STATISTICS,
+    TOP_KEY,
+)
 
 if TYPE_CHECKING:  # torch-free at import: `entropy-lens generate --help` loads none
     from entropy_lens.generation import GenerationResult
+    from entropy_lens.generation.rows import RowSlices
 
 __all__ = ["GenerateConfig", "generate", "head_summary"]
 
@@ -45,8 +56,19 @@ class GenerateConfig(Checked, Checkpoint, Loading):
     seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="the sampling seed")
     stats: str = setting(
         ENTROPY.name,
-        help="row statistics per generated token, comma-separated, or all: " + ", ".join(STATISTICS),
+        help="row statistics per generated token, comma-separated, or all (the kernels'): "
+        + ", ".join([*STATISTICS, *ROW_SLICE_STATISTICS]),
     )
+    spans: str | None = setting(
+        None,
+        metavar="NAME=A:B,...",
+        help="span_mass's key spans besides prompt and generated, in real positions (the prompt's first "
+        "token is 0), e.g. doc=0:200",
+    )
+    offsets: str | None = setting(
+        None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
+    )
+    top_keys: int = setting(1, at_least=1, at_most=MAX_COUNT, help="top_key's k: the k most probable keys")
     backend: str = setting("auto", help=f"the kernel of the statistics: auto | {' | '.join(BACKENDS)}")
     fused: str = setting("auto", choices=FUSED_MODES, help="as scan's --fused")
     first_keys: int = FIRST_KEYS.setting()
@@ -61,10 +83,53 @@ class GenerateConfig(Checked, Checkpoint, Loading):
             )
         if self.prompt_file is not None and not Path(self.prompt_file).is_file():
             raise EntropyLensError(f"--prompt-file {self.prompt_file}: no such file; pass a text file")
+        self.row_slices()
+
+    def row_slices(self) -> tuple[RowSlices, str | tuple | None]:
+        """(the row-slice statistics asked for, the kernels' statistics) from --stats, --spans, --offsets
+        and --top-keys; EntropyLensError in one line naming the flag."""
+        from entropy_lens.generation.rows import RowSlices  # torch: loaded when a run checks its flags
+
+        stats = tuple(STATISTICS) if self.stats == ALL else tuple(filter(None, self.stats.split(",")))
+        for flag, given, stat in (
+            ("--spans", self.spans is not None, SPAN_MASS),
+            ("--offsets", self.offsets is not None, OFFSET_PROB),
+            ("--top-keys", self.top_keys != 1, TOP_KEY),
+        ):
+            if given and stat.name not in stats:
+                raise EntropyLensError(
+                    f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out"
+                )
+        if OFFSET_PROB.name in stats and self.offsets is None:
+            raise EntropyLensError(f"--stats {OFFSET_PROB.name} needs --offsets, e.g. --offsets 0,1")
+        spans = None if self.spans is None else _parse_spans(self.spans)
+        offsets = () if self.offsets is None else _parse_ints("--offsets", self.offsets)
         try:
-            parse_stats(self.stats)  # row statistics: a generated token's row
+            slices, rest = RowSlices.parse(stats, spans=spans, offsets=offsets, top_keys=self.top_keys)
+            if rest is not None:
+                parse_stats(rest)  # the kernels' row statistics: a generated token's row
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
+        return slices, rest
+
+
+def _parse_spans(text: str) -> dict[str, tuple[int, int]]:
+    """--spans "doc=0:200,needle=410:420" as {name: (start, stop)}; one line for another form."""
+    spans = {}
+    for part in filter(None, text.split(",")):
+        name, _, bounds = part.partition("=")
+        start, colon, stop = bounds.partition(":")
+        if not colon:
+            raise EntropyLensError(f"--spans: {part!r} is not NAME=START:STOP; write e.g. doc=0:200")
+        spans[name.strip()] = _parse_ints("--spans", f"{start},{stop}")
+    return spans
+
+
+def _parse_ints(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise EntropyLensError(f"{flag}: {text!r} holds what is not a whole number; write e.g. 0,1") from None
 
 
 documented(GenerateConfig)
@@ -93,8 +158,16 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
     if lm.tokenizer is not None and lm.tokenizer.pad_token_id is None:
         kw["pad_token_id"] = lm.tokenizer.eos_token_id
     torch.manual_seed(config.seed)
-    stats = config.stats if config.stats != "all" else tuple(STATISTICS)
-    recorder = GenerationRecorder(lm.model, stats=stats, backend=config.backend, fused=config.fused, **params)
+    slices, stats = config.row_slices()
+    slice_kw = {"spans": slices.spans or None, "offsets": slices.offsets, "top_keys": slices.top_keys}
+    recorder = GenerationRecorder(
+        lm.model,
+        stats=(*(stats or ()), *slices.stats),
+        backend=config.backend,
+        fused=config.fused,
+        **slice_kw,
+        **params,
+    )
     with recorder as rec, torch.no_grad():
         lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     result = rec.result()
@@ -138,6 +211,8 @@ def head_summary(result: GenerationResult) -> str:
     lines = [f"sequence {b}: {text!r}" for b, text in enumerate(result.meta.get("texts", []))]
     live = result.live
     for name in result.stats:
+        if name in ROW_SLICE_STATISTICS:
+            continue  # slice_summary's
         values = result.stat(name)[live].astype(np.float64)  # (tokens, layers, heads)
         per_head = values.mean(0)  # (layers, heads)
         lines.append(f"{name} ({STATISTICS[name].unit}), mean over {values.shape[0]} generated tokens:")
@@ -152,4 +227,34 @@ def head_summary(result: GenerationResult) -> str:
         lines.append(
             f"entropy by generated token (mean over sequences, layers, heads): {np.round(by_step, 4).tolist()}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *slice_summary(result)])
+
+
+def slice_summary(result: GenerationResult, top: int = 3) -> list[str]:
+    """The heads that stand out by the row-slice statistics recorded, `top` each, their means over the
+    live generated tokens: per span of span_mass the heads that look at it most (prompt: which heads
+    look back at the prompt), per offset of offset_prob the heads that give that key most, and by
+    top_key the heads that copy: the share of generated tokens whose most probable key holds the very
+    token written (Wu et al.'s retrieval heads)."""
+    live, lines = result.live, []
+
+    def heads(per_head: np.ndarray) -> str:  # (layers, heads) -> the `top` largest, as layer.head (value)
+        order = np.argsort(-per_head, axis=None, kind="stable")[:top]
+        return ", ".join(
+            f"L{i // per_head.shape[1]}.H{i % per_head.shape[1]} ({per_head.flat[i]:.3f})" for i in order
+        )
+
+    if SPAN_MASS.name in result.stats:
+        mass = result.stat(SPAN_MASS.name)[live].astype(np.float64).mean(0)  # (layers, heads, spans)
+        for n, span in enumerate(result.span_names):
+            lines.append(f"span_mass {span}: the heads that look at it most: {heads(mass[..., n])}")
+    if OFFSET_PROB.name in result.stats:
+        prob = result.stat(OFFSET_PROB.name)[live].astype(np.float64).mean(0)
+        for n, d in enumerate(result.offsets):
+            lines.append(f"offset_prob {d} behind: the heads that give that key most: {heads(prob[..., n])}")
+    if TOP_KEY.name in result.stats and result.prompt is not None:
+        first = result.stat(TOP_KEY.name)[..., 0]  # (B, N, layers, heads): each row's most probable key
+        copied = result.ids_at(first) == result.tokens[:, :, None, None]
+        share = copied[live].mean(0)
+        lines.append(f"top_key copies the token written (share of generated tokens): {heads(share)}")
+    return lines

@@ -206,6 +206,36 @@ RECEIVED_MAX_LATER = Statistic(
     of=RECEIVED.name,
 )
 
+# Statistics of a row read off its exact probabilities over its keys (the capture's `Session.on_rows`,
+# float64), each with a trailing axis of its own: what a generated token's row is asked (Lookback Lens'
+# prompt against generated mass, LLM-Check's own-key and RAUQ's previous-token probability, retrieval
+# heads' top key). GenerationRecorder records them per generated token; no streaming kernel computes them
+# at every row yet, so they are not in DECLARED (a scan's --stats and the monitor refuse them by name)
+SPAN_MASS = Statistic(
+    "span_mass",
+    PROBABILITY,
+    "Σ_{a <= j < b} p_j per named key span [a, b) in real positions: 'prompt', 'generated' (from the first "
+    "generated token on) and the caller's; the sink is no key",
+    "span mass",
+)
+OFFSET_PROB = Statistic(
+    "offset_prob",
+    PROBABILITY,
+    "p_{i − d} per offset d: the probability a row gives the key d real positions behind its own (d = 0: "
+    "its own key; 0 where that key is before the sequence or out of the row's sight)",
+    "offset probability",
+)
+TOP_KEY = Statistic(
+    "top_key",
+    "position",
+    "the real positions of the row's k most probable keys, ties the earliest first (−1 past the keys the "
+    "row sees); their probabilities beside them (top_key_prob)",
+    "top key",
+    squared=False,
+)
+ROW_SLICE_STATISTICS: dict[str, Statistic] = {s.name: s for s in (SPAN_MASS, OFFSET_PROB, TOP_KEY)}
+BUILT_IN_SPANS = ("prompt", "generated")  # span_mass's spans of every generation, before the caller's
+
 # every statistic, each declared once, rows first; the views below are its axes
 DECLARED: tuple[Statistic, ...] = (
     ENTROPY,

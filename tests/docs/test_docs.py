@@ -267,7 +267,7 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     the recorder's result has a row per generated token, its file reads back, the slice has its shape."""
     page = (DOCS / "guides" / "generation.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
@@ -276,3 +276,6 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     assert result.tokens.shape == (2, 8) and namespace["entropy"].shape[:2] == (2, 8)
     loaded = namespace["GenerationResult"].load(tmp_path / "generation.npz")
     assert (loaded.tokens == result.tokens).all() and tuple(namespace["block"].shape) == (1, 4, 96, 16)
+    where = namespace["where"]
+    assert where.span_names == ("prompt", "generated", "opening") and namespace["lookback"].shape[-1] == 3
+    assert namespace["copied"].shape == namespace["top"].shape == where.stat("entropy").shape

@@ -27,10 +27,39 @@ def test_generate_writes_every_token_and_prints_the_heads(tmp_path, capsys):
     assert "give the prompt as --prompt-file F or as --data D" in capsys.readouterr().err
 
 
+def test_generate_records_spans_offsets_and_top_keys_and_names_the_heads(tmp_path, capsys):
+    """--spans, --offsets and --top-keys: the arrays in the file, and the summary's heads are the file's
+    (the copy share recomputed here from the prompt and generated ids by hand)."""
+    out = tmp_path / "gen.npz"
+    argv = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "48", "--max-new-tokens", "6"]
+    argv += ["--stats", "entropy,span_mass,offset_prob,top_key", "--spans", "doc=0:10", "--offsets", "0,1"]
+    assert main([*argv, "--top-keys", "2", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    r = GenerationResult.load(out)
+    assert r.span_names == ("prompt", "generated", "doc") and r.offsets == (0, 1)
+    assert r.stat("top_key").shape == (1, 6, 4, 6, 2) and r.prompt.shape == (1, 48)
+    mass = r.stat("span_mass")[r.live].mean(0)[..., 0]  # (layers, heads): the prompt's
+    layer, head = divmod(int(np.argmax(mass)), mass.shape[1])
+    assert f"span_mass prompt: the heads that look at it most: L{layer}.H{head} ({mass.max():.3f})" in shown
+    sequence = np.concatenate([r.prompt[0], r.tokens[0]])  # one sequence, unpadded: index = position
+    copied = sequence[r.stat("top_key")[0, :, :, :, 0]] == r.tokens[0][:, None, None]
+    share = copied.mean(0)
+    layer, head = divmod(int(np.argmax(share)), share.shape[1])
+    assert (
+        f"top_key copies the token written (share of generated tokens): L{layer}.H{head} ({share.max():.3f})"
+        in shown
+    )
+    assert "offset_prob 1 behind: the heads that give that key most: L" in shown
+
+
 @pytest.mark.parametrize(
     "extra, words",
     [
         (["--stats", "received"], "--stats: received: a key statistic"),
+        (["--spans", "doc=0:4"], "--spans is read by span_mass: add it to --stats"),
+        (["--stats", "offset_prob"], "--stats offset_prob needs --offsets, e.g. --offsets 0,1"),
+        (["--stats", "span_mass", "--spans", "doc=4"], "--spans: 'doc=4' is not NAME=START:STOP"),
+        (["--stats", "offset_prob", "--offsets", "1,x"], "--offsets: '1,x' holds what is not a whole number"),
         (["--prompt-file", "no-such.txt"], "--prompt-file no-such.txt: no such file"),
         (["--data", "austen:emma", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
     ],

@@ -7,7 +7,7 @@ import pytest
 import torch
 from architectures import SUPPORTED, build, eager_probabilities
 
-from entropy_lens import GenerationRecorder, GenerationResult
+from entropy_lens import EntropyRecorder, GenerationRecorder, GenerationResult
 from entropy_lens.errors import EntropyLensError
 
 FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "gpt_oss")  # GQA, sliding layers, window, softcap, sinks
@@ -68,6 +68,82 @@ def test_every_generated_token_equals_eager_float64_teacher_forced(family):
             np.testing.assert_allclose(got, want[name], atol=2e-4, err_msg=f"{family} {name} row {b}")
 
 
+SPANS, OFFSETS, TOP = {"early": (1, 4), "late": (5, 12)}, (0, 1, 3), 3
+
+
+def float64_slices(model, sequence: torch.Tensor, P: int, rows: range) -> dict[str, np.ndarray]:
+    """span_mass (prompt, generated, SPANS), offset_prob (OFFSETS) and the sorted top TOP probabilities
+    and positions, {name: (len(rows), layers, heads, values)} float64, from the model's eager attention
+    over `sequence` alone (unpadded: a key's index is its real position), prompt length P."""
+    _, probs = eager_probabilities(model, sequence[None], None)
+    bounds = [(0, P), (P, len(sequence)), *SPANS.values()]
+    out = {"span_mass": [], "offset_prob": [], "top_key": [], "top_key_prob": []}
+    for p in probs:  # (1, H, T, T) float64
+        p = p[0][:, list(rows)]  # (H, R, T)
+        out["span_mass"].append(torch.stack([p[..., a:b].sum(-1) for a, b in bounds], -1))
+        cols = [[i - d if i - d >= 0 else None for d in OFFSETS] for i in rows]
+        out["offset_prob"].append(
+            torch.stack(
+                [
+                    torch.stack([p[:, r, j] if j is not None else p.new_zeros(p.shape[0]) for j in js], -1)
+                    for r, js in enumerate(cols)
+                ],
+                1,
+            )
+        )
+        top = p.sort(dim=-1, descending=True, stable=True)
+        out["top_key_prob"].append(top.values[..., :TOP])
+        out["top_key"].append(top.indices[..., :TOP].double())
+    return {name: torch.stack(v).permute(2, 0, 1, 3).numpy() for name, v in out.items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_span_offset_and_top_key_of_every_generated_token_equal_eager_float64(family):
+    """The row-slice statistics on a left-padded batch, positions counted in real tokens, sliding-window
+    caches (mistral, gemma2) included: equal to the float64 rows of each sequence alone, teacher-forced;
+    the top keys' positions wherever the float64 ranks are apart by more than the tolerance."""
+    model = build(family, SUPPORTED[family][0])
+    ids, mask = left_padded_prompts()
+    stats = ("entropy", "span_mass", "offset_prob", "top_key")
+    with GenerationRecorder(model, stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP) as rec:
+        out = model.generate(
+            ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0, eos_token_id=None
+        )
+    r = rec.result()
+    assert r.stats == stats and r.span_names == ("prompt", "generated", *SPANS) and r.offsets == OFFSETS
+    for b in range(2):
+        real = out[b, PAD if b == 0 else 0 :]
+        P = int(r.prompt_len[b])
+        want = float64_slices(model, real[: P + NEW - 1], P, range(P - 1, P + NEW - 1))
+        for name in ("span_mass", "offset_prob", "top_key_prob"):
+            got = r.stat(name)[b].astype(np.float64)
+            np.testing.assert_allclose(got, want[name], atol=2e-4, err_msg=f"{family} {name} row {b}")
+        probs = want["top_key_prob"]  # a rank past the keys a row sees (probability 0) holds no key: −1
+        expected = np.where(probs > 0, want["top_key"], -1).astype(np.int64)
+        apart = np.diff(probs, axis=-1, prepend=2.0, append=-1.0)  # each rank's gap to its neighbours
+        clear = ((-apart[..., :-1] > 2e-4) & (-apart[..., 1:] > 2e-4)) | (probs == 0)
+        assert clear.mean() > 0.5, f"{family}: the ranks are too close to test"
+        assert np.array_equal(r.stat("top_key")[b][clear], expected[clear]), family
+
+
+def test_row_slice_parameters_are_checked_in_one_line():
+    model = build("llama", SUPPORTED["llama"][0])
+    with pytest.raises(EntropyLensError, match="spans= is read by the statistic span_mass"):
+        GenerationRecorder(model, spans={"doc": (0, 4)})
+    with pytest.raises(EntropyLensError, match=r"offset_prob needs offsets=\(d, ...\)"):
+        GenerationRecorder(model, stats="offset_prob")
+    with pytest.raises(EntropyLensError, match="offsets .0, 0. name an offset twice"):
+        GenerationRecorder(model, stats="offset_prob", offsets=(0, 0))
+    with pytest.raises(EntropyLensError, match="span name 'prompt'"):
+        GenerationRecorder(model, stats="span_mass", spans={"prompt": (0, 4)})
+    with pytest.raises(EntropyLensError, match=r"span 'doc' \(4, 4\) is empty"):
+        GenerationRecorder(model, stats="span_mass", spans={"doc": (4, 4)})
+    with pytest.raises(EntropyLensError, match="top_keys must be"):
+        GenerationRecorder(model, stats="top_key", top_keys=0)
+    with pytest.raises(ValueError, match="span_mass: read off each generated token's row"):
+        EntropyRecorder(model, stats=("entropy", "span_mass"))
+
+
 def test_sampling_and_an_early_end():
     """Sampled tokens are generate's own; a sequence that writes its end token has −1 and NaN after it,
     and every live value is a number."""
@@ -122,15 +198,18 @@ def test_refusals_in_one_line():
 def test_the_file_round_trips_and_a_foreign_file_is_refused(tmp_path):
     model = build("gpt_oss", SUPPORTED["gpt_oss"][0])
     ids, mask = left_padded_prompts()
-    with GenerationRecorder(model, stats=("entropy", "max_prob")) as rec:
+    stats = ("entropy", "max_prob", "span_mass", "top_key")
+    with GenerationRecorder(model, stats=stats, spans={"doc": (0, 2)}, top_keys=2) as rec:
         model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
     r = rec.result()
     back = GenerationResult.load(r.save(tmp_path / "gen.npz"))
-    assert np.array_equal(back.tokens, r.tokens) and back.meta["stats"] == list(r.stats)
-    for name in r.stats:
+    assert np.array_equal(back.tokens, r.tokens) and back.meta["stats"] == list(r.stats) == list(stats)
+    assert back.span_names == ("prompt", "generated", "doc") and back.meta["top_keys"] == 2
+    for name in (*r.stats, "top_key_prob"):
         assert np.array_equal(back.stat(name), r.stat(name), equal_nan=True)
     with np.load(tmp_path / "gen.npz") as z:  # numpy opens it without entropy_lens
-        assert z["entropy"].shape == (2, 3, 2, 4)
+        assert z["entropy"].shape == (2, 3, 2, 4) and z["span_mass"].shape == (2, 3, 2, 4, 3)
+        assert z["top_key"].dtype == np.int64 and z["top_key_prob"].shape == (2, 3, 2, 4, 2)
     np.savez(tmp_path / "other.npz", tokens=np.zeros(2))
     with pytest.raises(EntropyLensError, match="not a generation result"):
         GenerationResult.load(tmp_path / "other.npz")

@@ -1,0 +1,173 @@
+"""What a generated token's row is asked besides the kernels' statistics: its mass on named key spans,
+its probability at given offsets behind it, its most probable keys (entropy_lens.statistics'
+ROW_SLICE_STATISTICS), read off the row's exact float64 probabilities over its keys (the capture's
+`Session.on_rows`: O(heads · keys) per layer and step, never T × T). ::
+
+    slices = RowSlices.parse(("span_mass", "top_key"), spans={"doc": (3, 40)}, offsets=(), top_keys=2)
+    slices.read(p, key_pos, query_pos, prompt_len)   # {"span_mass": (B, H, 3), "top_key": (B, H, 2),
+                                                     #  "top_key_prob": (B, H, 2)}
+
+Positions are real: each sequence's first real (unpadded) prompt token is 0, its prompt ends at its
+prompt_len, and its generated tokens follow. The spans: "prompt" = [0, prompt_len), "generated" =
+[prompt_len, ∞), then the caller's {name: (start, stop)} in the order given (a span may reach into the
+generated tokens). The sink is no key: a row's span masses sum to 1 − sink_mass over spans that cover
+every key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results.generation import TOP_KEY_PROB
+from entropy_lens.settings import check_argument
+from entropy_lens.statistics import BUILT_IN_SPANS, OFFSET_PROB, ROW_SLICE_STATISTICS, SPAN_MASS, TOP_KEY
+
+__all__ = ["RowSlices"]
+
+
+@dataclass(frozen=True)
+class RowSlices:
+    """The row-slice statistics asked for (`stats`, in ROW_SLICE_STATISTICS) and their parameters:
+    `spans` {name: (start, stop)} (the caller's; "prompt" and "generated" come first), `offsets` (d >= 0,
+    distinct) and `top_keys` (k >= 1)."""
+
+    stats: tuple[str, ...] = ()
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    offsets: tuple[int, ...] = ()
+    top_keys: int = 1
+
+    @classmethod
+    def parse(cls, stats, *, spans=None, offsets=(), top_keys=1) -> tuple[RowSlices, tuple | str | None]:
+        """(the RowSlices of `stats`, the rest of `stats` for the kernels: None where that is nothing, so
+        the kernels record their default). EntropyLensError in one line for a
+        parameter out of range, or given without its statistic."""
+        names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else stats
+        names = () if names is None else tuple(names)
+        sliced = tuple(name for name in names if name in ROW_SLICE_STATISTICS)
+        rest = tuple(name for name in names if name not in ROW_SLICE_STATISTICS)
+        given = {
+            "spans": (spans is not None, SPAN_MASS.name),
+            "offsets": (tuple(offsets) != (), OFFSET_PROB.name),
+            "top_keys": (top_keys != 1, TOP_KEY.name),
+        }
+        for keyword, (was_given, stat) in given.items():
+            if was_given and stat not in sliced:
+                raise EntropyLensError(
+                    f"{keyword}= is read by the statistic {stat}, which stats= does not name; add {stat!r} "
+                    f"to stats, or leave {keyword}= out"
+                )
+        if OFFSET_PROB.name in sliced and not tuple(offsets):
+            raise EntropyLensError(
+                f"{OFFSET_PROB.name} needs offsets=(d, ...): the keys d positions behind each row (0: its "
+                "own key, 1: the previous token), e.g. offsets=(0, 1)"
+            )
+        check_argument("top_keys", top_keys, int, {"at_least": 1}, example=1)
+        slices = cls(sliced, _checked_spans(spans), _checked_offsets(offsets), int(top_keys))
+        return slices, (rest or None)
+
+    @property
+    def span_names(self) -> tuple[str, ...]:
+        return (*BUILT_IN_SPANS, *self.spans) if SPAN_MASS.name in self.stats else ()
+
+    def recorded(self) -> dict:
+        """The parameters of the statistics asked for, as a result's meta keeps them (JSON)."""
+        meta = {}
+        if SPAN_MASS.name in self.stats:
+            meta["spans"] = {name: list(span) for name, span in self.spans.items()}
+            meta["span_names"] = list(self.span_names)
+        if OFFSET_PROB.name in self.stats:
+            meta["offsets"] = list(self.offsets)
+        if TOP_KEY.name in self.stats:
+            meta["top_keys"] = self.top_keys
+        return meta
+
+    def read(
+        self, p: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor, prompt_len: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Each statistic of one layer's rows.
+
+        Args:
+            p: (B, H, S) float64, each row's probabilities over its S keys (0 on a key it does not see).
+            key_pos: (B, S) int64, each key's real position (negative: padding).
+            query_pos: (B,) int64, each row's real position.
+            prompt_len: (B,) int64, each sequence's real prompt tokens.
+
+        Returns:
+            {span_mass: (B, H, spans), offset_prob: (B, H, offsets) float64; top_key: (B, H, k) int64,
+            −1 past the keys a row sees; top_key_prob: (B, H, k) float64, 0 there}, those asked for.
+        """
+        out = {}
+        if SPAN_MASS.name in self.stats:
+            big = torch.iinfo(torch.int64).max
+            bounds = [
+                (torch.zeros_like(prompt_len), prompt_len),
+                (prompt_len, torch.full_like(prompt_len, big)),
+            ]
+            bounds += [
+                (torch.full_like(prompt_len, a), torch.full_like(prompt_len, b))
+                for a, b in self.spans.values()
+            ]
+            inside = torch.stack(
+                [(key_pos >= a[:, None]) & (key_pos < b[:, None]) for a, b in bounds], -1
+            )  # (B, S, spans)
+            out[SPAN_MASS.name] = torch.einsum("bhs,bsn->bhn", p, inside.to(p.dtype))
+        if OFFSET_PROB.name in self.stats:
+            target = query_pos[:, None] - torch.tensor(self.offsets, device=p.device)  # (B, offsets)
+            hit = (key_pos[:, None, :] == target[:, :, None]) & (target[:, :, None] >= 0)  # (B, offsets, S)
+            out[OFFSET_PROB.name] = torch.einsum("bhs,bds->bhd", p, hit.to(p.dtype))
+        if TOP_KEY.name in self.stats:
+            k = self.top_keys
+            prob, index = torch.sort(p, dim=-1, descending=True, stable=True)  # ties: the earliest key first
+            prob, index = prob[..., :k], index[..., :k]
+            position = torch.gather(key_pos[:, None, :].expand_as(p), -1, index)
+            seen = prob > 0
+            if prob.shape[-1] < k:  # fewer keys than k: the ranks past them are no key
+                pad = k - prob.shape[-1]
+                prob, position = (
+                    torch.nn.functional.pad(prob, (0, pad)),
+                    torch.nn.functional.pad(position, (0, pad)),
+                )
+                seen = torch.nn.functional.pad(seen, (0, pad))
+            out[TOP_KEY.name] = torch.where(seen, position, -1)
+            out[TOP_KEY_PROB] = torch.where(seen, prob, 0.0)
+        return out
+
+
+def _checked_spans(spans) -> dict[str, tuple[int, int]]:
+    if spans is None:
+        return {}
+    if not isinstance(spans, dict):
+        raise EntropyLensError(
+            f"spans must be a dict {{name: (start, stop)}} in real prompt positions, e.g. {{'doc': (0, 100)}}; "
+            f"got {type(spans).__name__}"
+        )
+    checked = {}
+    for name, span in spans.items():
+        if not isinstance(name, str) or not name.isidentifier() or name in BUILT_IN_SPANS:
+            raise EntropyLensError(
+                f"span name {name!r}: use a name of letters, digits and _ other than "
+                f"{' and '.join(BUILT_IN_SPANS)} (those two are always recorded)"
+            )
+        if not isinstance(span, (tuple, list)) or len(span) != 2:
+            raise EntropyLensError(f"span {name!r} must be (start, stop) in real positions; got {span!r}")
+        for value in span:
+            check_argument(f"span {name!r}", value, int, {"at_least": 0}, example=0)
+        start, stop = int(span[0]), int(span[1])
+        if start >= stop:
+            raise EntropyLensError(
+                f"span {name!r} ({start}, {stop}) is empty; pass (start, stop) with start < stop"
+            )
+        checked[name] = (start, stop)
+    return checked
+
+
+def _checked_offsets(offsets) -> tuple[int, ...]:
+    values = tuple(offsets)
+    for d in values:
+        check_argument("offsets", d, int, {"at_least": 0}, example=1)
+    if len(set(values)) != len(values):
+        raise EntropyLensError(f"offsets {list(values)} name an offset twice; give each once")
+    return tuple(int(d) for d in values)
