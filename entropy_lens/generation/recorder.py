@@ -30,6 +30,7 @@ import contextlib
 
 import numpy as np
 import torch
+from transformers import LogitsProcessor
 
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession
@@ -83,6 +84,9 @@ class GenerationRecorder(ScaleSession):
         self._layers: dict[int, dict[str, torch.Tensor]] = {}  # this forward's last rows, by layer
         self._steps: list[dict[str, np.ndarray]] = []  # per forward: {stat: (B, layers, heads)}
         self._fed: list[np.ndarray] = []  # per forward: the ids it fed (B, T)
+        # the last forward's statistics, {name: (B, layers, heads[, values])} on the model's device: what
+        # the step's logits processors read (`logits_processor`); None before any forward
+        self.step: dict[str, torch.Tensor] | None = None
         self._prompt_len: np.ndarray | None = None
         self._sequences: torch.Tensor | None = None  # generate()'s output, where it ran in the block
         self._eos: tuple = ()  # (the end token generate used,) where it ran
@@ -178,11 +182,29 @@ class GenerationRecorder(ScaleSession):
                 "reported no attention statistics in this forward; see README, Supported architectures"
             )
         names = self._layers[0]
-        stacked = {name: torch.stack([self._layers[i][name] for i in got], 1).cpu() for name in names}
+        self.step = {name: torch.stack([self._layers[i][name] for i in got], 1) for name in names}
         self._steps.append(
-            {name: v.numpy() if name == TOP_KEY.name else v.float().numpy() for name, v in stacked.items()}
+            {
+                name: v.cpu().numpy() if name == TOP_KEY.name else v.float().cpu().numpy()
+                for name, v in self.step.items()
+            }
         )
         self._layers = {}
+
+    def logits_processor(self, fn) -> LogitsProcessor:
+        """A transformers LogitsProcessor that hands each step's attention statistics to `fn`, so a
+        sampler can steer on them without a second forward (entropix's entropy and varentropy). Pass it
+        to generate() inside the block: `model.generate(..., logits_processor=[rec.logits_processor(fn)])`.
+
+        Args:
+            fn: `fn(input_ids, scores, stats) -> scores`, stats {name: (B, layers, heads) on the model's
+                device} of the forward whose logits `scores` are (`self.step`).
+
+        Returns:
+            LogitsProcessor: calls `fn` at each step; EntropyLensError in one line where `fn` returns
+            anything but scores of the same shape, or where no forward ran inside the block.
+        """
+        return _StepStatistics(self, fn)
 
     # -- the result -----------------------------------------------------------------------------------
     def result(self, sequences=None) -> GenerationResult:
@@ -246,3 +268,24 @@ class GenerationRecorder(ScaleSession):
             for b, (P, start) in enumerate(zip(prompt_len, self._padding.tolist(), strict=True)):
                 prompt[b, :P] = self._fed[0][b, start : start + P]
         return GenerationResult(tokens, values, prompt_len, lengths.astype(np.int64), meta, prompt)
+
+
+class _StepStatistics(LogitsProcessor):
+    """`GenerationRecorder.logits_processor`'s processor: `fn(input_ids, scores, recorder.step)`."""
+
+    def __init__(self, recorder: GenerationRecorder, fn):
+        self.recorder, self.fn = recorder, fn
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.recorder.step is None:
+            raise EntropyLensError(
+                "the attention logits processor ran before its recorder saw a forward; call generate() "
+                "inside `with recorder:`, the processor passed as logits_processor=[recorder.logits_processor(fn)]"
+            )
+        out = self.fn(input_ids, scores, self.recorder.step)
+        if not isinstance(out, torch.Tensor) or out.shape != scores.shape:
+            raise EntropyLensError(
+                f"the attention logits processor's function returned {type(out).__name__} "
+                f"{tuple(getattr(out, 'shape', ()))}; return the scores, shape {tuple(scores.shape)}"
+            )
+        return out

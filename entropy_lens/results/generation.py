@@ -36,7 +36,7 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import atomic_savez, npz_holds, printable, read_npz
-from entropy_lens.statistics import ROW_SLICE_STATISTICS, STATISTICS, TOP_KEY
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, STATISTICS, TOP_KEY
 
 TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
 ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB)  # every array a result may hold
@@ -126,6 +126,133 @@ class GenerationResult:
     def offsets(self) -> tuple[int, ...]:
         """offset_prob's offsets, in the order of its last axis."""
         return tuple(self.meta.get("offsets", ()))
+
+    def lookback_ratio(self, context: str = "prompt") -> np.ndarray:
+        """Lookback Lens' ratio (Chuang et al., 2024) of every generated token's row, per layer and head:
+        A(context) / (A(context) + A(new)), A the mean probability over a span's positions: the context
+        [0, c) and the new positions after it up to the row's own, c..i (the authors' definition: their
+        context leaves the response header out, so "new" is never empty). Read off span_mass.
+
+        Args:
+            context: "prompt" (c = each sequence's prompt_len) or a recorded span (`span_names`) that
+                starts at 0: its stop is c.
+
+        Returns:
+            np.ndarray: (B, N, layers, heads) float64; NaN after a sequence ended and where the ratio is
+            undefined: a row with no position after the context (token 0 when the context is the whole
+            prompt) or one whose keys hold no mass (all on a sink).
+
+        Raises:
+            EntropyLensError: span_mass not recorded, or a context that is no span from 0.
+        """
+        mass = self.stat(SPAN_MASS.name).astype(np.float64)  # (B, N, layers, heads, spans)
+        if context not in self.span_names:
+            raise EntropyLensError(
+                f"context {printable(context)!r} is not a recorded span (recorded: {', '.join(self.span_names)}); "
+                "record it with GenerationRecorder(..., spans={name: (0, stop)})"
+            )
+        if context == "prompt":
+            stop = self.prompt_len.astype(np.float64)
+        else:
+            start, stop = self.meta["spans"][context]
+            if start != 0:
+                raise EntropyLensError(
+                    f"context {context!r} starts at {start}; Lookback Lens' context is the text before the "
+                    "response: record a span from 0, e.g. spans={'context': (0, stop)}"
+                )
+            stop = np.full(self.prompt_len.shape, float(stop))
+        row = (
+            self.prompt_len[:, None] + np.arange(self.tokens.shape[1])[None, :] - 1
+        )  # each row's real position
+        seen = np.minimum(stop[:, None], row + 1.0)  # the context's positions up to the row's own
+        new = row + 1.0 - seen
+        ctx_mass = mass[..., self.span_names.index(context)]
+        keys = mass[..., 0] + mass[..., 1]  # prompt and generated cover every key: 1 − the sink's share
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a_ctx = ctx_mass / seen[:, :, None, None]
+            a_new = (keys - ctx_mass) / new[:, :, None, None]
+            ratio = a_ctx / (a_ctx + a_new)
+        defined = (new > 0)[:, :, None, None] & (a_ctx + a_new > 0) & self.live[:, :, None, None]
+        return np.where(defined, ratio, np.nan)
+
+    def lookback_features(self, context: str = "prompt", *, window: int | None = 8, tokens=None):
+        """The lookback ratios averaged over a chunk of generated tokens and flattened layer-major
+        (L0-H0, L0-H1, ..., L1-H0, ...), the feature vectors the authors' logistic-regression detectors
+        take (their `extract_time_series_features`).
+
+        Args:
+            context: as `lookback_ratio`.
+            window: each window of `window` consecutive live tokens of a sequence (their sliding_window);
+                ignored where `tokens` is given.
+            tokens: (s, e): the one chunk s..e − 1 of generated tokens of every sequence (their
+                predefined span).
+
+        Returns:
+            tuple: (features (M, layers · heads) float64, rows (M, 2) int64: each vector's sequence and its
+            chunk's last token).
+
+        Raises:
+            EntropyLensError: a chunk holding an undefined ratio (one line saying which), a chunk outside
+                a sequence's live tokens, or no chunk at all.
+        """
+        ratio = self.lookback_ratio(context)
+        B, _, L, H = ratio.shape
+        if tokens is not None:
+            s, e = (int(v) for v in tokens)
+            chunks = [(b, s, e) for b in range(B)]
+        else:
+            w = int(window)
+            if w < 1:
+                raise EntropyLensError(f"window must be at least 1 (got {w}); the authors use 8")
+            chunks = [(b, j - w + 1, j + 1) for b in range(B) for j in range(w - 1, int(self.lengths[b]))]
+        features, rows = [], []
+        for b, s, e in chunks:
+            if not 0 <= s < e <= self.lengths[b]:
+                raise EntropyLensError(
+                    f"tokens ({s}, {e}) are outside sequence {b}'s {int(self.lengths[b])} generated tokens"
+                )
+            chunk = ratio[b, s:e]
+            if np.isnan(chunk).any():
+                raise EntropyLensError(
+                    f"sequence {b}'s tokens {s}..{e - 1} hold an undefined lookback ratio (a row with no "
+                    f"position after the context {context!r}, or none of its mass on keys): record a context "
+                    "that ends before the prompt does, or start the chunks after it"
+                )
+            features.append(chunk.mean(0).reshape(L * H))
+            rows.append((b, e - 1))
+        if not features:
+            raise EntropyLensError(f"no sequence has {window} live generated tokens; pass a smaller window")
+        return np.stack(features), np.asarray(rows, dtype=np.int64)
+
+    def retrieval_scores(self, needle, *, top: int = 1) -> np.ndarray:
+        """Wu et al.'s (2024) retrieval score of every head: at each generated token, the head retrieves
+        when one of its `top` most probable keys lies in the needle and holds the very token written;
+        its score is how often it so retrieves, over the needle's length (a token copied twice counts
+        twice, as theirs). Read off top_key and the ids (`ids_at`).
+
+        Args:
+            needle: (start, stop) real positions of the needle in the prompt.
+            top: the ranks that may retrieve (their topk; at most the recorded top_keys).
+
+        Returns:
+            np.ndarray: (B, layers, heads) float64, each sequence's scores over its live tokens.
+
+        Raises:
+            EntropyLensError: top_key not recorded (or fewer ranks than `top`), an empty needle.
+        """
+        keys = self.stat(TOP_KEY.name)  # (B, N, layers, heads, k)
+        start, stop = (int(v) for v in needle)
+        if not 0 <= start < stop:
+            raise EntropyLensError(f"needle ({start}, {stop}) is empty; pass (start, stop) with start < stop")
+        if not 1 <= top <= keys.shape[-1]:
+            raise EntropyLensError(
+                f"top={top}, but top_key holds {keys.shape[-1]} ranks; record top_keys={top} or pass top <= "
+                f"{keys.shape[-1]}"
+            )
+        keys = keys[..., :top]
+        copied = (self.ids_at(keys) == self.tokens[:, :, None, None, None]) & (keys >= start) & (keys < stop)
+        hits = copied.any(-1) & self.live[:, :, None, None]
+        return hits.sum(1) / (stop - start)
 
     @property
     def stats(self) -> tuple[str, ...]:

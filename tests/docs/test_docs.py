@@ -267,7 +267,7 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     the recorder's result has a row per generated token, its file reads back, the slice has its shape."""
     page = (DOCS / "guides" / "generation.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
@@ -279,3 +279,10 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     where = namespace["where"]
     assert where.span_names == ("prompt", "generated", "opening") and namespace["lookback"].shape[-1] == 3
     assert namespace["copied"].shape == namespace["top"].shape == where.stat("entropy").shape
+    answer, layers, heads = namespace["answer"], *where.stat("entropy").shape[2:]
+    assert namespace["ratio"].shape == (1, 6, layers, heads) and namespace["features"].shape == (
+        3,
+        layers * heads,
+    )
+    assert namespace["scores"].shape == (1, layers, heads) and len(namespace["watched"]) == 6
+    assert answer.tokens[0].tolist() == namespace["prompt"].answer.tolist()  # the tiny model answers
