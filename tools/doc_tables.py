@@ -5,7 +5,8 @@
 
 - docs/guides/statistics.md: the statistics, one row each, from `entropy_lens.statistics.STATISTICS` and
   `KEY_STATISTICS` (name, unit, definition, bound, reduction, axis), between `<!-- table statistics -->`
-  and `<!-- /table statistics -->` (and `key_statistics`).
+  and `<!-- /table statistics -->` (and `key_statistics`, and `row_slice_statistics` from
+  `ROW_SLICE_STATISTICS`).
 - docs/internals/layout.md: the package table's "may import" column, from tests/test_layout.py's `ALLOWED`;
   its "owns" column stays written by hand, one row per package of ALLOWED (a package without a row, or a
   row without a package, is refused: write the row, or remove it), in ALLOWED's order; and the floors
@@ -26,7 +27,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from entropy_lens.statistics import KEY_STATISTICS, LOG_BOUND, POSITION_BOUND, STATISTICS, Statistic
+from entropy_lens.statistics import (
+    KEY_STATISTICS,
+    LOG_BOUND,
+    POSITION_BOUND,
+    ROW_SLICE_STATISTICS,
+    STATISTICS,
+    Statistic,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STATISTICS_PAGE = ROOT / "docs" / "guides" / "statistics.md"
@@ -174,6 +182,9 @@ def expected() -> dict[Path, str]:
     page = replace_region(page, "table statistics", statistics_table(STATISTICS), str(STATISTICS_PAGE))
     page = replace_region(
         page, "table key_statistics", statistics_table(KEY_STATISTICS), str(STATISTICS_PAGE)
+    )
+    page = replace_region(
+        page, "table row_slice_statistics", statistics_table(ROW_SLICE_STATISTICS), str(STATISTICS_PAGE)
     )
     text = LAYOUT_PAGE.read_text(encoding="utf-8")
     text = replace_floors(layout_table(text, layout.ALLOWED), line, str(LAYOUT_PAGE))

@@ -47,7 +47,13 @@ from entropy_lens.analysis.inflection import (
     inflections,
     moving_average,
 )
-from entropy_lens.analysis.passkey import passkey_average, passkey_by_length, passkey_table, wilson_interval
+from entropy_lens.analysis.passkey import (
+    passkey_average,
+    passkey_by_length,
+    passkey_table,
+    retrieval_heads,
+    wilson_interval,
+)
 from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.received import KeyShares, key_shares, uniform_received
@@ -91,6 +97,7 @@ __all__ = [
     "position_spans",
     "ppl_table",
     "resume_command",
+    "retrieval_heads",
     "sliding_window_ppl",
     "stat_display",
     "uniform_received",

@@ -17,14 +17,17 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.statistics import ENTROPY
 
 __all__ = [
+    "RETRIEVAL_SCORE",
     "check_passkey_record",
     "passkey_average",
     "passkey_by_length",
     "passkey_table",
+    "retrieval_heads",
     "wilson_interval",
 ]
 
 _TABLE = {"length": "a whole number", "depth": "a number", "accuracy": "a number"}
+RETRIEVAL_SCORE = "retrieval_score"  # a trial's Wu et al. score per layer and head (runs/passkey.py)
 _TRIALS = {"length": "a whole number", "per_trial": "a list"}
 _TRIAL = {
     "correct": "true or false",
@@ -224,3 +227,35 @@ def passkey_by_length(record: dict, context_length: int) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).set_index("length")
+
+
+def retrieval_heads(record: dict, length: int | None = None) -> np.ndarray:
+    """Each head's retrieval score (Wu et al., 2024) averaged over a passkey run's trials: how often, per
+    answer, the head's most probable key lay in the needle and held the very token written, over the
+    needle's length (runs/passkey.py).
+
+    Args:
+        record: a passkey record with its per-trial tables.
+        length: only the trials of this window length; None: every trial.
+
+    Returns:
+        np.ndarray: (layers, heads) float64, the mean over the trials.
+
+    Raises:
+        EntropyLensError: a damaged record, no trial of `length`, or trials recorded before the score.
+    """
+    cells = check_passkey_record(record, table=False)["results"]
+    trials = [t for c in cells if length is None or c["length"] == length for t in c["per_trial"]]
+    if not trials:
+        raise EntropyLensError(f"the passkey record has no trial of length {length}; choose a length it ran")
+    if any(RETRIEVAL_SCORE not in t for t in trials):
+        raise EntropyLensError(
+            "the passkey record's trials hold no retrieval_score (written before it was recorded); run "
+            "`entropy-lens passkey` again with --force"
+        )
+    scores = [np.asarray(t[RETRIEVAL_SCORE], dtype=np.float64) for t in trials]
+    if len({s.shape for s in scores}) != 1 or not all(np.isfinite(s).all() for s in scores):
+        raise EntropyLensError(
+            "the passkey record is damaged: its retrieval_score tables differ or hold no number"
+        )
+    return np.mean(scores, axis=0)

@@ -6,6 +6,7 @@ import argparse
 
 from entropy_lens.cli.options import add_settings, config_from_args
 from entropy_lens.cli.scan import BUNDLED
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.runs.configs import VARIANTS, PasskeyConfig
 from entropy_lens.runs.output import OutputSettings
 
@@ -44,15 +45,29 @@ def add_parsers(sub) -> None:
             "quiet": "no progress lines",
         },
     )
+    p.add_argument(
+        "--retrieval-heads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the table, each length's N heads of the highest retrieval score (Wu et al.: the answer "
+        "token's most probable key in the needle, holding the token written)",
+    )
     p.set_defaults(func=cmd_passkey)
 
 
 def cmd_passkey(args) -> int:
     from entropy_lens.runs.passkey import passkey
 
+    if args.retrieval_heads < 0:
+        raise EntropyLensError(
+            f"--retrieval-heads must be at least 0 (got {args.retrieval_heads}); pass e.g. 5"
+        )
     config = config_from_args(PasskeyConfig, args)
     record = passkey(config, out=args.out, force=args.force, progress=not args.quiet)
     print(table(record))
+    if args.retrieval_heads:
+        print(retrieval_table(record, args.retrieval_heads))
     print(f"wrote {args.out}")
     return 0
 
@@ -66,4 +81,21 @@ def table(record: dict) -> str:
     lines += [f"{d:>5.0%} " + "".join(f"{cell[(w, d)]:>8.2f}" for w in lengths) for d in depths]
     means = [sum(cell[(w, d)] for d in depths) / len(depths) for w in lengths]
     lines.append("mean  " + "".join(f"{m:>8.2f}" for m in means))
+    return "\n".join(lines)
+
+
+def retrieval_table(record: dict, top: int) -> str:
+    """Per length, the `top` heads of the highest mean retrieval score, as layer.head (score)."""
+    import numpy as np
+
+    from entropy_lens.analysis import retrieval_heads
+
+    lines = ["retrieval heads (Wu et al.; mean over trials, the share of the needle's tokens retrieved):"]
+    for length in sorted({c["length"] for c in record["results"]}):
+        scores = retrieval_heads(record, length)
+        order = np.argsort(-scores, axis=None, kind="stable")[:top]
+        heads = ", ".join(
+            f"{i // scores.shape[1]}.{i % scores.shape[1]} ({scores.flat[i]:.3f})" for i in order
+        )
+        lines.append(f"  {length:>6}: {heads}")
     return "\n".join(lines)

@@ -64,6 +64,7 @@ class PasskeyPrompt:
     key: int
     depth: float
     needle_start: int  # the needle sentence's first token
+    needle_stop: int  # the token after the needle sentence's last: the needle is [needle_start, needle_stop)
 
 
 def random_key(rng: np.random.Generator) -> int:
@@ -150,4 +151,5 @@ def passkey_prompt(
         key=key,
         depth=depth,
         needle_start=start,
+        needle_stop=start + len(needle),
     )

@@ -20,7 +20,10 @@ the checkpoint names remote code that was not trusted) and "results", one entry 
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
      token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
      "entropy": [layers][heads],
-     "needle_mass": [layers][heads]}, ...]}
+     "needle_mass": [layers][heads], "retrieval_score": [layers][heads]}, ...]}
+"retrieval_score" is Wu et al.'s (2024): per head, the answer tokens whose row's most probable key lies
+in the needle sentence and holds the very token written, over the needle's length (records written
+before it have none: `analysis.retrieval_heads` says so).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.analysis.passkey import check_passkey_record
+from entropy_lens.analysis.passkey import RETRIEVAL_SCORE, check_passkey_record
 from entropy_lens.capture import ScaleSession
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
@@ -97,7 +100,11 @@ def passkey(
                 "dtype": str(dtype).removeprefix("torch."),
                 "threads": torch.get_num_threads(),
             },
-            "units": {ENTROPY.name: ENTROPY.unit, "needle_mass": PROBABILITY},
+            "units": {
+                ENTROPY.name: ENTROPY.unit,
+                "needle_mass": PROBABILITY,
+                RETRIEVAL_SCORE: "needle tokens",
+            },
             "results": [],
         }
         if kept and kept["model"]["config_hash"] != lm.config_hash:
@@ -196,6 +203,7 @@ def _trial(lm, session: dict, prompt, device) -> dict:
     """Greedy decoding of len(answer) tokens; each layer's answer rows read as they run."""
     n_layers, n = lm.n_layers, len(prompt.answer)
     entropy, mass = np.zeros((n_layers, lm.n_heads)), np.zeros((n_layers, lm.n_heads))
+    retrieval, top = np.zeros((n_layers, lm.n_heads)), np.zeros((n_layers, lm.n_heads), dtype=np.int64)
     tokens = []
 
     def on_rows(layer: int, p: torch.Tensor) -> None:  # p (1, Hq, 1, S) float64: this step's row
@@ -207,6 +215,7 @@ def _trial(lm, session: dict, prompt, device) -> dict:
         first = len(prompt.ids) + len(tokens) - row.shape[-1]
         needle = prompt.key_positions[prompt.key_positions >= first] - first
         mass[layer] += row[:, torch.from_numpy(needle).to(device)].sum(-1).cpu().numpy() / n
+        top[layer] = first + row.argmax(-1).cpu().numpy()  # each head's most probable key (ties: earliest)
 
     with ScaleSession(lm.model, **session) as scaled, torch.no_grad():
         scaled.session.on_rows, scaled.session.probe_rows = on_rows, 1
@@ -214,6 +223,10 @@ def _trial(lm, session: dict, prompt, device) -> dict:
         for step in range(n):
             token = out.logits[0, -1].argmax()
             tokens.append(int(token))
+            # Wu et al.'s retrieval: the head's most probable key lies in the needle and holds the token
+            written = np.concatenate([prompt.ids, tokens])
+            inside = (top >= prompt.needle_start) & (top < prompt.needle_stop)
+            retrieval += (inside & (written[top] == tokens[-1])) / (prompt.needle_stop - prompt.needle_start)
             if step + 1 < n:
                 out = lm.model(token.view(1, 1), past_key_values=out.past_key_values, use_cache=True)
     return {
@@ -224,4 +237,5 @@ def _trial(lm, session: dict, prompt, device) -> dict:
         "correct": tokens == prompt.answer.tolist(),
         ENTROPY.name: np.round(entropy, 6).tolist(),
         "needle_mass": np.round(mass, 6).tolist(),
+        RETRIEVAL_SCORE: np.round(retrieval, 6).tolist(),
     }

@@ -61,7 +61,50 @@ def test_the_needle_measurements_are_the_models_own_attention(model_type, tmp_pa
             mass = p[..., prompt.key_positions].sum(-1).mean(-1)
             np.testing.assert_allclose(trial["entropy"][layer], h.numpy(), atol=2e-5, rtol=0)
             np.testing.assert_allclose(trial["needle_mass"][layer], mass.numpy(), atol=2e-6, rtol=0)
+            top = p.argmax(-1).numpy()  # (heads, answer rows): each row's most probable key
+            written = np.asarray([*prompt.ids, *answer])
+            hit = (top >= prompt.needle_start) & (top < prompt.needle_stop) & (written[top] == answer)
+            want = hit.sum(-1) / (prompt.needle_stop - prompt.needle_start)
+            np.testing.assert_allclose(trial["retrieval_score"][layer], want, atol=1e-6, rtol=0)
         assert np.asarray(trial["needle_mass"]).max() > 0  # the key is in view
+
+
+def test_retrieval_heads_of_a_model_that_answers_equal_the_generation_recorders(tmp_path, capsys):
+    """--retrieval-heads on the embedded tiny-nope, which answers: the record's per-trial scores equal
+    GenerationResult.retrieval_scores of the same prompts (the recorder's top keys), some head retrieves,
+    and the table names the heads of the highest mean score."""
+    from entropy_lens import GenerationRecorder
+    from entropy_lens.analysis import retrieval_heads
+    from entropy_lens.models import load_model
+
+    out = tmp_path / "pk.json"
+    argv = ["passkey", "tiny-nope", "--lens", "128", "--depths", "2", "--keys", "1", "--quiet"]
+    assert main([*argv, "--retrieval-heads", "3", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    record = json.loads(out.read_text())
+    lm = load_model("tiny-nope", dtype="float32")
+    for k, cell in enumerate(record["results"]):
+        rng = np.random.default_rng([42, 128, k, 0])
+        prompt = passkey_prompt(
+            lm.tokenizer, length=128, depth=k / 2, key=random_key(rng), rng=rng, width=0.5
+        )
+        n = len(prompt.answer)
+        with GenerationRecorder(lm.model, stats="top_key") as rec, torch.no_grad():
+            lm.model.generate(
+                torch.from_numpy(prompt.ids)[None],
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        want = rec.result().retrieval_scores((prompt.needle_start, prompt.needle_stop))[0]
+        np.testing.assert_allclose(cell["per_trial"][0]["retrieval_score"], want, atol=1e-6)
+    scores = retrieval_heads(record, 128)
+    assert scores.max() > 0
+    layer, head = divmod(int(np.argmax(scores)), scores.shape[1])
+    assert f"128: {layer}.{head} ({scores.max():.3f})" in shown
+    assert main([*argv, "--retrieval-heads", "-1", "--out", str(tmp_path / "x.json")]) == 2
+    assert "--retrieval-heads must be at least 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow
