@@ -13,9 +13,11 @@ received_mean, (B, H, S) per layer) are summarised per batch row, then over the 
 that hold a real query row (`sequences`), as statistics.SUMMARIES declares:
 
     received_first      received at the row's first real key / its counted query rows; their mean
-    received_max_later  max over the real keys after the first real one of received_mean; their maximum
-                        over the batch rows that have such a key (`later`); undefined, NaN in `values`,
-                        at a step where none has one (T = 1, or a single real token per row)
+    received_max_later  max over the real keys after the first real one of received_mean, among those
+                        enough of the row's counted rows see (statistics.ranked_rows: the last keys' mean
+                        over a few rows is noise); their maximum over the batch rows that have such a
+                        key (`later`); undefined, NaN in `values`, at a step where none has one (T = 1, or
+                        a single real token per row)
 
 `finish` brings the (layers, heads) results to the host once per forward, checks that every layer
 reported once, and returns a `StepSummary`. Two summaries of one step (gradient accumulation's
@@ -37,6 +39,7 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.statistics import (
     BY_NAME,
+    RANKED_ROWS,
     RECEIVED,
     RECEIVED_FIRST,
     RECEIVED_MAX_LATER,
@@ -162,6 +165,15 @@ class ForwardSums:
             real_keys = self.mask.to(received.device)
             first = real_keys.to(torch.uint8).argmax(dim=1)
             later = (torch.arange(S, device=received.device) > first[:, None]) & real_keys
+        # a later key is ranked where enough of the batch row's counted rows see it (statistics.ranked_rows):
+        # its counted rows at or after it, those rows being the row's last real positions
+        real_at = self.mask.to(received.device) if self.mask is not None and self.mask.shape[1] == S else None
+        real_at = (
+            real_at if real_at is not None else torch.ones(B, S, dtype=torch.bool, device=received.device)
+        )
+        seeing = torch.minimum(counted[:, None], real_at.flip(1).cumsum(1).flip(1))  # (B, S)
+        least = (counted // 2).clamp(1, RANKED_ROWS)  # ranked_rows, per batch row
+        later = later & (seeing >= least[:, None])
         at_first = received.gather(2, first.view(B, 1, 1).expand(B, H, 1)).squeeze(2)  # (B, H)
         identity = RECEIVED_MAX_LATER.reduction.identity
         top = torch.where(later[:, None, :], mean, identity).amax(2)  # (B, H): −inf where no later key

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from entropy_lens.results.scan_result import ScanResult
-from entropy_lens.statistics import MAX, QUERY_WINDOW, RECEIVED_MEAN, STATISTICS, reduction_of
+from entropy_lens.statistics import MAX, QUERY_WINDOW, RECEIVED_MEAN, STATISTICS, ranked_rows, reduction_of
 
 __all__ = ["in_l", "received_lines", "span_label", "spans_by_l", "summary"]
 
@@ -92,21 +92,33 @@ def summary(result: ScanResult) -> str:
 def received_lines(result: ScanResult, top: int = 3) -> list[str]:
     """The summary's block for a result with key statistics: per layer, what the first key receives and
     the `top` positions beyond it that receive most, by received_mean (each counted row's mean share)
-    where recorded, else by received (the mass); mean over heads, over samples. [] without them."""
+    where recorded, else by received (the mass); mean over heads, over samples. [] without them.
+    A mean over few rows is noise (the last keys of a causal scan are seen by 1, 2, ... rows), so
+    received_mean ranks only the keys enough counted rows may see (statistics.ranked_rows), and the block
+    says so."""
     if not result.key_names:
         return []
     name = RECEIVED_MEAN.name if RECEIVED_MEAN.name in result.key_names else result.key_names[0]
     values = reduction_of(name).summarize(result.received(name), 1)  # (layers, key positions)
     window = QUERY_WINDOW.read(result.meta)
     # a window as long as the scan's rows counts every row: said so, never "the last 1000" of 128
-    rows = f"the last {window} rows of each window" if window and window < result.length else "every row"
+    counted = window if window and window < result.length else result.length
+    rows = f"the last {window} rows of each window" if counted < result.length else "every row"
+    keys = np.arange(values.shape[1])
+    ranked = keys >= 1
+    why = ""
+    if name == RECEIVED_MEAN.name:  # a causal key j is seen by the counted rows at or after it
+        least = ranked_rows(counted)
+        ranked &= np.minimum(counted, result.length - keys) >= least
+        why = f"; of the keys at least {least} counted rows see: a mean over fewer is noise"
     lines = [
         "",
         f"attention received by key position ({name}, {result.stat_unit(name)}; over {rows}, mean over heads)",
-        f"{'layer':<8}{'first key':>10}   most received beyond it (position: value)",
+        f"{'layer':<8}{'first key':>10}   most received beyond it (position: value{why})",
     ]
     for layer, per_key in enumerate(values):
-        order = np.argsort(-per_key[1:], kind="stable")[:top] + 1
+        candidates = keys[ranked]
+        order = candidates[np.argsort(-per_key[candidates], kind="stable")[:top]]
         beyond = ", ".join(f"{j}: {per_key[j]:.3f}" for j in order)
         lines.append(f"{layer:<8}{per_key[0]:>10.3f}   {beyond}")
     return lines

@@ -198,7 +198,8 @@ RECEIVED_FIRST = Statistic(
 RECEIVED_MAX_LATER = Statistic(
     "received_max_later",
     PROBABILITY,
-    "the largest received_mean of any key after a batch row's first real one: a heavy hitter appearing",
+    "the largest received_mean of any key after a batch row's first real one that enough of its counted "
+    "rows see (`ranked_rows`; a mean over a few rows at the end is noise): a heavy hitter appearing",
     "largest later key's share",
     squared=False,
     reduction=MAX,
@@ -271,6 +272,17 @@ SUMMARIES: dict[str, tuple[Statistic, ...]] = {
 # every parameter of a statistic, by name, in the order of DECLARED; those of the row statistics
 PARAMETERS: dict[str, Parameter] = {p.name: p for s in DECLARED for p in s.parameters}
 ROW_PARAMETERS: dict[str, Parameter] = {p.name: p for s in STATISTICS.values() for p in s.parameters}
+
+
+RANKED_ROWS = 64  # a key's mean share (received_mean) is ranked where at least this many counted rows see it
+
+
+def ranked_rows(counted: int) -> int:
+    """How many counted query rows must see a key for its mean share (received_mean) to be ranked among
+    keys (the scan summary's "most received", the monitor's received_max_later): RANKED_ROWS, or half of
+    `counted` where there are fewer than twice that (at least 1). The last keys of a causal sequence
+    are seen by 1, 2, ... rows, and a mean over so few is noise that reads as a heavy hitter."""
+    return min(RANKED_ROWS, max(1, counted // 2))
 
 
 def declared(name: str) -> Statistic:

@@ -24,6 +24,7 @@ from entropy_lens.monitor.settings import (
     session_stats,
     summaries,
 )
+from entropy_lens.statistics import ranked_rows
 
 STATS = ("entropy", "received")
 SUMMARIES = ("entropy", "received_first", "received_max_later")
@@ -47,7 +48,8 @@ def eager_summaries(model, ids, mask):
     """(received_first, received_max_later), each (layers, heads) float64, from the model's eager
     probabilities, batch row by batch row: the attention the first real key receives from the real query
     rows over their number (the mean over batch rows), and the largest mean share Σ_i p_ij / n_j of a
-    later key, n_j the real rows at or after the real key j (the max over batch rows)."""
+    later key, n_j the real rows at or after the real key j, among the keys with n_j >= ranked_rows
+    (statistics: a mean over a few rows is noise; the max over batch rows)."""
     _, probs = eager_probabilities(model, ids, mask)
     real = mask.bool()
     first_share, later_share = [], []
@@ -60,7 +62,8 @@ def eager_summaries(model, ids, mask):
             per_row_first.append(received[:, first] / len(rows))
             n = torch.tensor([int((rows >= j).sum()) if real[b, j] else 0 for j in range(p.shape[-1])])
             mean = torch.where(n > 0, received / n.clamp_min(1), 0.0)
-            per_row_later.append(mean[:, first + 1 :].amax(1))
+            seen = n >= ranked_rows(len(rows))  # the keys enough rows see: a mean over few is noise
+            per_row_later.append(torch.where(seen, mean, -torch.inf)[:, first + 1 :].amax(1))
         first_share.append(torch.stack(per_row_first).mean(0))
         later_share.append(torch.stack(per_row_later).amax(0))
     return torch.stack(first_share).numpy(), torch.stack(later_share).numpy()
