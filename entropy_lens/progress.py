@@ -50,6 +50,27 @@ def library_bars(*, enabled: bool):
             logging.enable_progress_bar()
 
 
+@contextlib.contextmanager
+def every_bar_off():
+    """Every tqdm bar made inside the block disabled, then as before. Libraries pass `disable=` to their
+    bars themselves (lm-eval) or make plain `tqdm.auto` bars (transformers' GGUF conversion), and tqdm
+    reads TQDM_DISABLE only when it is imported, so neither an environment variable nor a default turns
+    them off: the bars' constructor is wrapped to pass disable=True (every tqdm bar is tqdm.std's)."""
+    from tqdm import std
+
+    own = vars(std.tqdm)["__init__"]
+    made = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        made(self, *args, **{**kwargs, "disable": True})
+
+    std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = own
+
+
 class _Lines:
     """A file for tqdm that turns each redraw ('\\r' + status, padded with spaces) into one line."""
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.harness import TASKS_DIR
 from entropy_lens.harness.config import EvalConfig, require_lm_eval
+from entropy_lens.progress import every_bar_off
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
@@ -185,28 +186,17 @@ def _write(path: Path, value, *, what: str) -> None:
 
 @contextlib.contextmanager
 def quiet_output(quiet: bool = True):
-    """While it lasts (where `quiet`): every progress bar made disabled, and lm-eval's log below errors.
-
-    lm-eval passes `disable=` to each tqdm bar itself, and tqdm reads TQDM_DISABLE only when it is
-    imported, so neither an environment variable nor a default can turn them off: the bars' constructor
-    is wrapped to pass disable=True (transformers' and datasets' bars are tqdm's too), and put back."""
+    """While it lasts (where `quiet`): every progress bar made disabled (progress.every_bar_off: lm-eval
+    passes `disable=` to each bar itself; transformers' and datasets' bars are tqdm's too), and lm-eval's
+    log below errors."""
     if not quiet:
         yield
         return
-    from tqdm import std
-
-    own = vars(std.tqdm)["__init__"]
-    made = std.tqdm.__init__
-
-    def disabled(self, *args, **kwargs):
-        made(self, *args, **{**kwargs, "disable": True})
-
     log = logging.getLogger("lm_eval")
     level = log.level
-    std.tqdm.__init__ = disabled
     log.setLevel(logging.ERROR)
     try:
-        yield
+        with every_bar_off():
+            yield
     finally:
-        std.tqdm.__init__ = own
         log.setLevel(level)

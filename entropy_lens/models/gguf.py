@@ -150,11 +150,14 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
-        )
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    from entropy_lens.progress import every_bar_off
+
+    try:  # its "Converting and de-quantizing GGUF tensors" and "Loading weights" bars off: one line says it
+        with every_bar_off():
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, local_files_only=True, dtype=torch.float32
+            )
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     except (ValueError, OSError, KeyError, RuntimeError) as e:
         raise EntropyLensError(
             f"transformers cannot read {gguf} ({first_line(e)}); use a GGUF of an architecture "
@@ -166,8 +169,9 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     try:
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        with every_bar_off():  # "Writing model shards"
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
     except OSError as e:
         raise EntropyLensError(
             f"cannot write the model cache in {out.parent} ({e}); free disk space or set "
@@ -201,9 +205,22 @@ def ensure_gguf_cache(gguf: Path, *, convert=convert_gguf) -> Path:
         ) from None
     try:
         _remove_stale_partials(final)
-        # the one silent wait of a first run: say so, on stderr (stdout is results)
+        # the one silent wait of a first run: say so, on stderr (stdout is results), and why it runs again
+        # where another transformers (a second environment: kvpress's) made its own cache already
+        others = sorted(
+            other.name.rsplit("-tf", 1)[1]
+            for other in final.parent.glob(final.name.rsplit("-tf", 1)[0] + "-tf*")
+            if other != final and (other / CACHE_MARKER).is_file()
+        )
+        again = (
+            f"; the cache of transformers {', '.join(others)} is not reused: each version writes its own "
+            "tokenizer, and another version's decodes differently"
+            if others
+            else ""
+        )
         print(
-            f"converting {gguf.name} to a float32 cache in {final}, once (SmolLM2-135M: ~25 s on 2 cores)",
+            f"converting {gguf.name} to a float32 cache in {final}, once for transformers "
+            f"{final.name.rsplit('-tf', 1)[1]} (SmolLM2-135M: ~25 s on 2 cores){again}",
             file=sys.stderr,
             flush=True,
         )

@@ -405,6 +405,27 @@ def test_gguf_converted_once_then_cached(fake_gguf):
     assert cached == [gguf_cache_dir(gguf)]
 
 
+def test_a_conversion_says_once_why_another_versions_cache_is_not_reused(fake_gguf, capsys):
+    """A second environment (kvpress's transformers 5.2) converts the GGUF again: its one line says which
+    version it converts for and why the other version's cache is not reused."""
+    import shutil
+
+    from entropy_lens.models.gguf import CACHE_MARKER, ensure_gguf_cache, gguf_cache_dir
+
+    gguf, convert, calls = fake_gguf
+    own = gguf_cache_dir(gguf)
+    other = own.with_name(own.name.rsplit("-tf", 1)[0] + "-tf5.2.0")
+    shutil.copytree(gguf.parent, other, ignore=lambda *_: ["cache", "m.gguf"])
+    (other / CACHE_MARKER).write_text("{}")
+    ensure_gguf_cache(gguf, convert=convert)
+    err = capsys.readouterr().err
+    version = own.name.rsplit("-tf", 1)[1]
+    assert f"once for transformers {version}" in err
+    assert "the cache of transformers 5.2.0 is not reused: each version writes its own tokenizer" in err
+    ensure_gguf_cache(gguf, convert=convert)
+    assert capsys.readouterr().err == "" and len(calls) == 1  # then nothing: the cache is there
+
+
 def test_gguf_cache_key_follows_content(fake_gguf):
     from entropy_lens.models.gguf import gguf_cache_dir
 
