@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-__all__ = ["library_bars", "progress_bar"]
+__all__ = ["every_bar_off", "layer_progress", "library_bars", "progress_bar"]
 
 
 def progress_bar(iterable=None, *, enabled: bool, every_s: float = 10.0, file=None, **kwargs):
@@ -31,6 +31,33 @@ def progress_bar(iterable=None, *, enabled: bool, every_s: float = 10.0, file=No
         return tqdm(iterable, file=stream, dynamic_ncols=True, **kwargs)
     # mininterval: at most one line per `every_s`; miniters=1: check the clock at every update
     return tqdm(iterable, file=_Lines(stream), mininterval=every_s, miniters=1, ascii=True, **kwargs)
+
+
+@contextlib.contextmanager
+def layer_progress(bar, layers):
+    """A long forward's progress, layer by layer: inside the block each forward of one of `layers` (a
+    model's decoder layers, in order) advances `bar` by its share of the units `expect(n)` announced for
+    the next forward, so a scan of one long sample moves as its layers finish instead of sitting at 0
+    until the whole forward is done. Yields `expect`; the shares add up to n exactly."""
+    count = len(layers)
+    pending = [0]
+
+    def expect(n: int) -> None:
+        pending[0] = n
+
+    def advance(index: int):
+        def hook(*_):
+            n = pending[0]
+            bar.update(n * (index + 1) // count - n * index // count)
+
+        return hook
+
+    hooks = [layer.register_forward_hook(advance(i)) for i, layer in enumerate(layers)]
+    try:
+        yield expect
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 @contextlib.contextmanager

@@ -65,7 +65,7 @@ def free_heap_returned_per_layer(model: torch.nn.Module):
     hooked = []
     parameter = next(model.parameters(), None)
     if _malloc_trim() is not None and parameter is not None and parameter.device.type == "cpu":
-        hooked = [m for m in model.modules() if _innermost_layer(m)]
+        hooked = attention_modules(model)
     handles = [m.register_forward_hook(_release_after) for m in hooked]
     try:
         yield len(handles)
@@ -76,6 +76,12 @@ def free_heap_returned_per_layer(model: torch.nn.Module):
 
 def _release_after(module, args, output) -> None:  # a forward hook: None keeps the module's output
     release_free_heap()
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's attention modules, one per layer, in order: the innermost modules carrying a
+    `layer_idx`, as transformers' attention modules and ours do."""
+    return [m for m in model.modules() if _innermost_layer(m)]
 
 
 def _innermost_layer(module: torch.nn.Module) -> bool:

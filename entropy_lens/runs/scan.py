@@ -37,7 +37,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Fused, Measure
 from entropy_lens.kernels import fold_status, native_status, resolve_backend
 from entropy_lens.models import LoadedModel, resolve_dtype
-from entropy_lens.progress import progress_bar
+from entropy_lens.progress import layer_progress, progress_bar
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.batches import LocalBatches, ShardedBatches, scan_batch
 from entropy_lens.runs.checkpoint import Checkpointer
@@ -50,7 +50,7 @@ from entropy_lens.runs.context_parallel import (
 )
 from entropy_lens.runs.distributed import RankGroups, World, agree, process_group, rank_device, world
 from entropy_lens.runs.lock import OutputLock
-from entropy_lens.runs.memory import large_blocks_returned, release_free_heap
+from entropy_lens.runs.memory import attention_modules, large_blocks_returned, release_free_heap
 from entropy_lens.runs.output import Output, comparable_scan, default_out, partial_path, scan_difference
 from entropy_lens.runs.provenance import provenance
 from entropy_lens.runs.sums import ScanSums
@@ -286,12 +286,13 @@ def _loop(batches: LocalBatches, sums: ScanSums, checkpoint: Checkpointer, progr
         enabled=progress and run.world.main,
         desc=f"scan {c.model}, threads {torch.get_num_threads()}",
     )
-    try:
-        for b in range(0, len(todo), c.batch_size):
-            ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
-            batches.forward(ids, sums)
-            bar.update(ids.shape[0] * c.length)
-            checkpoint.every_so_often()
+    try:  # the bar moves as each layer finishes: one sample of 32K tokens is one long forward
+        with layer_progress(bar, attention_modules(run.lm.model)) as expect:
+            for b in range(0, len(todo), c.batch_size):
+                ids = torch.from_numpy(run.chunks.ids[todo[b : b + c.batch_size]]).to(run.device)
+                expect(ids.shape[0] * c.length)
+                batches.forward(ids, sums)
+                checkpoint.every_so_often()
     except KeyboardInterrupt:
         said = checkpoint.interrupted()
         if said is not None:
