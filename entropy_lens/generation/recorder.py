@@ -38,7 +38,7 @@ from entropy_lens.capture.recorder import padding_mask, padding_start_of
 from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
 from entropy_lens.generation.rows import RowSlices
-from entropy_lens.results.generation import TOP_KEY_PROB, GenerationResult
+from entropy_lens.results.generation import PROBS, TOP_KEY_PROB, GenerationResult
 from entropy_lens.statistics import TOP_KEY
 
 __all__ = ["GenerationRecorder"]
@@ -57,6 +57,9 @@ class GenerationRecorder(ScaleSession):
             positions (a sequence's first real prompt token is 0).
         offsets: offset_prob's offsets d >= 0: the key d positions behind each row (0: its own).
         top_keys: top_key's k: the k most probable keys, with their probabilities (top_key_prob).
+        keep_probs: None, or ("generated", keys): keep each generated token's row's probabilities over a
+            span's keys ("generated": the generated × generated block lm-polygraph's attention_all holds;
+            "prompt", or one of `spans`), the result's `probs` (B, N, layers, heads, K).
         **options: ScaleSession's keywords, as EntropyRecorder takes them: `backend`, `fused`,
             `scales`, and the kernel statistics' parameters by name.
 
@@ -64,9 +67,11 @@ class GenerationRecorder(ScaleSession):
         EntropyLensError: an unknown or key statistic, a value out of range.
     """
 
-    def __init__(self, model, *, stats=None, spans=None, offsets=(), top_keys=1, **options):
+    def __init__(self, model, *, stats=None, spans=None, offsets=(), top_keys=1, keep_probs=None, **options):
         check_keywords("GenerationRecorder", options)
-        self.slices, stats = RowSlices.parse(stats, spans=spans, offsets=offsets, top_keys=top_keys)
+        self.slices, stats = RowSlices.parse(
+            stats, spans=spans, offsets=offsets, top_keys=top_keys, keep_probs=keep_probs
+        )
         super().__init__(model, stats=stats, **options)
         if self.session.measure.key_stats:
             raise EntropyLensError(
@@ -77,7 +82,9 @@ class GenerationRecorder(ScaleSession):
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
         self.session.on_stats = self._add
-        if self.slices.stats:  # each layer's last row, whole: its probabilities over its keys
+        if (
+            self.slices.stats or self.slices.keep
+        ):  # each layer's last row, whole: its probabilities over its keys
             self.session.on_rows, self.session.probe_rows = self._add_slices, 1
         self._fed_len = 0  # the positions fed so far, padding included (this forward's with it)
         self._padding = None  # (B,) each sequence's left padding: its first real token's position
@@ -226,6 +233,10 @@ class GenerationRecorder(ScaleSession):
                 "no forward ran inside the GenerationRecorder; call model.generate(...) in it"
             )
         N = len(self._steps)
+        if PROBS in self._steps[0]:  # a kept block's run of keys grows step by step: padded with 0
+            K = max(s[PROBS].shape[-1] for s in self._steps)
+            for s in self._steps:
+                s[PROBS] = np.pad(s[PROBS], [(0, 0)] * 3 + [(0, K - s[PROBS].shape[-1])])
         values = {name: np.stack([s[name] for s in self._steps], 1) for name in self._steps[0]}
         B = next(iter(values.values())).shape[0]
         sequences = sequences if sequences is not None else self._sequences
@@ -255,7 +266,7 @@ class GenerationRecorder(ScaleSession):
             "model_class": type(self.model).__name__,
             "n_layers": self.n_layers,
             "n_heads": self.n_heads,
-            "stats": [name for name in values if name != TOP_KEY_PROB],
+            "stats": [name for name in values if name not in (TOP_KEY_PROB, PROBS)],
             **measure.recorded(),
             **self.slices.recorded(),
             "backend": "+".join(sorted(self.session.backends)),

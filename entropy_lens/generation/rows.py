@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results.generation import TOP_KEY_PROB
+from entropy_lens.results.generation import PROBS, TOP_KEY_PROB
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import BUILT_IN_SPANS, OFFSET_PROB, ROW_SLICE_STATISTICS, SPAN_MASS, TOP_KEY
 
@@ -32,15 +32,19 @@ __all__ = ["RowSlices"]
 class RowSlices:
     """The row-slice statistics asked for (`stats`, in ROW_SLICE_STATISTICS) and their parameters:
     `spans` {name: (start, stop)} (the caller's; "prompt" and "generated" come first), `offsets` (d >= 0,
-    distinct) and `top_keys` (k >= 1)."""
+    distinct) and `top_keys` (k >= 1); and `keep`, the span whose keys' probabilities each generated
+    token's row keeps whole (`keep_probs=("generated", keep)`; None: none)."""
 
     stats: tuple[str, ...] = ()
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
     offsets: tuple[int, ...] = ()
     top_keys: int = 1
+    keep: str | None = None
 
     @classmethod
-    def parse(cls, stats, *, spans=None, offsets=(), top_keys=1) -> tuple[RowSlices, tuple | str | None]:
+    def parse(
+        cls, stats, *, spans=None, offsets=(), top_keys=1, keep_probs=None
+    ) -> tuple[RowSlices, tuple | str | None]:
         """(the RowSlices of `stats`, the rest of `stats` for the kernels: None where that is nothing, so
         the kernels record their default). EntropyLensError in one line for a
         parameter out of range, or given without its statistic."""
@@ -48,8 +52,9 @@ class RowSlices:
         names = () if names is None else tuple(names)
         sliced = tuple(name for name in names if name in ROW_SLICE_STATISTICS)
         rest = tuple(name for name in names if name not in ROW_SLICE_STATISTICS)
+        keep = _checked_keep(keep_probs, spans)
         given = {
-            "spans": (spans is not None, SPAN_MASS.name),
+            "spans": (spans is not None and keep is None, SPAN_MASS.name),
             "offsets": (tuple(offsets) != (), OFFSET_PROB.name),
             "top_keys": (top_keys != 1, TOP_KEY.name),
         }
@@ -65,7 +70,7 @@ class RowSlices:
                 "own key, 1: the previous token), e.g. offsets=(0, 1)"
             )
         check_argument("top_keys", top_keys, int, {"at_least": 1}, example=1)
-        slices = cls(sliced, _checked_spans(spans), _checked_offsets(offsets), int(top_keys))
+        slices = cls(sliced, _checked_spans(spans), _checked_offsets(offsets), int(top_keys), keep)
         return slices, (rest or None)
 
     @property
@@ -82,7 +87,19 @@ class RowSlices:
             meta["offsets"] = list(self.offsets)
         if TOP_KEY.name in self.stats:
             meta["top_keys"] = self.top_keys
+        if self.keep is not None:
+            meta["keep_probs"] = [BUILT_IN_SPANS[1], self.keep]
+            meta["spans"] = {name: list(span) for name, span in self.spans.items()}
         return meta
+
+    def bounds(self, name: str, prompt_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start, stop) (B,) int64 real positions of span `name` in each sequence ("generated": open)."""
+        if name == BUILT_IN_SPANS[0]:
+            return torch.zeros_like(prompt_len), prompt_len
+        if name == BUILT_IN_SPANS[1]:
+            return prompt_len, torch.full_like(prompt_len, torch.iinfo(torch.int64).max)
+        a, b = self.spans[name]
+        return torch.full_like(prompt_len, a), torch.full_like(prompt_len, b)
 
     def read(
         self, p: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor, prompt_len: torch.Tensor
@@ -101,15 +118,7 @@ class RowSlices:
         """
         out = {}
         if SPAN_MASS.name in self.stats:
-            big = torch.iinfo(torch.int64).max
-            bounds = [
-                (torch.zeros_like(prompt_len), prompt_len),
-                (prompt_len, torch.full_like(prompt_len, big)),
-            ]
-            bounds += [
-                (torch.full_like(prompt_len, a), torch.full_like(prompt_len, b))
-                for a, b in self.spans.values()
-            ]
+            bounds = [self.bounds(name, prompt_len) for name in self.span_names]
             inside = torch.stack(
                 [(key_pos >= a[:, None]) & (key_pos < b[:, None]) for a, b in bounds], -1
             )  # (B, S, spans)
@@ -133,6 +142,15 @@ class RowSlices:
                 seen = torch.nn.functional.pad(seen, (0, pad))
             out[TOP_KEY.name] = torch.where(seen, position, -1)
             out[TOP_KEY_PROB] = torch.where(seen, prob, 0.0)
+        if self.keep is not None:  # the kept span's keys up to the row's own: K = the longest such run
+            start, stop = self.bounds(self.keep, prompt_len)
+            stop = torch.minimum(stop, query_pos + 1)
+            K = int((stop - start).clamp_min(0).max())
+            positions = start[:, None] + torch.arange(K, device=p.device)  # (B, K)
+            index = positions - key_pos[:, :1]  # the keys are consecutive positions
+            inside = (positions < stop[:, None]) & (index >= 0) & (index < p.shape[-1])
+            kept = p.gather(-1, index.clamp(0, p.shape[-1] - 1)[:, None, :].expand(-1, p.shape[1], -1))
+            out[PROBS] = torch.where(inside[:, None, :], kept, 0.0)
         return out
 
 
@@ -162,6 +180,24 @@ def _checked_spans(spans) -> dict[str, tuple[int, int]]:
             )
         checked[name] = (start, stop)
     return checked
+
+
+def _checked_keep(keep_probs, spans) -> str | None:
+    """keep_probs=("generated", keys) -> keys (a built-in span or one of `spans`); one line otherwise."""
+    if keep_probs is None:
+        return None
+    rows = BUILT_IN_SPANS[1]
+    known = (*BUILT_IN_SPANS, *(spans or {}))
+    if not isinstance(keep_probs, (tuple, list)) or len(keep_probs) != 2 or keep_probs[0] != rows:
+        raise EntropyLensError(
+            f"keep_probs must be ({rows!r}, keys): the generated tokens' rows over the keys of a span; got "
+            f"{keep_probs!r} (a prompt's rows: entropy_lens.attention_probs)"
+        )
+    if keep_probs[1] not in known:
+        raise EntropyLensError(
+            f"keep_probs' keys {keep_probs[1]!r} name no span; choose {', '.join(map(repr, known))} (yours: spans=)"
+        )
+    return keep_probs[1]
 
 
 def _checked_offsets(offsets) -> tuple[int, ...]:

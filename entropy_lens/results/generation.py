@@ -10,6 +10,9 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
     offset_prob float32 (B, N, layers, heads, offsets)  per offset of meta's offsets
     top_key     int64   (B, N, layers, heads, k)        the k most probable keys' real positions (−1: no
                                                key; after a sequence ended); top_key_prob float32 beside it
+    probs       float32 (B, N, layers, heads, K)        keep_probs=("generated", span): row n's probabilities
+                                               over the span's keys from its start, K the longest run (0
+                                               past a row's own position: a causal row sees none there)
     prompt_len  int64   (B,)                   each sequence's real prompt tokens (left padding left out)
     prompt      int64   (B, max prompt_len)    each sequence's real prompt ids, from real position 0 on;
                                                −1 after its prompt (version 2; absent in version 1 files)
@@ -39,7 +42,8 @@ from entropy_lens.results.files import atomic_savez, npz_holds, printable, read_
 from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, STATISTICS, TOP_KEY
 
 TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
-ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB)  # every array a result may hold
+PROBS = "probs"  # keep_probs' block: each generated token's row over a span's keys
+ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB, PROBS)  # every array a result may hold
 
 SCHEMA = "entropy_lens.generation"
 GENERATION_VERSION = 2
@@ -81,7 +85,7 @@ class GenerationResult:
                 f"prompt_len and lengths must be ({B},); got {self.prompt_len.shape}, {self.lengths.shape}"
             )
         for name, v in self.values.items():
-            trailing = name in ROW_SLICE_STATISTICS or name == TOP_KEY_PROB
+            trailing = name in ROW_SLICE_STATISTICS or name in (TOP_KEY_PROB, PROBS)
             if v.shape[:2] != (B, N) or v.ndim != 4 + trailing:
                 raise EntropyLensError(
                     f"{name}: shape {v.shape}, expected ({B}, {N}, layers, heads{', values' if trailing else ''})"
@@ -256,8 +260,8 @@ class GenerationResult:
 
     @property
     def stats(self) -> tuple[str, ...]:
-        """The row statistics held, in the order recorded (top_key_prob is top_key's, not one)."""
-        return tuple(name for name in self.values if name != TOP_KEY_PROB)
+        """The row statistics held, in the order recorded (top_key_prob and probs are none)."""
+        return tuple(name for name in self.values if name not in (TOP_KEY_PROB, PROBS))
 
     @property
     def live(self) -> np.ndarray:
@@ -334,5 +338,5 @@ class GenerationResult:
         unknown = [name for name in arrays if name not in ARRAYS]
         if unknown:
             raise EntropyLensError(f"{printable(path)} holds unknown arrays {unknown}; {again}")
-        names = [*meta.get("stats", arrays), *([TOP_KEY_PROB] if TOP_KEY_PROB in arrays else [])]
+        names = [*meta.get("stats", arrays), *(name for name in (TOP_KEY_PROB, PROBS) if name in arrays)]
         return cls(tokens, {name: arrays[name] for name in names}, prompt_len, lengths, meta, prompt)

@@ -153,3 +153,28 @@ def test_a_logits_processor_receives_each_steps_statistics_and_steers():
             pad_token_id=0,
             logits_processor=[rec.logits_processor(lambda *a: None)],
         )
+
+
+@pytest.mark.parametrize("family", ("llama", "qwen2", "mistral"))
+def test_kept_probabilities_are_the_eager_block(family):
+    """keep_probs=("generated", "generated"): row n's probabilities over the generated tokens' keys (the
+    block lm-polygraph's attention_all holds), and ("generated", "prompt"), equal to eager float64."""
+    model = build(family, SUPPORTED[family][0])
+    r, out = generated(model, keep_probs=("generated", "generated"))
+    block = r.stat("probs")  # (B, N, layers, heads, K)
+    assert block.shape[-1] == NEW - 1 and r.meta["keep_probs"] == ["generated", "generated"]
+    prompt, _ = generated(model, keep_probs=("generated", "prompt"))
+    for b in range(2):
+        P = int(r.prompt_len[b])
+        real = out[b, PAD if b == 0 else 0 :]
+        p = eager_rows(model, real[: P + NEW - 1], range(P - 1, P + NEW - 1)).numpy()  # (L, H, N, T)
+        want = np.zeros((NEW, *p.shape[:2], NEW - 1))
+        for n in range(NEW):
+            want[n, :, :, :n] = p[:, :, n, P : P + n]
+        np.testing.assert_allclose(block[b], want, atol=1e-5, err_msg=f"{family} row {b}")  # a float32 model
+        on_prompt = prompt.stat("probs")[b, :, :, :, :P]
+        np.testing.assert_allclose(on_prompt, p[:, :, :, :P].transpose(2, 0, 1, 3), atol=1e-5)
+    with pytest.raises(EntropyLensError, match="keep_probs must be .'generated', keys."):
+        GenerationRecorder(model, keep_probs=("prompt", "prompt"))
+    with pytest.raises(EntropyLensError, match="keep_probs' keys 'doc' name no span"):
+        GenerationRecorder(model, keep_probs=("generated", "doc"))
