@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entropy-lens-installed
 
-.PHONY: demo test docs bench lint browser kvpress-env clean
+.PHONY: demo test docs bench lint browser kvpress-env polygraph-env clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 # The tests build the documentation site too, with every warning an error (tests/docs/test_docs.py): a broken
 # reference fails `make test` without a second build here.
-test: $(STAMP) lint browser kvpress-env
+test: $(STAMP) lint browser kvpress-env polygraph-env
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
 # The view's browser tests drive the distribution's Chromium. Installed here where it is missing and the
@@ -64,6 +64,28 @@ $(KV_STAMP): Makefile
 	$(KV_VENV)/bin/python -c "import kvpress, transformers, entropy_lens; assert transformers.__version__ == '5.2.0'"
 	touch $(KV_STAMP)
 
+# lm-polygraph (entropy_lens.polygraph, the extra `polygraph`) pulls spaCy, sentence-transformers, fschat
+# and more: its tests (tests/polygraph/) run in a third environment, built as kvpress's is (a venv without
+# pip, .venv's packages shared through a .pth file) with lm-polygraph and what it needs beyond .venv
+# installed in front. Its own caches (HF_HOME, NLTK) are its folder's. Never fails the build: without it
+# those tests skip and say why.
+PG_VENV  := .venv-polygraph
+PG_STAMP := $(PG_VENV)/.polygraph-installed
+PG_PINS  := lm-polygraph==0.7.0
+
+polygraph-env: $(STAMP)
+	@$(MAKE) --no-print-directory -s $(PG_STAMP) \
+		|| { rm -rf $(PG_VENV); echo "note: could not build $(PG_VENV); the lm-polygraph tests will skip"; }
+
+$(PG_STAMP): Makefile
+	rm -rf $(PG_VENV)
+	$(BIN)/python -m venv --without-pip $(PG_VENV)
+	$(BIN)/python -c "import sysconfig; print('$(CURDIR)'); print(sysconfig.get_paths()['purelib'])" \
+		> "$$($(PG_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/entropy_lens_shared.pth"
+	$(BIN)/python -m pip --python $(PG_VENV)/bin/python install -q $(PG_PINS)
+	$(PG_VENV)/bin/python -c "import lm_polygraph, entropy_lens.polygraph, torch; assert torch.__version__.startswith('2.13')"
+	touch $(PG_STAMP)
+
 # The documentation site (docs/README.md): offline, every warning an error, into docs/_build/html/.
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
@@ -76,4 +98,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check entropy_lens tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) $(KV_VENV) results .pytest_cache docs/_build
+	rm -rf $(VENV) $(KV_VENV) $(PG_VENV) results .pytest_cache docs/_build

@@ -35,6 +35,7 @@ ALLOWED = {
     "monitor": {"capture", "kernels", "results"},
     "generation": {"capture", "kernels", "results"},
     "kvpress": {"kernels"},
+    "polygraph": {"generation", "results"},
     "models": {"progress"},
     "data": set(),
     "capture": {"kernels"},

@@ -45,6 +45,7 @@ IGNORED_KWARGS = frozenset(
         "cache_position",
         "sliding_window",
         "output_attentions",
+        "output_hidden_states",  # generate(output_hidden_states=True) passes it down: the layers' outputs
         "is_causal",
         "output_router_logits",
         "num_items_in_batch",  # transformers.Trainer's loss normaliser, passed down to every layer

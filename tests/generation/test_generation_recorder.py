@@ -164,6 +164,27 @@ def test_sampling_and_an_early_end():
     assert np.isnan(r.stat("entropy")[0, ended:]).all() and np.isfinite(r.stat("entropy")[r.live]).all()
 
 
+def test_generate_asked_for_hidden_states_records_the_same():
+    """generate(output_hidden_states=True) (lm-polygraph asks for it) passes the flag down to every
+    attention call: the capture runs as without it, the same statistics."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    results = []
+    for hidden in (False, True):
+        with GenerationRecorder(model, stats="entropy") as rec:
+            model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=3,
+                do_sample=False,
+                pad_token_id=0,
+                output_hidden_states=hidden,
+                return_dict_in_generate=hidden,
+            )
+        results.append(rec.result().stat("entropy"))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6, atol=1e-6)  # float32; a path may differ
+
+
 def test_a_decode_loop_of_your_own():
     """A loop with a KV cache: the ids each step fed are the tokens, the last one −1 until given."""
     from transformers import DynamicCache

@@ -1,0 +1,97 @@
+"""entropy_lens.polygraph against lm-polygraph itself. Runs only in the lm-polygraph environment
+(.venv-polygraph), in a child process that tests/polygraph/test_polygraph.py starts; elsewhere every case
+skips.
+- attention_all: LensGreedyProbsCalculator on the model's sdpa attention, on a left-padded batch of two
+  texts, gives lm-polygraph's own GreedyProbsCalculator's statistics on eager attention with
+  output_attentions=True for each text alone (the same greedy tokens, log-probabilities, texts;
+  attention_all to float32's rounding), on three families (Llama GQA, Qwen2, Qwen3), 16 generated
+  tokens each. lm-polygraph's own calculator is compared text by text: on a batch it reads
+  every text's attention from the batch's first text (`attentions[j][layer][0]`), so its attention_all
+  of a second text is the first's (checked here, and said in the guide);
+- RAUQ, lm-polygraph's own estimator unchanged, gives the same uncertainty (≤ 1e-5 relative) fed by ours
+  as fed by its own calculator; and through `estimate_uncertainty` (its UEManager on `stat_calculators`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lm_polygraph", reason="lm-polygraph is not installed (make polygraph-env builds it)")
+from architectures import SUPPORTED, build
+from lm_polygraph import WhiteboxModel
+from lm_polygraph.estimators import RAUQ
+from lm_polygraph.stat_calculators.greedy_probs import GreedyProbsCalculator
+from tiny import make_tokenizer
+
+from entropy_lens.polygraph import LensGreedyProbsCalculator, estimate_uncertainty, stat_calculators
+
+# Llama (GQA), Qwen2 (bias on q, k, v), Qwen3 (q/k norms), each with full attention in every layer:
+# lm-polygraph's own calculator stops on a model whose layers' caches differ in length (Qwen2's or
+# Gemma 2's sliding-window layers beside full ones: its vstack of the layers' rows), ours does not
+FAMILIES = {"llama": {}, "qwen2": {"use_sliding_window": False}, "qwen3": SUPPORTED["qwen3"][0]}
+TEXTS = ["The grass is green. The sky is", "Here we go, there and back again, and"]
+NEW = 16
+
+
+def whitebox(family: str, attention: str) -> WhiteboxModel:
+    # 6 layers: RAUQ reads layers L // 3 .. ceil(2L / 3), past the end of a 2-layer model
+    model = build(family, {**FAMILIES[family], "num_hidden_layers": 6})
+    eos = make_tokenizer().eos_token_id
+
+    def no_end(module, args, logits):  # every text writes its NEW tokens: every step compared
+        logits[..., eos] = logits.amin(-1) - 10.0
+        return logits
+
+    model.lm_head.register_forward_hook(no_end)
+    model.set_attn_implementation(attention)
+    tokenizer = make_tokenizer(model.config.vocab_size)
+    tokenizer.pad_token, tokenizer.padding_side = tokenizer.eos_token, "left"
+    wb = WhiteboxModel(model, tokenizer, model_path=family)
+    wb.generation_parameters.max_new_tokens = NEW
+    return wb
+
+
+def both(family: str) -> tuple[dict, list[dict], WhiteboxModel, dict]:
+    """(ours on sdpa for the batch, lm-polygraph's on eager for each text alone, our model, lm-polygraph's
+    on eager for the batch)."""
+    torch.manual_seed(0)
+    ours_model, theirs_model = whitebox(family, "sdpa"), whitebox(family, "eager")
+    theirs_model.model.load_state_dict(ours_model.model.state_dict())
+    theirs = GreedyProbsCalculator(output_attentions=True)
+    with torch.no_grad():
+        ours = LensGreedyProbsCalculator()({}, TEXTS, ours_model, max_new_tokens=NEW)
+        alone = [theirs({}, [text], theirs_model, max_new_tokens=NEW) for text in TEXTS]
+        batched = theirs({}, TEXTS, theirs_model, max_new_tokens=NEW)
+    return ours, alone, ours_model, batched
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_attention_all_and_rauq_equal_lm_polygraphs_own(family):
+    ours, alone, model, batched = both(family)
+    assert all(len(t) >= NEW for t in ours["greedy_tokens"])  # no early end: every step compared
+    for i, theirs in enumerate(alone):
+        assert ours["greedy_tokens"][i] == theirs["greedy_tokens"][0], f"{family} text {i}"
+        np.testing.assert_allclose(ours["attention_all"][i], theirs["attention_all"][0], atol=2e-5, rtol=0)
+        np.testing.assert_allclose(  # float32 through 6 layers, a padded batch on sdpa against eager alone
+            ours["greedy_log_likelihoods"][i], theirs["greedy_log_likelihoods"][0], atol=1e-4, rtol=0
+        )
+        # RAUQ fed by our attention_all and by its own, everything else the same: the attention's part
+        got = RAUQ()({**theirs, "attention_all": [ours["attention_all"][i]], "model": model})
+        want = RAUQ()({**theirs, "model": model})
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    # lm-polygraph's own calculator on the batch: the second text's attention is the first's
+    np.testing.assert_array_equal(batched["attention_all"][1], batched["attention_all"][0])
+    assert np.abs(ours["attention_all"][1] - ours["attention_all"][0]).max() > 0.1
+
+
+def test_estimate_uncertainty_runs_lm_polygraphs_manager_on_our_calculators():
+    """lm-polygraph's UEManager builds LensGreedyProbsCalculator from `stat_calculators` (its builder is
+    entropy_lens.polygraph) and RAUQ's uncertainty is the one computed from our statistics directly."""
+    names = [sc.name for sc in stat_calculators("Whitebox")]
+    assert "LensGreedyProbsCalculator" in names and "GreedyProbsCalculator" not in names
+    _, _, model, _ = both("llama")
+    out = estimate_uncertainty(model, RAUQ(), TEXTS[0])
+    direct = LensGreedyProbsCalculator()({}, TEXTS[:1], model, max_new_tokens=NEW)
+    np.testing.assert_allclose(out.uncertainty, RAUQ()({**direct, "model": model})[0], rtol=1e-6)
