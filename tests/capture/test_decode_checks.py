@@ -8,6 +8,8 @@ from tiny import make_tiny_model
 from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Measure
+from entropy_lens.kernels import native_available, native_status
 
 
 def _call(session, attn, q, k, v):
@@ -50,11 +52,16 @@ def test_a_decode_step_checks_its_new_keys_and_a_new_cache_whole(monkeypatch):
         _call(fresh, attn, q3, k3, v3)
 
 
+@pytest.mark.skipif(not native_available(), reason=f"native kernel {native_status()}")
 def test_a_decode_steps_scores_beyond_float32_are_refused_from_its_caches_largest_key():
     """The bound a decode step's kernels skip is the capture's, from max|k| kept over the cache: a new
-    key that would take the scores beyond float32's range is refused as a whole pass would refuse it."""
+    key that would take the scores beyond float32's range is refused as a whole pass would refuse it.
+    The native kernel's: it forms scores in float32 unchecked, so it refuses by the bound (torch_chunked
+    checks the scores it forms and measures them exactly; fused "auto" may choose either, by timing)."""
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
-    session = Session(on_stats=lambda layer, stats, offset: None)
+    session = Session(
+        on_stats=lambda layer, stats, offset: None, measure=Measure.parse(backend="native", fused="on")
+    )
     q, k, v = _inputs(8, 8)
     _call(session, attn, q, k, v)
     q1, k1, v1 = _inputs(9, 1, seed=1)

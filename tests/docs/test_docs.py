@@ -231,7 +231,7 @@ def test_the_kvpress_guide_parses_here_and_runs_in_its_environment():
     .venv-kvpress, through tests/kvpress/test_kvpress.py."""
     page = (DOCS / "guides" / "kvpress.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert blocks and "TOKENS = 32_768" in blocks[0]  # the line the run cuts to a test's length
+    assert blocks and "TOKENS = 2_048" in blocks[0]  # the line the run cuts to a test's length
     for block in blocks:
         compile(block, "docs/guides/kvpress.md", "exec")
     cases = (ROOT / "tests" / "kvpress_cases.py").read_text(encoding="utf-8")

@@ -77,7 +77,8 @@ def test_a_forward_without_a_later_key_adds_nothing_to_its_steps_maximum():
         model(full)
     want = alone.latest()["received_max_later"]
     assert np.isfinite(want).all()
-    np.testing.assert_array_equal(step.latest()["received_max_later"], want)
+    # float32 sums over 8 rows; two forwards may run other paths (fused "auto" chooses by timing)
+    np.testing.assert_allclose(step.latest()["received_max_later"], want, rtol=1e-6)
 
     ids, mask = single_tokens(2, 8, seed=3)
     ids[0], mask[0] = full[0], 1  # row 0 whole, row 1 a single real token
