@@ -2,6 +2,8 @@
 of the model's own eager attention over the same tokens, each sequence alone, unpadded and
 teacher-forced, on left-padded batches of five families; ends, refusals and the saved file."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -231,6 +233,18 @@ def test_the_file_round_trips_and_a_foreign_file_is_refused(tmp_path):
     with np.load(tmp_path / "gen.npz") as z:  # numpy opens it without entropy_lens
         assert z["entropy"].shape == (2, 3, 2, 4) and z["span_mass"].shape == (2, 3, 2, 4, 3)
         assert z["top_key"].dtype == np.int64 and z["top_key_prob"].shape == (2, 3, 2, 4, 2)
+    # a version 1 file (before the row-slice arrays and the prompt ids) still loads, without them
+    with np.load(tmp_path / "gen.npz") as z:
+        arrays = {
+            name: z[name]
+            for name in z.files
+            if name not in ("prompt", "span_mass", "top_key", "top_key_prob")
+        }
+    meta = {**json.loads(str(arrays.pop("meta"))), "schema_version": 1, "stats": ["entropy", "max_prob"]}
+    np.savez(tmp_path / "v1.npz", meta=np.array(json.dumps(meta)), **arrays)
+    old = GenerationResult.load(tmp_path / "v1.npz")
+    assert old.stats == ("entropy", "max_prob") and old.prompt is None
+    assert np.array_equal(old.stat("entropy"), r.stat("entropy"), equal_nan=True)
     np.savez(tmp_path / "other.npz", tokens=np.zeros(2))
     with pytest.raises(EntropyLensError, match="not a generation result"):
         GenerationResult.load(tmp_path / "other.npz")

@@ -4,11 +4,11 @@ against kvpress itself) and a subset of the package's own tests under transforme
 (`transformers>=5.0`). `make kvpress-env` builds the environment (`make test` runs it); where it is
 missing these tests skip and say why."""
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from environments import run_cases
 
 ROOT = Path(__file__).parents[2]
 PYTHON = ROOT / ".venv-kvpress" / "bin" / "python"
@@ -33,13 +33,7 @@ def test_in_the_kvpress_environment(cases):
     why = missing()
     if why:
         pytest.skip(why)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    env.pop("PYTEST_XDIST_WORKER_COUNT", None)
-    cmd = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(ROOT / "tests" / cases)]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800, check=False)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    last = run.stdout.strip().splitlines()[-1]
-    assert " passed" in last and "skipped" not in last, last
+    run_cases(PYTHON, cases)
 
 
 def test_the_environment_is_transformers_5_2_with_kvpress():
