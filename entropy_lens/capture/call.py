@@ -70,11 +70,10 @@ class Session:
     measure:    what to measure (flags.Measure, parsed by the session's owner): the row statistics, the
                 key statistics (attention received by each key; () for none), the statistics' parameters,
                 the backend and the fused mode; passed whole to the routes and the kernels.
-    on_key_stats: None, or a callback (layer_idx, {key statistic: (B, Hq, S) fp32}) with them
-                (capture/received.py).
     on_key_state: None, or a callback (layer_idx, the column state {"sum", "max", "count": (B, Hq, S)
-                fp32}, key offset S − T) before any statistic is read: what a decode step adds to the
-                keys of the sequence it continues (the recorder's; beside or instead of on_key_stats).
+                fp32}, key offset S − T) for the key statistics of `measure` (attention received,
+                capture/received.py), read off it by `kernels.received.read_received`: a decode step's
+                state adds to the keys of the sequence it continues. The row statistics go to on_stats.
     own_attention: the model's own attention implementation the session replaced ("eager", "sdpa", ...;
                 None for layers routed by capture/own_attention.py): a call that asks for the attention
                 weights (`output_attentions`) of an eager model gets eager's, as without the session.
@@ -90,7 +89,6 @@ class Session:
     own_attention: str | None = None
     # what to measure, parsed where the session's owner was made (entropy_lens/flags.py); a raw value is refused
     measure: Measure = DEFAULT_MEASURE
-    on_key_stats: Callable[[int, dict], None] | None = None
     on_key_state: Callable[[int, dict, int], None] | None = None
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics

@@ -3,9 +3,9 @@
 session asks for key statistics, `Session.measure.key_stats`), the column pass on that LSE
 (`column_pass`: kernels/received.py's column state), and the bookkeeping (paths.record, `report_keys`):
 two passes over the keys, never three; every route returns its LSE, and a route that did not would be
-refused, never given a quiet second row pass. Each layer's {statistic: (B, Hq, S) float32} goes to
-`Session.on_key_stats`, and the column state they are read from (sums, maxima, counts) to
-`Session.on_key_state` (the recorder's: a decode step's rows add to the keys it continues).
+refused, never given a quiet second row pass. Each layer's column state (sums, maxima, counts: (B, Hq, S)
+float32) goes to `Session.on_key_state`, whose reader reads the key statistics off it (`read_received`):
+the recorder's continues a sequence across decode steps, the monitor's summarises one forward.
 
 A sharded sequence (--context-parallel, capture/context_parallel.py) takes the same steps per chunk: each
 chunk's column state (`column_pass` over its own query rows, keys [0, b) widened), added over its chunks, combines
@@ -22,7 +22,7 @@ from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.kernels import Route
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.plan import statistics_kernel
-from entropy_lens.kernels.received import counted_rows, read_received, received_state
+from entropy_lens.kernels.received import counted_rows, received_state
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.statistics import MAX, MEAN
 
@@ -33,8 +33,7 @@ STATE_REDUCTIONS = {"sum": MEAN, "max": MAX, "count": MEAN}  # MEAN's combine: a
 def wants_keys(call: LayerCall) -> bool:
     """Whether the layer records key statistics: it captures and its session asks for some."""
     session = call.session
-    takes = session.on_key_stats is not None or session.on_key_state is not None
-    return call.capturing and bool(session.measure.key_stats) and takes
+    return call.capturing and bool(session.measure.key_stats) and session.on_key_state is not None
 
 
 @torch.no_grad()
@@ -65,13 +64,10 @@ def column_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowSta
 
 
 def report_keys(session, layer: int, state: dict[str, torch.Tensor], offset: int) -> None:
-    """Bookkeeping of a layer's column `state`: to the session's `on_key_state` (at key offset S − T: a
-    decode step's rows add to the keys of the sequence they continue) and its statistics, read once, to
-    `on_key_stats`."""
-    if session.on_key_state is not None:
-        session.on_key_state(layer, state, offset)
-    if session.on_key_stats is not None:
-        session.on_key_stats(layer, read_received(state, session.measure.key_stats))
+    """Bookkeeping of a layer's column `state`: to the session's `on_key_state`, at key offset S − T (a
+    decode step's rows add to the keys of the sequence they continue); its reader reads the statistics off
+    it (`read_received`)."""
+    session.on_key_state(layer, state, offset)
 
 
 def combined(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -40,7 +40,7 @@ def check_applies(model, stats: tuple[str, ...], *, measure: Measure, n_layers: 
         return
     sums = ForwardSums(n_layers, stats, None, model=type(model).__name__)
     probe = ScaleSession(model, measure=measure.replace(fused=Fused.OFF))
-    probe.session.on_stats, probe.session.on_key_stats = sums.add, sums.add_keys
+    probe.session.on_stats, probe.session.on_key_state = sums.add, sums.add_keys
     probe.session.on_nonfinite = sums.add_nonfinite  # NaN weights: the probe cannot tell; steps will
     embeddings = model.get_input_embeddings().weight
     ids = torch.zeros(1, PROBE_TOKENS, dtype=torch.long, device=embeddings.device)

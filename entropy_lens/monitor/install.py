@@ -86,7 +86,7 @@ def refuse_nesting(session) -> None:
 
 
 def both(first, second):
-    """A session's on_stats callback that hands each report to `first`, then to `second`."""
+    """A session's callback (on_stats, on_key_state) that hands each report to `first`, then to `second`."""
 
     def on_stats(*report):
         first(*report)
@@ -102,15 +102,15 @@ class RecordedForward:
 
     def __init__(self, session, sums):
         self.session, self.sums = session, sums
-        self.own = own = session.on_stats, session.on_nonfinite, session.on_key_stats
+        self.own = own = session.on_stats, session.on_nonfinite, session.on_key_state
         session.on_stats = sums.add if own[0] is None else both(own[0], sums.add)
         session.on_nonfinite = sums.add_nonfinite
-        session.on_key_stats = sums.add_keys if own[2] is None else both(own[2], sums.add_keys)
+        session.on_key_state = sums.add_keys if own[2] is None else both(own[2], sums.add_keys)
 
     def close(self) -> None:
         """The session's own reports again, and no mask of this forward kept alive."""
         session = self.session
-        session.on_stats, session.on_nonfinite, session.on_key_stats = self.own
+        session.on_stats, session.on_nonfinite, session.on_key_state = self.own
         session.mask_memo.clear()
 
 

@@ -19,7 +19,8 @@ and leaves it in a forward hook that runs even when the forward raises; every ot
 model's own attention implementation, untouched. The statistics come from whatever route capture takes
 (its gradients are the model's: capture/paths.py); the 2-D `attention_mask` the model is given says
 which query rows are real (a 4-D mask, or none: all rows count, as the recorder counts them). With
-`received`, the attention each key receives (capture/received.py, no gradients) feeds `on_key_stats`.
+`received`, the attention each key receives (capture/received.py, no gradients), is read off the column
+state the session's `on_key_state` hands it.
 
 Under real training:
 - autocast: the recorded forwards run the attention in autocast's dtype, as sdpa does (kernels/train.py);

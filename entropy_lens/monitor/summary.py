@@ -8,8 +8,8 @@ declared reduction (statistics.reduction_of):
     "mean": Σ_rows value (float64) and the row count n; the summary is Σ / n
     "max":  max_rows value; the summary is that maximum (QK-clip's max logit is a maximum, not a mean)
 
-Key statistics (attention received by each key, the session's `on_key_stats`: received and
-received_mean, (B, H, S) per layer) are summarised per batch row, then over the forward's batch rows
+Key statistics (attention received by each key: received and received_mean, (B, H, S) per layer,
+read off the column state the session's `on_key_state` hands `add_keys`) are summarised per batch row, then over the forward's batch rows
 that hold a real query row (`sequences`), as statistics.SUMMARIES declares:
 
     received_first      received at the row's first real key / its counted query rows; their mean
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.received import read_received
 from entropy_lens.statistics import (
     BY_NAME,
     RANKED_ROWS,
@@ -146,12 +147,14 @@ class ForwardSums:
     def device(self) -> torch.device | None:
         return None if self.mask is None else self.mask.device
 
-    def add_keys(self, layer: int, values: dict[str, torch.Tensor]) -> None:
-        """One layer's key statistics {received, received_mean: (B, H, S)} (the session's `on_key_stats`),
+    def add_keys(self, layer: int, state: dict[str, torch.Tensor], key_offset: int = 0) -> None:
+        """One layer's column state {sum, max, count: (B, H, S)} (the session's `on_key_state`; a
+        monitored forward starts its sequences: `key_offset` 0), its received and received_mean
         summarised per head as the module docstring says; nothing where the monitor records none."""
         self.key_layers.append(layer)
         if not self.keys:
             return
+        values = read_received(state, (RECEIVED.name, RECEIVED_MEAN.name))
         received = values[RECEIVED.name].detach().double()
         mean = values[RECEIVED_MEAN.name].detach().double()
         B, H, S = received.shape
