@@ -2,6 +2,7 @@
 
     python benchmarks/generate_cpu.py [--model smollm2] [--lengths 4096 16384] [--new 64] [--threads 2]
                                       [--modes plain recorder entropy eager] [--out benchmarks/results/generate_cpu.json]
+                                      [--keep]
 
 Greedy `generate()` of `--new` tokens after a prompt of the first `length` tokens of the bundled corpus
 (austen:persuasion), float32, each (mode, length) in a fresh process so its peak RSS (ru_maxrss) is its
@@ -16,7 +17,9 @@ own, after an untimed warm-up generate of 8 tokens after 256:
             tools read today; its address space capped at 90% of the memory available, so maps that do
             not fit fail as "out of memory" instead of swapping
 Each row: the total time, the prefill's (the first forward) and the mean decode step's (the others),
-the ratio to plain at that length, and the peak RSS. The JSON is written after every row.
+the ratio to plain at that length, and the peak RSS. The JSON is written after every row; `--keep` keeps
+the rows of the existing `--out` that this run does not measure (a longer length for one mode alone:
+`--lengths 32768 --modes recorder --keep`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, table, write_json
+from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, read_record, table, write_json
 
 MODES = ("plain", "recorder", "entropy", "eager")
 LENGTHS = (4096, 16384)
@@ -102,13 +105,16 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--keep", action="store_true", help="keep the rows of --out this run does not measure")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         mode, length = args.worker[0], int(args.worker[1])
         print(json.dumps(worker(args.model, mode, length, args.new, args.threads)))
         return
-    rows = []
+    planned = set(itertools.product(args.modes, args.lengths))
+    old = read_record(Path(args.out))["rows"] if args.keep and Path(args.out).is_file() else []
+    rows = [r for r in old if (r["mode"], r["length"]) not in planned]
     for length in args.lengths:
         for mode in args.modes:
             cmd = [sys.executable, __file__, "--model", args.model, "--new", str(args.new)]

@@ -65,6 +65,11 @@ never a silently different number. ::
         an exact slice of the probabilities, each row normalised over every key it may see: the rows'
         log-sum-exp from the backend's row pass, then the slice's scores (probs.py)
 
+    row_slice_stats(q, k, *, softmax_scale, stats, spans={name: (c, d)}, offsets=(d, ...), top_keys=k,
+                    rows=(a, b), <the modifiers above>, backend="auto") -> {name: (B, Hq, b − a, n)}
+        span_mass, offset_prob and top_key (statistics.ROW_SLICE_STATISTICS) at every row, from the
+        same log-sum-exp and score tiles (slices.py)
+
 What a row returns is declared once, in stats.py (`ROW_STATS`, `RowStats`); which kernel runs is decided
 once, in plan.py (`BACKENDS`: "reference", float64, tests only; "torch_chunked", exact streaming, the
 fallback everywhere, its per-tile step compiled on request, fold.py; "native", the same loop in C++ on
@@ -94,6 +99,7 @@ from entropy_lens.kernels.plan import (
     train_plan,
 )
 from entropy_lens.kernels.probs import attention_probs
+from entropy_lens.kernels.slices import row_slice_stats
 from entropy_lens.kernels.received import attention_received, received_from_lse
 from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.stats import (
@@ -119,6 +125,7 @@ __all__ = [
     "attention_entropy",
     "attention_probabilities",
     "attention_probs",
+    "row_slice_stats",
     "attention_received",
     "attention_stats",
     "attention_with_entropy",

@@ -65,8 +65,8 @@ def attention_probs(
     measure = Measure.parse(backend=backend)
     call = enter(q, k, measure=measure, arguments=locals())
     T, S = q.shape[2], k.shape[2]
-    a, b = _span("rows", rows, T)
-    c, d = _span("keys", keys, S)
+    a, b = checked_span("rows", rows, T)
+    c, d = checked_span("keys", keys, S)
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
     if kernel == Backend.REFERENCE:
         p, _, _ = attention_probabilities(q, k, call.softmax_scale, call.mods)
@@ -79,7 +79,7 @@ def attention_probs(
         return torch.exp(s - lse[:, :, a:b, None].float())
 
 
-def _span(what: str, span, n: int) -> tuple[int, int]:
+def checked_span(what: str, span, n: int) -> tuple[int, int]:
     """(start, stop) of `span` within n, 0 <= start < stop <= n (None: (0, n)); EntropyLensError in one
     line otherwise."""
     if span is None:

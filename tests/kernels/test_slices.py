@@ -1,0 +1,129 @@
+"""row_slice_stats: span_mass, offset_prob and top_key at every row, equal to their float64 definitions
+(`row_slices_reference` on the materialised probabilities) on every CPU backend over the kernels' grid,
+with tiles small enough that every row block, span and key range spans several; the definitions held by
+hand; every parameter refused in one line."""
+
+import pytest
+import torch
+from kernel_cases import make_inputs
+from kernel_grid import grid_kwargs, on_the_grid
+from tolerances import sum_tolerance
+
+import entropy_lens.kernels.slices as slices
+from entropy_lens import row_slice_stats
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels import ScoreMods, attention_probabilities
+from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.native import native_available
+from entropy_lens.kernels.reference import attention_scores
+
+KERNELS = ["torch_chunked", *(["native"] if native_available() else [])]
+ALL = ("span_mass", "offset_prob", "top_key")
+
+
+def _want(q, k, kw, rows, **asked):
+    mods = ScoreMods.build(q, k, **kw)
+    scale = validate_scale(q, k, 0.4)
+    p, _, _ = attention_probabilities(q, k, scale, mods)
+    _, visible = attention_scores(q, k, scale, mods)
+    a, b = rows
+    first = k.shape[2] - q.shape[2] + a
+    return slices.row_slices_reference(p[:, :, a:b], visible[:, :, a:b], first, stats=ALL, **asked)
+
+
+@on_the_grid
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_every_row_equals_the_float64_definitions(kernel, Hq, Hkv, T, S, mask_kind, causal, case, monkeypatch):
+    monkeypatch.setattr(slices, "BLOCK_Q", 4)  # several row blocks, key tiles and merges of the top keys
+    monkeypatch.setattr(slices, "BLOCK_K", 5)
+    B = 2
+    q, k = make_inputs(B, Hq, Hkv, T, S, 8)
+    kw = grid_kwargs(case, B, Hq, T, S, mask_kind, causal)
+    if kw.get("window") is not None and not causal:
+        kw.pop("window")
+    asked = {"spans": {"head": (0, 3), "middle": (S // 3, S - S // 4), "all": (0, S)}, "offsets": (0, 1, 4)}
+    asked["top_keys"] = 3
+    rows = (T // 3, T)
+    got = row_slice_stats(q, k, softmax_scale=0.4, stats=ALL, rows=rows, backend=kernel, **asked, **kw)
+    want = _want(q, k, kw, rows, **asked)
+    R = rows[1] - rows[0]
+    # a probability is e^(s − lse): s a D-term float32 dot product, lse a sum over S keys; a span's mass a
+    # sum of at most S of them (tests/tolerances.py)
+    keys_per_head = k.double().repeat_interleave(Hq // Hkv, dim=1)
+    largest = 0.4 * (q.double() @ keys_per_head.transpose(-1, -2)).abs().max().item()
+    tol = sum_tolerance(2 * S + q.shape[-1]) * (1 + largest)
+    for name, n in (("span_mass", 3), ("offset_prob", 3), ("top_key_prob", 3)):
+        assert got[name].dtype == torch.float32 and got[name].shape == (B, Hq, R, n), name
+        assert (got[name].double() - want[name]).abs().max().item() <= tol, (name, kernel, case)
+    assert got["top_key"].dtype == torch.int64
+    # the positions agree wherever the definition's ranks are apart by more than the tolerance (a near tie
+    # in float64 may order otherwise in float32); −1 exactly where the definition has no key
+    p = want["top_key_prob"]
+    apart = torch.ones_like(p, dtype=torch.bool)
+    apart[..., 1:] &= (p[..., 1:] - p[..., :-1]).abs() > 2 * tol
+    apart[..., :-1] &= (p[..., :-1] - p[..., 1:]).abs() > 2 * tol
+    assert torch.equal(got["top_key"] == -1, want["top_key"] == -1), (kernel, case)
+    assert torch.equal(got["top_key"][apart], want["top_key"][apart]), (kernel, case)
+
+
+def test_the_definitions_by_hand():
+    # one head, four keys: row i's scores make its probabilities known
+    q = torch.zeros(1, 1, 4, 2)
+    k = torch.zeros(1, 1, 4, 2)
+    q[0, 0, 3] = torch.tensor([1.0, 0.0])
+    k[0, 0, :, 0] = torch.tensor([2.0, 0.0, 2.0, 0.0])  # row 3: keys 0 and 2 tie, above keys 1 and 3
+    got = row_slice_stats(
+        q, k, softmax_scale=1.0, stats=ALL, spans={"first two": (0, 2)}, offsets=(0, 1, 3), top_keys=3
+    )
+    e = torch.tensor([2.0, 0.0, 2.0, 0.0]).exp()
+    p3 = e / e.sum()
+    assert torch.allclose(got["span_mass"][0, 0, :, 0], torch.tensor([1.0, 1.0, 2 / 3, p3[:2].sum()]))
+    # own key, previous key, 3 behind: rows 0..3 see 1..4 keys uniformly except row 3
+    want_offsets = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [1 / 3, 1 / 3, 0], [p3[3], p3[2], p3[0]]])
+    assert torch.allclose(got["offset_prob"][0, 0], want_offsets)
+    # ties: the earliest key first; past the keys a row sees: −1 and 0
+    assert got["top_key"][0, 0].tolist() == [[0, -1, -1], [0, 1, -1], [0, 1, 2], [0, 2, 1]]
+    assert torch.allclose(got["top_key_prob"][0, 0, 3], torch.stack([p3[0], p3[2], p3[1]]))
+    assert got["top_key_prob"][0, 0, 0].tolist()[1:] == [0.0, 0.0]
+    reference = row_slice_stats(
+        q, k, softmax_scale=1.0, stats=ALL, spans={"first two": (0, 2)}, offsets=(0, 1, 3), top_keys=3,
+        backend="reference",
+    )
+    assert torch.equal(reference["top_key"], got["top_key"])
+
+
+def test_a_decode_row_counts_its_keys_from_the_cache():
+    # T = 1 row at the end of S = 7 keys: its own key is 6, the key one behind 5
+    q, k = make_inputs(1, 2, 1, 1, 7, 8)
+    got = row_slice_stats(q, k, softmax_scale=0.5, stats="offset_prob,top_key", offsets=(0, 1), top_keys=7)
+    assert sorted(got["top_key"][0, 0, 0].tolist()) == list(range(7))  # every key ranked once
+    p = torch.zeros(1, 2, 7).scatter(-1, got["top_key"][..., 0, :], got["top_key_prob"][..., 0, :])
+    assert torch.allclose(got["offset_prob"][..., 0, :], p[..., [6, 5]])
+    assert torch.allclose(got["top_key_prob"].sum(-1), torch.ones(1, 2, 1))
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"stats": "entropy"}, "choose from span_mass"),
+        ({"stats": "span_mass"}, "span_mass needs spans="),
+        ({"stats": "offset_prob"}, "offset_prob needs offsets="),
+        ({"stats": "top_key", "offsets": (1,)}, "offsets= is read by offset_prob"),
+        ({"stats": "top_key", "top_keys": 0}, "top_keys"),
+        ({"stats": "offset_prob", "offsets": (1, 1)}, "repeats"),
+        ({"stats": "offset_prob", "offsets": (-1,)}, "at least 0"),
+        ({"stats": "span_mass", "spans": {"x": (3, 3)}}, "is empty"),
+        ({"stats": "span_mass", "spans": {"x": (0, 9)}}, "at most 6"),
+        ({"stats": "top_key", "rows": (0, 7)}, "at most 6"),
+    ],
+)
+def test_each_parameter_is_refused_in_one_line(kw, match):
+    q, k = make_inputs(1, 2, 2, 6, 6, 8)
+    with pytest.raises(EntropyLensError, match=match):
+        row_slice_stats(q, k, softmax_scale=0.3, **kw)
+
+
+def test_an_unknown_argument_is_an_error():
+    q, k = make_inputs(1, 2, 2, 6, 6, 8)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        row_slice_stats(q, k, softmax_scale=0.3, stats="top_key", top_key=2)
