@@ -32,6 +32,7 @@ from entropy_lens.statistics import (
     ROWS,
     STATISTICS,
 )
+from entropy_lens.statistics.slices import Slices
 
 ENV_VAR = "ENTROPY_LENS_BACKEND"  # overrides --backend auto, read when the flag is parsed
 
@@ -109,8 +110,9 @@ def parse_stats(stats, axis: str | None = ROWS):
     sliced = [name for name in names if name in ROW_SLICE_STATISTICS]
     if sliced:
         raise ValueError(
-            f"{', '.join(sliced)}: read off each generated token's row (entropy_lens.GenerationRecorder, "
-            f"entropy-lens generate); no kernel computes it at every row yet: choose here from {ALL} or "
+            f"{', '.join(sliced)}: a row-slice statistic with parameters of its own, not computed here: "
+            "at every row by entropy_lens.row_slice_stats, per generated token by GenerationRecorder, "
+            f"summed over rows by EntropyRecorder, AttentionMonitor and scan; choose here from {ALL} or "
             f"{', '.join(STATISTICS)}"
         )
     if axis is None:
@@ -143,6 +145,15 @@ def parse_stats(stats, axis: str | None = ROWS):
         choose = f"choose from {ALL} or" if axis == ROWS else f"choose key statistics from {ALL} or"
         raise ValueError(f"{why}; {choose} {', '.join(declared)}")
     return Stats(names) if axis == ROWS else names
+
+
+def split_slices(stats) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the other names, the row-slice statistics' names) of `stats` (a name, names comma-separated, or a
+    sequence): what an entrance that records row-slice statistics at every row (`Measure.parse`'s
+    `slices=`) takes apart before `parse_stats` reads the rest."""
+    names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
+    sliced = tuple(name for name in names if name in ROW_SLICE_STATISTICS)
+    return tuple(name for name in names if name not in ROW_SLICE_STATISTICS), sliced
 
 
 def _both(names: tuple) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -222,8 +233,9 @@ DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 @dataclass(frozen=True, kw_only=True)
 class Measure:
     """What to measure, as one record: the row statistics (`stats`), the key statistics (`key_stats`),
-    every statistic's parameter (`params`, statistics.PARAMETERS: read one as `measure[name]`),
-    the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
+    every statistic's parameter (`params`, statistics.PARAMETERS: read one as `measure[name]`), the
+    row-slice statistics summed over rows with theirs (`slices`: span_mass@<span>, offset_prob@<d>,
+    top_key), the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
     `ScanConfig.measure`, `EntropyRecorder`/`ScaleSession`, `AttentionMonitor`, the kernels' public
     functions) and passed whole through the session, the route and `plan.run` to the kernels, which
     read the parameters of the statistics they compute; nothing below an entrance parses a value again
@@ -234,20 +246,41 @@ class Measure:
     params: tuple[tuple[str, int | None], ...] = DEFAULT_PARAMS
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO
+    slices: Slices = Slices()
 
     @classmethod
     def parse(
-        cls, *, stats=statistics.DEFAULT_STATS, key_stats=(), backend="auto", fused="auto", **params
+        cls,
+        *,
+        stats=statistics.DEFAULT_STATS,
+        key_stats=(),
+        backend="auto",
+        fused="auto",
+        slices=(),
+        spans=None,
+        offsets=(),
+        top_keys=1,
+        **params,
     ) -> Measure:
         """Each value through its parser: the one place a user's values become these. `stats` names row
-        statistics (a flags.Stats passes through), `key_stats` key statistics; `params` the statistics'
-        parameters by name (`parse_params`)."""
+        statistics (a flags.Stats passes through), `key_stats` key statistics; `slices` row-slice
+        statistics (`split_slices`) with their `spans`, `offsets` and `top_keys` (1: a run that sums
+        over rows records the most probable key alone); `params` the statistics' parameters by name
+        (`parse_params`)."""
+        asked = Slices.parse(slices, spans=spans, offsets=offsets, top_keys=top_keys)
+        if asked.top_keys != 1:
+            raise EntropyLensError(
+                f"top_keys={top_keys}: a run that sums over rows records each row's most probable key "
+                "(top_key) alone; the k most probable: GenerationRecorder(top_keys=k) per generated token, "
+                "entropy_lens.row_slice_stats per row"
+            )
         return cls(
             stats=parse_stats(stats),
             key_stats=parse_stats(key_stats, KEYS) if key_stats else (),
             params=parse_params(params),
             backend=parse_backend(backend),
             fused=parse_fused(fused),
+            slices=asked,
         )
 
     def __getitem__(self, name: str) -> int | None:
@@ -258,10 +291,11 @@ class Measure:
         """This record with `changes` (already parsed values: `stats=`, `key_stats=`, `params=`, ...)."""
         return dataclasses.replace(self, **changes)
 
-    def recorded(self) -> dict[str, int]:
+    def recorded(self) -> dict:
         """{parameter: value} as a results meta and a history record them: every parameter that is set
-        (None: off, as the query window by default, is left out)."""
-        return {name: value for name, value in self.params if value is not None}
+        (None: off, as the query window by default, is left out), and the row-slice statistics' (spans,
+        offsets, top_keys) where any is asked for."""
+        return {name: value for name, value in self.params if value is not None} | self.slices.recorded()
 
 
 DEFAULT_MEASURE = Measure()  # entropy and sink mass, every parameter at its default, auto

@@ -297,6 +297,7 @@ LIST_MODIFIERS = {
     "attention_with_entropy",
     "attention_received",
     "attention_probs",
+    "row_slice_stats",
     "shard_state",
     "build",
 }
@@ -304,7 +305,7 @@ LIST_MODIFIERS = {
 
 def test_only_the_public_entry_points_list_the_score_modifiers():
     """Below `attention_entropy`, `attention_stats`, `attention_with_entropy`, `attention_received`,
-    `attention_probs` and `shard_state` the score
+    `attention_probs`, `row_slice_stats` and `shard_state` the score
     modifiers travel as one `kernels.ScoreMods`: no other function of the package takes them one by one
     (issue 40). A validator or a mask helper may take the two or three it works on; four or more is the
     old tail."""

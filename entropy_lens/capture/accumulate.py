@@ -42,7 +42,7 @@ import torch
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.contract import SAFE_SCORE
 from entropy_lens.kernels.stats import sum_names
-from entropy_lens.statistics import MEAN, declared, reduction_of
+from entropy_lens.statistics import MEAN, reduction_of, statistic_of
 
 FORWARD = object()  # HostSums.add's default mask: the forward's own (begin_forward's)
 
@@ -181,7 +181,7 @@ class HostSums:
             for name, values in stats.items():
                 wide = self._widened(values)
                 _rows_into(sums[name][layer], wide, reduction_of(name), key_offset, rows)
-                if declared(name).squared:
+                if statistic_of(name).squared:
                     _rows_into(sums[name + "_sq"][layer], wide, MEAN, key_offset, rows, squared=True)
             if counts:
                 _count_rows(sums["count"], B, T, key_offset, rows)

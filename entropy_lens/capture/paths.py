@@ -28,6 +28,7 @@ import torch
 from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
 from entropy_lens.capture.received import report_keys, wants_keys
+from entropy_lens.capture.slices import wants_slices
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused, Measure, Stats
 from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
@@ -199,7 +200,7 @@ def run_train(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     rows = run(
-        route.kernel, query, key, None, softmax_scale, route.mods, measure=measure, with_lse=wants_keys(call)
+        route.kernel, query, key, None, softmax_scale, route.mods, measure=measure, with_lse=wants_lse(call)
     )
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
 
@@ -212,12 +213,18 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
     value = None if separate else inputs.value
-    kw = {"measure": measure, "with_lse": wants_keys(call)}
+    kw = {"measure": measure, "with_lse": wants_lse(call)}
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, **kw)
     if not separate:
         return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)
     out, weights = sdpa(call) if call.sdpa_output is None else call.sdpa_output(call, inputs)
     return LayerRun(route=route, out=out, weights=weights, rows=rows)
+
+
+def wants_lse(call: LayerCall) -> bool:
+    """Whether the layer's row pass returns its rows' log-sum-exp: for the column pass (key statistics)
+    or the row-slice statistics read off it."""
+    return wants_keys(call) or wants_slices(call)
 
 
 def record(

@@ -27,9 +27,10 @@ from entropy_lens.capture.attention import ATTN_NAME, register
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.capture.own_attention import check_supported, refuse_switch, routed_attention, routes
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Measure, parse_stats
+from entropy_lens.flags import Measure, parse_stats, split_slices
 from entropy_lens.settings import SCALE, check_argument
 from entropy_lens.statistics import DEFAULT_STATS, PARAMETERS
+from entropy_lens.statistics.slices import SLICE_KEYWORDS
 
 
 class ScaleSession:
@@ -59,13 +60,14 @@ class ScaleSession:
         loose = {"stats": stats, "backend": backend, "fused": fused, **params}
         if measure is None:
             try:
-                rows, keys = parse_stats(DEFAULT_STATS if stats is None else stats, None)
+                others, sliced = split_slices(DEFAULT_STATS if stats is None else stats)
+                rows, keys = parse_stats(others or DEFAULT_STATS, None)
                 flags = {
                     name: value
                     for name, value in (("backend", backend), ("fused", fused))
                     if value is not None
                 }
-                measure = Measure.parse(stats=rows, key_stats=keys, **flags, **params)
+                measure = Measure.parse(stats=rows, key_stats=keys, slices=sliced, **flags, **params)
             except ValueError as err:
                 raise EntropyLensError(str(err)) from None
         elif any(value is not None for value in loose.values()):
@@ -108,7 +110,7 @@ def check_keywords(name: str, options: dict) -> None:
     """TypeError in one line for a keyword `ScaleSession` does not take, with the close matches
     (`scale=` -> "did you mean scales=?"), naming `name` rather than the internal class."""
     signature = inspect.signature(ScaleSession.__init__).parameters
-    known = [p for p in signature if p not in ("self", "model", "params")] + list(PARAMETERS)
+    known = [p for p in signature if p not in ("self", "model", "params")] + [*PARAMETERS, *SLICE_KEYWORDS]
     for key in options:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)

@@ -22,8 +22,8 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.generation import PROBS, TOP_KEY_PROB
-from entropy_lens.settings import check_argument
 from entropy_lens.statistics import BUILT_IN_SPANS, OFFSET_PROB, ROW_SLICE_STATISTICS, SPAN_MASS, TOP_KEY
+from entropy_lens.statistics.slices import Slices, check_spans
 
 __all__ = ["RowSlices"]
 
@@ -53,24 +53,11 @@ class RowSlices:
         sliced = tuple(name for name in names if name in ROW_SLICE_STATISTICS)
         rest = tuple(name for name in names if name not in ROW_SLICE_STATISTICS)
         keep = _checked_keep(keep_probs, spans)
-        given = {
-            "spans": (spans is not None and keep is None, SPAN_MASS.name),
-            "offsets": (tuple(offsets) != (), OFFSET_PROB.name),
-            "top_keys": (top_keys != 1, TOP_KEY.name),
-        }
-        for keyword, (was_given, stat) in given.items():
-            if was_given and stat not in sliced:
-                raise EntropyLensError(
-                    f"{keyword}= is read by the statistic {stat}, which stats= does not name; add {stat!r} "
-                    f"to stats, or leave {keyword}= out"
-                )
-        if OFFSET_PROB.name in sliced and not tuple(offsets):
-            raise EntropyLensError(
-                f"{OFFSET_PROB.name} needs offsets=(d, ...): the keys d positions behind each row (0: its "
-                "own key, 1: the previous token), e.g. offsets=(0, 1)"
-            )
-        check_argument("top_keys", top_keys, int, {"at_least": 1}, example=1)
-        slices = cls(sliced, _checked_spans(spans), _checked_offsets(offsets), int(top_keys), keep)
+        massed = keep is None or SPAN_MASS.name in sliced  # else spans= names keep_probs' keys alone
+        asked = Slices.parse(
+            sliced, spans=spans if massed else None, offsets=offsets, top_keys=top_keys, reserved=BUILT_IN_SPANS
+        )
+        slices = cls(sliced, check_spans(spans, reserved=BUILT_IN_SPANS), asked.offsets, asked.top_keys, keep)
         return slices, (rest or None)
 
     @property
@@ -154,34 +141,6 @@ class RowSlices:
         return out
 
 
-def _checked_spans(spans) -> dict[str, tuple[int, int]]:
-    if spans is None:
-        return {}
-    if not isinstance(spans, dict):
-        raise EntropyLensError(
-            f"spans must be a dict {{name: (start, stop)}} in real prompt positions, e.g. {{'doc': (0, 100)}}; "
-            f"got {type(spans).__name__}"
-        )
-    checked = {}
-    for name, span in spans.items():
-        if not isinstance(name, str) or not name.isidentifier() or name in BUILT_IN_SPANS:
-            raise EntropyLensError(
-                f"span name {name!r}: use a name of letters, digits and _ other than "
-                f"{' and '.join(BUILT_IN_SPANS)} (those two are always recorded)"
-            )
-        if not isinstance(span, (tuple, list)) or len(span) != 2:
-            raise EntropyLensError(f"span {name!r} must be (start, stop) in real positions; got {span!r}")
-        for value in span:
-            check_argument(f"span {name!r}", value, int, {"at_least": 0}, example=0)
-        start, stop = int(span[0]), int(span[1])
-        if start >= stop:
-            raise EntropyLensError(
-                f"span {name!r} ({start}, {stop}) is empty; pass (start, stop) with start < stop"
-            )
-        checked[name] = (start, stop)
-    return checked
-
-
 def _checked_keep(keep_probs, spans) -> str | None:
     """keep_probs=("generated", keys) -> keys (a built-in span or one of `spans`); one line otherwise."""
     if keep_probs is None:
@@ -198,12 +157,3 @@ def _checked_keep(keep_probs, spans) -> str | None:
             f"keep_probs' keys {keep_probs[1]!r} name no span; choose {', '.join(map(repr, known))} (yours: spans=)"
         )
     return keep_probs[1]
-
-
-def _checked_offsets(offsets) -> tuple[int, ...]:
-    values = tuple(offsets)
-    for d in values:
-        check_argument("offsets", d, int, {"at_least": 0}, example=1)
-    if len(set(values)) != len(values):
-        raise EntropyLensError(f"offsets {list(values)} name an offset twice; give each once")
-    return tuple(int(d) for d in values)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Measure, require
 from entropy_lens.kernels.contract import validate_block, validate_inputs, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
@@ -43,6 +44,11 @@ def enter(q, k, v=None, *, measure: Measure, arguments: dict) -> Entered:
     MODIFIERS) and a key shard's `first_key`. ValueError (EntropyLensError) in one line naming the fix
     otherwise."""
     require(measure=measure)
+    if measure.slices:
+        raise EntropyLensError(
+            f"{', '.join(measure.slices.stats)}: a row-slice statistic; compute it with "
+            "entropy_lens.row_slice_stats(q, k, stats=..., spans=..., offsets=...)"
+        )
     block_q = validate_block(arguments.get("block_q"), "block_q")
     block_k = validate_block(arguments.get("block_k"), "block_k")
     validate_inputs(q, k, v)

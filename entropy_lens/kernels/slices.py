@@ -32,14 +32,13 @@ from entropy_lens.kernels.probs import checked_span
 from entropy_lens.kernels.received import row_log_sum_exp
 from entropy_lens.kernels.reference import attention_probabilities, attention_scores
 from entropy_lens.kernels.torch_chunked import ScoreTiles
-from entropy_lens.settings import check_argument
 from entropy_lens.statistics import OFFSET_PROB, ROW_SLICE_STATISTICS, SPAN_MASS, TOP_KEY
+from entropy_lens.statistics.slices import Slices
 
 __all__ = ["TOP_KEY_PROB", "row_slice_stats", "row_slices_reference"]
 
 TOP_KEY_PROB = TOP_KEY.name + "_prob"  # top_key's probabilities, returned beside it
 BLOCK_Q, BLOCK_K = 64, 1024  # the tiles: query rows, keys
-EXAMPLES = {"spans": "{'doc': (0, 200)}", "offsets": "(0, 1)"}  # what a refusal suggests
 
 
 def row_slice_stats(
@@ -100,6 +99,30 @@ def row_slice_stats(
     with torch.no_grad():
         tiles = ScoreTiles(q.detach(), k.detach(), call.softmax_scale, call.mods, S - T)
         return _streamed(tiles, lse.float(), a, b, **asked)
+
+
+def slices_from_lse(q, k, lse, softmax_scale, mods: ScoreMods, slices: Slices) -> dict[str, torch.Tensor]:
+    """The row-slice statistics of `slices` at every row as a run that sums over rows records them:
+    {array (Slices.arrays: span_mass@<span>, offset_prob@<d>, top_key): (B, Hq, T) float32}, from the
+    rows' `lse` (B, Hq, T) of the row pass (None: the reference, which materialises), at the validated
+    `softmax_scale` and `mods` the row pass ran at. top_key is a key index as a float (−1: no key)."""
+    T, S = q.shape[2], k.shape[2]
+    spans = {name: (min(a, S), min(b, S)) for name, (a, b) in slices.spans}  # no key past S: no mass
+    asked = {"stats": slices.stats, "spans": spans, "offsets": slices.offsets, "top_keys": 1}
+    with torch.no_grad():
+        if lse is None:
+            p, _, _ = attention_probabilities(q, k, softmax_scale, mods)
+            _, visible = attention_scores(q, k, softmax_scale, mods)
+            out = row_slices_reference(p, visible, S - T, **asked)
+        else:
+            out = _streamed(ScoreTiles(q.detach(), k.detach(), softmax_scale, mods, S - T), lse.float(), 0, T, **asked)
+    arrays = iter(slices.arrays)
+    values = {}
+    for name in slices.stats:  # the trailing axis as arrays, in Slices.arrays' order
+        stacked = out[name]
+        for i in range(stacked.shape[-1]):
+            values[next(arrays)] = stacked[..., i].float()
+    return values
 
 
 def row_slices_reference(p, visible, first_row: int, *, stats, spans, offsets, top_keys):
@@ -217,30 +240,12 @@ def _top(tiles: ScoreTiles, qb, q0: int, q1: int, lo: int, hi: int, k: int):
 def _checked(stats, spans, offsets, top_keys, S: int) -> dict:
     """The statistics and their parameters, checked (EntropyLensError in one line naming the fix)."""
     names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats)
-    unknown = [name for name in names if name not in ROW_SLICE_STATISTICS]
-    if not names or unknown:
-        raise EntropyLensError(
-            f"stats={stats!r}: choose from {', '.join(ROW_SLICE_STATISTICS)} (the other row statistics: "
-            "entropy_lens.attention_stats)"
-        )
-    offsets = tuple(offsets)
-    for keyword, given, stat in (
-        ("spans", bool(spans), SPAN_MASS),
-        ("offsets", bool(offsets), OFFSET_PROB),
-        ("top_keys", top_keys != 1, TOP_KEY),
-    ):
-        if given and stat.name not in names:
-            raise EntropyLensError(f"{keyword}= is read by {stat.name}: add it to stats, or leave {keyword}= out")
-        if not given and stat.name in names and keyword != "top_keys":
-            raise EntropyLensError(f"{stat.name} needs {keyword}=, e.g. {keyword}={EXAMPLES[keyword]}")
-    for d in offsets:
-        check_argument("offsets", d, int, {"at_least": 0}, example=1)
-    if len(set(offsets)) != len(offsets):
-        raise EntropyLensError(f"offsets={offsets!r} repeats a value; pass each offset once")
-    check_argument("top_keys", top_keys, int, {"at_least": 1}, example=1)
+    if not names:
+        raise EntropyLensError(f"stats={stats!r}: choose from {', '.join(ROW_SLICE_STATISTICS)}")
+    asked = Slices.parse(names, spans=spans, offsets=offsets, top_keys=top_keys)
     return {
-        "stats": names,
-        "spans": {name: checked_span(f"span {name!r}", span, S) for name, span in (spans or {}).items()},
-        "offsets": tuple(map(int, offsets)),
-        "top_keys": int(top_keys),
+        "stats": asked.stats,
+        "spans": {name: checked_span(f"span {name!r}", span, S) for name, span in asked.spans},
+        "offsets": asked.offsets,
+        "top_keys": asked.top_keys,
     }

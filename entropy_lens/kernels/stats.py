@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 import torch
 
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.statistics import KEY_STATISTICS, ROWS, STATISTICS, Statistic, check_registered, declared
+from entropy_lens.statistics import (
+    KEY_STATISTICS,
+    ROWS,
+    STATISTICS,
+    Statistic,
+    check_registered,
+    declared,
+    statistic_of,
+)
 
 STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the order they store them
 # Further accumulators, kept only where a statistic asked for needs them (stats `needs`); per row, with
@@ -195,9 +203,9 @@ def accumulators(stats) -> tuple[str, ...]:
 
 
 def sum_names(stats) -> list[str]:
-    """The host sums of `stats` (row or key statistics): each one's own and, for a `squared` one,
-    `<name>_sq`."""
-    return [key for name in stats for key in declared(name).sums]
+    """The host sums of `stats` (row or key statistics, row-slice statistics' arrays): each one's own
+    and, for a `squared` one, `<name>_sq`."""
+    return [key for name in stats for key in (name, name + "_sq")[: 1 + statistic_of(name).squared]]
 
 
 def read_stats(state: Mapping[str, torch.Tensor], mods: ScoreMods, stats) -> dict[str, torch.Tensor]:

@@ -61,7 +61,13 @@ from entropy_lens.monitor.install import (
     refuse_nesting,
 )
 from entropy_lens.monitor.records import MonitorRecords
-from entropy_lens.monitor.settings import MONITOR_STATS, check_monitor_stats, session_stats, summaries
+from entropy_lens.monitor.settings import (
+    MONITOR_STATS,
+    check_monitor_stats,
+    expanded,
+    session_stats,
+    summaries,
+)
 from entropy_lens.monitor.summary import ForwardSums
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import reduction_of
@@ -104,16 +110,17 @@ class AttentionMonitor(MonitorRecords):
         super().__init__()  # the records (records.py)
         check_model(model)
         self.stats = check_monitor_stats(stats)
-        self.summaries = summaries(self.stats)  # the names of latest()'s and the history's arrays
         check_argument("every", every, int, {"at_least": 1}, example=1)
         self.every, self.model = int(every), model
         self._scaling = ScaleSession(model, stats=session_stats(self.stats), fused=fused, **params)
         self.measure = self._scaling.session.measure  # what to measure, parsed once by the ScaleSession
+        self.reported = expanded(self.stats, self.measure.slices)  # row-slice statistics as their arrays
+        self.summaries = summaries(self.reported)  # the names of latest()'s and the history's arrays
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         # a statistic or a layer no recorded forward could measure: refused now, not at step `every`
-        check_applies(model, self.stats, measure=self.measure, n_layers=self.n_layers)
+        check_applies(model, self.reported, measure=self.measure, n_layers=self.n_layers)
         params = list(inspect.signature(model.forward).parameters)
         self._mask_index = params.index("attention_mask") if "attention_mask" in params else None
         self.enabled = True  # while False, forwards neither record nor count
@@ -228,7 +235,7 @@ class AttentionMonitor(MonitorRecords):
         if self.step % self.every:
             return None
         mask = mask if getattr(mask, "ndim", None) == 2 else None
-        sums = ForwardSums(self.n_layers, self.stats, mask, model=type(self.model).__name__)
+        sums = ForwardSums(self.n_layers, self.reported, mask, model=type(self.model).__name__)
         return RecordedForward(session, sums)
 
     def _close(self, forward: RecordedForward, *, finished: bool) -> None:
@@ -255,9 +262,10 @@ class AttentionMonitor(MonitorRecords):
             EntropyLensError: `scaling` does not record every statistic of the monitor's `stats`.
         """
         needed = session_stats(self.stats)
-        lacking = [
-            s for s in needed if s not in (*scaling.session.measure.stats, *scaling.session.measure.key_stats)
-        ]
+        theirs = scaling.session.measure
+        lacking = [s for s in needed if s not in (*theirs.stats, *theirs.key_stats, *theirs.slices.stats)]
+        if theirs.slices != self.measure.slices:
+            lacking += [f"{name} with {self.measure.slices.recorded()}" for name in self.measure.slices.stats]
         if lacking:
             raise EntropyLensError(
                 f"the ScaleSession given to recording() does not record {', '.join(lacking)}; make it with "

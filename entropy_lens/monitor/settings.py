@@ -11,7 +11,9 @@ train-tiny and search-heads (training/) and the Trainer callback take them from 
 (monitor.py) checks its `stats` with `check_monitor_stats`. A monitor records row statistics and, of the
 attention each key receives, `received` alone, as two summaries per head (statistics.SUMMARIES): the
 first real key's share (an attention sink forming) and the largest share of any later key (a heavy
-hitter); its capture session computes `received` and `received_mean` for them (`session_stats`).
+hitter); its capture session computes `received` and `received_mean` for them (`session_stats`). A
+row-slice statistic (span_mass, offset_prob, top_key, with AttentionMonitor's spans=, offsets=) is
+recorded as its arrays (`expanded`: offset_prob@0, offset_prob@1, ...), each summarised as a row statistic.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ from entropy_lens.statistics import (
     MAX_LOGIT,
     RECEIVED,
     RECEIVED_MEAN,
+    ROW_SLICE_STATISTICS,
     STATISTICS,
     SUMMARIES,
 )
+from entropy_lens.statistics.slices import Slices, base_name
 
 __all__ = [
     "MONITOR_STATS",
     "MonitorSettings",
     "check_monitor",
     "check_monitor_stats",
+    "expanded",
     "monitored",
     "session_stats",
     "summaries",
@@ -113,7 +118,7 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
             f"AttentionMonitor cannot record {', '.join(other)}: of the attention each key receives it records "
             f"{RECEIVED.name}'s two summaries per head ({' and '.join(x.name for x in SUMMARIES[RECEIVED.name])}); pass {RECEIVED.name}"
         )
-    unknown = [s for s in stats if s not in STATISTICS and s not in SUMMARIES]
+    unknown = [s for s in stats if s not in STATISTICS and s not in SUMMARIES and s not in ROW_SLICE_STATISTICS]
     if unknown or not stats or len(set(stats)) != len(stats):
         what = (
             f"unknown statistic {', '.join(map(repr, unknown))}{did_you_mean(unknown)}"
@@ -122,9 +127,32 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
         )
         raise EntropyLensError(
             f"AttentionMonitor cannot record {what}; pass distinct names from "
-            f"{', '.join((*STATISTICS, *SUMMARIES))}"
+            f"{', '.join((*STATISTICS, *SUMMARIES, *ROW_SLICE_STATISTICS))}"
         )
     return tuple(stats)
+
+
+def expanded(stats: tuple[str, ...], slices: Slices) -> tuple[str, ...]:
+    """`stats` (checked) with each row-slice statistic replaced by its arrays in `slices` (the session's
+    `Measure.slices`): what a forward reports and the summaries are read from.
+
+    Args:
+        stats: the monitor's statistics, as `check_monitor_stats` returns them.
+        slices: the parsed row-slice statistics and their parameters.
+
+    Returns:
+        tuple: ("entropy", "offset_prob@0", "offset_prob@1", "received", ...).
+    """
+    return tuple(
+        name
+        for s in stats
+        for name in ([a for a in slices.arrays if base_name(a) == s] if s in ROW_SLICE_STATISTICS else [s])
+    )
+
+
+def is_row_array(name: str) -> bool:
+    """Whether `name` is summarised as a row statistic: one of STATISTICS, or a row-slice statistic's array."""
+    return name in STATISTICS or base_name(name) in ROW_SLICE_STATISTICS
 
 
 def summaries(stats: tuple[str, ...]) -> tuple[str, ...]:
@@ -137,7 +165,7 @@ def summaries(stats: tuple[str, ...]) -> tuple[str, ...]:
     Returns:
         tuple: the names of `AttentionMonitor.latest()`'s arrays and of the history's.
     """
-    return tuple(n for s in stats for n in ([s] if s in STATISTICS else [x.name for x in SUMMARIES[s]]))
+    return tuple(n for s in stats for n in ([s] if is_row_array(s) else [x.name for x in SUMMARIES[s]]))
 
 
 def monitored(names) -> tuple[str, ...]:
@@ -149,7 +177,7 @@ def monitored(names) -> tuple[str, ...]:
     Returns:
         tuple: each row statistic, and received once for its summaries, in order.
     """
-    return tuple(dict.fromkeys(BY_NAME[n].of or n if n in BY_NAME else n for n in names))
+    return tuple(dict.fromkeys(BY_NAME[n].of or n if n in BY_NAME else base_name(n) for n in names))
 
 
 def session_stats(stats: tuple[str, ...]) -> tuple[str, ...]:
@@ -163,4 +191,4 @@ def session_stats(stats: tuple[str, ...]) -> tuple[str, ...]:
         tuple: statistic names for `ScaleSession(stats=...)`.
     """
     keys = (RECEIVED.name, RECEIVED_MEAN.name) if any(s in SUMMARIES for s in stats) else ()
-    return tuple(s for s in stats if s in STATISTICS) + keys
+    return tuple(s for s in stats if s in STATISTICS or s in ROW_SLICE_STATISTICS) + keys

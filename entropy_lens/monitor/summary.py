@@ -38,6 +38,7 @@ import torch
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.received import read_received
+from entropy_lens.monitor.settings import is_row_array
 from entropy_lens.statistics import (
     BY_NAME,
     RANKED_ROWS,
@@ -107,7 +108,7 @@ class ForwardSums:
 
     def __init__(self, n_layers: int, stats: tuple[str, ...], mask: torch.Tensor | None, *, model: str):
         self.n_layers, self.model = n_layers, model
-        self.stats = tuple(s for s in stats if s in STATISTICS)  # the row statistics
+        self.stats = tuple(s for s in stats if is_row_array(s))  # the row statistics (row-slice arrays too)
         self.keys = RECEIVED.name in stats  # received's summaries (received_first, received_max_later)
         self.mask = None if mask is None else mask.detach().bool()
         self.layers: list[int] = []  # the layers that reported, in order

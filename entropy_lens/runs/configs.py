@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import BACKENDS, FUSED_MODES, Measure, Stats, parse_stats
+from entropy_lens.flags import BACKENDS, FUSED_MODES, Measure, Stats, parse_stats, split_slices
 from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.runs.setting_groups import (
     LOADED_KEY,
@@ -32,6 +32,7 @@ from entropy_lens.runs.setting_groups import (
     Loading,
     PositionScaling,
     Scaling,
+    Slicing,
     Text,
     Windows,
 )
@@ -66,13 +67,13 @@ SWEEP_ENTROPY = "mean"  # `entropy-lens sweep`'s own default --record: its files
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling):
+class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling, Slicing):
     """Everything that determines a scan's numbers (saved in the results' meta)."""
 
     # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
     KEY_VERSION: ClassVar[int] = 1
     KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, "data", "seed", "samples", "stride", *SCALED_KEY, "length")
-    KEY += ("entropy", "stats", *PARAMETERS)  # the statistics and their parameters
+    KEY += ("entropy", "stats", *PARAMETERS, "spans", "offsets")  # the statistics and their parameters
     NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
@@ -117,6 +118,9 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         for name, parameter in PARAMETERS.items():
             if not parameter.keyed_at_default and key[name] == parameter.default:
                 del key[name]
+        for name in ("spans", "offsets"):  # the row-slice statistics' (--spans, --offsets), where given
+            if key[name] is None:
+                del key[name]
         return key
 
     @functools.cached_property
@@ -124,18 +128,27 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling)
         """What to measure, parsed once per config (entropy_lens/flags.py): what the capture takes. Its
         `stats`: entropy, sink mass (models with sinks) and the row statistics of --stats; its key_stats
         those of --stats; the parameters, --backend and --fused."""
-        asked = parse_stats(self._split_stats[0])  # the row statistics, as flags.Stats
-        stats = Stats((*DEFAULT_STATS, *(name for name in asked if name not in DEFAULT_STATS)))
+        rows, keys, sliced = self._split_stats
+        self.check_slicing(sliced, spans_needed=True)
+        stats = Stats((*DEFAULT_STATS, *(name for name in parse_stats(rows) if name not in DEFAULT_STATS)))
         params = {name: getattr(self, name) for name in PARAMETERS}
-        keys = self._split_stats[1]
-        return Measure.parse(backend=self.backend, fused=self.fused, stats=stats, key_stats=keys, **params)
+        slices = {"slices": sliced, "spans": self.parsed_spans(), "offsets": self.parsed_offsets()}
+        try:
+            return Measure.parse(
+                backend=self.backend, fused=self.fused, stats=stats, key_stats=keys, **slices, **params
+            )
+        except ValueError as err:  # a span or an offset out of range
+            raise EntropyLensError(f"--stats: {err}") from None
 
     @functools.cached_property
-    def _split_stats(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def _split_stats(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """(row statistics, key statistics, row-slice statistics) of --stats."""
+        others, sliced = split_slices(self.stats)
         try:
-            return parse_stats(self.stats, None)
+            rows, keys = parse_stats(others or (ENTROPY.name,), None)
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
+        return rows, keys, sliced
 
     def check(self) -> None:
         """EntropyLensError in one line for settings that cannot run (the length, the stride, --record,

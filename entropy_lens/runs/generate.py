@@ -21,7 +21,7 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, parse_stats
 from entropy_lens.runs.output import check_file_target
-from entropy_lens.runs.setting_groups import Checkpoint, Loading
+from entropy_lens.runs.setting_groups import Checkpoint, Loading, Slicing
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
 from entropy_lens.statistics import (
     ENTROPY,
@@ -43,7 +43,7 @@ __all__ = ["GenerateConfig", "generate", "head_summary"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class GenerateConfig(Checked, Checkpoint, Loading):
+class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
     """What `entropy-lens generate` writes after and records."""
 
     prompt_file: str | None = setting(None, metavar="F", help="a text file: the prompt")
@@ -58,15 +58,6 @@ class GenerateConfig(Checked, Checkpoint, Loading):
         ENTROPY.name,
         help="row statistics per generated token, comma-separated, or all (the kernels'): "
         + ", ".join([*STATISTICS, *ROW_SLICE_STATISTICS]),
-    )
-    spans: str | None = setting(
-        None,
-        metavar="NAME=A:B,...",
-        help="span_mass's key spans besides prompt and generated, in real positions (the prompt's first "
-        "token is 0), e.g. doc=0:200",
-    )
-    offsets: str | None = setting(
-        None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
     )
     top_keys: int = setting(1, at_least=1, at_most=MAX_COUNT, help="top_key's k: the k most probable keys")
     backend: str = setting("auto", help=f"the kernel of the statistics: auto | {' | '.join(BACKENDS)}")
@@ -91,19 +82,10 @@ class GenerateConfig(Checked, Checkpoint, Loading):
         from entropy_lens.generation.rows import RowSlices  # torch: loaded when a run checks its flags
 
         stats = tuple(STATISTICS) if self.stats == ALL else tuple(filter(None, self.stats.split(",")))
-        for flag, given, stat in (
-            ("--spans", self.spans is not None, SPAN_MASS),
-            ("--offsets", self.offsets is not None, OFFSET_PROB),
-            ("--top-keys", self.top_keys != 1, TOP_KEY),
-        ):
-            if given and stat.name not in stats:
-                raise EntropyLensError(
-                    f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out"
-                )
-        if OFFSET_PROB.name in stats and self.offsets is None:
-            raise EntropyLensError(f"--stats {OFFSET_PROB.name} needs --offsets, e.g. --offsets 0,1")
-        spans = None if self.spans is None else _parse_spans(self.spans)
-        offsets = () if self.offsets is None else _parse_ints("--offsets", self.offsets)
+        self.check_slicing(tuple(name for name in stats if name in ROW_SLICE_STATISTICS), spans_needed=False)
+        if self.top_keys != 1 and TOP_KEY.name not in stats:
+            raise EntropyLensError(f"--top-keys is read by {TOP_KEY.name}: add it to --stats, or leave --top-keys out")
+        spans, offsets = self.parsed_spans(), self.parsed_offsets()
         try:
             slices, rest = RowSlices.parse(stats, spans=spans, offsets=offsets, top_keys=self.top_keys)
             if rest is not None:
@@ -111,25 +93,6 @@ class GenerateConfig(Checked, Checkpoint, Loading):
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
         return slices, rest
-
-
-def _parse_spans(text: str) -> dict[str, tuple[int, int]]:
-    """--spans "doc=0:200,needle=410:420" as {name: (start, stop)}; one line for another form."""
-    spans = {}
-    for part in filter(None, text.split(",")):
-        name, _, bounds = part.partition("=")
-        start, colon, stop = bounds.partition(":")
-        if not colon:
-            raise EntropyLensError(f"--spans: {part!r} is not NAME=START:STOP; write e.g. doc=0:200")
-        spans[name.strip()] = _parse_ints("--spans", f"{start},{stop}")
-    return spans
-
-
-def _parse_ints(flag: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise EntropyLensError(f"{flag}: {text!r} holds what is not a whole number; write e.g. 0,1") from None
 
 
 documented(GenerateConfig)

@@ -5,6 +5,7 @@
     Loading      nope, rope_scaling, train_len, trust_remote_code, revision
     Text         data, seed
     Windows      samples, batch_size, stride, context_parallel (how each window is run)
+    Slicing      spans, offsets: span_mass's and offset_prob's parameters (scan, generate)
     PositionScaling, Scaling   rope_scaling; scale, head_scales, scale_schedule: the variants of the
                  attention scale
 
@@ -27,6 +28,7 @@ __all__ = [
     "Loading",
     "PositionScaling",
     "Scaling",
+    "Slicing",
     "Text",
     "Windows",
 ]
@@ -93,6 +95,59 @@ class Windows:
         help="under torchrun: shard each window over all the processes (the flag alone), or over groups of "
         "C consecutive processes that split the windows (C divides the process count; docs/scaling.md)",
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slicing:
+    spans: str | None = setting(
+        None,
+        metavar="NAME=A:B,...",
+        help="span_mass's named key spans, tokens A..B−1 of each sequence (the first is 0), e.g. doc=0:200 "
+        "(generate: besides prompt and generated, which it always records)",
+    )
+    offsets: str | None = setting(
+        None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
+    )
+
+    def parsed_spans(self) -> dict[str, tuple[int, int]] | None:
+        """--spans "doc=0:200,needle=410:420" as {name: (start, stop)} (None: not given); one line for
+        another form."""
+        if self.spans is None:
+            return None
+        spans = {}
+        for part in filter(None, self.spans.split(",")):
+            name, _, bounds = part.partition("=")
+            start, colon, stop = bounds.partition(":")
+            if not colon:
+                raise EntropyLensError(f"--spans: {part!r} is not NAME=START:STOP; write e.g. doc=0:200")
+            spans[name.strip()] = _whole_numbers("--spans", f"{start},{stop}")
+        return spans
+
+    def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:
+        """EntropyLensError in one line, naming the flags, for --spans or --offsets without the statistic
+        that reads it in --stats (`sliced`), or that statistic without it (span_mass: where
+        `spans_needed`)."""
+        from entropy_lens.statistics import OFFSET_PROB, SPAN_MASS
+
+        for flag, given, stat, example in (
+            ("--spans", self.spans is not None, SPAN_MASS, "doc=0:200"),
+            ("--offsets", self.offsets is not None, OFFSET_PROB, "0,1"),
+        ):
+            if given and stat.name not in sliced:
+                raise EntropyLensError(f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out")
+            if not given and stat.name in sliced and (spans_needed or stat is OFFSET_PROB):
+                raise EntropyLensError(f"--stats {stat.name} needs {flag}, e.g. {flag} {example}")
+
+    def parsed_offsets(self) -> tuple[int, ...]:
+        """--offsets "0,1" as (0, 1) (() where not given); one line for another form."""
+        return () if self.offsets is None else _whole_numbers("--offsets", self.offsets)
+
+
+def _whole_numbers(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise EntropyLensError(f"{flag}: {text!r} holds what is not a whole number; write e.g. 0,1") from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,7 +33,7 @@ from entropy_lens.kernels.stats import ROW_STATS, sum_names
 from entropy_lens.results import ScanResult, atomic_savez
 from entropy_lens.runs.distributed import World, all_reduce_sum, gathered
 from entropy_lens.runs.output import CHECKPOINT, scan_difference
-from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, KEYS, STATISTICS, reduction_of
+from entropy_lens.statistics import ENTROPY, KEY_STATISTICS, KEYS, STATISTICS, reduction_of, statistic_of
 
 __all__ = ["INTERRUPTS", "KEY_COUNT", "ScanSums", "interrupts_deferred"]
 
@@ -58,6 +58,7 @@ class ScanSums:
         # (each combines by its statistic's reduction: a maximum holds the largest row at each position,
         # −inf before any)
         statistics = sum_names(dict.fromkeys((ENTROPY.name, *stats)))  # each once, entropy first
+        self.sliced = tuple(name for name in stats if name not in ROW_STATS)  # row-slice arrays (Slices.arrays)
         self.arrays = {
             **{name: np.full((n_layers, n_heads, length), _empty(name)) for name in statistics},
             "loss": np.zeros(length),
@@ -112,9 +113,8 @@ class ScanSums:
 
     def units(self) -> dict[str, str]:
         """{statistic: its unit} of the row and key statistics summed (statistics.STATISTICS, KEY_STATISTICS)."""
-        return {
-            name: stat.unit for name, stat in (STATISTICS | KEY_STATISTICS).items() if name in self.arrays
-        }
+        units = {name: stat.unit for name, stat in (STATISTICS | KEY_STATISTICS).items() if name in self.arrays}
+        return units | {name: statistic_of(name).unit for name in self.sliced}
 
     def all_reduce(self, world: World) -> None:
         """Every rank ends with the sums of all ranks (a no-op in one process). A sum that only some ranks
@@ -151,7 +151,7 @@ class ScanSums:
             theirs = json.loads(str(data["identity"]))
             ran = json.loads(str(data["ran"])) if "ran" in data else {}
             decided = json.loads(str(data["decided"])) if "decided" in data else {}
-            state = {k: data[k] for k in (*self.arrays, *sum_names(ROW_STATS)) if k in data}
+            state = {k: data[k] for k in (*self.arrays, *sum_names(ROW_STATS)) if k in data}  # sink_mass too
             wall_s = float(data["wall_s"])
         except Exception:  # noqa: BLE001 - truncated, not a zip, a missing key, not JSON: unreadable
             return None
@@ -179,7 +179,7 @@ class ScanSums:
                 f"no sample reached {int((n == 0).sum())} of {n.size} positions (the first: "
                 f"{int(np.argmin(n > 0))}): the capture saw no rows there; nothing was written"
             )
-        stat_sums = [k for k in sum_names(ROW_STATS) if k in arrays]
+        stat_sums = [k for k in sum_names((*ROW_STATS, *self.sliced)) if k in arrays]
         mean = {
             k: reduction_of(k).finish(arrays[k], n).astype(np.float32)
             for k in (*stat_sums, "loss", "loss_sq")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from entropy_lens.statistics.parameter import Parameter
 from entropy_lens.statistics.reduction import MAX, MEAN, REDUCTIONS, Reduction
+from entropy_lens.statistics.slices import OFFSET_PROB_NAME, SPAN_MASS_NAME, TOP_KEY_NAME, base_name
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)
@@ -213,21 +214,21 @@ RECEIVED_MAX_LATER = Statistic(
 # heads' top key). GenerationRecorder records them per generated token; no streaming kernel computes them
 # at every row yet, so they are not in DECLARED (a scan's --stats and the monitor refuse them by name)
 SPAN_MASS = Statistic(
-    "span_mass",
+    SPAN_MASS_NAME,
     PROBABILITY,
     "Σ_{a <= j < b} p_j per named key span [a, b) in real positions: 'prompt', 'generated' (from the first "
     "generated token on) and the caller's; the sink is no key",
     "span mass",
 )
 OFFSET_PROB = Statistic(
-    "offset_prob",
+    OFFSET_PROB_NAME,
     PROBABILITY,
     "p_{i − d} per offset d: the probability a row gives the key d real positions behind its own (d = 0: "
     "its own key; 0 where that key is before the sequence or out of the row's sight)",
     "offset probability",
 )
 TOP_KEY = Statistic(
-    "top_key",
+    TOP_KEY_NAME,
     "position",
     "the real positions of the row's k most probable keys, ties the earliest first (−1 past the keys the "
     "row sees); their probabilities beside them (top_key_prob)",
@@ -293,6 +294,13 @@ def declared(name: str) -> Statistic:
             f"{name!r} is no declared statistic; choose from {', '.join(STATISTICS | KEY_STATISTICS)}"
         )
     return stat
+
+
+def statistic_of(array: str) -> Statistic:
+    """The statistic an array (or a sum) records: a declared statistic under its own name, or a row-slice
+    statistic under its array's (`span_mass@doc`, `offset_prob@1`: statistics/slices.py); KeyError naming
+    the choices otherwise."""
+    return ROW_SLICE_STATISTICS.get(base_name(array)) or declared(array)
 
 
 def reduction_of(key: str) -> Reduction:

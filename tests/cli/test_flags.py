@@ -90,6 +90,12 @@ def test_a_scan_parses_each_flag_once(tiny_dir, monkeypatch):
         for module in [m for key, m in sys.modules.items() if key.startswith("entropy_lens")]:
             if getattr(module, f"parse_{name}", None) is original:
                 monkeypatch.setattr(module, f"parse_{name}", counting(name, original))
+    # --stats is read once by split_slices (which takes the row-slice statistics apart), then parse_stats
+    # reads the rest as a tuple
+    split = flags.split_slices
+    for module in [m for key, m in sys.modules.items() if key.startswith("entropy_lens")]:
+        if getattr(module, "split_slices", None) is split:
+            monkeypatch.setattr(module, "split_slices", counting("stats", split))
     sessions = []
     monkeypatch.setattr(Session, "__post_init__", lambda self: sessions.append(self))
     config = ScanConfig(

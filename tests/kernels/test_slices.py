@@ -73,7 +73,7 @@ def test_the_definitions_by_hand():
     q[0, 0, 3] = torch.tensor([1.0, 0.0])
     k[0, 0, :, 0] = torch.tensor([2.0, 0.0, 2.0, 0.0])  # row 3: keys 0 and 2 tie, above keys 1 and 3
     got = row_slice_stats(
-        q, k, softmax_scale=1.0, stats=ALL, spans={"first two": (0, 2)}, offsets=(0, 1, 3), top_keys=3
+        q, k, softmax_scale=1.0, stats=ALL, spans={"first_two": (0, 2)}, offsets=(0, 1, 3), top_keys=3
     )
     e = torch.tensor([2.0, 0.0, 2.0, 0.0]).exp()
     p3 = e / e.sum()
@@ -86,7 +86,7 @@ def test_the_definitions_by_hand():
     assert torch.allclose(got["top_key_prob"][0, 0, 3], torch.stack([p3[0], p3[2], p3[1]]))
     assert got["top_key_prob"][0, 0, 0].tolist()[1:] == [0.0, 0.0]
     reference = row_slice_stats(
-        q, k, softmax_scale=1.0, stats=ALL, spans={"first two": (0, 2)}, offsets=(0, 1, 3), top_keys=3,
+        q, k, softmax_scale=1.0, stats=ALL, spans={"first_two": (0, 2)}, offsets=(0, 1, 3), top_keys=3,
         backend="reference",
     )
     assert torch.equal(reference["top_key"], got["top_key"])
@@ -108,9 +108,9 @@ def test_a_decode_row_counts_its_keys_from_the_cache():
         ({"stats": "entropy"}, "choose from span_mass"),
         ({"stats": "span_mass"}, "span_mass needs spans="),
         ({"stats": "offset_prob"}, "offset_prob needs offsets="),
-        ({"stats": "top_key", "offsets": (1,)}, "offsets= is read by offset_prob"),
+        ({"stats": "top_key", "offsets": (1,)}, "offsets= is read by the statistic offset_prob"),
         ({"stats": "top_key", "top_keys": 0}, "top_keys"),
-        ({"stats": "offset_prob", "offsets": (1, 1)}, "repeats"),
+        ({"stats": "offset_prob", "offsets": (1, 1)}, "twice"),
         ({"stats": "offset_prob", "offsets": (-1,)}, "at least 0"),
         ({"stats": "span_mass", "spans": {"x": (3, 3)}}, "is empty"),
         ({"stats": "span_mass", "spans": {"x": (0, 9)}}, "at most 6"),

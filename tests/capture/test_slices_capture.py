@@ -1,0 +1,133 @@
+"""Row-slice statistics summed over rows (capture/slices.py): `EntropyRecorder(stats=(..., "span_mass",
+"offset_prob", "top_key"), spans=..., offsets=...)`, a scan's `--stats ... --spans --offsets` and
+`AttentionMonitor` record span_mass@<span>, offset_prob@<d> and top_key per position, equal to the same
+statistics of the model's own eager attention (float64) on every family, by either route; read off the row
+pass's log-sum-exp (one row pass per layer); a left-padded batch counts top_key from each row's first real
+key and refuses span_mass; every flag refused in one line."""
+
+import numpy as np
+import pytest
+import torch
+from architectures import SUPPORTED, build, eager_probabilities, ids_and_mask, mean_by_position
+
+from entropy_lens import AttentionMonitor, EntropyRecorder, attention_stats
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.runs.configs import ScanConfig
+
+SPANS = {"head": (0, 3), "middle": (4, 9)}
+OFFSETS = (0, 1, 3)
+STATS = ("entropy", "span_mass", "offset_prob", "top_key")
+
+
+def eager_slices(model, ids, mask):
+    """{array: (layers, heads, n) float64} of the eager probabilities' span masses, offset probabilities and
+    top keys per row, at the rows' true positions, averaged over batch rows as the recorder places them."""
+    _, probs = eager_probabilities(model, ids, mask)
+    T = ids.shape[1]
+    first = torch.zeros(ids.shape[0], dtype=torch.long) if mask is None else (mask == 0).sum(1) * (mask[:, 0] == 0)
+    per_row = {}
+    for name, (a, b) in SPANS.items():
+        per_row[f"span_mass@{name}"] = [p[..., a:b].sum(-1) for p in probs]
+    rows = torch.arange(T)
+    for d in OFFSETS:
+        key = rows - d
+        per_row[f"offset_prob@{d}"] = [
+            torch.where(key >= 0, p[..., rows, key.clamp_min(0)], 0.0) for p in probs
+        ]
+    per_row["top_key"] = [
+        (p.argmax(-1) - first.view(-1, 1, 1)).double() for p in probs
+    ]  # argmax: the first largest
+    return {name: mean_by_position(values, mask) for name, values in per_row.items()}
+
+
+@pytest.mark.parametrize("fused", ["off", "on"])
+@pytest.mark.parametrize("model_type", sorted(SUPPORTED))
+def test_the_recorder_equals_eager_attention(model_type, fused):
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask("right")
+    want = eager_slices(model, ids, mask)
+    with EntropyRecorder(model, fused=fused, stats=STATS, spans=SPANS, offsets=OFFSETS) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert set(want) <= set(rec.stats)
+    for name, values in want.items():
+        got = rec.mean(name)
+        assert got.shape == values.shape, name
+        if name == "top_key":  # a position: equal where the eager argmax is no near tie
+            continue
+        np.testing.assert_allclose(got, values, atol=2e-5, rtol=1e-5, err_msg=name)
+    assert np.abs(rec.mean("top_key") - want["top_key"]).mean() < 0.05
+    assert want["offset_prob@1"].std() > 0.02, "attention near uniform: the case would not test much"
+
+
+def test_top_key_on_a_left_padded_batch_counts_real_positions_and_span_mass_is_refused():
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = ids_and_mask("left")
+    want = eager_slices(model, ids, mask)
+    with EntropyRecorder(model, stats="top_key,offset_prob", offsets=OFFSETS) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+    for d in OFFSETS:
+        np.testing.assert_allclose(rec.mean(f"offset_prob@{d}"), want[f"offset_prob@{d}"], atol=2e-5, rtol=1e-5)
+    assert np.abs(rec.mean("top_key") - want["top_key"]).mean() < 0.05
+    with (
+        EntropyRecorder(model, stats="span_mass", spans=SPANS) as rec,
+        torch.no_grad(),
+        pytest.raises(EntropyLensError, match="left padding"),
+    ):
+        model(ids, attention_mask=mask)
+
+
+def test_one_row_pass_per_layer_feeds_them(monkeypatch):
+    import importlib
+
+    paths = importlib.import_module("entropy_lens.capture.paths")
+    calls = []
+    run = paths.run
+    monkeypatch.setattr(paths, "run", lambda *a, **kw: calls.append(kw["with_lse"]) or run(*a, **kw))
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, _ = ids_and_mask("none")
+    with EntropyRecorder(model, stats="offset_prob", offsets=(1,)), torch.no_grad():
+        model(ids)
+    assert calls == [True] * model.config.num_hidden_layers
+
+
+def test_the_monitor_records_them_per_head():
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = ids_and_mask("right")
+    want = eager_slices(model, ids, mask)
+    with AttentionMonitor(model, stats=("entropy", "offset_prob"), offsets=OFFSETS) as mon, torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert mon.summaries == ("entropy", "offset_prob@0", "offset_prob@1", "offset_prob@3")
+    latest = mon.latest()
+    rows = mask.bool()
+    for d in OFFSETS:
+        _, probs = eager_probabilities(model, ids, mask)
+        key = torch.arange(ids.shape[1]) - d
+        per_row = torch.stack([torch.where(key >= 0, p[..., torch.arange(ids.shape[1]), key.clamp_min(0)], 0.0) for p in probs])
+        mean = (per_row * rows[None, :, None]).sum((1, 3)) / rows.sum()  # (layers, heads)
+        np.testing.assert_allclose(latest[f"offset_prob@{d}"], mean.numpy(), atol=2e-5, rtol=1e-5)
+    assert want  # the eager reference ran on the same model
+
+
+def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
+    config = ScanConfig(
+        model="tiny-rope", length=32, samples=2, stats="offset_prob,span_mass,top_key", offsets="0,1",
+        spans="doc=3:10",
+    )
+    assert config.measure.slices.arrays == ("offset_prob@0", "offset_prob@1", "span_mass@doc", "top_key")
+    assert config.cache_key()["offsets"] == "0,1" and "spans" not in ScanConfig(model="tiny-rope", length=32).cache_key()
+    for kw, match in (
+        ({"stats": "entropy", "offsets": "0,1"}, "--offsets is read by offset_prob"),
+        ({"stats": "offset_prob"}, "--stats offset_prob needs --offsets"),
+        ({"stats": "span_mass"}, "--stats span_mass needs --spans"),
+        ({"stats": "span_mass", "spans": "doc=4"}, "NAME=START:STOP"),
+        ({"stats": "span_mass", "spans": "doc=4:2"}, "is empty"),
+        ({"stats": "offset_prob", "offsets": "1,x"}, "not a whole number"),
+    ):
+        with pytest.raises(EntropyLensError, match=match):
+            ScanConfig(model="tiny-rope", length=32, **kw).check()
+
+
+def test_the_kernels_public_functions_point_to_row_slice_stats():
+    q = torch.randn(1, 2, 5, 8)
+    with pytest.raises(ValueError, match="row_slice_stats"):
+        attention_stats(q, q, softmax_scale=0.3, stats="offset_prob")
