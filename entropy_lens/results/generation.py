@@ -146,7 +146,7 @@ class GenerationResult:
         by `tokenizer` (what `entropy-lens view` shows of each token; `entropy-lens generate` does this).
 
         Args:
-            tokenizer: anything with transformers' `batch_decode(list of id lists) -> list of str`.
+            tokenizer: a transformers tokenizer (its `batch_decode`, spaces left as they are).
 
         Returns:
             GenerationResult: a copy, its meta with token_texts {str(id): text} (JSON keys are strings).
@@ -154,7 +154,8 @@ class GenerationResult:
         held = [self.tokens] if self.prompt is None else [self.tokens, self.prompt]
         ids = np.unique(np.concatenate([a.ravel() for a in held]))
         ids = [int(i) for i in ids if i >= 0]
-        texts = tokenizer.batch_decode([[i] for i in ids]) if ids else []
+        # as it stands in the text: no clean-up of the spaces before punctuation
+        texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False) if ids else []
         return replace(self, meta={**self.meta, TOKEN_TEXTS: dict(zip(map(str, ids), texts, strict=True))})
 
     @property
