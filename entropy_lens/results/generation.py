@@ -136,8 +136,8 @@ class GenerationResult:
 
     @property
     def token_texts(self) -> dict[int, str]:
-        """{id: text} of the ids the meta's token_texts decoded (`with_token_texts`); {} where none were
-        (a result made without a tokenizer, or before the field existed)."""
+        """The text of each id the meta's token_texts holds (`with_token_texts`), keyed by the id; empty
+        where none were decoded (a result made without a tokenizer, or before the field existed)."""
         texts = self.meta.get(TOKEN_TEXTS)
         return {int(i): t for i, t in texts.items()} if isinstance(texts, dict) else {}
 

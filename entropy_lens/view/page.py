@@ -196,7 +196,8 @@ def generation_section(payload: dict) -> str:
 <div class="note" id="generation-note"></div>
 <div id="generation-plot"></div>
 <div class="note">The chosen head's statistic of each generated token's row (the query whose logits chose it).
-Below, the prompt and the generated text, each generated token coloured by the statistic; hover a generated
+Below, the prompt and the generated text, each generated token coloured by the statistic (viridis, from the
+sequence's lowest value to its highest; a probability from 0 to 1); hover a generated
 token (or its bar) for its span masses and its top keys with their probabilities and texts (the keys are
 outlined in the text). A token after its sequence ended has no value: it is shown as ended.</div>
 <div id="generation-text" class="tokens"></div>

@@ -94,17 +94,27 @@ def test_a_generation_is_known_by_its_schema_not_its_name(made, tmp_path):
     assert len(data["results"]) == 1 and len(data["generations"]) == 1  # a scan and a generation, one page
 
 
-def test_a_generation_without_texts_or_prompt_ids_shows_ids(made, tmp_path):
-    """A file of before token_texts (and one without prompt ids, version 1's) still views: ids shown,
-    a note saying why and how to record texts."""
+def test_a_version_1_generation_without_texts_or_prompt_ids_shows_ids(made, tmp_path):
+    """A file of before token_texts (here version 1's: no prompt ids, no row-slice arrays) still views:
+    its statistics, ids shown, and notes saying why and how to record texts."""
     r = GenerationResult.load(made[0])
-    meta = {k: v for k, v in r.meta.items() if k != TOKEN_TEXTS}
-    bare = dataclasses.replace(r, meta=meta, prompt=None).save(tmp_path / "bare.npz")
-    (g,) = page_data(view(bare))["generations"]
-    assert g["texts"] is None and all(row["prompt"] is None for row in g["rows"])
+    with np.load(made[0]) as z:
+        arrays = {
+            k: z[k]
+            for k in z.files
+            if k not in ("prompt", "span_mass", "offset_prob", "top_key", "top_key_prob")
+        }
+    meta = {k: v for k, v in json.loads(str(arrays.pop("meta"))).items() if k != TOKEN_TEXTS}
+    meta |= {"schema_version": 1, "stats": ["entropy", "max_prob"]}
+    np.savez(tmp_path / "v1.npz", meta=np.array(json.dumps(meta)), **arrays)
+    (g,) = page_data(view(tmp_path / "v1.npz"))["generations"]
+    assert g["texts"] is None and g["top_key"] is None and all(row["prompt"] is None for row in g["rows"])
     notes = " ".join(g["notes"])
     assert "tokens are shown by id" in notes and "with_token_texts(tokenizer)" in notes
     assert "no prompt ids" in notes
+    assert [e["name"] for e in g["stats"]] == ["entropy", "max_prob"]
+    got = decoded(g, "max_prob")[..., 0]
+    np.testing.assert_allclose(got[r.live], r.stat("max_prob")[r.live], rtol=1e-6)
     assert g["rows"][1]["tokens"] == r.tokens[1].tolist()
 
 
