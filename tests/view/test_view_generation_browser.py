@@ -5,13 +5,14 @@ with the mouse shows its span masses and its top keys with their probabilities a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import numpy as np
 import pytest
 from browser import chromium, console_errors, missing, open_page
-from view_inputs import LN2, generated
+from view_inputs import HOSTILE, LN2, NAME, generated
 
 from entropy_lens.view import view
 
@@ -160,3 +161,46 @@ def test_hovering_an_ended_sequence_says_ended(loaded, made):
         raise AssertionError("the mouse on the ended mark did not show it")
     detail = loaded.find_element("id", "generation-detail").text
     assert f"sequence 0 ended after {n} generated tokens" in detail and "nan" not in detail.lower()
+
+
+def test_a_hostile_token_text_is_shown_as_text(made, tmp_path):
+    """A file's token text (and label) full of markup, template and script reaches the page as text: the
+    detail panel, the token and the bar's hover show it literally, nothing runs, no console error."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    result = made[0]
+    first = str(int(result.tokens[1, 0]))
+    texts = {**result.meta["token_texts"], first: HOSTILE}
+    path = dataclasses.replace(result, meta={**result.meta, "token_texts": texts}).save(tmp_path / "h.npz")
+    view([(NAME, path)]).save(tmp_path / "h.html")
+    with chromium() as driver:
+        open_page(driver, tmp_path / "h.html")
+        choose(driver, "generation-row", 1)
+        token = driver.find_element("css selector", "#generation-text .written[data-n='0']")
+        ActionChains(driver).move_to_element(token).perform()
+        for _ in range(400):
+            if js(driver, "return document.body.dataset.generationToken") == "0":
+                break
+            time.sleep(0.05)
+        assert token.get_attribute("textContent") == HOSTILE
+        assert (
+            json.dumps(HOSTILE, ensure_ascii=False)[:40]
+            in driver.find_element("id", "generation-detail").text
+        )
+        label = ""
+        for _ in range(400):
+            js(driver, "Plotly.Fx.hover('generation-plot', [{curveNumber: 0, pointNumber: 0}])")
+            label = js(
+                driver,
+                "const e = document.querySelector('#generation-plot .hovertext'); "
+                "return e ? e.textContent : ''",
+            )
+            if label:
+                break
+            time.sleep(0.06)
+        assert "<b>x<img src=x onerror=window.pwned=1>" in label  # the markup as text, not a tag
+        assert NAME in js(
+            driver, "return document.getElementById('generation-plot').layout.title.text"
+        ).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").replace("&#37;", "%")
+        assert js(driver, "return window.pwned === undefined") is True
+        assert console_errors(driver) == []
