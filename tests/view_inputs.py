@@ -16,6 +16,9 @@ received by key position j): key 0 is a sink receiving 2·T/(h + 1) of the mass 
 (0.5 + h)/(j + 1), orders of magnitude less; head (1, 2) receives 0 at keys [40, 80), keys that no counted
 row attends; received_max and received_mean are scaled alike (÷ 2 and ÷ T).
 
+`generated()` is a generation of the bundled tiny-nope with every row-slice statistic and its token
+texts, one sequence of two ended early (test_view_generation.py, its browser test).
+
 `page_data(page)` reads back the data a view page carries (its `entropy-lens-data` script element).
 """
 
@@ -185,3 +188,42 @@ def page_data(page) -> dict:
         r'<script type="application/json" id="entropy-lens-data">(.*?)</script>', page.html, re.DOTALL
     )
     return json.loads(text.group(1))
+
+
+GENERATED_NEW = 8  # generated()'s max_new_tokens
+
+
+def generated():
+    """(GenerationResult, tokenizer): tiny-nope writes GENERATED_NEW tokens greedily after two left-padded
+    prompts, recording entropy, max_prob, span_mass (prompt, generated, opening = (0, 3)), offset_prob
+    (0, 1) and top_key (k = 2), with its token texts. Sequence 0 ends early: the first token a first run
+    wrote in sequence 0 alone is the end token of a second, identical but for that."""
+    from entropy_lens import GenerationRecorder, load_model
+
+    loaded = load_model("tiny-nope")
+    model, tok = loaded.model, loaded.tokenizer
+    tok.padding_side, tok.pad_token = "left", tok.eos_token
+    batch = tok(
+        ["It is a truth universally acknowledged", "Emma Woodhouse, handsome"],
+        return_tensors="pt",
+        padding=True,
+    )
+    kw = {"spans": {"opening": (0, 3)}, "offsets": (0, 1), "top_keys": 2}
+    stats = ("entropy", "max_prob", "span_mass", "offset_prob", "top_key")
+
+    def run(end):
+        with GenerationRecorder(model, stats=stats, **kw) as rec:
+            model.generate(
+                **batch,
+                max_new_tokens=GENERATED_NEW,
+                do_sample=False,
+                eos_token_id=end,
+                pad_token_id=tok.eos_token_id,
+            )
+        return rec.result()
+
+    first = run(None)
+    end = next(int(t) for t in first.tokens[0] if t not in first.tokens[1])  # a token of sequence 0 alone
+    result = run(end)
+    assert result.lengths[0] < GENERATED_NEW == result.lengths[1], result.lengths  # sequence 0 ended
+    return result.with_token_texts(tok), tok

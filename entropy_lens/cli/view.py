@@ -1,5 +1,5 @@
-"""`entropy-lens view`: results files, sweeps and monitor histories as one self-contained, interactive
-HTML page."""
+"""`entropy-lens view`: results files, sweeps, monitor histories and generations as one self-contained,
+interactive HTML page."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ VIEW_EXAMPLES = """examples:
   entropy-lens view nope.npz rope.npz --labels NoPE RoPE --out compare.html
   entropy-lens view sw/nope --out sweep.html                # a sweep folder: loss by scale, the fit
   entropy-lens view attention.npz --out history.html        # a monitor history: statistics by step × head
+  entropy-lens view gen.npz --out gen.html                  # a generation: each generated token's statistics
 """
 
 
@@ -22,10 +23,12 @@ def add_parsers(sub) -> None:
 
     v = sub.add_parser(
         "view",
-        help="an interactive page of results, sweeps and monitor histories (one HTML file, offline)",
+        help="an interactive page of results, sweeps, monitor histories and generations (one HTML file, "
+        "offline)",
         description="Heat map of a per-head statistic, each head's entropy by position on click, "
         "differences of two results, a sweep's loss by scale and its fit, a monitor history's statistics by "
-        "training step × head: one HTML file with plotly.js "
+        "training step × head, a generation's text with each generated token's statistic of a chosen head "
+        "(hover a token: its span masses and top keys): one HTML file with plotly.js "
         "inlined, no network needed.",
         epilog=VIEW_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,8 +37,8 @@ def add_parsers(sub) -> None:
         "results",
         nargs="+",
         metavar="RESULT",
-        help="a results .npz, a sweep folder, or a monitor history (AttentionMonitor.save; a "
-        "train-tiny --monitor output folder)",
+        help="a results .npz, a sweep folder, a monitor history (AttentionMonitor.save; a "
+        "train-tiny --monitor output folder), or a generation (entropy-lens generate --out)",
     )
     add_settings(v, ViewConfig)
     add_settings(

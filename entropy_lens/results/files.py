@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import math
 import os
 import re
@@ -32,6 +33,7 @@ __all__ = [
     "is_integer",
     "is_number",
     "kind_of",
+    "meta_schema",
     "npz_holds",
     "printable",
     "read_npz",
@@ -229,3 +231,16 @@ def read_npz(path: Path, *, what: str, again: str, keys=None) -> dict[str, np.nd
         # it: never the fix here (a pickle runs code)
         why = "not an .npz file" if "pickle" in str(err) else printable(first_line(err))
         raise EntropyLensError(f"{printable(path)} is not a readable {what} ({why}); {again}") from None
+
+
+def meta_schema(path: str | Path, *, what: str, again: str) -> str | None:
+    """The `schema` of the JSON meta of the .npz at `path` (a monitor history's, a generation's), None
+    where it has none (a scan's results file) or no JSON meta; only the meta is read. A file that is not
+    a readable .npz is refused by `read_npz` in one EntropyLensError naming it `what`, with `again`."""
+    data = read_npz(Path(path), what=what, again=again, keys=("meta",))
+    try:
+        meta = json.loads(str(data["meta"])) if "meta" in data else None
+    except (ValueError, RecursionError):  # not JSON: no schema (a results reader says what it is)
+        return None
+    schema = meta.get("schema") if isinstance(meta, dict) else None
+    return schema if isinstance(schema, str) else None

@@ -21,9 +21,16 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
                                                entropy_lens_version, model, model_class, n_layers, n_heads,
                                                stats, the statistics' parameters (spans, span_names,
                                                offsets, top_keys where recorded), backend, attention_path,
-                                               eos_token_id
+                                               eos_token_id; optional, token_texts: {id: text} of every
+                                               id of the prompts and generated tokens, each decoded alone
+                                               (`with_token_texts`; entropy-lens generate writes it), which
+                                               `entropy-lens view` shows
 Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob); version 1 files
-load as they are.
+load as they are. token_texts is an optional meta field, not a new version: a file without it loads, and
+the view shows its tokens by id.
+
+`is_generation(path)` tells a generation file from a scan's or a history by its meta's schema, reading
+the meta alone.
 
 Every value of a live token is finite; a sequence's values after its end are NaN (−1 for ids), never a
 number that could be read as one.
@@ -32,13 +39,13 @@ number that could be read as one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results.files import atomic_savez, npz_holds, printable, read_npz
+from entropy_lens.results.files import atomic_savez, meta_schema, npz_holds, printable, read_npz
 from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, STATISTICS, TOP_KEY
 
 TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
@@ -48,7 +55,8 @@ ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB, PROBS)  # every arra
 SCHEMA = "entropy_lens.generation"
 GENERATION_VERSION = 2
 READS_VERSIONS = (1, 2)
-__all__ = ["GENERATION_VERSION", "GenerationResult"]
+TOKEN_TEXTS = "token_texts"  # the optional meta field: {id: text}
+__all__ = ["GENERATION_VERSION", "TOKEN_TEXTS", "GenerationResult", "is_generation"]
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,30 @@ class GenerationResult:
         inside = (flat >= 0) & (flat < tokens.shape[1] - 1)
         got = np.take_along_axis(tokens, np.where(inside, flat, tokens.shape[1] - 1), 1)
         return got.reshape(np.shape(positions))
+
+    @property
+    def token_texts(self) -> dict[int, str]:
+        """The text of each id the meta's token_texts holds (`with_token_texts`), keyed by the id; empty
+        where none were decoded (a result made without a tokenizer, or before the field existed)."""
+        texts = self.meta.get(TOKEN_TEXTS)
+        return {int(i): t for i, t in texts.items()} if isinstance(texts, dict) else {}
+
+    def with_token_texts(self, tokenizer) -> GenerationResult:
+        """This result with meta token_texts: every id of its prompts and generated tokens decoded alone
+        by `tokenizer` (what `entropy-lens view` shows of each token; `entropy-lens generate` does this).
+
+        Args:
+            tokenizer: a transformers tokenizer (its `batch_decode`, spaces left as they are).
+
+        Returns:
+            GenerationResult: a copy, its meta with token_texts {str(id): text} (JSON keys are strings).
+        """
+        held = [self.tokens] if self.prompt is None else [self.tokens, self.prompt]
+        ids = np.unique(np.concatenate([a.ravel() for a in held]))
+        ids = [int(i) for i in ids if i >= 0]
+        # as it stands in the text: no clean-up of the spaces before punctuation
+        texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False) if ids else []
+        return replace(self, meta={**self.meta, TOKEN_TEXTS: dict(zip(map(str, ids), texts, strict=True))})
 
     @property
     def offsets(self) -> tuple[int, ...]:
@@ -340,3 +372,10 @@ class GenerationResult:
             raise EntropyLensError(f"{printable(path)} holds unknown arrays {unknown}; {again}")
         names = [*meta.get("stats", arrays), *(name for name in (TOP_KEY_PROB, PROBS) if name in arrays)]
         return cls(tokens, {name: arrays[name] for name in names}, prompt_len, lengths, meta, prompt)
+
+
+def is_generation(path: str | Path, *, what: str, again: str) -> bool:
+    """Whether the .npz at `path` says it is a generation result: its meta's `schema` is SCHEMA (the
+    file's name says nothing). Only the meta is read; a file that is not a readable .npz is refused in
+    one EntropyLensError naming it `what`, with `again` (how to make it again)."""
+    return meta_schema(path, what=what, again=again) == SCHEMA

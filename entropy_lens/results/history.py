@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results.files import atomic_savez, is_integer, printable, read_npz, shown
+from entropy_lens.results.files import atomic_savez, is_integer, meta_schema, printable, read_npz, shown
 from entropy_lens.statistics import RECEIVED_MAX_LATER
 
 SCHEMA = "entropy_lens.monitor"
@@ -257,12 +257,7 @@ def is_history(path: str | Path, *, what: str, again: str) -> bool:
     """Whether the .npz at `path` says it is a monitor history: its meta's `schema` is SCHEMA (the file's
     name says nothing). Only the meta is read; a file that is not a readable .npz is refused by
     `read_npz` in one EntropyLensError naming it `what`, with `again` (how to make it again)."""
-    data = read_npz(Path(path), what=what, again=again, keys=("meta",))
-    try:
-        meta = json.loads(str(data["meta"])) if "meta" in data else None
-    except (ValueError, RecursionError):  # not JSON: not a history (a results reader says what it is)
-        return False
-    return isinstance(meta, dict) and meta.get("schema") == SCHEMA
+    return meta_schema(path, what=what, again=again) == SCHEMA
 
 
 def _check(name: str, data: dict, meta: dict, again: str) -> None:

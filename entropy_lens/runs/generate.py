@@ -1,6 +1,7 @@
 """`entropy-lens generate`: a model writes after a prompt, and the row statistics of every token it writes
 are recorded (entropy_lens.generation.GenerationRecorder) into one .npz (results/generation.py), with a
-summary per layer and head. ::
+summary per layer and head, and each token's text where the model has a tokenizer (meta token_texts,
+what `entropy-lens view` shows). ::
 
     config = GenerateConfig(model="tiny-nope", prompt_file="prompt.txt", max_new_tokens=32)
     result = generate(config, out="gen.npz")      # GenerationResult; --out checked before the model loads
@@ -141,6 +142,8 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
     )
     meta = {**result.meta, "texts": texts, "generate_config": dataclasses.asdict(config)}
     result = dataclasses.replace(result, meta=meta)
+    if lm.tokenizer is not None:  # each token's text, for entropy-lens view
+        result = result.with_token_texts(lm.tokenizer)
     if out is not None:
         result.save(out)
     return result

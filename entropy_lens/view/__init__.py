@@ -9,7 +9,7 @@ Modules: `sources.py` (what the user names -> results, sweeps and histories), `r
 to binned mean with a min–max envelope), `payload.py` (the numbers the page draws; a history's:
 `histories.py`; attention received by key position: `received.py`; all written by `encode.py`),
 `page.py` (the HTML), `explorer.js` (the page's script: heat map, click a head, difference, attention
-received, sweep, history).
+received, sweep, history); a generation's numbers: `generations.py`, drawn by `generation.js`.
 """
 
 from importlib import import_module

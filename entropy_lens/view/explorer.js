@@ -4,6 +4,7 @@
 // Strings from files reach plotly only through plain(): plotly reads titles, legend names and hover
 // templates as HTML and %{...} templates. NaN/inf from a file arrive as null (NaN in the float32 means,
 // the code `gap` in the uint16 envelope): plotly draws null as a break in the line and a blank cell.
+// A generation's section is generation.js's; the page is ready when it has drawn too.
 // Attention received by key position (a result's `keys`: its key statistics) is drawn below the
 // head's curves on a log scale: keys at 0 arrive as null (left out, a gap) and the legend counts them.
 (function () {
@@ -359,6 +360,8 @@
 
   data.sweeps.forEach(drawSweep);
   const historiesDrawn = setupHistories();
+  // a generation's section: generation.js, inlined before this script on a page holding one
+  const generationsDrawn = window.entropyLensDrawGenerations ? window.entropyLensDrawGenerations(data) : Promise.resolve();
   const viewSelect = document.getElementById("view-select"), statSelect = document.getElementById("statistic-select");
   const rowSelect = document.getElementById("stat-select");
   if (views.length) {
@@ -400,7 +403,7 @@
       fill(keySelect, keyNames.map((k) => [k, k + " (" + unitOf(k) + ")"]), state.key);
       keySelect.addEventListener("change", () => { state.key = keySelect.value; drawReceived(state.layer, state.head); });
     }
-    Promise.all([showHead(0, 0), historiesDrawn]).then(() => {
+    Promise.all([showHead(0, 0), historiesDrawn, generationsDrawn]).then(() => {
       document.getElementById("heatmap").on("plotly_click", (ev) => {
         const p = ev.points[0];
         showHead(Number(p.y), Number(p.x));
@@ -410,7 +413,7 @@
     });
   } else {
     document.getElementById("heads-section").hidden = true;
-    historiesDrawn.then(() => {
+    Promise.all([historiesDrawn, generationsDrawn]).then(() => {
       document.body.dataset.readyMs = performance.now().toFixed(0);
       document.body.dataset.ready = "1";
     });

@@ -41,6 +41,13 @@ table.meta td, table.meta th { border: 1px solid #ccc; padding: 2px 8px; text-al
 details { max-width: 100%; overflow-x: auto; }
 .controls { margin: 8px 0; } .controls label { margin-right: 16px; }
 .note { font-size: 0.85em; color: #555; }
+.tokens { font-family: ui-monospace, monospace; font-size: 0.9em; line-height: 1.9; white-space: pre-wrap;
+  border: 1px solid #ddd; padding: 6px 8px; max-height: 420px; overflow-y: auto; }
+.tokens span { border-radius: 3px; padding: 1px 0; }
+.tokens .prompt { color: #777; } .tokens .written { cursor: pointer; }
+.tokens .ended { color: #999; background: #eee; font-style: italic; padding: 1px 4px; }
+.tokens .key { outline: 2px solid #d62728; } .tokens .hovered { outline: 2px solid #222; }
+.detail { font-size: 0.85em; min-height: 5em; margin-top: 8px; white-space: pre-wrap; }
 """
 
 
@@ -80,17 +87,30 @@ def view(results, *, labels=None, points: int | None = None, train_len: int | No
     check_fields(ViewConfig, {"points": points, "train_len": train_len})  # as the flags are checked
     sources = gather(results, labels)
     found, sweeps, histories = sources.results, sources.sweeps, sources.histories
-    payload = build_payload(found, sweeps, points=points, train_len=train_len, histories=histories)
+    payload = build_payload(
+        found,
+        sweeps,
+        points=points,
+        train_len=train_len,
+        histories=histories,
+        generations=sources.generations,
+    )
     parts = [", ".join(r["label"] for r in payload["results"])]
     parts += [", ".join(f"sweep {s['label']}" for s in payload["sweeps"])]
     parts += [", ".join(f"history {h['label']}" for h in payload["histories"])]
+    parts += [", ".join(f"generation {g['label']}" for g in payload["generations"])]
     title = "entropy-lens view: " + "; ".join(p for p in parts if p)
     layers = max([r.result.n_layers for r in found if r.result.n_heads] + [0])
     heads = (120 + 22 * layers + 140 + 560) if layers else 0  # menus, heat map (explorer.js), head plot
     heads += 560 * any("keys" in r for r in payload["results"])  # attention received (explorer.js)
     most = max([h["heads"] for h in payload["histories"]] + [0])  # the history's heat map: a row per head
     watched = (120 + max(320, 22 * most + 140) + 500) if histories else 0
-    return View(html=render(payload, title), title=title, height=520 + heads + 800 * len(sweeps) + watched)
+    written = 1100 if sources.generations else 0  # menus, the token plot, the text, the hovered token
+    return View(
+        html=render(payload, title),
+        title=title,
+        height=520 + heads + 800 * len(sweeps) + watched + written,
+    )
 
 
 def render(payload: dict, title: str) -> str:
@@ -98,6 +118,8 @@ def render(payload: dict, title: str) -> str:
     from plotly.offline import get_plotlyjs
 
     script = files("entropy_lens.view").joinpath("explorer.js").read_text(encoding="utf-8")
+    if payload.get("generations"):  # its own script, run first: explorer.js waits for it to draw
+        script = files("entropy_lens.view").joinpath("generation.js").read_text(encoding="utf-8") + script
     data = script_json(payload)
     sweeps = "".join(
         f'<h2>Sweep: {html.escape(s["label"])}</h2><div id="sweep-{k}-loss"></div><div id="sweep-{k}-best"></div>'
@@ -124,6 +146,7 @@ positions are shown as the mean of each bin with its min–max envelope.</div>
 </section>
 {sweeps}
 {history_section(payload)}
+{generation_section(payload)}
 <script type="application/json" id="entropy-lens-data">{data}</script>
 <script>{script}</script>
 </body></html>
@@ -148,6 +171,37 @@ and head, for the layer chosen; click a cell: that head's curve stands out among
 Histories of more than {payload["points"]} records are shown as the mean of each bin of steps with its min–max
 envelope.</div>
 <div id="history-curves"></div>
+</section>"""
+
+
+def generation_section(payload: dict) -> str:
+    """The generations' section (generation.js draws it): menus of generation, sequence, statistic,
+    layer and head, the statistic of every generated token, the text token by token (coloured by it) and
+    the hovered token's span masses and top keys; "" for a page without generations."""
+    if not payload.get("generations"):
+        return ""
+    notes = "".join(
+        f'<p class="note">{html.escape(g["label"])}: {html.escape(n)}</p>'
+        for g in payload["generations"]
+        for n in g["notes"]
+    )
+    return f"""<section id="generation-section">
+<h2>Generation</h2>
+<details open><summary>Generations: model, statistics, spans</summary>{columns(payload["generations"], "generation-meta")}{notes}</details>
+<div class="controls"><label>generation <select id="generation-select"></select></label>
+<label>sequence <select id="generation-row"></select></label>
+<label>statistic <select id="generation-stat"></select></label>
+<label>layer <select id="generation-layer"></select></label>
+<label>head <select id="generation-head"></select></label></div>
+<div class="note" id="generation-note"></div>
+<div id="generation-plot"></div>
+<div class="note">The chosen head's statistic of each generated token's row (the query whose logits chose it).
+Below, the prompt and the generated text, each generated token coloured by the statistic (viridis, from the
+sequence's lowest value to its highest; a probability from 0 to 1); hover a generated
+token (or its bar) for its span masses and its top keys with their probabilities and texts (the keys are
+outlined in the text). A token after its sequence ended has no value: it is shown as ended.</div>
+<div id="generation-text" class="tokens"></div>
+<div id="generation-detail" class="detail"></div>
 </section>"""
 
 

@@ -11,7 +11,8 @@ highest value (base64; step = (high − low) / 65534; `encode.py`); then the los
 numbers; and, only for a result holding key statistics (attention received by key position, `scan
 --stats received,...`), their curves binned alike for a log scale under `keys` (received.py). Per
 sweep: loss by scale × bin, the best scale per position (binned), the fit s = 1 + a ln(i/L) and s*.
-Per monitor history: each statistic by step × layer × head, binned alike (histories.py).
+Per monitor history: each statistic by step × layer × head, binned alike (histories.py). Per
+generation: its text token by token and every generated token's statistics, unbinned (generations.py).
 Values are computed in float64 and rounded once, on the way out; the page shows them as they are.
 
 NaN/inf in a file are gaps, never an error: a bin holding one is NaN (`Bins.reduce`), written as JSON null
@@ -44,10 +45,11 @@ from entropy_lens.statistics import (
     STATISTICS,
 )
 from entropy_lens.view.encode import GAP, bins_json, encode_curves, number, numbers, text
+from entropy_lens.view.generations import generation_payload
 from entropy_lens.view.histories import history_curves, history_payload
 from entropy_lens.view.received import key_payload
 from entropy_lens.view.reduce import Bins, points_for
-from entropy_lens.view.sources import HistoryItem, ResultItem, SweepItem
+from entropy_lens.view.sources import GenerationItem, HistoryItem, ResultItem, SweepItem
 
 __all__ = ["GAP", "META_FIELDS", "build_payload", "meta_rows", "text"]
 # the statistics of a window of keys, with its parameter (first_mass's K, ...); of another size, another
@@ -84,8 +86,10 @@ def build_payload(
     points: int | None = None,
     train_len=None,
     histories: list[HistoryItem] = (),
+    generations: list[GenerationItem] = (),
 ) -> dict:
-    """The JSON-ready dict the page reads (see the module docstring; a history's: histories.py)."""
+    """The JSON-ready dict the page reads (see the module docstring; a history's: histories.py; a
+    generation's: generations.py)."""
     curves = sum(
         r.result.n_layers * r.result.n_heads * (len(r.result.stat_names) + len(r.result.key_names))
         for r in results
@@ -95,6 +99,7 @@ def build_payload(
         [r.result.length for r in results]
         + [s.sweep.length for s in sweeps]
         + [len(h.history) for h in histories]
+        + [1]  # a page of generations alone: they are not binned
     )
     points = points if points is not None else points_for(curves, longest)
     out = {
@@ -102,6 +107,7 @@ def build_payload(
         "results": [_result(item, points, train_len) for item in results],
         "sweeps": [_sweep(item, points, train_len) for item in sweeps],
         "histories": [history_payload(item, points) for item in histories],
+        "generations": [generation_payload(item) for item in generations],
     }
     _note_keys(out["results"])
     return out

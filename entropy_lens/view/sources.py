@@ -15,8 +15,11 @@ A file that fails a check is refused in one line that names it, what is wrong an
 
 A monitor history (`AttentionMonitor.save`, train-tiny --monitor's `attention-history.npz`, also named by
 its folder) gives a `HistoryItem`: each statistic by training step × head, per layer. It is told from a
-results file by its meta's schema (`results.history.is_history`), never by its name; `gather` returns
-the three kinds, `resolve` the results and sweeps of a page without histories.
+results file by its meta's schema (`results.history.is_history`), never by its name. A generation
+(`GenerationResult.save`, `entropy-lens generate --out`) gives a `GenerationItem`, told by its schema
+alike (`results.generation.is_generation`) and checked by `GenerationResult.load` and
+`check_generation`. `gather` returns the four kinds, `resolve` the results and sweeps of a page without
+histories or generations.
 """
 
 from __future__ import annotations
@@ -29,14 +32,17 @@ import numpy as np
 from entropy_lens.analysis import Sweep, best_uniform_scale, load_sweep
 from entropy_lens.errors import EntropyLensError, first_line
 from entropy_lens.results import SWEEP_INDEX, ScanResult, printable, read_sweep_index
+from entropy_lens.results.generation import TOKEN_TEXTS, GenerationResult, is_generation
 from entropy_lens.results.history import HISTORY_FILE, History, is_history, load_history
 from entropy_lens.statistics import ENTROPY
 
 __all__ = [
+    "GenerationItem",
     "HistoryItem",
     "ResultItem",
     "Sources",
     "SweepItem",
+    "check_generation",
     "check_result",
     "gather",
     "load_file",
@@ -77,33 +83,45 @@ class HistoryItem:
 
 
 @dataclass
+class GenerationItem:
+    label: str
+    generation: GenerationResult
+    source: str
+
+
+@dataclass
 class Sources:
     results: list[ResultItem]
     sweeps: list[SweepItem]
     histories: list[HistoryItem]
+    generations: list[GenerationItem]
 
 
-WHAT = "results file or monitor history"
-AGAIN = "pass a file written by entropy-lens scan or by AttentionMonitor.save (train-tiny --monitor)"
+WHAT = "results file, monitor history or generation"
+AGAIN = (
+    "pass a file written by entropy-lens scan, by AttentionMonitor.save (train-tiny --monitor) or by "
+    "entropy-lens generate"
+)
 
 
 def resolve(items, labels=None) -> tuple[list[ResultItem], list[SweepItem]]:
-    """The results and sweeps of `gather(items, labels)`; EntropyLensError where a history is among
-    them (a page of histories: `gather`, or `view`)."""
+    """The results and sweeps of `gather(items, labels)`; EntropyLensError where a history or a
+    generation is among them (a page of those: `gather`, or `view`)."""
     found = gather(items, labels)
-    if found.histories:
-        raise EntropyLensError(
-            f"{found.histories[0].source} is a monitor history; view it with entropy_lens.view.view "
-            "(or sources.gather, which returns histories too)"
-        )
+    for kind, others in (("monitor history", found.histories), ("generation", found.generations)):
+        if others:
+            raise EntropyLensError(
+                f"{others[0].source} is a {kind}; view it with entropy_lens.view.view "
+                "(or sources.gather, which returns those too)"
+            )
     return found.results, found.sweeps
 
 
 def gather(items, labels=None) -> Sources:
-    """Results, sweeps and monitor histories from paths (`.npz`, a sweep folder, a folder holding
-    attention-history.npz), `ScanResult`s, `Sweep`s, `History`s or (label, any of those) pairs; `labels`
-    names them in order (default: file names, "result 1", ...)."""
-    if isinstance(items, (str, Path, ScanResult, Sweep, History, tuple)):
+    """Results, sweeps, monitor histories and generations from paths (`.npz`, a sweep folder, a folder
+    holding attention-history.npz), `ScanResult`s, `Sweep`s, `History`s, `GenerationResult`s or (label,
+    any of those) pairs; `labels` names them in order (default: file names, "result 1", ...)."""
+    if isinstance(items, (str, Path, ScanResult, Sweep, History, GenerationResult, tuple)):
         items = [items]
     items = list(items)
     if not items:
@@ -112,7 +130,7 @@ def gather(items, labels=None) -> Sources:
         raise EntropyLensError(
             f"{len(labels)} labels for {len(items)} results; pass one label per result (or none)"
         )
-    results, sweeps, histories = [], [], []
+    results, sweeps, histories, generations = [], [], [], []
     for i, item in enumerate(items):
         label = labels[i] if labels is not None else None
         if isinstance(item, tuple):
@@ -126,6 +144,9 @@ def gather(items, labels=None) -> Sources:
             sweeps.append(SweepItem(label or f"sweep {i + 1}", item, "(in memory)"))
         elif isinstance(item, History):
             histories.append(HistoryItem(label or f"history {i + 1}", _checked(item), "(in memory)"))
+        elif isinstance(item, GenerationResult):
+            check_generation(item, label or f"generation {i + 1}")
+            generations.append(GenerationItem(label or f"generation {i + 1}", item, "(in memory)"))
         elif isinstance(item, (str, Path)):
             path = Path(item)
             if path.is_dir() and not (path / SWEEP_INDEX).is_file() and (path / HISTORY_FILE).is_file():
@@ -137,34 +158,73 @@ def gather(items, labels=None) -> Sources:
                 sweeps.append(sweep)
             elif path.suffix == ".npz" or path.is_file():
                 loaded = load_file(path)
-                kind = HistoryItem if isinstance(loaded, History) else ResultItem
-                (histories if kind is HistoryItem else results).append(
-                    kind(label or path.stem, loaded, str(path))
-                )
+                kind, found = {
+                    History: (HistoryItem, histories),
+                    GenerationResult: (GenerationItem, generations),
+                }.get(type(loaded), (ResultItem, results))
+                found.append(kind(label or path.stem, loaded, str(path)))
             else:
                 raise EntropyLensError(
                     f"{path} does not exist; pass a results .npz (entropy-lens scan), a sweep folder "
-                    "(entropy-lens sweep) or a monitor history (AttentionMonitor.save)"
+                    "(entropy-lens sweep), a monitor history (AttentionMonitor.save) or a generation "
+                    "(entropy-lens generate)"
                 )
         else:
             raise EntropyLensError(
-                f"cannot view a {type(item).__name__}; pass ScanResult, Sweep, History, a path, or (label, "
-                "one of these)"
+                f"cannot view a {type(item).__name__}; pass ScanResult, Sweep, History, GenerationResult, "
+                "a path, or (label, one of these)"
             )
-    for found in (results, sweeps, histories):
+    for found in (results, sweeps, histories, generations):
         _unique_labels(found)
-    return Sources(results, sweeps, histories)
+    return Sources(results, sweeps, histories, generations)
 
 
-def load_file(path: str | Path) -> ScanResult | History:
-    """The results file or monitor history at `path`, told apart by the meta's schema
-    (`results.history.is_history`) and checked by its own reader (`load_result`, `load_history`): a file
-    that is neither, or a damaged one, is one EntropyLensError naming it."""
+def load_file(path: str | Path) -> ScanResult | History | GenerationResult:
+    """The results file, monitor history or generation at `path`, told apart by the meta's schema
+    (`results.history.is_history`, `results.generation.is_generation`) and checked by its own reader
+    (`load_result`, `load_history`, `GenerationResult.load` and `check_generation`): a file that is
+    none of them, or a damaged one, is one EntropyLensError naming it."""
     if not Path(path).is_file():
         return load_result(path)  # its one line: the file does not exist
     if is_history(path, what=WHAT, again=AGAIN):
         return _checked(load_history(path), str(path))
+    if is_generation(path, what=WHAT, again=AGAIN):
+        generation = GenerationResult.load(path)
+        check_generation(generation, str(path))
+        return generation
     return load_result(path)
+
+
+def check_generation(generation: GenerationResult, source: str) -> None:
+    """Refuse, in one line naming `source`, a generation the page cannot draw: no generated token, ids
+    or lengths that are not whole numbers, lengths outside [0, N], or meta token_texts that is not
+    {id: text} (`GenerationResult.load` has checked the shapes and that every live value is finite)."""
+    again = "record it again (entropy-lens generate, or GenerationRecorder(...).result().save(path))"
+    tokens, lengths = generation.tokens, generation.lengths
+    if tokens.shape[1] == 0:
+        raise EntropyLensError(f"{printable(source)}: the generation holds no generated token; {again}")
+    arrays = {"tokens": tokens, "lengths": lengths, "prompt_len": generation.prompt_len}
+    if generation.prompt is not None:
+        arrays["prompt"] = generation.prompt
+    for name, a in arrays.items():
+        if np.asarray(a).dtype.kind not in "iu":
+            raise EntropyLensError(f"{printable(source)}: {name} is {a.dtype}, not whole numbers; {again}")
+    if ((lengths < 0) | (lengths > tokens.shape[1])).any():
+        raise EntropyLensError(
+            f"{printable(source)}: lengths {lengths.tolist()} are not within 0..{tokens.shape[1]} generated "
+            f"tokens; {again}"
+        )
+    texts = generation.meta.get(TOKEN_TEXTS)
+    if texts is not None and not (
+        isinstance(texts, dict)
+        and all(
+            isinstance(k, str) and k.isascii() and k.isdigit() and isinstance(v, str)
+            for k, v in texts.items()
+        )
+    ):
+        raise EntropyLensError(
+            f"{printable(source)}: meta {TOKEN_TEXTS} is not {{id: text}}; {again}, or remove the field"
+        )
 
 
 def _checked(history: History, source: str = "(in memory)") -> History:

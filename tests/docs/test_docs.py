@@ -267,7 +267,7 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     the recorder's result has a row per generated token, its file reads back, the slice has its shape."""
     page = (DOCS / "guides" / "generation.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
@@ -286,3 +286,5 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     )
     assert namespace["scores"].shape == (1, layers, heads) and len(namespace["watched"]) == 6
     assert answer.tokens[0].tolist() == namespace["prompt"].answer.tolist()  # the tiny model answers
+    page = (tmp_path / "generation.html").read_text(encoding="utf-8")  # the viewed generation
+    assert 'id="generation-section"' in page and '"label":"where"' in page

@@ -4,7 +4,7 @@ summary, checks --out before the model loads, and refuses what cannot run in one
 import numpy as np
 import pytest
 
-from entropy_lens import GenerationResult
+from entropy_lens import GenerationResult, load_model
 from entropy_lens.cli import main
 
 
@@ -20,6 +20,10 @@ def test_generate_writes_every_token_and_prints_the_heads(tmp_path, capsys):
     assert np.isfinite(result.stat("entropy")[result.live]).all()
     assert "sequence 0:" in shown and "varentropy (nats²), mean over" in shown and f"wrote {out}" in shown
     assert result.meta["generate_config"]["max_new_tokens"] == 5
+    # each id of the prompt and of the text written, decoded alone, for entropy-lens view
+    tok = load_model("tiny-nope").tokenizer
+    ids = {int(i) for i in (*result.prompt[0], *result.tokens[0]) if i >= 0}
+    assert result.token_texts == {i: tok.decode([i], clean_up_tokenization_spaces=False) for i in ids}
     # an existing --out is kept unless --force, before the model loads
     assert main([*argv, "--out", str(out)]) == 2
     assert "already exists; pass --force" in capsys.readouterr().err

@@ -601,7 +601,8 @@ def test_a_damaged_or_foreign_history_is_refused_in_one_line(history_file, tmp_p
     cut.write_bytes(path.read_bytes()[:300])
     err = one_line_error(["view", str(cut), *out], capsys)
     assert (
-        "cut.npz is not a readable results file or monitor history" in err and "AttentionMonitor.save" in err
+        "cut.npz is not a readable results file, monitor history or generation" in err
+        and "AttentionMonitor.save" in err
     )
     text = tmp_path / "text.npz"
     text.write_text("steps,entropy\n1,2.0\n")
