@@ -34,7 +34,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
-from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, read_record, table, write_json
+from _bench import (
+    Column,
+    capped_address_space,
+    make_record,
+    parser,
+    peak_rss_mb,
+    read_record,
+    table,
+    write_json,
+)
 
 MODES = ("plain", "recorder", "entropy", "eager")
 LENGTHS = (4096, 16384)

@@ -314,6 +314,50 @@ def received_cpu_table(record: dict) -> str:
     return "\n".join(rows)
 
 
+GENERATE_TARGET = 1.15  # issue 67: a recorded generate() within this of a plain one, at 4K and 16K
+
+
+def generate_cpu_table(record: dict) -> str:
+    """A recorded generate() against a plain one and eager output_attentions (benchmarks/generate_cpu.py):
+    each (length, mode)'s total, prefill and decode-step times, its ratios to plain at its length and its
+    peak RSS; the target's verdict and the longest prompt generated with statistics beneath."""
+    rows = [
+        "| len | mode | total s | prefill s | step ms | × plain | step × plain | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ratio(value: float | None) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    for r in sorted(record["rows"], key=lambda r: r["length"]):
+        if "skipped" in r:
+            why = r["skipped"].split(" (")[0]  # the allocator's own words stay in the JSON
+            rows.append(f"| {r['length']:,} | {r['mode']} | skipped: {why} | | | | | |")
+            continue
+        rows.append(
+            f"| {r['length']:,} | {r['mode']} | {r['total_s']:.2f} | {r['prefill_s']:.2f} | {r['step_ms']:.1f} | "
+            f"{ratio(r.get('vs_plain'))} | {ratio(r.get('step_vs_plain'))} | {r['peak_rss_mb']:,.0f} |"
+        )
+    recorded = [r for r in record["rows"] if r["mode"] == "recorder" and "total_s" in r]
+    ratios = ", ".join(f"{r['vs_plain']:.2f}× at {r['length']:,}" for r in recorded if "vs_plain" in r)
+    met = all(r["vs_plain"] <= GENERATE_TARGET for r in recorded if "vs_plain" in r)
+    rows.append(
+        f"\nGenerationRecorder over plain generate() (the target, ≤ {GENERATE_TARGET}×): {ratios or 'not measured'}"
+        f"{' (met)' if ratios and met else ' (NOT met)' if ratios else ''}."
+    )
+    if recorded:
+        longest = max(recorded, key=lambda r: r["length"])
+        rows.append(
+            f"The longest prompt generated with statistics: {longest['length']:,} tokens, peak RSS "
+            f"{longest['peak_rss_mb'] / 1024:.1f} GiB on a {record['machine']['memory_gib']} GiB machine."
+        )
+    rows.append(
+        f"Greedy generate() of {record['new']} tokens, {record['model']}, one run each; "
+        f"{measured_on(record)}."
+    )
+    return "\n".join(rows)
+
+
 def kvpress_cpu_table(record: dict) -> str:
     """kvpress's eager ObservedAttentionPress against the lens press on sdpa (benchmarks/kvpress_cpu.py): each
     (press, length)'s prefill time, peak RSS and the cache it left, the lens rows with their time over
@@ -480,6 +524,7 @@ TABLES = {
     "received_cpu": received_cpu_table,
     "train_cpu": train_table,
     "kvpress_cpu": kvpress_cpu_table,
+    "generate_cpu": generate_cpu_table,
 }
 
 

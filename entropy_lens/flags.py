@@ -226,6 +226,7 @@ def parse_params(params: dict) -> tuple[tuple[str, int | None], ...]:
     )
 
 
+NO_SLICES = Slices()  # no row-slice statistic
 DEFAULT_ROWS = Stats(DEFAULT_STATS)  # entropy and sink mass
 DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 
@@ -246,7 +247,7 @@ class Measure:
     params: tuple[tuple[str, int | None], ...] = DEFAULT_PARAMS
     backend: Backend = Backend.AUTO
     fused: Fused = Fused.AUTO
-    slices: Slices = Slices()
+    slices: Slices = NO_SLICES
 
     @classmethod
     def parse(

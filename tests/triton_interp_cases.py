@@ -542,3 +542,43 @@ def test_attention_probs_slices_on_the_triton_row_pass(extras):
         **on_device(kw, DEVICE),
     ).cpu()
     assert (got.double() - want[:, :, 5:35, 20:70]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "extras",
+    [{}, {"sinks": True, "softcap": 3.0}, {"padded": True, "window": 9}],
+    ids=["plain", "sinks", "window"],
+)
+def test_row_slice_stats_on_the_triton_row_pass(extras):
+    """row_slice_stats with the Triton kernel's log-sum-exp equals the float64 definitions."""
+    from entropy_lens import row_slice_stats
+    from entropy_lens.kernels import attention_probabilities
+    from entropy_lens.kernels.reference import attention_scores
+    from entropy_lens.kernels.slices import row_slices_reference
+
+    g = torch.Generator().manual_seed(4)
+    q, k = torch.randn(2, 4, 40, 16, generator=g), torch.randn(2, 2, 70, 16, generator=g)
+    kw = {"softcap": extras.get("softcap"), "window": extras.get("window")}
+    if extras.get("sinks"):
+        kw["sinks"] = torch.randn(4, generator=g)
+    if extras.get("padded"):
+        keep = torch.ones(2, 70, dtype=torch.bool)
+        keep[0, :11] = False
+        kw["mask"] = keep
+    asked = {"spans": {"early": (0, 20), "late": (40, 70)}, "offsets": (0, 1, 5), "top_keys": 2}
+    mods, scale = ScoreMods.build(q, k, **kw), validate_scale(q, k, 0.3)
+    p, _, _ = attention_probabilities(q, k, scale, mods)
+    _, visible = attention_scores(q, k, scale, mods)
+    want = row_slices_reference(p, visible, 30, stats=("span_mass", "offset_prob", "top_key"), **asked)
+    got = row_slice_stats(
+        q.to(DEVICE),
+        k.to(DEVICE),
+        softmax_scale=0.3,
+        stats="span_mass,offset_prob,top_key",
+        backend="triton",
+        **asked,
+        **on_device(kw, DEVICE),
+    )
+    for name in ("span_mass", "offset_prob", "top_key_prob"):
+        assert (got[name].cpu().double() - want[name]).abs().max().item() <= 1e-5, name
+    assert torch.equal(got["top_key"].cpu(), want["top_key"])

@@ -56,7 +56,7 @@ from entropy_lens.capture.paths import (
     sdpa,
 )
 from entropy_lens.capture.received import column_pass, wants_keys
-from entropy_lens.capture.slices import slice_pass, wants_slices
+from entropy_lens.capture.slices import block_pass, slice_pass, wants_slices
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_probabilities
 from entropy_lens.kernels.contract import autocast_dtype, score_range_checked, validate_mask, validate_scale
@@ -138,8 +138,10 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
         checked = inputs_finite is not None or decode_range_known(call)
         with score_range_checked() if checked else contextlib.nullcontext():
             ran = run_path(call, inputs)  # 1. the row pass: the output, the row statistics, their LSE
-            rows = dict(ran.rows)  # and the row-slice statistics on that LSE
-            rows |= slice_pass(call, inputs, ran.route, ran.rows) if wants_slices(call) else {}
+            rows = dict(ran.rows)  # and the row-slice statistics, a kept block, on that LSE
+            if wants_slices(call):
+                rows |= slice_pass(call, inputs, ran.route, ran.rows)
+                block_pass(call, inputs, ran.rows)
             keys = column_pass(call, inputs, ran.route, ran.rows) if wants_keys(call) else None  # 2.
             record(call, ran.route.path, ran.route, inputs, rows, keys, inputs_finite)  # 3. bookkeeping
         out = ran.returned

@@ -106,6 +106,9 @@ class Session:
     # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
     on_rows: Callable[[int, torch.Tensor], None] | None = None
     probe_rows: int = 0
+    # ((a, b), (c, d), on_block): on_block(layer_idx, (B, Hq, b − a, d − c) float32) for a forward holding
+    # query positions a..b and keys c..d (capture/slices.py's `block_pass`)
+    keep_block: tuple | None = None
     # None, or a ShardedSequence: the model runs on one shard of each sequence
     # (--context-parallel); the attention function gathers K and V and aligns the queries by position
     context: ShardedSequence | None = None

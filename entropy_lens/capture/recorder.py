@@ -51,7 +51,10 @@ class EntropyRecorder(ScaleSession):
         backend: "auto" (the default) or one of kernels.BACKENDS (a flags.Backend or its name).
         fused: one of kernels.FUSED_MODES (capture/fused.py; default "auto").
         **params: the statistics' parameters by name (statistics.PARAMETERS: each with its default and
-            range).
+            range), and the row-slice statistics' (spans=, offsets=: statistics/slices.py).
+        keep_probs: None, or ((a, b), (c, d)): keep the probabilities query positions a..b give keys c..d
+            (token indices of a forward; a decode step's rows at the end of its cache), every layer and
+            head, of each forward that holds them (`probs`), exact and without T × S.
         measure: instead of stats, backend, fused and params: the record already parsed
             (flags.Measure.parse), as a scan and the monitor pass theirs.
         schedule: None, or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
@@ -64,9 +67,15 @@ class EntropyRecorder(ScaleSession):
         EntropyLensError: a flag or a scale out of range, or attention whose shape differs per layer.
     """
 
-    def __init__(self, model, **options):
+    def __init__(self, model, *, keep_probs=None, **options):
         check_keywords("EntropyRecorder", options)
         super().__init__(model, **options)
+        self._blocks: list[
+            dict[int, torch.Tensor]
+        ] = []  # per forward that held the kept block: layer -> probs
+        if keep_probs is not None:
+            rows, keys = _checked_block(keep_probs)
+            self.session.keep_block = (rows, keys, self._keep_block)
         cfg = model.config.get_text_config()
         try:
             self.n_layers = cfg.num_hidden_layers
@@ -105,6 +114,15 @@ class EntropyRecorder(ScaleSession):
             stack.callback(hook.remove)
         super()._install(stack)
 
+    def _keep_block(self, layer: int, probs: torch.Tensor) -> None:
+        self._blocks[-1][layer] = probs.detach().to("cpu", torch.float32)  # the forward's (_begin_forward)
+
+    @property
+    def probs(self) -> list[np.ndarray]:
+        """The kept block (keep_probs=) of each forward that held it, oldest first: (layers, B, Hq, b − a,
+        d − c) float32 each, a row's probabilities over every key it may see (0 where it may not)."""
+        return [torch.stack([block[i] for i in sorted(block)]).numpy() for block in self._blocks if block]
+
     def _keep_outer_mask(self, module, args, kwargs):
         self._outer_mask = padding_mask(kwargs.get("attention_mask"))
 
@@ -113,6 +131,8 @@ class EntropyRecorder(ScaleSession):
 
     def _begin_forward(self, module, args, kwargs):
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
+        if self.session.keep_block is not None:
+            self._blocks.append({})  # this forward's kept block, where it holds it
         sequence = self.session.context
         if sequence is not None:  # a shard: the whole sequence's mask places the rows of [0, b)
             self._sums.begin_forward(sequence.attention_mask, whole_sequence=True)
@@ -247,6 +267,17 @@ class EntropyRecorder(ScaleSession):
     def sink_mass(self) -> np.ndarray | None:
         """(layers, heads, positions) mean probability of the attention sink; None without sinks."""
         return self.mean(SINK_MASS.name)
+
+
+def _checked_block(keep_probs) -> tuple[tuple[int, int], tuple[int, int]]:
+    """keep_probs=((a, b), (c, d)), 0 <= a < b, 0 <= c < d, checked; EntropyLensError in one line."""
+    from entropy_lens.kernels.probs import checked_span
+
+    if not isinstance(keep_probs, (tuple, list)) or len(keep_probs) != 2:
+        raise EntropyLensError(
+            f"keep_probs must be ((a, b), (c, d)): query positions a..b over keys c..d; got {keep_probs!r}"
+        )
+    return tuple(checked_span(what, span, 1 << 40) for what, span in zip(("rows", "keys"), keep_probs))
 
 
 def padding_start_of(mask, *, unpadded: bool):

@@ -55,7 +55,11 @@ class RowSlices:
         keep = _checked_keep(keep_probs, spans)
         massed = keep is None or SPAN_MASS.name in sliced  # else spans= names keep_probs' keys alone
         asked = Slices.parse(
-            sliced, spans=spans if massed else None, offsets=offsets, top_keys=top_keys, reserved=BUILT_IN_SPANS
+            sliced,
+            spans=spans if massed else None,
+            offsets=offsets,
+            top_keys=top_keys,
+            reserved=BUILT_IN_SPANS,
         )
         slices = cls(sliced, check_spans(spans, reserved=BUILT_IN_SPANS), asked.offsets, asked.top_keys, keep)
         return slices, (rest or None)

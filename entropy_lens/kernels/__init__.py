@@ -99,9 +99,9 @@ from entropy_lens.kernels.plan import (
     train_plan,
 )
 from entropy_lens.kernels.probs import attention_probs
-from entropy_lens.kernels.slices import row_slice_stats
 from entropy_lens.kernels.received import attention_received, received_from_lse
 from entropy_lens.kernels.reference import attention_probabilities
+from entropy_lens.kernels.slices import row_slice_stats
 from entropy_lens.kernels.stats import (
     ROW_STATS,
     RowStats,
@@ -125,7 +125,6 @@ __all__ = [
     "attention_entropy",
     "attention_probabilities",
     "attention_probs",
-    "row_slice_stats",
     "attention_received",
     "attention_stats",
     "attention_with_entropy",
@@ -139,6 +138,7 @@ __all__ = [
     "plan",
     "received_from_lse",
     "resolve_backend",
+    "row_slice_stats",
     "run",
     "shard_state",
     "sink_mass_from_state",

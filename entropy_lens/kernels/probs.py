@@ -72,8 +72,18 @@ def attention_probs(
         p, _, _ = attention_probabilities(q, k, call.softmax_scale, call.mods)
         return p[:, :, a:b, c:d].float()
     lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)  # (B, Hq, T); +inf: no outcome
+    return probs_from_lse(q, k, lse, call.softmax_scale, call.mods, (a, b), (c, d))
+
+
+def probs_from_lse(
+    q, k, lse, softmax_scale, mods, rows: tuple[int, int], keys: tuple[int, int]
+) -> torch.Tensor:
+    """(B, Hq, b − a, d − c) float32: the probabilities rows a..b (of q's T) give keys c..d, e^(s − lse)
+    from the rows' `lse` (B, Hq, T) a row pass gave, at the validated `softmax_scale` and `mods` it ran at
+    (the second step of `attention_probs`; a capture's kept block)."""
+    (a, b), (c, d) = rows, keys
     with torch.no_grad():
-        tiles = ScoreTiles(q.detach(), k.detach(), call.softmax_scale, call.mods, S - T)
+        tiles = ScoreTiles(q.detach(), k.detach(), softmax_scale, mods, k.shape[2] - q.shape[2])
         s = tiles.scores(tiles.queries(a, b), a, b, c, d)  # (B, Hkv, G, b − a, d − c), −inf: not seen
         s = s.reshape(q.shape[0], q.shape[1], b - a, d - c)
         return torch.exp(s - lse[:, :, a:b, None].float())

@@ -21,6 +21,8 @@ shifted by each row's padding, or record through `GenerationRecorder`, which cou
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from entropy_lens.errors import EntropyLensError
@@ -115,7 +117,9 @@ def slices_from_lse(q, k, lse, softmax_scale, mods: ScoreMods, slices: Slices) -
             _, visible = attention_scores(q, k, softmax_scale, mods)
             out = row_slices_reference(p, visible, S - T, **asked)
         else:
-            out = _streamed(ScoreTiles(q.detach(), k.detach(), softmax_scale, mods, S - T), lse.float(), 0, T, **asked)
+            out = _streamed(
+                ScoreTiles(q.detach(), k.detach(), softmax_scale, mods, S - T), lse.float(), 0, T, **asked
+            )
     arrays = iter(slices.arrays)
     values = {}
     for name in slices.stats:  # the trailing axis as arrays, in Slices.arrays' order
@@ -167,8 +171,7 @@ def _streamed(tiles: ScoreTiles, lse, a: int, b: int, *, stats, spans, offsets, 
         lse_b = lse[:, :, q0:q1].reshape(B, Hkv, G, q1 - q0, 1)
         lo, hi = _reach(tiles.mods, q0, q1, off, S)
 
-        def probs(k0, k1):  # (B, Hkv, G, bq, bk) e^(s − lse), 0 where masked
-            return torch.exp(tiles.scores(qb, q0, q1, k0, k1) - lse_b)
+        probs = functools.partial(_tile_probs, tiles, qb, q0, q1, lse_b)  # probs(k0, k1)
 
         if SPAN_MASS.name in stats:
             masses = []
@@ -191,6 +194,11 @@ def _streamed(tiles: ScoreTiles, lse, a: int, b: int, *, stats, spans, offsets, 
             parts.setdefault(TOP_KEY_PROB, []).append(torch.where(seen, torch.exp(best_s - lse_b), 0.0))
     # (B, Hkv, G, rows, n) blocks -> (B, Hq, R, n)
     return {name: torch.cat(blocks, 3).reshape(B, Hq, b - a, -1) for name, blocks in parts.items()}
+
+
+def _tile_probs(tiles: ScoreTiles, qb, q0: int, q1: int, lse_b, k0: int, k1: int) -> torch.Tensor:
+    """(B, Hkv, G, bq, bk) e^(s − lse) of rows q0..q1 over keys k0..k1, 0 where masked."""
+    return torch.exp(tiles.scores(qb, q0, q1, k0, k1) - lse_b)
 
 
 def _reach(mods: ScoreMods, q0: int, q1: int, off: int, S: int) -> tuple[int, int]:

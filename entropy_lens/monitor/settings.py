@@ -118,7 +118,9 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
             f"AttentionMonitor cannot record {', '.join(other)}: of the attention each key receives it records "
             f"{RECEIVED.name}'s two summaries per head ({' and '.join(x.name for x in SUMMARIES[RECEIVED.name])}); pass {RECEIVED.name}"
         )
-    unknown = [s for s in stats if s not in STATISTICS and s not in SUMMARIES and s not in ROW_SLICE_STATISTICS]
+    unknown = [
+        s for s in stats if s not in STATISTICS and s not in SUMMARIES and s not in ROW_SLICE_STATISTICS
+    ]
     if unknown or not stats or len(set(stats)) != len(stats):
         what = (
             f"unknown statistic {', '.join(map(repr, unknown))}{did_you_mean(unknown)}"

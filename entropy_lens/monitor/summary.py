@@ -46,7 +46,6 @@ from entropy_lens.statistics import (
     RECEIVED_FIRST,
     RECEIVED_MAX_LATER,
     RECEIVED_MEAN,
-    STATISTICS,
     reduction_of,
 )
 

@@ -85,7 +85,9 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
         stats = tuple(STATISTICS) if self.stats == ALL else tuple(filter(None, self.stats.split(",")))
         self.check_slicing(tuple(name for name in stats if name in ROW_SLICE_STATISTICS), spans_needed=False)
         if self.top_keys != 1 and TOP_KEY.name not in stats:
-            raise EntropyLensError(f"--top-keys is read by {TOP_KEY.name}: add it to --stats, or leave --top-keys out")
+            raise EntropyLensError(
+                f"--top-keys is read by {TOP_KEY.name}: add it to --stats, or leave --top-keys out"
+            )
         spans, offsets = self.parsed_spans(), self.parsed_offsets()
         try:
             slices, rest = RowSlices.parse(stats, spans=spans, offsets=offsets, top_keys=self.top_keys)

@@ -125,8 +125,13 @@ class Slicing:
 
     def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:
         """EntropyLensError in one line, naming the flags, for --spans or --offsets without the statistic
-        that reads it in --stats (`sliced`), or that statistic without it (span_mass: where
-        `spans_needed`)."""
+        that reads it, or that statistic without it.
+
+        Args:
+            sliced: the row-slice statistics --stats names (flags.split_slices).
+            spans_needed: whether span_mass needs --spans (a scan's; generate records its prompt and
+                generated spans anyway).
+        """
         from entropy_lens.statistics import OFFSET_PROB, SPAN_MASS
 
         for flag, given, stat, example in (
@@ -134,7 +139,9 @@ class Slicing:
             ("--offsets", self.offsets is not None, OFFSET_PROB, "0,1"),
         ):
             if given and stat.name not in sliced:
-                raise EntropyLensError(f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out")
+                raise EntropyLensError(
+                    f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out"
+                )
             if not given and stat.name in sliced and (spans_needed or stat is OFFSET_PROB):
                 raise EntropyLensError(f"--stats {stat.name} needs {flag}, e.g. {flag} {example}")
 

@@ -58,7 +58,9 @@ class ScanSums:
         # (each combines by its statistic's reduction: a maximum holds the largest row at each position,
         # −inf before any)
         statistics = sum_names(dict.fromkeys((ENTROPY.name, *stats)))  # each once, entropy first
-        self.sliced = tuple(name for name in stats if name not in ROW_STATS)  # row-slice arrays (Slices.arrays)
+        self.sliced = tuple(
+            name for name in stats if name not in ROW_STATS
+        )  # row-slice arrays (Slices.arrays)
         self.arrays = {
             **{name: np.full((n_layers, n_heads, length), _empty(name)) for name in statistics},
             "loss": np.zeros(length),
@@ -113,7 +115,9 @@ class ScanSums:
 
     def units(self) -> dict[str, str]:
         """{statistic: its unit} of the row and key statistics summed (statistics.STATISTICS, KEY_STATISTICS)."""
-        units = {name: stat.unit for name, stat in (STATISTICS | KEY_STATISTICS).items() if name in self.arrays}
+        units = {
+            name: stat.unit for name, stat in (STATISTICS | KEY_STATISTICS).items() if name in self.arrays
+        }
         return units | {name: statistic_of(name).unit for name in self.sliced}
 
     def all_reduce(self, world: World) -> None:

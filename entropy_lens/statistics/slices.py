@@ -49,7 +49,9 @@ def check_spans(spans, *, reserved=(), at_most: int | None = None) -> dict[str, 
             check_argument(f"span {name!r}", value, int, bound, example=0)
         start, stop = int(span[0]), int(span[1])
         if start >= stop:
-            raise EntropyLensError(f"span {name!r} ({start}, {stop}) is empty; pass (start, stop) with start < stop")
+            raise EntropyLensError(
+                f"span {name!r} ({start}, {stop}) is empty; pass (start, stop) with start < stop"
+            )
         checked[name] = (start, stop)
     return checked
 
@@ -87,7 +89,9 @@ class Slices:
         names = tuple(stats)
         unknown = [name for name in names if name not in SLICED]
         if unknown:
-            raise EntropyLensError(f"{', '.join(unknown)}: not a row-slice statistic; choose from {', '.join(SLICED)}")
+            raise EntropyLensError(
+                f"{', '.join(unknown)}: not a row-slice statistic; choose from {', '.join(SLICED)}"
+            )
         offsets = tuple(offsets or ())
         for keyword, given, stat in (
             ("spans", bool(spans), SPAN_MASS_NAME),

@@ -24,7 +24,11 @@ def eager_slices(model, ids, mask):
     top keys per row, at the rows' true positions, averaged over batch rows as the recorder places them."""
     _, probs = eager_probabilities(model, ids, mask)
     T = ids.shape[1]
-    first = torch.zeros(ids.shape[0], dtype=torch.long) if mask is None else (mask == 0).sum(1) * (mask[:, 0] == 0)
+    first = (
+        torch.zeros(ids.shape[0], dtype=torch.long)
+        if mask is None
+        else (mask == 0).sum(1) * (mask[:, 0] == 0)
+    )
     per_row = {}
     for name, (a, b) in SPANS.items():
         per_row[f"span_mass@{name}"] = [p[..., a:b].sum(-1) for p in probs]
@@ -46,7 +50,10 @@ def test_the_recorder_equals_eager_attention(model_type, fused):
     model = build(model_type, SUPPORTED[model_type][0])
     ids, mask = ids_and_mask("right")
     want = eager_slices(model, ids, mask)
-    with EntropyRecorder(model, fused=fused, stats=STATS, spans=SPANS, offsets=OFFSETS) as rec, torch.no_grad():
+    with (
+        EntropyRecorder(model, fused=fused, stats=STATS, spans=SPANS, offsets=OFFSETS) as rec,
+        torch.no_grad(),
+    ):
         model(ids, attention_mask=mask)
     assert set(want) <= set(rec.stats)
     for name, values in want.items():
@@ -66,7 +73,9 @@ def test_top_key_on_a_left_padded_batch_counts_real_positions_and_span_mass_is_r
     with EntropyRecorder(model, stats="top_key,offset_prob", offsets=OFFSETS) as rec, torch.no_grad():
         model(ids, attention_mask=mask)
     for d in OFFSETS:
-        np.testing.assert_allclose(rec.mean(f"offset_prob@{d}"), want[f"offset_prob@{d}"], atol=2e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            rec.mean(f"offset_prob@{d}"), want[f"offset_prob@{d}"], atol=2e-5, rtol=1e-5
+        )
     assert np.abs(rec.mean("top_key") - want["top_key"]).mean() < 0.05
     with (
         EntropyRecorder(model, stats="span_mass", spans=SPANS) as rec,
@@ -102,7 +111,9 @@ def test_the_monitor_records_them_per_head():
     for d in OFFSETS:
         _, probs = eager_probabilities(model, ids, mask)
         key = torch.arange(ids.shape[1]) - d
-        per_row = torch.stack([torch.where(key >= 0, p[..., torch.arange(ids.shape[1]), key.clamp_min(0)], 0.0) for p in probs])
+        per_row = torch.stack(
+            [torch.where(key >= 0, p[..., torch.arange(ids.shape[1]), key.clamp_min(0)], 0.0) for p in probs]
+        )
         mean = (per_row * rows[None, :, None]).sum((1, 3)) / rows.sum()  # (layers, heads)
         np.testing.assert_allclose(latest[f"offset_prob@{d}"], mean.numpy(), atol=2e-5, rtol=1e-5)
     assert want  # the eager reference ran on the same model
@@ -110,11 +121,18 @@ def test_the_monitor_records_them_per_head():
 
 def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
     config = ScanConfig(
-        model="tiny-rope", length=32, samples=2, stats="offset_prob,span_mass,top_key", offsets="0,1",
+        model="tiny-rope",
+        length=32,
+        samples=2,
+        stats="offset_prob,span_mass,top_key",
+        offsets="0,1",
         spans="doc=3:10",
     )
     assert config.measure.slices.arrays == ("offset_prob@0", "offset_prob@1", "span_mass@doc", "top_key")
-    assert config.cache_key()["offsets"] == "0,1" and "spans" not in ScanConfig(model="tiny-rope", length=32).cache_key()
+    assert (
+        config.cache_key()["offsets"] == "0,1"
+        and "spans" not in ScanConfig(model="tiny-rope", length=32).cache_key()
+    )
     for kw, match in (
         ({"stats": "entropy", "offsets": "0,1"}, "--offsets is read by offset_prob"),
         ({"stats": "offset_prob"}, "--stats offset_prob needs --offsets"),
@@ -131,3 +149,22 @@ def test_the_kernels_public_functions_point_to_row_slice_stats():
     q = torch.randn(1, 2, 5, 8)
     with pytest.raises(ValueError, match="row_slice_stats"):
         attention_stats(q, q, softmax_scale=0.3, stats="offset_prob")
+
+
+@pytest.mark.parametrize("fused", ["off", "on"])
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "gpt_oss"])
+def test_a_kept_block_is_eager_attentions_block(model_type, fused):
+    """EntropyRecorder(keep_probs=((a, b), (c, d))): each layer's probabilities of query positions a..b
+    over keys c..d, normalised over every key, of the forward that holds them (a decode step that does not
+    hold them keeps nothing)."""
+    model = build(model_type, SUPPORTED[model_type][0])
+    ids, mask = ids_and_mask("right")
+    _, probs = eager_probabilities(model, ids, mask)
+    want = torch.stack(probs)[:, :, :, 5:11, 2:9].numpy()  # (layers, B, H, 6, 7)
+    with EntropyRecorder(model, fused=fused, keep_probs=((5, 11), (2, 9))) as rec, torch.no_grad():
+        model(ids, attention_mask=mask)
+        model(ids[:, :4])  # holds no row of the block: keeps nothing
+    assert len(rec.probs) == 1 and rec.probs[0].dtype == np.float32
+    np.testing.assert_allclose(rec.probs[0], want, atol=2e-5, rtol=1e-5)
+    with pytest.raises(EntropyLensError, match="is empty"):
+        EntropyRecorder(model, keep_probs=((3, 3), (0, 2)))

@@ -142,7 +142,9 @@ def test_row_slice_parameters_are_checked_in_one_line():
         GenerationRecorder(model, stats="span_mass", spans={"doc": (4, 4)})
     with pytest.raises(EntropyLensError, match="top_keys must be"):
         GenerationRecorder(model, stats="top_key", top_keys=0)
-    with pytest.raises(ValueError, match="span_mass needs spans="):  # a recorder of every row: no built-in span
+    with pytest.raises(
+        ValueError, match="span_mass needs spans="
+    ):  # a recorder of every row: no built-in span
         EntropyRecorder(model, stats=("entropy", "span_mass"))
 
 

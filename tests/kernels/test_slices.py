@@ -9,10 +9,9 @@ from kernel_cases import make_inputs
 from kernel_grid import grid_kwargs, on_the_grid
 from tolerances import sum_tolerance
 
-import entropy_lens.kernels.slices as slices
 from entropy_lens import row_slice_stats
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import ScoreMods, attention_probabilities
+from entropy_lens.kernels import ScoreMods, attention_probabilities, slices
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.native import native_available
 from entropy_lens.kernels.reference import attention_scores
@@ -33,7 +32,9 @@ def _want(q, k, kw, rows, **asked):
 
 @on_the_grid
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_every_row_equals_the_float64_definitions(kernel, Hq, Hkv, T, S, mask_kind, causal, case, monkeypatch):
+def test_every_row_equals_the_float64_definitions(
+    kernel, Hq, Hkv, T, S, mask_kind, causal, case, monkeypatch
+):
     monkeypatch.setattr(slices, "BLOCK_Q", 4)  # several row blocks, key tiles and merges of the top keys
     monkeypatch.setattr(slices, "BLOCK_K", 5)
     B = 2
@@ -86,7 +87,13 @@ def test_the_definitions_by_hand():
     assert torch.allclose(got["top_key_prob"][0, 0, 3], torch.stack([p3[0], p3[2], p3[1]]))
     assert got["top_key_prob"][0, 0, 0].tolist()[1:] == [0.0, 0.0]
     reference = row_slice_stats(
-        q, k, softmax_scale=1.0, stats=ALL, spans={"first_two": (0, 2)}, offsets=(0, 1, 3), top_keys=3,
+        q,
+        k,
+        softmax_scale=1.0,
+        stats=ALL,
+        spans={"first_two": (0, 2)},
+        offsets=(0, 1, 3),
+        top_keys=3,
         backend="reference",
     )
     assert torch.equal(reference["top_key"], got["top_key"])
