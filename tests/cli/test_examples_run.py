@@ -36,6 +36,7 @@ PREPARE = {
         "entropy-lens scan tiny-rope --len 256 --samples 2 --out rope.npz",
         "entropy-lens sweep tiny-nope --len 256 --samples 2 --scales 1.0,1.2,1.4 --out sw/nope",
         "entropy-lens train-tiny --kind nope --steps 2 --warmup 1 --monitor entropy --out mon",
+        "entropy-lens generate tiny-nope --data austen:emma --prompt-len 64 --max-new-tokens 4 --out gen.npz",
     ],
 }
 PREPARE_COPY = {"docs/guides/explorer.md": [("mon/attention-history.npz", "attention.npz")]}

@@ -67,6 +67,8 @@ INTEGRATIONS = {  # name -> its guide (issue 70: kvpress was nowhere in the READ
     "lm-eval": "docs/guides/lm-eval.md",
     "Trainer": "docs/guides/monitor.md",
     "torchrun": "docs/guides/distributed.md",
+    "lm-polygraph": "docs/guides/generation.md",
+    "nnsight": "docs/guides/generation.md",
 }
 
 
