@@ -35,7 +35,7 @@ ALLOWED = {
     "monitor": {"capture", "kernels", "results"},
     "generation": {"capture", "kernels", "results"},
     "kvpress": {"kernels"},
-    "polygraph": {"generation", "results"},
+    "polygraph": {"generation", "capture", "results"},
     "models": {"progress"},
     "data": set(),
     "capture": {"kernels"},

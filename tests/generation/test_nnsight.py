@@ -1,45 +1,17 @@
-"""nnsight's `trace` and `generate` inside a recorder (the generation guide's "With other tools"): they run
-the model's own forward, so EntropyRecorder and GenerationRecorder entered around them record what they
-run, equal to the same forwards without nnsight, while nnsight's saves work as without the recorder."""
+"""nnsight with the recorders (tests/nnsight_cases.py) in a child process of this Python: importing nnsight
+patches torch.Tensor.backward for the whole process, which no other test should run under. Skips, saying
+why, where nnsight is not installed (`make` installs the extra `nnsight`)."""
 
-import numpy as np
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
-import torch
-
-from entropy_lens import EntropyRecorder, GenerationRecorder, load_model
-
-nnsight = pytest.importorskip("nnsight", reason="no nnsight (the extra `nnsight`; `make` installs it)")
+from environments import run_cases
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    loaded = load_model("tiny-nope", dtype="float32")
-    ids = loaded.tokenizer("It is a truth universally acknowledged", return_tensors="pt")["input_ids"]
-    return loaded.model, loaded.tokenizer, ids
-
-
-def test_a_trace_records_the_forward_it_runs(tiny):
-    model, tok, ids = tiny
-    traced = nnsight.TransformersModel(model, task="text-generation", tokenizer=tok)
-    with EntropyRecorder(model, fused="off") as inside:  # noqa: SIM117 - nnsight reads its own block's source
-        with traced.trace(ids):
-            hidden = traced.model.layers[-1].output.save()
-    with EntropyRecorder(model, fused="off") as plain, torch.no_grad():
-        want = model(ids, output_hidden_states=True).hidden_states[-1]
-    np.testing.assert_allclose(inside.entropy, plain.entropy, atol=1e-6)
-    got = hidden[0] if isinstance(hidden, tuple) else hidden
-    assert got.shape[:2] == want.shape[:2]  # nnsight's save works beside the recorder
-
-
-def test_a_generation_records_every_token_nnsight_writes(tiny):
-    model, tok, ids = tiny
-    traced = nnsight.TransformersModel(model, task="text-generation", tokenizer=tok)
-    with GenerationRecorder(model, stats=("entropy", "max_prob"), fused="off") as rec:  # noqa: SIM117
-        with traced.generate(ids, max_new_tokens=6, do_sample=False) as tracer:
-            written = tracer.result.save()
-    with GenerationRecorder(model, stats=("entropy", "max_prob"), fused="off") as plain:
-        model.generate(ids, max_new_tokens=6, do_sample=False)
-    got, want = rec.result(), plain.result()
-    assert got.tokens[0].tolist() == written[0, ids.shape[1] :].tolist() == want.tokens[0].tolist()
-    for name in ("entropy", "max_prob"):
-        np.testing.assert_allclose(got.stat(name), want.stat(name), atol=1e-6)
+@pytest.mark.slow
+def test_nnsight_cases_in_a_process_of_their_own():
+    if importlib.util.find_spec("nnsight") is None:
+        pytest.skip("no nnsight (the extra `nnsight`; `make` installs it)")
+    run_cases(Path(sys.executable), "nnsight_cases.py")
