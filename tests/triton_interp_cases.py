@@ -512,17 +512,16 @@ def test_scan_with_the_triton_backend_matches_the_torch_path(tiny_dir, tmp_path,
         assert (np.abs(got.received(name) - want.received(name)) / scale).max() <= 1e-5, name
 
 
-@pytest.mark.parametrize(
+SLICE_EXTRAS = pytest.mark.parametrize(
     "extras",
     [{}, {"sinks": True, "softcap": 3.0}, {"padded": True, "window": 9}],
     ids=["plain", "sinks", "window"],
 )
-def test_attention_probs_slices_on_the_triton_row_pass(extras):
-    """attention_probs with the Triton kernel's log-sum-exp equals the float64 probabilities' slice."""
-    from entropy_lens import attention_probs
-    from entropy_lens.kernels import attention_probabilities
 
-    g = torch.Generator().manual_seed(3)
+
+def _slice_inputs(extras: dict, seed: int):
+    """(q (2, 4, 40, 16), k (2, 2, 70, 16), the score modifiers of `extras`) for the slices' cases."""
+    g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, 4, 40, 16, generator=g), torch.randn(2, 2, 70, 16, generator=g)
     kw = {"softcap": extras.get("softcap"), "window": extras.get("window")}
     if extras.get("sinks"):
@@ -531,6 +530,16 @@ def test_attention_probs_slices_on_the_triton_row_pass(extras):
         keep = torch.ones(2, 70, dtype=torch.bool)
         keep[0, :11] = False
         kw["mask"] = keep
+    return q, k, kw
+
+
+@SLICE_EXTRAS
+def test_attention_probs_slices_on_the_triton_row_pass(extras):
+    """attention_probs with the Triton kernel's log-sum-exp equals the float64 probabilities' slice."""
+    from entropy_lens import attention_probs
+    from entropy_lens.kernels import attention_probabilities
+
+    q, k, kw = _slice_inputs(extras, seed=3)
     want, _, _ = attention_probabilities(q, k, validate_scale(q, k, 0.3), ScoreMods.build(q, k, **kw))
     got = attention_probs(
         q.to(DEVICE),
@@ -544,11 +553,7 @@ def test_attention_probs_slices_on_the_triton_row_pass(extras):
     assert (got.double() - want[:, :, 5:35, 20:70]).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize(
-    "extras",
-    [{}, {"sinks": True, "softcap": 3.0}, {"padded": True, "window": 9}],
-    ids=["plain", "sinks", "window"],
-)
+@SLICE_EXTRAS
 def test_row_slice_stats_on_the_triton_row_pass(extras):
     """row_slice_stats with the Triton kernel's log-sum-exp equals the float64 definitions."""
     from entropy_lens import row_slice_stats
@@ -556,15 +561,7 @@ def test_row_slice_stats_on_the_triton_row_pass(extras):
     from entropy_lens.kernels.reference import attention_scores
     from entropy_lens.kernels.slices import row_slices_reference
 
-    g = torch.Generator().manual_seed(4)
-    q, k = torch.randn(2, 4, 40, 16, generator=g), torch.randn(2, 2, 70, 16, generator=g)
-    kw = {"softcap": extras.get("softcap"), "window": extras.get("window")}
-    if extras.get("sinks"):
-        kw["sinks"] = torch.randn(4, generator=g)
-    if extras.get("padded"):
-        keep = torch.ones(2, 70, dtype=torch.bool)
-        keep[0, :11] = False
-        kw["mask"] = keep
+    q, k, kw = _slice_inputs(extras, seed=4)
     asked = {"spans": {"early": (0, 20), "late": (40, 70)}, "offsets": (0, 1, 5), "top_keys": 2}
     mods, scale = ScoreMods.build(q, k, **kw), validate_scale(q, k, 0.3)
     p, _, _ = attention_probabilities(q, k, scale, mods)

@@ -34,12 +34,11 @@ from entropy_lens.kernels.probs import checked_span
 from entropy_lens.kernels.received import row_log_sum_exp
 from entropy_lens.kernels.reference import attention_probabilities, attention_scores
 from entropy_lens.kernels.torch_chunked import ScoreTiles
-from entropy_lens.statistics import OFFSET_PROB, ROW_SLICE_STATISTICS, SPAN_MASS, TOP_KEY
+from entropy_lens.statistics import OFFSET_PROB, ROW_SLICE_STATISTICS, SPAN_MASS, TOP_KEY, TOP_KEY_PROB
 from entropy_lens.statistics.slices import Slices
 
 __all__ = ["TOP_KEY_PROB", "row_slice_stats", "row_slices_reference"]
 
-TOP_KEY_PROB = TOP_KEY.name + "_prob"  # top_key's probabilities, returned beside it
 BLOCK_Q, BLOCK_K = 64, 1024  # the tiles: query rows, keys
 
 

@@ -46,9 +46,8 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.files import atomic_savez, meta_schema, npz_holds, printable, read_npz
-from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, STATISTICS, TOP_KEY
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, STATISTICS, TOP_KEY, TOP_KEY_PROB
 
-TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
 PROBS = "probs"  # keep_probs' block: each generated token's row over a span's keys
 ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB, PROBS)  # every array a result may hold
 

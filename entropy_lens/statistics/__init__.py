@@ -236,6 +236,7 @@ TOP_KEY = Statistic(
     squared=False,
 )
 ROW_SLICE_STATISTICS: dict[str, Statistic] = {s.name: s for s in (SPAN_MASS, OFFSET_PROB, TOP_KEY)}
+TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
 BUILT_IN_SPANS = ("prompt", "generated")  # span_mass's spans of every generation, before the caller's
 
 # every statistic, each declared once, rows first; the views below are its axes
