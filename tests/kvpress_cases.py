@@ -271,6 +271,26 @@ def test_the_lens_press_completes_the_pipeline_on_sdpa():
     assert answer.strip() and cache.get_seq_length() <= length // 4 + 64
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_a_long_prefill_reports_its_layers(monkeypatch, capsys, progress):
+    """Issue 70, item 1: a prefill of PROGRESS_FROM tokens or more is one forward that a CPU takes minutes
+    over; the lens press reports each layer as it is scored (one bar over the layers), unless told not to.
+    Shorter prefills stay silent."""
+    from entropy_lens.kvpress import observed
+
+    assert f"A prefill of {observed.PROGRESS_FROM:,} tokens or more" in GUIDE.read_text(encoding="utf-8")
+    model = with_attention(tiny_model("llama"), "sdpa")
+    layers = model.config.num_hidden_layers
+    ids = torch.randint(3, 300, (1, 40), generator=torch.Generator().manual_seed(0))
+    for threshold, shown in ((40, progress), (41, False)):
+        monkeypatch.setattr(observed, "PROGRESS_FROM", threshold)
+        press = ObservedAttentionPress(0.5, progress=progress)
+        with torch.no_grad(), press(model):
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+        err = capsys.readouterr().err
+        assert ("lens press, 40 tokens" in err and f"{layers}/{layers}" in err) == shown, err
+
+
 def load_smollm2():
     from entropy_lens.models import load_model
 
