@@ -15,7 +15,8 @@ needle (both mentions).
 The record (JSON, written atomically after every (length, depth) cell; rerunning the same command
 continues it, other settings are refused unless `force`; a damaged one is refused in one line): kind,
 config (its --head-scales file, and the model's "scales" naming it, relative to the record's folder: a
-record moved or committed with that file names no machine's path), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
+record moved or committed with that file names no machine's path; the model's "model_source" likewise,
+or the bundled model's name), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
 the checkpoint names remote code that was not trusted) and "results", one entry per cell in order:
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
      token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
@@ -41,7 +42,7 @@ from entropy_lens.analysis.passkey import RETRIEVAL_SCORE, check_passkey_record
 from entropy_lens.capture import ScaleSession
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.models import resolve_device, resolve_dtype
+from entropy_lens.models import BUNDLED_MODELS, resolve_device, resolve_dtype
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.configs import PasskeyConfig
 from entropy_lens.runs.lock import OutputLock
@@ -94,6 +95,7 @@ def passkey(
             "provenance": provenance(),
             "model": {
                 **lm.facts(),
+                "model_source": recorded_source(config.model, lm.source, path),
                 "train_len": config.train_len if config.train_len is not None else lm.train_len,
                 "scales": scale_source,
                 "device": str(device),
@@ -138,6 +140,15 @@ def beside_record(file: str | Path, record: Path) -> str:
         return os.path.relpath(absolute, record.resolve().parent)
     except ValueError:
         return str(absolute)
+
+
+def recorded_source(model: str, source: str, record: Path | None) -> str:
+    """The loaded checkpoint as the record at `record` names it: a bundled model by its name (the record's
+    config_hash says which weights), another relative to the record's folder (`beside_record`), so a
+    committed record names no machine's path; as loaded where no record is written."""
+    if model in BUNDLED_MODELS:
+        return model
+    return source if record is None else beside_record(source, record)
 
 
 def stored_settings(config: PasskeyConfig, record: Path | None) -> dict:
