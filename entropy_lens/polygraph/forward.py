@@ -13,6 +13,8 @@ layer, the diagonal of the maps its own reads. This module is the calculator's b
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 from lm_polygraph.estimators.attention_score import AttentionScore as PolygraphAttentionScore
@@ -44,12 +46,18 @@ class LensForwardpassDiagonalCalculator(StatCalculator):
     def __call__(self, dependencies, texts, model, max_new_tokens: int = 100):
         """Per text, the (layers, heads, T) own-key probabilities of lm-polygraph's teacher-forced forward."""
         batch = model.tokenize(texts)
+        # the forward's logits are not read: only the last row's (T × vocab floats, 3 GiB at 16K on SmolLM2)
+        last = (
+            {"logits_to_keep": 1}
+            if "logits_to_keep" in inspect.signature(model.model.forward).parameters
+            else {}
+        )
         out = []
         for i, tokens in enumerate(dependencies["greedy_tokens"]):
             ids = torch.cat([batch["input_ids"][i], torch.tensor(tokens, dtype=torch.long)])[None]
             recorder = EntropyRecorder(model.model, stats="offset_prob", offsets=(0,), backend=self.backend)
             with recorder, torch.no_grad():
-                model.model(ids.to(model.device()))
+                model.model(ids.to(model.device()), **last)
             out.append(recorder.mean(OWN_KEY))  # one row per position: its own value, float64
         return {DIAGONAL: out}
 
