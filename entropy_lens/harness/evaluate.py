@@ -38,7 +38,7 @@ from entropy_lens.progress import every_bar_off
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
-from entropy_lens.runs.provenance import provenance
+from entropy_lens.runs.provenance import provenance, recorded_settings
 
 __all__ = ["EVAL_KIND", "check_task_folder", "evaluate", "quiet_output", "samples_path"]
 
@@ -108,8 +108,8 @@ def evaluate(
             "kind": EVAL_KIND,
             **provenance(),
             "lm_eval_version": lm_eval.__version__,
-            "eval_config": config.to_dict(),
-            "model": lm.variant.facts(),
+            "eval_config": recorded_settings(config.to_dict(), path),  # a --head-scales file named from `out`
+            "model": lm.variant.facts(path),
             "attention_path": "+".join(sorted(lm.attention_paths)) or "none",  # capture/paths.py's names
             "wall_time_s": round(time.perf_counter() - started, 3),
         }
