@@ -47,7 +47,12 @@ def test_a_scan_names_its_checkpoint_and_head_scales_from_its_folder_and_old_fil
     meta = scan(config, out=out, progress=False).meta
     assert meta["model_source"] == "../tiny"
     assert meta["scale_source"] == meta["scan_config"]["head_scales"] == "../scales/hs.npy"
-    assert str(tmp_path) not in json.dumps(meta)
+    # beyond the checkpoint as the user passed it (here an absolute path), nothing names this machine's folders
+    given = {k: v for k, v in meta.items() if k != "model"}
+    given["scan_config"] = {k: v for k, v in meta["scan_config"].items() if k != "model"}
+    assert meta["model"] == meta["scan_config"]["model"] == str(folder) and str(tmp_path) not in json.dumps(
+        given
+    )
     # the same file named from elsewhere is the same scan: --resume reuses it
     monkeypatch.chdir(tmp_path)
     again = ScanConfig(**{**config.to_dict(), "head_scales": str(tmp_path / "scales" / "hs.npy")})
@@ -62,3 +67,17 @@ def test_a_scan_names_its_checkpoint_and_head_scales_from_its_folder_and_old_fil
     np.savez(out, **{**arrays, "meta": np.array(json.dumps(old))})
     assert ScanResult.load(out).meta["scale_source"] == old["scale_source"]
     assert scan(again, out=out, resume=True, progress=False).meta["created_utc"] == meta["created_utc"]
+
+
+def test_a_perplexity_record_names_its_head_scales_file_from_its_folder(tmp_path):
+    from entropy_lens.runs.configs import PerplexityConfig
+    from entropy_lens.runs.perplexity import perplexity_record
+
+    config = PerplexityConfig(
+        model="tiny-nope", head_scales=str(tmp_path / "scales" / "hs.npy"), lengths=(128,)
+    )
+    record = perplexity_record(config, {}, tmp_path / "runs" / "ppl.json")
+    assert record["config"]["head_scales"] == "../scales/hs.npy"
+    assert (
+        perplexity_record(config, {})["config"]["head_scales"] == config.head_scales
+    )  # nothing written: as given
