@@ -36,7 +36,7 @@ MAKE_INSTALLS = {
     shlex.split(target)[0]
     for line in (ROOT / "Makefile").read_text().splitlines()
     for target in re.findall(r"pip install -q (?:--no-deps )?(\S+)", line)
-    if not target.startswith(("-e", "'."))
+    if not target.startswith(("-", "'."))
 }
 # the environment whose packages a fresh venv borrows for an extra (default: the one running the tests)
 ENVIRONMENTS = {"kvpress": ROOT / ".venv-kvpress"}
@@ -79,6 +79,13 @@ def checkout_extras(command: str) -> tuple[str, ...] | None:
         return None
     extras = found[0]["extras"] if found[0] else None
     return tuple(e for e in (extras or "").split(",") if e)
+
+
+def test_the_check_reads_what_a_line_installs():
+    assert checkout_extras("pip install -e '.[eval,docs]'") == ("eval", "docs")
+    assert checkout_extras("pip install -e .") == () and checkout_extras("pip install .[gpu]") == ("gpu",)
+    assert checkout_extras("pip install entropy-lens") is None
+    assert targets("pip install torch==2.13.0 --index-url https://x/whl/cpu") == ["torch==2.13.0"]
 
 
 def test_the_docs_have_install_lines():
