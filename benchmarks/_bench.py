@@ -185,6 +185,25 @@ def run_json(cmd: Sequence[str], *, env: dict | None = None):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def worker_row(cmd: Sequence[str], row: dict) -> dict:
+    """The JSON row a measured process (`cmd`) printed last, or `row` with its `skipped` saying why it
+    printed none (the signal that killed it, or the end of its stderr)."""
+    done = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    why = f"signal {-done.returncode}" if done.returncode < 0 else done.stderr.strip()[-200:]
+    return {**row, "skipped": f"failed ({why})"}
+
+
+def kept_rows(out: str | Path, keep: bool, planned: set, key: Callable[[dict], tuple]) -> list[dict]:
+    """--keep's rows: those of an existing `out` whose `key(row)` this run does not measure (not in
+    `planned`); [] without --keep or without the file."""
+    if not keep or not Path(out).is_file():
+        return []
+    return [r for r in read_record(Path(out))["rows"] if key(r) not in planned]
+
+
 # --- the JSON -----------------------------------------------------------------------------------------
 
 

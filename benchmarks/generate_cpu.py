@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no pa
 from _bench import (
     Column,
     capped_address_space,
+    kept_rows,
     make_record,
     parser,
     peak_rss_mb,
-    read_record,
     table,
+    worker_row,
     write_json,
 )
 
@@ -122,22 +122,12 @@ def main() -> None:
         print(json.dumps(worker(args.model, mode, length, args.new, args.threads)))
         return
     planned = set(itertools.product(args.modes, args.lengths))
-    old = read_record(Path(args.out))["rows"] if args.keep and Path(args.out).is_file() else []
-    rows = [r for r in old if (r["mode"], r["length"]) not in planned]
+    rows = kept_rows(args.out, args.keep, planned, lambda r: (r["mode"], r["length"]))
     for length in args.lengths:
         for mode in args.modes:
             cmd = [sys.executable, __file__, "--model", args.model, "--new", str(args.new)]
             cmd += ["--threads", str(args.threads), "--worker", mode, str(length)]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-            row = json.loads(lines[-1]) if lines else {"mode": mode, "length": length}
-            if not lines:
-                why = (
-                    f"signal {-done.returncode}"
-                    if done.returncode < 0
-                    else done.stderr.strip().splitlines()[-1:]
-                )
-                row["skipped"] = f"failed: {why}"
+            row = worker_row(cmd, {"mode": mode, "length": length})
             plain = next(
                 (r for r in rows if r["mode"] == "plain" and r["length"] == length and "total_s" in r), None
             )

@@ -504,6 +504,60 @@ def measured_on(record: dict) -> str:
     )
 
 
+def polygraph_cpu_table(record: dict) -> str:
+    """lm-polygraph's attention estimators on its own eager calculators and on the lens
+    (benchmarks/polygraph_cpu.py): each (length, route)'s calculators' times, total and peak RSS, the
+    uncertainties and, where both ran on the same greedy tokens, the lens's relative differences (Δ AS:
+    AttentionScore's); beneath,
+    the longest prompt each route ran and where it stopped."""
+    rows = [
+        "| len | route | generate s | forward s | total s | peak RSS MB | RAUQ | AttentionScore | Δ RAUQ | Δ AS |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def diff(r: dict, name: str) -> str:
+        value = r.get(f"{name}_rel_diff")
+        if value is None:
+            return "other tokens" if r.get("same_tokens") is False else ""
+        return f"{value:.1e}"
+
+    for r in sorted(record["rows"], key=lambda r: (r["length"], r["mode"] != "own")):
+        route = POLYGRAPH_ROUTES[r["mode"]]
+        if "skipped" in r:
+            why = r["skipped"].split(" (")[0]  # the allocator's own words stay in the JSON
+            rows.append(
+                f"| {r['length']:,} | {route} | skipped: {why} | | | {r.get('peak_rss_mb', 0):,.0f} | | | | |"
+            )
+            continue
+        rows.append(
+            f"| {r['length']:,} | {route} | {r['generate_s']:.2f} | {r['forward_s']:.2f} | {r['total_s']:.2f} | "
+            f"{r['peak_rss_mb']:,.0f} | {r['rauq']:.5g} | {r['attention_score']:.6g} | {diff(r, 'rauq')} | "
+            f"{diff(r, 'attention_score')} |"
+        )
+    rows.append("")
+    for mode, route in POLYGRAPH_ROUTES.items():
+        ran = [r for r in record["rows"] if r["mode"] == mode and "total_s" in r]
+        failed = [r for r in record["rows"] if r["mode"] == mode and "skipped" in r]
+        said = "ran at no length"
+        if ran:
+            longest = max(ran, key=lambda r: r["length"])
+            said = (
+                f"ran up to {longest['length']:,} tokens (peak RSS {longest['peak_rss_mb'] / 1024:.1f} GiB)"
+            )
+        if failed:
+            first = min(failed, key=lambda r: r["length"])
+            said += f"; stopped at {first['length']:,} ({first['skipped'].split(' (')[0]})"
+        rows.append(f"{route}: {said}.")
+    rows.append(
+        f"RAUQ and AttentionScore after greedy generation of {record['new']} tokens, {record['model']}, one run "
+        f"each; Δ relative to lm-polygraph's own where both wrote the same tokens; {measured_on(record)}."
+    )
+    return "\n".join(rows)
+
+
+POLYGRAPH_ROUTES = {"own": "lm-polygraph (eager)", "lens": "lens (sdpa)"}
+
+
 def peers_record() -> dict | None:
     """benchmarks/results/peers_cpu.json, or None until the benchmark has been run."""
     path = RESULTS / "peers_cpu.json"
@@ -525,10 +579,14 @@ TABLES = {
     "train_cpu": train_table,
     "kvpress_cpu": kvpress_cpu_table,
     "generate_cpu": generate_cpu_table,
+    "polygraph_cpu": polygraph_cpu_table,
 }
 
 
-RUN_WITH = {"kvpress_cpu": ".venv-kvpress/bin/python"}  # the interpreter a benchmark needs, where not .venv's
+RUN_WITH = {
+    "kvpress_cpu": ".venv-kvpress/bin/python",
+    "polygraph_cpu": ".venv-polygraph/bin/python",
+}  # the interpreter a benchmark needs, where not .venv's
 
 
 def not_measured(name: str) -> str:

@@ -271,6 +271,26 @@ def test_the_lens_press_completes_the_pipeline_on_sdpa():
     assert answer.strip() and cache.get_seq_length() <= length // 4 + 64
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_a_long_prefill_reports_its_layers(monkeypatch, capsys, progress):
+    """Issue 70, item 1: a prefill of PROGRESS_FROM tokens or more is one forward that a CPU takes minutes
+    over; the lens press reports each layer as it is scored (one bar over the layers), unless told not to.
+    Shorter prefills stay silent."""
+    from entropy_lens.kvpress import observed
+
+    assert f"A prefill of {observed.PROGRESS_FROM:,} tokens or more" in GUIDE.read_text(encoding="utf-8")
+    model = with_attention(tiny_model("llama"), "sdpa")
+    layers = model.config.num_hidden_layers
+    ids = torch.randint(3, 300, (1, 40), generator=torch.Generator().manual_seed(0))
+    for threshold, shown in ((40, progress), (41, False)):
+        monkeypatch.setattr(observed, "PROGRESS_FROM", threshold)
+        press = ObservedAttentionPress(0.5, progress=progress)
+        with torch.no_grad(), press(model):
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+        err = capsys.readouterr().err
+        assert ("lens press, 40 tokens" in err and f"{layers}/{layers}" in err) == shown, err
+
+
 def load_smollm2():
     from entropy_lens.models import load_model
 
@@ -316,6 +336,31 @@ def test_duo_attention_press_reads_the_lens_pattern(tmp_path):
     streaming[np.argsort(distant, axis=None)[: round(distant.size * 0.5)]] = True
     assert press.streaming_mask.cpu().numpy().tolist() == streaming.reshape(layers, kv).tolist()
     assert (press.sink_size, press.recent_size) == (4, 16) and isinstance(answer, str)
+
+
+def test_duo_attention_press_reads_a_retrieval_pattern(tmp_path):
+    """A passkey record's retrieval heads (`analysis.retrieval_pattern(...).export`) drive DuoAttentionPress:
+    the KV heads whose query heads retrieve least become its streaming heads."""
+    import numpy as np
+
+    from entropy_lens.analysis import retrieval_pattern
+    from entropy_lens.kvpress import DuoAttentionPress
+
+    model = tiny_model("llama")
+    config = model.config
+    layers, heads, kv = config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads
+    scores = np.random.default_rng(1).permutation(layers * heads).reshape(layers, heads) / (layers * heads)
+    table = np.ones((layers, heads)).tolist()
+    trial = {"correct": True, "entropy": table, "needle_mass": table, "retrieval_score": scores.tolist()}
+    record = {"model": {"n_kv_heads": kv}, "results": [{"length": 64, "per_trial": [trial]}]}
+    pattern = retrieval_pattern(record, 64, sink_size=4, recent_size=16)
+    press = DuoAttentionPress(head_compression_ratio=0.5, pattern=pattern.export(tmp_path / "pattern"))
+    press.post_init_from_model(model)
+    best = scores.reshape(layers, kv, heads // kv).max(-1)  # each KV head's best query head
+    streaming = np.zeros(best.size, dtype=bool)
+    streaming[np.argsort(best, axis=None)[: round(best.size * 0.5)]] = True
+    assert press.streaming_mask.cpu().numpy().tolist() == streaming.reshape(layers, kv).tolist()
+    assert (press.sink_size, press.recent_size) == (4, 16)
 
 
 def _pattern(tmp_path, config=None, heads="0.5\t0.25\n0.75\t1.0\n", name="p"):

@@ -10,6 +10,7 @@ skips.
   of a second text is the first's (checked here, and said in the guide);
 - RAUQ, lm-polygraph's own estimator unchanged, gives the same uncertainty (≤ 1e-5 relative) fed by ours
   as fed by its own calculator; and through `estimate_uncertainty` (its UEManager on `stat_calculators`).
+- the benchmark (benchmarks/polygraph_cpu.py) at a toy size: both routes, equal uncertainties, its table.
 """
 
 from __future__ import annotations
@@ -135,3 +136,22 @@ def test_estimate_uncertainty_runs_attention_score_on_the_diagonal():
     np.testing.assert_allclose(
         out.uncertainty, AttentionScore()({**deps, **diagonal, "model": model})[0], rtol=1e-6
     )
+
+
+def test_the_benchmark_runs_both_routes_and_finds_them_equal(benchmark_script, tmp_path):
+    """benchmarks/polygraph_cpu.py at a toy size: lm-polygraph's own route and the lens on the embedded
+    tiny-nope, each timed with its peak memory, the same greedy tokens and uncertainties (1e-5 relative),
+    and the benchmarks page's table made from its JSON."""
+    import json
+
+    bench = benchmark_script("polygraph_cpu")
+    out = tmp_path / "polygraph_cpu.json"
+    assert bench.main(["--model", "tiny-nope", "--lengths", "96", "--new", "4", "--out", str(out)]) == 0
+    own, lens = sorted(json.loads(out.read_text(encoding="utf-8"))["rows"], key=lambda r: r["mode"] != "own")
+    for row in (own, lens):
+        assert row["prompt_tokens"] == 96 and row["new"] == 4 and len(row["tokens"]) == 4, row
+        assert 0 < row["generate_s"] < row["total_s"] and 0 < row["forward_s"] < row["total_s"]
+        assert row["peak_rss_mb"] > 0 and np.isfinite([row["rauq"], row["attention_score"]]).all()
+    assert lens["same_tokens"] and lens["rauq_rel_diff"] < 1e-5 and lens["attention_score_rel_diff"] < 1e-5
+    made = benchmark_script("readme_tables").polygraph_cpu_table(json.loads(out.read_text(encoding="utf-8")))
+    assert "| 96 | lens (sdpa) |" in made and "lm-polygraph (eager): ran up to 96 tokens" in made

@@ -14,6 +14,10 @@
   may import (for contributors: the package docstring, which opens the API page, points there).
 - README.md: the statistics cell of "What is supported", between `<!-- statistics -->` and
   `<!-- /statistics -->` on its line, from the same declarations (name and unit).
+- docs/guides/passkey.md: the retrieval heads of the bundled models, between `<!-- table retrieval_heads -->`
+  and `<!-- /table retrieval_heads -->`, from the passkey records in figures/runs/ (RETRIEVAL_RECORDS, made
+  by the commands the table's caption names) through `analysis.retrieval_heads`: per model and length,
+  its accuracy and its heads of the highest mean score, or "none" where every head scores 0.
 
 tests/docs/test_doc_tables.py holds each committed region equal to what this writes.
 """
@@ -22,11 +26,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
+
+from entropy_lens.analysis import retrieval_heads
 from entropy_lens.statistics import (
     KEY_STATISTICS,
     LOG_BOUND,
@@ -42,6 +50,14 @@ LAYOUT_PAGE = ROOT / "docs" / "internals" / "layout.md"
 README = ROOT / "README.md"
 BOUNDS = {LOG_BOUND: "ln(i + 1)", POSITION_BOUND: "i", None: "—"}  # the largest value at position i
 LAYOUT_HEADER = ("| package | owns | may import |", "|---|---|---|")
+PASSKEY_PAGE = ROOT / "docs" / "guides" / "passkey.md"
+RUNS = ROOT / "figures" / "runs"
+# the passkey records of the retrieval-heads table, in its order (each made by the command its caption names)
+RETRIEVAL_RECORDS = tuple(
+    RUNS / f"retrieval-{name}.json"
+    for name in ("tiny-nope-128", "tiny-rope-128", "tiny-alibi-128", "smollm2-1024")
+)
+TOP_HEADS = 5  # the heads each row lists
 
 
 def _layout_test():
@@ -179,6 +195,64 @@ def replace_floors(text: str, line: str, where: str) -> str:
     return FLOORS.sub(lambda m: line, text)
 
 
+def top_heads(scores, n: int) -> list[tuple[int, int, float]]:
+    """The `n` heads of the highest score among those above 0, as (layer, head, score), the highest first
+    (ties: the lower layer, then head)."""
+    order = np.argsort(-scores, axis=None, kind="stable")
+    heads = [(*divmod(int(i), scores.shape[1]), float(scores.flat[i])) for i in order]
+    return [h for h in heads if h[2] > 0][:n]
+
+
+def retrieval_table(records: dict[str, dict], top: int = TOP_HEADS) -> str:
+    """The passkey guide's table: one row per (record, length), its accuracy and its `top` retrieval heads
+    (`analysis.retrieval_heads`: the mean score over the trials of that length), then the caption naming
+    what made each record. `records` maps a name the caption shows (the file's) to its record."""
+    rows = [
+        "| model | length (L) | trials (depths × keys) | accuracy | heads of the highest mean score (layer.head: score) |",
+        "|---|---|---|---|---|",
+    ]
+    commands = []
+    for name, record in records.items():
+        config = record["config"]
+        for length in sorted({c["length"] for c in record["results"]}):
+            cells = [c for c in record["results"] if c["length"] == length]
+            trials = sum(c["trials"] for c in cells)
+            accuracy = sum(c["correct"] for c in cells) / trials
+            heads = top_heads(retrieval_heads(record, length), top)
+            listed = (
+                ", ".join(f"{layer}.{head}: {score:.3f}" for layer, head, score in heads)
+                if heads
+                else "none: every head scores 0 (no answer token's most probable key copies the needle)"
+            )
+            rows.append(
+                f"| {config['model']} | {length} ({record['model']['train_len']}) | {trials} ({config['depths']} × {config['keys']}) | "
+                f"{accuracy:.2f} | {listed} |"
+            )
+        lens = " ".join(map(str, config["lengths"]))
+        commands.append(
+            f"`entropy-lens passkey {config['model']} --lens {lens} --depths {config['depths']} --keys "
+            f"{config['keys']} --out figures/runs/{name}`"
+        )
+    caption = (
+        f"*Retrieval heads (Wu et al., 2024) of the bundled models: per model and length, the passkey "
+        f"accuracy and up to {top} heads (layer.head, from 0) of the highest retrieval score, the mean over "
+        "the trials: per trial, the answer tokens at which the head's most probable key lies in the needle "
+        "sentence and holds the very token written, over the needle's tokens (at most the answer's share of "
+        "the needle, far below 1). L: the length the model was trained at. Made by "
+        "`python tools/doc_tables.py` from the records that " + "; ".join(commands) + " wrote.*"
+    )
+    return (
+        "\n".join(rows)
+        + "\n\n"
+        + textwrap.fill(caption, width=100, break_on_hyphens=False, break_long_words=False)
+    )
+
+
+def read_records(paths=RETRIEVAL_RECORDS) -> dict[str, dict]:
+    """{file name: record} of the passkey records `paths`."""
+    return {p.name: json.loads(p.read_text(encoding="utf-8")) for p in paths}
+
+
 def expected() -> dict[Path, str]:
     """Each file this tool writes, as it should read."""
     layout = _layout_test()
@@ -194,7 +268,13 @@ def expected() -> dict[Path, str]:
     text = LAYOUT_PAGE.read_text(encoding="utf-8")
     text = replace_floors(layout_table(text, layout.ALLOWED), line, str(LAYOUT_PAGE))
     readme = replace_inline(README.read_text(encoding="utf-8"), "statistics", statistics_cell(), str(README))
-    return {STATISTICS_PAGE: page, LAYOUT_PAGE: text, README: readme}
+    passkey = replace_region(
+        PASSKEY_PAGE.read_text(encoding="utf-8"),
+        "table retrieval_heads",
+        retrieval_table(read_records()),
+        str(PASSKEY_PAGE),
+    )
+    return {STATISTICS_PAGE: page, LAYOUT_PAGE: text, README: readme, PASSKEY_PAGE: passkey}
 
 
 def stale() -> list[str]:

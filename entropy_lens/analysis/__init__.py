@@ -22,6 +22,7 @@ runs on a laptop from the files alone. ::
 
     StatCurves.of(ScanResult.load("stats.npz"), width=64).mean("max_prob")  # Figure 17: binned row stats
     head_profile(result).export("pattern/")        # streaming vs retrieval heads, DuoAttention's files
+    retrieval_pattern(record, 1024, sink_size=64, recent_size=256).export("pattern/")  # passkey's, likewise
     key_shares(ScanResult.load("received.npz"), train_len=128).beyond  # Figure 19: attention by key
     sliding_window_ppl(ScanResult.load("w512.npz"), stride=16).ppl   # Table 2: a `scan --stride 16`
     ppl_table({("nope", 512): r512, ("nope", 1024): r1024}, stride=16)  # name x length
@@ -57,6 +58,7 @@ from entropy_lens.analysis.passkey import (
 from entropy_lens.analysis.perplexity import WindowPPL, ppl_table, sliding_window_ppl
 from entropy_lens.analysis.pooled import PooledCorrelation, pooled_within_layer
 from entropy_lens.analysis.received import KeyShares, key_shares, uniform_received
+from entropy_lens.analysis.retrieval import RetrievalPattern, retrieval_pattern
 from entropy_lens.analysis.stat_curves import StatCurves
 from entropy_lens.analysis.sweep import Sweep, load_sweep, missing_scales, resume_command, uniform_scale
 from entropy_lens.analysis.uniform import UniformChoice, best_uniform_scale
@@ -69,6 +71,7 @@ __all__ = [
     "InflectionAgreement",
     "KeyShares",
     "PooledCorrelation",
+    "RetrievalPattern",
     "ScaleFit",
     "StatCurves",
     "Sweep",
@@ -98,6 +101,7 @@ __all__ = [
     "ppl_table",
     "resume_command",
     "retrieval_heads",
+    "retrieval_pattern",
     "sliding_window_ppl",
     "stat_display",
     "uniform_received",

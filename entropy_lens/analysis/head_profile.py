@@ -19,22 +19,18 @@ tab-separated, values in [0, 1]: high = a retrieval head, which needs its whole 
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results import ScanResult, atomic_write_text, check_regular_target, printable
+from entropy_lens.results import ScanResult
+from entropy_lens.results.pattern import write_pattern
 from entropy_lens.settings import check_argument
 from entropy_lens.statistics import FIRST_KEYS, FIRST_MASS, RECENT_KEYS, RECENT_MASS, SINK_MASS
 
 __all__ = ["HeadProfile", "head_profile"]
-
-PATTERN_CONFIG = "config.json"  # DuoAttention's attention-pattern folder: its two files
-PATTERN_HEADS = "full_attention_heads.tsv"
 
 
 @dataclass
@@ -81,10 +77,10 @@ class HeadProfile:
         return "\n".join(lines)
 
     def export(self, folder: str | Path) -> Path:
-        """Write DuoAttention's attention-pattern folder (module docstring) for kvpress's DuoAttentionPress,
-        each file atomically. Every check runs before any write: the folder must be a folder (made
-        where missing), and a file already at either name is replaced only where it is one this export
-        wrote (a pattern file: `_is_pattern_file`), never through a link or over another program's file.
+        """Write DuoAttention's attention-pattern folder (module docstring) for kvpress's DuoAttentionPress:
+        each KV head's distant mass (clipped to [0, 1]) as its score, K and W as the sink and the window,
+        through `results.pattern.write_pattern`, which checks everything before any write and never
+        writes through a link or over another program's file.
 
         Args:
             folder: the folder to write (made where missing); its two pattern files are replaced.
@@ -96,50 +92,8 @@ class HeadProfile:
             EntropyLensError: an empty name, a target that is no folder (a file, a device, a FIFO), a folder
                 that cannot be made, or a file there that is not a pattern file, in one line.
         """
-        folder = check_regular_target(folder, flag="export's folder", folder=True, example="patterns/mine")
-        for name in (PATTERN_CONFIG, PATTERN_HEADS):
-            _check_replaceable(folder / name)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise EntropyLensError(
-                f"cannot make the folder {printable(folder)} ({err.strerror or err}); pass a writable folder"
-            ) from None
-        config = {"sink_size": self.sink_size, "recent_size": self.recent_size}
-        atomic_write_text(folder / PATTERN_CONFIG, json.dumps(config, indent=2) + "\n")
-        rows = ["\t".join(f"{v:.6f}" for v in layer) for layer in np.clip(self.distant, 0.0, 1.0)]
-        atomic_write_text(folder / PATTERN_HEADS, "\n".join(rows) + "\n")
-        return folder
-
-
-def _check_replaceable(path: Path) -> None:
-    """EntropyLensError in one line unless nothing stands at `path` or a pattern file does (a regular file,
-    not a link, that `_is_pattern_file` reads as this export's): another program's file is kept."""
-    if not path.exists() and not path.is_symlink():
-        return
-    if path.is_symlink() or not path.is_file() or not _is_pattern_file(path):
-        what = f"a link to {printable(os.path.realpath(path))}" if path.is_symlink() else "not a pattern file"
-        raise EntropyLensError(
-            f"{printable(path)} is {what} this export wrote, and is kept; move it away or pass another folder"
-        )
-
-
-def _is_pattern_file(path: Path) -> bool:
-    """Whether `path` reads as a file `HeadProfile.export` writes: config.json holding exactly sink_size and
-    recent_size as whole numbers, or a tab-separated table of numbers in [0, 1]."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        if path.name == PATTERN_CONFIG:
-            config = json.loads(text)
-            return (
-                isinstance(config, dict)
-                and set(config) == {"sink_size", "recent_size"}
-                and all(type(v) is int for v in config.values())
-            )
-        values = [float(cell) for line in text.splitlines() if line for cell in line.split("\t")]
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return bool(values) and all(0.0 <= v <= 1.0 for v in values)
+        scores = np.clip(self.distant, 0.0, 1.0)
+        return write_pattern(folder, scores, sink_size=self.sink_size, recent_size=self.recent_size)
 
 
 def head_profile(result: ScanResult, *, sink: int | None = None, recent: int | None = None) -> HeadProfile:

@@ -35,6 +35,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_received
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.received import real_rows_after
+from entropy_lens.progress import progress_bar
 from entropy_lens.statistics import RECEIVED
 
 
@@ -81,6 +82,9 @@ def layer_mask(attention_mask, B: int, T: int, S: int) -> dict:
     return {"mask": mask, "window": None}
 
 
+PROGRESS_FROM = 4096  # the prefill length from which the press reports its layers (`progress`)
+
+
 @dataclass
 class ObservedAttentionPress(KVPressObservedAttention):
     """kvpress's ObservedAttentionPress (H2O-like: keys scored by the attention they receive), scored by
@@ -91,10 +95,13 @@ class ObservedAttentionPress(KVPressObservedAttention):
         compression_ratio: the fraction of the prefilled keys and values to remove, in [0, 1).
         backend: the kernels' backend for `attention_received` ("auto": native C++ on CPU, Triton on
             CUDA; see `entropy_lens.kernels.BACKENDS`).
+        progress: a prefill of PROGRESS_FROM tokens or more reports its layers on stderr as each is
+            scored (a 32K prefill is minutes of one forward on a CPU); False: silent.
     """
 
     compression_ratio: float = 0.0
     backend: str = "auto"
+    progress: bool = True
 
     def score(
         self,
@@ -147,7 +154,23 @@ class ObservedAttentionPress(KVPressObservedAttention):
         # right-padded sequence divides by its own length − j, as the sequence alone does
         rows = real_rows_after(mask["mask"], T, S, received.device).view(-1, 1, 1, S)
         scores = received.view(B, Hkv, -1, S) / rows.clamp_min(1.0)  # 0/1 where no real row follows
+        self._scored(module, T)
         return scores.mean(2)
+
+    def _scored(self, module: nn.Module, T: int) -> None:
+        """One layer scored: a prefill of PROGRESS_FROM tokens or more moves a bar over the model's layers
+        (opened at layer 0, closed at the last)."""
+        layers, index = module.config.num_hidden_layers, module.layer_idx
+        if index == 0 and self.progress and T >= PROGRESS_FROM:
+            self._bar = progress_bar(
+                total=layers, enabled=True, desc=f"lens press, {T:,} tokens", unit="layer"
+            )
+        bar = getattr(self, "_bar", None)
+        if bar is not None:
+            bar.update(1)
+            if index == layers - 1:
+                bar.close()
+                self._bar = None
 
 
 __all__ = ["ObservedAttentionPress", "layer_mask", "rotate_queries"]

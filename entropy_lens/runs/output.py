@@ -55,7 +55,7 @@ from entropy_lens.results import (
 from entropy_lens.runs.configs import ScanConfig
 from entropy_lens.runs.provenance import recorded_settings, settings_files
 from entropy_lens.settings import Checked, first_difference, setting
-from entropy_lens.statistics import ENTROPY, EXTRA_STATS, RECENT_KEYS, RECENT_MASS, STATISTICS
+from entropy_lens.statistics import ENTROPY, EXTRA_STATS, KEY_STATISTICS, PARAMETERS, STATISTICS
 
 __all__ = [
     "CHECKPOINT",
@@ -286,17 +286,25 @@ def canonical_stats(stats: str) -> str:
 
 def comparable_scan(record: dict) -> dict:
     """A scan's record (a `ScanConfig.to_dict()`, or an identity holding one under "scan_config") as two
-    records of one scan are equal: --stats as a set (`canonical_stats`), --recent-keys left out where
-    recent_mass is not recorded. Records are compared this way,
-    never stored so: results files and cache keys keep what was given."""
+    records of one scan are equal: --stats as a set (`canonical_stats`), a statistic's parameter
+    (--first-keys, --recent-keys, --query-window) left out where no statistic taking it is recorded.
+    Records are compared this way, never stored so: results files and cache keys keep what was given."""
     if "scan_config" in record:
         return {**record, "scan_config": comparable_scan(record["scan_config"])}
     if "stats" not in record:
         return dict(record)
     out = {**record, "stats": canonical_stats(record["stats"])}
-    if not _records(out["stats"], RECENT_MASS.name):  # W changes no number of a scan without recent_mass
-        out.pop(RECENT_KEYS.name, None)
+    for name in _idle_parameters(out["stats"]):  # it changes no number of this scan
+        out.pop(name, None)
     return out
+
+
+def _idle_parameters(stats: str) -> list[str]:
+    """The statistics' parameters (statistics.PARAMETERS) that no statistic a canonical --stats records
+    takes: K without first_mass, W without recent_mass, the query window without a key statistic."""
+    recorded = [s for s in (*STATISTICS.values(), *KEY_STATISTICS.values()) if _records(stats, s.name)]
+    taken = {parameter.name for s in recorded for parameter in s.parameters}
+    return [name for name in PARAMETERS if name not in taken]
 
 
 def _records(stats: str, name: str) -> bool:

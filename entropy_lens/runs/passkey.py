@@ -15,7 +15,8 @@ needle (both mentions).
 The record (JSON, written atomically after every (length, depth) cell; rerunning the same command
 continues it, other settings are refused unless `force`; a damaged one is refused in one line): kind,
 config (its --head-scales file, and the model's "scales" naming it, relative to the record's folder: a
-record moved or committed with that file names no machine's path), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
+record moved or committed with that file names no machine's path; the model's "model_source" likewise,
+or a bundled model's place among the packages: runs/provenance.py's `model_facts`), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
 the checkpoint names remote code that was not trusted) and "results", one entry per cell in order:
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
      token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",

@@ -515,3 +515,30 @@ def test_the_address_space_cap_holds_in_its_block_only(benchmark_script):
             torch.empty(int(soft), dtype=torch.uint8)  # more bytes than the whole space may map
         raise KeyError("leaving by an error")
     assert resource.getrlimit(resource.RLIMIT_AS) == limits
+
+
+def test_a_measured_process_gives_its_last_json_row_or_says_why_not(benchmark_script, tmp_path):
+    """_bench.worker_row (generate_cpu, polygraph_cpu): the last JSON line a worker printed; a worker
+    that printed none leaves the row skipped with the end of its stderr, or the signal that killed it.
+    kept_rows: --keep's rows of an existing file that this run does not measure."""
+    import sys
+
+    bench = benchmark_script("_bench")
+    said = "import json; print('warming up'); print(json.dumps({'x': 1})); print(json.dumps({'x': 2}))"
+    assert bench.worker_row([sys.executable, "-c", said], {"mode": "a"}) == {"x": 2}
+    failed = bench.worker_row([sys.executable, "-c", "import sys; sys.exit('boom')"], {"mode": "b"})
+    assert failed == {"mode": "b", "skipped": "failed (boom)"}
+    killed = bench.worker_row(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], {}
+    )
+    assert killed == {"skipped": "failed (signal 9)"}
+    out = tmp_path / "b.json"
+    bench.write_json(
+        out, bench.make_record("b", rows=[{"mode": "a", "length": 1}, {"mode": "b", "length": 1}])
+    )
+    key = lambda r: (r["mode"], r["length"])
+    assert bench.kept_rows(out, True, {("a", 1)}, key) == [{"mode": "b", "length": 1}]
+    assert (
+        bench.kept_rows(out, False, set(), key) == []
+        and bench.kept_rows(tmp_path / "no.json", True, set(), key) == []
+    )

@@ -1,11 +1,14 @@
 """The documentation's tables that restate a declaration are generated (tools/doc_tables.py): the statistics
 guide's tables from `STATISTICS` and `KEY_STATISTICS`, the layout page's package table and its floors
-from tests/test_layout.py's `ALLOWED`. The committed text is what the tool writes."""
+from tests/test_layout.py's `ALLOWED`, the passkey guide's retrieval heads from the passkey records in
+figures/runs. The committed text is what the tool writes."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import entropy_lens
@@ -97,3 +100,58 @@ def test_the_api_page_opens_with_what_a_user_calls_not_the_layering():
         assert f"`{name}" in doc, name
     api = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
     assert api.index(".. automodule:: entropy_lens\n") < api.index(".. auto", api.index("automodule") + 1)
+
+
+def _reference_rows(record: dict) -> dict[int, tuple[float, list[tuple[int, int, float]]]]:
+    """{length: (accuracy, [(layer, head, mean score) of every head above 0, highest first])} read from the
+    record's JSON directly (numpy, not entropy_lens.analysis)."""
+    rows = {}
+    for length in sorted({c["length"] for c in record["results"]}):
+        trials = [t for c in record["results"] if c["length"] == length for t in c["per_trial"]]
+        mean = np.mean([t["retrieval_score"] for t in trials], axis=0)
+        heads = sorted(
+            ((layer, head, mean[layer, head]) for layer, head in zip(*np.nonzero(mean > 0))),
+            key=lambda h: (-h[2], h[0], h[1]),
+        )
+        rows[length] = (np.mean([t["correct"] for t in trials]), heads)
+    return rows
+
+
+def test_the_retrieval_table_lists_each_records_best_heads(tool):
+    """Each committed record's row (the passkey guide's table): its accuracy and its heads of the highest
+    mean score, equal to the record's own numbers; a model that answers (accuracy above 0) at the length."""
+    records = tool.read_records()
+    table = tool.retrieval_table(records)
+    assert table in tool.PASSKEY_PAGE.read_text(encoding="utf-8")
+    assert [r["config"]["model"] for r in records.values()] == [
+        "tiny-nope",
+        "tiny-rope",
+        "tiny-alibi",
+        "smollm2",
+    ]
+    lines = table.splitlines()
+    for record in records.values():
+        for length, (accuracy, heads) in _reference_rows(record).items():
+            start = f"| {record['config']['model']} | {length} ({record['model']['train_len']}) |"
+            row = next(x for x in lines if x.startswith(start))
+            assert accuracy > 0 and f"| {accuracy:.2f} |" in row
+            shown = re.findall(r"(\d+)\.(\d+): ([\d.]+)", row.split(" | ")[-1])
+            want = heads[: tool.TOP_HEADS]
+            assert [(int(a), int(b)) for a, b, _ in shown] == [(a, b) for a, b, _ in want]
+            assert [float(s) for *_, s in shown] == pytest.approx([s for *_, s in want], abs=5e-4)
+    assert "--lens 1024 --depths" in table and "retrieval-smollm2-1024.json" in table
+
+
+def test_a_model_without_a_retrieving_head_is_said_so_not_listed_as_zeros(tool):
+    record = json.loads(tool.RETRIEVAL_RECORDS[0].read_text(encoding="utf-8"))
+    for cell in record["results"]:
+        for trial in cell["per_trial"]:
+            trial["retrieval_score"] = np.zeros_like(trial["retrieval_score"]).tolist()
+    row = tool.retrieval_table({"none.json": record}).splitlines()[2]
+    assert "none: every head scores 0" in row and ": 0.000" not in row
+    one = np.zeros((4, 6))
+    one[2, 5] = 0.25  # a single retrieving head is listed alone
+    for cell in record["results"]:
+        for trial in cell["per_trial"]:
+            trial["retrieval_score"] = one.tolist()
+    assert tool.retrieval_table({"one.json": record}).splitlines()[2].endswith("| 2.5: 0.250 |")

@@ -288,3 +288,20 @@ def test_the_generation_guide_runs_as_written(tmp_path, monkeypatch):
     assert answer.tokens[0].tolist() == namespace["prompt"].answer.tolist()  # the tiny model answers
     page = (tmp_path / "generation.html").read_text(encoding="utf-8")  # the viewed generation
     assert 'id="generation-section"' in page and '"label":"where"' in page
+
+
+def test_the_passkey_guide_runs_as_written(monkeypatch):
+    """The passkey guide's Python block, run from the repository's root as the page's paths assume: SmolLM2's
+    committed record becomes a pattern of its 3 KV heads that reads back as exported."""
+    import numpy as np
+
+    page = (DOCS / "guides" / "passkey.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert len(blocks) == 1
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    exec(compile(blocks[0], "docs/guides/passkey.md", "exec"), namespace)  # noqa: S102 - the page's own code
+    pattern = namespace["pattern"]
+    assert pattern.heads.shape == (30, 9) and pattern.scores.shape == (30, 3)
+    assert (namespace["sink"], namespace["recent"]) == (64, 256)
+    np.testing.assert_allclose(namespace["scores"], pattern.scores, atol=5e-7)

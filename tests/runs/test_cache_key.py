@@ -156,6 +156,6 @@ def test_a_file_written_before_every_field_was_recorded_resumes_as_the_same_scan
     config = ScanConfig(**settings_files(recorded, out))
     assert set(config.to_dict()) > set(recorded)  # what is recorded now holds more fields
     assert Output.of(out, resume=True).finished(config.to_dict()) is not None
-    other = dataclasses.replace(config, first_keys=config.first_keys + 1).to_dict()
-    with pytest.raises(EntropyLensError, match="different scan .--first-keys"):
+    other = dataclasses.replace(config, seed=config.seed + 1).to_dict()
+    with pytest.raises(EntropyLensError, match="different scan .--seed"):
         Output.of(out, resume=True).finished(other)

@@ -1,7 +1,8 @@
 """Issue 65, item 5: only files a scan recognises as its own are resumed, repaired or replaced. main read
 another program's np.savez at --out as a damaged result ("lacks entropy…: scanning it again") and
 overwrote it on --resume, and deleted a text file at `<out>.partial.npz` as an unreadable checkpoint.
-And item 8: --resume over a --recent-keys difference of a scan that records no recent_mass."""
+And item 8: --resume over a difference in a statistic's parameter (--recent-keys, --first-keys, --query-window)
+of a scan that records no statistic taking it."""
 
 import dataclasses
 
@@ -71,14 +72,21 @@ def test_a_checkpoint_of_its_own_is_still_discarded_by_force(tmp_path, capsys):
     assert not partial.exists() and "discarded the checkpoint" in capsys.readouterr().err
 
 
-def test_recent_keys_differ_only_where_recent_mass_is_recorded():
-    ours = CONFIG.to_dict()
-    other = dataclasses.replace(CONFIG, recent_keys=32).to_dict()
-    assert scan_difference(ours, other) is None  # entropy alone: W changes no number
-    with_recent = dataclasses.replace(CONFIG, stats="recent_mass")
-    differs = scan_difference(
-        with_recent.to_dict(), dataclasses.replace(with_recent, recent_keys=32).to_dict()
-    )
-    assert differs is not None and "--recent-keys" in differs
-    every = dataclasses.replace(CONFIG, stats="all")
-    assert scan_difference(every.to_dict(), dataclasses.replace(every, recent_keys=32).to_dict()) is not None
+@pytest.mark.parametrize(
+    "parameter, value, taker",
+    [("recent_keys", 32, "recent_mass"), ("first_keys", 2, "first_mass"), ("query_window", 8, "received")],
+)
+def test_a_parameter_differs_only_where_a_statistic_taking_it_is_recorded(parameter, value, taker):
+    """--recent-keys without recent_mass (issue 65, item 8), and likewise --first-keys without first_mass
+    (refused on main: "a.npz holds a different scan (--first-keys (2 here, 1 in the file))") and the
+    query window without a key statistic: the value changes no number of the scan."""
+    flag = "--" + parameter.replace("_", "-")
+    for stats in ("entropy", "max_prob,varentropy"):
+        ours = dataclasses.replace(CONFIG, stats=stats)
+        assert (
+            scan_difference(ours.to_dict(), dataclasses.replace(ours, **{parameter: value}).to_dict()) is None
+        )
+    for stats in (taker, "all", f"max_prob,{taker}"):
+        ours = dataclasses.replace(CONFIG, stats=stats)
+        differs = scan_difference(ours.to_dict(), dataclasses.replace(ours, **{parameter: value}).to_dict())
+        assert differs is not None and flag in differs

@@ -82,6 +82,8 @@ def test_retrieval_heads_of_a_model_that_answers_equal_the_generation_recorders(
     assert main([*argv, "--retrieval-heads", "3", "--out", str(out)]) == 0
     shown = capsys.readouterr().out
     record = json.loads(out.read_text())
+    # a bundled model by its place among the packages, no machine's path
+    assert record["model"]["model_source"] == "entropy_lens/models/tiny/tiny-nope"
     lm = load_model("tiny-nope", dtype="float32")
     for k, cell in enumerate(record["results"]):
         rng = np.random.default_rng([42, 128, k, 0])
@@ -173,6 +175,7 @@ def test_the_record_names_its_head_scales_file_relative_to_its_folder(tmp_path, 
     assert main([*args, "--head-scales", "hs.npy", "--quiet"]) == 0
     record = json.loads(out.read_text())
     assert record["config"]["head_scales"] == record["model"]["scales"] == "../scales/hs.npy"
+    assert record["model"]["model_source"] == "../tiny"  # the checkpoint loaded, from the record's folder
     assert str(tmp_path / "scales") not in out.read_text()  # (the model is named as given: a path here)
     monkeypatch.chdir(tmp_path)  # the same file named from another folder: the same settings
     assert main([*args, "--head-scales", str(tmp_path / "scales" / "hs.npy"), "--quiet"]) == 0

@@ -153,9 +153,9 @@ def test_other_flags_are_named_and_a_reordered_stats_resumes_the_checkpoint(tiny
     # the finished file: reused with the stats in any order, another scan named
     assert Output.of(out, resume=True).finished(config.to_dict()) is not None
     assert Output.of(out, resume=True).finished(reordered.to_dict()) is not None
-    other = dataclasses.replace(config, first_keys=2).to_dict()
+    other = dataclasses.replace(config, stats="max_prob,first_mass").to_dict()
     with pytest.raises(
-        EntropyLensError, match=re.escape("different scan (--first-keys (2 here, 1 in the file))")
+        EntropyLensError, match=re.escape("different scan (--stats ('max_prob,first_mass' here")
     ):
         Output.of(out, resume=True).finished(other)
 
