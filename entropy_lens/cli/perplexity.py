@@ -65,7 +65,7 @@ def cmd_ppl(args) -> int:
             return 0
         print(table(config, rows))
         if out is not None:
-            text = json.dumps(perplexity_record(config, rows), indent=1, sort_keys=True) + "\n"
+            text = json.dumps(perplexity_record(config, rows, out), indent=1, sort_keys=True) + "\n"
             save_or_rescue(out, lambda path: atomic_write_text(path, text), what="perplexity table")
             print(f"wrote {out}")
     return 0

@@ -38,7 +38,7 @@ from entropy_lens.progress import every_bar_off
 from entropy_lens.results import atomic_write_text
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
-from entropy_lens.runs.provenance import provenance
+from entropy_lens.runs.provenance import provenance, recorded_settings
 
 __all__ = ["EVAL_KIND", "check_task_folder", "evaluate", "quiet_output", "samples_path"]
 
@@ -103,13 +103,16 @@ def evaluate(
                 "tasks (entropy_lens_passkey_<W>), which need no download"
             ) from None
         samples = results.pop("samples", None)
+        facts = lm.variant.facts(path)  # the checkpoint and a --head-scales file named from `out`
         results["config"].update(model=MODEL_NAME, model_args=model_args, batch_size=config.batch_size)
+        if "entropy_lens_model" in results["config"]:  # get_model_info's, written before `out` was known
+            results["config"]["entropy_lens_model"] = facts
         results["entropy_lens"] = {
             "kind": EVAL_KIND,
             **provenance(),
             "lm_eval_version": lm_eval.__version__,
-            "eval_config": config.to_dict(),
-            "model": lm.variant.facts(),
+            "eval_config": recorded_settings(config.to_dict(), path),  # a --head-scales file named from `out`
+            "model": facts,
             "attention_path": "+".join(sorted(lm.attention_paths)) or "none",  # capture/paths.py's names
             "wall_time_s": round(time.perf_counter() - started, 3),
         }

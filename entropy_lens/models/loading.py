@@ -70,13 +70,17 @@ class LoadedModel:
     remote_code_ignored: str | None = (
         None  # the config's auto_map class that did not run (no trust_remote_code)
     )
+    # `source` as every machine names it: a bundled model's path among the installed packages
+    # (BundledModel.identity), a Hub id's "hub:org/name@commit"; None for a folder or file of the user's
+    portable_source: str | None = None
 
     def facts(self) -> dict:
         """What every results file records about the checkpoint that ran (JSON types), the same keys in
         a scan's meta, a passkey record and an eval record; `remote_code_ignored` only where a config's
-        class did not run."""
+        class did not run. `model_source` is `portable_source` where there is one, else `source` (a
+        writer names it from its output: runs/provenance.py's `model_facts`)."""
         return {
-            "model_source": self.source,
+            "model_source": self.portable_source or self.source,
             "model_class": self.model_class,
             **({"remote_code_ignored": self.remote_code_ignored} if self.remote_code_ignored else {}),
             "config_hash": self.config_hash,
@@ -86,6 +90,15 @@ class LoadedModel:
             "n_kv_heads": self.n_kv_heads,
             "head_dim": self.head_dim,
         }
+
+
+def portable_source(ckpt: str, source: Path) -> str | None:
+    """`LoadedModel.portable_source` of `ckpt` resolved to `source`."""
+    if ckpt in BUNDLED_MODELS:
+        return BUNDLED_MODELS[ckpt].identity
+    if looks_like_hub_id(ckpt):  # huggingface_hub's snapshot folder is named by the commit
+        return f"hub:{ckpt}@{source.name}"
+    return None
 
 
 def resolve_ckpt(ckpt: str, revision: str | None = None) -> Path:
@@ -225,4 +238,5 @@ def load_model(
         head_dim=head_dim,
         model_class=type(model).__name__,
         remote_code_ignored=ignored,
+        portable_source=portable_source(str(ckpt), source),
     )

@@ -25,10 +25,15 @@ meta (schema_version 1, 2 or 3: a file is written as the lowest version that des
 holds row statistics beyond entropy and sink mass (`scan --stats`, with meta `stats` and the row
 statistics' parameters, statistics.ROW_PARAMETERS), 3 only where it holds key statistics (and their
 parameters where given: the query window, the rows counted for them), so a reader of an older version opens every file without them and refuses a
-newer one in one line; all load): schema_version, entropy_lens_version, git_hash, model, model_source,
+newer one in one line; all load): schema_version, entropy_lens_version, git_hash, model (the checkpoint as
+given), model_source (where it was found, named as on any machine: a bundled model's place among the
+packages, "entropy_lens/models/tiny/tiny-nope"; a Hub id's "hub:org/name@commit"; the user's own folder or
+file relative to the results file's folder, absolute only where nothing was written: docs/guides/files.md),
 model_class (the class that ran; absent in older files), remote_code_ignored (only where a config's
 auto_map named model code that did not run, without --trust-remote-code: that code's name), config_hash, nope, n_layers, n_heads, n_kv_heads, head_dim, scales ([layers][heads] multipliers of
-1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source, train_len, data,
+1/√d, so λ_h = scales[l][h]/√d; all equal for a uniform --scale), scale_source ("uniform", "checkpoint",
+"none" or the --head-scales file, named as scan_config's head_scales: relative to the results file's
+folder), train_len, data,
 data_description, seed, samples, length (tokens per sequence; `len` in files written before 0.9), batch_size, dtype, device, threads (torch's CPU thread count:
 --threads or OMP_NUM_THREADS; absent in files written before it), backend (the entropy kernels that ran,
 "+"-joined: torch_chunked, triton, reference, native; "none" for a loss-only scan), fold (only where

@@ -29,6 +29,7 @@ __all__ = [
     "WriteFailed",
     "atomic_savez",
     "atomic_write_text",
+    "beside_record",
     "check_regular_target",
     "is_integer",
     "is_number",
@@ -37,6 +38,7 @@ __all__ = [
     "npz_holds",
     "printable",
     "read_npz",
+    "recorded_file",
     "shown",
     "write_failure_reason",
 ]
@@ -244,3 +246,21 @@ def meta_schema(path: str | Path, *, what: str, again: str) -> str | None:
         return None
     schema = meta.get("schema") if isinstance(meta, dict) else None
     return schema if isinstance(schema, str) else None
+
+
+def beside_record(file: str | Path, record: str | Path) -> str:
+    """`file` (a checkpoint folder, a --head-scales file) as the output at `record` names it: relative to
+    the record's folder, so a record moved or committed with the files it names holds no machine's path,
+    and the same on whatever folder the command ran from (absolute only where no relative path leads
+    there: another drive). `recorded_file` reads it back."""
+    absolute = Path(file).resolve()
+    try:
+        return os.path.relpath(absolute, Path(record).resolve().parent)
+    except ValueError:  # another drive
+        return str(absolute)
+
+
+def recorded_file(value: str | Path, record: str | Path) -> Path:
+    """The file a record at `record` names as `value` (`beside_record`'s, or an absolute path as older
+    records hold), as an absolute path: relative values are read from the record's folder."""
+    return (Path(record).resolve().parent / value).resolve()

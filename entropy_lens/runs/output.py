@@ -53,6 +53,7 @@ from entropy_lens.results import (
     write_failure_reason,
 )
 from entropy_lens.runs.configs import ScanConfig
+from entropy_lens.runs.provenance import recorded_settings, settings_files
 from entropy_lens.settings import Checked, first_difference, setting
 from entropy_lens.statistics import ENTROPY, EXTRA_STATS, KEY_STATISTICS, PARAMETERS, STATISTICS
 
@@ -214,7 +215,10 @@ class Output:
                 done = None
             theirs = None if done is None else done.meta.get("scan_config")
             differs = "the scan's flags (none recorded in the file)" if theirs is None else None
-            differs = differs or scan_difference(scan_config, theirs, names=("here", "in the file"))
+            # a --head-scales file compared as the file named (the file names it from its folder)
+            ours = settings_files(recorded_settings(scan_config, self.path), self.path)
+            theirs = settings_files(theirs, self.path)
+            differs = differs or scan_difference(ours, theirs, names=("here", "in the file"))
             if done is not None and differs is None:
                 return done
             if done is not None:

@@ -16,7 +16,7 @@ The record (JSON, written atomically after every (length, depth) cell; rerunning
 continues it, other settings are refused unless `force`; a damaged one is refused in one line): kind,
 config (its --head-scales file, and the model's "scales" naming it, relative to the record's folder: a
 record moved or committed with that file names no machine's path; the model's "model_source" likewise,
-or the bundled model's name), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
+or a bundled model's place among the packages: runs/provenance.py's `model_facts`), provenance, the model's facts (with the class that ran, and the auto_map class that did not when
 the checkpoint names remote code that was not trusted) and "results", one entry per cell in order:
     {"length": W, "depth": k/N, "correct": c, "trials": n, "accuracy": c/n, "position": mean needle
      token, "wall_s": seconds the cell took, "per_trial": [{"key", "position", "answer" (decoded), "answer_ids", "correct",
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -42,12 +41,13 @@ from entropy_lens.analysis.passkey import RETRIEVAL_SCORE, check_passkey_record
 from entropy_lens.capture import ScaleSession
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.models import BUNDLED_MODELS, resolve_device, resolve_dtype
+from entropy_lens.models import resolve_device, resolve_dtype
 from entropy_lens.results import atomic_write_text
+from entropy_lens.results.files import beside_record
 from entropy_lens.runs.configs import PasskeyConfig
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_file_target, save_or_rescue
-from entropy_lens.runs.provenance import provenance
+from entropy_lens.runs.provenance import model_facts, provenance, recorded_settings, settings_files
 from entropy_lens.runs.scan import attention_scales, load_variant, variant_schedule
 from entropy_lens.statistics import ENTROPY, PROBABILITY
 
@@ -91,11 +91,10 @@ def passkey(
         session = {"scales": scales, "schedule": schedule}
         record = {
             "kind": PASSKEY_KIND,
-            "config": stored_settings(config, path),
+            "config": recorded_settings(config.to_dict(), path),
             "provenance": provenance(),
             "model": {
-                **lm.facts(),
-                "model_source": recorded_source(config.model, lm.source, path),
+                **model_facts(lm, path),
                 "train_len": config.train_len if config.train_len is not None else lm.train_len,
                 "scales": scale_source,
                 "device": str(device),
@@ -132,34 +131,6 @@ def passkey(
     return record
 
 
-def beside_record(file: str | Path, record: Path) -> str:
-    """`file` as the record at `record` names it: relative to the record's folder (absolute where no
-    relative path leads there: another drive)."""
-    absolute = Path(file).resolve()
-    try:
-        return os.path.relpath(absolute, record.resolve().parent)
-    except ValueError:
-        return str(absolute)
-
-
-def recorded_source(model: str, source: str, record: Path | None) -> str:
-    """The loaded checkpoint as the record at `record` names it: a bundled model by its name (the record's
-    config_hash says which weights), another relative to the record's folder (`beside_record`), so a
-    committed record names no machine's path; as loaded where no record is written."""
-    if model in BUNDLED_MODELS:
-        return model
-    return source if record is None else beside_record(source, record)
-
-
-def stored_settings(config: PasskeyConfig, record: Path | None) -> dict:
-    """`config.to_dict()` as the record at `record` stores it: its --head-scales file relative to the
-    record's folder (`beside_record`); as given where no record is written."""
-    settings = config.to_dict()
-    if record is not None and settings.get("head_scales") is not None:
-        settings["head_scales"] = beside_record(settings["head_scales"], record)
-    return settings
-
-
 def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict | None:
     """{"model": ..., "cells": {(length, depth index): cell}} of a record of these settings at `path`,
     None when there is none (or `force`); EntropyLensError for a record of other settings."""
@@ -173,7 +144,8 @@ def _kept_cells(path: Path | None, config: PasskeyConfig, force: bool) -> dict |
         raise EntropyLensError(
             f"{path} exists and is not an entropy-lens passkey record; pass --force to overwrite it, or another --out"
         )
-    if record.get("config") != stored_settings(config, path):
+    ours = settings_files(recorded_settings(config.to_dict(), path), path)
+    if settings_files(record.get("config"), path) != ours:
         raise EntropyLensError(
             f"{path} holds a passkey run with other settings; rerun with the same flags to continue it, pass "
             "--force to overwrite it, or another --out"

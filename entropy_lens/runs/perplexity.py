@@ -24,13 +24,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict
+from pathlib import Path
 
 from entropy_lens.analysis import WindowPPL, sliding_window_ppl
 from entropy_lens.results import ScanResult
 from entropy_lens.runs.configs import PerplexityConfig
 from entropy_lens.runs.context_parallel import check_context_parallel
 from entropy_lens.runs.distributed import command_group, world
-from entropy_lens.runs.provenance import provenance
+from entropy_lens.runs.provenance import provenance, recorded_settings
 from entropy_lens.runs.scan import scan as run_scan
 
 __all__ = ["PPL_KIND", "PerplexityConfig", "perplexity", "perplexity_record"]
@@ -71,9 +72,10 @@ def _rows(config: PerplexityConfig, scan, progress: bool) -> dict[int, dict]:
     return {length: rows[length] for length in config.lengths}
 
 
-def perplexity_record(config: PerplexityConfig, rows: dict[int, dict]) -> dict:
-    """The JSON-ready record of a perplexity run: config (stride resolved), provenance and one entry per
-    length (nats; a NaN, e.g. the stderr of one window per position, becomes null)."""
+def perplexity_record(config: PerplexityConfig, rows: dict[int, dict], out: str | Path | None = None) -> dict:
+    """The JSON-ready record of a perplexity run for the file `out`: config (stride resolved; a --head-scales
+    file named from `out`: runs/provenance.py's `recorded_settings`), provenance and one entry per length
+    (nats; a NaN, e.g. the stderr of one window per position, becomes null)."""
     config = config.resolved()
     entries = []
     for row in rows.values():
@@ -91,7 +93,7 @@ def perplexity_record(config: PerplexityConfig, rows: dict[int, dict]) -> dict:
         )
     return {
         "kind": PPL_KIND,
-        "config": config.to_dict(),
+        "config": recorded_settings(config.to_dict(), out),
         "units": "nats",
         "interval": "95%, exp(nll -/+ 1.96 stderr); stderr treats scored tokens as independent (a lower bound)",
         "provenance": provenance(),

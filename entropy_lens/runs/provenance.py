@@ -6,10 +6,15 @@ from __future__ import annotations
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from entropy_lens.results import SCHEMA_VERSION
+from entropy_lens.results.files import beside_record, recorded_file
 
-__all__ = ["git_hash", "provenance"]
+if TYPE_CHECKING:
+    from entropy_lens.models import LoadedModel
+
+__all__ = ["git_hash", "model_facts", "provenance", "recorded_settings", "settings_files"]
 
 
 def provenance() -> dict:
@@ -28,6 +33,33 @@ def provenance() -> dict:
         "transformers_version": transformers.__version__,
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def model_facts(lm: LoadedModel, record: str | Path | None) -> dict:
+    """`lm.facts()` as the output at `record` records them: a bundled model or Hub id by its portable name
+    (`LoadedModel.portable_source`), the user's own folder or file named from the output
+    (`beside_record`); the absolute path where nothing is written (`record` None)."""
+    facts = lm.facts()
+    if record is not None and lm.portable_source is None:
+        facts["model_source"] = beside_record(lm.source, record)
+    return facts
+
+
+def recorded_settings(settings: dict, record: str | Path | None) -> dict:
+    """A config's `to_dict()` as the output at `record` stores it: its --head-scales file named from the
+    output (`beside_record`); as given where nothing is written."""
+    if record is None or not isinstance(settings.get("head_scales"), str):
+        return settings
+    return {**settings, "head_scales": beside_record(settings["head_scales"], record)}
+
+
+def settings_files(settings, record: str | Path):
+    """Stored settings (`recorded_settings`, read back from the output at `record`) as two records of one
+    run compare: the --head-scales file as the absolute path of the file it names, so a record written
+    before `beside_record` (which names it by its absolute path) still resumes."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("head_scales"), str):
+        return settings
+    return {**settings, "head_scales": str(recorded_file(settings["head_scales"], record))}
 
 
 def git_hash() -> str | None:

@@ -52,7 +52,7 @@ from entropy_lens.runs.distributed import RankGroups, World, agree, process_grou
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.memory import attention_modules, large_blocks_returned, release_free_heap
 from entropy_lens.runs.output import Output, comparable_scan, default_out, partial_path, scan_difference
-from entropy_lens.runs.provenance import provenance
+from entropy_lens.runs.provenance import model_facts, provenance, recorded_settings
 from entropy_lens.runs.sums import ScanSums
 from entropy_lens.runs.variants import attention_scales, load_variant, variant_schedule
 from entropy_lens.statistics import ENTROPY, SINK_MASS
@@ -124,7 +124,7 @@ def scan(
             with batches.opened():
                 _loop(batches, sums, checkpoint, progress)
             batches.reduce(sums)
-        result = sums.result(run.meta(sums, started), config.entropy)
+        result = sums.result(run.meta(sums, started, output.path), config.entropy)
         if main and output.path is not None:
             checkpoint.write(result)
     return result
@@ -221,18 +221,24 @@ class Run:
             context=context,
         )
 
-    def meta(self, sums: ScanSums, started: float) -> dict:
-        """The results' meta (entropy_lens.results documents every key)."""
+    def meta(self, sums: ScanSums, started: float, out: Path | None = None) -> dict:
+        """The results' meta (entropy_lens.results documents every key), for the file `out` (None: none
+        written): the checkpoint and a --head-scales file named from it (`model_facts`,
+        `recorded_settings`), so a file moved or committed with them names no machine's folders."""
         c, lm = self.config, self.lm
+        scan_config = recorded_settings(c.to_dict(), out)
+        # a --head-scales file as scan_config names it
+        named = out is not None and c.scale is None and c.head_scales is not None
+        scale_source = scan_config["head_scales"] if named else self.scale_source
         m = self.scales
         uniform = m is None or isinstance(m, float)
         scales = np.full((lm.n_layers, lm.n_heads), 1.0 if m is None else m) if uniform else m
         return {
             **provenance(),
             "model": c.model,
-            **lm.facts(),
+            **model_facts(lm, out),
             "scales": np.asarray(scales, dtype=np.float64).tolist(),
-            "scale_source": self.scale_source,
+            "scale_source": scale_source,
             "train_len": c.train_len if c.train_len is not None else lm.train_len,
             "data": c.data,
             "data_description": self.chunks.description,
@@ -270,7 +276,7 @@ class Run:
             **({"stats": sums.units(), **self.measure.recorded()} if c.stats != ENTROPY.name else {}),
             "loss_units": "nats",
             "entropy_reduction": c.entropy,
-            "scan_config": c.to_dict(),
+            "scan_config": scan_config,
             "wall_time_s": round(sums.prior_wall_s + time.perf_counter() - started, 3),
         }
 

@@ -31,6 +31,8 @@ from entropy_lens.models import (
     resolve_dtype,
     validate_head_scales,
 )
+from entropy_lens.results.files import beside_record
+from entropy_lens.runs.provenance import model_facts
 
 __all__ = ["ModelVariant", "attention_scales", "load_model_variant", "load_variant", "variant_schedule"]
 
@@ -98,15 +100,18 @@ class ModelVariant:
         backend, fused, stats, ...): the toolkit's attention function at the variant's scales."""
         return ScaleSession(self.lm.model, scales=self.scales, schedule=self.schedule, **capture)
 
-    def facts(self) -> dict:
-        """What a results file records about the model that ran (JSON types only)."""
+    def facts(self, record: str | Path | None = None) -> dict:
+        """What a results file records about the model that ran (JSON types only), for the output at
+        `record` (the checkpoint named from it: runs/provenance.py's `model_facts`; None: none written)."""
         lm, m = self.lm, self.scales
         uniform = m is None or isinstance(m, float)
         return {
             "model": lm.name,
-            **lm.facts(),
+            **model_facts(lm, record),
             "train_len": self.train_len,
-            "scale_source": self.scale_source,
+            "scale_source": self.scale_source
+            if record is None or self.scale_source in ("uniform", "checkpoint", "none")
+            else beside_record(self.scale_source, record),
             "scales": (1.0 if m is None else float(m)) if uniform else np.asarray(m).tolist(),
             "schedule": None if self.schedule is None else dataclasses.asdict(self.schedule),
             "device": str(self.device),

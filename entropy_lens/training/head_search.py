@@ -186,6 +186,8 @@ def search_head_scales(
     model.eval()
     found = scales.detach().double().cpu().numpy()
     history = joined(prior, mon.history) if mon else None
+    if history is not None:  # the checkpoint as given ("tiny-nope"), not the folder on this machine it named
+        history.meta = {**history.meta, "model": config.model}
     return HeadSearchResult(found, log, config, prior_s + time.perf_counter() - t0, history)
 
 

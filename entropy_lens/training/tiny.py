@@ -52,6 +52,7 @@ from entropy_lens.errors import EntropyLensError
 from entropy_lens.monitor.settings import MonitorSettings
 from entropy_lens.progress import library_bars
 from entropy_lens.results import check_regular_target
+from entropy_lens.results.files import beside_record
 from entropy_lens.runs.lock import OutputLock
 from entropy_lens.runs.output import check_folder_target
 from entropy_lens.training.batches import training_batch
@@ -257,6 +258,8 @@ def _train(
     facts = _facts(recipe, description, model, log, prior_s)
     if parent is not None:
         facts["init_from"] = {k: parent[k] for k in ("path", "wall_s", "threads", "torch")}
+        # the pretraining's folder named from the model's (results.files.beside_record): no machine's path
+        facts["init_from"]["path"] = beside_record(parent["path"], out / TRAINING_RECORD)
         facts["pretraining_train_loss_mean_last_50"] = parent["final_train_loss_mean_last_50"]
     _save_folder(model, tokenizer, final, facts)
     watch.save(final / HISTORY)

@@ -144,15 +144,17 @@ def test_a_file_written_before_every_field_was_recorded_resumes_as_the_same_scan
     import shutil
 
     from entropy_lens.runs.output import Output
+    from entropy_lens.runs.provenance import settings_files
 
     path = next(
         p for p in sorted(RUNS.glob("scan-*.npz")) if "stride" not in ScanResult.load(p).meta["scan_config"]
     )
     recorded = ScanResult.load(path).meta["scan_config"]
-    config = ScanConfig(**recorded)
-    assert set(config.to_dict()) > set(recorded)  # what is recorded now holds more fields
     out = tmp_path / path.name
     shutil.copy(path, out)
+    # the settings as a rerun passes them: a --head-scales file named from the file's folder, read from there
+    config = ScanConfig(**settings_files(recorded, out))
+    assert set(config.to_dict()) > set(recorded)  # what is recorded now holds more fields
     assert Output.of(out, resume=True).finished(config.to_dict()) is not None
     other = dataclasses.replace(config, seed=config.seed + 1).to_dict()
     with pytest.raises(EntropyLensError, match="different scan .--seed"):

@@ -82,7 +82,8 @@ def test_retrieval_heads_of_a_model_that_answers_equal_the_generation_recorders(
     assert main([*argv, "--retrieval-heads", "3", "--out", str(out)]) == 0
     shown = capsys.readouterr().out
     record = json.loads(out.read_text())
-    assert record["model"]["model_source"] == "tiny-nope"  # a bundled model by its name, no machine's path
+    # a bundled model by its place among the packages, no machine's path
+    assert record["model"]["model_source"] == "entropy_lens/models/tiny/tiny-nope"
     lm = load_model("tiny-nope", dtype="float32")
     for k, cell in enumerate(record["results"]):
         rng = np.random.default_rng([42, 128, k, 0])
