@@ -5,9 +5,10 @@
                                                        [--out benchmarks/results/kvpress_cpu.json]
 
 Runs in the kvpress environment (`make kvpress-env`: kvpress 0.5.5 needs transformers < 5.3). Two
-presses, each (press, length) in a fresh process so its peak RSS (ru_maxrss) is its own, on the first
-`length` tokens of the bundled corpus (`load_documents("austen:persuasion")`, as docs/guides/kvpress.md
-does), float32 on CPU:
+presses and the prefill without one, each (press, length) in a fresh process so its peak RSS (ru_maxrss)
+is its own, on the first `length` tokens of the bundled corpus (`load_documents("austen:persuasion")`, as
+docs/guides/kvpress.md does), float32 on CPU:
+  plain    no press, the model on sdpa: the same prefill, what a press's cost is read against
   kvpress  kvpress's own `ObservedAttentionPress(compression_ratio)`, the model on
            attn_implementation="eager" (the press reads each layer's (B, H, T, T) weights)
   lens     `entropy_lens.kvpress.ObservedAttentionPress(compression_ratio)`, the model on sdpa (scores
@@ -49,8 +50,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
 from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, table, timed, write_json
 
-PRESSES = ("kvpress", "lens")
-ATTENTION = {"kvpress": "eager", "lens": "sdpa"}
+PRESSES = ("plain", "kvpress", "lens")
+ATTENTION = {"plain": "sdpa", "kvpress": "eager", "lens": "sdpa"}
 LENGTHS = (2048, 4096, 8192, 16384, 32768)
 WARMUP = 256  # tokens of the untimed warm-up prefill
 CORPUS = "austen:persuasion"
@@ -70,10 +71,13 @@ def context_ids(tokenizer, length: int):
 
 
 def make_press(name: str, ratio: float):
+    """The press `name` at `ratio`; None for the plain prefill."""
     from kvpress import ObservedAttentionPress as KVPressObserved
 
     from entropy_lens.kvpress import ObservedAttentionPress
 
+    if name == "plain":
+        return None
     return (KVPressObserved if name == "kvpress" else ObservedAttentionPress)(compression_ratio=ratio)
 
 
@@ -96,20 +100,21 @@ def worker(model_name: str, name: str, length: int, repeats: int, ratio: float, 
     ids = context_ids(lm.tokenizer, length)
     press = make_press(name, ratio)
     scores: dict[int, torch.Tensor] = {}
-    score = press.score
+    if press is not None:
+        score = press.score
 
-    def keep_scores(module, *args):  # the press's own score, kept per layer (compress takes its top-k)
-        out = score(module, *args)
-        scores[module.layer_idx] = out
-        return out
+        def keep_scores(module, *args):  # the press's own score, kept per layer (compress takes its top-k)
+            out = score(module, *args)
+            scores[module.layer_idx] = out
+            return out
 
-    press.score = keep_scores
+        press.score = keep_scores
     caches = []
 
     def prefill(x) -> None:  # kvpress's pipeline's prefill (KVPressTextGenerationPipeline._forward)
         scores.clear()
         cache = DynamicCache()
-        with torch.no_grad(), press(model):
+        with torch.no_grad(), press(model) if press is not None else contextlib.nullcontext():
             model.model(input_ids=x, past_key_values=cache)
         caches[:] = [cache]
 
@@ -134,11 +139,12 @@ def worker(model_name: str, name: str, length: int, repeats: int, ratio: float, 
                 "stopped_in_layer": len(scores) + 1,
                 "peak_rss_mb": peak_rss_mb(),
             }
-    all_scores = torch.stack([scores[i][0].float() for i in range(layers)])  # (layers, key heads, keys)
-    n_kept = compute_n_kept(length, ratio)
-    kept = torch.zeros_like(all_scores, dtype=torch.bool)
-    kept.scatter_(-1, all_scores.topk(n_kept, dim=-1).indices, True)  # what ScorerPress.compress keeps
-    np.savez(npz, scores=all_scores.numpy(), kept=kept.numpy())
+    if press is not None:
+        all_scores = torch.stack([scores[i][0].float() for i in range(layers)])  # (layers, key heads, keys)
+        n_kept = compute_n_kept(length, ratio)
+        kept = torch.zeros_like(all_scores, dtype=torch.bool)
+        kept.scatter_(-1, all_scores.topk(n_kept, dim=-1).indices, True)  # what ScorerPress.compress keeps
+        np.savez(npz, scores=all_scores.numpy(), kept=kept.numpy())
     return {
         **shape,
         **extra,
@@ -183,13 +189,14 @@ def compare(row: dict, theirs: Path, ours: Path) -> None:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Per length where both ran: lens over kvpress (time, peak RSS) and the check's numbers."""
+    """Per length where both presses ran: lens over kvpress (time, peak RSS), the check's numbers and, where
+    the plain prefill ran too, the lens press over it (`time_over_plain`)."""
     by = {(r["press"], r["len"]): r for r in rows if "median_s" in r}
     out = []
     for (name, n), r in by.items():
         theirs = by.get(("kvpress", n))
         if name == "lens" and theirs is not None:
-            keys = ("kept_agree", "max_rel_score_diff")
+            keys = ("kept_agree", "max_rel_score_diff", "time_over_plain")
             out.append(
                 {
                     "len": n,
@@ -207,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default="smollm2", help="a model load_model loads (default: the bundled SmolLM2)"
     )
     ap.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="context tokens")
-    ap.add_argument("--ratio", type=float, default=0.5, help="both presses' compression_ratio")
+    ap.add_argument("--ratio", type=float, default=0.5, help="the presses' compression_ratio")
     ap.add_argument("--presses", nargs="+", default=list(PRESSES), choices=PRESSES, help="the presses to run")
     ap.add_argument("--worker", nargs=3, metavar=("PRESS", "LEN", "NPZ"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -232,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "lens" and npz.is_file() and theirs.is_file():
                     compare(row, theirs, npz)
                     row["time_over_kvpress"] = row["median_s"] / rows[-1]["median_s"]
+                plain = next((r for r in rows if r["press"] == "plain" and r["len"] == length), None)
+                if name != "plain" and "median_s" in row and plain is not None and "median_s" in plain:
+                    row["time_over_plain"] = row["median_s"] / plain["median_s"]
                 rows.append(row)
                 print(_line(row), flush=True)
                 record = make_record(

@@ -359,12 +359,13 @@ def generate_cpu_table(record: dict) -> str:
 
 
 def kvpress_cpu_table(record: dict) -> str:
-    """kvpress's eager ObservedAttentionPress against the lens press on sdpa (benchmarks/kvpress_cpu.py): each
-    (press, length)'s prefill time, peak RSS and the cache it left, the lens rows with their time over
-    kvpress's and, where both ran, the kept positions they agree on and the scores' largest relative difference."""
+    """kvpress's eager ObservedAttentionPress against the lens press on sdpa and the prefill without a press
+    (benchmarks/kvpress_cpu.py): each (press, length)'s prefill time, peak RSS and the cache it left, the
+    lens rows with their time over kvpress's, each press's over the plain prefill's and, where both presses
+    ran, the kept positions they agree on and the scores' largest relative difference."""
     rows = [
-        "| len | press | attention | prefill s | × kvpress | peak RSS MB | cache | kept keys agree | max relative score Δ |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| len | press | attention | prefill s | × kvpress | × plain | peak RSS MB | cache | kept keys agree | max relative score Δ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(value: float | None, fmt: str) -> str:
@@ -372,12 +373,13 @@ def kvpress_cpu_table(record: dict) -> str:
 
     for r in record["rows"]:
         if "skipped" in r:
-            rows.append(f"| {r['len']:,} | {r['press']} | skipped: {r['skipped']} | | | | | | |")
+            rows.append(f"| {r['len']:,} | {r['press']} | skipped: {r['skipped']} | | | | | | | |")
             continue
         agree = r.get("kept_agree")
         rows.append(
             f"| {r['len']:,} | {r['press']} | {r['attention']} | {r['median_s']:.2f} | "
-            f"{cell(r.get('time_over_kvpress'), '.2f')} | {r['peak_rss_mb']:,.0f} | {r['cache_len']:,} | "
+            f"{cell(r.get('time_over_kvpress'), '.2f')} | {cell(r.get('time_over_plain'), '.2f')} | "
+            f"{r['peak_rss_mb']:,.0f} | {r['cache_len']:,} | "
             f"{cell(None if agree is None else 100 * agree, '.2f')}{'' if agree is None else ' %'} | "
             f"{cell(r.get('max_rel_score_diff'), '.1e')} |"
         )

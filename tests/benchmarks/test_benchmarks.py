@@ -264,13 +264,17 @@ def test_kvpress_benchmark_table_and_rows_without_kvpress(benchmark_script):
     summary and a failed child's rows; nothing here imports kvpress."""
     kvpress_cpu = benchmark_script("kvpress_cpu")
     ran = {"attention": "eager", "median_s": 4.0, "peak_rss_mb": 5000.0, "cache_len": 4096, "layers": 30}
+    plain = {**ran, "attention": "sdpa", "median_s": 0.8, "peak_rss_mb": 1200.0, "cache_len": 8192}
     rows = [
-        {"press": "kvpress", "len": 8192, **ran},
+        {"press": "plain", "len": 8192, **plain},
+        {"press": "kvpress", "len": 8192, **ran, "time_over_plain": 5.0},
         {"press": "lens", "len": 8192, **ran, "attention": "sdpa", "median_s": 1.0, "peak_rss_mb": 1250.0},
         {"press": "kvpress", "len": 16384, "skipped": "out of memory in layer 1 of 30: one layer's weights"},
         {"press": "kvpress", "len": 32768, "skipped": "not run: stopped at 16,384"},
     ]
-    rows[1].update(time_over_kvpress=0.25, kept_agree=0.99875, max_rel_score_diff=3.2e-6)
+    rows[2].update(
+        time_over_kvpress=0.25, time_over_plain=1.25, kept_agree=0.99875, max_rel_score_diff=3.2e-6
+    )
     assert kvpress_cpu.summary(rows) == [
         {
             "len": 8192,
@@ -278,6 +282,7 @@ def test_kvpress_benchmark_table_and_rows_without_kvpress(benchmark_script):
             "rss_over_kvpress": 0.25,
             "kept_agree": 0.99875,
             "max_rel_score_diff": 3.2e-6,
+            "time_over_plain": 1.25,
         }
     ]
     assert kvpress_cpu.failed_row("kvpress", 16384, -9, "")["skipped"] == "out of memory (killed by signal 9)"
@@ -294,17 +299,19 @@ def test_kvpress_benchmark_table_and_rows_without_kvpress(benchmark_script):
         "rows": rows,
     }
     table = benchmark_script("readme_tables").kvpress_cpu_table(record).splitlines()
-    assert table[2] == "| 8,192 | kvpress | eager | 4.00 |  | 5,000 | 4,096 |  |  |"
-    assert table[3] == "| 8,192 | lens | sdpa | 1.00 | 0.25 | 1,250 | 4,096 | 99.88 % | 3.2e-06 |"
-    assert table[4].startswith("| 16,384 | kvpress | skipped: out of memory in layer 1 of 30")
-    assert table[5] == "| 32,768 | kvpress | skipped: not run: stopped at 16,384 | | | | | | |"
-    assert "(compression_ratio 0.5), smollm2 on `austen:persuasion`, median of 1" in table[7]
+    assert table[2] == "| 8,192 | plain | sdpa | 0.80 |  |  | 1,200 | 8,192 |  |  |"
+    assert table[3] == "| 8,192 | kvpress | eager | 4.00 |  | 5.00 | 5,000 | 4,096 |  |  |"
+    assert table[4] == "| 8,192 | lens | sdpa | 1.00 | 0.25 | 1.25 | 1,250 | 4,096 | 99.88 % | 3.2e-06 |"
+    assert table[5].startswith("| 16,384 | kvpress | skipped: out of memory in layer 1 of 30")
+    assert table[6] == "| 32,768 | kvpress | skipped: not run: stopped at 16,384 | | | | | | | |"
+    assert "(compression_ratio 0.5), smollm2 on `austen:persuasion`, median of 1" in table[8]
 
 
 @pytest.mark.slow  # two child processes in the kvpress environment (about 30 s on 2 busy cores)
 def test_kvpress_benchmark_runs_both_presses_in_the_kvpress_environment(tmp_path):
     """benchmarks/kvpress_cpu.py at a toy size (SmolLM2, 64 tokens) with .venv-kvpress's python: a row per
-    press, both caches halved, the lens press keeping the same keys as kvpress's on eager."""
+    press and the plain prefill's, both caches halved, the lens press keeping the same keys as kvpress's
+    on eager, each press's time over the plain prefill's."""
     root = BENCH.parent
     python = root / ".venv-kvpress" / "bin" / "python"
     if not (root / ".venv-kvpress" / ".kvpress-installed").is_file() or not python.is_file():
@@ -315,14 +322,15 @@ def test_kvpress_benchmark_runs_both_presses_in_the_kvpress_environment(tmp_path
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     record = json.loads(out.read_text(encoding="utf-8"))
-    kvpress, lens = record["rows"]
-    assert (kvpress["press"], kvpress["attention"], lens["press"], lens["attention"]) == (
-        "kvpress",
-        "eager",
-        "lens",
-        "sdpa",
-    )
+    plain, kvpress, lens = record["rows"]
+    assert [(r["press"], r["attention"]) for r in (plain, kvpress, lens)] == [
+        ("plain", "sdpa"),
+        ("kvpress", "eager"),
+        ("lens", "sdpa"),
+    ]
     assert kvpress["cache_len"] == lens["cache_len"] == 32 and kvpress["median_s"] > 0 < lens["median_s"]
+    assert plain["cache_len"] == 64 and "time_over_plain" not in plain
+    assert lens["time_over_plain"] == pytest.approx(lens["median_s"] / plain["median_s"])
     assert lens["kept_agree"] == 1.0 and lens["max_rel_score_diff"] < 1e-4
     assert [(x["len"], x["kept_agree"]) for x in record["summary"]] == [(64, 1.0)]
 
