@@ -1,7 +1,7 @@
 """lm-polygraph's attention estimators fed by its own eager calculators and by the lens: time and peak memory
 on CPU, by prompt length. Runs in the lm-polygraph environment (`make polygraph-env`):
 
-    .venv-polygraph/bin/python benchmarks/polygraph_cpu.py [--model smollm2] [--lengths 2048 4096 8192 16384]
+    .venv-polygraph/bin/python benchmarks/polygraph_cpu.py [--model smollm2] [--lengths 2048 4096 8192 16384 32768]
                                    [--modes own lens] [--new 16] [--threads 2] [--keep]
                                    [--out benchmarks/results/polygraph_cpu.json]
 
@@ -46,7 +46,7 @@ from _bench import (
 )
 
 MODES = ("own", "lens")
-LENGTHS = (2048, 4096, 8192, 16384)
+LENGTHS = (2048, 4096, 8192, 16384, 32768)
 CORPUS = "austen:persuasion"
 ESTIMATORS = ("rauq", "attention_score")
 
