@@ -77,11 +77,13 @@ This module states the contract and hands on the names of the modules that keep 
 
     scan_result.py   ScanResult: the arrays and meta in memory; save, load, validate
     schema.py        versions, arrays, meta keys; upgrade_meta, check_meta
-    files.py         atomic writes, the checked reading of an archive, printable names
+    files.py         atomic writes, the checked reading of an archive, printable names, files named
+                     relative to the record beside them
     spans.py         spans of positions in multiples of L, and the summary `scan` prints
     sweep_index.py   a sweep folder's index
     history.py       the monitor's history file, read and written here so that view opens it
     generation.py    GenerationResult: the statistics of every generated token, one .npz
+    pattern.py       DuoAttention's pattern folder (kvpress's DuoAttentionPress): its one writer and reader
 
 """
 
