@@ -527,9 +527,8 @@ def polygraph_cpu_table(record: dict) -> str:
         route = POLYGRAPH_ROUTES[r["mode"]]
         if "skipped" in r:
             why = r["skipped"].split(" (")[0]  # the allocator's own words stay in the JSON
-            rows.append(
-                f"| {r['length']:,} | {route} | skipped: {why} | | | {r.get('peak_rss_mb', 0):,.0f} | | | | |"
-            )
+            peak = format(r["peak_rss_mb"], ",.0f") if "peak_rss_mb" in r else ""  # when it stopped
+            rows.append(f"| {r['length']:,} | {route} | skipped: {why} | | | {peak} | | | | |")
             continue
         rows.append(
             f"| {r['length']:,} | {route} | {r['generate_s']:.2f} | {r['forward_s']:.2f} | {r['total_s']:.2f} | "
