@@ -11,8 +11,12 @@ docs/guides/kvpress.md does), float32 on CPU:
   plain    no press, the model on sdpa: the same prefill, what a press's cost is read against
   kvpress  kvpress's own `ObservedAttentionPress(compression_ratio)`, the model on
            attn_implementation="eager" (the press reads each layer's (B, H, T, T) weights)
-  lens     `entropy_lens.kvpress.ObservedAttentionPress(compression_ratio)`, the model on sdpa (scores
-           from `attention_received`, no weights)
+  lens     `entropy_lens.kvpress.ObservedAttentionPress(compression_ratio)`, the model on sdpa: inside
+           `with press(model):` the capture's pass runs each layer's attention and leaves its keys'
+           attention received (on CPU the native kernel's one pass), no weights
+  lens-beside  the same press with from_forward=False (not run by default): the model's sdpa as without
+           a press, each layer scored by a pass of its own beside it (queries recomputed,
+           `attention_received`'s two passes), the press's way before issue 70's item 9
 What is timed is the prefill exactly as kvpress's pipeline runs it (`KVPressTextGenerationPipeline.
 _forward`: `with press(model): model.model(input_ids=context, past_key_values=DynamicCache())`), without
 the pipeline's tokenising, chat template and greedy answer, which cost the same with either press: the
@@ -50,8 +54,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
 from _bench import Column, capped_address_space, make_record, parser, peak_rss_mb, table, timed, write_json
 
-PRESSES = ("plain", "kvpress", "lens")
-ATTENTION = {"plain": "sdpa", "kvpress": "eager", "lens": "sdpa"}
+PRESSES = ("plain", "kvpress", "lens", "lens-beside")
+DEFAULT_PRESSES = ("plain", "kvpress", "lens")
+ATTENTION = {"plain": "sdpa", "kvpress": "eager", "lens": "sdpa", "lens-beside": "sdpa"}
 LENGTHS = (2048, 4096, 8192, 16384, 32768)
 WARMUP = 256  # tokens of the untimed warm-up prefill
 CORPUS = "austen:persuasion"
@@ -78,7 +83,9 @@ def make_press(name: str, ratio: float):
 
     if name == "plain":
         return None
-    return (KVPressObserved if name == "kvpress" else ObservedAttentionPress)(compression_ratio=ratio)
+    if name == "kvpress":
+        return KVPressObserved(compression_ratio=ratio)
+    return ObservedAttentionPress(compression_ratio=ratio, from_forward=name == "lens")
 
 
 def worker(model_name: str, name: str, length: int, repeats: int, ratio: float, npz: str) -> dict:
@@ -215,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="context tokens")
     ap.add_argument("--ratio", type=float, default=0.5, help="the presses' compression_ratio")
-    ap.add_argument("--presses", nargs="+", default=list(PRESSES), choices=PRESSES, help="the presses to run")
+    ap.add_argument(
+        "--presses", nargs="+", default=list(DEFAULT_PRESSES), choices=PRESSES, help="the presses to run"
+    )
     ap.add_argument("--worker", nargs=3, metavar=("PRESS", "LEN", "NPZ"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:

@@ -9,6 +9,8 @@ starts; elsewhere every case skips.
   and key head) with our press on sdpa as with kvpress's press on eager, on a tiny Llama and on the
   bundled SmolLM2 (1,024 tokens); and our press completes the pipeline on sdpa, where kvpress's own
   press stops at its assertion (2,048 tokens, compression 0.75).
+- from the forward: inside `with press(model):` each layer scores from its own forward's pass, as a pass
+  beside sdpa does (padded or not) and as kvpress's press on eager does, with no pass beside it.
 - padding: each sequence of a right- or left-padded batch scores as it does alone (sdpa and eager); kvpress's
   own press does not on a right-padded one (the guide says so).
 - the guide (docs/guides/kvpress.md): its Python blocks run as written, at a test's length.
@@ -137,6 +139,56 @@ def layer_scores(model, ids, mask=None, press=None) -> list[torch.Tensor]:
     return found
 
 
+def forward_scores(model, ids, mask=None, press=None) -> list[torch.Tensor]:
+    """Each layer's scores of `press` (ours from the forward by default) as kvpress's hooks call it inside
+    `with press(model):`, from one prefill of `ids` with the 2-D `mask` (positions as `layer_scores`)."""
+    press, found = press or ObservedAttentionPress(0.5), []
+    score = press.score
+
+    def keep(*args):
+        found.append(score(*args))
+        return found[-1]
+
+    press.score = keep
+    positions = None if mask is None else (mask.long().cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad(), press(model):
+        model.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=DynamicCache()
+        )
+    return found
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "qwen2-sliding"])
+@pytest.mark.parametrize("padding", ["none", "right", "left"])
+def test_scores_from_the_forward_equal_a_pass_beside_it(kind, padding, monkeypatch):
+    """Issue 70, item 9: inside `with press(model):` each layer is scored from its own forward (the
+    capture's pass, one pass over the keys with the native kernel): the same scores as a pass of its own
+    beside sdpa (`from_forward=False`), padded or not, and no such pass runs."""
+    model = with_attention(tiny_model(kind), "sdpa")
+    ids, mask, _, _ = padded_pair("right" if padding == "none" else padding)
+    mask = None if padding == "none" else mask
+    beside = forward_scores(model, ids, mask, ObservedAttentionPress(0.5, from_forward=False))
+    assert model.config._attn_implementation == "sdpa"  # the press's session put it back
+    beside_runs = []
+    monkeypatch.setattr(ObservedAttentionPress, "received_beside", lambda *a: beside_runs.append(a))
+    press = ObservedAttentionPress(0.5)
+    ours = forward_scores(model, ids, mask, press)
+    assert not beside_runs and not press._received  # every layer's sums taken by its own hook
+    assert len(ours) == len(beside) == model.config.num_hidden_layers
+    for mine, theirs in zip(ours, beside, strict=True):
+        assert_scores_close(mine, theirs)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_scores_from_the_forward_equal_kvpress_on_eager():
+    """The default press on sdpa, scoring from the forward, against kvpress's own press on eager."""
+    ids = torch.randint(3, 300, (1, 64), generator=torch.Generator().manual_seed(1))
+    eager = [theirs for _, theirs in both_scores(with_attention(tiny_model("llama"), "eager"), ids)]
+    ours = forward_scores(with_attention(tiny_model("llama"), "sdpa"), ids)
+    for mine, theirs in zip(ours, eager, strict=True):
+        assert_scores_close(mine, theirs)
+
+
 def padded_pair(side: str, long: int = 48, short: int = 30):
     """(ids (2, long), mask (2, long), the short sequence alone (1, short), its keys' slice in the batch)."""
     g = torch.Generator().manual_seed(3)
@@ -208,9 +260,12 @@ def same_cache(make_model, tokenizer, context: str, ratio: float = 0.5):
         pipe = KVPressTextGenerationPipeline(
             model=with_attention(make_model(), implementation), tokenizer=tokenizer, device="cpu"
         )
+        # the prefill uncompressed, through the same attention as the press's (ours: its capture's pass, whose
+        # keys of later layers differ from sdpa's by float rounding)
+        whole = ObservedAttentionPress(compression_ratio=0.0) if name == "lens" else None
         with torch.no_grad():
             answer, cache = run_pipeline(pipe, context, press)
-            _, full = run_pipeline(pipe, context, None)
+            _, full = run_pipeline(pipe, context, whole)
         out[name] = (answer, kept_positions(cache, full), full.get_seq_length())
     return out
 

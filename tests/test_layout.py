@@ -26,7 +26,8 @@ BASE = {
 # user's training loop with the capture machinery and writes its history with the results' file helpers;
 # train-tiny and search-heads (--monitor, in `training`) watch their own training with it; `runs`
 # imports nothing from it. `kvpress` (the optional extra: kvpress's presses scored by the kernels' key
-# statistics, docs/guides/kvpress.md) sits on `kernels`, and reads DuoAttention's pattern folders with
+# statistics, docs/guides/kvpress.md) sits on `capture` (its press scores each layer from the capture's
+# pass of the layer's own forward) and `kernels`, and reads DuoAttention's pattern folders with
 # the one reader `results` keeps beside their one writer, and reports a long prefill's layers with
 # `progress`'s bar; nothing imports it.
 ALLOWED = {
@@ -36,7 +37,7 @@ ALLOWED = {
     "runs": {"models", "data", "capture", "generation", "kernels", "results", "analysis", "progress"},
     "monitor": {"capture", "kernels", "results"},
     "generation": {"capture", "kernels", "results"},
-    "kvpress": {"kernels", "results", "progress"},
+    "kvpress": {"capture", "kernels", "results", "progress"},
     "polygraph": {"generation", "capture", "results"},
     "models": {"progress"},
     "data": set(),

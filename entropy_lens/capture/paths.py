@@ -27,7 +27,7 @@ import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
-from entropy_lens.capture.received import report_keys, wants_keys
+from entropy_lens.capture.received import layer_counted_rows, one_pass_keys, report_keys, wants_keys
 from entropy_lens.capture.slices import wants_slices
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused, Measure, Stats
@@ -214,6 +214,8 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     separate = route.path == SDPA_THEN_ENTROPY  # sdpa makes the output, the kernel the statistics
     value = None if separate else inputs.value
     kw = {"measure": measure, "with_lse": wants_lse(call)}
+    if one_pass_keys(call, route.kernel):  # the column state from the same pass (capture/received.py)
+        kw |= {"key_state": True, "counted": layer_counted_rows(call, inputs)}
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, **kw)
     if not separate:
         return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)

@@ -260,6 +260,8 @@ def run(
     block_q=None,
     block_k=None,
     with_lse: bool = False,
+    key_state: bool = False,
+    counted=None,
 ) -> RowStats:
     """RowStats of `measure.stats` (and the output, for values v) from `kernel` on validated inputs, at
     the statistics' parameters in `measure` (flags.Measure, passed whole to the kernel). The tile
@@ -278,18 +280,27 @@ def run(
         block_k: the tile's keys; None: the kernel's default.
         with_lse: the rows' log-sum-exp too (`RowStats.lse`, for the column pass of attention received);
             the reference gives none (its column pass materialises the probabilities).
+        key_state: the column state of attention received from the same pass too (`RowStats.key_state`):
+            the native kernel alone keeps it (`ONE_PASS_KEYS`); the others' is a pass of its own
+            (kernels/received.py).
+        counted: with key_state, None (every row) or (B|1, T) bool: the query rows that count.
 
     Returns:
-        RowStats: each of `measure.stats` (B, Hq, T) float32, the output (B, T, Hq, Dv) for values v, and
-        `lse`.
+        RowStats: each of `measure.stats` (B, Hq, T) float32, the output (B, T, Hq, Dv) for values v,
+        `lse` and `key_state`.
 
     Raises:
-        ValueError: values v with the reference kernel, which computes no output.
+        ValueError: values v with the reference kernel, which computes no output; key_state on a kernel
+            outside ONE_PASS_KEYS.
         TypeError: `measure` not a parsed flags.Measure.
     """
     require(measure=measure)
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
+    if key_state and kernel not in ONE_PASS_KEYS:
+        raise ValueError(
+            f"the {kernel} kernel keeps no column state in its row pass; run received_state on its lse"
+        )
     if kernel == Backend.REFERENCE:
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
@@ -302,13 +313,18 @@ def run(
         return row_stats_triton(q, k, v, softmax_scale, mods, measure=measure, with_lse=with_lse)
     kw = {"measure": measure, "with_lse": with_lse, **blocks}
     if kernel == Backend.NATIVE:
-        return row_stats_native(q, k, v, softmax_scale, mods, **kw)
+        return row_stats_native(q, k, v, softmax_scale, mods, **kw, key_state=key_state, counted=counted)
     return row_stats_torch(q, k, v, softmax_scale, mods, **kw)
 
+
+# the kernels whose row pass also keeps the column state of attention received (`run`'s key_state): one
+# pass over the keys instead of a row pass and a column pass
+ONE_PASS_KEYS = (Backend.NATIVE,)
 
 __all__ = [
     "BACKENDS",
     "FUSED_MODES",
+    "ONE_PASS_KEYS",
     "Backend",
     "Fused",
     "Plan",

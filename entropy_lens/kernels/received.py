@@ -37,8 +37,10 @@ Method: two passes. The row pass is the row kernels' own streaming state, whose 
 log-sum-exp lse_i (`stats.log_sum_exp`; the sink logit is one of the row's outcomes, so its share is
 in lse and never in a key's p). The column pass runs over (key tile, query tile), recomputes
 p_ij = e^(s_ij − lse_i) from q, k and lse as flash attention's backward does, and keeps per key the sum,
-the largest and the count of rows that may attend it (`KEY_STATE`); each key statistic is read off
-that state (`@read` of kernels/stats.py's one registry, checked against KEY_STATISTICS at import). `received_from_lse` is the column
+the largest and the count of rows that may attend it (`KEY_STATE`). The native kernel does it in one
+pass (plan.ONE_PASS_KEYS): its row pass keeps each tile's e^(s − m_t) for the query block's rows, and
+once the rows are final adds p = e^(s − m_t) · e^(m_t − m) / l into the keys (kernels/native). Each key
+statistic is read off that state (`@read` of kernels/stats.py's one registry, checked against KEY_STATISTICS at import). `received_from_lse` is the column
 pass alone, for a caller that has its rows' LSE already (a capture's forward): a row whose lse is +∞
 counts for nothing.
 """
@@ -54,7 +56,7 @@ from entropy_lens.kernels.contract import check_score_range, validate_block
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import received_native, stream_native
-from entropy_lens.kernels.plan import statistics_kernel
+from entropy_lens.kernels.plan import ONE_PASS_KEYS, run, statistics_kernel
 from entropy_lens.kernels.received_reference import received_reference, reference_state
 from entropy_lens.kernels.received_torch import KEY_STATE, received_torch
 from entropy_lens.kernels.stats import READS, log_sum_exp, read
@@ -330,8 +332,11 @@ def attention_received(
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, mods, one_pass=True)
     if kernel == Backend.REFERENCE:
         return received_reference(q, k, call.softmax_scale, mods, rows, stats=stats)
-    lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)
     blocks = {"block_q": call.block_q, "block_k": call.block_k}
+    if kernel in ONE_PASS_KEYS:  # the row pass keeps the column state itself: one pass over the keys
+        ran = run(kernel, q, k, None, call.softmax_scale, kernel_mods, key_state=True, counted=rows, **blocks)
+        return read_received(ran.key_state, stats)
+    lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)
     return received_from_lse(
         q, k, lse, call.softmax_scale, mods, rows=rows, stats=stats, backend=kernel, **blocks
     )

@@ -224,11 +224,14 @@ class RowStats(Mapping):
         lse: (B, Hq, T) float32 `log_sum_exp` of the pass's final state (`with_lse=True`; +∞ for a row
             with no outcome): what the column pass of attention received takes (kernels/received.py),
             or None.
+        key_state: the column state of attention received {"sum", "max", "count"} (B, Hq, S) float32 where
+            the pass computed it from its own tiles (the native kernel's `key_state`), or None.
     """
 
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     out: torch.Tensor | None = None
     lse: torch.Tensor | None = None
+    key_state: dict[str, torch.Tensor] | None = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.values[name]

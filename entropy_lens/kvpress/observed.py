@@ -14,6 +14,14 @@ O(T) memory) instead of the T × T weights that only eager attention returns.
                  padding, the sequence's own length − j when right-padded (`real_rows_after`; padded
                  rows give nothing), then the mean over each key head's query heads (GQA)
 
+Inside `with press(model):` the scores come from the layer's own forward: the press switches the model
+to the capture's attention function (capture.ScaleSession, recording attention received alone), whose
+pass computes the layer's output and, on CPU, each key's received from the same score tiles
+(the native kernel's one pass, kernels/plan.py's ONE_PASS_KEYS; on CUDA the Triton forward and its
+column pass on that forward's log-sum-exp), and `score` reads what the layer's forward left
+(`received_from_forward`). Called outside it (another press wrapping this one, a direct call), `score`
+recomputes the queries and runs `attention_received` as described above; both give the same scores.
+
 The scores equal kvpress's own press on eager attention up to float rounding (its weights are in the
 model's dtype, ours float32), and each sequence of a padded batch scores as it does alone; kvpress's
 own press does not there (it sums the padded rows' weights and divides by S − j: docs/guides/kvpress.md). Attention outside `softmax(scaling · q·k + mask)` (a logit soft-cap,
@@ -22,8 +30,9 @@ attention sinks) is refused: those layers' weights are not this formula's.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from kvpress.presses.observed_attention_press import ObservedAttentionPress as KVPressObservedAttention
@@ -31,12 +40,13 @@ from kvpress.utils import get_prerope_query_states
 from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rotary
 
+from entropy_lens.capture import ScaleSession
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_received
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.received import real_rows_after
 from entropy_lens.progress import progress_bar
-from entropy_lens.statistics import RECEIVED
+from entropy_lens.statistics import ENTROPY, RECEIVED
 
 
 def rotate_queries(module: nn.Module, query: torch.Tensor, position_embeddings) -> torch.Tensor:
@@ -97,11 +107,48 @@ class ObservedAttentionPress(KVPressObservedAttention):
             CUDA; see `entropy_lens.kernels.BACKENDS`).
         progress: a prefill of PROGRESS_FROM tokens or more reports its layers on stderr as each is
             scored (a 32K prefill is minutes of one forward on a CPU); False: silent.
+        from_forward: inside `with press(model):`, score each layer from its own forward's pass (the
+            module docstring); False: kvpress's attention runs as it would without the press, and each
+            layer is scored by a pass of its own beside it (the benchmark's and the tests' other way).
     """
 
     compression_ratio: float = 0.0
     backend: str = "auto"
     progress: bool = True
+    from_forward: bool = True
+    # layer -> (B, Hq, S) attention received, left by the layer's forward for its hook (`__call__`)
+    _received: dict = field(default_factory=dict, init=False, repr=False)
+
+    @contextlib.contextmanager
+    def __call__(self, model):
+        """kvpress's context (its hooks compress each layer's cache after its forward), with the model's
+        attention run by the capture so that each layer's forward leaves its keys' attention received.
+
+        Args:
+            model: a transformers causal LM kvpress supports.
+
+        Yields:
+            None: inside, prefills are compressed.
+        """
+        with contextlib.ExitStack() as stack:
+            if self.from_forward:
+                stack.enter_context(self._forward_session(model))
+            stack.enter_context(super().__call__(model))
+            yield
+
+    def _forward_session(self, model) -> ScaleSession:
+        """The capture session recording attention received alone (its row pass computes the entropy
+        with it, as every capture does; nothing keeps it), each layer's sums left in `_received`."""
+        scaling = ScaleSession(model, stats=(ENTROPY.name, RECEIVED.name), backend=self.backend, fused="on")
+        scaling.session.on_stats = _ignore_rows
+        scaling.session.on_key_state = self._keep_received
+        return scaling
+
+    def _keep_received(self, layer: int, state: dict, offset: int) -> None:
+        """on_key_state: a prefill's (offset 0) column sums, for the layer's hook; a decode step's are not
+        scored (kvpress compresses prefills alone)."""
+        if offset == 0:
+            self._received[layer] = state["sum"]
 
     def score(
         self,
@@ -136,12 +183,38 @@ class ObservedAttentionPress(KVPressObservedAttention):
                 "ObservedAttentionPress scores softmax(scaling * q.k + mask) alone; use kvpress's own "
                 'with attn_implementation="eager"'
             )
+        B, Hkv, S, _ = keys.shape
+        T = hidden_states.shape[1]
+        mask = layer_mask(kwargs.get("attention_mask"), B, T, S)
+        received = self._received.pop(module.layer_idx, None)
+        if received is None or received.shape[-1] != S:
+            received = self.received_beside(module, hidden_states, keys, kwargs, mask)
+        # n_j: the real query rows at or after key j (S − j unpadded): a padded row gives nothing, so a
+        # right-padded sequence divides by its own length − j, as the sequence alone does
+        rows = real_rows_after(mask["mask"], T, S, received.device).view(-1, 1, 1, S)
+        scores = received.view(B, Hkv, -1, S) / rows.clamp_min(1.0)  # 0/1 where no real row follows
+        self._scored(module, T)
+        return scores.mean(2)
+
+    def received_beside(
+        self, module: nn.Module, hidden_states, keys, kwargs: dict, mask: dict
+    ) -> torch.Tensor:
+        """(B, Hq, S) attention received from a pass of its own: the layer's queries recomputed and
+        rotated, then `attention_received` over the cache's keys.
+
+        Args:
+            module: the attention layer.
+            hidden_states: (B, T, hidden) the layer's input.
+            keys: (B, Hkv, S, D) the cache's keys after RoPE.
+            kwargs: the layer's keyword arguments (position_embeddings).
+            mask: `layer_mask`'s keywords for the layer's mask.
+
+        Returns:
+            Tensor: (B, Hq, S) float32.
+        """
         query = get_prerope_query_states(module, hidden_states)
         query = rotate_queries(module, query, kwargs.get("position_embeddings"))
-        B, Hkv, S, _ = keys.shape
-        T = query.shape[2]
-        mask = layer_mask(kwargs.get("attention_mask"), B, T, S)
-        received = attention_received(
+        return attention_received(
             query,
             keys,
             softmax_scale=float(module.scaling),
@@ -150,12 +223,6 @@ class ObservedAttentionPress(KVPressObservedAttention):
             backend=self.backend,
             **mask,
         )[RECEIVED.name]
-        # n_j: the real query rows at or after key j (S − j unpadded): a padded row gives nothing, so a
-        # right-padded sequence divides by its own length − j, as the sequence alone does
-        rows = real_rows_after(mask["mask"], T, S, received.device).view(-1, 1, 1, S)
-        scores = received.view(B, Hkv, -1, S) / rows.clamp_min(1.0)  # 0/1 where no real row follows
-        self._scored(module, T)
-        return scores.mean(2)
 
     def _scored(self, module: nn.Module, T: int) -> None:
         """One layer scored: a prefill of PROGRESS_FROM tokens or more moves a bar over the model's layers
@@ -171,6 +238,11 @@ class ObservedAttentionPress(KVPressObservedAttention):
             if index == layers - 1:
                 bar.close()
                 self._bar = None
+
+
+def _ignore_rows(*args, **kwargs) -> None:
+    """on_stats of the press's session: it captures (so the layers run the capture's pass) but keeps no row
+    statistic."""
 
 
 __all__ = ["ObservedAttentionPress", "layer_mask", "rotate_queries"]

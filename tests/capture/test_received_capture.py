@@ -2,7 +2,8 @@
 ...))` records, for every architecture family the capture supports, padded or not, by either route, the
 column statistics of the model's own eager attention (`output_attentions`), per key at its true position,
 averaged over batch rows (received_max: the largest); the column pass reuses the row pass's log-sum-exp
-(no third pass over the keys) and runs only when a key statistic is asked for."""
+(no third pass over the keys), or the native row pass keeps the column state itself (one pass), and
+runs only when a key statistic is asked for."""
 
 import numpy as np
 import pytest
@@ -92,16 +93,18 @@ def test_a_query_window_counts_the_last_real_rows_alone():
 
 def _count_passes(monkeypatch) -> dict:
     """Counters of a capture's kernel passes: row passes (plan.run and the training pass), column passes
-    (the column state)."""
+    (the column state), and the row passes that kept the column state themselves (`keys_in_rows`: the
+    native kernel's one pass)."""
     import importlib
 
     received_module = importlib.import_module("entropy_lens.capture.received")
     paths_module = importlib.import_module("entropy_lens.capture.paths")
-    calls = {"rows": 0, "columns": 0}
+    calls = {"rows": 0, "columns": 0, "keys_in_rows": 0}
 
     def counting(kind, fn):
         def wrapped(*args, **kw):
             calls[kind] += 1
+            calls["keys_in_rows"] += bool(kw.get("key_state"))
             return fn(*args, **kw)
 
         return wrapped
@@ -114,33 +117,49 @@ def _count_passes(monkeypatch) -> dict:
     return calls
 
 
-def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkeypatch):
+@pytest.mark.parametrize("backend", ["native", "torch_chunked"])
+def test_the_column_pass_reuses_the_forwards_lse_and_runs_only_when_asked(monkeypatch, backend):
     """One row pass per layer with or without key statistics, on every route (sdpa then a statistics
     pass, the one fused pass, a training step's fused pass, the model's eager weights): its LSE feeds the
-    column pass, never a second row pass; no column pass where none is asked for."""
+    column pass, never a second row pass; no column pass where none is asked for. The native kernel's row
+    pass keeps the column state itself (plan.ONE_PASS_KEYS): no column pass there, but beside a training
+    step's or eager's own pass, whose statistics pass is not run_route's."""
+    from entropy_lens.kernels import native_available
+    from entropy_lens.kernels.plan import ONE_PASS_KEYS
+
+    if backend == "native" and not native_available():
+        pytest.skip("the native kernel is not built here")
     model = build("llama", SUPPORTED["llama"][0])
     ids, mask = ids_and_mask("none")
     calls = _count_passes(monkeypatch)
     layers = model.config.num_hidden_layers
-    for stats, columns in ((("entropy",), 0), (("entropy", "received"), layers)):
+    one_pass = backend in ONE_PASS_KEYS
+    for stats, keys in ((("entropy",), 0), (("entropy", "received"), layers)):
         for fused in ("off", "on"):
-            calls.update(rows=0, columns=0)
-            with EntropyRecorder(model, fused=fused, stats=stats) as rec, torch.no_grad():
+            calls.update(rows=0, columns=0, keys_in_rows=0)
+            with EntropyRecorder(model, fused=fused, backend=backend, stats=stats) as rec, torch.no_grad():
                 model(ids, attention_mask=mask)
-            assert calls == {"rows": layers, "columns": columns}, (stats, fused)
+            want = {
+                "rows": layers,
+                "columns": 0 if one_pass else keys,
+                "keys_in_rows": keys if one_pass else 0,
+            }
+            assert calls == want, (stats, fused)
             assert rec.key_stats == stats[1:]
     assert rec.received("received_max") is None  # not asked for: not recorded
     # a training step (trainable scales: the fused-train route) and eager's weights (output_attentions)
     scales = torch.ones(layers, model.config.num_attention_heads, requires_grad=True)
-    calls.update(rows=0, columns=0)
-    with EntropyRecorder(model, scales=scales, stats=("entropy", "received")) as rec:
+    calls.update(rows=0, columns=0, keys_in_rows=0)
+    with EntropyRecorder(model, scales=scales, backend=backend, stats=("entropy", "received")) as rec:
         model(ids, attention_mask=mask).logits.sum().backward()
-    assert calls == {"rows": layers, "columns": layers} and rec.session.paths == {"fused-train"}
+    assert calls == {"rows": layers, "columns": layers, "keys_in_rows": 0}
+    assert rec.session.paths == {"fused-train"}
     model.set_attn_implementation("eager")
-    calls.update(rows=0, columns=0)
-    with EntropyRecorder(model, stats=("entropy", "received")) as rec, torch.no_grad():
+    calls.update(rows=0, columns=0, keys_in_rows=0)
+    with EntropyRecorder(model, backend=backend, stats=("entropy", "received")) as rec, torch.no_grad():
         model(ids, attention_mask=mask, output_attentions=True)
-    assert calls == {"rows": layers, "columns": layers} and rec.session.paths == {"eager-then-entropy"}
+    assert calls == {"rows": layers, "columns": layers, "keys_in_rows": 0}  # a pass beside eager's
+    assert rec.session.paths == {"eager-then-entropy"}
 
 
 def test_a_route_without_its_lse_is_refused_not_given_a_second_row_pass(monkeypatch):

@@ -31,6 +31,7 @@ from entropy_lens.kernels import (
     received_from_lse,
 )
 from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels.plan import ONE_PASS_KEYS
 from entropy_lens.kernels.received import counted_rows, row_log_sum_exp
 from entropy_lens.statistics import (
     KEY_STATISTICS,
@@ -73,6 +74,18 @@ def test_every_key_statistic_equals_its_definition(backend, Hq, Hkv, T, S, mask_
         assert set(want) == set(KEYS) and all(v.shape == (B, Hq, S) for v in want.values())
         for tile in TILES[backend]:
             assert_close_relative(received(backend, q, k, tile, query_window=query_window, **kw), want)
+        if backend in ONE_PASS_KEYS:  # its own row pass's state above; its column pass alone here
+            assert_close_relative(column_pass_alone(backend, q, k, query_window, **kw), want)
+
+
+def column_pass_alone(backend, q, k, query_window, softmax_scale, **kw):
+    """Every key statistic from `received_from_lse` on `backend`: its column pass over the rows' LSE of
+    its row pass (two passes, where `attention_received` runs one on ONE_PASS_KEYS)."""
+    mods = ScoreMods.build(q, k, **kw)
+    scale = validate_scale(q, k, softmax_scale)
+    lse = row_log_sum_exp(backend, q, k, scale, mods)
+    rows = counted_rows(mods, q.shape[2], k.shape[2], query_window)
+    return received_from_lse(q, k, lse, scale, mods, rows=rows, stats=KEYS, backend=backend)
 
 
 @pytest.mark.parametrize("backend", RUNNABLE)

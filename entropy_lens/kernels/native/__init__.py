@@ -2,9 +2,13 @@
 score tiles in one C++ loop (attention_entropy.cpp beside this file), built as a PyTorch extension on
 first use. ::
 
-    row_stats_native(q, k, v, softmax_scale, mods, *, measure=DEFAULT_MEASURE, block_q=None, block_k=BLOCK_K)
+    row_stats_native(q, k, v, softmax_scale, mods, *, measure=DEFAULT_MEASURE, block_q=None, block_k=BLOCK_K,
+                     with_lse=False, key_state=False, counted=None)
         -> RowStats: out (B, T, Hq, Dv) in q's dtype (v None: none, the loop without the value GEMM) and
-           each of `measure.stats` (B, Hq, T) float32; block_q None: block_rows(T)
+           each of `measure.stats` (B, Hq, T) float32; block_q None: block_rows(T), or with key_state
+           key_state_rows(T, S); with key_state, `key_state`: the column state of attention received
+           {"sum", "max", "count"} (B, Hq, S) over the `counted` rows ((B|1, T) bool, None: all), from
+           the same pass (received_native's numbers without its second pass over the keys)
     stream_native(q, k, v, softmax_scale, mods, *, extra=(), measure=DEFAULT_MEASURE, block_q=None,
                   block_k=BLOCK_K)
         -> (the final state {m, l, u, extra}, out): the streaming state itself (its m + ln l is the rows'
@@ -51,6 +55,7 @@ from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulator
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
+KEY_STATE_TILES = 1 << 20  # key_state: the floats of e a thread keeps per query block (`key_state_rows`)
 RECEIVED_BLOCKS = (256, 128)  # the column pass of attention received: query rows, keys per tile
 
 
@@ -122,14 +127,33 @@ def row_stats_native(
     block_q=None,
     block_k=BLOCK_K,
     with_lse=False,
+    key_state=False,
+    counted=None,
 ) -> RowStats:
     """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
-    loop without the value GEMM). block_q None: `block_rows(T)`; `with_lse`: the rows' log-sum-exp too."""
+    loop without the value GEMM). block_q None: `block_rows(T)` (`key_state_rows` with key_state);
+    `with_lse`: the rows' log-sum-exp too; `key_state`: the column state over the `counted` rows too."""
     extra = accumulators(measure.stats)
-    state, out = stream_native(
-        q, k, v, softmax_scale, mods, extra=extra, measure=measure, block_q=block_q, block_k=block_k
+    if key_state and block_q is None:
+        block_q = key_state_rows(q.shape[2], k.shape[2])
+    out, state, _, keys = _run(
+        q,
+        k,
+        v,
+        softmax_scale,
+        mods,
+        block_q,
+        block_k,
+        extra=extra,
+        measure=measure,
+        counted=counted,
+        key_state=key_state,
     )
-    return RowStats(read_stats(state, mods, measure.stats), out, log_sum_exp(state) if with_lse else None)
+    state = dict(zip((*STATE, *extra), state, strict=True))
+    out = None if v is None else out.to(q.dtype)
+    keys = dict(zip(("sum", "max", "count"), keys, strict=True)) if key_state else None
+    lse = log_sum_exp(state) if with_lse else None
+    return RowStats(read_stats(state, mods, measure.stats), out, lse, keys)
 
 
 @torch.no_grad()
@@ -149,17 +173,7 @@ def stream_native(
     each (B, Hq, T) float32, and the output (B, T, Hq, Dv) in q's dtype (v None: None), as
     `torch_chunked.stream_torch` returns them: the log-sum-exp a flash backward needs is m + ln l
     (kernels/train.py)."""
-    out, state, _ = _run(
-        q,
-        k,
-        v,
-        softmax_scale,
-        mods,
-        block_q,
-        block_k,
-        extra=extra,
-        measure=measure,
-    )
+    out, state, *_ = _run(q, k, v, softmax_scale, mods, block_q, block_k, extra=extra, measure=measure)
     return dict(zip((*STATE, *extra), state, strict=True)), None if v is None else out.to(q.dtype)
 
 
@@ -213,8 +227,15 @@ def profile_native(q, k, v, softmax_scale, *, block_q=None, block_k=BLOCK_K) -> 
     (masks, max, exp, the sums l and u) and the e·V GEMMs, each summed over threads (the benchmarks'
     profile of the native kernel; the timers cost a few clock reads per tile)."""
     softmax_scale = validate_scale(q, k, softmax_scale)
-    *_, times = _run(q, k, v, softmax_scale, ScoreMods(), block_q, block_k, profile=True)
+    _, _, times, _ = _run(q, k, v, softmax_scale, ScoreMods(), block_q, block_k, profile=True)
     return dict(zip(("scores_gemm", "row_pass", "values_gemm"), times.tolist(), strict=True))
+
+
+def key_state_rows(T: int, S: int) -> int:
+    """Query rows per tile where the pass keeps the column state: the block's e over its S keys stays in
+    a buffer of rows × S floats, so rows shrink as S grows (at most KEY_STATE_TILES floats, 4 MiB, which
+    two threads hold in a 32 MiB L3), never below 16 (a GEMM's useful height) nor above `block_rows(T)`."""
+    return max(16, min(block_rows(T), KEY_STATE_TILES // max(S, 1) // 16 * 16))
 
 
 def block_rows(T: int) -> int:
@@ -235,9 +256,12 @@ def _run(
     extra=(),
     measure: Measure = DEFAULT_MEASURE,
     profile=False,
+    key_state=False,
+    counted=None,
 ):
     """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra), B, Hq, T):
-    m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty)."""
+    m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty, the column state
+    (3, B, Hq, S) over the `counted` rows or empty)."""
     block_q = block_rows(q.shape[2]) if block_q is None else block_q
     module = _module_for(q, block_q, block_k)
     _check_range(q, k, softmax_scale, mods)
@@ -264,6 +288,8 @@ def _run(
         int(block_q),
         int(block_k),
         bool(profile),
+        bool(key_state),
+        empty.bool() if counted is None else counted.to(device="cpu", dtype=torch.bool),
     )
 
 

@@ -352,6 +352,37 @@ struct Mods {
   }
 };
 
+// count_j += 1 where s_j > −inf: the keys a counted row may attend (the column state's count)
+inline void count_seen(const float* s, int64_t n, float* count) {
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 ninf = _mm256_set1_ps(kNegInf), one = _mm256_set1_ps(1.0f);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 seen = _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(s + j), ninf, _CMP_GT_OQ), one);
+    _mm256_storeu_ps(count + j, _mm256_add_ps(_mm256_loadu_ps(count + j), seen));
+  }
+#endif
+  for (; j < n; ++j) count[j] += s[j] > kNegInf ? 1.0f : 0.0f;
+}
+
+// sum_j += f e_j, max_j = max(max_j, f e_j): one row's probabilities p = f · e of a tile into its keys
+inline void add_received(const float* e, int64_t n, float f, float* sum, float* mx) {
+  int64_t j = 0;
+#ifdef EL_AVX2
+  const __m256 vf = _mm256_set1_ps(f);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 p = _mm256_mul_ps(vf, _mm256_loadu_ps(e + j));
+    _mm256_storeu_ps(sum + j, _mm256_add_ps(_mm256_loadu_ps(sum + j), p));
+    _mm256_storeu_ps(mx + j, _mm256_max_ps(_mm256_loadu_ps(mx + j), p));
+  }
+#endif
+  for (; j < n; ++j) {
+    const float p = f * e[j];
+    sum[j] += p;
+    mx[j] = std::max(mx[j], p);
+  }
+}
+
 }  // namespace
 
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or an empty tensor (entropy only), float32 with
@@ -361,15 +392,22 @@ struct Mods {
 // `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f, 32 mk, 64 rk (EXTRA_STATE's order);
 // first_keys: f's K; first_key (Fb,) int64 with Fb ∈ {1, B}, or empty (0): each batch row's first real
 // key r, so f sums the keys r <= j < r + K; recent_keys: rk's W, the keys pos − W < j <= pos.
+// key_state: the column state of attention received (`received` below: per key the sum, the largest
+// and the count of its p_ij over the counted rows) from the same tiles, in one pass: each tile's e keeps
+// its place in a buffer of the query block's rows × keys (O(block_q · S) per thread, never T × S) with
+// the running max m_t it was taken at, and once the block's rows are final, p = e · e^(m_t − m) / l
+// is summed into the keys. counted (Cb, T) bool with Cb ∈ {1, B}, or empty (every row): the rows that
+// count (a padded row gives nothing); count_j counts the counted rows whose score of key j is > −inf.
 // -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras, B, Hq, T): m, l, u
-// and the extras asked for in that order, and with `profile` a (3,) float64 tensor: thread-seconds in
-// the score GEMMs, the row passes and the e·V GEMMs (else empty)}.
+// and the extras asked for in that order, with `profile` a (3,) float64 tensor: thread-seconds in
+// the score GEMMs, the row passes and the e·V GEMMs (else empty), and with key_state the column state
+// (3, B, Hq, S) float32: sum, max, count (else empty)}.
 std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
                                 double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
                                 const at::Tensor& key_bias, int64_t offset, int64_t extra, int64_t first_keys,
                                 const at::Tensor& first_key, int64_t recent_keys, int64_t block_q,
-                                int64_t block_k, bool profile) {
+                                int64_t block_k, bool profile, bool key_state, const at::Tensor& counted) {
   const bool with_output = v.defined() && v.numel() > 0;
   for (const at::Tensor* t : {&q, &k}) {
     TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
@@ -433,10 +471,41 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
   const int64_t bk = std::min(block_k, std::max<int64_t>(S, 1));
   const int64_t nqb = (T + bq - 1) / bq;
 
+  // key_state: each thread's column state (threads, 3, B, Hq, S), added in thread order after the loop
+  // (at::parallel_for hands each thread one contiguous range of tasks: the same sums every run)
+  const int64_t threads = key_state ? at::get_num_threads() : 0;
+  at::Tensor key_acc = at::zeros({threads, 3, B, Hq, key_state ? S : 0}, opts);
+  const int64_t key_plane = B * Hq * S;
+  const int64_t nkt = key_state ? (S + bk - 1) / bk + 1 : 0;  // key tiles a block may see (+1: a window's offset)
+  at::Tensor counted_c;
+  const bool has_counted = key_state && counted.defined() && counted.numel() > 0;
+  if (has_counted) {
+    TORCH_CHECK(counted.dim() == 2 && counted.scalar_type() == at::kBool &&
+                    (counted.size(0) == 1 || counted.size(0) == B) && counted.size(1) == T,
+                "native attention: counted must be bool (B|1, T)");
+    counted_c = counted.contiguous();
+  }
+  const bool* countd = has_counted ? counted_c.data_ptr<bool>() : nullptr;
+  // count_j: a mask that differs per row is read element by element (count_seen); otherwise each
+  // counted row adds +1 at the first key it may attend and −1 after its last (causality and the window
+  // leave it one range), the counts are their running sum, times a key mask where there is one
+  const bool count_per_row = key_state && mods.md != nullptr && mods.msT != 0;
+  const int64_t countB = has_counted && counted_c.size(0) > 1 ? T : 0;
+
   std::atomic<int64_t> ns_scores{0}, ns_rows{0}, ns_values{0};  // profile: nanoseconds summed over threads
   at::parallel_for(0, B * Hq * nqb, 1, [&](int64_t begin, int64_t end) {
     const int mkl_before = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
-    std::vector<float> sbuf(bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq), urow(bq);
+    std::vector<float> sbuf(key_state ? 0 : bq * bk), obuf(with_output ? bq * Dv : 0), mrow(bq), lrow(bq),
+        urow(bq);
+    // key_state: the block's tiles of e, tile t at t · bq · bk as (rows, n), and the max each row's e of
+    // tile t was taken at (−inf: the row saw no key yet, its e all 0)
+    std::vector<float> tiles(key_state ? nkt * bq * bk : 0), tile_m(key_state ? nkt * bq : 0);
+    float* key_sum = nullptr;
+    if (key_state) {
+      const int64_t tid = at::get_thread_num();
+      TORCH_CHECK(tid >= 0 && tid < threads, "native attention: thread ", tid, " outside torch's ", threads);
+      key_sum = key_acc.data_ptr<float>() + tid * 3 * key_plane;
+    }
     // the extras, rows (bq,) each, in the state's order after m, l, u (w, c, lk, d, f where asked for)
     std::vector<float> xrow((n_state - 3) * bq);
     auto extra_row = [&](bool want, int64_t index) { return want ? xrow.data() + (index - 3) * bq : nullptr; };
@@ -468,9 +537,10 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
       if (want_mk) std::fill(mkrow, mkrow + rows, kNegInf);  // no key seen yet
       if (with_output) std::fill(obuf.begin(), obuf.end(), 0.0f);
       const auto [k_start, k_end] = mods.keys_for_rows(q0, q1, offset);  // the keys its rows may see
-      for (int64_t k0 = k_start; k0 < k_end; k0 += bk) {
+      int64_t tile = 0;  // key_state: this tile's place in `tiles`
+      for (int64_t k0 = k_start; k0 < k_end; k0 += bk, ++tile) {
         const int64_t k1 = std::min(k0 + bk, k_end), n = k1 - k0;
-        float* sb = sbuf.data();
+        float* sb = key_state ? tiles.data() + tile * bq * bk : sbuf.data();
         if (profile) t0 = Clock::now();
         // scores, row-major (rows, n): column-major (n, rows) = (K_blk)ᵀ-op · Q_blk
         gemm('T', 'N', n, rows, D, lam, kp + k0 * ksT, ksT, qp, qsT, 0.0f, sb, n);
@@ -479,9 +549,13 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
           float* s = sb + i * n;
           const int64_t pos = q0 + i + offset;  // the row's position among the keys
           mods.apply(head, s, n, q0 + i, pos, k0);
+          if (count_per_row && (countd == nullptr || countd[b * countB + q0 + i])) {
+            count_seen(s, n, key_sum + 2 * key_plane + (b * Hq + h) * S + k0);
+          }
           const float m_old = mrow[i], s_max = row_max(s, n);
           if (want_mk) mkrow[i] = std::max(mkrow[i], s_max);
           const float m_new = std::max(m_old, s_max);
+          if (key_state) tile_m[tile * bq + i] = m_new;
           if (m_new == kNegInf) {  // nothing seen yet: e = 0, the state stays the identity
             std::fill(s, s + n, 0.0f);
             continue;
@@ -533,6 +607,33 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
           t_values += seconds(t2, Clock::now());
         }
       }
+      if (key_state) {  // the block's rows are final: p = e · e^(m_t − m) / l into each tile's keys
+        float* sum_bh = key_sum + (b * Hq + h) * S;
+        if (!count_per_row) {  // each counted row's range of keys [lo, hi], as differences
+          float* diff = sum_bh + 2 * key_plane;
+          for (int64_t i = 0; i < rows; ++i) {
+            if (countd != nullptr && !countd[b * countB + q0 + i]) continue;
+            const int64_t pos = q0 + i + offset;
+            const int64_t hi = causal ? std::min(pos, S - 1) : S - 1;
+            const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+            if (hi < lo) continue;
+            diff[lo] += 1.0f;
+            if (hi + 1 < S) diff[hi + 1] -= 1.0f;
+          }
+        }
+        int64_t t = 0;
+        for (int64_t k0 = k_start; k0 < k_end; k0 += bk, ++t) {
+          const int64_t n = std::min(k0 + bk, k_end) - k0;
+          const float* e = tiles.data() + t * bq * bk;
+          for (int64_t i = 0; i < rows; ++i) {
+            const float mt = tile_m[t * bq + i], l = lrow[i];
+            if (mt == kNegInf || !(l > 0) || (countd != nullptr && !countd[b * countB + q0 + i])) continue;
+            const float f = exp_scalar(mt - mrow[i]) / l;
+            if (f == 0.0f) continue;  // every p of this tile underflows: adds 0, and 0 is not above a max
+            add_received(e + i * n, n, f, sum_bh + k0, sum_bh + key_plane + k0);
+          }
+        }
+      }
       for (int64_t i = 0; i < rows; ++i) {
         const float l = lrow[i];
         const int64_t row = q0 + i;
@@ -561,7 +662,18 @@ std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const 
     times = at::tensor({ns_scores.load() * 1e-9, ns_rows.load() * 1e-9, ns_values.load() * 1e-9},
                        q.options().dtype(at::kDouble));
   }
-  return {out, state, times};
+  at::Tensor keys = at::empty({0}, opts);
+  if (key_state) {  // the threads' states in thread order: sums and counts added, maxima the larger
+    keys = at::empty({3, B, Hq, S}, opts);
+    keys[0].copy_(key_acc.select(1, 0).sum(0));
+    keys[1].copy_(std::get<0>(key_acc.select(1, 1).max(0)));
+    keys[2].copy_(key_acc.select(1, 2).sum(0));
+    if (!count_per_row) {
+      keys[2].copy_(keys[2].cumsum(-1));
+      if (mods.md != nullptr) keys[2].mul_(mods.mask_c.select(2, 0).to(at::kFloat));
+    }
+  }
+  return {out, state, times, keys};
 }
 
 namespace {
