@@ -383,6 +383,14 @@ def kvpress_cpu_table(record: dict) -> str:
             f"{cell(None if agree is None else 100 * agree, '.2f')}{'' if agree is None else ' %'} | "
             f"{cell(r.get('max_rel_score_diff'), '.1e')} |"
         )
+    over_plain = [
+        (r["len"], r["time_over_plain"])
+        for r in record["rows"]
+        if r["press"] == "lens" and "time_over_plain" in r
+    ]
+    if over_plain:
+        listed = ", ".join(f"{ratio:.2f}× at {n:,}" for n, ratio in over_plain)
+        rows.append(f"\nThe lens press over the prefill without a press: {listed}.")
     m = record["machine"]
     rows.append(
         f"\nPrefill through each press (compression_ratio {record['compression_ratio']}), {record['model']} on "

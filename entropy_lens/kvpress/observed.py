@@ -18,9 +18,9 @@ Inside `with press(model):` the scores come from the layer's own forward: the pr
 to the capture's attention function (capture.ScaleSession, recording attention received alone), whose
 pass computes the layer's output and, on CPU, each key's received from the same score tiles
 (the native kernel's one pass, kernels/plan.py's ONE_PASS_KEYS; on CUDA the Triton forward and its
-column pass on that forward's log-sum-exp), and `score` reads what the layer's forward left
-(`received_from_forward`). Called outside it (another press wrapping this one, a direct call), `score`
-recomputes the queries and runs `attention_received` as described above; both give the same scores.
+column pass on that forward's log-sum-exp), and `score` reads what the layer's forward left. Called
+outside it (another press wrapping this one, a direct call), `score` recomputes the queries and runs
+`attention_received` as described above (`received_beside`); both give the same scores.
 
 The scores equal kvpress's own press on eager attention up to float rounding (its weights are in the
 model's dtype, ours float32), and each sequence of a padded batch scores as it does alone; kvpress's
@@ -132,6 +132,7 @@ class ObservedAttentionPress(KVPressObservedAttention):
         """
         with contextlib.ExitStack() as stack:
             if self.from_forward:
+                stack.callback(self._received.clear)  # what no hook took (a forward cut short)
                 stack.enter_context(self._forward_session(model))
             stack.enter_context(super().__call__(model))
             yield

@@ -304,7 +304,8 @@ def test_kvpress_benchmark_table_and_rows_without_kvpress(benchmark_script):
     assert table[4] == "| 8,192 | lens | sdpa | 1.00 | 0.25 | 1.25 | 1,250 | 4,096 | 99.88 % | 3.2e-06 |"
     assert table[5].startswith("| 16,384 | kvpress | skipped: out of memory in layer 1 of 30")
     assert table[6] == "| 32,768 | kvpress | skipped: not run: stopped at 16,384 | | | | | | | |"
-    assert "(compression_ratio 0.5), smollm2 on `austen:persuasion`, median of 1" in table[8]
+    assert table[8] == "The lens press over the prefill without a press: 1.25× at 8,192."
+    assert "(compression_ratio 0.5), smollm2 on `austen:persuasion`, median of 1" in table[10]
 
 
 @pytest.mark.slow  # two child processes in the kvpress environment (about 30 s on 2 busy cores)
