@@ -15,9 +15,9 @@ merge.py merges key shards, with the sink joining there once, and ends as the ro
         up to fp32 rounding order (tests/triton_decode_interp_cases.py holds it to the float64 reference
         under the interpreter and to the row kernel at a 16K cache on a GPU)
 
-Whether it runs is decided in plan.py (`decode_splits`: few rows on a long cache; `run` launches it
-for the "triton" kernel); every modifier the row kernel takes is taken here, so the plan routes by
-shape alone. The splits' partial states (10, B·Hq, splits, T) fp32 and output sums (B·Hq, splits, T,
+Whether it runs is decided by `splits.decode_splits` (few rows on a long cache), which `plan.run` asks
+for the "triton" kernel; every modifier the row kernel takes is taken here, so the shape alone routes
+it. The splits' partial states (10, B·Hq, splits, T) fp32 and output sums (B·Hq, splits, T,
 BLOCK_D) fp32 are the only memory beyond the row kernel's: under a MiB at 32 heads and 32 splits.
 """
 
@@ -29,13 +29,13 @@ import triton
 from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
+from entropy_lens.kernels.splits import DECODE_ROWS
 from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
 from entropy_lens.kernels.triton_combine import combine_kernel
 from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS, INTERPRET, mark_first_keys
 from entropy_lens.kernels.triton_split import PART_SLOTS, split_kernel
 from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
-DECODE_ROWS = 16  # the query rows one split program holds (BLOCK_M; tl.dot takes no fewer than 16)
 # (BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU (not yet measured, nor held to the static
 # compile's spill check: a 16-row program holds a quarter of the row kernel's smallest tile); fixed
 # BLOCK_N 32 under the interpreter
