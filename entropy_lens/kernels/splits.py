@@ -12,6 +12,7 @@ split below SPLIT_MIN_KEYS keys, at most MAX_SPLITS. Its constants are guesses a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -23,6 +24,7 @@ SPLIT_MIN_KEYS = 256  # keys a split streams at least
 SPLIT_WAVES = 4  # programs per SM the splits aim at
 MAX_SPLITS = 64
 INTERPRETER_SMS = 132  # the SMs the interpreter (no GPU) decides for: an H100 or H200
+_FORCED: list[int] = []  # the split counts `forced_splits` holds, innermost last
 
 
 def decode_splits(q, k, mods: ScoreMods) -> int:
@@ -37,9 +39,11 @@ def decode_splits(q, k, mods: ScoreMods) -> int:
         mods: the ScoreMods in the Triton kernel's form (a window narrows the keys the rows see).
 
     Returns:
-        int: the splits, 1 to MAX_SPLITS.
+        int: the splits, 1 to MAX_SPLITS (inside `forced_splits(n)`, n).
     """
     (B, Hq, T), S = q.shape[:3], k.shape[2]
+    if _FORCED and T <= DECODE_ROWS:
+        return _FORCED[-1]
     if T > DECODE_ROWS or S <= T or B * Hq == 0:
         return 1
     keys = min(S, mods.window + T - 1) if mods.causal and mods.window is not None else S
@@ -55,4 +59,24 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-__all__ = ["DECODE_ROWS", "decode_splits"]
+@contextlib.contextmanager
+def forced_splits(splits: int):
+    """Every `decode_splits` inside gives `splits` for at most DECODE_ROWS query rows (1: the row kernel),
+    whatever the shape: benchmarks/decode_gpu.py times the row kernel and each split count with it.
+
+    Args:
+        splits: the key splits, >= 1.
+
+    Raises:
+        ValueError: splits < 1.
+    """
+    if splits < 1:
+        raise ValueError(f"forced_splits({splits}): give 1 (the row kernel) or more splits")
+    _FORCED.append(int(splits))
+    try:
+        yield
+    finally:
+        _FORCED.pop()
+
+
+__all__ = ["DECODE_ROWS", "decode_splits", "forced_splits"]
