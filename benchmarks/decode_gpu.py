@@ -145,8 +145,9 @@ def kernel_rows(length: int, args, layer: dict) -> list[dict]:
     return rows
 
 
-def step_rows(model, length: int, args) -> list[dict]:
-    """The step part at one cache length: a prefill of `length` tokens (untimed), then decode steps."""
+def step_rows(model, length: int, args, splits: int) -> list[dict]:
+    """The step part at one cache length: a prefill of `length` tokens (untimed), then decode steps;
+    `splits`: what decode_splits gives the layers (the recorded row's)."""
     import torch
     from transformers import DynamicCache
 
@@ -160,8 +161,8 @@ def step_rows(model, length: int, args) -> list[dict]:
     for mode in ("plain", "recorded", "recorded_row"):
         cache = DynamicCache()
         recorder = GenerationRecorder(model, stats=("entropy",), **backend) if mode != "plain" else None
-        splits = forced_splits(1) if mode == "recorded_row" else contextlib.nullcontext()
-        with torch.no_grad(), recorder or contextlib.nullcontext(), splits:
+        row_kernel = forced_splits(1) if mode == "recorded_row" else contextlib.nullcontext()
+        with torch.no_grad(), recorder or contextlib.nullcontext(), row_kernel:
             logits = model(ids, past_key_values=cache, use_cache=True).logits
             token = logits[:, -1:].argmax(-1)
 
@@ -169,7 +170,10 @@ def step_rows(model, length: int, args) -> list[dict]:
                 return model(token, past_key_values=cache, use_cache=True).logits
 
             timing = timed(step, repeats=args.repeats, warmup=2, sync=sync)
-        rows.append({"part": "step", "len": length, "mode": mode, "median_ms": 1e3 * timing.median})
+        ran = {"plain": None, "recorded": splits, "recorded_row": 1}[mode]
+        rows.append(
+            {"part": "step", "len": length, "mode": mode, "splits": ran, "median_ms": 1e3 * timing.median}
+        )
     return rows
 
 
@@ -194,9 +198,14 @@ def main(argv=None) -> int:
     for length in args.lengths:
         q = torch.empty(1, layer["heads"], 1, layer["head_dim"], device=args.device)
         k = torch.empty(1, layer["kv_heads"], length, layer["head_dim"], device=args.device)
-        print(f"{length} keys: decode_splits gives {decode_splits(q, k, ScoreMods.build(q, k))}", flush=True)
+        splits = decode_splits(q, k, ScoreMods.build(q, k))
+        print(f"{length} keys: decode_splits gives {splits}", flush=True)
         for part in args.parts:
-            rows += kernel_rows(length, args, layer) if part == "kernel" else step_rows(model, length, args)
+            rows += (
+                kernel_rows(length, args, layer)
+                if part == "kernel"
+                else step_rows(model, length, args, splits)
+            )
             write(args.out, rows, gpu=gpu, shape=shape)
     print("\n" + table(with_ratios(rows), COLUMNS))
     print(f"wrote {args.out}")
