@@ -36,17 +36,24 @@ from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS, INTERPRET, mark_fir
 from entropy_lens.kernels.triton_split import PART_SLOTS, split_kernel
 from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
 
-# (BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU (not yet measured, nor held to the static
-# compile's spill check: a 16-row program holds a quarter of the row kernel's smallest tile); fixed
-# BLOCK_N 32 under the interpreter
-SPLIT_CONFIGS = ((64, 4, 2), (128, 4, 2), (64, 4, 3), (128, 8, 3))
+# (BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU: those that compile for sm_80 and sm_90 at
+# head_dim 64 and 128 without spilling registers, every variant (tests/kernels/test_triton_compile.py holds
+# them to it; times untested). BLOCK_N 128 on 4 warps puts 128 B on the stack (bf16 on sm_90, fp32). fp32
+# tiles (IEEE FMA products, no tensor cores) spill at 64 keys with every statistic on sm_80: 32 there.
+SPLIT_CONFIGS = ((64, 4, 2), (64, 4, 3), (128, 8, 3))
+FP32_SPLIT_CONFIGS = ((32, 4, 2), (32, 4, 3))
 FIXED_BLOCK_N = 32
 
 _TUNED: dict[tuple, object] = {}
 
 
+def split_configs(fp32: bool) -> tuple[tuple[int, int, int], ...]:
+    """The (BLOCK_N, num_warps, num_stages) the split kernel's autotuner tries for bf16/fp16 or fp32 tiles."""
+    return FP32_SPLIT_CONFIGS if fp32 else SPLIT_CONFIGS
+
+
 def _split_launcher(variant: tuple):
-    """(kernel, autotuned?): on a GPU an autotuner over SPLIT_CONFIGS per variant of compile-time flags
+    """(kernel, autotuned?): on a GPU an autotuner over `split_configs` per variant of compile-time flags
     (a config tuned for one is not kept for another), keyed by S's power-of-two bucket, so a growing cache
     does not retune every step; the plain kernel under the interpreter."""
     if INTERPRET or not torch.cuda.is_available():
@@ -54,7 +61,7 @@ def _split_launcher(variant: tuple):
     if variant not in _TUNED:
         configs = [
             triton.Config({"BLOCK_N": bn}, num_warps=warps, num_stages=stages)
-            for bn, warps, stages in SPLIT_CONFIGS
+            for bn, warps, stages in split_configs(fp32=variant[1])
         ]
         _TUNED[variant] = triton.autotune(configs, key=["S_BUCKET", "SPLITS", "BLOCK_D", "CAUSAL"])(
             split_kernel
