@@ -92,7 +92,7 @@ def row_stats_split(
         v: (B, Hkv, S, D) values for the output too, or None.
         softmax_scale: (Hq,) float32, the validated scale.
         mods: the ScoreMods in the Triton kernel's form (`plan.statistics_kernel`).
-        splits: the key chunks per (batch, head), >= 1 (`plan.decode_splits` picks it).
+        splits: the key chunks per (batch, head), >= 1 (`splits.decode_splits` picks it).
         measure: the statistics and their parameters (flags.Measure).
         with_lse: the rows' log-sum-exp too.
 
@@ -107,7 +107,7 @@ def row_stats_split(
     if T > DECODE_ROWS or splits < 1:
         raise ValueError(
             f"the split-key kernel takes at most {DECODE_ROWS} query rows and splits >= 1, not T={T}, "
-            f"splits={splits}; run triton_entropy.row_stats_triton, or let kernels.run pick (plan.decode_splits)"
+            f"splits={splits}; run triton_entropy.row_stats_triton, or let kernels.run pick (splits.decode_splits)"
         )
     if mods.key_bias is not None:
         raise ValueError("the Triton kernels take no key bias; run it with backend='torch_chunked'")
