@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the Triton work leaves to a GPU, in stages meant to fit a 10-minute command each (not yet timed):
-#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all seven, in order)
+#   benchmarks/gpu_checks.sh [STAGE ...]      (default: all ten, in order)
 #     tests    pytest -m gpu (real sizes) and the interpreter's grid run natively on CUDA -> gpu_tests.txt
 #     received attention received's Triton column pass natively on CUDA (test_received.py's triton cases,
 #              every score modifier against the float64 definition)                    -> received_tests.txt
@@ -19,6 +19,10 @@
 #              route's against sdpa's gradients on every family (test_train_route_cuda.py) -> train_tests.txt
 #              and a training step unmonitored / monitored (every step, every 10th), SmolLM2 2K and 4K and a
 #              4-layer Llama at 1K, the routes that ran in each row's `paths` (TRAIN_SIZES) -> train_gpu.json
+#     decode   the decode step's split-key launch: its cases natively on CUDA, the gpu ones against the row
+#              kernel at a 16K and 32K cache (triton_decode_interp_cases.py)           -> decode_tests.txt
+#              and one decode step recorded / plain at 4K, 16K, 32K of cache, the kernel's split counts
+#              against the row kernel and sdpa (decode_gpu.py; issue 69 item 5)       -> decode_gpu.json
 # OUT_DIR (default benchmarks/results) receives the files; PYTHON chooses the interpreter (default python3),
 # which needs a CUDA build of torch, triton and transformers and this package on its path
 # (pip install -e . or PYTHONPATH=.).
@@ -30,7 +34,7 @@ mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 "$PY" -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" || exit 1
 stages=("$@")
-[ $# -gt 0 ] || stages=(tests received static short long overhead sweep context train)
+[ $# -gt 0 ] || stages=(tests received static short long overhead sweep context train decode)
 status=0
 for s in "${stages[@]}"; do
   case $s in
@@ -64,7 +68,11 @@ for s in "${stages[@]}"; do
       # shellcheck disable=SC2086  # TRAIN_SIZES is a list of MODEL:LEN words
       "$PY" benchmarks/train_cpu.py --device cuda --sizes ${TRAIN_SIZES:-smollm2:2048 smollm2:4096 llama4:1024} \
         --out "$OUT_DIR/train_gpu.json" || status=1 ;;
-    *) echo "unknown stage '$s': choose from tests received static short long overhead sweep context train" >&2
+    decode)
+      "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/triton_decode_interp_cases.py \
+        tests/kernels/test_decode_split.py -k "not under_the_interpreter" 2>&1 | tee "$OUT_DIR/decode_tests.txt" || status=1
+      "$PY" benchmarks/decode_gpu.py --out "$OUT_DIR/decode_gpu.json" || status=1 ;;
+    *) echo "unknown stage '$s': choose from tests received static short long overhead sweep context train decode" >&2
        exit 2 ;;
   esac
 done

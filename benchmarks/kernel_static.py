@@ -176,6 +176,93 @@ def compile_received_kernel(
     )
 
 
+def compile_decode_kernels(
+    arch: int,
+    dtype: str,
+    *,
+    with_output: bool = True,
+    causal: bool = True,
+    window: bool = False,
+    key_padding: bool = False,
+    softcap: bool = False,
+    sinks: bool = False,
+    alibi: bool = False,
+    extras: tuple[str, ...] | None = None,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    head_dim: int = 64,
+    group: int = 8,
+):
+    """The decode step's split and combine kernels (kernels/triton_split.py, triton_combine.py) compiled
+    for `arch` without a GPU: (split, combine), triton CompiledKernels; `extras` as compile_kernel's."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from entropy_lens.kernels.splits import DECODE_ROWS
+    from entropy_lens.kernels.triton_combine import combine_kernel
+    from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS
+    from entropy_lens.kernels.triton_split import split_kernel
+
+    flags = {
+        flag: name in (extras or ()) and (name not in ("lk", "mk") or sinks)
+        for name, flag in EXTRA_FLAGS.items()
+    }
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    split_const = {
+        "GROUP": group,
+        "BLOCK_D": block_d,
+        "D": head_dim,
+        "CAUSAL": causal,
+        "HAS_WINDOW": window,
+        "HAS_KEEP": key_padding,
+        "CAST_F32": dtype == "fp32",
+        "IEEE": dtype == "fp32",
+        "WITH_OUTPUT": with_output,
+        "HAS_SOFTCAP": softcap,
+        "HAS_ALIBI": alibi,
+        **flags,
+        "BLOCK_M": DECODE_ROWS,
+        "BLOCK_N": block_n,
+    }
+    combine_const = {
+        "BLOCK_D": block_d,
+        "D": head_dim,
+        "WITH_OUTPUT": with_output,
+        "HAS_SINKS": sinks,
+        "STORE_STATE": extras is not None,
+        **flags,
+        "BLOCK_M": DECODE_ROWS,
+    }
+    split_pointers = {"Q": dtype, "K": dtype, "V": dtype, "SCALE": "fp32", "KEEP": "i8", "PART": "fp32"}
+    split_pointers |= {"PACC": "fp32", "ALIBI": "fp32"}
+    combine_pointers = {"PART": "fp32", "PACC": "fp32", "SINKS": "fp32", "OUT": "fp32", "O": dtype}
+    combine_pointers |= {"SINK_MASS": "fp32"}
+    compiled = []
+    for fn, const, pointers in (
+        (split_kernel, split_const, split_pointers),
+        (combine_kernel, combine_const, combine_pointers),
+    ):
+        signature = {
+            name: "constexpr"
+            if name in const
+            else "*" + pointers[name]
+            if name in pointers
+            else "fp32"
+            if name == "SOFTCAP"
+            else "i32"
+            for name in fn.arg_names
+        }
+        constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
+        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        options = (
+            {"num_warps": num_warps, "num_stages": num_stages} if fn is split_kernel else {"num_warps": 4}
+        )
+        compiled.append(triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options))
+    return tuple(compiled)
+
+
 def resource_usage(compiled) -> dict:
     """Registers per thread, local (spill) and stack bytes, from the cubin via triton's cuobjdump."""
     import triton

@@ -74,8 +74,10 @@ What a row returns is declared once, in stats.py (`ROW_STATS`, `RowStats`); whic
 once, in plan.py (`BACKENDS`: "reference", float64, tests only; "torch_chunked", exact streaming, the
 fallback everywhere, its per-tile step compiled on request, fold.py; "native", the same loop in C++ on
 CPU, kernels/native, built on first use, `native_status()` says whether it is and why not; "triton", the
-GPU kernel, triton_entropy.py, on CPU only under TRITON_INTERPRET=1, for tests). The argument checks
-live in contract.py.
+GPU kernel, triton_entropy.py, on CPU only under TRITON_INTERPRET=1, for tests; for a decode step's few
+query rows on a long cache its split-key launch, triton_decode.py with triton_split.py and
+triton_combine.py, as many splits as `decode_splits` (splits.py) gives). The argument checks live in
+contract.py.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ from entropy_lens.kernels.probs import attention_probs
 from entropy_lens.kernels.received import attention_received, received_from_lse
 from entropy_lens.kernels.reference import attention_probabilities
 from entropy_lens.kernels.slices import row_slice_stats
+from entropy_lens.kernels.splits import decode_splits
 from entropy_lens.kernels.stats import (
     ROW_STATS,
     RowStats,
@@ -130,6 +133,7 @@ __all__ = [
     "attention_with_entropy",
     "check_finite",
     "compile_requested",
+    "decode_splits",
     "entropy_from_state",
     "fold_status",
     "merge_states",

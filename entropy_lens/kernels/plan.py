@@ -14,6 +14,8 @@ the score modifiers into the routes a layer can take, and `run` runs a route's k
     train_plan(backend, fused, q, k, v, mods, *, dropout, own_code) -> Route | None: the route of a
               layer that captures and wants gradients (a training step, a trainable scale)
     run(kernel, q, k, v, softmax_scale, mods, ...) -> RowStats
+    decode_splits(q, k, mods) -> int (splits.py): for "triton", the key splits of a decode step's launch
+              (few query rows on a long cache: triton_decode.py); 1, the row kernel. `run` asks it
 
 A route names its path (what the results meta records as `attention_path`) and the kernel that computes
 its statistics (`backend` in the meta), in one vocabulary::
@@ -65,6 +67,7 @@ from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native import native_available, native_status, row_stats_native
 from entropy_lens.kernels.reference import row_stats_reference
+from entropy_lens.kernels.splits import decode_splits
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.torch_chunked import row_stats_torch
 from entropy_lens.kernels.train import train_form
@@ -309,8 +312,15 @@ def run(
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
         check_score_range(q, k, softmax_scale, mods, kernel)
+        splits = decode_splits(q, k, mods)
+        if splits > 1:  # a decode step: the keys split over programs (triton_decode.py), then combined
+            from entropy_lens.kernels.triton_decode import row_stats_split
 
+            return row_stats_split(
+                q, k, v, softmax_scale, mods, splits=splits, measure=measure, with_lse=with_lse
+            )
         return row_stats_triton(q, k, v, softmax_scale, mods, measure=measure, with_lse=with_lse)
+
     kw = {"measure": measure, "with_lse": with_lse, **blocks}
     if kernel == Backend.NATIVE:
         return row_stats_native(q, k, v, softmax_scale, mods, **kw, key_state=key_state, counted=counted)
@@ -330,6 +340,7 @@ __all__ = [
     "Plan",
     "Route",
     "RowStats",
+    "decode_splits",
     "plan",
     "resolve_backend",
     "run",

@@ -316,7 +316,7 @@ def _entropy_kernel(
             lo = k_start if part == 0 else full_start if part == 1 else full_end
             hi = full_start if part == 0 else full_end if part == 1 else k_end
             for start in range(lo, hi, BLOCK_N):
-                m, l, u, acc, w, c, lk, dist, f, mk, rk = _key_block(
+                m, l, u, acc, w, c, lk, dist, f, mk, rk = key_block(
                     q,
                     m,
                     l,
@@ -418,7 +418,7 @@ def _entropy_kernel(
 
 
 @triton.jit
-def _key_block(
+def key_block(
     q,
     m,
     l,
@@ -641,7 +641,7 @@ def stream_triton(q, k, v, softmax_scale, mods: ScoreMods, *, extra=(), measure:
     return state, None if out is None else out.transpose(1, 2)
 
 
-def _mark_first_keys(keep, first_key, first_keys: int, B: int, S: int, device) -> torch.Tensor:
+def mark_first_keys(keep, first_key, first_keys: int, B: int, S: int, device) -> torch.Tensor:
     """The key padding (B, S) int8 (all ones for None) with each batch row's first K real keys,
     first_key[b] <= j < first_key[b] + K, marked 2: where the kernel sums first_mass's keys."""
     keys = torch.arange(S, device=device)
@@ -676,7 +676,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, measure: Measur
         kept = tuple(name for name in extra if name not in ("lk", "mk") or sinks is not None)
         names = (*STATE, *kept)
     if kept is not None and "f" in kept and mods.first_key is not None:
-        keep = _mark_first_keys(keep, mods.first_key, measure["first_keys"], B, S, q.device)
+        keep = mark_first_keys(keep, mods.first_key, measure["first_keys"], B, S, q.device)
     results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     rows = dict(zip(names, results, strict=True))
     if extra is None:

@@ -15,6 +15,7 @@ pytest.importorskip("triton.backends.nvidia", reason="triton without its CUDA ba
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 kernel_static = pytest.importorskip("kernel_static")
 
+from entropy_lens.kernels.triton_decode import split_configs
 from entropy_lens.kernels.triton_entropy import autotune_configs
 from entropy_lens.kernels.triton_received import received_configs
 
@@ -339,3 +340,55 @@ def test_the_received_kernel_compiles_at_head_size_128(arch, config):
 def test_the_received_kernel_compiles_for_h100():
     """One compile of the column pass (bf16, sm_90, its first config, key padding) in the inner loop."""
     assert_received_compiles(90, "bf16", received_configs(False)[0], key_padding=True)
+
+
+# the decode step's split and combine kernels (kernels/triton_decode.py): every config the split kernel's
+# autotuner may pick, the default statistics and every one with every modifier
+DECODE_VARIANTS = {
+    "default": {},
+    "all": {
+        "window": True,
+        "softcap": True,
+        "sinks": True,
+        "alibi": True,
+        "extras": kernel_static.ALL_EXTRAS,
+    },
+    "all_padding": {"key_padding": True, "sinks": True, "extras": kernel_static.ALL_EXTRAS},
+}
+
+
+def assert_decode_compiles(arch, dtype, config, head_dim=64, **variant):
+    bn, warps, stages = config
+    for compiled in kernel_static.compile_decode_kernels(
+        arch, dtype, block_n=bn, num_warps=warps, num_stages=stages, head_dim=head_dim, **variant
+    ):
+        use = kernel_static.resource_usage(compiled)
+        assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
+
+
+DECODE_GRID = [
+    (arch, dtype, variant, config)
+    for arch in (80, 90)
+    for dtype in ("bf16", "fp32")
+    for variant in DECODE_VARIANTS
+    for config in split_configs(dtype == "fp32")
+]
+
+
+@SLOW
+@pytest.mark.parametrize(
+    "arch,dtype,variant,config", DECODE_GRID, ids=["-".join(map(str, (*v[:3], *v[3]))) for v in DECODE_GRID]
+)
+def test_the_decode_kernels_compile_without_spills(arch, dtype, variant, config):
+    assert_decode_compiles(arch, dtype, config, **DECODE_VARIANTS[variant])
+
+
+@SLOW
+@pytest.mark.parametrize("config", split_configs(False))
+def test_the_decode_kernels_compile_at_head_size_128(config):
+    assert_decode_compiles(90, "bf16", config, head_dim=128, **DECODE_VARIANTS["all"])
+
+
+def test_the_decode_kernels_compile_for_h100():
+    """The inner loop's one compile of the decode step's kernels (the default fused variant)."""
+    assert_decode_compiles(90, "bf16", split_configs(False)[0])

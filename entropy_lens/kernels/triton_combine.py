@@ -1,0 +1,162 @@
+"""The combine of the decode step (triton_decode.py): one program per batch·head merges the splits'
+partial states (triton_split.py) exactly, as merge.py merges key shards, in two passes over the splits:
+
+    m = max(σ_h, max_s m_s)         (σ_h the sink's logit, −inf without sinks: the sink enters here once)
+    α_s = 2^(m_s − m), δ_s = m_s − m (0 for a split that saw no key: its α is 0 too)
+    l = Σ α_s l_s,  u = Σ α_s (u_s + δ_s l_s),  w = Σ α_s (w_s + 2δ_s u_s + δ_s² l_s),  c = Σ α_s² c_s,
+    lk, d, f, rk = Σ α_s ·_s,  mk = max_s mk_s,  out = Σ α_s acc_s / l
+
+in log2 units, as the row kernel keeps them; the sink, the state (σ, 1, 0) (c = 1), adds α_σ = 2^(σ − m)
+to l and α_σ² to c, α_σ δ_σ to u and α_σ δ_σ² to w, as `merge.sink_state` merged in does. It ends as
+the row kernel ends: entropy and sink mass read here (H = ln l − ln2·u/l, p_sink = 2^(σ − m)/l), or with
+STORE_STATE the final state stored in nats slot by slot for `stats.read_stats`; and the output acc/l
+(0 for a row with no outcome) in the (B, T, Hq, D) layout.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def combine_kernel(
+    # data: the splits' partial states and output sums (as _split_kernel stores them), sink logits (Hq,)
+    # fp32, the rows' results (n, B, Hq, T) fp32 (the row kernel's OUT), the output (B, T, Hq, D) and the
+    # sink mass (B, Hq, T)
+    PART,
+    PACC,
+    SINKS,
+    OUT,
+    O,
+    SINK_MASS,
+    # strides of the output
+    sob,
+    soh,
+    sot,
+    sod,
+    # sizes
+    H_Q,
+    T,
+    SPLITS,
+    PART_SLOT,
+    OUT_SLOT,
+    BLOCK_D: tl.constexpr,
+    D: tl.constexpr,
+    WITH_OUTPUT: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    STORE_STATE: tl.constexpr,
+    HAS_W: tl.constexpr,
+    HAS_C: tl.constexpr,
+    HAS_LK: tl.constexpr,
+    HAS_D: tl.constexpr,
+    HAS_F: tl.constexpr,
+    HAS_MK: tl.constexpr,
+    HAS_RK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    b = (pid_bh // H_Q).to(tl.int64)
+    h = (pid_bh % H_Q).to(tl.int64)
+    rows = tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    live = rows < T
+    base = PART + pid_bh.to(tl.int64) * SPLITS * T + rows
+    # pass 1: the common max m over the splits and the sink
+    if HAS_SINKS:
+        sink = tl.load(SINKS + h) * 1.4426950408889634
+        m = tl.zeros([BLOCK_M], tl.float32) + sink
+    else:
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    mk = tl.full([BLOCK_M], float("-inf"), tl.float32) if HAS_MK else 0.0
+    for s in range(SPLITS):
+        m = tl.maximum(m, tl.load(base + s * T, mask=live, other=float("-inf")))
+        if HAS_MK:  # a max over keys, no sum
+            mk = tl.maximum(mk, tl.load(base + s * T + 8 * PART_SLOT, mask=live, other=float("-inf")))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # no outcome in the row
+    # pass 2: each side's sums moved to m (module docstring); the sink first, a state (σ, 1, 0)
+    if HAS_SINKS:
+        a_sink = tl.exp2(sink - m_safe)
+        d_sink = sink - m_safe
+        l = a_sink
+        u = a_sink * d_sink
+        w = a_sink * d_sink * d_sink if HAS_W else 0.0
+        c = a_sink * a_sink if HAS_C else 0.0
+    else:
+        l = tl.zeros([BLOCK_M], tl.float32)
+        u = tl.zeros([BLOCK_M], tl.float32)
+        w = tl.zeros([BLOCK_M], tl.float32) if HAS_W else 0.0
+        c = tl.zeros([BLOCK_M], tl.float32) if HAS_C else 0.0
+    lk = tl.zeros([BLOCK_M], tl.float32) if HAS_LK else 0.0
+    dist = tl.zeros([BLOCK_M], tl.float32) if HAS_D else 0.0
+    f = tl.zeros([BLOCK_M], tl.float32) if HAS_F else 0.0
+    rk = tl.zeros([BLOCK_M], tl.float32) if HAS_RK else 0.0
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32) if WITH_OUTPUT else 0.0
+    for s in range(SPLITS):
+        at = base + s * T
+        m_s = tl.load(at, mask=live, other=float("-inf"))
+        l_s = tl.load(at + PART_SLOT, mask=live, other=0.0)
+        u_s = tl.load(at + 2 * PART_SLOT, mask=live, other=0.0)
+        alpha = tl.exp2(m_s - m_safe)  # 0 for a split that saw no key (m_s = −inf)
+        delta = tl.where(l_s > 0, m_s - m_safe, 0.0)
+        if HAS_W:
+            w_s = tl.load(at + 3 * PART_SLOT, mask=live, other=0.0)
+            w += alpha * (w_s + delta * (2.0 * u_s + delta * l_s))
+        if HAS_C:
+            c += alpha * alpha * tl.load(at + 4 * PART_SLOT, mask=live, other=0.0)
+        if HAS_LK:
+            lk += alpha * tl.load(at + 5 * PART_SLOT, mask=live, other=0.0)
+        if HAS_D:
+            dist += alpha * tl.load(at + 6 * PART_SLOT, mask=live, other=0.0)
+        if HAS_F:
+            f += alpha * tl.load(at + 7 * PART_SLOT, mask=live, other=0.0)
+        if HAS_RK:
+            rk += alpha * tl.load(at + 9 * PART_SLOT, mask=live, other=0.0)
+        l += alpha * l_s
+        u += alpha * (u_s + delta * l_s)
+        if WITH_OUTPUT:
+            cell = (pid_bh * SPLITS + s).to(tl.int64) * T
+            part = tl.load(
+                PACC + (cell + rows[:, None]) * BLOCK_D + dims[None, :], mask=live[:, None], other=0.0
+            )
+            acc += alpha[:, None] * part
+    # the row kernel's ending: the state in nats slot by slot, or entropy and sink mass read here
+    if STORE_STATE:
+        at = OUT + pid_bh.to(tl.int64) * T + rows
+        tl.store(at, m * 0.6931471805599453, mask=live)
+        tl.store(at + OUT_SLOT, l, mask=live)
+        at += 2 * OUT_SLOT
+        tl.store(at, u * 0.6931471805599453, mask=live)
+        if HAS_W:
+            at += OUT_SLOT
+            tl.store(at, w * 0.4804530139182014, mask=live)
+        if HAS_C:
+            at += OUT_SLOT
+            tl.store(at, c, mask=live)
+        if HAS_LK:
+            at += OUT_SLOT
+            tl.store(at, lk, mask=live)
+        if HAS_D:
+            at += OUT_SLOT
+            tl.store(at, dist, mask=live)
+        if HAS_F:
+            at += OUT_SLOT
+            tl.store(at, f, mask=live)
+        if HAS_MK:
+            at += OUT_SLOT
+            tl.store(at, mk * 0.6931471805599453, mask=live)
+        if HAS_RK:
+            at += OUT_SLOT
+            tl.store(at, rk, mask=live)
+    else:
+        ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)
+        tl.store(OUT + pid_bh.to(tl.int64) * T + rows, tl.maximum(ent, 0.0), mask=live)
+        if HAS_SINKS:
+            tl.store(SINK_MASS + pid_bh.to(tl.int64) * T + rows, tl.exp2(sink - m) / l, mask=live)
+    if WITH_OUTPUT:
+        o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
+        tl.store(
+            O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod,
+            o.to(O.dtype.element_ty),
+            mask=live[:, None] & (dims[None, :] < D),
+        )
