@@ -36,9 +36,10 @@ prefill's layer inputs (eager against sdpa: float rounding apart, the same); the
 is tests/kvpress_cases.py's (1e-4).
 
 The JSON is written after every row; the table is printed at the end, and the benchmarks page's is made
-from the JSON (benchmarks/readme_tables.py). Duration at the defaults on 2 cores: about 40 minutes, estimated
-(a run on 2026-11-28 took 14 minutes to the plain prefill at 16K; the lens press took 7 minutes at 32K
-on 2026-11-26); kvpress stops at 16K (one layer's weights: 9.0 GiB, twice that in the softmax).
+from the JSON (benchmarks/readme_tables.py). Duration at the defaults on 2 cores: 64 minutes on
+2026-11-28, 28 of them kvpress's prefill at 16K (one layer's weights: 9.0 GiB, twice that in the
+softmax; it peaked at 21.4 GiB of 23.5 and finished, where on 2026-11-26 it ran out of memory in layer 19);
+kvpress stops at 32K.
 """
 
 from __future__ import annotations
