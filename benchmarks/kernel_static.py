@@ -34,6 +34,28 @@ DTYPES = ("bf16", "fp16", "fp32")  # fp16 compiles like bf16; fp32 uses IEEE FMA
 ALL_EXTRAS = ("w", "c", "lk", "d", "f", "mk", "rk")
 
 
+def compile_for(fn, const: dict, pointers: dict, arch: int, options: dict):
+    """`fn` compiled for sm_`arch` without a GPU: the arguments in `const` as constexprs, those in
+    `pointers` as pointers to their dtype, SOFTCAP as fp32 and every other scalar as i32."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {
+        name: "constexpr"
+        if name in const
+        else "*" + pointers[name]
+        if name in pointers
+        else "fp32"
+        if name == "SOFTCAP"
+        else "i32"
+        for name in fn.arg_names
+    }
+    constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+
+
 def compile_kernel(
     arch: int,
     dtype: str,
@@ -58,8 +80,6 @@ def compile_kernel(
     stored with these accumulators of stats.EXTRA_STATE (ALL_EXTRAS: every statistic; "lk" and "mk" are
     kept only with sinks, as the launcher keeps them)."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
     from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS
@@ -76,7 +96,6 @@ def compile_kernel(
         "SINK_MASS": "fp32",
         "ALIBI": "fp32",
     }
-    scalars = {"SOFTCAP": "fp32"}  # every other scalar argument is an i32
     const = {
         "GROUP": group,
         "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
@@ -98,19 +117,7 @@ def compile_kernel(
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
-    signature = {
-        name: "constexpr"
-        if name in const
-        else "*" + pointers[name]
-        if name in pointers
-        else scalars.get(name, "i32")
-        for name in fn.arg_names
-    }
-    constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(
-        src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "num_stages": num_stages}
-    )
+    return compile_for(fn, const, pointers, arch, {"num_warps": num_warps, "num_stages": num_stages})
 
 
 def compile_received_kernel(
@@ -131,8 +138,6 @@ def compile_received_kernel(
 ):
     """The column pass of attention received (kernels/triton_received.py) compiled for `arch` without a GPU."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from entropy_lens.kernels.triton_received import RECEIVED_KERNEL as fn
 
@@ -159,21 +164,7 @@ def compile_received_kernel(
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
-    signature = {
-        name: "constexpr"
-        if name in const
-        else "*" + pointers[name]
-        if name in pointers
-        else "fp32"
-        if name == "SOFTCAP"
-        else "i32"
-        for name in fn.arg_names
-    }
-    constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(
-        src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "num_stages": num_stages}
-    )
+    return compile_for(fn, const, pointers, arch, {"num_warps": num_warps, "num_stages": num_stages})
 
 
 def compile_decode_kernels(
@@ -197,8 +188,6 @@ def compile_decode_kernels(
     """The decode step's split and combine kernels (kernels/triton_split.py, triton_combine.py) compiled
     for `arch` without a GPU: (split, combine), triton CompiledKernels; `extras` as compile_kernel's."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from entropy_lens.kernels.splits import DECODE_ROWS
     from entropy_lens.kernels.triton_combine import combine_kernel
@@ -239,28 +228,11 @@ def compile_decode_kernels(
     split_pointers |= {"PACC": "fp32", "ALIBI": "fp32"}
     combine_pointers = {"PART": "fp32", "PACC": "fp32", "SINKS": "fp32", "OUT": "fp32", "O": dtype}
     combine_pointers |= {"SINK_MASS": "fp32"}
-    compiled = []
-    for fn, const, pointers in (
-        (split_kernel, split_const, split_pointers),
-        (combine_kernel, combine_const, combine_pointers),
-    ):
-        signature = {
-            name: "constexpr"
-            if name in const
-            else "*" + pointers[name]
-            if name in pointers
-            else "fp32"
-            if name == "SOFTCAP"
-            else "i32"
-            for name in fn.arg_names
-        }
-        constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
-        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-        options = (
-            {"num_warps": num_warps, "num_stages": num_stages} if fn is split_kernel else {"num_warps": 4}
-        )
-        compiled.append(triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options))
-    return tuple(compiled)
+    split_options = {"num_warps": num_warps, "num_stages": num_stages}
+    return (
+        compile_for(split_kernel, split_const, split_pointers, arch, split_options),
+        compile_for(combine_kernel, combine_const, combine_pointers, arch, {"num_warps": 4}),
+    )
 
 
 def resource_usage(compiled) -> dict:
