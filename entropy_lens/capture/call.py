@@ -112,6 +112,11 @@ class Session:
     # None, or a ShardedSequence: the model runs on one shard of each sequence
     # (--context-parallel); the attention function gathers K and V and aligns the queries by position
     context: ShardedSequence | None = None
+    # the tokens the forward's KV cache held before it (ScaleSession's decoder hook: `cache_length`); None
+    # without a cache. A pre-allocated cache (transformers' StaticCache, a static sliding layer before it
+    # is full) hands each layer all its slots, the first cache_seen + T of them written: `read_call` keeps
+    # those, so that query i is key cache_seen + i, as in a cache that grows
+    cache_seen: int | None = None
 
     def __post_init__(self):
         require(measure=self.measure)
@@ -197,6 +202,13 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     softcap = kwargs.pop("softcap", None)
     alibi_slopes, key_bias = kwargs.pop("alibi_slopes", None), kwargs.pop("key_bias", None)
     own_output = kwargs.pop("own_output", None)
+    written = None if session is None or session.cache_seen is None else session.cache_seen + query.shape[2]
+    if written is not None and written < key.shape[2]:  # a pre-allocated cache: its written slots alone
+        key, value = key[:, :, :written], value[:, :, :written]
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.ndim == 4:
+            attention_mask = attention_mask[..., :written]
+        if key_bias is not None:
+            key_bias = key_bias[..., :written]
     extras = ScoreMods.build(
         query, key, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, key_bias=key_bias
     )

@@ -103,7 +103,27 @@ class ScaleSession:
             self.model.set_attn_implementation(ATTN_NAME)
             if self.model.config._attn_implementation != ATTN_NAME:
                 refuse_switch(self.model)
+        decoder = self.model.get_decoder()
+        hooks = (
+            decoder.register_forward_pre_hook(self._cache_seen, with_kwargs=True),
+            decoder.register_forward_hook(self._cache_done, always_call=True),
+        )
+        for hook in hooks:
+            stack.callback(hook.remove)
         stack.enter_context(activate(self.session))
+
+    def _cache_seen(self, module, args, kwargs):
+        self.session.cache_seen = cache_length(kwargs.get("cache", kwargs.get("past_key_values")))
+
+    def _cache_done(self, module, args, output):
+        self.session.cache_seen = None
+
+
+def cache_length(cache) -> int | None:
+    """The tokens a transformers KV cache holds (`get_seq_length()`: a StaticCache's is a tensor, read
+    once per forward); None without a cache or one that does not say."""
+    seen = getattr(cache, "get_seq_length", None)
+    return None if seen is None else int(seen())
 
 
 def check_keywords(name: str, options: dict) -> None:

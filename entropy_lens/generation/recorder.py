@@ -10,18 +10,22 @@
     result.stat("span_mass")         # (B, N, layers, heads, spans): result.span_names "prompt", "generated", "doc"
 
 The row of generated token n is the query whose logits chose it: the prompt's last position for n = 0,
-the query of decode step n after. Every forward of the decoder inside the block is one such step (a
-prefill, then one forward per new token, as `generate` and a decode loop make them); each layer's row
+the query of decode step n after. A generation's first forward feeds its prompt (generate may feed it in
+chunks: `prefill_chunk_size`), and every forward after it one token: one step. Each layer's row
 statistics come from the capture's kernels (the same numbers an EntropyRecorder takes), of which the
-recorder keeps the last query row of each forward: O(layers · heads) per step, on the host. The
-row-slice statistics (span_mass, offset_prob, top_key: generation/rows.py) are read off that row's exact
-float64 probabilities over its keys, O(heads · keys) per layer and step, only where asked for.
+recorder keeps the last query row of each step: O(layers · heads) per step, on the host. The row-slice
+statistics (span_mass, offset_prob, top_key: generation/rows.py) are read off that row's exact float64
+probabilities over its keys, O(heads · keys) per layer and step, only where asked for. Positions are
+real: each sequence's left padding is left out; a pre-allocated cache (StaticCache) is read as its
+written slots (capture/call.py's `read_call`), so its keys sit where a growing cache's would.
 
-Tokens: `generate`'s output where it ran inside the block (its method is wrapped for the block's
-duration, and restored); in a decode loop of your own, the ids each step fed (the last token, never
-fed, is −1 unless `result(sequences=...)` is given). A sequence ends with its end token
-(generation_config.eos_token_id): its later tokens are −1 and their values NaN. Beam search reorders the
-cache between steps, so rows would not follow one sequence: refused in one line.
+Each generate() call inside the block is one generation (`results()`; `result()` the last). Tokens:
+generate's output; in a decode loop of your own, the ids each step fed (the last token, never fed, is
+−1 unless `result(sequences=...)` is given); a prompt given as inputs_embeds has unknown ids (−1). A
+sequence ends with its end token (generation_config.eos_token_id): its later tokens are −1 and their
+values NaN. Refused in one line: a decoding mode that feeds or reorders more than one row per step
+(beam search, assisted and prompt-lookup decoding, contrastive search, DoLa: `one_row_per_step`),
+right padding, a later batch of another size, a first forward on a cache the recorder did not see fill.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from transformers import LogitsProcessor
 
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession
-from entropy_lens.capture.recorder import padding_mask, padding_start_of
-from entropy_lens.capture.scale_session import check_keywords
+from entropy_lens.capture.recorder import padding_mask
+from entropy_lens.capture.scale_session import cache_length, check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
+from entropy_lens.generation.record import Generation, one_row_per_step, prompt_padding
 from entropy_lens.generation.rows import RowSlices
 from entropy_lens.results.generation import PROBS, TOP_KEY_PROB, GenerationResult
 from entropy_lens.statistics import TOP_KEY
@@ -86,18 +91,12 @@ class GenerationRecorder(ScaleSession):
             self.slices.stats or self.slices.keep
         ):  # each layer's last row, whole: its probabilities over its keys
             self.session.on_rows, self.session.probe_rows = self._add_slices, 1
-        self._fed_len = 0  # the positions fed so far, padding included (this forward's with it)
-        self._padding = None  # (B,) each sequence's left padding: its first real token's position
+        self._generations: list[Generation] = []  # each generate() call, or a decode loop's forwards
         self._layers: dict[int, dict[str, torch.Tensor]] = {}  # this forward's last rows, by layer
-        self._steps: list[dict[str, np.ndarray]] = []  # per forward: {stat: (B, layers, heads)}
-        self._fed: list[np.ndarray] = []  # per forward: the ids it fed (B, T)
         # the last forward's statistics, {name: (B, layers, heads[, values])} on the model's device: what
         # the step's logits processors read (`logits_processor`); None before any forward
         self.step: dict[str, torch.Tensor] | None = None
-        self._prompt_len: np.ndarray | None = None
-        self._sequences: torch.Tensor | None = None  # generate()'s output, where it ran in the block
-        self._eos: tuple = ()  # (the end token generate used,) where it ran
-        self._outer_mask = None
+        self._outer = (None, None)  # the model's own forward's (2-D mask, ids), while it runs
 
     # -- installation -------------------------------------------------------------------------------
     def _install(self, stack: contextlib.ExitStack) -> None:
@@ -109,28 +108,28 @@ class GenerationRecorder(ScaleSession):
         ]
         for hook in hooks:
             stack.callback(hook.remove)
-        stack.callback(setattr, self, "_outer_mask", None)
+        stack.callback(setattr, self, "_outer", (None, None))
         stack.enter_context(self._wrapped_generate())
         super()._install(stack)
 
     @contextlib.contextmanager
     def _wrapped_generate(self):
-        """`model.generate` inside the block: refuses beam search, keeps the output's sequences."""
+        """`model.generate` inside the block: one generation per call (a decoding mode that feeds one row
+        per step, else refused), its output's sequences kept."""
         model, own = self.model, self.model.__dict__.get("generate")
         original = model.generate
 
         def generate(*args, **kwargs):
-            config = kwargs.get("generation_config") or model.generation_config
-            beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
-            if beams > 1:
-                raise EntropyLensError(
-                    f"GenerationRecorder follows one sequence per batch row; beam search (num_beams={beams}) "
-                    "reorders the cache between steps: generate with num_beams=1 (greedy or sampling)"
-                )
+            config = one_row_per_step(model, kwargs)
+            prompt = kwargs.get("inputs_embeds")
+            prompt = prompt if prompt is not None else kwargs.get("input_ids", kwargs.get("inputs"))
+            prompt = prompt if prompt is not None or not args else args[0]
+            generation = Generation(prompt_fed=prompt.shape[1] if isinstance(prompt, torch.Tensor) else None)
+            generation.eos = (config.eos_token_id,)  # the end token generate stops on (None: none)
+            self._generations.append(generation)
             out = original(*args, **kwargs)
-            self._sequences = out if isinstance(out, torch.Tensor) else out.sequences
-            # the end token generate stopped on: its argument where given (None: none), else its config's
-            self._eos = (kwargs["eos_token_id"],) if "eos_token_id" in kwargs else (config.eos_token_id,)
+            generation.sequences = out if isinstance(out, torch.Tensor) else out.sequences
+            generation.closed = True
             return out
 
         model.generate = generate
@@ -143,27 +142,44 @@ class GenerationRecorder(ScaleSession):
                 model.generate = own
 
     def _outer_forward(self, module, args, kwargs):
+        """The model's own forward: its 2-D mask and ids, where a wrapper (Gemma 3's) hands its decoder
+        masks and embeddings of its own."""
         ids = kwargs.get("input_ids", args[0] if args else None)
-        mask = self._outer_mask = padding_mask(kwargs.get("attention_mask"))
-        if isinstance(ids, torch.Tensor) and ids.ndim == 2:
-            self._fed.append(ids.detach().cpu().numpy())
-            if self._prompt_len is None:  # the first forward is the prompt's: its real tokens
-                real = mask.sum(-1) if mask is not None else torch.full((ids.shape[0],), ids.shape[1])
-                self._prompt_len = real.cpu().numpy().astype(np.int64)
+        self._outer = (
+            padding_mask(kwargs.get("attention_mask")),
+            ids if isinstance(ids, torch.Tensor) else None,
+        )
 
     def _begin_forward(self, module, args, kwargs):
         self.session.mask_memo.clear()
+        self._layers = {}
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        fed = ids if isinstance(ids, torch.Tensor) else kwargs.get("inputs_embeds")
+        if not isinstance(fed, torch.Tensor):
+            raise EntropyLensError(
+                f"{type(module).__name__} was called without input_ids or inputs_embeds inside the "
+                "GenerationRecorder; call the model with either"
+            )
+        outer_mask, outer_ids = self._outer
+        ids = ids if isinstance(ids, torch.Tensor) else outer_ids
         given = kwargs.get("attention_mask")
         mask = padding_mask(given)
-        mask = mask if mask is not None else self._outer_mask
-        self.session.padding_start = padding_start_of(mask, unpadded=given is None and mask is None)
-        self._layers = {}
-        fed = kwargs.get("input_ids", args[0] if args else None)
-        fed = fed if isinstance(fed, torch.Tensor) else kwargs.get("inputs_embeds")
-        self._fed_len += fed.shape[1] if isinstance(fed, torch.Tensor) else 0
-        if self._padding is None and isinstance(fed, torch.Tensor):
-            first = mask.float().argmax(-1) if mask is not None else torch.zeros(fed.shape[0])
-            self._padding = first.long().cpu()
+        mask = mask if mask is not None else outer_mask
+        generation = self._generations[-1] if self._generations else None
+        if generation is None or generation.closed:  # a decode loop of your own: its first forward
+            generation = Generation()
+            self._generations.append(generation)
+        B, T = fed.shape[:2]
+        if generation.fed_len == 0:
+            seen = cache_length(kwargs.get("cache", kwargs.get("past_key_values")))
+            if seen:
+                raise EntropyLensError(
+                    f"the GenerationRecorder's first forward continues a cache of {seen} tokens it did not "
+                    "see; record from the prompt's first forward (an empty cache), or feed the whole prompt"
+                )
+            generation.begin(B, prompt_padding(mask if mask is not None else given, B, T))
+        generation.feed(B, T, ids, mask)
+        self.session.padding_start = (generation.padding_on(fed.device), generation.fed_len)
 
     def _add(self, layer: int, values: dict, offset: int) -> None:
         """A layer's row statistics (B, Hq, T): its last row, the one whose logits choose the next token."""
@@ -171,13 +187,15 @@ class GenerationRecorder(ScaleSession):
 
     def _add_slices(self, layer: int, p: torch.Tensor) -> None:
         """A layer's last row, whole (p (B, Hq, 1, S) float64): the row-slice statistics read off it. The
-        S keys are the last S positions fed (a sliding-window layer's cache keeps its last W)."""
+        S keys are the last S positions fed (a sliding-window layer's cache keeps its last W; a
+        pre-allocated cache's slots are cut to those written: capture/call.py's `read_call`)."""
+        generation = self._generations[-1]
         p = p[:, :, -1]
-        S = p.shape[-1]
-        padding = self._padding.to(p.device)
-        key_pos = torch.arange(self._fed_len - S, self._fed_len, device=p.device)[None] - padding[:, None]
-        query_pos = self._fed_len - 1 - padding
-        prompt_len = torch.from_numpy(self._prompt_len).to(p.device)
+        S, fed_len = p.shape[-1], generation.fed_len
+        padding = generation.padding_on(p.device)
+        key_pos = torch.arange(fed_len - S, fed_len, device=p.device)[None] - padding[:, None]
+        query_pos = fed_len - 1 - padding
+        prompt_len = generation.prompt_len_on(p.device)
         self._layers.setdefault(layer, {}).update(self.slices.read(p, key_pos, query_pos, prompt_len))
 
     def _end_forward(self, module, args, output):
@@ -190,13 +208,16 @@ class GenerationRecorder(ScaleSession):
             )
         names = self._layers[0]
         self.step = {name: torch.stack([self._layers[i][name] for i in got], 1) for name in names}
-        self._steps.append(
+        self._layers = {}
+        generation = self._generations[-1]
+        if generation.in_prompt:  # a chunk of the prompt before its last: no token's row
+            return
+        generation.steps.append(
             {
                 name: v.cpu().numpy() if name == TOP_KEY.name else v.float().cpu().numpy()
                 for name, v in self.step.items()
             }
         )
-        self._layers = {}
 
     def logits_processor(self, fn) -> LogitsProcessor:
         """A transformers LogitsProcessor that hands each step's attention statistics to `fn`, so a
@@ -215,7 +236,8 @@ class GenerationRecorder(ScaleSession):
 
     # -- the result -----------------------------------------------------------------------------------
     def result(self, sequences=None) -> GenerationResult:
-        """The statistics of every generated token so far (module docstring).
+        """The statistics of every token of the last generation (a generate() call, or the forwards of a
+        decode loop of your own) so far (module docstring).
 
         Args:
             sequences: None, or (B, prompt + N) ids as generate returns them: the tokens of a decode loop
@@ -228,26 +250,36 @@ class GenerationRecorder(ScaleSession):
         Raises:
             EntropyLensError: no forward ran inside the recorder.
         """
-        if not self._steps:
+        recorded = [g for g in self._generations if g.steps]
+        if not recorded:
             raise EntropyLensError(
                 "no forward ran inside the GenerationRecorder; call model.generate(...) in it"
             )
-        N = len(self._steps)
-        if PROBS in self._steps[0]:  # a kept block's run of keys grows step by step: padded with 0
-            K = max(s[PROBS].shape[-1] for s in self._steps)
-            for s in self._steps:
+        return self._result(recorded[-1], sequences)
+
+    def results(self) -> list[GenerationResult]:
+        """Every generation's result, oldest first: one per generate() call inside the block (and one for
+        the forwards of a decode loop of your own)."""
+        return [self._result(g, None) for g in self._generations if g.steps]
+
+    def _result(self, generation: Generation, sequences) -> GenerationResult:
+        steps = generation.steps
+        N = len(steps)
+        if PROBS in steps[0]:  # a kept block's run of keys grows step by step: padded with 0
+            K = max(s[PROBS].shape[-1] for s in steps)
+            for s in steps:
                 s[PROBS] = np.pad(s[PROBS], [(0, 0)] * 3 + [(0, K - s[PROBS].shape[-1])])
-        values = {name: np.stack([s[name] for s in self._steps], 1) for name in self._steps[0]}
-        B = next(iter(values.values())).shape[0]
-        sequences = sequences if sequences is not None else self._sequences
+        values = {name: np.stack([s[name] for s in steps], 1) for name in steps[0]}
+        B = generation.batch
+        sequences = sequences if sequences is not None else generation.sequences
         tokens = np.full((B, N), -1, dtype=np.int64)
         if sequences is not None:
             new = np.asarray(torch.as_tensor(sequences).cpu())[:, -N:]
             tokens[:, : new.shape[1]] = new
         else:  # step k fed token k − 1
-            for k, fed in enumerate(self._fed[1:N], start=0):
-                tokens[:, k] = fed[:, -1]
-        (eos,) = self._eos or (getattr(self.model.generation_config, "eos_token_id", None),)
+            for k, fed in enumerate(generation.fed[: N - 1]):
+                tokens[:, k] = fed
+        (eos,) = generation.eos or (getattr(self.model.generation_config, "eos_token_id", None),)
         ends = np.isin(tokens, np.atleast_1d(np.asarray(eos if eos is not None else [], dtype=np.int64)))
         first_end = np.where(ends.any(1), ends.argmax(1), N - 1)
         lengths = np.minimum(first_end + 1, N)
@@ -273,12 +305,9 @@ class GenerationRecorder(ScaleSession):
             "attention_path": "+".join(sorted(self.session.paths)),
             "eos_token_id": None if eos is None else np.atleast_1d(np.asarray(eos)).tolist(),
         }
-        prompt_len = self._prompt_len if self._prompt_len is not None else np.zeros(B, dtype=np.int64)
-        prompt = np.full((B, int(prompt_len.max(initial=0))), -1, dtype=np.int64)
-        if self._fed and self._padding is not None:  # the first forward fed the prompt, after its padding
-            for b, (P, start) in enumerate(zip(prompt_len, self._padding.tolist(), strict=True)):
-                prompt[b, :P] = self._fed[0][b, start : start + P]
-        return GenerationResult(tokens, values, prompt_len, lengths.astype(np.int64), meta, prompt)
+        return GenerationResult(
+            tokens, values, generation.prompt_len, lengths.astype(np.int64), meta, generation.prompt
+        )
 
 
 class _StepStatistics(LogitsProcessor):

@@ -15,7 +15,8 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
                                                past a row's own position: a causal row sees none there)
     prompt_len  int64   (B,)                   each sequence's real prompt tokens (left padding left out)
     prompt      int64   (B, max prompt_len)    each sequence's real prompt ids, from real position 0 on;
-                                               −1 after its prompt (version 2; absent in version 1 files)
+                                               −1 after its prompt, or where not known (a prompt given as
+                                               inputs_embeds) (version 2; absent in version 1 files)
     lengths     int64   (B,)                   each sequence's generated tokens up to and with its end
     meta        0-d str                        JSON: schema ("entropy_lens.generation"), schema_version,
                                                entropy_lens_version, model, model_class, n_layers, n_heads,
@@ -115,7 +116,7 @@ class GenerationResult:
 
         Returns:
             np.ndarray: int64 of `positions`' shape; −1 where a position holds no token (−1 itself, or
-            past the tokens).
+            past the tokens) or its id is not known (a prompt given as inputs_embeds).
 
         Raises:
             EntropyLensError: the prompt ids are not held (a version 1 file).

@@ -13,7 +13,8 @@ from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, native_available
+from entropy_lens.flags import Measure
+from entropy_lens.kernels import attention_entropy, attention_stats, native_available
 
 
 def _eager_entropy(model, ids, attention_mask=None):
@@ -570,6 +571,37 @@ def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
     assert offset == 0 and torch.allclose(ent, expect, atol=1e-5)
     sdpa = torch.nn.functional.scaled_dot_product_attention(
         q, k[:, :, :5], v[:, :, :5], is_causal=True, scale=attn.scaling, enable_gqa=True
+    )
+    assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)
+
+
+def test_a_pre_allocated_cache_is_read_as_its_written_slots():
+    """A StaticCache's layer holds 9 slots, 4 written before this forward of 2 queries (cache_seen = 4):
+    the capture reads slots 0..5, so query i is key 4 + i as in a cache that grows; the distances and the
+    output are those of the written keys (the unwritten slots masked, as transformers' 4-D mask does)."""
+    attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (
+        torch.randn(1, 4, 2, 16, generator=g),
+        torch.randn(1, 2, 9, 16, generator=g),
+        torch.randn(1, 2, 9, 16),
+    )
+    mask = (torch.arange(9) <= torch.arange(4, 6)[:, None]).view(1, 1, 2, 9)  # causal over the 6 written
+    got = []
+    measure = Measure.parse(stats=("entropy", "distance"))
+    session = Session(on_stats=lambda layer, stats, offset: got.append((stats, offset)), measure=measure)
+    session.cache_seen = 4
+    with activate(session):
+        out, _ = entropy_lens_attention(attn, q, k, v, mask)
+    stats, offset = got[0]
+    assert offset == 4
+    for name in ("entropy", "distance"):
+        expect = attention_stats(
+            q, k[:, :, :6], softmax_scale=attn.scaling, stats=(name,), backend="reference"
+        )
+        assert torch.allclose(stats[name], expect[name], atol=1e-5), name
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True
     )
     assert torch.allclose(out, sdpa.transpose(1, 2), atol=1e-6)
 

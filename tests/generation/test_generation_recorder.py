@@ -7,43 +7,23 @@ import json
 import numpy as np
 import pytest
 import torch
-from architectures import SUPPORTED, build, eager_probabilities
+from architectures import SUPPORTED, build
+from generation_reference import (
+    FAMILIES,
+    NEW,
+    OFFSETS,
+    PAD,
+    PROMPT,
+    SPANS,
+    STATS,
+    TOP,
+    float64_rows,
+    float64_slices,
+    left_padded_prompts,
+)
 
 from entropy_lens import EntropyRecorder, GenerationRecorder, GenerationResult
 from entropy_lens.errors import EntropyLensError
-
-FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "gpt_oss")  # GQA, sliding layers, window, softcap, sinks
-STATS = ("entropy", "max_prob", "first_mass", "recent_mass", "distance")
-PROMPT, NEW, PAD = 9, 6, 3
-
-
-def left_padded_prompts():
-    """(2, PROMPT) ids and their mask: row 0 left-padded by PAD tokens."""
-    ids = torch.randint(3, 300, (2, PROMPT), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(ids)
-    mask[0, :PAD] = 0
-    return ids, mask
-
-
-def float64_rows(model, sequence: torch.Tensor, rows: range, recent: int = 64) -> dict[str, np.ndarray]:
-    """{stat: (len(rows), layers, heads)} float64 from the model's eager attention over `sequence` alone
-    (1-D ids, unpadded), at query rows `rows`."""
-    _, probs = eager_probabilities(model, sequence[None], None)
-    out = {name: [] for name in (*STATS, "sink_mass")}
-    for p in probs:  # (1, H, T, T) float64
-        p = p[0][:, list(rows)]  # (H, R, T)
-        sink = (1.0 - p.sum(-1)).clamp_min(0.0)
-        T = p.shape[-1]
-        pos = torch.tensor(list(rows), dtype=torch.float64).view(1, -1, 1)
-        keys = torch.arange(T, dtype=torch.float64).view(1, 1, -1)
-        behind = pos - keys
-        out["entropy"].append(-torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(sink, sink))
-        out["max_prob"].append(torch.maximum(p.amax(-1), sink))
-        out["first_mass"].append(p[..., 0])
-        out["recent_mass"].append(torch.where((behind >= 0) & (behind < recent), p, 0.0).sum(-1))
-        out["distance"].append((p * behind.clamp_min(0)).sum(-1) / p.sum(-1))
-        out["sink_mass"].append(sink)
-    return {name: torch.stack(v).permute(2, 0, 1).numpy() for name, v in out.items()}  # (R, layers, heads)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -68,35 +48,6 @@ def test_every_generated_token_equals_eager_float64_teacher_forced(family):
         for name in stats:
             got = r.stat(name)[b].astype(np.float64)  # (N, layers, heads)
             np.testing.assert_allclose(got, want[name], atol=2e-4, err_msg=f"{family} {name} row {b}")
-
-
-SPANS, OFFSETS, TOP = {"early": (1, 4), "late": (5, 12)}, (0, 1, 3), 3
-
-
-def float64_slices(model, sequence: torch.Tensor, P: int, rows: range) -> dict[str, np.ndarray]:
-    """span_mass (prompt, generated, SPANS), offset_prob (OFFSETS) and the sorted top TOP probabilities
-    and positions, {name: (len(rows), layers, heads, values)} float64, from the model's eager attention
-    over `sequence` alone (unpadded: a key's index is its real position), prompt length P."""
-    _, probs = eager_probabilities(model, sequence[None], None)
-    bounds = [(0, P), (P, len(sequence)), *SPANS.values()]
-    out = {"span_mass": [], "offset_prob": [], "top_key": [], "top_key_prob": []}
-    for p in probs:  # (1, H, T, T) float64
-        p = p[0][:, list(rows)]  # (H, R, T)
-        out["span_mass"].append(torch.stack([p[..., a:b].sum(-1) for a, b in bounds], -1))
-        cols = [[i - d if i - d >= 0 else None for d in OFFSETS] for i in rows]
-        out["offset_prob"].append(
-            torch.stack(
-                [
-                    torch.stack([p[:, r, j] if j is not None else p.new_zeros(p.shape[0]) for j in js], -1)
-                    for r, js in enumerate(cols)
-                ],
-                1,
-            )
-        )
-        top = p.sort(dim=-1, descending=True, stable=True)
-        out["top_key_prob"].append(top.values[..., :TOP])
-        out["top_key"].append(top.indices[..., :TOP].double())
-    return {name: torch.stack(v).permute(2, 0, 1, 3).numpy() for name, v in out.items()}
 
 
 @pytest.mark.parametrize("family", FAMILIES)

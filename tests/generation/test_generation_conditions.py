@@ -1,0 +1,167 @@
+"""GenerationRecorder under the conditions a model writes in besides a growing cache and one generate()
+call: every cache class transformers ships (pre-allocated, sliding, offloaded), a prompt prefilled in
+chunks, a prompt given as embeddings, two generate() calls in one recorder; each held to the float64 rows
+of each sequence alone, teacher-forced. The decoding modes that feed several rows per step and the
+padding it cannot place are refused in one line."""
+
+import numpy as np
+import pytest
+import torch
+from architectures import SUPPORTED, build
+from generation_reference import OFFSETS, PAD, SPANS, STATS, TOP, assert_equals_float64, left_padded_prompts
+
+from entropy_lens import GenerationRecorder
+from entropy_lens.errors import EntropyLensError
+
+EVERY = (*STATS, "span_mass", "offset_prob", "top_key")
+GREEDY = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+
+
+def recorder(model, stats=EVERY):
+    return GenerationRecorder(model, stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP)
+
+
+@pytest.mark.parametrize("family", ("llama", "gemma2", "mistral"))  # full, softcap + hybrid sliding, window 4
+@pytest.mark.parametrize(
+    "cache",
+    ("static", *(pytest.param(name, marks=pytest.mark.gpu) for name in ("offloaded", "offloaded_static"))),
+)
+def test_every_cache_class_equals_float64(family, cache):
+    """A pre-allocated cache hands each layer all its slots, a static sliding layer rolls once full, and
+    generate hands the model 4-D masks: positions, padding and the prompt's ids are those of a growing
+    cache, every statistic float64's (on mistral the window of 4 is passed during the prompt). The
+    offloaded caches move a GPU's layers to the host and back: on a GPU alone."""
+    device = "cuda" if cache.startswith("offloaded") else "cpu"
+    model = build(family, SUPPORTED[family][0]).to(device)
+    ids, mask = (x.to(device) for x in left_padded_prompts())
+    with recorder(model) as rec:
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=6, cache_implementation=cache, **GREEDY)
+    r = rec.result()
+    assert r.prompt_len.tolist() == [ids.shape[1] - PAD, ids.shape[1]]
+    assert np.array_equal(r.prompt[0, : ids.shape[1] - PAD], ids[0, PAD:].cpu().numpy())
+    assert np.array_equal(r.tokens, out[:, ids.shape[1] :].cpu().numpy())
+    assert_equals_float64(model, r, out, [PAD, 0])
+
+
+def test_a_static_cache_in_a_decode_loop_of_your_own():
+    """A StaticCache of 32 slots given to the model step by step, with the 2-D mask: the same numbers."""
+    from transformers import StaticCache
+
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    with recorder(model) as rec, torch.no_grad():
+        cache = StaticCache(config=model.config, max_cache_len=32)
+        step, fed = ids, ids
+        for _ in range(5):
+            logits = model(step, attention_mask=mask, cache=cache, use_cache=True).logits
+            step = logits[:, -1:].argmax(-1)
+            fed, mask = torch.cat([fed, step], 1), torch.cat([mask, torch.ones_like(step)], 1)
+    r = rec.result(sequences=fed)
+    assert_equals_float64(model, r, fed, [PAD, 0])
+
+
+def test_a_prompt_prefilled_in_chunks():
+    """generate(prefill_chunk_size=4): the prompt's chunks are no token's rows; token 0's row is the
+    prompt's last position."""
+    model = build("qwen2", SUPPORTED["qwen2"][0])
+    ids, mask = left_padded_prompts()
+    with recorder(model) as rec:
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=5, prefill_chunk_size=4, **GREEDY)
+    r = rec.result()
+    assert r.tokens.shape == (2, 5) and np.array_equal(r.prompt[1], ids[1].numpy())
+    assert_equals_float64(model, r, out, [PAD, 0])
+
+
+def test_a_prompt_given_as_embeddings():
+    """generate(inputs_embeds=...): the tokens are generate's output, the prompt's ids unknown (−1, which
+    `ids_at` returns), every statistic float64's."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    embeds = model.get_input_embeddings()(ids).detach()
+    with recorder(model) as rec:
+        out = model.generate(inputs_embeds=embeds, attention_mask=mask, max_new_tokens=5, **GREEDY)
+    r = rec.result()
+    assert np.array_equal(r.tokens, out.numpy()) and (r.prompt[1] == -1).all()
+    assert (r.ids_at(np.array([[0], [3]])) == -1).all()
+    assert_equals_float64(model, r, torch.cat([ids, out], 1), [PAD, 0])
+    with GenerationRecorder(model, stats="entropy") as rec:  # the kernels' statistics alone too
+        model.generate(inputs_embeds=embeds, attention_mask=mask, max_new_tokens=3, **GREEDY)
+    assert rec.result().stat("entropy").shape == (2, 3, 2, 4)
+
+
+def test_each_generate_call_is_a_generation():
+    """Two calls with other prompts, batch sizes and lengths: `results()` holds both, `result()` the last,
+    each with its own tokens, prompts and rows."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    other = torch.randint(3, 300, (3, 5), generator=torch.Generator().manual_seed(4))
+    other_mask = torch.ones_like(other)
+    other_mask[2, :2] = 0
+    with recorder(model) as rec:
+        first = model.generate(ids, attention_mask=mask, max_new_tokens=4, **GREEDY)
+        second = model.generate(other, attention_mask=other_mask, max_new_tokens=3, **GREEDY)
+    one, two = rec.results()
+    assert one.tokens.shape == (2, 4) and two.tokens.shape == (3, 3)
+    assert two.prompt_len.tolist() == [5, 5, 3] and np.array_equal(rec.result().tokens, two.tokens)
+    assert_equals_float64(model, one, first, [PAD, 0])
+    assert_equals_float64(model, two, second, [0, 0, 2])
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"prompt_lookup_num_tokens": 3}, "assisted generation .an assistant model or prompt lookup"),
+        ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive search feeds several rows"),
+        ({"dola_layers": "high"}, "dola generation feeds several rows"),
+        ({"num_beams": 2}, r"beam search \(num_beams=2\) reorders the cache"),
+    ],
+)
+def test_decoding_modes_that_feed_several_rows_are_refused(options, refusal):
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = (x[1:] for x in left_padded_prompts())  # one sequence: assisted decoding's batch
+    with pytest.raises(EntropyLensError, match=refusal), GenerationRecorder(model) as rec:
+        model.generate(ids, attention_mask=mask, max_new_tokens=3, **{**GREEDY, **options})
+    assert not rec.results()  # nothing ran
+
+
+def test_several_rows_fed_after_the_prompt_are_refused():
+    """A decode loop of your own that feeds two tokens after the prompt: which row chose which token is
+    not one per forward."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids = torch.randint(3, 300, (1, 6), generator=torch.Generator().manual_seed(2))
+    with GenerationRecorder(model), torch.no_grad():
+        out = model(ids, use_cache=True)
+        with pytest.raises(EntropyLensError, match="fed 2 positions; GenerationRecorder records one"):
+            model(ids[:, :2], cache=out.cache, use_cache=True)
+
+
+def test_padding_it_cannot_place_is_refused():
+    """Right padding (generate warns and goes on), a sequence with no real token, a mask with a hole in
+    a later step, and a forward of another batch size: one line each."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    right = mask.flip(-1)
+    refusal = "sequence 0 of the prompt has padding after a real token"
+    with (
+        pytest.raises(EntropyLensError, match=refusal),
+        GenerationRecorder(model, stats=("entropy", "span_mass")),
+    ):
+        model.generate(ids, attention_mask=right, max_new_tokens=2, **GREEDY)
+    empty = mask.clone()
+    empty[1] = 0
+    refusal = "sequence 1 of the prompt has no real token"
+    with pytest.raises(EntropyLensError, match=refusal), GenerationRecorder(model):
+        model.generate(ids, attention_mask=empty, max_new_tokens=2, **GREEDY)
+    with GenerationRecorder(model) as rec, torch.no_grad():
+        out = model(ids, attention_mask=mask, use_cache=True)
+        holed = torch.cat([mask, torch.zeros_like(mask[:, :1])], 1)
+        with pytest.raises(EntropyLensError, match="attention mask of the forward at position 9 is not"):
+            model(ids[:, -1:], attention_mask=holed, cache=out.cache, use_cache=True)
+    with GenerationRecorder(model) as rec, torch.no_grad():
+        out = model(ids, attention_mask=mask, use_cache=True)
+        with pytest.raises(EntropyLensError, match="a forward of 1 sequences continues a generation of 2"):
+            model(ids[:1, -1:], cache=out.cache, use_cache=True)
+    refusal = "continues a cache of 9 tokens it did not see"  # a cache it did not see fill
+    with GenerationRecorder(model) as rec, torch.no_grad(), pytest.raises(EntropyLensError, match=refusal):
+        model(ids[:, -1:], attention_mask=torch.cat([mask, mask[:, :1]], 1), cache=out.cache)
+    assert not rec.results()
