@@ -30,8 +30,9 @@ import torch
 
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.key_sums import KeySums, check_key_name
-from entropy_lens.capture.scale_session import ScaleSession, check_keywords
+from entropy_lens.capture.scale_session import ScaleSession, cache_length, check_keywords
 from entropy_lens.errors import EntropyLensError, first_line, index_ranges
+from entropy_lens.kernels.masks import decompose
 from entropy_lens.statistics import ENTROPY, RECEIVED, ROWS, SINK_MASS, reduction_of
 
 
@@ -95,6 +96,7 @@ class EntropyRecorder(ScaleSession):
         )
         self.session.on_key_state = self._key_sums.add_state
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
+        self._last_mask = None  # the last forward's 2-D mask, which a decode step's continues
 
     def _install(self, stack: contextlib.ExitStack) -> None:
         # The decoder: every forward passes through it, the model's own and a direct decoder call
@@ -142,9 +144,29 @@ class EntropyRecorder(ScaleSession):
         given = kwargs.get("attention_mask")
         mask = padding_mask(given)
         mask = mask if mask is not None else self._outer_mask
+        if mask is None and given is not None:  # generate's 4-D masks, for a pre-allocated cache
+            mask = self._continued_mask(given, kwargs)
+        self._last_mask = mask
         self._sums.begin_forward(mask)
         self._key_sums.begin_forward(mask)
         self.session.padding_start = padding_start_of(mask, unpadded=given is None and mask is None)
+
+    def _continued_mask(self, given, kwargs) -> torch.Tensor | None:
+        """The 2-D padding mask of a forward handed 4-D masks (generate's, for a pre-allocated cache): a
+        prompt's, read off them (`key_padding_of`); a step that continues the cache the last forward
+        filled, that forward's extended by its new tokens, real as generate feeds them; else None (the
+        layers read their own masks)."""
+        fed = kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+        if not isinstance(fed, torch.Tensor):
+            return None
+        B, T = fed.shape[:2]
+        seen = cache_length(kwargs.get("cache", kwargs.get("past_key_values")))
+        if not seen:
+            return key_padding_of(given, B, T)
+        last = self._last_mask
+        if last is None or last.shape != (B, seen):
+            return None
+        return torch.cat([last, last.new_ones(B, T)], 1)
 
     def _end_forward(self, module, args, output):
         """Every layer reported once: a layer that computes attention outside transformers' attention
@@ -171,7 +193,7 @@ class EntropyRecorder(ScaleSession):
             )
 
     def _release(self) -> None:
-        self._outer_mask = None
+        self._outer_mask = self._last_mask = None
         self.session.padding_start = None
         self._sums.release_mask()
         self._key_sums.release_mask()
@@ -287,6 +309,22 @@ def padding_start_of(mask, *, unpadded: bool):
     if mask is not None:
         return (mask != 0).to(torch.uint8).argmax(dim=-1), mask.shape[1]
     return (None, None) if unpadded else None
+
+
+def key_padding_of(mask, B: int, T: int) -> torch.Tensor | None:
+    """(B, T) bool, True = a real token: the 2-D padding mask of a forward from an empty cache, read off
+    the 4-D causal mask (B|1, 1, T, S) transformers built for it (a dict of them by layer type: generate's
+    for a pre-allocated cache, whose first T slots the forward fills), exactly (`kernels.masks.decompose`:
+    causal, a window and key padding, or nothing); None where no mask has that form."""
+    for m in mask.values() if isinstance(mask, dict) else (mask,):
+        if not isinstance(m, torch.Tensor) or m.ndim != 4 or m.shape[-1] < T:
+            continue
+        m = m[..., :T] if m.dtype == torch.bool else m[..., :T] > torch.finfo(m.dtype).min / 2
+        parts = decompose(m, B, T, T, causal=True)
+        if parts is not None:
+            keep = parts[0]
+            return torch.ones(B, T, dtype=torch.bool, device=m.device) if keep is None else keep.expand(B, T)
+    return None
 
 
 def padding_mask(mask):

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from transformers.generation import GenerationMode
 
+from entropy_lens.capture.recorder import key_padding_of
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels.masks import decompose
 
 __all__ = ["Generation", "one_row_per_step", "prompt_padding"]
 
@@ -60,15 +60,8 @@ def prompt_padding(mask, B: int, T: int) -> torch.Tensor:
     if mask is None:
         return torch.zeros(B, dtype=torch.int64)
     if isinstance(mask, dict) or mask.ndim == 4:
-        masks = list(mask.values()) if isinstance(mask, dict) else [mask]
-        for m in masks:
-            m = m[..., :T] if m.dtype == torch.bool else m[..., :T] > torch.finfo(m.dtype).min / 2
-            parts = decompose(m, B, T, T, causal=True)
-            if parts is not None:
-                keep = parts[0]
-                mask = torch.ones(B, T, dtype=torch.bool) if keep is None else keep.expand(B, T)
-                break
-        else:
+        mask = key_padding_of(mask, B, T)
+        if mask is None:
             raise EntropyLensError(
                 "the prompt's attention mask is not causal with key padding, so GenerationRecorder cannot place "
                 "its tokens; pass generate() the 2-D attention_mask (B, prompt) of a left-padded batch"

@@ -10,7 +10,7 @@ import torch
 from architectures import SUPPORTED, build
 from generation_reference import OFFSETS, PAD, SPANS, STATS, TOP, assert_equals_float64, left_padded_prompts
 
-from entropy_lens import GenerationRecorder
+from entropy_lens import EntropyRecorder, GenerationRecorder
 from entropy_lens.errors import EntropyLensError
 
 EVERY = (*STATS, "span_mass", "offset_prob", "top_key")
@@ -165,3 +165,70 @@ def test_padding_it_cannot_place_is_refused():
     with GenerationRecorder(model) as rec, torch.no_grad(), pytest.raises(EntropyLensError, match=refusal):
         model(ids[:, -1:], attention_mask=torch.cat([mask, mask[:, :1]], 1), cache=out.cache)
     assert not rec.results()
+
+
+@pytest.mark.parametrize("family", ("llama", "gemma2", "mistral"))
+def test_an_entropy_recorder_around_generate_on_a_static_cache(family):
+    """EntropyRecorder around generate(cache_implementation="static"): generate hands the model 4-D masks
+    over the cache's slots; the padding is read off the prompt's and continued step by step, so every
+    row, and the attention each key receives (where the cache keeps every key), lands where a growing
+    cache puts it."""
+    model = build(family, SUPPORTED[family][0])
+    ids, mask = left_padded_prompts()
+    rows = ("entropy", "distance", "first_mass", "recent_mass")
+    keys = ("received",) if family == "llama" else ()  # a sliding layer's cache drops keys: refused there
+    means = []
+    for cache in ("dynamic", "static"):
+        with EntropyRecorder(model, stats=(*rows, *keys)) as rec:
+            model.generate(ids, attention_mask=mask, max_new_tokens=6, cache_implementation=cache, **GREEDY)
+        means.append({name: rec.mean(name) for name in rows} | {name: rec.received(name) for name in keys})
+    for name in means[0]:
+        np.testing.assert_allclose(means[1][name], means[0][name], atol=2e-5, err_msg=name)
+
+
+def test_a_quantized_cache_equals_float64_of_the_keys_it_hands():
+    """generate(cache_implementation="quantized", fp8): the layers see keys rounded to 8 bits, so the
+    reference is float64 attention of the very queries and keys each layer was handed (kept by a wrapper
+    around the attention function), each key placed at its real position as a growing cache places it."""
+    from entropy_lens.capture import attention
+
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    handed, run = [], attention._attention
+
+    def keep(module, query, key, value, attention_mask, scaling, dropout, kwargs):
+        handed.append((module.layer_idx, query[:, :, -1].double(), key.double(), attention_mask, scaling))
+        return run(module, query, key, value, attention_mask, scaling, dropout, kwargs)
+
+    stats = ("entropy", "distance", "span_mass", "top_key")
+    with pytest.MonkeyPatch.context() as patch, GenerationRecorder(model, stats=stats) as rec:
+        patch.setattr(attention, "_attention", keep)
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=5,
+            cache_implementation="quantized",
+            cache_config={"backend": "fp8"},
+            **GREEDY,
+        )
+    r, P, L = rec.result(), ids.shape[1], model.config.num_hidden_layers
+    for n in range(5):
+        fed = P + n  # positions fed up to this step's row
+        for layer, q, k, m, scaling in handed[n * L : (n + 1) * L]:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)  # (B, Hq, S, D)
+            S = k.shape[2]
+            scores = torch.einsum("bhd,bhsd->bhs", q, k) * scaling
+            if m is not None:
+                scores = scores.masked_fill(~m[:, :, -1, -S:].bool(), -torch.inf)
+            p = scores.softmax(-1)  # (B, Hq, S)
+            pos = torch.arange(fed - S, fed)[None] - torch.tensor([PAD, 0])[:, None]  # real positions
+            entropy = -torch.special.xlogy(p, p).sum(-1)
+            distance = (p * (pos[:, None, -1:] - pos[:, None, :])).sum(-1)
+            prompt = (p * (pos[:, None, :] < torch.from_numpy(r.prompt_len)[:, None, None])).sum(-1)
+            for name, want in (("entropy", entropy), ("distance", distance)):
+                np.testing.assert_allclose(r.stat(name)[:, n, layer], want, atol=2e-5, err_msg=name)
+            np.testing.assert_allclose(r.stat("span_mass")[:, n, layer, :, 0], prompt, atol=2e-5)
+            top = torch.gather(pos[:, None, :].expand_as(p), -1, p.argmax(-1, keepdim=True))[..., 0]
+            clear = (p.topk(2).values.diff(dim=-1)[..., 0] < -1e-4).numpy()
+            assert np.array_equal(r.stat("top_key")[:, n, layer, :, 0][clear], top.numpy()[clear])
+    assert np.array_equal(r.tokens, out[:, P:].numpy())
