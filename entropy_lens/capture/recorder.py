@@ -30,7 +30,7 @@ import torch
 
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.key_sums import KeySums, check_key_name
-from entropy_lens.capture.scale_session import ScaleSession, cache_length, check_keywords
+from entropy_lens.capture.scale_session import ScaleSession, check_keywords
 from entropy_lens.errors import EntropyLensError, first_line, index_ranges
 from entropy_lens.kernels.masks import decompose
 from entropy_lens.statistics import ENTROPY, RECEIVED, ROWS, SINK_MASS, reduction_of
@@ -103,6 +103,7 @@ class EntropyRecorder(ScaleSession):
         # (runs/ computes the loss from its hidden states).
         # A wrapper (Gemma 3's multimodal model, say) may hand its decoder the masks it built instead of
         # the 2-D padding mask: the model's own forward keeps that for the decoder's hook.
+        super()._install(stack)  # its decoder hook, which reads the cache's length, first
         decoder = self.model.get_decoder()
         hooks = [
             decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True),
@@ -114,7 +115,6 @@ class EntropyRecorder(ScaleSession):
         stack.callback(self._release)
         for hook in hooks:
             stack.callback(hook.remove)
-        super()._install(stack)
 
     def _keep_block(self, layer: int, probs: torch.Tensor) -> None:
         self._blocks[-1][layer] = probs.detach().to("cpu", torch.float32)  # the forward's (_begin_forward)
@@ -144,23 +144,27 @@ class EntropyRecorder(ScaleSession):
         given = kwargs.get("attention_mask")
         mask = padding_mask(given)
         mask = mask if mask is not None else self._outer_mask
+        written = self.session.cache_seen
+        fed = fed_of(args, kwargs)
+        written = None if written is None or not isinstance(fed, torch.Tensor) else written + fed.shape[1]
+        if mask is not None and written is not None and mask.shape[1] > written:
+            mask = mask[:, :written]  # BLOOM's generate pads its mask over a pre-allocated cache's slots
         if mask is None and given is not None:  # generate's 4-D masks, for a pre-allocated cache
-            mask = self._continued_mask(given, kwargs)
+            mask = self._continued_mask(given, fed)
         self._last_mask = mask
         self._sums.begin_forward(mask)
         self._key_sums.begin_forward(mask)
         self.session.padding_start = padding_start_of(mask, unpadded=given is None and mask is None)
 
-    def _continued_mask(self, given, kwargs) -> torch.Tensor | None:
+    def _continued_mask(self, given, fed) -> torch.Tensor | None:
         """The 2-D padding mask of a forward handed 4-D masks (generate's, for a pre-allocated cache): a
         prompt's, read off them (`key_padding_of`); a step that continues the cache the last forward
         filled, that forward's extended by its new tokens, real as generate feeds them; else None (the
         layers read their own masks)."""
-        fed = kwargs.get("input_ids", kwargs.get("inputs_embeds"))
         if not isinstance(fed, torch.Tensor):
             return None
         B, T = fed.shape[:2]
-        seen = cache_length(kwargs.get("cache", kwargs.get("past_key_values")))
+        seen = self.session.cache_seen
         if not seen:
             return key_padding_of(given, B, T)
         last = self._last_mask
@@ -325,6 +329,12 @@ def key_padding_of(mask, B: int, T: int) -> torch.Tensor | None:
             keep = parts[0]
             return torch.ones(B, T, dtype=torch.bool, device=m.device) if keep is None else keep.expand(B, T)
     return None
+
+
+def fed_of(args, kwargs) -> torch.Tensor | None:
+    """What a decoder's forward was fed: its input_ids (by keyword or first), else its inputs_embeds."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    return ids if isinstance(ids, torch.Tensor) else kwargs.get("inputs_embeds")
 
 
 def padding_mask(mask):

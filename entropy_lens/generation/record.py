@@ -66,7 +66,7 @@ def prompt_padding(mask, B: int, T: int) -> torch.Tensor:
                 "the prompt's attention mask is not causal with key padding, so GenerationRecorder cannot place "
                 "its tokens; pass generate() the 2-D attention_mask (B, prompt) of a left-padded batch"
             )
-    real = (mask != 0).cpu()
+    real = (mask[:, :T] != 0).cpu()  # a mask may cover a pre-allocated cache's later slots too
     first = real.to(torch.uint8).argmax(-1)
     holes = real != (torch.arange(real.shape[1]) >= first[:, None])
     if bool(holes.any()):
@@ -104,37 +104,51 @@ class Generation:
     def begin(self, B: int, padding: torch.Tensor) -> None:
         self.batch, self.padding = B, padding
 
-    def feed(self, B: int, T: int, ids, mask) -> None:
-        """A forward of T positions: checked against the generation's batch, mask and steps."""
+    def feed(self, B: int, T: int, ids, mask, seen: int | None) -> None:
+        """A forward of T positions on a cache of `seen` tokens (None: no cache), its 2-D mask or None:
+        checked against the generation's batch, padding and steps. A model that keeps no cache feeds
+        the whole sequence again at each step, one position more: its positions restart at 0."""
         if B != self.batch:
             raise EntropyLensError(
                 f"a forward of {B} sequences continues a generation of {self.batch} inside the "
                 "GenerationRecorder; call rec.result() and start the new batch in a new generate() call"
             )
-        if mask is not None and self.fed_len:
-            expected = torch.arange(self.fed_len + T)[None] >= self.padding[:, None]
-            if mask.shape != expected.shape or not torch.equal((mask != 0).cpu(), expected):
-                raise EntropyLensError(
-                    f"the attention mask of the forward at position {self.fed_len} is not the prompt's "
-                    "left padding followed by real tokens; GenerationRecorder counts real positions: "
-                    "extend the mask with ones for every token fed"
-                )
+        again = bool(self.fed_len) and not seen and T > 1  # the whole sequence again, without a cache
+        if again and T != self.fed_len + 1:
+            raise EntropyLensError(
+                f"a forward without a cache fed {T} positions after {self.fed_len}; GenerationRecorder "
+                "records one generated token per forward: feed the sequence with one token more, or a cache"
+            )
+        before = 0 if again else self.fed_len
+        if mask is not None and before:
+            self.check_mask(mask, before + T)
         if self.prompt_fed is None:
             self.prompt_fed = T
-        if not self.in_prompt and T > 1:  # after the prompt, one token per step
+        if not again and before >= self.prompt_fed and T > 1:  # after the prompt, one token per step
             raise EntropyLensError(
                 f"a forward after the prompt fed {T} positions; GenerationRecorder records one generated "
                 "token per forward (each step's row): feed one token per step"
             )
-        before = self.fed_len
-        self.fed_len += T
+        self.fed_len = before + T
         ids = ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) and ids.ndim == 2 else None
-        if before < self.prompt_fed:
+        if before < self.prompt_fed and not again:
             self.prompt_ids.append(ids if ids is not None else np.full((B, T), -1, dtype=np.int64))
-        elif ids is not None:
-            self.fed.append(ids[:, -1])
         else:
-            self.fed.append(np.full(B, -1, dtype=np.int64))
+            self.fed.append(ids[:, -1] if ids is not None else np.full(B, -1, dtype=np.int64))
+
+    def check_mask(self, mask: torch.Tensor, fed: int) -> None:
+        """A later forward's 2-D mask over `fed` positions: the prompt's left padding, then real tokens;
+        past them, the unwritten slots of a pre-allocated cache, masked (BLOOM's generate pads its mask
+        to the cache's length)."""
+        real = (mask != 0).cpu()
+        expected = torch.arange(max(fed, real.shape[1]))[None] >= self.padding[:, None]
+        expected[:, fed:] = False
+        if real.shape[1] < fed or not torch.equal(real, expected):
+            raise EntropyLensError(
+                f"the attention mask of the forward at position {fed - 1} is not the prompt's left padding "
+                "followed by real tokens; GenerationRecorder counts real positions: extend the mask with ones "
+                "for every token fed"
+            )
 
     @property
     def in_prompt(self) -> bool:

@@ -38,8 +38,8 @@ from transformers import LogitsProcessor
 
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession
-from entropy_lens.capture.recorder import padding_mask
-from entropy_lens.capture.scale_session import cache_length, check_keywords
+from entropy_lens.capture.recorder import fed_of, padding_mask
+from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
 from entropy_lens.generation.record import Generation, one_row_per_step, prompt_padding
 from entropy_lens.generation.rows import RowSlices
@@ -100,6 +100,7 @@ class GenerationRecorder(ScaleSession):
 
     # -- installation -------------------------------------------------------------------------------
     def _install(self, stack: contextlib.ExitStack) -> None:
+        super()._install(stack)  # its decoder hook, which reads the cache's length, first
         decoder = self.model.get_decoder()
         hooks = [
             decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True),
@@ -110,7 +111,6 @@ class GenerationRecorder(ScaleSession):
             stack.callback(hook.remove)
         stack.callback(setattr, self, "_outer", (None, None))
         stack.enter_context(self._wrapped_generate())
-        super()._install(stack)
 
     @contextlib.contextmanager
     def _wrapped_generate(self):
@@ -153,8 +153,8 @@ class GenerationRecorder(ScaleSession):
     def _begin_forward(self, module, args, kwargs):
         self.session.mask_memo.clear()
         self._layers = {}
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        fed = ids if isinstance(ids, torch.Tensor) else kwargs.get("inputs_embeds")
+        fed = fed_of(args, kwargs)
+        ids = fed if isinstance(fed, torch.Tensor) and fed.ndim == 2 else None
         if not isinstance(fed, torch.Tensor):
             raise EntropyLensError(
                 f"{type(module).__name__} was called without input_ids or inputs_embeds inside the "
@@ -170,15 +170,15 @@ class GenerationRecorder(ScaleSession):
             generation = Generation()
             self._generations.append(generation)
         B, T = fed.shape[:2]
+        seen = self.session.cache_seen  # ScaleSession's hook, before this one (`_install`)
         if generation.fed_len == 0:
-            seen = cache_length(kwargs.get("cache", kwargs.get("past_key_values")))
             if seen:
                 raise EntropyLensError(
                     f"the GenerationRecorder's first forward continues a cache of {seen} tokens it did not "
                     "see; record from the prompt's first forward (an empty cache), or feed the whole prompt"
                 )
             generation.begin(B, prompt_padding(mask if mask is not None else given, B, T))
-        generation.feed(B, T, ids, mask)
+        generation.feed(B, T, ids, mask, seen)
         self.session.padding_start = (generation.padding_on(fed.device), generation.fed_len)
 
     def _add(self, layer: int, values: dict, offset: int) -> None:

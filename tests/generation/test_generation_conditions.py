@@ -21,7 +21,8 @@ def recorder(model, stats=EVERY):
     return GenerationRecorder(model, stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP)
 
 
-@pytest.mark.parametrize("family", ("llama", "gemma2", "mistral"))  # full, softcap + hybrid sliding, window 4
+# full, softcap + hybrid sliding, window 4, ALiBi with a 2-D mask over the cache's slots (BLOOM's generate)
+@pytest.mark.parametrize("family", ("llama", "gemma2", "mistral", "bloom"))
 @pytest.mark.parametrize(
     "cache",
     ("static", *(pytest.param(name, marks=pytest.mark.gpu) for name in ("offloaded", "offloaded_static"))),
@@ -40,6 +41,18 @@ def test_every_cache_class_equals_float64(family, cache):
     assert r.prompt_len.tolist() == [ids.shape[1] - PAD, ids.shape[1]]
     assert np.array_equal(r.prompt[0, : ids.shape[1] - PAD], ids[0, PAD:].cpu().numpy())
     assert np.array_equal(r.tokens, out[:, ids.shape[1] :].cpu().numpy())
+    assert_equals_float64(model, r, out, [PAD, 0])
+
+
+def test_a_model_that_keeps_no_cache():
+    """MPT's generate feeds the whole sequence again at every step, one position more: each forward's
+    last row is the step's."""
+    model = build("mpt", SUPPORTED["mpt"][0])
+    ids, mask = left_padded_prompts()
+    with recorder(model) as rec:
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=4, **GREEDY)
+    r = rec.result()
+    assert r.tokens.shape == (2, 4) and np.array_equal(r.prompt[1], ids[1].numpy())
     assert_equals_float64(model, r, out, [PAD, 0])
 
 
@@ -167,7 +180,7 @@ def test_padding_it_cannot_place_is_refused():
     assert not rec.results()
 
 
-@pytest.mark.parametrize("family", ("llama", "gemma2", "mistral"))
+@pytest.mark.parametrize("family", ("llama", "gemma2", "mistral", "bloom", "falcon"))
 def test_an_entropy_recorder_around_generate_on_a_static_cache(family):
     """EntropyRecorder around generate(cache_implementation="static"): generate hands the model 4-D masks
     over the cache's slots; the padding is read off the prompt's and continued step by step, so every
