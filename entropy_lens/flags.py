@@ -234,7 +234,7 @@ DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 @dataclass(frozen=True, kw_only=True)
 class Measure:
     """What to measure, as one record: the row statistics (`stats`), the key statistics (`key_stats`),
-    every statistic's parameter (`params`, statistics.PARAMETERS: read one as `measure[name]`), the
+    every statistic's parameter (`params`, statistics.PARAMETERS: `measure.first_keys`, or `measure[name]`), the
     row-slice statistics summed over rows with theirs (`slices`: span_mass@<span>, offset_prob@<d>,
     top_key), the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
     `ScanConfig.measure`, `EntropyRecorder`/`ScaleSession`, `AttentionMonitor`, the kernels' public
@@ -287,6 +287,22 @@ class Measure:
     def __getitem__(self, name: str) -> int | None:
         """The value of the parameter `name` (statistics.PARAMETERS)."""
         return dict(self.params)[name]
+
+    # each statistic's parameter as a typed field (declared in entropy_lens.statistics)
+    @property
+    def first_keys(self) -> int:
+        """first_mass's K (statistics.FIRST_KEYS)."""
+        return self[statistics.FIRST_KEYS.name]
+
+    @property
+    def recent_keys(self) -> int:
+        """recent_mass's W (statistics.RECENT_KEYS)."""
+        return self[statistics.RECENT_KEYS.name]
+
+    @property
+    def query_window(self) -> int | None:
+        """The key statistics' last W query rows (statistics.QUERY_WINDOW); None: every row."""
+        return self[statistics.QUERY_WINDOW.name]
 
     def replace(self, **changes) -> Measure:
         """This record with `changes` (already parsed values: `stats=`, `key_stats=`, `params=`, ...)."""

@@ -115,7 +115,7 @@ def _counted_rows(call: LayerCall, sequence: ShardedSequence, N: int):
     rows, or the last `query_window` of them: positions of the whole sequence, not of a chunk)."""
     padding = sequence.key_padding(N, call.query.device)
     mods = call.extras.replace(causal=True, mask=padding)
-    return counted_rows(mods, N, N, call.session.measure["query_window"], call.query.device)
+    return counted_rows(mods, N, N, call.session.measure.query_window, call.query.device)
 
 
 def bottom_right_sdpa(call: LayerCall, inputs: LayerInputs):

@@ -41,7 +41,7 @@ def wants_keys(call: LayerCall) -> bool:
 def layer_counted_rows(call: LayerCall, inputs: LayerInputs) -> torch.Tensor | None:
     """(B|1, T) bool: the query rows of the call whose attention counts (its real rows, or the last W of
     them with a query window); None: every row."""
-    window = call.session.measure["query_window"]
+    window = call.session.measure.query_window
     T, S = call.query.shape[2], inputs.key.shape[2]
     return counted_rows(inputs.mods, T, S, window, call.query.device)
 

@@ -328,7 +328,7 @@ def attention_received(
     measure = Measure.parse(key_stats=parse_stats(stats, KEYS), backend=backend, **params)
     call = enter(q, k, measure=measure, arguments=locals())
     mods, stats = call.mods, measure.key_stats
-    rows = counted_rows(mods, q.shape[2], k.shape[2], measure["query_window"], q.device)
+    rows = counted_rows(mods, q.shape[2], k.shape[2], measure.query_window, q.device)
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, mods, one_pass=True)
     if kernel == Backend.REFERENCE:
         return received_reference(q, k, call.softmax_scale, mods, rows, stats=stats)

@@ -192,10 +192,8 @@ def row_stats_reference(
     probabilities = attention_probabilities(q, k, softmax_scale, mods)
     S = k.shape[2]
     behind = key_distance(q.shape[2], S, q.device).double()
-    first = first_window(S, measure["first_keys"], mods.first_key, q.device)
-    recent = (
-        (behind >= 0) & (behind < measure["recent_keys"])
-    ).double()  # (T, S): the last W keys of each row
+    first = first_window(S, measure.first_keys, mods.first_key, q.device)
+    recent = ((behind >= 0) & (behind < measure.recent_keys)).double()  # (T, S): the last W keys of each row
     scores = attention_scores(q, k, softmax_scale, mods)[0] if MAX_LOGIT.name in stats else None
     return RowStats(
         {name: DEFINITIONS[name](*probabilities, behind, first, recent, scores).float() for name in stats}

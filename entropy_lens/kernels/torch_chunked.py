@@ -158,7 +158,7 @@ def stream_torch(
                     state=(m, l, u),
                     tile=tile,
                     offset=offset,
-                    windows=(first_start, measure["first_keys"], measure["recent_keys"]),
+                    windows=(first_start, measure.first_keys, measure.recent_keys),
                 )
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, o, vb)

@@ -150,7 +150,7 @@ def _launch_split(q, k, v, softmax_scale, mods: ScoreMods, splits: int, extra, m
         kept = tuple(name for name in extra if name not in ("lk", "mk") or sinks is not None)
         names = (*STATE, *kept)
     if kept is not None and "f" in kept and mods.first_key is not None:
-        keep = mark_first_keys(keep, mods.first_key, measure["first_keys"], B, S, q.device)
+        keep = mark_first_keys(keep, mods.first_key, measure.first_keys, B, S, q.device)
     results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     rows = dict(zip(names, results, strict=True))
     if extra is None:
@@ -208,8 +208,8 @@ def _launch_split(q, k, v, softmax_scale, mods: ScoreMods, splits: int, extra, m
         splits,
         part[0].numel(),
         triton.next_power_of_2(S),
-        min(int(measure["first_keys"]), S),
-        min(int(measure["recent_keys"]), S + 1),
+        min(int(measure.first_keys), S),
+        min(int(measure.recent_keys), S + 1),
         float(mods.softcap or 1.0),
         GROUP=Hq // Hkv,
         BLOCK_D=block_d,

@@ -282,9 +282,9 @@ def _run(
         sum(
             1 << EXTRA_STATE.index(name) for name in extra
         ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32, rk 64
-        int(measure["first_keys"]),
+        int(measure.first_keys),
         empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
-        int(measure["recent_keys"]),
+        int(measure.recent_keys),
         int(block_q),
         int(block_k),
         bool(profile),
