@@ -326,6 +326,79 @@ def test_the_lens_press_completes_the_pipeline_on_sdpa():
     assert answer.strip() and cache.get_seq_length() <= length // 4 + 64
 
 
+@pytest.mark.parametrize("ratio", [1.0, 1.5, -0.1, float("nan"), "0.5", None, True])
+def test_a_compression_ratio_outside_0_1_is_refused_when_the_press_is_made(ratio):
+    """Issue 77, item 8: kvpress's bare AssertionError (1.0, −0.1, NaN) or TypeError ("0.5", None) at
+    the first prefill is one line from the lens press, when it is made."""
+    from entropy_lens.errors import EntropyLensError
+
+    with pytest.raises(EntropyLensError, match=r"^compression_ratio must be .*compression_ratio=0.5") as err:
+        ObservedAttentionPress(compression_ratio=ratio)
+    assert "\n" not in str(err.value)
+
+
+def prefill(model, ids) -> DynamicCache:
+    cache = DynamicCache()
+    with torch.no_grad():
+        model.model(input_ids=ids, past_key_values=cache)
+    return cache
+
+
+def test_nested_lens_presses_are_refused_in_one_line():
+    """Issue 77, item 8: a lens press entered inside a lens press (the same, or another) is refused when
+    it is entered, before any forward; the outer one then runs as alone, and so does a later one."""
+    from entropy_lens.errors import EntropyLensError
+
+    model = with_attention(tiny_model("llama"), "sdpa")
+    ids = torch.randint(3, 300, (1, 40), generator=torch.Generator().manual_seed(2))
+    alone = ObservedAttentionPress(0.5)
+    with alone(model):
+        want = prefill(model, ids)
+    outer = ObservedAttentionPress(0.5)
+    for inner, words in (
+        (outer, "already inside this press"),
+        (ObservedAttentionPress(0.25), "another lens"),
+    ):
+        with outer(model):
+            with pytest.raises(EntropyLensError, match=words) as err, inner(model):
+                pass
+            assert "\n" not in str(err.value) and "ComposedPress" in str(err.value)
+            got = prefill(model, ids)
+        for a, b in zip(got.layers, want.layers, strict=True):
+            assert a.keys.shape[2] == 20 and torch.equal(a.keys, b.keys)
+    with ObservedAttentionPress(0.5)(model):  # the context left: a press enters again
+        assert prefill(model, ids).layers[0].keys.shape[2] == 20
+
+
+def test_presses_chain_with_the_lens_press_first_and_a_compressed_cache_is_refused():
+    """ComposedPress([lens, KnormPress]) keeps, of the keys the lens press keeps alone, those Knorm keeps;
+    a cache another press compressed before the lens press scores it (Knorm first, or kvpress's press
+    around the lens press) is refused in one line (its scores would be the leftovers')."""
+    from kvpress import ComposedPress, KnormPress
+
+    from entropy_lens.errors import EntropyLensError
+
+    model = with_attention(tiny_model("llama"), "sdpa")
+    ids = torch.randint(3, 300, (1, 40), generator=torch.Generator().manual_seed(3))
+    with ObservedAttentionPress(0.5, from_forward=False)(model):  # sdpa's forward, as in ComposedPress
+        first = prefill(model, ids)
+    with ComposedPress([ObservedAttentionPress(0.5), KnormPress(0.5)])(model):
+        chained = prefill(model, ids)
+    for lens, both in zip(first.layers, chained.layers, strict=True):
+        assert both.keys.shape[2] == 10
+        # every key kept by the chain is one the lens press kept alone (per batch row and key head)
+        assert (torch.cdist(both.keys, lens.keys).amin(-1) == 0).all()
+    for press in (ComposedPress([KnormPress(0.5), ObservedAttentionPress(0.5)]), KnormPress(0.5)):
+        with pytest.raises(EntropyLensError, match="cache holds 20 keys for the prefill's 40 queries") as err:
+            if isinstance(press, KnormPress):  # kvpress's own press around the lens press
+                with press(model), ObservedAttentionPress(0.5)(model):
+                    prefill(model, ids)
+            else:
+                with press(model):
+                    prefill(model, ids)
+        assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("progress", [True, False])
 def test_a_long_prefill_reports_its_layers(monkeypatch, capsys, progress):
     """Issue 70, item 1: a prefill of PROGRESS_FROM tokens or more is one forward that a CPU takes minutes

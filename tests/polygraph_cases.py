@@ -155,3 +155,140 @@ def test_the_benchmark_runs_both_routes_and_finds_them_equal(benchmark_script, t
     assert lens["same_tokens"] and lens["rauq_rel_diff"] < 1e-5 and lens["attention_score_rel_diff"] < 1e-5
     made = benchmark_script("readme_tables").polygraph_cpu_table(json.loads(out.read_text(encoding="utf-8")))
     assert "| 96 | lens (sdpa) |" in made and "lm-polygraph (eager): ran up to 96 tokens" in made
+
+
+def test_lm_polygraphs_own_attention_score_runs_as_ours_through_estimate_uncertainty():
+    """Issue 77, item 6: lm-polygraph's AttentionScore on an sdpa model stopped at its torch.cat of no maps;
+    estimate_uncertainty runs ours in its place (its layer and gen_only kept, its name as the result's)."""
+    from lm_polygraph.estimators import AttentionScore as TheirAttentionScore
+
+    from entropy_lens.polygraph.forward import AttentionScore
+
+    _, _, model, _ = both("llama")
+    for kw in ({}, {"layer": 1, "gen_only": True}):
+        theirs = estimate_uncertainty(model, TheirAttentionScore(**kw), TEXTS[0])
+        ours = estimate_uncertainty(model, AttentionScore(**kw), TEXTS[0])
+        # named as lm-polygraph names its own (its layer resolved when it runs)
+        assert (
+            theirs.estimator
+            == ours.estimator
+            == f"AttentionScore{' gen-only' if kw else ''} (layer={kw.get('layer', 3)})"
+        )
+        # two runs of one route (the recorder may time its fused and separate passes and pick either)
+        assert np.isfinite(ours.uncertainty)
+        np.testing.assert_allclose(theirs.uncertainty, ours.uncertainty, rtol=1e-6)
+
+
+def manager(model, estimators, texts, **kw):
+    from lm_polygraph.utils.builder_enviroment_stat_calculator import BuilderEnvironmentStatCalculator
+    from lm_polygraph.utils.dataset import Dataset
+    from lm_polygraph.utils.manager import UEManager
+
+    return UEManager(
+        Dataset(texts, [""] * len(texts), batch_size=2),
+        model,
+        estimators,
+        builder_env_stat_calc=BuilderEnvironmentStatCalculator(model),
+        available_stat_calculators=stat_calculators("Whitebox"),
+        generation_metrics=[],
+        ue_metrics=[],
+        processors=[],
+        ignore_exceptions=False,
+        verbose=False,
+        max_new_tokens=NEW,
+        **kw,
+    )
+
+
+def test_lm_polygraphs_own_attention_score_in_a_manager_is_refused_in_one_line_off_eager():
+    """In a UEManager of the user's own, lm-polygraph's AttentionScore needs eager maps: on sdpa one line
+    names ours; on eager its own calculator runs, and gives ours's uncertainty."""
+    from lm_polygraph.estimators import AttentionScore as TheirAttentionScore
+
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.polygraph.forward import AttentionScore
+
+    _, _, model, _ = both("llama")
+    with pytest.raises(
+        EntropyLensError, match=r"'sdpa' attention .*entropy_lens\.polygraph\.forward\.AttentionScore"
+    ) as err:
+        manager(model, [TheirAttentionScore()], TEXTS)()
+    assert "\n" not in str(err.value)
+    model.model.set_attn_implementation("eager")
+    theirs = manager(model, [TheirAttentionScore()], TEXTS)
+    theirs()
+    model.model.set_attn_implementation("sdpa")
+    ours = manager(model, [AttentionScore()], TEXTS)
+    ours()
+    key = ("sequence", str(AttentionScore()))
+    np.testing.assert_allclose(ours.estimations[key], theirs.estimations[key], rtol=1e-5)
+
+
+def test_a_hugging_face_model_is_wrapped_with_its_tokenizer_or_refused_naming_whitebox_model():
+    """Issue 80, item 1: the model load_model returns, with its tokenizer, runs as the WhiteboxModel
+    holding it (the same uncertainty and text); without its tokenizer, or anything else, one line names
+    WhiteboxModel. The caller's tokenizer is left as it was."""
+    from entropy_lens.errors import EntropyLensError
+
+    _, _, wrapped, _ = both("llama")
+    model, tokenizer = wrapped.model, make_tokenizer(wrapped.model.config.vocab_size)
+    side, pad = tokenizer.padding_side, tokenizer.pad_token
+    got = estimate_uncertainty(model, RAUQ(), TEXTS[0], tokenizer=tokenizer, max_new_tokens=NEW)
+    want = estimate_uncertainty(wrapped, RAUQ(), TEXTS[0])
+    assert got.generation_tokens == want.generation_tokens
+    np.testing.assert_allclose(got.uncertainty, want.uncertainty, rtol=1e-6)
+    assert (tokenizer.padding_side, tokenizer.pad_token) == (side, pad)
+    for args, kw, words in (
+        (
+            (model,),
+            {},
+            "needs its tokenizer to be wrapped in a WhiteboxModel; pass lm_polygraph's WhiteboxModel",
+        ),
+        (
+            ("tiny-nope",),
+            {},
+            "model is str, not a model lm-polygraph runs; pass lm_polygraph's WhiteboxModel",
+        ),
+        ((wrapped,), {"tokenizer": tokenizer}, "tokenizer given with a WhiteboxModel"),
+        ((model,), {"tokenizer": tokenizer, "max_new_tokens": 0}, "max_new_tokens must be at least 1"),
+    ):
+        with pytest.raises(EntropyLensError, match=words) as err:
+            estimate_uncertainty(*args, RAUQ(), TEXTS[0], **kw)
+        assert "\n" not in str(err.value)
+
+
+def test_the_end_token_refusal_prints_the_counts_that_differ():
+    """Issue 77, item 6: lm-polygraph's 12 tokens against a recorder whose rows are finite for 4 steps
+    (the counts printed were 12 and 12)."""
+    from entropy_lens.errors import EntropyLensError
+    from entropy_lens.polygraph import attention_all
+
+    probs = np.full((1, 12, 2, 3, 12), np.nan)
+    probs[0, :4] = 0.25
+    with pytest.raises(
+        EntropyLensError, match="lm-polygraph kept 12 generated tokens .*a finite row for 4 of its 12 steps"
+    ):
+        attention_all(probs, [list(range(12))])
+    assert len(attention_all(probs, [list(range(4))])) == 1  # the same 4 tokens: no refusal
+
+
+def test_the_guides_block_runs_as_written(tmp_path, monkeypatch):
+    """Issue 80, item 1: the generation guide's lm-polygraph block (fenced python3), as written: one text
+    through estimate_uncertainty on load_model's model and tokenizer, then three through a UEManager on
+    whitebox_model's WhiteboxModel, each estimator one finite uncertainty per text; the manager's first
+    text (in a left-padded batch of two) gives estimate_uncertainty's RAUQ."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "guides" / "generation.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python3\n(.*?)```", page, flags=re.DOTALL)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, "docs/guides/generation.md", "exec"), namespace)  # noqa: S102 - the page's own code
+    out, man, texts = namespace["out"], namespace["manager"], namespace["texts"]
+    assert np.isfinite(out.uncertainty) and out.generation_text
+    for estimator in namespace["estimators"]:
+        values = man.estimations[estimator.level, str(estimator)]
+        assert len(values) == len(texts) and np.isfinite(values).all(), estimator
+    rauq = man.estimations["sequence", str(RAUQ())]
+    np.testing.assert_allclose(rauq[0], out.uncertainty, rtol=1e-4)

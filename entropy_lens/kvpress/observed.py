@@ -22,6 +22,12 @@ column pass on that forward's log-sum-exp), and `score` reads what the layer's f
 outside it (another press wrapping this one, a direct call), `score` recomputes the queries and runs
 `attention_received` as described above (`received_beside`); both give the same scores.
 
+One lens press per model at a time: a second entered inside the first (the same press or another) is
+refused in one line, as is a layer whose cache another press compressed before this one scored it (fewer
+keys than the prefill's queries: kvpress's own press around this one, or before it in ComposedPress),
+whose scores would be the leftovers' (put the lens press first in ComposedPress to chain presses). The
+compression ratio is checked when the press is made, in one line.
+
 The scores equal kvpress's own press on eager attention up to float rounding (its weights are in the
 model's dtype, ours float32), and each sequence of a padded batch scores as it does alone; kvpress's
 own press does not there (it sums the padded rows' weights and divides by S − j: docs/guides/kvpress.md). Attention outside `softmax(scaling · q·k + mask)` (a logit soft-cap,
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +53,7 @@ from entropy_lens.kernels import attention_received
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.received import real_rows_after
 from entropy_lens.progress import progress_bar
+from entropy_lens.settings import check_argument
 from entropy_lens.statistics import ENTROPY, RECEIVED
 
 
@@ -93,6 +101,8 @@ def layer_mask(attention_mask, B: int, T: int, S: int) -> dict:
 
 
 PROGRESS_FROM = 4096  # the prefill length from which the press reports its layers (`progress`)
+# model -> the lens press whose context it is in: a second one is refused (`ObservedAttentionPress.__call__`)
+_PRESSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -102,7 +112,8 @@ class ObservedAttentionPress(KVPressObservedAttention):
     O(T) memory; kvpress's asserts eager. A drop-in: same name, arguments and scores.
 
     Args:
-        compression_ratio: the fraction of the prefilled keys and values to remove, in [0, 1).
+        compression_ratio: the fraction of the prefilled keys and values to remove, in [0, 1); checked
+            when the press is made.
         backend: the kernels' backend for `attention_received` ("auto": native C++ on CPU, Triton on
             CUDA; see `entropy_lens.kernels.BACKENDS`).
         progress: a prefill of PROGRESS_FROM tokens or more reports its layers on stderr as each is
@@ -119,6 +130,16 @@ class ObservedAttentionPress(KVPressObservedAttention):
     # layer -> (B, Hq, S) attention received, left by the layer's forward for its hook (`__call__`)
     _received: dict = field(default_factory=dict, init=False, repr=False)
 
+    def __post_init__(self):
+        ratio = self.compression_ratio
+        check_argument("compression_ratio", ratio, float, {}, example=0.5)
+        if not 0 <= ratio < 1:
+            raise EntropyLensError(
+                f"compression_ratio must be at least 0 and below 1 (got {ratio!r}): the fraction of the "
+                "prefilled keys removed; pass compression_ratio=0.5 or another value in [0, 1)"
+            )
+        super().__post_init__()
+
     @contextlib.contextmanager
     def __call__(self, model):
         """kvpress's context (its hooks compress each layer's cache after its forward), with the model's
@@ -129,8 +150,21 @@ class ObservedAttentionPress(KVPressObservedAttention):
 
         Yields:
             None: inside, prefills are compressed.
+
+        Raises:
+            EntropyLensError: the model is already inside a lens press's context (nested presses).
         """
+        outer = _PRESSED.get(model)
+        if outer is not None:
+            which = "this press" if outer is self else f"another lens press ({outer!r})"
+            raise EntropyLensError(
+                f"{type(model).__name__} is already inside {which}: nested presses compress each layer "
+                "twice, the inner one scoring the outer one's leftovers; use one press, or chain presses "
+                "with kvpress's ComposedPress([...]) with the lens press first"
+            )
         with contextlib.ExitStack() as stack:
+            _PRESSED[model] = self
+            stack.callback(_PRESSED.pop, model, None)
             if self.from_forward:
                 stack.callback(self._received.clear)  # what no hook took (a forward cut short)
                 stack.enter_context(self._forward_session(model))
@@ -175,7 +209,8 @@ class ObservedAttentionPress(KVPressObservedAttention):
             Tensor: (B, Hkv, S) float32 scores; higher is kept.
 
         Raises:
-            EntropyLensError: a layer with a logit soft-cap or attention sinks.
+            EntropyLensError: a layer with a logit soft-cap or attention sinks, or a cache with fewer keys
+                than the prefill's queries (another press compressed it first).
         """
         softcap = getattr(getattr(module, "config", None), "attn_logit_softcapping", None)
         if softcap is not None or getattr(module, "sinks", None) is not None:
@@ -186,6 +221,12 @@ class ObservedAttentionPress(KVPressObservedAttention):
             )
         B, Hkv, S, _ = keys.shape
         T = hidden_states.shape[1]
+        if S < T:
+            raise EntropyLensError(
+                f"layer {module.layer_idx}'s cache holds {S} keys for the prefill's {T} queries: another "
+                "press compressed it before the lens press scored it (a press around this one, or before "
+                "it in ComposedPress); use one press, or put the lens press first in ComposedPress([...])"
+            )
         mask = layer_mask(kwargs.get("attention_mask"), B, T, S)
         received = self._received.pop(module.layer_idx, None)
         if received is None or received.shape[-1] != S:

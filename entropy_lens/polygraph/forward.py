@@ -9,6 +9,12 @@ tokenized ids, then its greedy tokens; no mask, as it runs); `AttentionScore` is
 (its class, its `layer` and `gen_only`) reading them: −Σ_heads Σ_rows log(p(i, i) + 1e-12) / heads at its
 layer, the diagonal of the maps its own reads. This module is the calculator's builder
 (`load_stat_calculator`), as the package's is the greedy calculator's.
+
+lm-polygraph's own AttentionScore reads `forwardpass_attention_weights`, which its
+AttentionForwardPassCalculator copies out of `output_attentions=True`: maps only eager attention returns
+(on sdpa its torch.cat of no maps fails). `LensAttentionForwardPassCalculator`, in its place in
+`stat_calculators`, runs it on an eager model and refuses any other in one line naming `AttentionScore`
+here, which gives the same uncertainty without the maps.
 """
 
 from __future__ import annotations
@@ -18,11 +24,18 @@ import inspect
 import numpy as np
 import torch
 from lm_polygraph.estimators.attention_score import AttentionScore as PolygraphAttentionScore
+from lm_polygraph.stat_calculators.attention_forward_pass import AttentionForwardPassCalculator
 from lm_polygraph.stat_calculators.stat_calculator import StatCalculator
 
 from entropy_lens.capture import EntropyRecorder
+from entropy_lens.errors import EntropyLensError
 
-__all__ = ["DIAGONAL", "AttentionScore", "LensForwardpassDiagonalCalculator"]
+__all__ = [
+    "DIAGONAL",
+    "AttentionScore",
+    "LensAttentionForwardPassCalculator",
+    "LensForwardpassDiagonalCalculator",
+]
 
 DIAGONAL = "forwardpass_attention_diagonal"  # per text: (layers, heads, T) p(i, i) of the forward
 OWN_KEY = "offset_prob@0"  # the recorder's array of offset_prob at d = 0
@@ -87,6 +100,26 @@ class AttentionScore(PolygraphAttentionScore):
         return -np.array(ue)
 
 
+class LensAttentionForwardPassCalculator(AttentionForwardPassCalculator):
+    """lm-polygraph's AttentionForwardPassCalculator (`forwardpass_attention_weights`, the full maps its
+    AttentionScore reads) on an eager model; on any other attention one line naming `AttentionScore` here,
+    where lm-polygraph's own stops at a torch.cat of no maps (module docstring)."""
+
+    def __call__(self, dependencies, texts, model, max_new_tokens: int = 100):
+        implementation = getattr(model.model.config, "_attn_implementation", None)
+        if implementation != "eager":
+            raise EntropyLensError(
+                f"lm-polygraph's AttentionScore reads eager attention's full maps, which the model's "
+                f"{implementation!r} attention does not return: use entropy_lens.polygraph.forward."
+                "AttentionScore(layer=..., gen_only=...), the same uncertainty from the maps' diagonal, or "
+                'model.set_attn_implementation("eager")'
+            )
+        return super().__call__(dependencies, texts, model, max_new_tokens)
+
+
 def load_stat_calculator(config, environment):
-    """lm-polygraph's builder protocol: the calculator `stat_calculators` registered from this module."""
+    """lm-polygraph's builder protocol: the calculator `stat_calculators` registered from this module,
+    named by its configuration's `obj` (none: the diagonal's)."""
+    if (config or {}).get("obj") == LensAttentionForwardPassCalculator.__name__:
+        return LensAttentionForwardPassCalculator()
     return LensForwardpassDiagonalCalculator()

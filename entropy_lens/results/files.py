@@ -30,6 +30,7 @@ __all__ = [
     "atomic_savez",
     "atomic_write_text",
     "beside_record",
+    "check_regular_source",
     "check_regular_target",
     "is_integer",
     "is_number",
@@ -118,6 +119,33 @@ def check_regular_target(
             f"another {flag or 'path'}"
         )
     raise TargetRefused(path, message, f"{what} stands there")
+
+
+def check_regular_source(path: str | Path, *, label: str, fix: str) -> Path:
+    """Refuse, in one line, a file to read that is not a regular file: '<label>: no such file; <fix>', or
+    what stands there instead (a folder, a device, a FIFO, which a read would block on). A symlink is
+    judged by what it resolves to.
+
+    Args:
+        path: the file to read.
+        label: how the message names it ("--prompt-file notes", the path itself).
+        fix: what to do instead ("pass a text file").
+
+    Returns:
+        Path: `path`.
+    """
+    path = Path(path)
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)  # follows symlinks
+    except FileNotFoundError:
+        raise EntropyLensError(f"{printable(label)}: no such file; {fix}") from None
+    except OSError as err:
+        raise EntropyLensError(f"{printable(label)}: cannot read it ({err.strerror or err}); {fix}") from None
+    if kind != stat.S_IFREG:
+        raise EntropyLensError(
+            f"{printable(label)} is {_KINDS.get(kind, 'a special file')}, not a file; {fix}"
+        )
+    return path
 
 
 class WriteFailed(EntropyLensError):

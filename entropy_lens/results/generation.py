@@ -46,7 +46,14 @@ from pathlib import Path
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.results.files import atomic_savez, meta_schema, npz_holds, printable, read_npz
+from entropy_lens.results.files import (
+    atomic_savez,
+    check_regular_source,
+    meta_schema,
+    npz_holds,
+    printable,
+    read_npz,
+)
 from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, STATISTICS, TOP_KEY, TOP_KEY_PROB
 
 PROBS = "probs"  # keep_probs' block: each generated token's row over a span's keys
@@ -347,8 +354,10 @@ class GenerationResult:
         Args:
             path: the .npz to read.
         """
-        path = Path(path)
         again = "record it again with GenerationRecorder(...).result().save(path)"
+        path = check_regular_source(
+            path, label=str(path), fix=f"pass a file GenerationResult.save wrote, or {again}"
+        )
         if not npz_holds(path, ("tokens", "lengths", "meta")):
             raise EntropyLensError(
                 f"{printable(path)} is not a generation result (no tokens or meta); {again}"

@@ -21,7 +21,8 @@ import numpy as np
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, parse_stats
-from entropy_lens.runs.output import check_file_target
+from entropy_lens.results import check_regular_source, printable
+from entropy_lens.runs.output import check_replaceable, say
 from entropy_lens.runs.setting_groups import Checkpoint, Loading, Slicing
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
 from entropy_lens.statistics import (
@@ -73,9 +74,35 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
             raise EntropyLensError(
                 "give the prompt as --prompt-file F or as --data D (its first --prompt-len tokens)"
             )
-        if self.prompt_file is not None and not Path(self.prompt_file).is_file():
-            raise EntropyLensError(f"--prompt-file {self.prompt_file}: no such file; pass a text file")
+        if self.prompt_file is not None:
+            self.prompt_text()
         self.row_slices()
+
+    def prompt_text(self) -> str:
+        """The text of --prompt-file; EntropyLensError in one line for a path that is no file or a file
+        that is not UTF-8 text."""
+        path = check_regular_source(
+            self.prompt_file, label=f"--prompt-file {self.prompt_file}", fix="pass a text file"
+        )
+        try:
+            return path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise EntropyLensError(
+                f"--prompt-file {printable(self.prompt_file)} is not UTF-8 text (byte "
+                f"0x{err.object[err.start]:02x} at offset {err.start}); save it as UTF-8 "
+                "(e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        except OSError as err:
+            raise EntropyLensError(
+                f"--prompt-file {printable(self.prompt_file)}: cannot read it ({err.strerror or err}); "
+                "pass a readable text file"
+            ) from None
+
+    def input_files(self) -> dict[str, str]:
+        """{flag: path} of the files the run reads (--prompt-file, a --data file): an --out that is one
+        of them is refused (`check_replaceable`)."""
+        given = {"--prompt-file": self.prompt_file, "--data": self.data}
+        return {flag: path for flag, path in given.items() if path is not None and Path(path).is_file()}
 
     def row_slices(self) -> tuple[RowSlices, str | tuple | None]:
         """(the row-slice statistics asked for, the kernels' statistics) from --stats, --spans, --offsets
@@ -113,12 +140,11 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
 
     config.check()
     if out is not None:
-        check_file_target(out, example="generation.npz")
-        if Path(out).exists() and not force:
-            raise EntropyLensError(f"{out} already exists; pass --force to overwrite it, or another --out")
+        check_replaceable(out, force=force, inputs=config.input_files(), example="generation.npz")
     device = resolve_device(config.device)
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
+    config = _top_keys_seen(config, ids.shape[-1])
     params = {name: getattr(config, name) for name in ROW_PARAMETERS}
     kw = {"do_sample": config.sample, "max_new_tokens": config.max_new_tokens}
     if lm.tokenizer is not None and lm.tokenizer.pad_token_id is None:
@@ -161,7 +187,7 @@ def _prompt_ids(config: GenerateConfig, tokenizer):
             raise EntropyLensError(
                 f"{config.model} has no tokenizer for --prompt-file; use --data with token ids"
             )
-        text = Path(config.prompt_file).read_text(encoding="utf-8")
+        text = config.prompt_text()
         ids = tokenizer(text, return_tensors="pt").input_ids[0]
         if ids.numel() == 0:
             raise EntropyLensError(
@@ -170,6 +196,20 @@ def _prompt_ids(config: GenerateConfig, tokenizer):
         return ids
     chunks = token_chunks(tokenizer, config.data, length=config.prompt_len, samples=1, seed=0)
     return torch.from_numpy(chunks.ids[0, : config.prompt_len])
+
+
+def _top_keys_seen(config: GenerateConfig, prompt_len: int) -> GenerateConfig:
+    """`config` with --top-keys cut to the most keys a generated token's row sees (the prompt's and the
+    tokens generated before the last: prompt_len + max_new_tokens − 1), said on stderr: more would be
+    padding (−1) in every row."""
+    seen = prompt_len + config.max_new_tokens - 1
+    if config.top_keys <= seen:
+        return config
+    say(
+        f"--top-keys {config.top_keys} cut to {seen}: the most keys a generated token's row sees "
+        f"({prompt_len} prompt tokens + {config.max_new_tokens - 1} generated before the last)"
+    )
+    return dataclasses.replace(config, top_keys=seen)
 
 
 def head_summary(result: GenerationResult) -> str:

@@ -1,6 +1,8 @@
 """Where a run's results go: checked before any work, written by one run at a time, never lost.
 
     check_file_target(path, flag)     --out must be a file that can be written: a regular file or nothing
+    check_replaceable(path, force)    and, for a command that writes one file, kept unless --force, never
+                                      a file the run reads, a link's target named when replaced
     check_folder_target(path, flag)   (not a folder, a device, a FIFO, a socket, nor a link to one), not
                                       under a file, in a writable place (a probe file is made and removed)
     OutputLock(path)                  one writer per output (runs/lock.py)
@@ -50,6 +52,7 @@ from entropy_lens.results import (
     WriteFailed,
     check_regular_target,
     npz_holds,
+    printable,
     write_failure_reason,
 )
 from entropy_lens.runs.configs import ScanConfig
@@ -64,6 +67,7 @@ __all__ = [
     "canonical_stats",
     "check_file_target",
     "check_folder_target",
+    "check_replaceable",
     "comparable_scan",
     "default_out",
     "partial_path",
@@ -106,6 +110,43 @@ def check_file_target(path: str | Path, *, flag: str = "--out", example: str = "
     path = check_regular_target(path, flag=flag, example=example)
     _check_writable_place(path, flag)
     return path
+
+
+def check_replaceable(
+    path: str | Path, *, force: bool, inputs: dict[str, str] | None = None, example: str = "x.npz"
+) -> Path:
+    """A one-file --out checked before any work (`check_file_target`), then against what stands there: an
+    existing file is kept unless `force`; a file the run reads (`inputs`, {flag: path}) is refused even
+    with it (the run would replace what it reads); a symlink is written through, the link kept, so with
+    `force` the file it points to is named on stderr (`say`) before it is replaced.
+
+    Args:
+        path: the --out given.
+        force: whether --force was given.
+        inputs: {flag: path} of the files the run reads (--prompt-file, --data).
+        example: the file name suggested where a folder is given.
+
+    Returns:
+        Path: `path`.
+    """
+    target = check_file_target(path, example=example)
+    if not target.exists():
+        return target
+    for flag, source in (inputs or {}).items():
+        if Path(source).exists() and os.path.samefile(target, source):
+            raise EntropyLensError(
+                f"--out {printable(path)} is the {flag} file {printable(source)} this run reads; pass another --out"
+            )
+    link = f" (a link to {printable(os.path.realpath(target))})" if target.is_symlink() else ""
+    if not force:
+        raise EntropyLensError(
+            f"{printable(path)}{link} already exists; pass --force to overwrite it, or another --out"
+        )
+    if link:
+        say(
+            f"--out {printable(path)} is a link to {printable(os.path.realpath(target))}: --force replaces that file (the link is kept)"
+        )
+    return target
 
 
 def check_folder_target(path: str | Path, *, flag: str = "--out") -> Path:

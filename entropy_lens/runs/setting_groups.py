@@ -111,7 +111,7 @@ class Slicing:
 
     def parsed_spans(self) -> dict[str, tuple[int, int]] | None:
         """--spans "doc=0:200,needle=410:420" as {name: (start, stop)} (None: not given); one line for
-        another form."""
+        another form or a name given twice."""
         if self.spans is None:
             return None
         spans = {}
@@ -120,7 +120,14 @@ class Slicing:
             start, colon, stop = bounds.partition(":")
             if not colon:
                 raise EntropyLensError(f"--spans: {part!r} is not NAME=START:STOP; write e.g. doc=0:200")
-            spans[name.strip()] = _whole_numbers("--spans", f"{start},{stop}")
+            name = name.strip()
+            if name in spans:
+                first = "{}={}:{}".format(name, *spans[name])
+                raise EntropyLensError(
+                    f"--spans: the name {name!r} is given twice ({first} and {part.strip()}); "
+                    "give each span a name of its own"
+                )
+            spans[name] = _whole_numbers("--spans", f"{start},{stop}")
         return spans
 
     def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:

@@ -139,6 +139,7 @@ def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
         ({"stats": "span_mass"}, "--stats span_mass needs --spans"),
         ({"stats": "span_mass", "spans": "doc=4"}, "NAME=START:STOP"),
         ({"stats": "span_mass", "spans": "doc=4:2"}, "is empty"),
+        ({"stats": "span_mass", "spans": "doc=0:3,doc=1:2"}, "'doc' is given twice .doc=0:3 and doc=1:2"),
         ({"stats": "offset_prob", "offsets": "1,x"}, "not a whole number"),
     ):
         with pytest.raises(EntropyLensError, match=match):

@@ -47,11 +47,36 @@ def test_the_whole_matrix_by_default_and_spans_checked():
     assert torch.allclose(whole.sum(-1), torch.ones(1, 2, 6))  # every row over every key it sees
     for bad, match in (
         ((3, 3), "is empty"),
-        ((0, 7), "at most 6"),
-        ((-1, 2), "at least 0"),
+        ((0, 7), r"at most 6; pass rows=\(0, 6\)"),  # a pair, cut to the rows there are
+        ((-1, 2), r"at least 0 .*; pass rows=\(0, 2\)"),
+        ((7, 9), r"pass rows=\(0, 6\)"),  # nothing left when cut: the whole
         (3, "start, stop"),
     ):
         with pytest.raises(EntropyLensError, match=match):
             attention_probs(q, k, softmax_scale=0.3, rows=bad)
     with pytest.raises(TypeError, match="unexpected keyword"):
         attention_probs(q, k, softmax_scale=0.3, row=(0, 2))
+
+
+def test_a_slice_above_max_bytes_is_refused_in_one_line_unless_it_is_raised():
+    """The slice's size is B · Hq · rows · keys float32 values; above max_bytes (MAX_BYTES by default)
+    the call says how large and how to allow it, before any pass runs."""
+    from entropy_lens.kernels.probs import MAX_BYTES
+
+    q, k = make_inputs(2, 4, 2, 16, 16, 8)
+    size = 2 * 4 * 10 * 12 * 4
+    with pytest.raises(
+        EntropyLensError, match=rf"is {size:,} bytes .*above max_bytes={size - 1:,}; .*max_bytes={size} "
+    ) as err:
+        attention_probs(q, k, softmax_scale=0.3, rows=(6, 16), keys=(2, 14), max_bytes=size - 1)
+    assert "\n" not in str(err.value)
+    got = attention_probs(q, k, softmax_scale=0.3, rows=(6, 16), keys=(2, 14), max_bytes=size)
+    assert got.shape == (2, 4, 10, 12)
+    # the default: a 16K x 16K slice of one head (1 GiB) is refused before any pass runs
+    q, k = torch.zeros(1, 1, 16384, 8), torch.zeros(1, 1, 16384, 8)
+    assert 16384 * 16384 * 4 > MAX_BYTES
+    with pytest.raises(EntropyLensError, match=rf"\(1,024.0 MiB\), above max_bytes={MAX_BYTES:,}"):
+        attention_probs(q, k, softmax_scale=0.3)
+    for bad in (0, 1.5, True):
+        with pytest.raises(EntropyLensError, match="max_bytes"):
+            attention_probs(q[:, :, :4], k[:, :, :4], softmax_scale=0.3, max_bytes=bad)
