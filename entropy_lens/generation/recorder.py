@@ -265,10 +265,15 @@ class GenerationRecorder(ScaleSession):
     def _result(self, generation: Generation, sequences) -> GenerationResult:
         steps = generation.steps
         N = len(steps)
-        if PROBS in steps[0]:  # a kept block's run of keys grows step by step: padded with 0
-            K = max(s[PROBS].shape[-1] for s in steps)
-            for s in steps:
-                s[PROBS] = np.pad(s[PROBS], [(0, 0)] * 3 + [(0, K - s[PROBS].shape[-1])])
+        # a kept block's run of keys, and the top keys while a row sees fewer than k, grow step by step:
+        # each padded to its widest (0; −1 for a key), so k never outgrows the keys a row saw
+        for name, fill in ((PROBS, 0), (TOP_KEY.name, -1), (TOP_KEY_PROB, 0)):
+            if name in steps[0]:
+                K = max(s[name].shape[-1] for s in steps)
+                for s in steps:
+                    s[name] = np.pad(
+                        s[name], [(0, 0)] * 3 + [(0, K - s[name].shape[-1])], constant_values=fill
+                    )
         values = {name: np.stack([s[name] for s in steps], 1) for name in steps[0]}
         B = generation.batch
         sequences = sequences if sequences is not None else generation.sequences

@@ -104,8 +104,9 @@ class RowSlices:
             prompt_len: (B,) int64, each sequence's real prompt tokens.
 
         Returns:
-            {span_mass: (B, H, spans), offset_prob: (B, H, offsets) float64; top_key: (B, H, k) int64,
-            −1 past the keys a row sees; top_key_prob: (B, H, k) float64, 0 there}, those asked for.
+            {span_mass: (B, H, spans), offset_prob: (B, H, offsets) float64; top_key: (B, H, min(k, S))
+            int64, −1 past the keys a row sees; top_key_prob: (B, H, min(k, S)) float64, 0 there}, those
+            asked for.
         """
         out = {}
         if SPAN_MASS.name in self.stats:
@@ -123,14 +124,7 @@ class RowSlices:
             prob, index = torch.sort(p, dim=-1, descending=True, stable=True)  # ties: the earliest key first
             prob, index = prob[..., :k], index[..., :k]
             position = torch.gather(key_pos[:, None, :].expand_as(p), -1, index)
-            seen = prob > 0
-            if prob.shape[-1] < k:  # fewer keys than k: the ranks past them are no key
-                pad = k - prob.shape[-1]
-                prob, position = (
-                    torch.nn.functional.pad(prob, (0, pad)),
-                    torch.nn.functional.pad(position, (0, pad)),
-                )
-                seen = torch.nn.functional.pad(seen, (0, pad))
+            seen = prob > 0  # fewer keys than k: min(k, S) ranks (the result pads every step to its widest)
             out[TOP_KEY.name] = torch.where(seen, position, -1)
             out[TOP_KEY_PROB] = torch.where(seen, prob, 0.0)
         if self.keep is not None:  # the kept span's keys up to the row's own: K = the longest such run

@@ -245,3 +245,17 @@ def test_a_quantized_cache_equals_float64_of_the_keys_it_hands():
             clear = (p.topk(2).values.diff(dim=-1)[..., 0] < -1e-4).numpy()
             assert np.array_equal(r.stat("top_key")[:, n, layer, :, 0][clear], top.numpy()[clear])
     assert np.array_equal(r.tokens, out[:, P:].numpy())
+
+
+def test_top_keys_never_outgrow_the_keys_a_row_sees():
+    """top_keys=100000 on a 9-token prompt and 3 new tokens: the top keys' last axis is the most keys a
+    row saw (11), not 100000 ranks of padding; the ranks past a row's keys are −1."""
+    model = build("llama", SUPPORTED["llama"][0])
+    ids, mask = left_padded_prompts()
+    with GenerationRecorder(model, stats="top_key", top_keys=100_000) as rec:
+        model.generate(ids, attention_mask=mask, max_new_tokens=3, **GREEDY)
+    r = rec.result()
+    top = r.stat("top_key")
+    assert top.shape == (2, 3, 2, 4, ids.shape[1] + 2) and r.meta["top_keys"] == 100_000
+    assert (top[0, 0, ..., ids.shape[1] - PAD :] == -1).all()  # 6 real keys at the first row of row 0
+    assert (top[1, 2] >= 0).all() and (r.stat("top_key_prob")[top == -1] == 0).all()
