@@ -103,19 +103,19 @@ documented(GenerateConfig)
 
 def generate(config: GenerateConfig, *, out: str | None = None, force: bool = False) -> GenerationResult:
     """Load the model, write `max_new_tokens` after the prompt, and return (and save to `out`) the
-    statistics of every generated token. `out` is checked before the model loads (an existing file is
-    replaced only with `force`)."""
+    statistics of every generated token. `out` is checked first, before torch and transformers are
+    imported and the model loads (an existing file is replaced only with `force`): a refusal in a second."""
+    if out is not None:
+        check_file_target(out, example="generation.npz")
+        if Path(out).exists() and not force:
+            raise EntropyLensError(f"{out} already exists; pass --force to overwrite it, or another --out")
+    config.check()
     import torch
 
     from entropy_lens.generation import GenerationRecorder
     from entropy_lens.models import resolve_device, resolve_dtype
     from entropy_lens.runs.variants import load_variant
 
-    config.check()
-    if out is not None:
-        check_file_target(out, example="generation.npz")
-        if Path(out).exists() and not force:
-            raise EntropyLensError(f"{out} already exists; pass --force to overwrite it, or another --out")
     device = resolve_device(config.device)
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
