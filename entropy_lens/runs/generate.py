@@ -114,6 +114,7 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
 
     from entropy_lens.generation import GenerationRecorder
     from entropy_lens.models import resolve_device, resolve_dtype
+    from entropy_lens.runs.provenance import model_facts
     from entropy_lens.runs.variants import load_variant
 
     device = resolve_device(config.device)
@@ -142,7 +143,9 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
         if lm.tokenizer is None
         else [lm.tokenizer.decode(t[:n].tolist()) for t, n in zip(result.tokens, result.lengths, strict=True)]
     )
-    meta = {**result.meta, "texts": texts, "generate_config": dataclasses.asdict(config)}
+    # the model as scans name it: as given, its source portable (a bundled model's place among the packages)
+    facts = {"model": config.model, **model_facts(lm, out)}
+    meta = {**result.meta, **facts, "texts": texts, "generate_config": dataclasses.asdict(config)}
     result = dataclasses.replace(result, meta=meta)
     if lm.tokenizer is not None:  # each token's text, for entropy-lens view
         result = result.with_token_texts(lm.tokenizer)

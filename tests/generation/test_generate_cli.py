@@ -31,6 +31,31 @@ def test_generate_writes_every_token_and_prints_the_heads(tmp_path, capsys):
     assert "give the prompt as --prompt-file F or as --data D" in capsys.readouterr().err
 
 
+def test_a_bundled_model_is_named_as_scans_name_it_never_by_its_install_folder(tmp_path, capsys):
+    """Issue 80 item 6: the file's meta and its view page named tiny-nope by its absolute install folder
+    (the model's _name_or_path). Now `model` is the name as given and `model_source` its place among the
+    packages, as a scan's meta; GenerationRecorder's own meta on a model load_model gave says the name."""
+    import json
+
+    from entropy_lens import GenerationRecorder
+    from entropy_lens.models import BUNDLED_MODELS
+    from entropy_lens.view import view
+
+    folder = str(BUNDLED_MODELS["tiny-nope"].path())
+    out = tmp_path / "gen.npz"
+    argv = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "16", "--max-new-tokens", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    capsys.readouterr()
+    meta = GenerationResult.load(out).meta
+    assert meta["model"] == "tiny-nope" and meta["model_source"] == BUNDLED_MODELS["tiny-nope"].identity
+    assert folder not in json.dumps(meta)
+    assert folder not in view(out).html and "tiny-nope" in view(out).html
+    lm = load_model("tiny-nope")
+    with GenerationRecorder(lm.model) as rec:
+        lm.model.generate(lm.tokenizer("It is", return_tensors="pt").input_ids, max_new_tokens=1)
+    assert rec.result().meta["model"] == "tiny-nope"
+
+
 def test_generate_records_spans_offsets_and_top_keys_and_names_the_heads(tmp_path, capsys):
     """--spans, --offsets and --top-keys: the arrays in the file, and the summary's heads are the file's
     (the copy share recomputed here from the prompt and generated ids by hand)."""
