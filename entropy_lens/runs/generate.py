@@ -12,7 +12,9 @@ The prompt is a text file (`--prompt-file`) or the first `--prompt-len` tokens o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -135,7 +137,7 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
         **slice_kw,
         **params,
     )
-    with recorder as rec, torch.no_grad():
+    with recorder as rec, torch.no_grad(), past_positions_said(lm.model, config, ids.shape[1]):
         lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     result = rec.result()
     texts = (
@@ -152,6 +154,40 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
     if out is not None:
         result.save(out)
     return result
+
+
+@contextlib.contextmanager
+def past_positions_said(model, config: GenerateConfig, prompt_len: int):
+    """Inside the block, a generation that runs past the model's max_position_embeddings is said once, in
+    our words (measuring attention there is what the command is for), and transformers' reminder of it
+    ("This is a friendly reminder ... exceeded the model's predefined maximum length") is held back."""
+    import logging
+
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    total = prompt_len + config.max_new_tokens
+    if limit is None or total <= limit:
+        yield
+        return
+    print(
+        f"{config.model}: the prompt's {prompt_len} tokens and {config.max_new_tokens} new ones run past its "
+        f"max_position_embeddings ({limit}): what a generation's attention does there is what this measures",
+        file=sys.stderr,
+        flush=True,
+    )
+    reminder = logging.getLogger("transformers.generation.stopping_criteria")
+    quiet = _WithoutReminder()
+    reminder.addFilter(quiet)
+    try:
+        yield
+    finally:
+        reminder.removeFilter(quiet)
+
+
+class _WithoutReminder:
+    """A logging filter: drops transformers' "exceeded the model's predefined maximum length" reminder."""
+
+    def filter(self, record) -> bool:
+        return "predefined maximum length" not in record.getMessage()
 
 
 def _prompt_ids(config: GenerateConfig, tokenizer):

@@ -100,3 +100,18 @@ def test_refusals_in_one_line(tmp_path, capsys, extra, words):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_generating_past_the_models_positions_is_said_in_one_line_of_ours(tmp_path, capfd):
+    """Issue 80 item 7: the guide's command (a 128-token prompt on tiny-nope, 128 positions) printed
+    transformers' "friendly reminder ... exceeded the model's predefined maximum length (128)"; it says
+    once, in its own words, that running past them is the point, and the reminder is held back."""
+    out = tmp_path / "g.npz"
+    argv = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "128", "--max-new-tokens", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    err = capfd.readouterr().err
+    said = "the prompt's 128 tokens and 2 new ones run past its max_position_embeddings (128)"
+    assert err.count(said) == 1 and "friendly reminder" not in err, err
+    within = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "16", "--max-new-tokens", "2"]
+    assert main([*within, "--out", str(tmp_path / "h.npz")]) == 0
+    assert "max_position_embeddings" not in capfd.readouterr().err  # within them: nothing said
