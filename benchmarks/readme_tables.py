@@ -7,7 +7,9 @@ the page between `<!-- table name -->` and `<!-- /table name -->` (docs/scaling.
 The README's one number, the line marked `<!-- peers_cpu -->`, is `peers_line` of peers_cpu.json
 (tests/benchmarks/test_peers_bench.py holds README.md to it); the GGUF conversion's time, each line
 marked `<!-- gguf_convert_cpu -->` in CONVERT_PAGES, is `convert_line` of gguf_convert_cpu.json
-(tests/benchmarks/test_gguf_convert.py).
+(tests/benchmarks/test_gguf_convert.py); the kvpress guide's printed answers, between `<!-- output
+kvpress_answers -->` and its end mark, are `answers_output` of kvpress_answers.json
+(tests/benchmarks/test_kvpress_answers.py).
 """
 
 from __future__ import annotations
@@ -602,6 +604,27 @@ def convert_line(record: dict | None) -> str:
     )
 
 
+ANSWERS = "kvpress_answers"  # the kvpress guide's printed answers: `<!-- output kvpress_answers -->`
+
+
+def answers_record() -> dict | None:
+    """benchmarks/results/kvpress_answers.json, or None until the guide's block has been run."""
+    path = RESULTS / f"{ANSWERS}.json"
+    return read_record(path) if path.is_file() else None
+
+
+def answers_output(record: dict | None) -> str:
+    """What the kvpress guide shows its pipeline block printed (benchmarks/kvpress_answers.py's record),
+    with where and when it ran; until it has run, how to run it."""
+    if record is None:
+        return f"Not run yet: run `.venv-kvpress/bin/python benchmarks/{ANSWERS}.py`."
+    where = (
+        f"(TOKENS = {record['tokens']:,}; {measured_on(record)}, transformers {record['transformers']}, "
+        f"kvpress {record['kvpress']})"
+    )
+    return "\n".join(["```text", *record["printed"], "```", where])
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
@@ -658,6 +681,12 @@ def regenerate(text: str, made: dict[str, str]) -> str:
             lambda _, name=name, table=table: f"<!-- table {name} -->\n{table}\n<!-- /table {name} -->",
             text,
         )
+    output = answers_output(answers_record())
+    text = re.sub(
+        rf"(?s)<!-- output {ANSWERS} -->\n.*?<!-- /output {ANSWERS} -->",
+        lambda _: f"<!-- output {ANSWERS} -->\n{output}\n<!-- /output {ANSWERS} -->",
+        text,
+    )
     line, convert = peers_line(peers_record()), convert_line(convert_record())
     rows = []
     for row in text.split("\n"):  # the conversion's line keeps its indent (inside a list item)
