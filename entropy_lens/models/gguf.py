@@ -222,12 +222,8 @@ def _writing(out: Path):
 
 # what differs between two transformers versions' saves of one model and changes nothing it computes
 UNCOMPARED = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype"}
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
+# what reuse_weights takes from another version's cache: the model's files, never its tokenizer's
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json")
 
 
 def reuse_weights(gguf: Path, other: Path, out: Path) -> str | None:
@@ -247,10 +243,9 @@ def reuse_weights(gguf: Path, other: Path, out: Path) -> str | None:
     differ = config_difference(wanted.to_dict(), found.to_dict())
     if differ is not None:
         return f"its config reads differently here ({differ})"
-    for f in other.iterdir():
-        if f.is_file() and f.name != CACHE_MARKER and f.name not in TOKENIZER_FILES:
-            with _writing(out):
-                shutil.copy2(f, out / f.name)
+    for f in sorted({f for pattern in MODEL_FILES for f in other.glob(pattern)}):
+        with _writing(out):
+            shutil.copy2(f, out / f.name)
     differ = weights_differ(out)
     if differ is not None:
         return differ
