@@ -5,7 +5,11 @@
 Each table comes from one file in benchmarks/results/, written by the script of the same name, and sits in
 the page between `<!-- table name -->` and `<!-- /table name -->` (docs/scaling.md holds a copy of context_parallel_cpu).
 The README's one number, the line marked `<!-- peers_cpu -->`, is `peers_line` of peers_cpu.json
-(tests/benchmarks/test_peers_bench.py holds README.md to it).
+(tests/benchmarks/test_peers_bench.py holds README.md to it); the GGUF conversion's time, each line
+marked `<!-- gguf_convert_cpu -->` in CONVERT_PAGES, is `convert_line` of gguf_convert_cpu.json
+(tests/benchmarks/test_gguf_convert.py); the kvpress guide's printed answers, between `<!-- output
+kvpress_answers -->` and its end mark, are `answers_output` of kvpress_answers.json
+(tests/benchmarks/test_kvpress_answers.py).
 """
 
 from __future__ import annotations
@@ -573,6 +577,54 @@ def peers_record() -> dict | None:
     return read_record(path) if path.is_file() else None
 
 
+CONVERT_MARK = "<!-- gguf_convert_cpu -->"  # ends a page's line stating the GGUF conversion's time
+CONVERT_COMMAND = "python benchmarks/gguf_convert_cpu.py"
+CONVERT_PAGES = ("docs/guides/scanning.md", "docs/internals/layout.md", "docs/guides/kvpress.md")
+
+
+def convert_record() -> dict | None:
+    """benchmarks/results/gguf_convert_cpu.json, or None until the benchmark has been run."""
+    path = RESULTS / "gguf_convert_cpu.json"
+    return read_record(path) if path.is_file() else None
+
+
+def convert_line(record: dict | None) -> str:
+    """The pages' line (CONVERT_PAGES, a line of its own ending with CONVERT_MARK, inside a paragraph): how
+    long the bundled SmolLM2's first-use conversion took, from gguf_convert_cpu.json."""
+    if record is None:
+        return f"(its time: not measured yet, run `{CONVERT_COMMAND}`) {CONVERT_MARK}"
+    low, high = record["seconds"]
+    took = f"{low:.0f} s" if round(low) == round(high) else f"{low:.0f}–{high:.0f} s"
+    rows = [r for r in record["rows"] if "tokenizer_s" in r]
+    versions = ", ".join(sorted({r["transformers"] for r in rows}))
+    tokenizer = f", the tokenizer {min(r['tokenizer_s'] for r in rows):.0f} s of it" if rows else ""
+    return (
+        f"({took}{tokenizer}, {measured_on(record)}, transformers {versions}; more on a busy machine: "
+        f"`benchmarks/gguf_convert_cpu.py`) {CONVERT_MARK}"
+    )
+
+
+ANSWERS = "kvpress_answers"  # the kvpress guide's printed answers: `<!-- output kvpress_answers -->`
+
+
+def answers_record() -> dict | None:
+    """benchmarks/results/kvpress_answers.json, or None until the guide's block has been run."""
+    path = RESULTS / f"{ANSWERS}.json"
+    return read_record(path) if path.is_file() else None
+
+
+def answers_output(record: dict | None) -> str:
+    """What the kvpress guide shows its pipeline block printed (benchmarks/kvpress_answers.py's record),
+    with where and when it ran; until it has run, how to run it."""
+    if record is None:
+        return f"Not run yet: run `.venv-kvpress/bin/python benchmarks/{ANSWERS}.py`."
+    where = (
+        f"(TOKENS = {record['tokens']:,}; {measured_on(record)}, transformers {record['transformers']}, "
+        f"kvpress {record['kvpress']})"
+    )
+    return "\n".join(["```text", *record["printed"], "```", where])
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
@@ -629,13 +681,28 @@ def regenerate(text: str, made: dict[str, str]) -> str:
             lambda _, name=name, table=table: f"<!-- table {name} -->\n{table}\n<!-- /table {name} -->",
             text,
         )
-    line = peers_line(peers_record())
-    return "\n".join(line if row.startswith(PEERS_MARK) else row for row in text.split("\n"))
+    output = answers_output(answers_record())
+    text = re.sub(
+        rf"(?s)<!-- output {ANSWERS} -->\n.*?<!-- /output {ANSWERS} -->",
+        lambda _: f"<!-- output {ANSWERS} -->\n{output}\n<!-- /output {ANSWERS} -->",
+        text,
+    )
+    line, convert = peers_line(peers_record()), convert_line(convert_record())
+    rows = []
+    for row in text.split("\n"):  # the conversion's line keeps its indent (inside a list item)
+        indent = row[: len(row) - len(row.lstrip())]
+        if row.startswith(PEERS_MARK):
+            row = line
+        elif row.rstrip().endswith(CONVERT_MARK):
+            row = indent + convert
+        rows.append(row)
+    return "\n".join(rows)
 
 
 def main(argv: list[str]) -> int:
     made, stale = tables(), []
-    for path in (TARGET, SCALING, README):
+    pages = [README.parent / page for page in CONVERT_PAGES]
+    for path in (TARGET, SCALING, README, *pages):
         old = path.read_text(encoding="utf-8")
         new = regenerate(old, made)
         if new != old:

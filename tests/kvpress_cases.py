@@ -438,7 +438,9 @@ def test_the_guide_runs_as_written():
     for block in blocks:
         block = block.replace("TOKENS = 2_048", "TOKENS = 1_024")
         exec(compile(block, str(GUIDE), "exec"), namespace)  # noqa: S102 - the guide's own code
-    assert namespace["answer"]["answer"].strip()
+    assert namespace["answer"]["answer"].strip() and namespace["unpressed"]["answer"].strip()
+    full, kept = namespace["full"].get_seq_length(), namespace["kept"].get_seq_length()
+    assert full > 1_024 and kept == int(full * (1 - 0.75))  # the unpressed prefill's keys, a quarter kept
 
 
 def test_duo_attention_press_reads_the_lens_pattern(tmp_path):

@@ -38,6 +38,7 @@ from transformers import LogitsProcessor
 
 from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession
+from entropy_lens.capture.probe import check_row_stats_apply
 from entropy_lens.capture.recorder import fed_of, padding_mask
 from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
@@ -69,7 +70,9 @@ class GenerationRecorder(ScaleSession):
             `scales`, and the kernel statistics' parameters by name.
 
     Raises:
-        EntropyLensError: an unknown or key statistic, a value out of range.
+        EntropyLensError: an unknown or key statistic, a value out of range, a statistic asked for by
+            name that some layer of the model does not report (sink_mass without attention sinks:
+            refused here, by a probe forward, as AttentionMonitor refuses it).
     """
 
     def __init__(self, model, *, stats=None, spans=None, offsets=(), top_keys=1, keep_probs=None, **options):
@@ -86,6 +89,13 @@ class GenerationRecorder(ScaleSession):
             )
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+        if stats is not None:  # asked for by name (the default's sink_mass is recorded where it applies)
+            check_row_stats_apply(
+                model,
+                self.session.measure,
+                n_layers=self.n_layers,
+                drop="GenerationRecorder's stats (--stats)",
+            )
         self.session.on_stats = self._add
         if (
             self.slices.stats or self.slices.keep

@@ -78,8 +78,9 @@ def row_slice_stats(
 
     Returns:
         dict: span_mass (B, Hq, R, spans) and offset_prob (B, Hq, R, offsets) float32; top_key
-        (B, Hq, R, k) int64, the key positions most probable first, ties the earliest key first, −1 past
-        the keys a row may see; top_key_prob (B, Hq, R, k) float32, 0 there. The sink is no key.
+        (B, Hq, R, k) int64, the key positions most probable first, exact ties of the scores the earliest
+        key first, −1 past the keys a row may see; top_key_prob (B, Hq, R, k) float32, 0 there (two keys
+        may show one float32 probability and rank the later first). The sink is no key.
 
     Raises:
         ValueError: an unknown statistic, a parameter given without its statistic or out of range, or an

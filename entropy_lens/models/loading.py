@@ -203,6 +203,9 @@ def load_model(
     loaded_tokenizer = load_tokenizer(folder, trust_remote_code) if tokenizer else None
     model = model.to(torch_device).eval()
     digest = config_hash(model.config)  # before NoPE (which changes buffers, not the config, anyway)
+    portable = portable_source(str(ckpt), source)
+    if portable is not None:  # a bundled model or Hub id by its name, as from_pretrained(name) would set
+        model.config._name_or_path = str(ckpt)  # (what a recorder's meta names: never the install folder)
 
     declared = bool(getattr(config, "nope", False))
     if nope is None and not declared and rotary_modules(model) and "nope" in Path(str(ckpt)).name.lower():
@@ -238,5 +241,5 @@ def load_model(
         head_dim=head_dim,
         model_class=type(model).__name__,
         remote_code_ignored=ignored,
-        portable_source=portable_source(str(ckpt), source),
+        portable_source=portable,
     )

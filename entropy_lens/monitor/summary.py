@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from entropy_lens.capture.probe import unreported
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.received import read_received
 from entropy_lens.monitor.settings import is_row_array
@@ -220,9 +221,8 @@ class ForwardSums:
             )
         missing = [s for s in self.stats if any(s not in self.reduced[i] for i in range(self.n_layers))]
         if missing:
-            raise EntropyLensError(
-                f"{model} does not report {', '.join(missing)} in every layer (sink_mass needs attention "
-                "sinks); drop it from the monitored statistics (AttentionMonitor's stats, --monitor)"
+            raise unreported(
+                model, missing, drop="the monitored statistics (AttentionMonitor's stats, --monitor)"
             )
 
     def finish(self, step: int) -> StepSummary:

@@ -12,7 +12,9 @@ The prompt is a text file (`--prompt-file`) or the first `--prompt-len` tokens o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,17 +132,18 @@ documented(GenerateConfig)
 
 def generate(config: GenerateConfig, *, out: str | None = None, force: bool = False) -> GenerationResult:
     """Load the model, write `max_new_tokens` after the prompt, and return (and save to `out`) the
-    statistics of every generated token. `out` is checked before the model loads (an existing file is
-    replaced only with `force`)."""
+    statistics of every generated token. `out` is checked first, before torch and transformers are
+    imported and the model loads (an existing file is replaced only with `force`): a refusal in a second."""
+    if out is not None:
+        check_replaceable(out, force=force, inputs=config.input_files(), example="generation.npz")
+    config.check()
     import torch
 
     from entropy_lens.generation import GenerationRecorder
     from entropy_lens.models import resolve_device, resolve_dtype
+    from entropy_lens.runs.provenance import model_facts
     from entropy_lens.runs.variants import load_variant
 
-    config.check()
-    if out is not None:
-        check_replaceable(out, force=force, inputs=config.input_files(), example="generation.npz")
     device = resolve_device(config.device)
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
@@ -160,7 +163,7 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
         **slice_kw,
         **params,
     )
-    with recorder as rec, torch.no_grad():
+    with recorder as rec, torch.no_grad(), past_positions_said(lm.model, config, ids.shape[1]):
         lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     result = rec.result()
     texts = (
@@ -168,13 +171,49 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
         if lm.tokenizer is None
         else [lm.tokenizer.decode(t[:n].tolist()) for t, n in zip(result.tokens, result.lengths, strict=True)]
     )
-    meta = {**result.meta, "texts": texts, "generate_config": dataclasses.asdict(config)}
+    # the model as scans name it: as given, its source portable (a bundled model's place among the packages)
+    facts = {"model": config.model, **model_facts(lm, out)}
+    meta = {**result.meta, **facts, "texts": texts, "generate_config": dataclasses.asdict(config)}
     result = dataclasses.replace(result, meta=meta)
     if lm.tokenizer is not None:  # each token's text, for entropy-lens view
         result = result.with_token_texts(lm.tokenizer)
     if out is not None:
         result.save(out)
     return result
+
+
+@contextlib.contextmanager
+def past_positions_said(model, config: GenerateConfig, prompt_len: int):
+    """Inside the block, a generation that runs past the model's max_position_embeddings is said once, in
+    our words (measuring attention there is what the command is for), and transformers' reminder of it
+    ("This is a friendly reminder ... exceeded the model's predefined maximum length") is held back."""
+    import logging
+
+    limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    total = prompt_len + config.max_new_tokens
+    if limit is None or total <= limit:
+        yield
+        return
+    print(
+        f"{config.model}: the prompt's {prompt_len} tokens and {config.max_new_tokens} new ones run past its "
+        f"max_position_embeddings ({limit}): what a generation's attention does there is what this measures",
+        file=sys.stderr,
+        flush=True,
+    )
+    reminder = logging.getLogger("transformers.generation.stopping_criteria")
+    quiet = _WithoutReminder()
+    reminder.addFilter(quiet)
+    try:
+        yield
+    finally:
+        reminder.removeFilter(quiet)
+
+
+class _WithoutReminder:
+    """A logging filter: drops transformers' "exceeded the model's predefined maximum length" reminder."""
+
+    def filter(self, record) -> bool:
+        return "predefined maximum length" not in record.getMessage()
 
 
 def _prompt_ids(config: GenerateConfig, tokenizer):

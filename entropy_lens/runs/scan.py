@@ -34,8 +34,8 @@ from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, holds_token_ids, token_chunks
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Fused, Measure
-from entropy_lens.kernels import fold_status, native_status, resolve_backend
+from entropy_lens.flags import Backend, Fused, Measure
+from entropy_lens.kernels import fold_status, native_available, native_status, resolve_backend
 from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import layer_progress, progress_bar
 from entropy_lens.results import ScanResult
@@ -182,6 +182,7 @@ class Run:
         check_logits(lm.model, torch.from_numpy(chunks.ids[:1, : min(32, config.length)]).to(device))
         measure = config.measure
         resolve_backend(measure.backend, device)  # refused here if this device cannot run it; "auto" stays
+        build_native_first(measure, device)  # a step of its own, before the bar: never inside its rate
         schedule = variant_schedule(config, lm)
         groups = shard_groups(config, w)
         if device.type == "cpu":
@@ -279,6 +280,18 @@ class Run:
             "scan_config": scan_config,
             "wall_time_s": round(sums.prior_wall_s + time.perf_counter() - started, 3),
         }
+
+
+def build_native_first(measure: Measure, device: torch.device) -> None:
+    """The native CPU kernel built now where the scan's route may run it (CPU; --backend native, or auto
+    with a one-pass route: --fused on or auto), before the progress bar starts: its first build takes
+    minutes, once per machine (one line says so, another how long it took), and inside the first forward
+    it was counted as scanning, so `make demo`'s bar showed 1 s/tok and 9 hours (issue 80 item 5). A
+    cached build loads in milliseconds; where it cannot be built, the torch path runs, as before."""
+    one_pass = measure.fused is not Fused.OFF
+    wanted = measure.backend is Backend.NATIVE or (measure.backend is Backend.AUTO and one_pass)
+    if device.type == "cpu" and wanted:
+        native_available()
 
 
 def _loop(batches: LocalBatches, sums: ScanSums, checkpoint: Checkpointer, progress: bool) -> None:

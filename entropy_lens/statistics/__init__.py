@@ -230,8 +230,9 @@ OFFSET_PROB = Statistic(
 TOP_KEY = Statistic(
     TOP_KEY_NAME,
     "position",
-    "the real positions of the row's k most probable keys, ties the earliest first (−1 past the keys the "
-    "row sees); their probabilities beside them (top_key_prob)",
+    "the real positions of the row's k most probable keys, exact ties the earliest first (−1 past the keys "
+    "the row sees); their probabilities beside them (top_key_prob, float32: two keys may show one "
+    "probability there and rank the later first, their values differing below float32's rounding)",
     "top key",
     squared=False,
 )

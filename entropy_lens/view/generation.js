@@ -62,12 +62,33 @@ window.entropyLensDrawGenerations = function (data) {
     return "rgb(" + c.join(",") + ")";
   }
 
+  // The text's colour scale: the lowest value's colour to the highest's, each end labelled with its value.
+  function drawScale(e, low, high) {
+    const box = el("generation-scale");
+    box.textContent = "";
+    if (low === null || !e.unit) return;
+    const label = (v) => v.toFixed(4) + " " + e.unit;
+    const stops = VIRIDIS.map((c, i) => "rgb(" + c.join(",") + ") " + (100 * i / (VIRIDIS.length - 1)) + "%");
+    const part = (text, cls) => {
+      const s = document.createElement("span");
+      s.textContent = text;
+      s.className = cls;
+      box.appendChild(s);
+      return s;
+    };
+    part("text colour: " + label(low), "scale-end");
+    part("", "scale-bar").style.background = "linear-gradient(to right, " + stops.join(", ") + ")";
+    part(label(high) + (high > low ? "" : " (one value: every token the middle colour)"), "scale-end");
+    Object.assign(box.dataset, { low: low, high: high });
+  }
+
   function drawText(g, e, values) {
     const box = el("generation-text"), row = g.rows[state.row];
     box.textContent = "";
     state.spans = {};  // real position -> its span
     const live = values.filter((v) => v !== null);
     const low = e.range ? e.range[0] : Math.min(...live), high = e.range ? e.range[1] : Math.max(...live);
+    drawScale(e, live.length ? low : null, live.length ? high : null);
     // a line end shows as ↵ (a token of its own width, which a mouse can rest on), then breaks the line;
     // a token of no text as ∅
     const add = (text, cls, pos) => {

@@ -158,8 +158,15 @@ def generation_payload(item: GenerationItem) -> dict:
 
 
 def _meta_rows(meta: dict) -> dict[str, str]:
+    """The table's rows: GENERATION_FIELDS the meta has, a statistic's parameter (first_keys, recent_keys)
+    only where a recorded statistic reads it (the recorder keeps every parameter's value)."""
+    read = {
+        p.name for name in meta.get("stats", ()) if name in STATISTICS for p in STATISTICS[name].parameters
+    }
     rows = {}
     for key in GENERATION_FIELDS:
+        if key in ROW_PARAMETERS and key not in read:
+            continue
         if key in meta:
             value = meta[key]
             if isinstance(value, dict):

@@ -47,6 +47,8 @@ details { max-width: 100%; overflow-x: auto; }
 .tokens .prompt { color: #777; } .tokens .written { cursor: pointer; }
 .tokens .ended { color: #999; background: #eee; font-style: italic; padding: 1px 4px; }
 .tokens .key { outline: 2px solid #d62728; } .tokens .hovered { outline: 2px solid #222; }
+.scale { font-size: 0.85em; margin: 6px 0; display: flex; align-items: center; gap: 8px; }
+.scale .scale-bar { display: inline-block; width: 160px; height: 12px; border-radius: 2px; }
 .detail { font-size: 0.85em; min-height: 5em; margin-top: 8px; white-space: pre-wrap; }
 """
 
@@ -197,9 +199,10 @@ def generation_section(payload: dict) -> str:
 <div id="generation-plot"></div>
 <div class="note">The chosen head's statistic of each generated token's row (the query whose logits chose it).
 Below, the prompt and the generated text, each generated token coloured by the statistic (viridis, from the
-sequence's lowest value to its highest; a probability from 0 to 1); hover a generated
+sequence's lowest value to its highest; a probability from 0 to 1: the scale above the text); hover a generated
 token (or its bar) for its span masses and its top keys with their probabilities and texts (the keys are
 outlined in the text). A token after its sequence ended has no value: it is shown as ended.</div>
+<div id="generation-scale" class="scale"></div>
 <div id="generation-text" class="tokens"></div>
 <div id="generation-detail" class="detail"></div>
 </section>"""

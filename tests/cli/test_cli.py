@@ -32,6 +32,19 @@ def test_help_and_argument_errors_import_no_torch():
     assert run.stdout.strip() == "[]", run.stdout
 
 
+def test_generate_refuses_an_existing_out_before_torch_loads(tmp_path):
+    """Issue 80 item 3: `generate --out F` with F there is refused before torch and transformers load
+    (it took 4-6 s on 2 shared cores, the model's imports first; now what --help takes)."""
+    out = tmp_path / "gen.npz"
+    out.write_bytes(b"kept")
+    argv = ["generate", "tiny-nope", "--data", "austen:emma", "--out", str(out)]
+    code = "import sys\nfrom entropy_lens.cli import main\nprint(main(sys.argv[1:]))\n"
+    code += "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    run = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+    assert run.stdout.split("\n")[:2] == ["2", "[]"], run.stdout
+    assert f"{out} already exists; pass --force" in run.stderr and out.read_bytes() == b"kept"
+
+
 def test_python_dash_m_help_imports_no_torch():
     code = "import runpy, sys; sys.argv = ['entropy-lens', '--help']\n"
     code += "try:\n    runpy.run_module('entropy_lens', run_name='__main__')\nexcept SystemExit:\n    pass\n"

@@ -56,6 +56,22 @@ def test_a_passkey_example_with_head_scales_follows_the_command_that_writes_them
                 assert used in written, f"{page.name}: {cmd} reads {used} before search-heads writes it"
 
 
+def test_the_commands_of_a_page_write_distinct_files():
+    """A page pasted top to bottom runs (issue 80 item 3: the generation guide's two commands both wrote
+    gen.npz, the second refused with "already exists"): no command writes an --out an earlier command of
+    the same page wrote, unless it says --force or --resume."""
+    for page in PAGES:
+        written = {}
+        for cmd in page_examples(page):
+            words = shlex.split(cmd)
+            if "--out" not in words:
+                continue
+            out = words[words.index("--out") + 1]
+            again = "--force" in words or "--resume" in words
+            assert again or out not in written, f"{page.name}: {cmd} writes {out}, as {written.get(out)} did"
+            written[out] = cmd
+
+
 def test_the_readme_scans_the_bundled_real_model():
     assert any(cmd.startswith("entropy-lens scan smollm2 ") for cmd in _readme_examples())
 

@@ -221,6 +221,14 @@ def test_make_demo_and_the_readmes_commands_write_different_files():
         assert not set(_written(small(cmd))) & set(demo), f"README: {cmd} writes {demo[0]}, as make demo does"
 
 
+def test_the_readmes_commands_write_into_results():
+    """A new user's commands write under results/ (make demo's folder, ignored by git), never into the
+    checkout's root (issue 80 item 7: `view ... --out report.html`)."""
+    for cmd in page_examples(README):
+        for out in _written(small(cmd)):
+            assert out.startswith("results/"), f"README: {cmd} writes {out}, outside results/"
+
+
 @pytest.mark.slow
 def test_the_readmes_commands_run_in_order_after_make_demo(tmp_path, monkeypatch, capsys):
     """A new user's first commands: on a copy of the repository (no results/, no build output), what

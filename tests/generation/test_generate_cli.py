@@ -31,6 +31,31 @@ def test_generate_writes_every_token_and_prints_the_heads(tmp_path, capsys):
     assert "give the prompt as --prompt-file F or as --data D" in capsys.readouterr().err
 
 
+def test_a_bundled_model_is_named_as_scans_name_it_never_by_its_install_folder(tmp_path, capsys):
+    """Issue 80 item 6: the file's meta and its view page named tiny-nope by its absolute install folder
+    (the model's _name_or_path). Now `model` is the name as given and `model_source` its place among the
+    packages, as a scan's meta; GenerationRecorder's own meta on a model load_model gave says the name."""
+    import json
+
+    from entropy_lens import GenerationRecorder
+    from entropy_lens.models import BUNDLED_MODELS
+    from entropy_lens.view import view
+
+    folder = str(BUNDLED_MODELS["tiny-nope"].path())
+    out = tmp_path / "gen.npz"
+    argv = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "16", "--max-new-tokens", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    capsys.readouterr()
+    meta = GenerationResult.load(out).meta
+    assert meta["model"] == "tiny-nope" and meta["model_source"] == BUNDLED_MODELS["tiny-nope"].identity
+    assert folder not in json.dumps(meta)
+    assert folder not in view(out).html and "tiny-nope" in view(out).html
+    lm = load_model("tiny-nope")
+    with GenerationRecorder(lm.model) as rec:
+        lm.model.generate(lm.tokenizer("It is", return_tensors="pt").input_ids, max_new_tokens=1)
+    assert rec.result().meta["model"] == "tiny-nope"
+
+
 def test_generate_records_spans_offsets_and_top_keys_and_names_the_heads(tmp_path, capsys):
     """--spans, --offsets and --top-keys: the arrays in the file, and the summary's heads are the file's
     (the copy share recomputed here from the prompt and generated ids by hand)."""
@@ -75,3 +100,18 @@ def test_refusals_in_one_line(tmp_path, capsys, extra, words):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_generating_past_the_models_positions_is_said_in_one_line_of_ours(tmp_path, capfd):
+    """Issue 80 item 7: the guide's command (a 128-token prompt on tiny-nope, 128 positions) printed
+    transformers' "friendly reminder ... exceeded the model's predefined maximum length (128)"; it says
+    once, in its own words, that running past them is the point, and the reminder is held back."""
+    out = tmp_path / "g.npz"
+    argv = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "128", "--max-new-tokens", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    err = capfd.readouterr().err
+    said = "the prompt's 128 tokens and 2 new ones run past its max_position_embeddings (128)"
+    assert err.count(said) == 1 and "friendly reminder" not in err, err
+    within = ["generate", "tiny-nope", "--data", "austen:emma", "--prompt-len", "16", "--max-new-tokens", "2"]
+    assert main([*within, "--out", str(tmp_path / "h.npz")]) == 0
+    assert "max_position_embeddings" not in capfd.readouterr().err  # within them: nothing said

@@ -171,6 +171,27 @@ def test_refusals_in_one_line():
         GenerationRecorder(model).result()
 
 
+def test_sink_mass_on_a_model_without_sinks_is_refused_when_the_recorder_is_made():
+    """Issue 80 item 2: asked for by name on a model without sinks, sink_mass was dropped silently and
+    `result.stat` then advised asking for it; refused now at GenerationRecorder(...), before any forward,
+    by the monitor's probe (capture/probe.py), which leaves the model as it was. The default (no stats)
+    still records it where it applies, and a model with sinks records it when asked."""
+    model = build("llama", SUPPORTED["llama"][0])
+    rng = torch.get_rng_state()
+    with pytest.raises(EntropyLensError, match=r"does not report sink_mass in every layer.*drop it") as err:
+        GenerationRecorder(model, stats=("entropy", "sink_mass", "span_mass"))
+    assert "\n" not in str(err.value) and "GenerationRecorder's stats" in str(err.value)
+    assert torch.equal(torch.get_rng_state(), rng) and model.config._attn_implementation == "sdpa"
+    ids, mask = left_padded_prompts()
+    with GenerationRecorder(model) as rec:  # the default: entropy alone on this model
+        model.generate(ids, attention_mask=mask, max_new_tokens=2, pad_token_id=0)
+    assert rec.result().stats == ("entropy",)
+    sinks = build("gpt_oss", SUPPORTED["gpt_oss"][0])
+    with GenerationRecorder(sinks, stats=("entropy", "sink_mass")) as rec:
+        sinks.generate(ids, attention_mask=mask, max_new_tokens=2, pad_token_id=0)
+    assert (rec.result().stat("sink_mass")[rec.result().live] > 0).all()
+
+
 def test_the_file_round_trips_and_a_foreign_file_is_refused(tmp_path):
     model = build("gpt_oss", SUPPORTED["gpt_oss"][0])
     ids, mask = left_padded_prompts()

@@ -409,25 +409,88 @@ def test_gguf_converted_once_then_cached(fake_gguf):
     assert cached == [gguf_cache_dir(gguf)]
 
 
-def test_a_conversion_says_once_why_another_versions_cache_is_not_reused(fake_gguf, capsys):
-    """A second environment (kvpress's transformers 5.2) converts the GGUF again: its one line says which
-    version it converts for and why the other version's cache is not reused."""
+def another_version(gguf, version: str, tiny_dir) -> Path:
+    """A complete cache of `gguf` as transformers `version` would have made it (the tiny folder)."""
     import shutil
 
-    from entropy_lens.models.gguf import CACHE_MARKER, ensure_gguf_cache, gguf_cache_dir
+    from entropy_lens.models.gguf import CACHE_MARKER, gguf_cache_dir
+
+    own = gguf_cache_dir(gguf)
+    other = own.with_name(own.name.rsplit("-tf", 1)[0] + f"-tf{version}")
+    shutil.copytree(tiny_dir, other)
+    (other / CACHE_MARKER).write_text("{}")
+    return other
+
+
+def test_another_versions_cache_is_reused_where_it_can_be(fake_gguf, tiny_dir, capsys):
+    """Issue 80 item 4: a second environment (kvpress's transformers 5.2) converted the GGUF again, 171 s.
+    Where another version's cache is there, the newest one's weights are reused (`reuse`, which says None)
+    in place of a conversion, said in one line; then the cache is this version's."""
+    import shutil
+
+    from entropy_lens.models.gguf import ensure_gguf_cache, gguf_cache_dir
 
     gguf, convert, calls = fake_gguf
-    own = gguf_cache_dir(gguf)
-    other = own.with_name(own.name.rsplit("-tf", 1)[0] + "-tf5.2.0")
-    shutil.copytree(gguf.parent, other, ignore=lambda *_: ["cache", "m.gguf"])
-    (other / CACHE_MARKER).write_text("{}")
-    ensure_gguf_cache(gguf, convert=convert)
+    another_version(gguf, "5.9.0", tiny_dir)
+    newest = another_version(gguf, "5.10.0", tiny_dir)
+    reused = []
+
+    def reuse(g, other, out):
+        reused.append(other)
+        shutil.copytree(other, out, dirs_exist_ok=True)
+
+    folder = ensure_gguf_cache(gguf, convert=convert, reuse=reuse)
     err = capsys.readouterr().err
-    version = own.name.rsplit("-tf", 1)[1]
-    assert f"once for transformers {version}" in err
-    assert "the cache of transformers 5.2.0 is not reused: each version writes its own tokenizer" in err
-    ensure_gguf_cache(gguf, convert=convert)
-    assert capsys.readouterr().err == "" and len(calls) == 1  # then nothing: the cache is there
+    version = gguf_cache_dir(gguf).name.rsplit("-tf", 1)[1]
+    assert reused == [newest] and not calls and folder == gguf_cache_dir(gguf)
+    assert f"for transformers {version} in {folder} from transformers 5.10.0's" in err and "made in" in err
+    assert load_model(str(gguf)).n_layers == 2
+    assert ensure_gguf_cache(gguf, convert=convert, reuse=reuse) == folder and len(reused) == 1
+    assert capsys.readouterr().err == ""  # then nothing: the cache is there
+
+
+def test_where_it_cannot_be_reused_the_conversion_says_once_why(fake_gguf, tiny_dir, capsys):
+    """The real `reuse_weights` on a file transformers cannot read as a GGUF: why not in one line, what the
+    attempt copied removed, then converted; a reuse that gives a reason the same way."""
+    from entropy_lens.models.gguf import ensure_gguf_cache
+
+    gguf, convert, calls = fake_gguf
+    another_version(gguf, "5.2.0", tiny_dir)
+
+    def convert_into_empty(g, out):
+        assert not list(out.iterdir()), list(out.iterdir())  # nothing of the attempt left
+        convert(g, out)
+
+    ensure_gguf_cache(gguf, convert=convert_into_empty)
+    err = capsys.readouterr().err
+    assert (
+        "the cache of transformers 5.2.0 is not reused: its config cannot be compared with the GGUF's" in err
+    )
+    assert err.count("not reused") == 1 and "converting m.gguf" in err and len(calls) == 1
+
+
+def test_weights_that_do_not_load_as_saved_or_another_config_are_named(tiny_dir, tmp_path):
+    """`weights_differ` and `config_difference`, reuse_weights' two checks: a folder that loads as saved
+    passes; a tensor renamed in its safetensors, or a setting read otherwise, is named."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from entropy_lens.models.gguf import config_difference, weights_differ
+
+    folder = shutil.copytree(tiny_dir, tmp_path / "copy")
+    assert weights_differ(folder) is None
+    tensors = load_file(folder / "model.safetensors")
+    name = next(k for k in tensors if k.endswith("q_proj.weight"))
+    tensors[name.replace("q_proj", "query")] = tensors.pop(name)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    why = weights_differ(folder)
+    assert why == f"its weights do not load here as saved (missing keys: {name})", why
+    config = json.loads((tiny_dir / "config.json").read_text())
+    assert config_difference(config, {**config, "transformers_version": "0", "architectures": None}) is None
+    assert config_difference(config, {**config, "rope_theta": 1.0}) == (
+        f"rope_theta: {config.get('rope_theta')!r} here, 1.0 there"
+    )
 
 
 def test_gguf_cache_key_follows_content(fake_gguf):

@@ -42,3 +42,36 @@ def test_a_scan_of_one_sample_reports_as_its_layers_finish(capsys):
     bar = progress_bar(total=10, enabled=False)  # disabled: the same interface, nothing shown
     with layer_progress(bar, attention_modules(make_tiny_model())) as expect:
         expect(10)
+
+
+def test_the_native_kernel_is_built_before_the_bar_starts(monkeypatch):
+    """Issue 80 item 5: `make demo`'s first scan built the native kernel inside its first forward, the bar
+    already running (128/32.8k [02:11<9:17:36, 1.03s/tok]). The build is a step of its own now, before the
+    bar: an injected build (PROCESS_NATIVE's seam) is asked for first, then the bar made."""
+    from entropy_lens import ScanConfig, scan
+    from entropy_lens.kernels.native import PROCESS_NATIVE
+    from entropy_lens.runs import scan as scan_module
+
+    events = []
+    real_bar = scan_module.progress_bar
+
+    def build():
+        events.append("build")
+        raise RuntimeError("no compiler here (a test's build)")  # the torch path runs, as without a compiler
+
+    def bar(**kw):
+        events.append("bar")
+        return real_bar(**kw)
+
+    monkeypatch.setattr(PROCESS_NATIVE, "build", build)
+    monkeypatch.setattr(PROCESS_NATIVE, "module", None)
+    monkeypatch.setattr(PROCESS_NATIVE, "status", "not built")
+    monkeypatch.setattr(scan_module, "progress_bar", bar)
+    result = scan(
+        ScanConfig(model="tiny-nope", length=64, samples=1, data="austen:persuasion"), progress=False
+    )
+    assert events == ["build", "bar"] and result.meta["native"].startswith("unavailable (RuntimeError")
+    events.clear()
+    PROCESS_NATIVE.status = "not built"  # (monkeypatch restores it)
+    scan(ScanConfig(model="tiny-nope", length=64, samples=1, fused="off"), progress=False)
+    assert events == ["bar"]  # the torch path's route alone: nothing to build

@@ -148,3 +148,18 @@ def test_a_page_without_generations_has_no_generation_script(tmp_path):
     page = view([("NoPE", planted())])
     assert "window.entropyLensDrawGenerations = function" not in page.html  # generation.js left out
     assert 'id="generation-section"' not in page.html and page_data(page)["generations"] == []
+
+
+def test_the_table_lists_a_parameter_only_where_a_recorded_statistic_reads_it(made, tmp_path):
+    """Issue 80 item 7: the table listed first_keys and recent_keys (the recorder keeps every parameter's
+    value) beside entropy and max_prob, which read neither; they are listed where first_mass or
+    recent_mass was recorded."""
+    r = GenerationResult.load(made[0])
+    assert {"first_keys", "recent_keys"} <= set(r.meta) and "first_mass" not in r.stats
+    (g,) = page_data(view(made[0]))["generations"]
+    assert "first_keys" not in g["meta"] and "recent_keys" not in g["meta"] and "stats" in g["meta"]
+    meta = {**r.meta, "stats": [*r.meta["stats"], "recent_mass"]}
+    values = {**r.values, "recent_mass": r.values["max_prob"]}
+    path = dataclasses.replace(r, meta=meta, values=values).save(tmp_path / "recent.npz")
+    (g,) = page_data(view(path))["generations"]
+    assert g["meta"]["recent_keys"] == str(r.meta["recent_keys"]) and "first_keys" not in g["meta"]

@@ -89,6 +89,16 @@ def test_bars_are_the_files_statistic_and_an_ended_sequence_is_ended(loaded, mad
         assert chips == (["ended"] if n < len(y) else [])
         written = js(loaded, "return document.querySelectorAll('#generation-text .written').length")
         assert written == n
+        # the text's colour scale (issue 80 item 7): its ends the live values' lowest and highest (entropy
+        # in bits), a probability's 0 and 1, each labelled with its unit
+        scale = js(
+            loaded,
+            "const s = document.getElementById('generation-scale'); return [s.dataset.low, "
+            "s.dataset.high, s.textContent]",
+        )
+        ends = [0.0, 1.0] if stat != 0 else [float(np.min(want[:n])), float(np.max(want[:n]))]
+        np.testing.assert_allclose([float(scale[0]), float(scale[1])], ends, rtol=1e-6)
+        assert f"{ends[0]:.4f} {'bits' if stat == 0 else 'probability'}" in scale[2]
     assert console_errors(loaded) == []
 
 

@@ -35,6 +35,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -135,7 +136,13 @@ def build_extension(*, root: Path | None = None, compile=None):
         work = Path(tempfile.mkdtemp(prefix=f"{key}.build-", dir=root))
         try:
             (work / SOURCE.name).write_bytes(source)
+            started = time.perf_counter()
             module = (compile or _compile)(f"entropy_lens_native_{key}", work / SOURCE.name, work)
+            print(
+                f"entropy_lens: built the native CPU attention kernel in {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             built = Path(module.__file__)
             final.mkdir(exist_ok=True)
             os.replace(built, final / built.name)  # the loaded library keeps its inode: still mapped
