@@ -15,6 +15,7 @@ from entropy_lens.errors import EntropyLensError
 
 EVERY = (*STATS, "span_mass", "offset_prob", "top_key")
 GREEDY = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
+ON_A_GPU = (pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
 
 
 def recorder(model, stats=EVERY):
@@ -25,7 +26,7 @@ def recorder(model, stats=EVERY):
 @pytest.mark.parametrize("family", ("llama", "gemma2", "mistral", "bloom"))
 @pytest.mark.parametrize(
     "cache",
-    ("static", *(pytest.param(name, marks=pytest.mark.gpu) for name in ("offloaded", "offloaded_static"))),
+    ("static", *(pytest.param(name, marks=ON_A_GPU) for name in ("offloaded", "offloaded_static"))),
 )
 def test_every_cache_class_equals_float64(family, cache):
     """A pre-allocated cache hands each layer all its slots, a static sliding layer rolls once full, and
