@@ -116,10 +116,10 @@ class GenerationRecorder(ScaleSession):
             decoder.register_forward_pre_hook(self._begin_forward, with_kwargs=True),
             decoder.register_forward_hook(self._end_forward),
             self.model.register_forward_pre_hook(self._outer_forward, with_kwargs=True),
+            self.model.register_forward_hook(self._outer_done, always_call=True),
         ]
         for hook in hooks:
             stack.callback(hook.remove)
-        stack.callback(setattr, self, "_outer", (None, None))
         stack.enter_context(self._wrapped_generate())
 
     @contextlib.contextmanager
@@ -160,18 +160,20 @@ class GenerationRecorder(ScaleSession):
             ids if isinstance(ids, torch.Tensor) else None,
         )
 
+    def _outer_done(self, module, args, output):
+        self._outer = (None, None)
+
     def _begin_forward(self, module, args, kwargs):
         self.session.mask_memo.clear()
         self._layers = {}
         fed = fed_of(args, kwargs)
-        ids = fed if isinstance(fed, torch.Tensor) and fed.ndim == 2 else None
         if not isinstance(fed, torch.Tensor):
             raise EntropyLensError(
                 f"{type(module).__name__} was called without input_ids or inputs_embeds inside the "
                 "GenerationRecorder; call the model with either"
             )
         outer_mask, outer_ids = self._outer
-        ids = ids if isinstance(ids, torch.Tensor) else outer_ids
+        ids = fed if fed.ndim == 2 else outer_ids  # embeddings (B, T, D): the model's own ids, if any
         given = kwargs.get("attention_mask")
         mask = padding_mask(given)
         mask = mask if mask is not None else outer_mask
