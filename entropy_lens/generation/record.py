@@ -33,22 +33,18 @@ def one_row_per_step(model, kwargs: dict):
     config.update(**{k: v for k, v in kwargs.items() if k != "generation_config" and hasattr(config, k)})
     mode = config.get_generation_mode(kwargs.get("assistant_model"))
     if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
-        beams = f" (num_beams={config.num_beams})" if (config.num_beams or 1) > 1 else ""
+        if "beam" in mode.value:
+            why = f" (num_beams={config.num_beams}) reorders the cache between steps"
+        elif mode is GenerationMode.ASSISTED_GENERATION:
+            why = " (an assistant model or prompt lookup) verifies several candidate rows per forward"
+        else:
+            why = " feeds several rows per step"
         raise EntropyLensError(
-            f"GenerationRecorder records the one row each step feeds; {mode.value.replace('_', ' ')}{beams} "
-            f"{_WHY.get(mode, 'feeds several rows per step')}: generate with num_beams=1, no assistant "
-            "model, prompt_lookup_num_tokens or dola_layers (greedy or do_sample=True)"
+            f"GenerationRecorder records the one row each step feeds; {mode.value.replace('_', ' ')}{why}: "
+            "generate with num_beams=1, no assistant model, prompt_lookup_num_tokens or dola_layers (greedy "
+            "or do_sample=True)"
         )
     return config
-
-
-_WHY = {
-    GenerationMode.BEAM_SEARCH: "reorders the cache between steps",
-    GenerationMode.BEAM_SAMPLE: "reorders the cache between steps",
-    GenerationMode.GROUP_BEAM_SEARCH: "reorders the cache between steps",
-    GenerationMode.CONSTRAINED_BEAM_SEARCH: "reorders the cache between steps",
-    GenerationMode.ASSISTED_GENERATION: "(an assistant model or prompt lookup) verifies several candidate rows per forward",
-}
 
 
 def prompt_padding(mask, B: int, T: int) -> torch.Tensor:
