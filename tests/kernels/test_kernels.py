@@ -14,6 +14,7 @@ from kernel_cases import (
     ENTRY_POINTS,
     RUNNABLE,
     TILES,
+    TRITON_RUNS,
     cpu_tiles,
     entropy_pass,
     hf_mask,
@@ -24,6 +25,7 @@ from kernel_cases import (
     output_reference,
     plain_pytorch_entropy,
     reference_output,
+    triton_skip_reason,
     value_dim,
 )
 
@@ -131,6 +133,25 @@ def test_contract_errors():
         attention_entropy(q, k, softmax_scale=1.0, mask=torch.ones(1, 7, dtype=torch.bool))
     with pytest.raises(EntropyLensError, match="unknown entropy backend"):
         attention_entropy(q, k, softmax_scale=1.0, backend="cuda-magic")
+
+
+def test_the_triton_cases_are_collected_only_where_they_run(request):
+    """Where the Triton kernel cannot run (no CUDA, no interpreter) no case is collected only to be skipped
+    for it: RUNNABLE leaves it out, and no item of this session carries its skip (its cases run under the
+    interpreter in test_triton_interp.py's child processes)."""
+    assert [p.values[0] for p in RUNNABLE] == ["torch_chunked", "native", *(["triton"] * TRITON_RUNS)]
+    assert TRITON_RUNS == (triton_skip_reason() is None)
+    reason = triton_skip_reason()
+    marked = [
+        p.id for p in RUNNABLE for m in p.marks if reason is not None and m.kwargs.get("reason") == reason
+    ]
+    marked += [
+        item.nodeid
+        for item in request.session.items
+        for m in item.iter_markers("skipif")
+        if reason is not None and m.kwargs.get("reason") == reason
+    ]
+    assert not marked, marked
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
