@@ -11,10 +11,11 @@ causal or not, and the score modifiers (`MOD_CASES`), with the tolerance both us
 
 The builders it uses (`make_sinks`, `make_slopes`, `mask_kinds`) are tests/kernel_cases.py's.
 
-Which points run: by default an all-pairs cover of the grid (`all_pairs`: every value of every axis, and
-every pair of values of any two axes, meets at least one point), so a failure that needs two settings
-together (GQA with a 4-D mask, T > S with a window) is still met; `make test-full` sets
-ENTROPY_LENS_TEST_GRID=full and runs the full Cartesian product.
+Which points of a grid run, here and in the other kernels' grids (`over_the_cover`, `cover`): by default
+an all-pairs cover (`all_pairs`: every value of every axis, and every pair of values of any two axes,
+meets at least one point), so a failure that needs two settings together (GQA with a 4-D mask, T > S with
+a window) is still met; `make test-full` sets ENTROPY_LENS_TEST_GRID=full and runs every grid's full
+Cartesian product.
 """
 
 from __future__ import annotations
@@ -36,15 +37,6 @@ MOD_CASES = {
     "alibi+sinks": {"alibi": True, "sinks": True},
     "key_bias": {"key_bias": True},
 }
-
-# the axes, each (argument names, values, ids): a value of "Hq,Hkv" or "T,S" is a pair of arguments
-AXES = (
-    ("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ["mha", "gqa", "mqa"]),
-    ("T,S", [(21, 21), (9, 30), (14, 6)], ["square", "T<S", "T>S"]),
-    ("mask_kind", ["none", "key_padding", "4d_per_head"], ["none", "key_padding", "4d_per_head"]),
-    ("causal", [True, False], ["causal", "full"]),
-    ("case", list(MOD_CASES), list(MOD_CASES)),
-)
 GRID_VARIABLE = "ENTROPY_LENS_TEST_GRID"
 GRIDS = ("pairs", "full")
 
@@ -103,38 +95,58 @@ def all_pairs(features: tuple[tuple, ...], tries: int = 32) -> list[int]:
     return sorted(best)
 
 
-def grid_features(point: tuple[int, ...]) -> tuple:
-    """What the kernels see at `point` (one value index per axis of AXES), axis by axis: the case's
-    axis names the modifiers a call gets (softcap+window without causal is a softcap alone), so the cover
-    pairs what runs, not what the case is called."""
-    values = [axis_values[i] for (_, axis_values, _), i in zip(AXES, point)]
-    *_, causal, case = values
-    return (*values[:-1], tuple(sorted(modifiers_of(case, causal))))
-
-
-def grid_points(kind: str) -> list[tuple[int, ...]]:
-    """The grid's points of `kind` ("pairs": the all-pairs cover; "full": every point) as value indices
-    per axis of AXES."""
-    product = list(itertools.product(*(range(len(values)) for _, values, _ in AXES)))
-    if kind == "full":
+def cover(*axes, features=None, kind: str | None = None) -> list[tuple]:
+    """The points of the product of `axes` (each a sequence of hashable values) that run: every point
+    where `kind` (default: ENTROPY_LENS_TEST_GRID) is "full", else an all-pairs cover, of the points'
+    values or of `features(*point)` (what a point is where two values may mean one thing)."""
+    product = list(itertools.product(*axes))
+    if (kind or grid_kind()) == "full":
         return product
-    return [product[i] for i in all_pairs(tuple(map(grid_features, product)))]
+    return [product[i] for i in all_pairs(tuple(features(*p) if features else p for p in product))]
 
 
-def _param(point: tuple[int, ...]):
-    values, ids = [], []
-    for (names, axis_values, axis_ids), i in zip(AXES, point):
-        value = axis_values[i]
-        values.extend(value if "," in names else [value])
-        ids.append(axis_ids[i])
-    return pytest.param(*values, id="-".join(ids))
+def over_the_cover(axes: dict, *, features=None):
+    """`pytest.mark.parametrize` over the `cover` of `axes`: {argument names: values}, the values a list
+    (ids their str) or a dict {id: value}; a value of "T,S" is a pair of arguments. `features` takes the
+    axes' values of a point, in order."""
+    names = list(axes)
+    columns = [
+        list(v.items()) if isinstance(v, dict) else [(str(value), value) for value in v]
+        for v in axes.values()
+    ]
+
+    def what(*point):
+        return features(*(value for _, value in point)) if features else tuple(i for i, _ in point)
+
+    params = []
+    for point in cover(*columns, features=what):
+        values = []
+        for name, (_, value) in zip(names, point):
+            values.extend(value if "," in name else [value])
+        params.append(pytest.param(*values, id="-".join(i for i, _ in point)))
+    return pytest.mark.parametrize(",".join(names), params)
+
+
+# the grid's axes, and what a point of it is: the case's axis names the modifiers a call gets
+# (softcap+window without causal is a softcap alone), so the cover pairs what runs, not a case's name
+AXES = {
+    "Hq,Hkv": {"mha": (4, 4), "gqa": (4, 2), "mqa": (6, 1)},
+    "T,S": {"square": (21, 21), "T<S": (9, 30), "T>S": (14, 6)},
+    "mask_kind": ["none", "key_padding", "4d_per_head"],
+    "causal": {"causal": True, "full": False},
+    "case": list(MOD_CASES),
+}
+
+
+def grid_features(heads, lengths, mask_kind, causal, case) -> tuple:
+    """What the kernels see at a point of AXES, axis by axis."""
+    return heads, lengths, mask_kind, causal, tuple(sorted(modifiers_of(case, causal)))
 
 
 def on_the_grid(test):
     """`test` parametrised over the grid (Hq, Hkv, T, S, mask_kind, causal, case): its all-pairs cover, or
     every point under ENTROPY_LENS_TEST_GRID=full."""
-    names = ",".join(names for names, _, _ in AXES)
-    return pytest.mark.parametrize(names, [_param(point) for point in grid_points(grid_kind())])(test)
+    return over_the_cover(AXES, features=grid_features)(test)
 
 
 def mod_kwargs(case: str, B: int, Hq: int, S: int, causal: bool) -> dict:

@@ -1,42 +1,49 @@
-"""The kernels' grid (tests/kernel_grid.py) runs an all-pairs cover by default and every point under
-ENTROPY_LENS_TEST_GRID=full (`make test-full`): the cover meets every value of every axis and every pair
-of values the full grid has, with the score modifiers a call really gets."""
+"""The kernels' grids (tests/kernel_grid.py) run an all-pairs cover by default and every point under
+ENTROPY_LENS_TEST_GRID=full (`make test-full`): a cover meets every value of every axis and every pair
+of values the full grid has, on the grid of the statistics with the score modifiers a call really gets."""
 
 import itertools
 
 import pytest
-from kernel_grid import AXES, GRID_VARIABLE, all_pairs, grid_features, grid_kind, grid_points, on_the_grid
+from kernel_grid import AXES, GRID_VARIABLE, all_pairs, cover, grid_features, grid_kind, on_the_grid
+
+COLUMNS = [list(v.values()) if isinstance(v, dict) else v for v in AXES.values()]
 
 
-def _met(points) -> set:
-    """Every (axis, value, axis, value) pair the grid points `points` meet, on what the kernels see."""
+def _met(points, features=lambda *point: point) -> set:
+    """Every (axis, value, axis, value) pair the points `points` meet, on their `features`."""
     met = set()
     for point in points:
-        features = grid_features(point)
-        met |= {(a, features[a], b, features[b]) for a, b in itertools.combinations(range(len(AXES)), 2)}
+        f = features(*point)
+        met |= {(a, f[a], b, f[b]) for a, b in itertools.combinations(range(len(f)), 2)}
     return met
 
 
 def test_the_cover_meets_every_pair_of_the_full_grid():
-    full, pairs = grid_points("full"), grid_points("pairs")
-    assert len(full) == len(set(full)) == len(list(itertools.product(*(values for _, values, _ in AXES))))
+    full = cover(*COLUMNS, features=grid_features, kind="full")
+    pairs = cover(*COLUMNS, features=grid_features, kind="pairs")
+    assert full == list(itertools.product(*COLUMNS))
     assert set(pairs) <= set(full) and len(pairs) < len(full)
-    assert _met(pairs) == _met(full)  # pairs of values, hence every value of every axis
-    # the softcap alone (the window's case without causal) is a value of its own, met with every other axis
-    softcap_alone = {f for f in map(grid_features, pairs) if f[-1] == ("softcap",)}
-    assert {f[0] for f in softcap_alone} == {v for v in AXES[0][1]}
+    # pairs of what the kernels see, hence every value of every axis
+    assert _met(pairs, grid_features) == _met(full, grid_features)
+    # the softcap alone (the window's case without causal) is a value of its own, met with every head layout
+    softcap_alone = {f[0] for f in (grid_features(*p) for p in pairs) if f[-1] == ("softcap",)}
+    assert softcap_alone == set(COLUMNS[0])
 
 
 def test_all_pairs_on_axes_of_its_own():
     """Three two-valued axes: four points meet their twelve pairs (the least: two axes have four pairs);
     a point that adds no pair is never taken."""
     features = tuple(itertools.product((0, 1), repeat=3))
-    cover = [features[i] for i in all_pairs(features)]
-    assert len(cover) == 4
+    found = [features[i] for i in all_pairs(features)]
+    assert len(found) == 4
     for a, b in itertools.combinations(range(3), 2):
-        assert {(f[a], f[b]) for f in cover} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+        assert {(f[a], f[b]) for f in found} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     twice = ((0, 0), (0, 0), (1, 1))
     assert [twice[i] for i in all_pairs(twice)] == [(0, 0), (1, 1)]
+    uneven = cover([1, 2], "abc", [True, False], [None, 0.5], kind="pairs")
+    assert _met(uneven) == _met(itertools.product([1, 2], "abc", [True, False], [None, 0.5]))
+    assert len(uneven) == 6  # 2 x 3, the largest pair of axes
 
 
 @pytest.mark.parametrize("kind", ["pairs", "full"])
@@ -50,7 +57,9 @@ def test_the_variable_picks_the_points(kind, monkeypatch):
 
     (mark,) = test.pytestmark
     assert mark.args[0] == "Hq,Hkv,T,S,mask_kind,causal,case"
-    assert len(mark.args[1]) == len(grid_points(kind)) and all(len(p.values) == 7 for p in mark.args[1])
+    want = cover(*COLUMNS, features=grid_features, kind=kind)
+    assert [tuple(p.values) for p in mark.args[1]] == [(*h, *ts, m, c, case) for h, ts, m, c, case in want]
+    assert mark.args[1][0].id.count("-") == 4  # an id per axis
 
 
 def test_an_unknown_grid_is_refused(monkeypatch):
