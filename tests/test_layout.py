@@ -252,6 +252,57 @@ def test_the_check_sees_a_test_module_imported(tmp_path):
     assert _off_the_path(fake) == ["test_capture.CPU_FUSED"]
 
 
+# packages whose import takes seconds and that few tests need: imported by those tests, not at a test
+# module's top, where every xdist worker pays them at collection (nbformat: jsonschema builds its format
+# grammars at import)
+SLOW_TO_IMPORT = {"nbformat", "nbclient"}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level packages a module imports at its top (not inside a function or class), its
+    importorskip calls included."""
+    found = set()
+    for node in _tree(path).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Import):
+                found |= {a.name.split(".")[0] for a in sub.names}
+            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
+                found.add(sub.module.split(".")[0])
+            elif (
+                isinstance(sub, ast.Call)
+                and getattr(sub.func, "attr", None) == "importorskip"
+                and sub.args
+                and isinstance(sub.args[0], ast.Constant)
+            ):
+                found.add(str(sub.args[0].value).split(".")[0])
+    return found
+
+
+def test_no_test_module_imports_a_slow_package_at_collection():
+    slow = {
+        str(path.relative_to(TESTS_DIR)): sorted(found)
+        for path in TESTS
+        if (found := _top_level_imports(path) & SLOW_TO_IMPORT)
+    }
+    assert not slow, (
+        f"{slow}: import them inside the tests that use them (a find_spec check may skip at the top)"
+    )
+
+
+def test_the_check_sees_a_slow_import_at_the_top(tmp_path):
+    """An import or importorskip at the top is found, one inside a test is not (else the test above would
+    pass on anything)."""
+    fake = tmp_path / "test_fake.py"
+    fake.write_text(
+        "import pytest\nnb = pytest.importorskip('nbformat')\nfrom nbclient import x\n"
+        "def test_x():\n    import torch\n    pytest.importorskip('scipy')\n",
+        encoding="utf-8",
+    )
+    assert _top_level_imports(fake) == {"pytest", "nbformat", "nbclient"}
+
+
 def _module_name(path: Path) -> str:
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
     parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
