@@ -3,6 +3,8 @@ ENTROPY_LENS_TEST_GRID=full (`make test-full`): a cover meets every value of eve
 of values the full grid has, on the grid of the statistics with the score modifiers a call really gets."""
 
 import itertools
+import re
+from pathlib import Path
 
 import pytest
 from kernel_grid import AXES, GRID_VARIABLE, all_pairs, cover, grid_features, grid_kind, on_the_grid
@@ -68,3 +70,15 @@ def test_an_unknown_grid_is_refused(monkeypatch):
         grid_kind()
     monkeypatch.delenv(GRID_VARIABLE)
     assert grid_kind() == "pairs"
+
+
+def test_make_test_full_is_the_same_suite_over_every_point():
+    """`make test` runs the covers, `make test-full` the same command over the full products; the README
+    names both, and CI runs the README's test command (`make test`)."""
+    root = Path(__file__).parents[1]
+    makefile = (root / "Makefile").read_text(encoding="utf-8")
+    recipe = dict(re.findall(r"^(test|test-full):.*\n\t(.+)$", makefile, flags=re.MULTILINE))
+    assert recipe == {"test": "$(SUITE)", "test-full": f"{GRID_VARIABLE}=full $(SUITE)"}
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert "make test " in readme and "`make test-full`" in readme
+    assert (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1] == "make test"
