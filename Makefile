@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entropy-lens-installed
 
-.PHONY: demo test docs bench lint browser kvpress-env polygraph-env clean
+.PHONY: demo test test-full docs bench lint browser kvpress-env polygraph-env clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,15 @@ demo: $(STAMP)
 
 # The tests build the documentation site too, with every warning an error (tests/docs/test_docs.py): a broken
 # reference fails `make test` without a second build here.
+SUITE := $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
+
 test: $(STAMP) lint browser kvpress-env polygraph-env
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
+	$(SUITE)
+
+# The exhaustive run: the same suite with every point of the kernels' grid (tests/kernel_grid.py), where
+# `make test` runs its all-pairs cover (every value of every axis and every pair of values met).
+test-full: $(STAMP) lint browser kvpress-env polygraph-env
+	ENTROPY_LENS_TEST_GRID=full $(SUITE)
 
 # The view's browser tests drive the distribution's Chromium. Installed here where it is missing and the
 # machine allows (root with apt-get); never fails the build: without it those tests skip and say why.

@@ -18,6 +18,25 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 WORKER_THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
 
 
+_CALLS = []  # every test's call report (under xdist, the workers' reports arrive here too)
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _CALLS.append(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Tests over the slow line without the `slow` marker, named at the end (tests/slow_marks.py)."""
+    from slow_marks import SLOW_SECONDS, unmarked_slow
+
+    found = unmarked_slow(_CALLS)
+    if found:
+        terminalreporter.write_sep("=", f"over {SLOW_SECONDS:g} s without @pytest.mark.slow: mark them slow")
+        for line in found:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ctrl_c_as_in_a_terminal():
     """Ctrl-C is Python's KeyboardInterrupt in the tests and in the CLI children they interrupt, as in a

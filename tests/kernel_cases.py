@@ -4,8 +4,10 @@ and the backends that can run them here (pytest puts tests/ on sys.path, so test
 
     RUNNABLE   the kernels the shared grids are parametrised over, as pytest params: "torch_chunked"
                everywhere; "native" where its build loads (else a skip naming `native_status()`);
-               "triton" on CUDA or under TRITON_INTERPRET=1 (else a skip: tests/kernels/test_triton_interp.py
-               runs the grids' triton cases under the interpreter in a child process, `-k triton`)
+               "triton" on CUDA or under TRITON_INTERPRET=1 only (elsewhere not collected at all:
+               tests/kernels/test_triton_interp.py runs the grids' triton cases under the interpreter in a
+               child process, `-k triton`, and skips saying why where triton is not installed)
+    TRITON_RUNS  whether the Triton kernel runs in this process (`triton_skip_reason()` says why not)
     TILES      the tiles (block_q, block_k) each kernel runs the small grids with, unless a test names its
                own (`cpu_tiles`): one holding every key, and odd ones (T not a multiple of block_q,
                several key blocks per row); None for the Triton kernel, which picks its blocks
@@ -59,6 +61,10 @@ def triton_skip_reason() -> str | None:
     )
 
 
+TRITON_RUNS = triton_skip_reason() is None
+
+# the Triton cases are collected only where they run: elsewhere a skip per case would be hundreds of
+# items that only say test_triton_interp.py runs them (a missing native build still skips, saying why)
 RUNNABLE = [
     pytest.param("torch_chunked", id="torch_chunked"),
     pytest.param(
@@ -66,11 +72,7 @@ RUNNABLE = [
         id="native",
         marks=pytest.mark.skipif(not native_available(), reason=f"native kernel {native_status()}"),
     ),
-    pytest.param(
-        "triton",
-        id="triton",
-        marks=pytest.mark.skipif(triton_skip_reason() is not None, reason=str(triton_skip_reason())),
-    ),
+    *([pytest.param("triton", id="triton")] if TRITON_RUNS else []),
 ]
 
 TILES = {

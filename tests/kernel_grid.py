@@ -10,9 +10,20 @@ causal or not, and the score modifiers (`MOD_CASES`), with the tolerance both us
         assert_close_relative(got, want)
 
 The builders it uses (`make_sinks`, `make_slopes`, `mask_kinds`) are tests/kernel_cases.py's.
+
+Which points of a grid run, here and in the other kernels' grids (`over_the_cover`, `cover`): by default
+an all-pairs cover (`all_pairs`: every value of every axis, and every pair of values of any two axes,
+meets at least one point), so a failure that needs two settings together (GQA with a 4-D mask, T > S with
+a window) is still met; `make test-full` sets ENTROPY_LENS_TEST_GRID=full and runs every grid's full
+Cartesian product.
 """
 
 from __future__ import annotations
+
+import functools
+import itertools
+import os
+import random
 
 import pytest
 import torch
@@ -26,33 +37,127 @@ MOD_CASES = {
     "alibi+sinks": {"alibi": True, "sinks": True},
     "key_bias": {"key_bias": True},
 }
+GRID_VARIABLE = "ENTROPY_LENS_TEST_GRID"
+GRIDS = ("pairs", "full")
 
-# in the order the decorators would be written (top to bottom), applied bottom up as they would be
-_GRID = (
-    pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"]),
-    pytest.mark.parametrize("T,S", [(21, 21), (9, 30), (14, 6)], ids=["square", "T<S", "T>S"]),
-    pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"]),
-    pytest.mark.parametrize("causal", [True, False]),
-    pytest.mark.parametrize("case", MOD_CASES),
-)
+
+def grid_kind() -> str:
+    """ENTROPY_LENS_TEST_GRID: "pairs" (the default: the all-pairs cover) or "full" (every point)."""
+    kind = os.environ.get(GRID_VARIABLE, "pairs")
+    if kind not in GRIDS:
+        raise ValueError(f"{GRID_VARIABLE}={kind!r}: use pairs (the default) or full (make test-full)")
+    return kind
+
+
+def modifiers_of(case: str, causal: bool) -> dict:
+    """The score modifiers a call of `case` gets: MOD_CASES[case], the window only where causal."""
+    return {key: value for key, value in MOD_CASES[case].items() if causal or key != "window"}
+
+
+def _pairs(features: tuple) -> set:
+    """The (axis, value, axis, value) pairs a point of `features` (one value per axis) meets."""
+    return {(a, features[a], b, features[b]) for a, b in itertools.combinations(range(len(features)), 2)}
+
+
+def _greedy_cover(pair_sets: list[set], seed: int) -> list[int]:
+    """Indices of points that together meet every pair any point meets: each time the first point, in
+    `seed`'s order, that meets the most pairs not yet met."""
+    order = list(range(len(pair_sets)))
+    random.Random(seed).shuffle(order)
+    unmet = set().union(*pair_sets)
+    chosen = []
+    while unmet:
+        best = max(order, key=lambda i: len(pair_sets[i] & unmet))
+        chosen.append(best)
+        unmet -= pair_sets[best]
+    return chosen
+
+
+@functools.cache
+def all_pairs(features: tuple[tuple, ...], tries: int = 32) -> list[int]:
+    """An all-pairs cover of the points `features` (each a tuple of one value per axis): the indices of
+    points such that every pair of values of two axes that any point has, one of them has. The smallest
+    of greedy covers in `tries` seeded orders, stopping at the first that reaches the least any cover can
+    have (the most pairs two axes have: each needs a point of its own). Deterministic."""
+    pair_sets = [_pairs(f) for f in features]
+    every = set().union(*pair_sets)
+    least = max(
+        len({(x, y) for a_, x, b_, y in every if (a_, b_) == (a, b)})
+        for a, b in itertools.combinations(range(len(features[0])), 2)
+    )
+    best = None
+    for seed in range(tries):
+        cover = _greedy_cover(pair_sets, seed)
+        if best is None or len(cover) < len(best):
+            best = cover
+        if len(best) == least:
+            break
+    return sorted(best)
+
+
+def cover(*axes, features=None, kind: str | None = None) -> list[tuple]:
+    """The points of the product of `axes` (each a sequence of hashable values) that run: every point
+    where `kind` (default: ENTROPY_LENS_TEST_GRID) is "full", else an all-pairs cover, of the points'
+    values or of `features(*point)` (what a point is where two values may mean one thing)."""
+    product = list(itertools.product(*axes))
+    if (kind or grid_kind()) == "full":
+        return product
+    return [product[i] for i in all_pairs(tuple(features(*p) if features else p for p in product))]
+
+
+def over_the_cover(axes: dict, *, features=None):
+    """`pytest.mark.parametrize` over the `cover` of `axes`: {argument names: values}, the values a list
+    (ids their str) or a dict {id: value}; a value of "T,S" is a pair of arguments. `features` takes the
+    axes' values of a point, in order."""
+    names = list(axes)
+    columns = [
+        list(v.items()) if isinstance(v, dict) else [(str(value), value) for value in v]
+        for v in axes.values()
+    ]
+
+    def what(*point):
+        return features(*(value for _, value in point)) if features else tuple(i for i, _ in point)
+
+    params = []
+    for point in cover(*columns, features=what):
+        values = []
+        for name, (_, value) in zip(names, point):
+            values.extend(value if "," in name else [value])
+        params.append(pytest.param(*values, id="-".join(i for i, _ in point)))
+    return pytest.mark.parametrize(",".join(names), params)
+
+
+# the grid's axes, and what a point of it is: the case's axis names the modifiers a call gets
+# (softcap+window without causal is a softcap alone), so the cover pairs what runs, not a case's name
+AXES = {
+    "Hq,Hkv": {"mha": (4, 4), "gqa": (4, 2), "mqa": (6, 1)},
+    "T,S": {"square": (21, 21), "T<S": (9, 30), "T>S": (14, 6)},
+    "mask_kind": ["none", "key_padding", "4d_per_head"],
+    "causal": {"causal": True, "full": False},
+    "case": list(MOD_CASES),
+}
+
+
+def grid_features(heads, lengths, mask_kind, causal, case) -> tuple:
+    """What the kernels see at a point of AXES, axis by axis."""
+    return heads, lengths, mask_kind, causal, tuple(sorted(modifiers_of(case, causal)))
 
 
 def on_the_grid(test):
-    """`test` parametrised over the grid (Hq, Hkv, T, S, mask_kind, causal, case)."""
-    for mark in reversed(_GRID):
-        test = mark(test)
-    return test
+    """`test` parametrised over the grid (Hq, Hkv, T, S, mask_kind, causal, case): its all-pairs cover, or
+    every point under ENTROPY_LENS_TEST_GRID=full."""
+    return over_the_cover(AXES, features=grid_features)(test)
 
 
 def mod_kwargs(case: str, B: int, Hq: int, S: int, causal: bool) -> dict:
     """The score modifiers of `case` as keywords of the kernels' entry points."""
-    spec = MOD_CASES[case]
+    spec = modifiers_of(case, causal)
     kw = {}
     if spec.get("sinks"):
         kw["sinks"] = make_sinks(Hq)
     if "softcap" in spec:
         kw["softcap"] = spec["softcap"]
-    if "window" in spec and causal:
+    if "window" in spec:
         kw["window"] = spec["window"]
     if spec.get("alibi"):
         kw["alibi_slopes"] = make_slopes(Hq, 0.5)

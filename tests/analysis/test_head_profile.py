@@ -79,6 +79,7 @@ def test_what_a_profile_needs_is_refused_in_one_line():
         head_profile(result([[0.1] * H] * L_, [[0.1] * H] * L_, recent_keys=40))
 
 
+@pytest.mark.slow  # a scan (torch, transformers) in a folder of torch-free tests
 def test_a_scan_tells_streaming_heads_from_retrieval_heads(tmp_path):
     """A tiny Llama whose first KV head's queries copy their keys (each token attends itself: its local
     window holds its attention, a streaming head) and whose second KV head's queries are zero (uniform

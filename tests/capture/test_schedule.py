@@ -109,6 +109,7 @@ def test_position_ids_place_the_rows():
     assert torch.allclose(outs[0], want, atol=1e-6) and torch.allclose(outs[1], want, atol=1e-6)
 
 
+@pytest.mark.slow  # eight scans
 def test_scan_with_a_schedule_changes_only_positions_beyond_the_training_length(tiny_dir):
     base = {"model": str(tiny_dir), "length": 24, "samples": 2, "data": "austen:persuasion", "train_len": 8}
     plain = scan(ScanConfig(**base, fused="off"), progress=False)

@@ -170,6 +170,7 @@ def test_the_builder_draws_a_row_per_watched_run_and_the_search(tmp_path):
     assert "no watched run" in item("figure-18").missing(empty, config)
 
 
+@pytest.mark.slow  # two train-tiny runs
 def test_the_watched_training_reruns_the_recipe_and_is_cached(text_file, tmp_path):
     """A micro train-tiny model stands for an embedded one: its pretraining is rerun with the monitor
     into the cache (the folder dropped), its losses are the model's own, and a cached-only record reads

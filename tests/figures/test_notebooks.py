@@ -8,6 +8,7 @@ figure settings of test_figures.py and a cache in tmp_path in place of its `para
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
+# found here, imported by the tests that use them (nbformat's import, jsonschema's, takes seconds: not
+# at collection, in every worker)
+for _needed in ("nbformat", "nbclient", "ipykernel"):
+    if importlib.util.find_spec(_needed) is None:
+        pytest.skip(f"{_needed} is not installed: pip install -e '.[notebooks]'", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -47,6 +50,8 @@ def kernel(tmp_path, monkeypatch):
 
 def execute(nb, kernel_name: str):
     """Run every cell (an error in any cell raises CellExecutionError) and return the notebook."""
+    import nbclient
+
     client = nbclient.NotebookClient(
         nb, kernel_name=kernel_name, timeout=300, resources={"metadata": {"path": str(NOTEBOOKS)}}
     )
@@ -79,6 +84,8 @@ def cell_with(nb, text: str):
 
 @pytest.mark.slow
 def test_quickstart_runs(kernel):
+    import nbformat
+
     nb = nbformat.read(NOTEBOOKS / "01_quickstart.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys\nprint('kernel prefix:', sys.prefix)"))
     execute(nb, kernel)
@@ -114,6 +121,7 @@ def test_quickstart_runs(kernel):
 def test_paper_figures_run(kernel, figures_made):
     """With the cache of test_figures.py's run of the same settings: the notebook computes nothing anew,
     it reads the runs and draws them (what a reader with a filled cache does)."""
+    import nbformat
     from figure_cases import MINIMAL
 
     root, code_ = figures_made
@@ -156,6 +164,8 @@ def test_paper_figures_run(kernel, figures_made):
 def test_the_sites_executed_copies_are_the_notebooks(name):
     """docs/tutorials/executed/ (what the site renders, with outputs) holds each notebook's cells as they are
     committed: regenerate it after editing a notebook (`python tools/tutorial_outputs.py`)."""
+    import nbformat
+
     stored = nbformat.read(EXECUTED / name, as_version=4)
     committed = nbformat.read(NOTEBOOKS / name, as_version=4)
     fix = f"docs/tutorials/executed/{name} is stale; run: .venv/bin/python tools/tutorial_outputs.py"
@@ -181,6 +191,8 @@ def test_the_sites_outputs_are_a_fresh_runs(kernel):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_notebooks_have_no_outputs(name):
+    import nbformat
+
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata["kernelspec"]["name"] == "python3"

@@ -51,7 +51,10 @@ def _fold64(s, m, l, u):
     return m_new, alpha * l + e.sum(-1), alpha * (u + (m - c) * l) * (l > 0) + ed.sum(-1), e
 
 
-@pytest.mark.parametrize("use_compiled", [False, True], ids=["eager", "compiled"])
+# torch.compile's first build of the fold takes a minute on 2 cores: the compiled cases are slow
+@pytest.mark.parametrize(
+    "use_compiled", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"]
+)
 @pytest.mark.parametrize("case", range(5))
 def test_fold_matches_float64(case, use_compiled):
     name, s, m, l, u = _tiles()[case]
@@ -66,6 +69,7 @@ def test_fold_matches_float64(case, use_compiled):
         assert fold_status() == "compiled"
 
 
+@pytest.mark.slow  # compiled() imports torch._dynamo (seconds)
 def test_only_large_cpu_tiles_are_compiled_and_only_when_asked(monkeypatch):
     small, large = torch.zeros(4, 16), torch.zeros(COMPILE_MIN // 64, 64)
     monkeypatch.delenv(fold_module.ENV_VAR, raising=False)
@@ -74,6 +78,7 @@ def test_only_large_cpu_tiles_are_compiled_and_only_when_asked(monkeypatch):
     assert fold_for(small) is fold and fold_for(large) is compiled()
 
 
+@pytest.mark.slow
 def test_compiled_and_eager_agree_on_a_long_causal_case(monkeypatch):
     """The whole loop (entropy and output, GQA, a padding mask, uneven blocks, tiles on both sides of
     COMPILE_MIN) with either fold."""

@@ -1,6 +1,6 @@
 """Every kernel that can run here (kernel_cases.RUNNABLE: torch_chunked, native, triton) against the float64
 reference on the shared grid (MHA/GQA/MQA, T < S and T > S, key padding and 4-D masks, causal or not,
-odd tiles), sliding windows and low precision; plus the mask decomposition, the entry points' contract
+odd tiles; its all-pairs cover, the full product under make test-full: tests/kernel_grid.py), sliding windows and low precision; plus the mask decomposition, the entry points' contract
 and properties every entropy must satisfy."""
 
 import math
@@ -14,6 +14,7 @@ from kernel_cases import (
     ENTRY_POINTS,
     RUNNABLE,
     TILES,
+    TRITON_RUNS,
     cpu_tiles,
     entropy_pass,
     hf_mask,
@@ -24,8 +25,10 @@ from kernel_cases import (
     output_reference,
     plain_pytorch_entropy,
     reference_output,
+    triton_skip_reason,
     value_dim,
 )
+from kernel_grid import over_the_cover
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import ScoreMods, attention_entropy, resolve_backend, statistics_kernel
@@ -36,11 +39,15 @@ TS_IDS = ["square", "T<S", "T=2blocks", "T>S"]
 
 
 @pytest.mark.parametrize("backend", RUNNABLE)
-@pytest.mark.parametrize("B", [1, 2])
-@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
-@pytest.mark.parametrize("T,S", TS_GRID, ids=TS_IDS)
-@pytest.mark.parametrize("mask_kind", ["none", "key_padding", "4d_per_head"])
-@pytest.mark.parametrize("causal", [True, False])
+@over_the_cover(
+    {
+        "B": [1, 2],
+        "Hq,Hkv": {"mha": (4, 4), "gqa": (4, 2), "mqa": (6, 1)},
+        "T,S": dict(zip(TS_IDS, TS_GRID)),
+        "mask_kind": ["none", "key_padding", "4d_per_head"],
+        "causal": [True, False],
+    }
+)
 def test_matches_reference_fp32(backend, B, Hq, Hkv, T, S, mask_kind, causal):
     """The entropy pass and the one pass (output beside the entropy) of each kernel, at each of its
     tiles (T not a multiple of the block; several key blocks per row), against float64."""
@@ -131,6 +138,25 @@ def test_contract_errors():
         attention_entropy(q, k, softmax_scale=1.0, mask=torch.ones(1, 7, dtype=torch.bool))
     with pytest.raises(EntropyLensError, match="unknown entropy backend"):
         attention_entropy(q, k, softmax_scale=1.0, backend="cuda-magic")
+
+
+def test_the_triton_cases_are_collected_only_where_they_run(request):
+    """Where the Triton kernel cannot run (no CUDA, no interpreter) no case is collected only to be skipped
+    for it: RUNNABLE leaves it out, and no item of this session carries its skip (its cases run under the
+    interpreter in test_triton_interp.py's child processes)."""
+    assert [p.values[0] for p in RUNNABLE] == ["torch_chunked", "native", *(["triton"] * TRITON_RUNS)]
+    assert TRITON_RUNS == (triton_skip_reason() is None)
+    reason = triton_skip_reason()
+    marked = [
+        p.id for p in RUNNABLE for m in p.marks if reason is not None and m.kwargs.get("reason") == reason
+    ]
+    marked += [
+        item.nodeid
+        for item in request.session.items
+        for m in item.iter_markers("skipif")
+        if reason is not None and m.kwargs.get("reason") == reason
+    ]
+    assert not marked, marked
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
@@ -273,10 +299,14 @@ def test_decompose_checks_long_masks_in_row_blocks(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", RUNNABLE)
-@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa"])
-@pytest.mark.parametrize("T,S", [(40, 40), (17, 50), (50, 20)], ids=["square", "T<S", "T>S"])
-@pytest.mark.parametrize("window", [1, 4, 11, 64])
-@pytest.mark.parametrize("padded", [False, True])
+@over_the_cover(
+    {
+        "Hq,Hkv": {"mha": (4, 4), "gqa": (6, 2)},
+        "T,S": {"square": (40, 40), "T<S": (17, 50), "T>S": (50, 20)},
+        "window": [1, 4, 11, 64],
+        "padded": [False, True],
+    }
+)
 def test_sliding_window_equals_its_mask(backend, Hq, Hkv, T, S, window, padded):
     """`window=W` attends where transformers' own sliding-window mask (with padding) attends: in the
     entropy pass and the one pass, given as the window or as that mask."""

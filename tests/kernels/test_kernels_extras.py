@@ -28,6 +28,7 @@ from kernel_cases import (
     reference_output,
     value_dim,
 )
+from kernel_grid import cover
 
 from entropy_lens.kernels import (
     attention_entropy,
@@ -41,16 +42,17 @@ from entropy_lens.kernels import (
 
 WINDOWS = {"causal": (True, None), "full": (False, None), "win": (True, 4), "win5": (True, 5)}
 # (extras, (Hq, Hkv), (T, S), mask kind, causal/window): the grid, and the Triton kernel's own grid
-# before the cases were shared (GQA 4/2, no per-head mask, a window of 5), so none of its cases is lost
+# before the cases were shared (GQA 4/2, no per-head mask, a window of 5), so none of its cases is lost;
+# each an all-pairs cover, the full product under make test-full (tests/kernel_grid.py)
 CASES = [
-    *itertools.product(
+    *cover(
         EXTRAS,
         [(4, 4), (6, 2)],
         [(33, 33), (19, 45), (12, 5)],
         ["none", "key_padding", "4d_per_head"],
         ["causal", "full", "win"],
     ),
-    *itertools.product(
+    *cover(
         EXTRAS, [(4, 2)], [(33, 33), (19, 45), (12, 5)], ["none", "key_padding"], ["causal", "full", "win5"]
     ),
 ]

@@ -2,7 +2,6 @@
 --fused; the records it passes (ScoreMods) and returns (RowStats); the statistics' registry."""
 
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import sys
@@ -119,12 +118,15 @@ def test_score_mods_are_validated_once_and_frozen():
 
 def test_every_kernel_computes_every_declared_statistic_as_the_reference_does():
     """Each statistic entropy_lens.statistics declares comes out of every kernel (torch_chunked, native
-    where it builds, and Triton under the interpreter in its own process), separate and with the
-    output, equal to the reference's float64 definition: no kernel computes only some (a new statistic
-    lands in every kernel at once)."""
+    where it builds; Triton in the test below), separate and with the output, equal to the reference's
+    float64 definition: no kernel computes only some (a new statistic lands in every kernel at once)."""
     every_statistic(["torch_chunked"] + (["native"] if native_available() else []))
-    if importlib.util.find_spec("triton") is None:
-        return
+
+
+@pytest.mark.slow
+def test_the_triton_kernel_computes_every_declared_statistic_under_the_interpreter():
+    """The same for the Triton kernel, under the interpreter in its own process."""
+    pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
     script = Path(__file__).parents[1] / "every_statistic.py"
     done = subprocess.run(

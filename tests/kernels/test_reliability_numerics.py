@@ -12,11 +12,17 @@ from kernel_cases import RUNNABLE, make_inputs, make_values
 
 from entropy_lens.capture import EntropyRecorder
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_entropy, attention_stats, attention_with_entropy, shard_state
+from entropy_lens.kernels import (
+    BACKENDS,
+    attention_entropy,
+    attention_stats,
+    attention_with_entropy,
+    shard_state,
+)
 from entropy_lens.models import load_model
 
-BACKENDS = ["reference", *(param.values[0] for param in RUNNABLE)]
-ALL_BACKENDS = ["auto", *BACKENDS]  # the refusals come before any kernel runs: triton's name is refused too
+# the refusals come before any kernel runs: every backend's name is refused, triton's too where it cannot run
+ALL_BACKENDS = ["auto", *BACKENDS]
 RUNS = ["auto", "reference", *RUNNABLE]  # where the kernels run (triton: tests/kernels/test_triton_interp.py)
 
 

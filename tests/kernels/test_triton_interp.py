@@ -1,7 +1,8 @@
 """Runs the Triton kernel's cases in their own process under TRITON_INTERPRET=1 (the Triton kernel on CPU),
 so the interpreter setting never leaks into the rest of the suite: tests/triton_interp_cases.py (its own
 cases) and the triton cases of the grids every kernel shares (kernel_cases.RUNNABLE, in test_kernels.py,
-test_kernels_extras.py, test_kernels_alibi.py, test_reliability_numerics.py), which the main process lists as skipped."""
+test_kernels_extras.py, test_kernels_alibi.py, test_reliability_numerics.py), which the main process does not
+collect (kernel_cases.RUNNABLE holds the triton case only where it runs)."""
 
 import os
 import subprocess

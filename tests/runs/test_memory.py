@@ -102,6 +102,7 @@ print((before - anon()) / size)
 
 
 @GLIBC
+@pytest.mark.slow  # two child processes
 def test_large_blocks_are_unmapped_when_freed_after_large_blocks_returned():
     """With the threshold fixed (runs/memory.py), a freed block of a few MB leaves the resident memory at
     once; with glibc's own threshold it stays in the heap. In a fresh process each: what the heap holds

@@ -49,6 +49,7 @@ def assert_same_search(a, b):
     np.testing.assert_array_equal(a.history.values["entropy"], b.history.values["entropy"])
 
 
+@pytest.mark.slow  # trains twice (a run and its resumption)
 def test_an_interrupted_search_resumes_exactly(config, tmp_path, monkeypatch, capsys):
     """Interrupted when step 5's windows are drawn (4 steps whole, none checkpointed on the way): the
     checkpoint is step 4's, and the resumed search is the uninterrupted one."""
@@ -68,6 +69,7 @@ def test_an_interrupted_search_resumes_exactly(config, tmp_path, monkeypatch, ca
     assert resumed.history.steps.tolist() == [2, 4, 6]
 
 
+@pytest.mark.slow  # trains twice (a run and its resumption)
 def test_an_interrupt_mid_update_keeps_the_checkpoint_before(config, tmp_path):
     """Between the optimiser's step and the loss log's entry the update is not whole: an interrupt there
     (here: after step 3's AdamW step) saves nothing, so step 2's checkpoint (every 2 steps) stands."""

@@ -86,6 +86,7 @@ def test_training_lowers_the_loss(tmp_path, text_file):
     assert log[-1]["loss"] < log[0]["loss"] < np.log(300)
 
 
+@pytest.mark.slow  # trains twice (a run and its resumption)
 def test_same_seed_same_weights_and_resume_is_exact(tmp_path, text_file, monkeypatch):
     recipe = micro(text_file)
     a = weights(train_tiny(recipe, tmp_path / "a", progress=False))
