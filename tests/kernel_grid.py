@@ -99,10 +99,15 @@ def cover(*axes, features=None, kind: str | None = None) -> list[tuple]:
     """The points of the product of `axes` (each a sequence of hashable values) that run: every point
     where `kind` (default: ENTROPY_LENS_TEST_GRID) is "full", else an all-pairs cover, of the points'
     values or of `features(*point)` (what a point is where two values may mean one thing)."""
-    product = list(itertools.product(*axes))
+    return cover_of(list(itertools.product(*axes)), features=features, kind=kind)
+
+
+def cover_of(points: list[tuple], *, features=None, kind: str | None = None) -> list[tuple]:
+    """`cover` of a grid given as its points (a product with its impossible points left out, or axes
+    whose values depend on others'): the pairs to meet are those the points have."""
     if (kind or grid_kind()) == "full":
-        return product
-    return [product[i] for i in all_pairs(tuple(features(*p) if features else p for p in product))]
+        return points
+    return [points[i] for i in all_pairs(tuple(features(*p) if features else p for p in points))]
 
 
 def over_the_cover(axes: dict, *, features=None):

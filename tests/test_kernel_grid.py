@@ -7,7 +7,16 @@ import re
 from pathlib import Path
 
 import pytest
-from kernel_grid import AXES, GRID_VARIABLE, all_pairs, cover, grid_features, grid_kind, on_the_grid
+from kernel_grid import (
+    AXES,
+    GRID_VARIABLE,
+    all_pairs,
+    cover,
+    cover_of,
+    grid_features,
+    grid_kind,
+    on_the_grid,
+)
 
 COLUMNS = [list(v.values()) if isinstance(v, dict) else v for v in AXES.values()]
 
@@ -46,6 +55,23 @@ def test_all_pairs_on_axes_of_its_own():
     uneven = cover([1, 2], "abc", [True, False], [None, 0.5], kind="pairs")
     assert _met(uneven) == _met(itertools.product([1, 2], "abc", [True, False], [None, 0.5]))
     assert len(uneven) == 6  # 2 x 3, the largest pair of axes
+
+
+def test_a_cover_of_given_points_meets_the_pairs_they_have():
+    """A grid whose configs depend on its dtype (as the autotuner's do): the cover meets every pair the
+    points have, with each config counted with its dtype where the features say so, and asks no pair
+    that no point has."""
+    configs = {"bf16": [(64, 4), (128, 8)], "fp32": [(32, 4), (64, 4), (16, 2)]}
+    points = [(a, d, w, c) for a in (80, 90) for d in configs for w in (False, True) for c in configs[d]]
+
+    def tagged(a, d, w, c):
+        return a, d, w, (d, c)
+
+    found = cover_of(points, features=tagged, kind="pairs")
+    assert set(found) <= set(points) and len(found) < len(points)
+    assert _met(found, tagged) == _met(points, tagged)
+    assert {(a, d, c) for a, d, _, c in found} == {(a, d, c) for a, d, _, c in points}  # config x arch
+    assert cover_of(points, kind="full") == points
 
 
 @pytest.mark.parametrize("kind", ["pairs", "full"])

@@ -33,6 +33,7 @@ from kernel_cases import (
     on_device,
     reference_output,
 )
+from kernel_grid import over_the_cover
 
 from entropy_lens.flags import Measure
 from entropy_lens.kernels import (
@@ -75,9 +76,13 @@ def test_unmasked_interior_blocks_then_masked_diagonal(T, S, causal):
     assert (got - ref).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("T,S", [(100, 100), (40, 150), (150, 40)])
-@pytest.mark.parametrize("window", [1, 5, 32, 45, 130])
-@pytest.mark.parametrize("padded", [False, True])
+@over_the_cover(
+    {
+        "T,S": {"square": (100, 100), "T<S": (40, 150), "T>S": (150, 40)},
+        "window": [1, 5, 32, 45, 130],
+        "padded": [False, True],
+    }
+)
 def test_sliding_window_skips_blocks_behind_it(T, S, window, padded):
     """Windows narrower than, equal to and wider than a block (32 here), unmasked blocks between
     the masked far edge and diagonal, as an argument and as transformers' (B, 1, T, S) mask."""

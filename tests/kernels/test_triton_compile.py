@@ -15,12 +15,15 @@ pytest.importorskip("triton.backends.nvidia", reason="triton without its CUDA ba
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 kernel_static = pytest.importorskip("kernel_static")
 
+from kernel_grid import cover_of
+
 from entropy_lens.kernels.triton_decode import split_configs
 from entropy_lens.kernels.triton_entropy import autotune_configs
 from entropy_lens.kernels.triton_received import received_configs
 
-# The grids below compile every variant x config (hundreds of ptxas runs, ~15 min on 2 cores): `slow`;
-# the inner loop keeps one compile of the default fused kernel (test_the_fused_kernel_compiles_for_h100).
+# The grids below compile every variant x config under make test-full (hundreds of ptxas runs, cold: Triton's
+# cache keeps them for the next run), make test an all-pairs cover of each (compile_cover): `slow`; the inner
+# loop keeps one compile of the default fused kernel (test_the_fused_kernel_compiles_for_h100).
 SLOW = pytest.mark.slow
 
 
@@ -40,20 +43,44 @@ def assert_no_spills(arch: int, dtype: str, config: tuple, **variant) -> None:
     assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
 
 
+def compile_cover(points: list[tuple], dtype_at: int | None = 1) -> list[tuple]:
+    """The points of a compile grid that run (tests/kernel_grid.py's `cover_of`: every one under make
+    test-full): an all-pairs cover in which a config (the last value) counts with its dtype, as the
+    autotuner lists them per dtype and a spill follows the pair (sm_90 put fp32's 32-key decode split on
+    the stack): each dtype's every config meets every arch and every other value of its grid."""
+
+    def features(*point):
+        return (*point[:-1], (point[dtype_at], point[-1]))
+
+    return cover_of(points, features=None if dtype_at is None else features)
+
+
+def test_each_dtypes_every_config_meets_every_arch_in_each_grid():
+    """The covers keep the pairs a spill follows: every (dtype, config) of a grid on every arch."""
+    grids = [VARIANTS, EXTRAS_VARIANTS, ALIBI_VARIANTS, STATS_VARIANTS, STATS_OTHERS, TRAIN_VARIANTS]
+    grids += [RECEIVED_VARIANTS, DECODE_GRID]
+    for grid in grids:
+        met = {(p[0], (p[1], p[-1])) for p in grid}
+        assert met == {(arch, c) for arch in {p[0] for p in grid} for c in {(p[1], p[-1]) for p in grid}}
+    assert {(p[0], p[-1]) for p in PADDED_STATS} == {(a, p[-1]) for a in (80, 90) for p in PADDED_STATS}
+
+
 def variant_id(arch, dtype, fused, window, *rest) -> str:
     return "-".join(
         map(str, (arch, dtype, ("fused" if fused else "entropy") + ("+window" if window else ""), *rest))
     )
 
 
-VARIANTS = [
-    (arch, dtype, fused, window, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp32")
-    for fused in (False, True)
-    for window in (False, True)
-    for config in autotune_configs(fused, dtype == "fp32", window)
-]
+VARIANTS = compile_cover(
+    [
+        (arch, dtype, fused, window, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp32")
+        for fused in (False, True)
+        for window in (False, True)
+        for config in autotune_configs(fused, dtype == "fp32", window)
+    ]
+)
 
 
 @SLOW
@@ -82,14 +109,16 @@ def test_other_variants_compile_for_a100(dtype, fused, causal, padding, head_dim
     assert compiled.asm["cubin"] and kernel_static.resource_usage(compiled)["registers"] > 0
 
 
-EXTRAS_VARIANTS = [
-    (arch, dtype, fused, window, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp32")
-    for fused in (False, True)
-    for window in (False, True)
-    for config in autotune_configs(fused, dtype == "fp32", window, softcap=True)
-]
+EXTRAS_VARIANTS = compile_cover(
+    [
+        (arch, dtype, fused, window, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp32")
+        for fused in (False, True)
+        for window in (False, True)
+        for config in autotune_configs(fused, dtype == "fp32", window, softcap=True)
+    ]
+)
 
 
 @SLOW
@@ -107,15 +136,17 @@ def test_softcap_and_sinks_compile_without_spills(arch, dtype, fused, window, co
 # ALiBi alone (BLOOM, MPT, Falcon), with sinks, and with the softcap and sinks: every config the
 # autotuner may pick for the variant (triton_entropy.ALIBI_WINDOW_DROPS names those dropped)
 ALIBI_EXTRAS = {"alibi": (False, False), "alibi+sinks": (False, True), "alibi+softcap+sinks": (True, True)}
-ALIBI_VARIANTS = [
-    (arch, dtype, fused, window, extras, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp32")
-    for fused in (False, True)
-    for window in (False, True)
-    for extras, (softcap, _) in ALIBI_EXTRAS.items()
-    for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=True)
-]
+ALIBI_VARIANTS = compile_cover(
+    [
+        (arch, dtype, fused, window, extras, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp32")
+        for fused in (False, True)
+        for window in (False, True)
+        for extras, (softcap, _) in ALIBI_EXTRAS.items()
+        for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=True)
+    ]
+)
 
 
 @SLOW
@@ -151,15 +182,19 @@ STATS_EXTRAS = {
     "alibi+sinks": (False, True, True),
     "alibi+softcap+sinks": (True, True, True),
 }
-STATS_VARIANTS = [
-    (arch, dtype, fused, window, extras, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp32")
-    for fused in (False, True)
-    for window in (False, True)
-    for extras, (softcap, _, alibi) in STATS_EXTRAS.items()
-    for config in autotune_configs(fused, dtype == "fp32", window, softcap=softcap, alibi=alibi, stats=True)
-]
+STATS_VARIANTS = compile_cover(
+    [
+        (arch, dtype, fused, window, extras, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp32")
+        for fused in (False, True)
+        for window in (False, True)
+        for extras, (softcap, _, alibi) in STATS_EXTRAS.items()
+        for config in autotune_configs(
+            fused, dtype == "fp32", window, softcap=softcap, alibi=alibi, stats=True
+        )
+    ]
+)
 
 
 @SLOW
@@ -185,20 +220,22 @@ def test_every_statistic_compiles_without_spills(arch, dtype, fused, window, ext
 
 # the same without the causal mask (every block masked by the sequence end only; ALiBi's |·|), in fp16,
 # and the state alone (max_prob: no extra accumulator), each on every config of its variant
-STATS_OTHERS = [
-    (arch, dtype, fused, name, config)
-    for arch in (80, 90)
-    for dtype, names in (
-        ("bf16", ("non-causal", "non-causal+alibi+sinks", "state", "state+sinks")),
-        ("fp16", ("all", "alibi+softcap+sinks")),
-        ("fp32", ("non-causal", "state")),
-    )
-    for fused in (False, True)
-    for name in names
-    for config in autotune_configs(
-        fused, dtype == "fp32", alibi="alibi" in name, softcap="softcap" in name, stats=True
-    )
-]
+STATS_OTHERS = compile_cover(
+    [
+        (arch, dtype, fused, name, config)
+        for arch in (80, 90)
+        for dtype, names in (
+            ("bf16", ("non-causal", "non-causal+alibi+sinks", "state", "state+sinks")),
+            ("fp16", ("all", "alibi+softcap+sinks")),
+            ("fp32", ("non-causal", "state")),
+        )
+        for fused in (False, True)
+        for name in names
+        for config in autotune_configs(
+            fused, dtype == "fp32", alibi="alibi" in name, softcap="softcap" in name, stats=True
+        )
+    ]
+)
 
 
 @SLOW
@@ -222,12 +259,15 @@ def test_every_statistic_other_variants_compile_without_spills(arch, dtype, fuse
 
 
 # every statistic under key padding: first_mass sums the keys the padding marks as a row's first K real ones
-PADDED_STATS = [
-    (arch, fused, config)
-    for arch in (80, 90)
-    for fused in (False, True)
-    for config in autotune_configs(fused, False, stats=True)
-]
+PADDED_STATS = compile_cover(
+    [
+        (arch, fused, config)
+        for arch in (80, 90)
+        for fused in (False, True)
+        for config in autotune_configs(fused, False, stats=True)
+    ],
+    dtype_at=None,
+)
 
 
 @SLOW
@@ -249,14 +289,16 @@ def test_every_statistic_under_key_padding_compiles_without_spills(arch, fused, 
 # (64, 32, 4, 3), sits at 255 registers with 8 B of stack and no spill (sm_80 and sm_90; (64, 32, 8, 3)
 # would take none): held to that, so a change that spills fails here
 TRAIN_STACK_BYTES = {64: 0, 128: 8}
-TRAIN_VARIANTS = [
-    (arch, dtype, window, head_dim, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp16")
-    for window in (False, True)
-    for head_dim in (64, 128)
-    for config in autotune_configs(True, False, window, stats=True)
-]
+TRAIN_VARIANTS = compile_cover(
+    [
+        (arch, dtype, window, head_dim, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp16")
+        for window in (False, True)
+        for head_dim in (64, 128)
+        for config in autotune_configs(True, False, window, stats=True)
+    ]
+)
 
 
 @SLOW
@@ -302,13 +344,15 @@ RECEIVED_EXTRAS = {
     "softcap+alibi": {"softcap": True, "alibi": True},
     "window+softcap+alibi+padding": {"window": True, "softcap": True, "alibi": True, "key_padding": True},
 }
-RECEIVED_VARIANTS = [
-    (arch, dtype, extras, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp16", "fp32")
-    for extras in RECEIVED_EXTRAS
-    for config in received_configs(dtype == "fp32")
-]
+RECEIVED_VARIANTS = compile_cover(
+    [
+        (arch, dtype, extras, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp16", "fp32")
+        for extras in RECEIVED_EXTRAS
+        for config in received_configs(dtype == "fp32")
+    ]
+)
 
 
 def assert_received_compiles(arch, dtype, config, head_dim=64, **variant):
@@ -366,13 +410,15 @@ def assert_decode_compiles(arch, dtype, config, head_dim=64, **variant):
         assert use["spill_bytes"] == 0 and use["stack_bytes"] == 0 and 0 < use["registers"] <= 255, use
 
 
-DECODE_GRID = [
-    (arch, dtype, variant, config)
-    for arch in (80, 90)
-    for dtype in ("bf16", "fp32")
-    for variant in DECODE_VARIANTS
-    for config in split_configs(dtype == "fp32")
-]
+DECODE_GRID = compile_cover(
+    [
+        (arch, dtype, variant, config)
+        for arch in (80, 90)
+        for dtype in ("bf16", "fp32")
+        for variant in DECODE_VARIANTS
+        for config in split_configs(dtype == "fp32")
+    ]
+)
 
 
 @SLOW
