@@ -54,9 +54,9 @@ __all__ = [
 ]
 
 CACHE_MARKER = ".entropy_lens_complete"  # written last inside a cache folder: its presence = complete
-# SmolLM2-135M's conversion on 2 cores, the range the first run's line states: from a measurement
-# (benchmarks/results/gguf_convert_cpu.json: 65 s, 2 threads, the machine otherwise quiet) to what issue
-# 80 measured on a busy machine (171-173 s); tests/benchmarks/test_gguf_convert.py holds the record in it
+# SmolLM2-135M's conversion, the range in seconds the first run's line states: benchmarks/gguf_convert_cpu.py's
+# record (benchmarks/results/gguf_convert_cpu.json) on a quiet machine to a busy one; tests/benchmarks/test_gguf_convert.py
+# holds the record inside it
 CONVERSION_S = (60, 180)
 _STALE_PARTIAL_S = (
     3600  # a half-written cache older than this has no live writer (a conversion takes far less)

@@ -286,7 +286,7 @@ def build_native_first(measure: Measure, device: torch.device) -> None:
     """The native CPU kernel built now where the scan's route may run it (CPU; --backend native, or auto
     with a one-pass route: --fused on or auto), before the progress bar starts: its first build takes
     minutes, once per machine (one line says so, another how long it took), and inside the first forward
-    it was counted as scanning, so `make demo`'s bar showed 1 s/tok and 9 hours (issue 80 item 5). A
+    it would be counted as scanning, and the bar's rate and time left with it. A
     cached build loads in milliseconds; where it cannot be built, the torch path runs, as before."""
     one_pass = measure.fused is not Fused.OFF
     wanted = measure.backend is Backend.NATIVE or (measure.backend is Backend.AUTO and one_pass)
