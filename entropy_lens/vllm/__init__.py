@@ -1,0 +1,61 @@
+"""Attention statistics inside vLLM, per request: every row statistic of each generated token (and, asked
+for, of the prompt), exact, under continuous batching, chunked prefill and tensor parallelism. ::
+
+    from vllm import LLM, SamplingParams
+    from entropy_lens import vllm as lens
+
+    llm = LLM(model, **lens.engine_args(out="lens-out"))
+    params = SamplingParams(max_tokens=64, extra_args=lens.request(stats=("entropy", "max_prob")))
+    (output,) = llm.generate(prompts, params)
+    result = lens.load("lens-out", output.request_id)   # GenerationResult, as GenerationRecorder's
+    result.stat("entropy")                             # (n, N, layers, heads)
+
+A request without the lens's extra_args records nothing and costs one dictionary lookup per step.
+`vllm serve MODEL --worker-extension-cls entropy_lens.vllm.worker.Extension --additional-config
+'{"entropy_lens": {"out": "lens-out"}}'` serves the same (the general plugin `entropy_lens` installs the
+front end there); a request opts in with `extra_body={"vllm_xargs": lens.request(...)}` and its
+statistics load by the response's id. How it works: worker.py (the workers), frontend.py (the returned
+tokens), files.py (one result of every rank's rows).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from entropy_lens.vllm.options import request
+
+__all__ = ["engine_args", "load", "request"]
+
+
+def engine_args(out, **options) -> dict:
+    """The keyword arguments `vllm.LLM(model, **kwargs)` needs for the lens; other engine arguments pass
+    through `options` (they are returned beside the lens's, e.g. `tensor_parallel_size=2`).
+
+    Args:
+        out: the folder each opted-in request's statistics are written under (created).
+        **options: vLLM engine arguments, returned as given; `additional_config` is merged with the lens's.
+
+    Returns:
+        dict: `worker_extension_cls` (the lens in every worker) and `additional_config` ({"entropy_lens":
+        {"out": the folder, absolute}}), with `options`.
+    """
+    from entropy_lens.vllm.frontend import install
+    from entropy_lens.vllm.options import KEY
+
+    install()  # this process's front end (LLM's output processor)
+    folder = Path(out).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    extra = dict(options.pop("additional_config", None) or {})
+    extra[KEY] = {"out": str(folder)}
+    return {
+        "worker_extension_cls": "entropy_lens.vllm.worker.Extension",
+        "additional_config": extra,
+        **options,
+    }
+
+
+def load(out, request_id, *, wait: float = 60.0):
+    """The GenerationResult of a finished request (files.py's `load`)."""
+    from entropy_lens.vllm.files import load as load_request
+
+    return load_request(out, request_id, wait=wait)

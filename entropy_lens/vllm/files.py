@@ -1,0 +1,134 @@
+"""A vLLM request's statistics as one GenerationResult: the front end's manifest of what the request
+returned (frontend.py) and each rank's rows (worker.py), merged: every rank's heads in the model's order,
+every layer, the rows of the tokens returned (generated token k's row is position P − 1 + k)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from entropy_lens import __version__
+from entropy_lens.errors import EntropyLensError
+from entropy_lens.results.generation import GenerationResult
+from entropy_lens.vllm.frontend import flush, request_folder
+from entropy_lens.vllm.options import PARTS
+
+__all__ = ["load"]
+
+
+def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
+    """The GenerationResult of the finished request `request_id` (the id vLLM returned: RequestOutput's
+    `request_id`, the OpenAI response's `id`), its n sequences as the batch.
+
+    Args:
+        out: the folder given to `engine_args(out=...)`.
+        request_id: the request's id.
+        wait: seconds to wait for the workers' rows (they write a finished request's rows at their next
+            step, just after the caller has its output).
+
+    Returns:
+        GenerationResult: tokens (n, N), each statistic (n, N, layers, heads); with `prompt=True`,
+        `prompt_values` (n, P, layers, heads) in its meta-free `prompt_stat(name)`.
+
+    Raises:
+        EntropyLensError: a request that did not opt in, was aborted or has not finished; rows missing.
+    """
+    folder = request_folder(out, request_id)
+    manifests = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not manifests:
+        raise EntropyLensError(
+            f"no statistics of request {request_id!r} in {out}: it did not opt in "
+            "(SamplingParams(extra_args=entropy_lens.vllm.request(...))), was aborted, or has not finished"
+        )
+    children = sorted((json.loads(m.read_text()) for m in manifests), key=lambda m: m["index"])
+    n = children[0]["n"]
+    if len(children) != n:
+        raise EntropyLensError(f"request {request_id!r}: {len(children)} of its n={n} sequences finished")
+    merged = [_merged(Path(out), child, wait) for child in children]
+    N = max(len(child["tokens"]) for child in children)
+    names = list(merged[0][0])
+    values = {}
+    for name in names:
+        L, H = merged[0][0][name].shape[1:]
+        block = np.full((n, N, L, H), np.nan, dtype=np.float32)
+        for b, (rows, _) in enumerate(merged):
+            block[b, : rows[name].shape[0]] = rows[name]
+        values[name] = block
+    tokens = np.full((n, N), -1, dtype=np.int64)
+    for b, child in enumerate(children):
+        tokens[b, : len(child["tokens"])] = child["tokens"]
+    P = max(len(child["prompt"]) for child in children)
+    prompt = np.full((n, P), -1, dtype=np.int64)
+    for b, child in enumerate(children):
+        prompt[b, : len(child["prompt"])] = child["prompt"]
+    meta0 = merged[0][1]
+    meta = {
+        "entropy_lens_version": __version__,
+        "model": meta0.get("model", ""),
+        "model_class": "vllm",
+        "n_layers": meta0["n_layers"],
+        "n_heads": meta0["n_heads"],
+        "stats": names,
+        **{k: v for k, v in meta0.items() if k in ("first_keys", "recent_keys", "query_window")},
+        "backend": meta0.get("backend", ""),
+        "attention_path": "vllm",
+        "eos_token_id": None,
+        "request_id": str(request_id),
+    }
+    return GenerationResult(
+        tokens,
+        values,
+        np.asarray([len(c["prompt"]) for c in children], dtype=np.int64),
+        np.asarray([len(c["tokens"]) for c in children], dtype=np.int64),
+        meta,
+        prompt,
+    )
+
+
+def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray], dict]:
+    """One sequence's rows of its returned tokens, {name: (N, layers, heads)}, every rank's merged; and
+    the first rank's meta."""
+    folder = out / PARTS / child["request_id"]
+    deadline, flushed = time.monotonic() + wait, False
+    while len(parts := sorted(folder.glob("rank*.npz"))) < child["ranks"]:
+        if not flushed:  # an engine this process steps: no later step writes them
+            flush(out, [child["request_id"]])
+            flushed = True
+            continue
+        if time.monotonic() > deadline:
+            raise EntropyLensError(
+                f"request {child['external_id']!r}: {len(parts)} of {child['ranks']} ranks wrote its rows to "
+                f"{folder} within {wait:g} s; is the engine still running? load again, or pass wait="
+            )
+        time.sleep(0.05)
+    tokens, P = child["tokens"], len(child["prompt"])
+    wanted = np.arange(P - 1, P - 1 + len(tokens))
+    out_rows: dict[str, np.ndarray] = {}
+    first_meta = None
+    for part in parts:
+        with np.load(part) as z:
+            meta = json.loads(str(z["meta"]))
+            first_meta = first_meta or meta
+            positions = z["positions"]
+            where = np.searchsorted(positions, wanted)
+            if len(wanted) and (where.max(initial=0) >= len(positions) or (positions[where] != wanted).any()):
+                raise EntropyLensError(
+                    f"request {child['external_id']!r}: rank {meta['rank']} holds no row for some of its "
+                    f"{len(tokens)} returned tokens (positions {wanted[0]}..{wanted[-1]})"
+                )
+            for name in meta["stats"]:
+                block = out_rows.setdefault(
+                    name, np.full((len(wanted), meta["n_layers"], meta["n_heads"]), np.nan, np.float32)
+                )
+                rows = z[name][where]  # (N, local layers, local heads)
+                h = meta["head_start"]
+                block[:, meta["layers"], h : h + rows.shape[2]] = rows
+    for name, block in out_rows.items():
+        if len(block) and not np.isfinite(block).all():
+            raise EntropyLensError(
+                f"request {child['external_id']!r}: {name} lacks some layer or head of the model in its ranks' rows"
+            )
+    return out_rows, first_meta

