@@ -139,3 +139,25 @@ def test_refusals_when_the_request_is_made():
         lens.request(stats=("entropy",), first_keys=0)
     with pytest.raises(EntropyLensError, match="name:start:stop"):
         lens.options.options_of({"entropy_lens.stats": "span_mass", "entropy_lens.spans": ["doc-3"]})
+
+
+def test_tensor_parallel_2_equals_float64(tmp_path, monkeypatch):
+    """Each rank computes its own heads from its own queries and keys (no gather); the file holds every
+    head in the model's order, equal to float64 eager (so to one process)."""
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    path = family_dir(tmp_path / "llama", "llama")
+    out = tmp_path / "out"
+    llm = LLM(
+        model=str(path),
+        **lens.engine_args(out=out, tensor_parallel_size=2, distributed_executor_backend="mp", **ENGINE),
+    )
+    on = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS))
+    texts = prompts()[:2]
+    outputs = llm.generate([{"prompt_token_ids": p} for p in texts], on)
+    model = float64_model(path)
+    for output, prompt in zip(outputs, texts):
+        result = lens.load(out, output.request_id)
+        assert_float64(model, prompt, result)
+    parts = sorted(p.name for p in (out / ".parts").glob("*/rank*.npz"))
+    assert parts == ["rank0.npz", "rank0.npz", "rank1.npz", "rank1.npz"], parts
+    llm.llm_engine.engine_core.shutdown()
