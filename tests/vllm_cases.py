@@ -17,7 +17,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make vllm-env builds 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 
 from generation_reference import float64_rows
-from tiny import _sharpen, make_tokenizer
+from tiny import make_tokenizer
 from vllm import LLM, SamplingParams
 
 from entropy_lens import vllm as lens
@@ -52,7 +52,11 @@ def family_dir(path, family: str):
         model = LlamaForCausalLM(LlamaConfig(**common))
     else:
         model = MistralForCausalLM(MistralConfig(sliding_window=16, **common))
-    _sharpen(model.eval()).save_pretrained(path)
+    with torch.no_grad():  # larger query/key weights: random init alone attends almost uniformly
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    model.eval().save_pretrained(path)
     make_tokenizer(300).save_pretrained(path)
     return path
 
@@ -137,6 +141,8 @@ def test_refusals_when_the_request_is_made():
         lens.request(stats=("entropy",), first_key=3)
     with pytest.raises(EntropyLensError):
         lens.request(stats=("entropy",), first_keys=0)
+    with pytest.raises(EntropyLensError, match="not computed inside vLLM yet"):
+        lens.request(stats=("entropy", "span_mass"))
     with pytest.raises(EntropyLensError, match="name:start:stop"):
         lens.options.options_of({"entropy_lens.stats": "span_mass", "entropy_lens.spans": ["doc-3"]})
 

@@ -115,9 +115,15 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray],
             positions = z["positions"]
             where = np.searchsorted(positions, wanted)
             if len(wanted) and (where.max(initial=0) >= len(positions) or (positions[where] != wanted).any()):
+                why = (
+                    f"vLLM served positions up to {meta['cached_prefix']} from its prefix cache, whose keys "
+                    "never reached the layers; start the engine with enable_prefix_caching=False"
+                    if meta["cached_prefix"]
+                    else "was it preempted and never recomputed?"
+                )
                 raise EntropyLensError(
                     f"request {child['external_id']!r}: rank {meta['rank']} holds no row for some of its "
-                    f"{len(tokens)} returned tokens (positions {wanted[0]}..{wanted[-1]})"
+                    f"{len(tokens)} returned tokens (positions {wanted[0]}..{wanted[-1]}): {why}"
                 )
             for name in meta["stats"]:
                 block = out_rows.setdefault(

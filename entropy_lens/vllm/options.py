@@ -97,6 +97,12 @@ def options_of(extra_args) -> RequestOptions | None:
         offsets=tuple(offsets) if isinstance(offsets, (list, tuple)) else (offsets,),
         top_keys=top_keys,
     )
+    if slices.stats or prompt:
+        asked = ", ".join((*slices.stats, *(["prompt=1"] if prompt else [])))
+        raise EntropyLensError(
+            f"{asked}: not computed inside vLLM yet (the kernels' row statistics are); record them with "
+            "entropy_lens.GenerationRecorder around the HF model's generate()"
+        )
     measure = Measure.parse(stats=rest if rest is not None else ("entropy",), **ours)
     if measure.key_stats:
         raise EntropyLensError(

@@ -64,6 +64,7 @@ def test_the_monitor_quick_start_runs_in_a_training_loop():
 
 INTEGRATIONS = {  # name -> its guide (issue 70: kvpress was nowhere in the README)
     "kvpress": "docs/guides/kvpress.md",
+    "vLLM": "docs/guides/vllm.md",
     "lm-eval": "docs/guides/lm-eval.md",
     "Trainer": "docs/guides/monitor.md",
     "torchrun": "docs/guides/distributed.md",
