@@ -150,6 +150,9 @@ def test_refusals_when_the_request_is_made():
 def test_tensor_parallel_2_equals_float64(tmp_path, monkeypatch):
     """Each rank computes its own heads from its own queries and keys (no gather); the file holds every
     head in the model's order, equal to float64 eager (so to one process)."""
+    import vllm.envs
+
+    vllm.envs.disable_envs_cache()  # an engine before this one cached the environment (vLLM's own reset)
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
     path = family_dir(tmp_path / "llama", "llama")
     out = tmp_path / "out"
