@@ -170,3 +170,69 @@ def test_tensor_parallel_2_equals_float64(tmp_path, monkeypatch):
     parts = sorted(p.name for p in (out / ".parts").glob("*/rank*.npz"))
     assert parts == ["rank0.npz", "rank0.npz", "rank1.npz", "rank1.npz"], parts
     llm.llm_engine.engine_core.shutdown()
+
+
+def test_the_openai_server_records_concurrent_requests_by_response_id(tmp_path):
+    """A real server on 127.0.0.1 with `serve_args`' flags; concurrent completions of different prompt
+    lengths (one not opting in) through the OpenAI client; each opted-in one's statistics found by its
+    response's id, equal to float64 eager."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    import openai
+
+    path = family_dir(tmp_path / "llama", "llama")
+    out = tmp_path / "out"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager"]
+    cmd += [
+        "--max-model-len",
+        "256",
+        "--max-num-batched-tokens",
+        "64",
+        "--kv-cache-memory-bytes",
+        str(64 << 20),
+    ]
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 (the server's whole life)
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    server = subprocess.Popen([*cmd, *lens.serve_args(out)], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the server did not start in 300 s"
+            time.sleep(1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
+        texts = prompts(5)
+
+        def complete(i):
+            xargs = {"vllm_xargs": lens.request(stats=STATS)} if i < 3 else {}
+            return client.completions.create(
+                model=str(path), prompt=texts[i], max_tokens=NEW, temperature=0, extra_body=xargs
+            )
+
+        with ThreadPoolExecutor(4) as pool:
+            responses = list(pool.map(complete, range(4)))
+        model = float64_model(path)
+        for response, prompt in zip(responses[:3], texts):
+            result = lens.load(out, response.id)
+            assert result.prompt[0].tolist() == prompt
+            assert_float64(model, prompt, result)
+        with pytest.raises(EntropyLensError, match="did not opt in"):
+            lens.load(out, responses[3].id, wait=1)
+    finally:
+        server.terminate()
+        server.wait(60)
+        log.close()

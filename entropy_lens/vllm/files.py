@@ -30,23 +30,24 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
             step, just after the caller has its output).
 
     Returns:
-        GenerationResult: tokens (n, N), each statistic (n, N, layers, heads); with `prompt=True`,
-        `prompt_values` (n, P, layers, heads) in its meta-free `prompt_stat(name)`.
+        GenerationResult: tokens (n, N), each statistic (n, N, layers, heads): the request's n sequences
+        as the batch (an OpenAI completion of several prompts: each prompt's n in turn).
 
     Raises:
         EntropyLensError: a request that did not opt in, was aborted or has not finished; rows missing.
     """
-    folder = request_folder(out, request_id)
-    manifests = sorted(folder.glob("*.json")) if folder.is_dir() else []
-    if not manifests:
-        raise EntropyLensError(
-            f"no statistics of request {request_id!r} in {out}: it did not opt in "
-            "(SamplingParams(extra_args=entropy_lens.vllm.request(...))), was aborted, or has not finished"
+    children = []
+    for folder in _folders(out, request_id):
+        manifests = sorted(
+            (json.loads(m.read_text()) for m in folder.glob("*.json")), key=lambda m: m["index"]
         )
-    children = sorted((json.loads(m.read_text()) for m in manifests), key=lambda m: m["index"])
-    n = children[0]["n"]
-    if len(children) != n:
-        raise EntropyLensError(f"request {request_id!r}: {len(children)} of its n={n} sequences finished")
+        n = manifests[0]["n"]
+        if len(manifests) != n:
+            raise EntropyLensError(
+                f"request {request_id!r}: {len(manifests)} of its n={n} sequences finished"
+            )
+        children += manifests
+    n = len(children)
     merged = [_merged(Path(out), child, wait) for child in children]
     N = max(len(child["tokens"]) for child in children)
     names = list(merged[0][0])
@@ -86,6 +87,25 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
         meta,
         prompt,
     )
+
+
+def _folders(out, request_id: str) -> list[Path]:
+    """The manifest folders of `request_id`: its own, or, for the OpenAI server's completions (whose
+    engine requests are the response's id with -0, -1, ... per prompt), each prompt's in order."""
+    folder = request_folder(out, request_id)
+    if folder.is_dir() and any(folder.glob("*.json")):
+        return [folder]
+    folders = []
+    while (prompt := request_folder(out, f"{request_id}-{len(folders)}")).is_dir() and any(
+        prompt.glob("*.json")
+    ):
+        folders.append(prompt)
+    if not folders:
+        raise EntropyLensError(
+            f"no statistics of request {request_id!r} in {out}: it did not opt in "
+            "(SamplingParams(extra_args=entropy_lens.vllm.request(...))), was aborted, or has not finished"
+        )
+    return folders
 
 
 def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray], dict]:
