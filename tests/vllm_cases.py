@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("vllm", reason="vLLM is not installed (make vllm-env builds .venv-vllm)")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 
-from generation_reference import float64_rows
+from generation_reference import OFFSETS, SPANS, TOP, assert_equals_float64, float64_rows
 from tiny import make_tokenizer
 from vllm import LLM, SamplingParams
 
@@ -125,6 +125,23 @@ def test_sampling_n_2_and_stop_tokens(engine):
         assert_float64(model, prompt, result, b)
 
 
+def test_row_slice_statistics_equal_float64(engine):
+    """span_mass (prompt, generated and two spans of the caller's), offset_prob and the top keys with
+    their probabilities, per generated token, beside the kernels' statistics."""
+    llm, path, out = engine
+    stats = (*STATS, "span_mass", "offset_prob", "top_key")
+    extra = lens.request(stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP)
+    params = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=extra)
+    texts = prompts(6)[:2]
+    outputs = llm.generate([{"prompt_token_ids": p} for p in texts], params)
+    model = float64_model(path)
+    for output, prompt in zip(outputs, texts):
+        result = lens.load(out, output.request_id)
+        assert result.span_names == ("prompt", "generated", *SPANS)
+        sequence = torch.tensor([prompt + list(output.outputs[0].token_ids)])
+        assert_equals_float64(model, result, sequence, [0])
+
+
 def test_one_token(engine):
     llm, _path, out = engine
     prompt = prompts(4)[1]
@@ -142,7 +159,7 @@ def test_refusals_when_the_request_is_made():
     with pytest.raises(EntropyLensError):
         lens.request(stats=("entropy",), first_keys=0)
     with pytest.raises(EntropyLensError, match="not computed inside vLLM yet"):
-        lens.request(stats=("entropy", "span_mass"))
+        lens.request(stats=("entropy",), prompt=True)
     with pytest.raises(EntropyLensError, match="name:start:stop"):
         lens.options.options_of({"entropy_lens.stats": "span_mass", "entropy_lens.spans": ["doc-3"]})
 

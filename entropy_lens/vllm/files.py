@@ -13,10 +13,13 @@ import numpy as np
 from entropy_lens import __version__
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.results.generation import GenerationResult
+from entropy_lens.statistics import TOP_KEY_PROB
 from entropy_lens.vllm.frontend import flush, request_folder
 from entropy_lens.vllm.options import PARTS
 
 __all__ = ["load"]
+# the parameters a result's meta keeps: the kernels' statistics' and the row-slice statistics'
+RECORDED = ("first_keys", "recent_keys", "query_window", "spans", "span_names", "offsets", "top_keys")
 
 
 def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
@@ -53,8 +56,8 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
     names = list(merged[0][0])
     values = {}
     for name in names:
-        L, H = merged[0][0][name].shape[1:]
-        block = np.full((n, N, L, H), np.nan, dtype=np.float32)
+        first = merged[0][0][name]
+        block = np.full((n, N, *first.shape[1:]), _fill(first.dtype), dtype=first.dtype)
         for b, (rows, _) in enumerate(merged):
             block[b, : rows[name].shape[0]] = rows[name]
         values[name] = block
@@ -72,8 +75,8 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
         "model_class": "vllm",
         "n_layers": meta0["n_layers"],
         "n_heads": meta0["n_heads"],
-        "stats": names,
-        **{k: v for k, v in meta0.items() if k in ("first_keys", "recent_keys", "query_window")},
+        "stats": [name for name in names if name != TOP_KEY_PROB],
+        **{k: v for k, v in meta0.items() if k in RECORDED},
         "backend": meta0.get("backend", ""),
         "attention_path": "vllm",
         "eos_token_id": None,
@@ -87,6 +90,11 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
         meta,
         prompt,
     )
+
+
+def _fill(dtype) -> float | int:
+    """What a block holds before every rank's rows are in it: NaN, or for ids (top_key) −2 (−1 is "no key")."""
+    return np.nan if np.dtype(dtype).kind == "f" else -2
 
 
 def _folders(out, request_id: str) -> list[Path]:
@@ -146,14 +154,14 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray],
                     f"{len(tokens)} returned tokens (positions {wanted[0]}..{wanted[-1]}): {why}"
                 )
             for name in meta["stats"]:
-                block = out_rows.setdefault(
-                    name, np.full((len(wanted), meta["n_layers"], meta["n_heads"]), np.nan, np.float32)
-                )
-                rows = z[name][where]  # (N, local layers, local heads)
+                rows = z[name][where]  # (N, local layers, local heads[, values])
+                shape = (len(wanted), meta["n_layers"], meta["n_heads"], *rows.shape[3:])
+                block = out_rows.setdefault(name, np.full(shape, _fill(rows.dtype), rows.dtype))
                 h = meta["head_start"]
                 block[:, meta["layers"], h : h + rows.shape[2]] = rows
     for name, block in out_rows.items():
-        if len(block) and not np.isfinite(block).all():
+        missing = np.isnan(block) if block.dtype.kind == "f" else block == _fill(block.dtype)
+        if len(block) and missing.any():
             raise EntropyLensError(
                 f"request {child['external_id']!r}: {name} lacks some layer or head of the model in its ranks' rows"
             )

@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.kernels import attention_stats
+from entropy_lens.kernels import attention_stats, row_slice_stats
 from entropy_lens.results.files import atomic_savez
+from entropy_lens.statistics import SPAN_MASS
 from entropy_lens.vllm.options import KEY, PARTS, options_of
 
 _LAYER = re.compile(r"(?:^|\.)(\d+)\.")
@@ -153,34 +154,36 @@ class Lens:
             keep = first if request.options.prompt else max(first, request.prompt_len - 1)
             if keep >= S:
                 continue
-            values = attention_stats(
-                query[a + keep - first : b].transpose(0, 1)[None],
-                k[:S].transpose(0, 1)[None],  # from position 0: first_mass's keys are positions
-                softmax_scale=attention.scale,
-                stats=request.options.stats,
-                window=window,
-                softcap=attention.logits_soft_cap or None,
-                sinks=attention.sinks,
-                alibi_slopes=attention.alibi_slopes,
-                **dict(request.options.measure.params),
-            )
-            request.add(index, range(keep, S), {n: v[0].float().cpu().numpy() for n, v in values.items()})
+            q = query[a + keep - first : b].transpose(0, 1)[None]
+            k = k[:S].transpose(0, 1)[None]  # from position 0: first_mass's keys are positions
+            mods = {
+                "softmax_scale": attention.scale,
+                "window": window,
+                "softcap": attention.logits_soft_cap or None,
+                "sinks": attention.sinks,
+                "alibi_slopes": attention.alibi_slopes,
+            }
+            options, values = request.options, {}
+            if options.stats:
+                values = attention_stats(q, k, stats=options.stats, **mods, **dict(options.measure.params))
+            if options.slices.stats:
+                values |= _slices(q, k, options.slices, request.prompt_len, mods)
+            request.add(index, range(keep, S), {n: v[0].cpu().numpy() for n, v in values.items()})
 
     # -- the request's file ---------------------------------------------------------------------------
     def write(self, req_id: str, request: _Request) -> None:
         """This rank's rows of a finished request: positions (R,), each statistic (R, layers, heads)."""
         positions = sorted(request.rows)
         layers = sorted({layer for row in request.rows.values() for layer in row})
-        names = request.options.stats
-        arrays = {}
+        names, arrays, heads = [], {}, 0
         if positions and layers:
-            heads = next(iter(request.rows[positions[0]].values()))[names[0]].shape[0] if names else 0
+            first = request.rows[positions[0]][layers[0]]
+            names = list(first)
+            heads = next(iter(first.values())).shape[0]
             for name in names:
                 arrays[name] = np.stack(
                     [np.stack([request.rows[p][layer][name] for layer in layers]) for p in positions]
-                ).astype(np.float32)
-        else:
-            heads = 0
+                )
         meta = {
             "request_id": req_id,
             "rank": self.rank,
@@ -191,8 +194,9 @@ class Lens:
             "n_heads": self.n_heads,
             "prompt_len": request.prompt_len,
             "cached_prefix": request.cached_prefix,
-            "stats": list(names),
+            "stats": names,
             **request.options.measure.recorded(),
+            **request.options.slices.recorded(),
         }
         folder = self.out / PARTS / req_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -202,6 +206,32 @@ class Lens:
             meta=np.asarray(json.dumps(meta)),
             **arrays,
         )
+
+
+def _slices(q, k, slices, prompt_len: int, mods: dict) -> dict[str, torch.Tensor]:
+    """span_mass, offset_prob and top_key (with top_key_prob) of the rows q over keys at positions
+    0 .. S − 1, by the kernels' row_slice_stats: each span cut to the keys there are (an empty one is 0)."""
+    S = k.shape[2]
+    spans = {name: slices.bounds(name, torch.tensor([prompt_len])) for name in slices.span_names}
+    spans = {name: (int(a), min(int(b), S)) for name, (a, b) in spans.items()}
+    present = {name: span for name, span in spans.items() if span[0] < span[1]}
+    out = row_slice_stats(
+        q,
+        k,
+        stats=slices.stats,
+        spans=present if SPAN_MASS.name in slices.stats else None,
+        offsets=slices.offsets,
+        top_keys=slices.top_keys,
+        **mods,
+    )
+    if SPAN_MASS.name in slices.stats:
+        masses = out[SPAN_MASS.name]
+        full = masses.new_zeros((*masses.shape[:-1], len(spans)))
+        for j, name in enumerate(spans):
+            if name in present:
+                full[..., j] = masses[..., list(present).index(name)]
+        out[SPAN_MASS.name] = full
+    return out
 
 
 # -- the wrappers, installed once per process -------------------------------------------------------------
