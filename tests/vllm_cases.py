@@ -142,6 +142,27 @@ def test_row_slice_statistics_equal_float64(engine):
         assert_equals_float64(model, result, sequence, [0])
 
 
+def test_the_prompt_rows_a_scan_at_serving_throughput(engine, tmp_path):
+    """prompt=True: every prompt row's statistics too (chunked over steps), equal to float64; the result
+    saves and loads whole (version 3)."""
+    from entropy_lens.results.generation import GenerationResult
+
+    llm, path, out = engine
+    extra = lens.request(stats=STATS, prompt=True)
+    params = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True, extra_args=extra)
+    prompt = prompts(7)[0]  # 100 tokens: two chunks of 64
+    (output,) = llm.generate([{"prompt_token_ids": prompt}], params)
+    result = lens.load(out, output.request_id)
+    want = float64_rows(float64_model(path), torch.tensor(prompt), range(len(prompt)))
+    for name in STATS:
+        assert result.prompt_stat(name).shape == (1, len(prompt), 2, 4)
+        np.testing.assert_allclose(result.prompt_stat(name)[0], want[name], atol=2e-4, rtol=0, err_msg=name)
+    again = GenerationResult.load(result.save(tmp_path / "r.npz"))
+    assert again.meta["schema_version"] == 3
+    np.testing.assert_array_equal(again.prompt_stat("entropy"), result.prompt_stat("entropy"))
+    np.testing.assert_array_equal(again.stat("entropy"), result.stat("entropy"))
+
+
 def test_one_token(engine):
     llm, _path, out = engine
     prompt = prompts(4)[1]
@@ -158,8 +179,6 @@ def test_refusals_when_the_request_is_made():
         lens.request(stats=("entropy",), first_key=3)
     with pytest.raises(EntropyLensError):
         lens.request(stats=("entropy",), first_keys=0)
-    with pytest.raises(EntropyLensError, match="not computed inside vLLM yet"):
-        lens.request(stats=("entropy",), prompt=True)
     with pytest.raises(EntropyLensError, match="name:start:stop"):
         lens.options.options_of({"entropy_lens.stats": "span_mass", "entropy_lens.spans": ["doc-3"]})
 

@@ -26,8 +26,12 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
                                                id of the prompts and generated tokens, each decoded alone
                                                (`with_token_texts`; entropy-lens generate writes it), which
                                                `entropy-lens view` shows
-Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob); version 1 files
-load as they are. token_texts is an optional meta field, not a new version: a file without it loads, and
+    prompt_rows.<stat>  (B, P, layers, heads[, values])  a statistic of every prompt row, position 0 .. P − 1
+                                               (NaN past a sequence's prompt): a vLLM request with
+                                               `prompt=True` (entropy_lens.vllm) (version 3)
+Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob), version 3 the prompt's
+rows; a file is written as the lowest version that describes it, and version 1 and 2 files load as they
+are. token_texts is an optional meta field, not a new version: a file without it loads, and
 the view shows its tokens by id.
 
 `is_generation(path)` tells a generation file from a scan's or a history by its meta's schema, reading
@@ -60,8 +64,9 @@ PROBS = "probs"  # keep_probs' block: each generated token's row over a span's k
 ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB, PROBS)  # every array a result may hold
 
 SCHEMA = "entropy_lens.generation"
-GENERATION_VERSION = 2
-READS_VERSIONS = (1, 2)
+GENERATION_VERSION = 3
+READS_VERSIONS = (1, 2, 3)
+PROMPT_ROWS = "prompt_rows."  # the prefix of the prompt's rows' arrays (version 3)
 TOKEN_TEXTS = "token_texts"  # the optional meta field: {id: text}
 __all__ = ["GENERATION_VERSION", "TOKEN_TEXTS", "GenerationResult", "is_generation"]
 
@@ -79,6 +84,8 @@ class GenerationResult:
             not known (a version 1 file).
         lengths: (B,) each sequence's generated tokens up to and with its end.
         meta: what ran (module docstring), as saved.
+        prompt_values: {stat: (B, P, layers, heads[, values])}: the prompt's rows (`prompt_stat`), where
+            recorded.
 
     Raises:
         EntropyLensError: shapes that disagree, or a live token's value that is not finite.
@@ -90,6 +97,7 @@ class GenerationResult:
     lengths: np.ndarray
     meta: dict = field(default_factory=dict)
     prompt: np.ndarray | None = None
+    prompt_values: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
         B, N = self.tokens.shape
@@ -327,13 +335,29 @@ class GenerationResult:
             )
         return self.values[name]
 
+    def prompt_stat(self, name: str) -> np.ndarray:
+        """(B, P, layers, heads[, values]): statistic `name` of every prompt row, position 0 .. P − 1 (NaN
+        past a sequence's prompt); row P − 1 is also generated token 0's.
+
+        Args:
+            name: a statistic recorded with the prompt's rows; another is an EntropyLensError.
+        """
+        if name not in self.prompt_values:
+            raise EntropyLensError(
+                f"{printable(name)!r}: this result holds no prompt rows of it (prompt rows: "
+                f"{', '.join(self.prompt_values) or 'none'}); a vLLM request records them with "
+                "entropy_lens.vllm.request(..., prompt=True)"
+            )
+        return self.prompt_values[name]
+
     def save(self, path: str | Path) -> Path:
         """The result as one .npz at `path`, written atomically (module docstring); returns the path.
 
         Args:
             path: the file to write (a target that is not a regular file is refused).
         """
-        meta = {"schema": SCHEMA, "schema_version": GENERATION_VERSION, **self.meta}
+        version = 3 if self.prompt_values else 2
+        meta = {"schema": SCHEMA, **self.meta, "schema_version": version}
         return atomic_savez(
             path,
             tokens=self.tokens.astype(np.int64),
@@ -344,6 +368,10 @@ class GenerationResult:
             **{
                 name: v.astype(np.int64 if name == TOP_KEY.name else np.float32)
                 for name, v in self.values.items()
+            },
+            **{
+                PROMPT_ROWS + name: v.astype(np.int64 if name == TOP_KEY.name else np.float32)
+                for name, v in self.prompt_values.items()
             },
         )
 
@@ -376,11 +404,17 @@ class GenerationResult:
             )
         tokens, prompt_len, lengths = arrays.pop("tokens"), arrays.pop("prompt_len"), arrays.pop("lengths")
         prompt = arrays.pop("prompt", None)
-        unknown = [name for name in arrays if name not in ARRAYS]
+        prompt_values = {
+            name[len(PROMPT_ROWS) :]: arrays.pop(name)
+            for name in list(arrays)
+            if name.startswith(PROMPT_ROWS)
+        }
+        unknown = [name for name in (*arrays, *prompt_values) if name not in ARRAYS]
         if unknown:
             raise EntropyLensError(f"{printable(path)} holds unknown arrays {unknown}; {again}")
         names = [*meta.get("stats", arrays), *(name for name in (TOP_KEY_PROB, PROBS) if name in arrays)]
-        return cls(tokens, {name: arrays[name] for name in names}, prompt_len, lengths, meta, prompt)
+        values = {name: arrays[name] for name in names}
+        return cls(tokens, values, prompt_len, lengths, meta, prompt, prompt_values)
 
 
 def is_generation(path: str | Path, *, what: str, again: str) -> bool:

@@ -50,25 +50,15 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
                 f"request {request_id!r}: {len(manifests)} of its n={n} sequences finished"
             )
         children += manifests
-    n = len(children)
     merged = [_merged(Path(out), child, wait) for child in children]
     N = max(len(child["tokens"]) for child in children)
     names = list(merged[0][0])
-    values = {}
-    for name in names:
-        first = merged[0][0][name]
-        block = np.full((n, N, *first.shape[1:]), _fill(first.dtype), dtype=first.dtype)
-        for b, (rows, _) in enumerate(merged):
-            block[b, : rows[name].shape[0]] = rows[name]
-        values[name] = block
-    tokens = np.full((n, N), -1, dtype=np.int64)
-    for b, child in enumerate(children):
-        tokens[b, : len(child["tokens"])] = child["tokens"]
     P = max(len(child["prompt"]) for child in children)
-    prompt = np.full((n, P), -1, dtype=np.int64)
-    for b, child in enumerate(children):
-        prompt[b, : len(child["prompt"])] = child["prompt"]
-    meta0 = merged[0][1]
+    values = {name: _batch([m[0][name] for m in merged], N) for name in names}
+    prompt_values = {name: _batch([m[1][name] for m in merged], P) for name in merged[0][1]}
+    tokens = _batch([np.asarray(child["tokens"], dtype=np.int64) for child in children], N)
+    prompt = _batch([np.asarray(child["prompt"], dtype=np.int64) for child in children], P)
+    meta0 = merged[0][2]
     meta = {
         "entropy_lens_version": __version__,
         "model": meta0.get("model", ""),
@@ -85,11 +75,23 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
     return GenerationResult(
         tokens,
         values,
-        np.asarray([len(c["prompt"]) for c in children], dtype=np.int64),
-        np.asarray([len(c["tokens"]) for c in children], dtype=np.int64),
+        np.asarray([len(child["prompt"]) for child in children], dtype=np.int64),
+        np.asarray([len(child["tokens"]) for child in children], dtype=np.int64),
         meta,
         prompt,
+        prompt_values,
     )
+
+
+def _batch(rows: list[np.ndarray], length: int) -> np.ndarray:
+    """Each sequence's rows (its own length, ...) as one (n, length, ...) block, padded with NaN (−1 ids)."""
+    first = rows[0]
+    block = np.full(
+        (len(rows), length, *first.shape[1:]), np.nan if first.dtype.kind == "f" else -1, first.dtype
+    )
+    for b, r in enumerate(rows):
+        block[b, : r.shape[0]] = r
+    return block
 
 
 def _fill(dtype) -> float | int:
@@ -116,9 +118,9 @@ def _folders(out, request_id: str) -> list[Path]:
     return folders
 
 
-def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray], dict]:
-    """One sequence's rows of its returned tokens, {name: (N, layers, heads)}, every rank's merged; and
-    the first rank's meta."""
+def _merged(out: Path, child: dict, wait: float) -> tuple[dict, dict, dict]:
+    """One sequence's rows, every rank's merged: of its returned tokens {name: (N, layers, heads[, values])},
+    of its prompt (P, ...) where it asked for them ({} else); and the first rank's meta."""
     folder = out / PARTS / child["request_id"]
     deadline, flushed = time.monotonic() + wait, False
     while len(parts := sorted(folder.glob("rank*.npz"))) < child["ranks"]:
@@ -133,13 +135,20 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray],
             )
         time.sleep(0.05)
     tokens, P = child["tokens"], len(child["prompt"])
-    wanted = np.arange(P - 1, P - 1 + len(tokens))
+    generated = _rows(parts, child, np.arange(P - 1, P - 1 + len(tokens)))
+    meta = json.loads(str(np.load(parts[0])["meta"]))
+    prompt = _rows(parts, child, np.arange(P)) if meta["prompt_rows"] else {}
+    return generated, prompt, meta
+
+
+def _rows(parts: list[Path], child: dict, wanted: np.ndarray) -> dict[str, np.ndarray]:
+    """{name: (len(wanted), layers, heads[, values])}: the rows at positions `wanted`, every rank's heads
+    and layers in the model's order."""
+    tokens = child["tokens"]
     out_rows: dict[str, np.ndarray] = {}
-    first_meta = None
     for part in parts:
         with np.load(part) as z:
             meta = json.loads(str(z["meta"]))
-            first_meta = first_meta or meta
             positions = z["positions"]
             where = np.searchsorted(positions, wanted)
             if len(wanted) and (where.max(initial=0) >= len(positions) or (positions[where] != wanted).any()):
@@ -150,8 +159,8 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray],
                     else "was it preempted and never recomputed?"
                 )
                 raise EntropyLensError(
-                    f"request {child['external_id']!r}: rank {meta['rank']} holds no row for some of its "
-                    f"{len(tokens)} returned tokens (positions {wanted[0]}..{wanted[-1]}): {why}"
+                    f"request {child['external_id']!r}: rank {meta['rank']} holds no row for some of "
+                    f"positions {wanted[0]}..{wanted[-1]} ({len(tokens)} returned tokens): {why}"
                 )
             for name in meta["stats"]:
                 rows = z[name][where]  # (N, local layers, local heads[, values])
@@ -165,4 +174,4 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict[str, np.ndarray],
             raise EntropyLensError(
                 f"request {child['external_id']!r}: {name} lacks some layer or head of the model in its ranks' rows"
             )
-    return out_rows, first_meta
+    return out_rows

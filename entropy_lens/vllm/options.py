@@ -97,11 +97,6 @@ def options_of(extra_args) -> RequestOptions | None:
         offsets=tuple(offsets) if isinstance(offsets, (list, tuple)) else (offsets,),
         top_keys=top_keys,
     )
-    if prompt:
-        raise EntropyLensError(
-            "entropy_lens.prompt=1: the prompt's rows are not computed inside vLLM yet (each generated "
-            "token's are); scan the prompt with `entropy-lens scan` or EntropyRecorder"
-        )
     measure = Measure.parse(stats=rest if rest is not None else ("entropy",), **ours)
     if measure.key_stats:
         raise EntropyLensError(

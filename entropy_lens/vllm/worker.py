@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.kernels import attention_stats, row_slice_stats
+from entropy_lens.flags import Backend
+from entropy_lens.kernels import attention_stats, resolve_backend, row_slice_stats
 from entropy_lens.results.files import atomic_savez
 from entropy_lens.statistics import SPAN_MASS
 from entropy_lens.vllm.options import KEY, PARTS, options_of
@@ -194,6 +195,9 @@ class Lens:
             "n_heads": self.n_heads,
             "prompt_len": request.prompt_len,
             "cached_prefix": request.cached_prefix,
+            "prompt_rows": request.options.prompt,
+            "model": str(self.runner.model_config.model),
+            "backend": str(resolve_backend(Backend.AUTO, torch.device(self.runner.device)).value),
             "stats": names,
             **request.options.measure.recorded(),
             **request.options.slices.recorded(),
