@@ -163,6 +163,51 @@ def test_the_prompt_rows_a_scan_at_serving_throughput(engine, tmp_path):
     np.testing.assert_array_equal(again.stat("entropy"), result.stat("entropy"))
 
 
+def test_a_stop_string_holds_exactly_the_tokens_returned(engine):
+    """A stop string the front end detects: the file's tokens are the output's (the engine may have
+    computed a row past it), and they equal float64."""
+    llm, path, out = engine
+    prompt = prompts(8)[2]
+    greedy = SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
+    (free,) = llm.generate([{"prompt_token_ids": prompt}], greedy)
+    text = free.outputs[0].text
+    stop = next(text[i : i + 2] for i in range(3, len(text) - 1) if text[i : i + 2].strip())
+    params = SamplingParams(
+        max_tokens=10, temperature=0, ignore_eos=True, stop=[stop], extra_args=lens.request(stats=STATS)
+    )
+    (output,) = llm.generate([{"prompt_token_ids": prompt}], params)
+    assert output.outputs[0].finish_reason == "stop" and len(output.outputs[0].token_ids) < 10
+    result = lens.load(out, output.request_id)
+    assert result.tokens[0].tolist() == list(output.outputs[0].token_ids)
+    assert_float64(float64_model(path), prompt, result)
+
+
+def test_a_shared_prefix_and_an_aborted_request(engine):
+    """vLLM's prefix cache on (its default): a second request with the same prompt is still exact (an
+    opted-in request skips reading the cache). An aborted request: load refuses it, nothing left behind."""
+    llm, path, out = engine
+    prompt = prompts(9)[0]
+    params = SamplingParams(
+        max_tokens=4, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS)
+    )
+    first, second = (llm.generate([{"prompt_token_ids": prompt}], params)[0] for _ in range(2))
+    model = float64_model(path)
+    for output in (first, second):
+        assert_float64(model, prompt, lens.load(out, output.request_id))
+    engine_ = llm.llm_engine
+    long = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS))
+    engine_.add_request("to-abort", {"prompt_token_ids": prompt}, long)
+    for _ in range(3):
+        engine_.step()
+    engine_.abort_request(["to-abort"])
+    while engine_.has_unfinished_requests():
+        engine_.step()
+    llm.generate([{"prompt_token_ids": prompt[:20]}], params)  # a later step: the ranks hear of the abort
+    with pytest.raises(EntropyLensError, match="did not opt in"):
+        lens.load(out, "to-abort", wait=1)
+    assert not [p for p in (out / ".parts").iterdir() if p.name.startswith("to-abort")]
+
+
 def test_one_token(engine):
     llm, _path, out = engine
     prompt = prompts(4)[1]

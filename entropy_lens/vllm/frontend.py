@@ -3,7 +3,8 @@ opted-in request returned. When a request finishes (its end token, its length, a
 abort), `DIR/<request id>/<index>.json` records the tokens the caller received (the output processor's,
 after a stop string's surplus is trimmed), its prompt's ids and its internal id, under which the workers
 wrote their rows (worker.py). `n > 1`: one file per sequence, `index` its place among the n. An aborted
-request gets none, so `load` refuses it.
+request gets none, so `load` refuses it, and its ranks write nothing (`Frontend.aborted`). An opted-in
+request skips reading vLLM's prefix cache (`skip_reading_prefix_cache`), so every key reaches the layers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import weakref
 from pathlib import Path
 
 from entropy_lens.results.files import atomic_write_text
-from entropy_lens.vllm.options import KEY, options_of
+from entropy_lens.vllm.options import ABORTED, KEY, PARTS, options_of
 
 __all__ = ["flush", "install", "request_folder"]
 _installed = False
@@ -45,6 +46,18 @@ class Frontend:
         if params is not None and options_of(params.extra_args) is not None:
             n = parent.sampling_params.n if parent is not None else params.n  # a child's own n is 1
             self.opted[request.request_id] = (request_index, n)
+            # its whole prompt through the layers (a cached prefix's keys never reach them); what it
+            # computes still fills the prefix cache for others
+            params.skip_reading_prefix_cache = True
+
+    def aborted(self, request_ids) -> None:
+        """Aborted requests leave nothing: a tombstone their ranks find when they would write (the
+        front end's abort precedes the engine's, so before any rank writes), the last rank removes it."""
+        for req_id in request_ids:
+            if self.opted.pop(req_id, None) is not None:
+                folder = Path(self.out) / PARTS / req_id
+                folder.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(folder / ABORTED, str(self.ranks))
 
     def finished(self, state) -> None:
         opted = self.opted.pop(state.request_id, None)
@@ -89,6 +102,7 @@ def install() -> None:
         cls.__init__ = __init__
 
     add_request, finish_request = OutputProcessor.add_request, OutputProcessor._finish_request
+    abort_requests = OutputProcessor.abort_requests
 
     def lens_add_request(self, request, prompt, parent_req=None, request_index=0, queue=None):
         add_request(self, request, prompt, parent_req, request_index, queue)
@@ -102,8 +116,16 @@ def install() -> None:
             frontend.finished(req_state)
         return finish_request(self, req_state)
 
+    def lens_abort_requests(self, request_ids, internal: bool):
+        aborted = abort_requests(self, request_ids, internal)
+        frontend = self.__dict__.get("_entropy_lens")
+        if frontend is not None:
+            frontend.aborted(aborted)
+        return aborted
+
     wrap_init(LLMEngine)
     wrap_init(AsyncLLM)
     OutputProcessor.add_request = lens_add_request
     OutputProcessor._finish_request = lens_finish_request
+    OutputProcessor.abort_requests = lens_abort_requests
     _installed = True

@@ -24,7 +24,8 @@ from entropy_lens.generation.rows import RowSlices
 PREFIX = "entropy_lens."
 KEY = "entropy_lens"  # the engine's additional_config key: {"out": the folder}
 PARTS = ".parts"  # DIR/.parts/<internal request id>/rank<r>.npz: each rank's rows (worker.py)
-__all__ = ["KEY", "PARTS", "PREFIX", "RequestOptions", "options_of", "request"]
+ABORTED = "aborted"  # DIR/.parts/<internal request id>/aborted: the front end's tombstone (frontend.py)
+__all__ = ["ABORTED", "KEY", "PARTS", "PREFIX", "RequestOptions", "options_of", "request"]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from entropy_lens.flags import Backend
 from entropy_lens.kernels import attention_stats, resolve_backend, row_slice_stats
 from entropy_lens.results.files import atomic_savez
 from entropy_lens.statistics import SPAN_MASS
-from entropy_lens.vllm.options import KEY, PARTS, options_of
+from entropy_lens.vllm.options import ABORTED, KEY, PARTS, options_of
 
 _LAYER = re.compile(r"(?:^|\.)(\d+)\.")
 _active = None  # the Lens of the step running in this process, or None
@@ -203,6 +204,11 @@ class Lens:
             **request.options.slices.recorded(),
         }
         folder = self.out / PARTS / req_id
+        if (folder / ABORTED).is_file():  # aborted: nothing written; the last rank removes the tombstone
+            (folder / f"{ABORTED}.rank{self.rank}").touch()
+            if len(list(folder.glob(f"{ABORTED}.rank*"))) >= int((folder / ABORTED).read_text()):
+                shutil.rmtree(folder, ignore_errors=True)
+            return
         folder.mkdir(parents=True, exist_ok=True)
         atomic_savez(
             folder / f"rank{self.rank}.npz",
