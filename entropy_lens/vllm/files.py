@@ -135,8 +135,16 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict, dict, dict]:
             )
         time.sleep(0.05)
     tokens, P = child["tokens"], len(child["prompt"])
+    metas = [json.loads(str(np.load(part)["meta"])) for part in parts]
+    for meta in metas:
+        if meta["refused"]:
+            raise EntropyLensError(
+                f"request {child['external_id']!r}: no statistics, refused in rank {meta['rank']}: "
+                f"{meta['refused']}; the model produced NaN or inf before attention: check its weights, "
+                "and serve it in float32 if bfloat16/float16 overflowed"
+            )
     generated = _rows(parts, child, np.arange(P - 1, P - 1 + len(tokens)))
-    meta = json.loads(str(np.load(parts[0])["meta"]))
+    meta = metas[0]
     prompt = _rows(parts, child, np.arange(P)) if meta["prompt_rows"] else {}
     return generated, prompt, meta
 

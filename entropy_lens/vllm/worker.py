@@ -24,7 +24,9 @@ them when the request finishes: `DIR/.parts/<internal request id>/rank<r>.npz` (
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -33,7 +35,8 @@ import numpy as np
 import torch
 
 from entropy_lens.flags import Backend
-from entropy_lens.kernels import attention_stats, resolve_backend, row_slice_stats
+from entropy_lens.kernels import ScoreMods, resolve_backend, row_slice_stats, run, statistics_kernel
+from entropy_lens.kernels.contract import SAFE_SCORE, score_bound, score_range_checked, validate_scale
 from entropy_lens.results.files import atomic_savez
 from entropy_lens.statistics import SPAN_MASS
 from entropy_lens.vllm.options import ABORTED, KEY, PARTS, options_of
@@ -62,7 +65,9 @@ class _Request:
         self.rows: dict[int, dict[int, dict[str, np.ndarray]]] = {}
         self.keys: dict[int, torch.Tensor] = {}  # by layer: (capacity, kv heads, D), positions 0.. on
         self.filled: dict[int, int] = {}  # by layer: the positions whose keys are held
+        self.largest: dict[int, torch.Tensor] = {}  # by layer: max|k| over the keys taken in (0-d)
         self.cached_prefix = 0  # positions vLLM served from its prefix cache: no key, no row of them here
+        self.refused: str | None = None  # why no row is recorded (a query or key that is not finite)
 
     def keys_of(self, layer: int, first: int, new: torch.Tensor) -> torch.Tensor | None:
         """The layer's keys at positions 0 .. first + len(new), `new` written at `first` on (a chunk,
@@ -71,6 +76,11 @@ class _Request:
         if first > self.filled.get(layer, 0):
             self.cached_prefix = max(self.cached_prefix, first)
             return None
+        if not _finite(new):
+            self.refused = f"layer {layer} was handed a key that is not finite at positions {first}.."
+            return None
+        fresh = torch.linalg.vector_norm(new.detach(), ord=math.inf)
+        self.largest[layer] = torch.maximum(self.largest[layer], fresh) if layer in self.largest else fresh
         end = first + new.shape[0]
         held = self.keys.get(layer)
         if held is None or held.shape[0] < end:
@@ -165,9 +175,13 @@ class Lens:
                 "sinks": attention.sinks,
                 "alibi_slopes": attention.alibi_slopes,
             }
+            if not _finite(q):
+                request.refused = f"layer {index} was handed a query that is not finite at positions {keep}.."
+            if request.refused:
+                continue
             options, values = request.options, {}
             if options.stats:
-                values = attention_stats(q, k, stats=options.stats, **mods, **dict(options.measure.params))
+                values = _row_stats(q, k, options.measure, mods, request.largest[index])
             if options.slices.stats:
                 values |= _slices(q, k, options.slices, request.prompt_len, mods)
             request.add(index, range(keep, S), {n: v[0].cpu().numpy() for n, v in values.items()})
@@ -198,7 +212,10 @@ class Lens:
             "cached_prefix": request.cached_prefix,
             "prompt_rows": request.options.prompt,
             "model": str(self.runner.model_config.model),
-            "backend": str(resolve_backend(Backend.AUTO, torch.device(self.runner.device)).value),
+            "backend": str(
+                resolve_backend(Backend.AUTO, torch.device(self.runner.device), one_pass=True).value
+            ),
+            "refused": request.refused,
             "stats": names,
             **request.options.measure.recorded(),
             **request.options.slices.recorded(),
@@ -216,6 +233,24 @@ class Lens:
             meta=np.asarray(json.dumps(meta)),
             **arrays,
         )
+
+
+def _finite(x: torch.Tensor) -> bool:
+    """Every value finite: a float64 sum is finite exactly where every term is (one pass, one read)."""
+    return bool(torch.isfinite(x.detach().sum(dtype=torch.float64)))
+
+
+def _row_stats(q, k, measure, mods: dict, largest_key) -> dict[str, torch.Tensor]:
+    """The kernels' row statistics of rows q over keys k, on inputs checked as they were taken in (the
+    queries here, each key once: `_Request.keys_of`), so the kernel skips its own pass over every key:
+    the scores' bound from max|k| (`contract.score_bound`), as the capture's decode steps do. The one-pass
+    kernel where it builds (native on CPU), as `kernels.plan` picks it for a fused layer."""
+    score_mods = ScoreMods.build(q, k, **{name: v for name, v in mods.items() if name != "softmax_scale"})
+    scale = validate_scale(q, k, mods["softmax_scale"])
+    kernel, score_mods = statistics_kernel(Backend.AUTO, q, k, score_mods, one_pass=True)
+    safe = score_bound(q, k, scale, score_mods, largest_key=largest_key) <= SAFE_SCORE
+    with score_range_checked() if safe else contextlib.nullcontext():
+        return dict(run(kernel, q, k, None, scale, score_mods, measure=measure))
 
 
 def _slices(q, k, slices, prompt_len: int, mods: dict) -> dict[str, torch.Tensor]:
