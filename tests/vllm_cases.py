@@ -7,6 +7,7 @@ process; the refusals."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -317,3 +318,25 @@ def test_the_openai_server_records_concurrent_requests_by_response_id(tmp_path):
         server.terminate()
         server.wait(60)
         log.close()
+
+
+def test_preemption_recomputes_the_same_rows(tmp_path):
+    """A KV cache of three blocks for two requests of two blocks each: vLLM preempts one and recomputes
+    it; its rows are written again at the same positions, and equal float64."""
+    path = family_dir(tmp_path / "llama", "llama")
+    out = tmp_path / "out"
+    per_block = 2 * 2 * 2 * 32 * 4 * 128  # layers, K and V, kv heads, head size, float32, block tokens
+    small = {**ENGINE, "kv_cache_memory_bytes": 3 * per_block, "enable_prefix_caching": False}
+    llm = LLM(model=str(path), **lens.engine_args(out=out, **small))
+    params = SamplingParams(
+        max_tokens=60, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS)
+    )
+    texts = prompts(10)[:2]
+    outputs = llm.generate([{"prompt_token_ids": p[:90]} for p in texts], params)
+    model = float64_model(path)
+    for output, prompt in zip(outputs, texts):
+        assert_float64(model, prompt[:90], lens.load(out, output.request_id))
+    recomputed = [
+        json.loads(str(np.load(p)["meta"]))["recomputed_keys"] for p in out.glob(".parts/*/rank0.npz")
+    ]
+    assert max(recomputed) > 0, recomputed  # one was preempted and recomputed

@@ -68,6 +68,7 @@ class _Request:
         self.largest: dict[int, torch.Tensor] = {}  # by layer: max|k| over the keys taken in (0-d)
         self.cached_prefix = 0  # positions vLLM served from its prefix cache: no key, no row of them here
         self.refused: str | None = None  # why no row is recorded (a query or key that is not finite)
+        self.recomputed = 0  # keys written again (a preempted request recomputed), at the last layer
 
     def keys_of(self, layer: int, first: int, new: torch.Tensor) -> torch.Tensor | None:
         """The layer's keys at positions 0 .. first + len(new), `new` written at `first` on (a chunk,
@@ -82,6 +83,7 @@ class _Request:
         fresh = torch.linalg.vector_norm(new.detach(), ord=math.inf)
         self.largest[layer] = torch.maximum(self.largest[layer], fresh) if layer in self.largest else fresh
         end = first + new.shape[0]
+        self.recomputed += max(0, min(end, self.filled.get(layer, 0)) - first)
         held = self.keys.get(layer)
         if held is None or held.shape[0] < end:
             grown = new.new_empty((max(end, 2 * (0 if held is None else held.shape[0])), *new.shape[1:]))
@@ -216,6 +218,7 @@ class Lens:
                 resolve_backend(Backend.AUTO, torch.device(self.runner.device), one_pass=True).value
             ),
             "refused": request.refused,
+            "recomputed_keys": request.recomputed,
             "stats": names,
             **request.options.measure.recorded(),
             **request.options.slices.recorded(),
