@@ -625,6 +625,39 @@ def answers_output(record: dict | None) -> str:
     return "\n".join(["```text", *record["printed"], "```", where])
 
 
+VLLM_TARGETS = {
+    "vllm-lens": 1.2,
+    "vllm-off": 1.02,
+}  # issue 79: the lens's request, and the others', over plain
+
+
+def vllm_cpu_table(record: dict) -> str:
+    """The lens inside vLLM against plain vLLM, beside HF generate() with and without the recorder
+    (benchmarks/vllm_cpu.py): each (length, mode)'s total and peak RSS, its ratio to plain vLLM (hf-recorder:
+    to hf); the targets' verdicts beneath."""
+    rows = ["| len | mode | total s | × vllm (hf-recorder: × hf) | peak RSS MB |", "|---|---|---|---|---|"]
+    for r in sorted(record["rows"], key=lambda r: r["length"]):
+        if "skipped" in r:
+            rows.append(f"| {r['length']:,} | {r['mode']} | skipped: {r['skipped'].split(' (')[0]} | | |")
+            continue
+        ratio = f"{r['vs_base']:.3f}" if "vs_base" in r else ""
+        rows.append(
+            f"| {r['length']:,} | {r['mode']} | {r['total_s']:.2f} | {ratio} | {r['peak_rss_mb']:,.0f} |"
+        )
+    rows.append("")
+    for mode, target in VLLM_TARGETS.items():
+        measured = [r for r in record["rows"] if r["mode"] == mode and "vs_base" in r]
+        ratios = ", ".join(f"{r['vs_base']:.3f}× at {r['length']:,}" for r in measured)
+        met = all(r["vs_base"] <= target for r in measured)
+        verdict = f" ({'met' if met else 'NOT met'})" if measured else ""
+        rows.append(f"{mode} over plain vLLM (the target, ≤ {target}×): {ratios or 'not measured'}{verdict}.")
+    rows.append(
+        f"One greedy request of {record['new']} tokens, {record['model']}, statistics {', '.join(record['stats'])}, "
+        f"one run each; {measured_on(record)}."
+    )
+    return "\n".join(rows)
+
+
 TABLES = {
     "threads_cpu": threads_table,
     "extras_cpu": extras_table,
@@ -641,6 +674,7 @@ TABLES = {
     "kvpress_cpu": kvpress_cpu_table,
     "generate_cpu": generate_cpu_table,
     "polygraph_cpu": polygraph_cpu_table,
+    "vllm_cpu": vllm_cpu_table,
 }
 
 
