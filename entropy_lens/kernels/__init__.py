@@ -83,6 +83,7 @@ contract.py.
 from __future__ import annotations
 
 from entropy_lens.flags import Backend, Fused, Measure, Stats
+from entropy_lens.kernels.backends import backend_of, built_first
 from entropy_lens.kernels.contract import check_finite
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.fold import compile_requested, fold_status
@@ -131,6 +132,8 @@ __all__ = [
     "attention_received",
     "attention_stats",
     "attention_with_entropy",
+    "backend_of",
+    "built_first",
     "check_finite",
     "compile_requested",
     "decode_splits",
@@ -336,7 +339,7 @@ def attention_with_entropy(
     measure = Measure.parse(stats=stats, backend=backend, **params)
     call = enter(q, k, v, measure=measure, arguments=locals())
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
-    if kernel is Backend.TRITON and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output: q's head size
+    if not backend_of(kernel).takes_values(q, v):  # the Triton kernel's output: q's head size only
         kernel, kernel_mods = Backend.TORCH_CHUNKED, call.mods
     blocks = {"block_q": call.block_q, "block_k": call.block_k}
     return run(kernel, q, k, v, call.softmax_scale, kernel_mods, measure=measure, **blocks)
