@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.triton_steps import finish_rows
+from entropy_lens.kernels.triton_steps import bits, finish_rows
 
 
 @triton.jit
@@ -125,7 +125,7 @@ def combine_kernel(
             acc += alpha[:, None] * part
     # the row kernel's ending: the state in nats slot by slot, or entropy and sink mass read here
     state = (m, l, u, acc, w, c, lk, dist, f, mk, rk)
-    EXTRAS: tl.constexpr = HAS_W + 2 * HAS_C + 4 * HAS_LK + 8 * HAS_D + 16 * HAS_F + 32 * HAS_MK + 64 * HAS_RK
+    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
     at = pid_bh.to(tl.int64) * T + rows
     finish_rows(OUT, SINK_MASS, at, live, OUT_SLOT, state, sink, STORE_STATE, HAS_SINKS, EXTRAS)
     if WITH_OUTPUT:

@@ -90,6 +90,7 @@ from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import STATE, RowStats
 from entropy_lens.kernels.triton_steps import (
     autotuned,
+    bits,
     finish_rows,
     key_bounds,
     load_tile,
@@ -244,16 +245,9 @@ def _entropy_kernel(
         sink = tl.load(SINKS + h) * 1.4426950408889634
     else:
         sink = 0.0
-    EXTRAS: tl.constexpr = HAS_W + 2 * HAS_C + 4 * HAS_LK + 8 * HAS_D + 16 * HAS_F + 32 * HAS_MK + 64 * HAS_RK
-    VARIANT: tl.constexpr = (
-        CAUSAL
-        + 2 * HAS_WINDOW
-        + 4 * HAS_KEEP
-        + 8 * CAST_F32
-        + 16 * IEEE
-        + 32 * WITH_OUTPUT
-        + 64 * HAS_SOFTCAP
-        + 128 * HAS_ALIBI
+    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
+    VARIANT: tl.constexpr = bits(
+        CAUSAL, HAS_WINDOW, HAS_KEEP, CAST_F32, IEEE, WITH_OUTPUT, HAS_SOFTCAP, HAS_ALIBI
     )
     state = start_state(sink, HAS_SINKS, WITH_OUTPUT, EXTRAS, BLOCK_M, BLOCK_D)
     # the key blocks this program's rows see (triton_steps.key_bounds), streamed in three ranges

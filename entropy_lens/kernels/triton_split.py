@@ -16,7 +16,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.triton_steps import key_bounds, load_tile, score_scales, start_state, stream_keys
+from entropy_lens.kernels.triton_steps import (
+    bits,
+    key_bounds,
+    load_tile,
+    score_scales,
+    start_state,
+    stream_keys,
+)
 
 PART_SLOTS = ("m", "l", "u", "w", "c", "lk", "d", "f", "mk", "rk")  # PART's slots, in this order
 
@@ -93,16 +100,9 @@ def split_kernel(
     dims = tl.arange(0, BLOCK_D)
     q = load_tile(Q + b * sqb + h * sqh, rows, sqt, dims, sqd, T, D, CAST_F32)
     score = score_scales(SCALE, ALIBI, h, SOFTCAP, HAS_SOFTCAP, HAS_ALIBI)
-    EXTRAS: tl.constexpr = HAS_W + 2 * HAS_C + 4 * HAS_LK + 8 * HAS_D + 16 * HAS_F + 32 * HAS_MK + 64 * HAS_RK
-    VARIANT: tl.constexpr = (
-        CAUSAL
-        + 2 * HAS_WINDOW
-        + 4 * HAS_KEEP
-        + 8 * CAST_F32
-        + 16 * IEEE
-        + 32 * WITH_OUTPUT
-        + 64 * HAS_SOFTCAP
-        + 128 * HAS_ALIBI
+    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
+    VARIANT: tl.constexpr = bits(
+        CAUSAL, HAS_WINDOW, HAS_KEEP, CAST_F32, IEEE, WITH_OUTPUT, HAS_SOFTCAP, HAS_ALIBI
     )
     # an empty state: the sink, if any, joins in the combine, once
     state = start_state(0.0, False, WITH_OUTPUT, EXTRAS, BLOCK_M, BLOCK_D)

@@ -14,7 +14,7 @@ would give)::
     key_block(q, state, keys, geometry, start, score, MASKED, VARIANT, EXTRAS, D, BLOCK_N) -> state
     finish_rows(OUT, SINK_MASS, at, live, OUT_SLOT, state, sink, STORE_STATE, HAS_SINKS, EXTRAS)
 
-Tuples carry what travels together (Triton flattens them; the constexpr flags inside stay compile-time):
+Tuples carry what travels together (Triton flattens them), and `bits` packs the compile-time flags:
 
     state     (m, l, u, acc, w, c, lk, dist, f, mk, rk): the centred online-softmax state in log2 units
               (m the running max, l = Σ e, u = Σ e·(s − m), e = 2^(s − m)), the output's Σ e·v (acc) and
@@ -23,10 +23,10 @@ Tuples carry what travels together (Triton flattens them; the constexpr flags in
     geometry  (rows, dims, S, OFFSET, WINDOW, FIRST_KEYS, RECENT_KEYS): the rows' positions and the keys'
     score     (qk_scale, cap, slope): λ·log2 e (softcap: 2λ·log2 e / c), c·log2 e, the ALiBi slope·log2 e
     bounds    (k_start, full_start, full_end, k_end): key blocks masked, seen whole, masked
-    VARIANT   (CAUSAL, HAS_WINDOW, HAS_KEEP, CAST_F32, IEEE, WITH_OUTPUT, HAS_SOFTCAP, HAS_ALIBI)
-    EXTRAS    (HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK): EXTRA_FLAGS' switches, in its order
+    VARIANT   bits(CAUSAL, HAS_WINDOW, HAS_KEEP, CAST_F32, IEEE, WITH_OUTPUT, HAS_SOFTCAP, HAS_ALIBI)
+    EXTRAS    bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK): EXTRA_FLAGS' switches, in its order
 
-A new accumulator is one more slot of `state` and EXTRAS (and of EXTRA_FLAGS), its start here, its update
+A new accumulator is one more slot of `state` and bit of EXTRAS (and entry of EXTRA_FLAGS), its start here, its update
 in `key_block`, its store in `finish_rows`, its slot in triton_split.PART_SLOTS and its merge in
 triton_combine.py. On the host, `prepare` is every launcher's prologue: the mask as key padding and a
 window, the accumulators kept, the result buffers, the output's, and the constexpr flags.
@@ -58,6 +58,13 @@ EXTRA_FLAGS = {
     "mk": "HAS_MK",
     "rk": "HAS_RK",
 }
+
+
+@triton.constexpr_function
+def bits(*flags):
+    """The compile-time flags as one constexpr: flag i at 2^i (VARIANT, EXTRAS), which a helper reads back
+    as `(BITS & 2^i) != 0` (a tuple would pass them as values, not constants, to a called helper)."""
+    return sum(int(bool(flag)) << i for i, flag in enumerate(flags))
 
 
 @triton.jit
@@ -418,7 +425,7 @@ def key_padding(q, k, mods: ScoreMods):
     """(k in q's dtype, the key padding (B|1, S) int8 or None, the window) a Triton kernel takes for
     `mods` (`masks.as_key_padding`); ValueError for a mask per query or per head, or a key bias."""
     if mods.key_bias is not None:
-        raise ValueError("the Triton kernels take no key bias; run them with backend='torch_chunked'")
+        raise ValueError("the Triton kernels take no key bias; run it with backend='torch_chunked'")
     B, T, S = q.shape[0], q.shape[2], k.shape[2]
     form = as_key_padding(mods.mask, B, T, S, mods.causal, mods.window)
     if form is None:
