@@ -85,7 +85,7 @@ in contract.py.
 from __future__ import annotations
 
 from entropy_lens.flags import Backend, Fused, Measure, Stats
-from entropy_lens.kernels.backends import backend_of, built_first
+from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.contract import check_finite
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.fold import compile_requested, fold_status
@@ -134,8 +134,6 @@ __all__ = [
     "attention_received",
     "attention_stats",
     "attention_with_entropy",
-    "backend_of",
-    "built_first",
     "check_finite",
     "compile_requested",
     "decode_splits",

@@ -281,10 +281,23 @@ TABLE: dict[Backend, KernelBackend] = {b.name: b for b in (Reference(), TorchChu
 
 
 def backend_of(kernel: Backend | str) -> KernelBackend:
-    """The table's entry of a resolved backend (a Backend other than AUTO, or its name)."""
-    entry = TABLE.get(Backend(kernel))
+    """The table's entry of a resolved backend.
+
+    Args:
+        kernel: a Backend other than AUTO, or its name.
+
+    Returns:
+        KernelBackend: what that kernel offers.
+
+    Raises:
+        ValueError: "auto" (resolve it first) or an unknown name.
+    """
+    entry = TABLE.get(Backend(kernel)) if kernel in {*TABLE, Backend.AUTO} else None
     if entry is None:
-        raise ValueError(f"{kernel!r} is no kernel; resolve it first (kernels.resolve_backend)")
+        names = ", ".join(TABLE)
+        raise ValueError(
+            f"{kernel!r} is no kernel: pass one of {names} (kernels.resolve_backend resolves 'auto')"
+        )
     return entry
 
 

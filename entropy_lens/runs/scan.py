@@ -35,14 +35,8 @@ from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, holds_token_ids, token_chunks
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Fused, Measure
-from entropy_lens.kernels import (
-    backend_of,
-    built_first,
-    fold_status,
-    native_available,
-    native_status,
-    resolve_backend,
-)
+from entropy_lens.kernels import fold_status, native_available, native_status, resolve_backend
+from entropy_lens.kernels.backends import backend_of, built_first
 from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import layer_progress, progress_bar
 from entropy_lens.results import ScanResult
