@@ -82,7 +82,7 @@ def compile_kernel(
     import triton
 
     from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
-    from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS
+    from entropy_lens.kernels.triton_steps import EXTRA_FLAGS
 
     pointers = {
         "Q": dtype,
@@ -191,8 +191,8 @@ def compile_decode_kernels(
 
     from entropy_lens.kernels.splits import DECODE_ROWS
     from entropy_lens.kernels.triton_combine import combine_kernel
-    from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS
     from entropy_lens.kernels.triton_split import split_kernel
+    from entropy_lens.kernels.triton_steps import EXTRA_FLAGS
 
     flags = {
         flag: name in (extras or ()) and (name not in ("lk", "mk") or sinks)

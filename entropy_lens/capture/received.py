@@ -22,8 +22,9 @@ import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.kernels import Route
+from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.contract import validate_scale
-from entropy_lens.kernels.plan import ONE_PASS_KEYS, statistics_kernel
+from entropy_lens.kernels.plan import statistics_kernel
 from entropy_lens.kernels.received import counted_rows, received_state
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.statistics import MAX, MEAN
@@ -50,7 +51,7 @@ def one_pass_keys(call: LayerCall, kernel: str) -> bool:
     """Whether the layer's row pass keeps its column state too (kernels.plan's ONE_PASS_KEYS: the native
     kernel), so that `column_pass` reads it instead of a second pass over the keys: where the layer
     records key statistics over its own rows (a sharded chunk counts its rows its own way)."""
-    return wants_keys(call) and kernel in ONE_PASS_KEYS and call.session.context is None
+    return wants_keys(call) and backend_of(kernel).keeps_key_state and call.session.context is None
 
 
 @torch.no_grad()
@@ -67,7 +68,7 @@ def column_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowSta
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     kernel, _ = statistics_kernel(route.kernel, query, key, inputs.mods, one_pass=True)
-    if rows.lse is None and kernel != "reference":
+    if rows.lse is None and not backend_of(kernel).materialises:
         raise RuntimeError(
             f"the {route.path} route gave no log-sum-exp for attention received; it must return one "
             "(`with_lse`) wherever the session asks for key statistics"

@@ -16,6 +16,7 @@ import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.plan import Route
 from entropy_lens.kernels.probs import probs_from_lse
@@ -64,7 +65,7 @@ def slice_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStat
     slices = call.session.measure.slices
     if not slices:
         return {}
-    if rows.lse is None and route.kernel != "reference":
+    if rows.lse is None and not backend_of(route.kernel).materialises:
         raise RuntimeError(
             f"the {route.path} route gave no log-sum-exp for {', '.join(slices.stats)}; it must return one "
             "(`with_lse`) wherever the session asks for row-slice statistics"

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.runs.configs import PasskeyConfig
-from entropy_lens.runs.setting_groups import Checkpoint, Loading, Scaling
+from entropy_lens.runs.configs import Checkpoint, Loading, PasskeyConfig, Scaling
 from entropy_lens.settings import (
     MAX_COUNT,
     MAX_SEED,

@@ -76,13 +76,16 @@ fallback everywhere, its per-tile step compiled on request, fold.py; "native", t
 CPU, kernels/native, built on first use, `native_status()` says whether it is and why not; "triton", the
 GPU kernel, triton_entropy.py, on CPU only under TRITON_INTERPRET=1, for tests; for a decode step's few
 query rows on a long cache its split-key launch, triton_decode.py with triton_split.py and
-triton_combine.py, as many splits as `decode_splits` (splits.py) gives). The argument checks live in
-contract.py.
+triton_combine.py, as many splits as `decode_splits` (splits.py) gives, their shared steps in
+triton_steps.py). What each kernel offers (row pass, streaming state, column pass, the mask form it takes,
+training) is one object per backend in backends.py, looked up once (`backend_of`). The argument checks live
+in contract.py.
 """
 
 from __future__ import annotations
 
 from entropy_lens.flags import Backend, Fused, Measure, Stats
+from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.contract import check_finite
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.fold import compile_requested, fold_status
@@ -336,7 +339,7 @@ def attention_with_entropy(
     measure = Measure.parse(stats=stats, backend=backend, **params)
     call = enter(q, k, v, measure=measure, arguments=locals())
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
-    if kernel is Backend.TRITON and v.shape[-1] != q.shape[-1]:  # the Triton kernel's output: q's head size
+    if not backend_of(kernel).takes_values(q, v):  # the Triton kernel's output: q's head size only
         kernel, kernel_mods = Backend.TORCH_CHUNKED, call.mods
     blocks = {"block_q": call.block_q, "block_k": call.block_k}
     return run(kernel, q, k, v, call.softmax_scale, kernel_mods, measure=measure, **blocks)

@@ -45,12 +45,10 @@ for the capture to time (capture/fused.py).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
-from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import (
     BACKENDS,
     DEFAULT_MEASURE,
@@ -60,24 +58,26 @@ from entropy_lens.flags import (
     Measure,
     parse_backend,
     require,
-    triton_available,
 )
-from entropy_lens.kernels.contract import check_score_range, validate_block
-from entropy_lens.kernels.masks import as_key_padding
+from entropy_lens.kernels.backends import (
+    NATIVE,
+    TABLE,
+    TORCH_STREAMED,
+    TRITON_FUSED,
+    backend_of,
+    resolve,
+    train_kernel,
+    trains_on,
+)
+from entropy_lens.kernels.contract import validate_block
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.native import native_available, native_status, row_stats_native
-from entropy_lens.kernels.reference import row_stats_reference
 from entropy_lens.kernels.splits import decode_splits
 from entropy_lens.kernels.stats import RowStats
-from entropy_lens.kernels.torch_chunked import row_stats_torch
 from entropy_lens.kernels.train import train_form
 
 # What computed a layer's statistics, as `Session.paths` and the results meta (`attention_path`) name it
+# (the one passes' names, TORCH_STREAMED, NATIVE, TRITON_FUSED, are each backend's `one_pass_path`: backends.py)
 SDPA_THEN_ENTROPY = "sdpa-then-entropy"
-TORCH_STREAMED = "torch-streamed"
-NATIVE = "native"
-TRITON_FUSED = "triton-fused"
-ONE_PASS = {"torch_chunked": TORCH_STREAMED, "native": NATIVE, "triton": TRITON_FUSED}  # kernel -> path
 FUSED_TRAIN = "fused-train"
 EAGER_THEN_ENTROPY = "eager-then-entropy"
 ALIBI_THEN_ENTROPY = "sdpa-alibi-mask-then-entropy"
@@ -142,32 +142,7 @@ def resolve_backend(
             TRITON_INTERPRET=1); native off CPU or where it does not build. Each message names the fix.
     """
     backend = parse_backend(backend)  # ENTROPY_LENS_BACKEND overrides a parsed "auto"
-    kind = None if device is None else torch.device(device).type
-    if backend is Backend.AUTO:
-        if kind == "cuda" and triton_available():
-            return Backend.TRITON
-        native = one_pass and kind == "cpu" and native_available()
-        return Backend.NATIVE if native else Backend.TORCH_CHUNKED
-    if backend is Backend.TRITON:
-        if not triton_available():
-            raise EntropyLensError(
-                "the triton backend needs the triton package: pip install triton "
-                "(or use --backend torch_chunked)"
-            )
-        if kind not in (None, "cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-            raise EntropyLensError(
-                f"the triton backend runs on CUDA tensors, not {kind}; use --device "
-                "cuda, --backend torch_chunked, or set TRITON_INTERPRET=1 (tests only) before importing "
-                "entropy_lens"
-            )
-    if backend is Backend.NATIVE and kind is not None:
-        if kind != "cpu":
-            raise EntropyLensError(f"the native backend runs on CPU tensors, not {kind}; use --backend auto")
-        if not native_available():
-            raise EntropyLensError(
-                f"the native CPU kernel is {native_status()}; use --backend torch_chunked (or auto)"
-            )
-    return backend
+    return resolve(backend, None if device is None else torch.device(device).type, one_pass)
 
 
 def statistics_kernel(
@@ -193,19 +168,7 @@ def statistics_kernel(
         EntropyLensError: as `resolve_backend`.
     """
     kernel = resolve_backend(backend, q.device, one_pass=one_pass)
-    if kernel != "triton" or mods.mask is None and mods.key_bias is None:
-        return kernel, mods
-    # the Triton kernel takes no key bias, nor a mask per query or per head: the exact streaming path
-    # (on CPU, under the interpreter, a one pass runs the native kernel where it builds, as "auto" would)
-    native = one_pass and q.device.type == "cpu" and native_available()
-    fallback = Backend.NATIVE if native else Backend.TORCH_CHUNKED
-    if mods.key_bias is not None:
-        return fallback, mods
-    form = as_key_padding(mods.mask, q.shape[0], q.shape[2], k.shape[2], mods.causal, mods.window)
-    if form is None:
-        return fallback, mods
-    keep, window = form
-    return Backend.TRITON, mods.replace(mask=keep, window=window)
+    return backend_of(kernel).kernel_form(q, k, mods, one_pass)
 
 
 def plan(backend: Backend, fused: Fused, q, k, v, mods: ScoreMods, *, fusable: bool = True) -> Plan:
@@ -232,20 +195,14 @@ def plan(backend: Backend, fused: Fused, q, k, v, mods: ScoreMods, *, fusable: b
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods)
     if mods.sdpa_computes:
         separate = Route(SDPA_THEN_ENTROPY, kernel, kernel_mods)
-    elif kernel is Backend.NATIVE:
-        separate = Route(NATIVE, Backend.NATIVE, mods)
-    else:
-        separate = Route(TORCH_STREAMED, Backend.TORCH_CHUNKED, mods)
+    else:  # the streamed one pass of the kernel's family (native for native, else torch_chunked)
+        streamed = backend_of(kernel).streamed
+        separate = Route(backend_of(streamed).one_pass_path, streamed, mods)
     one_pass = None
     if fusable and fused is not Fused.OFF:
         kernel, kernel_mods = statistics_kernel(backend, q, k, mods, one_pass=True)
-        takes = {
-            "torch_chunked": q.device.type == "cpu",
-            "native": True,
-            "triton": v.shape[-1] == q.shape[-1],
-        }
-        if takes.get(kernel, False):
-            one_pass = Route(ONE_PASS[kernel], kernel, kernel_mods)
+        if backend_of(kernel).takes_one_pass(q, v):
+            one_pass = Route(backend_of(kernel).one_pass_path, kernel, kernel_mods)
     if one_pass is not None and one_pass.path == separate.path:
         one_pass = None
     return Plan(separate, one_pass, fused)
@@ -300,41 +257,36 @@ def run(
     require(measure=measure)
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     blocks = {"block_q": block_q} | ({} if block_k is None else {"block_k": block_k})
-    if key_state and kernel not in ONE_PASS_KEYS:
+    backend = backend_of(kernel)
+    if key_state and not backend.keeps_key_state:
         raise ValueError(
             f"the {kernel} kernel keeps no column state in its row pass; run received_state on its lse"
         )
-    if kernel == Backend.REFERENCE:
-        if v is not None:
-            raise ValueError("the reference computes statistics, not the output; use another backend")
-        return row_stats_reference(q, k, softmax_scale, mods, measure=measure)
-    if kernel == Backend.TRITON:
-        from entropy_lens.kernels.triton_entropy import row_stats_triton
-
-        check_score_range(q, k, softmax_scale, mods, kernel)
-        splits = decode_splits(q, k, mods)
-        if splits > 1:  # a decode step: the keys split over programs (triton_decode.py), then combined
-            from entropy_lens.kernels.triton_decode import row_stats_split
-
-            return row_stats_split(
-                q, k, v, softmax_scale, mods, splits=splits, measure=measure, with_lse=with_lse
-            )
-        return row_stats_triton(q, k, v, softmax_scale, mods, measure=measure, with_lse=with_lse)
-
-    kw = {"measure": measure, "with_lse": with_lse, **blocks}
-    if kernel == Backend.NATIVE:
-        return row_stats_native(q, k, v, softmax_scale, mods, **kw, key_state=key_state, counted=counted)
-    return row_stats_torch(q, k, v, softmax_scale, mods, **kw)
+    return backend.rows(
+        q,
+        k,
+        v,
+        softmax_scale,
+        mods,
+        measure=measure,
+        blocks=blocks,
+        with_lse=with_lse,
+        key_state=key_state,
+        counted=counted,
+    )
 
 
 # the kernels whose row pass also keeps the column state of attention received (`run`'s key_state): one
-# pass over the keys instead of a row pass and a column pass
-ONE_PASS_KEYS = (Backend.NATIVE,)
+# pass over the keys instead of a row pass and a column pass (each backend's `keeps_key_state`)
+ONE_PASS_KEYS = tuple(name for name, backend in TABLE.items() if backend.keeps_key_state)
 
 __all__ = [
     "BACKENDS",
     "FUSED_MODES",
+    "NATIVE",
     "ONE_PASS_KEYS",
+    "TORCH_STREAMED",
+    "TRITON_FUSED",
     "Backend",
     "Fused",
     "Plan",
@@ -375,17 +327,11 @@ def train_plan(
         TypeError: backend or fused not parsed (flags.require).
     """
     require(backend=backend, fused=fused)
-    cuda = q.device.type == "cuda"
-    kernels = (
-        (Backend.AUTO, Backend.TRITON) if cuda else (Backend.AUTO, Backend.NATIVE, Backend.TORCH_CHUNKED)
-    )
-    fusable = not dropout and fused is not Fused.OFF and backend in kernels
+    kind = q.device.type
+    fusable = not dropout and fused is not Fused.OFF and trains_on(backend, kind)
     form, why = train_form(q, k, v, mods) if fusable else (None, "")
-    if why is None:
-        if cuda:  # the Triton kernel's pass, flash's CUDA backward; no mask left in its form
-            return Route(FUSED_TRAIN, Backend.TRITON, form)
-        native = backend is Backend.NATIVE or backend is Backend.AUTO and native_available()
-        return Route(FUSED_TRAIN, Backend.NATIVE if native else Backend.TORCH_CHUNKED, mods)
+    if why is None:  # on CUDA the Triton kernel's pass and flash's CUDA backward: no mask left in its form
+        return Route(FUSED_TRAIN, train_kernel(backend, kind), form if kind == "cuda" else mods)
     if mods.sdpa_computes:
         return None
     kernel, kernel_mods = statistics_kernel(backend, q, k, mods)

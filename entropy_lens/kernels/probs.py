@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Backend, Measure
+from entropy_lens.flags import Measure
+from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.plan import statistics_kernel
 from entropy_lens.kernels.received import row_log_sum_exp
@@ -86,7 +87,7 @@ def attention_probs(
             f"fewer rows= or keys=, or pass max_bytes={size} to allow it"
         )
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
-    if kernel == Backend.REFERENCE:
+    if backend_of(kernel).materialises:
         p, _, _ = attention_probabilities(q, k, call.softmax_scale, call.mods)
         return p[:, :, a:b, c:d].float()
     lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)  # (B, Hq, T); +inf: no outcome

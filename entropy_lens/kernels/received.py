@@ -38,7 +38,7 @@ log-sum-exp lse_i (`stats.log_sum_exp`; the sink logit is one of the row's outco
 in lse and never in a key's p). The column pass runs over (key tile, query tile), recomputes
 p_ij = e^(s_ij − lse_i) from q, k and lse as flash attention's backward does, and keeps per key the sum,
 the largest and the count of rows that may attend it (`KEY_STATE`). The native kernel does it in one
-pass (plan.ONE_PASS_KEYS): its row pass keeps each tile's e^(s − m_t) for the query block's rows, and
+pass (its backend's `keeps_key_state`, kernels/backends.py): its row pass keeps each tile's e^(s − m_t) for the query block's rows, and
 once the rows are final adds p = e^(s − m_t) · e^(m_t − m) / l into the keys (kernels/native). Each key
 statistic is read off that state (`@read` of kernels/stats.py's one registry, checked against KEY_STATISTICS at import). `received_from_lse` is the column
 pass alone, for a caller that has its rows' LSE already (a capture's forward): a row whose lse is +∞
@@ -52,15 +52,14 @@ from collections.abc import Mapping
 import torch
 
 from entropy_lens.flags import Backend, Measure, parse_backend, parse_stats
-from entropy_lens.kernels.contract import check_score_range, validate_block
+from entropy_lens.kernels.backends import backend_of
+from entropy_lens.kernels.contract import validate_block
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.native import received_native, stream_native
-from entropy_lens.kernels.plan import ONE_PASS_KEYS, run, statistics_kernel
+from entropy_lens.kernels.plan import run, statistics_kernel
 from entropy_lens.kernels.received_reference import received_reference, reference_state
-from entropy_lens.kernels.received_torch import KEY_STATE, received_torch
+from entropy_lens.kernels.received_torch import KEY_STATE
 from entropy_lens.kernels.stats import READS, log_sum_exp, read
-from entropy_lens.kernels.torch_chunked import stream_torch
 from entropy_lens.statistics import KEYS, RECEIVED, check_registered
 
 
@@ -154,16 +153,7 @@ def counted_rows(
 def row_log_sum_exp(kernel: Backend, q, k, softmax_scale, mods: ScoreMods) -> torch.Tensor:
     """(B, Hq, T) float32: each row's log-sum-exp from `kernel`'s row pass (its streaming state, no
     extra accumulator), +∞ for a row with no outcome."""
-    if kernel == Backend.NATIVE:
-        state, _ = stream_native(q, k, None, softmax_scale, mods)
-    elif kernel == Backend.TRITON:
-        from entropy_lens.kernels.triton_entropy import stream_triton
-
-        check_score_range(q, k, softmax_scale, mods, kernel)
-
-        state, _ = stream_triton(q, k, None, softmax_scale, mods)
-    else:
-        state, _ = stream_torch(q, k, None, softmax_scale, mods)
+    state, _ = backend_of(kernel).stream(q, k, None, softmax_scale, mods)
     return log_sum_exp(state)
 
 
@@ -210,7 +200,7 @@ def received_from_lse(
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     rows = validate_rows(rows, q.shape[0], q.shape[2])
     kernel, _ = statistics_kernel(backend, q, k, mods, one_pass=True)
-    if kernel == Backend.REFERENCE:
+    if backend_of(kernel).materialises:
         return received_reference(q, k, softmax_scale, mods, rows, stats=stats)
     state = received_state(
         q, k, lse, softmax_scale, mods, rows=rows, backend=kernel, block_q=block_q, block_k=block_k
@@ -262,7 +252,7 @@ def received_state(
     block_q, block_k = validate_block(block_q, "block_q"), validate_block(block_k, "block_k")
     kernel, kernel_mods = statistics_kernel(parse_backend(backend), q, k, mods, one_pass=True)
     B, Hq, T = q.shape[0], q.shape[1], q.shape[2]
-    if kernel == Backend.REFERENCE:  # from the materialised probabilities; lse unused
+    if backend_of(kernel).materialises:  # from the materialised probabilities; lse unused
         return reference_state(q, k, softmax_scale, mods, validate_rows(rows, B, T))
     if lse is None or tuple(lse.shape) != (B, Hq, T):
         got = None if lse is None else tuple(lse.shape)
@@ -274,14 +264,7 @@ def received_state(
         lse = torch.where(rows.to(q.device).view(rows.shape[0], 1, T), lse, torch.inf)
     blocks = {"block_q": block_q, "block_k": block_k}
     blocks = {name: size for name, size in blocks.items() if size is not None}
-    if kernel == Backend.NATIVE:
-        return received_native(q, k, lse, softmax_scale, kernel_mods, **blocks)
-    if kernel == Backend.TRITON:
-        from entropy_lens.kernels.triton_received import received_triton
-
-        check_score_range(q, k, softmax_scale, kernel_mods, kernel)
-        return received_triton(q, k, lse, softmax_scale, kernel_mods)
-    return received_torch(q, k, lse, softmax_scale, kernel_mods, **blocks)
+    return backend_of(kernel).key_state(q, k, lse, softmax_scale, kernel_mods, blocks)
 
 
 def attention_received(
@@ -330,10 +313,12 @@ def attention_received(
     mods, stats = call.mods, measure.key_stats
     rows = counted_rows(mods, q.shape[2], k.shape[2], measure.query_window, q.device)
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, mods, one_pass=True)
-    if kernel == Backend.REFERENCE:
+    if backend_of(kernel).materialises:
         return received_reference(q, k, call.softmax_scale, mods, rows, stats=stats)
     blocks = {"block_q": call.block_q, "block_k": call.block_k}
-    if kernel in ONE_PASS_KEYS:  # the row pass keeps the column state itself: one pass over the keys
+    if backend_of(
+        kernel
+    ).keeps_key_state:  # the row pass keeps the column state itself: one pass over the keys
         ran = run(kernel, q, k, None, call.softmax_scale, kernel_mods, key_state=True, counted=rows, **blocks)
         return read_received(ran.key_state, stats)
     lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)

@@ -26,7 +26,8 @@ import functools
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Backend, Measure
+from entropy_lens.flags import Measure
+from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.plan import statistics_kernel
@@ -92,7 +93,7 @@ def row_slice_stats(
     asked = _checked(stats, spans, offsets, top_keys, S)
     a, b = checked_span("rows", rows, T)
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
-    if kernel == Backend.REFERENCE:
+    if backend_of(kernel).materialises:
         p, _, _ = attention_probabilities(q, k, call.softmax_scale, call.mods)
         _, visible = attention_scores(q, k, call.softmax_scale, call.mods)
         out = row_slices_reference(p[:, :, a:b], visible[:, :, a:b], S - T + a, **asked)

@@ -63,15 +63,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from entropy_lens.flags import DEFAULT_MEASURE, Measure, triton_available
+from entropy_lens.flags import BACKENDS, DEFAULT_MEASURE, Measure, triton_available
+from entropy_lens.kernels.backends import TABLE, backend_of
 from entropy_lens.kernels.contract import autocast_dtype, validate_scale
 from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.native import stream_native
 from entropy_lens.kernels.stats import RowStats, accumulators, log_sum_exp, read_stats
-from entropy_lens.kernels.torch_chunked import OUTPUT_BLOCKS, stream_torch
 
-TRAIN_KERNELS = ("native", "torch_chunked", "triton")
+TRAIN_KERNELS = tuple(name for name, backend in TABLE.items() if backend.train_device is not None)
 CUDA_DTYPES = (torch.float16, torch.bfloat16)  # what flash's CUDA backward takes
 CUDA_MAX_HEAD = 256  # the largest head size of flash's CUDA backward
 
@@ -153,12 +152,13 @@ def attention_train(
     backward=None,
 ) -> RowStats:
     """See the module docstring."""
-    if kernel not in TRAIN_KERNELS:
+    device = backend_of(kernel).train_device if kernel in BACKENDS else None
+    if device is None:
         raise ValueError(f"attention_train runs kernel {' or '.join(TRAIN_KERNELS)}; got {kernel!r}")
-    mods, why = train_form(q, k, v, mods, device="cuda" if kernel == "triton" else "cpu")
+    mods, why = train_form(q, k, v, mods, device=device)
     if why is not None:
         raise ValueError(f"attention_train does not take {why}; run sdpa with autograd and a statistics pass")
-    if kernel != "triton" and backward is not None:
+    if device != "cuda" and backward is not None:
         raise ValueError("attention_train takes a backward op on the 'triton' (CUDA) route only")
     scale = validate_scale(q, k, softmax_scale)
     uniform = float(scale[0])
@@ -190,15 +190,7 @@ class _FlashTrain(torch.autograd.Function):
         scale = torch.full((q.shape[1],), uniform, device=q.device)
         stats = measure.stats
         kw = {"extra": accumulators(stats), "measure": measure}
-        if kernel == "native":
-            state, out = stream_native(q, k, v, scale, mods, **kw)
-        elif kernel == "triton":
-            from entropy_lens.kernels.triton_entropy import stream_triton
-
-            state, out = stream_triton(q, k, v, scale, mods, **kw)
-        else:
-            blocks = dict(zip(("block_q", "block_k"), OUTPUT_BLOCKS, strict=True))
-            state, out = stream_torch(q, k, v, scale, mods, **kw, **blocks)
+        state, out = backend_of(kernel).stream(q, k, v, scale, mods, **kw)
         values = tuple(read_stats(state, mods, stats).values())
         lse = log_sum_exp(state)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -210,7 +202,7 @@ class _FlashTrain(torch.autograd.Function):
     def backward(ctx, grad_out, *_):
         q, k, v, out, lse = ctx.saved_tensors
         kernel, op = ctx.route
-        if kernel == "triton":
+        if backend_of(kernel).train_device == "cuda":
             dq, dk, dv = cuda_flash_backward(grad_out, q, k, v, out, lse, ctx.softmax_scale, ctx.mods, op=op)
             return dq, dk, dv, None, None, None, None
         is_causal, mask = flash_mask(ctx.mods, q.shape[0], q.shape[2], k.shape[2], q.dtype)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from entropy_lens.kernels.triton_steps import bits, finish_rows
+
 
 @triton.jit
 def combine_kernel(
@@ -67,6 +69,7 @@ def combine_kernel(
         sink = tl.load(SINKS + h) * 1.4426950408889634
         m = tl.zeros([BLOCK_M], tl.float32) + sink
     else:
+        sink = 0.0
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     mk = tl.full([BLOCK_M], float("-inf"), tl.float32) if HAS_MK else 0.0
     for s in range(SPLITS):
@@ -121,38 +124,10 @@ def combine_kernel(
             )
             acc += alpha[:, None] * part
     # the row kernel's ending: the state in nats slot by slot, or entropy and sink mass read here
-    if STORE_STATE:
-        at = OUT + pid_bh.to(tl.int64) * T + rows
-        tl.store(at, m * 0.6931471805599453, mask=live)
-        tl.store(at + OUT_SLOT, l, mask=live)
-        at += 2 * OUT_SLOT
-        tl.store(at, u * 0.6931471805599453, mask=live)
-        if HAS_W:
-            at += OUT_SLOT
-            tl.store(at, w * 0.4804530139182014, mask=live)
-        if HAS_C:
-            at += OUT_SLOT
-            tl.store(at, c, mask=live)
-        if HAS_LK:
-            at += OUT_SLOT
-            tl.store(at, lk, mask=live)
-        if HAS_D:
-            at += OUT_SLOT
-            tl.store(at, dist, mask=live)
-        if HAS_F:
-            at += OUT_SLOT
-            tl.store(at, f, mask=live)
-        if HAS_MK:
-            at += OUT_SLOT
-            tl.store(at, mk * 0.6931471805599453, mask=live)
-        if HAS_RK:
-            at += OUT_SLOT
-            tl.store(at, rk, mask=live)
-    else:
-        ent = tl.where(l > 0, tl.log(l) - 0.6931471805599453 * u / l, 0.0)
-        tl.store(OUT + pid_bh.to(tl.int64) * T + rows, tl.maximum(ent, 0.0), mask=live)
-        if HAS_SINKS:
-            tl.store(SINK_MASS + pid_bh.to(tl.int64) * T + rows, tl.exp2(sink - m) / l, mask=live)
+    state = (m, l, u, acc, w, c, lk, dist, f, mk, rk)
+    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
+    at = pid_bh.to(tl.int64) * T + rows
+    finish_rows(OUT, SINK_MASS, at, live, OUT_SLOT, state, sink, STORE_STATE, HAS_SINKS, EXTRAS)
     if WITH_OUTPUT:
         o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
         tl.store(

@@ -27,14 +27,13 @@ import torch
 import triton
 
 from entropy_lens.flags import DEFAULT_MEASURE, Measure
-from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.splits import DECODE_ROWS
-from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
+from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.triton_combine import combine_kernel
-from entropy_lens.kernels.triton_entropy import EXTRA_FLAGS, INTERPRET, mark_first_keys
 from entropy_lens.kernels.triton_split import PART_SLOTS, split_kernel
-from entropy_lens.statistics import DEFAULT_STATS, ENTROPY, SINK_MASS
+from entropy_lens.kernels.triton_steps import autotuned, prepare, row_stats_from
+from entropy_lens.statistics import SINK_MASS
 
 # (BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU: those that compile for sm_80 and sm_90 at
 # head_dim 64 and 128 without spilling registers, every variant (tests/kernels/test_triton_compile.py holds
@@ -45,8 +44,6 @@ SPLIT_CONFIGS = ((64, 4, 2), (64, 4, 3), (128, 8, 3))
 FP32_SPLIT_CONFIGS = ((16, 4, 2), (16, 4, 3))
 FIXED_BLOCK_N = 32
 
-_TUNED: dict[tuple, object] = {}
-
 
 def split_configs(fp32: bool) -> tuple[tuple[int, int, int], ...]:
     """The (BLOCK_N, num_warps, num_stages) the split kernel's autotuner tries for bf16/fp16 or fp32 tiles."""
@@ -54,20 +51,11 @@ def split_configs(fp32: bool) -> tuple[tuple[int, int, int], ...]:
 
 
 def _split_launcher(variant: tuple):
-    """(kernel, autotuned?): on a GPU an autotuner over `split_configs` per variant of compile-time flags
-    (a config tuned for one is not kept for another), keyed by S's power-of-two bucket, so a growing cache
-    does not retune every step; the plain kernel under the interpreter."""
-    if INTERPRET or not torch.cuda.is_available():
-        return split_kernel, False
-    if variant not in _TUNED:
-        configs = [
-            triton.Config({"BLOCK_N": bn}, num_warps=warps, num_stages=stages)
-            for bn, warps, stages in split_configs(fp32=variant[1])
-        ]
-        _TUNED[variant] = triton.autotune(configs, key=["S_BUCKET", "SPLITS", "BLOCK_D", "CAUSAL"])(
-            split_kernel
-        )
-    return _TUNED[variant], True
+    """(kernel, autotuned?): `triton_steps.autotuned` over `split_configs` per variant of compile-time flags,
+    keyed by S's power-of-two bucket."""
+    configs = split_configs(fp32=variant[1])
+    key = ["S_BUCKET", "SPLITS", "BLOCK_D", "CAUSAL"]
+    return autotuned(split_kernel, variant, key, lambda: [({"BLOCK_N": bn}, w, st) for bn, w, st in configs])
 
 
 @torch.no_grad()
@@ -110,92 +98,39 @@ def row_stats_split(
             f"the split-key kernel takes at most {DECODE_ROWS} query rows and splits >= 1, not T={T}, "
             f"splits={splits}; run triton_entropy.row_stats_triton, or let kernels.run pick (splits.decode_splits)"
         )
-    if mods.key_bias is not None:
-        raise ValueError("the Triton kernels take no key bias; run it with backend='torch_chunked'")
-    if v is not None and v.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"the Triton kernels' output needs values of the queries' head size {q.shape[-1]}, not "
-            f"{v.shape[-1]}; run it with backend='torch_chunked'"
-        )
-    stats = measure.stats
-    in_kernel = set(stats) <= set(DEFAULT_STATS) and not with_lse
-    extra = None if in_kernel else accumulators(stats)
-    rows, out = _launch_split(
-        q, k, None if v is None else v.to(q.dtype), softmax_scale, mods, splits, extra, measure
+    return row_stats_from(
+        lambda extra: _launch_split(q, k, v, softmax_scale, mods, splits, extra, measure),
+        mods,
+        measure,
+        with_lse,
     )
-    values = rows if in_kernel else read_stats(rows, mods, stats)
-    lse = log_sum_exp(rows) if with_lse else None
-    return RowStats({name: values[name] for name in stats}, None if out is None else out.transpose(1, 2), lse)
 
 
 def _launch_split(q, k, v, softmax_scale, mods: ScoreMods, splits: int, extra, measure: Measure):
     """(rows, out) as `triton_entropy._launch` returns them, from the split and combine kernels."""
-    B, Hq, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    if k.dtype != q.dtype:
-        k = k.to(q.dtype)
-    form = as_key_padding(mods.mask, B, T, S, mods.causal, mods.window)
-    if form is None:
-        raise ValueError(
-            f"the Triton kernels take key padding and sliding-window masks only, not this "
-            f"{tuple(mods.mask.shape)} mask (it differs per query or per head); run it with "
-            "backend='torch_chunked', or let kernels.plan pick the backend"
-        )
-    keep, window = form
-    keep = None if keep is None else keep[:, 0, 0, :].to(torch.int8)  # (B, S)
-    sinks, alibi = mods.sinks, mods.alibi_slopes
-    if extra is None:
-        kept, names = None, (ENTROPY.name,)
-    else:  # without a sink lk is l and mk is m, as the row kernel keeps them
-        kept = tuple(name for name in extra if name not in ("lk", "mk") or sinks is not None)
-        names = (*STATE, *kept)
-    if kept is not None and "f" in kept and mods.first_key is not None:
-        keep = mark_first_keys(keep, mods.first_key, measure.first_keys, B, S, q.device)
-    results = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
-    rows = dict(zip(names, results, strict=True))
-    if extra is None:
-        rows[SINK_MASS.name] = (torch.empty_like if sinks is not None else torch.zeros_like)(results[0])
-    for name, alias in (("lk", "l"), ("mk", "m")):
-        if extra is not None and name in extra and name not in rows:
-            rows[name] = rows[alias]
-    out_dtype = torch.float32 if INTERPRET else q.dtype  # the interpreter's bf16 store truncates
-    out = None if v is None else torch.empty(B, T, Hq, D, dtype=out_dtype, device=q.device).transpose(1, 2)
+    launch = prepare(q, k, v, softmax_scale, mods, extra, measure)
+    k, v, keep, out, rows = launch.k, launch.v, launch.keep, launch.out, launch.rows
+    B, Hq, T, _ = q.shape
+    S = k.shape[2]
     if T == 0 or B * Hq == 0:
         return rows, out
-    block_d = max(16, triton.next_power_of_2(D))
+    block_d = launch.constexprs["BLOCK_D"]
     part = torch.empty(len(PART_SLOTS), B * Hq, splits, T, dtype=torch.float32, device=q.device)
     pacc = (
         torch.empty(B * Hq, splits, T, block_d, dtype=torch.float32, device=q.device)
         if v is not None
         else part
     )
-    scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
-    if sinks is not None:
-        sinks = sinks.to(device=q.device, dtype=torch.float32).contiguous()
-    if alibi is not None:
-        alibi = alibi.to(device=q.device, dtype=torch.float32).contiguous()
-    v_ptr, keep_ptr, alibi_ptr, sinks_ptr, out_ptr = (
-        part if t is None else t for t in (v, keep, alibi, sinks, out)
-    )
-    flags = {flag: kept is not None and name in kept for name, flag in EXTRA_FLAGS.items()}
-    variant = (
-        v is not None,
-        q.dtype == torch.float32,
-        window is not None,
-        mods.softcap is not None,
-        alibi is not None,
-        kept,
-    )
-    kernel, autotuned = _split_launcher(variant)
+    kernel, autotuned = _split_launcher(launch.variant)
     kernel[(splits, B * Hq)](
         q,
         k,
-        v_ptr,
-        scale,
-        keep_ptr,
+        launch.pointer(v),
+        launch.scale,
+        launch.pointer(keep),
         part,
         pacc,
-        alibi_ptr,
+        launch.pointer(launch.alibi),
         *q.stride(),
         *k.stride(),
         *((0, 0, 0, 0) if v is None else v.stride()),
@@ -204,35 +139,22 @@ def _launch_split(q, k, v, softmax_scale, mods: ScoreMods, splits: int, extra, m
         T,
         S,
         S - T,
-        window or 0,
+        launch.window or 0,
         splits,
         part[0].numel(),
         triton.next_power_of_2(S),
-        min(int(measure.first_keys), S),
-        min(int(measure.recent_keys), S + 1),
-        float(mods.softcap or 1.0),
-        GROUP=Hq // Hkv,
-        BLOCK_D=block_d,
-        D=D,
-        CAUSAL=bool(mods.causal),
-        HAS_WINDOW=window is not None,
-        HAS_KEEP=keep is not None,
-        CAST_F32=INTERPRET or q.dtype == torch.float32,
-        IEEE=q.dtype == torch.float32,
-        WITH_OUTPUT=v is not None,
-        HAS_SOFTCAP=mods.softcap is not None,
-        HAS_ALIBI=alibi is not None,
-        **flags,
+        *launch.scalars,
+        **launch.constexprs,
         BLOCK_M=DECODE_ROWS,
         **({} if autotuned else {"BLOCK_N": FIXED_BLOCK_N}),
     )
     combine_kernel[(B * Hq,)](
         part,
         pacc,
-        sinks_ptr,
-        results,
-        out_ptr,
-        rows.get(SINK_MASS.name, part),
+        launch.pointer(launch.sinks),
+        launch.results,
+        launch.pointer(out),
+        launch.pointer(rows.get(SINK_MASS.name)),
         *((0, 0, 0, 0) if out is None else out.stride()),
         Hq,
         T,
@@ -240,11 +162,11 @@ def _launch_split(q, k, v, softmax_scale, mods: ScoreMods, splits: int, extra, m
         part[0].numel(),
         B * Hq * T,
         BLOCK_D=block_d,
-        D=D,
+        D=launch.constexprs["D"],
         WITH_OUTPUT=v is not None,
-        HAS_SINKS=sinks is not None,
-        STORE_STATE=kept is not None,
-        **flags,
+        HAS_SINKS=launch.sinks is not None,
+        STORE_STATE=launch.kept is not None,
+        **launch.extras,
         BLOCK_M=DECODE_ROWS,
     )
     return rows, (out.to(q.dtype) if out is not None else None)

@@ -29,10 +29,10 @@ import torch
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.masks import as_key_padding
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.received_torch import KEY_STATE
-from entropy_lens.kernels.triton_entropy import FIXED_BLOCKS, INTERPRET
+from entropy_lens.kernels.triton_entropy import FIXED_BLOCKS
+from entropy_lens.kernels.triton_steps import INTERPRET, autotuned, key_padding, load_tile, score_scales
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU, bf16/fp16 and fp32: those that
 # compile for sm_80 and sm_90 (head sizes 64 and 128) with no spill and no stack (tests/kernels/
@@ -101,25 +101,9 @@ def _received_kernel(
     kv = h // GROUP
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
-    k = tl.load(
-        K + b * skb + kv * skh + cols[:, None].to(tl.int64) * sks + dims[None, :] * skd,
-        mask=(cols[:, None] < S) & (dims[None, :] < D),
-        other=0.0,
-    )
-    if CAST_F32:
-        k = k.to(tl.float32)
-    if (
-        HAS_SOFTCAP
-    ):  # c·tanh(λ q·k / c) in log2 units, as the row kernel: cap·(1 − 2/(1 + 2^(q·k · qk_scale)))
-        qk_scale = tl.load(SCALE + h) * (2.8853900817779268 / SOFTCAP)
-        cap = SOFTCAP * 1.4426950408889634
-    else:
-        qk_scale = tl.load(SCALE + h) * 1.4426950408889634
-        cap = 1.0
-    if HAS_ALIBI:
-        slope = tl.load(ALIBI + h) * 1.4426950408889634
-    else:
-        slope = 0.0
+    k = load_tile(K + b * skb + kv * skh, cols, sks, dims, skd, S, D, CAST_F32)
+    # λ·log2 e, the softcap's c·tanh in log2 units and the ALiBi slope, as the row kernel's
+    qk_scale, cap, slope = score_scales(SCALE, ALIBI, h, SOFTCAP, HAS_SOFTCAP, HAS_ALIBI)
     # the rows that may see a key of this block: causal, from the row at its first key; with a window, up
     # to the last row whose window reaches its last key. Of those, the row blocks [full_start, full_end) see
     # every key of the block (causal: from the row at its last key; with a window, up to the rows whose
@@ -148,10 +132,7 @@ def _received_kernel(
     # loops, one per range, hold more registers than the tiles leave: stack on sm_80 and at head size 128)
     for start in range(q_start, q_end, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
-        at = q_base + rows[:, None].to(tl.int64) * sqt + dims[None, :] * sqd
-        q = tl.load(at, mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)
-        if CAST_F32:
-            q = q.to(tl.float32)
+        q = load_tile(q_base, rows, sqt, dims, sqd, T, D, CAST_F32)
         lse = tl.load(lse_base + rows, mask=rows < T, other=float("inf"))  # +∞: the row counts for nothing
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
@@ -190,42 +171,24 @@ def _received_kernel(
 
 
 RECEIVED_KERNEL = triton.jit(_received_kernel)
-_TUNED: dict[bool, object] = {}
 
 
 def _kernel(fp32: bool):
-    """(kernel, autotuned?): an autotuner over the configs on a GPU, the plain kernel otherwise."""
-    if INTERPRET or not torch.cuda.is_available():
-        return RECEIVED_KERNEL, False
-    if fp32 not in _TUNED:
-        configs = [
-            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-            for bm, bn, w, st in received_configs(fp32)
-        ]
-        _TUNED[fp32] = triton.autotune(configs, key=["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"])(
-            RECEIVED_KERNEL
-        )
-    return _TUNED[fp32], True
+    """(kernel, autotuned?): `triton_steps.autotuned` over the configs of q's dtype."""
+    configs = received_configs(fp32)
+    key = ["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"]
+    return autotuned(
+        RECEIVED_KERNEL, fp32, key, lambda: [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in configs]
+    )
 
 
 @torch.no_grad()
 def received_triton(q, k, lse, softmax_scale, mods: ScoreMods) -> dict[str, torch.Tensor]:
     """See the module docstring: {"sum", "max", "count"} (B, Hq, S) fp32, the column pass's state."""
-    if mods.key_bias is not None:
-        raise ValueError("the Triton kernel takes no key bias; run it with backend='torch_chunked'")
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    if k.dtype != q.dtype:
-        k = k.to(q.dtype)
-    form = as_key_padding(mods.mask, B, T, S, mods.causal, mods.window)
-    if form is None:
-        raise ValueError(
-            "the Triton kernel takes key padding and sliding-window masks only, not this "
-            f"{tuple(mods.mask.shape)} mask (it differs per query or per head); run it with "
-            "attention_received(backend='torch_chunked'), or let kernels.plan pick the backend"
-        )
-    keep, window = form
-    keep = None if keep is None else keep[:, 0, 0, :].expand(B, S).to(torch.int8)  # (B, S)
+    k, keep, window = key_padding(q, k, mods)
+    keep = None if keep is None else keep.expand(B, S)  # (B, S)
     out = torch.zeros(len(KEY_STATE), B, Hq, S, dtype=torch.float32, device=q.device)
     if T == 0 or S == 0 or B * Hq == 0:
         return dict(zip(KEY_STATE, out, strict=True))

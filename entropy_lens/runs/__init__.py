@@ -1,9 +1,9 @@
 """Everything that loads a model and runs it: the one layer that spans the pipeline. Its modules, by job:
 
 Settings of a run (no torch)
-    configs.py           ScanConfig, PerplexityConfig, PasskeyConfig, HeadSearchConfig: every run setting
-                         declared once, composed of the shared groups
-    setting_groups.py    those groups: Checkpoint, Loading, Text, Windows, Scaling (and their cache keys)
+    configs.py           every run setting declared once: the shared groups (Checkpoint, Loading, Text,
+                         Windows, Slicing, Scaling, and their cache keys) and ScanConfig, PerplexityConfig,
+                         PasskeyConfig, HeadSearchConfig composed of them
     threads.py           --threads: the CPU thread count, set once before a command loads torch
 
 Loading and running a scan

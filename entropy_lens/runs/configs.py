@@ -1,6 +1,14 @@
 """The settings of every run, each declared once (`entropy_lens.settings.setting`: its type, default and
-help), composed of the groups every config shares (runs/setting_groups.py: Checkpoint, Loading, Text,
-Windows, Scaling); the CLI generates the flags from them (`cli/options.py`).
+help): first the groups the configs share (`generate` and the harness take some of them too), then the
+configs composed of them; the CLI generates the flags from them (`cli/options.py`).
+
+    Checkpoint   model, dtype, device                                 every command
+    Loading      nope, rope_scaling, train_len, trust_remote_code, revision
+    Text         data, seed
+    Windows      samples, batch_size, stride, context_parallel (how each window is run)
+    Slicing      spans, offsets: span_mass's and offset_prob's parameters (scan, generate)
+    PositionScaling, Scaling   rope_scaling; scale, head_scales, scale_schedule: the variants of the
+                 attention scale
 
     ScanConfig        Checkpoint + Loading + Text + Windows + Scaling + length, backend, fused, entropy,
                       stats (row and key statistics), first_keys, recent_keys, query_window
@@ -19,23 +27,13 @@ import dataclasses
 import functools
 import operator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import BACKENDS, FUSED_MODES, Measure, Stats, parse_stats, split_slices
 from entropy_lens.results import ENTROPY_REDUCTIONS
-from entropy_lens.runs.setting_groups import (
-    LOADED_KEY,
-    SCALED_KEY,
-    Checkpoint,
-    Loading,
-    PositionScaling,
-    Scaling,
-    Slicing,
-    Text,
-    Windows,
-)
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
 from entropy_lens.statistics import (
     DEFAULT_STATS,
@@ -50,14 +48,205 @@ from entropy_lens.statistics import (
 )
 
 __all__ = [
+    "LOADED_KEY",
+    "SCALED_KEY",
     "STRIDE_FRACTION",
     "SWEEP_ENTROPY",
     "VARIANTS",
+    "Checkpoint",
     "HeadSearchConfig",
+    "Loading",
     "PasskeyConfig",
     "PerplexityConfig",
+    "PositionScaling",
+    "Scaling",
     "ScanConfig",
+    "Slicing",
+    "Text",
+    "Windows",
 ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    model: str = setting(
+        flag="model",
+        metavar="CKPT",
+        help="Hugging Face folder or Hub id (org/name), .gguf file, or bundled name (listed below)",
+    )
+    dtype: str = setting("auto", help="float32 | bfloat16 | float16 (auto: float32 on CPU, bf16 on CUDA)")
+    device: str = setting("auto", help="cpu | cuda | cuda:N | auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loading:
+    nope: bool | None = setting(
+        None, help="remove rotary position embedding (NoPE); default: as the checkpoint declares"
+    )
+    rope_scaling: str | None = setting(
+        None,
+        metavar="TYPE:FACTOR",
+        help="scale the checkpoint's RoPE: dynamic:2 (HF dynamic NTK, the paper's RoPE-NTK), linear:F, yarn:F",
+    )
+    train_len: int | None = setting(
+        None,
+        at_least=1,
+        at_most=MAX_TOKENS,
+        help="the model's training length L (default: what its config declares)",
+    )
+    trust_remote_code: bool = setting(False, help="allow a checkpoint's own Python code")
+    revision: str | None = setting(None, help="branch, tag or commit of a Hub id (org/name); default main")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Text:
+    data: str = setting(
+        "austen",
+        help="austen | austen:<novel> | austen-minus:<novel> | stdlib | a .txt file, folder of .txt, "
+        ".jsonl with a 'text' field, or .npy token ids [N, len+1]",
+    )
+    seed: int = setting(0, at_least=0, at_most=MAX_SEED, help="which chunks (or windows) are drawn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Windows:
+    samples: int = setting(8, at_least=1, at_most=MAX_COUNT, help="packed chunks to average over")
+    batch_size: int = setting(1, at_least=1, at_most=MAX_COUNT, help="sequences per forward pass")
+    stride: int | None = setting(
+        None,
+        at_least=1,
+        at_most=MAX_TOKENS,
+        metavar="S",
+        help="draw overlapping windows of len+1 tokens starting every S tokens instead of "
+        "non-overlapping chunks (sliding-window perplexity; see `entropy-lens ppl`)",
+    )
+    context_parallel: bool | int = setting(  # False: off; True (the flag alone, old files): C = all ranks
+        False,
+        metavar="C",
+        at_least=2,
+        at_most=MAX_COUNT,
+        help="under torchrun: shard each window over all the processes (the flag alone), or over groups of "
+        "C consecutive processes that split the windows (C divides the process count; docs/scaling.md)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slicing:
+    spans: str | None = setting(
+        None,
+        metavar="NAME=A:B,...",
+        help="span_mass's named key spans, tokens A..B−1 of each sequence (the first is 0), e.g. doc=0:200 "
+        "(generate: besides prompt and generated, which it always records)",
+    )
+    offsets: str | None = setting(
+        None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
+    )
+
+    def parsed_spans(self) -> dict[str, tuple[int, int]] | None:
+        """--spans "doc=0:200,needle=410:420" as {name: (start, stop)} (None: not given); one line for
+        another form or a name given twice."""
+        if self.spans is None:
+            return None
+        spans = {}
+        for part in filter(None, self.spans.split(",")):
+            name, _, bounds = part.partition("=")
+            start, colon, stop = bounds.partition(":")
+            if not colon:
+                raise EntropyLensError(f"--spans: {part!r} is not NAME=START:STOP; write e.g. doc=0:200")
+            name = name.strip()
+            if name in spans:
+                first = "{}={}:{}".format(name, *spans[name])
+                raise EntropyLensError(
+                    f"--spans: the name {name!r} is given twice ({first} and {part.strip()}); "
+                    "give each span a name of its own"
+                )
+            spans[name] = _whole_numbers("--spans", f"{start},{stop}")
+        return spans
+
+    def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:
+        """EntropyLensError in one line, naming the flags, for --spans or --offsets without the statistic
+        that reads it, or that statistic without it.
+
+        Args:
+            sliced: the row-slice statistics --stats names (flags.split_slices).
+            spans_needed: whether span_mass needs --spans (a scan's; generate records its prompt and
+                generated spans anyway).
+        """
+        from entropy_lens.statistics import OFFSET_PROB, SPAN_MASS
+
+        for flag, given, stat, example in (
+            ("--spans", self.spans is not None, SPAN_MASS, "doc=0:200"),
+            ("--offsets", self.offsets is not None, OFFSET_PROB, "0,1"),
+        ):
+            if given and stat.name not in sliced:
+                raise EntropyLensError(
+                    f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out"
+                )
+            if not given and stat.name in sliced and (spans_needed or stat is OFFSET_PROB):
+                raise EntropyLensError(f"--stats {stat.name} needs {flag}, e.g. {flag} {example}")
+
+    def parsed_offsets(self) -> tuple[int, ...]:
+        """--offsets "0,1" as (0, 1) (() where not given); one line for another form."""
+        return () if self.offsets is None else _whole_numbers("--offsets", self.offsets)
+
+
+def _whole_numbers(flag: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise EntropyLensError(f"{flag}: {text!r} holds what is not a whole number; write e.g. 0,1") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PositionScaling:
+    scale_schedule: str | None = setting(
+        None,
+        metavar="KIND:X",
+        help="query-position multipliers on top of the scales: piecewise:S (S beyond the training "
+        "length L), log:A (1 + A ln(i/L) beyond it; the paper's section 2.4), or a published schedule: "
+        "llama4[:A,F] (Llama 4's NoPE layers), qwen-logn (Qwen's logn), yarn[:C] (YaRN's factor, per position)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaling(PositionScaling):
+    scale: float | None = setting(
+        None, **settings.SCALE, help="uniform attention scale multiplier s: λ = s/√d for every head"
+    )
+    head_scales: str | None = setting(
+        None, metavar="F", help="per-head multipliers [layers, heads]: .safetensors/.npy/.json"
+    )
+
+    def check_scaling(self) -> None:
+        """EntropyLensError in one line for --scale with --head-scales, a missing --head-scales file or
+        a --scale-schedule that does not parse."""
+        from entropy_lens.capture import parse_schedule
+
+        if self.scale is not None and self.head_scales is not None:
+            raise EntropyLensError("--scale and --head-scales both given; pass one of them")
+        if self.head_scales is not None and not Path(self.head_scales).is_file():
+            raise EntropyLensError(
+                f"--head-scales file {self.head_scales} does not exist; pass a .safetensors, "
+                ".npy or .json file of shape [layers, heads]"
+            )
+        parse_schedule(self.scale_schedule)
+
+
+# fields of the groups that change a run's numbers (every config's cache key holds them; the device too,
+# as --dtype auto is bfloat16 on CUDA)
+# the fields of the groups that change a run's numbers: every config's cache KEY starts with them
+LOADED_KEY = (
+    "model",
+    "dtype",
+    "device",
+    "nope",
+    "rope_scaling",
+    "train_len",
+    "trust_remote_code",
+    "revision",
+)
+SCALED_KEY = ("scale", "head_scales", "scale_schedule")
+
 
 STRIDE_FRACTION = 8  # ppl's default stride S = L / 8: the paper's 256 of L = 2048
 VARIANTS = ("scale", "head_scales", "rope_scaling")  # ppl and passkey take one variant of the model at most

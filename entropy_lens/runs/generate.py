@@ -24,8 +24,8 @@ import numpy as np
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, parse_stats
 from entropy_lens.results import check_regular_source, printable
+from entropy_lens.runs.configs import Checkpoint, Loading, Slicing
 from entropy_lens.runs.output import check_replaceable, say
-from entropy_lens.runs.setting_groups import Checkpoint, Loading, Slicing
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
 from entropy_lens.statistics import (
     ENTROPY,

@@ -34,8 +34,9 @@ from entropy_lens.capture.fused import PathChoices
 from entropy_lens.capture.shards import SequenceShards, ShardedSequence
 from entropy_lens.data import Chunks, holds_token_ids, token_chunks
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Backend, Fused, Measure
+from entropy_lens.flags import Fused, Measure
 from entropy_lens.kernels import fold_status, native_available, native_status, resolve_backend
+from entropy_lens.kernels.backends import backend_of, built_first
 from entropy_lens.models import LoadedModel, resolve_dtype
 from entropy_lens.progress import layer_progress, progress_bar
 from entropy_lens.results import ScanResult
@@ -255,7 +256,7 @@ class Run:
             "backend": "+".join(sorted(sums.backends)) or "none",  # the entropy kernels that ran
             **(
                 {"fold": fold_status()}
-                if "torch_chunked" in sums.backends and self.device.type == "cpu"
+                if any(backend_of(name).folds for name in sums.backends) and self.device.type == "cpu"
                 else {}
             ),
             # whether the CPU fused pass could use the native kernel, and why not
@@ -289,8 +290,7 @@ def build_native_first(measure: Measure, device: torch.device) -> None:
     it would be counted as scanning, and the bar's rate and time left with it. A
     cached build loads in milliseconds; where it cannot be built, the torch path runs, as before."""
     one_pass = measure.fused is not Fused.OFF
-    wanted = measure.backend is Backend.NATIVE or (measure.backend is Backend.AUTO and one_pass)
-    if device.type == "cpu" and wanted:
+    if device.type == "cpu" and built_first(measure.backend, one_pass):
         native_available()
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -266,31 +267,66 @@ def _run(
     module = _module_for(q, block_q, block_k)
     _check_range(q, k, softmax_scale, mods)
     empty = torch.empty(0)
-    return module.forward(
-        _rows(q),
-        _rows(k),
-        empty if v is None else _rows(v),
-        softmax_scale.contiguous(),
-        mods.causal,
-        empty if mods.mask is None else mods.mask,
-        0 if mods.window is None else mods.window,
-        0.0 if mods.softcap is None else mods.softcap,
-        empty if mods.sinks is None else mods.sinks,
-        empty if mods.alibi_slopes is None else mods.alibi_slopes,
-        empty if mods.key_bias is None else mods.key_bias,
-        k.shape[2] - q.shape[2],
-        sum(
-            1 << EXTRA_STATE.index(name) for name in extra
-        ),  # the C++ loop's bits: w 1, c 2, lk 4, d 8, f 16, mk 32, rk 64
-        int(measure.first_keys),
-        empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
-        int(measure.recent_keys),
-        int(block_q),
-        int(block_k),
-        bool(profile),
-        bool(key_state),
-        empty.bool() if counted is None else counted.to(device="cpu", dtype=torch.bool),
+    args = ForwardArgs(
+        q=_rows(q),
+        k=_rows(k),
+        v=empty if v is None else _rows(v),
+        scale=softmax_scale.contiguous(),
+        causal=bool(mods.causal),
+        mask=empty if mods.mask is None else mods.mask,
+        window=0 if mods.window is None else int(mods.window),
+        softcap=0.0 if mods.softcap is None else float(mods.softcap),
+        sinks=empty if mods.sinks is None else mods.sinks,
+        alibi=empty if mods.alibi_slopes is None else mods.alibi_slopes,
+        key_bias=empty if mods.key_bias is None else mods.key_bias,
+        offset=k.shape[2] - q.shape[2],
+        extra=sum(1 << EXTRA_STATE.index(name) for name in extra),  # w 1, c 2, lk 4, d 8, f 16, mk 32, rk 64
+        first_keys=int(measure.first_keys),
+        first_key=empty.long() if mods.first_key is None else mods.first_key.to(torch.int64),
+        recent_keys=int(measure.recent_keys),
+        block_q=int(block_q),
+        block_k=int(block_k),
+        profile=bool(profile),
+        key_state=bool(key_state),
+        counted=empty.bool() if counted is None else counted.to(device="cpu", dtype=torch.bool),
     )
+    return module.forward(args.native(module))
+
+
+@dataclass(frozen=True)
+class ForwardArgs:
+    """The C++ row pass's arguments (attention_entropy.cpp's `ForwardArgs`, field for field): tensors on
+    CPU (an empty one: none), the modifiers in the loop's form (window 0 and softcap 0.0: none), the
+    accumulators as the loop's bits (`extra`), the tile and the switches."""
+
+    q: torch.Tensor  # (B, Hq, T, D) float32, rows contiguous
+    k: torch.Tensor  # (B, Hkv, S, D)
+    v: torch.Tensor  # (B, Hkv, S, Dv) or empty: statistics only
+    scale: torch.Tensor  # (Hq,) float32
+    causal: bool
+    mask: torch.Tensor  # bool (Mb, Mh, Mt, S) or empty
+    window: int
+    softcap: float
+    sinks: torch.Tensor  # (Hq,) or empty
+    alibi: torch.Tensor  # (Hq,) or empty
+    key_bias: torch.Tensor  # (Kb, Hq, S) or empty
+    offset: int  # S − T: query row i at key position i + offset
+    extra: int
+    first_keys: int
+    first_key: torch.Tensor  # (B|1,) int64 or empty
+    recent_keys: int
+    block_q: int
+    block_k: int
+    profile: bool
+    key_state: bool
+    counted: torch.Tensor  # (B|1, T) bool or empty
+
+    def native(self, module):
+        """The extension's own record with these fields (its type checks each one)."""
+        record = module.ForwardArgs()
+        for field in fields(self):
+            setattr(record, field.name, getattr(self, field.name))
+        return record
 
 
 def _check_range(q, k, softmax_scale, mods: ScoreMods) -> None:

@@ -385,6 +385,7 @@ inline void add_received(const float* e, int64_t n, float f, float* sum, float* 
 
 }  // namespace
 
+// The row pass, its arguments the fields of one record (ForwardArgs, below):
 // q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or an empty tensor (entropy only), float32 with
 // unit stride in the last dimension; scale (Hq,); mask bool (Mb, Mh, Mt, S) with Mb ∈ {1, B},
 // Mh ∈ {1, Hq}, Mt ∈ {1, T}, or an empty tensor; window ≤ 0: none; softcap ≤ 0: none; sinks, alibi
@@ -402,12 +403,25 @@ inline void add_received(const float* e, int64_t n, float f, float* sum, float* 
 // and the extras asked for in that order, with `profile` a (3,) float64 tensor: thread-seconds in
 // the score GEMMs, the row passes and the e·V GEMMs (else empty), and with key_state the column state
 // (3, B, Hq, S) float32: sum, max, count (else empty)}.
-std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const at::Tensor& scale, bool causal, const at::Tensor& mask, int64_t window,
-                                double softcap, const at::Tensor& sinks, const at::Tensor& alibi,
-                                const at::Tensor& key_bias, int64_t offset, int64_t extra, int64_t first_keys,
-                                const at::Tensor& first_key, int64_t recent_keys, int64_t block_q,
-                                int64_t block_k, bool profile, bool key_state, const at::Tensor& counted) {
+// The row pass's arguments as one record, the fields above (kernels/native/__init__.py's `ForwardArgs`
+// fills it by name: bound as `ForwardArgs` below); a tensor left undefined or empty is "none".
+struct ForwardArgs {
+  at::Tensor q, k, v, scale, mask, sinks, alibi, key_bias, first_key, counted;
+  bool causal = true;
+  int64_t window = 0;
+  double softcap = 0.0;
+  int64_t offset = 0, extra = 0, first_keys = 0, recent_keys = 0, block_q = 32, block_k = 1024;
+  bool profile = false, key_state = false;
+};
+
+std::vector<at::Tensor> forward(const ForwardArgs& args) {
+  const at::Tensor &q = args.q, &k = args.k, &v = args.v, &scale = args.scale, &mask = args.mask;
+  const at::Tensor &sinks = args.sinks, &alibi = args.alibi, &key_bias = args.key_bias;
+  const at::Tensor &first_key = args.first_key, &counted = args.counted;
+  const bool causal = args.causal, profile = args.profile, key_state = args.key_state;
+  const int64_t window = args.window, offset = args.offset, extra = args.extra, first_keys = args.first_keys;
+  const int64_t recent_keys = args.recent_keys, block_q = args.block_q, block_k = args.block_k;
+  const double softcap = args.softcap;
   const bool with_output = v.defined() && v.numel() > 0;
   for (const at::Tensor* t : {&q, &k}) {
     TORCH_CHECK(t->dim() == 4 && t->scalar_type() == at::kFloat && t->stride(3) == 1,
@@ -780,6 +794,29 @@ at::Tensor received(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pybind11::class_<ForwardArgs>(m, "ForwardArgs", "the row pass's arguments (`forward`), set by name")
+      .def(pybind11::init<>())
+      .def_readwrite("q", &ForwardArgs::q)
+      .def_readwrite("k", &ForwardArgs::k)
+      .def_readwrite("v", &ForwardArgs::v)
+      .def_readwrite("scale", &ForwardArgs::scale)
+      .def_readwrite("mask", &ForwardArgs::mask)
+      .def_readwrite("sinks", &ForwardArgs::sinks)
+      .def_readwrite("alibi", &ForwardArgs::alibi)
+      .def_readwrite("key_bias", &ForwardArgs::key_bias)
+      .def_readwrite("first_key", &ForwardArgs::first_key)
+      .def_readwrite("counted", &ForwardArgs::counted)
+      .def_readwrite("causal", &ForwardArgs::causal)
+      .def_readwrite("window", &ForwardArgs::window)
+      .def_readwrite("softcap", &ForwardArgs::softcap)
+      .def_readwrite("offset", &ForwardArgs::offset)
+      .def_readwrite("extra", &ForwardArgs::extra)
+      .def_readwrite("first_keys", &ForwardArgs::first_keys)
+      .def_readwrite("recent_keys", &ForwardArgs::recent_keys)
+      .def_readwrite("block_q", &ForwardArgs::block_q)
+      .def_readwrite("block_k", &ForwardArgs::block_k)
+      .def_readwrite("profile", &ForwardArgs::profile)
+      .def_readwrite("key_state", &ForwardArgs::key_state);
   m.def("forward", &forward, "attention output and its row statistics' state from the same score tiles (CPU)");
   m.def("received", &received, "the column pass of attention received: per key sum, max and count (CPU)");
 }
