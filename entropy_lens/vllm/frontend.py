@@ -70,7 +70,10 @@ class Frontend:
             "index": index,
             "n": n,
             "ranks": self.ranks,
-            "prompt": list(state.prompt_token_ids or ()),
+            # a prompt given as embeddings: its ids unknown (−1), as GenerationRecorder's
+            "prompt": list(state.prompt_token_ids)
+            if state.prompt_token_ids is not None
+            else [-1] * state.prompt_len,
             "tokens": list(state.detokenizer.output_token_ids) if state.detokenizer is not None else [],
         }
         folder = request_folder(self.out, state.external_req_id)

@@ -116,10 +116,7 @@ class Lens:
 
     # -- the step -------------------------------------------------------------------------------------
     def begin(self, scheduler_output) -> None:
-        for req_id in scheduler_output.finished_req_ids:
-            request = self.requests.pop(req_id, None)
-            if request is not None:
-                self.write(req_id, request)
+        self.flush(scheduler_output.finished_req_ids)
         self.batch = None
 
     def step_batch(self) -> list:
@@ -132,7 +129,7 @@ class Lens:
                     params = state.sampling_params
                     options = options_of(params.extra_args if params is not None else None)
                     self.requests[req_id] = (
-                        None if options is None else _Request(options, len(state.prompt_token_ids or ()))
+                        None if options is None else _Request(options, state.num_prompt_tokens)
                     )
                 if self.requests[req_id] is not None:
                     batch.append((i, req_id, self.requests[req_id]))
@@ -140,7 +137,8 @@ class Lens:
         return self.batch
 
     def flush(self, request_ids) -> int:
-        """Write the rows of `request_ids` (finished: the front end says so) now; how many were written."""
+        """Write the rows of the finished `request_ids` (the step's, or the front end's where no step
+        follows) and forget them; how many were written."""
         written = 0
         for req_id in request_ids:
             request = self.requests.pop(req_id, None)
