@@ -1,6 +1,5 @@
 """The lens inside vLLM's workers: each attention layer's statistics for the requests that opted in, from
-the query rows the layer was handed and the request's keys read from the paged cache through its block
-table (never T × T). ::
+the query rows the layer was handed and the request's keys as the layer was handed them (never T × T). ::
 
     LLM(model, **engine_args(out=DIR))   # worker_extension_cls names `Extension`: importing this module
                                          # in each worker (every TP/PP rank) wraps, once per process,
@@ -11,8 +10,10 @@ table (never T × T). ::
 Why this seam: on the CPU platform `--attention-backend CUSTOM` is ignored (CpuPlatform always picks
 CPU_ATTN), so a backend of our own cannot be chosen there; the worker extension is imported exactly in the
 workers of an engine started with the lens (no other engine pays anything), in every rank, before the
-model is built. The wrapper calls vLLM's own forward unchanged and reads what it wrote: the numbers vLLM
-serves are vLLM's.
+model is built. The wrapper calls vLLM's own forward unchanged first: the numbers vLLM serves are vLLM's.
+Keys: each opted-in request's, per layer, appended as the layer is handed them (`_Request.keys_of`; vLLM's
+CPU cache is laid out per instruction set, packed for its kernels, so it is not read back): checked
+finite once each, their max|k| kept, so the kernel skips its own pass over every key at each step.
 
 Rows: a request's chunk of query rows sits at positions seq_len − n .. seq_len − 1 (chunked prefill,
 decode, a preempted request recomputed: the same positions again, written again). The row at position
