@@ -26,6 +26,7 @@ from entropy_lens.settings import MAX_COUNT, Checked, setting
 from entropy_lens.statistics import (
     BY_NAME,
     ENTROPY,
+    KEYS,
     MAX_LOGIT,
     RECEIVED,
     RECEIVED_MEAN,
@@ -112,7 +113,9 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
     stats = (stats,) if isinstance(stats, str) else stats
     if not isinstance(stats, (tuple, list)) or not all(isinstance(s, str) for s in stats):
         raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
-    other = [s for s in stats if s in BY_NAME and s not in STATISTICS and s not in SUMMARIES]
+    other = [
+        s for s in stats if BY_NAME.get(s) is not None and BY_NAME[s].axis == KEYS and s not in SUMMARIES
+    ]
     if other:
         raise EntropyLensError(
             f"AttentionMonitor cannot record {', '.join(other)}: of the attention each key receives it records "

@@ -6,8 +6,9 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
     <stat>      float32 (B, N, layers, heads)  a row statistic (entropy_lens.statistics.STATISTICS) of
                                                generated token n's row: the query whose logits chose it
                                                (n = 0: the prompt's last position); NaN after a sequence ended
-    span_mass   float32 (B, N, layers, heads, spans)    per span of meta's span_names (generation/rows.py)
+    span_mass   float32 (B, N, layers, heads, spans)    per span of meta's span_names
     offset_prob float32 (B, N, layers, heads, offsets)  per offset of meta's offsets
+    distance_mass float32 (B, N, layers, heads, bins)   per bin of meta's distance_bins (version 3)
     top_key     int64   (B, N, layers, heads, k)        the k most probable keys' real positions (−1: no
                                                key; after a sequence ended); top_key_prob float32 beside it
     probs       float32 (B, N, layers, heads, K)        keep_probs=("generated", span): row n's probabilities
@@ -21,13 +22,14 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
     meta        0-d str                        JSON: schema ("entropy_lens.generation"), schema_version,
                                                entropy_lens_version, model, model_class, n_layers, n_heads,
                                                stats, the statistics' parameters (spans, span_names,
-                                               offsets, top_keys where recorded), backend, attention_path,
+                                               offsets, top_keys, distance_bins where recorded), backend,
+                                               attention_path,
                                                eos_token_id; optional, token_texts: {id: text} of every
                                                id of the prompts and generated tokens, each decoded alone
                                                (`with_token_texts`; entropy-lens generate writes it), which
                                                `entropy-lens view` shows
-Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob); version 1 files
-load as they are. token_texts is an optional meta field, not a new version: a file without it loads, and
+Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob), version 3
+distance_mass; earlier files load as they are (`slots` names any row-slice statistic's last axis). token_texts is an optional meta field, not a new version: a file without it loads, and
 the view shows its tokens by id.
 
 `is_generation(path)` tells a generation file from a scan's or a history by its meta's schema, reading
@@ -60,8 +62,8 @@ PROBS = "probs"  # keep_probs' block: each generated token's row over a span's k
 ARRAYS = (*STATISTICS, *ROW_SLICE_STATISTICS, TOP_KEY_PROB, PROBS)  # every array a result may hold
 
 SCHEMA = "entropy_lens.generation"
-GENERATION_VERSION = 2
-READS_VERSIONS = (1, 2)
+GENERATION_VERSION = 3
+READS_VERSIONS = (1, 2, 3)
 TOKEN_TEXTS = "token_texts"  # the optional meta field: {id: text}
 __all__ = ["GENERATION_VERSION", "TOKEN_TEXTS", "GenerationResult", "is_generation"]
 
@@ -112,7 +114,18 @@ class GenerationResult:
     @property
     def span_names(self) -> tuple[str, ...]:
         """span_mass's spans, in the order of its last axis ("prompt", "generated", then the caller's)."""
-        return tuple(self.meta.get("span_names", ()))
+        return self.slots(SPAN_MASS.name)
+
+    def slots(self, name: str) -> tuple[str, ...]:
+        """The labels of row-slice statistic `name`'s last axis as its declaration names them from the
+        meta (span_mass: its spans; offset_prob: its offsets; distance_mass: each bin's lower edge);
+        () where it holds none by name (top_key's ranks) or was not recorded."""
+        p = ROW_SLICE_STATISTICS[name].sliced
+        if p.named is not None:
+            return tuple(self.meta.get(p.named, ()))
+        value = self.meta.get(p.name)
+        labels = None if value is None else p.labels(tuple(value) if isinstance(value, list) else value)
+        return tuple(labels or ())
 
     def ids_at(self, positions: np.ndarray) -> np.ndarray:
         """The token id at each real position of each sequence: its prompt and then its generated tokens.

@@ -28,6 +28,7 @@ from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.runs.setting_groups import (
     LOADED_KEY,
     SCALED_KEY,
+    SLICING,
     Checkpoint,
     Loading,
     PositionScaling,
@@ -73,7 +74,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling,
     # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
     KEY_VERSION: ClassVar[int] = 1
     KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, "data", "seed", "samples", "stride", *SCALED_KEY, "length")
-    KEY += ("entropy", "stats", *PARAMETERS, "spans", "offsets")  # the statistics and their parameters
+    KEY += ("entropy", "stats", *PARAMETERS, *SLICING)  # the statistics and their parameters
     NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
@@ -118,7 +119,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling,
         for name, parameter in PARAMETERS.items():
             if not parameter.keyed_at_default and key[name] == parameter.default:
                 del key[name]
-        for name in ("spans", "offsets"):  # the row-slice statistics' (--spans, --offsets), where given
+        for name in SLICING:  # the row-slice statistics' (--spans, --offsets, ...), where given
             if key[name] is None:
                 del key[name]
         return key
@@ -132,7 +133,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling,
         self.check_slicing(sliced, spans_needed=True)
         stats = Stats((*DEFAULT_STATS, *(name for name in parse_stats(rows) if name not in DEFAULT_STATS)))
         params = {name: getattr(self, name) for name in PARAMETERS}
-        slices = {"slices": sliced, "spans": self.parsed_spans(), "offsets": self.parsed_offsets()}
+        slices = {"slices": sliced, **self.parsed_slicing()}
         try:
             return Measure.parse(
                 backend=self.backend, fused=self.fused, stats=stats, key_stats=keys, **slices, **params

@@ -5,7 +5,7 @@
     Loading      nope, rope_scaling, train_len, trust_remote_code, revision
     Text         data, seed
     Windows      samples, batch_size, stride, context_parallel (how each window is run)
-    Slicing      spans, offsets: span_mass's and offset_prob's parameters (scan, generate)
+    Slicing      spans, offsets, distance_bins: the row-slice statistics' parameters (scan, generate)
     PositionScaling, Scaling   rope_scaling; scale, head_scales, scale_schedule: the variants of the
                  attention scale
 
@@ -14,7 +14,7 @@ No torch at import, as runs/configs.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from entropy_lens import settings
@@ -108,6 +108,12 @@ class Slicing:
     offsets: str | None = setting(
         None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
     )
+    distance_bins: str | None = setting(
+        None,
+        metavar="0,B1,...",
+        help="distance_mass's bins of distance i − j behind each row: [0, B1), [B1, B2), ..., the last open, "
+        "e.g. 0,16,256",
+    )
 
     def parsed_spans(self) -> dict[str, tuple[int, int]] | None:
         """--spans "doc=0:200,needle=410:420" as {name: (start, stop)} (None: not given); one line for
@@ -130,34 +136,52 @@ class Slicing:
             spans[name] = _whole_numbers("--spans", f"{start},{stop}")
         return spans
 
+    def parsed_slicing(self) -> dict:
+        """The row-slice statistics' parameters given by flag (statistics.SLICE_PARAMETERS that are a field
+        of the config: --spans, --offsets, --distance-bins, generate's --top-keys), parsed: {name: value}
+        of those given; one line for another form."""
+        from entropy_lens.statistics import SLICE_PARAMETERS
+
+        out = {}
+        for name, p in SLICE_PARAMETERS.items():
+            value = getattr(self, name, None)
+            if value is None or value == p.default:
+                continue
+            if name == "spans":
+                out[name] = self.parsed_spans()
+            else:
+                out[name] = _whole_numbers(p.flag, value) if isinstance(value, str) else value
+        return out
+
     def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:
-        """EntropyLensError in one line, naming the flags, for --spans or --offsets without the statistic
-        that reads it, or that statistic without it.
+        """EntropyLensError in one line, naming the flags, for a row-slice statistic's flag (--spans,
+        --offsets, --distance-bins, --top-keys) without the statistic that reads it, or that statistic
+        without the flag it needs, each as its declaration says (statistics.ROW_SLICE_STATISTICS).
 
         Args:
             sliced: the row-slice statistics --stats names (flags.split_slices).
-            spans_needed: whether span_mass needs --spans (a scan's; generate records its prompt and
-                generated spans anyway).
+            spans_needed: whether a statistic with built-in slots needs its flag anyway (a scan's span_mass
+                needs --spans; generate records its prompt and generated spans).
         """
-        from entropy_lens.statistics import OFFSET_PROB, SPAN_MASS
+        from entropy_lens.statistics import ROW_SLICE_STATISTICS
 
-        for flag, given, stat, example in (
-            ("--spans", self.spans is not None, SPAN_MASS, "doc=0:200"),
-            ("--offsets", self.offsets is not None, OFFSET_PROB, "0,1"),
-        ):
-            if given and stat.name not in sliced:
+        given = self.parsed_slicing()
+        for stat in ROW_SLICE_STATISTICS.values():
+            p = stat.sliced
+            if p.name in given and stat.name not in sliced:
                 raise EntropyLensError(
-                    f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out"
+                    f"{p.flag} is read by {stat.name}: add it to --stats, or leave {p.flag} out"
                 )
-            if not given and stat.name in sliced and (spans_needed or stat is OFFSET_PROB):
-                raise EntropyLensError(f"--stats {stat.name} needs {flag}, e.g. {flag} {example}")
+            needed = p.needs is not None and (spans_needed or not p.built_in)
+            if p.name not in given and stat.name in sliced and needed:
+                raise EntropyLensError(f"--stats {stat.name} needs {p.flag}, e.g. {p.flag} {p.example}")
 
-    def parsed_offsets(self) -> tuple[int, ...]:
-        """--offsets "0,1" as (0, 1) (() where not given); one line for another form."""
-        return () if self.offsets is None else _whole_numbers("--offsets", self.offsets)
+
+SLICING = tuple(f.name for f in fields(Slicing))  # its fields: the flags of the row-slice statistics
 
 
 def _whole_numbers(flag: str, text: str) -> tuple[int, ...]:
+    """--offsets "0,1" as (0, 1); one line for another form."""
     try:
         return tuple(int(v) for v in text.split(","))
     except ValueError:

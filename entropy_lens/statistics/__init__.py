@@ -27,9 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from entropy_lens.statistics.parameter import Parameter
+from entropy_lens.statistics.parameter import Parameter, SliceParameter
 from entropy_lens.statistics.reduction import MAX, MEAN, REDUCTIONS, Reduction
-from entropy_lens.statistics.slices import OFFSET_PROB_NAME, SPAN_MASS_NAME, TOP_KEY_NAME, base_name
+from entropy_lens.statistics.slices import (
+    base_name,
+    check_bins,
+    check_offsets,
+    check_spans,
+    check_top_keys,
+)
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)
@@ -74,7 +80,10 @@ class Statistic:
     `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `reduction`: how
     values combine (MEAN, or MAX for a maximum); `axis`: ROWS (a value per query row) or KEYS (per key);
     `parameters`: what the caller may set of it (first_mass's K, the key statistics' query window);
-    `of`: None, or the statistic it summarises (the monitor's summaries of received, computed from it)."""
+    `of`: None, or the statistic it summarises (the monitor's summaries of received, computed from it);
+    `sliced`: None, or the parameter that gives a row-slice statistic its trailing axis (its spans,
+    offsets, k or bins): computed from the row pass's log-sum-exp by the slice pass (kernels/slices.py's
+    `@streamed`, held to its `@defined` float64 definition), not read off the row pass's state."""
 
     name: str
     unit: str
@@ -86,6 +95,7 @@ class Statistic:
     axis: str = ROWS
     parameters: tuple[Parameter, ...] = ()
     of: str | None = None
+    sliced: SliceParameter | None = None
 
     def __post_init__(self):
         known = self.reduction in REDUCTIONS.values() and self.axis in AXES
@@ -208,37 +218,81 @@ RECEIVED_MAX_LATER = Statistic(
     of=RECEIVED.name,
 )
 
-# Statistics of a row read off its exact probabilities over its keys (the capture's `Session.on_rows`,
-# float64), each with a trailing axis of its own: what a generated token's row is asked (Lookback Lens'
-# prompt against generated mass, LLM-Check's own-key and RAUQ's previous-token probability, retrieval
-# heads' top key). GenerationRecorder records them per generated token; no streaming kernel computes them
-# at every row yet, so they are not in DECLARED (a scan's --stats and the monitor refuse them by name)
+# The row-slice statistics: a row's mass on named key spans, its probability at given offsets behind it,
+# its most probable keys, its mass by distance (Lookback Lens' prompt against generated mass, LLM-Check's
+# own-key and RAUQ's previous-token probability, retrieval heads' top key, how far attention reaches),
+# each with a trailing axis its parameter gives (`sliced`): computed on the row pass's log-sum-exp by the
+# slice pass at every row (kernels/slices.py), summed over rows by scans, EntropyRecorder and the monitor
+# as an array per slot, kept whole per generated token by GenerationRecorder
+BUILT_IN_SPANS = ("prompt", "generated")  # span_mass's spans of every generation, before the caller's
+SPANS = SliceParameter(
+    "spans",
+    None,
+    lambda value: check_spans(value, reserved=BUILT_IN_SPANS),
+    lambda value: tuple(name for name, _ in value),
+    lambda value: {name: list(span) for name, span in value},
+    needs="spans={name: (start, stop)}: the keys whose mass each row gives, e.g. spans={'doc': (0, 200)}",
+    built_in=BUILT_IN_SPANS,
+    named="span_names",
+    example="doc=0:200",
+)
+OFFSETS = SliceParameter(
+    "offsets",
+    (),
+    check_offsets,
+    lambda value: tuple(map(str, value)),
+    list,
+    needs="offsets=(d, ...): the keys d positions behind each row (0: its own key, 1: the previous token), "
+    "e.g. offsets=(0, 1)",
+    slot="{} behind",
+    example="0,1",
+)
+TOP_KEYS = SliceParameter("top_keys", 1, check_top_keys, lambda value: None, int, example="3")
+DISTANCE_BINS = SliceParameter(
+    "distance_bins",
+    None,
+    check_bins,
+    lambda value: tuple(map(str, value)),
+    list,
+    needs="distance_bins=(0, b1, ...): the edges of the bins of distance i − j, e.g. (0, 16, 256)",
+    slot="{}+ back",
+    example="0,16,256",
+)
 SPAN_MASS = Statistic(
-    SPAN_MASS_NAME,
+    "span_mass",
     PROBABILITY,
     "Σ_{a <= j < b} p_j per named key span [a, b) in real positions: 'prompt', 'generated' (from the first "
     "generated token on) and the caller's; the sink is no key",
     "span mass",
+    sliced=SPANS,
 )
 OFFSET_PROB = Statistic(
-    OFFSET_PROB_NAME,
+    "offset_prob",
     PROBABILITY,
     "p_{i − d} per offset d: the probability a row gives the key d real positions behind its own (d = 0: "
     "its own key; 0 where that key is before the sequence or out of the row's sight)",
     "offset probability",
+    sliced=OFFSETS,
 )
 TOP_KEY = Statistic(
-    TOP_KEY_NAME,
+    "top_key",
     "position",
     "the real positions of the row's k most probable keys, exact ties the earliest first (−1 past the keys "
     "the row sees); their probabilities beside them (top_key_prob, float32: two keys may show one "
     "probability there and rank the later first, their values differing below float32's rounding)",
     "top key",
     squared=False,
+    sliced=TOP_KEYS,
 )
-ROW_SLICE_STATISTICS: dict[str, Statistic] = {s.name: s for s in (SPAN_MASS, OFFSET_PROB, TOP_KEY)}
+DISTANCE_MASS = Statistic(
+    "distance_mass",
+    PROBABILITY,
+    "Σ_{b_m <= i − j < b_(m+1)} p_j per bin m of distance_bins (0, b1, ...), i − j in real positions, the "
+    "last bin open: how far attention reaches (local, middle, far); the sink is no key",
+    "mass by distance",
+    sliced=DISTANCE_BINS,
+)
 TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
-BUILT_IN_SPANS = ("prompt", "generated")  # span_mass's spans of every generation, before the caller's
 
 # every statistic, each declared once, rows first; the views below are its axes
 DECLARED: tuple[Statistic, ...] = (
@@ -256,14 +310,22 @@ DECLARED: tuple[Statistic, ...] = (
     RECEIVED_MEAN,
     RECEIVED_FIRST,
     RECEIVED_MAX_LATER,
+    SPAN_MASS,
+    OFFSET_PROB,
+    TOP_KEY,
+    DISTANCE_MASS,
 )
 if len({s.name for s in DECLARED}) != len(DECLARED):  # one name per statistic, across both axes
     raise ValueError("entropy_lens.statistics: two statistics share a name; rename one")
 BY_NAME: dict[str, Statistic] = {s.name: s for s in DECLARED}
 # every statistic a kernel computes, by axis, in the order results, summaries and --stats list them
 BY_AXIS: dict[str, dict[str, Statistic]] = {
-    axis: {s.name: s for s in DECLARED if s.axis == axis and s.of is None} for axis in AXES
+    axis: {s.name: s for s in DECLARED if s.axis == axis and s.of is None and s.sliced is None}
+    for axis in AXES
 }
+# the row-slice statistics (`sliced`), computed by the slice pass, and their parameters by name
+ROW_SLICE_STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.sliced is not None}
+SLICE_PARAMETERS: dict[str, SliceParameter] = {s.sliced.name: s.sliced for s in ROW_SLICE_STATISTICS.values()}
 STATISTICS: dict[str, Statistic] = BY_AXIS[ROWS]  # the row statistics
 KEY_STATISTICS: dict[str, Statistic] = BY_AXIS[KEYS]  # the key statistics (attention received)
 # the monitor's summaries of a key statistic, by the statistic they summarise
@@ -291,7 +353,7 @@ def ranked_rows(counted: int) -> int:
 def declared(name: str) -> Statistic:
     """The declared statistic `name` of either axis (KeyError naming the choices otherwise)."""
     stat = BY_NAME.get(name)
-    if stat is None or stat.of is not None:
+    if stat is None or stat.of is not None or stat.sliced is not None:
         raise KeyError(
             f"{name!r} is no declared statistic; choose from {', '.join(STATISTICS | KEY_STATISTICS)}"
         )
@@ -325,7 +387,9 @@ def check_registered(table: dict, what: str, axis: str = ROWS) -> dict:
     names no declared statistic."""
     declared = BY_AXIS[axis]
     missing = [name for name in declared if name not in table]
-    unknown = [name for name in table if name not in BY_NAME or BY_NAME[name].of is not None]
+    unknown = [
+        name for name in table if name not in BY_NAME or BY_NAME[name].of is not None or BY_NAME[name].sliced
+    ]
     if missing or unknown:
         raise ValueError(
             f"{what}: {'no entry for ' + ', '.join(missing) if missing else ''}"

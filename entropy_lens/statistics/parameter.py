@@ -1,10 +1,13 @@
 """A parameter of statistics (first_mass's K, the key statistics' query window), declared with them
 (entropy_lens.statistics.PARAMETERS): `Parameter` holds its keyword, default, range, words and flag, and
-checks and reads its values. Torch-free."""
+checks and reads its values; `SliceParameter` is a row-slice statistic's (spans, offsets, k, bins), whose
+value gives the statistic a trailing axis. Torch-free."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from entropy_lens.settings import MAX_TOKENS, check_argument, setting
 
@@ -67,3 +70,33 @@ class Parameter:
         return (
             value if value is None or isinstance(value, int) and not isinstance(value, bool) else self.default
         )
+
+
+@dataclass(frozen=True)
+class SliceParameter:
+    """The parameter that gives a row-slice statistic its trailing axis (`Statistic.sliced`): span_mass's
+    spans, offset_prob's offsets, top_key's k, distance_mass's bins. One slot per span, offset, rank or
+    bin; a run that sums over rows records each slot as an array of its own, `<statistic>@<label>`.
+
+    `name`: the keyword, flag (dashed) and meta field; `default`: its value unless given; `check`: a
+    user's value -> the checked value (hashable; EntropyLensError in one line otherwise); `labels`: the
+    checked value -> the slots' labels (None: one slot, the array named by the statistic alone);
+    `record`: the checked value -> JSON for a results meta; `needs`: what a refusal of the statistic
+    without it says (None: the default serves); `built_in`: slots a generation records before the
+    caller's (span_mass's prompt and generated); `example`: the flag's example value."""
+
+    name: str
+    default: Any
+    check: Callable[[Any], Any]
+    labels: Callable[[Any], tuple[str, ...] | None]
+    record: Callable[[Any], Any]
+    needs: str | None = None
+    built_in: tuple[str, ...] = ()
+    named: str | None = None  # the meta field naming a generation's slots, where they are names (span_names)
+    slot: str = "{}"  # a slot in words, "{}" its label: "{} behind" -> "1 behind"
+    example: str = ""
+
+    @property
+    def flag(self) -> str:
+        """Its command-line flag ("--distance-bins")."""
+        return "--" + self.name.replace("_", "-")
