@@ -236,8 +236,8 @@ DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 class Measure:
     """What to measure, as one record: the row statistics (`stats`), the key statistics (`key_stats`),
     every statistic's parameter (`params`, statistics.PARAMETERS: `measure.first_keys`, or `measure[name]`), the
-    row-slice statistics with theirs (`slices`: summed over rows as span_mass@<span>, offset_prob@<d>,
-    distance_mass@<bin>, top_key; or per generated token), the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
+    row-slice statistics with theirs (`slices`: summed over rows as an array per slot,
+    <statistic>@<label>; or per generated token), the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
     `ScanConfig.measure`, `EntropyRecorder`/`ScaleSession`, `AttentionMonitor`, the kernels' public
     functions) and passed whole through the session, the route and `plan.run` to the kernels, which
     read the parameters of the statistics they compute; nothing below an entrance parses a value again

@@ -102,7 +102,7 @@ class Session:
     # layer's mask
     padding_start: tuple[torch.Tensor | None, int | None] | None = None
     # (B,) int64 each sequence's real prompt tokens in a generation (GenerationRecorder sets it): where
-    # span_mass's built-in spans prompt and generated part; None outside a generation
+    # a row-slice statistic's built-in spans prompt and generated part; None outside a generation
     prompt_len: torch.Tensor | None = None
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
     # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last

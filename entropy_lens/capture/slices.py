@@ -1,7 +1,7 @@
 """What a capture reads off the row pass's log-sum-exp besides the row statistics, a step between the row
 pass and the bookkeeping, from the layer's score tiles, never a second row pass (a route that gave no
 log-sum-exp is refused) and never T × S: the row-slice statistics of `Measure.slices` (kernels/slices.py's
-`slice_values`), summed over rows as arrays (span_mass@<span>, ...) or a generated token's row whole, and
+`slice_values`), summed over rows as arrays (<statistic>@<slot>) or a generated token's row whole, and
 a block of the probabilities a recorder keeps (`Session.keep_block`: query positions a..b over keys c..d,
 `block_pass`).
 

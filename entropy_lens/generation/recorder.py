@@ -5,9 +5,9 @@
         out = model.generate(ids, attention_mask=mask, max_new_tokens=64)
     result = rec.result()            # GenerationResult: tokens (B, N), stat(name) (B, N, layers, heads)
 
-    GenerationRecorder(model, stats=("entropy", "span_mass", "offset_prob", "top_key", "distance_mass"),
-                       spans={"doc": (0, 900)}, offsets=(0, 1), top_keys=3, distance_bins=(0, 16, 256))
-    result.stat("span_mass")         # (B, N, layers, heads, spans): result.span_names "prompt", "generated", "doc"
+    GenerationRecorder(model, stats=("entropy", "offset_prob", "top_key", "distance_mass"),
+                       offsets=(0, 1), top_keys=3, distance_bins=(0, 16, 256))
+    result.stat("distance_mass")     # (B, N, layers, heads, bins): result.slots("distance_mass") "0", "16", "256"
 
 The row of generated token n is the query whose logits chose it: the prompt's last position for n = 0,
 the query of decode step n after. A generation's first forward feeds its prompt (generate may feed it in
@@ -43,11 +43,11 @@ from entropy_lens.capture.probe import check_row_stats_apply
 from entropy_lens.capture.recorder import fed_of, padding_mask
 from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
-from entropy_lens.flags import NO_SLICES, split_slices
+from entropy_lens.flags import DEFAULT_ROWS, NO_SLICES, Measure, require, split_slices
 from entropy_lens.generation.record import Generation, one_row_per_step, prompt_padding
 from entropy_lens.generation.rows import KeptProbs
 from entropy_lens.results.generation import PROBS, TOP_KEY_PROB, GenerationResult
-from entropy_lens.statistics import SPAN_MASS, SPANS, TOP_KEY
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPANS, TOP_KEY
 
 __all__ = ["GenerationRecorder"]
 
@@ -58,15 +58,17 @@ class GenerationRecorder(ScaleSession):
     Args:
         model: a transformers causal LM that capture supports.
         stats: row statistics of entropy_lens.statistics.STATISTICS (the kernels'; default entropy,
-            and sink_mass for a model with sinks) and of ROW_SLICE_STATISTICS (span_mass, offset_prob,
-            top_key, distance_mass). Key statistics (attention received) are refused: a generated token's
+            and sink_mass for a model with sinks) and of ROW_SLICE_STATISTICS (a row's mass on key spans,
+            by offset, by distance, its top keys). Key statistics (attention received) are refused: a generated token's
             row is a row statistic.
         keep_probs: None, or ("generated", keys): keep each generated token's row's probabilities over a
             span's keys ("generated": the generated × generated block lm-polygraph's attention_all holds;
             "prompt", or one of `spans`), the result's `probs` (B, N, layers, heads, K).
+        measure: None, or what to record parsed already (flags.Measure.parse(..., per_token=True): the
+            command line's), in place of `stats` and the statistics' parameters.
         **options: ScaleSession's keywords, as EntropyRecorder takes them: `backend`, `fused`,
             `scales`, and the statistics' parameters by name: the kernels' (first_keys, ...) and the
-            row-slice statistics' (statistics.SLICE_PARAMETERS): `spans` span_mass's spans besides
+            row-slice statistics' (statistics.SLICE_PARAMETERS): `spans` the key spans besides
             "prompt" and "generated", {name: (start, stop)} in real positions (a sequence's first real
             prompt token is 0); `offsets` offset_prob's d >= 0 (0: the row's own key); `top_keys`
             top_key's k, with their probabilities (top_key_prob); `distance_bins` distance_mass's
@@ -78,13 +80,23 @@ class GenerationRecorder(ScaleSession):
             refused here, by a probe forward, as AttentionMonitor refuses it).
     """
 
-    def __init__(self, model, *, stats=None, keep_probs=None, **options):
+    def __init__(self, model, *, stats=None, keep_probs=None, measure: Measure | None = None, **options):
         check_keywords("GenerationRecorder", options)
-        self.kept = KeptProbs.parse(keep_probs, options.get(SPANS.name))
-        rest, sliced = split_slices(() if stats is None else stats)
-        if self.kept is not None and SPAN_MASS.name not in sliced:
-            options.pop(SPANS.name, None)  # spans= names keep_probs' keys alone
-        super().__init__(model, stats=stats, per_token=True, **options)
+        if measure is None:
+            self.kept = KeptProbs.parse(keep_probs, options.get(SPANS.name))
+            rest, sliced = split_slices(() if stats is None else stats)
+            if self.kept is not None and not any(ROW_SLICE_STATISTICS[s].sliced is SPANS for s in sliced):
+                options.pop(SPANS.name, None)  # spans= names keep_probs' keys alone
+            super().__init__(model, stats=stats, per_token=True, **options)
+        else:  # parsed by the caller (entropy-lens generate's GenerateConfig.measure): taken whole
+            require(measure=measure)
+            if measure.slices and not measure.slices.per_token:
+                raise TypeError("GenerationRecorder(measure=...) takes Measure.parse(..., per_token=True)")
+            asked = dict(measure.slices.values)
+            spans = next((dict(v) for s, v in asked.items() if ROW_SLICE_STATISTICS[s].sliced is SPANS), None)
+            self.kept = KeptProbs.parse(keep_probs, spans)
+            rest = () if measure.stats == DEFAULT_ROWS else measure.stats  # named, unless the default
+            super().__init__(model, stats=stats, measure=measure, **options)
         if self.session.measure.key_stats:
             raise EntropyLensError(
                 f"GenerationRecorder records row statistics of each generated token; "
@@ -194,7 +206,7 @@ class GenerationRecorder(ScaleSession):
             generation.begin(B, prompt_padding(mask if mask is not None else given, B, T))
         generation.feed(B, T, ids, mask, seen)
         self.session.padding_start = (generation.padding_on(fed.device), generation.fed_len)
-        self.session.prompt_len = generation.prompt_len_on(fed.device)  # span_mass's prompt and generated
+        self.session.prompt_len = generation.prompt_len_on(fed.device)  # the built-in spans' border
 
     def _add(self, layer: int, values: dict, offset: int) -> None:
         """A layer's row statistics (B, Hq, T) and row-slice statistics (B, Hq, 1, n): its last row, the one

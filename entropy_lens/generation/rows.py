@@ -2,7 +2,7 @@
 (`GenerationRecorder(keep_probs=("generated", keys))`: lm-polygraph's attention_all is the generated ×
 generated block), read off the row's exact float64 probabilities over its keys (the capture's
 `Session.on_rows`: O(heads · keys) per layer and step, never T × T), only where asked for. The row-slice
-statistics (span_mass, offset_prob, top_key, distance_mass) come from the capture's slice pass instead
+statistics (statistics.ROW_SLICE_STATISTICS) come from the capture's slice pass instead
 (capture/slices.py). ::
 
     kept = KeptProbs.parse(("generated", "doc"), spans={"doc": (3, 40)})

@@ -12,7 +12,7 @@ train-tiny and search-heads (training/) and the Trainer callback take them from 
 attention each key receives, `received` alone, as two summaries per head (statistics.SUMMARIES): the
 first real key's share (an attention sink forming) and the largest share of any later key (a heavy
 hitter); its capture session computes `received` and `received_mean` for them (`session_stats`). A
-row-slice statistic (span_mass, offset_prob, top_key, with AttentionMonitor's spans=, offsets=) is
+row-slice statistic (statistics.ROW_SLICE_STATISTICS, with its parameter: AttentionMonitor's spans=, ...) is
 recorded as its arrays (`expanded`: offset_prob@0, offset_prob@1, ...), each summarised as a row statistic.
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, Measure, split_slices
+from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, Measure, require, split_slices
 from entropy_lens.results import check_regular_source, printable
 from entropy_lens.runs.output import check_replaceable, say
 from entropy_lens.runs.setting_groups import Checkpoint, Loading, Slicing
@@ -76,7 +77,7 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
             )
         if self.prompt_file is not None:
             self.prompt_text()
-        self.row_slices()
+        require(measure=self.measure)  # parsed here, before anything loads
 
     def prompt_text(self) -> str:
         """The text of --prompt-file; EntropyLensError in one line for a path that is no file or a file
@@ -104,19 +105,28 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
         given = {"--prompt-file": self.prompt_file, "--data": self.data}
         return {flag: path for flag, path in given.items() if path is not None and Path(path).is_file()}
 
-    def row_slices(self) -> tuple[tuple[str, ...], dict]:
-        """(the statistics of --stats, the row-slice statistics' parameters of --spans, --offsets,
-        --distance-bins and --top-keys), checked as GenerationRecorder takes them; EntropyLensError in
-        one line naming the flag."""
+    @functools.cached_property
+    def measure(self) -> Measure:
+        """What GenerationRecorder records, parsed once per config (flags.Measure, per generated token):
+        the statistics of --stats, the row-slice statistics' parameters of --spans, --offsets,
+        --distance-bins and --top-keys, the kernel statistics' parameters, --backend and --fused;
+        EntropyLensError in one line naming the flag."""
         stats = tuple(STATISTICS) if self.stats == ALL else tuple(filter(None, self.stats.split(",")))
         rest, sliced = split_slices(stats)
         self.check_slicing(sliced, spans_needed=False)
-        slicing = self.parsed_slicing()
+        params = {name: getattr(self, name) for name in ROW_PARAMETERS}
         try:
-            Measure.parse(stats=rest or DEFAULT_STATS, slices=sliced, per_token=True, **slicing)
+            return Measure.parse(
+                stats=rest or DEFAULT_STATS,
+                slices=sliced,
+                per_token=True,
+                backend=self.backend,
+                fused=self.fused,
+                **self.parsed_slicing(),
+                **params,
+            )
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
-        return stats, slicing
 
 
 documented(GenerateConfig)
@@ -140,15 +150,11 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
     config = _top_keys_seen(config, ids.shape[-1])
-    params = {name: getattr(config, name) for name in ROW_PARAMETERS}
     kw = {"do_sample": config.sample, "max_new_tokens": config.max_new_tokens}
     if lm.tokenizer is not None and lm.tokenizer.pad_token_id is None:
         kw["pad_token_id"] = lm.tokenizer.eos_token_id
     torch.manual_seed(config.seed)
-    stats, slicing = config.row_slices()
-    recorder = GenerationRecorder(
-        lm.model, stats=stats, backend=config.backend, fused=config.fused, **slicing, **params
-    )
+    recorder = GenerationRecorder(lm.model, measure=config.measure)
     with recorder as rec, torch.no_grad(), past_positions_said(lm.model, config, ids.shape[1]):
         lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     result = rec.result()
@@ -265,9 +271,8 @@ def head_summary(result: GenerationResult) -> str:
 
 def slice_summary(result: GenerationResult, top: int = 3) -> list[str]:
     """The heads that stand out by the row-slice statistics recorded, `top` each, their means over the
-    live generated tokens: per slot of a row-slice statistic (span_mass's spans, offset_prob's offsets,
-    distance_mass's bins) the heads with its largest mean (span_mass prompt: which heads look back at
-    the prompt), and by top_key the heads that copy: the share of generated tokens whose most probable key holds the very
+    live generated tokens: per slot of a row-slice statistic (each span, offset, distance bin) the heads
+    with its largest mean (the prompt's span: which heads look back at the prompt), and by top_key the heads that copy: the share of generated tokens whose most probable key holds the very
     token written (Wu et al.'s retrieval heads)."""
     live, lines = result.live, []
 

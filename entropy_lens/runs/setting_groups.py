@@ -20,6 +20,7 @@ from pathlib import Path
 from entropy_lens import settings
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, setting
+from entropy_lens.statistics import DISTANCE_BINS, OFFSETS, SPANS
 
 __all__ = [
     "LOADED_KEY",
@@ -99,21 +100,10 @@ class Windows:
 
 @dataclass(frozen=True, kw_only=True)
 class Slicing:
-    spans: str | None = setting(
-        None,
-        metavar="NAME=A:B,...",
-        help="span_mass's named key spans, tokens A..B−1 of each sequence (the first is 0), e.g. doc=0:200 "
-        "(generate: besides prompt and generated, which it always records)",
-    )
-    offsets: str | None = setting(
-        None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
-    )
-    distance_bins: str | None = setting(
-        None,
-        metavar="0,B1,...",
-        help="distance_mass's bins of distance i − j behind each row: [0, B1), [B1, B2), ..., the last open, "
-        "e.g. 0,16,256",
-    )
+    # the row-slice statistics' parameters, each a flag as its declaration says (statistics.SLICE_PARAMETERS)
+    spans: str | None = SPANS.setting()
+    offsets: str | None = OFFSETS.setting()
+    distance_bins: str | None = DISTANCE_BINS.setting()
 
     def parsed_spans(self) -> dict[str, tuple[int, int]] | None:
         """--spans "doc=0:200,needle=410:420" as {name: (start, stop)} (None: not given); one line for
@@ -160,8 +150,8 @@ class Slicing:
 
         Args:
             sliced: the row-slice statistics --stats names (flags.split_slices).
-            spans_needed: whether a statistic with built-in slots needs its flag anyway (a scan's span_mass
-                needs --spans; generate records its prompt and generated spans).
+            spans_needed: whether a statistic with built-in slots needs its flag anyway (a scan's spans
+                need --spans; generate records its prompt and generated spans).
         """
         from entropy_lens.statistics import ROW_SLICE_STATISTICS
 

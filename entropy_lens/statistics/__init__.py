@@ -235,6 +235,9 @@ SPANS = SliceParameter(
     built_in=BUILT_IN_SPANS,
     named="span_names",
     example="doc=0:200",
+    help="span_mass's named key spans, tokens A..B−1 of each sequence (the first is 0), e.g. doc=0:200 "
+    "(generate: besides prompt and generated, which it always records)",
+    metavar="NAME=A:B,...",
 )
 OFFSETS = SliceParameter(
     "offsets",
@@ -246,6 +249,8 @@ OFFSETS = SliceParameter(
     "e.g. offsets=(0, 1)",
     slot="{} behind",
     example="0,1",
+    help="offset_prob's offsets: the key D positions behind each row (0: its own)",
+    metavar="D,...",
 )
 TOP_KEYS = SliceParameter("top_keys", 1, check_top_keys, lambda value: None, int, example="3")
 DISTANCE_BINS = SliceParameter(
@@ -257,6 +262,9 @@ DISTANCE_BINS = SliceParameter(
     needs="distance_bins=(0, b1, ...): the edges of the bins of distance i − j, e.g. (0, 16, 256)",
     slot="{}+ back",
     example="0,16,256",
+    help="distance_mass's bins of distance i − j behind each row: [0, B1), [B1, B2), ..., the last open, "
+    "e.g. 0,16,256",
+    metavar="0,B1,...",
 )
 SPAN_MASS = Statistic(
     "span_mass",

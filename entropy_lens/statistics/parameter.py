@@ -74,8 +74,8 @@ class Parameter:
 
 @dataclass(frozen=True)
 class SliceParameter:
-    """The parameter that gives a row-slice statistic its trailing axis (`Statistic.sliced`): span_mass's
-    spans, offset_prob's offsets, top_key's k, distance_mass's bins. One slot per span, offset, rank or
+    """The parameter that gives a row-slice statistic its trailing axis (`Statistic.sliced`): the key spans,
+    offsets, top keys' k or distance bins of a row's mass. One slot per span, offset, rank or
     bin; a run that sums over rows records each slot as an array of its own, `<statistic>@<label>`.
 
     `name`: the keyword, flag (dashed) and meta field; `default`: its value unless given; `check`: a
@@ -83,7 +83,7 @@ class SliceParameter:
     checked value -> the slots' labels (None: one slot, the array named by the statistic alone);
     `record`: the checked value -> JSON for a results meta; `needs`: what a refusal of the statistic
     without it says (None: the default serves); `built_in`: slots a generation records before the
-    caller's (span_mass's prompt and generated); `example`: the flag's example value."""
+    caller's (the spans' prompt and generated); `example`: the flag's example value."""
 
     name: str
     default: Any
@@ -95,6 +95,13 @@ class SliceParameter:
     named: str | None = None  # the meta field naming a generation's slots, where they are names (span_names)
     slot: str = "{}"  # a slot in words, "{}" its label: "{} behind" -> "1 behind"
     example: str = ""
+    help: str = ""  # its flag's help
+    metavar: str = ""  # its flag's value, as the help shows it
+
+    def setting(self):
+        """Its field in a run's settings (runs/setting_groups.py's Slicing): a flag whose text the run
+        parses (`Slicing.parsed_slicing`), None where not given."""
+        return setting(None, help=self.help, metavar=self.metavar)
 
     @property
     def flag(self) -> str:

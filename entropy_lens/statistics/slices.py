@@ -91,7 +91,7 @@ def _given(value, default) -> bool:
 class Slices:
     """The row-slice statistics a run asks for (`stats`, of statistics.ROW_SLICE_STATISTICS) and the
     checked values of their parameters (`values`: ((parameter, value), ...), in the order of `stats`);
-    `per_token`: recorded per generated token (GenerationRecorder): span_mass's spans begin with its
+    `per_token`: recorded per generated token (GenerationRecorder): the spans begin with their
     built-in prompt and generated, top_key keeps k keys, and each statistic keeps its trailing axis
     whole at the row that chose the token. Build with `parse`; empty (`bool(Slices())` is False) where none
     is asked for."""
@@ -182,7 +182,7 @@ class Slices:
 
     def recorded(self) -> dict:
         """The parameters asked for, as a results meta keeps them (JSON), each under its name (a
-        generation's span_mass also its slots' names, span_names)."""
+        generation's spans also their slots' names, span_names)."""
         from entropy_lens.statistics import ROW_SLICE_STATISTICS
 
         meta = {}

@@ -13,10 +13,12 @@ where none was recorded (the page shows ids). The values, one entry per array of
                    sequence ended
     top_key        int32 (B, N, layers, heads, k) base64: the k most probable keys' real positions, −1
                    where none (after a sequence ended, past the keys a row sees)
+    slices         per row-slice statistic held with named slots: its array, label and slots' names
+                   (the hovered token's detail lists them)
 
 `stats` lists what the statistic menu offers, in the file's order: each row statistic (entropy in bits,
 the others in their units, as the head explorer shows them), then each row-slice statistic of
-probabilities per slot (span_mass per span, offset_prob per offset, distance_mass per bin) and
+probabilities per slot (per span, offset or distance bin: `GenerationResult.slots`) and
 top_key_prob per rank, each naming its array and slot. A token after its sequence's end has
 NaN there, drawn as "ended" (a gap, never a number).
 """
@@ -139,7 +141,11 @@ def generation_payload(item: GenerationItem) -> dict:
         "values": values,
         "top_key": None,
         "top_keys": 0,
-        "spans": [text(s) for s in g.span_names],
+        "slices": [  # the hovered token's row-slice statistics, each slot named
+            {"array": text(name), "label": text(stat.label), "parts": [text(p) for p in parts]}
+            for name, stat in ROW_SLICE_STATISTICS.items()
+            if name in g.values and (parts := [stat.sliced.slot.format(s) for s in g.slots(name)])
+        ],
         "notes": [],
     }
     if TOP_KEY.name in g.values:

@@ -102,21 +102,29 @@ def test_one_row_pass_per_layer_feeds_them(monkeypatch):
 def test_the_monitor_records_them_per_head():
     model = build("llama", SUPPORTED["llama"][0])
     ids, mask = ids_and_mask("right")
-    want = eager_slices(model, ids, mask)
-    with AttentionMonitor(model, stats=("entropy", "offset_prob"), offsets=OFFSETS) as mon, torch.no_grad():
+    monitored = ("entropy", "offset_prob", "distance_mass")
+    with (
+        AttentionMonitor(model, stats=monitored, offsets=OFFSETS, distance_bins=BINS) as mon,
+        torch.no_grad(),
+    ):
         model(ids, attention_mask=mask)
-    assert mon.summaries == ("entropy", "offset_prob@0", "offset_prob@1", "offset_prob@3")
+    bins = tuple(f"distance_mass@{b}" for b in BINS)
+    assert mon.summaries == ("entropy", "offset_prob@0", "offset_prob@1", "offset_prob@3", *bins)
     latest = mon.latest()
-    rows = mask.bool()
+    _, probs = eager_probabilities(model, ids, mask)
+    rows, T = mask.bool(), ids.shape[1]
+    behind = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # i − j
+    per_row = {}
     for d in OFFSETS:
-        _, probs = eager_probabilities(model, ids, mask)
-        key = torch.arange(ids.shape[1]) - d
-        per_row = torch.stack(
-            [torch.where(key >= 0, p[..., torch.arange(ids.shape[1]), key.clamp_min(0)], 0.0) for p in probs]
-        )
-        mean = (per_row * rows[None, :, None]).sum((1, 3)) / rows.sum()  # (layers, heads)
-        np.testing.assert_allclose(latest[f"offset_prob@{d}"], mean.numpy(), atol=2e-5, rtol=1e-5)
-    assert want  # the eager reference ran on the same model
+        key = torch.arange(T) - d
+        per_row[f"offset_prob@{d}"] = [
+            torch.where(key >= 0, p[..., torch.arange(T), key.clamp_min(0)], 0.0) for p in probs
+        ]
+    for name, a, b in zip(bins, BINS, (*BINS[1:], T + 1), strict=True):
+        per_row[name] = [(p * ((behind >= a) & (behind < b))).sum(-1) for p in probs]
+    for name, values in per_row.items():  # the mean over the real rows, per layer and head
+        mean = (torch.stack(values) * rows[None, :, None]).sum((1, 3)) / rows.sum()
+        np.testing.assert_allclose(latest[name], mean.numpy(), atol=2e-5, rtol=1e-5, err_msg=name)
 
 
 def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
