@@ -266,7 +266,7 @@ class Measure:
         statistics (a flags.Stats passes through), `key_stats` key statistics; `slices` row-slice
         statistics (`split_slices`), with `per_token` where a generation keeps them per generated token
         (statistics.slices.Slices); `params` the statistics' parameters by name, the row-slice
-        statistics' (statistics.SLICE_PARAMETERS: spans, offsets, top_keys, distance_bins) among them
+        statistics' (statistics.SLICE_PARAMETERS: spans, offsets, top_keys, ...) among them
         (`parse_params`)."""
         sliced = {name: params.pop(name) for name in list(params) if name in statistics.SLICE_PARAMETERS}
         asked = Slices.parse(slices, per_token=per_token, **sliced)
@@ -306,7 +306,7 @@ class Measure:
     def recorded(self) -> dict:
         """{parameter: value} as a results meta and a history record them: every parameter that is set
         (None: off, as the query window by default, is left out), and the row-slice statistics' (spans,
-        offsets, top_keys, distance_bins) where any is asked for."""
+        offsets, ...) where any is asked for."""
         return {name: value for name, value in self.params if value is not None} | self.slices.recorded()
 
 

@@ -5,9 +5,8 @@
         out = model.generate(ids, attention_mask=mask, max_new_tokens=64)
     result = rec.result()            # GenerationResult: tokens (B, N), stat(name) (B, N, layers, heads)
 
-    GenerationRecorder(model, stats=("entropy", "offset_prob", "top_key", "distance_mass"),
-                       offsets=(0, 1), top_keys=3, distance_bins=(0, 16, 256))
-    result.stat("distance_mass")     # (B, N, layers, heads, bins): result.slots("distance_mass") "0", "16", "256"
+    GenerationRecorder(model, stats=("entropy", "offset_prob", "top_key"), offsets=(0, 1), top_keys=3)
+    result.stat("offset_prob")       # (B, N, layers, heads, offsets): result.slots("offset_prob") "0", "1"
 
 The row of generated token n is the query whose logits chose it: the prompt's last position for n = 0,
 the query of decode step n after. A generation's first forward feeds its prompt (generate may feed it in
@@ -71,8 +70,8 @@ class GenerationRecorder(ScaleSession):
             row-slice statistics' (statistics.SLICE_PARAMETERS): `spans` the key spans besides
             "prompt" and "generated", {name: (start, stop)} in real positions (a sequence's first real
             prompt token is 0); `offsets` offset_prob's d >= 0 (0: the row's own key); `top_keys`
-            top_key's k, with their probabilities (top_key_prob); `distance_bins` distance_mass's
-            edges (0, b1, ...).
+            top_key's k, with their probabilities (top_key_prob); and the others of
+            statistics.SLICE_PARAMETERS.
 
     Raises:
         EntropyLensError: an unknown or key statistic, a value out of range, a statistic asked for by

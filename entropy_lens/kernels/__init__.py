@@ -66,7 +66,7 @@ never a silently different number. ::
         log-sum-exp from the backend's row pass, then the slice's scores (probs.py)
 
     row_slice_stats(q, k, *, softmax_scale, stats, rows=(a, b), <the modifiers above>, backend="auto",
-                    <the statistics' parameters: spans=, offsets=, top_keys=, distance_bins=>)
+                    <the statistics' parameters: statistics.SLICE_PARAMETERS>)
         -> {name: (B, Hq, b − a, n)}
         the row-slice statistics (statistics.ROW_SLICE_STATISTICS) at every row, from the
         same log-sum-exp and score tiles (slices.py)

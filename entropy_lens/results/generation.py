@@ -29,8 +29,9 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
                                                (`with_token_texts`; entropy-lens generate writes it), which
                                                `entropy-lens view` shows
 Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob), version 3
-distance_mass; earlier files load as they are (`slots` names any row-slice statistic's last axis). token_texts is an optional meta field, not a new version: a file without it loads, and
-the view shows its tokens by id.
+distance_mass; earlier files load as they are (`slots` names any row-slice statistic's last axis).
+token_texts is an optional meta field, not a new version: a file without it loads, and the view shows
+its tokens by id.
 
 `is_generation(path)` tells a generation file from a scan's or a history by its meta's schema, reading
 the meta alone.
@@ -118,7 +119,7 @@ class GenerationResult:
 
     def slots(self, name: str) -> tuple[str, ...]:
         """The labels of row-slice statistic `name`'s last axis as its declaration names them from the
-        meta (span_mass: its spans; offset_prob: its offsets; distance_mass: each bin's lower edge);
+        meta (span_mass: its spans; offset_prob: its offsets; a bin: its lower edge);
         () where it holds none by name (top_key's ranks) or was not recorded."""
         p = ROW_SLICE_STATISTICS[name].sliced
         if p.named is not None:

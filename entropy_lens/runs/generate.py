@@ -109,7 +109,8 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
     def measure(self) -> Measure:
         """What GenerationRecorder records, parsed once per config (flags.Measure, per generated token):
         the statistics of --stats, the row-slice statistics' parameters of --spans, --offsets,
-        --distance-bins and --top-keys, the kernel statistics' parameters, --backend and --fused;
+        ... and --top-keys (statistics.SLICE_PARAMETERS), the kernel statistics' parameters, --backend and
+        --fused;
         EntropyLensError in one line naming the flag."""
         stats = tuple(STATISTICS) if self.stats == ALL else tuple(filter(None, self.stats.split(",")))
         rest, sliced = split_slices(stats)

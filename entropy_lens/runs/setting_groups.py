@@ -5,7 +5,7 @@
     Loading      nope, rope_scaling, train_len, trust_remote_code, revision
     Text         data, seed
     Windows      samples, batch_size, stride, context_parallel (how each window is run)
-    Slicing      spans, offsets, distance_bins: the row-slice statistics' parameters (scan, generate)
+    Slicing      the row-slice statistics' parameters: spans, offsets, ... (scan, generate)
     PositionScaling, Scaling   rope_scaling; scale, head_scales, scale_schedule: the variants of the
                  attention scale
 
@@ -128,7 +128,7 @@ class Slicing:
 
     def parsed_slicing(self) -> dict:
         """The row-slice statistics' parameters given by flag (statistics.SLICE_PARAMETERS that are a field
-        of the config: --spans, --offsets, --distance-bins, generate's --top-keys), parsed: {name: value}
+        of the config: --spans, --offsets, ..., generate's --top-keys), parsed: {name: value}
         of those given; one line for another form."""
         from entropy_lens.statistics import SLICE_PARAMETERS
 
@@ -145,7 +145,7 @@ class Slicing:
 
     def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:
         """EntropyLensError in one line, naming the flags, for a row-slice statistic's flag (--spans,
-        --offsets, --distance-bins, --top-keys) without the statistic that reads it, or that statistic
+        --offsets, ..., --top-keys) without the statistic that reads it, or that statistic
         without the flag it needs, each as its declaration says (statistics.ROW_SLICE_STATISTICS).
 
         Args:

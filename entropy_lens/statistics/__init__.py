@@ -27,15 +27,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from entropy_lens.statistics.parameter import Parameter, SliceParameter
-from entropy_lens.statistics.reduction import MAX, MEAN, REDUCTIONS, Reduction
-from entropy_lens.statistics.slices import (
+from entropy_lens.statistics.parameter import (
+    Parameter,
+    SliceParameter,
     base_name,
     check_bins,
     check_offsets,
     check_spans,
     check_top_keys,
 )
+from entropy_lens.statistics.reduction import MAX, MEAN, REDUCTIONS, Reduction
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)

@@ -12,79 +12,21 @@ own, `<statistic>@<label>` (`arrays`), a generation keeps each statistic whole (
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.settings import check_argument
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SLICE_PARAMETERS
+from entropy_lens.statistics.parameter import (  # the parameters' checks, re-exported where readers look
+    SEP,
+    base_name,
+    check_bins,
+    check_offsets,
+    check_spans,
+    check_top_keys,
+)
 
-SEP = "@"  # between a row-slice statistic's name and a slot's label in an array's name
-
-
-def check_spans(spans, *, reserved=(), at_most: int | None = None) -> tuple[tuple[str, tuple[int, int]], ...]:
-    """{name: (start, stop)} checked, as ((name, (start, stop)), ...): a dict of identifiers (none of
-    `reserved`) to 0 <= start < stop (<= at_most where given); EntropyLensError in one line otherwise."""
-    if spans is None:
-        return ()
-    if not isinstance(spans, dict):
-        raise EntropyLensError(
-            f"spans must be a dict {{name: (start, stop)}}, e.g. {{'doc': (0, 200)}}; got {type(spans).__name__}"
-        )
-    checked = {}
-    bound = {"at_least": 0} | ({} if at_most is None else {"at_most": at_most})
-    for name, span in spans.items():
-        if not isinstance(name, str) or not name.isidentifier() or name in reserved:
-            other = f" other than {' and '.join(reserved)} (those are always recorded)" if reserved else ""
-            raise EntropyLensError(f"span name {name!r}: use a name of letters, digits and _{other}")
-        if not isinstance(span, (tuple, list)) or len(span) != 2:
-            raise EntropyLensError(f"span {name!r} must be (start, stop); got {span!r}")
-        for value in span:
-            check_argument(f"span {name!r}", value, int, bound, example=0)
-        start, stop = int(span[0]), int(span[1])
-        if start >= stop:
-            raise EntropyLensError(
-                f"span {name!r} ({start}, {stop}) is empty; pass (start, stop) with start < stop"
-            )
-        checked[name] = (start, stop)
-    return tuple(checked.items())
-
-
-def check_offsets(offsets) -> tuple[int, ...]:
-    """offset_prob's offsets d >= 0, each once; EntropyLensError in one line otherwise."""
-    values = tuple(offsets or ())
-    for d in values:
-        check_argument("offsets", d, int, {"at_least": 0}, example=1)
-    if len(set(values)) != len(values):
-        raise EntropyLensError(f"offsets {list(values)} name an offset twice; give each once")
-    return tuple(int(d) for d in values)
-
-
-def check_top_keys(k) -> int:
-    """top_key's k >= 1; EntropyLensError in one line otherwise."""
-    check_argument("top_keys", k, int, {"at_least": 1}, example=1)
-    return int(k)
-
-
-def check_bins(bins) -> tuple[int, ...]:
-    """distance_mass's bin edges (0, b1, b2, ...): whole numbers from 0, each larger than the one before
-    (bin m holds distances b_m <= i − j < b_(m+1), the last bin open); EntropyLensError in one line
-    otherwise."""
-    values = tuple(bins or ())
-    for b in values:
-        check_argument("distance_bins", b, int, {"at_least": 0}, example=16)
-    if not values or values[0] != 0 or any(b <= a for a, b in itertools.pairwise(values)):
-        raise EntropyLensError(
-            f"distance_bins {list(values)}: give increasing edges from 0, e.g. (0, 16, 256): the bins "
-            "[0, 16), [16, 256) and [256, ∞)"
-        )
-    return tuple(int(b) for b in values)
-
-
-def _given(value, default) -> bool:
-    """Whether a keyword holds a value of its own (None, the default and an empty one are none)."""
-    empty = isinstance(value, (tuple, list, dict)) and not value
-    return value is not None and not empty and value != default
+__all__ = ["SEP", "Slices", "base_name", "check_bins", "check_offsets", "check_spans", "check_top_keys"]
 
 
 @dataclass(frozen=True)
@@ -109,8 +51,6 @@ class Slices:
         each checked by its declaration: an unknown keyword is a TypeError; a parameter given without its
         statistic, a statistic without the parameter it needs, or a value out of range an
         EntropyLensError in one line naming the fix."""
-        from entropy_lens.statistics import ROW_SLICE_STATISTICS, SLICE_PARAMETERS
-
         unknown = [key for key in values if key not in SLICE_PARAMETERS]
         if unknown:
             raise TypeError(
@@ -127,7 +67,7 @@ class Slices:
         checked = []
         for stat in ROW_SLICE_STATISTICS.values():
             p = stat.sliced
-            given = _given(values.get(p.name), p.default)
+            given = p.given(values.get(p.name))
             if given and stat.name not in names:
                 raise EntropyLensError(
                     f"{p.name}= is read by the statistic {stat.name}, which stats= does not name; add "
@@ -145,8 +85,6 @@ class Slices:
         """This record, checked as a run that sums over rows takes it (a scan, EntropyRecorder, the
         monitor): a slot per array, so a parameter without labels (top_key's k) at its default alone;
         EntropyLensError in one line otherwise."""
-        from entropy_lens.statistics import ROW_SLICE_STATISTICS
-
         for name, value in self.values:
             p = ROW_SLICE_STATISTICS[name].sliced
             if p.labels(value) is None and value != p.check(p.default):
@@ -163,8 +101,6 @@ class Slices:
 
     def labels(self, name: str) -> tuple[str, ...] | None:
         """The labels of statistic `name`'s slots (a generation's built-in spans first); None: one slot."""
-        from entropy_lens.statistics import ROW_SLICE_STATISTICS
-
         p = ROW_SLICE_STATISTICS[name].sliced
         own = p.labels(self.value(name))
         if own is None:
@@ -183,8 +119,6 @@ class Slices:
     def recorded(self) -> dict:
         """The parameters asked for, as a results meta keeps them (JSON), each under its name (a
         generation's spans also their slots' names, span_names)."""
-        from entropy_lens.statistics import ROW_SLICE_STATISTICS
-
         meta = {}
         for name, value in self.values:
             p = ROW_SLICE_STATISTICS[name].sliced
@@ -192,8 +126,3 @@ class Slices:
             if self.per_token and p.named is not None:
                 meta[p.named] = list(self.labels(name))  # span_names: built-in spans and the caller's
         return meta
-
-
-def base_name(array: str) -> str:
-    """The statistic an array records: "offset_prob@1" -> "offset_prob" (any other name as it is)."""
-    return array.split(SEP, 1)[0]

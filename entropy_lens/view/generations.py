@@ -49,7 +49,7 @@ GENERATION_FIELDS = (  # shown in the generation's table, in this order, where i
     "n_heads",
     "stats",
     *ROW_PARAMETERS,  # the row statistics' parameters
-    *SLICE_PARAMETERS,  # the row-slice statistics' (spans, offsets, top_keys, distance_bins)
+    *SLICE_PARAMETERS,  # the row-slice statistics' (spans, offsets, top_keys, ...)
     "backend",
     "attention_path",
     "eos_token_id",
