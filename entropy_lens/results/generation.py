@@ -118,9 +118,15 @@ class GenerationResult:
         return self.slots(SPAN_MASS.name)
 
     def slots(self, name: str) -> tuple[str, ...]:
-        """The labels of row-slice statistic `name`'s last axis as its declaration names them from the
-        meta (span_mass: its spans; offset_prob: its offsets; a bin: its lower edge);
-        () where it holds none by name (top_key's ranks) or was not recorded."""
+        """The labels of a row-slice statistic's last axis, as its declaration names them from the meta.
+
+        Args:
+            name: a row-slice statistic (statistics.ROW_SLICE_STATISTICS).
+
+        Returns:
+            tuple: span_mass its spans, offset_prob its offsets, a distance bin its lower edge; () where
+            the slots have no names (top_key's ranks) or it was not recorded.
+        """
         p = ROW_SLICE_STATISTICS[name].sliced
         if p.named is not None:
             return tuple(self.meta.get(p.named, ()))

@@ -8,6 +8,10 @@ table derives from `DECLARED`:
     kernels/reference.py  @definition("entropy")        its float64 definition from the probabilities
     results, analysis, view, plotting                   STATISTICS[name].unit, .bound, .label, ...
     flags.Measure, runs/configs.py                      PARAMETERS: keywords, flags, meta, cache keys
+    kernels/slice_stats.py  @defined, @streamed         a row-slice statistic's (`sliced`: its parameter
+                                                        gives it a trailing axis) float64 definition and
+                                                        accumulator on the row pass's log-sum-exp
+    flags.Measure.slices, runs/setting_groups.py        SLICE_PARAMETERS: keywords, flags, meta
 
 One registry of reads and one of definitions, both axes; each axis is checked against its declaration
 when the module that fills it is imported (`check_registered(table, what, axis)`): a statistic declared
@@ -18,7 +22,8 @@ Two axes, one declaration. A row statistic (ROWS: a value per query row) and a k
 value per key, the attention it receives, `entropy_lens.attention_received`) are both a `Statistic` in
 `DECLARED`; `BY_AXIS` views it by axis (`STATISTICS`: the rows, `KEY_STATISTICS`: the keys), leaving
 out the monitor's summaries of a key statistic (`of`: received_first, received_max_later; `SUMMARIES`),
-which no kernel computes. Everything that iterates `STATISTICS` (results, the monitor, --stats, the
+which no kernel computes, and the row-slice statistics (`sliced`: `ROW_SLICE_STATISTICS`), which the
+slice pass computes rather than a read of the row pass's state. Everything that iterates `STATISTICS` (results, the monitor, --stats, the
 docs' tables) means the row statistics. `flags.parse_stats(stats, axis)` reads a --stats value or a
 `stats=` argument for either axis or both.
 """
