@@ -219,8 +219,10 @@ class _OffsetProb(Accumulator):
         )  # (B|1, bq, n)
         self.real = real[:, None, None]
 
-    def reach(self) -> tuple[int, int]:
-        return max(self.block.lo, int(self.keys.min())), min(self.block.hi, int(self.keys.max()) + 1)
+    def reach(self) -> tuple[int, int]:  # the keys d behind the block's first row .. its last row's own
+        block, offsets = self.block, self.value
+        first, last = block.q0 + block.offset - max(offsets), block.q1 - 1 + block.offset - min(offsets)
+        return max(block.lo, first), min(block.hi, last + 1)
 
     def add(self, tile: Tile) -> None:
         col = self.keys - tile.k0  # (bq, n): each row's key as a column of the tile
