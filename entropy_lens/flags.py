@@ -215,10 +215,11 @@ def parse_params(params: dict) -> tuple[tuple[str, int | None], ...]:
     EntropyLensError for a value out of range."""
     unknown = [name for name in params if name not in statistics.PARAMETERS]
     if unknown:
-        hint = did_you_mean(unknown, statistics.PARAMETERS)
+        known = [*statistics.PARAMETERS, *statistics.SLICE_PARAMETERS]
+        hint = did_you_mean(unknown, known)
         raise TypeError(
             f"unknown argument {', '.join(map(repr, unknown))}{hint}; the statistics' parameters are "
-            f"{', '.join(statistics.PARAMETERS)} (entropy_lens.statistics.PARAMETERS)"
+            f"{', '.join(known)} (entropy_lens.statistics.PARAMETERS, SLICE_PARAMETERS)"
         )
     return tuple(
         (name, p.check(params[name]) if name in params else p.default)
@@ -235,8 +236,8 @@ DEFAULT_PARAMS = parse_params({})  # every parameter at its default
 class Measure:
     """What to measure, as one record: the row statistics (`stats`), the key statistics (`key_stats`),
     every statistic's parameter (`params`, statistics.PARAMETERS: `measure.first_keys`, or `measure[name]`), the
-    row-slice statistics summed over rows with theirs (`slices`: span_mass@<span>, offset_prob@<d>,
-    top_key), the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
+    row-slice statistics with theirs (`slices`: summed over rows as an array per slot,
+    <statistic>@<label>; or per generated token), the kernel (`backend`) and the route mode (`fused`). Built once at each entrance (`Measure.parse`:
     `ScanConfig.measure`, `EntropyRecorder`/`ScaleSession`, `AttentionMonitor`, the kernels' public
     functions) and passed whole through the session, the route and `plan.run` to the kernels, which
     read the parameters of the statistics they compute; nothing below an entrance parses a value again
@@ -258,30 +259,24 @@ class Measure:
         backend="auto",
         fused="auto",
         slices=(),
-        spans=None,
-        offsets=(),
-        top_keys=1,
+        per_token=False,
         **params,
     ) -> Measure:
         """Each value through its parser: the one place a user's values become these. `stats` names row
         statistics (a flags.Stats passes through), `key_stats` key statistics; `slices` row-slice
-        statistics (`split_slices`) with their `spans`, `offsets` and `top_keys` (1: a run that sums
-        over rows records the most probable key alone); `params` the statistics' parameters by name
+        statistics (`split_slices`), with `per_token` where a generation keeps them per generated token
+        (statistics.slices.Slices); `params` the statistics' parameters by name, the row-slice
+        statistics' (statistics.SLICE_PARAMETERS: spans, offsets, top_keys, ...) among them
         (`parse_params`)."""
-        asked = Slices.parse(slices, spans=spans, offsets=offsets, top_keys=top_keys)
-        if asked.top_keys != 1:
-            raise EntropyLensError(
-                f"top_keys={top_keys}: a run that sums over rows records each row's most probable key "
-                "(top_key) alone; the k most probable: GenerationRecorder(top_keys=k) per generated token, "
-                "entropy_lens.row_slice_stats per row"
-            )
+        sliced = {name: params.pop(name) for name in list(params) if name in statistics.SLICE_PARAMETERS}
+        asked = Slices.parse(slices, per_token=per_token, **sliced)
         return cls(
             stats=parse_stats(stats),
             key_stats=parse_stats(key_stats, KEYS) if key_stats else (),
             params=parse_params(params),
             backend=parse_backend(backend),
             fused=parse_fused(fused),
-            slices=asked,
+            slices=asked if per_token else asked.summed(),
         )
 
     def __getitem__(self, name: str) -> int | None:
@@ -311,7 +306,7 @@ class Measure:
     def recorded(self) -> dict:
         """{parameter: value} as a results meta and a history record them: every parameter that is set
         (None: off, as the query window by default, is left out), and the row-slice statistics' (spans,
-        offsets, top_keys) where any is asked for."""
+        offsets, ...) where any is asked for."""
         return {name: value for name, value in self.params if value is not None} | self.slices.recorded()
 
 

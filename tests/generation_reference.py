@@ -2,6 +2,8 @@
 unpadded and teacher-forced through the model's own eager attention, its rows read at the positions of
 the generated tokens."""
 
+import itertools
+
 import numpy as np
 import torch
 from architectures import eager_probabilities
@@ -40,16 +42,17 @@ def float64_rows(model, sequence: torch.Tensor, rows: range, recent: int = 64) -
     return {name: torch.stack(v).permute(2, 0, 1).numpy() for name, v in out.items()}  # (R, layers, heads)
 
 
-SPANS, OFFSETS, TOP = {"early": (1, 4), "late": (5, 12)}, (0, 1, 3), 3
+SPANS, OFFSETS, TOP, BINS = {"early": (1, 4), "late": (5, 12)}, (0, 1, 3), 3, (0, 1, 4)
+SLICING = {"spans": SPANS, "offsets": OFFSETS, "top_keys": TOP, "distance_bins": BINS}
 
 
 def float64_slices(model, sequence: torch.Tensor, P: int, rows: range) -> dict[str, np.ndarray]:
-    """span_mass (prompt, generated, SPANS), offset_prob (OFFSETS) and the sorted top TOP probabilities
-    and positions, {name: (len(rows), layers, heads, values)} float64, from the model's eager attention
+    """span_mass (prompt, generated, SPANS), offset_prob (OFFSETS), distance_mass (BINS) and the sorted
+    top TOP probabilities and positions, {name: (len(rows), layers, heads, values)} float64, from the model's eager attention
     over `sequence` alone (unpadded: a key's index is its real position), prompt length P."""
     _, probs = eager_probabilities(model, sequence[None], None)
     bounds = [(0, P), (P, len(sequence)), *SPANS.values()]
-    out = {"span_mass": [], "offset_prob": [], "top_key": [], "top_key_prob": []}
+    out = {"span_mass": [], "offset_prob": [], "top_key": [], "top_key_prob": [], "distance_mass": []}
     for p in probs:  # (1, H, T, T) float64
         p = p[0][:, list(rows)]  # (H, R, T)
         out["span_mass"].append(torch.stack([p[..., a:b].sum(-1) for a, b in bounds], -1))
@@ -63,6 +66,14 @@ def float64_slices(model, sequence: torch.Tensor, P: int, rows: range) -> dict[s
                 1,
             )
         )
+        behind = torch.tensor(list(rows)).view(1, -1, 1) - torch.arange(p.shape[-1]).view(1, 1, -1)  # i − j
+        edges = (*BINS, len(sequence) + 1)
+        out["distance_mass"].append(
+            torch.stack(
+                [(p * ((behind >= a) & (behind < b))).sum(-1) for a, b in itertools.pairwise(edges)],
+                -1,
+            )
+        )
         top = p.sort(dim=-1, descending=True, stable=True)
         out["top_key_prob"].append(top.values[..., :TOP])
         out["top_key"].append(top.indices[..., :TOP].double())
@@ -70,12 +81,12 @@ def float64_slices(model, sequence: torch.Tensor, P: int, rows: range) -> dict[s
 
 
 def assert_equals_float64(model, result, sequences: torch.Tensor, padding, atol: float = 2e-4) -> None:
-    """Every statistic `result` recorded (STATS, sink_mass, and span_mass, offset_prob, top_key with SPANS,
-    OFFSETS, TOP) equals the float64 rows of each sequence alone: `sequences` (B, fed prompt + N) as
+    """Every statistic `result` recorded (STATS, sink_mass, and span_mass, offset_prob, top_key,
+    distance_mass with SPANS, OFFSETS, TOP, BINS) equals the float64 rows of each sequence alone: `sequences` (B, fed prompt + N) as
     generate returns them, `padding` (B,) each one's left padding. The top keys are compared wherever the
     float64 ranks are apart by more than `atol`."""
     N = result.tokens.shape[1]
-    sliced = {"span_mass", "offset_prob", "top_key"} & set(result.stats)
+    sliced = {"span_mass", "offset_prob", "top_key", "distance_mass"} & set(result.stats)
     for b, pad in enumerate(padding):
         P, n = int(result.prompt_len[b]), int(result.lengths[b])
         real = sequences[b, pad:]

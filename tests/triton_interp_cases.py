@@ -560,27 +560,32 @@ def test_attention_probs_slices_on_the_triton_row_pass(extras):
 
 @SLICE_EXTRAS
 def test_row_slice_stats_on_the_triton_row_pass(extras):
-    """row_slice_stats with the Triton kernel's log-sum-exp equals the float64 definitions."""
+    """row_slice_stats with the Triton kernel's log-sum-exp equals the float64 definitions, distance_mass
+    among them."""
     from entropy_lens import row_slice_stats
     from entropy_lens.kernels import attention_probabilities
     from entropy_lens.kernels.reference import attention_scores
-    from entropy_lens.kernels.slices import row_slices_reference
+    from entropy_lens.kernels.slices import Sight, slices_reference
+    from entropy_lens.statistics.slices import Slices
 
     q, k, kw = _slice_inputs(extras, seed=4)
     asked = {"spans": {"early": (0, 20), "late": (40, 70)}, "offsets": (0, 1, 5), "top_keys": 2}
+    asked["distance_bins"] = (0, 4, 30)
+    stats = ("span_mass", "offset_prob", "top_key", "distance_mass")
     mods, scale = ScoreMods.build(q, k, **kw), validate_scale(q, k, 0.3)
     p, _, _ = attention_probabilities(q, k, scale, mods)
     _, visible = attention_scores(q, k, scale, mods)
-    want = row_slices_reference(p, visible, 30, stats=("span_mass", "offset_prob", "top_key"), **asked)
+    sight = Sight.of(mods, q.shape[2], k.shape[2], 0, q.shape[2])
+    want = slices_reference(p, visible, sight, Slices.parse(stats, **asked))
     got = row_slice_stats(
         q.to(DEVICE),
         k.to(DEVICE),
         softmax_scale=0.3,
-        stats="span_mass,offset_prob,top_key",
+        stats=",".join(stats),
         backend="triton",
         **asked,
         **on_device(kw, DEVICE),
     )
-    for name in ("span_mass", "offset_prob", "top_key_prob"):
+    for name in ("span_mass", "offset_prob", "top_key_prob", "distance_mass"):
         assert (got[name].cpu().double() - want[name]).abs().max().item() <= 1e-5, name
     assert torch.equal(got["top_key"].cpu(), want["top_key"])

@@ -196,7 +196,7 @@ GENERATED_NEW = 8  # generated()'s max_new_tokens
 def generated():
     """(GenerationResult, tokenizer): tiny-nope writes GENERATED_NEW tokens greedily after two left-padded
     prompts, recording entropy, max_prob, span_mass (prompt, generated, opening = (0, 3)), offset_prob
-    (0, 1) and top_key (k = 2), with its token texts. Sequence 0 ends early: the first token a first run
+    (0, 1), top_key (k = 2) and distance_mass (bins 0, 2, 6), with its token texts. Sequence 0 ends early: the first token a first run
     wrote in sequence 0 alone is the end token of a second, identical but for that."""
     from entropy_lens import GenerationRecorder, load_model
 
@@ -208,8 +208,8 @@ def generated():
         return_tensors="pt",
         padding=True,
     )
-    kw = {"spans": {"opening": (0, 3)}, "offsets": (0, 1), "top_keys": 2}
-    stats = ("entropy", "max_prob", "span_mass", "offset_prob", "top_key")
+    kw = {"spans": {"opening": (0, 3)}, "offsets": (0, 1), "top_keys": 2, "distance_bins": (0, 2, 6)}
+    stats = ("entropy", "max_prob", "span_mass", "offset_prob", "top_key", "distance_mass")
 
     def run(end):
         with GenerationRecorder(model, stats=stats, **kw) as rec:

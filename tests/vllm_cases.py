@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("vllm", reason="vLLM is not installed (make vllm-env builds .venv-vllm)")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 
-from generation_reference import OFFSETS, SPANS, TOP, assert_equals_float64, float64_rows
+from generation_reference import SLICING, SPANS, assert_equals_float64, float64_rows
 from tiny import make_tokenizer
 from vllm import LLM, SamplingParams
 
@@ -127,11 +127,11 @@ def test_sampling_n_2_and_stop_tokens(engine):
 
 
 def test_row_slice_statistics_equal_float64(engine):
-    """span_mass (prompt, generated and two spans of the caller's), offset_prob and the top keys with
-    their probabilities, per generated token, beside the kernels' statistics."""
+    """span_mass (prompt, generated and two spans of the caller's), offset_prob, distance_mass and the top
+    keys with their probabilities, per generated token, beside the kernels' statistics."""
     llm, path, out = engine
-    stats = (*STATS, "span_mass", "offset_prob", "top_key")
-    extra = lens.request(stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP)
+    stats = (*STATS, "span_mass", "offset_prob", "top_key", "distance_mass")
+    extra = lens.request(stats=stats, **SLICING)
     params = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=extra)
     texts = prompts(6)[:2]
     outputs = llm.generate([{"prompt_token_ids": p} for p in texts], params)

@@ -170,8 +170,9 @@ def statistics_cell() -> str:
     rows = ", ".join(f"`{s.name}` ({s.unit})" for s in STATISTICS.values())
     keys = ", ".join(f"`{s.name}`" for s in KEY_STATISTICS.values())
     sliced = ", ".join(f"`{s.name}`" for s in ROW_SLICE_STATISTICS.values())
+    params = ", ".join(f"`{s.sliced.name}`" for s in ROW_SLICE_STATISTICS.values())
     return (
-        f"per query row: {rows}; with spans, offsets or k of their own (`row_slice_stats`, per generated "
+        f"per query row: {rows}; with a parameter of their own ({params}: `row_slice_stats`, per generated "
         f"token, summed in scans and recorders): {sliced}; per key (attention received, "
         f"`attention_received`): {keys}"
     )

@@ -101,6 +101,9 @@ class Session:
     # any number of keys; None where the forward's padding is not known (a 4-D mask given): read off each
     # layer's mask
     padding_start: tuple[torch.Tensor | None, int | None] | None = None
+    # (B,) int64 each sequence's real prompt tokens in a generation (GenerationRecorder sets it): where
+    # a row-slice statistic's built-in spans prompt and generated part; None outside a generation
+    prompt_len: torch.Tensor | None = None
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
     # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last
     # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`

@@ -29,8 +29,7 @@ from entropy_lens.capture.own_attention import check_supported, refuse_switch, r
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Measure, parse_stats, split_slices
 from entropy_lens.settings import SCALE, check_argument
-from entropy_lens.statistics import DEFAULT_STATS, PARAMETERS
-from entropy_lens.statistics.slices import SLICE_KEYWORDS
+from entropy_lens.statistics import DEFAULT_STATS, PARAMETERS, SLICE_PARAMETERS
 
 
 class ScaleSession:
@@ -130,7 +129,7 @@ def check_keywords(name: str, options: dict) -> None:
     """TypeError in one line for a keyword `ScaleSession` does not take, with the close matches
     (`scale=` -> "did you mean scales=?"), naming `name` rather than the internal class."""
     signature = inspect.signature(ScaleSession.__init__).parameters
-    known = [p for p in signature if p not in ("self", "model", "params")] + [*PARAMETERS, *SLICE_KEYWORDS]
+    known = [p for p in signature if p not in ("self", "model", "params")] + [*PARAMETERS, *SLICE_PARAMETERS]
     for key in options:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)

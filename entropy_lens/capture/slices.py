@@ -1,13 +1,13 @@
 """What a capture reads off the row pass's log-sum-exp besides the row statistics, a step between the row
 pass and the bookkeeping, from the layer's score tiles, never a second row pass (a route that gave no
-log-sum-exp is refused) and never T × S: the row-slice statistics it sums over rows (`Measure.slices`:
-span_mass@<span>, offset_prob@<d>, top_key; kernels/slices.py's `slices_from_lse`), and a block of the
-probabilities a recorder keeps (`Session.keep_block`: query positions a..b over keys c..d, `block_pass`).
+log-sum-exp is refused) and never T × S: the row-slice statistics of `Measure.slices` (kernels/slices.py's
+`slice_values`), summed over rows as arrays (<statistic>@<slot>) or a generated token's row whole, and
+a block of the probabilities a recorder keeps (`Session.keep_block`: query positions a..b over keys c..d,
+`block_pass`).
 
-Positions are the layer's key indices, as the other statistics' (`distance`): a forward's tokens from 0,
-a decode step's rows at the end of its cache. A batch whose rows start at different keys (left padding)
-would place a span at different tokens per row: refused for span_mass, and top_key is counted from each
-row's first real key.
+Positions are real: each batch row's keys from its first real one (the layer's `first_key`: left padding
+left out, a decode step's rows at the end of its cache), a generation's prompt spans from the session's
+`prompt_len`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from __future__ import annotations
 import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs
-from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.plan import Route
 from entropy_lens.kernels.probs import probs_from_lse
 from entropy_lens.kernels.reference import attention_probabilities
-from entropy_lens.kernels.slices import slices_from_lse
+from entropy_lens.kernels.slices import as_arrays, slice_values
 from entropy_lens.kernels.stats import RowStats
-from entropy_lens.statistics import SPAN_MASS, TOP_KEY
 
 
 def wants_slices(call: LayerCall) -> bool:
@@ -60,8 +58,10 @@ def block_pass(call: LayerCall, inputs: LayerInputs, rows: RowStats) -> None:
 
 
 def slice_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats) -> dict[str, torch.Tensor]:
-    """{array: (B, Hq, T) float32} of the session's row-slice statistics for the layer's rows, at the
-    scores its statistics were computed at (λ_h, every score modifier), on the row pass's log-sum-exp."""
+    """The session's row-slice statistics for the layer's rows, at the scores its statistics were computed
+    at (λ_h, every score modifier), on the row pass's log-sum-exp: {array: (B, Hq, T) float32} for a run
+    that sums over rows (`Slices.arrays`); per generated token (`Slices.per_token`) the last row alone,
+    each statistic whole, {name: (B, Hq, 1, n)} (top_key int64, top_key_prob beside it)."""
     slices = call.session.measure.slices
     if not slices:
         return {}
@@ -72,24 +72,8 @@ def slice_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStat
         )
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
-    first = _padding_starts(call)
-    if first is not None and SPAN_MASS.name in slices.stats:
-        raise EntropyLensError(
-            f"{SPAN_MASS.name} on a batch whose rows start at different keys (left padding) would place each "
-            "span at other tokens per row; record span_mass on unpadded (or right-padded) batches, or per "
-            "generated token with GenerationRecorder, which counts real positions"
-        )
-    values = slices_from_lse(query, key, rows.lse, softmax_scale, inputs.mods, slices)
-    if first is not None and TOP_KEY.name in values:
-        top = values[TOP_KEY.name]
-        values[TOP_KEY.name] = torch.where(top >= 0, top - first.to(top).view(-1, 1, 1), top)
-    return values
-
-
-def _padding_starts(call: LayerCall) -> torch.Tensor | None:
-    """(B,) each batch row's first real key where they differ (left padding; the recorder's
-    `Session.padding_start`), else None."""
-    start = call.session.padding_start
-    if start is None or start[0] is None or not bool((start[0] != 0).any()):
-        return None
-    return start[0]
+    T = query.shape[2]
+    span = (T - 1, T) if slices.per_token else (0, T)  # a generated token's row: the call's last
+    prompt_len = call.session.prompt_len
+    values = slice_values(query, key, rows.lse, softmax_scale, inputs.mods, slices, span, prompt_len)
+    return values if slices.per_token else as_arrays(slices, values)

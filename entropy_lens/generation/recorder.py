@@ -5,17 +5,17 @@
         out = model.generate(ids, attention_mask=mask, max_new_tokens=64)
     result = rec.result()            # GenerationResult: tokens (B, N), stat(name) (B, N, layers, heads)
 
-    GenerationRecorder(model, stats=("entropy", "span_mass", "offset_prob", "top_key"),
-                       spans={"doc": (0, 900)}, offsets=(0, 1), top_keys=3)
-    result.stat("span_mass")         # (B, N, layers, heads, spans): result.span_names "prompt", "generated", "doc"
+    GenerationRecorder(model, stats=("entropy", "offset_prob", "top_key"), offsets=(0, 1), top_keys=3)
+    result.stat("offset_prob")       # (B, N, layers, heads, offsets): result.slots("offset_prob") "0", "1"
 
 The row of generated token n is the query whose logits chose it: the prompt's last position for n = 0,
 the query of decode step n after. A generation's first forward feeds its prompt (generate may feed it in
 chunks: `prefill_chunk_size`), and every forward after it one token: one step. Each layer's row
 statistics come from the capture's kernels (the same numbers an EntropyRecorder takes), of which the
 recorder keeps the last query row of each step: O(layers · heads) per step, on the host. The row-slice
-statistics (span_mass, offset_prob, top_key: generation/rows.py) are read off that row's exact float64
-probabilities over its keys, O(heads · keys) per layer and step, only where asked for. Positions are
+statistics (statistics.ROW_SLICE_STATISTICS) come from the capture's slice pass on the same row pass's
+log-sum-exp, for that last row alone (capture/slices.py): O(heads · keys) per layer and step, only where
+asked for; keep_probs' block is read off the row's float64 probabilities (generation/rows.py). Positions are
 real: each sequence's left padding is left out; a pre-allocated cache (StaticCache) is read as its
 written slots (capture/call.py's `read_call`), so its keys sit where a growing cache's would.
 
@@ -42,10 +42,11 @@ from entropy_lens.capture.probe import check_row_stats_apply
 from entropy_lens.capture.recorder import fed_of, padding_mask
 from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
+from entropy_lens.flags import DEFAULT_ROWS, NO_SLICES, Measure, require, split_slices
 from entropy_lens.generation.record import Generation, one_row_per_step, prompt_padding
-from entropy_lens.generation.rows import RowSlices
+from entropy_lens.generation.rows import KeptProbs
 from entropy_lens.results.generation import PROBS, TOP_KEY_PROB, GenerationResult
-from entropy_lens.statistics import TOP_KEY
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPANS, TOP_KEY
 
 __all__ = ["GenerationRecorder"]
 
@@ -56,18 +57,21 @@ class GenerationRecorder(ScaleSession):
     Args:
         model: a transformers causal LM that capture supports.
         stats: row statistics of entropy_lens.statistics.STATISTICS (the kernels'; default entropy,
-            and sink_mass for a model with sinks) and of ROW_SLICE_STATISTICS: span_mass, offset_prob,
-            top_key (generation/rows.py). Key statistics (attention received) are refused: a generated
-            token's row is a row statistic.
-        spans: span_mass's spans besides "prompt" and "generated": {name: (start, stop)} in real
-            positions (a sequence's first real prompt token is 0).
-        offsets: offset_prob's offsets d >= 0: the key d positions behind each row (0: its own).
-        top_keys: top_key's k: the k most probable keys, with their probabilities (top_key_prob).
+            and sink_mass for a model with sinks) and of ROW_SLICE_STATISTICS (a row's mass on key spans,
+            by offset, by distance, its top keys). Key statistics (attention received) are refused: a generated token's
+            row is a row statistic.
         keep_probs: None, or ("generated", keys): keep each generated token's row's probabilities over a
             span's keys ("generated": the generated × generated block lm-polygraph's attention_all holds;
             "prompt", or one of `spans`), the result's `probs` (B, N, layers, heads, K).
+        measure: None, or what to record parsed already (flags.Measure.parse(..., per_token=True): the
+            command line's), in place of `stats` and the statistics' parameters.
         **options: ScaleSession's keywords, as EntropyRecorder takes them: `backend`, `fused`,
-            `scales`, and the kernel statistics' parameters by name.
+            `scales`, and the statistics' parameters by name: the kernels' (first_keys, ...) and the
+            row-slice statistics' (statistics.SLICE_PARAMETERS): `spans` the key spans besides
+            "prompt" and "generated", {name: (start, stop)} in real positions (a sequence's first real
+            prompt token is 0); `offsets` offset_prob's d >= 0 (0: the row's own key); `top_keys`
+            top_key's k, with their probabilities (top_key_prob); and the others of
+            statistics.SLICE_PARAMETERS.
 
     Raises:
         EntropyLensError: an unknown or key statistic, a value out of range, a statistic asked for by
@@ -75,12 +79,23 @@ class GenerationRecorder(ScaleSession):
             refused here, by a probe forward, as AttentionMonitor refuses it).
     """
 
-    def __init__(self, model, *, stats=None, spans=None, offsets=(), top_keys=1, keep_probs=None, **options):
+    def __init__(self, model, *, stats=None, keep_probs=None, measure: Measure | None = None, **options):
         check_keywords("GenerationRecorder", options)
-        self.slices, stats = RowSlices.parse(
-            stats, spans=spans, offsets=offsets, top_keys=top_keys, keep_probs=keep_probs
-        )
-        super().__init__(model, stats=stats, **options)
+        if measure is None:
+            self.kept = KeptProbs.parse(keep_probs, options.get(SPANS.name))
+            rest, sliced = split_slices(() if stats is None else stats)
+            if self.kept is not None and not any(ROW_SLICE_STATISTICS[s].sliced is SPANS for s in sliced):
+                options.pop(SPANS.name, None)  # spans= names keep_probs' keys alone
+            super().__init__(model, stats=stats, per_token=True, **options)
+        else:  # parsed by the caller (entropy-lens generate's GenerateConfig.measure): taken whole
+            require(measure=measure)
+            if measure.slices and not measure.slices.per_token:
+                raise TypeError("GenerationRecorder(measure=...) takes Measure.parse(..., per_token=True)")
+            asked = dict(measure.slices.values)
+            spans = next((dict(v) for s, v in asked.items() if ROW_SLICE_STATISTICS[s].sliced is SPANS), None)
+            self.kept = KeptProbs.parse(keep_probs, spans)
+            rest = () if measure.stats == DEFAULT_ROWS else measure.stats  # named, unless the default
+            super().__init__(model, stats=stats, measure=measure, **options)
         if self.session.measure.key_stats:
             raise EntropyLensError(
                 f"GenerationRecorder records row statistics of each generated token; "
@@ -89,18 +104,16 @@ class GenerationRecorder(ScaleSession):
             )
         cfg = model.config.get_text_config()
         self.n_layers, self.n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
-        if stats is not None:  # asked for by name (the default's sink_mass is recorded where it applies)
+        if rest:  # asked for by name (the default's sink_mass is recorded where it applies)
             check_row_stats_apply(
                 model,
-                self.session.measure,
+                self.session.measure.replace(slices=NO_SLICES),  # the slice pass reports what it is asked
                 n_layers=self.n_layers,
                 drop="GenerationRecorder's stats (--stats)",
             )
         self.session.on_stats = self._add
-        if (
-            self.slices.stats or self.slices.keep
-        ):  # each layer's last row, whole: its probabilities over its keys
-            self.session.on_rows, self.session.probe_rows = self._add_slices, 1
+        if self.kept is not None:  # each layer's last row, whole: its probabilities over its keys
+            self.session.on_rows, self.session.probe_rows = self._add_kept, 1
         self._generations: list[Generation] = []  # each generate() call, or a decode loop's forwards
         self._layers: dict[int, dict[str, torch.Tensor]] = {}  # this forward's last rows, by layer
         # the last forward's statistics, {name: (B, layers, heads[, values])} on the model's device: what
@@ -192,14 +205,15 @@ class GenerationRecorder(ScaleSession):
             generation.begin(B, prompt_padding(mask if mask is not None else given, B, T))
         generation.feed(B, T, ids, mask, seen)
         self.session.padding_start = (generation.padding_on(fed.device), generation.fed_len)
+        self.session.prompt_len = generation.prompt_len_on(fed.device)  # the built-in spans' border
 
     def _add(self, layer: int, values: dict, offset: int) -> None:
-        """A layer's row statistics (B, Hq, T): its last row, the one whose logits choose the next token."""
+        """A layer's row statistics (B, Hq, T) and row-slice statistics (B, Hq, 1, n): its last row, the one
+        whose logits choose the next token."""
         self._layers.setdefault(layer, {}).update({name: v[:, :, -1].detach() for name, v in values.items()})
 
-    def _add_slices(self, layer: int, p: torch.Tensor) -> None:
-        """A layer's last row, whole (p (B, Hq, 1, S) float64): the row-slice statistics read off it. The
-        S keys are the last S positions fed (a sliding-window layer's cache keeps its last W; a
+    def _add_kept(self, layer: int, p: torch.Tensor) -> None:
+        """A layer's last row, whole (p (B, Hq, 1, S) float64): keep_probs' block read off it. The S keys are the last S positions fed (a sliding-window layer's cache keeps its last W; a
         pre-allocated cache's slots are cut to those written: capture/call.py's `read_call`)."""
         generation = self._generations[-1]
         p = p[:, :, -1]
@@ -208,7 +222,7 @@ class GenerationRecorder(ScaleSession):
         key_pos = torch.arange(fed_len - S, fed_len, device=p.device)[None] - padding[:, None]
         query_pos = fed_len - 1 - padding
         prompt_len = generation.prompt_len_on(p.device)
-        self._layers.setdefault(layer, {}).update(self.slices.read(p, key_pos, query_pos, prompt_len))
+        self._layers.setdefault(layer, {})[PROBS] = self.kept.read(p, key_pos, query_pos, prompt_len)
 
     def _end_forward(self, module, args, output):
         got = sorted(self._layers)
@@ -317,7 +331,7 @@ class GenerationRecorder(ScaleSession):
             "n_heads": self.n_heads,
             "stats": [name for name in values if name not in (TOP_KEY_PROB, PROBS)],
             **measure.recorded(),
-            **self.slices.recorded(),
+            **({} if self.kept is None else self.kept.recorded()),
             "backend": "+".join(sorted(self.session.backends)),
             "attention_path": "+".join(sorted(self.session.paths)),
             "eos_token_id": None if eos is None else np.atleast_1d(np.asarray(eos)).tolist(),

@@ -65,9 +65,10 @@ never a silently different number. ::
         an exact slice of the probabilities, each row normalised over every key it may see: the rows'
         log-sum-exp from the backend's row pass, then the slice's scores (probs.py)
 
-    row_slice_stats(q, k, *, softmax_scale, stats, spans={name: (c, d)}, offsets=(d, ...), top_keys=k,
-                    rows=(a, b), <the modifiers above>, backend="auto") -> {name: (B, Hq, b − a, n)}
-        span_mass, offset_prob and top_key (statistics.ROW_SLICE_STATISTICS) at every row, from the
+    row_slice_stats(q, k, *, softmax_scale, stats, rows=(a, b), <the modifiers above>, backend="auto",
+                    <the statistics' parameters: statistics.SLICE_PARAMETERS>)
+        -> {name: (B, Hq, b − a, n)}
+        the row-slice statistics (statistics.ROW_SLICE_STATISTICS) at every row, from the
         same log-sum-exp and score tiles (slices.py)
 
 What a row returns is declared once, in stats.py (`ROW_STATS`, `RowStats`); which kernel runs is decided

@@ -12,7 +12,7 @@ train-tiny and search-heads (training/) and the Trainer callback take them from 
 attention each key receives, `received` alone, as two summaries per head (statistics.SUMMARIES): the
 first real key's share (an attention sink forming) and the largest share of any later key (a heavy
 hitter); its capture session computes `received` and `received_mean` for them (`session_stats`). A
-row-slice statistic (span_mass, offset_prob, top_key, with AttentionMonitor's spans=, offsets=) is
+row-slice statistic (statistics.ROW_SLICE_STATISTICS, with its parameter: AttentionMonitor's spans=, ...) is
 recorded as its arrays (`expanded`: offset_prob@0, offset_prob@1, ...), each summarised as a row statistic.
 """
 
@@ -26,6 +26,7 @@ from entropy_lens.settings import MAX_COUNT, Checked, setting
 from entropy_lens.statistics import (
     BY_NAME,
     ENTROPY,
+    KEYS,
     MAX_LOGIT,
     RECEIVED,
     RECEIVED_MEAN,
@@ -112,7 +113,9 @@ def check_monitor_stats(stats) -> tuple[str, ...]:
     stats = (stats,) if isinstance(stats, str) else stats
     if not isinstance(stats, (tuple, list)) or not all(isinstance(s, str) for s in stats):
         raise EntropyLensError(f"stats must be a tuple of names (got {stats!r}); pass stats=('entropy',)")
-    other = [s for s in stats if s in BY_NAME and s not in STATISTICS and s not in SUMMARIES]
+    other = [
+        s for s in stats if BY_NAME.get(s) is not None and BY_NAME[s].axis == KEYS and s not in SUMMARIES
+    ]
     if other:
         raise EntropyLensError(
             f"AttentionMonitor cannot record {', '.join(other)}: of the attention each key receives it records "

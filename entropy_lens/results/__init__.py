@@ -13,7 +13,10 @@ One `.npz` that `numpy.load(path)` opens without entropy_lens (numpy only; no to
     Every array beyond these and meta is a row statistic the scan recorded (`ScanResult.stats`, by name,
     with its mean square `<name>_sq`; kernels.stats.ROW_STATS computes them, entropy_lens.statistics
     declares them without torch), shaped as entropy; `stat_names`, `stat(name)` and
-    `stat_unit(name)` read entropy and them alike.
+    `stat_unit(name)` read entropy and them alike. A row-slice statistic (statistics.ROW_SLICE_STATISTICS,
+    `scan --stats ... --spans/--offsets/...`) is an array per slot, `<statistic>@<label>` (offset_prob@1:
+    the key one behind; top_key alone: the most probable key's real position), its parameter in meta
+    under its name (statistics.SLICE_PARAMETERS; schema version 2).
     received, received_max, received_mean  float32 (layers, heads, len)  the key statistics of `scan
                                               --stats` (attention received BY key position j, over the
                                               counted query rows of each window: statistics.KEY_STATISTICS),

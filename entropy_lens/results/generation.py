@@ -6,8 +6,9 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
     <stat>      float32 (B, N, layers, heads)  a row statistic (entropy_lens.statistics.STATISTICS) of
                                                generated token n's row: the query whose logits chose it
                                                (n = 0: the prompt's last position); NaN after a sequence ended
-    span_mass   float32 (B, N, layers, heads, spans)    per span of meta's span_names (generation/rows.py)
+    span_mass   float32 (B, N, layers, heads, spans)    per span of meta's span_names
     offset_prob float32 (B, N, layers, heads, offsets)  per offset of meta's offsets
+    distance_mass float32 (B, N, layers, heads, bins)   per bin of meta's distance_bins (version 3)
     top_key     int64   (B, N, layers, heads, k)        the k most probable keys' real positions (−1: no
                                                key; after a sequence ended); top_key_prob float32 beside it
     probs       float32 (B, N, layers, heads, K)        keep_probs=("generated", span): row n's probabilities
@@ -21,7 +22,8 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
     meta        0-d str                        JSON: schema ("entropy_lens.generation"), schema_version,
                                                entropy_lens_version, model, model_class, n_layers, n_heads,
                                                stats, the statistics' parameters (spans, span_names,
-                                               offsets, top_keys where recorded), backend, attention_path,
+                                               offsets, top_keys, distance_bins where recorded), backend,
+                                               attention_path,
                                                eos_token_id; optional, token_texts: {id: text} of every
                                                id of the prompts and generated tokens, each decoded alone
                                                (`with_token_texts`; entropy-lens generate writes it), which
@@ -29,10 +31,10 @@ token's attention row, one `.npz` that numpy opens. Torch-free. ::
     prompt_rows.<stat>  (B, P, layers, heads[, values])  a statistic of every prompt row, position 0 .. P − 1
                                                (NaN past a sequence's prompt): a vLLM request with
                                                `prompt=True` (entropy_lens.vllm) (version 3)
-Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob), version 3 the prompt's
-rows; a file is written as the lowest version that describes it, and version 1 and 2 files load as they
-are. token_texts is an optional meta field, not a new version: a file without it loads, and
-the view shows its tokens by id.
+Version 2 added the row-slice arrays (span_mass, offset_prob, top_key, top_key_prob), version 3
+distance_mass and the prompt's rows; earlier files load as they are (`slots` names any row-slice
+statistic's last axis). token_texts is an optional meta field, not a new version: a file without it
+loads, and the view shows its tokens by id.
 
 `is_generation(path)` tells a generation file from a scan's or a history by its meta's schema, reading
 the meta alone.
@@ -120,7 +122,24 @@ class GenerationResult:
     @property
     def span_names(self) -> tuple[str, ...]:
         """span_mass's spans, in the order of its last axis ("prompt", "generated", then the caller's)."""
-        return tuple(self.meta.get("span_names", ()))
+        return self.slots(SPAN_MASS.name)
+
+    def slots(self, name: str) -> tuple[str, ...]:
+        """The labels of a row-slice statistic's last axis, as its declaration names them from the meta.
+
+        Args:
+            name: a row-slice statistic (statistics.ROW_SLICE_STATISTICS).
+
+        Returns:
+            tuple: span_mass its spans, offset_prob its offsets, a distance bin its lower edge; () where
+            the slots have no names (top_key's ranks) or it was not recorded.
+        """
+        p = ROW_SLICE_STATISTICS[name].sliced
+        if p.named is not None:
+            return tuple(self.meta.get(p.named, ()))
+        value = self.meta.get(p.name)
+        labels = None if value is None else p.labels(tuple(value) if isinstance(value, list) else value)
+        return tuple(labels or ())
 
     def ids_at(self, positions: np.ndarray) -> np.ndarray:
         """The token id at each real position of each sequence: its prompt and then its generated tokens.
@@ -356,8 +375,7 @@ class GenerationResult:
         Args:
             path: the file to write (a target that is not a regular file is refused).
         """
-        version = 3 if self.prompt_values else 2
-        meta = {"schema": SCHEMA, **self.meta, "schema_version": version}
+        meta = {"schema": SCHEMA, **self.meta, "schema_version": GENERATION_VERSION}
         return atomic_savez(
             path,
             tokens=self.tokens.astype(np.int64),

@@ -6,7 +6,7 @@ configs composed of them; the CLI generates the flags from them (`cli/options.py
     Loading      nope, rope_scaling, train_len, trust_remote_code, revision
     Text         data, seed
     Windows      samples, batch_size, stride, context_parallel (how each window is run)
-    Slicing      spans, offsets: span_mass's and offset_prob's parameters (scan, generate)
+    Slicing      the row-slice statistics' parameters: spans, offsets, ... (scan, generate)
     PositionScaling, Scaling   rope_scaling; scale, head_scales, scale_schedule: the variants of the
                  attention scale
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -37,14 +37,17 @@ from entropy_lens.results import ENTROPY_REDUCTIONS
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, PASSKEY_MOST, Checked, Recorded, setting
 from entropy_lens.statistics import (
     DEFAULT_STATS,
+    DISTANCE_BINS,
     ENTROPY,
     EXTRA_STATS,
     FIRST_KEYS,
     KEY_STATISTICS,
+    OFFSETS,
     PARAMETERS,
     QUERY_WINDOW,
     RECENT_KEYS,
     SINK_MASS,
+    SPANS,
 )
 
 __all__ = [
@@ -132,15 +135,10 @@ class Windows:
 
 @dataclass(frozen=True, kw_only=True)
 class Slicing:
-    spans: str | None = setting(
-        None,
-        metavar="NAME=A:B,...",
-        help="span_mass's named key spans, tokens A..B−1 of each sequence (the first is 0), e.g. doc=0:200 "
-        "(generate: besides prompt and generated, which it always records)",
-    )
-    offsets: str | None = setting(
-        None, metavar="D,...", help="offset_prob's offsets: the key D positions behind each row (0: its own)"
-    )
+    # the row-slice statistics' parameters, each a flag as its declaration says (statistics.SLICE_PARAMETERS)
+    spans: str | None = SPANS.setting()
+    offsets: str | None = OFFSETS.setting()
+    distance_bins: str | None = DISTANCE_BINS.setting()
 
     def parsed_spans(self) -> dict[str, tuple[int, int]] | None:
         """--spans "doc=0:200,needle=410:420" as {name: (start, stop)} (None: not given); one line for
@@ -163,34 +161,52 @@ class Slicing:
             spans[name] = _whole_numbers("--spans", f"{start},{stop}")
         return spans
 
+    def parsed_slicing(self) -> dict:
+        """The row-slice statistics' parameters given by flag (statistics.SLICE_PARAMETERS that are a field
+        of the config: --spans, --offsets, ..., generate's --top-keys), parsed: {name: value}
+        of those given; one line for another form."""
+        from entropy_lens.statistics import SLICE_PARAMETERS
+
+        out = {}
+        for name, p in SLICE_PARAMETERS.items():
+            value = getattr(self, name, None)
+            if value is None or value == p.default:
+                continue
+            if name == "spans":
+                out[name] = self.parsed_spans()
+            else:
+                out[name] = _whole_numbers(p.flag, value) if isinstance(value, str) else value
+        return out
+
     def check_slicing(self, sliced: tuple[str, ...], *, spans_needed: bool) -> None:
-        """EntropyLensError in one line, naming the flags, for --spans or --offsets without the statistic
-        that reads it, or that statistic without it.
+        """EntropyLensError in one line, naming the flags, for a row-slice statistic's flag (--spans,
+        --offsets, ..., --top-keys) without the statistic that reads it, or that statistic
+        without the flag it needs, each as its declaration says (statistics.ROW_SLICE_STATISTICS).
 
         Args:
             sliced: the row-slice statistics --stats names (flags.split_slices).
-            spans_needed: whether span_mass needs --spans (a scan's; generate records its prompt and
-                generated spans anyway).
+            spans_needed: whether a statistic with built-in slots needs its flag anyway (a scan's spans
+                need --spans; generate records its prompt and generated spans).
         """
-        from entropy_lens.statistics import OFFSET_PROB, SPAN_MASS
+        from entropy_lens.statistics import ROW_SLICE_STATISTICS
 
-        for flag, given, stat, example in (
-            ("--spans", self.spans is not None, SPAN_MASS, "doc=0:200"),
-            ("--offsets", self.offsets is not None, OFFSET_PROB, "0,1"),
-        ):
-            if given and stat.name not in sliced:
+        given = self.parsed_slicing()
+        for stat in ROW_SLICE_STATISTICS.values():
+            p = stat.sliced
+            if p.name in given and stat.name not in sliced:
                 raise EntropyLensError(
-                    f"{flag} is read by {stat.name}: add it to --stats, or leave {flag} out"
+                    f"{p.flag} is read by {stat.name}: add it to --stats, or leave {p.flag} out"
                 )
-            if not given and stat.name in sliced and (spans_needed or stat is OFFSET_PROB):
-                raise EntropyLensError(f"--stats {stat.name} needs {flag}, e.g. {flag} {example}")
+            needed = p.needs is not None and (spans_needed or not p.built_in)
+            if p.name not in given and stat.name in sliced and needed:
+                raise EntropyLensError(f"--stats {stat.name} needs {p.flag}, e.g. {p.flag} {p.example}")
 
-    def parsed_offsets(self) -> tuple[int, ...]:
-        """--offsets "0,1" as (0, 1) (() where not given); one line for another form."""
-        return () if self.offsets is None else _whole_numbers("--offsets", self.offsets)
+
+SLICING = tuple(f.name for f in fields(Slicing))  # its fields: the flags of the row-slice statistics
 
 
 def _whole_numbers(flag: str, text: str) -> tuple[int, ...]:
+    """--offsets "0,1" as (0, 1); one line for another form."""
     try:
         return tuple(int(v) for v in text.split(","))
     except ValueError:
@@ -262,7 +278,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling,
     # the cache key (settings.Recorded: what changes the numbers; a new such field bumps KEY_VERSION)
     KEY_VERSION: ClassVar[int] = 1
     KEY: ClassVar[tuple[str, ...]] = (*LOADED_KEY, "data", "seed", "samples", "stride", *SCALED_KEY, "length")
-    KEY += ("entropy", "stats", *PARAMETERS, "spans", "offsets")  # the statistics and their parameters
+    KEY += ("entropy", "stats", *PARAMETERS, *SLICING)  # the statistics and their parameters
     NOT_KEY: ClassVar[tuple[str, ...]] = ("batch_size", "context_parallel", "backend", "fused")
     length: int = setting(
         flag="--len", at_least=2, at_most=MAX_TOKENS, help="tokens per sequence (model input length)"
@@ -307,7 +323,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling,
         for name, parameter in PARAMETERS.items():
             if not parameter.keyed_at_default and key[name] == parameter.default:
                 del key[name]
-        for name in ("spans", "offsets"):  # the row-slice statistics' (--spans, --offsets), where given
+        for name in SLICING:  # the row-slice statistics' (--spans, --offsets, ...), where given
             if key[name] is None:
                 del key[name]
         return key
@@ -321,7 +337,7 @@ class ScanConfig(Checked, Recorded, Checkpoint, Loading, Text, Windows, Scaling,
         self.check_slicing(sliced, spans_needed=True)
         stats = Stats((*DEFAULT_STATS, *(name for name in parse_stats(rows) if name not in DEFAULT_STATS)))
         params = {name: getattr(self, name) for name in PARAMETERS}
-        slices = {"slices": sliced, "spans": self.parsed_spans(), "offsets": self.parsed_offsets()}
+        slices = {"slices": sliced, **self.parsed_slicing()}
         try:
             return Measure.parse(
                 backend=self.backend, fused=self.fused, stats=stats, key_stats=keys, **slices, **params

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,26 +23,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, parse_stats
+from entropy_lens.flags import ALL, BACKENDS, FUSED_MODES, Measure, require, split_slices
 from entropy_lens.results import check_regular_source, printable
 from entropy_lens.runs.configs import Checkpoint, Loading, Slicing
 from entropy_lens.runs.output import check_replaceable, say
 from entropy_lens.settings import MAX_COUNT, MAX_SEED, MAX_TOKENS, Checked, documented, setting
 from entropy_lens.statistics import (
+    DEFAULT_STATS,
     ENTROPY,
     FIRST_KEYS,
-    OFFSET_PROB,
     RECENT_KEYS,
     ROW_PARAMETERS,
     ROW_SLICE_STATISTICS,
-    SPAN_MASS,
     STATISTICS,
     TOP_KEY,
 )
 
 if TYPE_CHECKING:  # torch-free at import: `entropy-lens generate --help` loads none
     from entropy_lens.generation import GenerationResult
-    from entropy_lens.generation.rows import RowSlices
 
 __all__ = ["GenerateConfig", "generate", "head_summary"]
 
@@ -78,7 +77,7 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
             )
         if self.prompt_file is not None:
             self.prompt_text()
-        self.row_slices()
+        require(measure=self.measure)  # parsed here, before anything loads
 
     def prompt_text(self) -> str:
         """The text of --prompt-file; EntropyLensError in one line for a path that is no file or a file
@@ -106,25 +105,29 @@ class GenerateConfig(Checked, Checkpoint, Loading, Slicing):
         given = {"--prompt-file": self.prompt_file, "--data": self.data}
         return {flag: path for flag, path in given.items() if path is not None and Path(path).is_file()}
 
-    def row_slices(self) -> tuple[RowSlices, str | tuple | None]:
-        """(the row-slice statistics asked for, the kernels' statistics) from --stats, --spans, --offsets
-        and --top-keys; EntropyLensError in one line naming the flag."""
-        from entropy_lens.generation.rows import RowSlices  # torch: loaded when a run checks its flags
-
+    @functools.cached_property
+    def measure(self) -> Measure:
+        """What GenerationRecorder records, parsed once per config (flags.Measure, per generated token):
+        the statistics of --stats, the row-slice statistics' parameters of --spans, --offsets,
+        ... and --top-keys (statistics.SLICE_PARAMETERS), the kernel statistics' parameters, --backend and
+        --fused;
+        EntropyLensError in one line naming the flag."""
         stats = tuple(STATISTICS) if self.stats == ALL else tuple(filter(None, self.stats.split(",")))
-        self.check_slicing(tuple(name for name in stats if name in ROW_SLICE_STATISTICS), spans_needed=False)
-        if self.top_keys != 1 and TOP_KEY.name not in stats:
-            raise EntropyLensError(
-                f"--top-keys is read by {TOP_KEY.name}: add it to --stats, or leave --top-keys out"
-            )
-        spans, offsets = self.parsed_spans(), self.parsed_offsets()
+        rest, sliced = split_slices(stats)
+        self.check_slicing(sliced, spans_needed=False)
+        params = {name: getattr(self, name) for name in ROW_PARAMETERS}
         try:
-            slices, rest = RowSlices.parse(stats, spans=spans, offsets=offsets, top_keys=self.top_keys)
-            if rest is not None:
-                parse_stats(rest)  # the kernels' row statistics: a generated token's row
+            return Measure.parse(
+                stats=rest or DEFAULT_STATS,
+                slices=sliced,
+                per_token=True,
+                backend=self.backend,
+                fused=self.fused,
+                **self.parsed_slicing(),
+                **params,
+            )
         except ValueError as err:
             raise EntropyLensError(f"--stats: {err}") from None
-        return slices, rest
 
 
 documented(GenerateConfig)
@@ -148,21 +151,11 @@ def generate(config: GenerateConfig, *, out: str | None = None, force: bool = Fa
     lm = load_variant(config, device, resolve_dtype(config.dtype, device))
     ids = _prompt_ids(config, lm.tokenizer)[None].to(device)
     config = _top_keys_seen(config, ids.shape[-1])
-    params = {name: getattr(config, name) for name in ROW_PARAMETERS}
     kw = {"do_sample": config.sample, "max_new_tokens": config.max_new_tokens}
     if lm.tokenizer is not None and lm.tokenizer.pad_token_id is None:
         kw["pad_token_id"] = lm.tokenizer.eos_token_id
     torch.manual_seed(config.seed)
-    slices, stats = config.row_slices()
-    slice_kw = {"spans": slices.spans or None, "offsets": slices.offsets, "top_keys": slices.top_keys}
-    recorder = GenerationRecorder(
-        lm.model,
-        stats=(*(stats or ()), *slices.stats),
-        backend=config.backend,
-        fused=config.fused,
-        **slice_kw,
-        **params,
-    )
+    recorder = GenerationRecorder(lm.model, measure=config.measure)
     with recorder as rec, torch.no_grad(), past_positions_said(lm.model, config, ids.shape[1]):
         lm.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
     result = rec.result()
@@ -279,9 +272,8 @@ def head_summary(result: GenerationResult) -> str:
 
 def slice_summary(result: GenerationResult, top: int = 3) -> list[str]:
     """The heads that stand out by the row-slice statistics recorded, `top` each, their means over the
-    live generated tokens: per span of span_mass the heads that look at it most (prompt: which heads
-    look back at the prompt), per offset of offset_prob the heads that give that key most, and by
-    top_key the heads that copy: the share of generated tokens whose most probable key holds the very
+    live generated tokens: per slot of a row-slice statistic (each span, offset, distance bin) the heads
+    with its largest mean (the prompt's span: which heads look back at the prompt), and by top_key the heads that copy: the share of generated tokens whose most probable key holds the very
     token written (Wu et al.'s retrieval heads)."""
     live, lines = result.live, []
 
@@ -291,14 +283,13 @@ def slice_summary(result: GenerationResult, top: int = 3) -> list[str]:
             f"L{i // per_head.shape[1]}.H{i % per_head.shape[1]} ({per_head.flat[i]:.3f})" for i in order
         )
 
-    if SPAN_MASS.name in result.stats:
-        mass = result.stat(SPAN_MASS.name)[live].astype(np.float64).mean(0)  # (layers, heads, spans)
-        for n, span in enumerate(result.span_names):
-            lines.append(f"span_mass {span}: the heads that look at it most: {heads(mass[..., n])}")
-    if OFFSET_PROB.name in result.stats:
-        prob = result.stat(OFFSET_PROB.name)[live].astype(np.float64).mean(0)
-        for n, d in enumerate(result.offsets):
-            lines.append(f"offset_prob {d} behind: the heads that give that key most: {heads(prob[..., n])}")
+    for name in (n for n in result.stats if n in ROW_SLICE_STATISTICS):  # a slot per span, offset, bin
+        mean = result.stat(name)[live].astype(np.float64).mean(0)  # (layers, heads, slots)
+        words = ROW_SLICE_STATISTICS[name].sliced.slot
+        for n, label in enumerate(result.slots(name)):
+            lines.append(
+                f"{name} {words.format(label)}: the heads with the largest mean: {heads(mean[..., n])}"
+            )
     if TOP_KEY.name in result.stats and result.prompt is not None:
         first = result.stat(TOP_KEY.name)[..., 0]  # (B, N, layers, heads): each row's most probable key
         copied = result.ids_at(first) == result.tokens[:, :, None, None]

@@ -111,7 +111,7 @@ def scan(
         run = Run.start(config, resume=resume, choices=choices or PathChoices())
         recording = config.entropy != "none"  # the statistics asked for: summed on every rank from the start
         stats = tuple(name for name in run.measure.stats if name != SINK_MASS.name) if recording else ()
-        stats += run.measure.slices.arrays if recording else ()  # span_mass@<span>, offset_prob@<d>, top_key
+        stats += run.measure.slices.arrays if recording else ()  # <statistic>@<slot>: Slices.arrays
         keys = run.measure.key_stats if recording else ()
         sums = ScanSums(
             run.lm.n_layers, run.lm.n_heads, config.length, entropy=recording, stats=stats, key_stats=keys

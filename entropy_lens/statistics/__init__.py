@@ -8,6 +8,10 @@ table derives from `DECLARED`:
     kernels/reference.py  @definition("entropy")        its float64 definition from the probabilities
     results, analysis, view, plotting                   STATISTICS[name].unit, .bound, .label, ...
     flags.Measure, runs/configs.py                      PARAMETERS: keywords, flags, meta, cache keys
+    kernels/slice_stats.py  @defined, @streamed         a row-slice statistic's (`sliced`: its parameter
+                                                        gives it a trailing axis) float64 definition and
+                                                        accumulator on the row pass's log-sum-exp
+    flags.Measure.slices, runs/configs.py        SLICE_PARAMETERS: keywords, flags, meta
 
 One registry of reads and one of definitions, both axes; each axis is checked against its declaration
 when the module that fills it is imported (`check_registered(table, what, axis)`): a statistic declared
@@ -18,7 +22,8 @@ Two axes, one declaration. A row statistic (ROWS: a value per query row) and a k
 value per key, the attention it receives, `entropy_lens.attention_received`) are both a `Statistic` in
 `DECLARED`; `BY_AXIS` views it by axis (`STATISTICS`: the rows, `KEY_STATISTICS`: the keys), leaving
 out the monitor's summaries of a key statistic (`of`: received_first, received_max_later; `SUMMARIES`),
-which no kernel computes. Everything that iterates `STATISTICS` (results, the monitor, --stats, the
+which no kernel computes, and the row-slice statistics (`sliced`: `ROW_SLICE_STATISTICS`), which the
+slice pass computes rather than a read of the row pass's state. Everything that iterates `STATISTICS` (results, the monitor, --stats, the
 docs' tables) means the row statistics. `flags.parse_stats(stats, axis)` reads a --stats value or a
 `stats=` argument for either axis or both.
 """
@@ -27,9 +32,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from entropy_lens.statistics.parameter import Parameter
+from entropy_lens.statistics.parameter import (
+    Parameter,
+    SliceParameter,
+    base_name,
+    check_bins,
+    check_offsets,
+    check_spans,
+    check_top_keys,
+)
 from entropy_lens.statistics.reduction import MAX, MEAN, REDUCTIONS, Reduction
-from entropy_lens.statistics.slices import OFFSET_PROB_NAME, SPAN_MASS_NAME, TOP_KEY_NAME, base_name
 
 PROBABILITY = "probability"  # the unit of a statistic that lies in [0, 1]
 LOG_BOUND = "log"  # a row of i + 1 keys has at most ln(i + 1) nats (one outcome more with a sink)
@@ -74,7 +86,10 @@ class Statistic:
     `<name>_sq`; every statistic but sink_mass, whose results arrays hold no square); `reduction`: how
     values combine (MEAN, or MAX for a maximum); `axis`: ROWS (a value per query row) or KEYS (per key);
     `parameters`: what the caller may set of it (first_mass's K, the key statistics' query window);
-    `of`: None, or the statistic it summarises (the monitor's summaries of received, computed from it)."""
+    `of`: None, or the statistic it summarises (the monitor's summaries of received, computed from it);
+    `sliced`: None, or the parameter that gives a row-slice statistic its trailing axis (its spans,
+    offsets, k or bins): computed from the row pass's log-sum-exp by the slice pass (kernels/slices.py's
+    `@streamed`, held to its `@defined` float64 definition), not read off the row pass's state."""
 
     name: str
     unit: str
@@ -86,6 +101,7 @@ class Statistic:
     axis: str = ROWS
     parameters: tuple[Parameter, ...] = ()
     of: str | None = None
+    sliced: SliceParameter | None = None
 
     def __post_init__(self):
         known = self.reduction in REDUCTIONS.values() and self.axis in AXES
@@ -208,37 +224,89 @@ RECEIVED_MAX_LATER = Statistic(
     of=RECEIVED.name,
 )
 
-# Statistics of a row read off its exact probabilities over its keys (the capture's `Session.on_rows`,
-# float64), each with a trailing axis of its own: what a generated token's row is asked (Lookback Lens'
-# prompt against generated mass, LLM-Check's own-key and RAUQ's previous-token probability, retrieval
-# heads' top key). GenerationRecorder records them per generated token; no streaming kernel computes them
-# at every row yet, so they are not in DECLARED (a scan's --stats and the monitor refuse them by name)
+# The row-slice statistics: a row's mass on named key spans, its probability at given offsets behind it,
+# its most probable keys, its mass by distance (Lookback Lens' prompt against generated mass, LLM-Check's
+# own-key and RAUQ's previous-token probability, retrieval heads' top key, how far attention reaches),
+# each with a trailing axis its parameter gives (`sliced`): computed on the row pass's log-sum-exp by the
+# slice pass at every row (kernels/slices.py), summed over rows by scans, EntropyRecorder and the monitor
+# as an array per slot, kept whole per generated token by GenerationRecorder
+BUILT_IN_SPANS = ("prompt", "generated")  # span_mass's spans of every generation, before the caller's
+SPANS = SliceParameter(
+    "spans",
+    None,
+    lambda value: check_spans(value, reserved=BUILT_IN_SPANS),
+    lambda value: tuple(name for name, _ in value),
+    lambda value: {name: list(span) for name, span in value},
+    needs="spans={name: (start, stop)}: the keys whose mass each row gives, e.g. spans={'doc': (0, 200)}",
+    built_in=BUILT_IN_SPANS,
+    named="span_names",
+    example="doc=0:200",
+    help="span_mass's named key spans, tokens A..B−1 of each sequence (the first is 0), e.g. doc=0:200 "
+    "(generate: besides prompt and generated, which it always records)",
+    metavar="NAME=A:B,...",
+)
+OFFSETS = SliceParameter(
+    "offsets",
+    (),
+    check_offsets,
+    lambda value: tuple(map(str, value)),
+    list,
+    needs="offsets=(d, ...): the keys d positions behind each row (0: its own key, 1: the previous token), "
+    "e.g. offsets=(0, 1)",
+    slot="{} behind",
+    example="0,1",
+    help="offset_prob's offsets: the key D positions behind each row (0: its own)",
+    metavar="D,...",
+)
+TOP_KEYS = SliceParameter("top_keys", 1, check_top_keys, lambda value: None, int, example="3")
+DISTANCE_BINS = SliceParameter(
+    "distance_bins",
+    None,
+    check_bins,
+    lambda value: tuple(map(str, value)),
+    list,
+    needs="distance_bins=(0, b1, ...): the edges of the bins of distance i − j, e.g. (0, 16, 256)",
+    slot="{}+ back",
+    example="0,16,256",
+    help="distance_mass's bins of distance i − j behind each row: [0, B1), [B1, B2), ..., the last open, "
+    "e.g. 0,16,256",
+    metavar="0,B1,...",
+)
 SPAN_MASS = Statistic(
-    SPAN_MASS_NAME,
+    "span_mass",
     PROBABILITY,
     "Σ_{a <= j < b} p_j per named key span [a, b) in real positions: 'prompt', 'generated' (from the first "
     "generated token on) and the caller's; the sink is no key",
     "span mass",
+    sliced=SPANS,
 )
 OFFSET_PROB = Statistic(
-    OFFSET_PROB_NAME,
+    "offset_prob",
     PROBABILITY,
     "p_{i − d} per offset d: the probability a row gives the key d real positions behind its own (d = 0: "
     "its own key; 0 where that key is before the sequence or out of the row's sight)",
     "offset probability",
+    sliced=OFFSETS,
 )
 TOP_KEY = Statistic(
-    TOP_KEY_NAME,
+    "top_key",
     "position",
     "the real positions of the row's k most probable keys, exact ties the earliest first (−1 past the keys "
     "the row sees); their probabilities beside them (top_key_prob, float32: two keys may show one "
     "probability there and rank the later first, their values differing below float32's rounding)",
     "top key",
     squared=False,
+    sliced=TOP_KEYS,
 )
-ROW_SLICE_STATISTICS: dict[str, Statistic] = {s.name: s for s in (SPAN_MASS, OFFSET_PROB, TOP_KEY)}
+DISTANCE_MASS = Statistic(
+    "distance_mass",
+    PROBABILITY,
+    "Σ_{b_m <= i − j < b_(m+1)} p_j per bin m of distance_bins (0, b1, ...), i − j in real positions, the "
+    "last bin open: how far attention reaches (local, middle, far); the sink is no key",
+    "mass by distance",
+    sliced=DISTANCE_BINS,
+)
 TOP_KEY_PROB = TOP_KEY.name + "_prob"  # the probabilities of top_key's keys, an array beside it
-BUILT_IN_SPANS = ("prompt", "generated")  # span_mass's spans of every generation, before the caller's
 
 # every statistic, each declared once, rows first; the views below are its axes
 DECLARED: tuple[Statistic, ...] = (
@@ -256,14 +324,22 @@ DECLARED: tuple[Statistic, ...] = (
     RECEIVED_MEAN,
     RECEIVED_FIRST,
     RECEIVED_MAX_LATER,
+    SPAN_MASS,
+    OFFSET_PROB,
+    TOP_KEY,
+    DISTANCE_MASS,
 )
 if len({s.name for s in DECLARED}) != len(DECLARED):  # one name per statistic, across both axes
     raise ValueError("entropy_lens.statistics: two statistics share a name; rename one")
 BY_NAME: dict[str, Statistic] = {s.name: s for s in DECLARED}
 # every statistic a kernel computes, by axis, in the order results, summaries and --stats list them
 BY_AXIS: dict[str, dict[str, Statistic]] = {
-    axis: {s.name: s for s in DECLARED if s.axis == axis and s.of is None} for axis in AXES
+    axis: {s.name: s for s in DECLARED if s.axis == axis and s.of is None and s.sliced is None}
+    for axis in AXES
 }
+# the row-slice statistics (`sliced`), computed by the slice pass, and their parameters by name
+ROW_SLICE_STATISTICS: dict[str, Statistic] = {s.name: s for s in DECLARED if s.sliced is not None}
+SLICE_PARAMETERS: dict[str, SliceParameter] = {s.sliced.name: s.sliced for s in ROW_SLICE_STATISTICS.values()}
 STATISTICS: dict[str, Statistic] = BY_AXIS[ROWS]  # the row statistics
 KEY_STATISTICS: dict[str, Statistic] = BY_AXIS[KEYS]  # the key statistics (attention received)
 # the monitor's summaries of a key statistic, by the statistic they summarise
@@ -291,7 +367,7 @@ def ranked_rows(counted: int) -> int:
 def declared(name: str) -> Statistic:
     """The declared statistic `name` of either axis (KeyError naming the choices otherwise)."""
     stat = BY_NAME.get(name)
-    if stat is None or stat.of is not None:
+    if stat is None or stat.of is not None or stat.sliced is not None:
         raise KeyError(
             f"{name!r} is no declared statistic; choose from {', '.join(STATISTICS | KEY_STATISTICS)}"
         )
@@ -325,7 +401,9 @@ def check_registered(table: dict, what: str, axis: str = ROWS) -> dict:
     names no declared statistic."""
     declared = BY_AXIS[axis]
     missing = [name for name in declared if name not in table]
-    unknown = [name for name in table if name not in BY_NAME or BY_NAME[name].of is not None]
+    unknown = [
+        name for name in table if name not in BY_NAME or BY_NAME[name].of is not None or BY_NAME[name].sliced
+    ]
     if missing or unknown:
         raise ValueError(
             f"{what}: {'no entry for ' + ', '.join(missing) if missing else ''}"

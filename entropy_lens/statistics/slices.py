@@ -1,144 +1,128 @@
-"""The row-slice statistics' parameters, checked once (torch-free): span_mass's named key spans,
-offset_prob's offsets, top_key's k. `Slices` is what a run asks of them; a run that sums over rows (a
-scan, `EntropyRecorder`, the monitor) records each value as an array of its own, named
-`<statistic>@<span name or offset>` (`arrays`), beside the other row statistics. ::
+"""The row-slice statistics' parameters and the record of what a run asks of them (torch-free). A
+row-slice statistic (entropy_lens.statistics: span_mass, offset_prob, top_key, distance_mass) is declared
+with its `SliceParameter` (`Statistic.sliced`), whose value gives it a trailing axis: a slot per span,
+offset, rank or distance bin. `Slices` is what a run asks for, parsed once (inside `flags.Measure`); a
+run that sums over rows (a scan, `EntropyRecorder`, the monitor) records each slot as an array of its
+own, `<statistic>@<label>` (`arrays`), a generation keeps each statistic whole (`per_token`). ::
 
-    Slices.parse(("span_mass", "offset_prob"), spans={"doc": (0, 200)}, offsets=(0, 1))
-    .arrays -> ("span_mass@doc", "offset_prob@0", "offset_prob@1")
-    statistic_of("offset_prob@1") -> OFFSET_PROB
+    Slices.parse(("span_mass", "distance_mass"), spans={"doc": (0, 200)}, distance_bins=(0, 16, 256))
+    .arrays -> ("span_mass@doc", "distance_mass@0", "distance_mass@16", "distance_mass@256")
+    statistic_of("distance_mass@16") -> DISTANCE_MASS
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.settings import check_argument
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SLICE_PARAMETERS
+from entropy_lens.statistics.parameter import (  # the parameters' checks, re-exported where readers look
+    SEP,
+    base_name,
+    check_bins,
+    check_offsets,
+    check_spans,
+    check_top_keys,
+)
 
-# the row-slice statistics' names (statistics declares each as a Statistic under its name) and parameters
-SPAN_MASS_NAME, OFFSET_PROB_NAME, TOP_KEY_NAME = "span_mass", "offset_prob", "top_key"
-SLICED = (SPAN_MASS_NAME, OFFSET_PROB_NAME, TOP_KEY_NAME)
-SLICE_KEYWORDS = ("spans", "offsets", "top_keys")  # the row-slice statistics' parameters, as keywords
-SEP = "@"  # between a row-slice statistic's name and its span or offset in an array's name
-# what a refusal of a statistic without its parameter says
-NEEDS = {
-    "spans": "spans={name: (start, stop)}: the keys whose mass each row gives, e.g. spans={'doc': (0, 200)}",
-    "offsets": "offsets=(d, ...): the keys d positions behind each row (0: its own key, 1: the previous "
-    "token), e.g. offsets=(0, 1)",
-}
-
-
-def check_spans(spans, *, reserved=(), at_most: int | None = None) -> dict[str, tuple[int, int]]:
-    """{name: (start, stop)} checked: a dict of identifiers (none of `reserved`) to 0 <= start < stop
-    (<= at_most where given); EntropyLensError in one line otherwise."""
-    if spans is None:
-        return {}
-    if not isinstance(spans, dict):
-        raise EntropyLensError(
-            f"spans must be a dict {{name: (start, stop)}}, e.g. {{'doc': (0, 200)}}; got {type(spans).__name__}"
-        )
-    checked = {}
-    bound = {"at_least": 0} | ({} if at_most is None else {"at_most": at_most})
-    for name, span in spans.items():
-        if not isinstance(name, str) or not name.isidentifier() or name in reserved:
-            other = f" other than {' and '.join(reserved)} (those are always recorded)" if reserved else ""
-            raise EntropyLensError(f"span name {name!r}: use a name of letters, digits and _{other}")
-        if not isinstance(span, (tuple, list)) or len(span) != 2:
-            raise EntropyLensError(f"span {name!r} must be (start, stop); got {span!r}")
-        for value in span:
-            check_argument(f"span {name!r}", value, int, bound, example=0)
-        start, stop = int(span[0]), int(span[1])
-        if start >= stop:
-            raise EntropyLensError(
-                f"span {name!r} ({start}, {stop}) is empty; pass (start, stop) with start < stop"
-            )
-        checked[name] = (start, stop)
-    return checked
-
-
-def check_offsets(offsets) -> tuple[int, ...]:
-    """offset_prob's offsets d >= 0, each once; EntropyLensError in one line otherwise."""
-    values = tuple(offsets)
-    for d in values:
-        check_argument("offsets", d, int, {"at_least": 0}, example=1)
-    if len(set(values)) != len(values):
-        raise EntropyLensError(f"offsets {list(values)} name an offset twice; give each once")
-    return tuple(int(d) for d in values)
+__all__ = ["SEP", "Slices", "base_name", "check_bins", "check_offsets", "check_spans", "check_top_keys"]
 
 
 @dataclass(frozen=True)
 class Slices:
-    """The row-slice statistics a run asks for (`stats`, of ROW_SLICE_STATISTICS) and their parameters:
-    `spans` ((name, (start, stop)), ...) for span_mass, `offsets` for offset_prob, `top_keys` for top_key.
-    Build with `parse`; empty (`bool(Slices())` is False) where none is asked for."""
+    """The row-slice statistics a run asks for (`stats`, of statistics.ROW_SLICE_STATISTICS) and the
+    checked values of their parameters (`values`: ((parameter, value), ...), in the order of `stats`);
+    `per_token`: recorded per generated token (GenerationRecorder): the spans begin with their
+    built-in prompt and generated, top_key keeps k keys, and each statistic keeps its trailing axis
+    whole at the row that chose the token. Build with `parse`; empty (`bool(Slices())` is False) where none
+    is asked for."""
 
     stats: tuple[str, ...] = ()
-    spans: tuple[tuple[str, tuple[int, int]], ...] = ()
-    offsets: tuple[int, ...] = ()
-    top_keys: int = 1
+    values: tuple[tuple[str, Any], ...] = ()
+    per_token: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.stats)
 
     @classmethod
-    def parse(cls, stats, *, spans=None, offsets=(), top_keys=1, reserved=()) -> Slices:
-        """`stats` (names of ROW_SLICE_STATISTICS) and their parameters, checked: a parameter given
-        without its statistic, or offset_prob without offsets (span_mass without spans, unless the caller
-        records `reserved` spans anyway: a generation's prompt and generated), is refused in one line
-        naming the fix."""
-        names = tuple(stats)
-        unknown = [name for name in names if name not in SLICED]
+    def parse(cls, stats, *, per_token: bool = False, **values) -> Slices:
+        """`stats` (names of ROW_SLICE_STATISTICS) and their parameters by keyword (SLICE_PARAMETERS),
+        each checked by its declaration: an unknown keyword is a TypeError; a parameter given without its
+        statistic, a statistic without the parameter it needs, or a value out of range an
+        EntropyLensError in one line naming the fix."""
+        unknown = [key for key in values if key not in SLICE_PARAMETERS]
         if unknown:
-            raise EntropyLensError(
-                f"{', '.join(unknown)}: not a row-slice statistic; choose from {', '.join(SLICED)}"
+            raise TypeError(
+                f"got an unexpected keyword {', '.join(map(repr, unknown))}; the row-slice statistics' "
+                f"parameters are {', '.join(SLICE_PARAMETERS)}"
             )
-        offsets = tuple(offsets or ())
-        for keyword, given, stat in (
-            ("spans", bool(spans), SPAN_MASS_NAME),
-            ("offsets", bool(offsets), OFFSET_PROB_NAME),
-            ("top_keys", top_keys != 1, TOP_KEY_NAME),
-        ):
-            if given and stat not in names:
+        names = tuple(filter(None, stats.split(","))) if isinstance(stats, str) else tuple(stats or ())
+        strange = [name for name in names if name not in ROW_SLICE_STATISTICS]
+        if strange:
+            raise EntropyLensError(
+                f"{', '.join(map(str, strange))}: not a row-slice statistic; choose from "
+                f"{', '.join(ROW_SLICE_STATISTICS)}"
+            )
+        checked = []
+        for stat in ROW_SLICE_STATISTICS.values():
+            p = stat.sliced
+            given = p.given(values.get(p.name))
+            if given and stat.name not in names:
                 raise EntropyLensError(
-                    f"{keyword}= is read by the statistic {stat}, which stats= does not name; add "
-                    f"{stat!r} to stats, or leave {keyword}= out"
+                    f"{p.name}= is read by the statistic {stat.name}, which stats= does not name; add "
+                    f"{stat.name!r} to stats, or leave {p.name}= out"
                 )
-            needed = keyword == "offsets" or keyword == "spans" and not reserved
-            if not given and stat in names and needed:
-                raise EntropyLensError(f"{stat} needs {NEEDS[keyword]}")
-        check_argument("top_keys", top_keys, int, {"at_least": 1}, example=1)
-        return cls(
-            names,
-            tuple(check_spans(spans, reserved=reserved).items()),
-            check_offsets(offsets),
-            int(top_keys),
-        )
+            if stat.name not in names:
+                continue
+            if not given and p.needs is not None and not (per_token and p.built_in):
+                raise EntropyLensError(f"{stat.name} needs {p.needs}")
+            checked.append((stat.name, p.check(values[p.name] if given else p.default)))
+        order = dict(checked)
+        return cls(names, tuple((name, order[name]) for name in names), bool(per_token))
+
+    def summed(self) -> Slices:
+        """This record, checked as a run that sums over rows takes it (a scan, EntropyRecorder, the
+        monitor): a slot per array, so a parameter without labels (top_key's k) at its default alone;
+        EntropyLensError in one line otherwise."""
+        for name, value in self.values:
+            p = ROW_SLICE_STATISTICS[name].sliced
+            if p.labels(value) is None and value != p.check(p.default):
+                raise EntropyLensError(
+                    f"{p.name}={value}: a run that sums over rows records {name} at {p.name}={p.default} "
+                    f"alone; more per generated token: GenerationRecorder({p.name}=...), per row: "
+                    "entropy_lens.row_slice_stats"
+                )
+        return self
+
+    def value(self, name: str):
+        """The checked value of statistic `name`'s parameter (KeyError where `name` is not asked for)."""
+        return dict(self.values)[name]
+
+    def labels(self, name: str) -> tuple[str, ...] | None:
+        """The labels of statistic `name`'s slots (a generation's built-in spans first); None: one slot."""
+        p = ROW_SLICE_STATISTICS[name].sliced
+        own = p.labels(self.value(name))
+        if own is None:
+            return None
+        return (*p.built_in, *own) if self.per_token else own
 
     @property
     def arrays(self) -> tuple[str, ...]:
-        """The arrays a run that sums over rows records: span_mass@<span>, offset_prob@<d>, top_key."""
+        """The arrays a run that sums over rows records: <statistic>@<label> per slot (top_key: itself)."""
         out = []
         for name in self.stats:
-            if name == SPAN_MASS_NAME:
-                out += [f"{name}{SEP}{span}" for span, _ in self.spans]
-            elif name == OFFSET_PROB_NAME:
-                out += [f"{name}{SEP}{d}" for d in self.offsets]
-            else:
-                out.append(name)  # top_key: the most probable key alone
+            labels = self.labels(name)
+            out += [name] if labels is None else [f"{name}{SEP}{label}" for label in labels]
         return tuple(out)
 
     def recorded(self) -> dict:
-        """The parameters asked for, as a results meta keeps them (JSON)."""
+        """The parameters asked for, as a results meta keeps them (JSON), each under its name (a
+        generation's spans also their slots' names, span_names)."""
         meta = {}
-        if SPAN_MASS_NAME in self.stats:
-            meta["spans"] = {name: list(span) for name, span in self.spans}
-        if OFFSET_PROB_NAME in self.stats:
-            meta["offsets"] = list(self.offsets)
-        if TOP_KEY_NAME in self.stats:
-            meta["top_keys"] = self.top_keys
+        for name, value in self.values:
+            p = ROW_SLICE_STATISTICS[name].sliced
+            meta[p.name] = p.record(value)
+            if self.per_token and p.named is not None:
+                meta[p.named] = list(self.labels(name))  # span_names: built-in spans and the caller's
         return meta
-
-
-def base_name(array: str) -> str:
-    """The statistic an array records: "offset_prob@1" -> "offset_prob" (any other name as it is)."""
-    return array.split(SEP, 1)[0]

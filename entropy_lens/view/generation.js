@@ -2,7 +2,7 @@
 // explorer.js, which calls window.entropyLensDrawGenerations(data) and waits for it before the page is ready.
 // For the chosen generation, sequence, statistic, layer and head: a bar per generated token, then the prompt
 // and the generated text token by token, each generated token coloured by the statistic; hovering a token
-// (or its bar) shows its span masses, offset probabilities and top keys with their probabilities and texts,
+// (or its bar) shows its row-slice statistics (span masses, offset probabilities, mass by distance) and top keys with their probabilities and texts,
 // and outlines those keys in the text. A token after its sequence ended has NaN (−1 for a key) in the
 // payload: it is drawn as "ended", never as a number. Texts from files reach the DOM as textContent only,
 // and plotly (which reads hover text as HTML) through plain().
@@ -133,15 +133,10 @@ window.entropyLensDrawGenerations = function (data) {
     lines.push("token " + n + ": " + quoted(g, row.tokens[n]) + " (id " + row.tokens[n] + ", position " + (P + n) +
                "); its row is position " + (P + n - 1) + "'s query, layer " + state.layer + ", head " + state.head);
     if (e) lines.push(e.label + ": " + shown(valueOf(g, e, b, n), e));
-    if (has(g.values, "span_mass")) {
-      const mass = slots(g, "span_mass", b, n);
-      lines.push("span masses: " + g.spans.map((s, k) => s + " " + shown(mass[k], { unit: "" }).trim()).join(", "));
-    }
-    const offsets = g.stats.filter((x) => x.array === "offset_prob");
-    if (offsets.length) {
-      const p = slots(g, "offset_prob", b, n);
-      lines.push("offset probabilities: " + offsets.map((x) => x.label.split(": ")[1] + " " + shown(p[x.slot], { unit: "" }).trim()).join(", "));
-    }
+    g.slices.forEach((s) => {  // each row-slice statistic's slots: spans, offsets, distance bins
+      const v = slots(g, s.array, b, n);
+      lines.push(s.label + ": " + s.parts.map((p, k) => p + " " + shown(v[k], { unit: "" }).trim()).join(", "));
+    });
     const keys = topKeys(g, b, n);
     keys.forEach((k, r) => {
       if (k.pos < 0) return lines.push("top key " + (r + 1) + ": none (the row sees fewer keys)");

@@ -8,14 +8,18 @@ slots), and per sequence b (`rows`) its real prompt ids (null in a version 1 fil
 text of each id it holds ({id: text}, meta token_texts: `GenerationResult.with_token_texts`), or null
 where none was recorded (the page shows ids). The values, one entry per array of the file, row-major:
 
-    values[name]   float32 (B, N, layers, heads, slots) base64; slots 1 for a row statistic, the spans,
-                   offsets or ranks of span_mass, offset_prob, top_key_prob; NaN after a sequence ended
+    values[name]   float32 (B, N, layers, heads, slots) base64; slots 1 for a row statistic, the slots
+                   of a row-slice statistic (spans, offsets, bins; top_key_prob's ranks); NaN after a
+                   sequence ended
     top_key        int32 (B, N, layers, heads, k) base64: the k most probable keys' real positions, −1
                    where none (after a sequence ended, past the keys a row sees)
+    slices         per row-slice statistic held with named slots: its array, label and slots' names
+                   (the hovered token's detail lists them)
 
 `stats` lists what the statistic menu offers, in the file's order: each row statistic (entropy in bits,
-the others in their units, as the head explorer shows them), then span_mass per span, offset_prob per
-offset and top_key_prob per rank, each naming its array and slot. A token after its sequence's end has
+the others in their units, as the head explorer shows them), then each row-slice statistic of
+probabilities per slot (per span, offset or distance bin: `GenerationResult.slots`) and
+top_key_prob per rank, each naming its array and slot. A token after its sequence's end has
 NaN there, drawn as "ended" (a gap, never a number).
 """
 
@@ -26,10 +30,10 @@ import numpy as np
 from entropy_lens.results.generation import PROBS, TOP_KEY_PROB, GenerationResult
 from entropy_lens.statistics import (
     ENTROPY,
-    OFFSET_PROB,
     PROBABILITY,
     ROW_PARAMETERS,
-    SPAN_MASS,
+    ROW_SLICE_STATISTICS,
+    SLICE_PARAMETERS,
     STATISTICS,
     TOP_KEY,
 )
@@ -45,9 +49,7 @@ GENERATION_FIELDS = (  # shown in the generation's table, in this order, where i
     "n_heads",
     "stats",
     *ROW_PARAMETERS,  # the row statistics' parameters
-    "spans",
-    "offsets",
-    "top_keys",
+    *SLICE_PARAMETERS,  # the row-slice statistics' (spans, offsets, top_keys, ...)
     "backend",
     "attention_path",
     "eos_token_id",
@@ -62,20 +64,23 @@ def menu(g: GenerationResult) -> list[dict]:
     factor, range} per entry; factor turns the stored value into `unit` (entropy: nats to bits)."""
     entries = []
     for name in g.stats:
-        if name in (SPAN_MASS.name, OFFSET_PROB.name, TOP_KEY.name):
+        if name in ROW_SLICE_STATISTICS:
             continue
         info = STATISTICS[name]
         factor, unit = (1 / LN2, "bits") if name == ENTROPY.name else (1.0, info.unit)
         entries.append(_entry(name, name, unit, info.description, name, 0, factor))
     ranks = g.values[TOP_KEY_PROB].shape[-1] if TOP_KEY_PROB in g.values else 0
-    slices = (  # (array, what one of its slots is, the slots' names)
-        (SPAN_MASS.name, SPAN_MASS.description, list(g.span_names)),
-        (OFFSET_PROB.name, OFFSET_PROB.description, [f"{d} behind" for d in g.offsets]),
+    slices = [  # (array, what one of its slots is, the slots' names): a probability per slot
+        (name, stat.description, [stat.sliced.slot.format(label) for label in g.slots(name)])
+        for name, stat in ROW_SLICE_STATISTICS.items()
+        if stat.unit == PROBABILITY
+    ]
+    slices.append(
         (
             TOP_KEY_PROB,
             "the probability of the row's k-th most probable key",
             [f"rank {k + 1}" for k in range(ranks)],
-        ),
+        )
     )
     for array, what, parts in slices:
         if array in g.values:
@@ -136,7 +141,11 @@ def generation_payload(item: GenerationItem) -> dict:
         "values": values,
         "top_key": None,
         "top_keys": 0,
-        "spans": [text(s) for s in g.span_names],
+        "slices": [  # the hovered token's row-slice statistics, each slot named
+            {"array": text(name), "label": text(stat.label), "parts": [text(p) for p in parts]}
+            for name, stat in ROW_SLICE_STATISTICS.items()
+            if name in g.values and (parts := [stat.sliced.slot.format(s) for s in g.slots(name)])
+        ],
         "notes": [],
     }
     if TOP_KEY.name in g.values:

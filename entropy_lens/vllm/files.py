@@ -18,8 +18,6 @@ from entropy_lens.vllm.frontend import flush, request_folder
 from entropy_lens.vllm.options import PARTS
 
 __all__ = ["load"]
-# the parameters a result's meta keeps: the kernels' statistics' and the row-slice statistics'
-RECORDED = ("first_keys", "recent_keys", "query_window", "spans", "span_names", "offsets", "top_keys")
 
 
 def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
@@ -66,7 +64,7 @@ def load(out, request_id: str, *, wait: float = 60.0) -> GenerationResult:
         "n_layers": meta0["n_layers"],
         "n_heads": meta0["n_heads"],
         "stats": [name for name in names if name != TOP_KEY_PROB],
-        **{k: v for k, v in meta0.items() if k in RECORDED},
+        **meta0["recorded"],
         "backend": meta0.get("backend", ""),
         "attention_path": "vllm",
         "eos_token_id": None,

@@ -7,10 +7,10 @@ lists of them, no nested dicts). ::
     options_of(extra_args) -> RequestOptions, or None for a request that did not opt in
 
 Every key starts with `entropy_lens.`; `stats` names row statistics (the kernels' and the row-slice ones),
-`spans` span_mass's spans as "name:start:stop" strings, `offsets` and `top_keys` as GenerationRecorder
-takes them, `prompt` 1 to record the prompt's rows too, and any other key a statistic's parameter
-(statistics.PARAMETERS: `entropy_lens.first_keys`). Parsed by the same parsers as GenerationRecorder's,
-so a request is refused in one line when it is made, not in the engine.
+`spans` span_mass's spans as "name:start:stop" strings, `prompt` 1 to record the prompt's rows too, and
+any other key a statistic's parameter (statistics.PARAMETERS, SLICE_PARAMETERS: `entropy_lens.first_keys`,
+`entropy_lens.offsets`, `entropy_lens.distance_bins` as lists). Parsed by `flags.Measure.parse`, as
+GenerationRecorder's, so a request is refused in one line when it is made, not in the engine.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Measure
-from entropy_lens.generation.rows import RowSlices
+from entropy_lens.flags import Measure, split_slices
 
 PREFIX = "entropy_lens."
 KEY = "entropy_lens"  # the engine's additional_config key: {"out": the folder}
@@ -30,13 +29,13 @@ __all__ = ["ABORTED", "KEY", "PARTS", "PREFIX", "RequestOptions", "options_of", 
 
 @dataclass(frozen=True)
 class RequestOptions:
-    """One request's statistics: `measure` (the kernels' row statistics and their parameters), `slices`
-    (span_mass, offset_prob, top_key and their parameters) and `prompt` (record the prompt's rows)."""
+    """One request's statistics: `measure` (the kernels' row statistics and every parameter; its `slices`
+    the row-slice statistics per generated token), `stats` (the kernels' statistics to record: those
+    named, entropy where none is) and `prompt` (record the prompt's rows too)."""
 
     measure: Measure
-    slices: RowSlices
+    stats: tuple[str, ...]
     prompt: bool
-    stats: tuple[str, ...]  # the kernels' row statistics: those named, entropy where none is
 
 
 def request(stats=("entropy",), *, spans=None, offsets=(), top_keys=1, prompt=False, **parameters) -> dict:
@@ -44,12 +43,13 @@ def request(stats=("entropy",), *, spans=None, offsets=(), top_keys=1, prompt=Fa
 
     Args:
         stats: row statistics (a name, comma-separated names or a sequence): the kernels'
-            (entropy_lens.statistics.STATISTICS) and span_mass, offset_prob, top_key.
+            (entropy_lens.statistics.STATISTICS) and the row-slice ones (ROW_SLICE_STATISTICS).
         spans: span_mass's spans besides "prompt" and "generated": {name: (start, stop)}, positions.
         offsets: offset_prob's offsets d >= 0.
         top_keys: top_key's k.
         prompt: also record every prompt row (`result.prompt_stat(name)`).
-        **parameters: the statistics' parameters by name (statistics.PARAMETERS).
+        **parameters: the statistics' other parameters by name (statistics.PARAMETERS, SLICE_PARAMETERS:
+            `first_keys=8`, `distance_bins=(0, 16, 256)`).
 
     Returns:
         dict: flat keys for `SamplingParams(extra_args=...)` or the server's `vllm_xargs`.
@@ -65,10 +65,10 @@ def request(stats=("entropy",), *, spans=None, offsets=(), top_keys=1, prompt=Fa
     if offsets:
         flat[PREFIX + "offsets"] = [int(d) for d in offsets]
     if top_keys != 1:
-        flat[PREFIX + "top_keys"] = int(top_keys)
+        flat[PREFIX + "top_keys"] = top_keys
     if prompt:
         flat[PREFIX + "prompt"] = 1
-    flat.update({PREFIX + name: value for name, value in parameters.items()})
+    flat.update({PREFIX + name: list(v) if isinstance(v, tuple) else v for name, v in parameters.items()})
     options_of(flat)  # refused here, when the request is made
     return flat
 
@@ -85,26 +85,21 @@ def options_of(extra_args) -> RequestOptions | None:
     ours = {k[len(PREFIX) :]: v for k, v in extra_args.items() if isinstance(k, str) and k.startswith(PREFIX)}
     if not ours:
         return None
-    stats = ours.pop("stats", "entropy")
-    spans = ours.pop("spans", None)
-    offsets = ours.pop("offsets", ())
-    top_keys = ours.pop("top_keys", 1)
+    rest, sliced = split_slices(ours.pop("stats", "entropy"))
     prompt = ours.pop("prompt", 0)
     if prompt not in (0, 1, True, False):
         raise EntropyLensError(f"entropy_lens.prompt={prompt!r}: give 1 (record the prompt's rows) or 0")
-    slices, rest = RowSlices.parse(
-        stats,
-        spans=_spans(spans),
-        offsets=tuple(offsets) if isinstance(offsets, (list, tuple)) else (offsets,),
-        top_keys=top_keys,
-    )
-    measure = Measure.parse(stats=rest if rest is not None else ("entropy",), **ours)
+    if "spans" in ours:
+        ours["spans"] = _spans(ours["spans"])
+    for name in ("offsets", "distance_bins"):  # the flat spelling's lists, as the parsers take tuples
+        if isinstance(ours.get(name), list):
+            ours[name] = tuple(ours[name])
+    measure = Measure.parse(stats=rest or ("entropy",), slices=sliced, per_token=True, **ours)
     if measure.key_stats:
         raise EntropyLensError(
             f"{', '.join(measure.key_stats)} is a key statistic; a vLLM request records row statistics"
         )
-    stats = tuple(measure.stats) if rest is not None or not slices.stats else ()
-    return RequestOptions(measure, slices, bool(prompt), stats)
+    return RequestOptions(measure, tuple(measure.stats) if rest or not sliced else (), bool(prompt))
 
 
 def _spans(spans) -> dict | None:

@@ -35,11 +35,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from entropy_lens.flags import Backend
-from entropy_lens.kernels import ScoreMods, resolve_backend, row_slice_stats, run, statistics_kernel
+from entropy_lens.flags import NO_SLICES, Backend
+from entropy_lens.kernels import ScoreMods, resolve_backend, run, statistics_kernel
 from entropy_lens.kernels.contract import SAFE_SCORE, score_bound, score_range_checked, validate_scale
+from entropy_lens.kernels.slices import slice_values
 from entropy_lens.results.files import atomic_savez
-from entropy_lens.statistics import SPAN_MASS
 from entropy_lens.vllm.options import ABORTED, KEY, PARTS, options_of
 
 _LAYER = re.compile(r"(?:^|\.)(\d+)\.")
@@ -180,11 +180,7 @@ class Lens:
                 request.refused = f"layer {index} was handed a query that is not finite at positions {keep}.."
             if request.refused:
                 continue
-            options, values = request.options, {}
-            if options.stats:
-                values = _row_stats(q, k, options.measure, mods, request.largest[index])
-            if options.slices.stats:
-                values |= _slices(q, k, options.slices, request.prompt_len, mods)
+            values = _statistics(q, k, request.options, mods, request.largest[index], request.prompt_len)
             request.add(index, range(keep, S), {n: v[0].cpu().numpy() for n, v in values.items()})
 
     # -- the request's file ---------------------------------------------------------------------------
@@ -219,8 +215,7 @@ class Lens:
             "refused": request.refused,
             "recomputed_keys": request.recomputed,
             "stats": names,
-            **request.options.measure.recorded(),
-            **request.options.slices.recorded(),
+            "recorded": request.options.measure.recorded(),  # the parameters, as a result's meta keeps them
         }
         folder = self.out / PARTS / req_id
         if (folder / ABORTED).is_file():  # aborted: nothing written; the last rank removes the tombstone
@@ -242,43 +237,26 @@ def _finite(x: torch.Tensor) -> bool:
     return bool(torch.isfinite(x.detach().sum(dtype=torch.float64)))
 
 
-def _row_stats(q, k, measure, mods: dict, largest_key) -> dict[str, torch.Tensor]:
-    """The kernels' row statistics of rows q over keys k, on inputs checked as they were taken in (the
-    queries here, each key once: `_Request.keys_of`), so the kernel skips its own pass over every key:
-    the scores' bound from max|k| (`contract.score_bound`), as the capture's decode steps do. The one-pass
-    kernel where it builds (native on CPU), as `kernels.plan` picks it for a fused layer."""
+def _statistics(q, k, options, mods: dict, largest_key, prompt_len: int) -> dict[str, torch.Tensor]:
+    """The statistics a request asked for of rows q over keys k at positions 0 .. S − 1: the kernels'
+    row statistics and the row-slice statistics (`kernels.slices.slice_values` on the row pass's
+    log-sum-exp). The inputs were checked as they were taken in (the queries here, each key once:
+    `_Request.keys_of`), so the kernel skips its own pass over every key: the scores' bound from max|k|
+    (`contract.score_bound`), as the capture's decode steps do. The one-pass kernel where it builds
+    (native on CPU), as `kernels.plan` picks it for a fused layer."""
     score_mods = ScoreMods.build(q, k, **{name: v for name, v in mods.items() if name != "softmax_scale"})
     scale = validate_scale(q, k, mods["softmax_scale"])
     kernel, score_mods = statistics_kernel(Backend.AUTO, q, k, score_mods, one_pass=True)
     safe = score_bound(q, k, scale, score_mods, largest_key=largest_key) <= SAFE_SCORE
+    slices = options.measure.slices
+    measure = options.measure.replace(slices=NO_SLICES)
     with score_range_checked() if safe else contextlib.nullcontext():
-        return dict(run(kernel, q, k, None, scale, score_mods, measure=measure))
-
-
-def _slices(q, k, slices, prompt_len: int, mods: dict) -> dict[str, torch.Tensor]:
-    """span_mass, offset_prob and top_key (with top_key_prob) of the rows q over keys at positions
-    0 .. S − 1, by the kernels' row_slice_stats: each span cut to the keys there are (an empty one is 0)."""
-    S = k.shape[2]
-    spans = {name: slices.bounds(name, torch.tensor([prompt_len])) for name in slices.span_names}
-    spans = {name: (int(a), min(int(b), S)) for name, (a, b) in spans.items()}
-    present = {name: span for name, span in spans.items() if span[0] < span[1]}
-    out = row_slice_stats(
-        q,
-        k,
-        stats=slices.stats,
-        spans=present if SPAN_MASS.name in slices.stats else None,
-        offsets=slices.offsets,
-        top_keys=slices.top_keys,
-        **mods,
-    )
-    if SPAN_MASS.name in slices.stats:
-        masses = out[SPAN_MASS.name]
-        full = masses.new_zeros((*masses.shape[:-1], len(spans)))
-        for j, name in enumerate(spans):
-            if name in present:
-                full[..., j] = masses[..., list(present).index(name)]
-        out[SPAN_MASS.name] = full
-    return out
+        rows = run(kernel, q, k, None, scale, score_mods, measure=measure, with_lse=bool(slices))
+    values = {name: rows[name] for name in options.stats}
+    if slices:
+        prompt = torch.tensor([prompt_len], device=q.device)
+        values |= slice_values(q, k, rows.lse, scale, score_mods, slices, (0, q.shape[2]), prompt)
+    return values
 
 
 # -- the wrappers, installed once per process -------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Row-slice statistics summed over rows (capture/slices.py): `EntropyRecorder(stats=(..., "span_mass",
-"offset_prob", "top_key"), spans=..., offsets=...)`, a scan's `--stats ... --spans --offsets` and
-`AttentionMonitor` record span_mass@<span>, offset_prob@<d> and top_key per position, equal to the same
-statistics of the model's own eager attention (float64) on every family, by either route; read off the row
-pass's log-sum-exp (one row pass per layer); a left-padded batch counts top_key from each row's first real
-key and refuses span_mass; every flag refused in one line."""
+"offset_prob", "top_key", "distance_mass"), spans=..., offsets=..., distance_bins=...)`, a scan's `--stats
+... --spans --offsets --distance-bins` and `AttentionMonitor` record span_mass@<span>, offset_prob@<d>,
+distance_mass@<bin> and top_key per position, equal to the same statistics of the model's own eager
+attention (float64) on every family, by either route; read off the row pass's log-sum-exp (one row pass
+per layer); a left-padded batch counts every position from each row's first real key; every flag refused
+in one line."""
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from entropy_lens.runs.configs import ScanConfig
 
 SPANS = {"head": (0, 3), "middle": (4, 9)}
 OFFSETS = (0, 1, 3)
-STATS = ("entropy", "span_mass", "offset_prob", "top_key")
+BINS = (0, 2, 5)
+STATS = ("entropy", "span_mass", "offset_prob", "top_key", "distance_mass")
+SLICING = {"spans": SPANS, "offsets": OFFSETS, "distance_bins": BINS}
 
 
 def eager_slices(model, ids, mask):
@@ -30,9 +33,13 @@ def eager_slices(model, ids, mask):
         else (mask == 0).sum(1) * (mask[:, 0] == 0)
     )
     per_row = {}
+    keys = torch.arange(T).view(1, 1, 1, T) - first.view(-1, 1, 1, 1)  # (B, 1, 1, T) real positions
     for name, (a, b) in SPANS.items():
-        per_row[f"span_mass@{name}"] = [p[..., a:b].sum(-1) for p in probs]
+        per_row[f"span_mass@{name}"] = [(p * ((keys >= a) & (keys < b))).sum(-1) for p in probs]
     rows = torch.arange(T)
+    behind = rows.view(1, 1, T, 1) - torch.arange(T).view(1, 1, 1, T)  # i − j
+    for a, b in zip(BINS, (*BINS[1:], T + 1), strict=True):
+        per_row[f"distance_mass@{a}"] = [(p * ((behind >= a) & (behind < b))).sum(-1) for p in probs]
     for d in OFFSETS:
         key = rows - d
         per_row[f"offset_prob@{d}"] = [
@@ -51,7 +58,7 @@ def test_the_recorder_equals_eager_attention(model_type, fused):
     ids, mask = ids_and_mask("right")
     want = eager_slices(model, ids, mask)
     with (
-        EntropyRecorder(model, fused=fused, stats=STATS, spans=SPANS, offsets=OFFSETS) as rec,
+        EntropyRecorder(model, fused=fused, stats=STATS, **SLICING) as rec,
         torch.no_grad(),
     ):
         model(ids, attention_mask=mask)
@@ -66,23 +73,16 @@ def test_the_recorder_equals_eager_attention(model_type, fused):
     assert want["offset_prob@1"].std() > 0.02, "attention near uniform: the case would not test much"
 
 
-def test_top_key_on_a_left_padded_batch_counts_real_positions_and_span_mass_is_refused():
+def test_a_left_padded_batch_counts_real_positions():
     model = build("llama", SUPPORTED["llama"][0])
     ids, mask = ids_and_mask("left")
     want = eager_slices(model, ids, mask)
-    with EntropyRecorder(model, stats="top_key,offset_prob", offsets=OFFSETS) as rec, torch.no_grad():
+    with EntropyRecorder(model, stats=STATS, **SLICING) as rec, torch.no_grad():
         model(ids, attention_mask=mask)
-    for d in OFFSETS:
-        np.testing.assert_allclose(
-            rec.mean(f"offset_prob@{d}"), want[f"offset_prob@{d}"], atol=2e-5, rtol=1e-5
-        )
+    for name, values in want.items():
+        if name != "top_key":
+            np.testing.assert_allclose(rec.mean(name), values, atol=2e-5, rtol=1e-5, err_msg=name)
     assert np.abs(rec.mean("top_key") - want["top_key"]).mean() < 0.05
-    with (
-        EntropyRecorder(model, stats="span_mass", spans=SPANS) as rec,
-        torch.no_grad(),
-        pytest.raises(EntropyLensError, match="left padding"),
-    ):
-        model(ids, attention_mask=mask)
 
 
 def test_one_row_pass_per_layer_feeds_them(monkeypatch):
@@ -102,21 +102,29 @@ def test_one_row_pass_per_layer_feeds_them(monkeypatch):
 def test_the_monitor_records_them_per_head():
     model = build("llama", SUPPORTED["llama"][0])
     ids, mask = ids_and_mask("right")
-    want = eager_slices(model, ids, mask)
-    with AttentionMonitor(model, stats=("entropy", "offset_prob"), offsets=OFFSETS) as mon, torch.no_grad():
+    monitored = ("entropy", "offset_prob", "distance_mass")
+    with (
+        AttentionMonitor(model, stats=monitored, offsets=OFFSETS, distance_bins=BINS) as mon,
+        torch.no_grad(),
+    ):
         model(ids, attention_mask=mask)
-    assert mon.summaries == ("entropy", "offset_prob@0", "offset_prob@1", "offset_prob@3")
+    bins = tuple(f"distance_mass@{b}" for b in BINS)
+    assert mon.summaries == ("entropy", "offset_prob@0", "offset_prob@1", "offset_prob@3", *bins)
     latest = mon.latest()
-    rows = mask.bool()
+    _, probs = eager_probabilities(model, ids, mask)
+    rows, T = mask.bool(), ids.shape[1]
+    behind = torch.arange(T)[:, None] - torch.arange(T)[None, :]  # i − j
+    per_row = {}
     for d in OFFSETS:
-        _, probs = eager_probabilities(model, ids, mask)
-        key = torch.arange(ids.shape[1]) - d
-        per_row = torch.stack(
-            [torch.where(key >= 0, p[..., torch.arange(ids.shape[1]), key.clamp_min(0)], 0.0) for p in probs]
-        )
-        mean = (per_row * rows[None, :, None]).sum((1, 3)) / rows.sum()  # (layers, heads)
-        np.testing.assert_allclose(latest[f"offset_prob@{d}"], mean.numpy(), atol=2e-5, rtol=1e-5)
-    assert want  # the eager reference ran on the same model
+        key = torch.arange(T) - d
+        per_row[f"offset_prob@{d}"] = [
+            torch.where(key >= 0, p[..., torch.arange(T), key.clamp_min(0)], 0.0) for p in probs
+        ]
+    for name, a, b in zip(bins, BINS, (*BINS[1:], T + 1), strict=True):
+        per_row[name] = [(p * ((behind >= a) & (behind < b))).sum(-1) for p in probs]
+    for name, values in per_row.items():  # the mean over the real rows, per layer and head
+        mean = (torch.stack(values) * rows[None, :, None]).sum((1, 3)) / rows.sum()
+        np.testing.assert_allclose(latest[name], mean.numpy(), atol=2e-5, rtol=1e-5, err_msg=name)
 
 
 def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
@@ -124,11 +132,21 @@ def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
         model="tiny-rope",
         length=32,
         samples=2,
-        stats="offset_prob,span_mass,top_key",
+        stats="offset_prob,span_mass,top_key,distance_mass",
         offsets="0,1",
         spans="doc=3:10",
+        distance_bins="0,16,256",
     )
-    assert config.measure.slices.arrays == ("offset_prob@0", "offset_prob@1", "span_mass@doc", "top_key")
+    assert config.measure.slices.arrays == (
+        "offset_prob@0",
+        "offset_prob@1",
+        "span_mass@doc",
+        "top_key",
+        "distance_mass@0",
+        "distance_mass@16",
+        "distance_mass@256",
+    )
+    assert config.measure.recorded()["distance_bins"] == [0, 16, 256]
     assert (
         config.cache_key()["offsets"] == "0,1"
         and "spans" not in ScanConfig(model="tiny-rope", length=32).cache_key()
@@ -141,6 +159,12 @@ def test_a_scan_records_them_and_refuses_each_flag_in_one_line(tmp_path):
         ({"stats": "span_mass", "spans": "doc=4:2"}, "is empty"),
         ({"stats": "span_mass", "spans": "doc=0:3,doc=1:2"}, "'doc' is given twice .doc=0:3 and doc=1:2"),
         ({"stats": "offset_prob", "offsets": "1,x"}, "not a whole number"),
+        (
+            {"stats": "distance_mass"},
+            "--stats distance_mass needs --distance-bins, e.g. --distance-bins 0,16,256",
+        ),
+        ({"stats": "entropy", "distance_bins": "0,4"}, "--distance-bins is read by distance_mass"),
+        ({"stats": "distance_mass", "distance_bins": "0,4,2"}, "increasing edges from 0"),
     ):
         with pytest.raises(EntropyLensError, match=match):
             ScanConfig(model="tiny-rope", length=32, **kw).check()

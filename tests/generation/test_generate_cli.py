@@ -69,7 +69,7 @@ def test_generate_records_spans_offsets_and_top_keys_and_names_the_heads(tmp_pat
     assert r.stat("top_key").shape == (1, 6, 4, 6, 2) and r.prompt.shape == (1, 48)
     mass = r.stat("span_mass")[r.live].mean(0)[..., 0]  # (layers, heads): the prompt's
     layer, head = divmod(int(np.argmax(mass)), mass.shape[1])
-    assert f"span_mass prompt: the heads that look at it most: L{layer}.H{head} ({mass.max():.3f})" in shown
+    assert f"span_mass prompt: the heads with the largest mean: L{layer}.H{head} ({mass.max():.3f})" in shown
     sequence = np.concatenate([r.prompt[0], r.tokens[0]])  # one sequence, unpadded: index = position
     copied = sequence[r.stat("top_key")[0, :, :, :, 0]] == r.tokens[0][:, None, None]
     share = copied.mean(0)
@@ -78,7 +78,7 @@ def test_generate_records_spans_offsets_and_top_keys_and_names_the_heads(tmp_pat
         f"top_key copies the token written (share of generated tokens): L{layer}.H{head} ({share.max():.3f})"
         in shown
     )
-    assert "offset_prob 1 behind: the heads that give that key most: L" in shown
+    assert "offset_prob 1 behind: the heads with the largest mean: L" in shown
 
 
 @pytest.mark.parametrize(

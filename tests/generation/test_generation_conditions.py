@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 import torch
 from architectures import SUPPORTED, build
-from generation_reference import OFFSETS, PAD, SPANS, STATS, TOP, assert_equals_float64, left_padded_prompts
+from generation_reference import PAD, SLICING, STATS, assert_equals_float64, left_padded_prompts
 
 from entropy_lens import EntropyRecorder, GenerationRecorder
 from entropy_lens.errors import EntropyLensError
 
-EVERY = (*STATS, "span_mass", "offset_prob", "top_key")
+EVERY = (*STATS, "span_mass", "offset_prob", "top_key", "distance_mass")
 GREEDY = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
 ON_A_GPU = (pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
 
 
 def recorder(model, stats=EVERY):
-    return GenerationRecorder(model, stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP)
+    return GenerationRecorder(model, stats=stats, **SLICING)
 
 
 # full, softcap + hybrid sliding, window 4, ALiBi with a 2-D mask over the cache's slots (BLOOM's generate)

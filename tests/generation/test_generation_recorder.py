@@ -9,14 +9,15 @@ import pytest
 import torch
 from architectures import SUPPORTED, build
 from generation_reference import (
+    BINS,
     FAMILIES,
     NEW,
     OFFSETS,
     PAD,
     PROMPT,
+    SLICING,
     SPANS,
     STATS,
-    TOP,
     float64_rows,
     float64_slices,
     left_padded_prompts,
@@ -51,24 +52,25 @@ def test_every_generated_token_equals_eager_float64_teacher_forced(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_span_offset_and_top_key_of_every_generated_token_equal_eager_float64(family):
+def test_row_slice_statistics_of_every_generated_token_equal_eager_float64(family):
     """The row-slice statistics on a left-padded batch, positions counted in real tokens, sliding-window
     caches (mistral, gemma2) included: equal to the float64 rows of each sequence alone, teacher-forced;
     the top keys' positions wherever the float64 ranks are apart by more than the tolerance."""
     model = build(family, SUPPORTED[family][0])
     ids, mask = left_padded_prompts()
-    stats = ("entropy", "span_mass", "offset_prob", "top_key")
-    with GenerationRecorder(model, stats=stats, spans=SPANS, offsets=OFFSETS, top_keys=TOP) as rec:
+    stats = ("entropy", "span_mass", "offset_prob", "top_key", "distance_mass")
+    with GenerationRecorder(model, stats=stats, **SLICING) as rec:
         out = model.generate(
             ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0, eos_token_id=None
         )
     r = rec.result()
     assert r.stats == stats and r.span_names == ("prompt", "generated", *SPANS) and r.offsets == OFFSETS
+    assert r.slots("distance_mass") == tuple(map(str, BINS)) and r.meta["distance_bins"] == list(BINS)
     for b in range(2):
         real = out[b, PAD if b == 0 else 0 :]
         P = int(r.prompt_len[b])
         want = float64_slices(model, real[: P + NEW - 1], P, range(P - 1, P + NEW - 1))
-        for name in ("span_mass", "offset_prob", "top_key_prob"):
+        for name in ("span_mass", "offset_prob", "top_key_prob", "distance_mass"):
             got = r.stat(name)[b].astype(np.float64)
             np.testing.assert_allclose(got, want[name], atol=2e-4, err_msg=f"{family} {name} row {b}")
         probs = want["top_key_prob"]  # a rank past the keys a row sees (probability 0) holds no key: −1
@@ -93,6 +95,10 @@ def test_row_slice_parameters_are_checked_in_one_line():
         GenerationRecorder(model, stats="span_mass", spans={"doc": (4, 4)})
     with pytest.raises(EntropyLensError, match="top_keys must be"):
         GenerationRecorder(model, stats="top_key", top_keys=0)
+    with pytest.raises(EntropyLensError, match="distance_mass needs distance_bins="):
+        GenerationRecorder(model, stats="distance_mass")
+    with pytest.raises(TypeError, match="unexpected keyword 'distance_bin'"):
+        GenerationRecorder(model, stats="distance_mass", distance_bin=(0, 4))
     with pytest.raises(
         ValueError, match="span_mass needs spans="
     ):  # a recorder of every row: no built-in span

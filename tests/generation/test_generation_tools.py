@@ -184,15 +184,17 @@ def test_top_key_ranks_exact_ties_earliest_and_says_float32_equals_may_not_be_ti
     """Issue 80 item 7: "ties the earliest first" holds for exact ties of the values ranked (a generated
     token's float64 probabilities); two keys whose probabilities differ below float32's rounding show one
     top_key_prob and rank the later first, which top_key's description now says."""
-    from entropy_lens.generation.rows import RowSlices
+    from entropy_lens.kernels.slices import Sight, slices_reference
     from entropy_lens.results.generation import TOP_KEY_PROB
     from entropy_lens.statistics import TOP_KEY
+    from entropy_lens.statistics.slices import Slices
 
-    slices, _ = RowSlices.parse(("top_key",), top_keys=2)
+    slices = Slices.parse(("top_key",), top_keys=2, per_token=True)
     near = 0.3 + 1e-12  # the same float32 as 0.3, a larger float64
     p = torch.tensor([[[0.3, 0.3, 0.4], [0.3, near, 0.4 - 1e-12]]], dtype=torch.float64)  # (B=1, H=2, S=3)
-    got = slices.read(p, torch.arange(3)[None], torch.tensor([2]), torch.tensor([3]))
-    top, prob = got["top_key"][0], got[TOP_KEY_PROB][0].float()
+    sight = Sight(torch.arange(3)[None], torch.tensor([[2]]), torch.zeros(1, dtype=torch.int64))
+    got = slices_reference(p[:, :, None], torch.ones(1, 2, 1, 3, dtype=torch.bool), sight, slices)
+    top, prob = got["top_key"][0, :, 0], got[TOP_KEY_PROB][0, :, 0].float()
     assert top[0].tolist() == [2, 0] and top[1].tolist() == [2, 1]  # exact tie: key 0; near-tie: the later
     assert prob[1, 1] == torch.tensor(0.3, dtype=torch.float32) == torch.tensor(near, dtype=torch.float32)
     assert (

@@ -1,5 +1,5 @@
-"""row_slice_stats: span_mass, offset_prob and top_key at every row, equal to their float64 definitions
-(`row_slices_reference` on the materialised probabilities) on every CPU backend over the kernels' grid,
+"""row_slice_stats: span_mass, offset_prob, top_key and distance_mass at every row, equal to their float64
+definitions (`slices_reference` on the materialised probabilities) on every CPU backend over the kernels' grid,
 with tiles small enough that every row block, span and key range spans several; the definitions held by
 hand; every parameter refused in one line."""
 
@@ -15,19 +15,22 @@ from entropy_lens.kernels import ScoreMods, attention_probabilities, slices
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.native import native_available
 from entropy_lens.kernels.reference import attention_scores
+from entropy_lens.statistics.slices import Slices
 
 KERNELS = ["torch_chunked", *(["native"] if native_available() else [])]
-ALL = ("span_mass", "offset_prob", "top_key")
+ALL = ("span_mass", "offset_prob", "top_key", "distance_mass")
 
 
 def _want(q, k, kw, rows, **asked):
+    """The float64 definitions of rows a..b, at real positions counted from each batch row's first real key."""
     mods = ScoreMods.build(q, k, **kw)
     scale = validate_scale(q, k, 0.4)
     p, _, _ = attention_probabilities(q, k, scale, mods)
     _, visible = attention_scores(q, k, scale, mods)
     a, b = rows
-    first = k.shape[2] - q.shape[2] + a
-    return slices.row_slices_reference(p[:, :, a:b], visible[:, :, a:b], first, stats=ALL, **asked)
+    sight = slices.Sight.of(mods, q.shape[2], k.shape[2], a, b)
+    asked = Slices.parse(ALL, **asked)
+    return slices.slices_reference(p[:, :, a:b], visible[:, :, a:b], sight, asked)
 
 
 @on_the_grid
@@ -44,6 +47,7 @@ def test_every_row_equals_the_float64_definitions(
         kw.pop("window")
     asked = {"spans": {"head": (0, 3), "middle": (S // 3, S - S // 4), "all": (0, S)}, "offsets": (0, 1, 4)}
     asked["top_keys"] = 3
+    asked["distance_bins"] = (0, 1, 3, max(4, S // 2))
     rows = (T // 3, T)
     got = row_slice_stats(q, k, softmax_scale=0.4, stats=ALL, rows=rows, backend=kernel, **asked, **kw)
     want = _want(q, k, kw, rows, **asked)
@@ -53,7 +57,7 @@ def test_every_row_equals_the_float64_definitions(
     keys_per_head = k.double().repeat_interleave(Hq // Hkv, dim=1)
     largest = 0.4 * (q.double() @ keys_per_head.transpose(-1, -2)).abs().max().item()
     tol = sum_tolerance(2 * S + q.shape[-1]) * (1 + largest)
-    for name, n in (("span_mass", 3), ("offset_prob", 3), ("top_key_prob", 3)):
+    for name, n in (("span_mass", 3), ("offset_prob", 3), ("top_key_prob", 3), ("distance_mass", 4)):
         assert got[name].dtype == torch.float32 and got[name].shape == (B, Hq, R, n), name
         assert (got[name].double() - want[name]).abs().max().item() <= tol, (name, kernel, case)
     assert got["top_key"].dtype == torch.int64
@@ -74,7 +78,14 @@ def test_the_definitions_by_hand():
     q[0, 0, 3] = torch.tensor([1.0, 0.0])
     k[0, 0, :, 0] = torch.tensor([2.0, 0.0, 2.0, 0.0])  # row 3: keys 0 and 2 tie, above keys 1 and 3
     got = row_slice_stats(
-        q, k, softmax_scale=1.0, stats=ALL, spans={"first_two": (0, 2)}, offsets=(0, 1, 3), top_keys=3
+        q,
+        k,
+        softmax_scale=1.0,
+        stats=ALL,
+        spans={"first_two": (0, 2)},
+        offsets=(0, 1, 3),
+        top_keys=3,
+        distance_bins=(0, 1, 3),
     )
     e = torch.tensor([2.0, 0.0, 2.0, 0.0]).exp()
     p3 = e / e.sum()
@@ -86,6 +97,9 @@ def test_the_definitions_by_hand():
     assert got["top_key"][0, 0].tolist() == [[0, -1, -1], [0, 1, -1], [0, 1, 2], [0, 2, 1]]
     assert torch.allclose(got["top_key_prob"][0, 0, 3], torch.stack([p3[0], p3[2], p3[1]]))
     assert got["top_key_prob"][0, 0, 0].tolist()[1:] == [0.0, 0.0]
+    # distance bins [0, 1), [1, 3), [3, ∞): row 3's own key, keys 2 and 1, key 0
+    want_bins = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [1 / 3, 2 / 3, 0], [p3[3], p3[1] + p3[2], p3[0]]])
+    assert torch.allclose(got["distance_mass"][0, 0], want_bins)
     reference = row_slice_stats(
         q,
         k,
@@ -94,6 +108,7 @@ def test_the_definitions_by_hand():
         spans={"first_two": (0, 2)},
         offsets=(0, 1, 3),
         top_keys=3,
+        distance_bins=(0, 1, 3),
         backend="reference",
     )
     assert torch.equal(reference["top_key"], got["top_key"])
@@ -122,6 +137,13 @@ def test_a_decode_row_counts_its_keys_from_the_cache():
         ({"stats": "span_mass", "spans": {"x": (3, 3)}}, "is empty"),
         ({"stats": "span_mass", "spans": {"x": (0, 9)}}, "at most 6"),
         ({"stats": "top_key", "rows": (0, 7)}, "at most 6"),
+        ({"stats": "distance_mass"}, "distance_mass needs distance_bins="),
+        ({"stats": "distance_mass", "distance_bins": (1, 4)}, "increasing edges from 0"),
+        ({"stats": "distance_mass", "distance_bins": (0, 4, 4)}, "increasing edges from 0"),
+        (
+            {"stats": "top_key", "distance_bins": (0, 4)},
+            "distance_bins= is read by the statistic distance_mass",
+        ),
     ],
 )
 def test_each_parameter_is_refused_in_one_line(kw, match):

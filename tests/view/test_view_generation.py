@@ -59,10 +59,17 @@ def test_page_carries_the_generations_numbers_ids_and_texts(made):
         "span_mass[2]",
         "offset_prob[0]",
         "offset_prob[1]",
+        "distance_mass[0]",
+        "distance_mass[1]",
+        "distance_mass[2]",
         "top_key_prob[0]",
         "top_key_prob[1]",
     ]
-    assert g["spans"] == ["prompt", "generated", "opening"]
+    assert [(s["array"], s["parts"]) for s in g["slices"]] == [
+        ("span_mass", ["prompt", "generated", "opening"]),
+        ("offset_prob", ["0 behind", "1 behind"]),
+        ("distance_mass", ["0+ back", "2+ back", "6+ back"]),
+    ]
     assert [e["label"] for e in g["stats"] if e["array"] == "offset_prob"] == [
         "offset_prob: 0 behind",
         "offset_prob: 1 behind",

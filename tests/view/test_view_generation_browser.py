@@ -133,7 +133,7 @@ def test_hovering_a_token_shows_its_span_masses_and_top_keys_with_their_texts(lo
         assert f"token {n}: {quoted(result.tokens[row, n])} (id {int(result.tokens[row, n])}" in detail
         mass = result.stat("span_mass")[row, n, layer, head]
         spans = ", ".join(f"{s} {m:.4f}" for s, m in zip(result.span_names, mass, strict=True))
-        assert f"span masses: {spans}" in detail
+        assert f"span mass: {spans}" in detail
         keys, probs = (
             result.stat("top_key")[row, n, layer, head],
             result.values["top_key_prob"][row, n, layer, head],
