@@ -55,7 +55,9 @@ def smollm2_folder() -> Path:
 def vllm_worker(folder: str, mode: str, length: int, new: int) -> dict:
     """Inside a .venv-vllm process: the engine, a warm-up request, one timed request."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: its RSS
-    os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")  # 16K past SmolLM2's 8K, as HF's generate runs
+    os.environ.setdefault(
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"
+    )  # 16K past SmolLM2's 8K, as HF's generate runs
     from transformers import AutoConfig, AutoTokenizer
     from vllm import LLM, SamplingParams
 
