@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Measure, split_slices
+from entropy_lens.statistics import ENTROPY
 
 PREFIX = "entropy_lens."
 KEY = "entropy_lens"  # the engine's additional_config key: {"out": the folder}
@@ -38,7 +39,7 @@ class RequestOptions:
     prompt: bool
 
 
-def request(stats=("entropy",), *, spans=None, offsets=(), top_keys=1, prompt=False, **parameters) -> dict:
+def request(stats=(ENTROPY.name,), *, spans=None, offsets=(), top_keys=1, prompt=False, **parameters) -> dict:
     """The `extra_args` of a vLLM request that records its attention statistics (module docstring).
 
     Args:
@@ -85,7 +86,7 @@ def options_of(extra_args) -> RequestOptions | None:
     ours = {k[len(PREFIX) :]: v for k, v in extra_args.items() if isinstance(k, str) and k.startswith(PREFIX)}
     if not ours:
         return None
-    rest, sliced = split_slices(ours.pop("stats", "entropy"))
+    rest, sliced = split_slices(ours.pop("stats", ENTROPY.name))
     prompt = ours.pop("prompt", 0)
     if prompt not in (0, 1, True, False):
         raise EntropyLensError(f"entropy_lens.prompt={prompt!r}: give 1 (record the prompt's rows) or 0")
@@ -94,7 +95,7 @@ def options_of(extra_args) -> RequestOptions | None:
     for name in ("offsets", "distance_bins"):  # the flat spelling's lists, as the parsers take tuples
         if isinstance(ours.get(name), list):
             ours[name] = tuple(ours[name])
-    measure = Measure.parse(stats=rest or ("entropy",), slices=sliced, per_token=True, **ours)
+    measure = Measure.parse(stats=rest or (ENTROPY.name,), slices=sliced, per_token=True, **ours)
     if measure.key_stats:
         raise EntropyLensError(
             f"{', '.join(measure.key_stats)} is a key statistic; a vLLM request records row statistics"
