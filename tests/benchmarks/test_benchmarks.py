@@ -492,6 +492,7 @@ def test_every_benchmark_script_writes_through_the_shared_helper():
             assert hand_made not in text, f"{script.name}: {hand_made} (use benchmarks/_bench.py)"
 
 
+@pytest.mark.slow
 def test_generate_benchmark_times_every_mode_on_a_tiny_model(benchmark_script):
     """Each mode's worker generates after a prompt and reports its total, prefill and decode-step times;
     eager's cap on the address space is gone after it (the process goes on)."""

@@ -36,6 +36,7 @@ def test_in_the_kvpress_environment(cases):
     run_cases(PYTHON, cases)
 
 
+@pytest.mark.slow
 def test_the_environment_is_transformers_5_2_with_kvpress():
     why = missing()
     if why:

@@ -181,6 +181,7 @@ def test_train_tiny_init_from_history_starts_at_the_passkey_phase(text_file, tmp
 SINKS = MonitorSettings(monitor="entropy,sink_mass", monitor_every=1000)
 
 
+@pytest.mark.slow
 def test_train_tiny_and_search_heads_refuse_a_statistic_that_cannot_apply_before_step_1(text_file, tmp_path):
     """sink_mass without sinks, every 1000: refused at start-up, not after 999 steps (nor, with fewer
     steps, never), so no checkpoint holds the flag."""
