@@ -10,7 +10,7 @@ for, of the prompt), exact, under continuous batching, chunked prefill and tenso
     result = lens.load("lens-out", output.request_id)   # GenerationResult, as GenerationRecorder's
     result.stat("entropy")                             # (n, N, layers, heads)
 
-A request without the lens's extra_args records nothing and costs one dictionary lookup per step.
+A request without the lens's extra_args records nothing and costs a lookup per request and step.
 `vllm serve MODEL --worker-extension-cls entropy_lens.vllm.worker.Extension --additional-config
 '{"entropy_lens": {"out": "lens-out"}}'` serves the same (the general plugin `entropy_lens` installs the
 front end there); a request opts in with `extra_body={"vllm_xargs": lens.request(...)}` and its

@@ -133,47 +133,48 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict, dict, dict]:
             )
         time.sleep(0.05)
     tokens, P = child["tokens"], len(child["prompt"])
-    metas = [json.loads(str(np.load(part)["meta"])) for part in parts]
-    for meta in metas:
+    loaded = []  # each rank's part read once: (meta, its arrays)
+    for part in parts:
+        with np.load(part) as z:
+            loaded.append((json.loads(str(z["meta"])), {name: z[name] for name in z.files if name != "meta"}))
+    for meta, _ in loaded:
         if meta["refused"]:
             raise EntropyLensError(
                 f"request {child['external_id']!r}: no statistics, refused in rank {meta['rank']}: "
                 f"{meta['refused']}; the model produced NaN or inf before attention: check its weights, "
                 "and serve it in float32 if bfloat16/float16 overflowed"
             )
-    generated = _rows(parts, child, np.arange(P - 1, P - 1 + len(tokens)))
-    meta = metas[0]
-    prompt = _rows(parts, child, np.arange(P)) if meta["prompt_rows"] else {}
+    generated = _rows(loaded, child, np.arange(P - 1, P - 1 + len(tokens)))
+    meta = loaded[0][0]
+    prompt = _rows(loaded, child, np.arange(P)) if meta["prompt_rows"] else {}
     return generated, prompt, meta
 
 
-def _rows(parts: list[Path], child: dict, wanted: np.ndarray) -> dict[str, np.ndarray]:
+def _rows(loaded: list[tuple[dict, dict]], child: dict, wanted: np.ndarray) -> dict[str, np.ndarray]:
     """{name: (len(wanted), layers, heads[, values])}: the rows at positions `wanted`, every rank's heads
     and layers in the model's order."""
     tokens = child["tokens"]
     out_rows: dict[str, np.ndarray] = {}
-    for part in parts:
-        with np.load(part) as z:
-            meta = json.loads(str(z["meta"]))
-            positions = z["positions"]
-            where = np.searchsorted(positions, wanted)
-            if len(wanted) and (where.max(initial=0) >= len(positions) or (positions[where] != wanted).any()):
-                why = (
-                    f"vLLM served positions up to {meta['cached_prefix']} from its prefix cache, whose keys "
-                    "never reached the layers; start the engine with enable_prefix_caching=False"
-                    if meta["cached_prefix"]
-                    else "was it preempted and never recomputed?"
-                )
-                raise EntropyLensError(
-                    f"request {child['external_id']!r}: rank {meta['rank']} holds no row for some of "
-                    f"positions {wanted[0]}..{wanted[-1]} ({len(tokens)} returned tokens): {why}"
-                )
-            for name in meta["stats"]:
-                rows = z[name][where]  # (N, local layers, local heads[, values])
-                shape = (len(wanted), meta["n_layers"], meta["n_heads"], *rows.shape[3:])
-                block = out_rows.setdefault(name, np.full(shape, _fill(rows.dtype), rows.dtype))
-                h = meta["head_start"]
-                block[:, meta["layers"], h : h + rows.shape[2]] = rows
+    for meta, z in loaded:
+        positions = z["positions"]
+        where = np.searchsorted(positions, wanted)
+        if len(wanted) and (where.max(initial=0) >= len(positions) or (positions[where] != wanted).any()):
+            why = (
+                f"vLLM served positions up to {meta['cached_prefix']} from its prefix cache, whose keys "
+                "never reached the layers; start the engine with enable_prefix_caching=False"
+                if meta["cached_prefix"]
+                else "was it preempted and never recomputed?"
+            )
+            raise EntropyLensError(
+                f"request {child['external_id']!r}: rank {meta['rank']} holds no row for some of "
+                f"positions {wanted[0]}..{wanted[-1]} ({len(tokens)} returned tokens): {why}"
+            )
+        for name in meta["stats"]:
+            rows = z[name][where]  # (N, local layers, local heads[, values])
+            shape = (len(wanted), meta["n_layers"], meta["n_heads"], *rows.shape[3:])
+            block = out_rows.setdefault(name, np.full(shape, _fill(rows.dtype), rows.dtype))
+            h = meta["head_start"]
+            block[:, meta["layers"], h : h + rows.shape[2]] = rows
     for name, block in out_rows.items():
         missing = np.isnan(block) if block.dtype.kind == "f" else block == _fill(block.dtype)
         if len(block) and missing.any():
