@@ -31,8 +31,9 @@ from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.splits import DECODE_ROWS
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.triton_combine import combine_kernel
+from entropy_lens.kernels.triton_launch import autotuned, prepare, row_stats_from
 from entropy_lens.kernels.triton_split import PART_SLOTS, Parts, split_kernel
-from entropy_lens.kernels.triton_steps import autotuned, block_d, has, prepare, row_stats_from
+from entropy_lens.kernels.triton_steps import block_d, has
 
 # (BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU: those that compile for sm_80 and sm_90 at
 # head_dim 64 and 128 without spilling registers, every variant (tests/kernels/test_triton_compile.py holds
@@ -50,7 +51,7 @@ def split_configs(fp32: bool) -> tuple[tuple[int, int, int], ...]:
 
 
 def _split_launcher(variant: int, extras: int):
-    """(kernel, autotuned?): `triton_steps.autotuned` over `split_configs` per variant (VARIANT, EXTRAS),
+    """(kernel, autotuned?): `triton_launch.autotuned` over `split_configs` per variant (VARIANT, EXTRAS),
     keyed by S's power-of-two bucket, the splits and the head dim."""
     configs = split_configs(fp32=has(variant, "IEEE"))
     key = ["S_BUCKET", "SPLITS", "D"]

@@ -55,11 +55,11 @@ blocks that start below K), and mk = max_keys s (log2 units in the loop, ln 2 at
 only with a sink: without one it is m), and rk = Σ_{keys 0 <= pos_i − j < W} e (one comparison per score
 with the row's window start: a causal row's later keys have e = 0 already; a branch skipping the blocks
 behind every row's window cost the fp32 fused variant 55 registers and a stack). The sink is an outcome
-of l, u, w and c, not of lk, d, f, mk, rk. The key-block step, the state's start and store, the kernels'
-arguments (`Inputs`, `Outputs`, the constexprs VARIANT and EXTRAS) and the launch's prologue are
-triton_steps.py's, shared with the decode step's and the column pass's kernels: a new statistic needs its
-accumulator's start, update and unit there (triton_steps' docstring lists the places), its merge in
-triton_combine.py and its read in stats.py.
+of l, u, w and c, not of lk, d, f, mk, rk. The key-block step, the state's start and store and the
+kernels' arguments (`Inputs`, `Outputs`, the constexprs VARIANT and EXTRAS) are triton_steps.py's, the
+launch's prologue triton_launch.py's, shared with the decode step's and the column pass's kernels: a new
+statistic needs its accumulator's start, update and unit in triton_steps.py (its docstring lists the
+places), its merge in triton_combine.py and its read in stats.py.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
@@ -89,14 +89,12 @@ import triton.language as tl
 from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import STATE, RowStats
+from entropy_lens.kernels.triton_launch import autotuned, prepare, row_stats_from
 from entropy_lens.kernels.triton_steps import (
-    autotuned,
     finish_rows,
     has,
     key_bounds,
     open_rows,
-    prepare,
-    row_stats_from,
     sink_score,
     start_state,
     stream_keys,
@@ -202,7 +200,7 @@ def forced_config(block_m: int, block_n: int, num_warps: int, num_stages: int):
 
 
 def _kernel(variant: int, extras: int):
-    """(kernel, autotuned?): `triton_steps.autotuned` over the configs of the variant (VARIANT, EXTRAS),
+    """(kernel, autotuned?): `triton_launch.autotuned` over the configs of the variant (VARIANT, EXTRAS),
     one autotuner for each: the accumulators kept change what is fastest."""
     flags = ("WITH_OUTPUT", "IEEE", "HAS_WINDOW", "HAS_SOFTCAP", "HAS_ALIBI")
     configs = autotune_configs(*(has(variant, flag) for flag in flags), stats=has(variant, "STORE_STATE"))

@@ -34,14 +34,12 @@ from entropy_lens.flags import DEFAULT_MEASURE
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.received_torch import KEY_STATE
 from entropy_lens.kernels.triton_entropy import FIXED_BLOCKS
+from entropy_lens.kernels.triton_launch import arguments, autotuned, key_padding
 from entropy_lens.kernels.triton_steps import (
     Outputs,
-    arguments,
-    autotuned,
     block_d,
     has,
     heads,
-    key_padding,
     load_tile,
     score_scales,
     score_tile,
@@ -146,7 +144,7 @@ RECEIVED_KERNEL = triton.jit(_received_kernel)
 
 
 def _kernel(variant: int):
-    """(kernel, autotuned?): `triton_steps.autotuned` over the configs of q's dtype, per VARIANT."""
+    """(kernel, autotuned?): `triton_launch.autotuned` over the configs of q's dtype, per VARIANT."""
     configs = received_configs(has(variant, "IEEE"))
     key = ["T_BUCKET", "S_BUCKET", "D"]
     return autotuned(
