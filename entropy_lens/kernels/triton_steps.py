@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.stats import EXTRA_STATE
+from entropy_lens.kernels.stats import EXTRA_STATE, STATE
 
 # a variant's compile-time switches: bit i of the constexpr VARIANT is the i-th
 VARIANT_FLAGS = (
@@ -65,9 +65,12 @@ VARIANT_FLAGS = (
 # the bit of each flag: VARIANT_FLAGS' in VARIANT, stats.EXTRA_STATE's (the accumulators kept) in EXTRAS
 FLAG_BITS = {name: bit for names in (VARIANT_FLAGS, EXTRA_STATE) for bit, name in enumerate(names)}
 assert len(FLAG_BITS) == len(VARIANT_FLAGS) + len(EXTRA_STATE), "a flag named in both"
-# what the kernels multiply each slot of the state by to store it in nats (stats.py's units): m, u and mk
-# are kept in log2 units, w in log2² units
-NATS = {"m": 0.6931471805599453, "u": 0.6931471805599453, "w": 0.4804530139182014, "mk": 0.6931471805599453}
+# what the kernels multiply each slot of the state (stats.STATE, then stats.EXTRA_STATE) by to store it in
+# nats, stats.py's units: m, u and mk are kept in log2 units (ln 2), w in log2² units ((ln 2)²)
+LN2 = 0.6931471805599453
+NATS = {"m": LN2, "l": 1.0, "u": LN2, "w": 0.4804530139182014, "c": 1.0, "lk": 1.0, "d": 1.0, "f": 1.0}
+NATS |= {"mk": LN2, "rk": 1.0}
+assert list(NATS) == [*STATE, *EXTRA_STATE], "each slot of the state has its unit, in order"
 
 
 def pack(names: tuple[str, ...], on) -> int:
@@ -491,8 +494,8 @@ def in_nats(x, name: tl.constexpr):
 
 @triton.constexpr_function
 def nats(name) -> float:
-    """What slot `name` of the state is multiplied by to be in nats: NATS[name], else 1.0."""
-    return NATS.get(name, 1.0)
+    """What slot `name` of the state is multiplied by to be in nats: NATS[name]."""
+    return NATS[name]
 
 
 @triton.constexpr_function
