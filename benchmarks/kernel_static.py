@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
@@ -39,6 +40,7 @@ def compile_for(fn, const: dict, pointers: dict, arch: int, options: dict):
     fields of its tuple arguments, triton_steps.Inputs, Outputs and triton_split.Parts) in `pointers` as
     pointers to their dtype, the other pointer fields as fp32 pointers, SOFTCAP as fp32 and every other
     scalar as i32."""
+    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -46,8 +48,8 @@ def compile_for(fn, const: dict, pointers: dict, arch: int, options: dict):
     from entropy_lens.kernels.triton_split import Parts
     from entropy_lens.kernels.triton_steps import Inputs, Outputs
 
-    def kind(name, annotation="int"):
-        if name in pointers or annotation == "torch.Tensor":
+    def kind(name, annotation=int):
+        if name in pointers or annotation is torch.Tensor:
             return "*" + pointers.get(name, "fp32")
         return "fp32" if name == "SOFTCAP" else "i32"
 
@@ -55,7 +57,7 @@ def compile_for(fn, const: dict, pointers: dict, arch: int, options: dict):
     signature = {
         name: "constexpr"
         if name in const
-        else tuples[name](*(kind(f, a) for f, a in tuples[name].__annotations__.items()))
+        else tuples[name](*(kind(f, a) for f, a in typing.get_type_hints(tuples[name]).items()))
         if name in tuples
         else kind(name)
         for name in fn.arg_names
