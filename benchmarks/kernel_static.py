@@ -155,7 +155,7 @@ def compile_received_kernel(
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
-    pointers = {"Q": dtype, "K": dtype, "KEEP": "i8"}
+    pointers = {"Q": dtype, "K": dtype, "KEEP": "i8", "LSE": "fp32"}
     return compile_for(fn, const, pointers, arch, {"num_warps": num_warps, "num_stages": num_stages})
 
 
