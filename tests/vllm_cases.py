@@ -2,8 +2,9 @@
 concurrent requests of different prompt lengths beside one that does not opt in, prompts split over steps
 (chunked prefill, max_num_batched_tokens=64), every statistic held to float64 eager attention of the same
 tokens (the HF model from the same folder, teacher-forced; generated token k's row is position P − 1 + k),
-on Llama (GQA) and Mistral (a sliding window shorter than the prompts); tensor parallel 2 equal to one
-process; the refusals."""
+on Llama (GQA) and Mistral (a sliding window shorter than the prompts), the concurrent requests on Qwen2,
+Gemma 2 (softcap) and gpt-oss (attention sinks) too; tensor parallel 2 equal to one process; the server;
+preemption; the refusals."""
 
 from __future__ import annotations
 
@@ -32,8 +33,11 @@ ENGINE["kv_cache_memory_bytes"] = 64 << 20
 
 
 def family_dir(path, family: str):
-    """A tiny random model of `family` (head size 32, which vLLM's CPU attention takes) and a tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    """A tiny random model of `family` (head size 32, which vLLM's CPU attention takes) and a tokenizer:
+    llama (GQA), mistral (a sliding window of 16, shorter than the prompts), qwen2 (biased projections),
+    gemma2 (logit softcap 5 and sliding layers), gpt_oss (a learned attention sink per head, sliding
+    layers, experts)."""
+    import transformers as tf
 
     common = {
         "vocab_size": 300,
@@ -46,17 +50,27 @@ def family_dir(path, family: str):
         "max_position_embeddings": 512,
         "bos_token_id": 0,
         "eos_token_id": 1,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": family == "gemma2",  # vLLM's Gemma 2 has no lm_head of its own
+    }
+    configs = {
+        "llama": lambda: tf.LlamaConfig(**common),
+        "mistral": lambda: tf.MistralConfig(sliding_window=16, **common),
+        "qwen2": lambda: tf.Qwen2Config(**common),
+        "gemma2": lambda: tf.Gemma2Config(
+            attn_logit_softcapping=5.0, sliding_window=16, query_pre_attn_scalar=32, **common
+        ),
+        "gpt_oss": lambda: tf.GptOssConfig(
+            num_local_experts=4, num_experts_per_tok=2, sliding_window=16, **common
+        ),
     }
     torch.manual_seed(0)
-    if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**common))
-    else:
-        model = MistralForCausalLM(MistralConfig(sliding_window=16, **common))
+    model = tf.AutoModelForCausalLM.from_config(configs[family]())
     with torch.no_grad():  # larger query/key weights: random init alone attends almost uniformly
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.mul_(8.0)
             layer.self_attn.k_proj.weight.mul_(8.0)
+            if getattr(layer.self_attn, "sinks", None) is not None:  # sinks that take real mass
+                layer.self_attn.sinks.normal_(6.0, 2.0)
     model.eval().save_pretrained(path)
     make_tokenizer(300).save_pretrained(path)
     return path
@@ -70,7 +84,9 @@ def prompts(seed: int = 1):
 def float64_model(path):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, attn_implementation="eager").eval()
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float64, attn_implementation="eager", experts_implementation="eager"
+    ).eval()  # eager experts: the grouped matmul takes no float64
 
 
 def assert_float64(model, prompt, result, b: int = 0, atol: float = 2e-4):
@@ -95,19 +111,35 @@ def engine(request, tmp_path_factory):
 
 
 def test_concurrent_requests_under_chunked_prefill_equal_float64(engine):
-    llm, path, out = engine
+    concurrent_requests_equal_float64(*engine)
+
+
+@pytest.mark.parametrize("family", ("qwen2", "gemma2", "gpt_oss"))
+def test_more_families_under_chunked_prefill_equal_float64(family, tmp_path):
+    """Qwen2, Gemma 2 (softcap, sliding layers) and gpt-oss (attention sinks): the concurrent requests'
+    statistics equal float64, sink_mass the sinks' share."""
+    path = family_dir(tmp_path / family, family)
+    llm = LLM(model=str(path), **lens.engine_args(out=tmp_path / "out", **ENGINE))
+    results = concurrent_requests_equal_float64(llm, path, tmp_path / "out")
+    if family == "gpt_oss":  # the sinks take real mass, so the check above holds them
+        assert min(float(r.stat("sink_mass").max()) for r in results) > 0.05
+    del llm
+
+
+def concurrent_requests_equal_float64(llm, path, out):
     on = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS))
     off = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True)
     texts = prompts()
     outputs = llm.generate([{"prompt_token_ids": p} for p in texts], [on, on, on, off])
-    model = float64_model(path)
+    model, results = float64_model(path), []
     for output, prompt in zip(outputs[:3], texts):
-        result = lens.load(out, output.request_id)
+        results.append(result := lens.load(out, output.request_id))
         assert result.tokens[0].tolist() == list(output.outputs[0].token_ids)
         assert result.prompt[0].tolist() == prompt
         assert_float64(model, prompt, result)
     with pytest.raises(EntropyLensError, match="did not opt in"):
         lens.load(out, outputs[3].request_id, wait=1)
+    return results
 
 
 def test_sampling_n_2_and_stop_tokens(engine):
