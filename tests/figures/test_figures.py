@@ -358,10 +358,24 @@ def test_passkey_figures_are_the_passkey_runs_of_their_variants(made):
 
 @pytest.mark.slow
 def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
+    """From the cache a run made, --cached-only draws an item as that run drew it (one item here: the
+    lookups are the plain rerun's, which test_rerun_reuses_the_cache finds all cached, and every item
+    redrawn --cached-only is test_committed_readme_is_regenerated_from_the_committed_runs); from an empty
+    cache it names the first run missing and writes nothing."""
+    import re
+
     root, _ = made
     config = FiguresConfig.build(MINIMAL)
-    make_figures(config, tmp_path / "redrawn", cache=root / "cache", progress=False, cached_only=True)
-    assert (tmp_path / "redrawn" / "README.md").read_text() == (root / "out" / "README.md").read_text()
+    redrawn = tmp_path / "redrawn"
+    make_figures(config, redrawn, cache=root / "cache", progress=False, cached_only=True, only=["table-02"])
+    assert sorted(p.name for p in redrawn.iterdir()) == ["README.md", "table-02.pdf", "table-02.png"]
+    assert (redrawn / "table-02.pdf").read_bytes() == (root / "out" / "table-02.pdf").read_bytes()
+
+    def section(text):  # Table 2's section: from its title to the next one (or the end)
+        return re.search(r"^## Table 2\n.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL).group(0)
+
+    again, made_readme = (redrawn / "README.md").read_text(), (root / "out" / "README.md").read_text()
+    assert section(again) == section(made_readme) and "| NoPE |" in section(again)
     args = ["figures", "--config", str(root / "minimal.yaml"), "--out", str(tmp_path / "out")]
     assert main([*args, "--cache", str(tmp_path / "empty"), "--cached-only", "--quiet"]) == 2
     assert "the sweep of tiny-nope at 128 is not in the cache" in capsys.readouterr().err

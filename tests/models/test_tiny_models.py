@@ -16,7 +16,11 @@ SPANS = ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
 
 
 # Sweeps of the committed pair over 128 samples (a minute or more on 2 cores): the tests that use them
-# are marked slow, out of the inner loop (`pytest -m "not slow"`).
+# are marked slow, out of the inner loop (`pytest -m "not slow"`), and kept on one worker (xdist_group),
+# which makes each sweep once.
+pytestmark = pytest.mark.xdist_group("tiny-models")
+
+
 @pytest.fixture(scope="module")
 def nope():
     return length_report("tiny-nope", scales=(1.0, 1.2, 1.4, 1.6), samples=128)  # the card's windows

@@ -164,6 +164,7 @@ def _assert_equal_scans(sharded: ScanResult, one: ScanResult) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("context-parallel")  # one worker makes the models and one-process scans
 @pytest.mark.parametrize("processes", [2, 3])
 @pytest.mark.parametrize("name", list(CASES))
 def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
@@ -178,6 +179,7 @@ def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("context-parallel")  # one worker makes the models and one-process scans
 @pytest.mark.parametrize("name", GROUP_CASES)
 def test_groups_of_shards_equal_the_one_process_scan(group_scans, name):
     """torchrun --nproc-per-node 4 ... --context-parallel 2: each sequence over 2 ranks, 2 groups."""
