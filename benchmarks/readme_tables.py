@@ -662,7 +662,8 @@ def vllm_cpu_table(record: dict) -> str:
         rows.append(f"{mode} over plain vLLM (the target, ≤ {target}×): {ratios or 'not measured'}{verdict}.")
     rows.append(
         f"One greedy request of {record['new']} tokens, {record['model']}, statistics {', '.join(record['stats'])}, "
-        f"the fastest of {record.get('rounds', 1)} interleaved round(s) each; {measured_on(record)}."
+        f"the fastest of {record.get('rounds', 1)} interleaved round(s) each"
+        f"{' (' + record['runs'] + ')' if 'runs' in record else ''}; {measured_on(record)}."
     )
     return "\n".join(rows)
 

@@ -148,7 +148,7 @@ def main() -> None:
             row = worker_row(cmd, {"mode": mode, "length": length})
             runs.setdefault((mode, length), []).append(row)
             print(json.dumps(row), flush=True)
-            rows = kept + best_rows(runs)
+            rows = kept + best_rows(runs, kept)
             write_json(
                 args.out,
                 make_record(
@@ -163,10 +163,10 @@ def main() -> None:
     print(table(rows, COLUMNS))
 
 
-def best_rows(runs: dict[tuple, list[dict]]) -> list[dict]:
+def best_rows(runs: dict[tuple, list[dict]], kept: list[dict] = ()) -> list[dict]:
     """One row per (mode, length): the fastest of its rounds (`rounds_s` all of them, peak RSS the
-    largest), its ratio to the fastest plain run (vllm; hf for hf-recorder) at that length; a mode whose
-    every round failed keeps the last round's reason."""
+    largest), its ratio to the fastest plain run (vllm; hf for hf-recorder) at that length, measured now
+    or among the `kept` rows (--keep); a mode whose every round failed keeps the last round's reason."""
     rows = []
     for (mode, length), measured in runs.items():
         done = [r for r in measured if "total_s" in r]
@@ -189,7 +189,12 @@ def best_rows(runs: dict[tuple, list[dict]]) -> list[dict]:
     for row in rows:
         base = "hf" if row["mode"] == "hf-recorder" else "vllm"
         ref = next(
-            (r for r in rows if (r["mode"], r["length"]) == (base, row["length"]) and "total_s" in r), None
+            (
+                r
+                for r in [*rows, *kept]
+                if (r["mode"], r["length"]) == (base, row["length"]) and "total_s" in r
+            ),
+            None,
         )
         if ref is not None and "total_s" in row and row["mode"] != base:
             row["vs_base"] = round(row["total_s"] / ref["total_s"], 3)
