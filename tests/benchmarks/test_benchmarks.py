@@ -99,6 +99,7 @@ def test_append_refuses_rows_from_another_gpu(tmp_path):
     assert run.returncode == 1 and "drop --append or choose another --out" in run.stderr
 
 
+@pytest.mark.slow
 def test_host_sums_benchmark_writes_its_table(tmp_path):
     out = tmp_path / "host_sums.json"
     run = subprocess.run(

@@ -185,6 +185,7 @@ def test_paper_figures_run(kernel, figures_made):
     assert f"a = {fit.a:.4f} ± {fit.a_stderr:.4f}, R² = {fit.r2:.4f}" in printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_the_sites_executed_copies_are_the_notebooks(name):
     """docs/tutorials/executed/ (what the site renders, with outputs) holds each notebook's cells as they are
