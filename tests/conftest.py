@@ -37,6 +37,19 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `full` (the exhaustive form of a claim a cheaper test holds) run under `make test-full`
+    only: elsewhere they are deselected, and the header's "deselected" count says how many."""
+    from kernel_grid import grid_kind
+
+    if grid_kind() == "full":
+        return
+    exhaustive = [item for item in items if item.get_closest_marker("full")]
+    if exhaustive:
+        config.hook.pytest_deselected(items=exhaustive)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ctrl_c_as_in_a_terminal():
     """Ctrl-C is Python's KeyboardInterrupt in the tests and in the CLI children they interrupt, as in a
