@@ -83,6 +83,18 @@ def _ctrl_c_as_in_a_terminal():
     signal.signal(signal.SIGINT, earlier)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _worker_threads_from_the_start():
+    """The worker's share of the cores from its first fixture on: a group's shared session or module
+    fixture (the figures' pipeline, the tiny models' sweeps), made in its first test's set-up, comes
+    before the per-test setting below, and a group is often a worker's first work (xdist sends the largest
+    first), when torch still has every core beside the other worker's."""
+    if WORKERS > 1:
+        import torch
+
+        torch.set_num_threads(WORKER_THREADS)
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     import resource
