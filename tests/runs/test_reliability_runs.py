@@ -1,8 +1,8 @@
 """Issue 48, the runs' part: no wrong number without a word, no work lost. Ranks started with other flags
 refuse to scan, naming the first setting that differs (and so does every "other flags" refusal); a
-reordered --stats is the same scan; a rank without samples still holds every sum; SIGTERM is Ctrl-C (a
-scan checkpoints, exit 143); a stalled or killed rank is one line on the others, after --dist-timeout
-at most."""
+reordered --stats is the same scan; a rank without samples still holds every sum (in the torchrun launches
+of tests/runs/test_context_parallel.py); SIGTERM is Ctrl-C (a scan checkpoints, exit 143); a stalled or
+killed rank is one line on the others, after --dist-timeout at most."""
 
 from __future__ import annotations
 
