@@ -42,12 +42,33 @@ def pytest_collection_modifyitems(config, items):
     only: elsewhere they are deselected, and the header's "deselected" count says how many."""
     from kernel_grid import grid_kind
 
+    _xdist_groups_on_pytest_9(config, items)
     if grid_kind() == "full":
         return
     exhaustive = [item for item in items if item.get_closest_marker("full")]
     if exhaustive:
         config.hook.pytest_deselected(items=exhaustive)
         items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+def _xdist_groups_on_pytest_9(config, items):
+    """`--dist loadgroup` (make test) keeps the tests of one `xdist_group` on one worker, so a session or
+    module fixture they share (the figures' pipeline, the tiny models' sweeps, the docs' site) is made once.
+    pytest-xdist 3.8 marks a grouped test by appending "@group" to `item._nodeid`, which pytest 9 no longer
+    reads (the id lives in `item._id`): every group was spread over both workers and its fixture made on
+    each. Here the worker appends it where pytest 9 reads it (a no-op where xdist's own renaming worked)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -60,6 +81,18 @@ def _ctrl_c_as_in_a_terminal():
     earlier = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, earlier)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_threads_from_the_start():
+    """The worker's share of the cores from its first fixture on: a group's shared session or module
+    fixture (the figures' pipeline, the tiny models' sweeps), made in its first test's set-up, comes
+    before the per-test setting below, and a group is often a worker's first work (xdist sends the largest
+    first), when torch still has every core beside the other worker's."""
+    if WORKERS > 1:
+        import torch
+
+        torch.set_num_threads(WORKER_THREADS)
 
 
 @pytest.fixture(autouse=True)
