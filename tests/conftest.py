@@ -59,15 +59,17 @@ def _xdist_groups_on_pytest_9(config, items):
     each. Here the worker appends it where pytest 9 reads it (a no-op where xdist's own renaming worked)."""
     if not getattr(config.option, "loadgroup", False):
         return
-    from _pytest.nodeid import NodeId
-
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # a pytest before 9 reads `_nodeid`, where xdist's own renaming works
+        return
     for item in items:
         names = {
             str(m.args[0] if m.args else m.kwargs.get("name", "default"))
             for m in item.iter_markers("xdist_group")
         }
         suffix = "@" + "_".join(sorted(names))
-        if names and not item.nodeid.endswith(suffix):
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
             item._id = NodeId.parse(item.nodeid + suffix)
 
 
