@@ -20,10 +20,10 @@ from tiny import make_tiny_model
 
 from entropy_lens.kernels import native
 from entropy_lens.kernels.native import NativeState, native_available, native_module, native_status
+from entropy_lens.kernels.native import build as native_build
 from entropy_lens.kernels.native.build import (
     MANIFEST,
     SOURCE,
-    _compile,
     build_extension,
     cache_key,
     cache_root,
@@ -69,9 +69,9 @@ def _tree(root: Path) -> dict:
     }
 
 
-# The kill tests' source: a module with nothing in it, compiled for real through build.py's own `_compile`
-# (torch's cpp_extension, ninja, the compiler, the link) in a second, where the kernel's source takes a
-# minute or two
+# The kill tests' source, in place of build.SOURCE: a module with nothing in it, built by build.py's own
+# compile (torch's cpp_extension, ninja, the compiler, the link) in a second, where the kernel's source
+# takes a minute or two
 EMPTY_MODULE = r"""
 #include <Python.h>
 #define JOIN2(a, b) a##b
@@ -82,30 +82,30 @@ static struct PyModuleDef empty = {PyModuleDef_HEAD_INIT, NAME(TORCH_EXTENSION_N
 PyMODINIT_FUNC JOIN(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&empty); }
 """
 
-# A build in a child process that stops at one moment (argv: cache, moment, mark file, source) and
+# A build in a child process that stops at one moment (argv: cache, moment, mark file, source file) and
 # writes the mark there, for the test to kill it: build.py's steps in order, each observed through the
 # function it calls next
 KILLED_BUILD = """
 import os, shutil, sys, time
 from pathlib import Path
 from entropy_lens.kernels.native import build
-root, moment, mark, source = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+root, moment, mark, build.SOURCE = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
 
 def stop(at):
     if at == moment:
         mark.write_text(at)
         time.sleep(600)
 
-wait_for, write_atomic, replace, rmtree = build._wait_for, build._write_atomic, os.replace, shutil.rmtree
+wait_for, compile, write_atomic = build._wait_for, build._compile, build._write_atomic
+replace, rmtree = os.replace, shutil.rmtree
 
 def locked(fd, path):
     wait_for(fd, path)
     stop("lock taken")
 
-def compile(name, src, work):
+def compiling(name, source, work):
     stop("source copied")
-    src.write_text(source)
-    module = build._compile(name, src, work)
+    module = compile(name, source, work)
     stop("compiled")
     return module
 
@@ -123,8 +123,9 @@ def cleaning(path, *args, **kwargs):
         stop("manifest renamed")
     rmtree(path, *args, **kwargs)
 
-build._wait_for, build._write_atomic, os.replace, shutil.rmtree = locked, manifest_next, renaming, cleaning
-build.build_extension(root=root, compile=compile)
+build._wait_for, build._compile, build._write_atomic = locked, compiling, manifest_next
+os.replace, shutil.rmtree = renaming, cleaning
+build.build_extension(root=root)
 """
 
 # The compiler ninja runs for the object file, for the moment "compiler running": marks it, compiles,
@@ -147,11 +148,6 @@ KILL_MOMENTS = {
     "manifest written, not renamed": "a build without its manifest (interrupted)",
     "manifest renamed": None,
 }
-
-
-def _compile_empty(name, source, work):
-    source.write_text(EMPTY_MODULE)
-    return _compile(name, source, work)
 
 
 def _session(sid: int) -> list[int]:
@@ -184,8 +180,8 @@ def _kill_session(leader: subprocess.Popen) -> None:
     assert not _session(leader.pid), "the killed build's processes outlived SIGKILL"
 
 
-def _kill_at(moment: str, cache: Path, tmp_path: Path) -> None:
-    """A build of EMPTY_MODULE into `cache` in a child process, SIGKILLed with all it started at `moment`."""
+def _kill_at(moment: str, cache: Path, source: Path, tmp_path: Path) -> None:
+    """A build of `source` into `cache` in a child process, SIGKILLed with all it started at `moment`."""
     mark = tmp_path / "stopped"
     env = {**os.environ, "PYTHONPATH": str(PACKAGE)}
     if moment == "compiler running":
@@ -197,7 +193,7 @@ def _kill_at(moment: str, cache: Path, tmp_path: Path) -> None:
     log = tmp_path / "killed.log"
     with log.open("w") as out:
         child = subprocess.Popen(
-            [sys.executable, "-c", KILLED_BUILD, str(cache), moment, str(mark), EMPTY_MODULE],
+            [sys.executable, "-c", KILLED_BUILD, str(cache), moment, str(mark), str(source)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -232,25 +228,27 @@ def _build_within(seconds: float, **kwargs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", list(KILL_MOMENTS))
-def test_a_build_killed_at_any_moment_never_blocks_a_later_run(tmp_path, capsys, moment):
+def test_a_build_killed_at_any_moment_never_blocks_a_later_run(tmp_path, capsys, monkeypatch, moment):
     """A build SIGKILLed with all it started (ninja, the compiler) at each of its steps, then a later
     build into the same cache: it takes the lock at once, removes what the killed one left (and, at the
     first step, a folder an earlier killed build left), builds and verifies, or finds the finished build
     and loads it as it is. The builds compile EMPTY_MODULE (the kernel's own compile killed and redone:
     test_a_build_killed_in_the_kernels_compile_never_blocks_its_rebuild, make test-full)."""
-    cache = tmp_path / "cache"
-    key = _key()
+    cache, source = tmp_path / "cache", tmp_path / "empty_module.cpp"
+    source.write_text(EMPTY_MODULE)
+    key = cache_key(source.read_bytes(), compiler_flags())
     if moment == "lock taken":
         earlier = cache / f"{key}.build-earlier"
         earlier.mkdir(parents=True)
         (earlier / "lock").touch()  # torch's own lock file, which a killed torch build leaves behind
-    _kill_at(moment, cache, tmp_path)
+    _kill_at(moment, cache, source, tmp_path)
     lock = os.open(cache / f"{key}.lock", os.O_RDWR)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the killed holder's flock went with it
     finally:
         os.close(lock)
-    module = _build_within(120, root=cache, compile=_compile_empty)
+    monkeypatch.setattr(native_build, "SOURCE", source)
+    module = _build_within(120, root=cache)
     said = capsys.readouterr().err
     assert Path(module.__file__).parent == cache / key and isinstance(check_library(cache / key), tuple)
     why = KILL_MOMENTS[moment]
@@ -424,6 +422,7 @@ def test_an_unwritable_cache_without_a_build_says_which_variable_to_set(tmp_path
     assert "ENTROPY_LENS_NATIVE_CACHE" in native_status(state) and "cannot be written" in native_status(state)
 
 
+@pytest.mark.slow
 def test_the_build_happens_before_auto_times_anything(monkeypatch):
     """`--fused auto` times real layers of each way; the build (tens of seconds) or the library's load
     must never fall inside a timed trial, or auto would keep the wrong path."""
