@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -393,3 +394,80 @@ def test_preemption_recomputes_the_same_rows(tmp_path):
         json.loads(str(np.load(p)["meta"]))["recomputed_keys"] for p in out.glob(".parts/*/rank0.npz")
     ]
     assert max(recomputed) > 0, recomputed  # one was preempted and recomputed
+
+
+def test_the_gpu_backends_read_the_same_score_modifiers():
+    """FlashAttention's and Triton's implementations, built by vLLM's own __init__ from a layer's arguments,
+    keep a causal window of w keys as (w − 1, 0) where the CPU's keeps w: the lens reads w from both (the
+    CPU's through every engine case here: Mistral's window, Gemma 2's softcap, gpt-oss's sinks)."""
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionImpl
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    from entropy_lens.vllm.worker import score_mods_of
+
+    slopes = [0.5, 0.25, 0.125, 0.0625]
+    for window in (None, 8):
+        layer = {
+            "num_heads": 4,
+            "head_size": 16,
+            "scale": 0.25,
+            "num_kv_heads": 2,
+            "alibi_slopes": slopes,
+            "sliding_window": window,
+            "kv_cache_dtype": "auto",
+            "logits_soft_cap": 30.0,
+        }
+        for cls in (FlashAttentionImpl, TritonAttentionImpl):
+            mods = score_mods_of(cls(**layer), "cpu")
+            assert mods["window"] == window and mods["softcap"] == 30.0 and mods["softmax_scale"] == 0.25
+            assert torch.equal(mods["alibi_slopes"], torch.tensor(slopes)) and mods["sinks"] is None
+    sinks = torch.randn(4)
+    triton = TritonAttentionImpl(**{**layer, "alibi_slopes": None, "logits_soft_cap": None}, sinks=sinks)
+    mods = score_mods_of(triton, "cpu")
+    assert mods["sinks"] is sinks and mods["softcap"] is None and mods["alibi_slopes"] is None
+    triton.sliding_window = (7, 7)  # a window reaching keys after the row: no causal decoder's
+    with pytest.raises(EntropyLensError, match="7 keys after the row is no causal decoder's"):
+        score_mods_of(triton, "cpu")
+
+
+def test_graph_options_on_a_compilation_config():
+    from vllm.config import CompilationConfig, CUDAGraphMode
+
+    from entropy_lens.vllm import graph_options
+
+    config = CompilationConfig()
+    assert (
+        graph_options({"compilation_config": config}, gpu=True)["compilation_config"].cudagraph_mode
+        == CUDAGraphMode.PIECEWISE
+    )
+    with pytest.raises(EntropyLensError, match="FULL_AND_PIECEWISE captures attention"):
+        graph_options(
+            {"compilation_config": CompilationConfig(cudagraph_mode="FULL_AND_PIECEWISE")}, gpu=True
+        )
+
+
+def test_a_model_with_a_layer_that_is_not_plain_attention_is_refused_by_name():
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    from entropy_lens.vllm.worker import _wrap_attention
+
+    class Mixer(AttentionLayerBase):  # a layer with a cache that is not plain attention (as MLA, Mamba)
+        def get_attn_backend(self):
+            raise NotImplementedError
+
+        def get_kv_cache_spec(self, vllm_config):
+            return None
+
+    runner = types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(
+            static_forward_context={
+                "model.layers.0.mlp.experts": torch.nn.Linear(2, 2),
+                "model.layers.0.mixer": Mixer(),
+            }
+        )
+    )
+    why = _wrap_attention(runner)
+    assert (
+        "layer model.layers.0.mixer is Mixer, not vLLM's plain Attention" in why
+        and "GenerationRecorder" in why
+    )
