@@ -449,7 +449,7 @@ def test_graph_options_on_a_compilation_config():
 def test_a_model_with_a_layer_that_is_not_plain_attention_is_refused_by_name():
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 
-    from entropy_lens.vllm.worker import _wrap_attention
+    from entropy_lens.vllm.worker import wrap_attention
 
     class Mixer(AttentionLayerBase):  # a layer with a cache that is not plain attention (as MLA, Mamba)
         def get_attn_backend(self):
@@ -466,7 +466,7 @@ def test_a_model_with_a_layer_that_is_not_plain_attention_is_refused_by_name():
             }
         )
     )
-    why = _wrap_attention(runner)
+    why = wrap_attention(runner)
     assert (
         "layer model.layers.0.mixer is Mixer, not vLLM's plain Attention" in why
         and "GenerationRecorder" in why

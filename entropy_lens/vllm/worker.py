@@ -56,7 +56,7 @@ NOT_FINITE = (
 )
 _active = None  # the Lens of the step running in this process, or None
 
-__all__ = ["PARTS", "Extension", "install"]
+__all__ = ["PARTS", "Extension", "install", "score_mods_of", "wrap_attention"]
 
 
 class Extension:
@@ -127,7 +127,7 @@ class Lens:
         self.requests: dict[str, _Request | None] = {}  # None: seen, did not opt in (a request's id is
         # never reused: vLLM appends 8 random characters to the caller's)
         self.batch: list | None = None  # this step's [(batch index, request id, _Request)]
-        self.unreadable = _wrap_attention(runner)  # why no request can be recorded here, or None
+        self.unreadable = wrap_attention(runner)  # why no request can be recorded here, or None
 
     # -- the step -------------------------------------------------------------------------------------
     def begin(self, scheduler_output) -> None:
@@ -312,7 +312,7 @@ def _lens_of(runner) -> Lens | None:
 _wrapped: set[type] = set()  # the attention implementations whose forward the lens wraps
 
 
-def _wrap_attention(runner) -> str | None:
+def wrap_attention(runner) -> str | None:
     """Wrap the forward of the attention implementation each of the model's layers uses, once per class
     and process: whichever backend vLLM chose (the CPU's; on a GPU FlashAttention's, Triton's,
     FlashInfer's, ...): the lens reads a layer's rows from its query and keys and its score modifiers from
@@ -352,7 +352,7 @@ def _lens_forward(forward):
 
 def install() -> None:
     """Wrap the model runner's step (idempotent); each attention implementation is wrapped when a lens
-    first meets it (`_wrap_attention`)."""
+    first meets it (`wrap_attention`)."""
     global _installed
     if _installed:
         return
