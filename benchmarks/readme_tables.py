@@ -660,10 +660,16 @@ def vllm_cpu_table(record: dict) -> str:
         met = all(r["vs_base"] <= target for r in measured)
         verdict = f" ({'met' if met else 'NOT met'})" if measured else ""
         rows.append(f"{mode} over plain vLLM (the target, ≤ {target}×): {ratios or 'not measured'}{verdict}.")
+    by_rounds: dict[int, set] = {}  # each row's rounds (rows kept from another run by --keep have theirs)
+    for r in record["rows"]:
+        by_rounds.setdefault(len(r.get("rounds_s", ())) or record.get("rounds", 1), set()).add(r["length"])
+    fastest = "; ".join(
+        f"the fastest of {n} interleaved round(s) at {', '.join(f'{n_len:,}' for n_len in sorted(lengths))}"
+        for n, lengths in sorted(by_rounds.items(), reverse=True)
+    )
     rows.append(
         f"One greedy request of {record['new']} tokens, {record['model']}, statistics {', '.join(record['stats'])}, "
-        f"the fastest of {record.get('rounds', 1)} interleaved round(s) each"
-        f"{' (' + record['runs'] + ')' if 'runs' in record else ''}; {measured_on(record)}."
+        f"{fastest}{' (' + record['runs'] + ')' if 'runs' in record else ''}; {measured_on(record)}."
     )
     return "\n".join(rows)
 
