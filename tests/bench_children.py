@@ -32,14 +32,18 @@ from kernel_grid import grid_kind
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _script(path: Path, own):
-    """The module of benchmarks/`path` (`own` where it is the script under test), imported from its path."""
-    if Path(own.__file__).resolve() == path:
-        return own
-    spec = importlib.util.spec_from_file_location(f"benchmarks.{path.stem}", path)
+def load_script(name: str):
+    """benchmarks/<name>.py as a module, imported from its path (benchmarks/ is not a package and never
+    goes on sys.path): tests/conftest.py's `benchmark_script` fixture, and a child's script here."""
+    spec = importlib.util.spec_from_file_location(f"benchmarks.{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _script(path: Path, own):
+    """The module of benchmarks/`path` (`own` where it is the script under test)."""
+    return own if Path(own.__file__).resolve() == path else load_script(path.stem)
 
 
 def children_in_process(module, monkeypatch) -> list[list[str]]:

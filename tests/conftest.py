@@ -1,9 +1,7 @@
 """Fixtures shared by the tests. Model and tokenizer builders live in tests/tiny.py (pytest puts tests/
 on sys.path, so test modules import it as `tiny`)."""
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
@@ -38,8 +36,9 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `full` (the exhaustive form of a claim a cheaper test holds) run under `make test-full`
-    only: elsewhere they are deselected, and the header's "deselected" count says how many."""
+    """The xdist groups repaired (`_xdist_groups_on_pytest_9`); tests marked `full` (the exhaustive form of
+    a claim a cheaper test holds) run under `make test-full` only: elsewhere they are deselected, and the
+    header's "deselected" count says how many."""
     from kernel_grid import grid_kind
 
     _xdist_groups_on_pytest_9(config, items)
@@ -128,17 +127,10 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def benchmark_script():
-    """load(name) -> benchmarks/<name>.py as a module, imported from its path (benchmarks/ is not a package
-    and never goes on sys.path)."""
-    folder = Path(__file__).parent.parent / "benchmarks"
+    """load(name) -> benchmarks/<name>.py as a module, imported from its path (bench_children.load_script)."""
+    from bench_children import load_script
 
-    def load(name: str):
-        spec = importlib.util.spec_from_file_location(f"benchmarks.{name}", folder / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+    return load_script
 
 
 @pytest.fixture(scope="session")
