@@ -41,7 +41,9 @@ def batch_seconds(length: int, batch: int, repeats: int) -> list[float]:
     def one_batch():
         rec = EntropyRecorder(model)
         for layer in range(LAYERS):
-            rec.session.on_stats(layer, {"entropy": entropy[layer].clone()}, 0)  # fresh, as each layer gives
+            rec.session.reports.report_stats(
+                layer, {"entropy": entropy[layer].clone()}, 0
+            )  # fresh, as each layer gives
         sums.add(rec, nll)
 
     return timed(one_batch, repeats=repeats).times

@@ -640,14 +640,18 @@ def vllm_cpu_table(record: dict) -> str:
     """The lens inside vLLM against plain vLLM, beside HF generate() with and without the recorder
     (benchmarks/vllm_cpu.py): each (length, mode)'s total and peak RSS, its ratio to plain vLLM (hf-recorder:
     to hf); the targets' verdicts beneath."""
-    rows = ["| len | mode | total s | × vllm (hf-recorder: × hf) | peak RSS MB |", "|---|---|---|---|---|"]
+    rows = [
+        "| len | mode | total s | × vllm (hf-recorder: × hf) | × the same engine, not opted in | peak RSS MB |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in sorted(record["rows"], key=lambda r: r["length"]):
         if "skipped" in r:
-            rows.append(f"| {r['length']:,} | {r['mode']} | skipped: {r['skipped'].split(' (')[0]} | | |")
+            rows.append(f"| {r['length']:,} | {r['mode']} | skipped: {r['skipped'].split(' (')[0]} | | | |")
             continue
         ratio = f"{r['vs_base']:.3f}" if "vs_base" in r else ""
+        own = f"{r['vs_same_engine']:.3f}" if "vs_same_engine" in r else ""
         rows.append(
-            f"| {r['length']:,} | {r['mode']} | {r['total_s']:.2f} | {ratio} | {r['peak_rss_mb']:,.0f} |"
+            f"| {r['length']:,} | {r['mode']} | {r['total_s']:.2f} | {ratio} | {own} | {r['peak_rss_mb']:,.0f} |"
         )
     rows.append("")
     for mode, target in VLLM_TARGETS.items():
@@ -656,9 +660,16 @@ def vllm_cpu_table(record: dict) -> str:
         met = all(r["vs_base"] <= target for r in measured)
         verdict = f" ({'met' if met else 'NOT met'})" if measured else ""
         rows.append(f"{mode} over plain vLLM (the target, ≤ {target}×): {ratios or 'not measured'}{verdict}.")
+    by_rounds: dict[int, set] = {}  # each row's rounds (rows kept from another run by --keep have theirs)
+    for r in record["rows"]:
+        by_rounds.setdefault(len(r.get("rounds_s", ())) or record.get("rounds", 1), set()).add(r["length"])
+    fastest = "; ".join(
+        f"the fastest of {n} interleaved round(s) at {', '.join(f'{n_len:,}' for n_len in sorted(lengths))}"
+        for n, lengths in sorted(by_rounds.items(), reverse=True)
+    )
     rows.append(
         f"One greedy request of {record['new']} tokens, {record['model']}, statistics {', '.join(record['stats'])}, "
-        f"one run each; {measured_on(record)}."
+        f"{fastest}{' (' + record['runs'] + ')' if 'runs' in record else ''}; {measured_on(record)}."
     )
     return "\n".join(rows)
 

@@ -122,7 +122,7 @@ def memory_worker(length: int, set_name: str) -> dict:
     rec = EntropyRecorder(SimpleNamespace(config=config), stats=stats)  # only the config is read: no weights
     sums = ScanSums(LAYERS, TINY_HEADS, length)
     for layer in range(LAYERS):
-        rec.session.on_stats(layer, {s: torch.rand(1, TINY_HEADS, length) for s in stats}, 0)
+        rec.session.reports.report_stats(layer, {s: torch.rand(1, TINY_HEADS, length) for s in stats}, 0)
     sums.add(rec, torch.rand(1, length))
     peak = peak_rss_mb()
     sum_bytes = sum(

@@ -6,6 +6,8 @@ triton_interp_cases.py; pytest puts tests/ on sys.path, so they import it as `ca
     square_sdpa_mask(B, T, **kw)   transformers' sdpa_mask for T × T, in its 5.0-5.2 and newer signatures
     recorded_backends(backend, fused, device)   {mask kind: the backends a session recorded}, each call's
                                    entropy held to the float64 reference
+    StatsTo(fn), RowsTo(fn, probe_rows)   a session's consumer (capture/reports.py) handing the row
+                                   statistics, or the last rows' probabilities, to `fn`
 """
 
 import torch
@@ -14,6 +16,7 @@ from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_fun
 
 from entropy_lens.capture.attention import entropy_lens_attention
 from entropy_lens.capture.call import Session, activate
+from entropy_lens.capture.reports import Reports
 from entropy_lens.flags import Measure
 from entropy_lens.kernels import attention_entropy, native_available
 
@@ -59,7 +62,7 @@ def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> 
     for kind in MASK_KINDS:
         mask = masks[kind]
         session = Session(
-            on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
+            reports=StatsTo(lambda layer, stats, offset: got.append(stats["entropy"])),
             measure=Measure.parse(backend=backend, fused=fused),
         )
         on_device = [None if x is None else x.to(device) for x in (q, k, v, mask)]
@@ -72,3 +75,25 @@ def recorded_backends(backend: str, fused: str = "off", device: str = "cpu") -> 
         assert (got[-1].cpu() - want).abs().max().item() <= 1e-5, kind
         backends[kind] = session.backends
     return backends
+
+
+class StatsTo(Reports):
+    """A session's consumer (capture/reports.py) for the tests: each layer's row statistics handed to
+    `fn(layer, stats, key_offset)`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def report_stats(self, layer, stats, key_offset, *, inputs_finite=None):
+        self.fn(layer, stats, key_offset)
+
+
+class RowsTo(Reports):
+    """A session's consumer for the tests: each call's last `probe_rows` rows' probabilities handed to
+    `fn(layer, p)`."""
+
+    def __init__(self, fn, probe_rows: int):
+        self.fn, self.probe_rows = fn, probe_rows
+
+    def report_rows(self, layer, p):
+        self.fn(layer, p)

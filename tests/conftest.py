@@ -1,9 +1,7 @@
 """Fixtures shared by the tests. Model and tokenizer builders live in tests/tiny.py (pytest puts tests/
 on sys.path, so test modules import it as `tiny`)."""
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
@@ -37,6 +35,43 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The xdist groups repaired (`_xdist_groups_on_pytest_9`); tests marked `full` (the exhaustive form of
+    a claim a cheaper test holds) run under `make test-full` only: elsewhere they are deselected, and the
+    header's "deselected" count says how many."""
+    from kernel_grid import grid_kind
+
+    _xdist_groups_on_pytest_9(config, items)
+    if grid_kind() == "full":
+        return
+    exhaustive = [item for item in items if item.get_closest_marker("full")]
+    if exhaustive:
+        config.hook.pytest_deselected(items=exhaustive)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+def _xdist_groups_on_pytest_9(config, items):
+    """`--dist loadgroup` (make test) keeps the tests of one `xdist_group` on one worker, so a session or
+    module fixture they share (the figures' pipeline, the tiny models' sweeps, the docs' site) is made once.
+    pytest-xdist 3.8 marks a grouped test by appending "@group" to `item._nodeid`, which pytest 9 no longer
+    reads (the id lives in `item._id`): every group was spread over both workers and its fixture made on
+    each. Here the worker appends it where pytest 9 reads it (a no-op where xdist's own renaming worked)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # a pytest before 9 reads `_nodeid`, where xdist's own renaming works
+        return
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ctrl_c_as_in_a_terminal():
     """Ctrl-C is Python's KeyboardInterrupt in the tests and in the CLI children they interrupt, as in a
@@ -47,6 +82,18 @@ def _ctrl_c_as_in_a_terminal():
     earlier = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, earlier)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_threads_from_the_start():
+    """The worker's share of the cores from its first fixture on: a group's shared session or module
+    fixture (the figures' pipeline, the tiny models' sweeps), made in its first test's set-up, comes
+    before the per-test setting below, and a group is often a worker's first work (xdist sends the largest
+    first), when torch still has every core beside the other worker's."""
+    if WORKERS > 1:
+        import torch
+
+        torch.set_num_threads(WORKER_THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -80,17 +127,10 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def benchmark_script():
-    """load(name) -> benchmarks/<name>.py as a module, imported from its path (benchmarks/ is not a package
-    and never goes on sys.path)."""
-    folder = Path(__file__).parent.parent / "benchmarks"
+    """load(name) -> benchmarks/<name>.py as a module, imported from its path (bench_children.load_script)."""
+    from bench_children import load_script
 
-    def load(name: str):
-        spec = importlib.util.spec_from_file_location(f"benchmarks.{name}", folder / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+    return load_script
 
 
 @pytest.fixture(scope="session")

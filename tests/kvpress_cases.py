@@ -14,6 +14,7 @@ starts; elsewhere every case skips.
 - padding: each sequence of a right- or left-padded batch scores as it does alone (sdpa and eager); kvpress's
   own press does not on a right-padded one (the guide says so).
 - the guide (docs/guides/kvpress.md): its Python blocks run as written, at a test's length.
+- the benchmark (benchmarks/kvpress_cpu.py) at a toy size: every press's row, the same keys kept.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ from entropy_lens.kvpress import ObservedAttentionPress
 
 GUIDE = Path(__file__).parents[1] / "docs" / "guides" / "kvpress.md"
 RTOL = 1e-4  # the issue's bound on the scores' relative difference
+
+
+def test_the_environment_is_transformers_5_2_with_kvpress():
+    """This file's environment (make kvpress-env) is what it was built for: transformers 5.2.0, the floor's
+    line, and kvpress 0.5.5."""
+    import importlib.metadata
+
+    import transformers
+
+    assert [transformers.__version__, importlib.metadata.version("kvpress")] == ["5.2.0", "0.5.5"]
 
 
 def tiny_model(kind: str):
@@ -441,6 +452,34 @@ def test_the_guide_runs_as_written():
     assert namespace["answer"]["answer"].strip() and namespace["unpressed"]["answer"].strip()
     full, kept = namespace["full"].get_seq_length(), namespace["kept"].get_seq_length()
     assert full > 1_024 and kept == int(full * (1 - 0.75))  # the unpressed prefill's keys, a quarter kept
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_both_presses(benchmark_script, tmp_path, monkeypatch):
+    """benchmarks/kvpress_cpu.py at a toy size (SmolLM2, 64 tokens): a row per press and the plain
+    prefill's, both caches halved, the lens press keeping the same keys as kvpress's on eager, each press's
+    time over the plain prefill's. Its three workers run in this process (tests/bench_children.py), one
+    command per press; under make test-full each in a child process of its own."""
+    from bench_children import children_in_process
+
+    bench = benchmark_script("kvpress_cpu")
+    commands = children_in_process(bench, monkeypatch)
+    out = tmp_path / "kvpress_cpu.json"
+    assert bench.main(["--lengths", "64", "--out", str(out)]) == 0
+    if commands:
+        assert [c[c.index("--worker") + 1] for c in commands] == ["plain", "kvpress", "lens"]
+    record = json.loads(out.read_text(encoding="utf-8"))
+    plain, kv, lens = record["rows"]
+    assert [(r["press"], r["attention"]) for r in (plain, kv, lens)] == [
+        ("plain", "sdpa"),
+        ("kvpress", "eager"),
+        ("lens", "sdpa"),
+    ]
+    assert kv["cache_len"] == lens["cache_len"] == 32 and kv["median_s"] > 0 < lens["median_s"]
+    assert plain["cache_len"] == 64 and "time_over_plain" not in plain
+    assert lens["time_over_plain"] == pytest.approx(lens["median_s"] / plain["median_s"])
+    assert lens["kept_agree"] == 1.0 and lens["max_rel_score_diff"] < 1e-4
+    assert [(x["len"], x["kept_agree"]) for x in record["summary"]] == [(64, 1.0)]
 
 
 def test_duo_attention_press_reads_the_lens_pattern(tmp_path):

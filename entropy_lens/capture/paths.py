@@ -25,14 +25,14 @@ from functools import partial
 
 import torch
 
-from entropy_lens.capture.call import LayerCall, LayerInputs
+from entropy_lens.capture.call import LayerCall, LayerInputs, layer_inputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
-from entropy_lens.capture.received import layer_counted_rows, one_pass_keys, report_keys, wants_keys
+from entropy_lens.capture.received import layer_counted_rows, one_pass_keys
 from entropy_lens.capture.slices import wants_slices
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused, Measure, Stats
-from entropy_lens.kernels import Plan, Route, compile_requested, plan, run
-from entropy_lens.kernels.contract import validate_scale
+from entropy_lens.kernels import Plan, Route, attention_probabilities, compile_requested, plan, run
+from entropy_lens.kernels.contract import validate_mask, validate_scale
 from entropy_lens.kernels.plan import (
     ALIBI_THEN_ENTROPY,
     EAGER_THEN_ENTROPY,
@@ -226,37 +226,66 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
 def wants_lse(call: LayerCall) -> bool:
     """Whether the layer's row pass returns its rows' log-sum-exp: for the column pass (key statistics)
     or the row-slice statistics read off it."""
-    return wants_keys(call) or wants_slices(call)
+    return call.wants_keys or wants_slices(call)
 
 
 def record(
     call: LayerCall,
     path: str,
     route: Route | None = None,
-    inputs=None,
+    inputs: LayerInputs | None = None,
     rows=None,
+    *,
     keys=None,
     inputs_finite=None,
+    block=None,
 ) -> None:
     """The bookkeeping of a layer (step 3 of a capture: the row pass, the column pass, this): note in the
-    session (if any) the path that ran and, when capturing, the kernel that computed the statistics;
-    hand the row statistics to the session's callback (at key offset S − T; with the unread check of
-    the layer's inputs where `check_finite_inputs` returned one) and the column pass's state `keys`
-    (capture/received.py's `column_pass`; None: none) to `report_keys`."""
+    session (if any) the path that ran and, when capturing, the kernel that computed the statistics; hand
+    the session's consumer (capture/reports.py) what it asks for: the kept `block` (capture/slices.py's
+    `block_pass`; None: none), the row statistics `rows` at key offset S − T (with the unread check of the
+    layer's inputs where `check_finite_inputs` returned one), the column pass's state `keys`
+    (capture/received.py's `column_pass`; None: none: `report_keys`) and, captured or not, the call's last
+    rows' probabilities (`last_rows_probabilities`; `inputs`: the call's `layer_inputs`, where the route
+    read them)."""
     session = call.session
     if session is None:
         return
     session.paths.add(path)
-    if not call.capturing:
-        return
-    session.backends.add(route.kernel)
-    offset = inputs.key.shape[2] - call.query.shape[2]
-    if inputs_finite is None:
-        session.on_stats(call.module.layer_idx, dict(rows), offset)
-    else:  # check_finite_inputs left its check to on_stats
-        session.on_stats(call.module.layer_idx, dict(rows), offset, inputs_finite=inputs_finite)
-    if keys is not None:
-        report_keys(session, call.module.layer_idx, keys, offset)
+    reports, layer = session.reports, call.module.layer_idx
+    if call.capturing:
+        session.backends.add(route.kernel)
+        offset = inputs.key.shape[2] - call.query.shape[2]
+        if block is not None:
+            reports.report_block(layer, block)
+        if inputs_finite is None:
+            reports.report_stats(layer, dict(rows), offset)
+        else:  # check_finite_inputs left its check to the consumer
+            reports.report_stats(layer, dict(rows), offset, inputs_finite=inputs_finite)
+        if keys is not None:
+            report_keys(session, layer, keys, offset)
+    if reports.probe_rows:
+        reports.report_rows(layer, last_rows_probabilities(call, reports.probe_rows, inputs))
+
+
+def report_keys(session, layer: int, state: dict[str, torch.Tensor], offset: int) -> None:
+    """A layer's column `state` to the session's consumer, at key offset S − T (a decode step's rows add
+    to the keys of the sequence they continue); its reader reads the statistics off it (`read_received`)."""
+    session.reports.report_key_state(layer, state, offset)
+
+
+def last_rows_probabilities(call: LayerCall, rows: int, inputs: LayerInputs | None = None):
+    """(B, Hq, rows, S) float64: the keys' probabilities of the call's last `rows` query rows, whole
+    (`kernels.attention_probabilities`: the same scores, bias, mask and sink as every path), at λ_h.
+    `inputs`: the call's `layer_inputs`, where the route already read them."""
+    inputs = inputs if inputs is not None else layer_inputs(call)
+    q = call.query[:, :, -rows:].detach()
+    mods = inputs.mods
+    if mods.mask is not None and mods.mask.shape[2] > 1:
+        mods = mods.replace(mask=validate_mask(q, inputs.key, mods.mask[:, :, -rows:]))
+    softmax_scale = validate_scale(q, inputs.key, call.softmax_scale)
+    p, _, _ = attention_probabilities(q, inputs.key.detach(), softmax_scale, mods)
+    return p
 
 
 def sdpa(call: LayerCall, mask=None):

@@ -6,14 +6,14 @@ two passes over the keys, never three; every route returns its LSE, and a route 
 refused, never given a quiet second row pass. Where the row pass runs the native kernel, it keeps the
 column state from its own score tiles (`one_pass_keys`, kernels.plan's ONE_PASS_KEYS): one pass over
 the keys, and `column_pass` reads that state. Each layer's column state (sums, maxima, counts: (B, Hq, S)
-float32) goes to `Session.on_key_state`, whose reader reads the key statistics off it (`read_received`):
-the recorder's continues a sequence across decode steps, the monitor's summarises one forward.
+float32) goes to the session's consumer (capture/reports.py), which reads the key statistics off it
+(`read_received`): the recorder's continues a sequence across decode steps, the monitor's summarises one forward.
 
 A sharded sequence (--context-parallel, capture/context_parallel.py) takes the same steps per chunk: each
 chunk's column state (`column_pass` over its own query rows, keys [0, b) widened), added over its chunks, combines
 every rank's state over the group (`combined_over_ranks`: keys on one rank receive from queries on later
-ranks) and reads the statistics once, on the group's first rank (`report_sharded`), so the result is the
-one-process one.
+ranks) and hands it on once, from the group's first rank (capture/context_parallel.py), so the result is
+the one-process one.
 """
 
 from __future__ import annotations
@@ -33,12 +33,6 @@ from entropy_lens.statistics import MAX, MEAN
 STATE_REDUCTIONS = {"sum": MEAN, "max": MAX, "count": MEAN}  # MEAN's combine: a sum
 
 
-def wants_keys(call: LayerCall) -> bool:
-    """Whether the layer records key statistics: it captures and its session asks for some."""
-    session = call.session
-    return call.capturing and bool(session.measure.key_stats) and session.on_key_state is not None
-
-
 def layer_counted_rows(call: LayerCall, inputs: LayerInputs) -> torch.Tensor | None:
     """(B|1, T) bool: the query rows of the call whose attention counts (its real rows, or the last W of
     them with a query window); None: every row."""
@@ -51,7 +45,7 @@ def one_pass_keys(call: LayerCall, kernel: str) -> bool:
     """Whether the layer's row pass keeps its column state too (kernels.plan's ONE_PASS_KEYS: the native
     kernel), so that `column_pass` reads it instead of a second pass over the keys: where the layer
     records key statistics over its own rows (a sharded chunk counts its rows its own way)."""
-    return wants_keys(call) and backend_of(kernel).keeps_key_state and call.session.context is None
+    return call.wants_keys and backend_of(kernel).keeps_key_state and call.session.context is None
 
 
 @torch.no_grad()
@@ -83,13 +77,6 @@ def column_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowSta
     return {name: torch.nn.functional.pad(t, (0, length - key.shape[2])) for name, t in state.items()}
 
 
-def report_keys(session, layer: int, state: dict[str, torch.Tensor], offset: int) -> None:
-    """Bookkeeping of a layer's column `state`: to the session's `on_key_state`, at key offset S − T (a
-    decode step's rows add to the keys of the sequence they continue); its reader reads the statistics off
-    it (`read_received`)."""
-    session.on_key_state(layer, state, offset)
-
-
 def combined(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The column states of passes over disjoint query rows as one: sums and counts added, maxima kept."""
     out = dict(states[0])
@@ -98,15 +85,13 @@ def combined(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return out
 
 
-def report_sharded(session, layer: int, state: dict[str, torch.Tensor], exchange, ranks: int, first: bool):
-    """A sharded layer's key statistics: this rank's `state` combined with every rank's of the group
-    (`exchange`, the shards' all-gather, over `ranks` ranks) and read; reported on the group's `first`
-    rank alone (every rank computes the same numbers; the sums count each sample once)."""
+def combined_over_ranks(state: dict[str, torch.Tensor], exchange, ranks: int) -> dict[str, torch.Tensor]:
+    """A sharded layer's column state: this rank's `state` combined with every rank's of the group
+    (`exchange`, the shards' all-gather, over `ranks` ranks); every rank computes the same state."""
     names = tuple(state)
     stacked = torch.stack([state[name] for name in names], dim=-1)  # (B, Hq, N, 3): one exchange
     pieces = exchange(stacked.unsqueeze(2).flatten(3), [1] * ranks) if ranks > 1 else [stacked[:, :, None]]
     everyone = [
         {name: piece[:, :, 0].view(stacked.shape)[..., i] for i, name in enumerate(names)} for piece in pieces
     ]
-    if first:  # the whole sequence's keys: a forward of its own
-        report_keys(session, layer, combined(everyone), 0)
+    return combined(everyone)

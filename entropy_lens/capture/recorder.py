@@ -30,6 +30,7 @@ import torch
 
 from entropy_lens.capture.accumulate import HostSums
 from entropy_lens.capture.key_sums import KeySums, check_key_name
+from entropy_lens.capture.reports import Reports
 from entropy_lens.capture.scale_session import ScaleSession, check_keywords
 from entropy_lens.errors import EntropyLensError, first_line, index_ranges
 from entropy_lens.kernels.masks import decompose
@@ -74,9 +75,7 @@ class EntropyRecorder(ScaleSession):
         self._blocks: list[
             dict[int, torch.Tensor]
         ] = []  # per forward that held the kept block: layer -> probs
-        if keep_probs is not None:
-            rows, keys = _checked_block(keep_probs)
-            self.session.keep_block = (rows, keys, self._keep_block)
+        block = None if keep_probs is None else _checked_block(keep_probs)
         cfg = model.config.get_text_config()
         try:
             self.n_layers = cfg.num_hidden_layers
@@ -87,14 +86,13 @@ class EntropyRecorder(ScaleSession):
                 "counts are not supported; please report the architecture"
             ) from None
         self._sums = HostSums(self.n_layers, self.n_heads)
-        # the row sums take the unread check of a layer's inputs (Session.stats_check_inputs); key reads ask
-        # them first
-        self.session.on_stats, self.session.stats_check_inputs = self._sums.add, True
-        # attention received, per key position: a decode step continues its sequence (capture/key_sums.py)
+        # attention received, per key position: a decode step continues its sequence (capture/key_sums.py);
+        # key reads ask the row sums' checks of the inputs first
         self._key_sums = KeySums(
             self.n_layers, self.n_heads, self.session.measure.key_stats, self._sums.check_inputs
         )
-        self.session.on_key_state = self._key_sums.add_state
+        self._reports = Recorded(self._sums, self._key_sums, block, self._blocks)
+        self.session.reports = self._reports
         self._outer_mask = None  # the 2-D mask the model's own forward was given, while it runs
         self._last_mask = None  # the last forward's 2-D mask, which a decode step's continues
 
@@ -116,9 +114,6 @@ class EntropyRecorder(ScaleSession):
         for hook in hooks:
             stack.callback(hook.remove)
 
-    def _keep_block(self, layer: int, probs: torch.Tensor) -> None:
-        self._blocks[-1][layer] = probs.detach().to("cpu", torch.float32)  # the forward's (_begin_forward)
-
     @property
     def probs(self) -> list[np.ndarray]:
         """Each kept block (`keep_probs=`), one per forward that held it, oldest first, each
@@ -134,7 +129,7 @@ class EntropyRecorder(ScaleSession):
 
     def _begin_forward(self, module, args, kwargs):
         self.session.mask_memo.clear()  # the previous forward's masks are not kept alive
-        if self.session.keep_block is not None:
+        if self._reports.keep_block is not None:
             self._blocks.append({})  # this forward's kept block, where it holds it
         sequence = self.session.context
         if sequence is not None:  # a shard: the whole sequence's mask places the rows of [0, b)
@@ -305,6 +300,27 @@ def _checked_block(keep_probs) -> tuple[tuple[int, int], tuple[int, int]]:
             f"keep_probs must be ((a, b), (c, d)): query positions a..b over keys c..d; got {keep_probs!r}"
         )
     return tuple(checked_span(what, span, 1 << 40) for what, span in zip(("rows", "keys"), keep_probs))
+
+
+class Recorded(Reports):
+    """The recorder's consumer (capture/reports.py): the row statistics to its HostSums, which take the
+    unread check of a layer's inputs (`stats_check_inputs`), the column state to its KeySums, the kept
+    block (`keep_block`, keep_probs') to the forward's entry of `blocks` (the recorder opens one per
+    forward that may hold it)."""
+
+    stats_check_inputs = True
+
+    def __init__(self, sums: HostSums, key_sums: KeySums, keep_block: tuple | None, blocks: list[dict]):
+        self.sums, self.key_sums, self.keep_block, self.blocks = sums, key_sums, keep_block, blocks
+
+    def report_stats(self, layer: int, stats: dict, key_offset: int, *, inputs_finite=None) -> None:
+        self.sums.add(layer, stats, key_offset, inputs_finite=inputs_finite)
+
+    def report_key_state(self, layer: int, state: dict, key_offset: int) -> None:
+        self.key_sums.add_state(layer, state, key_offset)
+
+    def report_block(self, layer: int, probs: torch.Tensor) -> None:
+        self.blocks[-1][layer] = probs.detach().to("cpu", torch.float32)  # the forward's (_begin_forward)
 
 
 def padding_start_of(mask, *, unpadded: bool):

@@ -2,8 +2,8 @@
 pass and the bookkeeping, from the layer's score tiles, never a second row pass (a route that gave no
 log-sum-exp is refused) and never T × S: the row-slice statistics of `Measure.slices` (kernels/slices.py's
 `slice_values`), summed over rows as arrays (<statistic>@<slot>) or a generated token's row whole, and
-a block of the probabilities a recorder keeps (`Session.keep_block`: query positions a..b over keys c..d,
-`block_pass`).
+a block of the probabilities a recorder keeps (its keep_probs, asked through capture/reports.py: query
+positions a..b over keys c..d, `block_pass`).
 
 Positions are real: each batch row's keys from its first real one (the layer's `first_key`: left padding
 left out, a decode step's rows at the end of its cache), a generation's prompt spans from the session's
@@ -26,27 +26,15 @@ from entropy_lens.kernels.stats import RowStats
 
 def wants_slices(call: LayerCall) -> bool:
     """Whether the layer records row-slice statistics or keeps a block: it captures and its session asks."""
-    return call.capturing and (bool(call.session.measure.slices) or _block(call) is not None)
+    return call.capturing and (bool(call.session.measure.slices) or call.kept_block is not None)
 
 
-def _block(call: LayerCall) -> tuple | None:
-    """((row indices of the call), (keys), on_block) of the session's kept block where the call holds it:
-    query positions a..b among its own (a decode step's rows at the end of its keys) and keys c..d."""
-    kept = call.session.keep_block
-    if kept is None:
-        return None
-    (a, b), (c, d), on_block = kept
-    T, S = call.query.shape[2], call.key.shape[2]
-    if not (S - T <= a and b <= S and d <= S):
-        return None
-    return (a - (S - T), b - (S - T)), (c, d), on_block
-
-
-def block_pass(call: LayerCall, inputs: LayerInputs, rows: RowStats) -> None:
-    """The session's kept block of this layer to its `on_block`, where the call holds it (`_block`)."""
-    block = _block(call)
+def block_pass(call: LayerCall, inputs: LayerInputs, rows: RowStats) -> torch.Tensor | None:
+    """(B, Hq, b − a, d − c) float32: this layer's part of the block the session keeps, where the call
+    holds it (`LayerCall.kept_block`), for the bookkeeping to hand on (paths.record); else None."""
+    block = call.kept_block
     if block is None:
-        return
+        return None
     query, key = call.query.detach(), inputs.key.detach()
     softmax_scale = validate_scale(query, key, call.softmax_scale)
     if rows.lse is None:  # the reference route: no streamed pass, the probabilities whole
@@ -54,7 +42,7 @@ def block_pass(call: LayerCall, inputs: LayerInputs, rows: RowStats) -> None:
         kept = p[:, :, slice(*block[0]), slice(*block[1])].float()
     else:
         kept = probs_from_lse(query, key, rows.lse, softmax_scale, inputs.mods, block[0], block[1])
-    block[2](call.module.layer_idx, kept)
+    return kept
 
 
 def slice_pass(call: LayerCall, inputs: LayerInputs, route: Route, rows: RowStats) -> dict[str, torch.Tensor]:

@@ -40,6 +40,7 @@ from entropy_lens import __version__
 from entropy_lens.capture import ScaleSession
 from entropy_lens.capture.probe import check_row_stats_apply
 from entropy_lens.capture.recorder import fed_of, padding_mask
+from entropy_lens.capture.reports import Reports
 from entropy_lens.capture.scale_session import check_keywords
 from entropy_lens.errors import EntropyLensError, index_ranges
 from entropy_lens.flags import DEFAULT_ROWS, NO_SLICES, Measure, require, split_slices
@@ -111,9 +112,8 @@ class GenerationRecorder(ScaleSession):
                 n_layers=self.n_layers,
                 drop="GenerationRecorder's stats (--stats)",
             )
-        self.session.on_stats = self._add
-        if self.kept is not None:  # each layer's last row, whole: its probabilities over its keys
-            self.session.on_rows, self.session.probe_rows = self._add_kept, 1
+        # each layer's row statistics; with keep_probs its last row, whole: its probabilities over its keys
+        self.session.reports = _Steps(self, probe_rows=0 if self.kept is None else 1)
         self._generations: list[Generation] = []  # each generate() call, or a decode loop's forwards
         self._layers: dict[int, dict[str, torch.Tensor]] = {}  # this forward's last rows, by layer
         # the last forward's statistics, {name: (B, layers, heads[, values])} on the model's device: what
@@ -339,6 +339,20 @@ class GenerationRecorder(ScaleSession):
         return GenerationResult(
             tokens, values, generation.prompt_len, lengths.astype(np.int64), meta, generation.prompt
         )
+
+
+class _Steps(Reports):
+    """GenerationRecorder's consumer (capture/reports.py): each layer's row statistics to `_add`, and with
+    keep_probs (`probe_rows` 1) its last row's probabilities to `_add_kept`."""
+
+    def __init__(self, recorder: GenerationRecorder, *, probe_rows: int):
+        self.recorder, self.probe_rows = recorder, probe_rows
+
+    def report_stats(self, layer: int, stats: dict, key_offset: int, *, inputs_finite=None) -> None:
+        self.recorder._add(layer, stats, key_offset)
+
+    def report_rows(self, layer: int, p: torch.Tensor) -> None:
+        self.recorder._add_kept(layer, p)
 
 
 class _StepStatistics(LogitsProcessor):

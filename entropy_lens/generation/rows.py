@@ -1,9 +1,9 @@
 """What a generated token's row keeps whole besides its statistics: its probabilities over a span's keys
 (`GenerationRecorder(keep_probs=("generated", keys))`: lm-polygraph's attention_all is the generated ×
 generated block), read off the row's exact float64 probabilities over its keys (the capture's
-`Session.on_rows`: O(heads · keys) per layer and step, never T × T), only where asked for. The row-slice
-statistics (statistics.ROW_SLICE_STATISTICS) come from the capture's slice pass instead
-(capture/slices.py). ::
+last rows, handed to its consumer: capture/reports.py; O(heads · keys) per layer and step, never T × T),
+only where asked for. The row-slice statistics (statistics.ROW_SLICE_STATISTICS) come from the capture's
+slice pass instead (capture/slices.py). ::
 
     kept = KeptProbs.parse(("generated", "doc"), spans={"doc": (3, 40)})
     kept.read(p, key_pos, query_pos, prompt_len)   # (B, H, K) float64

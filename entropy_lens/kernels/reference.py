@@ -3,11 +3,13 @@
 Same contract as `entropy_lens.kernels.attention_entropy` (see there); inputs are already
 validated and normalised by the dispatcher: `softmax_scale` is a (Hq,) float tensor and the score
 modifiers a `ScoreMods`. Each statistic is written from its definition (`DEFINITIONS`, registered
-with `@definition` under the name entropy_lens.statistics declares), not from the streaming state the
-other kernels keep.
+with `@definition` under the name entropy_lens.statistics declares, each taking one `RowContext`), not
+from the streaming state the other kernels keep.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -89,13 +91,33 @@ def attention_probabilities(q, k, softmax_scale, mods: ScoreMods):
     return p[..., :S], p_sink, any_visible
 
 
-# Each row statistic from its definition, registered under its name (`@definition`): (p (B, Hq, T, S),
-# p_sink, any_visible, behind (T, S) = pos_i − j, first (B|1, 1, 1, S) float64: 1 on each batch row's
-# first K real keys, first_b <= j < first_b + K, first_b the first key the mask lets through, recent
-# (T, S) float64: 1 on each row's last W keys, 0 <= behind < W, scores
-# (B, Hq, T, S) float64: `attention_scores`, −inf on the keys a row does not see; None where only the
-# probabilities are known, which the definitions of probabilities do not read) -> (B, Hq, T) float64;
-# a row with no outcome is 0 throughout
+@dataclass(frozen=True)
+class RowContext:
+    """What a row statistic's definition reads, built once per call (`row_stats_reference`); every tensor
+    float64 unless said, a row with no outcome 0 throughout in what the definition returns.
+
+    p:           (B, Hq, T, S) the keys' probabilities (the sink's share left out).
+    p_sink:      (B, Hq, T) the sink's share (0 without sinks).
+    any_visible: (B, Hq, T) bool: the row sees a key or a sink.
+    behind:      (T, S) pos_i − j, each key's distance behind the row.
+    first:       (B|1, 1, 1, S) 1 on each batch row's first K real keys, first_b <= j < first_b + K,
+                 first_b the first key the mask lets through (`first_window`).
+    recent:      (T, S) 1 on each row's last W keys, 0 <= behind < W.
+    scores:      (B, Hq, T, S) `attention_scores`, −inf on the keys a row does not see; None where only
+                 the probabilities are known, which the definitions of probabilities do not read.
+    """
+
+    p: torch.Tensor
+    p_sink: torch.Tensor
+    any_visible: torch.Tensor
+    behind: torch.Tensor
+    first: torch.Tensor
+    recent: torch.Tensor
+    scores: torch.Tensor | None = None
+
+
+# Each row statistic from its definition, registered under its name (`@definition`): a RowContext ->
+# (B, Hq, T) float64
 DEFINED: dict = {}  # both axes: a key statistic's in kernels/received_reference.py
 
 
@@ -114,31 +136,33 @@ def definition(name: str):
 
 
 @definition("entropy")
-def _entropy(p, p_sink, any_visible, behind, first, recent, scores):
+def _entropy(c: RowContext):
     """H = −Σ p ln p over the keys and the sink, the sink one outcome among them."""
-    h = -torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p_sink, p_sink)
-    return torch.where(any_visible, h, torch.zeros_like(h))
+    h = -torch.special.xlogy(c.p, c.p).sum(-1) - torch.special.xlogy(c.p_sink, c.p_sink)
+    return torch.where(c.any_visible, h, torch.zeros_like(h))
 
 
 @definition("sink_mass")
-def _sink_mass(p, p_sink, any_visible, behind, first, recent, scores):
-    return p_sink
+def _sink_mass(c: RowContext):
+    return c.p_sink
 
 
 @definition("max_prob")
-def _max_prob(p, p_sink, any_visible, behind, first, recent, scores):
-    return torch.maximum(largest(p, -1, 0.0), p_sink)
+def _max_prob(c: RowContext):
+    return torch.maximum(largest(c.p, -1, 0.0), c.p_sink)
 
 
 @definition("collision_entropy")
-def _collision_entropy(p, p_sink, any_visible, behind, first, recent, scores):
-    total = (p * p).sum(-1) + p_sink * p_sink
-    return torch.where(any_visible, -torch.log(torch.where(any_visible, total, 1.0)), torch.zeros_like(total))
+def _collision_entropy(c: RowContext):
+    total = (c.p * c.p).sum(-1) + c.p_sink * c.p_sink
+    seen = c.any_visible
+    return torch.where(seen, -torch.log(torch.where(seen, total, 1.0)), torch.zeros_like(total))
 
 
 @definition("varentropy")
-def _varentropy(p, p_sink, any_visible, behind, first, recent, scores):
-    h = _entropy(p, p_sink, any_visible, behind, first, recent, scores).unsqueeze(-1)
+def _varentropy(c: RowContext):
+    p, p_sink = c.p, c.p_sink
+    h = _entropy(c).unsqueeze(-1)
     surprisal = torch.where(p > 0, -torch.log(torch.where(p > 0, p, 1.0)), 0.0)
     var = (p * (surprisal - h) ** 2).sum(-1)
     sink = torch.where(p_sink > 0, -torch.log(torch.where(p_sink > 0, p_sink, 1.0)), 0.0)
@@ -146,25 +170,25 @@ def _varentropy(p, p_sink, any_visible, behind, first, recent, scores):
 
 
 @definition("distance")
-def _distance(p, p_sink, any_visible, behind, first, recent, scores):
-    keys = p.sum(-1)  # the keys' mass: the sink has no position
-    return torch.where(keys > 0, (p * behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
+def _distance(c: RowContext):
+    keys = c.p.sum(-1)  # the keys' mass: the sink has no position
+    return torch.where(keys > 0, (c.p * c.behind).sum(-1) / torch.where(keys > 0, keys, 1.0), 0.0)
 
 
 @definition("first_mass")
-def _first_mass(p, p_sink, any_visible, behind, first, recent, scores):
-    return (p * first).sum(-1)  # the mass on the row's first K real keys
+def _first_mass(c: RowContext):
+    return (c.p * c.first).sum(-1)  # the mass on the row's first K real keys
 
 
 @definition("recent_mass")
-def _recent_mass(p, p_sink, any_visible, behind, first, recent, scores):
-    return (p * recent).sum(-1)  # the mass on the row's last W keys, pos_i − W < j <= pos_i
+def _recent_mass(c: RowContext):
+    return (c.p * c.recent).sum(-1)  # the mass on the row's last W keys, pos_i − W < j <= pos_i
 
 
 @definition("max_logit")
-def _max_logit(p, p_sink, any_visible, behind, first, recent, scores):
+def _max_logit(c: RowContext):
     """max_j s_j over the keys the row sees (the sink is no key); 0 for a row that sees none."""
-    top = largest(scores, -1, float("-inf"))
+    top = largest(c.scores, -1, float("-inf"))
     return torch.where(top == float("-inf"), torch.zeros_like(top), top)
 
 
@@ -195,9 +219,8 @@ def row_stats_reference(
     first = first_window(S, measure.first_keys, mods.first_key, q.device)
     recent = ((behind >= 0) & (behind < measure.recent_keys)).double()  # (T, S): the last W keys of each row
     scores = attention_scores(q, k, softmax_scale, mods)[0] if MAX_LOGIT.name in stats else None
-    return RowStats(
-        {name: DEFINITIONS[name](*probabilities, behind, first, recent, scores).float() for name in stats}
-    )
+    context = RowContext(*probabilities, behind, first, recent, scores)
+    return RowStats({name: DEFINITIONS[name](context).float() for name in stats})
 
 
 def first_window(S: int, first_keys: int, first_key=None, device=None) -> torch.Tensor:

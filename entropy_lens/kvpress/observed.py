@@ -48,6 +48,7 @@ from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rotary
 
 from entropy_lens.capture import ScaleSession
+from entropy_lens.capture.reports import Reports
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import attention_received
 from entropy_lens.kernels.masks import as_key_padding
@@ -175,15 +176,8 @@ class ObservedAttentionPress(KVPressObservedAttention):
         """The capture session recording attention received alone (its row pass computes the entropy
         with it, as every capture does; nothing keeps it), each layer's sums left in `_received`."""
         scaling = ScaleSession(model, stats=(ENTROPY.name, RECEIVED.name), backend=self.backend, fused="on")
-        scaling.session.on_stats = _ignore_rows
-        scaling.session.on_key_state = self._keep_received
+        scaling.session.reports = _Received(self._received)
         return scaling
-
-    def _keep_received(self, layer: int, state: dict, offset: int) -> None:
-        """on_key_state: a prefill's (offset 0) column sums, for the layer's hook; a decode step's are not
-        scored (kvpress compresses prefills alone)."""
-        if offset == 0:
-            self._received[layer] = state["sum"]
 
     def score(
         self,
@@ -282,9 +276,19 @@ class ObservedAttentionPress(KVPressObservedAttention):
                 self._bar = None
 
 
-def _ignore_rows(*args, **kwargs) -> None:
-    """on_stats of the press's session: it captures (so the layers run the capture's pass) but keeps no row
-    statistic."""
+class _Received(Reports):
+    """The press's session's consumer (capture/reports.py): each prefill's (key offset 0) column sums into
+    `received`, for the layer's hook; a decode step's are not scored (kvpress compresses prefills alone)."""
+
+    def __init__(self, received: dict):
+        self.received = received
+
+    def report_stats(self, layer: int, stats: dict, key_offset: int, *, inputs_finite=None) -> None:
+        """Asked, so that the layers capture (run the capture's pass); no row statistic is kept."""
+
+    def report_key_state(self, layer: int, state: dict, key_offset: int) -> None:
+        if key_offset == 0:
+            self.received[layer] = state["sum"]
 
 
 __all__ = ["ObservedAttentionPress", "layer_mask", "rotate_queries"]

@@ -30,10 +30,8 @@ def check_applies(model, stats: tuple[str, ...], *, measure: Measure, n_layers: 
     (see the module docstring); nothing inside an entered entropy_lens session. `stats`: the monitor's
     (row statistics and received); `measure`: the monitor's record, with the statistics' parameters."""
     sums = ForwardSums(n_layers, stats, None, model=type(model).__name__)
-    # NaN weights (on_nonfinite): the probe cannot tell; the steps will
-    ran = probe_forward(
-        model, measure, on_stats=sums.add, on_key_state=sums.add_keys, on_nonfinite=sums.add_nonfinite
-    )
+    # NaN weights (a layer's non-finite inputs reported): the probe cannot tell; the steps will
+    ran = probe_forward(model, measure, sums)
     if ran and sums.nonfinite is None:
         sums.check_reports()
 

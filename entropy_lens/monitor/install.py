@@ -6,7 +6,7 @@ sums.
     refuse_nesting(active_session())   # one capture per forward
     model.register_forward_pre_hook(Hook(fn), ...)   # a deep copy or pickle of the model gets a no-op
     outer_forward_running(model)   # a nested call, or the state of a forward Ctrl-C ended
-    RecordedForward(session, sums)   # a recorded forward's reports fed to its sums, until close()
+    RecordedForward(session, sums)   # a recorded forward's reports fed to its sums too, until close()
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from entropy_lens.capture.reports import fan_out
 from entropy_lens.errors import EntropyLensError
 
 _CALL_IMPL = torch.nn.Module._call_impl.__code__  # the frame of a module call, under its hooks
@@ -85,33 +86,20 @@ def refuse_nesting(session) -> None:
         )
 
 
-def both(first, second):
-    """A session's callback (on_stats, on_key_state) that hands each report to `first`, then to `second`."""
-
-    def on_stats(*report):
-        first(*report)
-        second(*report)
-
-    return on_stats
-
-
 class RecordedForward:
     """One recorded forward: `session`'s reports (row statistics, non-finite layers, key statistics) fed
-    to `sums` (a summary.ForwardSums), after the session's own reports where it has them (an
-    EntropyRecorder's go on), until `close`."""
+    to `sums` (a summary.ForwardSums), after the session's own consumer where it has one (an
+    EntropyRecorder's reports go on: capture/reports.py's `fan_out`), until `close`."""
 
     def __init__(self, session, sums):
         self.session, self.sums = session, sums
-        self.own = own = session.on_stats, session.on_nonfinite, session.on_key_state
-        session.on_stats = sums.add if own[0] is None else both(own[0], sums.add)
-        session.on_nonfinite = sums.add_nonfinite
-        session.on_key_state = sums.add_keys if own[2] is None else both(own[2], sums.add_keys)
+        self.own = session.reports
+        session.reports = fan_out(self.own, sums)
 
     def close(self) -> None:
-        """The session's own reports again, and no mask of this forward kept alive."""
-        session = self.session
-        session.on_stats, session.on_nonfinite, session.on_key_state = self.own
-        session.mask_memo.clear()
+        """The session's own consumer again, and no mask of this forward kept alive."""
+        self.session.reports = self.own
+        self.session.mask_memo.clear()
 
 
 def activation_checkpointing(model) -> bool:

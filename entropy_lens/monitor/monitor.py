@@ -14,13 +14,13 @@ to step n, or to the step the loop set (`mon.step = s`); it records when its ste
 means over all their real rows, maxima over all.
 
 How: a forward pre-hook on `model` decides. A recorded forward enters a `capture.ScaleSession` for its
-duration (the entropy_lens attention installed, its session's `on_stats` feeding summary.ForwardSums)
+duration (the entropy_lens attention installed, its session's reports feeding summary.ForwardSums)
 and leaves it in a forward hook that runs even when the forward raises; every other forward runs the
 model's own attention implementation, untouched. The statistics come from whatever route capture takes
 (its gradients are the model's: capture/paths.py); the 2-D `attention_mask` the model is given says
 which query rows are real (a 4-D mask, or none: all rows count, as the recorder counts them). With
 `received`, the attention each key receives (capture/received.py, no gradients), is read off the column
-state the session's `on_key_state` hands it.
+state the session hands it.
 
 Under real training:
 - autocast: the recorded forwards run the attention in autocast's dtype, as sdpa does (kernels/train.py);

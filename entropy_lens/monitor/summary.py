@@ -1,7 +1,7 @@
 """A recorded forward reduced to one number per statistic, layer and head, and steps made of forwards.
 
-Each capturing layer hands its row statistics, (B, H, T) float32 per statistic, to `ForwardSums.add`
-(the capture session's `on_stats`). They are reduced on the tensors' own device, over the forward's
+`ForwardSums` is the recorded forward's consumer of the capture session's reports (capture/reports.py).
+Each capturing layer hands its row statistics, (B, H, T) float32 per statistic, to its `report_stats`. They are reduced on the tensors' own device, over the forward's
 real query rows only (the forward's 2-D attention mask: a padded row adds nothing), by the statistic's
 declared reduction (statistics.reduction_of):
 
@@ -9,7 +9,7 @@ declared reduction (statistics.reduction_of):
     "max":  max_rows value; the summary is that maximum (QK-clip's max logit is a maximum, not a mean)
 
 Key statistics (attention received by each key: received and received_mean, (B, H, S) per layer,
-read off the column state the session's `on_key_state` hands `add_keys`) are summarised per batch row, then over the forward's batch rows
+read off the column state the session hands `report_key_state`) are summarised per batch row, then over the forward's batch rows
 that hold a real query row (`sequences`), as statistics.SUMMARIES declares:
 
     received_first      received at the row's first real key / its counted query rows; their mean
@@ -24,7 +24,7 @@ reported once, and returns a `StepSummary`. Two summaries of one step (gradient 
 micro-batches) `merge` exactly: sums and counts add, maxima take the larger.
 
 A forward whose attention is not finite (a layer handed a NaN or inf query, key or value: `nonfinite`,
-the capture session's `on_nonfinite`; or a statistic that came out non-finite) gives a summary with no
+`report_nonfinite`; or a statistic that came out non-finite) gives a summary with no
 numbers and `nonfinite` saying where it first was: the training loop decides what such a step means
 (GradScaler skips it), the monitor records that it happened and warns once (NonFiniteStepWarning).
 """
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from entropy_lens.capture.probe import unreported
+from entropy_lens.capture.reports import Reports
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels.received import read_received
 from entropy_lens.monitor.settings import is_row_array
@@ -99,8 +100,9 @@ class StepSummary:
         return StepSummary(self.step, forwards, rows, sums, **counts)
 
 
-class ForwardSums:
-    """The device-side reductions of one recorded forward (see the module docstring).
+class ForwardSums(Reports):
+    """The device-side reductions of one recorded forward (see the module docstring): the consumer of its
+    capture session's reports (capture/reports.py).
 
     stats: the monitor's statistics (monitor.settings.check_monitor_stats): row statistics and received.
     mask: the forward's 2-D attention mask (B, S), 1/True = real token, or None (every row is real).
@@ -120,13 +122,16 @@ class ForwardSums:
         self.later: torch.Tensor | None = None  # those with a real key after their first real one
         self.nonfinite: str | None = None  # where the forward's attention was first not finite
 
-    def add_nonfinite(self, layer: int, why: str) -> None:
-        """A layer whose query, key or value was not finite (the session's `on_nonfinite`): it reports
-        no statistics, and the forward's summary has none."""
+    def report_nonfinite(self, layer: int, why: str) -> None:
+        """A layer whose query, key or value was not finite: it reports no statistics, and the forward's
+        summary has none."""
         self.nonfinite = self.nonfinite or f"layer {layer}: {why}"
 
-    def add(self, layer: int, stats: dict[str, torch.Tensor], key_offset: int) -> None:
-        """One layer's {stat: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1."""
+    def report_stats(
+        self, layer: int, stats: dict[str, torch.Tensor], key_offset: int, *, inputs_finite=None
+    ) -> None:
+        """One layer's {stat: (B, H, T)} for queries at key positions key_offset .. key_offset + T − 1
+        (`inputs_finite`: never handed, the monitor's layers check their inputs themselves)."""
         self.layers.append(layer)
         self.reduced.setdefault(layer, {})
         if not stats:  # nothing of `stats` applies to this layer: refused in finish
@@ -148,9 +153,9 @@ class ForwardSums:
     def device(self) -> torch.device | None:
         return None if self.mask is None else self.mask.device
 
-    def add_keys(self, layer: int, state: dict[str, torch.Tensor], key_offset: int = 0) -> None:
-        """One layer's column state {sum, max, count: (B, H, S)} (the session's `on_key_state`; a
-        monitored forward starts its sequences: `key_offset` 0), its received and received_mean
+    def report_key_state(self, layer: int, state: dict[str, torch.Tensor], key_offset: int = 0) -> None:
+        """One layer's column state {sum, max, count: (B, H, S)} (a monitored forward starts its
+        sequences: `key_offset` 0), its received and received_mean
         summarised per head as the module docstring says; nothing where the monitor records none."""
         self.key_layers.append(layer)
         if not self.keys:

@@ -7,7 +7,7 @@ partial run draws the same trials (the paper draws them in sequence from one gen
 greedy decoding of as many tokens as the answer has, with the KV cache, inside the variant's
 `ScaleSession` (--scale, --head-scales, --scale-schedule; --nope, --rope-scaling at loading); exact
 match of the tokens. While it decodes, each layer's answer rows (the last prompt row, then each
-generated token's row) are read whole (`Session.on_rows`: the float64 probabilities of
+generated token's row) are read whole (the session's consumer's `report_rows`, capture/reports.py: the float64 probabilities of
 `kernels.attention_probabilities`, no T × T matrix): per layer and head their mean entropy (nats,
 a sink's share counted as for the scans) and the probability mass they put on the key's tokens in the
 needle (both mentions).
@@ -39,6 +39,7 @@ import torch
 
 from entropy_lens.analysis.passkey import RETRIEVAL_SCORE, check_passkey_record
 from entropy_lens.capture import ScaleSession
+from entropy_lens.capture.reports import Reports
 from entropy_lens.data.passkey import check_tokenizer, passkey_prompt, random_key
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.models import resolve_device, resolve_dtype
@@ -182,26 +183,43 @@ def _cell(lm, session: dict, config: PasskeyConfig, length: int, k: int, device)
     }
 
 
-def _trial(lm, session: dict, prompt, device) -> dict:
-    """Greedy decoding of len(answer) tokens; each layer's answer rows read as they run."""
-    n_layers, n = lm.n_layers, len(prompt.answer)
-    entropy, mass = np.zeros((n_layers, lm.n_heads)), np.zeros((n_layers, lm.n_heads))
-    retrieval, top = np.zeros((n_layers, lm.n_heads)), np.zeros((n_layers, lm.n_heads), dtype=np.int64)
-    tokens = []
+class _AnswerRows(Reports):
+    """A trial's consumer (capture/reports.py): each layer's answer row, whole (`probe_rows` 1), read into
+    per layer and head its entropy and the mass on the needle's key tokens (each a mean over the answer's
+    tokens) and its most probable key (the last row's); `tokens`: the answer so far, the trial's."""
 
-    def on_rows(layer: int, p: torch.Tensor) -> None:  # p (1, Hq, 1, S) float64: this step's row
+    probe_rows = 1
+
+    def __init__(self, prompt, n_layers: int, n_heads: int, device):
+        self.prompt, self.device, self.n = prompt, device, len(prompt.answer)
+        self.entropy, self.mass = np.zeros((n_layers, n_heads)), np.zeros((n_layers, n_heads))
+        self.top = np.zeros((n_layers, n_heads), dtype=np.int64)
+        self.tokens: list[int] = []
+
+    def report_rows(self, layer: int, p: torch.Tensor) -> None:  # p (1, Hq, 1, S) float64: this step's row
+        prompt, n = self.prompt, self.n
         row = p[0, :, -1]
         sink = (1.0 - row.sum(-1)).clamp_min(0.0)  # a sink's share (0 without sinks)
         h = -torch.special.xlogy(row, row).sum(-1) - torch.special.xlogy(sink, sink)
-        entropy[layer] += h.cpu().numpy() / n
+        self.entropy[layer] += h.cpu().numpy() / n
         # the S keys are the positions up to this row's (a sliding-window layer's cache keeps the last W)
-        first = len(prompt.ids) + len(tokens) - row.shape[-1]
+        first = len(prompt.ids) + len(self.tokens) - row.shape[-1]
         needle = prompt.key_positions[prompt.key_positions >= first] - first
-        mass[layer] += row[:, torch.from_numpy(needle).to(device)].sum(-1).cpu().numpy() / n
-        top[layer] = first + row.argmax(-1).cpu().numpy()  # each head's most probable key (ties: earliest)
+        self.mass[layer] += row[:, torch.from_numpy(needle).to(self.device)].sum(-1).cpu().numpy() / n
+        self.top[layer] = (
+            first + row.argmax(-1).cpu().numpy()
+        )  # each head's most probable key (ties: earliest)
 
-    with ScaleSession(lm.model, **session) as scaled, torch.no_grad():
-        scaled.session.on_rows, scaled.session.probe_rows = on_rows, 1
+
+def _trial(lm, session: dict, prompt, device) -> dict:
+    """Greedy decoding of len(answer) tokens; each layer's answer rows read as they run."""
+    n = len(prompt.answer)
+    rows = _AnswerRows(prompt, lm.n_layers, lm.n_heads, device)
+    entropy, mass, top, tokens = rows.entropy, rows.mass, rows.top, rows.tokens
+    retrieval = np.zeros((lm.n_layers, lm.n_heads))
+    scaling = ScaleSession(lm.model, **session)
+    scaling.session.reports = rows
+    with scaling, torch.no_grad():
         out = lm.model(torch.from_numpy(prompt.ids)[None].to(device), use_cache=True)
         for step in range(n):
             token = out.logits[0, -1].argmax()

@@ -22,9 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.vllm.options import request
 
-__all__ = ["engine_args", "load", "request", "serve_args"]
+__all__ = ["engine_args", "graph_options", "load", "request", "serve_args"]
+
+# CUDA graph modes that capture attention inside a graph (vLLM's CUDAGraphMode names)
+CAPTURING = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
 
 def engine_args(out, **options) -> dict:
@@ -37,11 +41,18 @@ def engine_args(out, **options) -> dict:
 
     Returns:
         dict: `worker_extension_cls` (the lens in every worker) and `additional_config` ({"entropy_lens":
-        {"out": the folder, absolute}}), with `options`.
+        {"out": the folder, absolute}}), with `options`; on a GPU, piecewise CUDA graphs
+        (`graph_options`).
+
+    Raises:
+        EntropyLensError: on a GPU, a `compilation_config` whose CUDA graphs capture attention.
     """
+    from vllm.platforms import current_platform
+
     from entropy_lens.vllm.frontend import install
     from entropy_lens.vllm.options import KEY
 
+    options = graph_options(options, gpu=current_platform.is_cuda_alike())
     install()  # this process's front end (LLM's output processor)
     folder = Path(out).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +63,49 @@ def engine_args(out, **options) -> dict:
         "additional_config": extra,
         **options,
     }
+
+
+def graph_options(options: dict, *, gpu: bool) -> dict:
+    """`options` with CUDA graphs that leave attention out, on a GPU. A captured graph replays its kernels
+    without the Python that launched them, so the lens (Python after each attention call) runs only where
+    attention is not captured: vLLM's piecewise graphs, split at each attention call (its attention
+    implementations run eagerly between the pieces), or none (`enforce_eager=True`). vLLM's default,
+    FULL_AND_PIECEWISE, captures whole decode steps: without a mode given the lens asks for PIECEWISE.
+
+    Args:
+        options: vLLM engine arguments; `compilation_config` a dict, a CompilationConfig or None.
+        gpu: whether the engine runs on a CUDA (or ROCm) GPU; elsewhere `options` is returned as given.
+
+    Returns:
+        dict: `options`, its compilation_config's `cudagraph_mode` PIECEWISE where none was given.
+
+    Raises:
+        EntropyLensError: a `cudagraph_mode` that captures attention (FULL, FULL_DECODE_ONLY,
+            FULL_AND_PIECEWISE).
+    """
+    if not gpu or options.get("enforce_eager"):
+        return options
+    config = options.get("compilation_config")
+    config = {} if config is None else config
+    given = (
+        config.get("cudagraph_mode") if isinstance(config, dict) else getattr(config, "cudagraph_mode", None)
+    )
+    if given is None:
+        if isinstance(config, dict):
+            config = {**config, "cudagraph_mode": "PIECEWISE"}
+        else:
+            from vllm.config import CUDAGraphMode
+
+            config.cudagraph_mode = CUDAGraphMode.PIECEWISE
+        return {**options, "compilation_config": config}
+    name = str(getattr(given, "name", given)).upper()
+    if name in CAPTURING:
+        raise EntropyLensError(
+            f"compilation_config cudagraph_mode={name} captures attention inside CUDA graphs, where the lens "
+            "cannot run: use PIECEWISE (what engine_args asks for when no mode is given) or NONE, or "
+            "enforce_eager=True"
+        )
+    return options
 
 
 def serve_args(out) -> list[str]:

@@ -140,9 +140,7 @@ def _merged(out: Path, child: dict, wait: float) -> tuple[dict, dict, dict]:
     for meta, _ in loaded:
         if meta["refused"]:
             raise EntropyLensError(
-                f"request {child['external_id']!r}: no statistics, refused in rank {meta['rank']}: "
-                f"{meta['refused']}; the model produced NaN or inf before attention: check its weights, "
-                "and serve it in float32 if bfloat16/float16 overflowed"
+                f"request {child['external_id']!r}: no statistics, refused in rank {meta['rank']}: {meta['refused']}"
             )
     generated = _rows(loaded, child, np.arange(P - 1, P - 1 + len(tokens)))
     meta = loaded[0][0]

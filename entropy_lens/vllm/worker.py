@@ -5,12 +5,18 @@ the query rows the layer was handed and the request's keys as the layer was hand
                                          # in each worker (every TP/PP rank) wraps, once per process,
     GPUModelRunner.execute_model         # the step: which requests of the batch opted in (their
                                          #   SamplingParams.extra_args), finished requests written out
-    CPUAttentionBackendImpl.forward      # the layer: its output first, then the statistics
+    <the layers' attention>.forward      # the layer: its output first, then the statistics (the class
+                                         #   vLLM chose: CPUAttentionBackendImpl; on a GPU
+                                         #   FlashAttentionImpl, TritonAttentionImpl, FlashInferImpl, ...)
 
 Why this seam: on the CPU platform `--attention-backend CUSTOM` is ignored (CpuPlatform always picks
-CPU_ATTN), so a backend of our own cannot be chosen there; the worker extension is imported exactly in the
-workers of an engine started with the lens (no other engine pays anything), in every rank, before the
-model is built. The wrapper calls vLLM's own forward unchanged first: the numbers vLLM serves are vLLM's.
+CPU_ATTN), so a backend of our own cannot be chosen there, and on a GPU replacing vLLM's backend would
+give up its kernels; the worker extension is imported exactly in the workers of an engine started with
+the lens (no other engine pays anything), in every rank, before the model is built, and the first step
+wraps the forward of whichever implementation the model's layers use. The wrapper calls vLLM's own forward
+unchanged first: the numbers vLLM serves are vLLM's. On a GPU vLLM runs attention outside its CUDA graphs
+when they are piecewise (attention is where the graphs are split), so the wrapper runs at every step:
+`engine_args` asks for piecewise graphs there.
 Keys: each opted-in request's, per layer, appended as the layer is handed them (`_Request.keys_of`; vLLM's
 CPU cache is laid out per instruction set, packed for its kernels, so it is not read back): checked
 finite once each, their max|k| kept, so the kernel skips its own pass over every key at each step.
@@ -35,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import NO_SLICES, Backend
 from entropy_lens.kernels import ScoreMods, resolve_backend, run, statistics_kernel
 from entropy_lens.kernels.contract import SAFE_SCORE, score_bound, score_range_checked, validate_scale
@@ -43,9 +50,13 @@ from entropy_lens.results.files import atomic_savez
 from entropy_lens.vllm.options import ABORTED, KEY, PARTS, options_of
 
 _LAYER = re.compile(r"(?:^|\.)(\d+)\.")
+NOT_FINITE = (
+    "; the model produced NaN or inf before attention: check its weights, and serve it in float32 if "
+    "bfloat16/float16 overflowed"
+)
 _active = None  # the Lens of the step running in this process, or None
 
-__all__ = ["PARTS", "Extension", "install"]
+__all__ = ["PARTS", "Extension", "install", "score_mods_of", "wrap_attention"]
 
 
 class Extension:
@@ -79,7 +90,9 @@ class _Request:
             self.cached_prefix = max(self.cached_prefix, first)
             return None
         if not _finite(new):
-            self.refused = f"layer {layer} was handed a key that is not finite at positions {first}.."
+            self.refused = (
+                f"layer {layer} was handed a key that is not finite at positions {first}..{NOT_FINITE}"
+            )
             return None
         fresh = torch.linalg.vector_norm(new.detach(), ord=math.inf)
         self.largest[layer] = torch.maximum(self.largest[layer], fresh) if layer in self.largest else fresh
@@ -114,6 +127,7 @@ class Lens:
         self.requests: dict[str, _Request | None] = {}  # None: seen, did not opt in (a request's id is
         # never reused: vLLM appends 8 random characters to the caller's)
         self.batch: list | None = None  # this step's [(batch index, request id, _Request)]
+        self.unreadable = wrap_attention(runner)  # why no request can be recorded here, or None
 
     # -- the step -------------------------------------------------------------------------------------
     def begin(self, scheduler_output) -> None:
@@ -129,9 +143,10 @@ class Lens:
                     state = runner.requests[req_id]
                     params = state.sampling_params
                     options = options_of(params.extra_args if params is not None else None)
-                    self.requests[req_id] = (
-                        None if options is None else _Request(options, state.num_prompt_tokens)
-                    )
+                    request = None if options is None else _Request(options, state.num_prompt_tokens)
+                    if request is not None and self.unreadable:
+                        request.refused = self.unreadable
+                    self.requests[req_id] = request
                 if self.requests[req_id] is not None:
                     batch.append((i, req_id, self.requests[req_id]))
             self.batch = batch
@@ -155,9 +170,7 @@ class Lens:
             return
         index = int(_LAYER.findall(layer.layer_name)[0])
         starts, seq_lens = meta.query_start_loc.tolist(), meta.seq_lens.tolist()
-        window = (
-            attention.sliding_window if attention.sliding_window and attention.sliding_window > 0 else None
-        )
+        mods = score_mods_of(attention, query.device)
         for i, _, request in batch:
             a, b, S = starts[i], starts[i + 1], seq_lens[i]
             first = S - (b - a)  # the chunk's first row's position
@@ -169,15 +182,10 @@ class Lens:
                 continue
             q = query[a + keep - first : b].transpose(0, 1)[None]
             k = k[:S].transpose(0, 1)[None]  # from position 0: first_mass's keys are positions
-            mods = {
-                "softmax_scale": attention.scale,
-                "window": window,
-                "softcap": attention.logits_soft_cap or None,
-                "sinks": attention.sinks,
-                "alibi_slopes": attention.alibi_slopes,
-            }
             if not _finite(q):
-                request.refused = f"layer {index} was handed a query that is not finite at positions {keep}.."
+                request.refused = (
+                    f"layer {index} was handed a query that is not finite at positions {keep}..{NOT_FINITE}"
+                )
             if request.refused:
                 continue
             values = _statistics(q, k, request.options, mods, request.largest[index], request.prompt_len)
@@ -232,6 +240,35 @@ class Lens:
         )
 
 
+def score_mods_of(attention, device) -> dict:
+    """The score modifiers of a vLLM attention implementation (its `impl`), as the kernels take them.
+    Every backend keeps them under the same names but the window: the CPU's (and FlexAttention's) an int
+    of keys w (−1 or None: none); the GPU backends' (FlashAttention, Triton, FlashInfer, ROCm) a pair
+    (left, right) of keys either side of the row, (w − 1, 0) for a causal window of w keys, (−1, −1) for
+    none. ALiBi's slopes may be a list."""
+    window = getattr(attention, "sliding_window", None)
+    if isinstance(window, tuple | list):
+        left, right = window
+        if left >= 0 and right != 0:
+            raise EntropyLensError(
+                f"{type(attention).__name__}: a window of {right} keys after the row is no causal decoder's; "
+                "the lens records causal language models"
+            )
+        window = left + 1 if left >= 0 else None
+    elif window is not None and window <= 0:
+        window = None
+    slopes = attention.alibi_slopes
+    return {
+        "softmax_scale": attention.scale,
+        "window": window,
+        "softcap": attention.logits_soft_cap or None,
+        "sinks": getattr(attention, "sinks", None),
+        "alibi_slopes": None
+        if slopes is None
+        else torch.as_tensor(slopes, dtype=torch.float32, device=device),
+    }
+
+
 def _finite(x: torch.Tensor) -> bool:
     """Every value finite: a float64 sum is finite exactly where every term is (one pass, one read)."""
     return bool(torch.isfinite(x.detach().sum(dtype=torch.float64)))
@@ -272,15 +309,56 @@ def _lens_of(runner) -> Lens | None:
     return lens
 
 
+_wrapped: set[type] = set()  # the attention implementations whose forward the lens wraps
+
+
+def wrap_attention(runner) -> str | None:
+    """Wrap the forward of the attention implementation each of the model's layers uses, once per class
+    and process: whichever backend vLLM chose (the CPU's; on a GPU FlashAttention's, Triton's,
+    FlashInfer's, ...): the lens reads a layer's rows from its query and keys and its score modifiers from
+    the implementation (`score_mods_of`), whatever kernel computes its output. Returns why this model
+    cannot be recorded (a layer that is not plain attention: MLA, chunked-local, a state-space layer), or
+    None."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    for name, layer in runner.compilation_config.static_forward_context.items():
+        if not isinstance(layer, AttentionLayerBase):  # the context holds the MoE runners too
+            continue
+        if type(layer) is not Attention:
+            return (
+                f"layer {name} is {type(layer).__name__}, not vLLM's plain Attention whose score modifiers "
+                "the lens reads; record this model with entropy_lens.GenerationRecorder in transformers"
+            )
+        implementation = layer.attn_backend.get_impl_cls()  # the class of the layer's implementation
+        if implementation not in _wrapped:
+            implementation.forward = _lens_forward(implementation.forward)
+            _wrapped.add(implementation)
+    return None
+
+
+def _lens_forward(forward):
+    """An attention implementation's `forward`, then the lens's statistics of the layer (in a step
+    of an engine with the lens: `_active`)."""
+
+    def lens_forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
+        out = forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+        if _active is not None and attn_metadata is not None:
+            _active.layer(self, layer, query, key, attn_metadata)
+        return out
+
+    return lens_forward
+
+
 def install() -> None:
-    """Wrap the model runner's step and the CPU attention's forward (idempotent)."""
+    """Wrap the model runner's step (idempotent); each attention implementation is wrapped when a lens
+    first meets it (`wrap_attention`)."""
     global _installed
     if _installed:
         return
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    execute_model, forward = GPUModelRunner.execute_model, CPUAttentionBackendImpl.forward
+    execute_model = GPUModelRunner.execute_model
 
     def lens_execute_model(self, scheduler_output, *args, **kwargs):
         global _active
@@ -294,14 +372,7 @@ def install() -> None:
         finally:
             _active = None
 
-    def lens_forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs):
-        out = forward(self, layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
-        if _active is not None and attn_metadata is not None:
-            _active.layer(self, layer, query, key, attn_metadata)
-        return out
-
     GPUModelRunner.execute_model = lens_execute_model
-    CPUAttentionBackendImpl.forward = lens_forward
     _installed = True
 
 

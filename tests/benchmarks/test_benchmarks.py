@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bench_children import children_in_process
 
 BENCH = Path(__file__).parents[2] / "benchmarks"
 
@@ -99,6 +100,7 @@ def test_append_refuses_rows_from_another_gpu(tmp_path):
     assert run.returncode == 1 and "drop --append or choose another --out" in run.stderr
 
 
+@pytest.mark.slow
 def test_host_sums_benchmark_writes_its_table(tmp_path):
     out = tmp_path / "host_sums.json"
     run = subprocess.run(
@@ -122,14 +124,20 @@ def test_host_sums_benchmark_writes_its_table(tmp_path):
     assert [r["len"] for r in rows] == [64, 128] and all(r["median_s"] > 0 for r in rows)
 
 
-@pytest.mark.slow  # a whole child run (42-74 s on 2 cores)
-def test_stats_benchmark_times_a_layer_and_measures_the_sums_per_statistic(tmp_path, benchmark_script):
+@pytest.mark.slow  # its layer modes and memory workers in this process: seconds (a minute with children)
+def test_stats_benchmark_times_a_layer_and_measures_the_sums_per_statistic(
+    tmp_path, benchmark_script, monkeypatch
+):
     """At a toy size: every layer mode (where the native kernel builds), every memory set, each set's sums
-    the entropy's plus one sum and its square per statistic, and the benchmarks page's table made from the JSON."""
+    the entropy's plus one sum and its square per statistic, and the benchmarks page's table made from the JSON.
+    Each memory set's worker in this process (tests/bench_children.py; in its own under make test-full)."""
     stats_cpu = benchmark_script("stats_cpu")
+    commands = children_in_process(stats_cpu, monkeypatch)
     out = tmp_path / "stats_cpu.json"
     argv = ["--parts", "layer", "memory", "--layer-lengths", "64", "--memory-lengths", "96", "--repeats", "1"]
     assert stats_cpu.main([*argv, "--out", str(out)]) == 0
+    if commands:  # one measured process per memory set
+        assert [c[2:] for c in commands] == [["--memory-worker", "96", s] for s in stats_cpu.MEMORY_SETS]
     record = json.loads(out.read_text())
     layer = record["layer"][0]
     assert "skipped" in layer or list(layer["median_s"]) == list(stats_cpu.LAYER_MODES)
@@ -188,15 +196,22 @@ def test_view_benchmark_measures_a_page(tmp_path, benchmark_script):
     assert (row["interactive_ms"] is None) == (record["no_browser"] is not None)
 
 
-@pytest.mark.slow  # six child processes (about a minute on 2 cores)
-def test_received_benchmark_times_every_mode_and_checks_received_against_eager(tmp_path, benchmark_script):
+@pytest.mark.slow  # six measured workers (in this process; six child processes under make test-full)
+def test_received_benchmark_times_every_mode_and_checks_received_against_eager(
+    tmp_path, benchmark_script, monkeypatch
+):
     """benchmarks/received_cpu.py at a toy size (tiny-nope, 48 tokens, the scan target's modes also at 64):
     a row per (mode, length) in that order with time, peak RSS and ratios, received equal to eager's column
-    sums, the summary, and the benchmarks page's table made from the JSON."""
+    sums, the summary, and the benchmarks page's table made from the JSON. Each worker in this process
+    (tests/bench_children.py), one command per (mode, length); in its own process under make test-full."""
     received_cpu = benchmark_script("received_cpu")
+    commands = children_in_process(received_cpu, monkeypatch)
     out = tmp_path / "received_cpu.json"
     argv = ["--model", "tiny-nope", "--lengths", "48", "--scan-lengths", "48", "64", "--repeats", "1"]
     assert received_cpu.main([*argv, "--out", str(out)]) == 0
+    if commands:
+        workers = [tuple(c[c.index("--worker") + 1 :][:2]) for c in commands]
+        assert workers == [(m, "48") for m in received_cpu.MODES] + [("recorder", "64"), ("received", "64")]
     record = json.loads(out.read_text(encoding="utf-8"))
     assert record["benchmark"] == "received_cpu" and record["model"] == "tiny-nope" and record["repeats"] == 1
     rows = {(r["mode"], r["len"]): r for r in record["rows"]}
@@ -308,34 +323,6 @@ def test_kvpress_benchmark_table_and_rows_without_kvpress(benchmark_script):
     assert "(compression_ratio 0.5), smollm2 on `austen:persuasion`, median of 1" in table[10]
 
 
-@pytest.mark.slow  # two child processes in the kvpress environment (about 30 s on 2 busy cores)
-def test_kvpress_benchmark_runs_both_presses_in_the_kvpress_environment(tmp_path):
-    """benchmarks/kvpress_cpu.py at a toy size (SmolLM2, 64 tokens) with .venv-kvpress's python: a row per
-    press and the plain prefill's, both caches halved, the lens press keeping the same keys as kvpress's
-    on eager, each press's time over the plain prefill's."""
-    root = BENCH.parent
-    python = root / ".venv-kvpress" / "bin" / "python"
-    if not (root / ".venv-kvpress" / ".kvpress-installed").is_file() or not python.is_file():
-        pytest.skip("no .venv-kvpress (make kvpress-env builds it: kvpress 0.5.5 needs transformers < 5.3)")
-    out = tmp_path / "kvpress_cpu.json"
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    cmd = [str(python), str(BENCH / "kvpress_cpu.py"), "--lengths", "64", "--out", str(out)]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600, check=False)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    record = json.loads(out.read_text(encoding="utf-8"))
-    plain, kvpress, lens = record["rows"]
-    assert [(r["press"], r["attention"]) for r in (plain, kvpress, lens)] == [
-        ("plain", "sdpa"),
-        ("kvpress", "eager"),
-        ("lens", "sdpa"),
-    ]
-    assert kvpress["cache_len"] == lens["cache_len"] == 32 and kvpress["median_s"] > 0 < lens["median_s"]
-    assert plain["cache_len"] == 64 and "time_over_plain" not in plain
-    assert lens["time_over_plain"] == pytest.approx(lens["median_s"] / plain["median_s"])
-    assert lens["kept_agree"] == 1.0 and lens["max_rel_score_diff"] < 1e-4
-    assert [(x["len"], x["kept_agree"]) for x in record["summary"]] == [(64, 1.0)]
-
-
 def test_readme_tables_are_the_benchmarks_json(benchmark_script):
     """Every performance table of the benchmarks page is made from a results JSON, never typed; the README
     holds none."""
@@ -376,17 +363,22 @@ def test_context_parallel_benchmark_measures_one_process_against_shards(tmp_path
 
 
 @pytest.mark.slow
-def test_train_benchmark_times_each_mode_in_its_process(tmp_path, benchmark_script):
+def test_train_benchmark_times_each_mode_in_its_process(tmp_path, benchmark_script, monkeypatch):
     """benchmarks/train_cpu.py at a toy size (tiny-rope, 32 tokens, every=2): the three modes in that
     order, the timed runs (--steps single steps, one block of `every` steps), the steps the monitor recorded (the
     warm-up, then every step or one in `every`), the routes that ran
-    named in capture/paths.py's words, the ratios to unmonitored, and the docs' table made from the JSON."""
+    named in capture/paths.py's words, the ratios to unmonitored, and the docs' table made from the JSON.
+    Its process per mode: one worker command each, run in this process (tests/bench_children.py); under
+    make test-full each in a child process of its own."""
     from entropy_lens.capture.paths import PATH_NAMES
 
     train_cpu = benchmark_script("train_cpu")
+    commands = children_in_process(train_cpu, monkeypatch)
     out = tmp_path / "train_cpu.json"
     argv = ["--sizes", "tiny-rope:32", "--every", "2", "--steps", "2", "--rounds", "1", "--out", str(out)]
     assert train_cpu.main(argv) == 0
+    if commands:
+        assert [c[2:6] for c in commands] == [["--worker", "tiny-rope", "32", m] for m in train_cpu.MODES]
     record = json.loads(out.read_text(encoding="utf-8"))
     assert record["benchmark"] == "train_cpu" and record["every"] == 2 and record["device"] == "cpu"
     assert record["goals"] == {"every_step": 1.05, "every_n": 1.01, "peak": 1.05}
@@ -530,12 +522,18 @@ def test_the_address_space_cap_holds_in_its_block_only(benchmark_script):
 def test_a_measured_process_gives_its_last_json_row_or_says_why_not(benchmark_script, tmp_path):
     """_bench.worker_row (generate_cpu, polygraph_cpu): the last JSON line a worker printed; a worker
     that printed none leaves the row skipped with the end of its stderr, or the signal that killed it.
-    kept_rows: --keep's rows of an existing file that this run does not measure."""
+    _bench.run_json (peers_cpu, train_cpu, stats_cpu): the last line's JSON, or RuntimeError with the end
+    of its stderr. (The benchmark tests run their workers in their own process: tests/bench_children.py;
+    these are the process boundary they leave out.) kept_rows: --keep's rows of an existing file that
+    this run does not measure."""
     import sys
 
     bench = benchmark_script("_bench")
     said = "import json; print('warming up'); print(json.dumps({'x': 1})); print(json.dumps({'x': 2}))"
     assert bench.worker_row([sys.executable, "-c", said], {"mode": "a"}) == {"x": 2}
+    assert bench.run_json([sys.executable, "-c", said]) == {"x": 2}
+    with pytest.raises(RuntimeError, match="^failed: boom$"):
+        bench.run_json([sys.executable, "-c", "import sys; sys.exit('boom')"])
     failed = bench.worker_row([sys.executable, "-c", "import sys; sys.exit('boom')"], {"mode": "b"})
     assert failed == {"mode": "b", "skipped": "failed (boom)"}
     killed = bench.worker_row(

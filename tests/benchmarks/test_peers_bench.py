@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_children import children_in_process
 
 ROOT = Path(__file__).parents[2]
 
@@ -62,11 +63,16 @@ def test_table_and_line_from_a_record(tables):
 
 
 @pytest.mark.slow
-def test_quick_run_writes_every_mode_with_the_scans_entropy(tmp_path, benchmark_script, tables):
+def test_quick_run_writes_every_mode_with_the_scans_entropy(tmp_path, benchmark_script, tables, monkeypatch):
     """--quick (tiny-nope, 64 tokens): a row per mode with time and peak RSS, the peers' entropy equal to
-    the scan's, a summary, and the page's table and README line made from the JSON."""
+    the scan's, a summary, and the page's table and README line made from the JSON. Each mode's worker in
+    this process (tests/bench_children.py); in a child process of its own under make test-full."""
     out = tmp_path / "peers_cpu.json"
-    assert benchmark_script("peers_cpu").main(["--quick", "--out", str(out)]) == 0
+    peers_cpu = benchmark_script("peers_cpu")
+    commands = children_in_process(peers_cpu, monkeypatch)
+    assert peers_cpu.main(["--quick", "--out", str(out)]) == 0
+    if commands:
+        assert [c[c.index("--worker") + 1] for c in commands] == list(peers_cpu.MODES)
     record = json.loads(out.read_text(encoding="utf-8"))
     assert record["benchmark"] == "peers_cpu" and record["model"] == "tiny-nope" and "machine" in record
     rows = {r["mode"]: r for r in record["rows"]}

@@ -30,6 +30,7 @@ from architectures import (
     mean_by_position,
     save_folder,
 )
+from capture_cases import RowsTo
 
 PADDING = ("none", "left", "right")
 
@@ -502,7 +503,7 @@ def test_real_configurations_scaled_down(name):
 
 @pytest.mark.parametrize("model_type", sorted(SUPPORTED))
 def test_the_last_rows_probabilities_are_the_models_own(model_type):
-    """`Session.on_rows` (passkey's answer rows): the last rows' attention over every key, whole, equals
+    """`report_rows` (capture/reports.py; passkey's answer rows): the last rows' attention over every key, whole, equals
     the model's own eager probabilities (left padding; sinks' share left out, ALiBi and softcap in)."""
     from entropy_lens.capture import ScaleSession
 
@@ -510,9 +511,9 @@ def test_the_last_rows_probabilities_are_the_models_own(model_type):
     ids, mask = ids_and_mask("left")
     _, expected = eager_probabilities(model, ids, mask)
     got = {}
-    with ScaleSession(model) as session, torch.no_grad():
-        session.session.probe_rows = 3
-        session.session.on_rows = lambda layer, p: got.setdefault(layer, p)
+    scaling = ScaleSession(model)
+    scaling.session.reports = RowsTo(lambda layer, p: got.setdefault(layer, p), probe_rows=3)
+    with scaling, torch.no_grad():
         model(ids, attention_mask=mask)
     assert sorted(got) == list(range(len(expected)))
     for layer, p in got.items():

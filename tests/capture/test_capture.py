@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 from architectures import SUPPORTED, build
-from capture_cases import CPU_FUSED, CPU_FUSED_BACKEND, MASK_KINDS, recorded_backends
+from capture_cases import CPU_FUSED, CPU_FUSED_BACKEND, MASK_KINDS, StatsTo, recorded_backends
 from tiny import make_tiny_model, make_tiny_sliding_window_model
 from tolerances import sum_tolerance
 
@@ -564,7 +564,9 @@ def test_mask_free_prefill_into_longer_cache_is_aligned_as_sdpa_aligns_it():
         torch.randn(1, 2, 9, 16),
     )
     got = []
-    with activate(Session(on_stats=lambda layer, stats, offset: got.append((stats["entropy"], offset)))):
+    with activate(
+        Session(reports=StatsTo(lambda layer, stats, offset: got.append((stats["entropy"], offset))))
+    ):
         out, _ = entropy_lens_attention(attn, q, k, v, None)
     ent, offset = got[0]
     expect = attention_entropy(q, k[:, :, :5], softmax_scale=attn.scaling, backend="reference")
@@ -589,7 +591,9 @@ def test_a_pre_allocated_cache_is_read_as_its_written_slots():
     mask = (torch.arange(9) <= torch.arange(4, 6)[:, None]).view(1, 1, 2, 9)  # causal over the 6 written
     got = []
     measure = Measure.parse(stats=("entropy", "distance"))
-    session = Session(on_stats=lambda layer, stats, offset: got.append((stats, offset)), measure=measure)
+    session = Session(
+        reports=StatsTo(lambda layer, stats, offset: got.append((stats, offset))), measure=measure
+    )
     session.cache_seen = 4
     with activate(session):
         out, _ = entropy_lens_attention(attn, q, k, v, mask)
@@ -615,7 +619,7 @@ def test_a_general_mask_decides_alone_as_in_sdpa():
     mask = torch.rand(1, 1, 7, 7, generator=g) > 0.3
     mask[..., 0] = True  # every row sees a key
     got = []
-    with activate(Session(on_stats=lambda layer, stats, offset: got.append(stats["entropy"]))):
+    with activate(Session(reports=StatsTo(lambda layer, stats, offset: got.append(stats["entropy"])))):
         out, _ = entropy_lens_attention(attn, q, k, v, mask)
     expect = attention_entropy(q, k, softmax_scale=attn.scaling, causal=False, mask=mask, backend="reference")
     assert torch.allclose(got[0], expect, atol=1e-5)

@@ -3,6 +3,7 @@ cache an earlier forward of the session checked is continued; anything else is c
 
 import pytest
 import torch
+from capture_cases import StatsTo
 from tiny import make_tiny_model
 
 from entropy_lens.capture.attention import entropy_lens_attention
@@ -28,7 +29,7 @@ def _inputs(S: int, T: int, seed: int = 0):
 
 def test_a_decode_step_checks_its_new_keys_and_a_new_cache_whole(monkeypatch):
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
-    session = Session(on_stats=lambda layer, stats, offset: None)
+    session = Session(reports=StatsTo(lambda layer, stats, offset: None))
     q, k, v = _inputs(8, 8)
     _call(session, attn, q, k, v)  # the prefill: every key checked
     summed = []
@@ -45,7 +46,7 @@ def test_a_decode_step_checks_its_new_keys_and_a_new_cache_whole(monkeypatch):
     k2[0, 1, 9, 3] = float("nan")  # the next step's new key is not finite: refused
     with pytest.raises(EntropyLensError, match="layer 0's key"):
         _call(session, attn, q1, k2, v2)
-    fresh = Session(on_stats=lambda layer, stats, offset: None)
+    fresh = Session(reports=StatsTo(lambda layer, stats, offset: None))
     q3, k3, v3 = _inputs(12, 1, seed=2)
     k3[0, 0, 2, 0] = float("inf")  # a cache this session never checked: checked whole
     with pytest.raises(EntropyLensError, match="layer 0's key"):
@@ -60,7 +61,8 @@ def test_a_decode_steps_scores_beyond_float32_are_refused_from_its_caches_larges
     checks the scores it forms and measures them exactly; fused "auto" may choose either, by timing)."""
     attn = make_tiny_model(n_heads=4, n_kv_heads=2).model.layers[0].self_attn
     session = Session(
-        on_stats=lambda layer, stats, offset: None, measure=Measure.parse(backend="native", fused="on")
+        reports=StatsTo(lambda layer, stats, offset: None),
+        measure=Measure.parse(backend="native", fused="on"),
     )
     q, k, v = _inputs(8, 8)
     _call(session, attn, q, k, v)

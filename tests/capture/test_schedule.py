@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from capture_cases import CPU_FUSED
+from capture_cases import CPU_FUSED, StatsTo
 from tiny import make_tiny_model
 
 from entropy_lens.capture.attention import entropy_lens_attention
@@ -79,7 +79,7 @@ def test_schedule_scales_output_and_entropy_by_query_position(text, fused):
         scales=1.3,
         schedule=schedule,
         measure=Measure(fused=Fused(fused)),
-        on_stats=lambda layer, stats, offset: got.append(stats["entropy"]),
+        reports=StatsTo(lambda layer, stats, offset: got.append(stats["entropy"])),
     )
     with torch.no_grad(), activate(session):
         out, _ = entropy_lens_attention(attn, q, k, v, None)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cli_cases import PAGES, README, ROOT, page_examples
+from figure_cases import PAPER_REDRAW, redraw_committed
 
 from entropy_lens.cli import main
 
@@ -45,7 +46,9 @@ CAP_LEN = 256  # the embedded models' --len (a multiple of their train length 12
 
 
 def _cap_list(values: list[str], n: int = 2) -> list[str]:
-    return values[:n]
+    """A list of lengths cut as --len is (each at most CAP_LEN, a value the cut repeats once), its first `n`:
+    `passkey smollm2 --lens 300 600` runs at 256 alone (SmolLM2 on one thread: half a minute at 300 and 600)."""
+    return list(dict.fromkeys(str(min(int(v), CAP_LEN)) for v in values))[:n]
 
 
 def _small_scales(spec: str) -> str:
@@ -70,7 +73,7 @@ CAPS = {
     "--smooth": lambda v: str(min(int(v), 5)),
     "--scales": _small_scales,
 }
-LIST_CAPS = ("--lens",)  # nargs="+" lists: the first two values
+LIST_CAPS = ("--lens",)  # nargs="+" lists of lengths: `_cap_list`
 # defaults too large for a test, set where the command leaves them out
 ADDED = {
     "scan": ["--samples", "2"],
@@ -116,7 +119,10 @@ def _written(args: list[str]) -> list[str]:
     return [args[args.index("--out") + 1]] if "--out" in args else []
 
 
-RUN_PAGES = [p.relative_to(ROOT).as_posix() for p in PAGES if page_examples(p)]
+# The README's commands run in test_the_readmes_commands_run_in_order_after_make_demo (in order, after
+# `make demo`, on a copy of the repository, nothing removed in between): a stricter run of the same
+# commands, so they are not run a second time here.
+RUN_PAGES = [p.relative_to(ROOT).as_posix() for p in PAGES if page_examples(p) and p != README]
 
 
 def test_every_parse_only_pattern_names_an_example():
@@ -169,11 +175,25 @@ def test_the_sizes_are_cut_and_the_rest_is_kept():
         "--scale",
         "1.2",
     ]
+    assert small("entropy-lens passkey smollm2 --lens 300 600 --depths 10")[:4] == [
+        "passkey",
+        "smollm2",
+        "--lens",
+        "256",
+    ]
+
+
+def _page_param(page: str):
+    """docs/paper.md's redraw is shared with tests/figures/test_figures.py (figure_cases.redraw_committed):
+    on that file's worker (xdist_group "figures"), so it is made once."""
+    if page == "docs/paper.md":
+        return pytest.param(page, marks=pytest.mark.xdist_group("figures"))
+    return page
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUN_PAGES)
-def test_the_pages_examples_run(page, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("page", [_page_param(p) for p in RUN_PAGES])
+def test_the_pages_examples_run(page, tmp_path, tmp_path_factory, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     if page == "docs/paper.md":  # `figures --cached-only` draws from the committed runs
@@ -191,7 +211,14 @@ def test_the_pages_examples_run(page, tmp_path, monkeypatch, capsys):
         for out in set(_written(args)) & written:  # an alternative recipe for the same output: afresh
             shutil.rmtree(out) if Path(out).is_dir() else Path(out).unlink()
         start = time.perf_counter()
-        code = main(args)
+        if args == PAPER_REDRAW:  # the same command test_committed_readme_is_regenerated_... runs: once
+            made, code, err = redraw_committed(tmp_path_factory)
+            shutil.copytree(
+                made / "figures", "figures", ignore=shutil.ignore_patterns("runs"), dirs_exist_ok=True
+            )
+            print(err, file=sys.stderr, end="")
+        else:
+            code = main(args)
         print(f"{time.perf_counter() - start:6.1f}s  {shlex.join(args)}", file=sys.__stdout__)
         err = capsys.readouterr().err
         assert code == 0, f"{page}: {shlex.join(args)} exited {code}: {err[-2000:]}"
@@ -242,7 +269,7 @@ def test_the_readmes_commands_run_in_order_after_make_demo(tmp_path, monkeypatch
         "__pycache__",
         ".pytest_cache",
         ".ruff_cache",
-        ".venv",
+        ".venv*",  # the test environments too (.venv-kvpress, .venv-polygraph, .venv-vllm: gigabytes)
         ".git",
         "*.egg-info",
     )

@@ -130,6 +130,7 @@ def test_the_check_sees_a_missing_method_and_keyword():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 def test_the_built_api_page_holds_every_public_method_property_and_keyword(site):
     page = (site / "reference" / "api.html").read_text(encoding="utf-8")
     lacking = missing(page)

@@ -126,6 +126,7 @@ def _text(path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 def test_the_built_reference_holds_every_public_name(site):
     api = site / "reference" / "api.html"
     ids = set(re.findall(r'id="([^"]+)"', api.read_text(encoding="utf-8")))
@@ -163,6 +164,7 @@ def _takes_arguments(obj) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 def test_every_public_callable_in_the_built_reference_has_a_parameter_table(site):
     """Napoleon renders a docstring's Args as the "Parameters" field list: each entry (its signature to
     the next entry's) of a callable that takes an argument holds one, and every public callable that
@@ -186,6 +188,7 @@ def test_every_public_callable_in_the_built_reference_has_a_parameter_table(site
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 def test_the_built_cli_reference_holds_every_command_and_flag(site):
     page = (site / "reference" / "cli.html").read_text(encoding="utf-8")
     for name, command in _commands().items():
@@ -197,6 +200,7 @@ def test_the_built_cli_reference_holds_every_command_and_flag(site):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 def test_the_site_is_offline_and_renders_the_notebooks_and_figures(site):
     for page in site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")

@@ -145,6 +145,7 @@ def _plain(fragment: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_the_built_reference_shows_each_propertys_summary_as_written(site):
     """On the built pages, each property's description opens with its docstring's first line (code

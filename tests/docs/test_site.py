@@ -56,6 +56,7 @@ def test_the_home_page_quick_starts_are_the_readmes_four():
     assert "AttentionMonitor(" in monitor and "scan(ScanConfig(" not in monitor
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_the_site_uses_the_theme_with_its_contents_dark_mode_and_copy_button(site):
     for name in ("index.html", "reference/api.html", "guides/monitor.html"):
@@ -67,6 +68,7 @@ def test_the_site_uses_the_theme_with_its_contents_dark_mode_and_copy_button(sit
     assert (site / "_static" / "copybutton.js").is_file() and (site / "_static" / "styles").is_dir()
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_the_home_page_shows_a_figure_and_the_four_quick_starts(site):
     page = (site / "index.html").read_text(encoding="utf-8")
@@ -84,6 +86,7 @@ def test_the_home_page_shows_a_figure_and_the_four_quick_starts(site):
         assert needle.replace(" ", "") in text.replace(" ", ""), needle
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_the_footer_names_the_copyright_holder(site):
     page = (site / "index.html").read_text(encoding="utf-8")
@@ -91,6 +94,7 @@ def test_the_footer_names_the_copyright_holder(site):
     assert footer == f"Copyright © {conf.copyright}" and conf.author in footer
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_no_page_repeats_an_anchor(site):
     for page in sorted(site.rglob("*.html")):
@@ -100,6 +104,7 @@ def test_no_page_repeats_an_anchor(site):
         assert not any(i.startswith("entropy_lens.entropy_lens.") for i in ids), page
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_search_results_show_the_words_around_the_match(site):
     """Sphinx's searchtools fetches a result's page and shows the text around the match where the theme
@@ -111,6 +116,7 @@ def test_search_results_show_the_words_around_the_match(site):
     assert '"entropyrecord' in index.lower() and "reference/api" in index
 
 
+@pytest.mark.xdist_group("docs-site")  # one worker builds the site (conftest.site)
 @pytest.mark.slow
 def test_docstrings_render_as_text_not_literal_blocks(site):
     """Each documented object's description is text (paragraphs and the parameter table); a literal block

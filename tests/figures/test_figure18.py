@@ -203,6 +203,7 @@ def test_the_watched_training_reruns_the_recipe_and_is_cached(text_file, tmp_pat
     assert again._watched_training("ALiBi", str(foreign)) == (None, None)
 
 
+@pytest.mark.slow
 def test_figure18_draws_from_the_committed_cache(tmp_path):
     """`figures 18 --cached-only` from the committed runs: every watched history there is drawn, the
     others named in its words."""

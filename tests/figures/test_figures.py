@@ -40,15 +40,52 @@ def test_every_figure_and_the_readme(made):
     assert (root / "out" / "figure-01.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow
-def test_rerun_reuses_the_cache(made):
-    root, _ = made
-    cache = root / "cache"
+EXTRA_SECTION = (
+    "## Figure 99\n\n![Figure 99](figure-99.png)\n\nNoPE's loss by position.\n\n- L = 16\n\n"
+    "Differences from the paper:\n\n- not in the paper\n"
+)
+
+
+@pytest.fixture(scope="module")
+def rerun(figures_made, tmp_path_factory):
+    """`make_figures` again at MINIMAL from the made cache, with one item registered beside the others
+    (figure-99: one function and one entry), made once for the two tests that read it (a redraw of every
+    figure is most of a minute): (the cache's files' mtimes before, after, the rerun's folder)."""
+    import importlib
+
+    import matplotlib.pyplot as plt
+
+    # the module: the package exports its function `render` under the same name
+    render = importlib.import_module("entropy_lens.figures.render")
+    root, _ = figures_made
+
+    def extra(data, c):
+        fig, ax = plt.subplots()
+        ax.plot(data.nope.loss)
+        return Drawn(fig, "NoPE's loss by position.", [f"L = {data.L}"])
+
+    added = Item("figure-99", extra, lambda data, c: ["not in the paper"])
+    registered = render.items
+    cache, again = root / "cache", tmp_path_factory.mktemp("rerun")
     before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
-    make_figures(FiguresConfig.build(MINIMAL), root / "again", cache=cache, progress=False)
+    render.items = lambda: [*registered(), added]  # as a new `@figure` function would register it
+    try:
+        make_figures(FiguresConfig.build(MINIMAL), again, cache=cache, progress=False)
+    finally:
+        render.items = registered
     after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    return before, after, again
+
+
+@pytest.mark.slow
+def test_rerun_reuses_the_cache(made, rerun):
+    root, _ = made
+    before, after, again = rerun
     assert after == before  # nothing recomputed, nothing rewritten
-    assert (root / "again" / "README.md").read_text() == (root / "out" / "README.md").read_text()
+    readme = (again / "README.md").read_text()  # the made README, and the added item's section after it
+    assert readme.startswith((root / "out" / "README.md").read_text()) and readme.endswith(EXTRA_SECTION)
+    made_files = sorted(p.name for p in (root / "out").iterdir())
+    assert sorted(p.name for p in again.iterdir()) == sorted([*made_files, "figure-99.pdf", "figure-99.png"])
 
 
 @pytest.mark.parametrize(
@@ -358,10 +395,24 @@ def test_passkey_figures_are_the_passkey_runs_of_their_variants(made):
 
 @pytest.mark.slow
 def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
+    """From the cache a run made, --cached-only draws an item as that run drew it (one item here: the
+    lookups are the plain rerun's, which test_rerun_reuses_the_cache finds all cached, and every item
+    redrawn --cached-only is test_committed_readme_is_regenerated_from_the_committed_runs); from an empty
+    cache it names the first run missing and writes nothing."""
+    import re
+
     root, _ = made
     config = FiguresConfig.build(MINIMAL)
-    make_figures(config, tmp_path / "redrawn", cache=root / "cache", progress=False, cached_only=True)
-    assert (tmp_path / "redrawn" / "README.md").read_text() == (root / "out" / "README.md").read_text()
+    redrawn = tmp_path / "redrawn"
+    make_figures(config, redrawn, cache=root / "cache", progress=False, cached_only=True, only=["table-02"])
+    assert sorted(p.name for p in redrawn.iterdir()) == ["README.md", "table-02.pdf", "table-02.png"]
+    assert (redrawn / "table-02.pdf").read_bytes() == (root / "out" / "table-02.pdf").read_bytes()
+
+    def section(text):  # Table 2's section: from its title to the next one (or the end)
+        return re.search(r"^## Table 2\n.*?(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL).group(0)
+
+    again, made_readme = (redrawn / "README.md").read_text(), (root / "out" / "README.md").read_text()
+    assert section(again) == section(made_readme) and "| NoPE |" in section(again)
     args = ["figures", "--config", str(root / "minimal.yaml"), "--out", str(tmp_path / "out")]
     assert main([*args, "--cache", str(tmp_path / "empty"), "--cached-only", "--quiet"]) == 2
     assert "the sweep of tiny-nope at 128 is not in the cache" in capsys.readouterr().err
@@ -369,21 +420,26 @@ def test_cached_only_redraws_and_names_what_is_missing(made, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_committed_readme_is_regenerated_from_the_committed_runs(tmp_path):
+def test_committed_readme_is_regenerated_from_the_committed_runs(tmp_path_factory):
     """Every number in figures/README.md comes from the runs committed in figures/runs: redrawn from them
-    with the default settings, run nothing, the README is the same text and every figure the same drawing:
-    its PDF byte for byte, its PNG pixel for pixel within one level of a channel (Agg's antialiasing of a
-    marker's edge can differ by one level between CPUs: figure-05.png does between two of ours)."""
+    with the default settings, run nothing (docs/paper.md's `entropy-lens figures --cached-only`, run once
+    for this test and that page's, figure_cases.redraw_committed), the README is the same text and every
+    figure the same drawing: its PDF byte for byte, its PNG pixel for pixel within one level of a channel
+    (Agg's antialiasing of a marker's edge can differ by one level between CPUs: figure-05.png does between
+    two of ours)."""
     import numpy as np
+    from figure_cases import redraw_committed
     from PIL import Image
 
     root = Path(__file__).parents[2]
-    make_figures(FiguresConfig(), tmp_path, cache=root / "figures" / "runs", progress=False, cached_only=True)
-    assert (tmp_path / "README.md").read_text() == (root / "figures" / "README.md").read_text()
-    drawn = sorted(p.name for p in tmp_path.glob("*.p[dn][fg]"))
+    folder, code, err = redraw_committed(tmp_path_factory)
+    assert code == 0, err[-2000:]
+    redrawn = folder / "figures"
+    assert (redrawn / "README.md").read_text() == (root / "figures" / "README.md").read_text()
+    drawn = sorted(p.name for p in redrawn.glob("*.p[dn][fg]"))
     assert drawn == sorted(p.name for p in (root / "figures").glob("*.p[dn][fg]"))
     for name in drawn:
-        new, old = tmp_path / name, root / "figures" / name
+        new, old = redrawn / name, root / "figures" / name
         if name.endswith(".pdf"):
             assert new.read_bytes() == old.read_bytes(), name
         else:
@@ -414,30 +470,15 @@ def test_the_registry_lists_every_figure_the_readme_names():
 
 
 @pytest.mark.slow
-def test_a_figure_is_one_function_and_one_entry(made, tmp_path):
-    """An item beside the registered ones is drawn, saved and given its README section, nothing else."""
-    import matplotlib.pyplot as plt
-
-    from entropy_lens.figures.render import render
-
+def test_a_figure_is_one_function_and_one_entry(made, rerun):
+    """An item beside the registered ones is drawn, saved and given its README section, nothing else (the
+    rerun of test_rerun_reuses_the_cache draws one: the fixture `rerun`)."""
     root, _ = made
-    config = FiguresConfig.build(MINIMAL)
-    data = figure_data(config, cache=root / "cache", progress=False)
-
-    def extra(data, c):
-        fig, ax = plt.subplots()
-        ax.plot(data.nope.loss)
-        return Drawn(fig, "NoPE's loss by position.", [f"L = {data.L}"])
-
-    added = Item("figure-99", extra, lambda data, c: ["not in the paper"])
-    render(data, config, tmp_path, only=[*items(), added])
-    readme = (tmp_path / "README.md").read_text()
+    _, _, again = rerun
+    readme = (again / "README.md").read_text()
     assert readme.startswith((root / "out" / "README.md").read_text())
-    assert readme.endswith(
-        "## Figure 99\n\n![Figure 99](figure-99.png)\n\nNoPE's loss by position.\n\n- L = 16\n\n"
-        "Differences from the paper:\n\n- not in the paper\n"
-    )
-    assert (tmp_path / "figure-99.png").is_file() and (tmp_path / "figure-99.pdf").is_file()
+    assert readme.endswith(EXTRA_SECTION)
+    assert (again / "figure-99.png").is_file() and (again / "figure-99.pdf").is_file()
 
 
 def test_figure17_words_its_numbers_from_the_runs():

@@ -114,7 +114,10 @@ def test_eval_accuracy_equals_the_passkey_command(tmp_path):
     [
         ("tiny-nope", {"scale": 1.2}),
         ("tiny-rope", {}),
-        ("tiny-rope", {"rope_scaling": "linear:2"}),
+        # rope scaling's variant: make test-full. Each encoding's family runs by default ([rope] holds RoPE
+        # past its training length in make test, [nope-scale1.2] a variant's flag through eval), and
+        # test_harness.py's test_every_variant_changes_what_the_model_scores[rope_scaling=linear:2] the flag
+        pytest.param("tiny-rope", {"rope_scaling": "linear:2"}, marks=pytest.mark.full),
         ("tiny-alibi", {}),
     ],
     ids=["nope-scale1.2", "rope", "rope-linear2", "alibi"],

@@ -7,14 +7,12 @@ float64). On a GPU that file's `gpu` cases compare it with the row kernel at a 1
 """
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from kernel_cases import make_inputs
+from triton_interp_plugin import run_under_the_interpreter
 
 from entropy_lens.kernels import ScoreMods, decode_splits
 from entropy_lens.kernels.splits import (
@@ -89,20 +87,4 @@ def test_the_launch_refuses_in_one_line():
 @needs_triton
 def test_split_launch_under_the_interpreter():
     """tests/triton_decode_interp_cases.py in its own process under TRITON_INTERPRET=1."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    cases = str(HERE / "triton_decode_interp_cases.py")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-x",
-        "-W",
-        "ignore::RuntimeWarning",
-        cases,
-    ]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
+    run_under_the_interpreter([HERE / "triton_decode_interp_cases.py"])

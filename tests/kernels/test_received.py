@@ -11,8 +11,6 @@ interpreter in a child process (`test_the_triton_kernel_under_the_interpreter`, 
 
 import ast
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ import torch
 from kernel_cases import RUNNABLE, device, make_inputs, make_sinks, make_slopes, mask_kinds, on_device
 from kernel_grid import assert_close_relative, grid_kwargs, on_the_grid
 from tolerances import float32_rounding, sum_tolerance
+from triton_interp_plugin import run_under_the_interpreter
 
 import entropy_lens
 from entropy_lens.flags import ALL, parse_stats
@@ -295,19 +294,4 @@ def test_the_triton_kernel_under_the_interpreter():
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("already under the interpreter: this is the child process")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-x",
-        "-W",
-        "ignore::RuntimeWarning",
-    ]
-    cmd += ["-k", "triton and not under_the_interpreter", str(Path(__file__))]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
+    run_under_the_interpreter([Path(__file__)], keyword="triton and not under_the_interpreter", timeout=1800)

@@ -166,7 +166,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
     from architectures import SUPPORTED, build, eager_probabilities, mean_by_position
 
     from entropy_lens.capture import EntropyRecorder
-    from entropy_lens.kernels.reference import DEFINITIONS, first_window, key_distance
+    from entropy_lens.kernels.reference import DEFINITIONS, RowContext, first_window, key_distance
 
     # eager in float64: no rounding of its own (gpt-oss's experts run in float32 only: its eager
     # probabilities carry fp32 rounding, about 5e-6, so it is held to 2e-5 as the entropy tests hold it)
@@ -194,7 +194,7 @@ def test_the_recorder_records_every_statistic_the_models_own_attention_has(model
                 (1.0 - p.sum(-1)).clamp_min(0.0) if rec.has_sinks else torch.zeros(p.shape[:3], dtype=p.dtype)
             )
             visible = torch.ones(p.shape[:3], dtype=torch.bool)
-            want.append(DEFINITIONS[name](p, sink, visible, behind, first, recent, None))
+            want.append(DEFINITIONS[name](RowContext(p, sink, visible, behind, first, recent)))
         np.testing.assert_allclose(
             rec.mean(name), mean_by_position(want, None), atol=tol, rtol=1e-5, err_msg=name
         )

@@ -10,9 +10,6 @@ flash-attention's rule (the error against float64 at most twice the plain step's
 """
 
 import copy
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +26,7 @@ from train_cases import (
     sdpa_attention,
     step_grads,
 )
+from triton_interp_plugin import run_under_the_interpreter
 
 from entropy_lens.capture import EntropyRecorder
 from entropy_lens.flags import Measure, Stats
@@ -99,12 +97,7 @@ def test_cuda_route_refuses_in_one_line():
 def test_cuda_route_under_the_interpreter():
     """tests/triton_train_interp_cases.py in its own process under TRITON_INTERPRET=1."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    cases = str(HERE / "triton_train_interp_cases.py")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", cases]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
+    run_under_the_interpreter([HERE / "triton_train_interp_cases.py"])
 
 
 # (B, Hq, Hkv, T, S, D, causal, window, per-head trainable scales): test_train_route.py's shapes without

@@ -2,22 +2,19 @@
 so the interpreter setting never leaks into the rest of the suite: tests/triton_interp_cases.py (its own
 cases) and the triton cases of the grids every kernel shares (kernel_cases.RUNNABLE, in test_kernels.py,
 test_kernels_extras.py, test_kernels_alibi.py, test_reliability_numerics.py), which the main process does not
-collect (kernel_cases.RUNNABLE holds the triton case only where it runs)."""
+collect (kernel_cases.RUNNABLE holds the triton case only where it runs). Two child processes, one for
+each, so two test workers share them out and each pays torch's and Triton's import once."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from triton_interp_plugin import run_under_the_interpreter
 
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.kernels import resolve_backend
 
 pytest.importorskip("triton")
 HERE = Path(__file__).parents[1]  # tests/
-# the shared grids, of which `-k triton` keeps the triton cases (and every case of triton_interp_cases.py,
-# whose module name matches too)
 SHARED = (
     "kernels/test_kernels.py",
     "kernels/test_kernels_extras.py",
@@ -27,27 +24,11 @@ SHARED = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cases", ["triton_interp_cases.py", *SHARED])
+@pytest.mark.parametrize("cases", [("triton_interp_cases.py",), SHARED], ids=["own-cases", "shared-grids"])
 def test_triton_kernel_under_the_interpreter(cases):
-    """One child process per file of cases, so the test workers share them out (they took 850 s as one)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-x",
-        "-W",
-        "ignore::RuntimeWarning",  # numpy evaluates both sides of tl.where
-        "-k",
-        "triton",
-        str(HERE / cases),
-    ]
-    run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "skipped" not in run.stdout.splitlines()[-1]
+    """The kernel's own cases in one child process, the shared grids' triton cases in another."""
+    # -k triton keeps the shared grids' triton cases (and every case of triton_interp_cases.py)
+    run_under_the_interpreter([HERE / name for name in cases], keyword="triton")
 
 
 def test_backend_selection(monkeypatch):

@@ -16,7 +16,11 @@ SPANS = ["[L/2, L)", "[L, 2L)", "[2L, 3L)", "[3L, 4L)"]
 
 
 # Sweeps of the committed pair over 128 samples (a minute or more on 2 cores): the tests that use them
-# are marked slow, out of the inner loop (`pytest -m "not slow"`).
+# are marked slow, out of the inner loop (`pytest -m "not slow"`), and kept on one worker (xdist_group),
+# which makes each sweep once.
+pytestmark = pytest.mark.xdist_group("tiny-models")
+
+
 @pytest.fixture(scope="module")
 def nope():
     return length_report("tiny-nope", scales=(1.0, 1.2, 1.4, 1.6), samples=128)  # the card's windows
@@ -24,7 +28,30 @@ def nope():
 
 @pytest.fixture(scope="module")
 def rope():
-    return length_report("tiny-rope", scales=(1.0, 1.1, 1.2), samples=128)
+    """length_report("tiny-rope", scales=(1.0, 1.1, 1.2), samples=128)'s losses (the card's windows), from
+    loss-only scans (entropy "none", about a quarter less time than the report's; its test reads no
+    entropy): every scale through the same route, so the scales are compared as the report compares them."""
+    from entropy_lens.models import declared_train_len
+    from entropy_lens.results import spans_by_l
+    from entropy_lens.runs.scan import ScanConfig, scan
+    from entropy_lens.training.report import LengthReport
+
+    L = declared_train_len("tiny-rope")
+    rep = LengthReport("tiny-rope", L, 4 * L, 128, "austen:persuasion", spans_by_l(4 * L, L, start=L // 2))
+    for s in (1.0, 1.1, 1.2):
+        config = ScanConfig(
+            model=rep.model,
+            length=rep.length,
+            samples=rep.samples,
+            data=rep.data,
+            seed=0,
+            scale=s,
+            batch_size=8,
+            entropy="none",
+        )
+        result = rep.results[s] = scan(config, progress=False)
+        rep.loss[s] = {n: float(np.mean(result.loss[a:b])) for n, (a, b) in rep.spans.items()}
+    return rep
 
 
 @pytest.mark.parametrize("name", ["tiny-nope", "tiny-rope"])

@@ -282,19 +282,19 @@ def test_padded_rows_are_left_out_of_means_and_maxima(monkeypatch):
     mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
     values = torch.tensor([[[100.0, 1.0, 2.0]], [[3.0, 4.0, 100.0]]])  # (B=2, H=1, T=3)
     sums = ForwardSums(1, ("entropy", "max_prob"), mask, model="Tiny")
-    sums.add(0, {"entropy": values, "max_prob": values}, 0)
+    sums.report_stats(0, {"entropy": values, "max_prob": values}, 0)
     summary = sums.finish(1)
     assert summary.rows == 4 and summary.values()["entropy"][0, 0] == pytest.approx(2.5)
     assert summary.values()["max_prob"][0, 0] == 4.0
     tail = ForwardSums(1, ("entropy",), mask, model="Tiny")  # decoding: the last query of 3 keys
-    tail.add(0, {"entropy": values[:, :, 2:]}, 2)
+    tail.report_stats(0, {"entropy": values[:, :, 2:]}, 2)
     assert tail.finish(1).rows == 1 and tail.finish(1).values()["entropy"][0, 0] == 2.0
 
 
 def test_a_statistic_that_is_not_finite_makes_a_nonfinite_step():
     """A statistic that came out NaN: the step has no numbers and says where (the loop decides)."""
     sums = ForwardSums(1, ("entropy",), None, model="Tiny")
-    sums.add(0, {"entropy": torch.tensor([[[0.5, float("nan")]]])}, 0)
+    sums.report_stats(0, {"entropy": torch.tensor([[[0.5, float("nan")]]])}, 0)
     summary = sums.finish(7)
     assert summary.values() == {} and summary.nonfinite.startswith("layer 0: entropy of head 0 is nan")
 

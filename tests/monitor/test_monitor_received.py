@@ -133,8 +133,10 @@ def test_micro_batches_merge_over_their_batch_rows():
     assert merged.sequences.tolist() == [5] and parts.sequences.tolist() == [3, 2]
     weighted = (parts.values["received_first"] * parts.sequences[:, None, None]).sum(0) / 5
     np.testing.assert_allclose(merged.values["received_first"][0], weighted, rtol=1e-6)
-    np.testing.assert_array_equal(
-        merged.values["received_max_later"][0], parts.values["received_max_later"].max(0)
+    # the same forwards twice: equal up to float32 rounding of the attention (threaded matmuls may sum
+    # in another order from one call to the next)
+    np.testing.assert_allclose(
+        merged.values["received_max_later"][0], parts.values["received_max_later"].max(0), rtol=1e-6
     )
 
 

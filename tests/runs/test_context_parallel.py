@@ -3,7 +3,10 @@ runs/context_parallel.py) equals the one-process scan to float rounding, over th
 takes: NoPE, RoPE with GQA, ALiBi (BLOOM), a sliding-window layer, sinks (gpt-oss), per-head scales and a
 schedule, both attention paths, loss-only scans; with 2 and 3 gloo processes (3: uneven chunks) at
 lengths that 2P does not divide, and 4 processes as 2 groups of 2 (--context-parallel 2: the groups split
-the samples). Plus the layout, the flag and the one-line refusals."""
+the samples); a rank (or a group) without a sample still sums every statistic (issue 48). Plus the
+layout, the flag and the one-line refusals. The launches are few (torch's start-up in every process is
+most of their time): one per number of processes, running every case and command of that size
+(tests/context_parallel_scans.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +37,12 @@ CASES = {
     "alibi-one-pass": ("tiny-alibi", {"fused": "on", "entropy": "mean"}),
     "sliding-window": ("qwen2-window", {"fused": "off", "stats": "distance,first_mass", "first_keys": 3}),
     "sinks": ("gpt_oss", {"stats": "all", "fused": "off"}),
+}
+# a single sample: with 2 ranks (or 2 groups) one of them has none (test_a_rank_without_samples_...)
+EMPTY = {"length": 32, "samples": 1, "data": "austen:northanger", "stats": "all", "fused": "off"}
+OTHER_CASES = {
+    "empty-rank": ("gqa", {**EMPTY, "context_parallel": False}),  # data-parallel: rank 1 has no sample
+    "empty-rank-groups": ("gqa", EMPTY),  # the launch's --context-parallel 2: group 1 has no sample
 }
 
 
@@ -66,7 +75,7 @@ def _models(folder: Path) -> dict[str, str]:
 
 
 def _config(name: str, folder: Path, models: dict[str, str]) -> dict:
-    model, fields = CASES[name]
+    model, fields = {**CASES, **OTHER_CASES}[name]
     fields = dict(fields)
     if "head_scales" in fields:
         fields["head_scales"] = str(folder / fields["head_scales"])
@@ -96,18 +105,22 @@ def made(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return folder, _models(folder)
 
 
-def _launch(folder: Path, models: dict, names, processes: int, tag: str, **fields) -> dict[str, ScanResult]:
-    """{case: its result} of one torchrun launch of `processes` scanning `names` (ScanConfig `fields`
-    added to each case)."""
+def _launch(
+    folder: Path, models: dict, names, processes: int, tag: str, commands=(), **fields
+) -> tuple[dict[str, ScanResult], str]:
+    """({case: its result}, the launch's stdout) of one torchrun launch of `processes` scanning `names`
+    (ScanConfig `fields` added to each case), then running the CLI `commands` (argv lists) in the same
+    process group."""
     cases = [
         {"config": {**_config(name, folder, models), **fields}, "out": str(folder / f"{name}-{tag}.npz")}
         for name in names
     ]
+    cases += [{"argv": list(argv)} for argv in commands]
     listing = folder / f"cases-{tag}.json"
     listing.write_text(json.dumps(cases), encoding="utf-8")
     run = _torchrun(processes, [str(Path(__file__).parents[1] / "context_parallel_scans.py"), str(listing)])
     assert run.returncode == 0, run.stderr[-4000:]
-    return {name: ScanResult.load(folder / f"{name}-{tag}.npz") for name in names}
+    return {name: ScanResult.load(folder / f"{name}-{tag}.npz") for name in names}, run.stdout
 
 
 @pytest.fixture(scope="module")
@@ -127,26 +140,88 @@ def one_process(made):
     return get
 
 
+# The CLI commands run in the launches (sweep and ppl under --context-parallel), each compared with the
+# same command in one process; their outputs go to the module's folder
+SWEEP = ["sweep", "tiny-nope", "--len", "26", "--samples", "2", "--data", "austen:persuasion"]
+SWEEP += ["--scales", "1.0,1.5", "--fused", "off", "--quiet"]
+PPL = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
+GROUP_CASES = ("nope", "rope-gqa-head-scales")
+# a rank without samples: 1 sample over 2 ranks (data-parallel), or over 2 groups of 2 shards
+EMPTY_RANK = {"2 ranks": ("empty-rank", 2), "2 groups of 2": ("empty-rank-groups", 4)}
+
+
+def _commands(folder: Path, processes: int) -> list[list[str]]:
+    """The CLI commands of the launch of `processes` (tag = processes)."""
+    if processes == 2:
+        return [
+            [*SWEEP, "--context-parallel", "--out", str(folder / "sweep-two")],
+            [*PPL, "--context-parallel", "--out", str(folder / "ppl-two.json")],
+        ]
+    if processes == 4:
+        return [[*PPL, "--context-parallel", "2", "--out", str(folder / "ppl-four.json")]]
+    return []
+
+
 @pytest.fixture(scope="module")
-def scans(made, one_process):
+def launches(made):
+    """get(P) -> ({case: result}, stdout) of this file's one torchrun launch of P processes, made once:
+    P = 2 and 3 shard every case of CASES over all P; P = 2 also scans a sample over 2 ranks
+    data-parallel and runs SWEEP and PPL --context-parallel; P = 4 runs GROUP_CASES, a sample over
+    2 groups of 2, and PPL --context-parallel 2 (--context-parallel 2: 2 groups of 2 shards, the groups
+    splitting the samples)."""
+    folder, models = made
+    cache = {}
+
+    def get(processes: int):
+        if processes not in cache:
+            names = {2: [*CASES, "empty-rank"], 3: list(CASES), 4: [*GROUP_CASES, "empty-rank-groups"]}
+            fields = {"context_parallel": 2} if processes == 4 else {}
+            cache[processes] = _launch(
+                folder,
+                models,
+                names[processes],
+                processes,
+                str(processes),
+                _commands(folder, processes),
+                **fields,
+            )
+        return cache[processes]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def scans(launches, one_process):
     """{(case, P): (one-process result, P-process --context-parallel result)} for P = 2 and 3: the
     one-process scans here, the sharded ones in one torchrun launch per P."""
     found = {}
     for processes in (2, 3):
-        for name, result in _launch(*made, CASES, processes, str(processes)).items():
-            found[name, processes] = (one_process(name), result)
+        for name in CASES:
+            found[name, processes] = (one_process(name), launches(processes)[0][name])
     return found
 
 
-GROUP_CASES = ("nope", "rope-gqa-head-scales")
+@pytest.fixture(scope="module")
+def group_scans(launches, one_process):
+    """{case: (one-process result, 4-process --context-parallel 2 result)}: 2 groups of 2 shards, the
+    groups splitting the 3 samples (group 0 a batch of 2, group 1 one sample), in one launch."""
+    found = launches(4)[0]
+    return {name: (one_process(name), found[name]) for name in GROUP_CASES}
 
 
 @pytest.fixture(scope="module")
-def group_scans(made, one_process):
-    """{case: (one-process result, 4-process --context-parallel 2 result)}: 2 groups of 2 shards, the
-    groups splitting the 3 samples (group 0 a batch of 2, group 1 one sample), in one launch."""
-    found = _launch(*made, GROUP_CASES, 4, "4x2", context_parallel=2)
-    return {name: (one_process(name), result) for name, result in found.items()}
+def one_process_ppl(made):
+    """PPL in one process, the table both ppl launches are compared with."""
+    from entropy_lens.cli import main
+
+    out = made[0] / "ppl-one.json"
+    assert main([*PPL, "--out", str(out)]) == 0
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _wrote_once(stdout: str, out: Path) -> bool:
+    """Rank 0 alone wrote `out` and said so (one "wrote" line naming it in the launch's output)."""
+    return sum(line.startswith("wrote") and str(out) in line for line in stdout.splitlines()) == 1
 
 
 def _assert_equal_scans(sharded: ScanResult, one: ScanResult) -> None:
@@ -164,6 +239,7 @@ def _assert_equal_scans(sharded: ScanResult, one: ScanResult) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("context-parallel")  # one worker makes the models and one-process scans
 @pytest.mark.parametrize("processes", [2, 3])
 @pytest.mark.parametrize("name", list(CASES))
 def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
@@ -178,6 +254,7 @@ def test_sharded_scan_equals_the_one_process_scan(scans, name, processes):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("context-parallel")  # one worker makes the models and one-process scans
 @pytest.mark.parametrize("name", GROUP_CASES)
 def test_groups_of_shards_equal_the_one_process_scan(group_scans, name):
     """torchrun --nproc-per-node 4 ... --context-parallel 2: each sequence over 2 ranks, 2 groups."""
@@ -286,32 +363,48 @@ def test_falcons_per_key_alibi_is_refused_naming_the_family(monkeypatch, tmp_pat
 
 
 @pytest.mark.slow
-def test_sweep_and_ppl_shard_their_scans_under_torchrun(tmp_path):
+@pytest.mark.xdist_group("context-parallel")  # the launch of 2 processes is made once, on one worker
+def test_sweep_and_ppl_shard_their_scans_under_torchrun(launches, one_process_ppl, made, tmp_path):
     """`sweep` and `ppl` take --context-parallel under torchrun: rank 0 keeps the folder / writes the
-    table, every rank scans every scale / length, and the numbers are the one-process command's."""
+    table, every rank scans every scale / length, and the numbers are the one-process command's. (Both
+    commands run through entropy_lens.cli.main in the 2-process launch, context_parallel_scans.py; the
+    command as a user types it, `torchrun -m entropy_lens`, is test_the_cli_under_torchrun's.)"""
     from entropy_lens.cli import main
     from entropy_lens.results import read_sweep_index
 
-    sweep = ["sweep", "tiny-nope", "--len", "26", "--samples", "2", "--data", "austen:persuasion"]
-    sweep += ["--scales", "1.0,1.5", "--fused", "off", "--quiet"]
-    ppl = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
-    assert main([*sweep, "--out", str(tmp_path / "one")]) == 0
-    assert main([*ppl, "--out", str(tmp_path / "one.json")]) == 0
-    for args, out in ((sweep, "two"), (ppl, "two.json")):
-        run = _torchrun(2, ["-m", "entropy_lens", *args, "--context-parallel", "--out", str(tmp_path / out)])
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.count("wrote") == 1  # rank 0 alone writes and reports
-    assert read_sweep_index(tmp_path / "two")["complete"]
+    folder = made[0]
+    assert main([*SWEEP, "--out", str(tmp_path / "one")]) == 0
+    _, stdout = launches(2)
+    for out in (folder / "sweep-two", folder / "ppl-two.json"):
+        assert _wrote_once(stdout, out)  # rank 0 alone writes and reports
+    assert read_sweep_index(folder / "sweep-two")["complete"]
     for name in ("s1.npz", "s1.5.npz"):
-        one, two = ScanResult.load(tmp_path / "one" / name), ScanResult.load(tmp_path / "two" / name)
+        one, two = ScanResult.load(tmp_path / "one" / name), ScanResult.load(folder / "sweep-two" / name)
         assert two.meta["context_parallel"] == 2
         np.testing.assert_allclose(two.entropy, one.entropy, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(two.loss, one.loss, rtol=1e-5, atol=1e-5)
-    one, two = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "two.json"))
+    one, two = one_process_ppl, json.loads((folder / "ppl-two.json").read_text(encoding="utf-8"))
     assert two["config"]["context_parallel"] is True
     for a, b in zip(one["lengths"], two["lengths"], strict=True):
         assert a["n_tokens"] == b["n_tokens"]
         assert b["nll"] == pytest.approx(a["nll"], rel=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("context-parallel")  # the launches are made once, on one worker
+@pytest.mark.parametrize("case", list(EMPTY_RANK))
+def test_a_rank_without_samples_still_sums_every_statistic(launches, one_process, case):
+    """One sample over 2 ranks (data-parallel), or over 2 groups of 2 shards: the rank (the group) without
+    a sample still takes part in every sum, of every statistic."""
+    name, processes = EMPTY_RANK[case]
+    one, many = one_process("empty-rank"), launches(processes)[0][name]
+    assert many.meta["world_size"] == processes and one.stats.keys() == many.stats.keys()
+    assert one.meta["samples"] == many.meta["samples"] == 1
+    np.testing.assert_array_equal(one.count, many.count)
+    for key in ("entropy", "loss"):
+        np.testing.assert_allclose(getattr(many, key), getattr(one, key), rtol=1e-5, atol=1e-6)
+    for key, values in one.stats.items():
+        np.testing.assert_allclose(many.stats[key], values, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("size", "degree"), [(1, 1), (4, 1), (4, 2), (4, 4), (6, 2), (6, 3)])
@@ -443,19 +536,15 @@ def test_a_length_shorter_than_two_chunks_per_process_of_a_group_is_refused():
 
 
 @pytest.mark.slow
-def test_ppl_in_groups_of_shards_under_torchrun(tmp_path):
+@pytest.mark.xdist_group("context-parallel")  # the launch of 4 processes is made once, on one worker
+def test_ppl_in_groups_of_shards_under_torchrun(launches, one_process_ppl, made):
     """`ppl --context-parallel 2` on 4 processes: each length's windows split between 2 groups of 2
-    shards (the groups made and let go once per length, in the one process group), the one-process table."""
-    from entropy_lens.cli import main
-
-    ppl = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
-    assert main([*ppl, "--out", str(tmp_path / "one.json")]) == 0
-    run = _torchrun(
-        4, ["-m", "entropy_lens", *ppl, "--context-parallel", "2", "--out", str(tmp_path / "four.json")]
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("wrote") == 1
-    one, four = (json.loads((tmp_path / f).read_text(encoding="utf-8")) for f in ("one.json", "four.json"))
+    shards (the groups made and let go once per length, in the one process group), the one-process table.
+    (Through entropy_lens.cli.main in the 4-process launch, context_parallel_scans.py.)"""
+    folder = made[0]
+    _, stdout = launches(4)
+    assert _wrote_once(stdout, folder / "ppl-four.json")
+    one, four = one_process_ppl, json.loads((folder / "ppl-four.json").read_text(encoding="utf-8"))
     assert four["config"]["context_parallel"] == 2
     for a, b in zip(one["lengths"], four["lengths"], strict=True):
         assert a["n_tokens"] == b["n_tokens"]

@@ -1,6 +1,7 @@
 """A scan's bar moves layer by layer inside a forward (progress.layer_progress): one sample of 32K tokens
 is one forward of minutes, and a bar that moves only when the forward ends sat at 0 (issue 70)."""
 
+import pytest
 import torch
 from tiny import make_tiny_model
 
@@ -44,6 +45,7 @@ def test_a_scan_of_one_sample_reports_as_its_layers_finish(capsys):
         expect(10)
 
 
+@pytest.mark.slow
 def test_the_native_kernel_is_built_before_the_bar_starts(monkeypatch):
     """Issue 80 item 5: `make demo`'s first scan built the native kernel inside its first forward, the bar
     already running (128/32.8k [02:11<9:17:36, 1.03s/tok]). The build is a step of its own now, before the

@@ -1,6 +1,9 @@
 """Never lose finished work: outputs checked before any work, one writer per output, interrupted scans
 resumed exactly, damaged files repaired by the command that made them. Each case as a user meets it:
-real processes, real signals, real files."""
+real processes, real signals, real files. A command that meets another process (a run it interrupts,
+kills or finds holding a lock), or that must start as a fresh process (a plain rerun resuming with the
+interrupted run's threads), is a process of its own; the other commands run in this process through
+`entropy_lens.cli.main` (`here`), the same code without the seconds of torch's import in a new process."""
 
 import json
 import os
@@ -39,6 +42,27 @@ def _cli(args, tmp_path, **kw) -> subprocess.CompletedProcess:
         timeout=300,
         **kw,
     )
+
+
+@pytest.fixture
+def here(tmp_path, capsys, monkeypatch):
+    """run(args) -> the CLI command `entropy-lens ARGS` run in this process (entropy_lens.cli.main), with
+    the environment of `_cli`'s processes, as a finished process: returncode, stdout, stderr."""
+    import torch
+
+    monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path / "cache"))
+
+    def run(args) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            code = main(list(args))
+        finally:
+            torch.set_num_threads(threads)  # a --threads of the command stays in the command
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["entropy-lens", *args], code, out, err)
+
+    return run
 
 
 def _start(args, tmp_path) -> subprocess.Popen:
@@ -164,19 +188,21 @@ def test_bad_output_locations_are_refused_before_any_model_loads(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_output_is_refused_and_a_killed_runs_lock_is_taken_over(tiny_dir, tmp_path):
+def test_a_second_run_on_the_same_output_is_refused_and_a_killed_runs_lock_is_taken_over(
+    tiny_dir, tmp_path, here
+):
     out = tmp_path / "r.npz"
     argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "400", "--data", DATA, "--out", str(out)]
     first = _start([*argv, "--quiet"], tmp_path)
     lock = out.with_name(out.name + ".lock")
     _wait_for(lambda: lock.exists() and lock.read_text(), "the first run's lock")
-    second = _cli([*argv, "--quiet", "--force"], tmp_path)
+    second = here([*argv, "--quiet", "--force"])
     assert second.returncode == 2
     _one_error_line(second.stderr, rf"being written by another run \(pid {first.pid} on ")
     first.kill()  # kill -9: no clean-up at all, the lock file stays
     first.wait()
     assert lock.exists() and not out.exists()
-    third = _cli([*_with(argv, "--samples", "4"), "--quiet", "--force"], tmp_path)
+    third = here([*_with(argv, "--samples", "4"), "--quiet", "--force"])
     assert third.returncode == 0, third.stderr
     assert (
         f"taking over the lock of an earlier run that is no longer running (pid {first.pid}" in third.stderr
@@ -185,12 +211,12 @@ def test_a_second_run_on_the_same_output_is_refused_and_a_killed_runs_lock_is_ta
 
 
 @pytest.mark.slow
-def test_two_sweeps_into_one_folder(tiny_dir, tmp_path):
+def test_two_sweeps_into_one_folder(tiny_dir, tmp_path, here):
     folder = tmp_path / "sw"
     argv = ["sweep", str(tiny_dir), "--len", "48", "--samples", "300", "--data", DATA, "--out", str(folder)]
     first = _start([*argv, "--scales", "1,1.5", "--quiet"], tmp_path)
     _wait_for(lambda: (folder / ".entropy-lens.lock").exists(), "the first sweep's lock")
-    second = _cli([*argv, "--scales", "1,1.5", "--quiet", "--resume"], tmp_path)
+    second = here([*argv, "--scales", "1,1.5", "--quiet", "--resume"])
     assert second.returncode == 2
     _one_error_line(second.stderr, rf"{folder} is being written by another run \(pid {first.pid}")
     first.send_signal(signal.SIGINT)
@@ -200,78 +226,100 @@ def test_two_sweeps_into_one_folder(tiny_dir, tmp_path):
 # ---- 3, 4. an interrupted scan resumes on a plain rerun, exactly ---------------------------------------
 
 
-def _interrupted_scan(tiny_dir, tmp_path, samples: int, at_least: int) -> tuple[list[str], Path, str]:
-    """(the CLI argv of a scan, its --out, the stderr of its process) after Ctrl-C, sent as a user
-    presses it once at least `at_least` samples are checkpointed (it checkpoints after every batch)."""
+SAMPLES = 300  # the interrupted scan's
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_dir, tmp_path_factory) -> tuple[Path, str]:
+    """(the checkpoint, the stderr of its process) of one scan of SAMPLES samples after Ctrl-C, sent as a
+    user presses it once at least 5 samples are checkpointed (it checkpoints after every batch): made once
+    for the tests that resume it, rerun it otherwise or discard it, each on a copy (`_interrupted_scan`)."""
+    folder = tmp_path_factory.mktemp("interrupted")
+    out = folder / "r.npz"
+    code = (
+        "from entropy_lens.runs.scan import ScanConfig, scan; "
+        f"scan(ScanConfig(model={str(tiny_dir)!r}, length=48, samples={SAMPLES}, data={DATA!r}), "
+        f"out={str(out)!r}, progress=False, checkpoint_every_s=0)"
+    )
+    run = subprocess.Popen([sys.executable, "-c", code], env=_env(folder), stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: _samples_done(partial_path(out)) >= 5, "a checkpoint of 5 samples")
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode != 0 and not out.exists()  # only the checkpoint, never a half result
+    return partial_path(out), err
+
+
+def _interrupted_scan(tiny_dir, tmp_path, interrupted) -> tuple[list[str], Path, str]:
+    """(the CLI argv of the interrupted scan, its --out, the stderr of its process), its checkpoint copied
+    to that --out's (a checkpoint names no path: it is the scan's wherever it lies)."""
+    import shutil
+
+    partial, err = interrupted
     out = tmp_path / "r.npz"
+    shutil.copy(partial, partial_path(out))
     argv = [
         "scan",
         str(tiny_dir),
         "--len",
         "48",
         "--samples",
-        str(samples),
+        str(SAMPLES),
         "--data",
         DATA,
         "--out",
         str(out),
     ]
-    code = (
-        "from entropy_lens.runs.scan import ScanConfig, scan; "
-        f"scan(ScanConfig(model={str(tiny_dir)!r}, length=48, samples={samples}, data={DATA!r}), "
-        f"out={str(out)!r}, progress=False, checkpoint_every_s=0)"
-    )
-    run = subprocess.Popen(
-        [sys.executable, "-c", code], env=_env(tmp_path), stderr=subprocess.PIPE, text=True
-    )
-    _wait_for(lambda: _samples_done(partial_path(out)) >= at_least, f"a checkpoint of {at_least} samples")
-    run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=60)
-    assert run.returncode != 0 and not out.exists()  # only the checkpoint, never a half result
     return argv, out, err
 
 
+# the tests of the interrupted scan run on the worker that interrupts it (the fixture `interrupted`)
 @pytest.mark.slow
-def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_path):
+@pytest.mark.xdist_group("interrupted-scan")
+def test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit(tiny_dir, tmp_path, interrupted):
     from entropy_lens.capture.fused import PathChoices
     from entropy_lens.runs.scan import ScanConfig, scan
 
-    samples = 300
-    argv, out, err = _interrupted_scan(tiny_dir, tmp_path, samples, at_least=5)
+    argv, out, err = _interrupted_scan(tiny_dir, tmp_path, interrupted)
     partial = partial_path(out)
     done = _samples_done(partial)
-    assert "KeyboardInterrupt" in err and 5 <= done < samples
+    assert "KeyboardInterrupt" in err and 5 <= done < SAMPLES
     rerun = _cli([*argv, "--quiet"], tmp_path)  # no --resume: a plain rerun continues it
     assert rerun.returncode == 0, rerun.stderr
-    assert f"resuming {out} from its checkpoint: {done} of {samples} samples done" in rerun.stderr
+    assert f"resuming {out} from its checkpoint: {done} of {SAMPLES} samples done" in rerun.stderr
     resumed = ScanResult.load(out)
     assert not partial.exists() and resumed.meta["fused_choices"]  # "auto" chose, and the meta says what
     # the same scan uninterrupted, taking the same paths ("auto" replays the recorded choice)
-    config = ScanConfig(model=str(tiny_dir), length=48, samples=samples, data=DATA)
+    config = ScanConfig(model=str(tiny_dir), length=48, samples=SAMPLES, data=DATA)
     whole = scan(config, progress=False, choices=PathChoices(replay=resumed.meta["fused_choices"]))
     for name in ARRAYS:
         assert np.array_equal(getattr(resumed, name), getattr(whole, name)), name
 
 
 @pytest.mark.slow
-def test_force_discards_a_checkpoint_and_says_so_and_other_flags_are_refused(tiny_dir, tmp_path):
-    argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, 400, at_least=2)
-    other = _cli([*argv[:4], "--seed", "1", *argv[4:], "--quiet"], tmp_path)
+@pytest.mark.xdist_group("interrupted-scan")
+def test_force_discards_a_checkpoint_and_says_so_and_other_flags_are_refused(
+    tiny_dir, tmp_path, interrupted, here
+):
+    argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, interrupted)
+    other = here([*argv[:4], "--seed", "1", *argv[4:], "--quiet"])
     assert other.returncode == 2
     _one_error_line(other.stderr, "checkpoint of an unfinished scan with other flags.*--force")
-    forced = _cli([*_with(argv, "--samples", "3"), "--quiet", "--force"], tmp_path)
+    forced = here([*_with(argv, "--samples", "3"), "--quiet", "--force"])
     assert forced.returncode == 0, forced.stderr
     assert f"discarded the checkpoint {partial_path(out)}" in forced.stderr
     assert ScanResult.load(out).meta["samples"] == 3
 
 
 @pytest.mark.slow
-def test_resuming_with_another_thread_count_names_the_count_that_matches(tiny_dir, tmp_path):
-    argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, 100, at_least=2)
+@pytest.mark.xdist_group("interrupted-scan")
+def test_resuming_with_another_thread_count_names_the_count_that_matches(
+    tiny_dir, tmp_path, interrupted, here
+):
+    argv, out, _ = _interrupted_scan(tiny_dir, tmp_path, interrupted)
     with np.load(partial_path(out)) as z:
         threads = json.loads(str(z["decided"]))["threads"]
     other = 1 if threads > 1 else 2
-    rerun = _cli([*argv, "--threads", str(other), "--quiet"], tmp_path)
+    rerun = here([*argv, "--threads", str(other), "--quiet"])
     assert rerun.returncode == 0, rerun.stderr
     assert f"ran with {threads} CPU threads, this process has {other}" in rerun.stderr
     assert f"pass --threads {threads} to resume it exactly" in rerun.stderr
@@ -300,7 +348,7 @@ def test_a_folder_that_vanishes_during_the_scan_loses_nothing(tiny_dir, tmp_path
 
 
 @pytest.mark.slow
-def test_an_output_that_cannot_be_replaced_keeps_the_scan_in_its_checkpoint(tiny_dir, tmp_path):
+def test_an_output_that_cannot_be_replaced_keeps_the_scan_in_its_checkpoint(tiny_dir, tmp_path, here):
     out = tmp_path / "r.npz"
     argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "200", "--data", DATA, "--out", str(out)]
     run = _start([*argv, "--quiet"], tmp_path)
@@ -312,7 +360,7 @@ def test_an_output_that_cannot_be_replaced_keeps_the_scan_in_its_checkpoint(tiny
     import shutil
 
     shutil.rmtree(out)
-    again = _cli([*argv, "--quiet"], tmp_path)  # the suggested fix
+    again = here([*argv, "--quiet"])  # the suggested fix
     assert again.returncode == 0, again.stderr
     assert "200 of 200 samples done" in again.stderr and (ScanResult.load(out).count == 200).all()
 
@@ -325,16 +373,16 @@ def _truncate(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_damaged_sweep_is_repaired_by_the_command_the_error_names(tiny_dir, tmp_path):
+def test_a_damaged_sweep_is_repaired_by_the_command_the_error_names(tiny_dir, tmp_path, here):
     folder = tmp_path / "sw"
     argv = ["sweep", str(tiny_dir), "--len", "48", "--samples", "2", "--data", DATA, "--scales", "1,1.5,2"]
-    assert _cli([*argv, "--out", str(folder), "--quiet"], tmp_path).returncode == 0
+    assert here([*argv, "--out", str(folder), "--quiet"]).returncode == 0
     before = {p.name: ScanResult.load(p).loss for p in folder.glob("s*.npz")}
     _truncate(folder / "s1.5.npz")
-    fit = _cli(["fit", str(folder)], tmp_path)
+    fit = here(["fit", str(folder)])
     assert fit.returncode == 2
     suggested = re.search(r"`(entropy-lens sweep [^`]+)`", fit.stderr).group(1)
-    fixed = _cli([*shlex.split(suggested)[1:], "--quiet"], tmp_path)  # the command the error names
+    fixed = here([*shlex.split(suggested)[1:], "--quiet"])  # the command the error names
     assert fixed.returncode == 0, fixed.stderr
     assert "s1.5.npz is not a readable results file" in fixed.stderr
     index = read_sweep_index(folder)
@@ -343,28 +391,28 @@ def test_a_damaged_sweep_is_repaired_by_the_command_the_error_names(tiny_dir, tm
         assert np.array_equal(ScanResult.load(folder / name).loss, loss), name
     # a damaged index: its message's fix (rerun the sweep with --resume) rebuilds it from the files
     (folder / "sweep.json").write_text('{"kind": "entropy_lens.sw')
-    fit = _cli(["fit", str(folder)], tmp_path)
+    fit = here(["fit", str(folder)])
     assert fit.returncode == 2 and "rerun the sweep with --resume" in fit.stderr
-    rebuilt = _cli([*argv, "--out", str(folder), "--resume", "--quiet"], tmp_path)
+    rebuilt = here([*argv, "--out", str(folder), "--resume", "--quiet"])
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "sweep.json was unreadable: rebuilt from the 3 readable scale files" in rebuilt.stderr
     assert read_sweep_index(folder)["scales"] == [1.0, 1.5, 2.0]
-    fit = _cli(["fit", str(folder), "--train-len", "16"], tmp_path)
+    fit = here(["fit", str(folder), "--train-len", "16"])
     assert fit.returncode == 0, fit.stderr
 
 
 @pytest.mark.slow
-def test_a_damaged_results_file_is_a_clear_error_and_scan_resume_makes_it_again(tiny_dir, tmp_path):
+def test_a_damaged_results_file_is_a_clear_error_and_scan_resume_makes_it_again(tiny_dir, tmp_path, here):
     out = tmp_path / "r.npz"
     argv = ["scan", str(tiny_dir), "--len", "48", "--samples", "2", "--data", DATA, "--out", str(out)]
-    assert _cli([*argv, "--quiet"], tmp_path).returncode == 0
+    assert here([*argv, "--quiet"]).returncode == 0
     good = ScanResult.load(out)
     with np.load(out) as z:
         arrays = {k: z[k] for k in z.files}
     np.savez(out, **{**arrays, "meta": np.array("{not json")})
     with pytest.raises(EntropyLensError, match="not a readable results file.*--resume"):
         ScanResult.load(out)
-    again = _cli([*argv, "--resume", "--quiet"], tmp_path)
+    again = here([*argv, "--resume", "--quiet"])
     assert again.returncode == 0, again.stderr
     assert "scanning it again" in again.stderr and np.array_equal(ScanResult.load(out).loss, good.loss)
 

@@ -1,8 +1,8 @@
 """Issue 48, the runs' part: no wrong number without a word, no work lost. Ranks started with other flags
 refuse to scan, naming the first setting that differs (and so does every "other flags" refusal); a
-reordered --stats is the same scan; a rank without samples still holds every sum; SIGTERM is Ctrl-C (a
-scan checkpoints, exit 143); a stalled or killed rank is one line on the others, after --dist-timeout
-at most."""
+reordered --stats is the same scan; a rank without samples still holds every sum (in the torchrun launches
+of tests/runs/test_context_parallel.py); SIGTERM is Ctrl-C (a scan checkpoints, exit 143); a stalled or
+killed rank is one line on the others, after --dist-timeout at most."""
 
 from __future__ import annotations
 
@@ -391,27 +391,6 @@ def test_a_killed_rank_is_one_line_on_the_other(tiny_dir, tmp_path):
     assert "Traceback" not in err and _written(tmp_path) == ["fifth-batch"]  # no file, no lock
 
 
-def _torchrun(tmp_path: Path, processes: int, args: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes)]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", "entropy_lens", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env(tmp_path), check=False)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("processes, shards", [(2, None), (4, "2")], ids=["2 ranks", "2 groups of 2"])
-def test_a_rank_without_samples_still_sums_every_statistic(tiny_dir, tmp_path, processes, shards):
-    from entropy_lens.cli import main
-
-    args = ["scan", str(tiny_dir), "--len", "32", "--samples", "1", "--data", DATA, "--stats", "all"]
-    args += ["--fused", "off", "--quiet"]
-    assert main([*args, "--out", str(tmp_path / "one.npz")]) == 0
-    extra = [] if shards is None else ["--context-parallel", shards]
-    run = _torchrun(tmp_path, processes, [*args, *extra, "--out", str(tmp_path / "many.npz")])
-    assert run.returncode == 0, run.stderr[-3000:]
-    one, many = ScanResult.load(tmp_path / "one.npz"), ScanResult.load(tmp_path / "many.npz")
-    assert many.meta["world_size"] == processes and one.stats.keys() == many.stats.keys()
-    np.testing.assert_array_equal(one.count, many.count)
-    for key in ("entropy", "loss"):
-        np.testing.assert_allclose(getattr(many, key), getattr(one, key), rtol=1e-5, atol=1e-6)
-    for key, values in one.stats.items():
-        np.testing.assert_allclose(many.stats[key], values, rtol=1e-5, atol=1e-6)
+# A rank without samples still sums every statistic: tests/runs/test_context_parallel.py's
+# test_a_rank_without_samples_still_sums_every_statistic, in that file's torchrun launches of 2 and 4
+# processes (one launch's start-up for many cases).

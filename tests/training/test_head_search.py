@@ -112,9 +112,16 @@ def test_the_saved_file_has_the_same_bytes_every_time(tmp_path):
         "r = HeadSearchResult(np.full((2, 3), 1.25), [], HeadSearchConfig(model='x', length=4), 1.0)\n"
         "save_head_scales(r, sys.argv[1])\n"
     )
+    import os
+
     files = [tmp_path / f"{i}.safetensors" for i in range(3)]
-    for f in files:  # separate processes: hash-map order may differ between them, not within one
-        subprocess.run([sys.executable, "-c", code, str(f)], check=True)
+    # separate processes, started together: hash-map order may differ between them, not within one (each
+    # its own PYTHONHASHSEED, so their string hashes surely differ)
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, str(f)], env={**os.environ, "PYTHONHASHSEED": str(i)})
+        for i, f in enumerate(files)
+    ]
+    assert [run.wait(timeout=300) for run in runs] == [0, 0, 0]
     assert len({f.read_bytes() for f in files}) == 1
 
 

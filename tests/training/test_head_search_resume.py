@@ -176,7 +176,8 @@ def test_sigterm_keeps_the_last_whole_step_and_a_rerun_finishes_it_bit_for_bit(t
     argv += ["--init", "1.2", "--quiet"]
     out, whole, marker = tmp_path / "hs.safetensors", tmp_path / "whole.safetensors", tmp_path / "step-5"
     cli = [sys.executable, "-m", "entropy_lens", *argv]
-    subprocess.run([*cli, "--out", str(whole)], env=env, check=True, capture_output=True, timeout=600)
+    # the uninterrupted search, beside the interrupted one (its process's start-up overlaps)
+    uninterrupted = subprocess.Popen([*cli, "--out", str(whole)], env=env, stderr=subprocess.PIPE, text=True)
     run = subprocess.Popen(
         [sys.executable, "-c", SLOWED_CLI, str(marker), *argv, "--out", str(out)],
         env=env,
@@ -196,6 +197,8 @@ def test_sigterm_keeps_the_last_whole_step_and_a_rerun_finishes_it_bit_for_bit(t
         [*cli, "--out", str(out)], check=False, env=env, capture_output=True, text=True, timeout=600
     )
     assert rerun.returncode == 0, rerun.stderr
+    _, err = uninterrupted.communicate(timeout=600)
+    assert uninterrupted.returncode == 0, err[-3000:]
     assert out.read_bytes() == whole.read_bytes() and not checkpoint_folder(out).exists()
 
 
