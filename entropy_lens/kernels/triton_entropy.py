@@ -174,12 +174,13 @@ def _entropy_kernel(
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q, score, keys, geometry, b, h = open_rows(I, pid_bh, rows, GROUP, D, VARIANT)
+    q, score, head = open_rows(I, pid_bh, rows, GROUP, D, VARIANT)
+    b, h, _ = head
     sink = sink_score(I, h, VARIANT)  # the first score of every row: m = σ·log2(e), l = 1, u = 0
     state = start_state(sink, has(VARIANT, "HAS_SINKS"), VARIANT, EXTRAS, BLOCK_M, D)
     # the key blocks this program's rows see (triton_steps.key_bounds), streamed in three ranges
     bounds = key_bounds(pid_m * BLOCK_M + I.OFFSET, I.S, I.WINDOW, VARIANT, BLOCK_M, BLOCK_N)
-    state = stream_keys(q, state, bounds, keys, geometry, score, VARIANT, EXTRAS, D, BLOCK_N)
+    state = stream_keys(I, q, state, bounds, head, rows, score, VARIANT, EXTRAS, D, BLOCK_N)
     # the rows' results: the final state in nats, or entropy and sink mass read off it; the output
     finish_rows(O, pid_bh, b, h, pid_m * BLOCK_M, I.T, state, sink, D, VARIANT, EXTRAS)
 

@@ -61,7 +61,7 @@ def split_kernel(
     split = tl.program_id(0)
     pid_bh = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)  # every query row of the step: T <= BLOCK_M
-    q, score, keys, geometry, _, _ = open_rows(I, pid_bh, rows, GROUP, D, VARIANT)
+    q, score, head = open_rows(I, pid_bh, rows, GROUP, D, VARIANT)
     # an empty state: the sink, if any, joins in the combine, once
     state = start_state(0.0, False, VARIANT, EXTRAS, BLOCK_M, D)
     # the key blocks the rows see: the row kernel's bounds for its one block of rows
@@ -72,7 +72,7 @@ def split_kernel(
     hi = tl.minimum(lo + chunk, k_end)
     cut_a = tl.minimum(tl.maximum(full_start, lo), hi)
     cut_b = tl.minimum(tl.maximum(full_end, cut_a), hi)
-    state = stream_keys(q, state, (lo, cut_a, cut_b, hi), keys, geometry, score, VARIANT, EXTRAS, D, BLOCK_N)
+    state = stream_keys(I, q, state, (lo, cut_a, cut_b, hi), head, rows, score, VARIANT, EXTRAS, D, BLOCK_N)
     # the split's partial state, log2 units, in PART's fixed slots; the output's unnormalised sum
     live = rows < I.T
     cell = (pid_bh * SPLITS + split).to(tl.int64) * I.T
