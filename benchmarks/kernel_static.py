@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is no package: _bench.py is beside
@@ -35,25 +36,51 @@ ALL_EXTRAS = ("w", "c", "lk", "d", "f", "mk", "rk")
 
 
 def compile_for(fn, const: dict, pointers: dict, arch: int, options: dict):
-    """`fn` compiled for sm_`arch` without a GPU: the arguments in `const` as constexprs, those in
-    `pointers` as pointers to their dtype, SOFTCAP as fp32 and every other scalar as i32."""
+    """`fn` compiled for sm_`arch` without a GPU: the arguments in `const` as constexprs, those (and the
+    fields of its tuple arguments, triton_steps.Inputs, Outputs and triton_split.Parts) in `pointers` as
+    pointers to their dtype, the other pointer fields as fp32 pointers, SOFTCAP as fp32 and every other
+    scalar as i32."""
+    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from entropy_lens.kernels.triton_split import Parts
+    from entropy_lens.kernels.triton_steps import Inputs, Outputs
+
+    def kind(name, annotation=int):
+        if name in pointers or annotation is torch.Tensor:
+            return "*" + pointers.get(name, "fp32")
+        return "fp32" if name == "SOFTCAP" else "i32"
+
+    tuples = {"I": Inputs, "O": Outputs, "P": Parts}  # the kernels' tuple arguments, by name
     signature = {
         name: "constexpr"
         if name in const
-        else "*" + pointers[name]
-        if name in pointers
-        else "fp32"
-        if name == "SOFTCAP"
-        else "i32"
+        else tuples[name](*(kind(f, a) for f, a in typing.get_type_hints(tuples[name]).items()))
+        if name in tuples
+        else kind(name)
         for name in fn.arg_names
     }
     constexprs = {(fn.arg_names.index(name),): value for name, value in const.items()}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def variant_bits(dtype: str, **flags) -> int:
+    """The kernels' VARIANT (triton_steps.pack) for tiles of `dtype` with `flags` (VARIANT_FLAGS' names)."""
+    from entropy_lens.kernels.triton_steps import VARIANT_FLAGS, pack
+
+    return pack(VARIANT_FLAGS, {"CAST_F32": dtype == "fp32", "IEEE": dtype == "fp32", **flags})
+
+
+def extras_bits(extras: tuple[str, ...] | None, sinks: bool) -> int:
+    """The kernels' EXTRAS (triton_steps.pack) for `extras` as the launcher keeps them: lk and mk with
+    sinks only."""
+    from entropy_lens.kernels.stats import EXTRA_STATE
+    from entropy_lens.kernels.triton_steps import pack
+
+    return pack(EXTRA_STATE, [name for name in extras or () if name not in ("lk", "mk") or sinks])
 
 
 def compile_kernel(
@@ -79,41 +106,21 @@ def compile_kernel(
     `extras` None: entropy and sink mass read in the kernel (the default statistics), else the final state
     stored with these accumulators of stats.EXTRA_STATE (ALL_EXTRAS: every statistic; "lk" and "mk" are
     kept only with sinks, as the launcher keeps them)."""
-    import triton
-
     from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
-    from entropy_lens.kernels.triton_steps import EXTRA_FLAGS
 
-    pointers = {
-        "Q": dtype,
-        "K": dtype,
-        "V": dtype,
-        "SCALE": "fp32",
-        "KEEP": "i8",
-        "OUT": "fp32",
-        "O": dtype,
-        "SINKS": "fp32",
-        "SINK_MASS": "fp32",
-        "ALIBI": "fp32",
+    pointers = {"Q": dtype, "K": dtype, "V": dtype, "KEEP": "i8", "O": dtype}
+    variant = {"CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding, "WITH_OUTPUT": with_output}
+    variant |= {
+        "HAS_SOFTCAP": softcap,
+        "HAS_ALIBI": alibi,
+        "HAS_SINKS": sinks,
+        "STORE_STATE": extras is not None,
     }
     const = {
         "GROUP": group,
-        "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
         "D": head_dim,
-        "CAUSAL": causal,
-        "HAS_WINDOW": window,
-        "HAS_KEEP": key_padding,
-        "CAST_F32": dtype == "fp32",
-        "IEEE": dtype == "fp32",
-        "WITH_OUTPUT": with_output,
-        "HAS_SOFTCAP": softcap,
-        "HAS_SINKS": sinks,
-        "HAS_ALIBI": alibi,
-        "STORE_STATE": extras is not None,
-        **{
-            flag: name in (extras or ()) and (name not in ("lk", "mk") or sinks)
-            for name, flag in EXTRA_FLAGS.items()
-        },
+        "VARIANT": variant_bits(dtype, **variant),
+        "EXTRAS": extras_bits(extras, sinks),
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
@@ -137,33 +144,18 @@ def compile_received_kernel(
     group: int = 8,
 ):
     """The column pass of attention received (kernels/triton_received.py) compiled for `arch` without a GPU."""
-    import triton
-
     from entropy_lens.kernels.triton_received import RECEIVED_KERNEL as fn
 
-    pointers = {
-        "Q": dtype,
-        "K": dtype,
-        "SCALE": "fp32",
-        "LSE": "fp32",
-        "KEEP": "i8",
-        "OUT": "fp32",
-        "ALIBI": "fp32",
-    }
+    variant = {"CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding}
+    variant |= {"HAS_SOFTCAP": softcap, "HAS_ALIBI": alibi}
     const = {
         "GROUP": group,
-        "BLOCK_D": max(16, triton.next_power_of_2(head_dim)),
         "D": head_dim,
-        "CAUSAL": causal,
-        "HAS_WINDOW": window,
-        "HAS_KEEP": key_padding,
-        "CAST_F32": dtype == "fp32",
-        "IEEE": dtype == "fp32",
-        "HAS_SOFTCAP": softcap,
-        "HAS_ALIBI": alibi,
+        "VARIANT": variant_bits(dtype, **variant),
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
+    pointers = {"Q": dtype, "K": dtype, "KEEP": "i8", "LSE": "fp32"}
     return compile_for(fn, const, pointers, arch, {"num_warps": num_warps, "num_stages": num_stages})
 
 
@@ -187,51 +179,24 @@ def compile_decode_kernels(
 ):
     """The decode step's split and combine kernels (kernels/triton_split.py, triton_combine.py) compiled
     for `arch` without a GPU: (split, combine), triton CompiledKernels; `extras` as compile_kernel's."""
-    import triton
-
     from entropy_lens.kernels.splits import DECODE_ROWS
     from entropy_lens.kernels.triton_combine import combine_kernel
     from entropy_lens.kernels.triton_split import split_kernel
-    from entropy_lens.kernels.triton_steps import EXTRA_FLAGS
 
-    flags = {
-        flag: name in (extras or ()) and (name not in ("lk", "mk") or sinks)
-        for name, flag in EXTRA_FLAGS.items()
-    }
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    split_const = {
-        "GROUP": group,
-        "BLOCK_D": block_d,
-        "D": head_dim,
-        "CAUSAL": causal,
-        "HAS_WINDOW": window,
-        "HAS_KEEP": key_padding,
-        "CAST_F32": dtype == "fp32",
-        "IEEE": dtype == "fp32",
-        "WITH_OUTPUT": with_output,
+    variant = {"CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding, "WITH_OUTPUT": with_output}
+    variant |= {
         "HAS_SOFTCAP": softcap,
         "HAS_ALIBI": alibi,
-        **flags,
-        "BLOCK_M": DECODE_ROWS,
-        "BLOCK_N": block_n,
-    }
-    combine_const = {
-        "BLOCK_D": block_d,
-        "D": head_dim,
-        "WITH_OUTPUT": with_output,
         "HAS_SINKS": sinks,
         "STORE_STATE": extras is not None,
-        **flags,
-        "BLOCK_M": DECODE_ROWS,
     }
-    split_pointers = {"Q": dtype, "K": dtype, "V": dtype, "SCALE": "fp32", "KEEP": "i8", "PART": "fp32"}
-    split_pointers |= {"PACC": "fp32", "ALIBI": "fp32"}
-    combine_pointers = {"PART": "fp32", "PACC": "fp32", "SINKS": "fp32", "OUT": "fp32", "O": dtype}
-    combine_pointers |= {"SINK_MASS": "fp32"}
+    ending = {"D": head_dim, "VARIANT": variant_bits(dtype, **variant), "EXTRAS": extras_bits(extras, sinks)}
+    split_const = {"GROUP": group, **ending, "BLOCK_M": DECODE_ROWS, "BLOCK_N": block_n}
+    pointers = {"Q": dtype, "K": dtype, "V": dtype, "KEEP": "i8", "O": dtype}
     split_options = {"num_warps": num_warps, "num_stages": num_stages}
     return (
-        compile_for(split_kernel, split_const, split_pointers, arch, split_options),
-        compile_for(combine_kernel, combine_const, combine_pointers, arch, {"num_warps": 4}),
+        compile_for(split_kernel, split_const, pointers, arch, split_options),
+        compile_for(combine_kernel, {**ending, "BLOCK_M": DECODE_ROWS}, pointers, arch, {"num_warps": 4}),
     )
 
 

@@ -82,11 +82,23 @@ def _close(got: torch.Tensor, ref: torch.Tensor, terms: int) -> bool:
     return bool(((got.cpu() - ref.cpu()).abs() <= bound).all())
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("T,splits", [(1, 3), (3, 7), (1, 12)])  # 7 and 12 splits of 5 key blocks: some empty
+# (T, splits): one row in fewer splits than the 5 key blocks, a few rows in 7 and one in 12 (some empty)
+SHAPES = ((1, 3), (3, 7), (1, 12))
+
+
+@pytest.mark.parametrize(
+    "case,T,splits",
+    [
+        pytest.param(case, T, splits, marks=() if i % len(SHAPES) == j else pytest.mark.full)
+        for i, case in enumerate(CASES)
+        for j, (T, splits) in enumerate(SHAPES)
+    ],
+)
 def test_split_launch_matches_float64(case, T, splits):
     """Every statistic (their final state combined across splits) and the output, against the float64
-    reference (the output of a biased case against the row kernel, which its own tests hold to float64)."""
+    reference (the output of a biased case against the row kernel, which its own tests hold to float64).
+    make test runs each case at one shape, the shapes in turn (each shape meets three or two cases); make
+    test-full every case at every shape."""
     q, k, v = _inputs(T)
     kw = _modifiers(case, T)
     mods = ScoreMods.build(q, k, **_on(kw, DEVICE))

@@ -78,7 +78,7 @@ CPU, kernels/native, built on first use, `native_status()` says whether it is an
 GPU kernel, triton_entropy.py, on CPU only under TRITON_INTERPRET=1, for tests; for a decode step's few
 query rows on a long cache its split-key launch, triton_decode.py with triton_split.py and
 triton_combine.py, as many splits as `decode_splits` (splits.py) gives, their shared steps in
-triton_steps.py). What each kernel offers (row pass, streaming state, column pass, the mask form it takes,
+triton_steps.py and their launch's prologue in triton_launch.py). What each kernel offers (row pass, streaming state, column pass, the mask form it takes,
 training) is one object per backend in backends.py, looked up once (`backend_of`). The argument checks live
 in contract.py.
 """

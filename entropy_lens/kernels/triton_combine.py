@@ -18,83 +18,59 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from entropy_lens.kernels.triton_steps import bits, finish_rows
+from entropy_lens.kernels.triton_steps import block_d, finish_rows, has, heads, sink_score
 
 
 @triton.jit
 def combine_kernel(
-    # data: the splits' partial states and output sums (as _split_kernel stores them), sink logits (Hq,)
-    # fp32, the rows' results (n, B, Hq, T) fp32 (the row kernel's OUT), the output (B, T, Hq, D) and the
-    # sink mass (B, Hq, T)
-    PART,
-    PACC,
-    SINKS,
-    OUT,
-    O,
-    SINK_MASS,
-    # strides of the output
-    sob,
-    soh,
-    sot,
-    sod,
-    # sizes
-    H_Q,
-    T,
-    SPLITS,
-    PART_SLOT,
-    OUT_SLOT,
-    BLOCK_D: tl.constexpr,
+    I,  # triton_steps.Inputs (the row kernel's: its sizes and sink logits)
+    P,  # triton_split.Parts: the splits' partial states and output sums
+    O,  # triton_steps.Outputs (the row kernel's)
+    SPLITS,  # the splits per (batch, head)
+    # compile-time, as the row kernel's
     D: tl.constexpr,
-    WITH_OUTPUT: tl.constexpr,
-    HAS_SINKS: tl.constexpr,
-    STORE_STATE: tl.constexpr,
-    HAS_W: tl.constexpr,
-    HAS_C: tl.constexpr,
-    HAS_LK: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_F: tl.constexpr,
-    HAS_MK: tl.constexpr,
-    HAS_RK: tl.constexpr,
+    VARIANT: tl.constexpr,
+    EXTRAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
-    b = (pid_bh // H_Q).to(tl.int64)
-    h = (pid_bh % H_Q).to(tl.int64)
+    b, h, _ = heads(I, pid_bh, 1)
+    T = I.T
+    PART_SLOT = P.PART_SLOT
     rows = tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
+    dims = tl.arange(0, block_d(D))
     live = rows < T
-    base = PART + pid_bh.to(tl.int64) * SPLITS * T + rows
+    base = P.PART + pid_bh.to(tl.int64) * SPLITS * T + rows
     # pass 1: the common max m over the splits and the sink
-    if HAS_SINKS:
-        sink = tl.load(SINKS + h) * 1.4426950408889634
+    sink = sink_score(I, h, VARIANT)
+    if has(VARIANT, "HAS_SINKS"):
         m = tl.zeros([BLOCK_M], tl.float32) + sink
     else:
-        sink = 0.0
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    mk = tl.full([BLOCK_M], float("-inf"), tl.float32) if HAS_MK else 0.0
+    mk = tl.full([BLOCK_M], float("-inf"), tl.float32) if has(EXTRAS, "mk") else 0.0
     for s in range(SPLITS):
         m = tl.maximum(m, tl.load(base + s * T, mask=live, other=float("-inf")))
-        if HAS_MK:  # a max over keys, no sum
+        if has(EXTRAS, "mk"):  # a max over keys, no sum
             mk = tl.maximum(mk, tl.load(base + s * T + 8 * PART_SLOT, mask=live, other=float("-inf")))
     m_safe = tl.where(m == float("-inf"), 0.0, m)  # no outcome in the row
     # pass 2: each side's sums moved to m (module docstring); the sink first, a state (σ, 1, 0)
-    if HAS_SINKS:
+    if has(VARIANT, "HAS_SINKS"):
         a_sink = tl.exp2(sink - m_safe)
         d_sink = sink - m_safe
         l = a_sink
         u = a_sink * d_sink
-        w = a_sink * d_sink * d_sink if HAS_W else 0.0
-        c = a_sink * a_sink if HAS_C else 0.0
+        w = a_sink * d_sink * d_sink if has(EXTRAS, "w") else 0.0
+        c = a_sink * a_sink if has(EXTRAS, "c") else 0.0
     else:
         l = tl.zeros([BLOCK_M], tl.float32)
         u = tl.zeros([BLOCK_M], tl.float32)
-        w = tl.zeros([BLOCK_M], tl.float32) if HAS_W else 0.0
-        c = tl.zeros([BLOCK_M], tl.float32) if HAS_C else 0.0
-    lk = tl.zeros([BLOCK_M], tl.float32) if HAS_LK else 0.0
-    dist = tl.zeros([BLOCK_M], tl.float32) if HAS_D else 0.0
-    f = tl.zeros([BLOCK_M], tl.float32) if HAS_F else 0.0
-    rk = tl.zeros([BLOCK_M], tl.float32) if HAS_RK else 0.0
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32) if WITH_OUTPUT else 0.0
+        w = tl.zeros([BLOCK_M], tl.float32) if has(EXTRAS, "w") else 0.0
+        c = tl.zeros([BLOCK_M], tl.float32) if has(EXTRAS, "c") else 0.0
+    lk = tl.zeros([BLOCK_M], tl.float32) if has(EXTRAS, "lk") else 0.0
+    dist = tl.zeros([BLOCK_M], tl.float32) if has(EXTRAS, "d") else 0.0
+    f = tl.zeros([BLOCK_M], tl.float32) if has(EXTRAS, "f") else 0.0
+    rk = tl.zeros([BLOCK_M], tl.float32) if has(EXTRAS, "rk") else 0.0
+    acc = tl.zeros([BLOCK_M, block_d(D)], tl.float32) if has(VARIANT, "WITH_OUTPUT") else 0.0
     for s in range(SPLITS):
         at = base + s * T
         m_s = tl.load(at, mask=live, other=float("-inf"))
@@ -102,36 +78,27 @@ def combine_kernel(
         u_s = tl.load(at + 2 * PART_SLOT, mask=live, other=0.0)
         alpha = tl.exp2(m_s - m_safe)  # 0 for a split that saw no key (m_s = −inf)
         delta = tl.where(l_s > 0, m_s - m_safe, 0.0)
-        if HAS_W:
+        if has(EXTRAS, "w"):
             w_s = tl.load(at + 3 * PART_SLOT, mask=live, other=0.0)
             w += alpha * (w_s + delta * (2.0 * u_s + delta * l_s))
-        if HAS_C:
+        if has(EXTRAS, "c"):
             c += alpha * alpha * tl.load(at + 4 * PART_SLOT, mask=live, other=0.0)
-        if HAS_LK:
+        if has(EXTRAS, "lk"):
             lk += alpha * tl.load(at + 5 * PART_SLOT, mask=live, other=0.0)
-        if HAS_D:
+        if has(EXTRAS, "d"):
             dist += alpha * tl.load(at + 6 * PART_SLOT, mask=live, other=0.0)
-        if HAS_F:
+        if has(EXTRAS, "f"):
             f += alpha * tl.load(at + 7 * PART_SLOT, mask=live, other=0.0)
-        if HAS_RK:
+        if has(EXTRAS, "rk"):
             rk += alpha * tl.load(at + 9 * PART_SLOT, mask=live, other=0.0)
         l += alpha * l_s
         u += alpha * (u_s + delta * l_s)
-        if WITH_OUTPUT:
+        if has(VARIANT, "WITH_OUTPUT"):
             cell = (pid_bh * SPLITS + s).to(tl.int64) * T
             part = tl.load(
-                PACC + (cell + rows[:, None]) * BLOCK_D + dims[None, :], mask=live[:, None], other=0.0
+                P.PACC + (cell + rows[:, None]) * block_d(D) + dims[None, :], mask=live[:, None], other=0.0
             )
             acc += alpha[:, None] * part
-    # the row kernel's ending: the state in nats slot by slot, or entropy and sink mass read here
+    # the row kernel's ending: the state in nats slot by slot, or entropy and sink mass read here; the output
     state = (m, l, u, acc, w, c, lk, dist, f, mk, rk)
-    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
-    at = pid_bh.to(tl.int64) * T + rows
-    finish_rows(OUT, SINK_MASS, at, live, OUT_SLOT, state, sink, STORE_STATE, HAS_SINKS, EXTRAS)
-    if WITH_OUTPUT:
-        o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
-        tl.store(
-            O + b * sob + h * soh + rows[:, None].to(tl.int64) * sot + dims[None, :] * sod,
-            o.to(O.dtype.element_ty),
-            mask=live[:, None] & (dims[None, :] < D),
-        )
+    finish_rows(O, pid_bh, b, h, 0, T, state, sink, D, VARIANT, EXTRAS)

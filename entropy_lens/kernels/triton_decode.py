@@ -31,9 +31,9 @@ from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.splits import DECODE_ROWS
 from entropy_lens.kernels.stats import RowStats
 from entropy_lens.kernels.triton_combine import combine_kernel
-from entropy_lens.kernels.triton_split import PART_SLOTS, split_kernel
-from entropy_lens.kernels.triton_steps import autotuned, prepare, row_stats_from
-from entropy_lens.statistics import SINK_MASS
+from entropy_lens.kernels.triton_launch import autotuned, prepare, row_stats_from
+from entropy_lens.kernels.triton_split import PART_SLOTS, Parts, split_kernel
+from entropy_lens.kernels.triton_steps import block_d, has
 
 # (BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU: those that compile for sm_80 and sm_90 at
 # head_dim 64 and 128 without spilling registers, every variant (tests/kernels/test_triton_compile.py holds
@@ -50,12 +50,14 @@ def split_configs(fp32: bool) -> tuple[tuple[int, int, int], ...]:
     return FP32_SPLIT_CONFIGS if fp32 else SPLIT_CONFIGS
 
 
-def _split_launcher(variant: tuple):
-    """(kernel, autotuned?): `triton_steps.autotuned` over `split_configs` per variant of compile-time flags,
-    keyed by S's power-of-two bucket."""
-    configs = split_configs(fp32=variant[1])
-    key = ["S_BUCKET", "SPLITS", "BLOCK_D", "CAUSAL"]
-    return autotuned(split_kernel, variant, key, lambda: [({"BLOCK_N": bn}, w, st) for bn, w, st in configs])
+def _split_launcher(variant: int, extras: int):
+    """(kernel, autotuned?): `triton_launch.autotuned` over `split_configs` per variant (VARIANT, EXTRAS),
+    keyed by S's power-of-two bucket, the splits and the head dim."""
+    configs = split_configs(fp32=has(variant, "IEEE"))
+    key = ["S_BUCKET", "SPLITS", "D"]
+    return autotuned(
+        split_kernel, (variant, extras), key, lambda: [({"BLOCK_N": bn}, w, st) for bn, w, st in configs]
+    )
 
 
 @torch.no_grad()
@@ -109,64 +111,27 @@ def row_stats_split(
 def _launch_split(q, k, v, softmax_scale, mods: ScoreMods, splits: int, extra, measure: Measure):
     """(rows, out) as `triton_entropy._launch` returns them, from the split and combine kernels."""
     launch = prepare(q, k, v, softmax_scale, mods, extra, measure)
-    k, v, keep, out, rows = launch.k, launch.v, launch.keep, launch.out, launch.rows
-    B, Hq, T, _ = q.shape
-    S = k.shape[2]
+    B, Hq, T, D = q.shape
     if T == 0 or B * Hq == 0:
-        return rows, out
-    block_d = launch.constexprs["BLOCK_D"]
+        return launch.rows, launch.out
     part = torch.empty(len(PART_SLOTS), B * Hq, splits, T, dtype=torch.float32, device=q.device)
     pacc = (
-        torch.empty(B * Hq, splits, T, block_d, dtype=torch.float32, device=q.device)
+        torch.empty(B * Hq, splits, T, block_d(D), dtype=torch.float32, device=q.device)
         if v is not None
         else part
     )
-    kernel, autotuned = _split_launcher(launch.variant)
+    parts = Parts(part, pacc, part[0].numel())
+    kernel, autotuned = _split_launcher(*launch.variant)
     kernel[(splits, B * Hq)](
-        q,
-        k,
-        launch.pointer(v),
-        launch.scale,
-        launch.pointer(keep),
-        part,
-        pacc,
-        launch.pointer(launch.alibi),
-        *q.stride(),
-        *k.stride(),
-        *((0, 0, 0, 0) if v is None else v.stride()),
-        *((0, 0) if keep is None else keep.stride()),
-        Hq,
-        T,
-        S,
-        S - T,
-        launch.window or 0,
+        launch.inputs,
+        parts,
         splits,
-        part[0].numel(),
-        triton.next_power_of_2(S),
-        *launch.scalars,
+        triton.next_power_of_2(launch.inputs.S),
         **launch.constexprs,
         BLOCK_M=DECODE_ROWS,
         **({} if autotuned else {"BLOCK_N": FIXED_BLOCK_N}),
     )
-    combine_kernel[(B * Hq,)](
-        part,
-        pacc,
-        launch.pointer(launch.sinks),
-        launch.results,
-        launch.pointer(out),
-        launch.pointer(rows.get(SINK_MASS.name)),
-        *((0, 0, 0, 0) if out is None else out.stride()),
-        Hq,
-        T,
-        splits,
-        part[0].numel(),
-        B * Hq * T,
-        BLOCK_D=block_d,
-        D=launch.constexprs["D"],
-        WITH_OUTPUT=v is not None,
-        HAS_SINKS=launch.sinks is not None,
-        STORE_STATE=launch.kept is not None,
-        **launch.extras,
-        BLOCK_M=DECODE_ROWS,
-    )
-    return rows, (out.to(q.dtype) if out is not None else None)
+    ending = {name: launch.constexprs[name] for name in ("D", "VARIANT", "EXTRAS")}
+    combine_kernel[(B * Hq,)](launch.inputs, parts, launch.outputs, splits, **ending, BLOCK_M=DECODE_ROWS)
+    out = launch.out
+    return launch.rows, (out.to(q.dtype) if out is not None else None)

@@ -43,9 +43,9 @@ Statistics: entropy and sink mass alone (the default) are read in the kernel, H 
 p_sink = 2^(m_σ − m)/l, stored per row. Any other statistic (STORE_STATE) makes the kernel store its
 final state instead, in nats, and `stats.read_stats` reads every statistic asked for off it on the
 host, as for torch_chunked: m, l, u, then only the extra accumulators of stats.EXTRA_STATE the
-statistics need (`stats.accumulators`), each a compile-time switch (HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F,
-HAS_MK, HAS_RK),
-so a pass computes nothing that was not asked for and the default compiles to the kernel without them.
+statistics need (`stats.accumulators`), each a compile-time switch (its bit of the constexpr EXTRAS,
+`triton_steps.pack`), so a pass computes nothing that was not asked for and the default compiles to the
+kernel without them.
 Each accumulator follows stats.py's update (torch_chunked._update_extra in torch) per key block, from
 e = 2^(s − m') and the same α: w = Σ e (s − m)² (log2² units in the loop, (ln 2)² at the store), c = Σ e²
 (1 at the start with a sink, as l), lk = Σ_keys e (accumulated only with a sink: without one it is l),
@@ -56,17 +56,18 @@ only with a sink: without one it is m), and rk = Σ_{keys 0 <= pos_i − j < W} 
 with the row's window start: a causal row's later keys have e = 0 already; a branch skipping the blocks
 behind every row's window cost the fp32 fused variant 55 registers and a stack). The sink is an outcome
 of l, u, w and c, not of lk, d, f, mk, rk. The key-block step, the state's start and store and the
-launch's prologue are triton_steps.py's, shared with the decode step's kernels: a new statistic needs its
-accumulator's switch here and its start, update and store there (triton_steps' docstring lists the
-places), and its read in stats.py.
+kernels' arguments (`Inputs`, `Outputs`, the constexprs VARIANT and EXTRAS) are triton_steps.py's, the
+launch's prologue triton_launch.py's, shared with the decode step's and the column pass's kernels: a new
+statistic needs its accumulator's start, update and unit in triton_steps.py (its docstring lists the
+places), its merge in triton_combine.py and its read in stats.py.
 
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE
 fp32 products (no TF32). Under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to
 fp32 first because the interpreter's `tl.dot` on bf16 is wrong.
 Block sizes: `@triton.autotune` (keyed by the power-of-two buckets of T and S, so a growing KV cache
-does not retune every step) over per-variant lists of configs that compile without register spills
-when a CUDA driver is present (those with the extra accumulators are fewer: STATS_DROPS); fixed
-(32, 32) otherwise (the interpreter). One autotuner per set of accumulators.
+does not retune every step, and the head dim) over per-variant lists of configs that compile without
+register spills when a CUDA driver is present (those with the extra accumulators are fewer: STATS_DROPS);
+fixed (32, 32) otherwise (the interpreter). One autotuner per variant (VARIANT, EXTRAS).
 
 Fused variant (`row_stats_triton` with v): the same kernel with WITH_OUTPUT also streams V
 and returns the attention output, the flash-attention forward plus the statistics' accumulators
@@ -88,19 +89,16 @@ import triton.language as tl
 from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.stats import STATE, RowStats
+from entropy_lens.kernels.triton_launch import autotuned, prepare, row_stats_from
 from entropy_lens.kernels.triton_steps import (
-    autotuned,
-    bits,
     finish_rows,
+    has,
     key_bounds,
-    load_tile,
-    prepare,
-    row_stats_from,
-    score_scales,
+    open_rows,
+    sink_score,
     start_state,
     stream_keys,
 )
-from entropy_lens.statistics import SINK_MASS
 
 FIXED_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32}
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) that @triton.autotune tries on a GPU, per kernel variant:
@@ -159,119 +157,32 @@ def autotune_configs(
 
 
 def _entropy_kernel(
-    # data: q, k, v, scales (Hq,), key padding (B, S) int8 (0 masked, 1 kept, 2 kept and one of first_mass's
-    # first K real keys of the row, with HAS_F under padding), the rows' results (n, B, Hq, T) fp32 (entropy;
-    # with STORE_STATE the final state instead: m, l, u, then the extras switched on, in stats.EXTRA_STATE's
-    # order), attention output, sink logits (Hq,) fp32, sink mass out (B, Hq, T) (not with STORE_STATE),
-    # ALiBi slopes (Hq,) fp32
-    Q,
-    K,
-    V,
-    SCALE,
-    KEEP,
-    OUT,
-    O,
-    SINKS,
-    SINK_MASS,
-    ALIBI,
-    # strides of q, k, v, the output, the key padding
-    sqb,
-    sqh,
-    sqt,
-    sqd,
-    skb,
-    skh,
-    sks,
-    skd,
-    svb,
-    svh,
-    svs,
-    svd,
-    sob,
-    soh,
-    sot,
-    sod,
-    skeep_b,
-    skeep_s,
-    # sizes; OFFSET = S − T; the buckets of T and S key the autotuner; OUT_SLOT = B·Hq·T, the stride
-    # between two results in OUT; FIRST_KEYS = K of first_mass (keys j < K); RECENT_KEYS = W of recent_mass
-    # (keys pos_i − W < j <= pos_i)
-    H_Q,
-    T,
-    S,
-    OFFSET,
-    WINDOW,
+    I,  # Inputs: q, k, v, the key padding, the scales, sinks, ALiBi slopes, their strides, the sizes
+    O,  # Outputs: the rows' results (entropy, or the state), the sink mass, the output
+    # the power-of-two buckets of T and S the autotuner is keyed by
     T_BUCKET,
     S_BUCKET,
-    OUT_SLOT,
-    FIRST_KEYS,
-    RECENT_KEYS,
-    # the softcap c (fp32; unused without HAS_SOFTCAP)
-    SOFTCAP,
-    # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
+    # compile-time: the GQA group, the head dim, the variant's switches and the accumulators kept (`pack`),
+    # block sizes
     GROUP: tl.constexpr,
-    BLOCK_D: tl.constexpr,
     D: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_KEEP: tl.constexpr,
-    CAST_F32: tl.constexpr,
-    IEEE: tl.constexpr,
-    WITH_OUTPUT: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_SINKS: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
-    STORE_STATE: tl.constexpr,
-    HAS_W: tl.constexpr,
-    HAS_C: tl.constexpr,
-    HAS_LK: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_F: tl.constexpr,
-    HAS_MK: tl.constexpr,
-    HAS_RK: tl.constexpr,
+    VARIANT: tl.constexpr,
+    EXTRAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = (pid_bh // H_Q).to(tl.int64)  # 64-bit batch/head/row offsets: B·T·Hq·D passes 2^31 at long T
-    h = (pid_bh % H_Q).to(tl.int64)
-    kv = h // GROUP
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
-    q = load_tile(Q + b * sqb + h * sqh, rows, sqt, dims, sqd, T, D, CAST_F32)
-    score = score_scales(SCALE, ALIBI, h, SOFTCAP, HAS_SOFTCAP, HAS_ALIBI)
-    if HAS_SINKS:  # the sink is the first score of every row: m = σ·log2(e), l = 1, u = 0
-        sink = tl.load(SINKS + h) * 1.4426950408889634
-    else:
-        sink = 0.0
-    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
-    VARIANT: tl.constexpr = bits(
-        CAUSAL, HAS_WINDOW, HAS_KEEP, CAST_F32, IEEE, WITH_OUTPUT, HAS_SOFTCAP, HAS_ALIBI
-    )
-    state = start_state(sink, HAS_SINKS, WITH_OUTPUT, EXTRAS, BLOCK_M, BLOCK_D)
+    q, score, head = open_rows(I, pid_bh, rows, GROUP, D, VARIANT)
+    b, h, _ = head
+    sink = sink_score(I, h, VARIANT)  # the first score of every row: m = σ·log2(e), l = 1, u = 0
+    state = start_state(sink, has(VARIANT, "HAS_SINKS"), VARIANT, EXTRAS, BLOCK_M, D)
     # the key blocks this program's rows see (triton_steps.key_bounds), streamed in three ranges
-    bounds = key_bounds(pid_m * BLOCK_M + OFFSET, S, WINDOW, CAUSAL, HAS_WINDOW, HAS_KEEP, BLOCK_M, BLOCK_N)
-    keys = (K + b * skb + kv * skh, V + b * svb + kv * svh, KEEP + b * skeep_b, sks, skd, svs, svd, skeep_s)
-    geometry = (rows, dims, S, OFFSET, WINDOW, FIRST_KEYS, RECENT_KEYS)
-    state = stream_keys(q, state, bounds, keys, geometry, score, VARIANT, EXTRAS, D, BLOCK_N)
-    # the rows' results: the final state in nats, or entropy and sink mass read off it
-    at = pid_bh.to(tl.int64) * T + rows
-    finish_rows(OUT, SINK_MASS, at, rows < T, OUT_SLOT, state, sink, STORE_STATE, HAS_SINKS, EXTRAS)
-    l = state[1]
-    acc = state[3]
-    if WITH_OUTPUT:
-        o = tl.where(l[:, None] > 0, acc / l[:, None], 0.0)
-        if STORE_STATE:  # the block's first row in 64 bits, its rows' offsets in 32: no 64-bit row index
-            # shared with q's load lives across the loop (the state variants spill it otherwise)
-            o_rows = (pid_m * BLOCK_M).to(tl.int64) * sot + tl.arange(0, BLOCK_M)[:, None] * sot
-        else:
-            o_rows = rows[:, None].to(tl.int64) * sot
-        tl.store(
-            O + b * sob + h * soh + o_rows + dims[None, :] * sod,
-            o.to(O.dtype.element_ty),
-            mask=(rows[:, None] < T) & (dims[None, :] < D),
-        )
+    bounds = key_bounds(pid_m * BLOCK_M + I.OFFSET, I.S, I.WINDOW, VARIANT, BLOCK_M, BLOCK_N)
+    state = stream_keys(I, q, state, bounds, head, rows, score, VARIANT, EXTRAS, D, BLOCK_N)
+    # the rows' results: the final state in nats, or entropy and sink mass read off it; the output
+    finish_rows(O, pid_bh, b, h, pid_m * BLOCK_M, I.T, state, sink, D, VARIANT, EXTRAS)
 
 
 ENTROPY_KERNEL = triton.jit(_entropy_kernel)
@@ -289,19 +200,16 @@ def forced_config(block_m: int, block_n: int, num_warps: int, num_stages: int):
         _FORCED.pop()
 
 
-def _kernel(with_output: bool, fp32: bool, window: bool, softcap: bool, alibi: bool, extras):
-    """(kernel, autotuned?): `triton_steps.autotuned` over the variant's configs; one autotuner per `extras`
-    (None: entropy and sink mass read in the kernel; else the state with these accumulators), which changes
-    what is fastest."""
-    variant = (with_output, fp32, window, softcap, alibi, extras)
+def _kernel(variant: int, extras: int):
+    """(kernel, autotuned?): `triton_launch.autotuned` over the configs of the variant (VARIANT, EXTRAS),
+    one autotuner for each: the accumulators kept change what is fastest."""
+    flags = ("WITH_OUTPUT", "IEEE", "HAS_WINDOW", "HAS_SOFTCAP", "HAS_ALIBI")
+    configs = autotune_configs(*(has(variant, flag) for flag in flags), stats=has(variant, "STORE_STATE"))
     return autotuned(
         ENTROPY_KERNEL,
-        variant,
-        ["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"],
-        lambda: [
-            ({"BLOCK_M": bm, "BLOCK_N": bn}, w, st)
-            for bm, bn, w, st in autotune_configs(*variant[:5], stats=extras is not None)
-        ],
+        (variant, extras),
+        ["T_BUCKET", "S_BUCKET", "D"],
+        lambda: [({"BLOCK_M": bm, "BLOCK_N": bn}, w, st) for bm, bn, w, st in configs],
     )
 
 
@@ -348,11 +256,10 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, measure: Measur
     {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE} in nats; each (B, Hq, T) fp32.
     out: the output, a (B, Hq, T, D) view of (B, T, Hq, D) memory, or None without values v."""
     launch = prepare(q, k, v, softmax_scale, mods, extra, measure)
-    k, v, keep, out = launch.k, launch.v, launch.keep, launch.out
     B, Hq, T, _ = q.shape
-    S = k.shape[2]
+    S = launch.inputs.S
     if T == 0 or B * Hq == 0:
-        return launch.rows, out
+        return launch.rows, launch.out
     if _FORCED:  # one config, as `forced_config` asked
         kernel = ENTROPY_KERNEL
         blocks = dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), _FORCED[-1], strict=True))
@@ -364,32 +271,7 @@ def _launch(q, k, v, softmax_scale, mods: ScoreMods, extra=None, measure: Measur
     def grid(meta):
         return (triton.cdiv(T, meta["BLOCK_M"] if block_m is None else block_m), B * Hq)
 
-    no_strides = (0, 0, 0, 0)
-    pointers = (q, k, launch.pointer(v), launch.scale, launch.pointer(keep), launch.results)
-    pointers += (
-        launch.pointer(out),
-        launch.pointer(launch.sinks),
-        launch.pointer(launch.rows.get(SINK_MASS.name)),
-    )
-    pointers += (launch.pointer(launch.alibi),)
-    strides = (
-        *q.stride(),
-        *k.stride(),
-        *(no_strides if v is None else v.stride()),
-        *(no_strides if out is None else out.stride()),
-        *((0, 0) if keep is None else keep.stride()),
-    )
-    # then the power-of-two buckets of T and S the autotuner is keyed by, the results' slot stride
-    sizes = (Hq, T, S, S - T, launch.window or 0, triton.next_power_of_2(T), triton.next_power_of_2(S))
-    kernel[grid](
-        *pointers,
-        *strides,
-        *sizes,
-        B * Hq * T,
-        *launch.scalars,
-        **launch.constexprs,
-        HAS_SINKS=launch.sinks is not None,
-        STORE_STATE=launch.kept is not None,
-        **blocks,
-    )
+    buckets = (triton.next_power_of_2(T), triton.next_power_of_2(S))
+    kernel[grid](launch.inputs, launch.outputs, *buckets, **launch.constexprs, **blocks)
+    out = launch.out
     return launch.rows, (out.to(q.dtype) if out is not None else None)

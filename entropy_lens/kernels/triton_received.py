@@ -19,8 +19,9 @@ its largest value and the number of counted rows that may attend it, and stores 
 (3, B, Hq, S). No two programs write one key: no atomics, and the result is deterministic.
 Precision: bf16/fp16 tiles go to `tl.dot` natively with fp32 accumulation; fp32 tiles use IEEE fp32
 products; under the interpreter (TRITON_INTERPRET=1, CPU) every tile is cast to fp32 first.
-Block sizes: `@triton.autotune` over RECEIVED_CONFIGS (RECEIVED_FP32_CONFIGS for fp32) on a GPU, keyed by the
-power-of-two buckets of T and S; fixed (32, 32) under the interpreter.
+Block sizes: `@triton.autotune` over RECEIVED_CONFIGS (RECEIVED_FP32_CONFIGS for fp32) on a GPU, one per
+variant (VARIANT), keyed by the power-of-two buckets of T and S and the head dim; fixed (32, 32) under the
+interpreter. The kernel's arguments and its score are the row kernel's (triton_steps.Inputs, `score_tile`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,20 @@ import torch
 import triton
 import triton.language as tl
 
+from entropy_lens.flags import DEFAULT_MEASURE
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.received_torch import KEY_STATE
 from entropy_lens.kernels.triton_entropy import FIXED_BLOCKS
-from entropy_lens.kernels.triton_steps import INTERPRET, autotuned, key_padding, load_tile, score_scales
+from entropy_lens.kernels.triton_launch import arguments, autotuned, key_padding
+from entropy_lens.kernels.triton_steps import (
+    Outputs,
+    block_d,
+    has,
+    heads,
+    load_tile,
+    score_scales,
+    score_tile,
+)
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU, bf16/fp16 and fp32: those that
 # compile for sm_80 and sm_90 (head sizes 64 and 128) with no spill and no stack (tests/kernels/
@@ -49,61 +60,32 @@ def received_configs(fp32: bool) -> tuple[tuple[int, int, int, int], ...]:
 
 
 def _received_kernel(
-    # data: q, k, scales (Hq,), the rows' lse (B, Hq, T) fp32 in nats, key padding (B, S) int8 (0 masked),
-    # the result (3, B, Hq, S) fp32 (sum, max, count), ALiBi slopes (Hq,) fp32
-    Q,
-    K,
-    SCALE,
-    LSE,
-    KEEP,
-    OUT,
-    ALIBI,
-    # strides of q, k, the key padding
-    sqb,
-    sqh,
-    sqt,
-    sqd,
-    skb,
-    skh,
-    sks,
-    skd,
-    skeep_b,
-    skeep_s,
-    # sizes; OFFSET = S − T; the buckets of T and S key the autotuner; OUT_SLOT = B·Hq·S
-    H_Q,
-    T,
-    S,
-    OFFSET,
-    WINDOW,
+    I,  # triton_steps.Inputs: q, k, the key padding, the scales, ALiBi slopes, their strides, the sizes
+    LSE,  # the rows' lse (B, Hq, T) fp32 in nats
+    O,  # triton_steps.Outputs: OUT the result (3, B, Hq, S) fp32 (sum, max, count), OUT_SLOT = B·Hq·S
+    # the power-of-two buckets of T and S the autotuner is keyed by
     T_BUCKET,
     S_BUCKET,
-    OUT_SLOT,
-    # the softcap c (fp32; unused without HAS_SOFTCAP)
-    SOFTCAP,
-    # compile-time: GQA group, head dim padded to a power of two, variant flags, block sizes
+    # compile-time: the GQA group, the head dim, the variant's switches (`pack`), block sizes
     GROUP: tl.constexpr,
-    BLOCK_D: tl.constexpr,
     D: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_KEEP: tl.constexpr,
-    CAST_F32: tl.constexpr,
-    IEEE: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
+    VARIANT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    CAUSAL: tl.constexpr = has(VARIANT, "CAUSAL")
+    T = I.T
+    S = I.S
+    OFFSET = I.OFFSET
+    WINDOW = I.WINDOW
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = (pid_bh // H_Q).to(tl.int64)
-    h = (pid_bh % H_Q).to(tl.int64)
-    kv = h // GROUP
+    b, h, kv = heads(I, pid_bh, GROUP)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, BLOCK_D)
-    k = load_tile(K + b * skb + kv * skh, cols, sks, dims, skd, S, D, CAST_F32)
+    dims = tl.arange(0, block_d(D))
+    k = load_tile(I.K + b * I.skb + kv * I.skh, cols, I.sks, dims, I.skd, S, D, VARIANT)
     # λ·log2 e, the softcap's c·tanh in log2 units and the ALiBi slope, as the row kernel's
-    qk_scale, cap, slope = score_scales(SCALE, ALIBI, h, SOFTCAP, HAS_SOFTCAP, HAS_ALIBI)
+    score = score_scales(I, h, VARIANT)
     # the rows that may see a key of this block: causal, from the row at its first key; with a window, up
     # to the last row whose window reaches its last key. Of those, the row blocks [full_start, full_end) see
     # every key of the block (causal: from the row at its last key; with a window, up to the rows whose
@@ -117,7 +99,7 @@ def _received_kernel(
     if CAUSAL:
         q_start = tl.maximum(c0 - OFFSET, 0)
         full_start = tl.cdiv(tl.maximum(c0 + BLOCK_N - 1 - OFFSET, 0), BLOCK_M) * BLOCK_M
-        if HAS_WINDOW:
+        if has(VARIANT, "HAS_WINDOW"):
             q_end = tl.minimum(T, WINDOW + tl.minimum(S, c0 + BLOCK_N) - 1 - OFFSET)
             full_end = (tl.maximum(WINDOW + c0 - OFFSET, 0) // BLOCK_M) * BLOCK_M
     q_start = (q_start // BLOCK_M) * BLOCK_M
@@ -126,33 +108,21 @@ def _received_kernel(
     total = tl.zeros([BLOCK_N], tl.float32)
     largest = tl.zeros([BLOCK_N], tl.float32)
     count = tl.zeros([BLOCK_N], tl.float32)
-    q_base = Q + b * sqb + h * sqh
+    q_base = I.Q + b * I.sqb + h * I.sqh
     lse_base = LSE + pid_bh.to(tl.int64) * T
     # one loop: a row block inside [full_start, full_end) takes the unmasked branch (a runtime branch: three
     # loops, one per range, hold more registers than the tiles leave: stack on sm_80 and at head size 128)
     for start in range(q_start, q_end, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
-        q = load_tile(q_base, rows, sqt, dims, sqd, T, D, CAST_F32)
+        q = load_tile(q_base, rows, I.sqt, dims, I.sqd, T, D, VARIANT)
         lse = tl.load(lse_base + rows, mask=rows < T, other=float("inf"))  # +∞: the row counts for nothing
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        if HAS_SOFTCAP:
-            s = cap - (2.0 * cap) / (1.0 + tl.exp2(s * qk_scale))
-        else:
-            s = s * qk_scale
-        behind = rows[:, None] + OFFSET - cols[None, :]  # how far key col lies behind the row
-        if HAS_ALIBI:
-            if CAUSAL:
-                s = s - slope * behind.to(tl.float32)
-            else:
-                s = s - slope * tl.abs(behind).to(tl.float32)
+        # the row kernel's scores (log2 units, softcap, ALiBi) and how far each key lies behind each row
+        s, behind = score_tile(q, k, score, rows, cols, OFFSET, VARIANT)
         p = tl.exp2(s - (lse * 1.4426950408889634)[:, None])  # 0 in a row of lse = +∞
         counted = lse < float("inf")
         if CAUSAL and (start < full_start or start >= full_end):  # rows that see only some of the keys
             valid = counted[:, None] & (behind >= 0)
-            if HAS_WINDOW:
+            if has(VARIANT, "HAS_WINDOW"):
                 valid = valid & (behind < WINDOW)
             p = tl.where(valid, p, 0.0)
             count += tl.sum(valid.to(tl.float32), 0)
@@ -161,79 +131,51 @@ def _received_kernel(
         total += tl.sum(p, 0)
         largest = tl.maximum(largest, tl.max(p, 0))
     key_ok = cols < S
-    if HAS_KEEP:  # a padded key: no row attends it
-        keep = tl.load(KEEP + b * skeep_b + cols * skeep_s, mask=cols < S, other=0)
+    if has(VARIANT, "HAS_KEEP"):  # a padded key: no row attends it
+        keep = tl.load(I.KEEP + b * I.skeep_b + cols * I.skeep_s, mask=cols < S, other=0)
         key_ok = key_ok & (keep != 0)
-    at = OUT + pid_bh.to(tl.int64) * S + cols
+    at = O.OUT + pid_bh.to(tl.int64) * S + cols
     tl.store(at, tl.where(key_ok, total, 0.0), mask=cols < S)
-    tl.store(at + OUT_SLOT, tl.where(key_ok, largest, 0.0), mask=cols < S)
-    tl.store(at + 2 * OUT_SLOT, tl.where(key_ok, count, 0.0), mask=cols < S)
+    tl.store(at + O.OUT_SLOT, tl.where(key_ok, largest, 0.0), mask=cols < S)
+    tl.store(at + 2 * O.OUT_SLOT, tl.where(key_ok, count, 0.0), mask=cols < S)
 
 
 RECEIVED_KERNEL = triton.jit(_received_kernel)
 
 
-def _kernel(fp32: bool):
-    """(kernel, autotuned?): `triton_steps.autotuned` over the configs of q's dtype."""
-    configs = received_configs(fp32)
-    key = ["T_BUCKET", "S_BUCKET", "BLOCK_D", "CAUSAL"]
+def _kernel(variant: int):
+    """(kernel, autotuned?): `triton_launch.autotuned` over the configs of q's dtype, per VARIANT."""
+    configs = received_configs(has(variant, "IEEE"))
+    key = ["T_BUCKET", "S_BUCKET", "D"]
     return autotuned(
-        RECEIVED_KERNEL, fp32, key, lambda: [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in configs]
+        RECEIVED_KERNEL,
+        variant,
+        key,
+        lambda: [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in configs],
     )
 
 
 @torch.no_grad()
 def received_triton(q, k, lse, softmax_scale, mods: ScoreMods) -> dict[str, torch.Tensor]:
     """See the module docstring: {"sum", "max", "count"} (B, Hq, S) fp32, the column pass's state."""
-    B, Hq, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
+    B, Hq, T, _ = q.shape
+    S = k.shape[2]
     k, keep, window = key_padding(q, k, mods)
-    keep = None if keep is None else keep.expand(B, S)  # (B, S)
     out = torch.zeros(len(KEY_STATE), B, Hq, S, dtype=torch.float32, device=q.device)
     if T == 0 or S == 0 or B * Hq == 0:
         return dict(zip(KEY_STATE, out, strict=True))
-    softmax_scale = softmax_scale.to(device=q.device, dtype=torch.float32).contiguous()
+    mods = mods.replace(sinks=None)  # the sinks are in lse
+    inputs, constexprs = arguments(q, k, None, keep, window, softmax_scale, mods, DEFAULT_MEASURE, None, out)
+    outputs = Outputs(out, out, out, 0, 0, 0, 0, B * Hq * S)
     lse = lse.to(device=q.device, dtype=torch.float32).contiguous()
-    alibi = mods.alibi_slopes
-    alibi = None if alibi is None else alibi.to(device=q.device, dtype=torch.float32).contiguous()
-    kernel, autotuned = _kernel(q.dtype == torch.float32)
+    kernel, autotuned = _kernel(constexprs["VARIANT"])
     blocks = {} if autotuned else FIXED_BLOCKS
     block_n = blocks.get("BLOCK_N")
 
     def grid(meta):
         return (triton.cdiv(S, meta["BLOCK_N"] if block_n is None else block_n), B * Hq)
 
-    unused = out  # pointer arguments of a disabled feature
-    kernel[grid](
-        q,
-        k,
-        softmax_scale,
-        lse,
-        unused if keep is None else keep,
-        out,
-        unused if alibi is None else alibi,
-        *q.stride(),
-        *k.stride(),
-        *((0, 0) if keep is None else keep.stride()),
-        Hq,
-        T,
-        S,
-        S - T,
-        window or 0,
-        triton.next_power_of_2(T),
-        triton.next_power_of_2(S),
-        B * Hq * S,
-        float(mods.softcap or 1.0),
-        GROUP=Hq // Hkv,
-        BLOCK_D=max(16, triton.next_power_of_2(D)),
-        D=D,
-        CAUSAL=bool(mods.causal),
-        HAS_WINDOW=window is not None,
-        HAS_KEEP=keep is not None,
-        CAST_F32=INTERPRET or q.dtype == torch.float32,
-        IEEE=q.dtype == torch.float32,
-        HAS_SOFTCAP=mods.softcap is not None,
-        HAS_ALIBI=alibi is not None,
-        **blocks,
-    )
+    buckets = (triton.next_power_of_2(T), triton.next_power_of_2(S))
+    constexprs.pop("EXTRAS")  # no accumulator: the column pass keeps sum, max and count
+    kernel[grid](inputs, lse, outputs, *buckets, **constexprs, **blocks)
     return dict(zip(KEY_STATE, out, strict=True))

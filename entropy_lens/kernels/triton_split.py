@@ -13,133 +13,77 @@ SPLITS, T, BLOCK_D) fp32, the unnormalised Σ e·v; triton_combine.py merges the
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import torch
 import triton
 import triton.language as tl
 
+from entropy_lens.kernels.stats import EXTRA_STATE, STATE
 from entropy_lens.kernels.triton_steps import (
-    bits,
+    block_d,
+    extra_count,
+    extra_name,
+    has,
     key_bounds,
-    load_tile,
-    score_scales,
+    open_rows,
     start_state,
     stream_keys,
 )
 
-PART_SLOTS = ("m", "l", "u", "w", "c", "lk", "d", "f", "mk", "rk")  # PART's slots, in this order
+PART_SLOTS = (*STATE, *EXTRA_STATE)  # PART's slots, in this order: m, l, u, then every extra accumulator
+
+
+class Parts(NamedTuple):
+    """The splits' partial states, one kernel argument of the split and combine kernels (Triton flattens
+    it): PART (len(PART_SLOTS), B·Hq, SPLITS, T) fp32, PART_SLOT = B·Hq·SPLITS·T apart, and with values
+    PACC (B·Hq, SPLITS, T, BLOCK_D) fp32 (else any pointer)."""
+
+    PART: torch.Tensor
+    PACC: torch.Tensor
+    PART_SLOT: int
 
 
 @triton.jit
 def split_kernel(
-    # data: q, k, v, scales (Hq,) fp32, key padding (B, S) int8 (the row kernel's: 2 marks first_mass's
-    # keys), the splits' partial states (10, B·Hq, SPLITS, T) fp32 and output sums (B·Hq, SPLITS, T,
-    # BLOCK_D) fp32, ALiBi slopes (Hq,) fp32
-    Q,
-    K,
-    V,
-    SCALE,
-    KEEP,
-    PART,
-    PACC,
-    ALIBI,
-    # strides of q, k, v, the key padding
-    sqb,
-    sqh,
-    sqt,
-    sqd,
-    skb,
-    skh,
-    sks,
-    skd,
-    svb,
-    svh,
-    svs,
-    svd,
-    skeep_b,
-    skeep_s,
-    # sizes: OFFSET = S − T; PART_SLOT = B·Hq·SPLITS·T, the stride between two slots of PART; the bucket of
-    # S keys the autotuner; FIRST_KEYS, RECENT_KEYS as the row kernel's; the softcap c
-    H_Q,
-    T,
-    S,
-    OFFSET,
-    WINDOW,
-    SPLITS,
-    PART_SLOT,
-    S_BUCKET,
-    FIRST_KEYS,
-    RECENT_KEYS,
-    SOFTCAP,
-    # compile-time: GQA group, head dim padded, variant flags (the row kernel's), block sizes
+    I,  # triton_steps.Inputs (the row kernel's)
+    P,  # Parts: where the splits' partial states go
+    SPLITS,  # the splits per (batch, head)
+    S_BUCKET,  # the power-of-two bucket of S the autotuner is keyed by
+    # compile-time, as the row kernel's (the sinks join in the combine)
     GROUP: tl.constexpr,
-    BLOCK_D: tl.constexpr,
     D: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_KEEP: tl.constexpr,
-    CAST_F32: tl.constexpr,
-    IEEE: tl.constexpr,
-    WITH_OUTPUT: tl.constexpr,
-    HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr,
-    HAS_W: tl.constexpr,
-    HAS_C: tl.constexpr,
-    HAS_LK: tl.constexpr,
-    HAS_D: tl.constexpr,
-    HAS_F: tl.constexpr,
-    HAS_MK: tl.constexpr,
-    HAS_RK: tl.constexpr,
+    VARIANT: tl.constexpr,
+    EXTRAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     split = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    b = (pid_bh // H_Q).to(tl.int64)
-    h = (pid_bh % H_Q).to(tl.int64)
-    kv = h // GROUP
     rows = tl.arange(0, BLOCK_M)  # every query row of the step: T <= BLOCK_M
-    dims = tl.arange(0, BLOCK_D)
-    q = load_tile(Q + b * sqb + h * sqh, rows, sqt, dims, sqd, T, D, CAST_F32)
-    score = score_scales(SCALE, ALIBI, h, SOFTCAP, HAS_SOFTCAP, HAS_ALIBI)
-    EXTRAS: tl.constexpr = bits(HAS_W, HAS_C, HAS_LK, HAS_D, HAS_F, HAS_MK, HAS_RK)
-    VARIANT: tl.constexpr = bits(
-        CAUSAL, HAS_WINDOW, HAS_KEEP, CAST_F32, IEEE, WITH_OUTPUT, HAS_SOFTCAP, HAS_ALIBI
-    )
+    q, score, head = open_rows(I, pid_bh, rows, GROUP, D, VARIANT)
     # an empty state: the sink, if any, joins in the combine, once
-    state = start_state(0.0, False, WITH_OUTPUT, EXTRAS, BLOCK_M, BLOCK_D)
+    state = start_state(0.0, False, VARIANT, EXTRAS, BLOCK_M, D)
     # the key blocks the rows see: the row kernel's bounds for its one block of rows
-    k_start, full_start, full_end, k_end = key_bounds(
-        OFFSET, S, WINDOW, CAUSAL, HAS_WINDOW, HAS_KEEP, BLOCK_M, BLOCK_N
-    )
+    k_start, full_start, full_end, k_end = key_bounds(I.OFFSET, I.S, I.WINDOW, VARIANT, BLOCK_M, BLOCK_N)
     # this split's share, whole key blocks: [lo, hi), cut by the two bounds into masked, unmasked, masked
     chunk = tl.cdiv(tl.cdiv(k_end - k_start, SPLITS), BLOCK_N) * BLOCK_N
     lo = tl.minimum(k_start + split * chunk, k_end)
     hi = tl.minimum(lo + chunk, k_end)
     cut_a = tl.minimum(tl.maximum(full_start, lo), hi)
     cut_b = tl.minimum(tl.maximum(full_end, cut_a), hi)
-    keys = (K + b * skb + kv * skh, V + b * svb + kv * svh, KEEP + b * skeep_b, sks, skd, svs, svd, skeep_s)
-    geometry = (rows, dims, S, OFFSET, WINDOW, FIRST_KEYS, RECENT_KEYS)
-    state = stream_keys(q, state, (lo, cut_a, cut_b, hi), keys, geometry, score, VARIANT, EXTRAS, D, BLOCK_N)
-    m, l, u, acc, w, c, lk, dist, f, mk, rk = state
+    state = stream_keys(I, q, state, (lo, cut_a, cut_b, hi), head, rows, score, VARIANT, EXTRAS, D, BLOCK_N)
     # the split's partial state, log2 units, in PART's fixed slots; the output's unnormalised sum
-    live = rows < T
-    cell = (pid_bh * SPLITS + split).to(tl.int64) * T
-    at = PART + cell + rows
+    live = rows < I.T
+    cell = (pid_bh * SPLITS + split).to(tl.int64) * I.T
+    at = P.PART + cell + rows
+    m, l, u, acc = state[0], state[1], state[2], state[3]  # then the extras, state[4 + i]
     tl.store(at, m, mask=live)
-    tl.store(at + PART_SLOT, l, mask=live)
-    tl.store(at + 2 * PART_SLOT, u, mask=live)
-    if HAS_W:
-        tl.store(at + 3 * PART_SLOT, w, mask=live)
-    if HAS_C:
-        tl.store(at + 4 * PART_SLOT, c, mask=live)
-    if HAS_LK:
-        tl.store(at + 5 * PART_SLOT, lk, mask=live)
-    if HAS_D:
-        tl.store(at + 6 * PART_SLOT, dist, mask=live)
-    if HAS_F:
-        tl.store(at + 7 * PART_SLOT, f, mask=live)
-    if HAS_MK:
-        tl.store(at + 8 * PART_SLOT, mk, mask=live)
-    if HAS_RK:
-        tl.store(at + 9 * PART_SLOT, rk, mask=live)
-    if WITH_OUTPUT:
-        tl.store(PACC + (cell + rows[:, None]) * BLOCK_D + dims[None, :], acc, mask=live[:, None])
+    tl.store(at + P.PART_SLOT, l, mask=live)
+    tl.store(at + 2 * P.PART_SLOT, u, mask=live)
+    for i in tl.static_range(extra_count()):  # unrolled: the accumulators kept, each in its slot 3 + i
+        if has(EXTRAS, extra_name(i)):
+            tl.store(at + (3 + i) * P.PART_SLOT, state[4 + i], mask=live)
+    if has(VARIANT, "WITH_OUTPUT"):
+        dims = tl.arange(0, block_d(D))
+        tl.store(P.PACC + (cell + rows[:, None]) * block_d(D) + dims[None, :], acc, mask=live[:, None])
