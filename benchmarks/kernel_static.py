@@ -74,6 +74,19 @@ def variant_bits(dtype: str, **flags) -> int:
     return pack(VARIANT_FLAGS, {"CAST_F32": dtype == "fp32", "IEEE": dtype == "fp32", **flags})
 
 
+def switches(dtype, causal, window, key_padding, with_output, softcap, alibi, sinks, extras) -> dict:
+    """The kernels' two compile-time switches, VARIANT and EXTRAS, for one variant (as its launcher packs
+    them): the tiles' `dtype`, the flags, and `extras` (None: no state stored)."""
+    variant = {"CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding, "WITH_OUTPUT": with_output}
+    variant |= {
+        "HAS_SOFTCAP": softcap,
+        "HAS_ALIBI": alibi,
+        "HAS_SINKS": sinks,
+        "STORE_STATE": extras is not None,
+    }
+    return {"VARIANT": variant_bits(dtype, **variant), "EXTRAS": extras_bits(extras, sinks)}
+
+
 def extras_bits(extras: tuple[str, ...] | None, sinks: bool) -> int:
     """The kernels' EXTRAS (triton_steps.pack) for `extras` as the launcher keeps them: lk and mk with
     sinks only."""
@@ -109,18 +122,11 @@ def compile_kernel(
     from entropy_lens.kernels.triton_entropy import ENTROPY_KERNEL as fn
 
     pointers = {"Q": dtype, "K": dtype, "V": dtype, "KEEP": "i8", "O": dtype}
-    variant = {"CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding, "WITH_OUTPUT": with_output}
-    variant |= {
-        "HAS_SOFTCAP": softcap,
-        "HAS_ALIBI": alibi,
-        "HAS_SINKS": sinks,
-        "STORE_STATE": extras is not None,
-    }
+    flags = (causal, window, key_padding, with_output, softcap, alibi, sinks)
     const = {
         "GROUP": group,
         "D": head_dim,
-        "VARIANT": variant_bits(dtype, **variant),
-        "EXTRAS": extras_bits(extras, sinks),
+        **switches(dtype, *flags, extras),
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
     }
@@ -183,14 +189,8 @@ def compile_decode_kernels(
     from entropy_lens.kernels.triton_combine import combine_kernel
     from entropy_lens.kernels.triton_split import split_kernel
 
-    variant = {"CAUSAL": causal, "HAS_WINDOW": window, "HAS_KEEP": key_padding, "WITH_OUTPUT": with_output}
-    variant |= {
-        "HAS_SOFTCAP": softcap,
-        "HAS_ALIBI": alibi,
-        "HAS_SINKS": sinks,
-        "STORE_STATE": extras is not None,
-    }
-    ending = {"D": head_dim, "VARIANT": variant_bits(dtype, **variant), "EXTRAS": extras_bits(extras, sinks)}
+    flags = (causal, window, key_padding, with_output, softcap, alibi, sinks)
+    ending = {"D": head_dim, **switches(dtype, *flags, extras)}
     split_const = {"GROUP": group, **ending, "BLOCK_M": DECODE_ROWS, "BLOCK_N": block_n}
     pointers = {"Q": dtype, "K": dtype, "V": dtype, "KEEP": "i8", "O": dtype}
     split_options = {"num_warps": num_warps, "num_stages": num_stages}
