@@ -70,6 +70,7 @@ def test_scan_of_a_hub_id_reads_the_cached_snapshot_at_a_revision(hub_cache, tmp
     assert meta["model_source"].endswith(OTHER) and meta["scan_config"]["revision"] == "v0"
 
 
+@pytest.mark.slow  # a new process: 5 to 7 s on a loaded machine
 def test_a_hub_id_missing_from_the_cache_offline_is_one_line(hub_cache, tmp_path):
     """In a process of its own: the cache the line names is the one HF_HUB_CACHE names."""
     run = _cli(["scan", "org/absent", "--len", "16", "--out", "x.npz"], hub_cache, tmp_path)
