@@ -1,4 +1,8 @@
-"""Hub ids (org/name) resolve through huggingface_hub's cache, offline, with a cache laid out here."""
+"""Hub ids (org/name) resolve through huggingface_hub's cache, offline, with a cache laid out here.
+
+The scans run the CLI in this process (`_here`: huggingface_hub's cache folder pointed at the test's, as
+HF_HUB_CACHE points a new process's), without the seconds of torch's import in a new process; one command
+runs as a process of its own (`_cli`), where HF_HUB_CACHE itself names the cache it reads."""
 
 import os
 import shutil
@@ -25,6 +29,21 @@ def hub_cache(tiny_dir, tmp_path):
     return tmp_path / "hub"
 
 
+def _here(args, cache: Path, cwd: Path, monkeypatch, capsys) -> subprocess.CompletedProcess:
+    """`entropy-lens ARGS` in this process (entropy_lens.cli.main), in `cwd`, reading the hub cache
+    `cache` (huggingface_hub's constant, which HF_HUB_CACHE sets at its import): a finished process."""
+    from huggingface_hub import constants
+
+    from entropy_lens.cli import main
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["entropy-lens", *args], code, out, err)
+
+
 def _cli(args, cache: Path, cwd: Path):
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
@@ -37,26 +56,28 @@ def _cli(args, cache: Path, cwd: Path):
     )
 
 
-@pytest.mark.slow
-def test_scan_of_a_hub_id_reads_the_cached_snapshot_at_a_revision(hub_cache, tmp_path):
+def test_scan_of_a_hub_id_reads_the_cached_snapshot_at_a_revision(hub_cache, tmp_path, monkeypatch, capsys):
     from entropy_lens.results import ScanResult
 
     args = ["scan", "org/tiny", "--len", "16", "--samples", "2", "--data", "austen:persuasion", "--quiet"]
-    run = _cli([*args, "--out", "main.npz"], hub_cache, tmp_path)
+    run = _here([*args, "--out", "main.npz"], hub_cache, tmp_path, monkeypatch, capsys)
     assert run.returncode == 0, run.stderr
     meta = ScanResult.load(tmp_path / "main.npz").meta
     assert meta["model"] == "org/tiny" and meta["model_source"].endswith(COMMIT)
-    run = _cli([*args, "--revision", "v0", "--out", "v0.npz"], hub_cache, tmp_path)
+    run = _here([*args, "--revision", "v0", "--out", "v0.npz"], hub_cache, tmp_path, monkeypatch, capsys)
     assert run.returncode == 0, run.stderr
     meta = ScanResult.load(tmp_path / "v0.npz").meta
     assert meta["model_source"].endswith(OTHER) and meta["scan_config"]["revision"] == "v0"
 
 
+@pytest.mark.slow  # a new process: 5 to 7 s on a loaded machine
 def test_a_hub_id_missing_from_the_cache_offline_is_one_line(hub_cache, tmp_path):
+    """In a process of its own: the cache the line names is the one HF_HUB_CACHE names."""
     run = _cli(["scan", "org/absent", "--len", "16", "--out", "x.npz"], hub_cache, tmp_path)
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(err) == 1, run.stderr
     assert "not in the Hugging Face cache" in err[0] and "HF_HUB_OFFLINE" in err[0]
+    assert f"({hub_cache})" in err[0]
     assert not (tmp_path / "x.npz").exists()
 
 
@@ -76,8 +97,7 @@ def test_a_local_folder_named_like_a_hub_id_is_the_folder(tiny_dir, tmp_path, mo
     assert load_model("org/tiny").source == str((tmp_path / "org" / "tiny").resolve())
 
 
-@pytest.mark.slow
-def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_path):
+def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_path, monkeypatch, capsys):
     repo = tmp_path / "hub" / "models--org--Tiny-NoPE"
     shutil.copytree(tiny_dir, repo / "snapshots" / COMMIT)
     (repo / "refs").mkdir()
@@ -93,8 +113,8 @@ def test_a_nope_named_hub_id_with_rotary_config_needs_a_choice(tiny_dir, tmp_pat
         "austen:persuasion",
         "--quiet",
     ]
-    run = _cli([*args, "--out", "x.npz"], tmp_path / "hub", tmp_path)
+    run = _here([*args, "--out", "x.npz"], tmp_path / "hub", tmp_path, monkeypatch, capsys)
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(err) == 1 and "says NoPE in its name" in err[0], run.stderr
-    run = _cli([*args, "--nope", "--out", "x.npz"], tmp_path / "hub", tmp_path)
+    run = _here([*args, "--nope", "--out", "x.npz"], tmp_path / "hub", tmp_path, monkeypatch, capsys)
     assert run.returncode == 0, run.stderr

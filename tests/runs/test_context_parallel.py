@@ -145,6 +145,8 @@ def one_process(made):
 SWEEP = ["sweep", "tiny-nope", "--len", "26", "--samples", "2", "--data", "austen:persuasion"]
 SWEEP += ["--scales", "1.0,1.5", "--fused", "off", "--quiet"]
 PPL = ["ppl", "tiny-nope", "--lens", "24", "40", "--stride", "8", "--samples", "3", "--quiet"]
+SCAN = ["scan", "tiny-nope", "--len", "37", "--samples", "2", "--data", "austen:persuasion", "--fused", "off"]
+SCAN += ["--quiet"]
 GROUP_CASES = ("nope", "rope-gqa-head-scales")
 # a rank without samples: 1 sample over 2 ranks (data-parallel), or over 2 groups of 2 shards
 EMPTY_RANK = {"2 ranks": ("empty-rank", 2), "2 groups of 2": ("empty-rank-groups", 4)}
@@ -154,6 +156,7 @@ def _commands(folder: Path, processes: int) -> list[list[str]]:
     """The CLI commands of the launch of `processes` (tag = processes)."""
     if processes == 2:
         return [
+            [*SCAN, "--context-parallel", "--out", str(folder / "scan-two.npz")],
             [*SWEEP, "--context-parallel", "--out", str(folder / "sweep-two")],
             [*PPL, "--context-parallel", "--out", str(folder / "ppl-two.json")],
         ]
@@ -166,7 +169,7 @@ def _commands(folder: Path, processes: int) -> list[list[str]]:
 def launches(made):
     """get(P) -> ({case: result}, stdout) of this file's one torchrun launch of P processes, made once:
     P = 2 and 3 shard every case of CASES over all P; P = 2 also scans a sample over 2 ranks
-    data-parallel and runs SWEEP and PPL --context-parallel; P = 4 runs GROUP_CASES, a sample over
+    data-parallel and runs SCAN, SWEEP and PPL --context-parallel; P = 4 runs GROUP_CASES, a sample over
     2 groups of 2, and PPL --context-parallel 2 (--context-parallel 2: 2 groups of 2 shards, the groups
     splitting the samples)."""
     folder, models = made
@@ -265,31 +268,19 @@ def test_groups_of_shards_equal_the_one_process_scan(group_scans, name):
 
 
 @pytest.mark.slow
-def test_the_cli_under_torchrun(tmp_path):
-    """`torchrun -m entropy_lens scan ... --context-parallel` as a user types it: rank 0 alone writes and
-    reports, the meta says how many shards."""
+@pytest.mark.xdist_group("context-parallel")  # the launch of 2 processes is made once, on one worker
+def test_the_cli_under_torchrun(launches, made, tmp_path):
+    """`scan ... --context-parallel` as the CLI runs it under torchrun (entropy_lens.cli.main in the
+    2-process launch, as `torchrun -m entropy_lens scan` calls it): rank 0 alone writes and reports, the
+    meta says how many shards. (`torchrun -m entropy_lens scan` itself, the scan making its own process
+    group, is tests/runs/test_distributed.py's; the ranks of test_reliability_runs.py run
+    `python -m entropy_lens scan --context-parallel`.)"""
     from entropy_lens.cli import main
 
-    args = [
-        "scan",
-        "tiny-nope",
-        "--len",
-        "37",
-        "--samples",
-        "2",
-        "--data",
-        "austen:persuasion",
-        "--fused",
-        "off",
-        "--quiet",
-    ]
-    assert main([*args, "--out", str(tmp_path / "one.npz")]) == 0
-    run = _torchrun(
-        2, ["-m", "entropy_lens", *args, "--context-parallel", "--out", str(tmp_path / "two.npz")]
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("wrote") == 1
-    one, two = ScanResult.load(tmp_path / "one.npz"), ScanResult.load(tmp_path / "two.npz")
+    assert main([*SCAN, "--out", str(tmp_path / "one.npz")]) == 0
+    _, stdout = launches(2)
+    assert _wrote_once(stdout, made[0] / "scan-two.npz")  # rank 0 alone writes and reports
+    one, two = ScanResult.load(tmp_path / "one.npz"), ScanResult.load(made[0] / "scan-two.npz")
     assert two.meta["context_parallel"] == 2 and two.meta["scan_config"]["context_parallel"] is True
     assert one.meta["scan_config"]["context_parallel"] is False  # every field recorded (cache_key: not a key)
     np.testing.assert_allclose(two.entropy, one.entropy, rtol=1e-5, atol=1e-5)
@@ -368,7 +359,7 @@ def test_sweep_and_ppl_shard_their_scans_under_torchrun(launches, one_process_pp
     """`sweep` and `ppl` take --context-parallel under torchrun: rank 0 keeps the folder / writes the
     table, every rank scans every scale / length, and the numbers are the one-process command's. (Both
     commands run through entropy_lens.cli.main in the 2-process launch, context_parallel_scans.py; the
-    command as a user types it, `torchrun -m entropy_lens`, is test_the_cli_under_torchrun's.)"""
+    command as a user types it, `torchrun -m entropy_lens`, is tests/runs/test_distributed.py's.)"""
     from entropy_lens.cli import main
     from entropy_lens.results import read_sweep_index
 

@@ -226,21 +226,33 @@ def test_two_sweeps_into_one_folder(tiny_dir, tmp_path, here):
 # ---- 3, 4. an interrupted scan resumes on a plain rerun, exactly ---------------------------------------
 
 
-SAMPLES = 300  # the interrupted scan's
+SAMPLES = 24  # the interrupted scan's
 
 
 @pytest.fixture(scope="module")
 def interrupted(tiny_dir, tmp_path_factory) -> tuple[Path, str]:
     """(the checkpoint, the stderr of its process) of one scan of SAMPLES samples after Ctrl-C, sent as a
-    user presses it once at least 5 samples are checkpointed (it checkpoints after every batch): made once
-    for the tests that resume it, rerun it otherwise or discard it, each on a copy (`_interrupted_scan`)."""
+    user presses it once at least 5 samples are checkpointed (it checkpoints after every batch, of one
+    sample): made once for the tests that resume it, rerun it otherwise or discard it, each on a copy
+    (`_interrupted_scan`). From its sixth batch on, each batch first waits a minute, so the Ctrl-C finds
+    the scan under way however slowly this process notices the checkpoint, and the scans that finish it
+    have few samples left to do."""
     folder = tmp_path_factory.mktemp("interrupted")
     out = folder / "r.npz"
-    code = (
-        "from entropy_lens.runs.scan import ScanConfig, scan; "
-        f"scan(ScanConfig(model={str(tiny_dir)!r}, length=48, samples={SAMPLES}, data={DATA!r}), "
-        f"out={str(out)!r}, progress=False, checkpoint_every_s=0)"
-    )
+    code = f"""
+import time
+import entropy_lens.runs.batches as batches
+from entropy_lens.runs.scan import ScanConfig, scan
+real, calls = batches.next_token_nll, []
+def slowed(*args, **kw):
+    calls.append(1)
+    if len(calls) > 5:
+        time.sleep(60)
+    return real(*args, **kw)
+batches.next_token_nll = slowed
+config = ScanConfig(model={str(tiny_dir)!r}, length=48, samples={SAMPLES}, data={DATA!r})
+scan(config, out={str(out)!r}, progress=False, checkpoint_every_s=0)
+"""
     run = subprocess.Popen([sys.executable, "-c", code], env=_env(folder), stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: _samples_done(partial_path(out)) >= 5, "a checkpoint of 5 samples")
     run.send_signal(signal.SIGINT)

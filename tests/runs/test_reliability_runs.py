@@ -206,8 +206,8 @@ def test_sigterm_inside_the_sums_update_waits_for_it_and_then_is_handled():
 
 
 # The CLI in a process whose scan (or its shard of a --context-parallel scan) marks its fifth batch in a
-# file and then slows down (0.1 s a batch), so that a signal reaches a scan under way with work done, on
-# any machine
+# file and from then on waits a minute before each batch, so that a signal reaches a scan under way with
+# work done, on any machine, and a rerun has little left to do
 SLOWED_CLI = """
 import sys, time
 from pathlib import Path
@@ -219,7 +219,7 @@ def marked(*args, **kw):
     if len(calls) == 5:
         Path(sys.argv[1]).touch()
     if len(calls) >= 5:
-        time.sleep(0.1)
+        time.sleep(60)
     return real(*args, **kw)
 batches.next_token_nll = marked
 sys.exit(main(sys.argv[2:]))
@@ -233,7 +233,7 @@ def test_sigterm_checkpoints_the_scan_releases_the_lock_and_a_rerun_finishes_it_
     from entropy_lens.capture.fused import PathChoices
     from entropy_lens.runs.scan import scan
 
-    out, samples, marker = tmp_path / "t.npz", 300, tmp_path / "fifth-batch"
+    out, samples, marker = tmp_path / "t.npz", 24, tmp_path / "fifth-batch"
     argv = [
         "scan",
         str(tiny_dir),
@@ -278,11 +278,9 @@ def test_sigterm_checkpoints_the_scan_releases_the_lock_and_a_rerun_finishes_it_
 
 
 def _ranks(
-    tmp_path: Path, commands: list[list[str]], *, timeout: float = 300.0, ready: Path | None = None
+    tmp_path: Path, commands: list[list[str]], *, timeout: float = 300.0
 ) -> list[subprocess.CompletedProcess]:
     """Start one process per command as the ranks of one world (as torchrun would, by hand) and wait.
-    `ready`: the last rank starts first and the others once it has made this file (a rank that must
-    already be waiting when rank 0's --dist-timeout starts counting, however slowly the machine imports).
     The ranks meet at this process's store, as torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE):
     it is up before any rank starts and stays up after one has gone, so no rank's start-up races another's
     (a rank that connected before rank 0 hosted the store retried on a back-off longer than rank 0's
@@ -304,13 +302,7 @@ def _ranks(
             text=True,
         )
 
-    runs: dict[int, subprocess.Popen] = {}
-    if ready is not None:
-        last = runs[len(commands) - 1] = start(len(commands) - 1)
-        _wait_for(lambda: ready.exists() or last.poll() is not None, "the last rank's start")
-    for rank in range(len(commands)):
-        if rank not in runs:
-            runs[rank] = start(rank)
+    runs = [start(rank) for rank in range(len(commands))]
     done = []
     for rank in range(len(commands)):
         out, err = runs[rank].communicate(timeout=timeout)
@@ -342,13 +334,24 @@ def test_a_stalled_rank_is_one_line_on_every_rank_after_the_dist_timeout(tiny_di
     argv = ["scan", str(tiny_dir), "--len", "32", "--samples", "2", "--data", DATA, "--context-parallel"]
     argv += ["--quiet", "--out", str(out), "--dist-timeout", "3"]
     ready = tmp_path / "rank-1-imported"
-    stalled = (  # joins the world, then takes 15 s before it scans: rank 0 has given up by then
+    # Rank 1 joins the world, then takes 8 s before it scans: rank 0 has given up by then (3 s after it
+    # joined). Rank 0 imports beside rank 1 and starts its scan once rank 1 waits in the world, so its
+    # --dist-timeout starts counting then, however slowly the machine imports.
+    stalled = (
         "import datetime, pathlib, sys, time, torch.distributed as dist; from entropy_lens.cli import main; "
         f"pathlib.Path({str(ready)!r}).touch(); "
-        "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60)); time.sleep(15); "
+        "dist.init_process_group('gloo', timeout=datetime.timedelta(seconds=60)); time.sleep(8); "
         f"sys.exit(main({argv!r}))"
     )
-    waiting, late = _ranks(tmp_path, [["-m", "entropy_lens", *argv], ["-c", stalled]], ready=ready)
+    waits = f"""
+import pathlib, sys, time
+import transformers.models.llama.modeling_llama, entropy_lens.runs.scan
+from entropy_lens.cli import main
+while not pathlib.Path({str(ready)!r}).exists():
+    time.sleep(0.05)
+sys.exit(main({argv!r}))
+"""
+    waiting, late = _ranks(tmp_path, [["-c", waits], ["-c", stalled]])
     assert waiting.returncode == late.returncode == 2, (waiting.stderr, late.stderr)
     (line,) = _error_lines(waiting.stderr)
     assert line.startswith(

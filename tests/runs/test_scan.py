@@ -269,8 +269,13 @@ def test_cli_scan_prints_summary(tiny_dir, tmp_path, capsys):
     assert ScanResult.load(out).meta["scales"][0][0] == 1.2
 
 
+@pytest.mark.full
 @pytest.mark.slow
 def test_python_dash_m_works(tiny_dir, tmp_path):
+    """`python -m entropy_lens scan` in a new process writes its result. Under `make test` the same holds
+    in the processes of other tests, each a `python -m entropy_lens scan` that writes a result they read:
+    tests/runs/test_reliability.py's test_interrupted_scan_resumes_on_a_plain_rerun_bit_for_bit and
+    tests/runs/test_reliability_runs.py's SIGTERM test (the rerun)."""
     out = tmp_path / "m.npz"
     proc = subprocess.run(
         [
