@@ -34,10 +34,13 @@ def wants_slices(call: LayerCall) -> bool:
 def row_pass_spans(call: LayerCall, inputs: LayerInputs, route: Route) -> torch.Tensor | None:
     """(B|1, n, 2) int64: the key ranges of the session's spans (kernels/slices.py's `span_ranges`) for
     `route`'s row pass to sum, where the layer captures, the session asks for span masses and the route's
-    backend sums them in its row pass; else None (the slice pass computes them, if asked)."""
-    if not (call.capturing and backend_of(route.kernel).spans_in_rows):
-        return None
+    backend sums them in its row pass; else None (the slice pass computes them, if asked). A generation's
+    prompt (per_token, T > 1) wants its last row alone: the slice pass's one row costs less than the
+    row pass's sums over every row (1.5 s more at a 4K SmolLM2 prompt)."""
     session = call.session
+    prompt = session is not None and session.measure.slices.per_token and call.query.shape[2] > 1
+    if prompt or not (call.capturing and backend_of(route.kernel).spans_in_rows):
+        return None
     S = inputs.key.shape[2]
     return span_ranges(inputs.mods, session.measure.slices, S, session.prompt_len, call.query.device)
 
