@@ -11,7 +11,7 @@ own, after an untimed warm-up generate of 8 tokens after 256:
   recorder  `GenerationRecorder(model, stats=("entropy",))` around generate: every generated token's
             entropy per layer and head
   span_mass `GenerationRecorder(model, stats=("entropy", "span_mass"))`: a row-slice statistic too (its
-            prompt and generated spans), through the capture's slice pass on the row pass's LSE
+            prompt and generated spans), summed in the row pass (native, torch_chunked) as key ranges
   entropy   `EntropyRecorder(model, stats=("entropy",))` around generate (per-position sums across
             decode steps: what the issue measured)
   eager     the model on eager attention with `generate(output_attentions=True,

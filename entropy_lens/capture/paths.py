@@ -28,7 +28,7 @@ import torch
 from entropy_lens.capture.call import LayerCall, LayerInputs, layer_inputs
 from entropy_lens.capture.fused import PROCESS_CHOICES
 from entropy_lens.capture.received import layer_counted_rows, one_pass_keys
-from entropy_lens.capture.slices import wants_slices
+from entropy_lens.capture.slices import row_pass_spans, wants_slices
 from entropy_lens.errors import EntropyLensError
 from entropy_lens.flags import Backend, Fused, Measure, Stats
 from entropy_lens.kernels import Plan, Route, attention_probabilities, compile_requested, plan, run
@@ -216,6 +216,9 @@ def run_route(call: LayerCall, inputs: LayerInputs, route: Route) -> LayerRun:
     kw = {"measure": measure, "with_lse": wants_lse(call)}
     if one_pass_keys(call, route.kernel):  # the column state from the same pass (capture/received.py)
         kw |= {"key_state": True, "counted": layer_counted_rows(call, inputs)}
+    spans = row_pass_spans(call, inputs, route)  # span masses from the same pass (capture/slices.py)
+    if spans is not None:
+        kw["spans"] = spans
     rows = run(route.kernel, query, key, value, softmax_scale, route.mods, **kw)
     if not separate:
         return LayerRun(route=route, out=rows.out.contiguous(), weights=None, rows=rows)

@@ -11,9 +11,10 @@ caller asks the object what it can do, and calls it. ::
 
 What each entry offers (`KernelBackend`; a capability a backend lacks raises, naming the one to use)::
 
-    rows(q, k, v, scale, mods, *, measure, blocks, with_lse, key_state, counted) -> RowStats
-                    the row pass: the statistics, the output with values v, the log-sum-exp, and (where
-                    `keeps_key_state`) the column state of attention received from the same pass
+    rows(q, k, v, scale, mods, *, measure, blocks, with_lse, key_state, counted, spans) -> RowStats
+                    the row pass: the statistics, the output with values v, the log-sum-exp, (where
+                    `keeps_key_state`) the column state of attention received from the same pass, and
+                    (where `spans_in_rows`) each row's mass on the key ranges `spans`
     stream(q, k, v, scale, mods, *, extra, measure, blocks) -> (state, out)
                     the final streaming state {"m", "l", "u", *extra} and the output: the rows'
                     log-sum-exp (probabilities, slices, received) and a training step's forward
@@ -25,6 +26,8 @@ What each entry offers (`KernelBackend`; a capability a backend lacks raises, na
     materialises   it reads from the materialised probabilities (the float64 reference): no lse, no
                    streaming state
     keeps_key_state  its row pass keeps the column state of attention received too (one pass over keys)
+    spans_in_rows  its row pass sums each row's mass on given key ranges (`spans`), as first_mass's keys:
+                   a session's span masses come from the row pass, not from a slice pass after it
     one_pass_path  the route name of its one pass (kernels/plan.py's vocabulary), None where it has none
     streamed       the backend whose one pass is the separate route where sdpa cannot compute the scores
     train_device   the device kind ("cpu", "cuda") where its one pass is a training step's forward (a
@@ -71,6 +74,7 @@ class KernelBackend:
     name: Backend
     materialises = False
     keeps_key_state = False
+    spans_in_rows = False
     one_pass_path: str | None = None
     streamed = Backend.TORCH_CHUNKED
     train_device: str | None = None
@@ -105,6 +109,7 @@ class KernelBackend:
         with_lse: bool,
         key_state: bool,
         counted,
+        spans=None,
     ) -> RowStats:
         raise NotImplementedError(f"the {self.name} kernel has no row pass")
 
@@ -135,7 +140,9 @@ class Reference(KernelBackend):
     name = Backend.REFERENCE
     materialises = True
 
-    def rows(self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted):
+    def rows(
+        self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted, spans=None
+    ):
         if v is not None:
             raise ValueError("the reference computes statistics, not the output; use another backend")
         return row_stats_reference(q, k, softmax_scale, mods, measure=measure)
@@ -148,12 +155,17 @@ class TorchChunked(KernelBackend):
     one_pass_path = TORCH_STREAMED
     train_device = "cpu"
     folds = True
+    spans_in_rows = True
 
     def takes_one_pass(self, q, v) -> bool:
         return q.device.type == "cpu"
 
-    def rows(self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted):
-        return row_stats_torch(q, k, v, softmax_scale, mods, measure=measure, with_lse=with_lse, **blocks)
+    def rows(
+        self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted, spans=None
+    ):
+        return row_stats_torch(
+            q, k, v, softmax_scale, mods, measure=measure, with_lse=with_lse, spans=spans, **blocks
+        )
 
     def stream(self, q, k, v, softmax_scale, mods, *, extra=(), measure=DEFAULT_MEASURE, blocks=None):
         if blocks is None and v is not None:  # the tile of a pass that computes the output too
@@ -170,6 +182,7 @@ class Native(KernelBackend):
 
     name = Backend.NATIVE
     keeps_key_state = True
+    spans_in_rows = True
     one_pass_path = NATIVE
     streamed = Backend.NATIVE
     train_device = "cpu"
@@ -188,7 +201,9 @@ class Native(KernelBackend):
     def takes_one_pass(self, q, v) -> bool:
         return True
 
-    def rows(self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted):
+    def rows(
+        self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted, spans=None
+    ):
         return row_stats_native(
             q,
             k,
@@ -199,6 +214,7 @@ class Native(KernelBackend):
             with_lse=with_lse,
             key_state=key_state,
             counted=counted,
+            spans=spans,
             **blocks,
         )
 
@@ -251,7 +267,9 @@ class Triton(KernelBackend):
     def takes_values(self, q, v) -> bool:
         return v.shape[-1] == q.shape[-1]
 
-    def rows(self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted):
+    def rows(
+        self, q, k, v, softmax_scale, mods, *, measure, blocks, with_lse, key_state, counted, spans=None
+    ):
         from entropy_lens.kernels.triton_entropy import row_stats_triton
 
         check_score_range(q, k, softmax_scale, mods, self.name)

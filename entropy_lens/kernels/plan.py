@@ -222,6 +222,7 @@ def run(
     with_lse: bool = False,
     key_state: bool = False,
     counted=None,
+    spans=None,
 ) -> RowStats:
     """RowStats of `measure.stats` (and the output, for values v) from `kernel` on validated inputs, at
     the statistics' parameters in `measure` (flags.Measure, passed whole to the kernel). The tile
@@ -244,14 +245,18 @@ def run(
             the native kernel alone keeps it (`ONE_PASS_KEYS`); the others' is a pass of its own
             (kernels/received.py).
         counted: with key_state, None (every row) or (B|1, T) bool: the query rows that count.
+        spans: None, or (B|1, n, 2) int64 key ranges [lo, hi) per batch row (kernels/slices.py's
+            `span_ranges`): each row's mass on them too (`RowStats.spans`), where the backend's row pass
+            sums them (`spans_in_rows`: torch_chunked, native); a session's span masses then need no
+            slice pass.
 
     Returns:
         RowStats: each of `measure.stats` (B, Hq, T) float32, the output (B, T, Hq, Dv) for values v,
-        `lse` and `key_state`.
+        `lse`, `key_state` and `spans`.
 
     Raises:
         ValueError: values v with the reference kernel, which computes no output; key_state on a kernel
-            outside ONE_PASS_KEYS.
+            outside ONE_PASS_KEYS; spans on a kernel whose row pass does not sum them.
         TypeError: `measure` not a parsed flags.Measure.
     """
     require(measure=measure)
@@ -261,6 +266,11 @@ def run(
     if key_state and not backend.keeps_key_state:
         raise ValueError(
             f"the {kernel} kernel keeps no column state in its row pass; run received_state on its lse"
+        )
+    if spans is not None and not backend.spans_in_rows:
+        raise ValueError(
+            f"the {kernel} kernel's row pass sums no key spans; take span masses from the slice pass "
+            "(kernels/slices.py's slice_values) on its lse"
         )
     return backend.rows(
         q,
@@ -273,6 +283,7 @@ def run(
         with_lse=with_lse,
         key_state=key_state,
         counted=counted,
+        spans=spans,
     )
 
 

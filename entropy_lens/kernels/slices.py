@@ -16,6 +16,10 @@ each statistic is, its float64 definition and its accumulator, is slice_stats.py
 `@streamed`); `slices_reference` runs the definitions on the materialised probabilities (the reference
 backend and the tests). Memory O(block_q · block_k + T) per head; a block of fewer rows (a decode step's
 one) takes proportionally more keys a tile. Positions are real (slice_stats.Sight).
+
+span_mass is a sum of e over key ranges, as first_mass's: where the backend's row pass sums given key ranges
+(`spans_in_rows`: torch_chunked, native) it comes from that pass (`span_ranges` gives the ranges, `run`'s
+`spans` takes them, `slice_values`'s `spans` the result) and the second step streams only the others.
 """
 
 from __future__ import annotations
@@ -25,20 +29,28 @@ from dataclasses import dataclass
 import torch
 
 from entropy_lens.errors import EntropyLensError
-from entropy_lens.flags import Measure
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels.backends import backend_of
 from entropy_lens.kernels.entrance import enter
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.plan import statistics_kernel
+from entropy_lens.kernels.plan import run, statistics_kernel
 from entropy_lens.kernels.probs import checked_span
 from entropy_lens.kernels.received import row_log_sum_exp
 from entropy_lens.kernels.reference import attention_probabilities, attention_scores
-from entropy_lens.kernels.slice_stats import DEFINITIONS, STREAMED, Rows, Sight, Tile
+from entropy_lens.kernels.slice_stats import DEFINITIONS, FAR, STREAMED, Rows, Sight, Tile
 from entropy_lens.kernels.torch_chunked import ScoreTiles
-from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPANS, TOP_KEY, TOP_KEY_PROB
+from entropy_lens.statistics import ROW_SLICE_STATISTICS, SPAN_MASS, SPANS, TOP_KEY, TOP_KEY_PROB
 from entropy_lens.statistics.slices import SEP, Slices
 
-__all__ = ["TOP_KEY_PROB", "Sight", "as_arrays", "row_slice_stats", "slice_values", "slices_reference"]
+__all__ = [
+    "TOP_KEY_PROB",
+    "Sight",
+    "as_arrays",
+    "row_slice_stats",
+    "slice_values",
+    "slices_reference",
+    "span_ranges",
+]
 
 BLOCK_Q, BLOCK_K = 64, 1024  # the tiles: query rows, keys (a block of fewer rows takes more keys a tile)
 
@@ -71,24 +83,53 @@ def slices_reference(p, visible, sight: Sight, slices: Slices) -> dict[str, torc
     return out
 
 
+def span_ranges(mods: ScoreMods, slices: Slices, S: int, prompt_len=None, device=None) -> torch.Tensor | None:
+    """(B|1, n, 2) int64: span_mass's spans (`slices`' labels, a generation's built-in ones first) as the
+    key indices [lo, hi) each batch row's row pass sums them over (`run`'s `spans`): the real positions
+    [start, stop) moved by the batch row's first real key (`mods.first_key`; a generation's "generated"
+    open to the last key), clamped to the S keys; the same for every query row of the batch row (a key
+    it may not see has e = 0). None where `slices` asks for no span_mass."""
+    if SPAN_MASS.name not in slices.stats:
+        return None
+    sight = Sight.of(mods, 0, S, 0, 0, prompt_len, device)
+    start, stop = sight.span_bounds(slices.labels(SPAN_MASS.name), dict(slices.value(SPAN_MASS.name)))
+    first = sight.first[:, None]
+    return torch.stack((start + first, stop.clamp(max=FAR) + first), -1).clamp(0, S)
+
+
 def slice_values(
-    q, k, lse, softmax_scale, mods: ScoreMods, slices: Slices, rows: tuple[int, int], prompt_len=None
+    q,
+    k,
+    lse,
+    softmax_scale,
+    mods: ScoreMods,
+    slices: Slices,
+    rows: tuple[int, int],
+    prompt_len=None,
+    spans=None,
 ) -> dict[str, torch.Tensor]:
     """The row-slice statistics of `slices` at query rows a..b: {name: (B, Hq, R, n) float32 (top_key
     int64)}, from the rows' `lse` (B, Hq, T) of the row pass (None: the reference, which materialises),
     at the validated `softmax_scale` and `mods` the row pass ran at; `prompt_len` (B,) a generation's
-    prompts (the built-in spans)."""
+    prompts (the built-in spans); `spans` (B, Hq, T, n) the row pass's masses on `span_ranges`
+    (`RowStats.spans`) or None: span_mass taken from them, the others streamed."""
     T, S = q.shape[2], k.shape[2]
     a, b = rows
+    out = {}
+    if spans is not None:
+        out[SPAN_MASS.name] = spans[:, :, a:b].float()
+        slices = slices.without(SPAN_MASS.name)
+        if not slices:
+            return out
     sight = Sight.of(mods, T, S, a, b, prompt_len, q.device)
     with torch.no_grad():
         if lse is None:
             p, _, _ = attention_probabilities(q, k, softmax_scale, mods)
             _, visible = attention_scores(q, k, softmax_scale, mods)
-            out = slices_reference(p[:, :, a:b], visible[:, :, a:b], sight, slices)
+            out |= slices_reference(p[:, :, a:b], visible[:, :, a:b], sight, slices)
         else:
             tiles = ScoreTiles(q.detach(), k.detach(), softmax_scale, mods, S - T)
-            out = _streamed(tiles, lse.float(), a, b, sight, slices)
+            out |= _streamed(tiles, lse.float(), a, b, sight, slices)
     return {name: t if name == TOP_KEY.name else t.float() for name, t in out.items()}
 
 
@@ -206,10 +247,24 @@ def row_slice_stats(
             checked_span(f"span {label!r}", span, S)
     a, b = checked_span("rows", rows, T)
     kernel, kernel_mods = statistics_kernel(measure.backend, q, k, call.mods, one_pass=True)
-    lse = None
-    if not backend_of(kernel).materialises:
+    lse = spans = None
+    ranges = span_ranges(call.mods, slices, S, device=q.device)
+    if ranges is not None and backend_of(kernel).spans_in_rows:  # span_mass in the row pass, as a scan's
+        row = run(
+            kernel,
+            q,
+            k,
+            None,
+            call.softmax_scale,
+            kernel_mods,
+            measure=measure.replace(stats=Stats()),
+            with_lse=True,
+            spans=ranges,
+        )
+        lse, spans = row.lse, row.spans
+    elif not backend_of(kernel).materialises:
         lse = row_log_sum_exp(kernel, q, k, call.softmax_scale, kernel_mods)  # (B, Hq, T); +inf: no outcome
-    out = slice_values(q, k, lse, call.softmax_scale, call.mods, slices, (a, b))
+    out = slice_values(q, k, lse, call.softmax_scale, call.mods, slices, (a, b), spans=spans)
     if TOP_KEY.name in out:  # k ranks, those past the S keys no key
         pad = slices.value(TOP_KEY.name) - out[TOP_KEY.name].shape[-1]
         out[TOP_KEY.name] = torch.nn.functional.pad(out[TOP_KEY.name], (0, pad), value=-1)

@@ -43,6 +43,9 @@ STATE = ("m", "l", "u")  # the streaming accumulators every kernel keeps, in the
 # (the sink is an outcome of l, u, w and c, not of the key sums nor of mk). A new max m' rescales them
 # with α = e^(m − m'), δ = m − m': w ← α (w + 2δu + δ²l), c ← α² c, and the key sums ← α ·; mk is no
 # sum and is not rescaled: mk ← max(mk, max_blk s). merge.py merges two states by the same rules.
+# A pass given key ranges (`spans` (B|1, n, 2) int64: [lo_x, hi_x) per batch row, the same for all its
+# rows) keeps n planes more, "spans": sp_x = Σ_{lo_x <= j < hi_x} e, rescaled as f (a session's span
+# masses in the row pass, kernels/slices.py's `span_ranges`; e is 0 on a key the row may not see).
 EXTRA_STATE = ("w", "c", "lk", "d", "f", "mk", "rk")
 
 
@@ -89,6 +92,14 @@ def log_sum_exp(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
     0 there: what a flash backward (kernels/train.py) and the column pass of attention received
     (kernels/received.py) take."""
     return torch.where(state["l"] > 0, state["m"] + torch.log(state["l"]), torch.inf)
+
+
+def range_masses(state: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+    """(B, H, T, n) float32: each row's mass on the n key ranges its pass was given (`spans`), read as
+    first_mass's f: the range's Σ e (the state's "spans", rescaled with the running max as f is) over l,
+    so the sink's share is no range's; 0 in a row with no outcome; None where the pass kept none."""
+    spans = state.get("spans")
+    return None if spans is None else _ratio(spans, state["l"].unsqueeze(-1))
 
 
 @dataclass(frozen=True)
@@ -226,12 +237,16 @@ class RowStats(Mapping):
             or None.
         key_state: the column state of attention received {"sum", "max", "count"} (B, Hq, S) float32 where
             the pass computed it from its own tiles (the native kernel's `key_state`), or None.
+        spans: (B, Hq, T, n) float32 each row's mass on the n key ranges the pass was given (`run`'s
+            `spans`: a session's span masses, computed in the row pass where its backend can,
+            `spans_in_rows`), or None.
     """
 
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     out: torch.Tensor | None = None
     lse: torch.Tensor | None = None
     key_state: dict[str, torch.Tensor] | None = None
+    spans: torch.Tensor | None = None
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.values[name]

@@ -42,7 +42,7 @@ from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.contract import SAFE_SCORE, range_checked_by_caller, refuse_overflow, score_bound
 from entropy_lens.kernels.fold import fold_for
 from entropy_lens.kernels.mods import ScoreMods
-from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, read_stats
+from entropy_lens.kernels.stats import STATE, RowStats, accumulators, log_sum_exp, range_masses, read_stats
 
 NEG_INF = float("-inf")
 BLOCK_Q, BLOCK_K = 64, 1024  # the entropy pass's default tile (query rows, keys), see above
@@ -61,13 +61,15 @@ def row_stats_torch(
     block_q=None,
     block_k=None,
     with_lse=False,
+    spans=None,
 ) -> RowStats:
     """q (B, Hq, T, D), k (B, Hkv, S, D), v (B, Hkv, S, Dv) or None, softmax_scale (Hq,) fp32 and `mods`
     validated upstream -> RowStats: `measure.stats` (B, Hq, T) float32 and, with v, the output (B, T, Hq, Dv)
     in q's dtype, the layout transformers' attention functions return. A row that sees no key outputs
     0 (sdpa's choice; with a sink its output is 0 anyway: all its mass is on the sink, which has no
     value). block_q/block_k None: BLOCK_Q × BLOCK_K for the statistics alone, OUTPUT_BLOCKS with v.
-    `measure`: the statistics and their parameters (flags.Measure); `with_lse`: the rows' log-sum-exp too."""
+    `measure`: the statistics and their parameters (flags.Measure); `with_lse`: the rows' log-sum-exp too;
+    `spans` (B|1, n, 2) int64 key ranges or None: each row's mass on them too (`RowStats.spans`)."""
     default_q, default_k = (BLOCK_Q, BLOCK_K) if v is None else OUTPUT_BLOCKS
     state, out = stream_torch(
         q,
@@ -79,8 +81,10 @@ def row_stats_torch(
         measure=measure,
         block_q=default_q if block_q is None else block_q,
         block_k=default_k if block_k is None else block_k,
+        spans=spans,
     )
-    return RowStats(read_stats(state, mods, measure.stats), out, log_sum_exp(state) if with_lse else None)
+    lse = log_sum_exp(state) if with_lse else None
+    return RowStats(read_stats(state, mods, measure.stats), out, lse, spans=range_masses(state))
 
 
 @torch.no_grad()
@@ -97,12 +101,15 @@ def stream_torch(
     key_start=0,
     block_q=BLOCK_Q,
     block_k=BLOCK_K,
+    spans=None,
 ):
     """The streaming state {"m", "l", "u", and the accumulators `extra` of stats.EXTRA_STATE}, each
     (B, Hq, T) float32, of queries q over keys k, and the output (B, T, Hq, Dv) for values v (None: no
     output). Local key j is global key key_start + j (first_mass counts, in batch row b, the global keys
     first_b <= j < first_b + K, first_b = mods.first_key[b], 0 without it; recent_mass the keys
-    0 <= i + offset − j < W, global as the offset is; K and W the parameters in `measure`).
+    0 <= i + offset − j < W, global as the offset is; K and W the parameters in `measure`). `spans`
+    (B|1, n, 2) int64 global key ranges [lo, hi) per batch row, or None: the state's "spans" (B, Hq, T, n),
+    each range's Σ e (stats.py's sp).
 
     offset: query i sees key j iff j <= i + offset (causal), and j > i + offset − window with a
     sliding window; default S − T, bottom-right alignment.
@@ -125,6 +132,9 @@ def stream_torch(
         torch.zeros(1, dtype=torch.int64, device=q.device) if mods.first_key is None else mods.first_key
     )
     first_start = first_start.view(-1, 1, 1, 1, 1) - key_start  # in this call's local key indices
+    # the key ranges as (B|1, 1, n) bounds in local key indices, each tile's keys tested against them
+    ranges = None if spans is None else (spans.to(q.device, torch.int64) - key_start).unsqueeze(1)
+    span_state = None if spans is None else torch.empty(B, Hq, T, spans.shape[1], device=q.device)
     names = (*STATE, *extra)
     state = torch.empty(len(names), B, Hq, T, dtype=torch.float32, device=q.device)
     out = None if v is None else torch.empty(B, T, Hq, Dv, dtype=q.dtype, device=q.device)
@@ -144,6 +154,8 @@ def stream_torch(
             ext["mk"].fill_(NEG_INF)
         if "c" in ext and sink is not None:  # the sink's e^(σ − m)² = 1 at the start
             ext["c"] += 1
+        if ranges is not None:
+            ext["spans"] = m.new_zeros(*m.shape, ranges.shape[-2])
         o = None if v is None else torch.zeros(B * Hkv, G * bq, Dv, device=q.device)
         k_end = min(S, q1 + offset) if causal else S
         k_start = max(0, q0 + offset - window + 1) if window is not None else 0
@@ -158,16 +170,19 @@ def stream_torch(
                     state=(m, l, u),
                     tile=tile,
                     offset=offset,
-                    windows=(first_start, measure.first_keys, measure.recent_keys),
+                    windows=(first_start, measure.first_keys, measure.recent_keys, ranges),
                 )
             vb = None if v is None else vf[:, :, k0:k1].reshape(B * Hkv, k1 - k0, Dv)
             m, l, u = _update(m, l, u, s, o, vb)
         rows = torch.stack([m, l, u, *(ext[name] for name in extra)])
         state[:, :, :, q0:q1] = rows.view(len(names), B, Hq, bq)
+        if span_state is not None:
+            span_state[:, :, q0:q1] = ext["spans"].view(B, Hq, bq, -1)
         if o is not None:  # out = o / l, 0 where l = 0 (then o = 0 too)
             o.div_(torch.where(l > 0, l, torch.ones_like(l)).view(B * Hkv, G * bq, 1))
             out[:, q0:q1] = o.view(B, Hq, bq, Dv).transpose(1, 2)
-    return dict(zip(names, state, strict=True)), out
+    state = dict(zip(names, state, strict=True))
+    return state if span_state is None else state | {"spans": span_state}, out
 
 
 class ScoreTiles:
@@ -253,12 +268,13 @@ def _update_extra(ext, s, *, state, tile, offset, windows):
     """The accumulators of stats.EXTRA_STATE in `ext` with the masked score tile s (B, Hkv, G, bq, bk)
     folded in (s is read, not consumed), from the state (m, l, u) before the tile; stats.py has the rules.
     tile (q0, q1, k0, k1): the tile's rows and keys, at key offset `offset`; windows (first_start,
-    first_keys, recent_keys): first_start (B|1, 1, 1, 1, 1) each batch row's first real key in local
+    first_keys, recent_keys, ranges): first_start (B|1, 1, 1, 1, 1) each batch row's first real key in local
     indices (first_mass's keys: first_start <= j < first_start + first_keys), recent_keys recent_mass's W
-    (its keys: 0 <= i + offset − j < W)."""
+    (its keys: 0 <= i + offset − j < W), ranges (B|1, 1, n, 2) the key ranges [lo, hi) of "spans" (local
+    indices; None: none asked for)."""
     m, l, u = state
     q0, q1, k0, k1 = tile
-    first_start, first_keys, recent_keys = windows
+    first_start, first_keys, recent_keys, ranges = windows
     m_new = torch.maximum(m, s.amax(-1))
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)  # 0 while no score has been seen
@@ -283,6 +299,10 @@ def _update_extra(ext, s, *, state, tile, offset, windows):
         behind = _behind(q0, q1, k0, k1, offset, s.device)
         recent = ((behind >= 0) & (behind < recent_keys)).float()  # (bq, bk)
         new["rk"] = alpha * ext["rk"] + (e * recent).sum(-1)
+    if "spans" in ext:  # per batch row the same ranges for every row: one (bk, n) matrix of 0/1 per batch row
+        j = torch.arange(k0, k1, device=s.device).view(1, -1, 1)
+        inside = ((j >= ranges[..., 0]) & (j < ranges[..., 1])).float()  # (B|1, bk, n)
+        new["spans"] = alpha.unsqueeze(-1) * ext["spans"] + e @ inside[:, None, None]
     if "mk" in ext:  # the scores themselves, −inf where masked: no rescaling
         new["mk"] = torch.maximum(ext["mk"], s.amax(-1))
     return new

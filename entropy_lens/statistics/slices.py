@@ -95,6 +95,14 @@ class Slices:
                 )
         return self
 
+    def without(self, *names: str) -> Slices:
+        """This record less the statistics `names` (those a row pass computed: kernels/slices.py)."""
+        return Slices(
+            tuple(n for n in self.stats if n not in names),
+            tuple((n, v) for n, v in self.values if n not in names),
+            self.per_token,
+        )
+
     def value(self, name: str):
         """The checked value of statistic `name`'s parameter (KeyError where `name` is not asked for)."""
         return dict(self.values)[name]

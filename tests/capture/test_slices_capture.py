@@ -86,17 +86,31 @@ def test_a_left_padded_batch_counts_real_positions():
 
 
 def test_one_row_pass_per_layer_feeds_them(monkeypatch):
+    """One row pass per layer gives the log-sum-exp the slice pass reads, and sums the span masses itself
+    (its backend's `spans_in_rows`): the slice pass streams the others alone."""
     import importlib
 
     paths = importlib.import_module("entropy_lens.capture.paths")
-    calls = []
-    run = paths.run
-    monkeypatch.setattr(paths, "run", lambda *a, **kw: calls.append(kw["with_lse"]) or run(*a, **kw))
+    slices = importlib.import_module("entropy_lens.kernels.slices")
+    calls, streamed = [], []
+    run, stream = paths.run, slices._streamed
+    monkeypatch.setattr(
+        paths, "run", lambda *a, **kw: calls.append((kw["with_lse"], "spans" in kw)) or run(*a, **kw)
+    )
+    monkeypatch.setattr(slices, "_streamed", lambda *a: streamed.append(a[-1].stats) or stream(*a))
     model = build("llama", SUPPORTED["llama"][0])
     ids, _ = ids_and_mask("none")
     with EntropyRecorder(model, stats="offset_prob", offsets=(1,)), torch.no_grad():
         model(ids)
-    assert calls == [True] * model.config.num_hidden_layers
+    layers = model.config.num_hidden_layers
+    assert calls == [(True, False)] * layers
+    calls.clear(), streamed.clear()
+    with (
+        EntropyRecorder(model, stats=("span_mass", "offset_prob"), spans=SPANS, offsets=(1,)),
+        torch.no_grad(),
+    ):
+        model(ids)
+    assert calls == [(True, True)] * layers and streamed == [("offset_prob",)] * layers
 
 
 def test_the_monitor_records_them_per_head():

@@ -1,7 +1,8 @@
 """row_slice_stats: span_mass, offset_prob, top_key and distance_mass at every row, equal to their float64
 definitions (`slices_reference` on the materialised probabilities) on every CPU backend over the kernels' grid,
 with tiles small enough that every row block, span and key range spans several; the definitions held by
-hand; every parameter refused in one line."""
+hand; every parameter refused in one line. span_mass comes from the row pass where its backend sums key
+ranges (torch_chunked, native): that pass held to the float64 mass of each range on its own too."""
 
 import pytest
 import torch
@@ -11,9 +12,11 @@ from tolerances import sum_tolerance
 
 from entropy_lens import row_slice_stats
 from entropy_lens.errors import EntropyLensError
+from entropy_lens.flags import Measure, Stats
 from entropy_lens.kernels import ScoreMods, attention_probabilities, slices
 from entropy_lens.kernels.contract import validate_scale
 from entropy_lens.kernels.native import native_available
+from entropy_lens.kernels.plan import run
 from entropy_lens.kernels.reference import attention_scores
 from entropy_lens.statistics.slices import Slices
 
@@ -69,6 +72,60 @@ def test_every_row_equals_the_float64_definitions(
     apart[..., :-1] &= (p[..., :-1] - p[..., 1:]).abs() > 2 * tol
     assert torch.equal(got["top_key"] == -1, want["top_key"] == -1), (kernel, case)
     assert torch.equal(got["top_key"][apart], want["top_key"][apart]), (kernel, case)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("window, sinks", [(None, False), (6, True)], ids=["causal", "window-sink"])
+def test_the_row_pass_sums_each_key_range_as_the_definition(kernel, window, sinks):
+    """The row pass's span masses (`run`'s spans) equal each key range's float64 mass: a decode step's 3
+    rows at the end of 13 keys, left padding (0 and 4 pad keys), GQA, tiles of 2 rows × 3 keys (each range
+    over several, rescaled as the max grows), ranges inside, across the padding, empty, reversed and past
+    the keys; with a window and a sink (its share in no range)."""
+    B, Hq, Hkv, T, S = 2, 4, 2, 3, 13
+    q, k = make_inputs(B, Hq, Hkv, T, S, 8)
+    keep = torch.arange(S)[None] >= torch.tensor([0, 4])[:, None]
+    kw = {"mask": keep, "window": window, "sinks": torch.linspace(-1, 1, Hq) if sinks else None}
+    mods = ScoreMods.build(q, k, **kw)
+    scale = validate_scale(q, k, 0.4)
+    ranges = torch.tensor(
+        [[[0, 3], [2, S], [5, 5], [S, S + 4], [-3, 2]], [[4, 7], [6, S], [9, 8], [0, S], [11, 40]]]
+    )  # (B, n, 2): [lo, hi) per batch row
+    row = run(
+        kernel,
+        q,
+        k,
+        None,
+        scale,
+        mods,
+        measure=Measure().replace(stats=Stats()),
+        block_q=2,
+        block_k=3,
+        spans=ranges,
+    )
+    p, _, _ = attention_probabilities(q, k, scale, mods)
+    want = torch.stack(
+        [
+            torch.stack([p[b, ..., max(lo, 0) : max(hi, 0)].sum(-1) for lo, hi in ranges[b].tolist()], -1)
+            for b in range(B)
+        ]
+    )
+    largest = 0.4 * (q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2)).abs().max().item()
+    tol = sum_tolerance(2 * S + q.shape[-1]) * (1 + largest)  # as the grid's: D-term scores, S-term sums
+    assert row.spans.dtype == torch.float32 and row.spans.shape == (B, Hq, T, 5)
+    assert (row.spans.double() - want).abs().max().item() <= tol, kernel
+    assert row.spans[0, ..., 2:4].abs().max() == 0 and row.spans[1, ..., 2].abs().max() == 0  # empty ranges
+
+
+def test_a_generations_spans_are_key_ranges_from_each_rows_first_real_key():
+    """span_ranges: "prompt" [0, P), "generated" [P, ∞) and the caller's spans, in real positions, move
+    by each batch row's first real key and are clamped to the S keys."""
+    S = 12
+    keep = torch.arange(S)[None] >= torch.tensor([0, 3])[:, None]
+    mods = ScoreMods.build(*make_inputs(2, 2, 2, 1, S, 8), mask=keep)
+    asked = Slices.parse(("span_mass",), per_token=True, spans={"doc": (1, 10)})
+    got = slices.span_ranges(mods, asked, S, prompt_len=torch.tensor([5, 4]))
+    assert got.tolist() == [[[0, 5], [5, 12], [1, 10]], [[3, 7], [7, 12], [4, 12]]]
+    assert slices.span_ranges(mods, Slices.parse(("top_key",)), S) is None
 
 
 def test_the_definitions_by_hand():

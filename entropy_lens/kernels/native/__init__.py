@@ -52,7 +52,15 @@ from entropy_lens.flags import DEFAULT_MEASURE, Measure
 from entropy_lens.kernels.contract import check_score_range, validate_scale
 from entropy_lens.kernels.mods import ScoreMods
 from entropy_lens.kernels.native.build import build_extension, failure_reason
-from entropy_lens.kernels.stats import EXTRA_STATE, STATE, RowStats, accumulators, log_sum_exp, read_stats
+from entropy_lens.kernels.stats import (
+    EXTRA_STATE,
+    STATE,
+    RowStats,
+    accumulators,
+    log_sum_exp,
+    range_masses,
+    read_stats,
+)
 
 ENV_VAR = "ENTROPY_LENS_NATIVE"  # "0": never build or use the native kernel
 BLOCK_K = 512  # keys per tile; query rows per tile: `block_rows(T)` (benchmarks/fold_cpu.py's native rows)
@@ -130,10 +138,12 @@ def row_stats_native(
     with_lse=False,
     key_state=False,
     counted=None,
+    spans=None,
 ) -> RowStats:
     """See the module docstring; as `torch_chunked.row_stats_torch`, on CPU tensors (v None: the same
     loop without the value GEMM). block_q None: `block_rows(T)` (`key_state_rows` with key_state);
-    `with_lse`: the rows' log-sum-exp too; `key_state`: the column state over the `counted` rows too."""
+    `with_lse`: the rows' log-sum-exp too; `key_state`: the column state over the `counted` rows too;
+    `spans` (B|1, n, 2) int64 key ranges or None: each row's mass on them too (`RowStats.spans`)."""
     extra = accumulators(measure.stats)
     if key_state and block_q is None:
         block_q = key_state_rows(q.shape[2], k.shape[2])
@@ -149,12 +159,16 @@ def row_stats_native(
         measure=measure,
         counted=counted,
         key_state=key_state,
+        spans=spans,
     )
-    state = dict(zip((*STATE, *extra), state, strict=True))
+    named = len(STATE) + len(extra)  # the key ranges' planes after them, (n, B, Hq, T)
+    planes, state = state[named:], dict(zip((*STATE, *extra), state[:named], strict=True))
+    if spans is not None:
+        state["spans"] = planes.permute(1, 2, 3, 0)  # (B, Hq, T, n)
     out = None if v is None else out.to(q.dtype)
     keys = dict(zip(("sum", "max", "count"), keys, strict=True)) if key_state else None
     lse = log_sum_exp(state) if with_lse else None
-    return RowStats(read_stats(state, mods, measure.stats), out, lse, keys)
+    return RowStats(read_stats(state, mods, measure.stats), out, lse, keys, range_masses(state))
 
 
 @torch.no_grad()
@@ -259,10 +273,11 @@ def _run(
     profile=False,
     key_state=False,
     counted=None,
+    spans=None,
 ):
-    """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra), B, Hq, T):
-    m, l, u and the accumulators `extra` in EXTRA_STATE's order, times or empty, the column state
-    (3, B, Hq, S) over the `counted` rows or empty)."""
+    """The C++ forward on validated inputs: (out fp32 or empty, the final state (3 + len(extra) + n, B, Hq,
+    T): m, l, u, the accumulators `extra` in EXTRA_STATE's order and the Σ e of each of the n key ranges
+    `spans` (B|1, n, 2), times or empty, the column state (3, B, Hq, S) over the `counted` rows or empty)."""
     block_q = block_rows(q.shape[2]) if block_q is None else block_q
     module = _module_for(q, block_q, block_k)
     _check_range(q, k, softmax_scale, mods)
@@ -289,6 +304,7 @@ def _run(
         profile=bool(profile),
         key_state=bool(key_state),
         counted=empty.bool() if counted is None else counted.to(device="cpu", dtype=torch.bool),
+        spans=empty.long() if spans is None else spans.to(device="cpu", dtype=torch.int64).contiguous(),
     )
     return module.forward(args.native(module))
 
@@ -320,6 +336,7 @@ class ForwardArgs:
     profile: bool
     key_state: bool
     counted: torch.Tensor  # (B|1, T) bool or empty
+    spans: torch.Tensor  # (B|1, n, 2) int64 key ranges [lo, hi) or empty
 
     def native(self, module):
         """The extension's own record with these fields (its type checks each one)."""

@@ -17,6 +17,8 @@
 //   d ← α d + Σ e b_j (from the row: exact integers in fp32 up to 2^24 tokens),  f ← α f + Σ_{j < K} e,
 //   mk ← max(mk, max_blk s): the largest score over the keys (−inf before any; the sink is no key),
 //   rk ← α rk + Σ_{0 <= b_j < W} e: the row's last W = recent_keys keys, pos − W < j <= pos
+// Key ranges (`spans`, a session's span masses): sp_x ← α sp_x + Σ_{lo_x <= j < hi_x} e, one plane each,
+// the range [lo_x, hi_x) per batch row, the same for all its rows (e = 0 on a key a row may not see)
 // Scores: s = λ_h q·k, then c·tanh(s/c) (softcap), then − slope_h·|i + offset − j| (ALiBi) and
 // + key_bias[b, h, j], then −inf where the row may not attend (causal, window, 4-D mask): `Mods`, one
 // place for both the row pass (`forward`) and the column pass (`received`).
@@ -167,6 +169,19 @@ inline void row_mask(float* s, const bool* mr, int64_t n) {
   }
 #endif
   for (; j < n; ++j) s[j] = mr[j] ? s[j] : kNegInf;
+}
+
+// Σ x_j over j < n, eight lanes at a time (a range of a tile's e: a key range's share)
+inline float row_sum(const float* x, int64_t n) {
+  float total = 0.0f;
+  int64_t j = 0;
+#ifdef EL_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + j));
+  total = hsum8(acc);
+#endif
+  for (; j < n; ++j) total += x[j];
+  return total;
 }
 
 // s ← e = e^(s − m) in place (the tile e·V takes); sum_e = Σ e, sum_ed = Σ e (s − m). A masked key
@@ -392,21 +407,23 @@ inline void add_received(const float* e, int64_t n, float f, float* sum, float* 
 // (Hq,) or empty; key_bias (Kb, Hq, S) or empty; query row i sits at key position i + offset;
 // `extra`: the accumulators to keep, bits 1 w, 2 c, 4 lk, 8 d, 16 f, 32 mk, 64 rk (EXTRA_STATE's order);
 // first_keys: f's K; first_key (Fb,) int64 with Fb ∈ {1, B}, or empty (0): each batch row's first real
-// key r, so f sums the keys r <= j < r + K; recent_keys: rk's W, the keys pos − W < j <= pos.
+// key r, so f sums the keys r <= j < r + K; recent_keys: rk's W, the keys pos − W < j <= pos;
+// spans (Sb, n, 2) int64 with Sb ∈ {1, B}, or empty: n key ranges [lo, hi) per batch row, each summed
+// into a plane of the state after the extras (sp).
 // key_state: the column state of attention received (`received` below: per key the sum, the largest
 // and the count of its p_ij over the counted rows) from the same tiles, in one pass: each tile's e keeps
 // its place in a buffer of the query block's rows × keys (O(block_q · S) per thread, never T × S) with
 // the running max m_t it was taken at, and once the block's rows are final, p = e · e^(m_t − m) / l
 // is summed into the keys. counted (Cb, T) bool with Cb ∈ {1, B}, or empty (every row): the rows that
 // count (a padded row gives nothing); count_j counts the counted rows whose score of key j is > −inf.
-// -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras, B, Hq, T): m, l, u
-// and the extras asked for in that order, with `profile` a (3,) float64 tensor: thread-seconds in
+// -> {out (B, T, Hq, Dv) float32 (empty without v), the final state (3 + extras + n, B, Hq, T): m, l, u,
+// the extras asked for in that order and the n key ranges' sums, with `profile` a (3,) float64 tensor: thread-seconds in
 // the score GEMMs, the row passes and the e·V GEMMs (else empty), and with key_state the column state
 // (3, B, Hq, S) float32: sum, max, count (else empty)}.
 // The row pass's arguments as one record, the fields above (kernels/native/__init__.py's `ForwardArgs`
 // fills it by name: bound as `ForwardArgs` below); a tensor left undefined or empty is "none".
 struct ForwardArgs {
-  at::Tensor q, k, v, scale, mask, sinks, alibi, key_bias, first_key, counted;
+  at::Tensor q, k, v, scale, mask, sinks, alibi, key_bias, first_key, counted, spans;
   bool causal = true;
   int64_t window = 0;
   double softcap = 0.0;
@@ -450,7 +467,19 @@ std::vector<at::Tensor> forward(const ForwardArgs& args) {
   const int64_t iw = 3, ic = iw + want_w, ilk = ic + want_c, id = ilk + want_lk, iff = id + want_d;
   const int64_t imk = iff + want_f;
   const int64_t irk = imk + want_mk;
-  const int64_t n_state = irk + want_rk;
+  at::Tensor spans_c;  // the key ranges, (Sb, n, 2), and their planes after the extras
+  const bool has_spans = args.spans.defined() && args.spans.numel() > 0;
+  if (has_spans) {
+    TORCH_CHECK(args.spans.dim() == 3 && args.spans.scalar_type() == at::kLong && args.spans.size(2) == 2 &&
+                    (args.spans.size(0) == 1 || args.spans.size(0) == B),
+                "native attention: spans must be int64 (B|1, n, 2)");
+    spans_c = args.spans.contiguous();
+  }
+  const int64_t n_spans = has_spans ? spans_c.size(1) : 0;
+  const int64_t spansB = has_spans && spans_c.size(0) > 1 ? 2 * n_spans : 0;  // a batch row's stride
+  const int64_t* spand = has_spans ? spans_c.data_ptr<int64_t>() : nullptr;
+  const int64_t isp = irk + want_rk;
+  const int64_t n_state = isp + n_spans;
   at::Tensor state = at::empty({n_state, B, Hq, T}, opts);
   const RowExpStats row_exp_extra = row_exp_for(want_w, want_c, want_d);
 
@@ -526,6 +555,7 @@ std::vector<at::Tensor> forward(const ForwardArgs& args) {
     float *wrow = extra_row(want_w, iw), *crow = extra_row(want_c, ic), *lkrow = extra_row(want_lk, ilk);
     float *drow = extra_row(want_d, id), *frow = extra_row(want_f, iff), *mkrow = extra_row(want_mk, imk);
     float* rkrow = extra_row(want_rk, irk);
+    float* sprow = extra_row(has_spans, isp);  // range x's row i at sprow[x * bq + i]
     double t_scores = 0, t_rows = 0, t_values = 0;
     Clock::time_point t0, t1, t2;
     for (int64_t task = begin; task < end; ++task) {
@@ -539,6 +569,7 @@ std::vector<at::Tensor> forward(const ForwardArgs& args) {
       const float sink = has_sinks ? sinkd[h] : 0.0f;
       const Mods::Head head = mods.head(b, h);
       const int64_t first_start = has_first ? firstd[b * firstB] : 0;  // f's keys: [first_start, + K)
+      const int64_t* ranges = has_spans ? spand + b * spansB : nullptr;  // (n, 2): this batch row's
       for (int64_t i = 0; i < rows; ++i) {
         mrow[i] = has_sinks ? sink : kNegInf;
         lrow[i] = has_sinks ? 1.0f : 0.0f;
@@ -602,6 +633,12 @@ std::vector<at::Tensor> forward(const ForwardArgs& args) {
             }
           } else {
             row_exp(s, n, m_new, se, sed);
+          }
+          for (int64_t x = 0; x < n_spans; ++x) {  // keys lo <= k0 + j < hi of this tile (s holds e now)
+            const int64_t from = std::max<int64_t>(0, ranges[2 * x] - k0);
+            const int64_t stop = std::min<int64_t>(n, ranges[2 * x + 1] - k0);
+            float* sp = sprow + x * bq + i;
+            *sp = alpha * *sp + (from < stop ? row_sum(s + from, stop - from) : 0.0f);
           }
           urow[i] = alpha * (u_old + delta * l_old) + sed;
           lrow[i] = alpha * l_old + se;
@@ -806,6 +843,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_readwrite("key_bias", &ForwardArgs::key_bias)
       .def_readwrite("first_key", &ForwardArgs::first_key)
       .def_readwrite("counted", &ForwardArgs::counted)
+      .def_readwrite("spans", &ForwardArgs::spans)
       .def_readwrite("causal", &ForwardArgs::causal)
       .def_readwrite("window", &ForwardArgs::window)
       .def_readwrite("softcap", &ForwardArgs::softcap)
