@@ -106,7 +106,7 @@ def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     if WORKERS > 1:
         torch.set_num_threads(WORKER_THREADS)  # again per test: a test's --threads may have changed it
     # Model caches go to a per-session folder, never the user's home.
-    monkeypatch.setenv("ENTROPY_LENS_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("ENTROPY_LENS_CACHE", str(session_cache(tmp_path_factory)))
     limits = resource.getrlimit(resource.RLIMIT_AS)
     yield
     # A cap left on the worker's address space outlives the test: every process it starts later inherits
@@ -115,6 +115,15 @@ def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     if left != limits:
         resource.setrlimit(resource.RLIMIT_AS, limits)
         pytest.fail(f"the test left RLIMIT_AS at {left} (it was {limits}); lift it on leaving")
+
+
+def session_cache(tmp_path_factory):
+    """The session's model cache (ENTROPY_LENS_CACHE): one for all of its xdist workers, in the folder that
+    holds theirs (xdist's worker `gwN` has <the run's folder>/popen-gwN), so SmolLM2's GGUF is converted
+    once a session, not once a worker (half a minute on one core; ensure_gguf_cache's rename makes a
+    second worker's concurrent conversion harmless)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,9 @@ with the toolkit's provenance.
                                 it exists, without --force
     check_task_folder           every YAML of --include-path parses (lm-eval skips one that does not in
                                 silence, and its task is then "unknown")
-    TaskManager                 lm-eval's tasks + the package's (harness/tasks/) + --include-path, the
-                                model's arguments and --metadata as the tasks' metadata (as lm-eval's CLI)
+    task_manager                lm-eval's tasks + the package's (harness/tasks/) + --include-path, the
+                                model's arguments and --metadata as the tasks' metadata (as lm-eval's CLI);
+                                the package's alone where they hold every task asked for
     check_tasks                 unknown names refused, with the closest known ones
     EntropyLensLM.from_config   the model (harness/model.py); passkey windows it would cut refused
     lm_eval.simple_evaluate     lm-eval's own evaluation, unchanged
@@ -72,14 +73,14 @@ def evaluate(
         check_task_folder(Path(config.include_path))
     with OutputLock(path) if path is not None else contextlib.nullcontext(), quiet_output(not progress):
         import lm_eval
-        from lm_eval.tasks import TaskManager
 
         from entropy_lens.harness.model import MODEL_NAME, EntropyLensLM
 
         model_config = config.model_config()
         model_args = model_config.model_args()
-        paths = [str(TASKS_DIR), *([str(Path(config.include_path).resolve())] if config.include_path else [])]
-        tasks = TaskManager(include_path=paths, metadata={**model_args, **config.task_metadata()})
+        tasks = task_manager(
+            config.task_names(), config.include_path, metadata={**model_args, **config.task_metadata()}
+        )
         check_tasks(config.task_names(), tasks.all_tasks)
         lm = EntropyLensLM.from_config(model_config, batch_size=config.batch_size)
         check_passkey_lengths(config.task_names(), lm.max_length)
@@ -121,6 +122,21 @@ def evaluate(
             if samples is not None:
                 _write(samples_path(path), samples, what="lm-eval samples")
     return results
+
+
+def task_manager(names: list[str], include_path: str | Path | None, *, metadata: dict):
+    """lm-eval's TaskManager for `names`: the package's tasks (harness/tasks/) alone where every name is
+    one of them and no --include-path is given, else lm-eval's own tasks, the package's and the
+    --include-path folder's. Indexing lm-eval's ~14,000 task YAMLs takes 15 s on one core, which an
+    evaluation of the package's passkey tasks does not need."""
+    from lm_eval.tasks import TaskManager
+
+    if include_path is None:
+        own = TaskManager(include_path=[str(TASKS_DIR)], include_defaults=False, metadata=metadata)
+        if all(name in own.all_tasks for name in names):
+            return own
+    paths = [str(TASKS_DIR), *([str(Path(include_path).resolve())] if include_path else [])]
+    return TaskManager(include_path=paths, metadata=metadata)
 
 
 def check_tasks(names: list[str], known: list[str]) -> None:

@@ -6,7 +6,8 @@ once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LE
 later loads give the same model. The cache key is the file name, its size and a hash of its first
 and last MiB (not mtime: a reinstall should not invalidate it, an edited file must). The folder is
 written to a temporary sibling and renamed into place with a completion marker inside, so a crashed
-or concurrent writer never leaves a half cache that a later load trusts. The conversion says on stderr
+or concurrent writer never leaves a half cache that a later load trusts, and a second process asking for a
+file under conversion waits for it (an advisory lock on the cache's folder) rather than converting it again. The conversion says on stderr
 that it is running and how long it takes (it is the one silent wait of a first run).
 Each transformers version keeps a cache of its own (it writes the tokenizer, and another version's decodes
 differently); where another version's cache of the file is there (a second environment: kvpress's
@@ -309,12 +310,53 @@ def ensure_gguf_cache(gguf: Path, *, convert=convert_gguf, reuse=reuse_weights) 
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(final, e) from None
+    with _one_writer(final):
+        if (final / CACHE_MARKER).is_file():  # made by the process this one waited for
+            return final
+        return _make_cache(gguf, final, convert, reuse)
+
+
+def _unwritable(final: Path, err: OSError) -> EntropyLensError:
+    return EntropyLensError(
+        f"cannot write the model cache under {final.parent} ({err}); set ENTROPY_LENS_CACHE to a writable folder"
+    )
+
+
+@contextlib.contextmanager
+def _one_writer(final: Path):
+    """The cache's folder of GGUF copies held by one writer at a time (an advisory lock on the folder): a
+    second process asking for a file that another is converting waits for that conversion, saying so in one
+    line, instead of converting it again beside it (two test workers, two commands started together).
+    Where the system has no such lock (Windows), each converts and the atomic rename keeps one."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"another process is writing the model cache in {final.parent}; waiting for it",
+                file=sys.stderr,
+                flush=True,
+            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _make_cache(gguf: Path, final: Path, convert, reuse) -> Path:
+    """`final` made (`ensure_gguf_cache`, which holds the folder's lock) in a temporary sibling, renamed into place."""
+    try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
     except OSError as e:
-        raise EntropyLensError(
-            f"cannot write the model cache under {final.parent} ({e}); "
-            "set ENTROPY_LENS_CACHE to a writable folder"
-        ) from None
+        raise _unwritable(final, e) from None
     try:
         _remove_stale_partials(final)
         made = _from_another_version(gguf, final, tmp, reuse)

@@ -1,8 +1,8 @@
 """Every example command of the README and the guides (docs/**/*.md) RUNS as written, on the embedded
 models at small sizes: each page's commands in page order in one fresh working folder (a `view` or a
 `passkey --head-scales` reads what an earlier command of the page wrote), in-process through
-`entropy_lens.cli.main`. The sizes are cut by `SMALL` (lengths, samples, steps, a scale grid to three), nothing else
-of the command changes. Commands that need a GPU, a Hub model or files of the user's are not run: `PARSE_ONLY`
+`entropy_lens.cli.main`. The sizes are cut by `small` (lengths, samples, steps, batches, a scale grid to
+three), nothing else of the command changes. Commands that need a GPU, a Hub model or files of the user's are not run: `PARSE_ONLY`
 lists them with the reason (tests/cli/test_examples.py parses them and checks their settings), so a new
 example that cannot run here fails until it is classified."""
 
@@ -70,6 +70,7 @@ CAPS = {
     "--keys": lambda v: str(min(int(v), 1)),
     "--limit": lambda v: str(min(int(v), 2)),
     "--batch-size": lambda v: str(min(int(v), 2)),
+    "--batch": lambda v: str(min(int(v), 2)),
     "--smooth": lambda v: str(min(int(v), 5)),
     "--scales": _small_scales,
 }
@@ -81,7 +82,8 @@ ADDED = {
     "ppl": ["--samples", "2"],
     "passkey": ["--depths", "1", "--keys", "1"],
     "search-heads": ["--steps", "2"],
-    "train-tiny": ["--steps", "2", "--warmup", "1"],
+    # a step of the recipe's 32 sequences is 2 s on one thread; of 2, a tenth of that
+    "train-tiny": ["--steps", "2", "--warmup", "1", "--batch", "2"],
     "eval": ["--limit", "2"],
 }
 
@@ -174,6 +176,12 @@ def test_the_sizes_are_cut_and_the_rest_is_kept():
         "256",
         "--scale",
         "1.2",
+    ]
+    assert small("entropy-lens train-tiny --kind nope --batch 64 --out my-nope")[3:] == [
+        *("--batch", "2", "--out", "my-nope", "--steps", "2", "--warmup", "1", "--threads", "1")
+    ]
+    assert small("entropy-lens train-tiny --kind rope")[3:] == [
+        *("--steps", "2", "--warmup", "1", "--batch", "2", "--threads", "1")
     ]
     assert small("entropy-lens passkey smollm2 --lens 300 600 --depths 10")[:4] == [
         "passkey",

@@ -4,6 +4,7 @@ reused on a rerun, and bad settings rejected before any work."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -46,46 +47,101 @@ EXTRA_SECTION = (
 )
 
 
+def extra(data, c):
+    """Figure 99, the item a test adds beside the registered ones: NoPE's loss by position."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot(data.nope.loss)
+    return Drawn(fig, "NoPE's loss by position.", [f"L = {data.L}"])
+
+
+def extra_differences(data, c):
+    return ["not in the paper"]
+
+
+def mtimes(cache: Path) -> dict:
+    return {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def rerun(figures_made, tmp_path_factory):
-    """`make_figures` again at MINIMAL from the made cache, with one item registered beside the others
-    (figure-99: one function and one entry), made once for the two tests that read it (a redraw of every
-    figure is most of a minute): (the cache's files' mtimes before, after, the rerun's folder)."""
-    import importlib
+    """A rerun from the made cache in the two parts that need no second drawing of every figure (most of a
+    minute; the whole rerun is `rerun_everything`'s, under make test-full): every field the figures are
+    drawn from resolved from the cache (`FigureData.resolve_all`, what a rerun reads), and one item
+    registered beside the others (figure-99: one function and one entry, `@figure`) drawn with `only`
+    (`entropy-lens figures 99`) into a copy of the made folder, its README section spliced in: (the
+    cache's files' mtimes before, after, the rerun's folder)."""
+    from entropy_lens.figures import registry
 
-    import matplotlib.pyplot as plt
+    root, _ = figures_made
+    cache, again = root / "cache", tmp_path_factory.mktemp("rerun") / "out"
+    before = mtimes(cache)
+    figure_data(FiguresConfig.build(MINIMAL), cache=cache, progress=False).resolve_all()
+    shutil.copytree(root / "out", again)
+    registry.items()  # the builders' modules imported (registered) before the registry is copied
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+        figure("figure-99", differences=extra_differences)(extra)
+        make_figures(FiguresConfig.build(MINIMAL), again, cache=cache, progress=False, only=["99"])
+    return before, mtimes(cache), again
+
+
+@pytest.fixture(scope="module")
+def rerun_everything(figures_made, tmp_path_factory):
+    """`make_figures` again at MINIMAL from the made cache, every figure drawn, with figure-99 registered
+    beside the others: (the cache's files' mtimes before, after, the rerun's folder)."""
+    import importlib
 
     # the module: the package exports its function `render` under the same name
     render = importlib.import_module("entropy_lens.figures.render")
     root, _ = figures_made
-
-    def extra(data, c):
-        fig, ax = plt.subplots()
-        ax.plot(data.nope.loss)
-        return Drawn(fig, "NoPE's loss by position.", [f"L = {data.L}"])
-
-    added = Item("figure-99", extra, lambda data, c: ["not in the paper"])
+    added = Item("figure-99", extra, extra_differences)
     registered = render.items
-    cache, again = root / "cache", tmp_path_factory.mktemp("rerun")
-    before = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    cache, again = root / "cache", tmp_path_factory.mktemp("rerun-everything")
+    before = mtimes(cache)
     render.items = lambda: [*registered(), added]  # as a new `@figure` function would register it
     try:
         make_figures(FiguresConfig.build(MINIMAL), again, cache=cache, progress=False)
     finally:
         render.items = registered
-    after = {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
-    return before, after, again
+    return before, mtimes(cache), again
+
+
+def with_extra_section(readme: str) -> str:
+    """`readme` with figure-99's section in the README's order (`@figure`'s registry: after the figures,
+    before the tables)."""
+    assert readme.count("\n## Table 2\n") == 1
+    return readme.replace("\n## Table 2\n", f"\n{EXTRA_SECTION}\n## Table 2\n")
+
+
+def check_rerun(made, rerun, *, in_order: bool) -> None:
+    root, _ = made
+    before, after, again = rerun
+    assert after == before  # nothing recomputed, nothing rewritten
+    readme, made_readme = (again / "README.md").read_text(), (root / "out" / "README.md").read_text()
+    if in_order:  # registered with `@figure`: the made README with the added item's section in its place
+        assert readme == with_extra_section(made_readme)
+    else:  # put after the registered items: the made README, and the added item's section after it
+        assert readme.startswith(made_readme) and readme.endswith(EXTRA_SECTION)
+    made_files = sorted(p.name for p in (root / "out").iterdir())
+    assert sorted(p.name for p in again.iterdir()) == sorted([*made_files, "figure-99.pdf", "figure-99.png"])
 
 
 @pytest.mark.slow
 def test_rerun_reuses_the_cache(made, rerun):
-    root, _ = made
-    before, after, again = rerun
-    assert after == before  # nothing recomputed, nothing rewritten
-    readme = (again / "README.md").read_text()  # the made README, and the added item's section after it
-    assert readme.startswith((root / "out" / "README.md").read_text()) and readme.endswith(EXTRA_SECTION)
-    made_files = sorted(p.name for p in (root / "out").iterdir())
-    assert sorted(p.name for p in again.iterdir()) == sorted([*made_files, "figure-99.pdf", "figure-99.png"])
+    """Every run the figures read is found in the cache, and an item registered beside them is drawn from it
+    and put in the README in its place (after the figures, before the tables); the whole rerun, every figure drawn again (a README of the same
+    text), is test_rerun_of_every_figure_reuses_the_cache's (make test-full), and every figure redrawn from
+    a cache as the README's text is test_committed_readme_is_regenerated_from_the_committed_runs's."""
+    check_rerun(made, rerun, in_order=True)
+
+
+@pytest.mark.full
+@pytest.mark.slow
+def test_rerun_of_every_figure_reuses_the_cache(made, rerun_everything):
+    """test_rerun_reuses_the_cache's claims of a rerun that draws every figure again (make test-full)."""
+    check_rerun(made, rerun_everything, in_order=False)
 
 
 @pytest.mark.parametrize(
@@ -476,8 +532,7 @@ def test_a_figure_is_one_function_and_one_entry(made, rerun):
     root, _ = made
     _, _, again = rerun
     readme = (again / "README.md").read_text()
-    assert readme.startswith((root / "out" / "README.md").read_text())
-    assert readme.endswith(EXTRA_SECTION)
+    assert readme == with_extra_section((root / "out" / "README.md").read_text())
     assert (again / "figure-99.png").is_file() and (again / "figure-99.pdf").is_file()
 
 

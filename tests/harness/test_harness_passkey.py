@@ -30,6 +30,31 @@ def test_task_files_are_what_the_tool_writes():
     assert passkey_length("entropy_lens_passkey_2048") == 2048 and passkey_length("hellaswag") is None
 
 
+def test_the_packages_tasks_alone_skip_lm_evals_index(monkeypatch):
+    """`entropy-lens eval` of the package's tasks indexes them alone (lm-eval's ~14,000 YAMLs: 15 s on one
+    core); another task's name, or an --include-path, gets lm-eval's own tasks beside them
+    (evaluate.task_manager)."""
+    import lm_eval.tasks
+
+    from entropy_lens.harness.evaluate import task_manager
+
+    names = ["entropy_lens_passkey_128", "entropy_lens_passkey_256"]
+    own = task_manager(names, None, metadata={})
+    assert set(names) <= set(own.all_tasks) and "hellaswag" not in own.all_tasks
+    made = []
+
+    class Recorded:  # lm-eval's index, recorded instead of built
+        def __init__(self, include_path, include_defaults=True, metadata=None):
+            made.append((include_path, include_defaults))
+            self.all_tasks = own.all_tasks if not include_defaults else [*own.all_tasks, "hellaswag"]
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", Recorded)
+    assert "hellaswag" in task_manager([*names, "hellaswag"], None, metadata={}).all_tasks
+    task_manager(names, "my_tasks", metadata={})
+    package = [str(TASKS_DIR)]
+    assert made == [(package, False), (package, True), ([*package, str(Path("my_tasks").resolve())], True)]
+
+
 def test_documents_are_the_passkey_commands_prompts():
     tokenizer = checkpoint_tokenizer("tiny-nope")
     docs = passkey_documents(tokenizer, length=128, depths=2, keys=3, seed=42)

@@ -409,6 +409,39 @@ def test_gguf_converted_once_then_cached(fake_gguf):
     assert cached == [gguf_cache_dir(gguf)]
 
 
+def test_a_second_process_waits_for_the_conversion_under_way(fake_gguf, capsys):
+    """Two processes asking for one GGUF (two test workers, two commands started together): the second
+    waits for the first's conversion, in one line, and converts nothing (`ensure_gguf_cache`'s lock)."""
+    import threading
+
+    from entropy_lens.models.gguf import ensure_gguf_cache, gguf_cache_dir
+
+    gguf, convert, calls = fake_gguf
+    started, release, found = threading.Event(), threading.Event(), []
+
+    def slow(g, out):  # the first conversion, held until the second asker is waiting
+        started.set()
+        assert release.wait(30)
+        convert(g, out)
+
+    first = threading.Thread(target=lambda: found.append(ensure_gguf_cache(gguf, convert=slow)))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=lambda: found.append(ensure_gguf_cache(gguf, convert=convert)))
+    second.start()
+    said, deadline = "", time.monotonic() + 30
+    while "waiting for it" not in said and time.monotonic() < deadline:  # the second says it waits
+        time.sleep(0.01)
+        said += capsys.readouterr().err
+    release.set()
+    first.join(30), second.join(30)
+    assert found == [gguf_cache_dir(gguf)] * 2 and len(calls) == 1
+    (line,) = [x for x in said.splitlines() if "waiting" in x]
+    assert (
+        line == f"another process is writing the model cache in {gguf_cache_dir(gguf).parent}; waiting for it"
+    )
+
+
 def another_version(gguf, version: str, tiny_dir) -> Path:
     """A complete cache of `gguf` as transformers `version` would have made it (the tiny folder)."""
     import shutil
