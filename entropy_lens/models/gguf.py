@@ -6,7 +6,10 @@ once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LE
 later loads give the same model. The cache key is the file name, its size and a hash of its first
 and last MiB (not mtime: a reinstall should not invalidate it, an edited file must). The folder is
 written to a temporary sibling and renamed into place with a completion marker inside, so a crashed
-or concurrent writer never leaves a half cache that a later load trusts. The conversion says on stderr
+or concurrent writer never leaves a half cache that a later load trusts. Making one is done under an
+flock on the cache's folder (the kernel releases it when its holder dies, however it dies): a second
+process that needs a cache meanwhile (a test suite's other worker, another environment's Python) waits,
+saying so in one line, then reads the first's, or reuses it, instead of converting again. The conversion says on stderr
 that it is running and how long it takes (it is the one silent wait of a first run).
 Each transformers version keeps a cache of its own (it writes the tokenizer, and another version's decodes
 differently); where another version's cache of the file is there (a second environment: kvpress's
@@ -24,6 +27,7 @@ config.json carries no `train_len`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -309,12 +313,45 @@ def ensure_gguf_cache(gguf: Path, *, convert=convert_gguf, reuse=reuse_weights) 
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(final.parent, os.O_RDONLY)
+    except OSError as e:
+        raise _unwritable(final, e) from None
+    try:
+        _wait_for_other_writers(folder, gguf)
+        if (final / CACHE_MARKER).is_file():  # made by the process waited for
+            return final
+        return _make_cache(gguf, final, convert, reuse)
+    finally:
+        os.close(folder)  # releases the flock
+
+
+def _unwritable(final: Path, err: OSError) -> EntropyLensError:
+    return EntropyLensError(
+        f"cannot write the model cache under {final.parent} ({err}); set ENTROPY_LENS_CACHE to a writable folder"
+    )
+
+
+def _wait_for_other_writers(folder: int, gguf: Path) -> None:
+    """Take the flock on the cache's folder (fd `folder`), waiting, with one line, while another process
+    makes a cache in it."""
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(
+            f"waiting for another process that is making a model cache beside {gguf.name}'s",
+            file=sys.stderr,
+            flush=True,
+        )
+        fcntl.flock(folder, fcntl.LOCK_EX)
+
+
+def _make_cache(gguf: Path, final: Path, convert, reuse) -> Path:
+    """`ensure_gguf_cache`'s making of the cache `final` (the lock held): in a temporary sibling, renamed
+    into place with its marker."""
+    try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
     except OSError as e:
-        raise EntropyLensError(
-            f"cannot write the model cache under {final.parent} ({e}); "
-            "set ENTROPY_LENS_CACHE to a writable folder"
-        ) from None
+        raise _unwritable(final, e) from None
     try:
         _remove_stale_partials(final)
         made = _from_another_version(gguf, final, tmp, reuse)
