@@ -2,6 +2,7 @@
 on sys.path, so test modules import it as `tiny`)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,23 @@ def _worker_threads_from_the_start():
         torch.set_num_threads(WORKER_THREADS)
 
 
+RUN_CACHE = "ENTROPY_LENS_TEST_CACHE"  # set by a parent run for its side environments' children
+
+
+def run_cache(tmp_path_factory) -> Path:
+    """The model cache (ENTROPY_LENS_CACHE) of the whole run, one folder for every xdist worker and for the
+    side environments' children (tests/environments.py passes it as ENTROPY_LENS_TEST_CACHE), so the
+    bundled GGUF is converted once a run, not once per worker and environment (models/gguf.py makes a
+    cache under an flock, and another transformers version's reuses the weights): the parent's, else
+    the xdist run's temporary folder (the workers' basetemps are popen-gw0, popen-gw1 in it), else the
+    session's."""
+    given = os.environ.get(RUN_CACHE)
+    if given:
+        return Path(given)
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
+
+
 @pytest.fixture(autouse=True)
 def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     import resource
@@ -105,8 +123,8 @@ def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     torch.manual_seed(0)
     if WORKERS > 1:
         torch.set_num_threads(WORKER_THREADS)  # again per test: a test's --threads may have changed it
-    # Model caches go to a per-session folder, never the user's home.
-    monkeypatch.setenv("ENTROPY_LENS_CACHE", str(session_cache(tmp_path_factory)))
+    # Model caches go to the run's folder, never the user's home.
+    monkeypatch.setenv("ENTROPY_LENS_CACHE", str(run_cache(tmp_path_factory)))
     limits = resource.getrlimit(resource.RLIMIT_AS)
     yield
     # A cap left on the worker's address space outlives the test: every process it starts later inherits
@@ -115,15 +133,6 @@ def _seed_and_isolate_cache(tmp_path_factory, monkeypatch):
     if left != limits:
         resource.setrlimit(resource.RLIMIT_AS, limits)
         pytest.fail(f"the test left RLIMIT_AS at {left} (it was {limits}); lift it on leaving")
-
-
-def session_cache(tmp_path_factory):
-    """The session's model cache (ENTROPY_LENS_CACHE): one for all of its xdist workers, in the folder that
-    holds theirs (xdist's worker `gwN` has <the run's folder>/popen-gwN), so SmolLM2's GGUF is converted
-    once a session, not once a worker (half a minute on one core; ensure_gguf_cache's rename makes a
-    second worker's concurrent conversion harmless)."""
-    base = tmp_path_factory.getbasetemp()
-    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,10 @@ ROOT = Path(__file__).parents[1]
 
 
 def run_cases(python: Path, cases: str, **env: str) -> None:
-    """pytest on tests/`cases` under `python` (OMP_NUM_THREADS 2 unless set; `env` added)."""
+    """pytest on tests/`cases` under `python` (OMP_NUM_THREADS 2 unless set; `env` added), its model cache
+    the run's (conftest.run_cache: the bundled GGUF converted once a run)."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), **env}
+    env.setdefault("ENTROPY_LENS_TEST_CACHE", os.environ["ENTROPY_LENS_CACHE"])
     env.pop("PYTEST_XDIST_WORKER_COUNT", None)
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(ROOT / "tests" / cases)]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800, check=False)

@@ -3,7 +3,7 @@ concurrent requests of different prompt lengths beside one that does not opt in,
 (chunked prefill, max_num_batched_tokens=64), every statistic held to float64 eager attention of the same
 tokens (the HF model from the same folder, teacher-forced; generated token k's row is position P − 1 + k),
 on Llama (GQA) and Mistral (a sliding window shorter than the prompts), the concurrent requests on Qwen2,
-Gemma 2 (softcap) and gpt-oss (attention sinks) too; tensor parallel 2 equal to one process; the server;
+Gemma 2 (softcap) and gpt-oss (attention sinks) too; the server at tensor parallel 2 (equal to one process);
 preemption; the refusals; the environment's versions.
 
 What runs by default and what `make test-full` (ENTROPY_LENS_TEST_GRID=full) adds: an engine's start-up
@@ -283,35 +283,13 @@ def test_refusals_when_the_request_is_made():
         lens.options.options_of({"entropy_lens.stats": "span_mass", "entropy_lens.spans": ["doc-3"]})
 
 
-def test_tensor_parallel_2_equals_float64(tmp_path, monkeypatch):
-    """Each rank computes its own heads from its own queries and keys (no gather); the file holds every
-    head in the model's order, equal to float64 eager (so to one process)."""
-    import vllm.envs
-
-    vllm.envs.disable_envs_cache()  # an engine before this one cached the environment (vLLM's own reset)
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
-    path = family_dir(tmp_path / "llama", "llama")
-    out = tmp_path / "out"
-    llm = LLM(
-        model=str(path),
-        **lens.engine_args(out=out, tensor_parallel_size=2, distributed_executor_backend="mp", **ENGINE),
-    )
-    on = SamplingParams(max_tokens=NEW, temperature=0, ignore_eos=True, extra_args=lens.request(stats=STATS))
-    texts = prompts()[:2]
-    outputs = llm.generate([{"prompt_token_ids": p} for p in texts], on)
-    model = float64_model(path)
-    for output, prompt in zip(outputs, texts):
-        result = lens.load(out, output.request_id)
-        assert_float64(model, prompt, result)
-    parts = sorted(p.name for p in (out / ".parts").glob("*/rank*.npz"))
-    assert parts == ["rank0.npz", "rank0.npz", "rank1.npz", "rank1.npz"], parts
-    llm.llm_engine.engine_core.shutdown()
-
-
 def test_the_openai_server_records_concurrent_requests_by_response_id(tmp_path):
-    """A real server on 127.0.0.1 with `serve_args`' flags; concurrent completions of different prompt
-    lengths (one not opting in) through the OpenAI client; each opted-in one's statistics found by its
-    response's id, equal to float64 eager."""
+    """A real server on 127.0.0.1 with `serve_args`' flags, at tensor parallel 2; concurrent completions of
+    different prompt lengths (one not opting in) through the OpenAI client; each opted-in one's statistics
+    found by its response's id, equal to float64 eager. Tensor parallel: each rank computes its own heads
+    from its own queries and keys (no gather), writing a part per request; the file holds every head in
+    the model's order, equal to float64 eager (so to one process). One server for both claims: each start
+    of vLLM's processes is 20 s of imports on 2 cores (a server's front end, its engine, each rank)."""
     import socket
     import subprocess
     import sys
@@ -328,6 +306,7 @@ def test_the_openai_server_records_concurrent_requests_by_response_id(tmp_path):
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager"]
+    cmd += ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp"]
     cmd += [
         "--max-model-len",
         "256",
@@ -337,7 +316,7 @@ def test_the_openai_server_records_concurrent_requests_by_response_id(tmp_path):
         str(64 << 20),
     ]
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 (the server's whole life)
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
     server = subprocess.Popen([*cmd, *lens.serve_args(out)], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 300
@@ -368,6 +347,8 @@ def test_the_openai_server_records_concurrent_requests_by_response_id(tmp_path):
             assert_float64(model, prompt, result)
         with pytest.raises(EntropyLensError, match="did not opt in"):
             lens.load(out, responses[3].id, wait=1)
+        parts = sorted(p.name for p in (out / ".parts").glob("*/rank*.npz"))
+        assert parts == ["rank0.npz"] * 3 + ["rank1.npz"] * 3, parts
     finally:
         server.terminate()
         server.wait(60)

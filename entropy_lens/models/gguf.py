@@ -6,8 +6,10 @@ once as a float32 safetensors folder + tokenizer under the cache (env ENTROPY_LE
 later loads give the same model. The cache key is the file name, its size and a hash of its first
 and last MiB (not mtime: a reinstall should not invalidate it, an edited file must). The folder is
 written to a temporary sibling and renamed into place with a completion marker inside, so a crashed
-or concurrent writer never leaves a half cache that a later load trusts, and a second process asking for a
-file under conversion waits for it (an advisory lock on the cache's folder) rather than converting it again. The conversion says on stderr
+or concurrent writer never leaves a half cache that a later load trusts. Making one is done under an
+flock on the cache's folder (the kernel releases it when its holder dies, however it dies): a second
+process that needs a cache meanwhile (a test suite's other worker, another environment's Python) waits,
+saying so in one line, then reads the first's, or reuses it, instead of converting again. The conversion says on stderr
 that it is running and how long it takes (it is the one silent wait of a first run).
 Each transformers version keeps a cache of its own (it writes the tokenizer, and another version's decodes
 differently); where another version's cache of the file is there (a second environment: kvpress's
@@ -25,6 +27,7 @@ config.json carries no `train_len`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -310,12 +313,16 @@ def ensure_gguf_cache(gguf: Path, *, convert=convert_gguf, reuse=reuse_weights) 
         return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(final.parent, os.O_RDONLY)
     except OSError as e:
         raise _unwritable(final, e) from None
-    with _one_writer(final):
-        if (final / CACHE_MARKER).is_file():  # made by the process this one waited for
+    try:
+        _wait_for_other_writers(folder, gguf)
+        if (final / CACHE_MARKER).is_file():  # made by the process waited for
             return final
         return _make_cache(gguf, final, convert, reuse)
+    finally:
+        os.close(folder)  # releases the flock
 
 
 def _unwritable(final: Path, err: OSError) -> EntropyLensError:
@@ -324,35 +331,23 @@ def _unwritable(final: Path, err: OSError) -> EntropyLensError:
     )
 
 
-@contextlib.contextmanager
-def _one_writer(final: Path):
-    """The cache's folder of GGUF copies held by one writer at a time (an advisory lock on the folder): a
-    second process asking for a file that another is converting waits for that conversion, saying so in one
-    line, instead of converting it again beside it (two test workers, two commands started together).
-    Where the system has no such lock (Windows), each converts and the atomic rename keeps one."""
+def _wait_for_other_writers(folder: int, gguf: Path) -> None:
+    """Take the flock on the cache's folder (fd `folder`), waiting, with one line, while another process
+    makes a cache in it."""
     try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(
-                f"another process is writing the model cache in {final.parent}; waiting for it",
-                file=sys.stderr,
-                flush=True,
-            )
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+        fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(
+            f"waiting for another process that is making a model cache beside {gguf.name}'s",
+            file=sys.stderr,
+            flush=True,
+        )
+        fcntl.flock(folder, fcntl.LOCK_EX)
 
 
 def _make_cache(gguf: Path, final: Path, convert, reuse) -> Path:
-    """`final` made (`ensure_gguf_cache`, which holds the folder's lock) in a temporary sibling, renamed into place."""
+    """`ensure_gguf_cache`'s making of the cache `final` (the lock held): in a temporary sibling, renamed
+    into place with its marker."""
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
     except OSError as e:

@@ -158,6 +158,7 @@ def _eval(tmp_path, *flags, name="r.json"):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("lm-eval-index")  # conftest.py: lm-eval's own tasks indexed once
 def test_eval_command_writes_lm_eval_results_and_provenance(tmp_path, capsys):
     code, out = _eval(
         tmp_path,
@@ -207,6 +208,7 @@ def test_eval_command_refusals_before_anything_loads(tmp_path, capsys, monkeypat
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("lm-eval-index")
 def test_eval_command_refuses_unknown_tasks_and_cut_passkey_windows(tmp_path, capsys):
     """Both need lm-eval's task index (seconds): an unknown name with the closest ones, a passkey window
     longer than the model's inputs with the flag that fixes it."""

@@ -127,13 +127,15 @@ def _compare(tmp_path, model: str, lengths: tuple[int, ...], variant: dict):
     return results
 
 
-@pytest.mark.slow  # a whole child run (42-74 s on 2 cores)
+@pytest.mark.slow
+@pytest.mark.xdist_group("lm-eval-index")  # conftest.py: lm-eval's own tasks indexed once
 def test_eval_accuracy_equals_the_passkey_command(tmp_path):
     results = _compare(tmp_path, "tiny-nope", (128,), {})
     assert results["results"]["entropy_lens_passkey_128"]["exact_match,none"] > 0  # the task is solved here
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("lm-eval-index")
 @pytest.mark.parametrize(
     "model,variant",
     [

@@ -157,27 +157,35 @@ def test_lm_eval_model_without_pretrained_is_one_line():
 
 
 @pytest.mark.slow
-def test_lm_eval_command_line_refusals_are_one_line(tmp_path):
+def test_lm_eval_command_line_refusals_are_one_line(tmp_path, monkeypatch):
     """python -m entropy_lens.harness (lm-eval's own CLI): a refused model argument is one stderr line and
-    exit status 2, not a traceback."""
+    exit status 2, not a traceback. One child (its imports and lm-eval's index of its own tasks: 20 s) for
+    the command line; the second refusal in this process, as that command reaches it: its arguments read
+    by lm-eval's own parser, the model made by lm-eval's call (`create_from_arg_obj`), whose
+    EntropyLensError the command prints as the first's."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for model_args, said in [
-        ("scale=1.2", "pass --model_args pretrained=CKPT"),
-        ("pretrained=tiny-nope,max_length=-5", "--model_args max_length must be at least 2"),
-    ]:
-        args = ["--model", "entropy-lens", "--model_args", model_args, "--device", "cpu", "--tasks"]
-        args += ["el_next_sentence", "--include_path", str(HARNESS_TASKS), "--limit", "1"]
-        run = subprocess.run(
-            [sys.executable, "-m", "entropy_lens.harness", *args, "--output_path", str(tmp_path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        assert run.returncode == 2, run.stderr[-3000:]
-        assert said in run.stderr and "Traceback" not in run.stderr, run.stderr[-3000:]
-        assert run.stderr.strip().splitlines()[-1].startswith("entropy-lens: error: ")
+    args = ["--model", "entropy-lens", "--model_args", "scale=1.2", "--device", "cpu", "--tasks"]
+    args += ["el_next_sentence", "--include_path", str(HARNESS_TASKS), "--limit", "1"]
+    run = subprocess.run(
+        [sys.executable, "-m", "entropy_lens.harness", *args, "--output_path", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr[-3000:]
+    said = "pass --model_args pretrained=CKPT"
+    assert said in run.stderr and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert run.stderr.strip().splitlines()[-1].startswith("entropy-lens: error: ")
+    from lm_eval._cli import HarnessCLI
+
+    args[3] = "pretrained=tiny-nope,max_length=-5"
+    monkeypatch.setattr(sys, "argv", ["lm_eval", "run", *args])
+    parsed = HarnessCLI().parse_args()
+    with pytest.raises(EntropyLensError, match="--model_args max_length must be at least 2") as err:
+        EntropyLensLM.create_from_arg_obj(parsed.model_args, {"device": parsed.device})
+    assert "\n" not in str(err.value)
 
 
 # item 15: the messages that named the wrong thing, and --quiet
@@ -283,7 +291,8 @@ def test_only_the_ranks_of_one_run_pickle():
         assert (f"dist.{name}(" not in source) or f"`{name}`" in readme or f"distributed.{name}`" in readme
 
 
-@pytest.mark.slow  # lm-eval retries the Hub for about 40 s
+@pytest.mark.slow
+@pytest.mark.xdist_group("lm-eval-index")  # conftest.py: lm-eval's own tasks indexed once
 def test_a_task_whose_dataset_cannot_be_downloaded_is_one_line(tmp_path, capsys, monkeypatch):
     """A task that reads its data from the Hub, with the Hub out of reach: `datasets` raises the built-in
     ConnectionError after lm-eval's retries, which was a traceback."""

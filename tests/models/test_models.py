@@ -6,6 +6,7 @@ Everything runs on CPU with tiny random models; the bundled SmolLM2 tests are `s
 from __future__ import annotations
 
 import json
+import os
 import struct
 import time
 from pathlib import Path
@@ -409,37 +410,33 @@ def test_gguf_converted_once_then_cached(fake_gguf):
     assert cached == [gguf_cache_dir(gguf)]
 
 
-def test_a_second_process_waits_for_the_conversion_under_way(fake_gguf, capsys):
-    """Two processes asking for one GGUF (two test workers, two commands started together): the second
-    waits for the first's conversion, in one line, and converts nothing (`ensure_gguf_cache`'s lock)."""
+def test_a_load_waits_for_the_cache_another_process_is_making(fake_gguf, tiny_dir, capsys):
+    """While another process makes a cache beside it (the flock on the cache's folder held: make test's
+    workers and side environments share one cache), a load waits, saying so in one line, then reads that
+    process's cache instead of converting again."""
+    import fcntl
+    import shutil
     import threading
 
-    from entropy_lens.models.gguf import ensure_gguf_cache, gguf_cache_dir
+    from entropy_lens.models.gguf import CACHE_MARKER, ensure_gguf_cache, gguf_cache_dir
 
     gguf, convert, calls = fake_gguf
-    started, release, found = threading.Event(), threading.Event(), []
-
-    def slow(g, out):  # the first conversion, held until the second asker is waiting
-        started.set()
-        assert release.wait(30)
-        convert(g, out)
-
-    first = threading.Thread(target=lambda: found.append(ensure_gguf_cache(gguf, convert=slow)))
-    first.start()
-    assert started.wait(30)
-    second = threading.Thread(target=lambda: found.append(ensure_gguf_cache(gguf, convert=convert)))
-    second.start()
-    said, deadline = "", time.monotonic() + 30
-    while "waiting for it" not in said and time.monotonic() < deadline:  # the second says it waits
-        time.sleep(0.01)
-        said += capsys.readouterr().err
-    release.set()
-    first.join(30), second.join(30)
-    assert found == [gguf_cache_dir(gguf)] * 2 and len(calls) == 1
-    (line,) = [x for x in said.splitlines() if "waiting" in x]
-    assert (
-        line == f"another process is writing the model cache in {gguf_cache_dir(gguf).parent}; waiting for it"
-    )
+    final = gguf_cache_dir(gguf)
+    final.parent.mkdir(parents=True)
+    other = os.open(final.parent, os.O_RDONLY)  # another open file: its flock excludes this process's
+    fcntl.flock(other, fcntl.LOCK_EX)
+    found = []
+    waiter = threading.Thread(target=lambda: found.append(ensure_gguf_cache(gguf, convert=convert)))
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive() and not found and not calls
+    shutil.copytree(tiny_dir, final)  # the other process's cache, complete
+    (final / CACHE_MARKER).write_text("{}")
+    os.close(other)
+    waiter.join(30)
+    assert found == [final] and not calls
+    err = capsys.readouterr().err
+    assert err == f"waiting for another process that is making a model cache beside {gguf.name}'s\n"
 
 
 def another_version(gguf, version: str, tiny_dir) -> Path:
@@ -594,19 +591,17 @@ def test_file_that_is_not_gguf(tiny_dir):
 
 @pytest.mark.slow
 def test_smollm2_loads_then_comes_from_cache():
-    import os
-
     from entropy_lens.models.gguf import gguf_cache_dir
 
     gguf = BUNDLED_MODELS["smollm2"].path()
     cache = gguf_cache_dir(gguf)
-    assert cache.is_relative_to(os.environ["ENTROPY_LENS_CACHE"])  # conftest's per-session cache
+    assert cache.is_relative_to(os.environ["ENTROPY_LENS_CACHE"])  # conftest's cache of the run
 
-    first = load_model("smollm2")  # converts the GGUF unless an earlier test in this session did
+    first = load_model("smollm2")  # converts the GGUF unless an earlier test of the run did
     assert (first.n_layers, first.n_heads, first.n_kv_heads, first.head_dim) == (30, 9, 3, 64)
     assert first.source == str(gguf) and first.name == "smollm2"
     assert (cache / "model.safetensors").is_file()
-    assert not [p for p in cache.parent.iterdir() if p.name.endswith(".partial")]
+    assert not list(cache.parent.glob(f".{cache.name}.*.partial"))  # (other versions' may be under way)
 
     start = time.perf_counter()
     second = load_model("smollm2")
@@ -622,7 +617,7 @@ def test_smollm2_loads_then_comes_from_cache():
 
 @pytest.mark.slow
 def test_smollm2_nope():
-    lm = load_model("smollm2", nope=True)  # cache from the session's ENTROPY_LENS_CACHE
+    lm = load_model("smollm2", nope=True)  # cache from the run's ENTROPY_LENS_CACHE
     ids = lm.tokenizer("Emma Woodhouse, handsome, clever, and rich", return_tensors="pt").input_ids
     base = _logits(lm.model, ids, 0)
     torch.testing.assert_close(_logits(lm.model, ids, 37, stride=3), base, atol=1e-4, rtol=0)
