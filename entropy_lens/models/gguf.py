@@ -9,8 +9,8 @@ written to a temporary sibling and renamed into place with a completion marker i
 or concurrent writer never leaves a half cache that a later load trusts. Making one is done under an
 flock on the cache's folder (the kernel releases it when its holder dies, however it dies): a second
 process that needs a cache meanwhile (a test suite's other worker, another environment's Python) waits,
-saying so in one line, then reads the first's, or reuses it, instead of converting again. The conversion says on stderr
-that it is running and how long it takes (it is the one silent wait of a first run).
+saying so in one line, then reads the first's, or reuses it, instead of converting again. The conversion
+says on stderr that it is running and how long it takes (it is the one silent wait of a first run).
 Each transformers version keeps a cache of its own (it writes the tokenizer, and another version's decodes
 differently); where another version's cache of the file is there (a second environment: kvpress's
 transformers 5.2 beside `.venv`'s), `reuse_weights` takes its weights and config instead of dequantising

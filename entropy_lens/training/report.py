@@ -54,7 +54,7 @@ def length_report(
     """Scan `model` at `factor` × its training length once per scale; see the module docstring.
 
     `entropy_at`: the scales whose scans also record entropy (default every scale). The others are
-    loss-only scans (about a third less time), absent from `entropy`; `head_entropy` needs s = 1 among
+    loss-only scans (no entropy pass), absent from `entropy`; `head_entropy` needs s = 1 among
     them. A caller that reads only some scales' entropy (the tests) skips the rest's cost."""
     from entropy_lens.models import declared_train_len
     from entropy_lens.runs.scan import ScanConfig, scan

@@ -4,8 +4,6 @@ lm-eval's stock `hf` model; each variant applies through the attention function 
 Offline: the tasks are tests/harness_tasks/ (a held-out novel as local JSON)."""
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 pytest.importorskip("lm_eval")
 
 from lm_eval.models.huggingface import HFLM
-from lm_eval_runs import HARNESS_TASKS, TASKS, loglikelihoods, responses, run_tasks
+from lm_eval_runs import HARNESS_TASKS, TASKS, harness_command, loglikelihoods, responses, run_tasks
 
 from entropy_lens.cli import main
 from entropy_lens.errors import EntropyLensError
@@ -224,16 +222,8 @@ def test_lm_eval_command_line_runs_the_registered_model(tmp_path):
     """lm-eval's own CLI (python -m entropy_lens.harness: lm_eval with the model registered), a variant
     in --model_args, a task of --include_path; as the docs show it, with no --device, on a machine
     where torch sees no GPU (lm-eval's own default, cuda:0, failed there): the device follows the machine."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    args = ["--model", "entropy-lens", "--model_args", "pretrained=tiny-nope,scale=1.2"]
-    args += ["--tasks", "el_next_sentence", "--include_path", str(HARNESS_TASKS), "--limit", "2"]
-    run = subprocess.run(
-        [sys.executable, "-m", "entropy_lens.harness", *args, "--output_path", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
+    run = harness_command(
+        "pretrained=tiny-nope,scale=1.2", tmp_path, "--limit", "2", env={"CUDA_VISIBLE_DEVICES": ""}
     )
     assert run.returncode == 0, run.stderr[-3000:]
     (written,) = tmp_path.rglob("results_*.json")

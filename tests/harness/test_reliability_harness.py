@@ -5,8 +5,6 @@ which files run code. Fast: every refusal here comes before lm-eval's task index
 
 import ast
 import logging
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from lm_eval_runs import HARNESS_TASKS
+from lm_eval_runs import HARNESS_TASKS, harness_args, harness_command
 from tqdm import tqdm
 
 import entropy_lens.harness.passkey as harness_passkey
@@ -163,24 +161,14 @@ def test_lm_eval_command_line_refusals_are_one_line(tmp_path, monkeypatch):
     the command line; the second refusal in this process, as that command reaches it: its arguments read
     by lm-eval's own parser, the model made by lm-eval's call (`create_from_arg_obj`), whose
     EntropyLensError the command prints as the first's."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    args = ["--model", "entropy-lens", "--model_args", "scale=1.2", "--device", "cpu", "--tasks"]
-    args += ["el_next_sentence", "--include_path", str(HARNESS_TASKS), "--limit", "1"]
-    run = subprocess.run(
-        [sys.executable, "-m", "entropy_lens.harness", *args, "--output_path", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    run = harness_command("scale=1.2", tmp_path, "--device", "cpu", "--limit", "1")
     assert run.returncode == 2, run.stderr[-3000:]
     said = "pass --model_args pretrained=CKPT"
     assert said in run.stderr and "Traceback" not in run.stderr, run.stderr[-3000:]
     assert run.stderr.strip().splitlines()[-1].startswith("entropy-lens: error: ")
     from lm_eval._cli import HarnessCLI
 
-    args[3] = "pretrained=tiny-nope,max_length=-5"
+    args = harness_args("pretrained=tiny-nope,max_length=-5", "--device", "cpu", "--limit", "1")
     monkeypatch.setattr(sys, "argv", ["lm_eval", "run", *args])
     parsed = HarnessCLI().parse_args()
     with pytest.raises(EntropyLensError, match="--model_args max_length must be at least 2") as err:
